@@ -1,0 +1,5 @@
+"""``python -m ropeexport`` runs the CLI."""
+
+from ropeexport.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""The build pipeline: spec -> export -> runtime -> verify -> report, written atomically into ``DIR/NAME``.
+
+Stages meet only through files and plain values: export writes ``model.onnx``; verification opens it through a
+runner, never through the export code.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ropeexport import __version__
+from ropeexport.errors import SpecError
+from ropeexport.export.onnx_io import save_model, sha256
+from ropeexport.export.rope import build_rope_graph
+from ropeexport.report import report_dict, write_json
+from ropeexport.runtimes.base import NUMPY_OF_ONNX
+from ropeexport.spec import RopeSpec
+from ropeexport.verify.rope import Verification, verify_rope
+
+MANIFEST_SCHEMA = "ropeexport.manifest/1"
+EXPORTERS = {"rope": build_rope_graph}
+VERIFIERS = {"rope": verify_rope}
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """One built artifact: where it is, whether it verified, and its report."""
+
+    name: str
+    path: Path
+    passed: bool
+    report: dict[str, Any]
+    seconds: float
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of ropeexport and the libraries an artifact depends on (None where not installed)."""
+    out: dict[str, str | None] = {"ropeexport": __version__}
+    for package in ("torch", "onnx", "onnxruntime", "onnxruntime-gpu", "numpy", "tensorrt"):
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = None
+    return out
+
+
+def _io(values: Any) -> list[dict[str, Any]]:
+    out = []
+    for vi in values:
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tt.shape.dim]
+        out.append({"name": vi.name, "dtype": str(NUMPY_OF_ONNX[tt.elem_type]), "shape": dims})
+    return out
+
+
+def manifest_dict(spec: RopeSpec, model: onnx.ModelProto, files: dict[str, str]) -> dict[str, Any]:
+    """The manifest: spec, inputs/outputs with symbolic dims, opset, graph style, versions, file hashes."""
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "name": spec.name,
+        "encoding": spec.encoding,
+        "spec": spec.to_dict(),
+        "inputs": _io(model.graph.input),
+        "outputs": _io(model.graph.output),
+        "opset": next(o.version for o in model.opset_import if o.domain == ""),
+        "graph": spec.graph,
+        "versions": versions(),
+        "files": files,
+    }
+
+
+def check_target(out_dir: Path, name: str) -> Path:
+    """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact."""
+    target = out_dir / name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecError("--out", f"{str(out_dir)!r} exists and is not a folder")
+    if target.exists() and not (target / "manifest.json").is_file():
+        raise SpecError("--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name")
+    return target
+
+
+def build(spec: RopeSpec, out_dir: str | Path, runtimes: list[str] | None = None) -> BuildResult:
+    """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all."""
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    target = check_target(out_dir, spec.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
+    try:
+        model = EXPORTERS[spec.encoding](spec)
+        names = save_model(model, work)
+        files = {n: sha256(work / n) for n in names}
+        verification: Verification = VERIFIERS[spec.encoding](spec, work / "model.onnx", runtimes or ["ort"])
+        report = report_dict(spec.name, spec.to_dict(), verification, versions(), files)
+        write_json(work / "report.json", report)
+        write_json(work / "manifest.json", manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files))
+        _replace(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return BuildResult(spec.name, target, verification.passed, report, time.perf_counter() - start)
+
+
+def _replace(work: Path, target: Path) -> None:
+    """Move the finished folder into place; an older artifact of the same name is swapped out, then removed."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old.{time.time_ns()}")
+        target.rename(old)
+        work.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        work.rename(target)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Load a JSON file written by ropeexport."""
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,99 @@
+"""``ropeexport build``: export, run and verify artifacts.
+
+Examples:
+  ropeexport build                                   # the embedded default set into ./ropeexport-out
+  ropeexport build --layout interleaved --head-dim 64 --num-heads 16 --dtype fp16 --graph decomposed
+  ropeexport build --scaling yarn --scaling-param factor=4 --scaling-param original_max_position_embeddings=32768
+  ropeexport build --spec my-model.toml --out artifacts
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ropeexport.build import build, check_target
+from ropeexport.defaults import DEFAULT_OUT, DEFAULT_SPECS
+from ropeexport.errors import SpecError
+from ropeexport.spec import RopeSpec, read_spec_file, spec_from_dict
+
+# flag -> spec field; every one is optional and, with --spec, overrides the file.
+SPEC_FLAGS = {
+    "encoding": "rope", "layout": "half|interleaved|complex", "head_dim": "N", "rotary_dim": "N", "num_heads": "N",
+    "num_kv_heads": "N", "theta": "F", "max_positions": "N", "scaling": "NAME", "dtype": "fp32|fp16|bf16",
+    "graph": "fused|decomposed", "name": "NAME",
+}
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``build`` and its flags."""
+    p = sub.add_parser("build", help="export, run and verify artifacts", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    for field, metavar in SPEC_FLAGS.items():
+        p.add_argument(f"--{field.replace('_', '-')}", dest=field, metavar=metavar, default=None)
+    p.add_argument("--scaling-param", dest="scaling_param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a schedule parameter (repeatable; lists comma-separated)")
+    p.add_argument("--spec", metavar="FILE", help="JSON or TOML spec with the same keys (or artifacts = [...])")
+    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
+    p.add_argument("--runtime", action="append", default=None, metavar="NAME",
+                   help="runtime to verify on: ort (default) or onnx-reference (repeatable)")
+    p.set_defaults(run=run)
+
+
+def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields = {f: getattr(args, f) for f in SPEC_FLAGS if getattr(args, f) is not None}
+    if args.scaling_param:
+        params: dict[str, str] = {}
+        for item in args.scaling_param:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise SpecError("--scaling-param", f"expected KEY=VALUE, got {item!r}")
+            params[key.strip()] = value.strip()
+        fields["scaling_params"] = params
+    return fields
+
+
+def specs_from_args(args: argparse.Namespace) -> list[RopeSpec]:
+    """The specs a command line asks for: a spec file, the flags, or the embedded default set."""
+    flags = _flag_fields(args)
+    if args.spec:
+        specs = [spec_from_dict(s.to_dict() | flags) for s in read_spec_file(args.spec)]
+    elif flags:
+        specs = [spec_from_dict(flags)]
+    else:
+        specs = [spec_from_dict(d) for d in DEFAULT_SPECS]
+    names = [s.name for s in specs]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise SpecError("name", f"{duplicate!r} is used by more than one artifact; names must be unique")
+    return specs
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate everything first (nothing is written on bad input), then build each artifact."""
+    specs = specs_from_args(args)
+    out = Path(args.out)
+    for spec in specs:
+        check_target(out, spec.name)
+    failed = 0
+    for spec in specs:
+        result = build(spec, out, args.runtime)
+        failed += not result.passed
+        print(_summary(result.report, result.path, result.seconds))
+    print(f"{len(specs) - failed} of {len(specs)} artifacts verified; output in {out.resolve()}")
+    if failed:
+        print(f"{failed} artifact(s) FAILED verification: see report.json in each folder", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _summary(report: dict[str, Any], path: Path, seconds: float) -> str:
+    verdict = "PASS" if report["passed"] else "FAIL"
+    worst = {}
+    for c in report["comparisons"]:
+        worst[c["reference"]] = max(worst.get(c["reference"], 0.0), float(c["max_abs"]))
+    errors = ", ".join(f"vs {ref} {err:.2e}" for ref, err in worst.items())
+    ran = ",".join(r["name"] for r in report["runtimes"] if r["status"] == "verified") or "no runtime"
+    tables = max((t["max_ulp"] or 0.0) for t in report["tables"]) if report["tables"] else 0.0
+    return f"{verdict} {report['name']}: max |err| {errors} on {ran}; tables <= {tables:.3f} ulp ({seconds:.1f}s) -> {path}"

@@ -1,0 +1,46 @@
+"""The embedded default build: what ``ropeexport build`` with no arguments produces.
+
+One artifact per RoPE feature a serving team meets (layouts, partial rotation, GQA, each kind of schedule, each
+table dtype), sized to build and verify in well under a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_OUT = "ropeexport-out"
+
+DEFAULT_SPECS: list[dict[str, Any]] = [
+    {   # Llama 3.1 8B geometry and scaling, table cut to 16k positions to stay fast.
+        "name": "llama3-half-fp32-fused", "layout": "half", "head_dim": 128, "num_heads": 32, "num_kv_heads": 8,
+        "theta": 500000.0, "max_positions": 16384, "scaling": "llama3", "dtype": "fp32", "graph": "fused",
+        "scaling_params": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192},
+    },
+    {   # Meta Llama 2's complex-number form, exported as the equivalent interleaved graph.
+        "name": "complex-fp32-decomposed", "layout": "complex", "head_dim": 128, "num_heads": 32,
+        "max_positions": 4096, "dtype": "fp32", "graph": "decomposed",
+    },
+    {   # GPT-J: interleaved, 64 of 256 channels rotate.
+        "name": "gptj-interleaved-fp16-decomposed", "layout": "interleaved", "head_dim": 256, "rotary_dim": 64,
+        "num_heads": 16, "max_positions": 2048, "dtype": "fp16", "graph": "decomposed",
+    },
+    {   # Dynamic NTK: the base follows the call's length past 2048, computed in the graph.
+        "name": "dynamic-half-fp16-fused", "layout": "half", "head_dim": 64, "num_heads": 16, "num_kv_heads": 4,
+        "max_positions": 8192, "scaling": "dynamic", "dtype": "fp16", "graph": "fused",
+        "scaling_params": {"factor": 4.0, "original_max_position_embeddings": 2048},
+    },
+    {   # LongRoPE: short and long factor tables switched on L > 2048.
+        "name": "longrope-half-fp32-decomposed", "layout": "half", "head_dim": 32, "num_heads": 8,
+        "max_positions": 8192, "scaling": "longrope", "dtype": "fp32", "graph": "decomposed",
+        "scaling_params": {"original_max_position_embeddings": 2048,
+                           "short_factor": [1.0 + 0.05 * i for i in range(16)],
+                           "long_factor": [1.0 + 0.5 * i for i in range(16)]},
+    },
+    {   # YaRN with DeepSeek's mscale pair, bf16 tables (verified by onnx.reference where ORT lacks bf16 kernels).
+        "name": "yarn-half-bf16-fused", "layout": "half", "head_dim": 64, "num_heads": 8, "max_positions": 4096,
+        "scaling": "yarn", "dtype": "bf16", "graph": "fused",
+        "scaling_params": {"factor": 4.0, "original_max_position_embeddings": 1024, "mscale": 0.707,
+                           "mscale_all_dim": 0.707},
+    },
+]

@@ -1,0 +1,77 @@
+"""Rounding float64 values once into a table dtype, and ulp distances in that dtype.
+
+Every table ropeexport stores is computed in float64 and rounded here exactly once, to the nearest representable value
+with ties to even. numpy rounds float64 -> float32 and float64 -> float16 correctly, but ml_dtypes rounds
+float64 -> bfloat16 through float32: that is two roundings, and a value a hair above a bfloat16 midpoint can land on
+the wrong side (1 + 2**-8 + 2**-40 becomes 1.0 instead of 1.0078125). So bfloat16 gets its own rounding on the
+float64 bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: its numpy type, ONNX name, and the bits that define its ulp."""
+
+    name: str
+    np_dtype: type
+    mantissa_bits: int
+    min_exponent: int  # exponent of the smallest normal number
+
+    def ulp(self, x: np.ndarray) -> np.ndarray:
+        """Spacing of this format at |x| (float64 in, float64 out; subnormal spacing below the normal range)."""
+        ax = np.abs(np.asarray(x, dtype=np.float64))
+        with np.errstate(divide="ignore"):
+            exponent = np.floor(np.log2(np.where(ax > 0, ax, 1.0)))
+        exponent = np.maximum(exponent, self.min_exponent)
+        return np.ldexp(1.0, (exponent - self.mantissa_bits).astype(np.int64))
+
+
+FORMATS: dict[str, FloatFormat] = {
+    "fp32": FloatFormat("fp32", np.float32, 23, -126),
+    "fp16": FloatFormat("fp16", np.float16, 10, -14),
+    "bf16": FloatFormat("bf16", ml_dtypes.bfloat16, 7, -126),
+}
+
+
+def _bf16_from_float64(x: np.ndarray) -> np.ndarray:
+    """Round float64 to bfloat16 once, to nearest with ties to even, on the float64 bit pattern."""
+    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+    drop = np.uint64(52 - 7)  # float64 keeps 52 mantissa bits, bfloat16 keeps 7
+    lsb = (bits >> drop) & np.uint64(1)
+    rounded = ((bits + (np.uint64(1) << (drop - np.uint64(1))) - np.uint64(1) + lsb) >> drop) << drop
+    # A 7-bit mantissa in float32's exponent range is exact in float32, so this cast rounds nothing.
+    as32 = rounded.view(np.float64).astype(np.float32)
+    out = (as32.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(ml_dtypes.bfloat16)
+    # Below bfloat16's normal range the exponent differs from float64's rounding point; those values take the
+    # library path (never seen in cos/sin tables, kept correct rather than fast).
+    tiny = np.abs(x) < 2.0**-126
+    if tiny.any():
+        out = out.copy()
+        out[tiny] = x[tiny].astype(np.float32).astype(ml_dtypes.bfloat16)
+    return out
+
+
+def round_once(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round a float64 array to ``dtype`` ("fp32" | "fp16" | "bf16") once, to nearest, ties to even."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "bf16":
+        return _bf16_from_float64(x)
+    return x.astype(FORMATS[dtype].np_dtype)
+
+
+def ulp_distance(value: np.ndarray, reference: np.ndarray, dtype: str, floor: float = 0.0) -> np.ndarray:
+    """|value - reference| in units of the ``dtype`` spacing at max(|reference|, floor) (float64 result).
+
+    ``floor=0`` is the exact ulp (tables). Outputs of a rotation cancel toward zero where the spacing is tiny and the
+    count means nothing, so output comparisons measure at max(|reference|, 1) for unit-scale inputs.
+    """
+    ref = np.asarray(reference, dtype=np.float64)
+    scale = np.maximum(np.abs(ref), floor) if floor else ref
+    return np.abs(np.asarray(value, dtype=np.float64) - ref) / FORMATS[dtype].ulp(scale)

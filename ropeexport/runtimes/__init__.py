@@ -1,0 +1,31 @@
+"""Runtimes by name. A runtime that cannot run here raises RuntimeUnavailable with the reason; the others still work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ropeexport.errors import SpecError
+from ropeexport.runtimes.base import Runner
+
+
+def _ort(path: Path) -> Runner:
+    from ropeexport.runtimes.ort import OrtRunner
+
+    return OrtRunner(path)
+
+
+def _reference(path: Path) -> Runner:
+    from ropeexport.runtimes.onnx_reference import OnnxReferenceRunner
+
+    return OnnxReferenceRunner(path)
+
+
+RUNTIMES: dict[str, Callable[[Path], Runner]] = {"ort": _ort, "onnx-reference": _reference}
+
+
+def open_runner(name: str, model_path: str | Path) -> Runner:
+    """Open the named runtime on a model; unknown names list the valid ones."""
+    if name not in RUNTIMES:
+        raise SpecError("runtime", f"unknown runtime {name!r}; allowed: {', '.join(RUNTIMES)}")
+    return RUNTIMES[name](Path(model_path))

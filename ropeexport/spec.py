@@ -1,0 +1,167 @@
+"""Typed, frozen specs, validated on construction.
+
+A spec is everything that determines an artifact's bytes: the encoding's parameters, the table dtype and the graph
+style. ``RopeSpec(**fields)`` either holds a consistent configuration or raises SpecError naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ropeexport.encodings.schedules import get_schedule
+from ropeexport.errors import SpecError
+
+DTYPES = ("fp32", "fp16", "bf16")
+GRAPHS = ("fused", "decomposed")
+LAYOUTS = ("half", "interleaved", "complex")
+# Positions are exact in float32 up to 2**24; past that an in-graph position cast would round.
+MAX_TABLE_POSITIONS = 2**24
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _require_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        else:
+            raise SpecError(name, f"must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise SpecError(name, f"must be {bound}, got {value}")
+    return value
+
+
+def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise SpecError(name, f"must be one of {', '.join(choices)}; got {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary position embedding (Su et al. 2021, RoFormer) applied to query and key.
+
+    Shapes: query [batch, num_heads, seq, head_dim], key [batch, num_kv_heads, seq, head_dim], position_ids
+    [batch, seq]; the first ``rotary_dim`` channels of each head rotate, the rest pass through.
+    """
+
+    encoding: ClassVar[str] = "rope"
+
+    name: str = ""
+    layout: str = "half"
+    head_dim: int = 128
+    rotary_dim: int | None = None
+    num_heads: int = 32
+    num_kv_heads: int | None = None
+    theta: float = 10000.0
+    max_positions: int = 4096
+    scaling: str = "default"
+    scaling_params: Mapping[str, Any] = field(default_factory=dict)
+    dtype: str = "fp32"
+    graph: str = "fused"
+
+    def __post_init__(self) -> None:
+        def put(key: str, value: Any) -> None:
+            object.__setattr__(self, key, value)
+
+        put("layout", _require_choice("layout", self.layout, LAYOUTS))
+        put("dtype", _require_choice("dtype", self.dtype, DTYPES))
+        put("graph", _require_choice("graph", self.graph, GRAPHS))
+        head_dim = _require_int("head_dim", self.head_dim, 2)
+        if head_dim % 2:
+            raise SpecError("head_dim", f"must be even (channels rotate in pairs), got {head_dim}")
+        put("head_dim", head_dim)
+        rotary_dim = head_dim if self.rotary_dim is None else _require_int("rotary_dim", self.rotary_dim, 2)
+        if rotary_dim % 2:
+            raise SpecError("rotary_dim", f"must be even (channels rotate in pairs), got {rotary_dim}")
+        if rotary_dim > head_dim:
+            raise SpecError("rotary_dim", f"must be at most head_dim ({head_dim}), got {rotary_dim}")
+        put("rotary_dim", rotary_dim)
+        num_heads = _require_int("num_heads", self.num_heads, 1)
+        put("num_heads", num_heads)
+        kv = num_heads if self.num_kv_heads is None else _require_int("num_kv_heads", self.num_kv_heads, 1)
+        if num_heads % kv:
+            raise SpecError("num_kv_heads", f"must divide num_heads ({num_heads}), got {kv}")
+        put("num_kv_heads", kv)
+        try:
+            theta = float(self.theta)
+        except (TypeError, ValueError):
+            raise SpecError("theta", f"must be a number > 0, got {self.theta!r}") from None
+        if isinstance(self.theta, bool) or not math.isfinite(theta) or theta <= 0:
+            raise SpecError("theta", f"must be a finite number > 0, got {self.theta!r}")
+        if theta == 1.0:
+            raise SpecError("theta", "must not be 1 (every frequency would be 1)")
+        put("theta", theta)
+        put("max_positions", _require_int("max_positions", self.max_positions, 1, MAX_TABLE_POSITIONS))
+        if not isinstance(self.scaling, str):
+            raise SpecError("scaling", f"must be a schedule name, got {self.scaling!r}")
+        if not isinstance(self.scaling_params, Mapping):
+            raise SpecError("scaling_params", "must be a table of KEY = VALUE")
+        schedule = get_schedule(self.scaling)
+        put("scaling_params", schedule.resolve(self.scaling_params, rotary_dim, self.max_positions))
+        name = self.name or f"rope-{self.layout}-{self.scaling}-{self.dtype}-{self.graph}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SpecError("name", "must be 1-100 characters of letters, digits, '.', '_' or '-', starting with a letter or digit")
+        put("name", name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, defaults resolved, in a JSON-friendly dict (the manifest's ``spec``)."""
+        out = {"encoding": self.encoding} | dataclasses.asdict(self)
+        out["scaling_params"] = dict(self.scaling_params)
+        return out
+
+    def replace(self, **changes: Any) -> RopeSpec:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+
+SPECS: dict[str, type[RopeSpec]] = {"rope": RopeSpec}
+
+
+def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> RopeSpec:
+    """Build a spec from a plain mapping (a spec file's contents, or the manifest's ``spec``).
+
+    Unknown keys are errors: a misspelt key must not silently fall back to a default.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError(where, "must be a table of fields")
+    data = dict(data)
+    encoding = data.pop("encoding", "rope")
+    if encoding not in SPECS:
+        raise SpecError("encoding", f"unknown encoding {encoding!r}; allowed: {', '.join(SPECS)}")
+    cls = SPECS[encoding]
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise SpecError(unknown[0], f"unknown field for encoding '{encoding}'; allowed: {', '.join(['encoding', *allowed])}")
+    return cls(**data)
+
+
+def read_spec_file(path: str | Path) -> list[RopeSpec]:
+    """Read one spec (a table of fields) or several (``artifacts = [...]``) from a JSON or TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError("--spec", f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise SpecError("--spec", f"{str(path)!r} is not valid {kind}: {exc}") from None
+    if isinstance(data, Mapping) and "artifacts" in data:
+        items = data["artifacts"]
+        if not isinstance(items, list) or not items:
+            raise SpecError("artifacts", "must be a non-empty list of specs")
+        return [spec_from_dict(item, f"artifacts[{i}]") for i, item in enumerate(items)]
+    return [spec_from_dict(data)]

@@ -1,0 +1,93 @@
+"""Comparing runtime outputs with a reference: error metrics, tolerances, and where the worst error sits.
+
+An element fails only when both its absolute error exceeds atol and its relative error exceeds rtol (as Polygraphy
+does); a comparison fails when any element fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ropeexport.numerics import FORMATS, ulp_distance
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """atol and rtol for one dtype, with the reason for their size."""
+
+    atol: float
+    rtol: float
+    reason: str
+
+
+# Inputs are standard-normal, so outputs stay below ~6 in magnitude.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(1e-5, 1e-5, "fused kernels may use FMA and another operation order (<= 2 ulp seen); against "
+                      "float64 add the 0.5-ulp table rounding and three fp32 roundings. A position off by one, an "
+                      "ignored scaling or fp32 angles past position ~1000 err by 1e-4 or more."),
+    "fp16": Tolerance(8e-3, 4e-3, "each fp16 multiply and add rounds (eps 9.8e-4) and the table carries 0.5 ulp: up "
+                      "to ~2 ulp of outputs near 4, i.e. 8e-3 absolute where outputs cancel toward zero."),
+    "bf16": Tolerance(6e-2, 3e-2, "bf16 keeps 8 significant bits (eps 7.8e-3): ~2 ulp of outputs near 4."),
+}
+
+
+@dataclass
+class Comparison:
+    """Errors of one runtime output against one reference, over every probe."""
+
+    reference: str
+    runtime: str
+    output: str
+    dtype: str
+    atol: float
+    rtol: float
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ulp: float = 0.0
+    mean_abs: float = 0.0
+    elements: int = 0
+    failures: int = 0
+    worst: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """True when no element exceeded both atol and rtol."""
+        return self.failures == 0 and self.elements > 0
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def update(self, probe: str, actual: np.ndarray, expected: np.ndarray, positions: np.ndarray) -> None:
+        """Fold one probe in; arrays [b, h, s, d], positions [b, s]."""
+        if actual.shape != expected.shape:
+            self.failures += max(1, expected.size)
+            self.worst = {"probe": probe, "error": f"shape {list(actual.shape)} != {list(expected.shape)}"}
+            return
+        a = np.asarray(actual, dtype=np.float64)
+        e = np.asarray(expected, dtype=np.float64)
+        abs_err = np.abs(a - e)
+        abs_err[~np.isfinite(a)] = np.inf
+        rel_err = abs_err / np.maximum(np.abs(e), FORMATS[self.dtype].ulp(np.array(0.0)))
+        ulps = ulp_distance(a, e, self.dtype, floor=1.0)  # see ulp_distance
+        n = self.elements + a.size
+        self.mean_abs = (self.mean_abs * self.elements + float(np.sum(np.minimum(abs_err, 1e300)))) / n
+        self.elements = n
+        self.failures += int(np.count_nonzero((abs_err > self.atol) & (rel_err > self.rtol)))
+        self.max_rel = max(self.max_rel, float(rel_err.max()))
+        self.max_ulp = max(self.max_ulp, float(ulps.max()))
+        if float(abs_err.max()) >= self.max_abs and a.size:
+            self.max_abs = float(abs_err.max())
+            b, h, s, d = (int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
+            self.worst = {"probe": probe, "batch": b, "head": h, "position": int(positions[b, s]), "channel": d,
+                          "actual": float(a[b, h, s, d]), "expected": float(e[b, h, s, d])}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly, with ``passed``; infinities become strings."""
+        out = asdict(self) | {"passed": self.passed}
+        for key in ("max_abs", "max_rel", "max_ulp", "mean_abs"):
+            if not np.isfinite(out[key]):
+                out[key] = "inf"
+        return out

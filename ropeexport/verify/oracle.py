@@ -1,0 +1,44 @@
+"""float64 oracles written from the formulas in plain NumPy, apart from the PyTorch reference modules.
+
+RoPE here uses complex arithmetic (Su et al. 2021, eq. 12: f(q, m) = q e^{i m theta}); the reference modules use the
+real rotate-half / interleaved forms. Both share only the schedule functions, which are tested against closed forms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ropeexport.encodings.schedules import get_schedule
+from ropeexport.spec import RopeSpec
+
+
+def rope_oracle(spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray) -> np.ndarray:
+    """x [b, h, s, d] (any float dtype) rotated in float64 by position_ids [b, s]; returns float64 [b, h, s, d]."""
+    schedule = get_schedule(spec.scaling)
+    r = spec.rotary_dim
+    freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, int(position_ids.max()) + 1)
+    rotor = freqs.attention_factor * np.exp(1j * position_ids[..., None] * freqs.inv_freq)[:, None]  # [b, 1, s, r/2]
+    x = np.asarray(x, dtype=np.float64)
+    rot = x[..., :r]
+    pairs = (rot[..., : r // 2], rot[..., r // 2 :]) if spec.layout == "half" else (rot[..., 0::2], rot[..., 1::2])
+    z = (pairs[0] + 1j * pairs[1]) * rotor
+    out = x.copy()
+    if spec.layout == "half":
+        out[..., : r // 2], out[..., r // 2 : r] = z.real, z.imag
+    else:
+        out[..., 0:r:2], out[..., 1:r:2] = z.real, z.imag
+    return out
+
+
+def rope_table_oracle(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
+    """float64 (cos, sin) per regime [max_positions, r/2], attention factor applied, in the artifact's row order."""
+    schedule = get_schedule(spec.scaling)
+    threshold = schedule.threshold(spec.scaling_params)
+    lengths = {"static": [spec.max_positions], "continuous": [threshold], "switch": [threshold, (threshold or 0) + 1]}
+    positions = np.arange(spec.max_positions, dtype=np.float64)
+    out = []
+    for length in lengths[schedule.regime]:
+        freqs = schedule.frequencies(spec.rotary_dim, spec.theta, spec.scaling_params, length)
+        angles = np.outer(positions, freqs.inv_freq)
+        out.append((freqs.attention_factor * np.cos(angles), freqs.attention_factor * np.sin(angles)))
+    return out
