@@ -22,6 +22,7 @@ from ropeexport.errors import SpecError
 from ropeexport.export.onnx_io import save_model, sha256
 from ropeexport.export.rope import build_rope_graph
 from ropeexport.report import report_dict, write_json
+from ropeexport.runtimes import check_runtime_names
 from ropeexport.runtimes.base import NUMPY_OF_ONNX
 from ropeexport.spec import RopeSpec
 from ropeexport.verify.rope import Verification, verify_rope
@@ -93,13 +94,14 @@ def build(spec: RopeSpec, out_dir: str | Path, runtimes: list[str] | None = None
     start = time.perf_counter()
     out_dir = Path(out_dir)
     target = check_target(out_dir, spec.name)
+    runtimes = check_runtime_names(runtimes or ["ort"])
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
     try:
         model = EXPORTERS[spec.encoding](spec)
         names = save_model(model, work)
         files = {n: sha256(work / n) for n in names}
-        verification: Verification = VERIFIERS[spec.encoding](spec, work / "model.onnx", runtimes or ["ort"])
+        verification: Verification = VERIFIERS[spec.encoding](spec, work / "model.onnx", runtimes)
         report = report_dict(spec.name, spec.to_dict(), verification, versions(), files)
         write_json(work / "report.json", report)
         write_json(work / "manifest.json", manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files))

@@ -17,6 +17,7 @@ from typing import Any
 from ropeexport.build import build, check_target
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_SPECS
 from ropeexport.errors import SpecError
+from ropeexport.runtimes import check_runtime_names
 from ropeexport.spec import RopeSpec, read_spec_file, spec_from_dict
 
 # flag -> spec field; every one is optional and, with --spec, overrides the file.
@@ -75,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written on bad input), then build each artifact."""
     specs = specs_from_args(args)
     out = Path(args.out)
+    runtimes = check_runtime_names(args.runtime or ["ort"])
     for spec in specs:
         check_target(out, spec.name)
     failed = 0
     for spec in specs:
-        result = build(spec, out, args.runtime)
+        result = build(spec, out, runtimes)
         failed += not result.passed
         print(_summary(result.report, result.path, result.seconds))
     print(f"{len(specs) - failed} of {len(specs)} artifacts verified; output in {out.resolve()}")

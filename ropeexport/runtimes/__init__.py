@@ -24,8 +24,15 @@ def _reference(path: Path) -> Runner:
 RUNTIMES: dict[str, Callable[[Path], Runner]] = {"ort": _ort, "onnx-reference": _reference}
 
 
+def check_runtime_names(names: list[str]) -> list[str]:
+    """Return the names if every one is a known runtime; else raise SpecError listing the valid ones."""
+    for name in names:
+        if name not in RUNTIMES:
+            raise SpecError("runtime", f"unknown runtime {name!r}; allowed: {', '.join(RUNTIMES)}")
+    return names
+
+
 def open_runner(name: str, model_path: str | Path) -> Runner:
     """Open the named runtime on a model; unknown names list the valid ones."""
-    if name not in RUNTIMES:
-        raise SpecError("runtime", f"unknown runtime {name!r}; allowed: {', '.join(RUNTIMES)}")
+    check_runtime_names([name])
     return RUNTIMES[name](Path(model_path))

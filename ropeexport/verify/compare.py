@@ -78,16 +78,22 @@ class Comparison:
         self.failures += int(np.count_nonzero((abs_err > self.atol) & (rel_err > self.rtol)))
         self.max_rel = max(self.max_rel, float(rel_err.max()))
         self.max_ulp = max(self.max_ulp, float(ulps.max()))
-        if float(abs_err.max()) >= self.max_abs and a.size:
+        if a.size and float(abs_err.max()) >= self.max_abs and np.isfinite(self.max_abs):
             self.max_abs = float(abs_err.max())
             b, h, s, d = (int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
             self.worst = {"probe": probe, "batch": b, "head": h, "position": int(positions[b, s]), "channel": d,
                           "actual": float(a[b, h, s, d]), "expected": float(e[b, h, s, d])}
 
+    def fail(self, probe: str, reason: str) -> None:
+        """Record a probe the runtime could not run (it raised): the comparison fails with the reason."""
+        self.failures += 1
+        self.max_abs = self.max_rel = self.max_ulp = float("inf")
+        self.worst = {"probe": probe, "error": reason}
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly, with ``passed``; infinities become strings."""
+        """JSON-friendly, with ``passed``; a metric that is not finite (the runtime raised) becomes null."""
         out = asdict(self) | {"passed": self.passed}
         for key in ("max_abs", "max_rel", "max_ulp", "mean_abs"):
             if not np.isfinite(out[key]):
-                out[key] = "inf"
+                out[key] = None  # JSON has no infinity; worst["error"] says what happened
         return out

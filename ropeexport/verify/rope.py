@@ -170,13 +170,20 @@ def verify_rope(spec: RopeSpec, model_path: Path, runtimes: list[str], seed: int
                         "key_out": rope_oracle(spec, feeds["key"], probe.position_ids)},
         }
         for runtime, runner in runners:
-            outputs = runner.infer(feeds)
+            try:
+                outputs: dict[str, np.ndarray] | None = runner.infer(feeds)
+                error = ""
+            except Exception as exc:  # a runtime error on a valid call is a verification failure, not a crash
+                outputs, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             for ref_name, refs in expected.items():
                 for output, want in refs.items():
                     key = (ref_name, runtime, output)
                     if key not in comparisons:
                         comparisons[key] = Comparison(ref_name, runtime, output, spec.dtype, tol.atol, tol.rtol)
-                    comparisons[key].update(probe.name, outputs[output], want, probe.position_ids)
+                    if outputs is None or output not in outputs:
+                        comparisons[key].fail(probe.name, error or f"the runtime returned no {output!r}")
+                    else:
+                        comparisons[key].update(probe.name, outputs[output], want, probe.position_ids)
     for _, runner in runners:
         runner.close()
     probe_info = [{"name": p.name, "shape": list(p.position_ids.shape), "min_position": int(p.position_ids.min()),

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ropeexport import build as build_module
+from ropeexport.cli import main
+from ropeexport.export.rope import build_rope_graph
+from ropeexport.spec import RopeSpec
+
+SMALL = ["--head-dim", "16", "--num-heads", "4", "--num-kv-heads", "2", "--max-positions", "128"]
+LONGROPE = ["--scaling", "longrope", "--scaling-param", "original_max_position_embeddings=32",
+            "--scaling-param", "short_factor=1,1,1,1,1,1,1,1", "--scaling-param", "long_factor=1,2,3,4,5,6,7,8"]
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# Every bad input from the foundation issue: (flags, field the one-line error must name).
+BAD = [
+    (["--head-dim", "7"], "head_dim"),
+    (["--head-dim", "16", "--rotary-dim", "5"], "rotary_dim"),
+    (["--head-dim", "16", "--rotary-dim", "32"], "rotary_dim"),
+    (["--num-heads", "6", "--num-kv-heads", "4"], "num_kv_heads"),
+    (["--num-heads", "0"], "num_heads"),
+    (["--theta", "0"], "theta"),
+    (["--theta", "-10000"], "theta"),
+    (["--theta", "nan"], "theta"),
+    (["--theta", "abc"], "theta"),
+    (["--max-positions", "0"], "max_positions"),
+    (["--max-positions", "-5"], "max_positions"),
+    (["--max-positions", "99999999999"], "max_positions"),
+    (["--head-dim", "12.5"], "head_dim"),
+    (["--scaling", "linear", "--scaling-param", "factor=0.5"], "scaling_params.factor"),
+    (["--scaling", "ntk", "--scaling-param", "factor=0.9"], "scaling_params.factor"),
+    (["--scaling", "dynamic", "--scaling-param", "factor=0.5", "--scaling-param", "original_max_position_embeddings=64"],
+     "scaling_params.factor"),
+    (["--scaling", "yarn", "--scaling-param", "factor=0.25", "--scaling-param", "original_max_position_embeddings=64"],
+     "scaling_params.factor"),
+    (["--scaling", "llama3", "--scaling-param", "factor=0.5", "--scaling-param", "low_freq_factor=1",
+      "--scaling-param", "high_freq_factor=4", "--scaling-param", "original_max_position_embeddings=64"],
+     "scaling_params.factor"),
+    (["--scaling", "llama3", "--scaling-param", "factor=8", "--scaling-param", "low_freq_factor=4",
+      "--scaling-param", "high_freq_factor=1", "--scaling-param", "original_max_position_embeddings=64"],
+     "scaling_params.high_freq_factor"),
+    (["--scaling", "linear"], "scaling_params.factor"),
+    (["--scaling", "yarn", "--scaling-param", "factor=4"], "scaling_params.original_max_position_embeddings"),
+    (["--scaling", "linear", "--scaling-param", "factor=2", "--scaling-param", "fatcor=2"], "scaling_params.fatcor"),
+    (["--scaling", "linear", "--scaling-param", "factor"], "--scaling-param"),
+    (["--scaling", "linear", "--scaling-param", "factor=two"], "scaling_params.factor"),
+    (["--scaling", "yarn", "--scaling-param", "factor=4", "--scaling-param", "original_max_position_embeddings=64",
+      "--scaling-param", "truncate=maybe"], "scaling_params.truncate"),
+    (["--scaling", "nope"], "scaling"),
+    (["--head-dim", "16", *LONGROPE[:-2], "--scaling-param", "long_factor=1,2,3"], "scaling_params.long_factor"),
+    (["--head-dim", "16", *LONGROPE[:4], "--scaling-param", "short_factor=1,1", *LONGROPE[-2:]], "scaling_params.short_factor"),
+    (["--head-dim", "4", "--scaling", "ntk", "--scaling-param", "factor=2", "--rotary-dim", "2"], "rotary_dim"),
+    (["--dtype", "fp8"], "dtype"),
+    (["--graph", "fusd"], "graph"),
+    (["--layout", "rotate"], "layout"),
+    (["--encoding", "xpos"], "encoding"),
+    (["--name", "../escape"], "name"),
+    (["--runtime", "tensorrt-typo"], "runtime"),
+]
+
+
+@pytest.mark.parametrize(("flags", "field"), BAD, ids=[f"{i}-{f}" for i, (_, f) in enumerate(BAD)])
+def test_bad_flags_one_line_exit_2_nothing_written(tmp_path: Path, capsys, flags: list[str], field: str) -> None:
+    out_dir = tmp_path / "out"
+    code, out, err = run(["build", *flags, "--out", str(out_dir)], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], err
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+
+
+BAD_FILES = [
+    ("missing.json", None, "--spec"),
+    ("broken.json", '{"head_dim": 16,', "--spec"),
+    ("broken.toml", "head_dim = = 16", "--spec"),
+    ("binary.json", b"\xff\xfe\x00junk", "--spec"),
+    ("unknown.toml", 'head_dim = 16\nrotory_dim = 8\n', "rotory_dim"),
+    ("list.json", "[1, 2]", "spec"),
+    ("empty.toml", "artifacts = []", "artifacts"),
+    ("dupe.toml", '[[artifacts]]\nname = "a"\n[[artifacts]]\nname = "a"\n', "name"),
+    ("bad-field.toml", 'head_dim = 16\nrotary_dim = 18\n', "rotary_dim"),
+]
+
+
+@pytest.mark.parametrize(("filename", "content", "field"), BAD_FILES, ids=[f[0] for f in BAD_FILES])
+def test_bad_spec_files_one_line_exit_2(tmp_path: Path, capsys, filename: str, content, field: str) -> None:
+    path = tmp_path / filename
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    out_dir = tmp_path / "out"
+    code, _, err = run(["build", "--spec", str(path), "--out", str(out_dir)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, err
+    assert not out_dir.exists()
+
+
+def test_out_folder_that_is_not_an_artifact_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "precious.txt").write_text("keep")
+    code, _, err = run(["build", *SMALL, "--name", "mine", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "--out" in err
+    assert (tmp_path / "mine" / "precious.txt").read_text() == "keep"
+
+
+def test_usage_errors_are_one_line_exit_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ropeexport", "build", "--head-dim"], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--head-dim" in proc.stderr
+
+
+def test_build_from_flags_writes_the_artifact_contract(tmp_path: Path, capsys) -> None:
+    code, out, _ = run(["build", *SMALL, *LONGROPE, "--name", "lr", "--graph", "decomposed", "--out", str(tmp_path)], capsys)
+    assert code == 0, out
+    folder = tmp_path / "lr"
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.onnx", "report.json"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["spec"]["scaling"] == "longrope" and manifest["spec"]["scaling_params"]["factor"] == 4.0
+    assert manifest["opset"] == 17 and manifest["graph"] == "decomposed"
+    assert [i["name"] for i in manifest["inputs"]] == ["query", "key", "position_ids"]
+    assert manifest["inputs"][0]["shape"] == ["batch", 4, "seq", 16] and manifest["inputs"][2]["dtype"] == "int64"
+    assert [o["name"] for o in manifest["outputs"]] == ["query_out", "key_out"]
+    assert {"ropeexport", "torch", "onnx", "onnxruntime"} <= set(manifest["versions"])
+    assert set(manifest["files"]) == {"model.onnx"}
+    report = json.loads((folder / "report.json").read_text())
+    assert report["passed"] is True
+    for c in report["comparisons"]:
+        assert {"reference", "runtime", "output", "max_abs", "max_rel", "max_ulp", "passed"} <= set(c)
+    assert {c["reference"] for c in report["comparisons"]} == {"eager", "float64"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder left behind"
+
+
+def test_spec_files_json_and_toml_with_flag_override(tmp_path: Path, capsys) -> None:
+    toml = write(tmp_path / "s.toml", 'name = "t"\nhead_dim = 16\nnum_heads = 2\nmax_positions = 64\n'
+                 'scaling = "linear"\n[scaling_params]\nfactor = 2.0\n')
+    js = write(tmp_path / "s.json", json.dumps({"artifacts": [{"name": "j1", "head_dim": 8, "num_heads": 2, "max_positions": 32},
+                                                               {"name": "j2", "head_dim": 8, "num_heads": 2, "max_positions": 32,
+                                                                "layout": "interleaved"}]}))
+    assert run(["build", "--spec", str(toml), "--dtype", "fp16", "--out", str(tmp_path / "o")], capsys)[0] == 0
+    assert json.loads((tmp_path / "o" / "t" / "manifest.json").read_text())["spec"]["dtype"] == "fp16"
+    assert run(["build", "--spec", str(js), "--out", str(tmp_path / "o")], capsys)[0] == 0
+    assert (tmp_path / "o" / "j2" / "report.json").exists()
+
+
+def test_rebuild_replaces_an_existing_artifact(tmp_path: Path, capsys) -> None:
+    args = ["build", *SMALL, "--name", "a", "--out", str(tmp_path)]
+    assert run(args, capsys)[0] == 0
+    assert run([*args, "--theta", "500000"], capsys)[0] == 0
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["spec"]["theta"] == 500000.0
+
+
+def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys, monkeypatch) -> None:
+    # An exporter with a bug (it builds the interleaved rotation for a half-layout spec) must be caught.
+    monkeypatch.setitem(build_module.EXPORTERS, "rope", lambda spec: build_rope_graph(spec.replace(layout="interleaved")))
+    code, _, err = run(["build", *SMALL, "--name", "bad", "--out", str(tmp_path)], capsys)
+    assert code == 1 and "FAILED" in err
+    report = json.loads((tmp_path / "bad" / "report.json").read_text())
+    assert report["passed"] is False and any(not c["passed"] for c in report["comparisons"])
+
+
+def test_list_json_names_every_schedule_and_param(capsys) -> None:
+    code, out, _ = run(["list", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and set(data["schedules"]) == {"default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"}
+    assert data["schedules"]["yarn"]["params"]["beta_fast"]["default"] == 32.0
+    assert data["encodings"]["rope"]["layouts"] == ["half", "interleaved", "complex"]
+    code, out, _ = run(["list"], capsys)
+    assert code == 0 and "longrope" in out
+
+
+def test_default_build_builds_and_verifies_the_embedded_set(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ropeexport", "build"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from ropeexport.defaults import DEFAULT_SPECS
+
+    for spec in DEFAULT_SPECS:
+        report = json.loads((tmp_path / "ropeexport-out" / spec["name"] / "report.json").read_text())
+        assert report["passed"] is True
+    assert RopeSpec(**{k: v for k, v in DEFAULT_SPECS[0].items()}).scaling == "llama3"

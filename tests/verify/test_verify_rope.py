@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from ropeexport.export.onnx_io import save_model
+from ropeexport.export.rope import build_rope_graph
+from ropeexport.spec import RopeSpec
+from ropeexport.verify.rope import rope_probes, verify_rope
+from tests.cases import ORIGINAL, small_spec
+
+
+def verify(built: RopeSpec, claimed: RopeSpec, tmp_path: Path, model: onnx.ModelProto | None = None):
+    save_model(model or build_rope_graph(built), tmp_path)
+    return verify_rope(claimed, tmp_path / "model.onnx", ["ort"])
+
+
+def test_correct_artifact_passes_with_every_contract_field(tmp_path: Path) -> None:
+    spec = RopeSpec(**small_spec(scaling="yarn"))
+    result = verify(spec, spec, tmp_path)
+    assert result.passed
+    assert {(c.reference, c.output) for c in result.comparisons} == {
+        (r, o) for r in ("eager", "float64") for o in ("query_out", "key_out")
+    }
+    for c in result.comparisons:
+        d = c.to_dict()
+        assert d["passed"] and d["runtime"] == "ort" and d["max_ulp"] >= 0 and d["elements"] > 0
+    assert all(t["passed"] and t["max_ulp"] <= 0.5 for t in result.tables)
+    assert result.coverage["sweep"] == "every position"
+
+
+# Wrong artifacts verification must fail: (what was built, what the artifact claims to be).
+WRONG = [
+    pytest.param({"layout": "interleaved"}, {"layout": "half"}, id="half-and-interleaved-swapped"),
+    pytest.param({}, {"scaling": "linear"}, id="scaling-silently-ignored"),
+    pytest.param({"theta": 10001.0}, {}, id="wrong-theta"),
+    pytest.param({"scaling": "default"}, {"scaling": "longrope"}, id="longrope-frozen-to-one-table"),
+    pytest.param({"max_positions": 128}, {}, id="table-shorter-than-max-positions"),
+    pytest.param({"dtype": "fp16"}, {"dtype": "fp16", "scaling": "dynamic"}, id="dynamic-frozen-at-default"),
+]
+
+
+@pytest.mark.parametrize(("built", "claimed"), WRONG)
+def test_wrong_artifact_fails(tmp_path: Path, built: dict, claimed: dict) -> None:
+    result = verify(RopeSpec(**small_spec(**built)), RopeSpec(**small_spec(**claimed)), tmp_path)
+    assert not result.passed
+
+
+def test_positions_off_by_one_fail(tmp_path: Path) -> None:
+    spec = RopeSpec(**small_spec())
+    model = build_rope_graph(spec)
+    for table in model.graph.initializer:
+        if table.name in ("cos_table", "sin_table"):
+            rows = numpy_helper.to_array(table)
+            table.CopyFrom(numpy_helper.from_array(np.roll(rows, 1, axis=0), table.name))
+    result = verify(spec, spec, tmp_path, model)
+    assert not result.passed
+    failing = [c for c in result.comparisons if not c.passed]
+    assert failing and all(c.max_abs > 1e-2 for c in failing)
+    assert not any(t["passed"] for t in result.tables)
+
+
+def test_angles_rounded_to_fp16_before_cos_fail(tmp_path: Path) -> None:
+    # The classic drift: angles computed in fp16, then cos/sin taken (correct in float64 otherwise).
+    spec = RopeSpec(**small_spec())
+    model = build_rope_graph(spec)
+    positions = np.arange(spec.max_positions, dtype=np.float64)[:, None]
+    inv = 1.0 / spec.theta ** (np.arange(0, spec.rotary_dim, 2) / spec.rotary_dim)
+    angles = (positions * inv).astype(np.float16).astype(np.float64)
+    for table in model.graph.initializer:
+        fn = {"cos_table": np.cos, "sin_table": np.sin}.get(table.name)
+        if fn:
+            table.CopyFrom(numpy_helper.from_array(fn(angles).astype(np.float32), table.name))
+    assert not verify(spec, spec, tmp_path, model).passed
+
+
+def test_probes_cover_table_ends_and_both_sides_of_original() -> None:
+    spec = RopeSpec(**small_spec(scaling="longrope"))
+    probes, coverage = rope_probes(spec)
+    lengths = {int(p.position_ids.max()) + 1 for p in probes}
+    positions = set(np.concatenate([p.position_ids.ravel() for p in probes]).tolist())
+    assert {0, spec.max_positions - 1} <= positions
+    assert {ORIGINAL, ORIGINAL + 1} <= lengths
+    assert coverage["positions_checked"] == spec.max_positions
+
+
+def test_large_tables_sweep_a_stride_plus_every_power_of_two_boundary() -> None:
+    spec = RopeSpec(head_dim=128, num_heads=32, num_kv_heads=8, max_positions=131072)
+    probes, coverage = rope_probes(spec)
+    positions = set(np.concatenate([p.position_ids.ravel() for p in probes]).tolist())
+    assert "every" in coverage["sweep"] and coverage["positions_checked"] < 131072
+    for k in range(1, 17):
+        assert {2**k - 1, 2**k} & positions == {2**k - 1, 2**k} or 2**k >= 131072
+    assert 131071 in positions
