@@ -29,7 +29,8 @@ class FloatFormat:
         ax = np.abs(np.asarray(x, dtype=np.float64))
         with np.errstate(divide="ignore"):
             exponent = np.floor(np.log2(np.where(ax > 0, ax, 1.0)))
-        exponent = np.maximum(exponent, self.min_exponent)
+        # Zero and subnormals share the subnormal spacing 2^(min_exponent - mantissa_bits).
+        exponent = np.where(ax > 0, np.maximum(exponent, self.min_exponent), self.min_exponent)
         return np.ldexp(1.0, (exponent - self.mantissa_bits).astype(np.int64))
 
 
@@ -49,12 +50,16 @@ def _bf16_from_float64(x: np.ndarray) -> np.ndarray:
     # A 7-bit mantissa in float32's exponent range is exact in float32, so this cast rounds nothing.
     as32 = rounded.view(np.float64).astype(np.float32)
     out = (as32.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(ml_dtypes.bfloat16)
-    # Below bfloat16's normal range the exponent differs from float64's rounding point; those values take the
-    # library path (never seen in cos/sin tables, kept correct rather than fast).
+    # Below bfloat16's normal range the spacing is fixed at 2^-133: round x / 2^-133 to an integer (power-of-two
+    # scaling is exact, np.rint ties to even), scale back; the result is exact in float32, so the cast rounds nothing.
+    x = np.asarray(x, dtype=np.float64)
     tiny = np.abs(x) < 2.0**-126
-    if tiny.any():
+    special = ~np.isfinite(x)  # inf and NaN keep their meaning (a low NaN payload must not round up to inf)
+    if tiny.any() or special.any():
         out = out.copy()
-        out[tiny] = x[tiny].astype(np.float32).astype(ml_dtypes.bfloat16)
+        exact = np.ldexp(np.rint(np.ldexp(x[tiny], 133)), -133).astype(np.float32)
+        out[tiny] = (exact.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(ml_dtypes.bfloat16)
+        out[special] = x[special].astype(np.float32).astype(ml_dtypes.bfloat16)
     return out
 
 

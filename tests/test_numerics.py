@@ -109,12 +109,6 @@ def subnormal_near_midpoints(fmt: Fmt, rng: np.random.Generator) -> np.ndarray:
 
 Generator = Callable[[Fmt, np.random.Generator], np.ndarray]
 
-_BF16_SUBNORMAL_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="package bug: bf16 values below 2**-126 go float64 -> float32 -> bfloat16, two roundings "
-    "(numerics.py _bf16_from_float64, the `tiny` branch)",
-)
-
 # (dtype, generator, marks): every row must round correctly to nearest.
 ROUNDING_CASES = [
     pytest.param(dtype, gen, id=f"{dtype}-{gen.__name__}", marks=marks)
@@ -126,7 +120,7 @@ ROUNDING_CASES = [
         (near_midpoints_unit, ()),
         (exact_midpoints, ()),
         (subnormal_random, ()),
-        (subnormal_near_midpoints, _BF16_SUBNORMAL_BUG if dtype == "bf16" else ()),
+        (subnormal_near_midpoints, ()),
     )
 ]
 
@@ -193,8 +187,7 @@ SPECIAL_CASES = [
         (
             "nan-low-payload",
             [np.array([0x7FF0000000000001, 0xFFF0000000000001], dtype=np.uint64).view(np.float64)],
-            pytest.mark.xfail(strict=True, reason="package bug: the bf16 round-up carries a NaN with only low "
-                              "payload bits into the infinity pattern") if dtype == "bf16" else (),
+            (),
         ),
     )
 ]
@@ -215,16 +208,9 @@ def test_round_once_special_values(dtype: str, values: list) -> None:
 # FORMATS[d].ulp and ulp_distance
 
 
-_ULP_AT_ZERO_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="package bug: FloatFormat.ulp(0) is the spacing at 1.0 (log2 is taken of 1.0 in place of 0), not the "
-    "smallest subnormal",
-)
-
-
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 @pytest.mark.parametrize(
-    "where", ["normal", "subnormal", "powers-of-two", pytest.param("zero", marks=_ULP_AT_ZERO_BUG)]
+    "where", ["normal", "subnormal", "powers-of-two", "zero"]
 )
 def test_format_ulp_matches_np_spacing(dtype: str, where: str) -> None:
     fmt = FMTS[dtype]
@@ -279,8 +265,8 @@ def test_ulp_distance_counts_steps(dtype: str) -> None:
         # floor below |reference| changes nothing.
         ("fp32", 3.0 + 2.0**-21, 3.0, 0.5, 2.0**-21 / 2.0**-22),
         # floor=0 at reference 0: the smallest subnormal is the unit.
-        pytest.param("fp32", 2.0**-149 * 3, 0.0, 0.0, 3.0, marks=_ULP_AT_ZERO_BUG),
-        pytest.param("fp16", 2.0**-24 * 5, 0.0, 0.0, 5.0, marks=_ULP_AT_ZERO_BUG),
+        pytest.param("fp32", 2.0**-149 * 3, 0.0, 0.0, 3.0),
+        pytest.param("fp16", 2.0**-24 * 5, 0.0, 0.0, 5.0),
         # floor=0 at a subnormal reference: the subnormal spacing is the unit.
         ("fp16", 2.0**-24 * 7, 2.0**-24 * 5, 0.0, 2.0),
     ],

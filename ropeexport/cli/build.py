@@ -97,5 +97,8 @@ def _summary(report: dict[str, Any], path: Path, seconds: float) -> str:
         worst[c["reference"]] = max(worst.get(c["reference"], 0.0), float(c["max_abs"]))
     errors = ", ".join(f"vs {ref} {err:.2e}" for ref, err in worst.items())
     ran = ",".join(r["name"] for r in report["runtimes"] if r["status"] == "verified") or "no runtime"
+    skipped = [r["name"] for r in report["runtimes"] if r["status"] == "skipped"]
+    if skipped:
+        ran += f" ({', '.join(skipped)} skipped: see report.json)"
     tables = max((t["max_ulp"] or 0.0) for t in report["tables"]) if report["tables"] else 0.0
     return f"{verdict} {report['name']}: max |err| {errors} on {ran}; tables <= {tables:.3f} ulp ({seconds:.1f}s) -> {path}"

@@ -167,6 +167,8 @@ CASES = [
     case("yarn-mscale-only", "yarn", {**YARN, "mscale": 0.707}),
     case("yarn-attention-override", "yarn", {**YARN, "attention_factor": 0.5, "mscale": 1.0, "mscale_all_dim": 0.5}),
     case("yarn-factor-1", "yarn", {**YARN, "factor": 1.0}),
+    case("yarn-equal-betas", "yarn", {**YARN, "beta_fast": 2.0, "beta_slow": 2.0, "truncate": False}),
+    case("yarn-tiny-original", "yarn", {**YARN, "original_max_position_embeddings": 2}),
     case("yarn-tiny-dim", "yarn", {**YARN, "beta_fast": 32.0, "beta_slow": 1.0}, dim=4),
     case("llama3.1", "llama3", LLAMA31, dim=128, theta=500000.0),
     case("llama3-other", "llama3", {**LLAMA31, "factor": 32.0, "original_max_position_embeddings": 4096}, dim=64),
@@ -303,10 +305,11 @@ def test_llama31_bands() -> None:
     wavelen = 2 * math.pi / default
     high_band, low_band = wavelen < 8192 / 4, wavelen > 8192 / 1
     medium = ~high_band & ~low_band
-    # The geometry puts pairs in every band: 0..~19 kept, a handful blended, the rest scaled.
-    assert high_band.sum() >= 10 and medium.sum() >= 3 and low_band.sum() >= 30
-    assert np.flatnonzero(high_band).max() < np.flatnonzero(medium).min()
-    assert np.flatnonzero(medium).max() < np.flatnonzero(low_band).min()
+    # By hand: wavelen_i = 2 pi 500000^(i/64) < 2048  <=>  i < 64 ln(2048 / 2 pi) / ln(500000) = 28.2, and
+    # > 8192  <=>  i > 64 ln(8192 / 2 pi) / ln(500000) = 34.99: pairs 0-28 kept, 29-34 blended, 35-63 scaled.
+    assert np.array_equal(np.flatnonzero(high_band), np.arange(0, 29))
+    assert np.array_equal(np.flatnonzero(medium), np.arange(29, 35))
+    assert np.array_equal(np.flatnonzero(low_band), np.arange(35, 64))
     assert np.array_equal(inv[high_band], default[high_band])
     np.testing.assert_allclose(inv[low_band], default[low_band] / 8, rtol=1e-15)
     smooth = (8192 / wavelen[medium] - 1) / (4 - 1)
