@@ -85,7 +85,9 @@ def check_target(out_dir: Path, name: str) -> Path:
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecError("--out", f"{str(out_dir)!r} exists and is not a folder")
     if target.exists() and not (target / "manifest.json").is_file():
-        raise SpecError("--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name")
+        raise SpecError(
+            "--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name"
+        )
     return target
 
 
@@ -104,7 +106,10 @@ def build(spec: RopeSpec, out_dir: str | Path, runtimes: list[str] | None = None
         verification: Verification = VERIFIERS[spec.encoding](spec, work / "model.onnx", runtimes)
         report = report_dict(spec.name, spec.to_dict(), verification, versions(), files)
         write_json(work / "report.json", report)
-        write_json(work / "manifest.json", manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files))
+        write_json(
+            work / "manifest.json",
+            manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files),
+        )
         _replace(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

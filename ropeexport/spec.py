@@ -10,11 +10,12 @@ import dataclasses
 import json
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+import tomllib
 
 from ropeexport.encodings.schedules import get_schedule
 from ropeexport.errors import SpecError
@@ -60,9 +61,9 @@ class RopeSpec:
     name: str = ""
     layout: str = "half"
     head_dim: int = 128
-    rotary_dim: int | None = None
+    rotary_dim: int = 0  # 0 (or null): head_dim, as ONNX's rotary_embedding_dim
     num_heads: int = 32
-    num_kv_heads: int | None = None
+    num_kv_heads: int = 0  # 0 (or null): num_heads
     theta: float = 10000.0
     max_positions: int = 4096
     scaling: str = "default"
@@ -81,7 +82,7 @@ class RopeSpec:
         if head_dim % 2:
             raise SpecError("head_dim", f"must be even (channels rotate in pairs), got {head_dim}")
         put("head_dim", head_dim)
-        rotary_dim = head_dim if self.rotary_dim is None else _require_int("rotary_dim", self.rotary_dim, 2)
+        rotary_dim = head_dim if self.rotary_dim in (None, 0) else _require_int("rotary_dim", self.rotary_dim, 2)
         if rotary_dim % 2:
             raise SpecError("rotary_dim", f"must be even (channels rotate in pairs), got {rotary_dim}")
         if rotary_dim > head_dim:
@@ -89,7 +90,7 @@ class RopeSpec:
         put("rotary_dim", rotary_dim)
         num_heads = _require_int("num_heads", self.num_heads, 1)
         put("num_heads", num_heads)
-        kv = num_heads if self.num_kv_heads is None else _require_int("num_kv_heads", self.num_kv_heads, 1)
+        kv = num_heads if self.num_kv_heads in (None, 0) else _require_int("num_kv_heads", self.num_kv_heads, 1)
         if num_heads % kv:
             raise SpecError("num_kv_heads", f"must divide num_heads ({num_heads}), got {kv}")
         put("num_kv_heads", kv)
@@ -111,7 +112,9 @@ class RopeSpec:
         put("scaling_params", schedule.resolve(self.scaling_params, rotary_dim, self.max_positions))
         name = self.name or f"rope-{self.layout}-{self.scaling}-{self.dtype}-{self.graph}"
         if not isinstance(name, str) or not _NAME.match(name):
-            raise SpecError("name", "must be 1-100 characters of letters, digits, '.', '_' or '-', starting with a letter or digit")
+            raise SpecError(
+                "name", "must be 1-100 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
         put("name", name)
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,7 +146,9 @@ def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> RopeSpec:
     allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise SpecError(unknown[0], f"unknown field for encoding '{encoding}'; allowed: {', '.join(['encoding', *allowed])}")
+        raise SpecError(
+            unknown[0], f"unknown field for encoding '{encoding}'; allowed: {', '.join(['encoding', *allowed])}"
+        )
     return cls(**data)
 
 

@@ -16,18 +16,30 @@ SCHEDULE_PARAMS: dict[str, dict[str, Any]] = {
     "ntk": {"factor": 4.0},
     "dynamic": {"factor": 4.0, "original_max_position_embeddings": ORIGINAL},
     "yarn": {"factor": 4.0, "original_max_position_embeddings": ORIGINAL},
-    "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": ORIGINAL},
-    "longrope": {"original_max_position_embeddings": ORIGINAL,
-                 "short_factor": [1.0 + 0.1 * i for i in range(ROTARY // 2)],
-                 "long_factor": [1.0 + 1.5 * i for i in range(ROTARY // 2)]},
+    "llama3": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": ORIGINAL,
+    },
+    "longrope": {
+        "original_max_position_embeddings": ORIGINAL,
+        "short_factor": [1.0 + 0.1 * i for i in range(ROTARY // 2)],
+        "long_factor": [1.0 + 1.5 * i for i in range(ROTARY // 2)],
+    },
 }
 
 
 def small_spec(**overrides: Any) -> dict[str, Any]:
     """Fields of a small GQA spec with partial rotation; overrides win."""
-    fields: dict[str, Any] = {"head_dim": 16, "rotary_dim": ROTARY, "num_heads": 4, "num_kv_heads": 2,
-                              "max_positions": MAX_POSITIONS, "theta": 10000.0}
+    fields: dict[str, Any] = {
+        "head_dim": 16,
+        "rotary_dim": ROTARY,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "max_positions": MAX_POSITIONS,
+        "theta": 10000.0,
+    }
     fields |= overrides
     if "scaling" in fields and "scaling_params" not in fields:
         fields["scaling_params"] = SCHEDULE_PARAMS[fields["scaling"]]

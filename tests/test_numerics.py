@@ -146,11 +146,7 @@ def test_round_once_is_nearest(dtype: str, gen: Generator) -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "gen"),
-    [
-        pytest.param(d, g, id=f"{d}-{g.__name__.strip('_')}")
-        for d in FMTS
-        for g in (exact_midpoints, _subnormal)
-    ],
+    [pytest.param(d, g, id=f"{d}-{g.__name__.strip('_')}") for d in FMTS for g in (exact_midpoints, _subnormal)],
 )
 def test_round_once_ties_to_even(dtype: str, gen: Generator) -> None:
     fmt = FMTS[dtype]
@@ -209,9 +205,7 @@ def test_round_once_special_values(dtype: str, values: list) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-@pytest.mark.parametrize(
-    "where", ["normal", "subnormal", "powers-of-two", "zero"]
-)
+@pytest.mark.parametrize("where", ["normal", "subnormal", "powers-of-two", "zero"])
 def test_format_ulp_matches_np_spacing(dtype: str, where: str) -> None:
     fmt = FMTS[dtype]
     rng = np.random.default_rng(7)

@@ -5,6 +5,7 @@ Examples:
   ropeexport build --layout interleaved --head-dim 64 --num-heads 16 --dtype fp16 --graph decomposed
   ropeexport build --scaling yarn --scaling-param factor=4 --scaling-param original_max_position_embeddings=32768
   ropeexport build --spec my-model.toml --out artifacts
+
 """
 
 from __future__ import annotations
@@ -22,24 +23,48 @@ from ropeexport.spec import RopeSpec, read_spec_file, spec_from_dict
 
 # flag -> spec field; every one is optional and, with --spec, overrides the file.
 SPEC_FLAGS = {
-    "encoding": "rope", "layout": "half|interleaved|complex", "head_dim": "N", "rotary_dim": "N", "num_heads": "N",
-    "num_kv_heads": "N", "theta": "F", "max_positions": "N", "scaling": "NAME", "dtype": "fp32|fp16|bf16",
-    "graph": "fused|decomposed", "name": "NAME",
+    "encoding": "rope",
+    "layout": "half|interleaved|complex",
+    "head_dim": "N",
+    "rotary_dim": "N",
+    "num_heads": "N",
+    "num_kv_heads": "N",
+    "theta": "F",
+    "max_positions": "N",
+    "scaling": "NAME",
+    "dtype": "fp32|fp16|bf16",
+    "graph": "fused|decomposed",
+    "name": "NAME",
 }
 
 
 def add_parser(sub: Any) -> None:
     """Register ``build`` and its flags."""
-    p = sub.add_parser("build", help="export, run and verify artifacts", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "build",
+        help="export, run and verify artifacts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for field, metavar in SPEC_FLAGS.items():
         p.add_argument(f"--{field.replace('_', '-')}", dest=field, metavar=metavar, default=None)
-    p.add_argument("--scaling-param", dest="scaling_param", action="append", default=[], metavar="KEY=VALUE",
-                   help="a schedule parameter (repeatable; lists comma-separated)")
+    p.add_argument(
+        "--scaling-param",
+        dest="scaling_param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a schedule parameter (repeatable; lists comma-separated)",
+    )
     p.add_argument("--spec", metavar="FILE", help="JSON or TOML spec with the same keys (or artifacts = [...])")
     p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
-    p.add_argument("--runtime", action="append", default=None, metavar="NAME",
-                   help="runtime to verify on: ort (default) or onnx-reference (repeatable)")
+    p.add_argument(
+        "--runtime",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="runtime to verify on: ort (default) or onnx-reference (repeatable)",
+    )
     p.set_defaults(run=run)
 
 
@@ -92,13 +117,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(report: dict[str, Any], path: Path, seconds: float) -> str:
     verdict = "PASS" if report["passed"] else "FAIL"
-    worst = {}
+    worst: dict[str, float] = {}
     for c in report["comparisons"]:
-        worst[c["reference"]] = max(worst.get(c["reference"], 0.0), float(c["max_abs"]))
+        err = float("inf") if c["max_abs"] is None else float(c["max_abs"])  # null: the runtime raised
+        worst[c["reference"]] = max(worst.get(c["reference"], 0.0), err)
     errors = ", ".join(f"vs {ref} {err:.2e}" for ref, err in worst.items())
     ran = ",".join(r["name"] for r in report["runtimes"] if r["status"] == "verified") or "no runtime"
     skipped = [r["name"] for r in report["runtimes"] if r["status"] == "skipped"]
     if skipped:
         ran += f" ({', '.join(skipped)} skipped: see report.json)"
     tables = max((t["max_ulp"] or 0.0) for t in report["tables"]) if report["tables"] else 0.0
-    return f"{verdict} {report['name']}: max |err| {errors} on {ran}; tables <= {tables:.3f} ulp ({seconds:.1f}s) -> {path}"
+    head = f"{verdict} {report['name']}: max |err| {errors} on {ran}; tables <= {tables:.3f} ulp ({seconds:.1f}s)"
+    return f"{head}\n  -> {path}"

@@ -1,0 +1,1 @@
+"""Encoding families: reference modules and frequency schedules, one module per family."""

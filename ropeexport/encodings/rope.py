@@ -86,7 +86,7 @@ class RotaryEmbedding(nn.Module):
         return position_ids.to(torch.float64)[..., None] * inv_freq, freqs.attention_factor
 
     def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [b, s, r/2] in the spec dtype, each rounded once from float64."""
+        """Cos and sin [b, s, r/2] in the spec dtype, each rounded once from float64."""
         angles, attention = self.angles(position_ids)
         dtype = self.spec.dtype
         cos = to_torch(round_once((torch.cos(angles) * attention).numpy(), dtype))
@@ -153,7 +153,7 @@ def table_regimes(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
     schedule = get_schedule(spec.scaling)
     threshold = schedule.threshold(spec.scaling_params)
     lengths = [spec.max_positions] if threshold is None else [threshold]
-    if schedule.regime == "switch":
+    if schedule.regime == "switch" and threshold is not None:
         lengths.append(threshold + 1)
     positions = np.arange(spec.max_positions, dtype=np.float64)[:, None]
     out = []

@@ -77,9 +77,7 @@ class Param:
             raise ValueError
         if not math.isfinite(number):
             raise ValueError
-        if self.minimum is not None and (
-            number <= self.minimum if self.strict_minimum else number < self.minimum
-        ):
+        if self.minimum is not None and (number <= self.minimum if self.strict_minimum else number < self.minimum):
             raise ValueError
         return number
 
@@ -264,11 +262,7 @@ def register(schedule: Schedule) -> Schedule:
 
 register(Schedule("default", "theta^(-2i/d), no scaling", "static", (), _default))
 register(Schedule("linear", "position interpolation: frequencies / factor", "static", (_FACTOR,), _linear))
-register(
-    Schedule(
-        "ntk", "fixed NTK-aware: base * factor^(d/(d-2))", "static", (_FACTOR,), _ntk, min_rotary_dim=4
-    )
-)
+register(Schedule("ntk", "fixed NTK-aware: base * factor^(d/(d-2))", "static", (_FACTOR,), _ntk, min_rotary_dim=4))
 register(
     Schedule(
         "dynamic",
@@ -287,11 +281,22 @@ register(
         (
             _FACTOR,
             _ORIGINAL,
-            Param("beta_fast", "float", "rotations where extrapolation ends", default=32.0, minimum=0, strict_minimum=True),
-            Param("beta_slow", "float", "rotations where interpolation begins", default=1.0, minimum=0, strict_minimum=True),
+            Param(
+                "beta_fast", "float", "rotations where extrapolation ends", default=32.0, minimum=0, strict_minimum=True
+            ),
+            Param(
+                "beta_slow",
+                "float",
+                "rotations where interpolation begins",
+                default=1.0,
+                minimum=0,
+                strict_minimum=True,
+            ),
             Param("mscale", "float", "DeepSeek mscale numerator", default=None, minimum=0),
             Param("mscale_all_dim", "float", "DeepSeek mscale denominator", default=None, minimum=0),
-            Param("attention_factor", "float", "overrides the derived attention factor", minimum=0, strict_minimum=True),
+            Param(
+                "attention_factor", "float", "overrides the derived attention factor", minimum=0, strict_minimum=True
+            ),
             Param("truncate", "bool", "round the correction range to whole dimensions", default=True),
         ),
         _yarn,
@@ -304,8 +309,22 @@ register(
         "static",
         (
             _FACTOR,
-            Param("low_freq_factor", "float", "wavelength bound of the scaled band", required=True, minimum=0, strict_minimum=True),
-            Param("high_freq_factor", "float", "wavelength bound of the kept band", required=True, minimum=0, strict_minimum=True),
+            Param(
+                "low_freq_factor",
+                "float",
+                "wavelength bound of the scaled band",
+                required=True,
+                minimum=0,
+                strict_minimum=True,
+            ),
+            Param(
+                "high_freq_factor",
+                "float",
+                "wavelength bound of the kept band",
+                required=True,
+                minimum=0,
+                strict_minimum=True,
+            ),
             _ORIGINAL,
         ),
         _llama3,
@@ -322,7 +341,13 @@ register(
             Param("long_factor", "floats", "rotary_dim/2 factors used past the original length", required=True),
             _ORIGINAL,
             Param("factor", "float", "context extension; default max_positions / original", minimum=1.0),
-            Param("attention_factor", "float", "overrides sqrt(1 + ln(factor)/ln(original))", minimum=0, strict_minimum=True),
+            Param(
+                "attention_factor",
+                "float",
+                "overrides sqrt(1 + ln(factor)/ln(original))",
+                minimum=0,
+                strict_minimum=True,
+            ),
         ),
         _longrope,
         check=_check_longrope,

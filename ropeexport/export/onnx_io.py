@@ -60,7 +60,12 @@ def save_model(model: onnx.ModelProto, directory: Path, name: str = "model.onnx"
     external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_THRESHOLD
     if external:
         onnx.save_model(
-            model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=DATA_FILE, size_threshold=1024
+            model,
+            path,
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=DATA_FILE,
+            size_threshold=1024,
         )
     else:
         onnx.save_model(model, path)

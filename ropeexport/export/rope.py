@@ -43,11 +43,17 @@ def _row_index(g: GraphBuilder, spec: RopeSpec, length: str | None) -> str:
     """Table rows for position_ids [b, s]: shifted to the long table when asked, out of range when invalid."""
     P = spec.max_positions
     pos = "position_ids"
-    bad = g.op("Or", [g.op("Less", [pos, g.const("zero_i64", np.array(0, np.int64))]),
-                      g.op("Not", [g.op("Less", [pos, g.const("max_positions", np.array(P, np.int64))])])])
+    bad = g.op(
+        "Or",
+        [
+            g.op("Less", [pos, g.const("zero_i64", np.array(0, np.int64))]),
+            g.op("Not", [g.op("Less", [pos, g.const("max_positions", np.array(P, np.int64))])]),
+        ],
+    )
     rows = pos
     schedule = get_schedule(spec.scaling)
     if schedule.regime == "switch":
+        assert length is not None, "a switched schedule needs the call length"
         threshold = g.const("original_length", np.array(schedule.threshold(spec.scaling_params), np.int64))
         use_long = g.op("Cast", [g.op("Greater", [length, threshold])], to=TensorProto.INT64)
         rows = g.op("Add", [pos, g.op("Mul", [use_long, g.const("table_rows", np.array(P, np.int64))])])
@@ -57,8 +63,11 @@ def _row_index(g: GraphBuilder, spec: RopeSpec, length: str | None) -> str:
 
 def _length(g: GraphBuilder) -> str:
     """L = max(position_ids) + 1, a scalar int64."""
-    return g.op("Add", [g.op("ReduceMax", ["position_ids"], keepdims=0), g.const("one_i64", np.array(1, np.int64))],
-                name="call_length")
+    return g.op(
+        "Add",
+        [g.op("ReduceMax", ["position_ids"], keepdims=0), g.const("one_i64", np.array(1, np.int64))],
+        name="call_length",
+    )
 
 
 def _dynamic_branch(spec: RopeSpec, length: str) -> onnx.GraphProto:
@@ -68,13 +77,32 @@ def _dynamic_branch(spec: RopeSpec, length: str) -> onnx.GraphProto:
     r, factor, original = spec.rotary_dim, p["factor"], p["original_max_position_embeddings"]
     f64 = np.float64
     # base(L) = theta * (factor * L / original - (factor - 1)) ** (r / (r - 2)); inv_freq_i = base^(-2i/r)
-    ratio = g.op("Sub", [g.op("Mul", [g.op("Cast", [length], to=TensorProto.DOUBLE), g.const("factor_per_len", np.array(factor / original, f64))]),
-                         g.const("factor_minus_one", np.array(factor - 1, f64))])
-    log_base = g.op("Add", [g.const("log_theta", np.array(math.log(spec.theta), f64)),
-                            g.op("Mul", [g.const("base_power", np.array(r / (r - 2), f64)), g.op("Log", [ratio])])])
+    ratio = g.op(
+        "Sub",
+        [
+            g.op(
+                "Mul",
+                [
+                    g.op("Cast", [length], to=TensorProto.DOUBLE),
+                    g.const("factor_per_len", np.array(factor / original, f64)),
+                ],
+            ),
+            g.const("factor_minus_one", np.array(factor - 1, f64)),
+        ],
+    )
+    log_base = g.op(
+        "Add",
+        [
+            g.const("log_theta", np.array(math.log(spec.theta), f64)),
+            g.op("Mul", [g.const("base_power", np.array(r / (r - 2), f64)), g.op("Log", [ratio])]),
+        ],
+    )
     exponents = g.const("neg_exponents", -np.arange(0, r, 2, dtype=f64) / r)  # [r/2]
     inv_freq = g.op("Exp", [g.op("Mul", [exponents, log_base])])
-    positions = g.op("Unsqueeze", [g.op("Cast", ["position_ids"], to=TensorProto.DOUBLE), g.const("last_axis", np.array([-1], np.int64))])
+    positions = g.op(
+        "Unsqueeze",
+        [g.op("Cast", ["position_ids"], to=TensorProto.DOUBLE), g.const("last_axis", np.array([-1], np.int64))],
+    )
     angles = g.op("Mul", [positions, inv_freq])  # [b, s, r/2] float64
     dtype = ONNX_DTYPES[spec.dtype]
     cos = g.op("Cast", [g.op("Cos", [angles])], to=dtype, name="dyn_cos")
@@ -97,17 +125,23 @@ def _cos_sin_rows(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str, str | None
     cos = g.op("Gather", [cos_table, rows], name="cos_default")
     sin = g.op("Gather", [sin_table, rows], name="sin_default")
     dtype = ONNX_DTYPES[spec.dtype]
+    assert length is not None, "a continuous schedule needs the call length"
     keep = helper.make_graph(
         [helper.make_node("Identity", [cos], ["keep_cos"]), helper.make_node("Identity", [sin], ["keep_sin"])],
-        "default_table", [], [helper.make_tensor_value_info(n, dtype, None) for n in ("keep_cos", "keep_sin")],
+        "default_table",
+        [],
+        [helper.make_tensor_value_info(n, dtype, None) for n in ("keep_cos", "keep_sin")],
     )
-    past = g.op("Greater", [length, g.const("original_length", np.array(schedule.threshold(spec.scaling_params), np.int64))])
-    cos, sin = g.op("If", [past], n_out=2, name="schedule", then_branch=_dynamic_branch(spec, length), else_branch=keep)
+    past = g.op(
+        "Greater", [length, g.const("original_length", np.array(schedule.threshold(spec.scaling_params), np.int64))]
+    )
+    branch = _dynamic_branch(spec, length)
+    cos, sin = g.op("If", [past], n_out=2, name="schedule", then_branch=branch, else_branch=keep)
     return cos, sin, None
 
 
 def _rotate_decomposed(g: GraphBuilder, spec: RopeSpec, x: str, cos: str, sin: str, out: str) -> None:
-    """x [b, h, s, d] rotated by cos/sin [b, s, r/2] with opset-17 primitives, written to ``out``."""
+    """X [b, h, s, d] rotated by cos/sin [b, s, r/2] with opset-17 primitives, written to ``out``."""
     r, d = spec.rotary_dim, spec.head_dim
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     cos4 = g.op("Unsqueeze", [cos, g.const(f"{x}_head_axis", i64(1))])  # [b, 1, s, r/2]
@@ -143,16 +177,25 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
         if spec.graph == "fused":
             inputs = [x, cos, sin] + ([rows] if rows else [])
-            g.op("RotaryEmbedding", inputs, name=f"{x}_out", interleaved=interleaved, num_heads=heads,
-                 rotary_embedding_dim=spec.rotary_dim)
+            g.op(
+                "RotaryEmbedding",
+                inputs,
+                name=f"{x}_out",
+                interleaved=interleaved,
+                num_heads=heads,
+                rotary_embedding_dim=spec.rotary_dim,
+            )
         else:
             _rotate_decomposed(g, spec, x, cos, sin, f"{x}_out")
     io = lambda name, heads: helper.make_tensor_value_info(name, dtype, ["batch", heads, "seq", spec.head_dim])  # noqa: E731
     graph = helper.make_graph(
         g.nodes,
         spec.name,
-        [io("query", spec.num_heads), io("key", spec.num_kv_heads),
-         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"])],
+        [
+            io("query", spec.num_heads),
+            io("key", spec.num_kv_heads),
+            helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]),
+        ],
         [io("query_out", spec.num_heads), io("key_out", spec.num_kv_heads)],
         g.initializers,
     )

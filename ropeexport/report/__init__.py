@@ -12,8 +12,9 @@ from ropeexport.verify.rope import Verification
 REPORT_SCHEMA = "ropeexport.report/1"
 
 
-def report_dict(name: str, spec: dict[str, Any], verification: Verification, versions: dict[str, str | None],
-                files: dict[str, str]) -> dict[str, Any]:
+def report_dict(
+    name: str, spec: dict[str, Any], verification: Verification, versions: dict[str, str | None], files: dict[str, str]
+) -> dict[str, Any]:
     """The report as a dict: ``passed``, ``comparisons`` (contract fields first), tables, runtimes, probes."""
     return {
         "schema": REPORT_SCHEMA,

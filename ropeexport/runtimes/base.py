@@ -57,7 +57,7 @@ class FeedChecker:
                 raise RuntimeInputError(f"{name}: expected dtype {dtype}, got {got}")
             if value.ndim != len(dims):
                 raise RuntimeInputError(f"{name}: expected rank {len(dims)} {dims}, got shape {list(value.shape)}")
-            for axis, (want, got) in enumerate(zip(dims, value.shape)):
+            for axis, (want, got) in enumerate(zip(dims, value.shape, strict=True)):
                 if isinstance(want, int) and want and want != got:
                     raise RuntimeInputError(f"{name}: dim {axis} must be {want}, got shape {list(value.shape)}")
                 if isinstance(want, str) and want:
@@ -89,7 +89,9 @@ class Runner:
     def __enter__(self) -> Runner:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:

@@ -30,4 +30,4 @@ class OnnxReferenceRunner(Runner):
         return f"onnx.reference {onnx.__version__}"
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self.outputs, self.evaluator.run(None, feeds)))
+        return dict(zip(self.outputs, self.evaluator.run(None, feeds), strict=True))

@@ -42,4 +42,4 @@ class OrtRunner(Runner):
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = [o.name for o in self.session.get_outputs()]
-        return dict(zip(names, self.session.run(names, feeds)))
+        return dict(zip(names, self.session.run(names, feeds), strict=True))

@@ -1,0 +1,1 @@
+"""Verification: float64 oracles, comparisons with tolerances, and per-encoding probes."""

@@ -25,11 +25,19 @@ class Tolerance:
 
 # Inputs are standard-normal, so outputs stay below ~6 in magnitude.
 TOLERANCES: dict[str, Tolerance] = {
-    "fp32": Tolerance(1e-5, 1e-5, "fused kernels may use FMA and another operation order (<= 2 ulp seen); against "
-                      "float64 add the 0.5-ulp table rounding and three fp32 roundings. A position off by one, an "
-                      "ignored scaling or fp32 angles past position ~1000 err by 1e-4 or more."),
-    "fp16": Tolerance(8e-3, 4e-3, "each fp16 multiply and add rounds (eps 9.8e-4) and the table carries 0.5 ulp: up "
-                      "to ~2 ulp of outputs near 4, i.e. 8e-3 absolute where outputs cancel toward zero."),
+    "fp32": Tolerance(
+        1e-5,
+        1e-5,
+        "fused kernels may use FMA and another operation order (<= 2 ulp seen); against "
+        "float64 add the 0.5-ulp table rounding and three fp32 roundings. A position off by one, an "
+        "ignored scaling or fp32 angles past position ~1000 err by 1e-4 or more.",
+    ),
+    "fp16": Tolerance(
+        8e-3,
+        4e-3,
+        "each fp16 multiply and add rounds (eps 9.8e-4) and the table carries 0.5 ulp: up "
+        "to ~2 ulp of outputs near 4, i.e. 8e-3 absolute where outputs cancel toward zero.",
+    ),
     "bf16": Tolerance(6e-2, 3e-2, "bf16 keeps 8 significant bits (eps 7.8e-3): ~2 ulp of outputs near 4."),
 }
 
@@ -83,8 +91,15 @@ class Comparison:
         if a.size and float(abs_err.max()) >= self.max_abs and np.isfinite(self.max_abs):
             self.max_abs = float(abs_err.max())
             b, h, s, d = (int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
-            self.worst = {"probe": probe, "batch": b, "head": h, "position": int(positions[b, s]), "channel": d,
-                          "actual": float(a[b, h, s, d]), "expected": float(e[b, h, s, d])}
+            self.worst = {
+                "probe": probe,
+                "batch": b,
+                "head": h,
+                "position": int(positions[b, s]),
+                "channel": d,
+                "actual": float(a[b, h, s, d]),
+                "expected": float(e[b, h, s, d]),
+            }
 
     def fail(self, probe: str, reason: str) -> None:
         """Record a probe the runtime could not run (it raised): the comparison fails with the reason."""

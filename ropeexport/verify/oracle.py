@@ -13,7 +13,7 @@ from ropeexport.spec import RopeSpec
 
 
 def rope_oracle(spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray) -> np.ndarray:
-    """x [b, h, s, d] (any float dtype) rotated in float64 by position_ids [b, s]; returns float64 [b, h, s, d]."""
+    """X [b, h, s, d] (any float dtype) rotated in float64 by position_ids [b, s]; returns float64 [b, h, s, d]."""
     schedule = get_schedule(spec.scaling)
     r = spec.rotary_dim
     freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, int(position_ids.max()) + 1)
@@ -34,10 +34,13 @@ def rope_table_oracle(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
     """float64 (cos, sin) per regime [max_positions, r/2], attention factor applied, in the artifact's row order."""
     schedule = get_schedule(spec.scaling)
     threshold = schedule.threshold(spec.scaling_params)
-    lengths = {"static": [spec.max_positions], "continuous": [threshold], "switch": [threshold, (threshold or 0) + 1]}
+    # One call length per stored regime: any L for static schedules; L <= original, then L > original.
+    lengths = [spec.max_positions] if threshold is None else [threshold]
+    if schedule.regime == "switch" and threshold is not None:
+        lengths.append(threshold + 1)
     positions = np.arange(spec.max_positions, dtype=np.float64)
     out = []
-    for length in lengths[schedule.regime]:
+    for length in lengths:
         freqs = schedule.frequencies(spec.rotary_dim, spec.theta, spec.scaling_params, length)
         angles = np.outer(positions, freqs.inv_freq)
         out.append((freqs.attention_factor * np.cos(angles), freqs.attention_factor * np.sin(angles)))

@@ -115,13 +115,21 @@ def check_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:
         table = stored.get(name)
         if table is None or list(table.shape) != list(expected.shape):
             got = None if table is None else list(table.shape)
-            result |= {"shape": got, "max_ulp": None, "passed": False,
-                       "reason": f"expected shape {list(expected.shape)}, found {got}"}
+            result |= {
+                "shape": got,
+                "max_ulp": None,
+                "passed": False,
+                "reason": f"expected shape {list(expected.shape)}, found {got}",
+            }
         else:
             ulps = ulp_distance(table, expected, spec.dtype)
             row = int(np.unravel_index(int(np.argmax(ulps)), ulps.shape)[0])
-            result |= {"shape": list(table.shape), "max_ulp": float(ulps.max()), "worst_row": row,
-                       "passed": bool(ulps.max() <= TABLE_MAX_ULP)}
+            result |= {
+                "shape": list(table.shape),
+                "max_ulp": float(ulps.max()),
+                "worst_row": row,
+                "passed": bool(ulps.max() <= TABLE_MAX_ULP),
+            }
         results.append(result)
     return results
 
@@ -163,11 +171,15 @@ def verify_rope(spec: RopeSpec, model_path: Path, runtimes: list[str], seed: int
     for probe in probes:
         feeds = _inputs(spec, rng, probe.position_ids)
         with torch.no_grad():
-            eager = reference(to_torch(feeds["query"]), to_torch(feeds["key"]), position_ids=torch.from_numpy(probe.position_ids))
+            eager = reference(
+                to_torch(feeds["query"]), to_torch(feeds["key"]), position_ids=torch.from_numpy(probe.position_ids)
+            )
         expected = {
             "eager": {"query_out": _numpy(eager[0]), "key_out": _numpy(eager[1])},
-            "float64": {"query_out": rope_oracle(spec, feeds["query"], probe.position_ids),
-                        "key_out": rope_oracle(spec, feeds["key"], probe.position_ids)},
+            "float64": {
+                "query_out": rope_oracle(spec, feeds["query"], probe.position_ids),
+                "key_out": rope_oracle(spec, feeds["key"], probe.position_ids),
+            },
         }
         for runtime, runner in runners:
             try:
@@ -186,8 +198,15 @@ def verify_rope(spec: RopeSpec, model_path: Path, runtimes: list[str], seed: int
                         comparisons[key].update(probe.name, outputs[output], want, probe.position_ids)
     for _, runner in runners:
         runner.close()
-    probe_info = [{"name": p.name, "shape": list(p.position_ids.shape), "min_position": int(p.position_ids.min()),
-                   "max_position": int(p.position_ids.max())} for p in probes]
+    probe_info = [
+        {
+            "name": p.name,
+            "shape": list(p.position_ids.shape),
+            "min_position": int(p.position_ids.min()),
+            "max_position": int(p.position_ids.max()),
+        }
+        for p in probes
+    ]
     coverage["tolerance"] = {"dtype": spec.dtype, "atol": tol.atol, "rtol": tol.rtol, "reason": tol.reason}
     return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage)
 

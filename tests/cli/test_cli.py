@@ -13,8 +13,16 @@ from ropeexport.export.rope import build_rope_graph
 from ropeexport.spec import RopeSpec
 
 SMALL = ["--head-dim", "16", "--num-heads", "4", "--num-kv-heads", "2", "--max-positions", "128"]
-LONGROPE = ["--scaling", "longrope", "--scaling-param", "original_max_position_embeddings=32",
-            "--scaling-param", "short_factor=1,1,1,1,1,1,1,1", "--scaling-param", "long_factor=1,2,3,4,5,6,7,8"]
+LONGROPE = [
+    "--scaling",
+    "longrope",
+    "--scaling-param",
+    "original_max_position_embeddings=32",
+    "--scaling-param",
+    "short_factor=1,1,1,1,1,1,1,1",
+    "--scaling-param",
+    "long_factor=1,2,3,4,5,6,7,8",
+]
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -48,26 +56,82 @@ BAD = [
     (["--head-dim", "12.5"], "head_dim"),
     (["--scaling", "linear", "--scaling-param", "factor=0.5"], "scaling_params.factor"),
     (["--scaling", "ntk", "--scaling-param", "factor=0.9"], "scaling_params.factor"),
-    (["--scaling", "dynamic", "--scaling-param", "factor=0.5", "--scaling-param", "original_max_position_embeddings=64"],
-     "scaling_params.factor"),
-    (["--scaling", "yarn", "--scaling-param", "factor=0.25", "--scaling-param", "original_max_position_embeddings=64"],
-     "scaling_params.factor"),
-    (["--scaling", "llama3", "--scaling-param", "factor=0.5", "--scaling-param", "low_freq_factor=1",
-      "--scaling-param", "high_freq_factor=4", "--scaling-param", "original_max_position_embeddings=64"],
-     "scaling_params.factor"),
-    (["--scaling", "llama3", "--scaling-param", "factor=8", "--scaling-param", "low_freq_factor=4",
-      "--scaling-param", "high_freq_factor=1", "--scaling-param", "original_max_position_embeddings=64"],
-     "scaling_params.high_freq_factor"),
+    (
+        [
+            "--scaling",
+            "dynamic",
+            "--scaling-param",
+            "factor=0.5",
+            "--scaling-param",
+            "original_max_position_embeddings=64",
+        ],
+        "scaling_params.factor",
+    ),
+    (
+        [
+            "--scaling",
+            "yarn",
+            "--scaling-param",
+            "factor=0.25",
+            "--scaling-param",
+            "original_max_position_embeddings=64",
+        ],
+        "scaling_params.factor",
+    ),
+    (
+        [
+            "--scaling",
+            "llama3",
+            "--scaling-param",
+            "factor=0.5",
+            "--scaling-param",
+            "low_freq_factor=1",
+            "--scaling-param",
+            "high_freq_factor=4",
+            "--scaling-param",
+            "original_max_position_embeddings=64",
+        ],
+        "scaling_params.factor",
+    ),
+    (
+        [
+            "--scaling",
+            "llama3",
+            "--scaling-param",
+            "factor=8",
+            "--scaling-param",
+            "low_freq_factor=4",
+            "--scaling-param",
+            "high_freq_factor=1",
+            "--scaling-param",
+            "original_max_position_embeddings=64",
+        ],
+        "scaling_params.high_freq_factor",
+    ),
     (["--scaling", "linear"], "scaling_params.factor"),
     (["--scaling", "yarn", "--scaling-param", "factor=4"], "scaling_params.original_max_position_embeddings"),
     (["--scaling", "linear", "--scaling-param", "factor=2", "--scaling-param", "fatcor=2"], "scaling_params.fatcor"),
     (["--scaling", "linear", "--scaling-param", "factor"], "--scaling-param"),
     (["--scaling", "linear", "--scaling-param", "factor=two"], "scaling_params.factor"),
-    (["--scaling", "yarn", "--scaling-param", "factor=4", "--scaling-param", "original_max_position_embeddings=64",
-      "--scaling-param", "truncate=maybe"], "scaling_params.truncate"),
+    (
+        [
+            "--scaling",
+            "yarn",
+            "--scaling-param",
+            "factor=4",
+            "--scaling-param",
+            "original_max_position_embeddings=64",
+            "--scaling-param",
+            "truncate=maybe",
+        ],
+        "scaling_params.truncate",
+    ),
     (["--scaling", "nope"], "scaling"),
     (["--head-dim", "16", *LONGROPE[:-2], "--scaling-param", "long_factor=1,2,3"], "scaling_params.long_factor"),
-    (["--head-dim", "16", *LONGROPE[:4], "--scaling-param", "short_factor=1,1", *LONGROPE[-2:]], "scaling_params.short_factor"),
+    (
+        ["--head-dim", "16", *LONGROPE[:4], "--scaling-param", "short_factor=1,1", *LONGROPE[-2:]],
+        "scaling_params.short_factor",
+    ),
     (["--head-dim", "4", "--scaling", "ntk", "--scaling-param", "factor=2", "--rotary-dim", "2"], "rotary_dim"),
     (["--dtype", "fp8"], "dtype"),
     (["--graph", "fusd"], "graph"),
@@ -94,11 +158,11 @@ BAD_FILES = [
     ("broken.json", '{"head_dim": 16,', "--spec"),
     ("broken.toml", "head_dim = = 16", "--spec"),
     ("binary.json", b"\xff\xfe\x00junk", "--spec"),
-    ("unknown.toml", 'head_dim = 16\nrotory_dim = 8\n', "rotory_dim"),
+    ("unknown.toml", "head_dim = 16\nrotory_dim = 8\n", "rotory_dim"),
     ("list.json", "[1, 2]", "spec"),
     ("empty.toml", "artifacts = []", "artifacts"),
     ("dupe.toml", '[[artifacts]]\nname = "a"\n[[artifacts]]\nname = "a"\n', "name"),
-    ("bad-field.toml", 'head_dim = 16\nrotary_dim = 18\n', "rotary_dim"),
+    ("bad-field.toml", "head_dim = 16\nrotary_dim = 18\n", "rotary_dim"),
 ]
 
 
@@ -129,7 +193,9 @@ def test_usage_errors_are_one_line_exit_2() -> None:
 
 
 def test_build_from_flags_writes_the_artifact_contract(tmp_path: Path, capsys) -> None:
-    code, out, _ = run(["build", *SMALL, *LONGROPE, "--name", "lr", "--graph", "decomposed", "--out", str(tmp_path)], capsys)
+    code, out, _ = run(
+        ["build", *SMALL, *LONGROPE, "--name", "lr", "--graph", "decomposed", "--out", str(tmp_path)], capsys
+    )
     assert code == 0, out
     folder = tmp_path / "lr"
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.onnx", "report.json"]
@@ -150,11 +216,22 @@ def test_build_from_flags_writes_the_artifact_contract(tmp_path: Path, capsys) -
 
 
 def test_spec_files_json_and_toml_with_flag_override(tmp_path: Path, capsys) -> None:
-    toml = write(tmp_path / "s.toml", 'name = "t"\nhead_dim = 16\nnum_heads = 2\nmax_positions = 64\n'
-                 'scaling = "linear"\n[scaling_params]\nfactor = 2.0\n')
-    js = write(tmp_path / "s.json", json.dumps({"artifacts": [{"name": "j1", "head_dim": 8, "num_heads": 2, "max_positions": 32},
-                                                               {"name": "j2", "head_dim": 8, "num_heads": 2, "max_positions": 32,
-                                                                "layout": "interleaved"}]}))
+    toml = write(
+        tmp_path / "s.toml",
+        'name = "t"\nhead_dim = 16\nnum_heads = 2\nmax_positions = 64\n'
+        'scaling = "linear"\n[scaling_params]\nfactor = 2.0\n',
+    )
+    js = write(
+        tmp_path / "s.json",
+        json.dumps(
+            {
+                "artifacts": [
+                    {"name": "j1", "head_dim": 8, "num_heads": 2, "max_positions": 32},
+                    {"name": "j2", "head_dim": 8, "num_heads": 2, "max_positions": 32, "layout": "interleaved"},
+                ]
+            }
+        ),
+    )
     assert run(["build", "--spec", str(toml), "--dtype", "fp16", "--out", str(tmp_path / "o")], capsys)[0] == 0
     assert json.loads((tmp_path / "o" / "t" / "manifest.json").read_text())["spec"]["dtype"] == "fp16"
     assert run(["build", "--spec", str(js), "--out", str(tmp_path / "o")], capsys)[0] == 0
@@ -170,7 +247,9 @@ def test_rebuild_replaces_an_existing_artifact(tmp_path: Path, capsys) -> None:
 
 def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys, monkeypatch) -> None:
     # An exporter with a bug (it builds the interleaved rotation for a half-layout spec) must be caught.
-    monkeypatch.setitem(build_module.EXPORTERS, "rope", lambda spec: build_rope_graph(spec.replace(layout="interleaved")))
+    monkeypatch.setitem(
+        build_module.EXPORTERS, "rope", lambda spec: build_rope_graph(spec.replace(layout="interleaved"))
+    )
     code, _, err = run(["build", *SMALL, "--name", "bad", "--out", str(tmp_path)], capsys)
     assert code == 1 and "FAILED" in err
     report = json.loads((tmp_path / "bad" / "report.json").read_text())

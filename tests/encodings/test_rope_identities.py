@@ -57,8 +57,9 @@ def rotation_matrix(
     return R
 
 
-def rotate_by_matrix(x: np.ndarray, positions: np.ndarray, freqs: np.ndarray, pairs: Sequence[tuple[int, int]],
-                     scale: float = 1.0) -> np.ndarray:
+def rotate_by_matrix(
+    x: np.ndarray, positions: np.ndarray, freqs: np.ndarray, pairs: Sequence[tuple[int, int]], scale: float = 1.0
+) -> np.ndarray:
     """R_{position} @ x for each (batch, seq); x [b, h, s, d] float64, positions [b, s]."""
     out = np.empty_like(x)
     d = x.shape[-1]
@@ -95,8 +96,13 @@ def make_spec(**fields: Any) -> RopeSpec:
     return RopeSpec(**(base | fields))
 
 
-def inputs(spec: RopeSpec, batch: int, seq: int, seed: int, dtype: torch.dtype = torch.float32,
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def inputs(
+    spec: RopeSpec,
+    batch: int,
+    seq: int,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """query, key uniform in [-1, 1] (so float32 rounding stays below 1e-6 absolute)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.rand(batch, spec.num_heads, seq, spec.head_dim, generator=g, dtype=torch.float64) * 2 - 1
@@ -294,14 +300,29 @@ NORM_CASES = [
     pytest.param({"layout": "half", "head_dim": 64}, 1.0, "fp16", 3e-3, id="half-fp16"),
     pytest.param({"layout": "interleaved", "head_dim": 64}, 1.0, "bf16", 2e-2, id="interleaved-bf16"),
     pytest.param(
-        {"layout": "half", "head_dim": 32, "scaling": "yarn",
-         "scaling_params": {"factor": 4.0, "original_max_position_embeddings": 1024}},
-        0.1 * np.log(4.0) + 1.0, "fp32", 2e-6, id="yarn-attention-factor",
+        {
+            "layout": "half",
+            "head_dim": 32,
+            "scaling": "yarn",
+            "scaling_params": {"factor": 4.0, "original_max_position_embeddings": 1024},
+        },
+        0.1 * np.log(4.0) + 1.0,
+        "fp32",
+        2e-6,
+        id="yarn-attention-factor",
     ),
     pytest.param(
-        {"layout": "complex", "head_dim": 32, "rotary_dim": 16, "scaling": "yarn",
-         "scaling_params": {"factor": 16.0, "original_max_position_embeddings": 1024}},
-        0.1 * np.log(16.0) + 1.0, "fp32", 2e-6, id="yarn-complex-partial",
+        {
+            "layout": "complex",
+            "head_dim": 32,
+            "rotary_dim": 16,
+            "scaling": "yarn",
+            "scaling_params": {"factor": 16.0, "original_max_position_embeddings": 1024},
+        },
+        0.1 * np.log(16.0) + 1.0,
+        "fp32",
+        2e-6,
+        id="yarn-complex-partial",
     ),
 ]
 
@@ -372,9 +393,19 @@ ROW_CASES = [
     pytest.param({"layout": "interleaved", "dtype": "fp16"}, id="interleaved-fp16"),
     pytest.param({"layout": "complex"}, id="complex"),
     pytest.param(
-        {"layout": "half", "head_dim": 32, "theta": 500000.0, "scaling": "llama3", "max_positions": 16384,
-         "scaling_params": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                            "original_max_position_embeddings": 2048}},
+        {
+            "layout": "half",
+            "head_dim": 32,
+            "theta": 500000.0,
+            "scaling": "llama3",
+            "max_positions": 16384,
+            "scaling_params": {
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 2048,
+            },
+        },
         id="llama3",
     ),
 ]
@@ -430,15 +461,24 @@ COMPLEX_CASES = [
         id="yarn",
     ),
     pytest.param(
-        {"head_dim": 16, "scaling": "longrope", "max_positions": 8192,
-         "scaling_params": {"original_max_position_embeddings": 1024,
-                            "short_factor": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7],
-                            "long_factor": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]}},
+        {
+            "head_dim": 16,
+            "scaling": "longrope",
+            "max_positions": 8192,
+            "scaling_params": {
+                "original_max_position_embeddings": 1024,
+                "short_factor": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7],
+                "long_factor": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+            },
+        },
         id="longrope",
     ),
     pytest.param(
-        {"head_dim": 16, "scaling": "dynamic",
-         "scaling_params": {"factor": 4.0, "original_max_position_embeddings": 512}},
+        {
+            "head_dim": 16,
+            "scaling": "dynamic",
+            "scaling_params": {"factor": 4.0, "original_max_position_embeddings": 512},
+        },
         id="dynamic",
     ),
 ]

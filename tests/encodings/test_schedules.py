@@ -135,12 +135,24 @@ LONG16 = {  # 16 pairs: rotary_dim 32
 
 
 def case(
-    id: str, scaling: str, params: Mapping[str, Any] | None = None, *, dim: int = 64, theta: float = 10000.0,
-    max_positions: int = 8192, seq_len: int = 1,
+    id: str,
+    scaling: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    dim: int = 64,
+    theta: float = 10000.0,
+    max_positions: int = 8192,
+    seq_len: int = 1,
 ) -> Any:
     return pytest.param(
-        {"scaling": scaling, "params": dict(params or {}), "dim": dim, "theta": theta,
-         "max_positions": max_positions, "seq_len": seq_len},
+        {
+            "scaling": scaling,
+            "params": dict(params or {}),
+            "dim": dim,
+            "theta": theta,
+            "max_positions": max_positions,
+            "seq_len": seq_len,
+        },
         id=id,
     )
 
@@ -189,8 +201,12 @@ def test_every_schedule_has_a_case() -> None:
 @pytest.mark.parametrize("c", CASES)
 def test_schedule_matches_closed_form(c: dict[str, Any]) -> None:
     spec = RopeSpec(
-        head_dim=c["dim"], num_heads=1, theta=c["theta"], max_positions=c["max_positions"],
-        scaling=c["scaling"], scaling_params=c["params"],
+        head_dim=c["dim"],
+        num_heads=1,
+        theta=c["theta"],
+        max_positions=c["max_positions"],
+        scaling=c["scaling"],
+        scaling_params=c["params"],
     )
     schedule = get_schedule(c["scaling"])
     got = schedule.frequencies(c["dim"], c["theta"], spec.scaling_params, c["seq_len"])
@@ -205,10 +221,12 @@ def test_schedule_matches_closed_form(c: dict[str, Any]) -> None:
 # Properties that pin each schedule's meaning, independent of how the closed form is written.
 
 
-def _freqs(scaling: str, params: Mapping[str, Any], dim: int, theta: float, seq_len: int = 1,
-           max_positions: int = 8192) -> tuple[np.ndarray, float, dict[str, Any]]:
-    spec = RopeSpec(head_dim=dim, num_heads=1, theta=theta, max_positions=max_positions, scaling=scaling,
-                    scaling_params=params)
+def _freqs(
+    scaling: str, params: Mapping[str, Any], dim: int, theta: float, seq_len: int = 1, max_positions: int = 8192
+) -> tuple[np.ndarray, float, dict[str, Any]]:
+    spec = RopeSpec(
+        head_dim=dim, num_heads=1, theta=theta, max_positions=max_positions, scaling=scaling, scaling_params=params
+    )
     f = get_schedule(scaling).frequencies(dim, theta, spec.scaling_params, seq_len)
     return f.inv_freq, f.attention_factor, dict(spec.scaling_params)
 
@@ -342,8 +360,9 @@ def test_longrope_switches_on_original(seq_len: int, which: str) -> None:
         (8192, {"attention_factor": 1.5}, 4.0, 1.5),
     ],
 )
-def test_longrope_factor_and_attention(max_positions: int, extra: dict[str, Any], factor: float,
-                                       attention: float) -> None:
+def test_longrope_factor_and_attention(
+    max_positions: int, extra: dict[str, Any], factor: float, attention: float
+) -> None:
     _, got_attention, p = _freqs("longrope", {**LONG16, **extra}, 32, 10000.0, 4096, max_positions)
     assert p["factor"] == pytest.approx(factor, rel=1e-15)
     assert got_attention == pytest.approx(attention, rel=1e-15)
@@ -395,12 +414,21 @@ def test_unknown_schedule_lists_every_name() -> None:
         pytest.param("linear", {"factor": 2.0, "fator": 2.0}, "scaling_params.fator", id="misspelt"),
         pytest.param("yarn", {**YARN, "beta": 3.0}, "scaling_params.beta", id="yarn-unknown"),
         pytest.param("linear", {}, "scaling_params.factor", id="linear-missing-factor"),
-        pytest.param("dynamic", {"factor": 2.0}, "scaling_params.original_max_position_embeddings",
-                     id="dynamic-missing-original"),
-        pytest.param("llama3", {k: v for k, v in LLAMA31.items() if k != "low_freq_factor"},
-                     "scaling_params.low_freq_factor", id="llama3-missing-low"),
-        pytest.param("longrope", {k: v for k, v in LONG16.items() if k != "long_factor"},
-                     "scaling_params.long_factor", id="longrope-missing-long"),
+        pytest.param(
+            "dynamic", {"factor": 2.0}, "scaling_params.original_max_position_embeddings", id="dynamic-missing-original"
+        ),
+        pytest.param(
+            "llama3",
+            {k: v for k, v in LLAMA31.items() if k != "low_freq_factor"},
+            "scaling_params.low_freq_factor",
+            id="llama3-missing-low",
+        ),
+        pytest.param(
+            "longrope",
+            {k: v for k, v in LONG16.items() if k != "long_factor"},
+            "scaling_params.long_factor",
+            id="longrope-missing-long",
+        ),
         pytest.param("linear", {"factor": 0.5}, "scaling_params.factor", id="linear-factor-below-1"),
         pytest.param("ntk", {"factor": 0.99}, "scaling_params.factor", id="ntk-factor-below-1"),
         pytest.param("yarn", {**YARN, "factor": 0.25}, "scaling_params.factor", id="yarn-factor-below-1"),
@@ -408,19 +436,40 @@ def test_unknown_schedule_lists_every_name() -> None:
         pytest.param("longrope", {**LONG16, "factor": 0.5}, "scaling_params.factor", id="longrope-factor-below-1"),
         pytest.param("linear", {"factor": "two"}, "scaling_params.factor", id="factor-not-a-number"),
         pytest.param("linear", {"factor": float("nan")}, "scaling_params.factor", id="factor-nan"),
-        pytest.param("llama3", {**LLAMA31, "high_freq_factor": 1.0}, "scaling_params.high_freq_factor",
-                     id="llama3-high-equal-low"),
-        pytest.param("llama3", {**LLAMA31, "high_freq_factor": 0.5}, "scaling_params.high_freq_factor",
-                     id="llama3-high-below-low"),
-        pytest.param("longrope", {**LONG16, "short_factor": LONG16["short_factor"][:-1]},
-                     "scaling_params.short_factor", id="longrope-short-too-short"),
-        pytest.param("longrope", {**LONG16, "long_factor": [*LONG16["long_factor"], 2.0]},
-                     "scaling_params.long_factor", id="longrope-long-too-long"),
-        pytest.param("longrope", {**LONG16, "long_factor": [0.0] * 16}, "scaling_params.long_factor",
-                     id="longrope-zero-entry"),
+        pytest.param(
+            "llama3",
+            {**LLAMA31, "high_freq_factor": 1.0},
+            "scaling_params.high_freq_factor",
+            id="llama3-high-equal-low",
+        ),
+        pytest.param(
+            "llama3",
+            {**LLAMA31, "high_freq_factor": 0.5},
+            "scaling_params.high_freq_factor",
+            id="llama3-high-below-low",
+        ),
+        pytest.param(
+            "longrope",
+            {**LONG16, "short_factor": LONG16["short_factor"][:-1]},
+            "scaling_params.short_factor",
+            id="longrope-short-too-short",
+        ),
+        pytest.param(
+            "longrope",
+            {**LONG16, "long_factor": [*LONG16["long_factor"], 2.0]},
+            "scaling_params.long_factor",
+            id="longrope-long-too-long",
+        ),
+        pytest.param(
+            "longrope", {**LONG16, "long_factor": [0.0] * 16}, "scaling_params.long_factor", id="longrope-zero-entry"
+        ),
         pytest.param("yarn", {**YARN, "beta_fast": 0.0}, "scaling_params.beta_fast", id="yarn-beta-zero"),
-        pytest.param("yarn", {**YARN, "original_max_position_embeddings": 1.5},
-                     "scaling_params.original_max_position_embeddings", id="original-not-int"),
+        pytest.param(
+            "yarn",
+            {**YARN, "original_max_position_embeddings": 1.5},
+            "scaling_params.original_max_position_embeddings",
+            id="original-not-int",
+        ),
     ],
 )
 def test_invalid_params_name_the_field(scaling: str, params: dict[str, Any], field: str) -> None:

@@ -54,7 +54,7 @@ def test_ort_matches_eager(layout: str, scaling: str, graph: str, dtype: str) ->
         got = run_ort(model, feeds)
         with torch.no_grad():
             want = reference(to_torch(feeds["query"]), to_torch(feeds["key"]), position_ids=torch.from_numpy(positions))
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             w = w.numpy().astype(np.float64)
             err = np.abs(g.astype(np.float64) - w)
             assert not ((err > tol.atol) & (err > tol.rtol * np.abs(w))).any(), f"{name}: max err {err.max():.3g}"
@@ -80,8 +80,10 @@ def test_complex_form_exports_and_matches_meta_style_eager() -> None:
     positions = np.array([[0, 5, 100, MAX_POSITIONS - 1]], dtype=np.int64)
     feeds = feeds_for(spec, positions)
     got = run_ort(build_rope_graph(spec), feeds)
-    want = module(torch.from_numpy(feeds["query"]), torch.from_numpy(feeds["key"]), position_ids=torch.from_numpy(positions))
-    for g, w in zip(got, want):
+    want = module(
+        torch.from_numpy(feeds["query"]), torch.from_numpy(feeds["key"]), position_ids=torch.from_numpy(positions)
+    )
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w.numpy(), atol=2e-6, rtol=1e-6)
 
 

@@ -16,7 +16,8 @@ from tests.export.test_rope_export import feeds_for
 
 GRAPHS = [
     pytest.param({"graph": g, "scaling": s}, id=f"{g}-{s}")
-    for g in ("fused", "decomposed") for s in ("default", "longrope", "dynamic")
+    for g in ("fused", "decomposed")
+    for s in ("default", "longrope", "dynamic")
 ]
 
 
@@ -31,7 +32,10 @@ def saved(tmp_path: Path, **fields: object) -> tuple[RopeSpec, Path]:
 def test_runner_rejects_positions_outside_table(tmp_path: Path, fields: dict, bad: int) -> None:
     spec, path = saved(tmp_path, **fields)
     positions = np.array([[0, 1, bad]], dtype=np.int64)
-    with open_runner("ort", path) as runner, pytest.raises(RuntimeInputError, match=rf"position_ids: value {bad} .*\[0, {MAX_POSITIONS}\)"):
+    with (
+        open_runner("ort", path) as runner,
+        pytest.raises(RuntimeInputError, match=rf"position_ids: value {bad} .*\[0, {MAX_POSITIONS}\)"),
+    ):
         runner.infer(feeds_for(spec, positions))
 
 
