@@ -20,16 +20,13 @@ import onnx
 from ropeexport import __version__
 from ropeexport.errors import SpecError
 from ropeexport.export.onnx_io import save_model, sha256
-from ropeexport.export.rope import build_rope_graph
+from ropeexport.registry import kind_for
 from ropeexport.report import report_dict, write_json
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.runtimes.base import NUMPY_OF_ONNX
-from ropeexport.spec import RopeSpec
-from ropeexport.verify.rope import Verification, verify_rope
+from ropeexport.verify.core import Verification, verify_artifact
 
 MANIFEST_SCHEMA = "ropeexport.manifest/1"
-EXPORTERS = {"rope": build_rope_graph}
-VERIFIERS = {"rope": verify_rope}
 
 
 @dataclass(frozen=True)
@@ -63,12 +60,13 @@ def _io(values: Any) -> list[dict[str, Any]]:
     return out
 
 
-def manifest_dict(spec: RopeSpec, model: onnx.ModelProto, files: dict[str, str]) -> dict[str, Any]:
+def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> dict[str, Any]:
     """The manifest: spec, inputs/outputs with symbolic dims, opset, graph style, versions, file hashes."""
     return {
         "schema": MANIFEST_SCHEMA,
         "name": spec.name,
         "encoding": spec.encoding,
+        "artifact": spec.artifact,
         "spec": spec.to_dict(),
         "inputs": _io(model.graph.input),
         "outputs": _io(model.graph.output),
@@ -91,19 +89,20 @@ def check_target(out_dir: Path, name: str) -> Path:
     return target
 
 
-def build(spec: RopeSpec, out_dir: str | Path, runtimes: list[str] | None = None) -> BuildResult:
+def build(spec: Any, out_dir: str | Path, runtimes: list[str] | None = None) -> BuildResult:
     """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all."""
     start = time.perf_counter()
     out_dir = Path(out_dir)
     target = check_target(out_dir, spec.name)
     runtimes = check_runtime_names(runtimes or ["ort"])
+    kind = kind_for(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
     try:
-        model = EXPORTERS[spec.encoding](spec)
+        model = kind.export(spec)
         names = save_model(model, work)
         files = {n: sha256(work / n) for n in names}
-        verification: Verification = VERIFIERS[spec.encoding](spec, work / "model.onnx", runtimes)
+        verification: Verification = verify_artifact(spec, work / "model.onnx", runtimes)
         report = report_dict(spec.name, spec.to_dict(), verification, versions(), files)
         write_json(work / "report.json", report)
         write_json(

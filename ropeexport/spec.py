@@ -1,7 +1,8 @@
 """Typed, frozen specs, validated on construction.
 
-A spec is everything that determines an artifact's bytes: the encoding's parameters, the table dtype and the graph
-style. ``RopeSpec(**fields)`` either holds a consistent configuration or raises SpecError naming the field.
+A spec is everything that determines an artifact's bytes: the encoding's parameters, the artifact kind, the dtype and
+the graph style. ``RopeSpec(**fields)`` (or any encoding's spec class) either holds a consistent configuration or
+raises SpecError naming the field.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ MAX_TABLE_POSITIONS = 2**24
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-def _require_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+def require_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """An integer (or integral float/str) within bounds; else SpecError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -42,96 +44,168 @@ def _require_int(name: str, value: Any, minimum: int, maximum: int | None = None
     return value
 
 
-def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+def require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of ``choices``; else SpecError listing them."""
     if value not in choices:
         raise SpecError(name, f"must be one of {', '.join(choices)}; got {value!r}")
     return str(value)
 
 
 @dataclass(frozen=True)
-class RopeSpec:
+class SpecBase:
+    """Fields every artifact has. Subclasses add their encoding's fields and ``_validate``.
+
+    ``artifact`` picks the artifact kind (the encoding's first kind by default); ``max_positions`` is the largest
+    position plus one that the artifact accepts: past it, runners raise.
+    """
+
+    encoding: ClassVar[str] = ""
+    artifacts: ClassVar[tuple[str, ...]] = ()
+
+    name: str = ""
+    artifact: str = ""
+    dtype: str = "fp32"
+    graph: str = "fused"
+    max_positions: int = 4096
+
+    def __post_init__(self) -> None:
+        self._put("artifact", require_choice("artifact", self.artifact or self.artifacts[0], self.artifacts))
+        self._put("dtype", require_choice("dtype", self.dtype, DTYPES))
+        self._put("graph", require_choice("graph", self.graph, GRAPHS))
+        self._put("max_positions", require_int("max_positions", self.max_positions, 1, MAX_TABLE_POSITIONS))
+        self._validate()
+        name = self.name or self.default_name()
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SpecError(
+                "name",
+                "must be 1-100 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
+            )
+        self._put("name", name)
+
+    def _put(self, key: str, value: Any) -> None:
+        object.__setattr__(self, key, value)
+
+    def _validate(self) -> None:
+        """Check and normalise the encoding's own fields (raise SpecError naming the field)."""
+
+    def default_name(self) -> str:
+        """The folder name when none is given."""
+        kind = "" if self.artifact == self.artifacts[0] else f"-{self.artifact}"
+        return f"{self.encoding}{kind}-{self.dtype}-{self.graph}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, defaults resolved, in a JSON-friendly dict (the manifest's ``spec``)."""
+        out = {"encoding": self.encoding} | dataclasses.asdict(self)
+        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in out.items()}
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with some fields changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+
+def require_float(name: str, value: Any, minimum: float | None = None, strict: bool = False) -> float:
+    """A finite number (not a bool), at least (or above, with ``strict``) ``minimum``; else SpecError."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(name, f"must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise SpecError(name, f"must be a finite number, got {value!r}")
+    if minimum is not None and (number <= minimum if strict else number < minimum):
+        raise SpecError(name, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    return number
+
+
+def require_bool(name: str, value: Any) -> bool:
+    """A bool, or the strings true/false; else SpecError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise SpecError(name, f"must be true or false, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RopeSpec(SpecBase):
     """Rotary position embedding (Su et al. 2021, RoFormer) applied to query and key.
 
     Shapes: query [batch, num_heads, seq, head_dim], key [batch, num_kv_heads, seq, head_dim], position_ids
-    [batch, seq]; the first ``rotary_dim`` channels of each head rotate, the rest pass through.
+    [batch, seq]; the first ``rotary_dim`` channels of each head rotate, the rest pass through. Artifacts: ``rope``
+    (rotated query and key) and ``scores`` (the attention logits of the rotated pair).
     """
 
     encoding: ClassVar[str] = "rope"
+    artifacts: ClassVar[tuple[str, ...]] = ("rope", "scores")
 
-    name: str = ""
     layout: str = "half"
     head_dim: int = 128
     rotary_dim: int = 0  # 0 (or null): head_dim, as ONNX's rotary_embedding_dim
     num_heads: int = 32
     num_kv_heads: int = 0  # 0 (or null): num_heads
     theta: float = 10000.0
-    max_positions: int = 4096
     scaling: str = "default"
     scaling_params: Mapping[str, Any] = field(default_factory=dict)
-    dtype: str = "fp32"
-    graph: str = "fused"
 
-    def __post_init__(self) -> None:
-        def put(key: str, value: Any) -> None:
-            object.__setattr__(self, key, value)
-
-        put("layout", _require_choice("layout", self.layout, LAYOUTS))
-        put("dtype", _require_choice("dtype", self.dtype, DTYPES))
-        put("graph", _require_choice("graph", self.graph, GRAPHS))
-        head_dim = _require_int("head_dim", self.head_dim, 2)
+    def _validate(self) -> None:
+        put = self._put
+        put("layout", require_choice("layout", self.layout, LAYOUTS))
+        head_dim = require_int("head_dim", self.head_dim, 2)
         if head_dim % 2:
             raise SpecError("head_dim", f"must be even (channels rotate in pairs), got {head_dim}")
         put("head_dim", head_dim)
-        rotary_dim = head_dim if self.rotary_dim in (None, 0) else _require_int("rotary_dim", self.rotary_dim, 2)
+        rotary_dim = head_dim if self.rotary_dim in (None, 0) else require_int("rotary_dim", self.rotary_dim, 2)
         if rotary_dim % 2:
             raise SpecError("rotary_dim", f"must be even (channels rotate in pairs), got {rotary_dim}")
         if rotary_dim > head_dim:
             raise SpecError("rotary_dim", f"must be at most head_dim ({head_dim}), got {rotary_dim}")
         put("rotary_dim", rotary_dim)
-        num_heads = _require_int("num_heads", self.num_heads, 1)
+        num_heads = require_int("num_heads", self.num_heads, 1)
         put("num_heads", num_heads)
-        kv = num_heads if self.num_kv_heads in (None, 0) else _require_int("num_kv_heads", self.num_kv_heads, 1)
+        kv = num_heads if self.num_kv_heads in (None, 0) else require_int("num_kv_heads", self.num_kv_heads, 1)
         if num_heads % kv:
             raise SpecError("num_kv_heads", f"must divide num_heads ({num_heads}), got {kv}")
         put("num_kv_heads", kv)
-        try:
-            theta = float(self.theta)
-        except (TypeError, ValueError):
-            raise SpecError("theta", f"must be a number > 0, got {self.theta!r}") from None
-        if isinstance(self.theta, bool) or not math.isfinite(theta) or theta <= 0:
-            raise SpecError("theta", f"must be a finite number > 0, got {self.theta!r}")
+        theta = require_float("theta", self.theta, 0.0, strict=True)
         if theta == 1.0:
             raise SpecError("theta", "must not be 1 (every frequency would be 1)")
         put("theta", theta)
-        put("max_positions", _require_int("max_positions", self.max_positions, 1, MAX_TABLE_POSITIONS))
         if not isinstance(self.scaling, str):
             raise SpecError("scaling", f"must be a schedule name, got {self.scaling!r}")
         if not isinstance(self.scaling_params, Mapping):
             raise SpecError("scaling_params", "must be a table of KEY = VALUE")
         schedule = get_schedule(self.scaling)
         put("scaling_params", schedule.resolve(self.scaling_params, rotary_dim, self.max_positions))
-        name = self.name or f"rope-{self.layout}-{self.scaling}-{self.dtype}-{self.graph}"
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise SpecError(
-                "name", "must be 1-100 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
-            )
-        put("name", name)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, defaults resolved, in a JSON-friendly dict (the manifest's ``spec``)."""
-        out = {"encoding": self.encoding} | dataclasses.asdict(self)
-        out["scaling_params"] = dict(self.scaling_params)
-        return out
-
-    def replace(self, **changes: Any) -> RopeSpec:
-        """A copy with some fields changed, validated again."""
-        return dataclasses.replace(self, **changes)
+    def default_name(self) -> str:
+        """``rope-LAYOUT-SCALING-DTYPE-GRAPH`` (with ``-scores`` for the scores artifact)."""
+        kind = "" if self.artifact == "rope" else "-scores"
+        return f"rope{kind}-{self.layout}-{self.scaling}-{self.dtype}-{self.graph}"
 
 
-SPECS: dict[str, type[RopeSpec]] = {"rope": RopeSpec}
+SPECS: dict[str, type[SpecBase]] = {}
 
 
-def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> RopeSpec:
+def register_spec(cls: type[SpecBase]) -> type[SpecBase]:
+    """Add an encoding's spec class; a second class for the same encoding is a programming error."""
+    if cls.encoding in SPECS:
+        raise ValueError(f"encoding {cls.encoding!r} already has a spec class")
+    SPECS[cls.encoding] = cls
+    return cls
+
+
+register_spec(RopeSpec)
+
+
+def encodings() -> dict[str, type[SpecBase]]:
+    """Every encoding's spec class, by name (importing the families registers them)."""
+    import ropeexport.families  # noqa: F401  (registers every family)
+
+    return SPECS
+
+
+def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> Any:
     """Build a spec from a plain mapping (a spec file's contents, or the manifest's ``spec``).
 
     Unknown keys are errors: a misspelt key must not silently fall back to a default.
@@ -140,9 +214,10 @@ def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> RopeSpec:
         raise SpecError(where, "must be a table of fields")
     data = dict(data)
     encoding = data.pop("encoding", "rope")
-    if encoding not in SPECS:
-        raise SpecError("encoding", f"unknown encoding {encoding!r}; allowed: {', '.join(SPECS)}")
-    cls = SPECS[encoding]
+    specs = encodings()
+    if encoding not in specs:
+        raise SpecError("encoding", f"unknown encoding {encoding!r}; allowed: {', '.join(specs)}")
+    cls = specs[encoding]
     allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(allowed))
     if unknown:
@@ -152,7 +227,7 @@ def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> RopeSpec:
     return cls(**data)
 
 
-def read_spec_file(path: str | Path) -> list[RopeSpec]:
+def read_spec_file(path: str | Path) -> list[Any]:
     """Read one spec (a table of fields) or several (``artifacts = [...]``) from a JSON or TOML file."""
     path = Path(path)
     try:

@@ -11,7 +11,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +21,21 @@ from ropeexport.build import build, check_target
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_SPECS
 from ropeexport.errors import SpecError
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.spec import RopeSpec, read_spec_file, spec_from_dict
+from ropeexport.spec import encodings, read_spec_file, spec_from_dict
 
-# flag -> spec field; every one is optional and, with --spec, overrides the file.
-SPEC_FLAGS = {
-    "encoding": "rope",
-    "layout": "half|interleaved|complex",
-    "head_dim": "N",
-    "rotary_dim": "N",
-    "num_heads": "N",
-    "num_kv_heads": "N",
-    "theta": "F",
-    "max_positions": "N",
-    "scaling": "NAME",
-    "dtype": "fp32|fp16|bf16",
-    "graph": "fused|decomposed",
-    "name": "NAME",
-}
+# Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
+SPECIAL_FIELDS = ("scaling_params",)
+
+
+def spec_fields() -> dict[str, str]:
+    """Every spec field of every encoding -> its type name ("bool", "int", ...): one flag each, named after it."""
+    out: dict[str, str] = {"encoding": "str"}
+    for cls in encodings().values():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in SPECIAL_FIELDS:
+                out.setdefault(f.name, getattr(hints[f.name], "__name__", str(hints[f.name])))
+    return out
 
 
 def add_parser(sub: Any) -> None:
@@ -46,15 +46,19 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for field, metavar in SPEC_FLAGS.items():
-        p.add_argument(f"--{field.replace('_', '-')}", dest=field, metavar=metavar, default=None)
+    for field, kind in spec_fields().items():
+        flag = f"--{field.replace('_', '-')}"
+        if kind == "bool":
+            p.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None)
+        else:
+            p.add_argument(flag, dest=field, metavar=field.upper(), default=None)
     p.add_argument(
         "--scaling-param",
         dest="scaling_param",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a schedule parameter (repeatable; lists comma-separated)",
+        help="a RoPE schedule parameter (repeatable; lists comma-separated)",
     )
     p.add_argument("--spec", metavar="FILE", help="JSON or TOML spec with the same keys (or artifacts = [...])")
     p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
@@ -69,7 +73,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
-    fields = {f: getattr(args, f) for f in SPEC_FLAGS if getattr(args, f) is not None}
+    fields = {f: getattr(args, f) for f in spec_fields() if getattr(args, f, None) is not None}
     if args.scaling_param:
         params: dict[str, str] = {}
         for item in args.scaling_param:
@@ -81,7 +85,7 @@ def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
-def specs_from_args(args: argparse.Namespace) -> list[RopeSpec]:
+def specs_from_args(args: argparse.Namespace) -> list[Any]:
     """The specs a command line asks for: a spec file, the flags, or the embedded default set."""
     flags = _flag_fields(args)
     if args.spec:
@@ -126,6 +130,9 @@ def _summary(report: dict[str, Any], path: Path, seconds: float) -> str:
     skipped = [r["name"] for r in report["runtimes"] if r["status"] == "skipped"]
     if skipped:
         ran += f" ({', '.join(skipped)} skipped: see report.json)"
-    tables = max((t["max_ulp"] or 0.0) for t in report["tables"]) if report["tables"] else 0.0
-    head = f"{verdict} {report['name']}: max |err| {errors} on {ran}; tables <= {tables:.3f} ulp ({seconds:.1f}s)"
+    tables = ""
+    if report["tables"]:
+        worst_table = max((t["max_ulp"] or 0.0) for t in report["tables"])
+        tables = f"; tables <= {worst_table:.3f} ulp"
+    head = f"{verdict} {report['name']}: max |err| {errors} on {ran}{tables} ({seconds:.1f}s)"
     return f"{head}\n  -> {path}"

@@ -9,11 +9,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
 from ropeexport.encodings.schedules import SCHEDULES
-from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, SPECS
+from ropeexport.registry import KINDS
+from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings
 
 
 def add_parser(sub: Any) -> None:
@@ -28,12 +30,25 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _encoding(name: str, cls: type) -> dict[str, Any]:
+    defaults = cls()  # every spec class builds with its defaults
+    fields = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls) if f.name != "name"}
+    out: dict[str, Any] = {
+        "summary": (cls.__doc__ or "").strip().splitlines()[0],
+        "artifacts": {a: KINDS[(name, a)].summary for a in cls.artifacts if (name, a) in KINDS},
+        "graphs": list(GRAPHS),
+        "dtypes": list(DTYPES),
+        "fields": {k: (dict(v) if isinstance(v, dict) else v) for k, v in fields.items()},
+    }
+    if name == "rope":
+        out["layouts"] = list(LAYOUTS)
+    return out
+
+
 def catalogue() -> dict[str, Any]:
     """What ropeexport can build, as plain data."""
     return {
-        "encodings": {
-            name: {"layouts": list(LAYOUTS), "graphs": list(GRAPHS), "dtypes": list(DTYPES)} for name in SPECS
-        },
+        "encodings": {name: _encoding(name, cls) for name, cls in encodings().items()},
         "schedules": {
             s.name: {
                 "summary": s.summary,
@@ -61,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     for name, enc in data["encodings"].items():
-        print(
-            f"encoding {name}: layouts {', '.join(enc['layouts'])}; graphs {', '.join(enc['graphs'])}; "
-            f"dtypes {', '.join(enc['dtypes'])}"
-        )
+        print(f"encoding {name}: {enc['summary']}")
+        for artifact, summary in enc["artifacts"].items():
+            print(f"  --artifact {artifact}: {summary}")
+        fields = ", ".join(f"--{k.replace('_', '-')} ({v})" for k, v in enc["fields"].items() if k != "scaling_params")
+        print(f"  fields (defaults): {fields}")
     print("schedules (--scaling NAME --scaling-param KEY=VALUE):")
     for name, s in data["schedules"].items():
         print(f"  {name:9s} {s['summary']}")

@@ -47,7 +47,7 @@ def check_positions(position_ids: torch.Tensor | np.ndarray, max_positions: int,
         )
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """Rotate the first r channels of x; cos/sin [b, s, r/2] in x's dtype, x [b, h, s, d]."""
     r = 2 * cos.shape[-1]
     cos, sin = cos[:, None], sin[:, None]  # [b, 1, s, r/2]
@@ -78,20 +78,28 @@ class RotaryEmbedding(nn.Module):
         s = self.spec
         return self.schedule.frequencies(s.rotary_dim, s.theta, s.scaling_params, seq_len)
 
-    def angles(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """float64 angles [b, s, r/2] for these positions, and the attention factor."""
+    def angles(self, position_ids: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, float]:
+        """float64 angles [b, s, r/2] for these positions, and the attention factor.
+
+        ``length`` is the call's L for length-dependent schedules (default: max(position_ids) + 1).
+        """
         check_positions(position_ids, self.spec.max_positions)
-        freqs = self.frequencies(int(position_ids.max()) + 1)
+        freqs = self.frequencies(int(position_ids.max()) + 1 if length is None else length)
         inv_freq = torch.from_numpy(freqs.inv_freq)  # float64 [r/2]
         return position_ids.to(torch.float64)[..., None] * inv_freq, freqs.attention_factor
 
-    def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cos and sin [b, s, r/2] in the spec dtype, each rounded once from float64."""
-        angles, attention = self.angles(position_ids)
+    def cos_sin(self, position_ids: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [b, s, r/2] in the spec dtype, each rounded once from float64."""
+        angles, attention = self.angles(position_ids, length)
         dtype = self.spec.dtype
         cos = to_torch(round_once((torch.cos(angles) * attention).numpy(), dtype))
         sin = to_torch(round_once((torch.sin(angles) * attention).numpy(), dtype))
         return cos, sin
+
+    def apply_rotation(self, x: torch.Tensor, position_ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        """x [b, h, s, d] rotated by position_ids [b, s]."""
+        cos, sin = self.cos_sin(position_ids, length)
+        return rotate_pairs(x, cos, sin, self.spec.layout != "half")
 
     def _check(self, query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tensor) -> None:
         s = self.spec
@@ -109,9 +117,8 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate query and key by their positions (shapes in the class docstring)."""
         self._check(query, key, position_ids)
-        cos, sin = self.cos_sin(position_ids)
-        interleaved = self.spec.layout != "half"
-        return rotate(query, cos, sin, interleaved), rotate(key, cos, sin, interleaved)
+        length = int(position_ids.max()) + 1
+        return self.apply_rotation(query, position_ids, length), self.apply_rotation(key, position_ids, length)
 
 
 class ComplexRotaryEmbedding(RotaryEmbedding):
@@ -123,20 +130,14 @@ class ComplexRotaryEmbedding(RotaryEmbedding):
     equivalent interleaved graph.
     """
 
-    def _rotate(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+    def apply_rotation(self, x: torch.Tensor, position_ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        """x [b, h, s, d] rotated as complex numbers: view_as_complex(x) * polar(attention, angles)."""
+        angles, attention = self.angles(position_ids, length)
+        freqs_cis = torch.polar(torch.full_like(angles, attention), angles).to(torch.complex64)  # [b, s, r/2]
         r = self.spec.rotary_dim
         rot = torch.view_as_complex(x[..., :r].float().reshape(*x.shape[:-1], r // 2, 2))  # [b, h, s, r/2]
         out = torch.view_as_real(rot * freqs_cis[:, None]).flatten(-2).type_as(x)
         return torch.cat((out, x[..., r:]), dim=-1)
-
-    def forward(
-        self, query: torch.Tensor, key: torch.Tensor, *, position_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate query and key as complex numbers (shapes in RotaryEmbedding's docstring)."""
-        self._check(query, key, position_ids)
-        angles, attention = self.angles(position_ids)
-        freqs_cis = torch.polar(torch.full_like(angles, attention), angles).to(torch.complex64)  # [b, s, r/2]
-        return self._rotate(query, freqs_cis), self._rotate(key, freqs_cis)
 
 
 def reference_module(spec: RopeSpec) -> RotaryEmbedding:
@@ -162,3 +163,23 @@ def table_regimes(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
         angles = positions * freqs.inv_freq[None, :]  # [P, r/2], float64
         out.append((np.cos(angles) * freqs.attention_factor, np.sin(angles) * freqs.attention_factor))
     return out
+
+
+def rope_scores(
+    module: RotaryEmbedding,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    query_position_ids: torch.Tensor,
+    key_position_ids: torch.Tensor,
+) -> torch.Tensor:
+    """Attention logits of the rotated pair, (R_i q_i) . (R_j k_j) / sqrt(d): [b, num_heads, q_len, k_len].
+
+    query [b, num_heads, q_len, d], key [b, num_kv_heads, k_len, d]; query head h meets key head
+    h // (num_heads / num_kv_heads). L = max over both position inputs + 1.
+    """
+    spec = module.spec
+    length = int(max(query_position_ids.max(), key_position_ids.max())) + 1
+    q = module.apply_rotation(query, query_position_ids, length)
+    k = module.apply_rotation(key, key_position_ids, length)
+    k = k.repeat_interleave(spec.num_heads // spec.num_kv_heads, dim=1)
+    return (q @ k.transpose(-1, -2)) * (1.0 / spec.head_dim**0.5)

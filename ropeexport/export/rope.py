@@ -39,109 +39,109 @@ def _tables(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str]:
     return g.const("cos_table", cos), g.const("sin_table", sin)
 
 
-def _row_index(g: GraphBuilder, spec: RopeSpec, length: str | None) -> str:
-    """Table rows for position_ids [b, s]: shifted to the long table when asked, out of range when invalid."""
+def _length(g: GraphBuilder, positions: list[str]) -> str:
+    """L = max over every position input + 1, a scalar int64: the call length that picks a schedule's regime."""
+    maxima = [g.op("ReduceMax", [p], keepdims=0) for p in positions]
+    top = maxima[0] if len(maxima) == 1 else g.op("Max", maxima)
+    return g.op("Add", [top, g.const("one_i64", np.array(1, np.int64))], name="call_length")
+
+
+def _row_index(g: GraphBuilder, spec: RopeSpec, length: str | None, pos: str) -> str:
+    """Table rows for ``pos`` [b, s]: shifted to the long table when asked, past the table when invalid."""
     P = spec.max_positions
-    pos = "position_ids"
-    bad = g.op(
-        "Or",
-        [
-            g.op("Less", [pos, g.const("zero_i64", np.array(0, np.int64))]),
-            g.op("Not", [g.op("Less", [pos, g.const("max_positions", np.array(P, np.int64))])]),
-        ],
-    )
+    i64 = lambda v: np.array(v, np.int64)  # noqa: E731
+    below = g.op("Less", [pos, g.const(f"{pos}_zero", i64(0))])
+    beyond = g.op("Not", [g.op("Less", [pos, g.const(f"{pos}_max_positions", i64(P))])])
+    bad = g.op("Or", [below, beyond])
     rows = pos
     schedule = get_schedule(spec.scaling)
     if schedule.regime == "switch":
         assert length is not None, "a switched schedule needs the call length"
-        threshold = g.const("original_length", np.array(schedule.threshold(spec.scaling_params), np.int64))
+        threshold = g.const(f"{pos}_original_length", i64(schedule.threshold(spec.scaling_params)))
         use_long = g.op("Cast", [g.op("Greater", [length, threshold])], to=TensorProto.INT64)
-        rows = g.op("Add", [pos, g.op("Mul", [use_long, g.const("table_rows", np.array(P, np.int64))])])
+        rows = g.op("Add", [pos, g.op("Mul", [use_long, g.const(f"{pos}_table_rows", i64(P))])])
     n_rows = P * (2 if schedule.regime == "switch" else 1)
-    return g.op("Where", [bad, g.const("past_table", np.array(n_rows, np.int64)), rows], name="row_index")
+    return g.op("Where", [bad, g.const(f"{pos}_past_table", i64(n_rows)), rows], name=f"{pos}_rows")
 
 
-def _length(g: GraphBuilder) -> str:
-    """L = max(position_ids) + 1, a scalar int64."""
-    return g.op(
-        "Add",
-        [g.op("ReduceMax", ["position_ids"], keepdims=0), g.const("one_i64", np.array(1, np.int64))],
-        name="call_length",
-    )
-
-
-def _dynamic_branch(spec: RopeSpec, length: str) -> onnx.GraphProto:
+def _dynamic_branch(spec: RopeSpec, length: str, pos: str) -> onnx.GraphProto:
     """If-branch computing cos/sin [b, s, r/2] for dynamic NTK once L > original, in float64, rounded once."""
-    g = GraphBuilder(prefix="dyn_")
+    g = GraphBuilder(prefix=f"dyn_{pos}_")
     p = spec.scaling_params
     r, factor, original = spec.rotary_dim, p["factor"], p["original_max_position_embeddings"]
-    f64 = np.float64
+    f64 = lambda v: np.array(v, np.float64)  # noqa: E731
     # base(L) = theta * (factor * L / original - (factor - 1)) ** (r / (r - 2)); inv_freq_i = base^(-2i/r)
-    ratio = g.op(
-        "Sub",
-        [
-            g.op(
-                "Mul",
-                [
-                    g.op("Cast", [length], to=TensorProto.DOUBLE),
-                    g.const("factor_per_len", np.array(factor / original, f64)),
-                ],
-            ),
-            g.const("factor_minus_one", np.array(factor - 1, f64)),
-        ],
+    scaled = g.op(
+        "Mul", [g.op("Cast", [length], to=TensorProto.DOUBLE), g.const("factor_per_len", f64(factor / original))]
     )
-    log_base = g.op(
-        "Add",
-        [
-            g.const("log_theta", np.array(math.log(spec.theta), f64)),
-            g.op("Mul", [g.const("base_power", np.array(r / (r - 2), f64)), g.op("Log", [ratio])]),
-        ],
-    )
-    exponents = g.const("neg_exponents", -np.arange(0, r, 2, dtype=f64) / r)  # [r/2]
+    ratio = g.op("Sub", [scaled, g.const("factor_minus_one", f64(factor - 1))])
+    power = g.op("Mul", [g.const("base_power", f64(r / (r - 2))), g.op("Log", [ratio])])
+    log_base = g.op("Add", [g.const("log_theta", f64(math.log(spec.theta))), power])
+    exponents = g.const("neg_exponents", -np.arange(0, r, 2, dtype=np.float64) / r)  # [r/2]
     inv_freq = g.op("Exp", [g.op("Mul", [exponents, log_base])])
-    positions = g.op(
-        "Unsqueeze",
-        [g.op("Cast", ["position_ids"], to=TensorProto.DOUBLE), g.const("last_axis", np.array([-1], np.int64))],
-    )
+    last = g.const("last_axis", np.array([-1], np.int64))
+    positions = g.op("Unsqueeze", [g.op("Cast", [pos], to=TensorProto.DOUBLE), last])  # [b, s, 1]
     angles = g.op("Mul", [positions, inv_freq])  # [b, s, r/2] float64
     dtype = ONNX_DTYPES[spec.dtype]
-    cos = g.op("Cast", [g.op("Cos", [angles])], to=dtype, name="dyn_cos")
-    sin = g.op("Cast", [g.op("Sin", [angles])], to=dtype, name="dyn_sin")
+    cos = g.op("Cast", [g.op("Cos", [angles])], to=dtype, name=f"dyn_{pos}_cos")
+    sin = g.op("Cast", [g.op("Sin", [angles])], to=dtype, name=f"dyn_{pos}_sin")
     outs = [helper.make_tensor_value_info(n, dtype, None) for n in (cos, sin)]
-    return helper.make_graph(g.nodes, "dynamic_ntk", [], outs, g.initializers)
+    return helper.make_graph(g.nodes, f"dynamic_ntk_{pos}", [], outs, g.initializers)
 
 
-def _cos_sin_rows(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str, str | None]:
-    """(cos, sin, rows): table names plus row index for a fused node, or per-token [b, s, r/2] with rows None."""
+def _cos_sin_rows(
+    g: GraphBuilder, spec: RopeSpec, tables: tuple[str, str], pos: str, length: str | None
+) -> tuple[str, str, str | None]:
+    """(cos, sin, rows) for one position input: tables plus rows for a fused node, or per-token [b, s, r/2]."""
     schedule = get_schedule(spec.scaling)
-    cos_table, sin_table = _tables(g, spec)
-    length = _length(g) if schedule.regime != "static" else None
-    rows = _row_index(g, spec, length)
+    cos_table, sin_table = tables
+    rows = _row_index(g, spec, length, pos)
     if schedule.regime != "continuous":
         if spec.graph == "fused":
             return cos_table, sin_table, rows
-        return g.op("Gather", [cos_table, rows], name="cos"), g.op("Gather", [sin_table, rows], name="sin"), None
-    # The gathers run before the If whichever branch it takes: they are what rejects a bad position.
-    cos = g.op("Gather", [cos_table, rows], name="cos_default")
-    sin = g.op("Gather", [sin_table, rows], name="sin_default")
-    dtype = ONNX_DTYPES[spec.dtype]
+        cos = g.op("Gather", [cos_table, rows], name=f"{pos}_cos")
+        return cos, g.op("Gather", [sin_table, rows], name=f"{pos}_sin"), None
     assert length is not None, "a continuous schedule needs the call length"
+    # The gathers run before the If whichever branch it takes: they are what rejects a bad position.
+    cos = g.op("Gather", [cos_table, rows], name=f"{pos}_cos_default")
+    sin = g.op("Gather", [sin_table, rows], name=f"{pos}_sin_default")
+    dtype = ONNX_DTYPES[spec.dtype]
+    kept = [f"{pos}_keep_cos", f"{pos}_keep_sin"]
     keep = helper.make_graph(
-        [helper.make_node("Identity", [cos], ["keep_cos"]), helper.make_node("Identity", [sin], ["keep_sin"])],
-        "default_table",
+        [helper.make_node("Identity", [cos], [kept[0]]), helper.make_node("Identity", [sin], [kept[1]])],
+        f"default_table_{pos}",
         [],
-        [helper.make_tensor_value_info(n, dtype, None) for n in ("keep_cos", "keep_sin")],
+        [helper.make_tensor_value_info(n, dtype, None) for n in kept],
     )
-    past = g.op(
-        "Greater", [length, g.const("original_length", np.array(schedule.threshold(spec.scaling_params), np.int64))]
-    )
-    branch = _dynamic_branch(spec, length)
-    cos, sin = g.op("If", [past], n_out=2, name="schedule", then_branch=branch, else_branch=keep)
+    threshold = g.const(f"{pos}_original", np.array(schedule.threshold(spec.scaling_params), np.int64))
+    past = g.op("Greater", [length, threshold])
+    branch = _dynamic_branch(spec, length, pos)
+    cos, sin = g.op("If", [past], n_out=2, name=f"{pos}_schedule", then_branch=branch, else_branch=keep)
     return cos, sin, None
 
 
+def _rotate(
+    g: GraphBuilder, spec: RopeSpec, x: str, heads: int, cos_sin_rows: tuple[str, str, str | None], out: str
+) -> None:
+    """x [b, heads, s, d] rotated by ``_cos_sin_rows`` of its position input, written to ``out``."""
+    cos, sin, rows = cos_sin_rows
+    if spec.graph == "fused":
+        inputs = [x, cos, sin] + ([rows] if rows else [])
+        interleaved = int(spec.layout != "half")
+        g.op(
+            "RotaryEmbedding",
+            inputs,
+            name=out,
+            interleaved=interleaved,
+            num_heads=heads,
+            rotary_embedding_dim=spec.rotary_dim,
+        )
+    else:
+        _rotate_decomposed(g, spec, x, cos, sin, out)
+
+
 def _rotate_decomposed(g: GraphBuilder, spec: RopeSpec, x: str, cos: str, sin: str, out: str) -> None:
-    """X [b, h, s, d] rotated by cos/sin [b, s, r/2] with opset-17 primitives, written to ``out``."""
+    """Rotate x [b, h, s, d] by cos/sin [b, s, r/2] with opset-17 primitives, written to ``out``."""
     r, d = spec.rotary_dim, spec.head_dim
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     cos4 = g.op("Unsqueeze", [cos, g.const(f"{x}_head_axis", i64(1))])  # [b, 1, s, r/2]
@@ -168,42 +168,87 @@ def _rotate_decomposed(g: GraphBuilder, spec: RopeSpec, x: str, cos: str, sin: s
         g.op("Concat", [rotated, tail], axis=-1, name=out)
 
 
+def _io(name: str, dtype: int, dims: list[int | str]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, dims)
+
+
+def _metadata(spec: RopeSpec, positions: list[str]) -> dict[str, str]:
+    return {
+        "ropeexport.encoding": spec.encoding,
+        "ropeexport.artifact": spec.artifact,
+        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
+        # Runners read these two to reject positions outside the table before running anything.
+        "ropeexport.max_positions": str(spec.max_positions),
+        "ropeexport.position_inputs": ",".join(positions),
+    }
+
+
 def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
-    """The ONNX model for a RoPE spec (contract in the module docstring)."""
+    """The ``rope`` artifact: query and key rotated by position_ids (contract in the module docstring)."""
     g = GraphBuilder()
-    cos, sin, rows = _cos_sin_rows(g, spec)
-    dtype = ONNX_DTYPES[spec.dtype]
-    interleaved = int(spec.layout != "half")
+    tables = _tables(g, spec)
+    regime = get_schedule(spec.scaling).regime
+    length = _length(g, ["position_ids"]) if regime != "static" else None
+    rows = _cos_sin_rows(g, spec, tables, "position_ids", length)  # shared by query and key
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
-        if spec.graph == "fused":
-            inputs = [x, cos, sin] + ([rows] if rows else [])
-            g.op(
-                "RotaryEmbedding",
-                inputs,
-                name=f"{x}_out",
-                interleaved=interleaved,
-                num_heads=heads,
-                rotary_embedding_dim=spec.rotary_dim,
-            )
-        else:
-            _rotate_decomposed(g, spec, x, cos, sin, f"{x}_out")
-    io = lambda name, heads: helper.make_tensor_value_info(name, dtype, ["batch", heads, "seq", spec.head_dim])  # noqa: E731
+        _rotate(g, spec, x, heads, rows, f"{x}_out")
+    dtype, d = ONNX_DTYPES[spec.dtype], spec.head_dim
     graph = helper.make_graph(
         g.nodes,
         spec.name,
         [
-            io("query", spec.num_heads),
-            io("key", spec.num_kv_heads),
-            helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]),
+            _io("query", dtype, ["batch", spec.num_heads, "seq", d]),
+            _io("key", dtype, ["batch", spec.num_kv_heads, "seq", d]),
+            _io("position_ids", TensorProto.INT64, ["batch", "seq"]),
         ],
-        [io("query_out", spec.num_heads), io("key_out", spec.num_kv_heads)],
+        [
+            _io("query_out", dtype, ["batch", spec.num_heads, "seq", d]),
+            _io("key_out", dtype, ["batch", spec.num_kv_heads, "seq", d]),
+        ],
         g.initializers,
     )
-    metadata = {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        # Runners read these two to reject positions outside the table before running anything.
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": "position_ids",
-    }
-    return make_model(graph, OPSETS[spec.graph], metadata=metadata)
+    return make_model(graph, OPSETS[spec.graph], metadata=_metadata(spec, ["position_ids"]))
+
+
+def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
+    """The ``scores`` artifact: (R_i q_i) . (R_j k_j) / sqrt(head_dim) for every query i and key j.
+
+    Inputs query [b, num_heads, q_len, d], key [b, num_kv_heads, k_len, d], query_position_ids [b, q_len],
+    key_position_ids [b, k_len]; output scores [b, num_heads, q_len, k_len]. With grouped-query attention, query
+    head h meets key head h // (num_heads / num_kv_heads). L for the schedule is max over both position inputs + 1.
+    """
+    g = GraphBuilder()
+    tables = _tables(g, spec)
+    positions = ["query_position_ids", "key_position_ids"]
+    regime = get_schedule(spec.scaling).regime
+    length = _length(g, positions) if regime != "static" else None
+    _rotate(g, spec, "query", spec.num_heads, _cos_sin_rows(g, spec, tables, positions[0], length), "query_rotated")
+    _rotate(g, spec, "key", spec.num_kv_heads, _cos_sin_rows(g, spec, tables, positions[1], length), "key_rotated")
+    key = "key_rotated"
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    if KV != H:
+        i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+        grouped = g.op("Unsqueeze", ["key_rotated", g.const("group_axis", i64(2))])  # [b, KV, 1, k, d]
+        shape = g.op(
+            "Concat",
+            [g.op("Shape", [grouped], end=2), g.const("group", i64(H // KV)), g.op("Shape", [grouped], start=3)],
+            axis=0,
+        )
+        key = g.op("Reshape", [g.op("Expand", [grouped, shape]), g.const("heads_shape", i64(0, H, -1, d))])
+    logits = g.op("MatMul", ["query_rotated", g.op("Transpose", [key], perm=[0, 1, 3, 2])])
+    dtype = ONNX_DTYPES[spec.dtype]
+    scale = g.const("scale", round_once(np.array(1.0 / math.sqrt(d)), spec.dtype))
+    g.op("Mul", [logits, scale], name="scores")
+    graph = helper.make_graph(
+        g.nodes,
+        spec.name,
+        [
+            _io("query", dtype, ["batch", H, "q_len", d]),
+            _io("key", dtype, ["batch", KV, "k_len", d]),
+            _io(positions[0], TensorProto.INT64, ["batch", "q_len"]),
+            _io(positions[1], TensorProto.INT64, ["batch", "k_len"]),
+        ],
+        [_io("scores", dtype, ["batch", H, "q_len", "k_len"])],
+        g.initializers,
+    )
+    return make_model(graph, OPSETS[spec.graph], metadata=_metadata(spec, positions))

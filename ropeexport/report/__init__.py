@@ -7,7 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ropeexport.verify.rope import Verification
+from ropeexport.verify.core import Verification
 
 REPORT_SCHEMA = "ropeexport.report/1"
 

@@ -6,6 +6,7 @@ does); a comparison fails when any element fails.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,20 +69,27 @@ class Comparison:
     def __bool__(self) -> bool:
         return self.passed
 
-    def update(self, probe: str, actual: np.ndarray, expected: np.ndarray, positions: np.ndarray) -> None:
-        """Fold one probe in; arrays [b, h, s, d], positions [b, s]."""
+    def update(
+        self, probe: str, actual: np.ndarray, expected: np.ndarray, locate: Callable[[tuple[int, ...]], dict[str, Any]]
+    ) -> None:
+        """Fold one probe in; ``locate`` turns the index of the worst element into where it sits (for reports)."""
         if actual.shape != expected.shape:
             self.failures += max(1, expected.size)
             self.worst = {"probe": probe, "error": f"shape {list(actual.shape)} != {list(expected.shape)}"}
             return
         a = np.asarray(actual, dtype=np.float64)
         e = np.asarray(expected, dtype=np.float64)
-        abs_err = np.abs(a - e)
-        abs_err[~np.isfinite(a)] = np.inf
+        with np.errstate(invalid="ignore"):
+            abs_err = np.where(a == e, 0.0, np.abs(a - e))  # equal infinities (masked logits) agree
+        abs_err[np.isnan(abs_err) | (np.isnan(a) != np.isnan(e))] = np.inf
         # Relative error means nothing where the expected value is below atol (outputs that cancel to ~0): those
         # elements are judged by atol alone, and max_rel is taken over the others.
-        rel_err = np.where(np.abs(e) >= self.atol, abs_err / np.maximum(np.abs(e), self.atol), 0.0)
-        ulps = ulp_distance(a, e, self.dtype, floor=1.0)  # see ulp_distance
+        with np.errstate(invalid="ignore"):
+            rel_err = np.where(np.abs(e) >= self.atol, abs_err / np.maximum(np.abs(e), self.atol), 0.0)
+        rel_err[np.isnan(rel_err)] = np.inf  # inf error against an infinite expectation
+        finite = np.isfinite(a) & np.isfinite(e)
+        ulps = np.where(abs_err > 0, np.inf, 0.0)
+        ulps[finite] = ulp_distance(a[finite], e[finite], self.dtype, floor=1.0)  # see ulp_distance
         n = self.elements + a.size
         self.mean_abs = (self.mean_abs * self.elements + float(np.sum(np.minimum(abs_err, 1e300)))) / n
         self.elements = n
@@ -90,15 +98,12 @@ class Comparison:
         self.max_ulp = max(self.max_ulp, float(ulps.max()))
         if a.size and float(abs_err.max()) >= self.max_abs and np.isfinite(self.max_abs):
             self.max_abs = float(abs_err.max())
-            b, h, s, d = (int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
             self.worst = {
                 "probe": probe,
-                "batch": b,
-                "head": h,
-                "position": int(positions[b, s]),
-                "channel": d,
-                "actual": float(a[b, h, s, d]),
-                "expected": float(e[b, h, s, d]),
+                **locate(index),
+                "actual": _json_float(a[index]),
+                "expected": _json_float(e[index]),
             }
 
     def fail(self, probe: str, reason: str) -> None:
@@ -114,3 +119,9 @@ class Comparison:
             if not np.isfinite(out[key]):
                 out[key] = None  # JSON has no infinity; worst["error"] says what happened
         return out
+
+
+def _json_float(value: Any) -> float | str:
+    """A float for JSON: infinities and NaN as strings ("-inf"), which JSON cannot hold as numbers."""
+    value = float(value)
+    return value if np.isfinite(value) else str(value)

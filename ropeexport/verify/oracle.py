@@ -12,11 +12,15 @@ from ropeexport.encodings.schedules import get_schedule
 from ropeexport.spec import RopeSpec
 
 
-def rope_oracle(spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray) -> np.ndarray:
-    """X [b, h, s, d] (any float dtype) rotated in float64 by position_ids [b, s]; returns float64 [b, h, s, d]."""
+def rope_oracle(spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray, length: int | None = None) -> np.ndarray:
+    """Rotate x [b, h, s, d] (any float dtype) in float64 by position_ids [b, s]; float64 [b, h, s, d] out.
+
+    ``length`` is the call's L for length-dependent schedules (default max(position_ids) + 1).
+    """
     schedule = get_schedule(spec.scaling)
     r = spec.rotary_dim
-    freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, int(position_ids.max()) + 1)
+    length = int(position_ids.max()) + 1 if length is None else length
+    freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, length)
     rotor = freqs.attention_factor * np.exp(1j * position_ids[..., None] * freqs.inv_freq)[:, None]  # [b, 1, s, r/2]
     x = np.asarray(x, dtype=np.float64)
     rot = x[..., :r]
@@ -45,3 +49,13 @@ def rope_table_oracle(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
         angles = np.outer(positions, freqs.inv_freq)
         out.append((freqs.attention_factor * np.cos(angles), freqs.attention_factor * np.sin(angles)))
     return out
+
+
+def rope_scores_oracle(
+    spec: RopeSpec, query: np.ndarray, key: np.ndarray, query_position_ids: np.ndarray, key_position_ids: np.ndarray
+) -> np.ndarray:
+    """float64 logits [b, num_heads, q_len, k_len] of the rotated pair, scaled by 1/sqrt(head_dim)."""
+    length = int(max(query_position_ids.max(), key_position_ids.max())) + 1
+    q = rope_oracle(spec, query, query_position_ids, length)
+    k = np.repeat(rope_oracle(spec, key, key_position_ids, length), spec.num_heads // spec.num_kv_heads, axis=1)
+    return np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(spec.head_dim)

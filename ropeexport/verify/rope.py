@@ -12,8 +12,6 @@ The stored tables are checked at every row, so together with the sweep every tab
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,47 +20,24 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from ropeexport.encodings.rope import reference_module, to_torch
+from ropeexport.encodings.rope import reference_module, rope_scores, to_torch
 from ropeexport.encodings.schedules import get_schedule
-from ropeexport.errors import RuntimeUnavailable
 from ropeexport.numerics import FORMATS, ulp_distance
-from ropeexport.runtimes import open_runner
+from ropeexport.registry import Feeds, Probe
 from ropeexport.spec import RopeSpec
-from ropeexport.verify.compare import TOLERANCES, Comparison
-from ropeexport.verify.oracle import rope_oracle, rope_table_oracle
+from ropeexport.verify.oracle import rope_oracle, rope_scores_oracle, rope_table_oracle
 
 SWEEP_ELEMENTS = 2**25  # input elements the sweep may feed in all (about 10 s of eager + float64 work on 2 cores)
 CALL_ELEMENTS = 2**21  # input elements per sweep call
 TABLE_MAX_ULP = 0.5  # rounded once to nearest: never more than half a unit in the last place
 
 
-@dataclass(frozen=True)
-class Probe:
-    """One call: a name and its position_ids [b, s]."""
-
-    name: str
-    position_ids: np.ndarray
-
-
-@dataclass
-class Verification:
-    """Everything verification found; ``passed`` only when something ran and nothing failed."""
-
-    comparisons: list[Comparison]
-    tables: list[dict[str, Any]]
-    runtimes: list[dict[str, Any]]
-    probes: list[dict[str, Any]]
-    coverage: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        """True when at least one runtime ran, every comparison passed, and every table check passed."""
-        ran = any(r["status"] == "verified" for r in self.runtimes)
-        return ran and all(c.passed for c in self.comparisons) and all(t["passed"] for t in self.tables)
-
-
 def _row(name: str, start: int, stop: int) -> Probe:
-    return Probe(name, np.arange(start, stop, dtype=np.int64)[None, :])
+    return _probe(name, np.arange(start, stop, dtype=np.int64)[None, :])
+
+
+def _probe(name: str, position_ids: np.ndarray) -> Probe:
+    return Probe(name, {"position_ids": position_ids})
 
 
 def rope_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
@@ -71,14 +46,14 @@ def rope_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
     s = min(8, P)
     probes = [_row("start", 0, s), _row("end", P - s, P)]
     offsets = [0, P // 2 - s // 2, P - s]
-    probes.append(Probe("row-offsets", np.stack([np.arange(o, o + s, dtype=np.int64) for o in offsets])))
-    probes.append(Probe("decode", np.array([[P - 1], [0], [P // 2]], dtype=np.int64)))
+    probes.append(_probe("row-offsets", np.stack([np.arange(o, o + s, dtype=np.int64) for o in offsets])))
+    probes.append(_probe("decode", np.array([[P - 1], [0], [P // 2]], dtype=np.int64)))
     threshold = get_schedule(spec.scaling).threshold(spec.scaling_params)
     if threshold is not None and threshold < P:
         probes.append(_row("below-original", max(0, threshold - s), threshold))  # L = original
         probes.append(_row("above-original", max(0, threshold - s + 1), threshold + 1))  # L = original + 1
         low = np.concatenate([np.arange(min(s, threshold), dtype=np.int64), [threshold]])
-        probes.append(Probe("long-regime-low-positions", low[None, :]))
+        probes.append(_probe("long-regime-low-positions", low[None, :]))
     per_position = (spec.num_heads + spec.num_kv_heads) * spec.head_dim
     stride = max(1, -(-P * per_position // SWEEP_ELEMENTS))
     positions = set(range(0, P, stride)) | {P - 1}
@@ -93,7 +68,7 @@ def rope_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
     chunk = max(1, CALL_ELEMENTS // per_position)
     for i in range(0, len(ordered), chunk):
         part = ordered[i : i + chunk]
-        probes.append(Probe(f"sweep[{part[0]}..{part[-1]}]", part[None, :]))
+        probes.append(_probe(f"sweep[{part[0]}..{part[-1]}]", part[None, :]))
     coverage = {
         "positions_checked": len(ordered),
         "max_positions": P,
@@ -134,84 +109,99 @@ def check_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:
     return results
 
 
-def _inputs(spec: RopeSpec, rng: np.random.Generator, positions: np.ndarray) -> dict[str, np.ndarray]:
-    b, s = positions.shape
-    dtype = FORMATS[spec.dtype].np_dtype
-    shape = lambda heads: (b, heads, s, spec.head_dim)  # noqa: E731
-    return {
-        "query": rng.standard_normal(shape(spec.num_heads), dtype=np.float32).astype(dtype),
-        "key": rng.standard_normal(shape(spec.num_kv_heads), dtype=np.float32).astype(dtype),
-        "position_ids": positions,
-    }
-
-
-def _open(names: list[str], model_path: Path) -> Iterator[tuple[str, Any, str | None]]:
-    for name in names:
-        try:
-            yield name, open_runner(name, model_path), None
-        except RuntimeUnavailable as exc:
-            yield name, None, str(exc)
-
-
-def verify_rope(spec: RopeSpec, model_path: Path, runtimes: list[str], seed: int = 0) -> Verification:
-    """Run the artifact on every probe with each runtime and compare with eager and float64 (module docstring)."""
-    tables = check_tables(spec, model_path)
-    opened = list(_open(runtimes, model_path))
-    if not any(r is not None for _, r, _ in opened) and "onnx-reference" not in runtimes:
-        # Nothing asked for can run this dtype here (ORT CPU has no bf16 kernels): the spec's own evaluator still can.
-        opened += list(_open(["onnx-reference"], model_path))
-    runners = [(n, r) for n, r, _ in opened if r is not None]
-    runtime_info = [{"name": n, "status": "skipped", "reason": why} for n, r, why in opened if r is None]
-    runtime_info += [{"name": n, "status": "verified", "device": r.describe()} for n, r in runners]
-    reference = reference_module(spec)
-    tol = TOLERANCES[spec.dtype]
-    comparisons: dict[tuple[str, str, str], Comparison] = {}
-    probes, coverage = rope_probes(spec)
-    rng = np.random.default_rng(seed)
-    for probe in probes:
-        feeds = _inputs(spec, rng, probe.position_ids)
-        with torch.no_grad():
-            eager = reference(
-                to_torch(feeds["query"]), to_torch(feeds["key"]), position_ids=torch.from_numpy(probe.position_ids)
-            )
-        expected = {
-            "eager": {"query_out": _numpy(eager[0]), "key_out": _numpy(eager[1])},
-            "float64": {
-                "query_out": rope_oracle(spec, feeds["query"], probe.position_ids),
-                "key_out": rope_oracle(spec, feeds["key"], probe.position_ids),
-            },
-        }
-        for runtime, runner in runners:
-            try:
-                outputs: dict[str, np.ndarray] | None = runner.infer(feeds)
-                error = ""
-            except Exception as exc:  # a runtime error on a valid call is a verification failure, not a crash
-                outputs, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            for ref_name, refs in expected.items():
-                for output, want in refs.items():
-                    key = (ref_name, runtime, output)
-                    if key not in comparisons:
-                        comparisons[key] = Comparison(ref_name, runtime, output, spec.dtype, tol.atol, tol.rtol)
-                    if outputs is None or output not in outputs:
-                        comparisons[key].fail(probe.name, error or f"the runtime returned no {output!r}")
-                    else:
-                        comparisons[key].update(probe.name, outputs[output], want, probe.position_ids)
-    for _, runner in runners:
-        runner.close()
-    probe_info = [
-        {
-            "name": p.name,
-            "shape": list(p.position_ids.shape),
-            "min_position": int(p.position_ids.min()),
-            "max_position": int(p.position_ids.max()),
-        }
-        for p in probes
-    ]
-    coverage["tolerance"] = {"dtype": spec.dtype, "atol": tol.atol, "rtol": tol.rtol, "reason": tol.reason}
-    return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage)
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    return rng.standard_normal(shape, dtype=np.float32).astype(FORMATS[dtype].np_dtype)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy()  # exact: every bf16 value is a float32 value
-    return t.numpy()
+    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()  # every bf16 value is a float32 value
+
+
+def rope_feeds(spec: RopeSpec, probe: Probe, rng: np.random.Generator) -> Feeds:
+    """Standard-normal query [b, num_heads, s, d] and key [b, num_kv_heads, s, d] for the probe's positions."""
+    b, s = probe.positions["position_ids"].shape
+    return {
+        "query": _normal(rng, (b, spec.num_heads, s, spec.head_dim), spec.dtype),
+        "key": _normal(rng, (b, spec.num_kv_heads, s, spec.head_dim), spec.dtype),
+        "position_ids": probe.positions["position_ids"],
+    }
+
+
+def rope_eager(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+    """The eager reference module's outputs in the artifact dtype."""
+    with torch.no_grad():
+        q, k = reference_module(spec)(
+            to_torch(feeds["query"]), to_torch(feeds["key"]), position_ids=torch.from_numpy(feeds["position_ids"])
+        )
+    return {"query_out": _numpy(q), "key_out": _numpy(k)}
+
+
+def rope_float64(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+    """The float64 oracle's outputs."""
+    pos = feeds["position_ids"]
+    return {"query_out": rope_oracle(spec, feeds["query"], pos), "key_out": rope_oracle(spec, feeds["key"], pos)}
+
+
+def rope_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, Any]:
+    """(batch, head, seq, channel) -> where that element sits."""
+    b, h, s, d = index
+    return {"batch": b, "head": h, "position": int(probe.positions["position_ids"][b, s]), "channel": d}
+
+
+def scores_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
+    """Self-attention calls at the rope probes' positions, plus decode calls (one query against a window)."""
+    base, coverage = rope_probes(spec)
+    probes = []
+    for p in base:
+        pos = p.positions["position_ids"][:, :64]  # scores grow with q_len * k_len: keep calls small
+        probes.append(Probe(p.name, {"query_position_ids": pos, "key_position_ids": pos}))
+    P = spec.max_positions
+    for name, q in (("decode-at-end", P - 1), ("decode-at-middle", P // 2)):
+        keys = np.unique(np.linspace(0, q, num=min(q + 1, 32)).astype(np.int64))
+        probes.append(Probe(name, {"query_position_ids": np.array([[q]], np.int64), "key_position_ids": keys[None]}))
+    coverage["sweep"] += " (first 64 positions of each sweep call as queries and keys)"
+    return probes, coverage
+
+
+def scores_feeds(spec: RopeSpec, probe: Probe, rng: np.random.Generator) -> Feeds:
+    """Standard-normal query [b, num_heads, q_len, d] and key [b, num_kv_heads, k_len, d]."""
+    qpos, kpos = probe.positions["query_position_ids"], probe.positions["key_position_ids"]
+    return {
+        "query": _normal(rng, (qpos.shape[0], spec.num_heads, qpos.shape[1], spec.head_dim), spec.dtype),
+        "key": _normal(rng, (kpos.shape[0], spec.num_kv_heads, kpos.shape[1], spec.head_dim), spec.dtype),
+        "query_position_ids": qpos,
+        "key_position_ids": kpos,
+    }
+
+
+def scores_eager(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+    """Eager logits of the rotated pair in the artifact dtype."""
+    t = {
+        k: (to_torch(v) if v.dtype.kind == "f" or v.dtype.name == "bfloat16" else torch.from_numpy(v))
+        for k, v in feeds.items()
+    }
+    with torch.no_grad():
+        scores = rope_scores(
+            reference_module(spec), t["query"], t["key"], t["query_position_ids"], t["key_position_ids"]
+        )
+    return {"scores": _numpy(scores)}
+
+
+def scores_float64(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+    """float64 logits from the complex-form oracle."""
+    return {
+        "scores": rope_scores_oracle(
+            spec, feeds["query"], feeds["key"], feeds["query_position_ids"], feeds["key_position_ids"]
+        )
+    }
+
+
+def scores_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, Any]:
+    """(batch, head, i, j) -> the query and key positions of that logit."""
+    b, h, i, j = index
+    return {
+        "batch": b,
+        "head": h,
+        "query_position": int(probe.positions["query_position_ids"][b, i]),
+        "key_position": int(probe.positions["key_position_ids"][b, j]),
+    }

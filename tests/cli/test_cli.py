@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ropeexport import build as build_module
 from ropeexport.cli import main
 from ropeexport.export.rope import build_rope_graph
+from ropeexport.registry import KINDS, kind_for
 from ropeexport.spec import RopeSpec
 
 SMALL = ["--head-dim", "16", "--num-heads", "4", "--num-kv-heads", "2", "--max-positions", "128"]
@@ -247,9 +248,9 @@ def test_rebuild_replaces_an_existing_artifact(tmp_path: Path, capsys) -> None:
 
 def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys, monkeypatch) -> None:
     # An exporter with a bug (it builds the interleaved rotation for a half-layout spec) must be caught.
-    monkeypatch.setitem(
-        build_module.EXPORTERS, "rope", lambda spec: build_rope_graph(spec.replace(layout="interleaved"))
-    )
+    kind = kind_for(RopeSpec())
+    wrong = dataclasses.replace(kind, export=lambda spec: build_rope_graph(spec.replace(layout="interleaved")))
+    monkeypatch.setitem(KINDS, ("rope", "rope"), wrong)
     code, _, err = run(["build", *SMALL, "--name", "bad", "--out", str(tmp_path)], capsys)
     assert code == 1 and "FAILED" in err
     report = json.loads((tmp_path / "bad" / "report.json").read_text())

@@ -10,13 +10,14 @@ from onnx import numpy_helper
 from ropeexport.export.onnx_io import save_model
 from ropeexport.export.rope import build_rope_graph
 from ropeexport.spec import RopeSpec
-from ropeexport.verify.rope import rope_probes, verify_rope
+from ropeexport.verify.core import verify_artifact
+from ropeexport.verify.rope import rope_probes
 from tests.cases import ORIGINAL, small_spec
 
 
 def verify(built: RopeSpec, claimed: RopeSpec, tmp_path: Path, model: onnx.ModelProto | None = None):
     save_model(model or build_rope_graph(built), tmp_path)
-    return verify_rope(claimed, tmp_path / "model.onnx", ["ort"])
+    return verify_artifact(claimed, tmp_path / "model.onnx", ["ort"])
 
 
 def test_correct_artifact_passes_with_every_contract_field(tmp_path: Path) -> None:
@@ -81,8 +82,8 @@ def test_angles_rounded_to_fp16_before_cos_fail(tmp_path: Path) -> None:
 def test_probes_cover_table_ends_and_both_sides_of_original() -> None:
     spec = RopeSpec(**small_spec(scaling="longrope"))
     probes, coverage = rope_probes(spec)
-    lengths = {int(p.position_ids.max()) + 1 for p in probes}
-    positions = set(np.concatenate([p.position_ids.ravel() for p in probes]).tolist())
+    lengths = {int(p.positions["position_ids"].max()) + 1 for p in probes}
+    positions = set(np.concatenate([p.positions["position_ids"].ravel() for p in probes]).tolist())
     assert {0, spec.max_positions - 1} <= positions
     assert {ORIGINAL, ORIGINAL + 1} <= lengths
     assert coverage["positions_checked"] == spec.max_positions
@@ -91,7 +92,7 @@ def test_probes_cover_table_ends_and_both_sides_of_original() -> None:
 def test_large_tables_sweep_a_stride_plus_every_power_of_two_boundary() -> None:
     spec = RopeSpec(head_dim=128, num_heads=32, num_kv_heads=8, max_positions=131072)
     probes, coverage = rope_probes(spec)
-    positions = set(np.concatenate([p.position_ids.ravel() for p in probes]).tolist())
+    positions = set(np.concatenate([p.positions["position_ids"].ravel() for p in probes]).tolist())
     assert "every" in coverage["sweep"] and coverage["positions_checked"] < 131072
     for k in range(1, 17):
         assert {2**k - 1, 2**k} & positions == {2**k - 1, 2**k} or 2**k >= 131072

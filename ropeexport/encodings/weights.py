@@ -1,0 +1,83 @@
+"""Learned parameters of an encoding: seeded initialisation, or a user's safetensors file.
+
+A family declares its tensors as ``Tensor(name, shape, std)``; ``resolve_weights`` returns float64 arrays either drawn
+from ``numpy.random.default_rng(seed)`` (normal with that std, in declaration order: the same seed gives the same
+weights) or read from ``weights`` (a .safetensors file whose tensor names and shapes must match exactly). The
+artifact stores them rounded once to its dtype; eager and the float64 oracle use those rounded values, since the
+weights are the model's data rather than a derived quantity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ropeexport.errors import SpecError
+from ropeexport.numerics import round_once
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One learned tensor: its name in the weights file, its shape, and the std of its seeded initialisation."""
+
+    name: str
+    shape: tuple[int, ...]
+    std: float = 0.02
+    positive: bool = False  # draw |normal| + std: for parameters a method requires to be > 0
+
+
+def resolve_weights(tensors: list[Tensor], weights: str, seed: int) -> dict[str, np.ndarray]:
+    """float64 weights by name, from ``weights`` (a safetensors path) when given, else seeded (module docstring)."""
+    if not weights:
+        rng = np.random.default_rng(seed)
+        out = {}
+        for t in tensors:
+            draw = rng.standard_normal(t.shape) * t.std
+            out[t.name] = np.abs(draw) + t.std if t.positive else draw
+        return out
+    path = Path(weights)
+    try:
+        from safetensors.numpy import load_file
+
+        loaded = load_file(str(path))
+    except ImportError:
+        raise SpecError(
+            "weights", "reading a weights file needs the safetensors package (pip install safetensors)"
+        ) from None
+    except Exception as exc:  # missing file, not a safetensors file: the library raises several types
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+        raise SpecError("weights", f"cannot read {str(path)!r} as safetensors: {reason}") from None
+    expected = {t.name: t for t in tensors}
+    missing = sorted(set(expected) - set(loaded))
+    if missing:
+        raise SpecError("weights", f"{str(path)!r} lacks tensor(s) {', '.join(missing)}; expected {_describe(tensors)}")
+    extra = sorted(set(loaded) - set(expected))
+    if extra:
+        raise SpecError(
+            "weights", f"{str(path)!r} has unexpected tensor(s) {', '.join(extra)}; expected {_describe(tensors)}"
+        )
+    out = {}
+    for t in tensors:
+        array = loaded[t.name]
+        if tuple(array.shape) != t.shape:
+            raise SpecError("weights", f"tensor {t.name!r} has shape {list(array.shape)}, expected {list(t.shape)}")
+        if array.dtype.kind != "f":
+            raise SpecError("weights", f"tensor {t.name!r} has dtype {array.dtype}, expected a float dtype")
+        values = array.astype(np.float64)
+        if not np.isfinite(values).all():
+            raise SpecError("weights", f"tensor {t.name!r} holds inf or NaN")
+        if t.positive and (values <= 0).any():
+            raise SpecError("weights", f"tensor {t.name!r} must be > 0 everywhere")
+        out[t.name] = values
+    return out
+
+
+def rounded(weights: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The weights as the artifact stores them: rounded once to ``dtype`` (returned as float64 for the oracle)."""
+    return {name: round_once(w, dtype).astype(np.float64) for name, w in weights.items()}
+
+
+def _describe(tensors: list[Tensor]) -> str:
+    return ", ".join(f"{t.name} {list(t.shape)}" for t in tensors)

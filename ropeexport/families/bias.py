@@ -1,0 +1,34 @@
+"""Registers the ``bias``, ``scores`` and ``attention`` artifacts of an additive-bias method from its three pieces."""
+
+from __future__ import annotations
+
+from ropeexport.export.attention import BiasFn, build_attention_graph, build_bias_graph, build_scores_graph
+from ropeexport.registry import ArtifactKind, register_kind
+from ropeexport.verify.attention import (
+    EagerBias,
+    OracleBias,
+    bias_feeds,
+    bias_locate,
+    bias_probes,
+    make_eager,
+    make_oracle,
+)
+
+SUMMARIES = {
+    "bias": "attention_bias [b, heads, q, k] from query and key position ids",
+    "scores": "q . k / sqrt(d) + bias",
+    "attention": "softmax(q . k / sqrt(d) + bias) . v (fused: ONNX Attention with the bias as attn_mask)",
+}
+
+
+def register_bias_family(encoding: str, graph_bias: BiasFn, eager_bias: EagerBias, oracle_bias: OracleBias) -> None:
+    """One method's bias subgraph, eager bias and float64 bias -> its three artifact kinds."""
+    builders = {"bias": build_bias_graph, "scores": build_scores_graph, "attention": build_attention_graph}
+    eager, oracle = make_eager(eager_bias), make_oracle(oracle_bias)
+    for artifact, builder in builders.items():
+        export = lambda spec, b=builder: b(spec, graph_bias)  # noqa: E731
+        register_kind(
+            ArtifactKind(
+                encoding, artifact, SUMMARIES[artifact], export, bias_probes, bias_feeds, eager, oracle, bias_locate
+            )
+        )

@@ -1,0 +1,36 @@
+"""RoPE's artifact kinds: ``rope`` (rotated query and key) and ``scores`` (logits of the rotated pair)."""
+
+from __future__ import annotations
+
+from ropeexport.export.rope import build_rope_graph, build_rope_scores_graph
+from ropeexport.registry import ArtifactKind, register_kind
+from ropeexport.verify import rope as v
+
+register_kind(
+    ArtifactKind(
+        "rope",
+        "rope",
+        "query and key rotated by position_ids",
+        build_rope_graph,
+        v.rope_probes,
+        v.rope_feeds,
+        v.rope_eager,
+        v.rope_float64,
+        v.rope_locate,
+        v.check_tables,
+    )
+)
+register_kind(
+    ArtifactKind(
+        "rope",
+        "scores",
+        "attention logits of the rotated query and key",
+        build_rope_scores_graph,
+        v.scores_probes,
+        v.scores_feeds,
+        v.scores_eager,
+        v.scores_float64,
+        v.scores_locate,
+        v.check_tables,
+    )
+)

@@ -1,0 +1,75 @@
+"""Artifact kinds by (encoding, artifact): the one table that wires each family's stages together.
+
+Each kind names plain functions from its family's stage modules (export, eager reference, float64 oracle, probes);
+the pipeline (``build``) and verification (``verify.core``) only ever call through this table, so a stage never
+reaches into another.
+
+Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {output name: array}):
+- ``export(spec) -> onnx.ModelProto``
+- ``probes(spec) -> (list[Probe], coverage dict)``; ``feeds(spec, probe, rng) -> F``
+- ``eager(spec, F) -> O`` in the artifact dtype; ``oracle(spec, F) -> O`` in float64
+- ``locate(probe, output, index) -> dict``: where an element sits (batch, head, positions...), for reports
+- ``tables(spec, model_path) -> list[dict]``: checks of stored tables against float64 (optional)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.errors import SpecError
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One verification call: a name and the position inputs it feeds ({input name: int64 array})."""
+
+    name: str
+    positions: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ArtifactKind:
+    """The functions that export, feed, and check one artifact kind of one encoding (shapes in the module doc)."""
+
+    encoding: str
+    artifact: str
+    summary: str
+    export: Callable[[Any], Any]
+    probes: Callable[[Any], tuple[list[Probe], dict[str, Any]]]
+    feeds: Callable[[Any, Probe, np.random.Generator], Feeds]
+    eager: Callable[[Any, Feeds], dict[str, np.ndarray]]
+    oracle: Callable[[Any, Feeds], dict[str, np.ndarray]]
+    locate: Callable[[Probe, str, tuple[int, ...]], dict[str, Any]]
+    tables: Callable[[Any, Path], list[dict[str, Any]]] | None = None
+
+
+KINDS: dict[tuple[str, str], ArtifactKind] = {}
+
+
+def register_kind(kind: ArtifactKind) -> ArtifactKind:
+    """Add a kind; registering the same (encoding, artifact) twice is a programming error."""
+    key = (kind.encoding, kind.artifact)
+    if key in KINDS:
+        raise ValueError(f"artifact kind {key} is already registered")
+    KINDS[key] = kind
+    return kind
+
+
+def kind_for(spec: Any) -> ArtifactKind:
+    """The kind a spec builds; an artifact its encoding lacks is a SpecError listing the ones it has."""
+    import ropeexport.families  # noqa: F401  (registers every family)
+
+    try:
+        return KINDS[(spec.encoding, spec.artifact)]
+    except KeyError:
+        have = [a for (e, a) in KINDS if e == spec.encoding]
+        raise SpecError(
+            "artifact", f"{spec.encoding} has no {spec.artifact!r} artifact; allowed: {', '.join(have)}"
+        ) from None

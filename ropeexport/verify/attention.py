@@ -1,0 +1,136 @@
+"""Verification pieces shared by additive-bias methods (ALiBi, T5, KERPLE, Sandwich).
+
+Probes (position pairs; causal probes always let each query see at least its own position):
+- self-attention at the start and at the end of the range, rows with different offsets (left padding);
+- decode calls: one query at max_positions - 1 against keys that sweep **every distance** 0..max_positions-1 in
+  chunks (the bias depends on i - j alone for these methods), at least for the ``bias`` artifact; for ``scores`` and
+  ``attention`` a strided subset of distances plus all of 0..64 and around every power of two;
+- for bidirectional methods, keys after the query (negative distances) too.
+The float64 oracle takes the method's bias from its formula in float64, then applies the scale, mask and softmax in
+float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ropeexport.encodings.attention import BiasSpec, attention_with_bias, scores_with_bias
+from ropeexport.encodings.rope import TORCH_DTYPES, to_torch
+from ropeexport.numerics import FORMATS
+from ropeexport.registry import Feeds, Probe
+
+QPOS, KPOS = "query_position_ids", "key_position_ids"
+BIAS_CALL = 8192  # keys per decode call for the bias artifact
+SCORES_KEYS = 4096  # distances checked through scores/attention (their output grows with heads * head_dim)
+
+EagerBias = Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]
+OracleBias = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _pair(name: str, q: np.ndarray, k: np.ndarray) -> Probe:
+    return Probe(name, {QPOS: np.asarray(q, np.int64), KPOS: np.asarray(k, np.int64)})
+
+
+def bias_probes(spec: BiasSpec) -> tuple[list[Probe], dict[str, Any]]:
+    """Probe calls for one spec (module docstring) and the coverage they give."""
+    P = spec.max_positions
+    s = min(16, P)
+    start, end = np.arange(s)[None], np.arange(P - s, P)[None]
+    probes = [_pair("self-start", start, start), _pair("self-end", end, end)]
+    offsets = np.stack([np.arange(o, o + s) for o in (0, P // 2 - s // 2, P - s)])
+    probes.append(_pair("row-offsets", offsets, offsets))
+    last = P - 1
+    if spec.artifact == "bias":
+        keys = np.arange(P)
+        coverage = {"distances": f"every distance 0..{P - 1}"}
+    else:
+        stride = max(1, -(-P // SCORES_KEYS))
+        marks = {d for k in range(25) for d in (2**k - 1, 2**k) if d < P}
+        distances = sorted(set(range(0, P, stride)) | set(range(min(65, P))) | marks | {P - 1})
+        keys = last - np.array(distances[::-1])
+        coverage = {"distances": f"{len(distances)} of {P} distances (every {stride}th, 0..64, around powers of 2)"}
+    chunk = BIAS_CALL if spec.artifact == "bias" else 512
+    for i in range(0, len(keys), chunk):
+        part = keys[i : i + chunk]
+        if part[-1] != last:  # causal: the query must see something
+            part = np.append(part, last)
+        probes.append(_pair(f"decode[{part[0]}..{part[-1]}]", [[last]], part[None]))
+    if not spec.causal:
+        probes.append(_pair("keys-after-query", [[0]], np.arange(min(P, 64))[None]))
+    coverage["positions_checked"] = int(
+        np.unique(np.concatenate([np.concatenate([a.ravel() for a in p.positions.values()]) for p in probes])).size
+    )
+    coverage["max_positions"] = P
+    return probes, coverage
+
+
+def bias_feeds(spec: BiasSpec, probe: Probe, rng: np.random.Generator) -> Feeds:
+    """The probe's positions, plus standard-normal query/key/value for the scores and attention artifacts."""
+    qpos, kpos = probe.positions[QPOS], probe.positions[KPOS]
+    feeds: Feeds = {}
+    dtype = FORMATS[spec.dtype].np_dtype
+    if spec.artifact != "bias":
+        b, q, k = qpos.shape[0], qpos.shape[1], kpos.shape[1]
+        names = {"query": q, "key": k} | ({"value": k} if spec.artifact == "attention" else {})
+        for name, length in names.items():
+            shape = (b, spec.num_heads, length, spec.head_dim)
+            feeds[name] = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+    return feeds | {QPOS: qpos, KPOS: kpos}
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def make_eager(eager_bias: EagerBias) -> Callable[[Any, Feeds], dict[str, np.ndarray]]:
+    """The eager outputs of an artifact, from the method's eager bias (in the spec dtype)."""
+
+    def eager(spec: BiasSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+        qpos, kpos = torch.from_numpy(feeds[QPOS]), torch.from_numpy(feeds[KPOS])
+        with torch.no_grad():
+            bias = eager_bias(spec, qpos, kpos)
+            assert bias.dtype == TORCH_DTYPES[spec.dtype]
+            if spec.artifact == "bias":
+                return {"attention_bias": _numpy(bias)}
+            q, k = to_torch(feeds["query"]), to_torch(feeds["key"])
+            if spec.artifact == "scores":
+                return {"scores": _numpy(scores_with_bias(q, k, bias))}
+            return {"output": _numpy(attention_with_bias(q, k, to_torch(feeds["value"]), bias))}
+
+    return eager
+
+
+def make_oracle(oracle_bias: OracleBias) -> Callable[[Any, Feeds], dict[str, np.ndarray]]:
+    """The float64 outputs of an artifact, from the method's float64 bias formula."""
+
+    def oracle(spec: BiasSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+        qpos, kpos = feeds[QPOS], feeds[KPOS]
+        bias = np.broadcast_to(
+            oracle_bias(spec, qpos, kpos), (qpos.shape[0], spec.num_heads, qpos.shape[1], kpos.shape[1])
+        )
+        if spec.causal:
+            bias = np.where(kpos[:, None, None, :] > qpos[:, None, :, None], -np.inf, bias)
+        if spec.artifact == "bias":
+            return {"attention_bias": bias}
+        q, k = (np.asarray(feeds[n], np.float64) for n in ("query", "key"))
+        scores = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(spec.head_dim) + bias
+        if spec.artifact == "scores":
+            return {"scores": scores}
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        return {"output": weights @ np.asarray(feeds["value"], np.float64)}
+
+    return oracle
+
+
+def bias_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, Any]:
+    """(batch, head, i, j or channel) -> positions of that element."""
+    b, h, i, last = index
+    where = {"batch": b, "head": h, "query_position": int(probe.positions[QPOS][b, i])}
+    if output == "output":
+        return where | {"channel": last}
+    return where | {"key_position": int(probe.positions[KPOS][b, last])}

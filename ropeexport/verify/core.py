@@ -1,0 +1,96 @@
+"""Verification of any artifact: run it on its kind's probes with each runtime, compare with eager and float64.
+
+The artifact kind (``registry.kind_for``) supplies the probes, feeds, eager reference, float64 oracle, the locator of
+an element and optional table checks; this module only opens runtimes, runs, and folds errors into Comparisons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.errors import RuntimeUnavailable
+from ropeexport.registry import kind_for
+from ropeexport.runtimes import open_runner
+from ropeexport.runtimes.base import Runner
+from ropeexport.verify.compare import TOLERANCES, Comparison
+
+
+@dataclass
+class Verification:
+    """Everything verification found; ``passed`` only when something ran and nothing failed."""
+
+    comparisons: list[Comparison]
+    tables: list[dict[str, Any]]
+    runtimes: list[dict[str, Any]]
+    probes: list[dict[str, Any]]
+    coverage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """True when at least one runtime ran, every comparison passed, and every table check passed."""
+        ran = any(r["status"] == "verified" for r in self.runtimes)
+        return ran and all(c.passed for c in self.comparisons) and all(t["passed"] for t in self.tables)
+
+
+def _open(names: list[str], model_path: Path) -> Iterator[tuple[str, Runner | None, str | None]]:
+    for name in names:
+        try:
+            yield name, open_runner(name, model_path), None
+        except RuntimeUnavailable as exc:
+            yield name, None, str(exc)
+
+
+def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int = 0) -> Verification:
+    """Run the artifact on every probe of its kind with each runtime; compare with eager and the float64 oracle."""
+    kind = kind_for(spec)
+    tables = kind.tables(spec, model_path) if kind.tables else []
+    opened = list(_open(runtimes, model_path))
+    if not any(r is not None for _, r, _ in opened) and "onnx-reference" not in runtimes:
+        # Nothing asked for can run this dtype here (ORT CPU has no bf16 kernels): the spec's own evaluator still can.
+        opened += list(_open(["onnx-reference"], model_path))
+    runners = [(n, r) for n, r, _ in opened if r is not None]
+    runtime_info = [{"name": n, "status": "skipped", "reason": why} for n, r, why in opened if r is None]
+    runtime_info += [{"name": n, "status": "verified", "device": r.describe()} for n, r in runners]
+    tol = TOLERANCES[spec.dtype]
+    comparisons: dict[tuple[str, str, str], Comparison] = {}
+    probes, coverage = kind.probes(spec)
+    rng = np.random.default_rng(seed)
+    try:
+        for probe in probes:
+            feeds = kind.feeds(spec, probe, rng)
+            expected = {"eager": kind.eager(spec, feeds), "float64": kind.oracle(spec, feeds)}
+            for runtime, runner in runners:
+                try:
+                    outputs: dict[str, np.ndarray] | None = runner.infer(feeds)
+                    error = ""
+                except Exception as exc:  # a runtime error on a valid call is a verification failure, not a crash
+                    outputs, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                for ref_name, refs in expected.items():
+                    for output, want in refs.items():
+                        key = (ref_name, runtime, output)
+                        if key not in comparisons:
+                            comparisons[key] = Comparison(ref_name, runtime, output, spec.dtype, tol.atol, tol.rtol)
+                        if outputs is None or output not in outputs:
+                            comparisons[key].fail(probe.name, error or f"the runtime returned no {output!r}")
+                        else:
+                            locate = lambda index, p=probe, o=output: kind.locate(p, o, index)  # noqa: E731
+                            comparisons[key].update(probe.name, outputs[output], want, locate)
+    finally:
+        for _, runner in runners:
+            runner.close()
+    probe_info = [
+        {"name": p.name}
+        | {f"{n}_shape": list(a.shape) for n, a in p.positions.items()}
+        | {
+            "min_position": min(int(a.min()) for a in p.positions.values()),
+            "max_position": max(int(a.max()) for a in p.positions.values()),
+        }
+        for p in probes
+    ]
+    coverage["tolerance"] = {"dtype": spec.dtype, "atol": tol.atol, "rtol": tol.rtol, "reason": tol.reason}
+    return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage)
