@@ -80,8 +80,11 @@ def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> d
 def check_target(out_dir: Path, name: str) -> Path:
     """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact."""
     target = out_dir / name
-    if out_dir.exists() and not out_dir.is_dir():
-        raise SpecError("--out", f"{str(out_dir)!r} exists and is not a folder")
+    for folder in (out_dir, *out_dir.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise SpecError("--out", f"{str(folder)!r} exists and is not a folder")
+            break
     if target.exists() and not (target / "manifest.json").is_file():
         raise SpecError(
             "--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name"
@@ -96,6 +99,7 @@ def build(spec: Any, out_dir: str | Path, runtimes: list[str] | None = None) -> 
     target = check_target(out_dir, spec.name)
     runtimes = check_runtime_names(runtimes or ["ort"])
     kind = kind_for(spec)
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # removed again if the build fails
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
     try:
@@ -112,6 +116,9 @@ def build(spec: Any, out_dir: str | Path, runtimes: list[str] | None = None) -> 
         _replace(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
+        for folder in created:  # innermost first; only folders this build made, and only when still empty
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
         raise
     return BuildResult(spec.name, target, verification.passed, report, time.perf_counter() - start)
 

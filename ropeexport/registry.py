@@ -10,6 +10,8 @@ Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {outpu
 - ``eager(spec, F) -> O`` in the artifact dtype; ``oracle(spec, F) -> O`` in float64
 - ``locate(probe, output, index) -> dict``: where an element sits (batch, head, positions...), for reports
 - ``tables(spec, model_path) -> list[dict]``: checks of stored tables against float64 (optional)
+- ``guards(spec) -> [(case, F)]``: calls with out-of-range positions that the graph itself must reject, sent past
+  the runner's own checks (optional: graphs without a table, like ALiBi's, rely on the runner alone)
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ArtifactKind:
     oracle: Callable[[Any, Feeds], dict[str, np.ndarray]]
     locate: Callable[[Probe, str, tuple[int, ...]], dict[str, Any]]
     tables: Callable[[Any, Path], list[dict[str, Any]]] | None = None
+    guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None
 
 
 KINDS: dict[tuple[str, str], ArtifactKind] = {}

@@ -26,15 +26,14 @@ GRAPHS = ("fused", "decomposed")
 LAYOUTS = ("half", "interleaved", "complex")
 # Positions are exact in float32 up to 2**24; past that an in-graph position cast would round.
 MAX_TABLE_POSITIONS = 2**24
+MAX_TABLE_ENTRIES = 2**27  # float64 work of ~4 GiB at build time; 1M positions x 64 frequencies fits
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def require_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
-    """An integer (or integral float/str) within bounds; else SpecError naming ``name``."""
+    """An integer (an integral float is accepted; strings are not) within bounds; else SpecError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
         else:
             raise SpecError(name, f"must be an integer, got {value!r}")
@@ -105,12 +104,9 @@ class SpecBase:
 
 def require_float(name: str, value: Any, minimum: float | None = None, strict: bool = False) -> float:
     """A finite number (not a bool), at least (or above, with ``strict``) ``minimum``; else SpecError."""
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(name, f"must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(name, f"must be a number, got {value!r}")
+    number = float(value)
     if not math.isfinite(number):
         raise SpecError(name, f"must be a finite number, got {value!r}")
     if minimum is not None and (number <= minimum if strict else number < minimum):
@@ -177,6 +173,13 @@ class RopeSpec(SpecBase):
             raise SpecError("scaling_params", "must be a table of KEY = VALUE")
         schedule = get_schedule(self.scaling)
         put("scaling_params", schedule.resolve(self.scaling_params, rotary_dim, self.max_positions))
+        entries = self.max_positions * rotary_dim // 2 * (2 if schedule.regime == "switch" else 1)
+        if entries > MAX_TABLE_ENTRIES:
+            raise SpecError(
+                "max_positions",
+                f"the tables would hold {entries} entries (max_positions x rotary_dim/2 x regimes), over the limit of "
+                f"{MAX_TABLE_ENTRIES} (2^27): building them takes ~32 bytes per entry of memory in float64",
+            )
 
     def default_name(self) -> str:
         """``rope-LAYOUT-SCALING-DTYPE-GRAPH`` (with ``-scores`` for the scores artifact)."""
@@ -215,7 +218,7 @@ def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> Any:
     data = dict(data)
     encoding = data.pop("encoding", "rope")
     specs = encodings()
-    if encoding not in specs:
+    if not isinstance(encoding, str) or encoding not in specs:
         raise SpecError("encoding", f"unknown encoding {encoding!r}; allowed: {', '.join(specs)}")
     cls = specs[encoding]
     allowed = [f.name for f in dataclasses.fields(cls)]
@@ -227,21 +230,30 @@ def spec_from_dict(data: Mapping[str, Any], where: str = "spec") -> Any:
     return cls(**data)
 
 
-def read_spec_file(path: str | Path) -> list[Any]:
-    """Read one spec (a table of fields) or several (``artifacts = [...]``) from a JSON or TOML file."""
+def read_spec_file(path: str | Path) -> list[dict[str, Any]]:
+    """Read the raw fields of one spec, or of several (``artifacts = [...]``), from a .json or .toml file.
+
+    With ``artifacts``, the other top-level keys are defaults shared by every artifact. Fields are returned raw (not
+    yet validated) so that command-line flags can be merged in before defaults are filled.
+    """
     path = Path(path)
+    kind = {".toml": "TOML", ".json": "JSON"}.get(path.suffix.lower())
+    if kind is None:
+        raise SpecError("--spec", f"{str(path)!r} must end in .json or .toml")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError("--spec", f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+        data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise SpecError("--spec", f"{str(path)!r} is not valid {kind}: {exc}") from None
-    if isinstance(data, Mapping) and "artifacts" in data:
-        items = data["artifacts"]
-        if not isinstance(items, list) or not items:
-            raise SpecError("artifacts", "must be a non-empty list of specs")
-        return [spec_from_dict(item, f"artifacts[{i}]") for i, item in enumerate(items)]
-    return [spec_from_dict(data)]
+    if not isinstance(data, Mapping):
+        raise SpecError("spec", "must be a table of fields")
+    if "artifacts" not in data:
+        return [dict(data)]
+    items = data["artifacts"]
+    if not isinstance(items, list) or not items or not all(isinstance(i, Mapping) for i in items):
+        raise SpecError("artifacts", "must be a non-empty list of tables of fields")
+    shared = {k: v for k, v in data.items() if k != "artifacts"}
+    return [shared | dict(item) for item in items]

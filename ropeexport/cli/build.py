@@ -72,8 +72,20 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _typed(field: str, kind: str, value: Any) -> Any:
+    """A flag's string as the field's type (bool flags arrive typed); a bad number names the flag's field."""
+    if kind not in ("int", "float") or not isinstance(value, str):
+        return value
+    try:
+        return int(value) if kind == "int" else float(value)
+    except ValueError:
+        raise SpecError(field, f"must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}") from None
+
+
 def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
-    fields = {f: getattr(args, f) for f in spec_fields() if getattr(args, f, None) is not None}
+    fields = {
+        f: _typed(f, kind, getattr(args, f)) for f, kind in spec_fields().items() if getattr(args, f, None) is not None
+    }
     if args.scaling_param:
         params: dict[str, str] = {}
         for item in args.scaling_param:
@@ -86,10 +98,13 @@ def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def specs_from_args(args: argparse.Namespace) -> list[Any]:
-    """The specs a command line asks for: a spec file, the flags, or the embedded default set."""
+    """The specs a command line asks for: a spec file (flags override its fields), the flags, or the default set."""
     flags = _flag_fields(args)
     if args.spec:
-        specs = [spec_from_dict(s.to_dict() | flags) for s in read_spec_file(args.spec)]
+        raws = read_spec_file(args.spec)
+        if "scaling" in flags and "scaling_params" not in flags:
+            raws = [{k: v for k, v in raw.items() if k != "scaling_params"} for raw in raws]  # they were the old one's
+        specs = [spec_from_dict(raw | flags) for raw in raws]
     elif flags:
         specs = [spec_from_dict(flags)]
     else:

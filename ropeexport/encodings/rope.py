@@ -29,9 +29,12 @@ TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bflo
 
 def to_torch(array: np.ndarray) -> torch.Tensor:
     """A numpy array (bfloat16 from ml_dtypes included) as a torch tensor with the same bits."""
+    array = np.ascontiguousarray(array)
+    if not array.flags.writeable:  # torch refuses to share read-only memory (broadcast views, ORT outputs)
+        array = array.copy()
     if array.dtype.name == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def check_positions(position_ids: torch.Tensor | np.ndarray, max_positions: int, name: str = "position_ids") -> None:

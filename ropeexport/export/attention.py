@@ -2,7 +2,7 @@
 
 Contract (positions int64; everything else in the spec dtype):
 - ``bias``: query_position_ids [b, q_len], key_position_ids [b, k_len] -> attention_bias [b, heads, q_len, k_len];
-- ``scores``: query [b, heads, q_len, d], key [b, heads, k_len, d] + the position ids -> scores [b, heads, q_len, k_len];
+- ``scores``: query [b, heads, q_len, d], key [b, heads, k_len, d] + the position ids -> scores [b, heads, q, k];
 - ``attention``: query, key, value [b, heads, k_len, d] + the position ids -> output [b, heads, q_len, d]. The fused
   graph is one opset-23 ``Attention`` node with the bias as its additive ``attn_mask``; the decomposed one is
   MatMul / Softmax / MatMul at opset 17.

@@ -18,6 +18,7 @@ register_kind(
         v.rope_float64,
         v.rope_locate,
         v.check_tables,
+        v.rope_guards,
     )
 )
 register_kind(
@@ -32,5 +33,6 @@ register_kind(
         v.scores_float64,
         v.scores_locate,
         v.check_tables,
+        v.scores_guards,
     )
 )

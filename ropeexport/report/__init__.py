@@ -22,6 +22,7 @@ def report_dict(
         "passed": verification.passed,
         "comparisons": [c.to_dict() for c in verification.comparisons],
         "tables": verification.tables,
+        "guards": verification.guards,
         "runtimes": verification.runtimes,
         "coverage": verification.coverage,
         "probes": verification.probes,

@@ -1,7 +1,7 @@
 """Comparing runtime outputs with a reference: error metrics, tolerances, and where the worst error sits.
 
-An element fails only when both its absolute error exceeds atol and its relative error exceeds rtol (as Polygraphy
-does); a comparison fails when any element fails.
+An element fails only when its absolute error exceeds both atol and rtol * |expected| (as Polygraphy does); NaN
+against a number, or an infinity against anything else, always fails. A comparison fails when any element fails.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.numerics import ulp_distance
+from ropeexport.numerics import FORMATS
 
 
 @dataclass(frozen=True)
@@ -77,25 +77,36 @@ class Comparison:
             self.failures += max(1, expected.size)
             self.worst = {"probe": probe, "error": f"shape {list(actual.shape)} != {list(expected.shape)}"}
             return
+        size = actual.size
+        actual, expected = _collapse(actual, expected)
         a = np.asarray(actual, dtype=np.float64)
         e = np.asarray(expected, dtype=np.float64)
         with np.errstate(invalid="ignore"):
-            abs_err = np.where(a == e, 0.0, np.abs(a - e))  # equal infinities (masked logits) agree
-        abs_err[np.isnan(abs_err) | (np.isnan(a) != np.isnan(e))] = np.inf
-        # Relative error means nothing where the expected value is below atol (outputs that cancel to ~0): those
-        # elements are judged by atol alone, and max_rel is taken over the others.
-        with np.errstate(invalid="ignore"):
-            rel_err = np.where(np.abs(e) >= self.atol, abs_err / np.maximum(np.abs(e), self.atol), 0.0)
-        rel_err[np.isnan(rel_err)] = np.inf  # inf error against an infinite expectation
-        finite = np.isfinite(a) & np.isfinite(e)
-        ulps = np.where(abs_err > 0, np.inf, 0.0)
-        ulps[finite] = ulp_distance(a[finite], e[finite], self.dtype, floor=1.0)  # see ulp_distance
-        n = self.elements + a.size
-        self.mean_abs = (self.mean_abs * self.elements + float(np.sum(np.minimum(abs_err, 1e300)))) / n
+            abs_err = np.abs(a - e)
+        mag = np.abs(e)
+        # The rule: an element fails when abs_err > atol and abs_err > rtol * |expected| (no division, so it holds
+        # where the expected value is 0).
+        failing = (abs_err > self.atol) & (abs_err > self.rtol * mag)
+        finite = np.isfinite(abs_err)
+        if not finite.all():
+            # Equal infinities (masked logits) agree; any other NaN or infinity is a failure of unbounded size.
+            same = a == e
+            abs_err[same] = 0.0
+            bad = ~finite & ~same
+            abs_err[bad] = np.inf
+            failing |= bad
+            mag[~np.isfinite(mag)] = 0.0
+        self.failures += int(np.count_nonzero(failing))
+        # max_rel is reported where it means something: expected values at least atol in magnitude.
+        rel_err = np.divide(abs_err, mag, out=np.zeros_like(abs_err), where=mag >= self.atol)
+        self.max_rel = max(self.max_rel, float(rel_err.max(initial=0.0)))
+        # ulps at max(|expected|, 1) (see numerics.ulp_distance), from the binary exponent: no log2 per element.
+        _, exponent = np.frexp(np.maximum(mag, 1.0))
+        ulps = np.ldexp(abs_err, FORMATS[self.dtype].mantissa_bits + 1 - exponent)
+        self.max_ulp = max(self.max_ulp, float(ulps.max(initial=0.0)))
+        n = self.elements + size
+        self.mean_abs = (self.mean_abs * self.elements + float(np.minimum(abs_err, 1e300).mean()) * size) / n
         self.elements = n
-        self.failures += int(np.count_nonzero((abs_err > self.atol) & (rel_err > self.rtol)))
-        self.max_rel = max(self.max_rel, float(rel_err.max()))
-        self.max_ulp = max(self.max_ulp, float(ulps.max()))
         if a.size and float(abs_err.max()) >= self.max_abs and np.isfinite(self.max_abs):
             self.max_abs = float(abs_err.max())
             index = tuple(int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
@@ -125,3 +136,17 @@ def _json_float(value: Any) -> float | str:
     """A float for JSON: infinities and NaN as strings ("-inf"), which JSON cannot hold as numbers."""
     value = float(value)
     return value if np.isfinite(value) else str(value)
+
+
+def _collapse(actual: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop axes along which the expected value is one broadcast slice and the actual output is bitwise one slice.
+
+    Comparing that slice is then the same as comparing every element, at a fraction of the cost (sweeps repeat one
+    vector across heads). Any difference between slices, NaN included, keeps the full comparison.
+    """
+    for axis in range(expected.ndim):
+        if expected.shape[axis] > 1 and expected.strides[axis] == 0:
+            first = actual.take([0], axis=axis)
+            if np.array_equal(actual, np.broadcast_to(first, actual.shape)):
+                actual, expected = first, expected.take([0], axis=axis)
+    return actual, expected

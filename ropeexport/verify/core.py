@@ -29,12 +29,24 @@ class Verification:
     runtimes: list[dict[str, Any]]
     probes: list[dict[str, Any]]
     coverage: dict[str, Any] = field(default_factory=dict)
+    guards: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        """True when at least one runtime ran, every comparison passed, and every table check passed."""
+        """True when a runtime ran and every comparison, table check and guard passed."""
         ran = any(r["status"] == "verified" for r in self.runtimes)
-        return ran and all(c.passed for c in self.comparisons) and all(t["passed"] for t in self.tables)
+        checks = [*self.comparisons, *self.tables, *self.guards]
+        return ran and all(c.passed if isinstance(c, Comparison) else c["passed"] for c in checks)
+
+
+def _guard(runtime: str, runner: Runner, case: str, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Send an out-of-range call straight to the runtime (past the runner's checks): it must raise."""
+    try:
+        runner._run(feeds)
+    except Exception as exc:  # any runtime error is the graph refusing the call
+        return {"runtime": runtime, "case": case, "passed": True, "error": str(exc).splitlines()[0][:200]}
+    return {"runtime": runtime, "case": case, "passed": False,
+            "error": "the graph accepted a position outside the table and returned values"}
 
 
 def _open(names: list[str], model_path: Path) -> Iterator[tuple[str, Runner | None, str | None]]:
@@ -80,6 +92,7 @@ def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int 
                         else:
                             locate = lambda index, p=probe, o=output: kind.locate(p, o, index)  # noqa: E731
                             comparisons[key].update(probe.name, outputs[output], want, locate)
+        guards = [_guard(n, r, case, feeds) for n, r in runners for case, feeds in (kind.guards(spec) if kind.guards else [])]
     finally:
         for _, runner in runners:
             runner.close()
@@ -93,4 +106,4 @@ def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int 
         for p in probes
     ]
     coverage["tolerance"] = {"dtype": spec.dtype, "atol": tol.atol, "rtol": tol.rtol, "reason": tol.reason}
-    return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage)
+    return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage, guards)

@@ -1,13 +1,17 @@
 """Verification of a RoPE artifact: tables against float64, and outputs at probe positions against eager and float64.
 
-Probes (each one call; L = max(position_ids) + 1 picks a length-dependent schedule's regime per call):
+Probes (each one call; L = max(position_ids) + 1 over the whole call picks a length-dependent schedule's regime):
 - ``start`` and ``end`` of the table, rows with different offsets (left padding, KV-cache offsets), decode calls
   (seq 1) at the last position;
-- for length-dependent schedules, both sides of original_max_position_embeddings, and small positions in a call
-  whose L selects the long regime;
-- a sweep over every position when the artifact is small enough (at most ``SWEEP_ELEMENTS`` input elements in all),
-  else over every k-th position plus the 8 positions around every power of two.
-The stored tables are checked at every row, so together with the sweep every table row is covered.
+- ``unordered``: rows whose positions are not increasing and whose largest position sits mid-row in one row only,
+  so an L taken from the last column or from one row is caught;
+- where the schedule has ``original_max_position_embeddings``: both sides of it (L = original and original + 1),
+  and small positions in a call whose L selects the long regime;
+- a sweep over **every** position 0..max_positions-1. Sweep calls feed one random vector per position, repeated
+  across heads, so eager and float64 are computed once per position and broadcast: the cost grows with positions,
+  not positions x heads. Per-head behaviour is covered by the other probes, which draw every head independently.
+Guards: calls with a position of -1 and of max_positions, sent straight to the runtime (past the runner's own check),
+must fail inside the graph.
 """
 
 from __future__ import annotations
@@ -27,8 +31,7 @@ from ropeexport.registry import Feeds, Probe
 from ropeexport.spec import RopeSpec
 from ropeexport.verify.oracle import rope_oracle, rope_scores_oracle, rope_table_oracle
 
-SWEEP_ELEMENTS = 2**25  # input elements the sweep may feed in all (about 10 s of eager + float64 work on 2 cores)
-CALL_ELEMENTS = 2**21  # input elements per sweep call
+CALL_ELEMENTS = 2**22  # input elements per sweep call (query and key; 16 MiB in fp32)
 TABLE_MAX_ULP = 0.5  # rounded once to nearest: never more than half a unit in the last place
 
 
@@ -41,41 +44,44 @@ def _probe(name: str, position_ids: np.ndarray) -> Probe:
 
 
 def rope_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
-    """The probe calls for a spec, and a description of the sweep's coverage."""
+    """The probe calls for a spec (module docstring), and a description of their coverage."""
     P = spec.max_positions
     s = min(8, P)
     probes = [_row("start", 0, s), _row("end", P - s, P)]
     offsets = [0, P // 2 - s // 2, P - s]
     probes.append(_probe("row-offsets", np.stack([np.arange(o, o + s, dtype=np.int64) for o in offsets])))
     probes.append(_probe("decode", np.array([[P - 1], [0], [P // 2]], dtype=np.int64)))
-    threshold = get_schedule(spec.scaling).threshold(spec.scaling_params)
-    if threshold is not None and threshold < P:
-        probes.append(_row("below-original", max(0, threshold - s), threshold))  # L = original
-        probes.append(_row("above-original", max(0, threshold - s + 1), threshold + 1))  # L = original + 1
-        low = np.concatenate([np.arange(min(s, threshold), dtype=np.int64), [threshold]])
+    original = spec.scaling_params.get("original_max_position_embeddings")
+    top = original if original is not None and original < P else P - 1
+    # Row 1 holds the call's largest position in its middle; neither row ends with it.
+    scrambled = np.array([[3, 0, 2, 1, 4], [6, 5, top, 7, 8]], dtype=np.int64) % P
+    probes.append(_probe("unordered", scrambled))
+    if original is not None and original < P:
+        probes.append(_row("below-original", max(0, original - s), original))  # L = original
+        probes.append(_row("above-original", max(0, original - s + 1), original + 1))  # L = original + 1
+        low = np.concatenate([np.arange(min(s, original), dtype=np.int64), [original]])
         probes.append(_probe("long-regime-low-positions", low[None, :]))
     per_position = (spec.num_heads + spec.num_kv_heads) * spec.head_dim
-    stride = max(1, -(-P * per_position // SWEEP_ELEMENTS))
-    positions = set(range(0, P, stride)) | {P - 1}
-    if stride > 1:
-        k = 1
-        while k < P:
-            positions |= {p for p in range(k - 4, k + 4) if 0 <= p < P}
-            k *= 2
-        if threshold is not None:
-            positions |= {p for p in range(threshold - 4, threshold + 4) if 0 <= p < P}
-    ordered = np.array(sorted(positions), dtype=np.int64)
     chunk = max(1, CALL_ELEMENTS // per_position)
-    for i in range(0, len(ordered), chunk):
-        part = ordered[i : i + chunk]
-        probes.append(_probe(f"sweep[{part[0]}..{part[-1]}]", part[None, :]))
+    for first in range(0, P, chunk):
+        last = min(P, first + chunk)
+        probes.append(_row(f"sweep[{first}..{last - 1}]", first, last))
     coverage = {
-        "positions_checked": len(ordered),
+        "positions_checked": P,
         "max_positions": P,
-        "sweep": "every position" if stride == 1 else f"every {stride}th position plus 8 around each power of two",
+        "sweep": "every position (one vector per position, repeated across heads)",
         "tables": "every row against float64",
     }
     return probes, coverage
+
+
+def rope_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
+    """Calls with positions outside the table that the graph itself must reject."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for bad in (-1, spec.max_positions):
+        cases.append((f"position {bad}", rope_feeds(spec, _probe("guard", np.array([[0, bad]], np.int64)), rng)))
+    return cases
 
 
 def check_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:
@@ -118,28 +124,46 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def rope_feeds(spec: RopeSpec, probe: Probe, rng: np.random.Generator) -> Feeds:
-    """Standard-normal query [b, num_heads, s, d] and key [b, num_kv_heads, s, d] for the probe's positions."""
+    """Standard-normal query [b, num_heads, s, d] and key [b, num_kv_heads, s, d] for the probe's positions.
+
+    Sweep probes get one vector per position repeated across heads (a stride-0 view; module docstring).
+    """
     b, s = probe.positions["position_ids"].shape
-    return {
-        "query": _normal(rng, (b, spec.num_heads, s, spec.head_dim), spec.dtype),
-        "key": _normal(rng, (b, spec.num_kv_heads, s, spec.head_dim), spec.dtype),
-        "position_ids": probe.positions["position_ids"],
-    }
+    if probe.name.startswith("sweep"):
+        shared = _normal(rng, (b, 1, s, spec.head_dim), spec.dtype)
+        query = np.broadcast_to(shared, (b, spec.num_heads, s, spec.head_dim))
+        key = np.broadcast_to(shared, (b, spec.num_kv_heads, s, spec.head_dim))
+    else:
+        query = _normal(rng, (b, spec.num_heads, s, spec.head_dim), spec.dtype)
+        key = _normal(rng, (b, spec.num_kv_heads, s, spec.head_dim), spec.dtype)
+    return {"query": query, "key": key, "position_ids": probe.positions["position_ids"]}
+
+
+def _per_head(fn: Any, x: np.ndarray) -> np.ndarray:
+    """fn(x) for x [b, h, s, d]; when every head is the same view (stride 0), computed once and broadcast."""
+    if x.shape[1] > 1 and x.strides[1] == 0:
+        return np.broadcast_to(fn(x[:, :1]), x.shape)
+    return fn(x)
 
 
 def rope_eager(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
     """The eager reference module's outputs in the artifact dtype."""
-    with torch.no_grad():
-        q, k = reference_module(spec)(
-            to_torch(feeds["query"]), to_torch(feeds["key"]), position_ids=torch.from_numpy(feeds["position_ids"])
-        )
-    return {"query_out": _numpy(q), "key_out": _numpy(k)}
+    module = reference_module(spec)
+    pos = torch.from_numpy(feeds["position_ids"])
+    length = int(pos.max()) + 1
+
+    def rotate(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return _numpy(module.apply_rotation(to_torch(np.ascontiguousarray(x)), pos, length))
+
+    return {"query_out": _per_head(rotate, feeds["query"]), "key_out": _per_head(rotate, feeds["key"])}
 
 
 def rope_float64(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
     """The float64 oracle's outputs."""
     pos = feeds["position_ids"]
-    return {"query_out": rope_oracle(spec, feeds["query"], pos), "key_out": rope_oracle(spec, feeds["key"], pos)}
+    rotate = lambda x: rope_oracle(spec, x, pos)  # noqa: E731
+    return {"query_out": _per_head(rotate, feeds["query"]), "key_out": _per_head(rotate, feeds["key"])}
 
 
 def rope_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, Any]:
@@ -205,3 +229,16 @@ def scores_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str
         "query_position": int(probe.positions["query_position_ids"][b, i]),
         "key_position": int(probe.positions["key_position_ids"][b, j]),
     }
+
+
+def scores_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
+    """Calls with a query or a key position outside the table that the graph itself must reject."""
+    rng = np.random.default_rng(0)
+    good = np.array([[0, 1]], np.int64)
+    cases = []
+    for bad in (-1, spec.max_positions):
+        wrong = np.array([[0, bad]], np.int64)
+        for side, (q, k) in (("query", (wrong, good)), ("key", (good, wrong))):
+            probe = Probe("guard", {"query_position_ids": q, "key_position_ids": k})
+            cases.append((f"{side} position {bad}", scores_feeds(spec, probe, rng)))
+    return cases

@@ -276,3 +276,62 @@ def test_default_build_builds_and_verifies_the_embedded_set(tmp_path: Path) -> N
         report = json.loads((tmp_path / "ropeexport-out" / spec["name"] / "report.json").read_text())
         assert report["passed"] is True
     assert RopeSpec(**{k: v for k, v in DEFAULT_SPECS[0].items()}).scaling == "llama3"
+
+
+MORE_BAD_FILES = [
+    ("enc.json", '{"max_positions": 16, "encoding": ["rope"]}', "encoding"),
+    ("strnum.json", '{"max_positions": " 16 "}', "max_positions"),
+    ("strtheta.json", '{"theta": "1e4"}', "theta"),
+    ("spec.txt", '{"head_dim": 16}', "--spec"),
+    ("items.json", '{"artifacts": [1, 2]}', "artifacts"),
+]
+
+
+@pytest.mark.parametrize(("filename", "content", "field"), MORE_BAD_FILES, ids=[f[0] for f in MORE_BAD_FILES])
+def test_more_bad_spec_files(tmp_path: Path, capsys, filename: str, content: str, field: str) -> None:
+    path = write(tmp_path / filename, content)
+    code, _, err = run(["build", "--spec", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_below_a_file_is_refused(tmp_path: Path, capsys) -> None:
+    write(tmp_path / "afile", "hi")
+    code, _, err = run(["build", *SMALL, "--out", str(tmp_path / "afile" / "sub")], capsys)
+    assert code == 2 and "--out" in err and "not a folder" in err
+
+
+def test_tables_too_large_to_build_are_refused_before_anything_is_written(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "big" / "deeper"
+    code, _, err = run(["build", "--head-dim", "256", "--max-positions", "16777216", "--out", str(out)], capsys)
+    assert code == 2 and "max_positions" in err and "2^27" in err
+    assert not (tmp_path / "big").exists()
+
+
+def test_flags_override_the_file_before_defaults_are_filled(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path / "s.json", json.dumps({"max_positions": 64, "head_dim": 128, "num_heads": 2}))
+    assert run(["build", "--spec", str(path), "--head-dim", "16", "--dtype", "fp16", "--out", str(tmp_path)], capsys)[0] == 0
+    manifest = json.loads((tmp_path / "rope-half-default-fp16-fused" / "manifest.json").read_text())
+    assert manifest["spec"]["rotary_dim"] == 16 and manifest["spec"]["dtype"] == "fp16"
+
+
+def test_top_level_keys_are_shared_by_every_artifact(tmp_path: Path, capsys) -> None:
+    path = write(tmp_path / "s.toml", 'head_dim = 8\nnum_heads = 2\nmax_positions = 32\n'
+                 '[[artifacts]]\nname = "x"\n[[artifacts]]\nname = "y"\nhead_dim = 16\n')
+    assert run(["build", "--spec", str(path), "--out", str(tmp_path)], capsys)[0] == 0
+    head = lambda n: json.loads((tmp_path / n / "manifest.json").read_text())["spec"]["head_dim"]  # noqa: E731
+    assert (head("x"), head("y")) == (8, 16)
+
+
+def test_a_build_that_fails_midway_leaves_no_folder_it_created(tmp_path: Path, monkeypatch) -> None:
+    kind = kind_for(RopeSpec())
+
+    def broken(spec: RopeSpec) -> None:
+        raise RuntimeError("exporter crashed")
+
+    monkeypatch.setitem(KINDS, ("rope", "rope"), dataclasses.replace(kind, export=broken))
+    from ropeexport.build import build
+
+    with pytest.raises(RuntimeError):
+        build(RopeSpec(head_dim=8, num_heads=2, max_positions=16), tmp_path / "new" / "out")
+    assert not (tmp_path / "new").exists()
