@@ -1,7 +1,7 @@
 """The embedded default build: what ``ropeexport build`` with no arguments produces.
 
 One artifact per RoPE feature a serving team meets (layouts, partial rotation, GQA, each kind of schedule, each
-table dtype), sized to build and verify in well under a minute on 2 cores.
+table dtype) and one per other encoding family, sized to build and verify in well under a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -90,5 +90,15 @@ DEFAULT_SPECS: list[dict[str, Any]] = [
             "mscale": 0.707,
             "mscale_all_dim": 0.707,
         },
+    },
+    {  # ALiBi with 12 heads (the non-power-of-two slope recipe), causal attention through ONNX Attention.
+        "encoding": "alibi",
+        "name": "alibi12-attention-fp32-fused",
+        "artifact": "attention",
+        "num_heads": 12,
+        "head_dim": 64,
+        "max_positions": 8192,
+        "dtype": "fp32",
+        "graph": "fused",
     },
 ]

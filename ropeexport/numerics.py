@@ -67,7 +67,7 @@ def round_once(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round a float64 array to ``dtype`` ("fp32" | "fp16" | "bf16") once, to nearest, ties to even."""
     x = np.asarray(x, dtype=np.float64)
     if dtype == "bf16":
-        return _bf16_from_float64(x)
+        return _bf16_from_float64(x.reshape(-1)).reshape(x.shape)  # the bit tricks work on 1-d views
     return x.astype(FORMATS[dtype].np_dtype)
 
 

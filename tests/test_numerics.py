@@ -269,3 +269,10 @@ def test_ulp_distance_floor(dtype: str, value: float, reference: float, floor: f
     got = ulp_distance(np.array([value]), np.array([reference]), dtype, floor=floor)
     assert got.dtype == np.float64
     assert got[0] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("value", [-np.inf, 1.5, 0.0])
+def test_round_once_keeps_scalar_shape(dtype: str, value: float) -> None:
+    out = round_once(np.array(value), dtype)
+    assert out.shape == () and float(out) == value

@@ -15,7 +15,7 @@ from typing import Any
 
 from ropeexport.encodings.schedules import SCHEDULES
 from ropeexport.registry import KINDS
-from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings
+from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, SpecBase, encodings
 
 
 def add_parser(sub: Any) -> None:
@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _encoding(name: str, cls: type) -> dict[str, Any]:
+def _encoding(name: str, cls: type[SpecBase]) -> dict[str, Any]:
     defaults = cls()  # every spec class builds with its defaults
     fields = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls) if f.name != "name"}
     out: dict[str, Any] = {

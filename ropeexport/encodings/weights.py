@@ -9,6 +9,8 @@ weights are the model's data rather than a derived quantity.
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +83,39 @@ def rounded(weights: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]
 
 def _describe(tensors: list[Tensor]) -> str:
     return ", ".join(f"{t.name} {list(t.shape)}" for t in tensors)
+
+
+def require_weights_path(value: object) -> str:
+    """The ``weights`` field: empty (seeded weights) or the path of a weights file; else SpecError naming it."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SpecError("weights", f"must be the path of a .safetensors file (or empty for seeded), got {value!r}")
+    return value
+
+
+def load_weights(tensors: tuple[Tensor, ...], weights: str, seed: int) -> dict[str, np.ndarray]:
+    """``resolve_weights``, cached per (tensors, file and its mtime/size, seed); the arrays are read-only.
+
+    Specs resolve their weights when validated (so a bad file is a SpecError before anything is written) and every
+    stage asks again; the cache makes that one read. The file's modification time and size are part of the key so
+    that a file rewritten in place is read again.
+    """
+    stamp = None
+    if weights:
+        try:
+            info = os.stat(weights)
+            stamp = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            stamp = None  # resolve_weights raises the SpecError that says why
+    return _cached_weights(tensors, weights, seed, stamp)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_weights(
+    tensors: tuple[Tensor, ...], weights: str, seed: int, stamp: tuple[int, int] | None
+) -> dict[str, np.ndarray]:
+    out = resolve_weights(list(tensors), weights, seed)
+    for array in out.values():
+        array.flags.writeable = False  # shared by every caller of the cache
+    return out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ropeexport.export.attention import BiasFn, build_attention_graph, build_bias_graph, build_scores_graph
-from ropeexport.registry import ArtifactKind, register_kind
+from ropeexport.registry import ArtifactKind, Feeds, register_kind
 from ropeexport.verify.attention import (
     EagerBias,
     OracleBias,
@@ -21,14 +24,32 @@ SUMMARIES = {
 }
 
 
-def register_bias_family(encoding: str, graph_bias: BiasFn, eager_bias: EagerBias, oracle_bias: OracleBias) -> None:
-    """One method's bias subgraph, eager bias and float64 bias -> its three artifact kinds."""
+def register_bias_family(
+    encoding: str,
+    graph_bias: BiasFn,
+    eager_bias: EagerBias,
+    oracle_bias: OracleBias,
+    guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None,
+) -> None:
+    """One method's bias subgraph, eager bias and float64 bias -> its three artifact kinds.
+
+    ``guards(spec)`` gives out-of-range calls the graph itself must reject (for methods with a table to index).
+    """
     builders = {"bias": build_bias_graph, "scores": build_scores_graph, "attention": build_attention_graph}
     eager, oracle = make_eager(eager_bias), make_oracle(oracle_bias)
     for artifact, builder in builders.items():
         export = lambda spec, b=builder: b(spec, graph_bias)  # noqa: E731
         register_kind(
             ArtifactKind(
-                encoding, artifact, SUMMARIES[artifact], export, bias_probes, bias_feeds, eager, oracle, bias_locate
+                encoding,
+                artifact,
+                SUMMARIES[artifact],
+                export,
+                bias_probes,
+                bias_feeds,
+                eager,
+                oracle,
+                bias_locate,
+                guards=guards,
             )
         )

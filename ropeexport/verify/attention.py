@@ -31,12 +31,15 @@ EagerBias = Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]
 OracleBias = Callable[[Any, np.ndarray, np.ndarray], np.ndarray]
 
 
-def _pair(name: str, q: np.ndarray, k: np.ndarray) -> Probe:
+def _pair(name: str, q: Any, k: Any) -> Probe:
     return Probe(name, {QPOS: np.asarray(q, np.int64), KPOS: np.asarray(k, np.int64)})
 
 
-def bias_probes(spec: BiasSpec) -> tuple[list[Probe], dict[str, Any]]:
-    """Probe calls for one spec (module docstring) and the coverage they give."""
+def bias_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
+    """Probe calls for one spec (module docstring) and the coverage they give.
+
+    ``spec`` needs ``max_positions``, ``artifact`` and ``causal`` (any additive-bias spec, or one shaped like it).
+    """
     P = spec.max_positions
     s = min(16, P)
     start, end = np.arange(s)[None], np.arange(P - s, P)[None]
@@ -46,7 +49,7 @@ def bias_probes(spec: BiasSpec) -> tuple[list[Probe], dict[str, Any]]:
     last = P - 1
     if spec.artifact == "bias":
         keys = np.arange(P)
-        coverage = {"distances": f"every distance 0..{P - 1}"}
+        coverage: dict[str, Any] = {"distances": f"every distance 0..{P - 1}"}
     else:
         stride = max(1, -(-P // SCORES_KEYS))
         marks = {d for k in range(25) for d in (2**k - 1, 2**k) if d < P}
@@ -68,7 +71,7 @@ def bias_probes(spec: BiasSpec) -> tuple[list[Probe], dict[str, Any]]:
     return probes, coverage
 
 
-def bias_feeds(spec: BiasSpec, probe: Probe, rng: np.random.Generator) -> Feeds:
+def bias_feeds(spec: Any, probe: Probe, rng: np.random.Generator) -> Feeds:
     """The probe's positions, plus standard-normal query/key/value for the scores and attention artifacts."""
     qpos, kpos = probe.positions[QPOS], probe.positions[KPOS]
     feeds: Feeds = {}
@@ -134,3 +137,15 @@ def bias_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, 
     if output == "output":
         return where | {"channel": last}
     return where | {"key_position": int(probe.positions[KPOS][b, last])}
+
+
+def bias_guards(spec: Any) -> list[tuple[str, Feeds]]:
+    """Calls with a query or a key position of -1 or max_positions: a graph that indexes a table must reject them."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for bad in (-1, spec.max_positions):
+        for side in ("query", "key"):
+            q = [[0, bad]] if side == "query" else [[0, 1]]
+            k = [[0, bad]] if side == "key" else [[0, 1]]
+            cases.append((f"{side} position {bad}", bias_feeds(spec, _pair("guard", q, k), rng)))
+    return cases

@@ -35,8 +35,8 @@ class Verification:
     def passed(self) -> bool:
         """True when a runtime ran and every comparison, table check and guard passed."""
         ran = any(r["status"] == "verified" for r in self.runtimes)
-        checks = [*self.comparisons, *self.tables, *self.guards]
-        return ran and all(c.passed if isinstance(c, Comparison) else c["passed"] for c in checks)
+        records = [*self.tables, *self.guards]
+        return ran and all(c.passed for c in self.comparisons) and all(r["passed"] for r in records)
 
 
 def _guard(runtime: str, runner: Runner, case: str, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -45,8 +45,12 @@ def _guard(runtime: str, runner: Runner, case: str, feeds: dict[str, np.ndarray]
         runner._run(feeds)
     except Exception as exc:  # any runtime error is the graph refusing the call
         return {"runtime": runtime, "case": case, "passed": True, "error": str(exc).splitlines()[0][:200]}
-    return {"runtime": runtime, "case": case, "passed": False,
-            "error": "the graph accepted a position outside the table and returned values"}
+    return {
+        "runtime": runtime,
+        "case": case,
+        "passed": False,
+        "error": "the graph accepted a position outside the table and returned values",
+    }
 
 
 def _open(names: list[str], model_path: Path) -> Iterator[tuple[str, Runner | None, str | None]]:
@@ -92,7 +96,8 @@ def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int 
                         else:
                             locate = lambda index, p=probe, o=output: kind.locate(p, o, index)  # noqa: E731
                             comparisons[key].update(probe.name, outputs[output], want, locate)
-        guards = [_guard(n, r, case, feeds) for n, r in runners for case, feeds in (kind.guards(spec) if kind.guards else [])]
+        cases = kind.guards(spec) if kind.guards else []
+        guards = [_guard(n, r, case, feeds) for n, r in runners for case, feeds in cases]
     finally:
         for _, runner in runners:
             runner.close()

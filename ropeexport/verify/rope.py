@@ -25,7 +25,6 @@ import torch
 from onnx import numpy_helper
 
 from ropeexport.encodings.rope import reference_module, rope_scores, to_torch
-from ropeexport.encodings.schedules import get_schedule
 from ropeexport.numerics import FORMATS, ulp_distance
 from ropeexport.registry import Feeds, Probe
 from ropeexport.spec import RopeSpec

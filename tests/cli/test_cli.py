@@ -310,14 +310,20 @@ def test_tables_too_large_to_build_are_refused_before_anything_is_written(tmp_pa
 
 def test_flags_override_the_file_before_defaults_are_filled(tmp_path: Path, capsys) -> None:
     path = write(tmp_path / "s.json", json.dumps({"max_positions": 64, "head_dim": 128, "num_heads": 2}))
-    assert run(["build", "--spec", str(path), "--head-dim", "16", "--dtype", "fp16", "--out", str(tmp_path)], capsys)[0] == 0
+    assert (
+        run(["build", "--spec", str(path), "--head-dim", "16", "--dtype", "fp16", "--out", str(tmp_path)], capsys)[0]
+        == 0
+    )
     manifest = json.loads((tmp_path / "rope-half-default-fp16-fused" / "manifest.json").read_text())
     assert manifest["spec"]["rotary_dim"] == 16 and manifest["spec"]["dtype"] == "fp16"
 
 
 def test_top_level_keys_are_shared_by_every_artifact(tmp_path: Path, capsys) -> None:
-    path = write(tmp_path / "s.toml", 'head_dim = 8\nnum_heads = 2\nmax_positions = 32\n'
-                 '[[artifacts]]\nname = "x"\n[[artifacts]]\nname = "y"\nhead_dim = 16\n')
+    path = write(
+        tmp_path / "s.toml",
+        "head_dim = 8\nnum_heads = 2\nmax_positions = 32\n"
+        '[[artifacts]]\nname = "x"\n[[artifacts]]\nname = "y"\nhead_dim = 16\n',
+    )
     assert run(["build", "--spec", str(path), "--out", str(tmp_path)], capsys)[0] == 0
     head = lambda n: json.loads((tmp_path / n / "manifest.json").read_text())["spec"]["head_dim"]  # noqa: E731
     assert (head("x"), head("y")) == (8, 16)

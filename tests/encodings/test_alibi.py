@@ -73,8 +73,9 @@ CASES = [
 
 @pytest.mark.parametrize(("artifact", "dtype", "graph", "causal"), CASES)
 def test_export_runs_in_ort_and_verifies(tmp_path: Path, artifact: str, dtype: str, graph: str, causal: bool) -> None:
-    spec = AlibiSpec(artifact=artifact, dtype=dtype, graph=graph, causal=causal, num_heads=12, head_dim=16,
-                     max_positions=1024)
+    spec = AlibiSpec(
+        artifact=artifact, dtype=dtype, graph=graph, causal=causal, num_heads=12, head_dim=16, max_positions=1024
+    )
     result = build(spec, tmp_path)
     assert result.passed, [c for c in result.report["comparisons"] if not c["passed"]]
     assert {c["reference"] for c in result.report["comparisons"]} == {"eager", "float64"}
@@ -106,8 +107,15 @@ def test_scores_are_unchanged_when_every_position_shifts(tmp_path: Path, causal:
     q = rng.standard_normal((1, 4, 5, 8), dtype=np.float32)
     k = rng.standard_normal((1, 4, 7, 8), dtype=np.float32)
     qpos, kpos = np.array([[3, 4, 5, 6, 7]]), np.array([[0, 1, 2, 3, 4, 5, 6]])
-    run = lambda shift: session.run(None, {"query": q, "key": k, "query_position_ids": qpos + shift,  # noqa: E731
-                                           "key_position_ids": kpos + shift})[0]
+    run = lambda shift: session.run(
+        None,
+        {
+            "query": q,
+            "key": k,
+            "query_position_ids": qpos + shift,  # noqa: E731
+            "key_position_ids": kpos + shift,
+        },
+    )[0]
     base = run(0)
     for shift in (1, 100, 3000):
         np.testing.assert_allclose(run(shift), base, rtol=1e-6, atol=1e-5)
@@ -125,8 +133,14 @@ def test_positions_past_max_positions_raise_in_the_runner(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     ("fields", "field"),
-    [({"num_heads": 0}, "num_heads"), ({"num_heads": -3}, "num_heads"), ({"head_dim": 0}, "head_dim"),
-     ({"causal": "maybe"}, "causal"), ({"artifact": "rope"}, "artifact"), ({"max_positions": 0}, "max_positions")],
+    [
+        ({"num_heads": 0}, "num_heads"),
+        ({"num_heads": -3}, "num_heads"),
+        ({"head_dim": 0}, "head_dim"),
+        ({"causal": "maybe"}, "causal"),
+        ({"artifact": "rope"}, "artifact"),
+        ({"max_positions": 0}, "max_positions"),
+    ],
 )
 def test_bad_fields_are_rejected(fields: dict, field: str) -> None:
     with pytest.raises(SpecError) as err:

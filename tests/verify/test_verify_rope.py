@@ -112,10 +112,16 @@ def test_length_taken_from_the_last_column_fails(tmp_path: Path, graph: str) -> 
     model = build_rope_graph(spec)
     node = next(n for n in model.graph.node if n.op_type == "ReduceMax")
     # Wrong L: max over the last column only (a plausible exporter bug).
-    model.graph.node.insert(0, onnx.helper.make_node("Slice", ["position_ids", "minus_one", "big", "one_axis"], ["last_column"]))
-    model.graph.initializer.extend([numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
-                                    numpy_helper.from_array(np.array([2**62], np.int64), "big"),
-                                    numpy_helper.from_array(np.array([1], np.int64), "one_axis")])
+    model.graph.node.insert(
+        0, onnx.helper.make_node("Slice", ["position_ids", "minus_one", "big", "one_axis"], ["last_column"])
+    )
+    model.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+            numpy_helper.from_array(np.array([2**62], np.int64), "big"),
+            numpy_helper.from_array(np.array([1], np.int64), "one_axis"),
+        ]
+    )
     node.input[0] = "last_column"
     assert not verify(spec, spec, tmp_path, model).passed
 
@@ -137,11 +143,17 @@ def test_nan_where_outputs_cancel_fails(tmp_path: Path) -> None:
     for out in model.graph.output:  # NaN wherever |y| < 4e-3: near-zero outputs must still be judged
         node = next(n for n in model.graph.node if out.name in n.output)
         node.output[list(node.output).index(out.name)] = f"{out.name}_raw"
-        model.graph.node.extend([
-            onnx.helper.make_node("Abs", [f"{out.name}_raw"], [f"{out.name}_abs"]),
-            onnx.helper.make_node("Less", [f"{out.name}_abs", "tiny"], [f"{out.name}_small"]),
-            onnx.helper.make_node("Where", [f"{out.name}_small", "nan", f"{out.name}_raw"], [out.name]),
-        ])
-    model.graph.initializer.extend([numpy_helper.from_array(np.array(4e-3, np.float16), "tiny"),
-                                    numpy_helper.from_array(np.array(np.nan, np.float16), "nan")])
+        model.graph.node.extend(
+            [
+                onnx.helper.make_node("Abs", [f"{out.name}_raw"], [f"{out.name}_abs"]),
+                onnx.helper.make_node("Less", [f"{out.name}_abs", "tiny"], [f"{out.name}_small"]),
+                onnx.helper.make_node("Where", [f"{out.name}_small", "nan", f"{out.name}_raw"], [out.name]),
+            ]
+        )
+    model.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(4e-3, np.float16), "tiny"),
+            numpy_helper.from_array(np.array(np.nan, np.float16), "nan"),
+        ]
+    )
     assert not verify(spec, spec, tmp_path, model).passed
