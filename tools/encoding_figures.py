@@ -21,6 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import onnx  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
 from ropeexport.build import build  # noqa: E402
 from ropeexport.registry import KINDS  # noqa: E402
 from ropeexport.spec import encodings  # noqa: E402
@@ -73,18 +76,23 @@ def main() -> None:
                 flush=True,
             )
             shutil.rmtree(result.path)
-    sizes = {}
+    sizes, stored = {}, {}
     for max_positions in (2048, 131072):
-        result = build(
-            _spec("alibi", artifact="bias", name=f"alibi-{max_positions}", max_positions=max_positions), work
-        )
+        spec = _spec("alibi", artifact="bias", name=f"alibi-{max_positions}", max_positions=max_positions)
+        result = build(spec, work)
         sizes[max_positions] = (result.path / "model.onnx").stat().st_size
-    print(f"ALiBi bias artifact size: {sizes[2048]} bytes at 2048 positions, {sizes[131072]} bytes at 131072")
+        model = onnx.load(str(result.path / "model.onnx"))
+        stored[max_positions] = sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+    print(
+        f"ALiBi bias artifact: model.onnx {sizes[2048]} bytes at 2048 positions, {sizes[131072]} at 131072 "
+        f"(the name and max_positions digits differ); initializers {stored[2048]} and {stored[131072]} bytes"
+    )
     summary = {
         "max_positions": args.max_positions,
         "artifacts": len(rows),
         "all_passed": all(r["passed"] for r in rows),
         "alibi_bias_bytes": sizes,
+        "alibi_bias_initializer_bytes": stored,
     }
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=2) + "\n")
     print(json.dumps(summary))

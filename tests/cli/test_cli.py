@@ -341,3 +341,63 @@ def test_a_build_that_fails_midway_leaves_no_folder_it_created(tmp_path: Path, m
     with pytest.raises(RuntimeError):
         build(RopeSpec(head_dim=8, num_heads=2, max_positions=16), tmp_path / "new" / "out")
     assert not (tmp_path / "new").exists()
+
+
+# Bad input for the other encodings: (flags, field the one-line error must name).
+BAD_ENCODING_FLAGS = [
+    (["--encoding", "alibi", "--num-heads", "0"], "num_heads"),
+    (["--encoding", "alibi", "--artifact", "apply"], "artifact"),
+    (["--encoding", "alibi", "--clip", "3"], "clip"),
+    (["--encoding", "sinusoidal", "--d-model", "7"], "d_model"),
+    (["--encoding", "sinusoidal", "--d-model", "0"], "d_model"),
+    (["--encoding", "shaw", "--clip", "0"], "clip"),
+    (["--encoding", "shaw", "--clip", "-2"], "clip"),
+    (["--encoding", "t5", "--num-buckets", "1"], "num_buckets"),
+    (["--encoding", "t5", "--max-distance", "2"], "max_distance"),
+    (["--encoding", "kerple", "--kernel", "cubic"], "kernel"),
+    (["--encoding", "tupe", "--num-heads", "-1"], "num_heads"),
+    (["--encoding", "transformer-xl", "--head-dim", "0"], "head_dim"),
+    (["--encoding", "sandwich", "--max-positions", "0"], "max_positions"),
+    (["--encoding", "shaw", "--weights", "/nonexistent/w.safetensors"], "weights"),
+    (["--encoding", "t5", "--query-position-ids", "3"], "--query-position-ids"),
+]
+
+
+@pytest.mark.parametrize(("flags", "field"), BAD_ENCODING_FLAGS, ids=[" ".join(f[:4]) for f, _ in BAD_ENCODING_FLAGS])
+def test_bad_encoding_flags_one_line_exit_2(tmp_path: Path, capsys, flags: list[str], field: str) -> None:
+    out_dir = tmp_path / "out"
+    code, _, err = run(["build", *flags, "--out", str(out_dir)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, err
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("tensors", "message"),
+    [
+        ({"relative_key": (11, 8)}, "lacks tensor"),
+        ({"relative_key": (11, 8), "relative_value": (11, 9)}, "shape"),
+        ({"relative_key": (11, 8), "relative_value": (11, 8), "extra": (1,)}, "unexpected"),
+    ],
+)
+def test_weights_files_that_do_not_fit_are_rejected(tmp_path: Path, capsys, tensors: dict, message: str) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "w.safetensors"
+    save_file({name: np.zeros(shape, np.float32) for name, shape in tensors.items()}, str(path))
+    args = ["build", "--encoding", "shaw", "--clip", "5", "--head-dim", "8", "--num-heads", "2", "--weights", str(path)]
+    code, _, err = run([*args, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "weights" in err and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fitting_weights_file_builds(tmp_path: Path, capsys) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "w.safetensors"
+    rng = np.random.default_rng(0)
+    save_file({n: rng.standard_normal((11, 8)).astype(np.float32) for n in ("relative_key", "relative_value")}, str(path))
+    args = ["build", "--encoding", "shaw", "--clip", "5", "--head-dim", "8", "--num-heads", "2", "--max-positions", "64"]
+    code, out, _ = run([*args, "--weights", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert code == 0, out
