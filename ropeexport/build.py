@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -21,10 +22,11 @@ from ropeexport import __version__
 from ropeexport.errors import SpecError
 from ropeexport.export.onnx_io import save_model, sha256
 from ropeexport.registry import kind_for
-from ropeexport.report import report_dict, write_json
+from ropeexport.report import report_dict, write_json, write_reports
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.runtimes.base import NUMPY_OF_ONNX
 from ropeexport.verify.core import Verification, verify_artifact
+from ropeexport.verify.polygraphy_files import save_polygraphy_reference
 
 MANIFEST_SCHEMA = "ropeexport.manifest/1"
 
@@ -92,8 +94,17 @@ def check_target(out_dir: Path, name: str) -> Path:
     return target
 
 
-def build(spec: Any, out_dir: str | Path, runtimes: list[str] | None = None) -> BuildResult:
-    """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all."""
+def build(
+    spec: Any,
+    out_dir: str | Path,
+    runtimes: list[str] | None = None,
+    atol: dict[str, float] | None = None,
+    rtol: dict[str, float] | None = None,
+) -> BuildResult:
+    """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all.
+
+    ``atol`` / ``rtol`` override the dtype's tolerances per output ({output or "": value}).
+    """
     start = time.perf_counter()
     out_dir = Path(out_dir)
     target = check_target(out_dir, spec.name)
@@ -106,9 +117,10 @@ def build(spec: Any, out_dir: str | Path, runtimes: list[str] | None = None) -> 
         model = kind.export(spec)
         names = save_model(model, work)
         files = {n: sha256(work / n) for n in names}
-        verification: Verification = verify_artifact(spec, work / "model.onnx", runtimes)
-        report = report_dict(spec.name, spec.to_dict(), verification, versions(), files)
-        write_json(work / "report.json", report)
+        verification: Verification = verify_artifact(spec, work / "model.onnx", runtimes, atol=atol, rtol=rtol)
+        report = report_dict(spec, verification, versions(), files)
+        write_reports(work, report)
+        save_polygraphy_reference(spec, work)
         write_json(
             work / "manifest.json",
             manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files),
@@ -125,6 +137,9 @@ def build(spec: Any, out_dir: str | Path, runtimes: list[str] | None = None) -> 
 
 def _replace(work: Path, target: Path) -> None:
     """Move the finished folder into place; an older artifact of the same name is swapped out, then removed."""
+    umask = os.umask(0)
+    os.umask(umask)
+    work.chmod(0o777 & ~umask)  # mkdtemp made it private; an artifact folder is as readable as any other
     if target.exists():
         old = target.with_name(f".{target.name}.old.{time.time_ns()}")
         target.rename(old)

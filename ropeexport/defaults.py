@@ -101,30 +101,60 @@ DEFAULT_SPECS: list[dict[str, Any]] = [
         "dtype": "fp32",
         "graph": "fused",
     },
-    {   # The original Transformer's sinusoidal table added to d_model 512 embeddings.
-        "encoding": "sinusoidal", "name": "sinusoidal-apply-fp32-fused", "artifact": "apply", "d_model": 512,
-        "max_positions": 4096, "scale_input": True,
+    {  # The original Transformer's sinusoidal table added to d_model 512 embeddings.
+        "encoding": "sinusoidal",
+        "name": "sinusoidal-apply-fp32-fused",
+        "artifact": "apply",
+        "d_model": 512,
+        "max_positions": 4096,
+        "scale_input": True,
     },
-    {   # T5's encoder buckets (32 buckets, max distance 128) with seeded relative_attention_bias.
-        "encoding": "t5", "name": "t5-bias-fp32-fused", "artifact": "bias", "num_heads": 12, "max_positions": 2048,
-    },
-    {   # Shaw et al.: clipped relative key and value embeddings, causal attention.
-        "encoding": "shaw", "name": "shaw-attention-fp16-decomposed", "artifact": "attention", "num_heads": 8,
-        "head_dim": 64, "clip": 16, "max_positions": 2048, "dtype": "fp16", "graph": "decomposed",
-    },
-    {   # Transformer-XL's four-term relative logits.
-        "encoding": "transformer-xl", "name": "transformer-xl-scores-fp32-fused", "num_heads": 8, "head_dim": 64,
+    {  # T5's encoder buckets (32 buckets, max distance 128) with seeded relative_attention_bias.
+        "encoding": "t5",
+        "name": "t5-bias-fp32-fused",
+        "artifact": "bias",
+        "num_heads": 12,
         "max_positions": 2048,
     },
-    {   # TUPE: untied absolute positional correlation plus bucketed relative bias.
-        "encoding": "tupe", "name": "tupe-scores-fp32-fused", "num_heads": 8, "head_dim": 64, "max_positions": 2048,
+    {  # Shaw et al.: clipped relative key and value embeddings, causal attention.
+        "encoding": "shaw",
+        "name": "shaw-attention-fp16-decomposed",
+        "artifact": "attention",
+        "num_heads": 8,
+        "head_dim": 64,
+        "clip": 16,
+        "max_positions": 2048,
+        "dtype": "fp16",
+        "graph": "decomposed",
     },
-    {   # KERPLE's logarithmic kernel.
-        "encoding": "kerple", "name": "kerple-log-scores-fp32-fused", "artifact": "scores", "kernel": "log",
-        "num_heads": 8, "head_dim": 64, "max_positions": 2048,
+    {  # Transformer-XL's four-term relative logits.
+        "encoding": "transformer-xl",
+        "name": "transformer-xl-scores-fp32-fused",
+        "num_heads": 8,
+        "head_dim": 64,
+        "max_positions": 2048,
     },
-    {   # Sandwich: the inner product of sinusoidal embeddings as a bias.
-        "encoding": "sandwich", "name": "sandwich-bias-fp32-fused", "artifact": "bias", "num_heads": 8,
+    {  # TUPE: untied absolute positional correlation plus bucketed relative bias.
+        "encoding": "tupe",
+        "name": "tupe-scores-fp32-fused",
+        "num_heads": 8,
+        "head_dim": 64,
+        "max_positions": 2048,
+    },
+    {  # KERPLE's logarithmic kernel.
+        "encoding": "kerple",
+        "name": "kerple-log-scores-fp32-fused",
+        "artifact": "scores",
+        "kernel": "log",
+        "num_heads": 8,
+        "head_dim": 64,
+        "max_positions": 2048,
+    },
+    {  # Sandwich: the inner product of sinusoidal embeddings as a bias.
+        "encoding": "sandwich",
+        "name": "sandwich-bias-fp32-fused",
+        "artifact": "bias",
+        "num_heads": 8,
         "max_positions": 2048,
     },
 ]

@@ -12,6 +12,10 @@ Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {outpu
 - ``tables(spec, model_path) -> list[dict]``: checks of stored tables against float64 (optional)
 - ``guards(spec) -> [(case, F)]``: calls with out-of-range positions that the graph itself must reject, sent past
   the runner's own checks (optional: graphs without a table, like ALiBi's, rely on the runner alone)
+- ``curve(probe, output) -> (axis name, int array broadcastable to the output)``: each element's position, for the
+  per-position error curve (optional)
+- ``properties(spec, runner) -> [dict]``: the encoding's mathematical claims measured on the artifact through a
+  runner (relative invariance, norm preservation, decay, shift invariance...), each {name, passed, summary, ...}
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class ArtifactKind:
     locate: Callable[[Probe, str, tuple[int, ...]], dict[str, Any]]
     tables: Callable[[Any, Path], list[dict[str, Any]]] | None = None
     guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None
+    curve: Callable[[Probe, str], tuple[str, np.ndarray]] | None = None
+    properties: Callable[[Any, Any], list[dict[str, Any]]] | None = None
 
 
 KINDS: dict[tuple[str, str], ArtifactKind] = {}

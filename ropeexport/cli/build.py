@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.build import build, check_target
+from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_SPECS
 from ropeexport.errors import SpecError
 from ropeexport.runtimes import check_runtime_names
@@ -69,6 +70,7 @@ def add_parser(sub: Any) -> None:
         metavar="NAME",
         help="runtime to verify on: ort (default) or onnx-reference (repeatable)",
     )
+    add_tolerance_flags(p)
     p.set_defaults(run=run)
 
 
@@ -121,20 +123,22 @@ def run(args: argparse.Namespace) -> int:
     specs = specs_from_args(args)
     out = Path(args.out)
     runtimes = check_runtime_names(args.runtime or ["ort"])
+    atol, rtol = tolerances(args)
     for spec in specs:
         check_target(out, spec.name)
     failed = 0
     for spec in specs:
-        result = build(spec, out, runtimes)
+        result = build(spec, out, runtimes, atol=atol, rtol=rtol)
         failed += not result.passed
-        print(_summary(result.report, result.path, result.seconds))
+        print(summary_line(result.report, result.path, result.seconds))
     print(f"{len(specs) - failed} of {len(specs)} artifacts verified; output in {out.resolve()}")
     if failed:
         print(f"{failed} artifact(s) FAILED verification: see report.json in each folder", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _summary(report: dict[str, Any], path: Path, seconds: float) -> str:
+def summary_line(report: dict[str, Any], path: Path, seconds: float) -> str:
+    """One artifact's verdict, worst errors, runtimes and table check, then its path."""
     verdict = "PASS" if report["passed"] else "FAIL"
     worst: dict[str, float] = {}
     for c in report["comparisons"]:

@@ -15,8 +15,11 @@ from ropeexport.verify.attention import (
     bias_probes,
     make_eager,
     make_oracle,
+    pair_curve,
 )
+from ropeexport.verify.properties import shift_invariance
 
+OUTPUTS = {"bias": "attention_bias", "scores": "scores", "attention": "output"}
 SUMMARIES = {
     "bias": "attention_bias [b, heads, q, k] from query and key position ids",
     "scores": "q . k / sqrt(d) + bias",
@@ -51,5 +54,7 @@ def register_bias_family(
                 oracle,
                 bias_locate,
                 guards=guards,
+                curve=pair_curve,
+                properties=shift_invariance(bias_feeds, OUTPUTS[artifact]),
             )
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ropeexport.export.rope import build_rope_graph, build_rope_scores_graph
 from ropeexport.registry import ArtifactKind, register_kind
 from ropeexport.verify import rope as v
+from ropeexport.verify.properties import rope_properties, shift_invariance
 
 register_kind(
     ArtifactKind(
@@ -19,6 +20,8 @@ register_kind(
         v.rope_locate,
         v.check_tables,
         v.rope_guards,
+        curve=v.rope_curve,
+        properties=rope_properties,
     )
 )
 register_kind(
@@ -34,5 +37,7 @@ register_kind(
         v.scores_locate,
         v.check_tables,
         v.scores_guards,
+        curve=v.scores_curve,
+        properties=shift_invariance(v.scores_feeds, "scores"),
     )
 )

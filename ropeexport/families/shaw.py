@@ -5,6 +5,8 @@ from __future__ import annotations
 from ropeexport.export.shaw import build_shaw_attention_graph, build_shaw_scores_graph
 from ropeexport.registry import ArtifactKind, register_kind
 from ropeexport.verify import shaw as v
+from ropeexport.verify.attention import pair_curve
+from ropeexport.verify.properties import shift_invariance
 
 register_kind(
     ArtifactKind(
@@ -17,6 +19,8 @@ register_kind(
         v.shaw_eager,
         v.shaw_oracle,
         v.shaw_locate,
+        curve=pair_curve,
+        properties=shift_invariance(v.shaw_feeds, "scores"),
     )
 )
 register_kind(
@@ -30,5 +34,7 @@ register_kind(
         v.shaw_eager,
         v.shaw_oracle,
         v.shaw_locate,
+        curve=pair_curve,
+        properties=shift_invariance(v.shaw_feeds, "output"),
     )
 )

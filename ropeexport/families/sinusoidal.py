@@ -5,6 +5,7 @@ from __future__ import annotations
 from ropeexport.export.sinusoidal import build_apply_graph, build_scores_graph
 from ropeexport.registry import ArtifactKind, register_kind
 from ropeexport.verify import sinusoidal as v
+from ropeexport.verify.attention import query_curve
 
 register_kind(
     ArtifactKind(
@@ -19,6 +20,7 @@ register_kind(
         v.apply_locate,
         v.check_tables,
         guards=v.apply_guards,
+        curve=v.apply_curve,
     )
 )
 register_kind(
@@ -34,5 +36,6 @@ register_kind(
         v.scores_locate,
         v.check_tables,
         guards=v.scores_guards,
+        curve=query_curve,
     )
 )

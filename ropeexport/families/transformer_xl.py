@@ -5,7 +5,8 @@ from __future__ import annotations
 from ropeexport.export.transformer_xl import build_transformer_xl_scores_graph
 from ropeexport.registry import ArtifactKind, register_kind
 from ropeexport.verify import transformer_xl as v
-from ropeexport.verify.attention import bias_feeds, bias_locate
+from ropeexport.verify.attention import bias_feeds, bias_locate, pair_curve
+from ropeexport.verify.properties import shift_invariance
 
 register_kind(
     ArtifactKind(
@@ -20,5 +21,7 @@ register_kind(
         bias_locate,
         v.check_tables,
         guards=v.scores_guards,
+        curve=pair_curve,
+        properties=shift_invariance(bias_feeds, "scores"),
     )
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ropeexport.export.tupe import build_tupe_scores_graph
 from ropeexport.registry import ArtifactKind, register_kind
 from ropeexport.verify import tupe as v
+from ropeexport.verify.attention import query_curve
 
 register_kind(
     ArtifactKind(
@@ -19,5 +20,6 @@ register_kind(
         v.tupe_locate,
         tables=v.tupe_check_tables,
         guards=v.tupe_guards,
+        curve=query_curve,
     )
 )

@@ -1,7 +1,12 @@
-"""Serialized results: ``report.json`` (and, as later stages land, Markdown and HTML)."""
+"""Serialized results: ``report.json`` (schema ``ropeexport.report/2``), ``report.md`` and ``report.html``.
+
+The JSON is the record; the Markdown (for a pull request) and the self-contained HTML (with plots) are rendered from
+it alone, so ``ropeexport verify`` and ``ropeexport diff`` work on any machine from the JSON.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 from pathlib import Path
@@ -9,29 +14,83 @@ from typing import Any
 
 from ropeexport.verify.core import Verification
 
-REPORT_SCHEMA = "ropeexport.report/1"
+REPORT_SCHEMA = "ropeexport.report/2"
+
+
+def spec_sha256(spec: dict[str, Any]) -> str:
+    """Hash of the spec's canonical JSON: two reports of the same spec carry the same value."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else what the platform module says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str | None:
+    """The first CUDA device's name, or None without a GPU (or without a CUDA build of torch)."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # a broken driver must not break a report
+        return None
+
+
+def environment(versions: dict[str, str | None]) -> dict[str, Any]:
+    """Library versions plus python, CPU and GPU."""
+    return versions | {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu": cpu_name(),
+        "gpu": gpu_name(),
+    }
 
 
 def report_dict(
-    name: str, spec: dict[str, Any], verification: Verification, versions: dict[str, str | None], files: dict[str, str]
+    spec: Any, verification: Verification, versions: dict[str, str | None], files: dict[str, str]
 ) -> dict[str, Any]:
-    """The report as a dict: ``passed``, ``comparisons`` (contract fields first), tables, runtimes, probes."""
+    """The report: verdict, comparisons (contract fields first), per-position curves, properties, checks, context."""
+    spec_fields = spec.to_dict()
+    curves = [c.curve() for c in verification.comparisons]
     return {
         "schema": REPORT_SCHEMA,
-        "name": name,
+        "name": spec.name,
+        "encoding": spec.encoding,
+        "artifact": spec.artifact,
         "passed": verification.passed,
         "comparisons": [c.to_dict() for c in verification.comparisons],
+        "positions": [c for c in curves if c is not None],
+        "properties": verification.properties,
         "tables": verification.tables,
         "guards": verification.guards,
         "runtimes": verification.runtimes,
         "coverage": verification.coverage,
         "probes": verification.probes,
-        "spec": spec,
+        "spec": spec_fields,
+        "spec_sha256": spec_sha256(spec_fields),
         "files": files,
-        "environment": versions | {"python": platform.python_version(), "machine": platform.machine()},
+        "environment": environment(versions),
     }
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON deterministically (sorted keys are not used: the order above is the reading order)."""
+    """Write JSON in the dict's own (reading) order."""
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def write_reports(folder: Path, report: dict[str, Any]) -> list[str]:
+    """report.json, report.md and report.html into ``folder``; returns the names written."""
+    from ropeexport.report.html import render_html
+    from ropeexport.report.markdown import render_markdown
+
+    write_json(folder / "report.json", report)
+    (folder / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    (folder / "report.html").write_text(render_html(report), encoding="utf-8")
+    return ["report.json", "report.md", "report.html"]

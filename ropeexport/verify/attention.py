@@ -149,3 +149,16 @@ def bias_guards(spec: Any) -> list[tuple[str, Feeds]]:
             k = [[0, bad]] if side == "key" else [[0, 1]]
             cases.append((f"{side} position {bad}", bias_feeds(spec, _pair("guard", q, k), rng)))
     return cases
+
+
+def pair_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
+    """Curve axis for query/key outputs: the distance i - j for logits and biases, the query position for outputs."""
+    qpos, kpos = probe.positions[QPOS], probe.positions[KPOS]
+    if output == "output":
+        return "query position", qpos[:, None, :, None]
+    return "distance i-j", qpos[:, None, :, None] - kpos[:, None, None, :]
+
+
+def query_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
+    """Curve axis by query position (for methods whose logits are not a function of i - j alone)."""
+    return "query position", probe.positions[QPOS][:, None, :, None]

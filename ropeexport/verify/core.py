@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
-from ropeexport.errors import RuntimeUnavailable
+from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.registry import kind_for
 from ropeexport.runtimes import open_runner
 from ropeexport.runtimes.base import Runner
@@ -30,13 +31,35 @@ class Verification:
     probes: list[dict[str, Any]]
     coverage: dict[str, Any] = field(default_factory=dict)
     guards: list[dict[str, Any]] = field(default_factory=list)
+    properties: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        """True when a runtime ran and every comparison, table check and guard passed."""
+        """True when a runtime ran and every comparison, table check, guard and property passed.
+
+        A property whose ``passed`` is None is informational (a curve to look at) and does not vote.
+        """
         ran = any(r["status"] == "verified" for r in self.runtimes)
-        records = [*self.tables, *self.guards]
+        records = [*self.tables, *self.guards, *(p for p in self.properties if p["passed"] is not None)]
         return ran and all(c.passed for c in self.comparisons) and all(r["passed"] for r in records)
+
+
+def resolve_tolerances(
+    spec: Any, outputs: list[str], atol: dict[str, float], rtol: dict[str, float]
+) -> dict[str, tuple[float, float]]:
+    """(atol, rtol) per output: the dtype's defaults, then a ``""`` (every output) override, then per-output ones.
+
+    Overrides name outputs as Polygraphy does (``--atol query_out:1e-5``); an unknown name is a SpecError listing
+    the artifact's outputs.
+    """
+    for given in (atol, rtol):
+        unknown = sorted(set(given) - {"", *outputs})
+        if unknown:
+            raise SpecError(
+                "--atol/--rtol", f"unknown output {unknown[0]!r}; this artifact's outputs: {', '.join(outputs)}"
+            )
+    base = TOLERANCES[spec.dtype]
+    return {o: (atol.get(o, atol.get("", base.atol)), rtol.get(o, rtol.get("", base.rtol))) for o in outputs}
 
 
 def _guard(runtime: str, runner: Runner, case: str, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -61,9 +84,21 @@ def _open(names: list[str], model_path: Path) -> Iterator[tuple[str, Runner | No
             yield name, None, str(exc)
 
 
-def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int = 0) -> Verification:
-    """Run the artifact on every probe of its kind with each runtime; compare with eager and the float64 oracle."""
+def verify_artifact(
+    spec: Any,
+    model_path: Path,
+    runtimes: list[str],
+    seed: int = 0,
+    atol: dict[str, float] | None = None,
+    rtol: dict[str, float] | None = None,
+) -> Verification:
+    """Run the artifact on every probe of its kind with each runtime; compare with eager and the float64 oracle.
+
+    ``atol`` / ``rtol`` override the dtype's tolerances: {output: value}, with ``""`` for every output.
+    """
     kind = kind_for(spec)
+    outputs = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
+    tolerances = resolve_tolerances(spec, outputs, atol or {}, rtol or {})
     tables = kind.tables(spec, model_path) if kind.tables else []
     opened = list(_open(runtimes, model_path))
     if not any(r is not None for _, r, _ in opened) and "onnx-reference" not in runtimes:
@@ -82,22 +117,39 @@ def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int 
             expected = {"eager": kind.eager(spec, feeds), "float64": kind.oracle(spec, feeds)}
             for runtime, runner in runners:
                 try:
-                    outputs: dict[str, np.ndarray] | None = runner.infer(feeds)
+                    results: dict[str, np.ndarray] | None = runner.infer(feeds)
                     error = ""
                 except Exception as exc:  # a runtime error on a valid call is a verification failure, not a crash
-                    outputs, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    results, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 for ref_name, refs in expected.items():
                     for output, want in refs.items():
                         key = (ref_name, runtime, output)
                         if key not in comparisons:
-                            comparisons[key] = Comparison(ref_name, runtime, output, spec.dtype, tol.atol, tol.rtol)
-                        if outputs is None or output not in outputs:
+                            out_atol, out_rtol = tolerances.get(output, (tol.atol, tol.rtol))
+                            comparisons[key] = Comparison(ref_name, runtime, output, spec.dtype, out_atol, out_rtol)
+                        if results is None or output not in results:
                             comparisons[key].fail(probe.name, error or f"the runtime returned no {output!r}")
                         else:
                             locate = lambda index, p=probe, o=output: kind.locate(p, o, index)  # noqa: E731
-                            comparisons[key].update(probe.name, outputs[output], want, locate)
+                            axis = kind.curve(probe, output) if kind.curve else None
+                            comparisons[key].update(probe.name, results[output], want, locate, axis)
         cases = kind.guards(spec) if kind.guards else []
         guards = [_guard(n, r, case, feeds) for n, r in runners for case, feeds in cases]
+        properties: list[dict[str, Any]] = []
+        if kind.properties is not None:
+            for name, runner in runners:
+                try:
+                    properties += [{"runtime": name} | p for p in kind.properties(spec, runner)]
+                except Exception as exc:  # a valid call the runtime refused: the artifact is wrong, not the check
+                    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    properties.append(
+                        {
+                            "runtime": name,
+                            "name": "property checks (the runtime raised)",
+                            "passed": False,
+                            "summary": f"the runtime raised on a valid call: {reason[:300]}",
+                        }
+                    )
     finally:
         for _, runner in runners:
             runner.close()
@@ -111,4 +163,4 @@ def verify_artifact(spec: Any, model_path: Path, runtimes: list[str], seed: int 
         for p in probes
     ]
     coverage["tolerance"] = {"dtype": spec.dtype, "atol": tol.atol, "rtol": tol.rtol, "reason": tol.reason}
-    return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage, guards)
+    return Verification(list(comparisons.values()), tables, runtime_info, probe_info, coverage, guards, properties)

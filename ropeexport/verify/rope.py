@@ -52,8 +52,10 @@ def rope_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
     probes.append(_probe("decode", np.array([[P - 1], [0], [P // 2]], dtype=np.int64)))
     original = spec.scaling_params.get("original_max_position_embeddings")
     top = original if original is not None and original < P else P - 1
-    # Row 1 holds the call's largest position in its middle; neither row ends with it.
-    scrambled = np.array([[3, 0, 2, 1, 4], [6, 5, top, 7, 8]], dtype=np.int64) % P
+    # Row 1 holds the call's largest position in its middle; neither row ends with it. A call is never longer than
+    # the table (ORT's fused RotaryEmbedding refuses that), so tiny tables get fewer columns.
+    cols = min(5, P)
+    scrambled = (np.array([[3, 0, 2, 1, 4], [6, 5, top, 7, 8]], dtype=np.int64) % P)[:, [2, 0, 1, 3, 4][:cols]]
     probes.append(_probe("unordered", scrambled))
     if original is not None and original < P:
         probes.append(_row("below-original", max(0, original - s), original))  # L = original
@@ -179,6 +181,14 @@ def scores_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
         pos = p.positions["position_ids"][:, :64]  # scores grow with q_len * k_len: keep calls small
         probes.append(Probe(p.name, {"query_position_ids": pos, "key_position_ids": pos}))
     P = spec.max_positions
+    # Keys far past every query: an L taken from the query positions alone picks the wrong regime here.
+    keys = np.unique(np.concatenate([np.arange(min(P, 32)), np.linspace(0, P - 1, num=min(P, 32)).astype(np.int64)]))
+    probes.append(
+        Probe(
+            "keys-beyond-queries",
+            {"query_position_ids": np.arange(min(P, 8), dtype=np.int64)[None], "key_position_ids": keys[None]},
+        )
+    )
     for name, q in (("decode-at-end", P - 1), ("decode-at-middle", P // 2)):
         keys = np.unique(np.linspace(0, q, num=min(q + 1, 32)).astype(np.int64))
         probes.append(Probe(name, {"query_position_ids": np.array([[q]], np.int64), "key_position_ids": keys[None]}))
@@ -241,3 +251,14 @@ def scores_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
             probe = Probe("guard", {"query_position_ids": q, "key_position_ids": k})
             cases.append((f"{side} position {bad}", scores_feeds(spec, probe, rng)))
     return cases
+
+
+def rope_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
+    """Each output element's position: position_ids broadcast over heads and channels."""
+    return "position", probe.positions["position_ids"][:, None, :, None]
+
+
+def scores_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
+    """Logits by relative distance i - j."""
+    qpos, kpos = probe.positions["query_position_ids"], probe.positions["key_position_ids"]
+    return "distance i-j", qpos[:, None, :, None] - kpos[:, None, None, :]

@@ -256,3 +256,8 @@ def scores_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str
         "query_position": int(probe.positions[QPOS][b, i]),
         "key_position": int(probe.positions[KPOS][b, j]),
     }
+
+
+def apply_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
+    """Each element of y [b, s, d_model] by its position."""
+    return "position", probe.positions["position_ids"][:, :, None]

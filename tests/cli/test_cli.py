@@ -199,7 +199,15 @@ def test_build_from_flags_writes_the_artifact_contract(tmp_path: Path, capsys) -
     )
     assert code == 0, out
     folder = tmp_path / "lr"
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.onnx", "report.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "manifest.json",
+        "model.onnx",
+        "polygraphy",
+        "report.html",
+        "report.json",
+        "report.md",
+    ]
+    assert sorted(p.name for p in (folder / "polygraphy").iterdir()) == ["inputs.json", "reference.json"]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["spec"]["scaling"] == "longrope" and manifest["spec"]["scaling_params"]["factor"] == 4.0
     assert manifest["opset"] == 17 and manifest["graph"] == "decomposed"
@@ -397,7 +405,21 @@ def test_a_fitting_weights_file_builds(tmp_path: Path, capsys) -> None:
 
     path = tmp_path / "w.safetensors"
     rng = np.random.default_rng(0)
-    save_file({n: rng.standard_normal((11, 8)).astype(np.float32) for n in ("relative_key", "relative_value")}, str(path))
-    args = ["build", "--encoding", "shaw", "--clip", "5", "--head-dim", "8", "--num-heads", "2", "--max-positions", "64"]
+    save_file(
+        {n: rng.standard_normal((11, 8)).astype(np.float32) for n in ("relative_key", "relative_value")}, str(path)
+    )
+    args = [
+        "build",
+        "--encoding",
+        "shaw",
+        "--clip",
+        "5",
+        "--head-dim",
+        "8",
+        "--num-heads",
+        "2",
+        "--max-positions",
+        "64",
+    ]
     code, out, _ = run([*args, "--weights", str(path), "--out", str(tmp_path / "out")], capsys)
     assert code == 0, out

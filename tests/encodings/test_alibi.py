@@ -107,15 +107,18 @@ def test_scores_are_unchanged_when_every_position_shifts(tmp_path: Path, causal:
     q = rng.standard_normal((1, 4, 5, 8), dtype=np.float32)
     k = rng.standard_normal((1, 4, 7, 8), dtype=np.float32)
     qpos, kpos = np.array([[3, 4, 5, 6, 7]]), np.array([[0, 1, 2, 3, 4, 5, 6]])
-    run = lambda shift: session.run(
-        None,
-        {
-            "query": q,
-            "key": k,
-            "query_position_ids": qpos + shift,  # noqa: E731
-            "key_position_ids": kpos + shift,
-        },
-    )[0]
+
+    def run(shift):
+        return session.run(
+            None,
+            {
+                "query": q,
+                "key": k,
+                "query_position_ids": qpos + shift,  # noqa: E731
+                "key_position_ids": kpos + shift,
+            },
+        )[0]
+
     base = run(0)
     for shift in (1, 100, 3000):
         np.testing.assert_allclose(run(shift), base, rtol=1e-6, atol=1e-5)

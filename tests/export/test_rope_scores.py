@@ -62,15 +62,18 @@ def test_scores_depend_only_on_relative_position(tmp_path: Path, graph: str) -> 
     q = rng.standard_normal((1, spec.num_heads, 4, spec.head_dim), dtype=np.float32)
     k = rng.standard_normal((1, spec.num_kv_heads, 6, spec.head_dim), dtype=np.float32)
     qpos, kpos = np.array([[2, 3, 4, 5]]), np.array([[0, 1, 2, 3, 4, 5]])
-    run = lambda shift: session.run(
-        None,
-        {
-            "query": q,
-            "key": k,
-            "query_position_ids": qpos + shift,  # noqa: E731
-            "key_position_ids": kpos + shift,
-        },
-    )[0]
+
+    def run(shift):
+        return session.run(
+            None,
+            {
+                "query": q,
+                "key": k,
+                "query_position_ids": qpos + shift,  # noqa: E731
+                "key_position_ids": kpos + shift,
+            },
+        )[0]
+
     base = run(0)
     for shift in (1, 37, 200):
         np.testing.assert_allclose(run(shift), base, atol=2e-5)

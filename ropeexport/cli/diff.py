@@ -1,0 +1,65 @@
+"""``ropeexport diff OLD NEW``: compare two reports comparison by comparison; exit 1 on a regression.
+
+OLD and NEW are report.json files or artifact folders. A regression: a check that passed and now fails, a comparison
+missing from NEW, a metric that became null, or an error metric (max_abs, p99_abs, mean_abs, max_ulp) that grew by
+more than --max-growth times (default 2.0) and by more than its atol.
+
+Examples:
+  ropeexport diff baseline/report.json ropeexport-out/llama3-half-fp32-fused
+  ropeexport diff old.json new.json --max-growth 1.5 --json
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ropeexport.errors import SpecError
+from ropeexport.report.diff import DEFAULT_MAX_GROWTH, diff_reports, load_report
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``diff``."""
+    p = sub.add_parser(
+        "diff", help="compare two reports", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("old", metavar="OLD")
+    p.add_argument("new", metavar="NEW")
+    p.add_argument(
+        "--max-growth",
+        type=str,
+        default=str(DEFAULT_MAX_GROWTH),
+        metavar="X",
+        help=f"largest allowed growth factor of an error metric (default {DEFAULT_MAX_GROWTH})",
+    )
+    p.add_argument("--json", action="store_true", help="print the diff as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, compare, print; 1 when anything regressed."""
+    try:
+        growth = float(args.max_growth)
+    except ValueError:
+        raise SpecError("--max-growth", f"must be a number >= 1, got {args.max_growth!r}") from None
+    if not growth >= 1:
+        raise SpecError("--max-growth", f"must be a number >= 1, got {args.max_growth!r}")
+    result = diff_reports(load_report(args.old, "OLD"), load_report(args.new, "NEW"), growth)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(f"{'comparison':40s} {'metric':9s} {'old':>10s} {'new':>10s} {'growth':>8s}")
+        for row in result.rows:
+            fmt = lambda v: "null" if v is None else f"{v:.3g}"  # noqa: E731
+            print(
+                f"{row['comparison']:40s} {row['metric']:9s} {fmt(row['old']):>10s} {fmt(row['new']):>10s} "
+                f"{fmt(row['growth']):>8s}"
+            )
+        for note in result.notes:
+            print(f"note: {note}")
+        for regression in result.regressions:
+            print(f"REGRESSION: {regression}")
+        print(f"{len(result.regressions)} regression(s)")
+    return 1 if result.regressed else 0
