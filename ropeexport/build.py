@@ -121,10 +121,12 @@ def build(
         report = report_dict(spec, verification, versions(), files)
         write_reports(work, report)
         save_polygraphy_reference(spec, work)
-        write_json(
-            work / "manifest.json",
-            manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files),
-        )
+        manifest = manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files)
+        engine_info = work / "model.engine.json"
+        if engine_info.is_file():  # the TensorRT runner built and saved an engine (GPU hosts only)
+            manifest["tensorrt"] = json.loads(engine_info.read_text())
+            manifest["files"] |= {n: sha256(work / n) for n in ("model.engine", "model.engine.json")}
+        write_json(work / "manifest.json", manifest)
         _replace(work, target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

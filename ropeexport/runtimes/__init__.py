@@ -21,7 +21,13 @@ def _reference(path: Path) -> Runner:
     return OnnxReferenceRunner(path)
 
 
-RUNTIMES: dict[str, Callable[[Path], Runner]] = {"ort": _ort, "onnx-reference": _reference}
+def _trt(path: Path) -> Runner:
+    from ropeexport.runtimes.trt import TrtRunner
+
+    return TrtRunner(path)
+
+
+RUNTIMES: dict[str, Callable[[Path], Runner]] = {"ort": _ort, "onnx-reference": _reference, "trt": _trt}
 
 
 def check_runtime_names(names: list[str]) -> list[str]:
