@@ -82,7 +82,10 @@ def test_trt_engine_builds_verifies_and_is_recorded(tmp_path: Path, graph: str) 
 def test_engine_from_another_tensorrt_version_is_refused(tmp_path: Path) -> None:
     from ropeexport.errors import SpecError
 
-    result = build(RopeSpec(head_dim=64, num_heads=8, max_positions=256, graph="decomposed"), tmp_path, runtimes=["trt"])
+    spec = RopeSpec(head_dim=64, num_heads=8, max_positions=256, graph="decomposed")
+    result = build(spec, tmp_path, runtimes=["trt"])
+        RopeSpec(head_dim=64, num_heads=8, max_positions=256, graph="decomposed"), tmp_path, runtimes=["trt"]
+    )
     info = result.path / "model.engine.json"
     data = json.loads(info.read_text()) | {"tensorrt": "0.0.0"}
     info.write_text(json.dumps(data))
