@@ -84,8 +84,6 @@ def test_engine_from_another_tensorrt_version_is_refused(tmp_path: Path) -> None
 
     spec = RopeSpec(head_dim=64, num_heads=8, max_positions=256, graph="decomposed")
     result = build(spec, tmp_path, runtimes=["trt"])
-        RopeSpec(head_dim=64, num_heads=8, max_positions=256, graph="decomposed"), tmp_path, runtimes=["trt"]
-    )
     info = result.path / "model.engine.json"
     data = json.loads(info.read_text()) | {"tensorrt": "0.0.0"}
     info.write_text(json.dumps(data))
