@@ -12,7 +12,6 @@ this module clamps it to the dtype's finite range, rounds it once, and applies t
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.encodings.attention import finite_min
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, make_model
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
 BiasFn = Callable[[GraphBuilder, Any, str, str], str]
@@ -73,13 +72,7 @@ def _model(
     spec: Any, g: GraphBuilder, inputs: list[onnx.ValueInfoProto], output: onnx.ValueInfoProto
 ) -> onnx.ModelProto:
     graph = helper.make_graph(g.nodes, spec.name, inputs, [output], g.initializers)
-    metadata = {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.artifact": spec.artifact,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": f"{QPOS},{KPOS}",
-    }
+    metadata = artifact_metadata(spec, [QPOS, KPOS])
     return make_model(graph, OPSETS[spec.graph], metadata)
 
 

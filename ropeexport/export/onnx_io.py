@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,21 @@ class GraphBuilder:
         """Add an initializer and return its name."""
         self.initializers.append(numpy_helper.from_array(np.asarray(array), f"{self.prefix}{name}"))
         return f"{self.prefix}{name}"
+
+
+def artifact_metadata(spec: Any, position_inputs: list[str]) -> dict[str, str]:
+    """The metadata props every artifact carries: its spec, and what runners need to reject bad positions.
+
+    Runners read ``ropeexport.max_positions`` and ``ropeexport.position_inputs`` to refuse positions outside
+    [0, max_positions) before running anything.
+    """
+    return {
+        "ropeexport.encoding": spec.encoding,
+        "ropeexport.artifact": spec.artifact,
+        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
+        "ropeexport.max_positions": str(spec.max_positions),
+        "ropeexport.position_inputs": ",".join(position_inputs),
+    }
 
 
 def make_model(

@@ -16,7 +16,6 @@ ONNX ``Gather`` would otherwise wrap a negative index to the end of the table.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -25,7 +24,7 @@ from onnx import TensorProto, helper
 
 from ropeexport.encodings.rope import table_regimes
 from ropeexport.encodings.schedules import get_schedule
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, make_model
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 from ropeexport.spec import RopeSpec
 
@@ -172,17 +171,6 @@ def _io(name: str, dtype: int, dims: list[int | str]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, dtype, dims)
 
 
-def _metadata(spec: RopeSpec, positions: list[str]) -> dict[str, str]:
-    return {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.artifact": spec.artifact,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        # Runners read these two to reject positions outside the table before running anything.
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": ",".join(positions),
-    }
-
-
 def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     """The ``rope`` artifact: query and key rotated by position_ids (contract in the module docstring)."""
     g = GraphBuilder()
@@ -207,7 +195,7 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
         ],
         g.initializers,
     )
-    return make_model(graph, OPSETS[spec.graph], metadata=_metadata(spec, ["position_ids"]))
+    return make_model(graph, OPSETS[spec.graph], metadata=artifact_metadata(spec, ["position_ids"]))
 
 
 def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
@@ -251,4 +239,4 @@ def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
         [_io("scores", dtype, ["batch", H, "q_len", "k_len"])],
         g.initializers,
     )
-    return make_model(graph, OPSETS[spec.graph], metadata=_metadata(spec, positions))
+    return make_model(graph, OPSETS[spec.graph], metadata=artifact_metadata(spec, positions))

@@ -23,7 +23,6 @@ the decomposed graph at opset 23. Decomposed (opset 17): MatMul / GatherElements
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -32,7 +31,7 @@ from onnx import TensorProto, helper
 
 from ropeexport.encodings.shaw import ShawSpec, shaw_weights
 from ropeexport.export.attention import KPOS, OPSETS, QPOS, unsqueeze
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, make_model
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
 QK_SOFTMAX = 3  # Attention's qk_matmul_output_mode: its fourth output holds the softmax weights
@@ -120,14 +119,7 @@ def _model(spec: ShawSpec, g: GraphBuilder, names: tuple[str, ...], output: onnx
     inputs = [_io(n, dtype, ["batch", spec.num_heads, lengths[n], spec.head_dim]) for n in names]
     inputs += [_io(QPOS, TensorProto.INT64, ["batch", "q_len"]), _io(KPOS, TensorProto.INT64, ["batch", "k_len"])]
     graph = helper.make_graph(g.nodes, spec.name, inputs, [output], g.initializers)
-    metadata = {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.artifact": spec.artifact,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        # Runners read these two to reject positions outside [0, max_positions) before running anything.
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": f"{QPOS},{KPOS}",
-    }
+    metadata = artifact_metadata(spec, [QPOS, KPOS])
     return make_model(graph, OPSETS[spec.graph], metadata)
 
 

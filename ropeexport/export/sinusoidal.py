@@ -16,7 +16,6 @@ run time: ONNX ``Gather`` would otherwise wrap a negative index to the end of th
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -24,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.encodings.sinusoidal import SinusoidalSpec, input_scale, stored_table
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, make_model
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
 OPSETS = {"fused": 23, "decomposed": 17}
@@ -52,14 +51,7 @@ def _model(
     positions: list[str],
 ) -> onnx.ModelProto:
     graph = helper.make_graph(g.nodes, spec.name, inputs, [output], g.initializers)
-    metadata = {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.artifact": spec.artifact,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        # Runners read these two to reject positions outside the table before running anything.
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": ",".join(positions),
-    }
+    metadata = artifact_metadata(spec, positions)
     return make_model(graph, OPSETS[spec.graph], metadata)
 
 

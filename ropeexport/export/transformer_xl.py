@@ -25,7 +25,6 @@ row (runners also reject such feeds first, from the metadata). No fused ONNX op 
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -33,7 +32,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.encodings.transformer_xl import TransformerXLSpec, relative_table, stored_weights
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, make_model
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
 OPSETS = {"fused": 23, "decomposed": 17}
@@ -139,12 +138,5 @@ def build_transformer_xl_scores_graph(spec: TransformerXLSpec) -> onnx.ModelProt
         [_io("scores", dtype, ["batch", H, "q_len", "k_len"])],
         g.initializers,
     )
-    metadata = {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.artifact": spec.artifact,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        # Runners read these two to reject positions outside the table before running anything.
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": f"{QPOS},{KPOS}",
-    }
+    metadata = artifact_metadata(spec, [QPOS, KPOS])
     return make_model(graph, OPSETS[spec.graph], metadata)

@@ -23,7 +23,6 @@ No fused ONNX op computes these logits: the fused graph (opset 23) is the decomp
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -33,7 +32,7 @@ from onnx import TensorProto, helper
 from ropeexport.encodings.attention import finite_min
 from ropeexport.encodings.tupe import TupeSpec, bucket_map, bucket_span, tupe_tables, tupe_weights
 from ropeexport.export.attention import KPOS, OPSETS, QPOS, unsqueeze
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, make_model
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
 I64 = np.int64
@@ -105,12 +104,5 @@ def build_tupe_scores_graph(spec: TupeSpec) -> onnx.ModelProto:
     graph = helper.make_graph(
         g.nodes, spec.name, inputs, [_io("scores", dtype, ["batch", H, "q_len", "k_len"])], g.initializers
     )
-    metadata = {
-        "ropeexport.encoding": spec.encoding,
-        "ropeexport.artifact": spec.artifact,
-        "ropeexport.spec": json.dumps(spec.to_dict(), sort_keys=True),
-        # Runners read these two to reject positions outside the tables before running anything.
-        "ropeexport.max_positions": str(spec.max_positions),
-        "ropeexport.position_inputs": f"{QPOS},{KPOS}",
-    }
+    metadata = artifact_metadata(spec, [QPOS, KPOS])
     return make_model(graph, OPSETS[spec.graph], metadata)
