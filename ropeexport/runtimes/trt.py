@@ -6,8 +6,11 @@ reason, so a build reports ``trt: skipped: <reason>`` and verifies on the other 
 Optimization profiles come from the artifact's symbolic dims: ``batch`` 1 / 1 / 16 (min / opt / max), sequence dims
 1 / min(512, max_positions) / max_positions, capped at 8192 for q_len and k_len (a [b, heads, q, k] output at 131072^2
 would not fit any GPU). Precision follows the model's dtype; with ``strict_types`` the layers keep the precision the
-graph states (cos/sin tables and angle math in the dtype they were exported in). The serialized engine is saved with
-the TensorRT version and GPU name that built it; loading it under another version or GPU is refused.
+graph states. With ``keep_fp32`` (the default) the layers that read the cos/sin tables or compute angles (node names
+holding ``cos``, ``sin``, ``table``, ``rows``, ``angle``, ``dyn_``, ``slopes``) stay in fp32 whenever the builder may
+reduce precision, since an fp16 angle is off by whole radians past position 2048. The serialized engine is saved
+with the TensorRT version and GPU name that built it, and loading it under another version or GPU is refused. A
+timing cache per TensorRT version and GPU (``~/.cache/ropeexport/``) makes rebuilds fast.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.runtimes.base import Runner
 
 ENGINE_FILE = "model.engine"
+FP32_LAYER_KEYS = ("cos", "sin", "table", "rows", "angle", "dyn_", "slopes")
+CACHE_DIR = Path.home() / ".cache" / "ropeexport"
 SEQ_OPT = 512
 PAIR_DIM_CAP = 8192  # q_len / k_len maximum in a profile: [b, heads, q, k] outputs grow with its square
 BATCH = (1, 1, 16)
@@ -65,12 +70,20 @@ def profile_shapes(model: onnx.ModelProto, max_positions: int) -> dict[str, tupl
     return shapes
 
 
+def _keep_fp32(trt: Any, network: Any) -> None:
+    """Pin the table-reading and angle-computing layers to fp32 (module docstring)."""
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        if any(key in layer.name for key in FP32_LAYER_KEYS) and layer.type != trt.LayerType.SHAPE:
+            layer.precision = trt.float32
+
+
 class TrtRunner(Runner):
     """Builds (or loads) a TensorRT engine for the model and runs it through Polygraphy's TrtRunner."""
 
     name = "trt"
 
-    def __init__(self, model_path: str | Path, engine_path: str | Path | None = None) -> None:
+    def __init__(self, model_path: str | Path, engine_path: str | Path | None = None, keep_fp32: bool = True) -> None:
         """Load ``engine_path`` (default: ``model.engine`` beside the model) if it exists, else build and save it."""
         super().__init__(model_path)
         engine_path = Path(engine_path) if engine_path else self.model_path.with_name(ENGINE_FILE)
@@ -82,6 +95,7 @@ class TrtRunner(Runner):
             EngineFromBytes,
             EngineFromNetwork,
             NetworkFromOnnxPath,
+            PostprocessNetwork,
             Profile,
         )
         from polygraphy.backend.trt import TrtRunner as PolygraphyTrtRunner
@@ -97,13 +111,20 @@ class TrtRunner(Runner):
             profile = Profile()
             for name, (lo, opt, hi) in profile_shapes(model, self.checker.max_positions or 4096).items():
                 profile.add(name, min=lo, opt=opt, max=hi)
+            cache = CACHE_DIR / f"timing-{self.version}-{self.gpu.replace(' ', '_')}.cache"
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            reduced = dtype != "fp32"
             config = CreateConfig(
                 fp16=dtype == "fp16",
                 bf16=dtype == "bf16",
                 profiles=[profile],
-                precision_constraints="obey" if dtype != "fp32" else None,
+                precision_constraints="obey" if reduced else None,
+                load_timing_cache=str(cache) if cache.is_file() else None,
             )
-            loader = EngineFromNetwork(NetworkFromOnnxPath(str(self.model_path)), config=config)
+            network = NetworkFromOnnxPath(str(self.model_path))
+            if reduced and keep_fp32:
+                network = PostprocessNetwork(network, lambda net: _keep_fp32(trt, net))
+            loader = EngineFromNetwork(network, config=config, save_timing_cache=str(cache))
         self.shapes = profile_shapes(model, self.checker.max_positions or 4096)
         try:
             self.runner = PolygraphyTrtRunner(loader)
