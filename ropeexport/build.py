@@ -25,6 +25,7 @@ from ropeexport.registry import kind_for
 from ropeexport.report import report_dict, write_json, write_reports
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.runtimes.base import NUMPY_OF_ONNX
+from ropeexport.trt import trt_compat
 from ropeexport.verify.core import Verification, verify_artifact
 from ropeexport.verify.polygraphy_files import save_polygraphy_reference
 
@@ -76,6 +77,7 @@ def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> d
         "graph": spec.graph,
         "versions": versions(),
         "files": files,
+        "trt_compat": trt_compat(model),
     }
 
 

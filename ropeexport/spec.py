@@ -60,6 +60,7 @@ class SpecBase:
 
     encoding: ClassVar[str] = ""
     artifacts: ClassVar[tuple[str, ...]] = ()
+    graphs: ClassVar[tuple[str, ...]] = GRAPHS
 
     name: str = ""
     artifact: str = ""
@@ -70,7 +71,7 @@ class SpecBase:
     def __post_init__(self) -> None:
         self._put("artifact", require_choice("artifact", self.artifact or self.artifacts[0], self.artifacts))
         self._put("dtype", require_choice("dtype", self.dtype, DTYPES))
-        self._put("graph", require_choice("graph", self.graph, GRAPHS))
+        self._put("graph", require_choice("graph", self.graph, self.graphs))
         self._put("max_positions", require_int("max_positions", self.max_positions, 1, MAX_TABLE_POSITIONS))
         self._validate()
         name = self.name or self.default_name()
@@ -134,6 +135,8 @@ class RopeSpec(SpecBase):
 
     encoding: ClassVar[str] = "rope"
     artifacts: ClassVar[tuple[str, ...]] = ("rope", "scores")
+    # plugin: one ropeexport::RotaryEmbedding node per tensor, for TensorRT versions without the native layer.
+    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin")
 
     layout: str = "half"
     head_dim: int = 128
@@ -146,6 +149,8 @@ class RopeSpec(SpecBase):
 
     def _validate(self) -> None:
         put = self._put
+        if self.graph == "plugin" and self.artifact != "rope":
+            raise SpecError("graph", f"'plugin' builds the rope artifact only, not {self.artifact!r}")
         put("layout", require_choice("layout", self.layout, LAYOUTS))
         head_dim = require_int("head_dim", self.head_dim, 2)
         if head_dim % 2:

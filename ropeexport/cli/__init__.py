@@ -20,12 +20,12 @@ class _Parser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subcommand per module in this package."""
-    from ropeexport.cli import build, diff, listing, verify
+    from ropeexport.cli import build, check_trt, diff, listing, verify
 
     parser = _Parser(prog="ropeexport", description=__doc__)
     parser.add_argument("--version", action="version", version=f"ropeexport {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (build, verify, diff, listing):
+    for module in (build, verify, diff, check_trt, listing):
         module.add_parser(sub)
     return parser
 

@@ -64,7 +64,7 @@ def make_model(
     """A model with the lowest IR version its opsets need (ONNX Runtime 1.31 reads IR 13 at most)."""
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domains or {}).items()]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="ropeexport", producer_version=__version__)
-    model.ir_version = helper.find_min_ir_version_for(opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # custom domains: plugins
     helper.set_model_props(model, dict(sorted(metadata.items())))
     return model
 

@@ -31,14 +31,15 @@ from ropeexport.spec import RopeSpec
 OPSETS = {"fused": 23, "decomposed": 17}
 
 
-def _tables(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str]:
+def rope_tables(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str]:
+    """Add ``cos_table`` / ``sin_table`` [regimes * P, r/2], float64 rounded once to the dtype; return their names."""
     regimes = table_regimes(spec)
     cos = np.concatenate([round_once(c, spec.dtype) for c, _ in regimes])  # [regimes * P, r/2]
     sin = np.concatenate([round_once(s, spec.dtype) for _, s in regimes])
     return g.const("cos_table", cos), g.const("sin_table", sin)
 
 
-def _length(g: GraphBuilder, positions: list[str]) -> str:
+def call_length(g: GraphBuilder, positions: list[str]) -> str:
     """L = max over every position input + 1, a scalar int64: the call length that picks a schedule's regime."""
     maxima = [g.op("ReduceMax", [p], keepdims=0) for p in positions]
     top = maxima[0] if len(maxima) == 1 else g.op("Max", maxima)
@@ -88,7 +89,7 @@ def _dynamic_branch(spec: RopeSpec, length: str, pos: str) -> onnx.GraphProto:
     return helper.make_graph(g.nodes, f"dynamic_ntk_{pos}", [], outs, g.initializers)
 
 
-def _cos_sin_rows(
+def cos_sin_rows(
     g: GraphBuilder, spec: RopeSpec, tables: tuple[str, str], pos: str, length: str | None
 ) -> tuple[str, str, str | None]:
     """(cos, sin, rows) for one position input: tables plus rows for a fused node, or per-token [b, s, r/2]."""
@@ -122,7 +123,7 @@ def _cos_sin_rows(
 def _rotate(
     g: GraphBuilder, spec: RopeSpec, x: str, heads: int, cos_sin_rows: tuple[str, str, str | None], out: str
 ) -> None:
-    """x [b, heads, s, d] rotated by ``_cos_sin_rows`` of its position input, written to ``out``."""
+    """x [b, heads, s, d] rotated by ``cos_sin_rows`` of its position input, written to ``out``."""
     cos, sin, rows = cos_sin_rows
     if spec.graph == "fused":
         inputs = [x, cos, sin] + ([rows] if rows else [])
@@ -174,10 +175,10 @@ def _io(name: str, dtype: int, dims: list[int | str]) -> onnx.ValueInfoProto:
 def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     """The ``rope`` artifact: query and key rotated by position_ids (contract in the module docstring)."""
     g = GraphBuilder()
-    tables = _tables(g, spec)
+    tables = rope_tables(g, spec)
     regime = get_schedule(spec.scaling).regime
-    length = _length(g, ["position_ids"]) if regime != "static" else None
-    rows = _cos_sin_rows(g, spec, tables, "position_ids", length)  # shared by query and key
+    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    rows = cos_sin_rows(g, spec, tables, "position_ids", length)  # shared by query and key
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
         _rotate(g, spec, x, heads, rows, f"{x}_out")
     dtype, d = ONNX_DTYPES[spec.dtype], spec.head_dim
@@ -206,12 +207,12 @@ def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
     head h meets key head h // (num_heads / num_kv_heads). L for the schedule is max over both position inputs + 1.
     """
     g = GraphBuilder()
-    tables = _tables(g, spec)
+    tables = rope_tables(g, spec)
     positions = ["query_position_ids", "key_position_ids"]
     regime = get_schedule(spec.scaling).regime
-    length = _length(g, positions) if regime != "static" else None
-    _rotate(g, spec, "query", spec.num_heads, _cos_sin_rows(g, spec, tables, positions[0], length), "query_rotated")
-    _rotate(g, spec, "key", spec.num_kv_heads, _cos_sin_rows(g, spec, tables, positions[1], length), "key_rotated")
+    length = call_length(g, positions) if regime != "static" else None
+    _rotate(g, spec, "query", spec.num_heads, cos_sin_rows(g, spec, tables, positions[0], length), "query_rotated")
+    _rotate(g, spec, "key", spec.num_kv_heads, cos_sin_rows(g, spec, tables, positions[1], length), "key_rotated")
     key = "key_rotated"
     H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     if KV != H:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ropeexport.export.plugin import build_rope_plugin_graph
 from ropeexport.export.rope import build_rope_graph, build_rope_scores_graph
 from ropeexport.registry import ArtifactKind, register_kind
 from ropeexport.verify import rope as v
@@ -12,7 +13,7 @@ register_kind(
         "rope",
         "rope",
         "query and key rotated by position_ids",
-        build_rope_graph,
+        lambda spec: build_rope_plugin_graph(spec) if spec.graph == "plugin" else build_rope_graph(spec),
         v.rope_probes,
         v.rope_feeds,
         v.rope_eager,

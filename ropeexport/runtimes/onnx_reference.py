@@ -22,7 +22,10 @@ class OnnxReferenceRunner(Runner):
 
     def __init__(self, model_path: str | Path) -> None:
         super().__init__(model_path)
-        self.evaluator = ReferenceEvaluator(onnx.load(str(self.model_path)))
+        from ropeexport.export.plugin import PluginReference
+
+        # The plugin op of our own domain, so plugin graphs verify here too.
+        self.evaluator = ReferenceEvaluator(onnx.load(str(self.model_path)), new_ops=[PluginReference.op()])
         self.outputs = list(self.evaluator.output_names)
 
     def describe(self) -> str:

@@ -102,6 +102,10 @@ class TrtRunner(Runner):
 
         model = onnx.load(str(self.model_path), load_external_data=False)
         meta = {p.key: p.value for p in model.metadata_props}
+        if meta.get("ropeexport.graph") == "plugin":
+            from plugins.trt_plugin import register  # the Triton kernel as ropeexport::RotaryEmbedding
+
+            register()
         dtype = json.loads(meta.get("ropeexport.spec", "{}")).get("dtype", "fp32")
         built = not engine_path.is_file()
         if not built:

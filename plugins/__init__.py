@@ -1,0 +1,1 @@
+"""Runtime plugins: the Triton RoPE kernel (``triton_rope``) and its TensorRT registration (``trt_plugin``)."""

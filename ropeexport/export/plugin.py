@@ -1,0 +1,136 @@
+"""RoPE as an ONNX graph whose rotations are ``ropeexport::RotaryEmbedding`` plugin nodes, for TensorRT.
+
+TensorRT parses the opset-23 ``RotaryEmbedding`` into its native layer only from 10.15 on; older versions (from 10.6,
+which has quickly deployable plugins) run this graph through the plugin registered by ``plugins/trt_plugin.py``,
+which launches the Triton kernel of ``plugins/triton_rope.py``.
+
+Artifact contract: the same as ``ropeexport.export.rope`` (the ``rope`` artifact): inputs ``query`` [batch, num_heads,
+seq, head_dim], ``key`` [batch, num_kv_heads, seq, head_dim] (table dtype), ``position_ids`` int64 [batch, seq];
+outputs ``query_out`` and ``key_out`` with the input shapes; the same metadata, plus ``ropeexport.graph = plugin``.
+
+Each rotation is one node ``RotaryEmbedding`` in domain ``ropeexport`` (opset import ``ropeexport`` 1) with inputs
+(x, cos_cache, sin_cache, rows) and int attributes ``interleaved`` and ``rotary_dim``, plus the string attribute
+``plugin_namespace = "ropeexport"`` by which TensorRT's ONNX parser finds the plugin (it matches the node's op_type
+and that attribute, never the domain). The tables are the half-width initializers ``cos_table`` / ``sin_table``
+[regimes * max_positions, rotary_dim / 2] of the fused graph, computed in float64 and rounded once; the rows come
+from the same helpers as the fused graph, so every schedule picks the same rows:
+- static schedules: rows = positions;
+- ``switch`` (longrope): rows shifted into the long table when L > original_max_position_embeddings;
+- ``continuous`` (dynamic NTK): cos/sin [b, s, r/2] are computed per call (default table or float64 in the graph,
+  rounded once); they are flattened to a [b * s, r/2] table and token t of the flattened batch reads row t.
+A position outside [0, max_positions) maps to a row past the table; the plugin writes NaN there (runners reject such
+positions before running, from the metadata).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ropeexport.encodings.schedules import get_schedule
+from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
+from ropeexport.export.rope import call_length, cos_sin_rows, rope_tables
+from ropeexport.spec import RopeSpec
+
+DOMAIN = "ropeexport"
+DOMAIN_VERSION = 1
+OP_TYPE = "RotaryEmbedding"
+OPSET = 17  # the decomposed graph's opset: the row arithmetic needs nothing newer
+
+
+def _flat_table(g: GraphBuilder, cos: str, sin: str, pos: str, rotary_dim: int) -> tuple[str, str, str]:
+    """Per-token cos/sin [b, s, r/2] as tables [b * s, r/2] and rows [b, s] = 0 .. b * s - 1 reading them."""
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    width = g.const(f"{pos}_table_width", i64(-1, rotary_dim // 2))
+    cos_flat = g.op("Reshape", [cos, width], name=f"{pos}_cos_flat")  # [b * s, r/2]
+    sin_flat = g.op("Reshape", [sin, width], name=f"{pos}_sin_flat")
+    count = g.op("Size", [pos])  # b * s, int64 scalar
+    start, step = g.const(f"{pos}_first_row", np.array(0, np.int64)), g.const(f"{pos}_row_step", np.array(1, np.int64))
+    tokens = g.op("Range", [start, count, step])
+    rows = g.op("Reshape", [tokens, g.op("Shape", [pos])], name=f"{pos}_token_rows")  # [b, s]
+    return cos_flat, sin_flat, rows
+
+
+def build_rope_plugin_graph(spec: RopeSpec) -> onnx.ModelProto:
+    """The ``rope`` artifact with plugin nodes (contract and row choice in the module docstring)."""
+    if spec.artifact != "rope":
+        raise ValueError(f"the plugin graph builds the 'rope' artifact only, not {spec.artifact!r}")
+    g = GraphBuilder()
+    tables = rope_tables(g, spec)
+    regime = get_schedule(spec.scaling).regime
+    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    # The fused graph's helpers return (tables, rows) for table schedules, per-token cos/sin otherwise.
+    cos, sin, rows = cos_sin_rows(g, spec.replace(graph="fused"), tables, "position_ids", length)
+    if rows is None:
+        cos, sin, rows = _flat_table(g, cos, sin, "position_ids", spec.rotary_dim)
+    interleaved = int(spec.layout != "half")  # complex is the interleaved rotation (Meta Llama)
+    for x in ("query", "key"):
+        g.nodes.append(
+            helper.make_node(
+                OP_TYPE,
+                [x, cos, sin, rows],
+                [f"{x}_out"],
+                name=f"{x}_rotary_embedding",
+                domain=DOMAIN,
+                interleaved=interleaved,
+                rotary_dim=spec.rotary_dim,
+                plugin_namespace=DOMAIN,
+            )
+        )
+    dtype, d = ONNX_DTYPES[spec.dtype], spec.head_dim
+    io = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        g.nodes,
+        spec.name,
+        [
+            io("query", dtype, ["batch", spec.num_heads, "seq", d]),
+            io("key", dtype, ["batch", spec.num_kv_heads, "seq", d]),
+            io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        [
+            io("query_out", dtype, ["batch", spec.num_heads, "seq", d]),
+            io("key_out", dtype, ["batch", spec.num_kv_heads, "seq", d]),
+        ],
+        g.initializers,
+    )
+    metadata = artifact_metadata(spec, ["position_ids"]) | {
+        "ropeexport.graph": "plugin",
+        "ropeexport.plugin": f"{DOMAIN}::{OP_TYPE}",
+    }
+    return make_model(graph, OPSET, metadata, domains={DOMAIN: DOMAIN_VERSION})
+
+
+class PluginReference:
+    """``ropeexport::RotaryEmbedding`` for ``onnx.reference``: float64 rotation rounded once to x's dtype.
+
+    Lets the spec's own evaluator verify plugin graphs on machines without TensorRT. Rows past the table raise
+    (``np.take`` with mode="raise"), as a plugin graph's guards expect.
+    """
+
+    @staticmethod
+    def op() -> type:
+        """The OpRun subclass (built lazily: onnx.reference is only imported when a runner needs it)."""
+        from onnx.reference.op_run import OpRun
+
+        from ropeexport.numerics import round_once
+
+        class RotaryEmbedding(OpRun):
+            op_domain = DOMAIN
+
+            def _run(self, x, cos, sin, rows, interleaved=0, rotary_dim=0, plugin_namespace="", **_):  # type: ignore[no-untyped-def]
+                c = np.take(cos.astype(np.float64), rows, axis=0, mode="raise")[:, None]  # [b, 1, s, r/2]
+                s = np.take(sin.astype(np.float64), rows, axis=0, mode="raise")[:, None]
+                x64 = x.astype(np.float64)
+                r = rotary_dim
+                ia, ib = (
+                    (np.arange(0, r, 2), np.arange(1, r, 2))
+                    if interleaved
+                    else (np.arange(r // 2), np.arange(r // 2, r))
+                )
+                out = x64.copy()
+                out[..., ia] = x64[..., ia] * c - x64[..., ib] * s
+                out[..., ib] = x64[..., ib] * c + x64[..., ia] * s
+                return (round_once(out, {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[x.dtype.name]),)
+
+        return RotaryEmbedding
