@@ -91,6 +91,18 @@ def write_reports(folder: Path, report: dict[str, Any]) -> list[str]:
     from ropeexport.report.markdown import render_markdown
 
     write_json(folder / "report.json", report)
-    (folder / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    (folder / "report.html").write_text(render_html(report), encoding="utf-8")
+    # The JSON is the record. A renderer that fails (a plot of values no axis can hold) must not cost the verdict:
+    # the page then says what failed, and report.json still holds everything.
+    for name, render in (("report.md", render_markdown), ("report.html", render_html)):
+        try:
+            text = render(report)
+        except Exception as exc:  # noqa: BLE001 - any renderer failure is reported in the file itself
+            verdict = "PASS" if report.get("passed") else "FAIL"
+            reason = f"{type(exc).__name__}: {exc}"
+            text = f"{verdict} {report.get('name')}: this page could not be rendered ({reason}); see report.json\n"
+            if name.endswith(".html"):
+                import html
+
+                text = f"<!doctype html><meta charset='utf-8'><pre>{html.escape(text)}</pre>"
+        (folder / name).write_text(text, encoding="utf-8")
     return ["report.json", "report.md", "report.html"]

@@ -118,7 +118,17 @@ def _png_size(png: bytes) -> tuple[int, int]:
     return width, height
 
 
+def _safe_plot(make: Any, *args: Any) -> bytes:
+    """``make(*args)``'s PNG, or empty bytes when matplotlib cannot draw the values (the figure is then left out)."""
+    try:
+        return make(*args)
+    except Exception:  # noqa: BLE001 - a plot must never cost the report
+        return b""
+
+
 def _figure(png: bytes, alt: str, caption: str = "") -> str:
+    if not png:
+        return f'<p class="note">Plot left out: {_e(alt)} could not be drawn from these values.</p>'
     width, height = _png_size(png)
     data = base64.b64encode(png).decode("ascii")
     img = f'<img alt="{_e(alt)}" width="{width}" height="{height}" src="data:image/png;base64,{data}">'
@@ -204,7 +214,7 @@ def _positions(report: dict[str, Any]) -> str:
         label = axis + (f" (bins of {', '.join(widths)})" if widths and widths != ["1"] else "")
         lines = [plots.Line(comparison_label(c), c.get("x") or [], c.get("max_abs") or []) for c in group]
         atols = sorted({a for c in group for a in _atol_of(report, c)})
-        png = plots.error_by_position(lines, label, atols)
+        png = _safe_plot(plots.error_by_position, lines, label, atols)
         body.append(
             _figure(
                 png,
@@ -229,7 +239,8 @@ def _histograms(report: dict[str, Any]) -> str:
         histogram = c.get("histogram")
         if not isinstance(histogram, dict):
             continue
-        png = plots.error_histogram(
+        png = _safe_plot(
+            plots.error_histogram,
             comparison_label(c),
             histogram.get("edges_log10") or [],
             histogram.get("counts") or [],
@@ -268,7 +279,7 @@ def _properties(report: dict[str, Any]) -> str:
             figures.append(f'<p class="small">{_e(name)}: the curve has no finite points to plot.</p>')
             continue
         x_label, y_label = str(curve.get("x_label") or "x"), str(curve.get("y_label") or "y")
-        png = plots.curve(name, x_label, y_label, curve.get("x") or [], curve.get("y") or [])
+        png = _safe_plot(plots.curve, name, x_label, y_label, curve.get("x") or [], curve.get("y") or [])
         figures.append(_figure(png, name))
     body = _table(header, rows) + (f'<div class="grid">{"".join(figures)}</div>' if figures else "")
     return _section("properties", "Properties", body)

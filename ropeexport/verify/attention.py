@@ -35,6 +35,39 @@ def _pair(name: str, q: Any, k: Any) -> Probe:
     return Probe(name, {QPOS: np.asarray(q, np.int64), KPOS: np.asarray(k, np.int64)})
 
 
+def pair_extras(P: int, causal: bool, artifact: str) -> list[Probe]:
+    """Calls every query/key artifact needs besides self-attention windows.
+
+    - ``decode-rows``: three batch rows, one query each at different positions (left padding, KV-cache offsets), keys
+      across the whole range: a graph that takes row 0's position for every row fails here;
+    - ``prefill-chunk``: a block of queries at the end against keys from the start (chunked prefill): long distances
+      with q_len > 1;
+    - non-causal only, ``keys-after-query``: a query at 0 against keys across the whole range, so every negative
+      distance (every one for ``bias``; a strided set plus 0..64 otherwise).
+    """
+    probes = []
+    width = min(32, P)
+    rows = [P - 1, P // 2, P // 3]
+    # Keys across the whole range in every row (each row's own query position among them): a wrong query position
+    # for a row then moves its causal mask, which softmax cannot cancel the way it cancels a constant bias shift.
+    spread = np.linspace(0, P - 1, num=max(1, width - 1)).astype(np.int64)
+    keys = np.stack([np.sort(np.append(spread, q)) for q in rows])
+    probes.append(_pair("decode-rows", [[q] for q in rows], keys))
+    chunk = np.arange(max(0, P - 8), P)
+    far = np.unique(np.concatenate([np.linspace(0, P - 1, num=min(P, 64)).astype(np.int64), chunk]))
+    probes.append(_pair("prefill-chunk", chunk[None], far[None]))
+    if not causal:
+        if artifact == "bias":
+            after = np.arange(P)
+        else:
+            stride = max(1, -(-P // SCORES_KEYS))
+            after = np.unique(np.concatenate([np.arange(0, P, stride), np.arange(min(65, P)), [P - 1]]))
+        for i in range(0, after.size, BIAS_CALL):
+            part = after[i : i + BIAS_CALL]
+            probes.append(_pair(f"keys-after-query[{part[0]}..{part[-1]}]", [[0]], part[None]))
+    return probes
+
+
 def bias_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     """Probe calls for one spec (module docstring) and the coverage they give.
 
@@ -49,21 +82,25 @@ def bias_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     last = P - 1
     if spec.artifact == "bias":
         keys = np.arange(P)
-        coverage: dict[str, Any] = {"distances": f"every distance 0..{P - 1}"}
+        coverage: dict[str, Any] = {"distances": f"every distance i - j in 0..{P - 1}"}
     else:
         stride = max(1, -(-P // SCORES_KEYS))
         marks = {d for k in range(25) for d in (2**k - 1, 2**k) if d < P}
         distances = sorted(set(range(0, P, stride)) | set(range(min(65, P))) | marks | {P - 1})
         keys = last - np.array(distances[::-1])
-        coverage = {"distances": f"{len(distances)} of {P} distances (every {stride}th, 0..64, around powers of 2)"}
+        coverage = {
+            "distances": f"{len(distances)} of the {P} distances i - j >= 0 "
+            f"(every {stride}th, 0..64, around powers of 2)"
+        }
     chunk = BIAS_CALL if spec.artifact == "bias" else 512
     for i in range(0, len(keys), chunk):
         part = keys[i : i + chunk]
         if part[-1] != last:  # causal: the query must see something
             part = np.append(part, last)
         probes.append(_pair(f"decode[{part[0]}..{part[-1]}]", [[last]], part[None]))
+    probes += pair_extras(P, spec.causal, spec.artifact)
     if not spec.causal:
-        probes.append(_pair("keys-after-query", [[0]], np.arange(min(P, 64))[None]))
+        coverage["distances"] += "; the same negative distances (keys after a query at 0)"
     coverage["positions_checked"] = int(
         np.unique(np.concatenate([np.concatenate([a.ravel() for a in p.positions.values()]) for p in probes])).size
     )

@@ -103,6 +103,8 @@ class Comparison:
         """
         if actual.shape != expected.shape:
             self.failures += max(1, expected.size)
+            self.elements += expected.size
+            self.max_abs = self.max_rel = self.max_ulp = float("inf")
             self.worst = {"probe": probe, "error": f"shape {list(actual.shape)} != {list(expected.shape)}"}
             return
         size = actual.size
@@ -204,7 +206,7 @@ class Comparison:
             bins = (keys - keys[0]) // width
             starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
             keys, values = keys[starts], np.maximum.reduceat(values, starts)
-        values = np.minimum(values, 1e300)
+        values = np.where(np.isfinite(values), values, np.nan)  # infinite or NaN errors become null
         return {
             "reference": self.reference,
             "runtime": self.runtime,
@@ -212,7 +214,7 @@ class Comparison:
             "axis": self.axis,
             "bin_width": width,
             "x": keys.tolist(),
-            "max_abs": [_json_float(v) for v in values],
+            "max_abs": [None if np.isnan(v) else float(v) for v in values],
         }
 
     def to_dict(self) -> dict[str, Any]:

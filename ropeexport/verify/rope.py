@@ -28,6 +28,7 @@ from ropeexport.encodings.rope import reference_module, rope_scores, to_torch
 from ropeexport.numerics import FORMATS, ulp_distance
 from ropeexport.registry import Feeds, Probe
 from ropeexport.spec import RopeSpec
+from ropeexport.verify.attention import pair_extras
 from ropeexport.verify.oracle import rope_oracle, rope_scores_oracle, rope_table_oracle
 
 CALL_ELEMENTS = 2**22  # input elements per sweep call (query and key; 16 MiB in fp32)
@@ -181,6 +182,7 @@ def scores_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
         pos = p.positions["position_ids"][:, :64]  # scores grow with q_len * k_len: keep calls small
         probes.append(Probe(p.name, {"query_position_ids": pos, "key_position_ids": pos}))
     P = spec.max_positions
+    probes += pair_extras(P, causal=True, artifact="scores")  # batched decode, chunked prefill
     # Keys far past every query: an L taken from the query positions alone picks the wrong regime here.
     keys = np.unique(np.concatenate([np.arange(min(P, 32)), np.linspace(0, P - 1, num=min(P, 32)).astype(np.int64)]))
     probes.append(

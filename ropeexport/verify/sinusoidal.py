@@ -35,6 +35,7 @@ from ropeexport.encodings.rope import to_torch
 from ropeexport.encodings.sinusoidal import SinusoidalEmbedding, SinusoidalSpec, sinusoidal_scores
 from ropeexport.numerics import FORMATS
 from ropeexport.registry import Feeds, Probe
+from ropeexport.verify.attention import pair_extras
 
 SWEEP_ELEMENTS = 2**24  # x elements the apply sweep may feed in all (a few seconds of eager + float64 on 2 cores)
 CALL_ELEMENTS = 2**20  # x elements per sweep call
@@ -108,6 +109,7 @@ def scores_probes(spec: SinusoidalSpec) -> tuple[list[Probe], dict[str, Any]]:
     for name, q in (("decode-at-end", P - 1), ("decode-at-middle", P // 2)):
         keys = np.unique(np.linspace(0, q, num=min(q + 1, 64)).astype(np.int64))
         probes.append(_pair(name, [[q]], keys[None]))
+    probes += pair_extras(P, causal=False, artifact="scores")
     starts = list(range(0, P, SCORES_BLOCK))
     step = max(1, -(-len(starts) // SCORES_BLOCKS))
     chosen = starts[::step] + ([starts[-1]] if (len(starts) - 1) % step else [])
