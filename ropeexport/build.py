@@ -122,7 +122,8 @@ def build(
         verification: Verification = verify_artifact(spec, work / "model.onnx", runtimes, atol=atol, rtol=rtol)
         report = report_dict(spec, verification, versions(), files)
         write_reports(work, report)
-        save_polygraphy_reference(spec, work)
+        for name in save_polygraphy_reference(spec, work):  # hashed too: TensorRT is later compared against it
+            files[name] = sha256(work / name)
         manifest = manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files)
         engine_info = work / "model.engine.json"
         if engine_info.is_file():  # the TensorRT runner built and saved an engine (GPU hosts only)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from ropeexport.build import MANIFEST_SCHEMA, versions
 from ropeexport.errors import SpecError
 from ropeexport.export.onnx_io import sha256
@@ -43,6 +45,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except OSError:
         raise SpecError("DIR", f"{str(folder)!r} has no readable manifest.json: not a ropeexport artifact") from None
+    except UnicodeDecodeError:
+        raise SpecError("manifest.json", "is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise SpecError("manifest.json", f"is not valid JSON: {exc}") from None
     if not isinstance(manifest, dict):
@@ -67,6 +71,29 @@ def check_files(folder: Path, files: dict[str, str]) -> None:
             raise SpecError(f"files.{name}", "sha256 differs from the manifest: the file changed after it was built")
 
 
+def check_spec(folder: Path, manifest: dict[str, Any]) -> None:
+    """The manifest's spec (not hashed) must equal the spec embedded in the model (hashed), field by field."""
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    meta = {p.key: p.value for p in model.metadata_props}
+    try:
+        embedded = json.loads(meta["ropeexport.spec"])
+    except (KeyError, json.JSONDecodeError):
+        raise SpecError("model.onnx", "carries no ropeexport.spec metadata: not a ropeexport artifact") from None
+    spec = manifest["spec"]
+    if not isinstance(spec, dict):
+        raise SpecError("manifest.json", "spec must be a table of fields")
+    for key in sorted(set(spec) | set(embedded)):
+        if spec.get(key) != embedded.get(key):
+            raise SpecError(
+                f"manifest.json spec.{key}", f"is {spec.get(key)!r} but the model was built with {embedded.get(key)!r}"
+            )
+    for key in ("name", "encoding", "artifact"):
+        if manifest[key] != embedded.get(key):
+            raise SpecError(
+                f"manifest.json {key}", f"is {manifest[key]!r} but the model's spec says {embedded.get(key)!r}"
+            )
+
+
 def verify_folder(
     folder: str | Path,
     runtimes: list[str] | None = None,
@@ -77,6 +104,7 @@ def verify_folder(
     folder = Path(folder)
     manifest = read_manifest(folder)
     check_files(folder, manifest["files"])
+    check_spec(folder, manifest)
     runtimes = check_runtime_names(runtimes or ["ort"])
     spec = spec_from_dict(manifest["spec"], "manifest.json spec")
     verification = verify_artifact(spec, folder / "model.onnx", runtimes, atol=atol, rtol=rtol)

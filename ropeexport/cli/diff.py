@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
         growth = float(args.max_growth)
     except ValueError:
         raise SpecError("--max-growth", f"must be a number >= 1, got {args.max_growth!r}") from None
-    if not growth >= 1:
-        raise SpecError("--max-growth", f"must be a number >= 1, got {args.max_growth!r}")
+    if not (1 <= growth < float("inf")):
+        raise SpecError("--max-growth", f"must be a finite number >= 1, got {args.max_growth!r}")
     result = diff_reports(load_report(args.old, "OLD"), load_report(args.new, "NEW"), growth)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

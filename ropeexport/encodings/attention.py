@@ -21,9 +21,11 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from ropeexport.errors import SpecError
 from ropeexport.spec import SpecBase, require_bool, require_int
 
 BIAS_ARTIFACTS = ("bias", "scores", "attention")
+MAX_WIDTH = 2**20  # num_heads x head_dim: the widest attention any model uses is far below this
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,12 @@ class BiasSpec(SpecBase):
     def _validate(self) -> None:
         self._put("num_heads", require_int("num_heads", self.num_heads, 1, 4096))
         self._put("head_dim", require_int("head_dim", self.head_dim, 1, 65536))
+        if self.num_heads * self.head_dim > MAX_WIDTH:
+            raise SpecError(
+                "head_dim",
+                f"num_heads x head_dim = {self.num_heads * self.head_dim} is over the limit of "
+                f"{MAX_WIDTH} (2^20): verification feeds would not fit in memory",
+            )
         self._put("causal", require_bool("causal", self.causal))
         self._validate_method()
 

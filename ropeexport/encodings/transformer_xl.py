@@ -83,7 +83,7 @@ class TransformerXLSpec(SpecBase):
         head_dim = require_int("head_dim", self.head_dim, 1, 65536)
         self._put("num_heads", num_heads)
         self._put("head_dim", head_dim)
-        d_model = num_heads * head_dim if self.d_model in (None, 0) else require_int("d_model", self.d_model, 2)
+        d_model = num_heads * head_dim if self.d_model in (None, 0) else require_int("d_model", self.d_model, 2, 65536)
         if d_model % 2:
             raise SpecError("d_model", f"must be even (R is a sin half and a cos half), got {d_model}")
         self._put("d_model", d_model)

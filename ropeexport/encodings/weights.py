@@ -78,7 +78,13 @@ def resolve_weights(tensors: list[Tensor], weights: str, seed: int) -> dict[str,
 
 def rounded(weights: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
     """The weights as the artifact stores them: rounded once to ``dtype`` (returned as float64 for the oracle)."""
-    return {name: round_once(w, dtype).astype(np.float64) for name, w in weights.items()}
+    out = {}
+    for name, w in weights.items():
+        stored = round_once(w, dtype).astype(np.float64)
+        if not np.isfinite(stored).all():
+            raise SpecError("weights", f"tensor {name!r} overflows {dtype} (largest |value| {np.abs(w).max():.4g})")
+        out[name] = stored
+    return out
 
 
 def _describe(tensors: list[Tensor]) -> str:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from ropeexport.encodings.alibi import AlibiSpec, alibi_bias
 from ropeexport.export.alibi import alibi_bias_nodes
 from ropeexport.families.bias import register_bias_family
+from ropeexport.numerics import ulp_distance
 
 
 def _paper_slopes(n: int) -> list[float]:
@@ -32,4 +37,37 @@ def alibi_oracle(spec: AlibiSpec, qpos: np.ndarray, kpos: np.ndarray) -> np.ndar
     return -np.array(_paper_slopes(spec.num_heads))[None, :, None, None] * distance
 
 
-register_bias_family("alibi", alibi_bias_nodes, alibi_bias, alibi_oracle)
+def check_slopes(spec: AlibiSpec, model_path: Path) -> list[dict[str, Any]]:
+    """The stored slopes: float32 whatever the model dtype, each within 0.5 ulp of the paper's float64 slope."""
+    stored = {t.name: t for t in onnx.load(str(model_path)).graph.initializer}.get("neg_slopes")
+    expected = -np.array(_paper_slopes(spec.num_heads))
+    result: dict[str, Any] = {"name": "neg_slopes", "dtype": "fp32", "expected_shape": [1, spec.num_heads, 1, 1]}
+    if stored is None or stored.data_type != onnx.TensorProto.FLOAT:
+        got = None if stored is None else onnx.TensorProto.DataType.Name(stored.data_type)
+        return [
+            result
+            | {
+                "shape": None,
+                "max_ulp": None,
+                "passed": False,
+                "reason": f"slopes must be a float32 initializer 'neg_slopes', found {got}",
+            }
+        ]
+    values = numpy_helper.to_array(stored).reshape(-1)
+    if values.size != spec.num_heads:
+        return [
+            result
+            | {
+                "shape": list(values.shape),
+                "max_ulp": None,
+                "passed": False,
+                "reason": f"expected {spec.num_heads} slopes, found {values.size}",
+            }
+        ]
+    ulps = ulp_distance(values, expected, "fp32")
+    return [
+        result | {"shape": [1, spec.num_heads, 1, 1], "max_ulp": float(ulps.max()), "passed": bool(ulps.max() <= 0.5)}
+    ]
+
+
+register_bias_family("alibi", alibi_bias_nodes, alibi_bias, alibi_oracle, tables=check_slopes)

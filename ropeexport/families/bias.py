@@ -33,6 +33,7 @@ def register_bias_family(
     eager_bias: EagerBias,
     oracle_bias: OracleBias,
     guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None,
+    tables: Callable[[Any, Any], list[dict[str, Any]]] | None = None,
 ) -> None:
     """One method's bias subgraph, eager bias and float64 bias -> its three artifact kinds.
 
@@ -53,6 +54,7 @@ def register_bias_family(
                 eager,
                 oracle,
                 bias_locate,
+                tables=tables,
                 guards=guards,
                 curve=pair_curve,
                 properties=shift_invariance(bias_feeds, OUTPUTS[artifact]),

@@ -53,7 +53,34 @@ def load_report(path: str | Path, which: str) -> dict[str, Any]:
     if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
         got = report.get("schema") if isinstance(report, dict) else None
         raise SpecError(which, f"{str(path)!r} has schema {got!r}; this ropeexport reads {REPORT_SCHEMA!r}")
+    _check_structure(report, which)
     return report
+
+
+def _check_structure(report: dict[str, Any], which: str) -> None:
+    """The fields diff reads, with their types; a damaged report is bad input, not a regression."""
+    comparisons = report.get("comparisons")
+    if not isinstance(comparisons, list):
+        raise SpecError(which, "report has no comparisons list")
+    for i, c in enumerate(comparisons):
+        if not isinstance(c, dict):
+            raise SpecError(which, f"comparisons[{i}] is not a table")
+        for key in ("reference", "runtime", "output"):
+            if not isinstance(c.get(key), str):
+                raise SpecError(which, f"comparisons[{i}].{key} must be a string")
+        if not isinstance(c.get("passed"), bool):
+            raise SpecError(which, f"comparisons[{i}].passed must be true or false")
+        for key in ("atol", "rtol", "elements", *METRICS):
+            value = c.get(key)
+            required = key in ("atol", "rtol", "elements")
+            if (value is None and required) or (
+                value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
+            ):
+                raise SpecError(which, f"comparisons[{i}].{key} must be a number, got {value!r}")
+    for section, name in (("tables", "name"), ("guards", "case"), ("properties", "name")):
+        items = report.get(section, [])
+        if not isinstance(items, list) or not all(isinstance(i, dict) and name in i for i in items):
+            raise SpecError(which, f"{section} must be a list of tables with a {name!r}")
 
 
 def _key(c: dict[str, Any]) -> tuple[str, str, str]:
@@ -78,7 +105,7 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = D
     """Compare NEW against OLD (module docstring for what counts as a regression)."""
     result = ReportDiff()
     if old.get("spec_sha256") != new.get("spec_sha256"):
-        result.notes.append("the two reports are of different specs")
+        result.regressions.append("the two reports are of different specs (spec_sha256 differs)")
     olds = {_key(c): c for c in old["comparisons"]}
     news = {_key(c): c for c in new["comparisons"]}
     for key in sorted(set(olds) | set(news)):
@@ -92,6 +119,11 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = D
         o, n = olds[key], news[key]
         if o["passed"] and not n["passed"]:
             result.regressions.append(f"{label}: passed before, fails now")
+        for bound in ("atol", "rtol"):
+            if n[bound] > o[bound]:
+                result.regressions.append(f"{label}: {bound} loosened from {o[bound]:g} to {n[bound]:g}")
+        if n["elements"] < o["elements"]:
+            result.regressions.append(f"{label}: {n['elements']} elements checked, {o['elements']} before")
         for metric in METRICS:
             before, after = o.get(metric), n.get(metric)
             row = {"comparison": label, "metric": metric, "old": before, "new": after, "growth": None}
@@ -99,7 +131,9 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = D
                 result.regressions.append(f"{label} {metric}: {before:.3g} -> null (the runtime raised)")
             elif before is not None and after is not None:
                 row["growth"] = after / before if before else (None if after else 1.0)
-                if after > before * max_growth and after - before > n["atol"]:
+                if (
+                    after > before * max_growth and after - before > o["atol"]
+                ):  # OLD's atol: a looser NEW must not hide growth
                     factor = after / max(before, 1e-300)
                     result.regressions.append(f"{label} {metric}: {before:.3g} -> {after:.3g} (x{factor:.3g})")
             result.rows.append(row)
@@ -108,7 +142,7 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = D
         if ok and new_checks.get(label) is False:
             result.regressions.append(f"{label}: passed before, fails now")
         elif label not in new_checks:
-            result.notes.append(f"{label}: not checked in NEW")
+            result.regressions.append(f"{label}: checked before, not checked in NEW")
     if old.get("passed") and not new.get("passed"):
         result.regressions.append("report: passed before, fails now")
     return result

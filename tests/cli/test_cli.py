@@ -215,7 +215,7 @@ def test_build_from_flags_writes_the_artifact_contract(tmp_path: Path, capsys) -
     assert manifest["inputs"][0]["shape"] == ["batch", 4, "seq", 16] and manifest["inputs"][2]["dtype"] == "int64"
     assert [o["name"] for o in manifest["outputs"]] == ["query_out", "key_out"]
     assert {"ropeexport", "torch", "onnx", "onnxruntime"} <= set(manifest["versions"])
-    assert set(manifest["files"]) == {"model.onnx"}
+    assert set(manifest["files"]) == {"model.onnx", "polygraphy/inputs.json", "polygraphy/reference.json"}
     report = json.loads((folder / "report.json").read_text())
     assert report["passed"] is True
     for c in report["comparisons"]:

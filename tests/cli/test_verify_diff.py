@@ -204,3 +204,46 @@ def test_bias_artifacts_report_distance_curves_and_shift_invariance(tmp_path: Pa
     assert {c["axis"] for c in result.report["positions"]} == {"distance i-j"}
     shift = [p for p in result.report["properties"] if p["name"] == "shift invariance"]
     assert shift and shift[0]["passed"] is True
+
+
+def test_verify_refuses_a_manifest_spec_that_is_not_the_models(artifact: Path, capsys) -> None:
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest["spec"]["max_positions"] = 128  # the manifest is not hashed; the model (and its embedded spec) is
+    (artifact / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = run(["verify", str(artifact)], capsys)
+    assert code == 2 and "spec.max_positions" in err and "built with 256" in err
+
+
+def test_verify_refuses_edited_polygraphy_reference(artifact: Path, capsys) -> None:
+    path = artifact / "polygraphy" / "reference.json"
+    path.write_text(path.read_text().replace("ropeexport-eager", "ropeexport-eagr"))
+    code, _, err = run(["verify", str(artifact)], capsys)
+    assert code == 2 and "polygraphy/reference.json" in err
+
+
+def test_diff_counts_loosened_tolerances_lost_checks_and_other_specs(built: Path, tmp_path: Path, capsys) -> None:
+    report = json.loads((built / "report.json").read_text())
+    new = json.loads(json.dumps(report))
+    new["comparisons"][0]["atol"] = 1.0
+    new["tables"] = []
+    new["spec_sha256"] = "0" * 64
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    code, out, _ = run(["diff", str(built / "report.json"), str(tmp_path / "new.json"), "--json"], capsys)
+    text = "\n".join(json.loads(out)["regressions"])
+    assert code == 1 and "atol loosened" in text and "not checked in NEW" in text and "different specs" in text
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda r: r.pop("comparisons"),
+        lambda r: r["comparisons"].append({}),
+        lambda r: r["comparisons"][0].update(max_abs="big"),
+    ],
+)
+def test_diff_rejects_damaged_reports_with_exit_2(built: Path, tmp_path: Path, capsys, damage) -> None:
+    report = json.loads((built / "report.json").read_text())
+    damage(report)
+    (tmp_path / "new.json").write_text(json.dumps(report))
+    code, _, err = run(["diff", str(built / "report.json"), str(tmp_path / "new.json")], capsys)
+    assert code == 2 and "NEW" in err and len(err.strip().splitlines()) == 1
