@@ -102,6 +102,7 @@ class TrtRunner(Runner):
 
         model = onnx.load(str(self.model_path), load_external_data=False)
         meta = {p.key: p.value for p in model.metadata_props}
+        self._check_parser_support(model)
         if meta.get("ropeexport.graph") == "plugin":
             from plugins.trt_plugin import register  # the Triton kernel as ropeexport::RotaryEmbedding
 
@@ -137,6 +138,22 @@ class TrtRunner(Runner):
             raise RuntimeUnavailable(f"TensorRT {self.version} could not build the engine: {exc}") from None
         if built:
             self.save_engine(engine_path)
+
+    def _check_parser_support(self, model: onnx.ModelProto) -> None:
+        """Refuse, with check-trt's reason, a graph this TensorRT cannot parse (the spec chooses the graph)."""
+        from ropeexport.trt.compat import check_trt
+
+        release = ".".join(self.version.split(".")[:2])
+        try:
+            verdict = check_trt(model, release)
+        except SpecError:
+            return  # a release the support table does not know: let the parser itself decide
+        if not verdict.compatible:
+            first = verdict.reasons[0]
+            raise RuntimeUnavailable(
+                f"TensorRT {self.version} cannot parse this graph: {first['op_type']} {first['node']}: "
+                f"{first['reason']} (ropeexport check-trt lists every node)"
+            )
 
     def _check_engine_info(self, engine_path: Path) -> None:
         info_path = engine_path.with_suffix(".json")
