@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from ropeexport.encodings.schedules import get_schedule
-from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metadata, make_model
-from ropeexport.export.rope import call_length, cos_sin_rows, rope_tables
+from ropeexport.export.onnx_io import GraphBuilder, artifact_metadata, make_model
+from ropeexport.export.rope import call_length, cos_sin_rows, rope_graph, rope_tables
 from ropeexport.spec import RopeSpec
 
 DOMAIN = "ropeexport"
@@ -78,22 +78,7 @@ def build_rope_plugin_graph(spec: RopeSpec) -> onnx.ModelProto:
                 plugin_namespace=DOMAIN,
             )
         )
-    dtype, d = ONNX_DTYPES[spec.dtype], spec.head_dim
-    io = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        g.nodes,
-        spec.name,
-        [
-            io("query", dtype, ["batch", spec.num_heads, "seq", d]),
-            io("key", dtype, ["batch", spec.num_kv_heads, "seq", d]),
-            io("position_ids", TensorProto.INT64, ["batch", "seq"]),
-        ],
-        [
-            io("query_out", dtype, ["batch", spec.num_heads, "seq", d]),
-            io("key_out", dtype, ["batch", spec.num_kv_heads, "seq", d]),
-        ],
-        g.initializers,
-    )
+    graph = rope_graph(spec, g)  # the same contract as the fused and decomposed rope artifacts
     metadata = artifact_metadata(spec, ["position_ids"]) | {
         "ropeexport.graph": "plugin",
         "ropeexport.plugin": f"{DOMAIN}::{OP_TYPE}",

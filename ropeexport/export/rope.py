@@ -181,8 +181,13 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     rows = cos_sin_rows(g, spec, tables, "position_ids", length)  # shared by query and key
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
         _rotate(g, spec, x, heads, rows, f"{x}_out")
+    return make_model(rope_graph(spec, g), OPSETS[spec.graph], metadata=artifact_metadata(spec, ["position_ids"]))
+
+
+def rope_graph(spec: RopeSpec, g: GraphBuilder) -> onnx.GraphProto:
+    """The ``rope`` artifact's graph around ``g``'s nodes: the contract's inputs and outputs (module docstring)."""
     dtype, d = ONNX_DTYPES[spec.dtype], spec.head_dim
-    graph = helper.make_graph(
+    return helper.make_graph(
         g.nodes,
         spec.name,
         [
@@ -196,7 +201,6 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
         ],
         g.initializers,
     )
-    return make_model(graph, OPSETS[spec.graph], metadata=artifact_metadata(spec, ["position_ids"]))
 
 
 def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
