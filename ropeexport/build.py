@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,18 @@ def build(
     runtimes: list[str] | None = None,
     atol: dict[str, float] | None = None,
     rtol: dict[str, float] | None = None,
+    origin: dict[str, Any] | None = None,
+    sources: dict[str, str] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> BuildResult:
     """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all.
 
-    ``atol`` / ``rtol`` override the dtype's tolerances per output ({output or "": value}).
+    ``atol`` / ``rtol`` override the dtype's tolerances per output ({output or "": value}). ``origin`` (what asked
+    for the artifact: a preset, a config file) and ``sources`` (the config key each spec field came from) go into the
+    manifest's ``build`` record. ``stage`` is told each stage as it starts: export, reference, runtime, verify, report.
     """
     start = time.perf_counter()
+    stage = stage or (lambda _: None)
     out_dir = Path(out_dir)
     target = check_target(out_dir, spec.name)
     runtimes = check_runtime_names(runtimes or ["ort"])
@@ -116,10 +123,14 @@ def build(
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
     try:
+        stage("export")
         model = kind.export(spec)
         names = save_model(model, work)
         files = {n: sha256(work / n) for n in names}
-        verification: Verification = verify_artifact(spec, work / "model.onnx", runtimes, atol=atol, rtol=rtol)
+        verification: Verification = verify_artifact(
+            spec, work / "model.onnx", runtimes, atol=atol, rtol=rtol, stage=stage
+        )
+        stage("report")
         report = report_dict(spec, verification, versions(), files)
         write_reports(work, report)
         for name in save_polygraphy_reference(spec, work):  # hashed too: TensorRT is later compared against it
@@ -129,6 +140,12 @@ def build(
         if engine_info.is_file():  # the TensorRT runner built and saved an engine (GPU hosts only)
             manifest["tensorrt"] = json.loads(engine_info.read_text())
             manifest["files"] |= {n: sha256(work / n) for n in ("model.engine", "model.engine.json")}
+        manifest["build"] = {
+            "origin": origin or {},
+            "sources": sources or {},
+            "seconds": round(time.perf_counter() - start, 3),
+            "runtimes": runtimes,
+        }
         write_json(work / "manifest.json", manifest)
         _replace(work, target)
     except BaseException:

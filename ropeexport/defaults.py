@@ -1,7 +1,9 @@
-"""The embedded default build: what ``ropeexport build`` with no arguments produces.
+"""The embedded default build and the feature set.
 
-One artifact per RoPE feature a serving team meets (layouts, partial rotation, GQA, each kind of schedule, each
-table dtype) and one per other encoding family, sized to build and verify in well under a minute on 2 cores.
+``DEFAULT_PRESETS``: what ``ropeexport build`` with no arguments builds, one model preset per encoding family.
+``FEATURE_SPECS``: one artifact per RoPE feature a serving team meets (layouts, partial rotation, GQA, each kind of
+schedule, each table dtype) and one per other encoding family, small enough to build in seconds; the tests build it
+(``ropeexport build --spec`` takes the same dicts as ``artifacts = [...]``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,20 @@ from typing import Any
 
 DEFAULT_OUT = "ropeexport-out"
 
-DEFAULT_SPECS: list[dict[str, Any]] = [
+# One per encoding family, each at its model's real length (llama-3.1-8b: 131072 positions).
+DEFAULT_PRESETS = (
+    "llama-3.1-8b",
+    "bloom-560m",
+    "t5-base",
+    "transformer-base",
+    "shaw-transformer-base",
+    "transformer-xl-wt103",
+    "tupe-base",
+    "kerple-log-162m",
+    "sandwich",
+)
+
+FEATURE_SPECS: list[dict[str, Any]] = [
     {  # Llama 3.1 8B geometry and scaling, table cut to 16k positions to stay fast.
         "name": "llama3-half-fp32-fused",
         "layout": "half",

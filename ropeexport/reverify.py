@@ -94,6 +94,14 @@ def check_spec(folder: Path, manifest: dict[str, Any]) -> None:
             )
 
 
+def check_folder(folder: Path) -> dict[str, Any]:
+    """The manifest of an artifact folder whose files all match their hashes and spec; else SpecError."""
+    manifest = read_manifest(folder)
+    check_files(folder, manifest["files"])
+    check_spec(folder, manifest)
+    return manifest
+
+
 def verify_folder(
     folder: str | Path,
     runtimes: list[str] | None = None,
@@ -102,9 +110,7 @@ def verify_folder(
 ) -> VerifyResult:
     """Check hashes, verify the artifact again on this machine, and replace its reports."""
     folder = Path(folder)
-    manifest = read_manifest(folder)
-    check_files(folder, manifest["files"])
-    check_spec(folder, manifest)
+    manifest = check_folder(folder)
     runtimes = check_runtime_names(runtimes or ["ort"])
     spec = spec_from_dict(manifest["spec"], "manifest.json spec")
     verification = verify_artifact(spec, folder / "model.onnx", runtimes, atol=atol, rtol=rtol)

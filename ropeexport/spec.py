@@ -27,7 +27,7 @@ LAYOUTS = ("half", "interleaved", "complex")
 # Positions are exact in float32 up to 2**24; past that an in-graph position cast would round.
 MAX_TABLE_POSITIONS = 2**24
 MAX_TABLE_ENTRIES = 2**27  # float64 work of ~4 GiB at build time; 1M positions x 64 frequencies fits
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def require_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
@@ -75,7 +75,7 @@ class SpecBase:
         self._put("max_positions", require_int("max_positions", self.max_positions, 1, MAX_TABLE_POSITIONS))
         self._validate()
         name = self.name or self.default_name()
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise SpecError(
                 "name",
                 "must be 1-100 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",

@@ -1,9 +1,16 @@
-"""``ropeexport build``: export, run and verify artifacts.
+"""``ropeexport build``: export, run and verify artifacts into a tree with ``index.json`` and ``index.html``.
+
+Sources (one kind at a time; with none, the embedded default: one preset per encoding family):
+  --preset NAME (repeatable) | --all-presets | --hf-config PATH/config.json | --spec FILE | spec-field flags
+Variants: --dtype and --artifact are repeatable, --graph takes fused, decomposed, plugin or both; other spec-field
+flags (--max-positions, --theta, ...) override every artifact's value.
 
 Examples:
-  ropeexport build                                   # the embedded default set into ./ropeexport-out
+  ropeexport build                                   # the embedded default into ./ropeexport-out
+  ropeexport build --preset llama-3.1-8b --dtype fp16 --dtype fp32 --graph both -j 2
+  ropeexport build --hf-config ~/models/qwen2.5-7b/config.json --max-positions 32768
+  ropeexport build --all-presets --out artifacts --json
   ropeexport build --layout interleaved --head-dim 64 --num-heads 16 --dtype fp16 --graph decomposed
-  ropeexport build --scaling yarn --scaling-param factor=4 --scaling-param original_max_position_embeddings=32768
   ropeexport build --spec my-model.toml --out artifacts
 
 """
@@ -12,20 +19,31 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import sys
+import time
 import typing
 from pathlib import Path
 from typing import Any
 
-from ropeexport.build import build, check_target
+from ropeexport.batch import Job, Settings, build_all
+from ropeexport.build import BuildResult, check_target
 from ropeexport.cli.options import add_tolerance_flags, tolerances
-from ropeexport.defaults import DEFAULT_OUT, DEFAULT_SPECS
+from ropeexport.cli.progress import BuildProgress
+from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
 from ropeexport.errors import SpecError
+from ropeexport.hf import import_config, model_name, read_config
+from ropeexport.presets import Request, expand, get_preset, presets
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.spec import encodings, read_spec_file, spec_from_dict
+from ropeexport.tree import check_tree, write_index
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
 SPECIAL_FIELDS = ("scaling_params",)
+# Repeatable: one artifact per combination.
+VARIANT_FIELDS = ("artifact", "dtype", "graph")
+SERVING_RUNTIMES = ("ort", "trt")  # --runtime all
 
 
 def spec_fields() -> dict[str, str]:
@@ -47,13 +65,24 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    source = p.add_argument_group("what to build (one kind of source; none: the embedded default)")
+    source.add_argument("--preset", action="append", default=[], metavar="NAME", help="a model preset (repeatable)")
+    source.add_argument("--all-presets", action="store_true", help="every preset (see 'ropeexport list --presets')")
+    source.add_argument("--hf-config", metavar="FILE", help="a transformers config.json on disk (never fetched)")
+    source.add_argument("--spec", metavar="FILE", help="JSON or TOML spec with the same keys (or artifacts = [...])")
+    fields = p.add_argument_group("spec fields (override every artifact's value)")
     for field, kind in spec_fields().items():
         flag = f"--{field.replace('_', '-')}"
-        if kind == "bool":
-            p.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None)
+        if field in VARIANT_FIELDS:
+            extra = " or both (fused and decomposed)" if field == "graph" else ""
+            fields.add_argument(
+                flag, dest=field, action="append", default=None, metavar=field.upper(), help=f"repeatable{extra}"
+            )
+        elif kind == "bool":
+            fields.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None)
         else:
-            p.add_argument(flag, dest=field, metavar=field.upper(), default=None)
-    p.add_argument(
+            fields.add_argument(flag, dest=field, metavar=field.upper(), default=None)
+    fields.add_argument(
         "--scaling-param",
         dest="scaling_param",
         action="append",
@@ -61,15 +90,18 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a RoPE schedule parameter (repeatable; lists comma-separated)",
     )
-    p.add_argument("--spec", metavar="FILE", help="JSON or TOML spec with the same keys (or artifacts = [...])")
     p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
     p.add_argument(
         "--runtime",
         action="append",
         default=None,
         metavar="NAME",
-        help="runtime to verify on: ort (default) or onnx-reference (repeatable)",
+        help="runtime to verify on (repeatable): ort (default), trt, onnx-reference, or all (ort and trt; "
+        "a runtime that cannot run here is reported as skipped with the reason)",
     )
+    p.add_argument("-j", "--jobs", default="1", metavar="N", help="build N artifacts at once in worker processes")
+    p.add_argument("--quiet", action="store_true", help="no progress and no per-artifact lines")
+    p.add_argument("--json", action="store_true", help="print one machine-readable summary (the index) on stdout")
     add_tolerance_flags(p)
     p.set_defaults(run=run)
 
@@ -85,8 +117,11 @@ def _typed(field: str, kind: str, value: Any) -> Any:
 
 
 def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """Spec-field flags other than the variant lists, typed."""
     fields = {
-        f: _typed(f, kind, getattr(args, f)) for f, kind in spec_fields().items() if getattr(args, f, None) is not None
+        f: _typed(f, kind, getattr(args, f))
+        for f, kind in spec_fields().items()
+        if f not in VARIANT_FIELDS and getattr(args, f, None) is not None
     }
     if args.scaling_param:
         params: dict[str, str] = {}
@@ -99,41 +134,179 @@ def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
-def specs_from_args(args: argparse.Namespace) -> list[Any]:
-    """The specs a command line asks for: a spec file (flags override its fields), the flags, or the default set."""
-    flags = _flag_fields(args)
-    if args.spec:
+def _variants(args: argparse.Namespace) -> dict[str, list[str] | None]:
+    """The repeatable lists (None where not given); ``--graph both`` is fused and decomposed."""
+    graphs = None
+    if args.graph:
+        graphs = []
+        for g in args.graph:
+            for one in ("fused", "decomposed") if g == "both" else (g,):
+                if one not in graphs:
+                    graphs.append(one)
+    return {"artifact": args.artifact, "dtype": args.dtype, "graph": graphs}
+
+
+def _source_kind(args: argparse.Namespace) -> str | None:
+    given = [
+        flag
+        for flag, value in (
+            ("--preset", args.preset),
+            ("--all-presets", args.all_presets),
+            ("--hf-config", args.hf_config),
+            ("--spec", args.spec),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise SpecError(given[0], f"cannot be combined with {given[1]}: give one source of artifacts")
+    return given[0] if given else None
+
+
+def _from_raw(
+    raws: list[dict[str, Any]], variants: dict[str, list[str] | None], origin: dict[str, Any]
+) -> list[Request]:
+    """Spec-file or flag requests: each raw spec once per variant combination given on the command line."""
+    out = []
+    for raw in raws:
+        lists = {k: v or [raw.get(k)] for k, v in variants.items()}
+        combos = [(a, d, g) for a in lists["artifact"] for d in lists["dtype"] for g in lists["graph"]]
+        for artifact, dtype, graph in combos:
+            fields = dict(raw) | {k: v for k, v in zip(VARIANT_FIELDS, (artifact, dtype, graph), strict=True) if v}
+            if len(combos) > 1 and raw.get("name"):
+                fields["name"] = "-".join([raw["name"], *(str(v) for v in (artifact, dtype, graph) if v)])
+            out.append(Request(fields, {k: origin.get("spec", "command line") for k in fields}, dict(origin)))
+    return out
+
+
+def requests_from_args(args: argparse.Namespace) -> list[Request]:
+    """What the command line asks for, before validation: presets, a config, a spec file, flags, or the default."""
+    kind = _source_kind(args)
+    variants = _variants(args)
+    overrides = _flag_fields(args)
+    listed = {"artifacts": variants["artifact"], "dtypes": variants["dtype"], "graphs": variants["graph"]}
+    if kind == "--hf-config":
+        config = read_config(args.hf_config)
+        imported = import_config(config, where=str(args.hf_config))
+        encoding = encodings()[imported.fields["encoding"]]
+        requests = expand(
+            imported,
+            model_name(config, args.hf_config),
+            listed["artifacts"] or [encoding.artifacts[0]],
+            listed["dtypes"] or ["fp32"],
+            listed["graphs"] or ["fused"],
+            origin={"hf_config": str(Path(args.hf_config).resolve()), "model_type": imported.model_type},
+            chosen_by="--artifact/--dtype/--graph, else the encoding's first artifact, fp32, fused",
+        )
+    elif kind in ("--preset", "--all-presets") or (kind is None and not overrides and not any(variants.values())):
+        names = list(presets()) if args.all_presets else (args.preset or list(DEFAULT_PRESETS))
+        requests = [r for name in dict.fromkeys(names) for r in get_preset(name).requests(**listed)]
+    elif kind == "--spec":
         raws = read_spec_file(args.spec)
-        if "scaling" in flags and "scaling_params" not in flags:
+        if "scaling" in overrides and "scaling_params" not in overrides:
             raws = [{k: v for k, v in raw.items() if k != "scaling_params"} for raw in raws]  # they were the old one's
-        specs = [spec_from_dict(raw | flags) for raw in raws]
-    elif flags:
-        specs = [spec_from_dict(flags)]
+        requests = _from_raw(raws, variants, {"spec": str(Path(args.spec).resolve())})
     else:
-        specs = [spec_from_dict(d) for d in DEFAULT_SPECS]
-    names = [s.name for s in specs]
+        requests = _from_raw([{}], variants, {"flags": True})
+    if "scaling" in overrides and "scaling_params" not in overrides:
+        requests = [
+            dataclasses.replace(r, fields={k: v for k, v in r.fields.items() if k != "scaling_params"})
+            for r in requests
+        ]
+    flagged = {k: f"--{k.replace('_', '-')}" for k in overrides}
+    return [dataclasses.replace(r, fields=r.fields | overrides, sources=r.sources | flagged) for r in requests]
+
+
+def jobs_from_args(args: argparse.Namespace) -> list[Job]:
+    """Every requested artifact, validated (nothing is written on bad input); names must be unique."""
+    jobs = []
+    for request in requests_from_args(args):
+        spec = spec_from_dict(request.fields)
+        sources = {k: v for k, v in request.sources.items() if k in spec.to_dict()}
+        jobs.append(Job(spec.to_dict(), request.origin, sources))
+    names = [j.name for j in jobs]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
         raise SpecError("name", f"{duplicate!r} is used by more than one artifact; names must be unique")
-    return specs
+    return jobs
+
+
+def specs_from_args(args: argparse.Namespace) -> list[Any]:
+    """The validated specs a command line asks for (library users: see ``jobs_from_args`` for provenance)."""
+    return [spec_from_dict(job.spec) for job in jobs_from_args(args)]
+
+
+def _jobs_count(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        raise SpecError("--jobs", f"must be an integer >= 1, got {value!r}") from None
+    if jobs < 1:
+        raise SpecError("--jobs", f"must be an integer >= 1, got {value!r}")
+    return jobs
+
+
+def _runtimes(args: argparse.Namespace) -> list[str]:
+    names: list[str] = []
+    for name in args.runtime or ["ort"]:
+        for one in SERVING_RUNTIMES if name == "all" else (name,):
+            if one not in names:
+                names.append(one)
+    try:
+        return check_runtime_names(names)
+    except SpecError as exc:
+        raise SpecError("--runtime", f"{exc.message}, all") from None
+
+
+def print_resolved(job: Job) -> None:
+    """The spec a config resolved to, each field with the config key (or default) it came from."""
+    print(f"resolved {job.name} from {job.origin.get('hf_config')}:")
+    for key, value in job.spec.items():
+        where = job.sources.get(key, "ropeexport default")
+        print(f"  {key} = {json.dumps(value)}  <- {where}")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate everything first (nothing is written on bad input), then build each artifact."""
-    specs = specs_from_args(args)
-    out = Path(args.out)
-    runtimes = check_runtime_names(args.runtime or ["ort"])
+    """Validate everything first (nothing is written on bad input), then build, index and summarise."""
+    workers = _jobs_count(args.jobs)
+    runtimes = _runtimes(args)
     atol, rtol = tolerances(args)
-    for spec in specs:
-        check_target(out, spec.name)
-    failed = 0
-    for spec in specs:
-        result = build(spec, out, runtimes, atol=atol, rtol=rtol)
-        failed += not result.passed
-        print(summary_line(result.report, result.path, result.seconds))
-    print(f"{len(specs) - failed} of {len(specs)} artifacts verified; output in {out.resolve()}")
+    jobs = jobs_from_args(args)
+    out = Path(args.out)
+    check_tree(out)
+    for job in jobs:
+        check_target(out, job.name)
+    talk = not (args.quiet or args.json)
+    if talk and args.hf_config:
+        print_resolved(jobs[0])
+    start = time.perf_counter()
+    results: list[BuildResult] = []
+    settings = Settings(out, runtimes, atol, rtol)
+    try:
+        with BuildProgress(len(jobs), enabled=talk) as progress:
+
+            def finished(result: BuildResult) -> None:
+                results.append(result)
+                progress.done(result.name, summary_line(result.report, result.path, result.seconds) if talk else None)
+
+            build_all(jobs, settings, workers, on_stage=progress.stage, on_done=finished)
+    finally:
+        if results or (out / "index.json").exists():  # an interrupted batch still indexes what it finished
+            index = write_index(out, round(time.perf_counter() - start, 3), workers)
+    failed = [r.name for r in results if not r.passed]
+    if args.json:
+        built = {r.name for r in results}
+        print(json.dumps(index | {"built": [a for a in index["artifacts"] if a["name"] in built]}, indent=2))
+    elif not args.quiet:
+        print(
+            f"{len(results) - len(failed)} of {len(results)} artifacts verified in {time.perf_counter() - start:.1f}s"
+        )
     if failed:
-        print(f"{failed} artifact(s) FAILED verification: see report.json in each folder", file=sys.stderr)
+        print(
+            f"{len(failed)} artifact(s) FAILED verification: {', '.join(failed)} (see report.html in each)",
+            file=sys.stderr,
+        )
+    if not args.json:
+        print(os.path.join(out.resolve(), "index.html"))
     return 1 if failed else 0
 
 

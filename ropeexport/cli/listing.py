@@ -3,6 +3,7 @@
 Examples:
   ropeexport list
   ropeexport list --json
+  ropeexport list --presets          # model presets with their key parameters and sources
 
 """
 
@@ -14,6 +15,7 @@ import json
 from typing import Any
 
 from ropeexport.encodings.schedules import SCHEDULES
+from ropeexport.presets import presets
 from ropeexport.registry import KINDS
 from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, SpecBase, encodings
 
@@ -27,6 +29,7 @@ def add_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--presets", action="store_true", help="list the model presets instead")
     p.set_defaults(run=run)
 
 
@@ -69,8 +72,40 @@ def catalogue() -> dict[str, Any]:
     }
 
 
+def preset_catalogue() -> dict[str, Any]:
+    """Every preset: summary, source, key parameters and default artifacts, as plain data."""
+    return {
+        name: {
+            "summary": p.summary,
+            "source": p.source,
+            "notes": p.notes,
+            "parameters": p.key_parameters(),
+            "builds": {"artifacts": list(p.artifacts), "dtypes": list(p.dtypes), "graphs": list(p.graphs)},
+        }
+        for name, p in presets().items()
+    }
+
+
+def _print_presets(data: dict[str, Any]) -> None:
+    for name, p in data.items():
+        params = p["parameters"]
+        key = ", ".join(f"{k} {v}" for k, v in params.items() if k != "encoding")
+        builds = p["builds"]
+        print(f"{name}  [{params.get('encoding')}] {key}")
+        print(f"    {p['summary']}")
+        print(f"    builds {'/'.join(builds['artifacts'])} {'/'.join(builds['dtypes'])} {'/'.join(builds['graphs'])}")
+        print(f"    source: {p['source']}")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the catalogue."""
+    """Print the catalogue (or the presets)."""
+    if args.presets:
+        presets_data = preset_catalogue()
+        if args.json:
+            print(json.dumps(presets_data, indent=2))
+        else:
+            _print_presets(presets_data)
+        return 0
     data = catalogue()
     if args.json:
         print(json.dumps(data, indent=2))

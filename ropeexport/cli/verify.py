@@ -1,7 +1,11 @@
 """``ropeexport verify DIR``: check an artifact's hashes, verify it again on this machine, write fresh reports.
 
+DIR is one artifact folder, or a tree written by ``ropeexport build`` (every artifact in it: all manifests and hashes
+are checked before anything is verified, and index.json / index.html are rewritten after).
+
 Examples:
-  ropeexport verify ropeexport-out/llama3-half-fp32-fused
+  ropeexport verify ropeexport-out
+  ropeexport verify ropeexport-out/llama-3.1-8b-rope-fp16-fused
   ropeexport verify artifacts/rope --runtime ort --runtime onnx-reference --atol query_out:2e-5
 
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest).
@@ -11,10 +15,12 @@ Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited fi
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import add_tolerance_flags, tolerances
-from ropeexport.reverify import verify_folder
+from ropeexport.reverify import check_folder, verify_folder
+from ropeexport.tree import artifact_folders, write_index
 
 
 def add_parser(sub: Any) -> None:
@@ -25,7 +31,7 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("folder", metavar="DIR", help="an artifact folder written by ropeexport build")
+    p.add_argument("folder", metavar="DIR", help="an artifact folder or a tree written by ropeexport build")
     p.add_argument(
         "--runtime",
         action="append",
@@ -38,10 +44,24 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Verify and print the verdict."""
-    atol, rtol = tolerances(args)
-    result = verify_folder(args.folder, args.runtime, atol, rtol)
+    """Verify and print the verdict (one line per artifact for a tree, then the index's path)."""
     from ropeexport.cli.build import summary_line
 
-    print(summary_line(result.report, result.path, 0.0))
-    return 0 if result.passed else 1
+    atol, rtol = tolerances(args)
+    folder = Path(args.folder)
+    if (folder / "manifest.json").exists() or not artifact_folders(folder):
+        result = verify_folder(folder, args.runtime, atol, rtol)
+        print(summary_line(result.report, result.path, 0.0))
+        return 0 if result.passed else 1
+    folders = artifact_folders(folder)
+    for one in folders:  # every artifact is checked before any is verified: a damaged tree changes nothing
+        check_folder(one)
+    passed = 0
+    for one in folders:
+        result = verify_folder(one, args.runtime, atol, rtol)
+        passed += result.passed
+        print(summary_line(result.report, result.path, 0.0))
+    write_index(folder)
+    print(f"{passed} of {len(folders)} artifacts verified")
+    print(folder.resolve() / "index.html")
+    return 0 if passed == len(folders) else 1

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ropeexport.encodings.attention import BiasSpec, finish_bias
-from ropeexport.spec import register_spec
+from ropeexport.spec import register_spec, require_float
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -35,14 +35,28 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 @register_spec
 @dataclass(frozen=True)
 class AlibiSpec(BiasSpec):
-    """ALiBi linear attention biases (Press et al. 2022); BLOOM, MPT, Falcon-RW."""
+    """ALiBi linear attention biases (Press et al. 2022); BLOOM, MPT, Falcon-RW.
+
+    ``slope_scale`` multiplies every slope: 1 for the paper, BLOOM and MPT; Falcon-RW adds the bias before its
+    1/sqrt(head_dim) logit scale, so its effective slopes are m_h / sqrt(head_dim).
+    """
 
     encoding: ClassVar[str] = "alibi"
+
+    slope_scale: float = 1.0
+
+    def _validate_method(self) -> None:
+        self._put("slope_scale", require_float("slope_scale", self.slope_scale, 0.0, strict=True))
+
+
+def spec_slopes(spec: AlibiSpec) -> np.ndarray:
+    """float64 slopes [num_heads] of a spec: the paper's recipe times ``slope_scale``."""
+    return alibi_slopes(spec.num_heads) * spec.slope_scale
 
 
 def alibi_bias(spec: AlibiSpec, query_position_ids: torch.Tensor, key_position_ids: torch.Tensor) -> torch.Tensor:
     """Eager bias [b, num_heads, q_len, k_len] in the spec dtype (float32 arithmetic, rounded once)."""
-    slopes = torch.from_numpy(alibi_slopes(spec.num_heads).astype(np.float32))[None, :, None, None]  # [1, h, 1, 1]
+    slopes = torch.from_numpy(spec_slopes(spec).astype(np.float32))[None, :, None, None]  # [1, h, 1, 1]
     distance = (query_position_ids[:, None, :, None] - key_position_ids[:, None, None, :]).to(torch.float32)
     if not spec.causal:
         distance = distance.abs()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ropeexport.encodings.alibi import AlibiSpec, alibi_slopes
+from ropeexport.encodings.alibi import AlibiSpec, spec_slopes
 from ropeexport.export.attention import position_grid
 from ropeexport.export.onnx_io import GraphBuilder
 
@@ -15,5 +15,5 @@ def alibi_bias_nodes(g: GraphBuilder, spec: AlibiSpec, qpos: str, kpos: str) -> 
     distance = g.op("Sub", [q, k])  # i - j, [b, 1, q, k]
     if not spec.causal:
         distance = g.op("Abs", [distance])
-    slopes = g.const("neg_slopes", -alibi_slopes(spec.num_heads).astype(np.float32).reshape(1, -1, 1, 1))
+    slopes = g.const("neg_slopes", -spec_slopes(spec).astype(np.float32).reshape(1, -1, 1, 1))
     return g.op("Mul", [slopes, distance])

@@ -6,7 +6,7 @@ an element and optional table checks; this module only opens runtimes, runs, and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,11 +91,14 @@ def verify_artifact(
     seed: int = 0,
     atol: dict[str, float] | None = None,
     rtol: dict[str, float] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> Verification:
     """Run the artifact on every probe of its kind with each runtime; compare with eager and the float64 oracle.
 
-    ``atol`` / ``rtol`` override the dtype's tolerances: {output: value}, with ``""`` for every output.
+    ``atol`` / ``rtol`` override the dtype's tolerances: {output: value}, with ``""`` for every output. ``stage`` is
+    told, per probe, when the references (eager and float64), the runtimes and the comparison start.
     """
+    stage = stage or (lambda _: None)
     kind = kind_for(spec)
     outputs = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
     tolerances = resolve_tolerances(spec, outputs, atol or {}, rtol or {})
@@ -114,13 +117,16 @@ def verify_artifact(
     try:
         for probe in probes:
             feeds = kind.feeds(spec, probe, rng)
+            stage("reference")
             expected = {"eager": kind.eager(spec, feeds), "float64": kind.oracle(spec, feeds)}
             for runtime, runner in runners:
+                stage("runtime")
                 try:
                     results: dict[str, np.ndarray] | None = runner.infer(feeds)
                     error = ""
                 except Exception as exc:  # a runtime error on a valid call is a verification failure, not a crash
                     results, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                stage("verify")
                 for ref_name, refs in expected.items():
                     for output, want in refs.items():
                         key = (ref_name, runtime, output)
@@ -133,6 +139,7 @@ def verify_artifact(
                             locate = lambda index, p=probe, o=output: kind.locate(p, o, index)  # noqa: E731
                             axis = kind.curve(probe, output) if kind.curve else None
                             comparisons[key].update(probe.name, results[output], want, locate, axis)
+        stage("verify")
         cases = kind.guards(spec) if kind.guards else []
         guards = [_guard(n, r, case, feeds) for n, r in runners for case, feeds in cases]
         properties: list[dict[str, Any]] = []

@@ -275,15 +275,33 @@ def test_list_json_names_every_schedule_and_param(capsys) -> None:
     assert code == 0 and "longrope" in out
 
 
-def test_default_build_builds_and_verifies_the_embedded_set(tmp_path: Path) -> None:
+def test_default_build_builds_one_preset_per_family_at_real_length(tmp_path: Path) -> None:
+    """The embedded default: llama-3.1-8b at 131072 positions and bloom-560m at 2048 among them (real lengths)."""
     proc = subprocess.run([sys.executable, "-m", "ropeexport", "build"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from ropeexport.defaults import DEFAULT_SPECS
+    out = tmp_path / "ropeexport-out"
+    assert proc.stdout.strip().splitlines()[-1] == str((out / "index.html").resolve())
+    from ropeexport.defaults import DEFAULT_PRESETS
+    from ropeexport.spec import encodings
 
-    for spec in DEFAULT_SPECS:
-        report = json.loads((tmp_path / "ropeexport-out" / spec["name"] / "report.json").read_text())
-        assert report["passed"] is True
-    assert RopeSpec(**{k: v for k, v in DEFAULT_SPECS[0].items()}).scaling == "llama3"
+    index = json.loads((out / "index.json").read_text())
+    assert [a["origin"]["preset"] for a in index["artifacts"]] == sorted(DEFAULT_PRESETS)
+    assert all(a["passed"] for a in index["artifacts"])
+    assert {a["encoding"] for a in index["artifacts"]} == set(encodings())
+    lengths = {a["origin"]["preset"]: a["max_positions"] for a in index["artifacts"]}
+    assert lengths["llama-3.1-8b"] == 131072 and lengths["bloom-560m"] == 2048
+
+
+def test_feature_set_builds_through_a_spec_file(tmp_path: Path, capsys) -> None:
+    """One artifact per RoPE feature (layouts, schedules, dtypes) and per family, as artifacts = [...]."""
+    from ropeexport.defaults import FEATURE_SPECS
+
+    path = write(tmp_path / "features.json", json.dumps({"artifacts": FEATURE_SPECS}))
+    code, _, err = run(["build", "--spec", str(path), "--out", str(tmp_path / "o"), "-j", "2", "--quiet"], capsys)
+    assert code == 0, err
+    index = json.loads((tmp_path / "o" / "index.json").read_text())
+    assert sorted(a["name"] for a in index["artifacts"]) == sorted(s["name"] for s in FEATURE_SPECS)
+    assert RopeSpec(**FEATURE_SPECS[0]).scaling == "llama3"
 
 
 MORE_BAD_FILES = [
@@ -319,10 +337,12 @@ def test_tables_too_large_to_build_are_refused_before_anything_is_written(tmp_pa
 def test_flags_override_the_file_before_defaults_are_filled(tmp_path: Path, capsys) -> None:
     path = write(tmp_path / "s.json", json.dumps({"max_positions": 64, "head_dim": 128, "num_heads": 2}))
     assert (
-        run(["build", "--spec", str(path), "--head-dim", "16", "--dtype", "fp16", "--out", str(tmp_path)], capsys)[0]
+        run(
+            ["build", "--spec", str(path), "--head-dim", "16", "--dtype", "fp16", "--out", str(tmp_path / "o")], capsys
+        )[0]
         == 0
     )
-    manifest = json.loads((tmp_path / "rope-half-default-fp16-fused" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "o" / "rope-half-default-fp16-fused" / "manifest.json").read_text())
     assert manifest["spec"]["rotary_dim"] == 16 and manifest["spec"]["dtype"] == "fp16"
 
 
@@ -332,8 +352,8 @@ def test_top_level_keys_are_shared_by_every_artifact(tmp_path: Path, capsys) -> 
         "head_dim = 8\nnum_heads = 2\nmax_positions = 32\n"
         '[[artifacts]]\nname = "x"\n[[artifacts]]\nname = "y"\nhead_dim = 16\n',
     )
-    assert run(["build", "--spec", str(path), "--out", str(tmp_path)], capsys)[0] == 0
-    head = lambda n: json.loads((tmp_path / n / "manifest.json").read_text())["spec"]["head_dim"]  # noqa: E731
+    assert run(["build", "--spec", str(path), "--out", str(tmp_path / "o")], capsys)[0] == 0
+    head = lambda n: json.loads((tmp_path / "o" / n / "manifest.json").read_text())["spec"]["head_dim"]  # noqa: E731
     assert (head("x"), head("y")) == (8, 16)
 
 

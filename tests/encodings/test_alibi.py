@@ -143,9 +143,23 @@ def test_positions_past_max_positions_raise_in_the_runner(tmp_path: Path) -> Non
         ({"causal": "maybe"}, "causal"),
         ({"artifact": "rope"}, "artifact"),
         ({"max_positions": 0}, "max_positions"),
+        ({"slope_scale": 0}, "slope_scale"),
+        ({"slope_scale": float("inf")}, "slope_scale"),
     ],
 )
 def test_bad_fields_are_rejected(fields: dict, field: str) -> None:
     with pytest.raises(SpecError) as err:
         AlibiSpec(**fields)
     assert err.value.field == field
+
+
+def test_slope_scale_scales_the_bias_and_is_verified(tmp_path: Path) -> None:
+    """Falcon-RW's slopes are m_h / sqrt(head_dim); the stored slopes are checked against the scaled recipe."""
+    spec = AlibiSpec(num_heads=12, head_dim=64, slope_scale=0.125, max_positions=256)
+    qpos, kpos = torch.tensor([[5, 9]]), torch.tensor([[0, 1, 2, 9]])
+    plain = alibi_bias(spec.replace(slope_scale=1.0), qpos, kpos)
+    scaled = alibi_bias(spec, qpos, kpos)
+    finite = torch.isfinite(plain)
+    assert torch.allclose(scaled[finite], plain[finite] * 0.125, rtol=1e-6)
+    result = build(spec, tmp_path)
+    assert result.passed and result.report["tables"][0]["max_ulp"] <= 0.5

@@ -1,0 +1,124 @@
+"""Building many artifacts: in this process or in ``jobs`` worker processes, reporting each stage as it starts.
+
+Each artifact is still built by ``build.build`` (atomic: its folder appears whole or not at all). Workers are spawned,
+not forked (torch and ONNX Runtime hold threads), and each gets an equal share of the cores for torch. Stage events
+travel back through a queue as ``(name, stage)``; ``on_stage`` and ``on_done`` run in the calling process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropeexport.build import BuildResult, build
+from ropeexport.spec import spec_from_dict
+
+OnStage = Callable[[str, str], None]
+OnDone = Callable[[BuildResult], None]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One artifact to build: its validated spec as a dict, and the provenance recorded in its manifest."""
+
+    spec: dict[str, Any]
+    origin: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The artifact's folder name."""
+        return str(self.spec["name"])
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every job in a batch shares."""
+
+    out: Path
+    runtimes: list[str]
+    atol: dict[str, float] = field(default_factory=dict)
+    rtol: dict[str, float] = field(default_factory=dict)
+
+
+def _build(job: Job, settings: Settings, stage: Callable[[str], None]) -> BuildResult:
+    return build(
+        spec_from_dict(job.spec),
+        settings.out,
+        settings.runtimes,
+        atol=settings.atol,
+        rtol=settings.rtol,
+        origin=job.origin,
+        sources=job.sources,
+        stage=stage,
+    )
+
+
+_events: Any = None  # the worker's end of the stage queue
+
+
+def _init_worker(events: Any, threads: int) -> None:
+    global _events
+    _events = events
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _work(job: Job, settings: Settings) -> BuildResult:
+    return _build(job, settings, lambda stage: _events.put((job.name, stage)))
+
+
+def build_all(
+    jobs: Sequence[Job],
+    settings: Settings,
+    workers: int = 1,
+    on_stage: OnStage | None = None,
+    on_done: OnDone | None = None,
+) -> list[BuildResult]:
+    """Build every job; results in the jobs' order. An exception in one build stops the batch and is re-raised."""
+    on_stage = on_stage or (lambda name, stage: None)
+    on_done = on_done or (lambda result: None)
+    if workers <= 1 or len(jobs) <= 1:
+        results = []
+        for job in jobs:
+            result = _build(job, settings, lambda stage, n=job.name: on_stage(n, stage))
+            on_done(result)
+            results.append(result)
+        return results
+    workers = min(workers, len(jobs))
+    context = multiprocessing.get_context("spawn")
+    events = context.Queue()
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    done: dict[str, BuildResult] = {}
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(events, threads)) as pool:
+        pending: set[Future[BuildResult]] = {pool.submit(_work, job, settings) for job in jobs}
+        try:
+            while pending:
+                finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                _drain(events, on_stage)
+                for future in finished:
+                    result = future.result()  # re-raises a worker's exception here
+                    done[result.name] = result
+                    on_done(result)
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+        _drain(events, on_stage)
+    return [done[job.name] for job in jobs]
+
+
+def _drain(events: Any, on_stage: OnStage) -> None:
+    while True:
+        try:
+            name, stage = events.get_nowait()
+        except queue.Empty:
+            return
+        on_stage(name, stage)

@@ -1,0 +1,385 @@
+"""Hugging Face ``config.json`` import: the positional-encoding spec a transformers model implies, with provenance.
+
+Reads a config from disk only (no hub access, never remote code) and maps it to spec fields:
+- RoPE models: head_dim (or hidden_size / num_attention_heads), num_key_value_heads, rope_theta, the rotated width
+  (partial_rotary_factor, rotary_pct or rotary_dim), max_position_embeddings, and the scaling from ``rope_scaling``
+  (transformers 4.x, key ``type`` or ``rope_type``) or ``rope_parameters`` (5.x). Every key of the scaling dict must
+  be understood: an unknown scaling type or parameter is an error, never dropped, because a dropped scaling is what
+  turns long-context output into gibberish.
+- ALiBi models: bloom, mpt (``attn_config.alibi``) and falcon (``alibi``).
+- T5 relative buckets: t5 and mt5.
+
+``import_config`` returns the raw fields (validated later by the spec class) and, for every field, where its value
+came from: the manifest records that, and ``ropeexport build --hf-config`` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropeexport.errors import SpecError
+
+# transformers rope types -> ropeexport schedules. "su" is LongRoPE's name in Phi-3's first releases.
+ROPE_TYPES = {
+    "default": "default",
+    "linear": "linear",
+    "dynamic": "dynamic",
+    "yarn": "yarn",
+    "llama3": "llama3",
+    "longrope": "longrope",
+    "su": "longrope",
+}
+# Keys of rope_scaling / rope_parameters that select the type or restate a top-level field, not schedule parameters.
+_SELECTORS = ("type", "rope_type", "rope_theta", "partial_rotary_factor")
+# Models that pair channels (2i, 2i+1) rather than (i, i + d/2).
+INTERLEAVED = {
+    "gptj": "GPT-J rotates interleaved pairs (rotate_every_two)",
+    "codegen": "CodeGen rotates interleaved pairs (rotate_every_two)",
+    "deepseek_v2": "DeepSeek-V2 rotates interleaved pairs (view_as_complex)",
+    "deepseek_v3": "DeepSeek-V3 rotates interleaved pairs (view_as_complex)",
+}
+# Models whose rotary key is one head shared by every query head (multi-head latent attention's k_pe).
+SHARED_ROPE_KEY = ("deepseek_v2", "deepseek_v3")
+ALIBI_TYPES = ("bloom", "mpt", "falcon")
+T5_TYPES = ("t5", "mt5")
+# Known transformers model types that have no positional encoding ropeexport exports.
+NOT_SUPPORTED = {
+    "gpt2": "learned absolute position embeddings (wpe)",
+    "bert": "learned absolute position embeddings",
+    "roberta": "learned absolute position embeddings",
+    "opt": "learned absolute position embeddings",
+    "gpt_bigcode": "learned absolute position embeddings",
+    "distilbert": "learned absolute position embeddings",
+}
+_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+_HIDDEN = ("hidden_size", "n_embd", "n_embed", "d_model")
+_LENGTH = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+@dataclass(frozen=True)
+class Imported:
+    """Spec fields taken from a config, not yet validated, and ``sources[field]``: where each value came from."""
+
+    model_type: str
+    fields: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class _Reader:
+    """Looks keys up in the config and remembers, for each spec field, which key (or default) gave its value."""
+
+    def __init__(self, config: Mapping[str, Any], where: str) -> None:
+        self.config = config
+        self.where = where
+        self.fields: dict[str, Any] = {}
+        self.sources: dict[str, str] = {}
+
+    def get(self, *keys: str) -> tuple[str, Any] | None:
+        """The first key present with a non-null value, as (key, value)."""
+        for key in keys:
+            if self.config.get(key) is not None:
+                return key, self.config[key]
+        return None
+
+    def set(self, name: str, value: Any, source: str) -> None:
+        self.fields[name] = value
+        self.sources[name] = source
+
+    def error(self, key: str, message: str) -> SpecError:
+        return SpecError(f"{self.where}: {key}", message)
+
+    def integer(self, key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+            raise self.error(key, f"must be an integer, got {value!r}")
+        if value < 1:
+            raise self.error(key, f"must be at least 1, got {value!r}")
+        return int(value)
+
+    def number(self, key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(key, f"must be a finite number, got {value!r}")
+        return float(value)
+
+    def heads(self) -> tuple[str, int]:
+        found = self.get(*_HEADS)
+        if found is None:
+            raise self.error("num_attention_heads", f"missing: the config has none of {', '.join(_HEADS)}")
+        return found[0], self.integer(found[0], found[1])
+
+    def head_dim(self, heads_key: str, heads: int, explicit: tuple[str, ...] = ("head_dim",)) -> tuple[int, str]:
+        """head_dim from an explicit key, else hidden_size / num_attention_heads (which must divide)."""
+        found = self.get(*explicit)
+        if found is not None:
+            return self.integer(found[0], found[1]), found[0]
+        hidden = self.get(*_HIDDEN)
+        if hidden is None:
+            raise self.error("hidden_size", f"missing: the config has none of {', '.join(('head_dim', *_HIDDEN))}")
+        size = self.integer(hidden[0], hidden[1])
+        if size % heads:
+            raise self.error(hidden[0], f"must be divisible by {heads_key} ({heads}), got {size}")
+        return size // heads, f"{hidden[0]} / {heads_key}"
+
+    def length(self) -> tuple[str, int] | None:
+        found = self.get(*_LENGTH)
+        return None if found is None else (found[0], self.integer(found[0], found[1]))
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """Load a transformers config.json from disk; a missing, unreadable or non-JSON file is a SpecError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError("--hf-config", f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError("--hf-config", f"{str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError("--hf-config", f"{str(path)!r} is not a transformers config (not a JSON object)")
+    return data
+
+
+def model_name(config: Mapping[str, Any], path: str | Path | None = None) -> str:
+    """A folder-safe model name: the config's folder, else ``_name_or_path``'s last part, else model_type."""
+    candidates = []
+    if path is not None and Path(path).resolve().parent.name:
+        candidates.append(Path(path).resolve().parent.name)
+    if isinstance(config.get("_name_or_path"), str):
+        candidates.append(config["_name_or_path"].rstrip("/").split("/")[-1])
+    candidates.append(str(config.get("model_type", "model")))
+    for candidate in candidates:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).strip("-._").lower()[:60]
+        if name:
+            return name
+    return "model"
+
+
+def import_config(config: Mapping[str, Any], where: str = "config.json") -> Imported:
+    """Map a transformers config (a dict) to spec fields with their sources; SpecError names any field at fault."""
+    if not isinstance(config, Mapping):
+        raise SpecError(where, "is not a transformers config (not a JSON object)")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise SpecError(
+            f"{where}: model_type",
+            "missing: this is not a transformers config.json (every transformers config names its model_type)",
+        )
+    r = _Reader(config, where)
+    if model_type in NOT_SUPPORTED:
+        raise r.error(
+            "model_type",
+            f"{model_type!r} uses {NOT_SUPPORTED[model_type]}, which has nothing to export; ropeexport imports "
+            "RoPE models, ALiBi (bloom, mpt, falcon) and T5 buckets (t5, mt5)",
+        )
+    if model_type in T5_TYPES:
+        _t5(r)
+    elif _uses_alibi(r, model_type):
+        _alibi(r, model_type)
+    else:
+        _rope(r, model_type)
+    return Imported(model_type, r.fields, r.sources)
+
+
+def _uses_alibi(r: _Reader, model_type: str) -> bool:
+    if model_type == "bloom":
+        return True
+    if model_type == "mpt":
+        attn = r.config.get("attn_config") or {}
+        if not isinstance(attn, Mapping):
+            raise r.error("attn_config", f"must be an object, got {attn!r}")
+        if not attn.get("alibi", False):
+            raise r.error(
+                "attn_config.alibi",
+                "is false: this MPT uses learned absolute position embeddings, which have nothing to export",
+            )
+        bias_max = attn.get("alibi_bias_max", 8)
+        if bias_max != 8:
+            raise r.error(
+                "attn_config.alibi_bias_max",
+                f"only 8 (the ALiBi paper's slopes) is supported, got {bias_max!r}",
+            )
+        return True
+    if model_type == "falcon":
+        return bool(r.config.get("alibi", False))  # Falcon 7B/40B use RoPE; Falcon-RW uses ALiBi
+    return False
+
+
+def _alibi(r: _Reader, model_type: str) -> None:
+    r.set("encoding", "alibi", f"model_type {model_type!r}" + (" with alibi" if model_type != "bloom" else ""))
+    heads_key, heads = r.heads()
+    r.set("num_heads", heads, heads_key)
+    head_dim, source = r.head_dim(heads_key, heads, explicit=("head_dim",))
+    r.set("head_dim", head_dim, source)
+    r.set("causal", True, f"{model_type} is a causal decoder")
+    if model_type == "falcon":
+        # FalconAttention adds alibi to q.k and then multiplies both by 1/sqrt(head_dim).
+        r.set("slope_scale", 1.0 / math.sqrt(head_dim), "falcon adds ALiBi before the 1/sqrt(head_dim) logit scale")
+    length = r.length()
+    if length is not None:
+        r.set("max_positions", length[1], length[0])
+
+
+def _t5(r: _Reader) -> None:
+    r.set("encoding", "t5", f"model_type {r.config['model_type']!r}")
+    heads_key, heads = r.heads()
+    r.set("num_heads", heads, heads_key)
+    head_dim, source = r.head_dim(heads_key, heads, explicit=("d_kv", "head_dim"))
+    r.set("head_dim", head_dim, source)
+    for key, name, default in (
+        ("relative_attention_num_buckets", "num_buckets", 32),
+        ("relative_attention_max_distance", "max_distance", 128),
+    ):
+        found = r.get(key)
+        if found is None:
+            r.set(name, default, f"transformers' default for {key} (absent from the config)")
+        else:
+            r.set(name, r.integer(key, found[1]), key)
+    # The encoder's self-attention buckets are bidirectional and unmasked; the decoder's are causal.
+    r.set("bidirectional", True, "T5 encoder self-attention (bidirectional buckets)")
+    r.set("causal", False, "T5 encoder self-attention (no causal mask)")
+    length = r.length()
+    if length is not None:
+        r.set("max_positions", length[1], length[0])
+
+
+def _scaling_dict(r: _Reader) -> tuple[str, Mapping[str, Any]] | None:
+    """The scaling dict and its key: rope_parameters (5.x) or rope_scaling (4.x); None when absent or null."""
+    for key in ("rope_parameters", "rope_scaling"):
+        value = r.config.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, Mapping):
+            raise r.error(key, f"must be an object, got {value!r}")
+        if value and all(isinstance(v, Mapping) for v in value.values()):
+            raise r.error(
+                key,
+                f"holds one setting per layer type ({', '.join(value)}); ropeexport builds one schedule per "
+                "artifact: pass a --spec with the layer type's values",
+            )
+        return key, value
+    return None
+
+
+def _rope(r: _Reader, model_type: str) -> None:
+    config = r.config
+    r.set("encoding", "rope", f"model_type {model_type!r}")
+    heads_key, heads = r.heads()
+    r.set("num_heads", heads, heads_key)
+    if model_type in SHARED_ROPE_KEY:
+        found = r.get("qk_rope_head_dim")
+        if found is None:
+            raise r.error("qk_rope_head_dim", f"missing: {model_type} rotates only its qk_rope_head_dim channels")
+        r.set("head_dim", r.integer(*found), "qk_rope_head_dim (the rotated part of each head)")
+        r.set("num_kv_heads", 1, f"{model_type}'s rotary key k_pe is one head shared by every query head")
+    else:
+        head_dim, source = r.head_dim(heads_key, heads)
+        r.set("head_dim", head_dim, source)
+        kv = r.get("num_key_value_heads", "num_kv_heads")
+        if kv is not None:
+            r.set("num_kv_heads", r.integer(*kv), kv[0])
+        elif config.get("multi_query") and not config.get("new_decoder_architecture"):
+            r.set("num_kv_heads", 1, "multi_query")
+        else:
+            r.set("num_kv_heads", heads, f"{heads_key} (no num_key_value_heads: multi-head attention)")
+    if model_type in INTERLEAVED:
+        r.set("layout", "interleaved", INTERLEAVED[model_type])
+    else:
+        r.set("layout", "half", f"{model_type}: rotate_half pairs (i, i + d/2), transformers' default")
+
+    scaling = _scaling_dict(r)
+    params: Mapping[str, Any] = scaling[1] if scaling else {}
+    prefix = f"{scaling[0]}." if scaling else ""
+    _rotary_dim(r, params, prefix)
+    theta = (
+        (f"{prefix}rope_theta", params["rope_theta"])
+        if params.get("rope_theta") is not None
+        else r.get("rope_theta", "rotary_emb_base")
+    )
+    if theta is None:
+        r.set("theta", 10000.0, "transformers' default rope_theta (absent from the config)")
+    else:
+        r.set("theta", r.number(*theta), theta[0])
+
+    length = r.length()
+    rope_type = params.get("rope_type", params.get("type", "default")) if scaling else "default"
+    if rope_type not in ROPE_TYPES:
+        supported = ", ".join(sorted(ROPE_TYPES))
+        raise r.error(f"{prefix}rope_type", f"unsupported scaling type {rope_type!r}; supported: {supported}")
+    schedule = ROPE_TYPES[rope_type]
+    r.set("scaling", schedule, f"{prefix}{'rope_type' if 'rope_type' in params else 'type'} {rope_type!r}")
+    values = {k: v for k, v in params.items() if k not in _SELECTORS}
+    if schedule == "default":
+        if values:
+            raise r.error(f"{prefix}{sorted(values)[0]}", "is not a parameter of the default (unscaled) schedule")
+        if length is not None:
+            r.set("max_positions", length[1], length[0])
+        return
+    values, sources = dict(values), {k: f"{prefix}{k}" for k in values}
+    if schedule == "dynamic":
+        # transformers' dynamic NTK always takes max_position_embeddings as the trained length (4.x and 5.x).
+        if length is None:
+            raise r.error("max_position_embeddings", "missing: dynamic NTK scaling takes it as the trained length")
+        values["original_max_position_embeddings"] = length[1]
+        sources["original_max_position_embeddings"] = (
+            f"{length[0]} (transformers' dynamic NTK takes it as the original)"
+        )
+    elif schedule in ("yarn", "llama3", "longrope"):
+        # transformers 5.x standardisation: a top-level original length wins over the dict's, then the dict's,
+        # then max_position_embeddings.
+        top = r.get("original_max_position_embeddings")
+        if top is not None:
+            values["original_max_position_embeddings"] = r.integer(*top)
+            sources["original_max_position_embeddings"] = top[0]
+        elif "original_max_position_embeddings" not in values:
+            if length is None:
+                raise r.error("original_max_position_embeddings", f"missing: {rope_type!r} needs the trained length")
+            values["original_max_position_embeddings"] = length[1]
+            sources["original_max_position_embeddings"] = length[0]
+    if schedule == "longrope" and "factor" not in values and length is not None:
+        # transformers: factor = max_position_embeddings / original_max_position_embeddings (it sets the mscale).
+        values["factor"] = length[1] / values["original_max_position_embeddings"]
+        sources["factor"] = f"{length[0]} / original_max_position_embeddings"
+    r.set("scaling_params", values, "; ".join(f"{k} <- {v}" for k, v in sorted(sources.items())))
+    target = _extended_length(values, schedule)
+    if length is not None and (target is None or length[1] >= target):
+        r.set("max_positions", length[1], length[0])
+    elif target is not None:
+        r.set("max_positions", target, f"{prefix}factor x original_max_position_embeddings (the extended context)")
+
+
+def _extended_length(values: Mapping[str, Any], schedule: str) -> int | None:
+    """The context YaRN or dynamic NTK extends to (factor x original).
+
+    Configs with these keep max_position_embeddings at the trained length (Qwen2.5's documented YaRN setting); the
+    others (linear, llama3, longrope) state the extended length in max_position_embeddings itself.
+    """
+    factor, original = values.get("factor"), values.get("original_max_position_embeddings")
+    if schedule not in ("yarn", "dynamic") or not isinstance(factor, (int, float)) or not isinstance(original, int):
+        return None
+    return int(round(factor * original))
+
+
+def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
+    head_dim = r.fields["head_dim"]
+    explicit = r.get("rotary_dim")
+    if explicit is not None:
+        r.set("rotary_dim", r.integer(*explicit), "rotary_dim")
+        return
+    if params.get("partial_rotary_factor") is not None:
+        fraction: tuple[str, Any] | None = (f"{prefix}partial_rotary_factor", params["partial_rotary_factor"])
+    else:
+        fraction = r.get("partial_rotary_factor", "rotary_pct")
+    if fraction is None:
+        r.set("rotary_dim", head_dim, "head_dim (every channel rotates)")
+        return
+    value = r.number(*fraction)
+    if not 0 < value <= 1:
+        raise r.error(fraction[0], f"must be in (0, 1], got {value!r}")
+    r.set("rotary_dim", int(head_dim * value), f"int(head_dim x {fraction[0]}) as transformers computes it")

@@ -1,0 +1,214 @@
+"""The artifact tree: ``DIR/NAME/`` per artifact plus ``DIR/index.json`` and ``DIR/index.html`` summarising them all.
+
+The index is rebuilt from the artifact folders present (their manifest.json and report.json), so a second build into
+the same DIR adds to it and an artifact replaced by a rebuild appears once. Both files are written to a temporary
+name and renamed, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ropeexport.build import MANIFEST_SCHEMA, versions
+from ropeexport.errors import SpecError
+from ropeexport.report.html import CSS
+
+INDEX_SCHEMA = "ropeexport.index/1"
+INDEX_FILES = ("index.json", "index.html")
+
+
+def artifact_folders(out: Path) -> list[Path]:
+    """Folders of ``out`` holding a manifest.json (build's temporary folders start with '.' and are skipped)."""
+    if not out.is_dir():
+        return []
+    return sorted(
+        p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "manifest.json").is_file()
+    )
+
+
+def check_tree(out: Path) -> None:
+    """Refuse an ``--out`` that exists and is not a ropeexport tree (nothing of the user's is ever mixed in).
+
+    Allowed: a path that does not exist, an empty folder, a folder with index.json or at least one artifact folder.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise SpecError("--out", f"{str(out)!r} exists and is not a folder")
+    entries = [p for p in out.iterdir() if not p.name.startswith(".")]
+    if not entries or (out / "index.json").is_file() or artifact_folders(out):
+        return
+    raise SpecError(
+        "--out",
+        f"{str(out)!r} exists and is not a ropeexport tree (no index.json, no artifact folders); "
+        "choose a new or empty folder",
+    )
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _worst(report: dict[str, Any]) -> dict[str, float | None]:
+    """Worst max |error| per reference (eager, float64) over every runtime and output; None where a runtime raised."""
+    worst: dict[str, float | None] = {}
+    for c in report.get("comparisons", []):
+        ref, err = c.get("reference"), c.get("max_abs")
+        if ref in worst and worst[ref] is None:
+            continue
+        worst[ref] = None if err is None else max(float(err), worst.get(ref) or 0.0)
+    return worst
+
+
+def entry(folder: Path, out: Path) -> dict[str, Any]:
+    """One artifact's line in the index: verdict, worst errors, size, build time, runtimes and versions."""
+    manifest = _read(folder / "manifest.json") or {}
+    report = _read(folder / "report.json") or {}
+    spec = manifest.get("spec", {})
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    model_bytes = sum((folder / f).stat().st_size for f in manifest.get("files", {}) if (folder / f).is_file())
+    build = manifest.get("build", {})
+    ok = manifest.get("schema") == MANIFEST_SCHEMA and bool(report)
+    return {
+        "name": manifest.get("name", folder.name),
+        "encoding": manifest.get("encoding"),
+        "artifact": manifest.get("artifact"),
+        "dtype": spec.get("dtype"),
+        "graph": manifest.get("graph"),
+        "max_positions": spec.get("max_positions"),
+        "passed": bool(report.get("passed")) if ok else False,
+        "status": ("passed" if report.get("passed") else "failed") if ok else "unreadable",
+        "path": os.path.relpath(folder, out),
+        "report": os.path.relpath(folder / "report.html", out),
+        "worst_max_abs": _worst(report),
+        "bytes": {"artifact_files": model_bytes, "folder": size},
+        "build_seconds": build.get("seconds"),
+        "origin": build.get("origin", {}),
+        "runtimes": [
+            {k: r[k] for k in ("name", "status", "device", "reason") if k in r} for r in report.get("runtimes", [])
+        ],
+        "versions": manifest.get("versions", {}),
+    }
+
+
+def index_dict(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
+    """The index of every artifact in ``out``; ``wall_seconds`` / ``jobs`` describe the build that wrote it."""
+    entries = [entry(folder, out) for folder in artifact_folders(out)]
+    passed = sum(e["passed"] for e in entries)
+    return {
+        "schema": INDEX_SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "path": str(out.resolve()),
+        "passed": passed,
+        "failed": len(entries) - passed,
+        "last_build": {"wall_seconds": wall_seconds, "jobs": jobs},
+        "versions": versions(),
+        "artifacts": entries,
+    }
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_index(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
+    """Write ``out/index.json`` and ``out/index.html`` for every artifact present; return the index."""
+    index = index_dict(out, wall_seconds, jobs)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "index.json", json.dumps(index, indent=2, sort_keys=False) + "\n")
+    _atomic_write(out / "index.html", render_index(index))
+    return index
+
+
+def _fmt(value: float | None) -> str:
+    return "raised" if value is None else f"{value:.2e}"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def render_index(index: dict[str, Any]) -> str:
+    """``index.html``: one row per artifact linking to its report; failing rows first and highlighted."""
+    rows = []
+    ordered = sorted(index["artifacts"], key=lambda e: (e["passed"], e["name"]))
+    for e in ordered:
+        css = "" if e["passed"] else ' class="fail"'
+        badge = '<span class="badge pass">PASS</span>' if e["passed"] else '<span class="badge fail">FAIL</span>'
+        worst = e["worst_max_abs"]
+        ran = ", ".join(
+            f"{r['name']} ({r.get('device') or r.get('reason', '')})"
+            if r["status"] == "verified"
+            else f"{r['name']} skipped: {r.get('reason', '')}"
+            for r in e["runtimes"]
+        )
+        origin = e["origin"].get("preset") or e["origin"].get("hf_config") or e["origin"].get("spec") or ""
+        seconds = "" if e["build_seconds"] is None else f"{e['build_seconds']:.1f} s"
+        cells = [
+            badge,
+            f'<a href="{escape(e["report"])}">{escape(e["name"])}</a>',
+            escape(f"{e['encoding']} / {e['artifact']}"),
+            escape(f"{e['dtype']} {e['graph']}"),
+            escape(str(e["max_positions"])),
+            escape(_fmt(worst.get("eager", 0.0)) if "eager" in worst else "-"),
+            escape(_fmt(worst.get("float64", 0.0)) if "float64" in worst else "-"),
+            escape(_size(e["bytes"]["artifact_files"])),
+            escape(seconds),
+            escape(ran),
+            escape(str(origin)),
+        ]
+        num = {4, 5, 6, 7, 8}
+        tds = "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>" for i, c in enumerate(cells))
+        rows.append(f"<tr{css}>{tds}</tr>")
+    header = [
+        "",
+        "artifact",
+        "encoding / kind",
+        "dtype graph",
+        "max positions",
+        "worst |err| vs eager",
+        "worst |err| vs float64",
+        "model size",
+        "build time",
+        "runtimes",
+        "from",
+    ]
+    versions = ", ".join(f"{k} {v}" for k, v in index["versions"].items() if v)
+    total = len(index["artifacts"])
+    state = "pass" if index["failed"] == 0 and total else "fail"
+    wall = index["last_build"]["wall_seconds"]
+    took = "" if wall is None else f" Last build: {wall:.1f} s wall time with {index['last_build']['jobs']} job(s)."
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>ropeexport: {index['passed']} of {total} verified</title><style>{CSS}</style></head><body>"
+        f'<div class="banner {state}"><h1>ropeexport artifacts: {index["passed"]} of {total} verified</h1>'
+        f"<p>{escape(index['path'])}. Errors are max |artifact - reference| over every probe, runtime and output; "
+        f"each report has the details.{escape(took)}</p></div>"
+        "<table><thead><tr>"
+        + "".join(f"<th>{escape(h)}</th>" for h in header)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + f"</tbody></table><p>Versions: {escape(versions)}. Written {escape(index['created'])}.</p></body></html>\n"
+    )

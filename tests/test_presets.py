@@ -1,0 +1,103 @@
+"""Model presets: every card loads and resolves to the model's published geometry; broken cards are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from ropeexport.errors import SpecError
+from ropeexport.presets import get_preset, parse_card, presets
+from ropeexport.spec import spec_from_dict
+
+# Published values each card must resolve to (from the sources the cards cite).
+EXPECTED = {
+    "llama-2-7b": {
+        "encoding": "rope",
+        "head_dim": 128,
+        "num_heads": 32,
+        "num_kv_heads": 32,
+        "theta": 10000.0,
+        "scaling": "default",
+        "max_positions": 4096,
+        "layout": "half",
+    },
+    "codellama-7b": {"theta": 1000000.0, "max_positions": 16384, "head_dim": 128},
+    "llama-3.1-8b": {"num_kv_heads": 8, "theta": 500000.0, "scaling": "llama3", "max_positions": 131072},
+    "mistral-7b": {"num_kv_heads": 8, "head_dim": 128, "num_heads": 32},
+    "qwen2.5-7b": {"scaling": "yarn", "num_heads": 28, "num_kv_heads": 4, "head_dim": 128, "max_positions": 131072},
+    "phi-3-mini-128k": {"scaling": "longrope", "head_dim": 96, "max_positions": 131072},
+    "gpt-neox-20b": {"layout": "half", "head_dim": 96, "rotary_dim": 24, "num_heads": 64, "max_positions": 2048},
+    "gpt-j-6b": {"layout": "interleaved", "head_dim": 256, "rotary_dim": 64, "num_heads": 16, "max_positions": 2048},
+    "deepseek-v2-lite": {
+        "layout": "interleaved",
+        "head_dim": 64,
+        "num_heads": 16,
+        "num_kv_heads": 1,
+        "scaling": "yarn",
+        "max_positions": 163840,
+    },
+    "bloom-560m": {"encoding": "alibi", "num_heads": 16, "head_dim": 64, "max_positions": 2048, "slope_scale": 1.0},
+    "bloom": {"encoding": "alibi", "num_heads": 112, "head_dim": 128},
+    "mpt-7b": {"encoding": "alibi", "num_heads": 32, "head_dim": 128, "max_positions": 2048},
+    "falcon-rw-1b": {"encoding": "alibi", "num_heads": 32, "head_dim": 64, "slope_scale": 0.125},
+    "t5-base": {"encoding": "t5", "num_heads": 12, "head_dim": 64, "num_buckets": 32, "max_distance": 128},
+    "transformer-base": {"encoding": "sinusoidal", "d_model": 512},
+}
+
+
+def test_every_issue_preset_ships() -> None:
+    assert set(EXPECTED) <= set(presets())
+
+
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_every_card_resolves_to_valid_specs(name: str) -> None:
+    preset = get_preset(name)
+    requests = preset.requests()
+    assert requests and preset.source.strip() and preset.summary.strip()
+    for request in requests:
+        spec = spec_from_dict(request.fields).to_dict()
+        for field, value in EXPECTED.get(name, {}).items():
+            assert spec[field] == value, (name, field)
+        assert spec["name"].startswith(name)
+
+
+def test_phi3_card_carries_the_published_factor_lists() -> None:
+    spec = spec_from_dict(get_preset("phi-3-mini-128k").requests()[0].fields)
+    params = spec.scaling_params
+    assert len(params["short_factor"]) == len(params["long_factor"]) == 48
+    assert params["original_max_position_embeddings"] == 4096 and params["factor"] == 32.0
+
+
+def test_deepseek_card_keeps_the_mscale_pair() -> None:
+    spec = spec_from_dict(get_preset("deepseek-v2-lite").requests()[0].fields)
+    assert spec.scaling_params["factor"] == 40.0 and spec.scaling_params["mscale"] == 0.707
+    assert spec.scaling_params["mscale_all_dim"] == 0.707
+
+
+def test_lists_can_be_replaced() -> None:
+    requests = get_preset("llama-2-7b").requests(dtypes=["fp32", "fp16"], graphs=["fused", "decomposed"])
+    assert sorted(r.fields["name"] for r in requests) == [
+        "llama-2-7b-rope-fp16-decomposed",
+        "llama-2-7b-rope-fp16-fused",
+        "llama-2-7b-rope-fp32-decomposed",
+        "llama-2-7b-rope-fp32-fused",
+    ]
+
+
+CARD = {"name": "x", "summary": "s", "source": "somewhere", "spec": {"encoding": "alibi", "num_heads": 4}}
+BAD_CARDS = [
+    ({"colour": "red"}, "colour: unknown key"),
+    ({"summary": ""}, "summary: must be a non-empty string"),
+    ({"config": {"model_type": "bloom", "n_head": 2, "hidden_size": 8}}, "exactly one of [config]"),
+    ({"build": {"dtypes": ["fp8"]}}, "build.dtypes: unknown value 'fp8'"),
+    ({"build": {"artifacts": ["rope"]}}, "build.artifacts: unknown artifact 'rope'"),
+    ({"build": {"graphs": ["plugin"]}}, "build.graphs: unknown graph 'plugin'"),
+    ({"build": {"speed": "fast"}}, "build: must be a table"),
+    ({"spec": {"encoding": "nope"}}, "unknown encoding"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), BAD_CARDS, ids=[m.split(":")[0] for _, m in BAD_CARDS])
+def test_broken_cards_are_refused_naming_the_key(change: dict, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_card(CARD | change, "models/x.toml")
+    assert message in str(info.value) and str(info.value).startswith("models/x.toml")
