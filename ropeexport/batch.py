@@ -83,12 +83,16 @@ def build_all(
     on_done: OnDone | None = None,
 ) -> list[BuildResult]:
     """Build every job; results in the jobs' order. An exception in one build stops the batch and is re-raised."""
-    on_stage = on_stage or (lambda name, stage: None)
+    stage_of: OnStage = on_stage or (lambda name, stage: None)
     on_done = on_done or (lambda result: None)
     if workers <= 1 or len(jobs) <= 1:
         results = []
         for job in jobs:
-            result = _build(job, settings, lambda stage, n=job.name: on_stage(n, stage))
+
+            def stage(name: str, n: str = job.name) -> None:
+                stage_of(n, name)
+
+            result = _build(job, settings, stage)
             on_done(result)
             results.append(result)
         return results
@@ -102,7 +106,7 @@ def build_all(
         try:
             while pending:
                 finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                _drain(events, on_stage)
+                _drain(events, stage_of)
                 for future in finished:
                     result = future.result()  # re-raises a worker's exception here
                     done[result.name] = result
@@ -111,7 +115,7 @@ def build_all(
             for future in pending:
                 future.cancel()
             raise
-        _drain(events, on_stage)
+        _drain(events, stage_of)
     return [done[job.name] for job in jobs]
 
 

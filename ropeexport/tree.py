@@ -76,7 +76,8 @@ def entry(folder: Path, out: Path) -> dict[str, Any]:
     report = _read(folder / "report.json") or {}
     spec = manifest.get("spec", {})
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    model_bytes = sum((folder / f).stat().st_size for f in manifest.get("files", {}) if (folder / f).is_file())
+    model_files = [f for f in manifest.get("files", {}) if f.startswith("model.") and (folder / f).is_file()]
+    model_bytes = sum((folder / f).stat().st_size for f in model_files)  # model.onnx (+ .data, engine)
     build = manifest.get("build", {})
     ok = manifest.get("schema") == MANIFEST_SCHEMA and bool(report)
     return {
@@ -91,7 +92,7 @@ def entry(folder: Path, out: Path) -> dict[str, Any]:
         "path": os.path.relpath(folder, out),
         "report": os.path.relpath(folder / "report.html", out),
         "worst_max_abs": _worst(report),
-        "bytes": {"artifact_files": model_bytes, "folder": size},
+        "bytes": {"model": model_bytes, "folder": size},
         "build_seconds": build.get("seconds"),
         "origin": build.get("origin", {}),
         "runtimes": [
@@ -174,7 +175,7 @@ def render_index(index: dict[str, Any]) -> str:
             escape(str(e["max_positions"])),
             escape(_fmt(worst.get("eager", 0.0)) if "eager" in worst else "-"),
             escape(_fmt(worst.get("float64", 0.0)) if "float64" in worst else "-"),
-            escape(_size(e["bytes"]["artifact_files"])),
+            escape(_size(e["bytes"]["model"])),
             escape(seconds),
             escape(ran),
             escape(str(origin)),

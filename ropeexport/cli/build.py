@@ -168,7 +168,7 @@ def _from_raw(
     """Spec-file or flag requests: each raw spec once per variant combination given on the command line."""
     out = []
     for raw in raws:
-        lists = {k: v or [raw.get(k)] for k, v in variants.items()}
+        lists: dict[str, list[Any]] = {k: v or [raw.get(k)] for k, v in variants.items()}
         combos = [(a, d, g) for a in lists["artifact"] for d in lists["dtype"] for g in lists["graph"]]
         for artifact, dtype, graph in combos:
             fields = dict(raw) | {k: v for k, v in zip(VARIANT_FIELDS, (artifact, dtype, graph), strict=True) if v}

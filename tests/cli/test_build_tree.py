@@ -63,7 +63,7 @@ def test_variants_json_summary_and_index(tmp_path: Path, capsys) -> None:
     for entry in index["artifacts"]:
         assert {"name", "encoding", "artifact", "passed", "path"} <= set(entry)
         assert entry["passed"] is True and (out / entry["path"] / "model.onnx").is_file()
-        assert entry["worst_max_abs"]["float64"] < 5e-3 and entry["bytes"]["artifact_files"] > 0
+        assert entry["worst_max_abs"]["float64"] < 5e-3 and entry["bytes"]["model"] > 0
         assert entry["build_seconds"] > 0 and entry["runtimes"][0]["name"] == "ort"
     html = (out / "index.html").read_text()
     assert all(f'href="{n}/report.html"' in html for n in names) and "4 of 4 verified" in html
@@ -176,3 +176,43 @@ def test_list_presets_shows_key_parameters_and_sources(capsys) -> None:
         )
     code, text, _ = run(["list", "--presets"], capsys)
     assert code == 0 and all(name in text for name in data)
+
+
+def test_an_interrupted_batch_leaves_whole_folders_and_an_index_of_them(tmp_path: Path, capsys, monkeypatch) -> None:
+    import dataclasses
+
+    from ropeexport.registry import KINDS, kind_for
+    from ropeexport.spec import RopeSpec
+
+    kind = kind_for(RopeSpec())
+    calls = []
+
+    def export(spec):
+        calls.append(spec.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C during the second artifact's export
+        return kind.export(spec)
+
+    monkeypatch.setitem(KINDS, ("rope", "rope"), dataclasses.replace(kind, export=export))
+    out = tmp_path / "out"
+    small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--dtype", "fp32", "--dtype", "fp16"]
+    with pytest.raises(KeyboardInterrupt):
+        run(["build", *small, "--out", str(out), "--quiet"], capsys)
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "rope-half-default-fp32-fused"]
+    index = json.loads((out / "index.json").read_text())
+    assert [a["name"] for a in index["artifacts"]] == ["rope-half-default-fp32-fused"]
+
+
+def test_verify_takes_a_tree_and_checks_every_artifact_first(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--graph", "both", "--out", str(out)]
+    assert run(["build", *small, "--quiet"], capsys)[0] == 0
+    code, stdout, err = run(["verify", str(out)], capsys)
+    assert code == 0, err
+    assert "2 of 2 artifacts verified" in stdout and stdout.strip().endswith("index.html")
+    reports = {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")}
+    model = out / "rope-half-default-fp32-fused" / "model.onnx"
+    model.write_bytes(model.read_bytes()[:-1])  # truncate one artifact's model
+    code, _, err = run(["verify", str(out)], capsys)
+    assert code == 2 and "model.onnx" in err and len(err.strip().splitlines()) == 1
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == reports  # nothing was re-verified
