@@ -101,21 +101,22 @@ def build_all(
     events = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // workers)
     done: dict[str, BuildResult] = {}
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(events, threads)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(events, threads))
+    try:
         pending: set[Future[BuildResult]] = {pool.submit(_work, job, settings) for job in jobs}
-        try:
-            while pending:
-                finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                _drain(events, stage_of)
-                for future in finished:
-                    result = future.result()  # re-raises a worker's exception here
-                    done[result.name] = result
-                    on_done(result)
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
-        _drain(events, stage_of)
+        while pending:
+            finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+            _drain(events, stage_of)
+            for future in finished:
+                result = future.result()  # re-raises a worker's exception here
+                done[result.name] = result
+                on_done(result)
+    except BaseException:
+        # Queued builds never start; those in flight finish (each is atomic) so no worker is killed mid-write.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    _drain(events, stage_of)
     return [done[job.name] for job in jobs]
 
 

@@ -90,11 +90,18 @@ def check_target(out_dir: Path, name: str) -> Path:
             if not folder.is_dir():
                 raise SpecError("--out", f"{str(folder)!r} exists and is not a folder")
             break
-    if target.exists() and not (target / "manifest.json").is_file():
+    if target.exists() and not _is_artifact(target):
         raise SpecError(
             "--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name"
         )
     return target
+
+
+def _is_artifact(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("schema") == MANIFEST_SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def build(
@@ -120,7 +127,10 @@ def build(
     runtimes = check_runtime_names(runtimes or ["ort"])
     kind = kind_for(spec)
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # removed again if the build fails
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError("--out", f"cannot create {str(out_dir)!r}: {exc.strerror or exc}") from None
     work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
     try:
         stage("export")

@@ -37,25 +37,78 @@ ROPE_TYPES = {
 }
 # Keys of rope_scaling / rope_parameters that select the type or restate a top-level field, not schedule parameters.
 _SELECTORS = ("type", "rope_type", "rope_theta", "partial_rotary_factor")
-# Models that pair channels (2i, 2i+1) rather than (i, i + d/2).
-INTERLEAVED = {
-    "gptj": "GPT-J rotates interleaved pairs (rotate_every_two)",
-    "codegen": "CodeGen rotates interleaved pairs (rotate_every_two)",
-    "deepseek_v2": "DeepSeek-V2 rotates interleaved pairs (view_as_complex)",
-    "deepseek_v3": "DeepSeek-V3 rotates interleaved pairs (view_as_complex)",
+# RoPE model types ropeexport knows, with the channel pairing each uses. An unknown type is an error rather than a
+# guess: cohere, glm and helium, for example, interleave where most models rotate halves.
+_HALF = "rotate_half pairs (i, i + d/2)"
+_PAIRS = "interleaved pairs (2i, 2i+1)"
+ROPE_LAYOUTS = {
+    **{
+        t: ("half", f"{t}: {_HALF}")
+        for t in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "phi",
+            "phi3",
+            "phimoe",
+            "gemma",
+            "gemma2",
+            "gpt_neox",
+            "falcon",
+            "starcoder2",
+            "olmo",
+            "olmo2",
+            "stablelm",
+            "granite",
+            "granitemoe",
+            "nemotron",
+            "persimmon",
+        )
+    },  # fmt: skip
+    "gptj": ("interleaved", f"gptj: {_PAIRS} (rotate_every_two)"),
+    "codegen": ("interleaved", f"codegen: {_PAIRS} (rotate_every_two)"),
+    "deepseek_v2": ("interleaved", f"deepseek_v2: {_PAIRS} (view_as_complex)"),
+    "deepseek_v3": ("interleaved", f"deepseek_v3: {_PAIRS} (view_as_complex)"),
+    "cohere": ("interleaved", f"cohere: {_PAIRS} (its rotate_half takes x[..., ::2], x[..., 1::2])"),
+    "cohere2": ("interleaved", f"cohere2: {_PAIRS} (its rotate_half takes x[..., ::2], x[..., 1::2])"),
+    "glm": ("interleaved", f"glm: {_PAIRS} (repeat_interleave cos/sin)"),
+    "glm4": ("interleaved", f"glm4: {_PAIRS} (repeat_interleave cos/sin)"),
+    "helium": ("interleaved", f"helium: {_PAIRS} (repeat_interleave cos/sin)"),
 }
+# Model types named differently in older configs.
+ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
 # Models whose rotary key is one head shared by every query head (multi-head latent attention's k_pe).
 SHARED_ROPE_KEY = ("deepseek_v2", "deepseek_v3")
 ALIBI_TYPES = ("bloom", "mpt", "falcon")
-T5_TYPES = ("t5", "mt5")
+T5_TYPES = ("t5", "mt5", "umt5")  # umt5: the same buckets, a table per layer
 # Known transformers model types that have no positional encoding ropeexport exports.
 NOT_SUPPORTED = {
     "gpt2": "learned absolute position embeddings (wpe)",
+    "gpt_neo": "learned absolute position embeddings (wpe)",
     "bert": "learned absolute position embeddings",
     "roberta": "learned absolute position embeddings",
     "opt": "learned absolute position embeddings",
     "gpt_bigcode": "learned absolute position embeddings",
     "distilbert": "learned absolute position embeddings",
+    "bart": "learned absolute position embeddings",
+    "mbart": "learned absolute position embeddings",
+    "whisper": "learned and sinusoidal absolute position embeddings",
+    "xglm": "sinusoidal absolute embeddings with an offset",
+    "longt5": "T5 buckets inside local / transient-global attention",
+}
+# Config keys that change the encoding in ways one artifact per config cannot express: refused, never ignored.
+UNSUPPORTED_KEYS = {
+    "rope_local_base_freq": "sliding-window layers use another theta (Gemma 3): build each layer type from a --spec",
+    "global_rope_theta": "global and local layers use different thetas (ModernBERT): build each from a --spec",
+    "local_rope_theta": "global and local layers use different thetas: build each from a --spec",
+    "no_rope_layers": "some layers use no RoPE (Llama 4): build the RoPE layers from a --spec",
+    "use_dynamic_ntk": "Qwen v1's dynamic NTK and logn attention are not a transformers rope type",
+    "use_logn_attn": "Qwen v1's logn attention scaling is outside the rotary embedding",
+    "rope_position_scale": "Phi-3-small's position scale is not a transformers rope type",
 }
 _HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 _HIDDEN = ("hidden_size", "n_embd", "n_embed", "d_model")
@@ -97,8 +150,8 @@ class _Reader:
     def integer(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
             raise self.error(key, f"must be an integer, got {value!r}")
-        if value < 1:
-            raise self.error(key, f"must be at least 1, got {value!r}")
+        if not 1 <= value <= 2**40:
+            raise self.error(key, f"must be between 1 and 2^40, got {value:.6g}")
         return int(value)
 
     def number(self, key: str, value: Any) -> float:
@@ -147,10 +200,21 @@ def read_config(path: str | Path) -> dict[str, Any]:
 
 
 def model_name(config: Mapping[str, Any], path: str | Path | None = None) -> str:
-    """A folder-safe model name: the config's folder, else ``_name_or_path``'s last part, else model_type."""
+    """A folder-safe model name for the artifacts of a config file.
+
+    In order: NAME of a Hugging Face cache path (``models--ORG--NAME/snapshots/<sha>/config.json``), the file's stem
+    when it is not ``config``, the folder (unless it is a commit hash), ``_name_or_path``'s last part, model_type.
+    """
     candidates = []
-    if path is not None and Path(path).resolve().parent.name:
-        candidates.append(Path(path).resolve().parent.name)
+    if path is not None:
+        resolved = Path(path).resolve()
+        cache = next((p.name for p in resolved.parents if p.name.startswith("models--")), None)
+        if cache:
+            candidates.append(cache.split("--")[-1])
+        if resolved.stem != "config":
+            candidates.append(resolved.stem)
+        if resolved.parent.name and not re.fullmatch(r"[0-9a-f]{40}", resolved.parent.name):
+            candidates.append(resolved.parent.name)
     if isinstance(config.get("_name_or_path"), str):
         candidates.append(config["_name_or_path"].rstrip("/").split("/")[-1])
     candidates.append(str(config.get("model_type", "model")))
@@ -172,18 +236,31 @@ def import_config(config: Mapping[str, Any], where: str = "config.json") -> Impo
             "missing: this is not a transformers config.json (every transformers config names its model_type)",
         )
     r = _Reader(config, where)
+    model_type = ALIASES.get(model_type, model_type)
     if model_type in NOT_SUPPORTED:
         raise r.error(
             "model_type",
             f"{model_type!r} uses {NOT_SUPPORTED[model_type]}, which has nothing to export; ropeexport imports "
-            "RoPE models, ALiBi (bloom, mpt, falcon) and T5 buckets (t5, mt5)",
+            "RoPE models, ALiBi (bloom, mpt, falcon) and T5 buckets (t5, mt5, umt5)",
         )
+    for key, why in UNSUPPORTED_KEYS.items():
+        value = config.get(key)
+        neutral = value is None or value is False or value in ([], {}) or (type(value) in (int, float) and value == 1)
+        if not neutral:
+            raise r.error(key, f"is not supported: {why}")
     if model_type in T5_TYPES:
         _t5(r)
     elif _uses_alibi(r, model_type):
         _alibi(r, model_type)
-    else:
+    elif model_type in ROPE_LAYOUTS:
         _rope(r, model_type)
+    else:
+        known = sorted({*ROPE_LAYOUTS, *ALIBI_TYPES, *T5_TYPES})
+        raise r.error(
+            "model_type",
+            f"unknown model type {model_type!r}: ropeexport does not guess a positional encoding (or a RoPE "
+            f"layout); known: {', '.join(known)}; for another model write a --spec",
+        )
     return Imported(model_type, r.fields, r.sources)
 
 
@@ -251,6 +328,9 @@ def _t5(r: _Reader) -> None:
 
 def _scaling_dict(r: _Reader) -> tuple[str, Mapping[str, Any]] | None:
     """The scaling dict and its key: rope_parameters (5.x) or rope_scaling (4.x); None when absent or null."""
+    both = [r.config.get(k) for k in ("rope_parameters", "rope_scaling")]
+    if all(v is not None for v in both) and both[0] != both[1]:
+        raise r.error("rope_scaling", "and rope_parameters are both set and differ: which one applies is ambiguous")
     for key in ("rope_parameters", "rope_scaling"):
         value = r.config.get(key)
         if value is None:
@@ -282,16 +362,15 @@ def _rope(r: _Reader, model_type: str) -> None:
         head_dim, source = r.head_dim(heads_key, heads)
         r.set("head_dim", head_dim, source)
         kv = r.get("num_key_value_heads", "num_kv_heads")
-        if kv is not None:
+        if model_type == "falcon" and config.get("multi_query") and not config.get("new_decoder_architecture"):
+            # FalconAttention: one key head for multi_query unless new_decoder_architecture, whatever num_kv_heads says.
+            r.set("num_kv_heads", 1, "multi_query (without new_decoder_architecture)")
+        elif kv is not None:
             r.set("num_kv_heads", r.integer(*kv), kv[0])
-        elif config.get("multi_query") and not config.get("new_decoder_architecture"):
-            r.set("num_kv_heads", 1, "multi_query")
         else:
             r.set("num_kv_heads", heads, f"{heads_key} (no num_key_value_heads: multi-head attention)")
-    if model_type in INTERLEAVED:
-        r.set("layout", "interleaved", INTERLEAVED[model_type])
-    else:
-        r.set("layout", "half", f"{model_type}: rotate_half pairs (i, i + d/2), transformers' default")
+    layout, why = ROPE_LAYOUTS[model_type]
+    r.set("layout", layout, why)
 
     scaling = _scaling_dict(r)
     params: Mapping[str, Any] = scaling[1] if scaling else {}
@@ -300,7 +379,7 @@ def _rope(r: _Reader, model_type: str) -> None:
     theta = (
         (f"{prefix}rope_theta", params["rope_theta"])
         if params.get("rope_theta") is not None
-        else r.get("rope_theta", "rotary_emb_base")
+        else r.get("rope_theta", "rotary_emb_base", "rope_embedding_base")
     )
     if theta is None:
         r.set("theta", 10000.0, "transformers' default rope_theta (absent from the config)")
@@ -309,7 +388,7 @@ def _rope(r: _Reader, model_type: str) -> None:
 
     length = r.length()
     rope_type = params.get("rope_type", params.get("type", "default")) if scaling else "default"
-    if rope_type not in ROPE_TYPES:
+    if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
         supported = ", ".join(sorted(ROPE_TYPES))
         raise r.error(f"{prefix}rope_type", f"unsupported scaling type {rope_type!r}; supported: {supported}")
     schedule = ROPE_TYPES[rope_type]
@@ -321,6 +400,9 @@ def _rope(r: _Reader, model_type: str) -> None:
         if length is not None:
             r.set("max_positions", length[1], length[0])
         return
+    for key, value in values.items():
+        if isinstance(value, str):  # a config stores numbers as numbers; "2" is a damaged or hand-edited file
+            raise r.error(f"{prefix}{key}", f"must be a number, list or boolean, got the string {value!r}")
     values, sources = dict(values), {k: f"{prefix}{k}" for k in values}
     if schedule == "dynamic":
         # transformers' dynamic NTK always takes max_position_embeddings as the trained length (4.x and 5.x).
@@ -367,7 +449,7 @@ def _extended_length(values: Mapping[str, Any], schedule: str) -> int | None:
 
 
 def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
-    head_dim = r.fields["head_dim"]
+    head_dim: int = r.fields["head_dim"]
     explicit = r.get("rotary_dim")
     if explicit is not None:
         r.set("rotary_dim", r.integer(*explicit), "rotary_dim")
@@ -377,7 +459,8 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
     else:
         fraction = r.get("partial_rotary_factor", "rotary_pct")
     if fraction is None:
-        r.set("rotary_dim", head_dim, "head_dim (every channel rotates)")
+        # 0 is the spec's "all of head_dim": it follows a --head-dim override instead of keeping the config's width.
+        r.set("rotary_dim", 0, "head_dim (every channel rotates)")
         return
     value = r.number(*fraction)
     if not 0 < value <= 1:

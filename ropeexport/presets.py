@@ -106,6 +106,7 @@ class Preset:
             "num_buckets",
             "max_distance",
             "d_model",
+            "slope_scale",
         )
         return {k: fields[k] for k in keys if k in fields}
 

@@ -23,30 +23,35 @@ INDEX_SCHEMA = "ropeexport.index/1"
 INDEX_FILES = ("index.json", "index.html")
 
 
+def is_artifact(folder: Path) -> bool:
+    """A folder holding a ropeexport manifest.json (its schema says so: another tool's manifest does not count)."""
+    return folder.is_dir() and (_read(folder / "manifest.json") or {}).get("schema") == MANIFEST_SCHEMA
+
+
 def artifact_folders(out: Path) -> list[Path]:
-    """Folders of ``out`` holding a manifest.json (build's temporary folders start with '.' and are skipped)."""
+    """Artifact folders of ``out`` (build's temporary folders start with '.' and are skipped)."""
     if not out.is_dir():
         return []
-    return sorted(
-        p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "manifest.json").is_file()
-    )
+    return sorted(p for p in out.iterdir() if not p.name.startswith(".") and is_artifact(p))
 
 
 def check_tree(out: Path) -> None:
     """Refuse an ``--out`` that exists and is not a ropeexport tree (nothing of the user's is ever mixed in).
 
-    Allowed: a path that does not exist, an empty folder, a folder with index.json or at least one artifact folder.
+    Allowed: a path that does not exist, an empty folder, a folder with a ropeexport index.json or at least one
+    ropeexport artifact folder. A user's own index.html beside a ropeexport index.json would be replaced: the pair
+    is ropeexport's.
     """
     if not out.exists():
         return
     if not out.is_dir():
         raise SpecError("--out", f"{str(out)!r} exists and is not a folder")
     entries = [p for p in out.iterdir() if not p.name.startswith(".")]
-    if not entries or (out / "index.json").is_file() or artifact_folders(out):
+    if not entries or (_read(out / "index.json") or {}).get("schema") == INDEX_SCHEMA or artifact_folders(out):
         return
     raise SpecError(
         "--out",
-        f"{str(out)!r} exists and is not a ropeexport tree (no index.json, no artifact folders); "
+        f"{str(out)!r} exists and is not a ropeexport tree (no ropeexport index.json, no artifact folders); "
         "choose a new or empty folder",
     )
 

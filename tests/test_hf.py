@@ -317,6 +317,65 @@ CASES = [
 ]
 
 
+CASES += [
+    (
+        "falcon-7b-resaved-multi_query-wins-over-num_kv_heads",
+        {
+            "model_type": "falcon",
+            "hidden_size": 4544,
+            "num_attention_heads": 71,
+            "num_kv_heads": 71,
+            "multi_query": True,
+            "alibi": False,
+            "new_decoder_architecture": False,
+        },
+        {"num_kv_heads": 1},
+    ),
+    (
+        "falcon-40b-new-decoder-uses-num_kv_heads",
+        {
+            "model_type": "falcon",
+            "hidden_size": 8192,
+            "num_attention_heads": 128,
+            "num_kv_heads": 8,
+            "multi_query": True,
+            "alibi": False,
+            "new_decoder_architecture": True,
+        },
+        {"num_kv_heads": 8, "head_dim": 64},
+    ),
+    (
+        "cohere-interleaved",
+        {
+            "model_type": "cohere",
+            "hidden_size": 8192,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 64,
+            "rope_theta": 8000000.0,
+            "max_position_embeddings": 8192,
+        },
+        {"layout": "interleaved", "theta": 8e6},
+    ),
+    (
+        "refinedweb-alias-is-falcon-alibi",
+        {"model_type": "RefinedWebModel", "hidden_size": 2048, "n_head": 32, "alibi": True},
+        {"encoding": "alibi", "num_heads": 32, "slope_scale": 0.125},
+    ),
+    (
+        "umt5-is-t5-buckets",
+        {
+            "model_type": "umt5",
+            "d_model": 768,
+            "d_kv": 64,
+            "num_heads": 12,
+            "relative_attention_num_buckets": 32,
+            "relative_attention_max_distance": 128,
+        },
+        {"encoding": "t5", "num_buckets": 32},
+    ),
+]
+
+
 @pytest.mark.parametrize(("config", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_config_maps_field_by_field(config: dict, expected: dict) -> None:
     imported = import_config(config)
@@ -345,7 +404,7 @@ BAD = [
     (
         "unknown-rope-type",
         {
-            "model_type": "qwen2_vl",
+            "model_type": "qwen2",
             "hidden_size": 128,
             "num_attention_heads": 2,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
@@ -366,7 +425,7 @@ BAD = [
     (
         "per-layer-type-rope_parameters",
         {
-            "model_type": "gemma3",
+            "model_type": "llama",
             "hidden_size": 128,
             "num_attention_heads": 2,
             "rope_parameters": {
@@ -376,7 +435,11 @@ BAD = [
         },
         "one setting per layer type",
     ),
-    ("mpt-no-alibi", {"model_type": "mpt", "d_model": 128, "n_heads": 2, "attn_config": {"alibi": False}}, "alibi"),
+    (
+        "mpt-no-alibi",
+        {"model_type": "mpt", "d_model": 128, "n_heads": 2, "attn_config": {"alibi": False}},
+        "attn_config.alibi: is false: this MPT uses learned absolute position embeddings",
+    ),
     (
         "mpt-other-bias-max",
         {"model_type": "mpt", "d_model": 128, "n_heads": 2, "attn_config": {"alibi": True, "alibi_bias_max": 16}},
@@ -396,7 +459,75 @@ BAD = [
             "num_attention_heads": 2,
             "rope_scaling": {"rope_type": "default", "factor": 2.0},
         },
-        "default",
+        "rope_scaling.factor: is not a parameter of the default (unscaled) schedule",
+    ),
+]
+
+
+BAD += [
+    ("gpt_neo", {"model_type": "gpt_neo", "hidden_size": 768, "num_heads": 12}, "learned absolute"),
+    (
+        "unknown-model-type-is-not-guessed",
+        {"model_type": "baichuan", "hidden_size": 5120, "num_attention_heads": 40},
+        "model_type: unknown model type 'baichuan': ropeexport does not guess",
+    ),
+    (
+        "gemma3-local-theta",
+        {
+            "model_type": "gemma3_text",
+            "hidden_size": 128,
+            "num_attention_heads": 2,
+            "rope_theta": 1e6,
+            "rope_local_base_freq": 10000.0,
+        },
+        "rope_local_base_freq: is not supported",
+    ),
+    (
+        "modernbert-global-local-theta",
+        {
+            "model_type": "modernbert",
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "global_rope_theta": 160000.0,
+            "local_rope_theta": 10000.0,
+        },
+        "global_rope_theta: is not supported",
+    ),
+    (
+        "qwen1-dynamic-ntk-flag",
+        {"model_type": "qwen", "hidden_size": 128, "num_attention_heads": 2, "use_dynamic_ntk": True},
+        "use_dynamic_ntk: is not supported",
+    ),
+    (
+        "rope-type-not-a-string",
+        {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 2, "rope_scaling": {"type": ["linear"]}},
+        "unsupported scaling type ['linear']",
+    ),
+    (
+        "both-scaling-dicts-differ",
+        {
+            "model_type": "llama",
+            "hidden_size": 128,
+            "num_attention_heads": 2,
+            "rope_scaling": {"type": "linear", "factor": 2.0},
+            "rope_parameters": {"rope_type": "linear", "factor": 4.0},
+        },
+        "rope_scaling: and rope_parameters are both set and differ",
+    ),
+    (
+        "factor-as-a-string",
+        {
+            "model_type": "llama",
+            "hidden_size": 128,
+            "num_attention_heads": 2,
+            "rope_scaling": {"type": "linear", "factor": "2"},
+        },
+        "rope_scaling.factor: must be a number, list or boolean, got the string '2'",
+    ),
+    (
+        "absurd-length",
+        {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings": 1e300},
+        "max_position_embeddings: must be between 1 and 2^40, got 1e+300",
     ),
 ]
 
@@ -424,5 +555,8 @@ def test_model_name_prefers_the_folder(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     assert model_name({"model_type": "qwen2"}, folder / "config.json") == "qwen2.5-7b"
+    cache = tmp_path / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / ("a0" * 20) / "config.json"
+    assert model_name({"model_type": "qwen2"}, cache) == "qwen2.5-7b-instruct"
+    assert model_name({"model_type": "llama"}, tmp_path / "configs" / "tiny-llama.json") == "tiny-llama"
     assert model_name({"model_type": "qwen2", "_name_or_path": "Qwen/Qwen2.5 7B"}) == "qwen2.5-7b"
     assert model_name({"model_type": "qwen2"}) == "qwen2"

@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RopeExportError as exc:
         sys.stderr.write(f"ropeexport: error: {exc}\n")
         return 2
+    except KeyboardInterrupt:  # finished artifacts are whole and indexed; the one in flight left nothing
+        sys.stderr.write("ropeexport: interrupted\n")
+        return 130
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from ropeexport.hf import import_config, model_name, read_config
 from ropeexport.presets import Request, expand, get_preset, presets
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.spec import encodings, read_spec_file, spec_from_dict
-from ropeexport.tree import check_tree, write_index
+from ropeexport.tree import artifact_folders, check_tree, write_index
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
 SPECIAL_FIELDS = ("scaling_params",)
@@ -143,7 +143,8 @@ def _variants(args: argparse.Namespace) -> dict[str, list[str] | None]:
             for one in ("fused", "decomposed") if g == "both" else (g,):
                 if one not in graphs:
                     graphs.append(one)
-    return {"artifact": args.artifact, "dtype": args.dtype, "graph": graphs}
+    unique = lambda values: list(dict.fromkeys(values)) if values else None  # noqa: E731  (repeats are harmless)
+    return {"artifact": unique(args.artifact), "dtype": unique(args.dtype), "graph": graphs}
 
 
 def _source_kind(args: argparse.Namespace) -> str | None:
@@ -207,13 +208,28 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
         requests = _from_raw(raws, variants, {"spec": str(Path(args.spec).resolve())})
     else:
         requests = _from_raw([{}], variants, {"flags": True})
-    if "scaling" in overrides and "scaling_params" not in overrides:
+    if "scaling" in overrides and "scaling_params" not in overrides:  # the old schedule's parameters go with it
         requests = [
-            dataclasses.replace(r, fields={k: v for k, v in r.fields.items() if k != "scaling_params"})
+            dataclasses.replace(
+                r,
+                fields={k: v for k, v in r.fields.items() if k != "scaling_params"},
+                sources={k: v for k, v in r.sources.items() if k != "scaling_params"},
+            )
             for r in requests
         ]
     flagged = {k: f"--{k.replace('_', '-')}" for k in overrides}
-    return [dataclasses.replace(r, fields=r.fields | overrides, sources=r.sources | flagged) for r in requests]
+    out = []
+    for r in requests:
+        fields = r.fields | overrides
+        sources = r.sources | flagged
+        if "scaling_params" in overrides and "scaling" not in overrides and "scaling_params" in r.fields:
+            # --scaling-param KEY=VALUE changes one parameter of the resolved schedule, keeping the others.
+            fields["scaling_params"] = dict(r.fields["scaling_params"]) | overrides["scaling_params"]
+            sources["scaling_params"] = f"{r.sources.get('scaling_params', '')}; --scaling-param for " + ", ".join(
+                sorted(overrides["scaling_params"])
+            )
+        out.append(dataclasses.replace(r, fields=fields, sources=sources))
+    return out
 
 
 def jobs_from_args(args: argparse.Namespace) -> list[Job]:
@@ -290,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
             build_all(jobs, settings, workers, on_stage=progress.stage, on_done=finished)
     finally:
-        if results or (out / "index.json").exists():  # an interrupted batch still indexes what it finished
+        if artifact_folders(out):  # an interrupted or failed batch still indexes what it finished
             index = write_index(out, round(time.perf_counter() - start, 3), workers)
     failed = [r.name for r in results if not r.passed]
     if args.json:

@@ -196,8 +196,8 @@ def test_an_interrupted_batch_leaves_whole_folders_and_an_index_of_them(tmp_path
     monkeypatch.setitem(KINDS, ("rope", "rope"), dataclasses.replace(kind, export=export))
     out = tmp_path / "out"
     small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--dtype", "fp32", "--dtype", "fp16"]
-    with pytest.raises(KeyboardInterrupt):
-        run(["build", *small, "--out", str(out), "--quiet"], capsys)
+    code, _, err = run(["build", *small, "--out", str(out), "--quiet"], capsys)
+    assert code == 130 and err.strip() == "ropeexport: interrupted"
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "rope-half-default-fp32-fused"]
     index = json.loads((out / "index.json").read_text())
     assert [a["name"] for a in index["artifacts"]] == ["rope-half-default-fp32-fused"]
@@ -216,3 +216,97 @@ def test_verify_takes_a_tree_and_checks_every_artifact_first(tmp_path: Path, cap
     code, _, err = run(["verify", str(out)], capsys)
     assert code == 2 and "model.onnx" in err and len(err.strip().splitlines()) == 1
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == reports  # nothing was re-verified
+
+
+SITE = """
+import os
+import ropeexport.batch as batch
+
+_real = batch._build
+
+
+def _build(job, settings, stage):
+    if job.name.startswith(os.environ["ROPEEXPORT_TEST_FAIL"]):
+        raise RuntimeError("planted crash")
+    return _real(job, settings, stage)
+
+
+batch._build = _build
+"""
+
+
+def test_a_crash_under_jobs_stops_the_queue_and_indexes_what_finished(tmp_path: Path) -> None:
+    """A worker's exception (a bug, not bad input): queued builds never start, finished ones are indexed."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site / "sitecustomize.py", SITE)  # loaded by every spawned worker too
+    env = os.environ | {"PYTHONPATH": str(site), "ROPEEXPORT_TEST_FAIL": "t5-base"}
+    out = tmp_path / "out"
+    names = ["bloom-560m", "t5-base", "sandwich", "kerple-log-162m", "mpt-7b", "bloom", "transformer-base"]
+    argv = [sys.executable, "-m", "ropeexport", "build", "--max-positions", "64", "-j", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [*argv, *[a for n in names for a in ("--preset", n)]], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "planted crash" in proc.stderr
+    built = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert "t5-base-bias-fp32-fused" not in built and not any(n.startswith(".") for n in built)
+    assert len(built) < len(names) - 1  # the queue was cancelled, not drained
+    index = json.loads((out / "index.json").read_text())
+    assert sorted(a["name"] for a in index["artifacts"]) == built
+
+
+@pytest.mark.parametrize(
+    ("files", "why"),
+    [
+        ({"index.json": "{}", "index.html": "mine"}, "another tool's index.json"),
+        ({"chrome/manifest.json": '{"manifest_version": 3}'}, "another tool's manifest.json"),
+    ],
+)
+def test_foreign_index_or_manifest_does_not_make_a_tree(tmp_path: Path, capsys, files: dict, why: str) -> None:
+    out = tmp_path / "mine"
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        write(out / name, text)
+    before = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
+    code, _, err = run(["build", "--preset", "bloom-560m", "--out", str(out)], capsys)
+    assert code == 2 and "not a ropeexport tree" in err, why
+    assert {p: p.read_text() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_an_out_folder_that_cannot_be_created_is_one_line(tmp_path: Path, capsys) -> None:
+    blocker = write(tmp_path / "file", "x")
+    code, _, err = run(["build", "--preset", "bloom-560m", "--out", str(blocker / "sub")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--out" in err
+
+
+def test_scaling_overrides_keep_provenance_true(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    base = ["build", "--preset", "qwen2.5-7b", "--max-positions", "1024", "--head-dim", "16", "--num-heads", "2"]
+    code, _, err = run(
+        [*base, "--num-kv-heads", "1", "--scaling-param", "factor=2", "--out", str(out), "--quiet"], capsys
+    )
+    assert code == 0, err  # one parameter changed, the documented original length kept
+    manifest = json.loads((out / "qwen2.5-7b-rope-fp16-fused" / "manifest.json").read_text())
+    params = manifest["spec"]["scaling_params"]
+    assert params["factor"] == 2.0 and params["original_max_position_embeddings"] == 32768
+    assert "--scaling-param for factor" in manifest["build"]["sources"]["scaling_params"]
+    code, _, err = run([*base, "--num-kv-heads", "1", "--scaling", "default", "--out", str(out), "--quiet"], capsys)
+    assert code == 0, err
+    manifest = json.loads((out / "qwen2.5-7b-rope-fp16-fused" / "manifest.json").read_text())
+    assert manifest["spec"]["scaling_params"] == {} and "scaling_params" not in manifest["build"]["sources"]
+    assert manifest["build"]["sources"]["scaling"] == "--scaling"
+
+
+def test_repeated_variants_are_built_once(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    argv = ["build", "--preset", "bloom-560m", "--dtype", "fp16", "--dtype", "fp16", "--graph", "both"]
+    code, _, err = run([*argv, "--graph", "fused", "--max-positions", "64", "--out", str(out), "--quiet"], capsys)
+    assert code == 0, err
+    assert sorted(a["name"] for a in json.loads((out / "index.json").read_text())["artifacts"]) == [
+        "bloom-560m-bias-fp16-decomposed",
+        "bloom-560m-bias-fp16-fused",
+    ]
