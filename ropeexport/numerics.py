@@ -43,13 +43,23 @@ FORMATS: dict[str, FloatFormat] = {
 
 def _bf16_from_float64(x: np.ndarray) -> np.ndarray:
     """Round float64 to bfloat16 once, to nearest with ties to even, on the float64 bit pattern."""
-    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.uint64)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    bits = x.view(np.uint64).copy()  # worked on in place: tables reach 2^27 entries, temporaries cost page faults
     drop = np.uint64(52 - 7)  # float64 keeps 52 mantissa bits, bfloat16 keeps 7
-    lsb = (bits >> drop) & np.uint64(1)
-    rounded = ((bits + (np.uint64(1) << (drop - np.uint64(1))) - np.uint64(1) + lsb) >> drop) << drop
+    lsb = bits >> drop
+    lsb &= np.uint64(1)
+    bits += (np.uint64(1) << (drop - np.uint64(1))) - np.uint64(1)
+    bits += lsb  # ties go to the even neighbour
+    del lsb
+    bits >>= drop
+    bits <<= drop
     # A 7-bit mantissa in float32's exponent range is exact in float32, so this cast rounds nothing.
-    as32 = rounded.view(np.float64).astype(np.float32)
-    out = (as32.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(ml_dtypes.bfloat16)
+    with np.errstate(over="ignore"):  # past float32's range: inf, as bfloat16 would round it
+        as32 = bits.view(np.float64).astype(np.float32)
+    del bits
+    upper = as32.view(np.uint32)
+    upper >>= np.uint32(16)
+    out = upper.astype(np.uint16).view(ml_dtypes.bfloat16)
     # Below bfloat16's normal range the spacing is fixed at 2^-133: round x / 2^-133 to an integer (power-of-two
     # scaling is exact, np.rint ties to even), scale back; the result is exact in float32, so the cast rounds nothing.
     x = np.asarray(x, dtype=np.float64)

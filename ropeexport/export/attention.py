@@ -8,6 +8,9 @@ Contract (positions int64; everything else in the spec dtype):
   MatMul / Softmax / MatMul at opset 17.
 A method supplies ``BiasFn(g, spec, qpos, kpos) -> name`` of a float32 tensor broadcastable to [b, heads, q, k];
 this module clamps it to the dtype's finite range, rounds it once, and applies the causal mask (-inf for j > i).
+That is four passes over [b, heads, q, k] (Max, Cast, Expand, Where). A method may also supply a ``SinglePassFn``
+that returns the finished, masked bias in one pass when it can prove the result identical (ALiBi in fp32: the
+clamp cannot act and the mask can go on the small [b, 1, q, k] distance), or None to take the general path.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ropeexport.export.onnx_io import ONNX_DTYPES, GraphBuilder, artifact_metada
 from ropeexport.numerics import round_once
 
 BiasFn = Callable[[GraphBuilder, Any, str, str], str]
+SinglePassFn = Callable[[GraphBuilder, Any, str, str], "str | None"]
 OPSETS = {"fused": 23, "decomposed": 17}
 QPOS, KPOS = "query_position_ids", "key_position_ids"
 
@@ -41,7 +45,16 @@ def position_grid(g: GraphBuilder) -> tuple[str, str]:
     return q, k
 
 
-def _bias(g: GraphBuilder, spec: Any, bias_fn: BiasFn) -> str:
+def causal_future(g: GraphBuilder) -> str:
+    """bool [b, 1, q, k]: key j comes after query i (the causal mask's -inf entries)."""
+    return g.op("Greater", [unsqueeze(g, KPOS, [1, 2], "kmask_axes"), unsqueeze(g, QPOS, [1, 3], "qmask_axes")])
+
+
+def _bias(g: GraphBuilder, spec: Any, bias_fn: BiasFn, single_pass: SinglePassFn | None = None) -> str:
+    if single_pass is not None:
+        done = single_pass(g, spec, QPOS, KPOS)
+        if done is not None:
+            return done
     raw = bias_fn(g, spec, QPOS, KPOS)  # float32, broadcastable to [b, h, q, k]
     clamped = g.op("Max", [raw, g.const("finite_min", np.array(finite_min(spec.dtype), np.float32))])
     bias = g.op("Cast", [clamped], to=ONNX_DTYPES[spec.dtype])
@@ -59,7 +72,7 @@ def _bias(g: GraphBuilder, spec: Any, bias_fn: BiasFn) -> str:
     bias = g.op("Expand", [bias, shape])
     if not spec.causal:
         return bias
-    future = g.op("Greater", [unsqueeze(g, KPOS, [1, 2], "kmask_axes"), unsqueeze(g, QPOS, [1, 3], "qmask_axes")])
+    future = causal_future(g)
     minus_inf = g.const("minus_inf", round_once(np.array(-np.inf), spec.dtype))
     return g.op("Where", [future, minus_inf, bias])
 
@@ -85,10 +98,10 @@ def _qkv(spec: Any, names: tuple[str, ...]) -> list[onnx.ValueInfoProto]:
     return [_io(n, ONNX_DTYPES[spec.dtype], ["batch", spec.num_heads, lengths[n], spec.head_dim]) for n in names]
 
 
-def build_bias_graph(spec: Any, bias_fn: BiasFn) -> onnx.ModelProto:
+def build_bias_graph(spec: Any, bias_fn: BiasFn, single_pass: SinglePassFn | None = None) -> onnx.ModelProto:
     """The ``bias`` artifact."""
     g = GraphBuilder()
-    g.op("Identity", [_bias(g, spec, bias_fn)], name="attention_bias")
+    g.name_output(_bias(g, spec, bias_fn, single_pass), "attention_bias")
     out = _io("attention_bias", ONNX_DTYPES[spec.dtype], ["batch", spec.num_heads, "q_len", "k_len"])
     return _model(spec, g, _positions(), out)
 
@@ -98,18 +111,18 @@ def _scaled_logits(g: GraphBuilder, spec: Any) -> str:
     return g.op("Mul", [logits, g.const("scale", round_once(np.array(1.0 / math.sqrt(spec.head_dim)), spec.dtype))])
 
 
-def build_scores_graph(spec: Any, bias_fn: BiasFn) -> onnx.ModelProto:
+def build_scores_graph(spec: Any, bias_fn: BiasFn, single_pass: SinglePassFn | None = None) -> onnx.ModelProto:
     """The ``scores`` artifact: q . k / sqrt(d) + bias."""
     g = GraphBuilder()
-    g.op("Add", [_scaled_logits(g, spec), _bias(g, spec, bias_fn)], name="scores")
+    g.op("Add", [_scaled_logits(g, spec), _bias(g, spec, bias_fn, single_pass)], name="scores")
     out = _io("scores", ONNX_DTYPES[spec.dtype], ["batch", spec.num_heads, "q_len", "k_len"])
     return _model(spec, g, _qkv(spec, ("query", "key")) + _positions(), out)
 
 
-def build_attention_graph(spec: Any, bias_fn: BiasFn) -> onnx.ModelProto:
+def build_attention_graph(spec: Any, bias_fn: BiasFn, single_pass: SinglePassFn | None = None) -> onnx.ModelProto:
     """The ``attention`` artifact: softmax(q . k / sqrt(d) + bias) . v."""
     g = GraphBuilder()
-    bias = _bias(g, spec, bias_fn)
+    bias = _bias(g, spec, bias_fn, single_pass)
     if spec.graph == "fused":
         g.op("Attention", ["query", "key", "value", bias], name="output", scale=1.0 / math.sqrt(spec.head_dim))
     else:

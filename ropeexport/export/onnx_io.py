@@ -37,6 +37,19 @@ class GraphBuilder:
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=f"{base}_node", **attrs))
         return outputs[0] if n_out == 1 else outputs
 
+    def name_output(self, value: str, name: str) -> None:
+        """Make ``value`` available as ``name``: rename its producer's output (no copy) when nothing else reads it.
+
+        An Identity in front of a graph output is a full copy in ONNX Runtime, which memory-bound graphs cannot
+        afford; it remains only when the value is an input, an initializer or read by another node.
+        """
+        producer = next((n for n in self.nodes if value in n.output), None)
+        consumed = any(value in n.input for n in self.nodes)
+        if producer is None or consumed:
+            self.op("Identity", [value], name=name)
+            return
+        producer.output[list(producer.output).index(value)] = name
+
     def const(self, name: str, array: np.ndarray) -> str:
         """Add an initializer and return its name."""
         self.initializers.append(numpy_helper.from_array(np.asarray(array), f"{self.prefix}{name}"))

@@ -11,7 +11,7 @@ import onnx
 from onnx import numpy_helper
 
 from ropeexport.encodings.alibi import AlibiSpec, alibi_bias
-from ropeexport.export.alibi import alibi_bias_nodes
+from ropeexport.export.alibi import alibi_bias_nodes, alibi_single_pass
 from ropeexport.families.bias import register_bias_family
 from ropeexport.numerics import ulp_distance
 
@@ -74,4 +74,6 @@ def check_slopes(spec: AlibiSpec, model_path: Path) -> list[dict[str, Any]]:
     ]
 
 
-register_bias_family("alibi", alibi_bias_nodes, alibi_bias, alibi_oracle, tables=check_slopes)
+register_bias_family(
+    "alibi", alibi_bias_nodes, alibi_bias, alibi_oracle, tables=check_slopes, single_pass=alibi_single_pass
+)

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ropeexport.export.attention import BiasFn, build_attention_graph, build_bias_graph, build_scores_graph
+from ropeexport.export.attention import (
+    BiasFn,
+    SinglePassFn,
+    build_attention_graph,
+    build_bias_graph,
+    build_scores_graph,
+)
 from ropeexport.registry import ArtifactKind, Feeds, register_kind
 from ropeexport.verify.attention import (
     EagerBias,
@@ -34,15 +40,17 @@ def register_bias_family(
     oracle_bias: OracleBias,
     guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None,
     tables: Callable[[Any, Any], list[dict[str, Any]]] | None = None,
+    single_pass: SinglePassFn | None = None,
 ) -> None:
     """One method's bias subgraph, eager bias and float64 bias -> its three artifact kinds.
 
     ``guards(spec)`` gives out-of-range calls the graph itself must reject (for methods with a table to index).
+    ``single_pass`` builds the finished bias in one pass where it can (see ``export.attention``).
     """
     builders = {"bias": build_bias_graph, "scores": build_scores_graph, "attention": build_attention_graph}
     eager, oracle = make_eager(eager_bias), make_oracle(oracle_bias)
     for artifact, builder in builders.items():
-        export = lambda spec, b=builder: b(spec, graph_bias)  # noqa: E731
+        export = lambda spec, b=builder: b(spec, graph_bias, single_pass)  # noqa: E731
         register_kind(
             ArtifactKind(
                 encoding,

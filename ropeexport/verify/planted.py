@@ -377,7 +377,8 @@ def bias_before_scale(spec: AlibiSpec) -> onnx.ModelProto:
 def mask_hides_diagonal(spec: AlibiSpec) -> onnx.ModelProto:
     """The causal mask built with ``triu(diagonal=0)``: each query is hidden from its own key (j >= i masked)."""
     model = export(spec)
-    where = next(n for n in _nodes(model, "Where") if n.input[1] == "minus_inf")
+    # The mask's Where: on the bias (-inf) in the general path, on the distance (+inf) in ALiBi's single pass.
+    where = next(n for n in _nodes(model, "Where") if n.input[1] in ("minus_inf", "plus_inf"))
     _producer(model, where.input[0]).op_type = "GreaterOrEqual"
     return model
 

@@ -163,3 +163,46 @@ def test_slope_scale_scales_the_bias_and_is_verified(tmp_path: Path) -> None:
     assert torch.allclose(scaled[finite], plain[finite] * 0.125, rtol=1e-6)
     result = build(spec, tmp_path)
     assert result.passed and result.report["tables"][0]["max_ulp"] <= 0.5
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("artifact", ["bias", "scores", "attention"])
+def test_single_pass_is_bit_identical_to_the_general_path(artifact: str, causal: bool, dtype: str) -> None:
+    """The one-pass bias drops the clamp, Expand and the [b, H, q, k] Where, and changes no bit."""
+    from ropeexport.export.alibi import alibi_bias_nodes
+    from ropeexport.registry import kind_for
+
+    spec = AlibiSpec(artifact=artifact, num_heads=12, head_dim=16, causal=causal, max_positions=4096, dtype=dtype)
+    fast = kind_for(spec).export(spec)
+    builder = {"bias": "build_bias_graph", "scores": "build_scores_graph", "attention": "build_attention_graph"}
+    import ropeexport.export.attention as attention
+
+    general = getattr(attention, builder[artifact])(spec, alibi_bias_nodes)
+    ops = [n.op_type for n in fast.graph.node]
+    single = dtype == "fp32" or artifact == "bias"  # fp16 scores/attention keep the general path (see alibi.py)
+    assert ("Max" not in ops and "Expand" not in ops and "Identity" not in ops) == single
+    rng = np.random.default_rng(0)
+    feeds = {
+        "query_position_ids": rng.integers(0, 4096, (2, 7)),
+        "key_position_ids": rng.integers(0, 4096, (2, 9)),
+    }
+    if artifact != "bias":
+        for name, length in (("query", 7), ("key", 9), ("value", 9)):
+            if name == "value" and artifact == "scores":
+                continue
+            feeds[name] = rng.standard_normal((2, 12, length, 16)).astype(np.float32 if dtype == "fp32" else np.float16)
+    run = lambda m: ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]  # noqa: E731
+    a, b = run(fast), run(general)
+    assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+def test_biases_the_clamp_could_change_take_the_general_path() -> None:
+    from ropeexport.registry import kind_for
+
+    for spec in (
+        AlibiSpec(dtype="fp16", num_heads=8, max_positions=131072),  # 0.5 x 131071 is past fp16's 65504
+        AlibiSpec(num_heads=8, slope_scale=1e36, max_positions=131072),
+    ):
+        ops = [n.op_type for n in kind_for(spec).export(spec).graph.node]
+        assert "Max" in ops, spec  # the clamp to the finite range stays where it can act

@@ -29,8 +29,8 @@ EXPECTED = {
     "rope-prefill-fp32-experiments": ("fused", "fused_no_guard", "fused_run", "fused_no_opt"),
     "rope-decode-fp32-experiments": ("fused", "fused_no_guard", "fused_run", "fused_no_opt"),
     "rope-prefill-fp16-experiments": ("fused", "fused_no_guard", "fp32_compute", "fp32_compute_no_guard"),
-    "alibi-bias-fp32-experiments": ("fused", "no_expand", "single_pass"),
-    "alibi-bias-fp16-experiments": ("fused", "no_expand"),
+    "alibi-bias-fp32-experiments": ("fused", "general", "no_expand"),
+    "alibi-bias-fp16-experiments": ("fused", "general", "no_expand"),
 }
 # Entries that are ropeexport's own or the roofline: they must run, not merely record an error.
 MUST_RUN = {"copy_1t", "copy_mt", "fused", "decomposed"}
@@ -72,6 +72,8 @@ def test_every_scenario_and_entry_is_present(bench: dict) -> None:
             assert positive(item["ratio"]), (scenario, name, item)
             lo, hi = item["ratio_range"]
             assert positive(lo) and positive(hi) and lo <= item["ratio"] <= hi
+            q1, q3 = item["ratio_iqr"]
+            assert lo <= q1 <= item["ratio"] <= q3 <= hi
         assert positive(min(got["copy_1t"]["ratio"], got["copy_mt"]["ratio"]))
         roofline = got["_roofline_round_us"]
         assert roofline and all(positive(t) for t in roofline)
@@ -90,8 +92,8 @@ def test_outputs_agree_with_the_fused_artifact(bench: dict) -> None:
             item = bench["scenarios"][scenario][name]
             if "error" not in item:
                 assert item["max_abs_vs_fused"] < 1e-3, (scenario, name)
-    for scenario in ("alibi-bias-fp32-experiments",):
-        for name in ("no_expand", "single_pass"):
+    for scenario in ("alibi-bias-fp32-experiments", "alibi-bias-fp16-experiments"):
+        for name in ("general", "no_expand"):
             assert bench["scenarios"][scenario][name]["max_abs_vs_fused"] == 0.0  # the variants are bit-identical
 
 
