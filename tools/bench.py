@@ -1,6 +1,6 @@
 """Speed of ropeexport's artifacts in ONNX Runtime against the memory roofline and the paths people use today.
 
-    python tools/bench.py --out tools/figures/bench.json          # every scenario (about 10 minutes on 2 cores)
+    python tools/bench.py --out tools/figures/bench.json          # every scenario (about 3 minutes on 2 cores)
     python tools/bench.py --tiny --out /tmp/bench.json            # tiny shapes, seconds (what the test runs)
     python tools/bench.py --only rope-prefill-fp32 rope-decode-fp32
 

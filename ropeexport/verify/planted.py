@@ -601,6 +601,14 @@ BUGS: list[PlantedBug] = [
         _checks("attention_bias"),
         {"query_position": 0, "key_position": 0, "actual": "-inf"},
     ),
+    PlantedBug(
+        "causal-mask-hides-diagonal-general-path",
+        "the same mask bug in the general bias path (fp16 scores: clamp, Cast, Expand, then the mask)",
+        alibi(artifact="scores", dtype="fp16"),
+        mask_hides_diagonal,
+        _checks("scores"),
+        {"query_position": 0, "key_position": 0, "actual": "-inf"},
+    ),
 ]
 
 

@@ -203,6 +203,8 @@ def test_biases_the_clamp_could_change_take_the_general_path() -> None:
     for spec in (
         AlibiSpec(dtype="fp16", num_heads=8, max_positions=131072),  # 0.5 x 131071 is past fp16's 65504
         AlibiSpec(num_heads=8, slope_scale=1e36, max_positions=131072),
+        AlibiSpec(num_heads=4, slope_scale=1e-46, max_positions=64),  # float32 slopes round to 0: 0 x inf is NaN
+        AlibiSpec(num_heads=1, slope_scale=3.4844912295785354e39, max_positions=26),  # float32 product overflows
     ):
         ops = [n.op_type for n in kind_for(spec).export(spec).graph.node]
         assert "Max" in ops, spec  # the clamp to the finite range stays where it can act
