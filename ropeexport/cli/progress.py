@@ -6,28 +6,40 @@ report). Shown only on a terminal: in CI logs and pipes the per-artifact result 
 
 from __future__ import annotations
 
+import sys
 from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+
+class _Count(MofNCompleteColumn):
+    """N/M for the overall bar; nothing for an artifact's line (it has no count, only a stage)."""
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.total is None else super().render(task)
 
 
 class BuildProgress:
     """``with BuildProgress(total, enabled) as p: p.stage(name, stage); p.done(name, line)``."""
 
-    def __init__(self, total: int, enabled: bool = True) -> None:
-        self.console = Console(stderr=True)
+    def __init__(self, total: int, enabled: bool = True, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            _Count(),
             TimeElapsedColumn(),
             console=self.console,
             disable=not self.enabled,
             transient=True,
+            # Result lines are stdout's. On the same terminal rich prints them above the bars; piped, they go to
+            # the pipe untouched while the bars stay on the terminal's stderr.
+            redirect_stdout=sys.stdout.isatty(),
         )
         self.overall = self.progress.add_task("artifacts", total=total)
         self.tasks: dict[str, Any] = {}
@@ -57,4 +69,4 @@ class BuildProgress:
             self.progress.remove_task(self.tasks.pop(name))
         self.progress.advance(self.overall)
         if line is not None:
-            print(line, flush=True)  # rich shows stdout above the bars while they are live
+            print(line, flush=True)
