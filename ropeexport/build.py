@@ -90,14 +90,15 @@ def check_target(out_dir: Path, name: str) -> Path:
             if not folder.is_dir():
                 raise SpecError("--out", f"{str(folder)!r} exists and is not a folder")
             break
-    if target.exists() and not _is_artifact(target):
+    if target.exists() and not is_artifact(target):
         raise SpecError(
             "--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name"
         )
     return target
 
 
-def _is_artifact(folder: Path) -> bool:
+def is_artifact(folder: Path) -> bool:
+    """A folder holding a ropeexport manifest.json (its schema says so: another tool's manifest does not count)."""
     try:
         return json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("schema") == MANIFEST_SCHEMA
     except (OSError, ValueError, AttributeError):

@@ -107,10 +107,14 @@ def verify_folder(
     runtimes: list[str] | None = None,
     atol: dict[str, float] | None = None,
     rtol: dict[str, float] | None = None,
+    manifest: dict[str, Any] | None = None,
 ) -> VerifyResult:
-    """Check hashes, verify the artifact again on this machine, and replace its reports."""
+    """Check hashes, verify the artifact again on this machine, and replace its reports.
+
+    ``manifest``: what ``check_folder`` already returned for this folder (a tree checks every folder first).
+    """
     folder = Path(folder)
-    manifest = check_folder(folder)
+    manifest = manifest or check_folder(folder)
     runtimes = check_runtime_names(runtimes or ["ort"])
     spec = spec_from_dict(manifest["spec"], "manifest.json spec")
     verification = verify_artifact(spec, folder / "model.onnx", runtimes, atol=atol, rtol=rtol)

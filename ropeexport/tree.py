@@ -15,17 +15,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ropeexport.build import MANIFEST_SCHEMA, versions
+from ropeexport.build import MANIFEST_SCHEMA, is_artifact, versions
 from ropeexport.errors import SpecError
 from ropeexport.report.html import CSS
 
 INDEX_SCHEMA = "ropeexport.index/1"
-INDEX_FILES = ("index.json", "index.html")
-
-
-def is_artifact(folder: Path) -> bool:
-    """A folder holding a ropeexport manifest.json (its schema says so: another tool's manifest does not count)."""
-    return folder.is_dir() and (_read(folder / "manifest.json") or {}).get("schema") == MANIFEST_SCHEMA
 
 
 def artifact_folders(out: Path) -> list[Path]:

@@ -202,10 +202,7 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
         names = list(presets()) if args.all_presets else (args.preset or list(DEFAULT_PRESETS))
         requests = [r for name in dict.fromkeys(names) for r in get_preset(name).requests(**listed)]
     elif kind == "--spec":
-        raws = read_spec_file(args.spec)
-        if "scaling" in overrides and "scaling_params" not in overrides:
-            raws = [{k: v for k, v in raw.items() if k != "scaling_params"} for raw in raws]  # they were the old one's
-        requests = _from_raw(raws, variants, {"spec": str(Path(args.spec).resolve())})
+        requests = _from_raw(read_spec_file(args.spec), variants, {"spec": str(Path(args.spec).resolve())})
     else:
         requests = _from_raw([{}], variants, {"flags": True})
     if "scaling" in overrides and "scaling_params" not in overrides:  # the old schedule's parameters go with it
@@ -244,11 +241,6 @@ def jobs_from_args(args: argparse.Namespace) -> list[Job]:
     if duplicate:
         raise SpecError("name", f"{duplicate!r} is used by more than one artifact; names must be unique")
     return jobs
-
-
-def specs_from_args(args: argparse.Namespace) -> list[Any]:
-    """The validated specs a command line asks for (library users: see ``jobs_from_args`` for provenance)."""
-    return [spec_from_dict(job.spec) for job in jobs_from_args(args)]
 
 
 def _jobs_count(value: str) -> int:

@@ -54,11 +54,11 @@ def run(args: argparse.Namespace) -> int:
         print(summary_line(result.report, result.path, 0.0))
         return 0 if result.passed else 1
     folders = artifact_folders(folder)
-    for one in folders:  # every artifact is checked before any is verified: a damaged tree changes nothing
-        check_folder(one)
+    # Every artifact is checked before any is verified: a damaged tree changes nothing.
+    manifests = {one: check_folder(one) for one in folders}
     passed = 0
     for one in folders:
-        result = verify_folder(one, args.runtime, atol, rtol)
+        result = verify_folder(one, args.runtime, atol, rtol, manifest=manifests[one])
         passed += result.passed
         print(summary_line(result.report, result.path, 0.0))
     write_index(folder)
