@@ -19,7 +19,8 @@ from typing import Any
 from ropeexport.build import BuildResult, build
 from ropeexport.spec import spec_from_dict
 
-OnStage = Callable[[str, str], None]
+# on_stage(artifact name, stage, done=None, total=None): done/total count a stage's steps (probes) where it has them.
+OnStage = Callable[..., None]
 OnDone = Callable[[BuildResult], None]
 
 
@@ -47,7 +48,7 @@ class Settings:
     rtol: dict[str, float] = field(default_factory=dict)
 
 
-def _build(job: Job, settings: Settings, stage: Callable[[str], None]) -> BuildResult:
+def _build(job: Job, settings: Settings, stage: Callable[..., None]) -> BuildResult:
     return build(
         spec_from_dict(job.spec),
         settings.out,
@@ -72,7 +73,7 @@ def _init_worker(events: Any, threads: int) -> None:
 
 
 def _work(job: Job, settings: Settings) -> BuildResult:
-    return _build(job, settings, lambda stage: _events.put((job.name, stage)))
+    return _build(job, settings, lambda *event: _events.put((job.name, *event)))
 
 
 def build_all(
@@ -89,8 +90,8 @@ def build_all(
         results = []
         for job in jobs:
 
-            def stage(name: str, n: str = job.name) -> None:
-                stage_of(n, name)
+            def stage(*event: Any, n: str = job.name) -> None:
+                stage_of(n, *event)
 
             result = _build(job, settings, stage)
             on_done(result)
@@ -123,7 +124,7 @@ def build_all(
 def _drain(events: Any, on_stage: OnStage) -> None:
     while True:
         try:
-            name, stage = events.get_nowait()
+            name, *event = events.get_nowait()
         except queue.Empty:
             return
-        on_stage(name, stage)
+        on_stage(name, *event)

@@ -113,7 +113,7 @@ def build(
     rtol: dict[str, float] | None = None,
     origin: dict[str, Any] | None = None,
     sources: dict[str, str] | None = None,
-    stage: Callable[[str], None] | None = None,
+    stage: Callable[..., None] | None = None,
 ) -> BuildResult:
     """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all.
 
@@ -122,7 +122,7 @@ def build(
     manifest's ``build`` record. ``stage`` is told each stage as it starts: export, reference, runtime, verify, report.
     """
     start = time.perf_counter()
-    stage = stage or (lambda _: None)
+    stage = stage or (lambda *_: None)
     out_dir = Path(out_dir)
     target = check_target(out_dir, spec.name)
     runtimes = check_runtime_names(runtimes or ["ort"])

@@ -1,39 +1,120 @@
-"""The ``ropeexport`` command: a thin layer over the library. Exit codes: 0 ok, 1 verification failed, 2 bad input."""
+"""The ``ropeexport`` command: a thin layer over the library.
+
+Exit codes: 0 ok, 1 verification failed, 2 bad input, 3 verified but a runtime you asked for could not run here,
+130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ropeexport import __version__
 from ropeexport.errors import RopeExportError
 
+# name -> (module in this package, one-line help). A subcommand's module (and with it torch and onnx) is imported only
+# when that subcommand runs or shows its own help: `ropeexport --version` and `--help` import neither.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "build": ("build", "export, run and verify artifacts"),
+    "verify": ("verify", "re-verify an artifact folder"),
+    "diff": ("diff", "compare two reports"),
+    "check-trt": ("check_trt", "check a model against the TensorRT ONNX parser of one version"),
+    "list": ("listing", "list encodings and schedules"),
+}
+EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
+
+
+def plain(text: str | None) -> str | None:
+    """Help text without reST markup: the module docstrings double as help, and a terminal shows no ``literals``."""
+    return None if text is None else text.replace("``", "")
+
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit 2."""
+    """argparse, but a usage error is one line on stderr and exit 2, and help text carries no reST markup."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for key in ("description", "epilog"):
+            kwargs[key] = plain(kwargs.get(key))
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"ropeexport: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """The top-level parser with one subcommand per module in this package."""
-    from ropeexport.cli import build, check_trt, diff, listing, verify
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
-    parser = _Parser(prog="ropeexport", description=__doc__)
+
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser: ``command``'s full parser (every subcommand's when None), the rest by name only.
+
+    ``command=""`` builds none in full: what ``--version`` and ``--help`` need.
+    """
+    parser = _Parser(prog="ropeexport", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ropeexport {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (build, verify, diff, check_trt, listing):
-        module.add_parser(sub)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    for name, (module, summary) in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"ropeexport.cli.{module}").add_parser(sub)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
+class _PipeSafeStdout:
+    """stdout that turns into /dev/null once its reader goes away (``ropeexport build | head -1``).
+
+    A closed pipe is not a failed verification: the work goes on, artifacts and the index are written whole, and
+    the exit code is the verdict's, with no traceback. Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def _silence(self) -> None:
+        self.broken = True
+        try:  # later writes, and the interpreter's own flush at exit, go nowhere instead of raising again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._silence()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._silence()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, run the subcommand, map errors to exit codes."""
-    args = make_parser().parse_args(argv)
+    """Parse, run the subcommand, map errors to exit codes (the module docstring lists them)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    stdout = sys.stdout
+    sys.stdout = _PipeSafeStdout(stdout)  # type: ignore[assignment]
     try:
+        # Everything, start-up imports included, runs inside this try: Ctrl-C at any moment exits 130, one line.
+        command = _command(argv)
+        args = make_parser(command if command in COMMANDS else "").parse_args(argv)
         return int(args.run(args))
     except RopeExportError as exc:
         sys.stderr.write(f"ropeexport: error: {exc}\n")
@@ -41,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # finished artifacts are whole and indexed; the one in flight left nothing
         sys.stderr.write("ropeexport: interrupted\n")
         return 130
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ Examples:
   ropeexport build --all-presets --out artifacts --json
   ropeexport build --layout interleaved --head-dim 64 --num-heads 16 --dtype fp16 --graph decomposed
   ropeexport build --spec my-model.toml --out artifacts
+  ropeexport build --all-presets --dry-run           # list what would be built; write nothing
+
+Exit codes: 0 built and verified; 1 verification failed; 2 bad input (nothing written); 3 verified, but a runtime
+named with --runtime could not run here (each report says why; --allow-skip accepts that and exits 0).
 
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 
 from ropeexport.batch import Job, Settings, build_all
 from ropeexport.build import BuildResult, check_target
+from ropeexport.cli import EXIT_SKIPPED
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
@@ -36,7 +41,9 @@ from ropeexport.errors import SpecError
 from ropeexport.hf import import_config, model_name, read_config
 from ropeexport.presets import Request, expand, get_preset, presets
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.spec import encodings, read_spec_file, spec_from_dict
+from ropeexport.encodings.kerple import KERNELS
+from ropeexport.encodings.schedules import SCHEDULES
+from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings, read_spec_file, spec_from_dict
 from ropeexport.tree import artifact_folders, check_tree, write_index
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
@@ -57,6 +64,59 @@ def spec_fields() -> dict[str, str]:
     return out
 
 
+# Fields whose 0 stands for a value derived from the others (the ONNX convention for rotary_dim and kv heads).
+ZERO_MEANS = {
+    "rotary_dim": "head_dim",
+    "num_kv_heads": "num_heads",
+    "d_model": "heads x head_dim",
+    "embedding_dim": "head_dim",
+}
+
+
+def _shown(field: str, default: Any) -> str:
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if default == "":
+        return "none"
+    if default == 0 and field in ZERO_MEANS:
+        return f"0 (= {ZERO_MEANS[field]})"
+    return str(default)
+
+
+def field_help(field: str) -> str:
+    """A spec flag's help: its allowed values where they are a fixed set, and its default per encoding."""
+    classes = encodings()
+    choices: dict[str, list[str]] = {
+        "encoding": list(classes),
+        "artifact": list(dict.fromkeys(a for cls in classes.values() for a in cls.artifacts)),
+        "dtype": list(DTYPES),
+        "graph": [*GRAPHS, "plugin", "both"],
+        "layout": list(LAYOUTS),
+        "scaling": list(SCHEDULES),
+        "kernel": list(KERNELS),
+    }
+    parts = []
+    if field in choices:
+        parts.append("one of " + ", ".join(choices[field]))
+    if field == "encoding":
+        parts.append("default rope")
+    elif field == "artifact":
+        parts.append("default: the encoding's first")
+    elif field == "name":
+        parts.append("default: derived from the fields")
+    else:
+        by_default: dict[str, list[str]] = {}
+        for encoding, cls in classes.items():
+            f = next((f for f in dataclasses.fields(cls) if f.name == field), None)
+            if f is not None and f.default is not dataclasses.MISSING:
+                by_default.setdefault(_shown(field, f.default), []).append(encoding)
+        if len(by_default) == 1 and len(next(iter(by_default.values()))) == len(classes):
+            parts.append(f"default {next(iter(by_default))}")
+        elif by_default:
+            parts.append("default " + "; ".join(f"{v} ({', '.join(e)})" for v, e in by_default.items()))
+    return "; ".join(parts)
+
+
 def add_parser(sub: Any) -> None:
     """Register ``build`` and its flags."""
     p = sub.add_parser(
@@ -73,15 +133,16 @@ def add_parser(sub: Any) -> None:
     fields = p.add_argument_group("spec fields (override every artifact's value)")
     for field, kind in spec_fields().items():
         flag = f"--{field.replace('_', '-')}"
+        text = field_help(field)
         if field in VARIANT_FIELDS:
-            extra = " or both (fused and decomposed)" if field == "graph" else ""
+            extra = " (both: fused and decomposed)" if field == "graph" else ""
             fields.add_argument(
-                flag, dest=field, action="append", default=None, metavar=field.upper(), help=f"repeatable{extra}"
+                flag, dest=field, action="append", default=None, metavar=field.upper(), help=f"repeatable; {text}{extra}"
             )
         elif kind == "bool":
-            fields.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None)
+            fields.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            fields.add_argument(flag, dest=field, metavar=field.upper(), default=None)
+            fields.add_argument(flag, dest=field, metavar=field.upper(), default=None, help=text)
     fields.add_argument(
         "--scaling-param",
         dest="scaling_param",
@@ -99,6 +160,17 @@ def add_parser(sub: Any) -> None:
         help="runtime to verify on (repeatable): ort (default), trt, onnx-reference, or all (ort and trt; "
         "a runtime that cannot run here is reported as skipped with the reason)",
     )
+    p.add_argument(
+        "--allow-skip",
+        action="store_true",
+        help="exit 0 even when a runtime named with --runtime could not run here (default: exit 3)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace an artifact of the same name in --out even when its spec differs (default: refuse)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="validate and list the artifacts; build and write nothing")
     p.add_argument("-j", "--jobs", default="1", metavar="N", help="build N artifacts at once in worker processes")
     p.add_argument("--quiet", action="store_true", help="no progress and no per-artifact lines")
     p.add_argument("--json", action="store_true", help="print one machine-readable summary (the index) on stdout")
@@ -148,6 +220,12 @@ def _variants(args: argparse.Namespace) -> dict[str, list[str] | None]:
 
 
 def _source_kind(args: argparse.Namespace) -> str | None:
+    # An empty value is an error, never "not given": `--hf-config "$UNSET"` must not build the default instead.
+    for flag, value in (("--hf-config", args.hf_config), ("--spec", args.spec), ("--out", args.out)):
+        if value is not None and not value.strip():
+            raise SpecError(flag, "is empty; give a path")
+    if any(not name.strip() for name in args.preset):
+        raise SpecError("--preset", "is empty; give a preset name (see 'ropeexport list --presets')")
     given = [
         flag
         for flag, value in (
@@ -283,6 +361,8 @@ def run(args: argparse.Namespace) -> int:
     check_tree(out)
     for job in jobs:
         check_target(out, job.name)
+    if args.dry_run:
+        return print_plan(jobs, out, runtimes, args.json)
     talk = not (args.quiet or args.json)
     if talk and args.hf_config:
         print_resolved(jobs[0])
@@ -315,7 +395,53 @@ def run(args: argparse.Namespace) -> int:
         )
     if not args.json:
         print(os.path.join(out.resolve(), "index.html"))
-    return 1 if failed else 0
+    if failed:
+        return 1
+    return skipped_exit(results, args.runtime, args.allow_skip)
+
+
+def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) -> int:
+    """0, or EXIT_SKIPPED (with one line on stderr) when a runtime named with --runtime could not run here.
+
+    The default runtime (no --runtime) may fall back without failing; a runtime asked for by name, or through
+    ``all``, is a promise a green exit must keep: a CI that asks for TensorRT must not pass without it.
+    """
+    if asked is None:
+        return 0
+    skipped: dict[str, str] = {}
+    for result in results:
+        for r in result.report["runtimes"]:
+            if r["status"] == "skipped":
+                skipped.setdefault(r["name"], r.get("reason", ""))
+    if not skipped:
+        return 0
+    what = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
+    if allow_skip:
+        print(f"ropeexport: note: requested runtime(s) skipped (--allow-skip): {what}", file=sys.stderr)
+        return 0
+    print(
+        f"ropeexport: requested runtime(s) could not run here: {what}; exit {EXIT_SKIPPED} "
+        "(verified on the others; --allow-skip accepts this)",
+        file=sys.stderr,
+    )
+    return EXIT_SKIPPED
+
+
+def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -> int:
+    """``--dry-run``: every artifact the command would build, validated, and where; nothing is written."""
+    plan = [
+        {"name": j.name, "path": str(out / j.name), "exists": (out / j.name).exists(), "spec": j.spec, "origin": j.origin}
+        for j in jobs
+    ]
+    if as_json:
+        print(json.dumps({"out": str(out.resolve()), "runtimes": runtimes, "artifacts": plan}, indent=2))
+        return 0
+    for item in plan:
+        spec = item["spec"]
+        what = f"{spec['encoding']} {spec['artifact']} {spec['dtype']} {spec['graph']}, max_positions {spec['max_positions']}"
+        print(f"{item['name']}: {what}{' (replaces the existing folder)' if item['exists'] else ''}")
+    print(f"{len(plan)} artifact(s) into {out.resolve()}, verified on {', '.join(runtimes)} (dry run: nothing written)")
+    return 0
 
 
 def summary_line(report: dict[str, Any], path: Path, seconds: float) -> str:

@@ -6,8 +6,8 @@ Attention 10.14 with 4-D inputs and no KV cache; com.microsoft ops never) and pr
 The support table and its sources: ropeexport/trt/support.py.
 
 Examples:
-  ropeexport check-trt ropeexport-out/llama3-half-fp32-fused/model.onnx --trt-version 10.13
-  ropeexport check-trt artifacts/rope/model.onnx --trt-version 10.15 --json
+  ropeexport check-trt ropeexport-out/llama-3.1-8b-rope-fp16-fused/model.onnx --trt-version 10.13
+  ropeexport check-trt artifacts/mistral-7b-rope-fp16-fused/model.onnx --trt-version 10.15 --json
 
 Exit codes: 0 compatible, 1 not compatible, 2 bad input (missing or unreadable model, unknown --trt-version).
 

@@ -5,7 +5,7 @@ missing from NEW, a metric that became null, or an error metric (max_abs, p99_ab
 more than --max-growth times (default 2.0) and by more than its atol.
 
 Examples:
-  ropeexport diff baseline/report.json ropeexport-out/llama3-half-fp32-fused
+  ropeexport diff baseline/report.json ropeexport-out/llama-3.1-8b-rope-fp16-fused
   ropeexport diff old.json new.json --max-growth 1.5 --json
 
 """

@@ -17,7 +17,7 @@ from typing import Any
 from ropeexport.encodings.schedules import SCHEDULES
 from ropeexport.presets import presets
 from ropeexport.registry import KINDS
-from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, SpecBase, encodings
+from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, SpecBase, encodings, spec_from_dict
 
 
 def add_parser(sub: Any) -> None:
@@ -72,6 +72,12 @@ def catalogue() -> dict[str, Any]:
     }
 
 
+def _resolved(preset: Any) -> dict[str, Any]:
+    """A preset's key parameters as the built spec holds them (rotary_dim 0 resolved to head_dim, and so on)."""
+    spec = spec_from_dict(preset.imported().fields).to_dict()
+    return {k: spec.get(k, v) for k, v in preset.key_parameters().items()}
+
+
 def preset_catalogue() -> dict[str, Any]:
     """Every preset: summary, source, key parameters and default artifacts, as plain data."""
     return {
@@ -79,7 +85,7 @@ def preset_catalogue() -> dict[str, Any]:
             "summary": p.summary,
             "source": p.source,
             "notes": p.notes,
-            "parameters": p.key_parameters(),
+            "parameters": _resolved(p),
             "builds": {"artifacts": list(p.artifacts), "dtypes": list(p.dtypes), "graphs": list(p.graphs)},
         }
         for name, p in presets().items()

@@ -1,7 +1,9 @@
 """Progress display for multi-artifact builds (rich), on stderr so that stdout stays for results.
 
-One overall bar, and one line per artifact in flight showing its current stage (export, reference, runtime, verify,
-report). Shown only on a terminal: in CI logs and pipes the per-artifact result lines are the record.
+One overall bar with an ETA, and one bar per artifact in flight showing its current stage (export, then per probe:
+reference, runtime, verify, e.g. ``ort: sweep[16384..32767]``, then guards and properties, report). An artifact's
+bar counts its probes; the overall bar counts artifacts and advances by each one's finished share of probes, so a
+single 60 s artifact moves it too. Shown only on a terminal: in CI logs and pipes the result lines are the record.
 """
 
 from __future__ import annotations
@@ -11,15 +13,35 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 
 class _Count(MofNCompleteColumn):
-    """N/M for the overall bar; nothing for an artifact's line (it has no count, only a stage)."""
+    """N/M artifacts finished for the overall bar, N/M probes for an artifact's; nothing before a count is known."""
 
     def render(self, task: Task) -> Text:
-        return Text("") if task.total is None else super().render(task)
+        if task.total is None:
+            return Text("")
+        if task.fields.get("overall"):
+            return Text(f"{int(task.completed + 1e-9)}/{int(task.total)}", style="progress.download")
+        return super().render(task)
+
+
+class _Remaining(TimeRemainingColumn):
+    """The ETA, for the overall bar only (an artifact's own probes differ too much in cost to extrapolate)."""
+
+    def render(self, task: Task) -> Text:
+        return super().render(task) if task.fields.get("overall") else Text("")
 
 
 class BuildProgress:
@@ -34,6 +56,7 @@ class BuildProgress:
             BarColumn(),
             _Count(),
             TimeElapsedColumn(),
+            _Remaining(),
             console=self.console,
             disable=not self.enabled,
             transient=True,
@@ -41,8 +64,9 @@ class BuildProgress:
             # the pipe untouched while the bars stay on the terminal's stderr.
             redirect_stdout=sys.stdout.isatty(),
         )
-        self.overall = self.progress.add_task("artifacts", total=total)
+        self.overall = self.progress.add_task("artifacts", total=total, overall=True)
         self.tasks: dict[str, Any] = {}
+        self.share: dict[str, float] = {}  # each artifact in flight: its finished fraction of probes
         self.finished: set[str] = set()
 
     def __enter__(self) -> BuildProgress:
@@ -52,21 +76,28 @@ class BuildProgress:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.progress.__exit__(kind, value, tb)
 
-    def stage(self, name: str, stage: str) -> None:
-        """Show ``name`` at ``stage`` (events that arrive after the artifact finished are dropped)."""
+    def stage(self, name: str, stage: str, done: int | None = None, total: int | None = None) -> None:
+        """Show ``name`` at ``stage``, ``done`` of ``total`` steps (events after the artifact finished are dropped)."""
         if name in self.finished:
             return
         description = f"  {name}: {stage}"
         if name not in self.tasks:
             self.tasks[name] = self.progress.add_task(description, total=None)
-        else:
-            self.progress.update(self.tasks[name], description=description)
+        counts = {} if done is None or not total else {"completed": done, "total": total}
+        self.progress.update(self.tasks[name], description=description, **counts)
+        if counts:
+            self.share[name] = done / total  # type: ignore[operator]
+            self._advance_overall()
+
+    def _advance_overall(self) -> None:
+        self.progress.update(self.overall, completed=len(self.finished) + sum(self.share.values()))
 
     def done(self, name: str, line: str | None) -> None:
         """Remove the artifact's line, print its result line above the bars (when given), advance the total."""
         self.finished.add(name)
+        self.share.pop(name, None)
         if name in self.tasks:
             self.progress.remove_task(self.tasks.pop(name))
-        self.progress.advance(self.overall)
+        self._advance_overall()
         if line is not None:
             print(line, flush=True)

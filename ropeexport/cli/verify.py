@@ -6,7 +6,7 @@ are checked before anything is verified, and index.json / index.html are rewritt
 Examples:
   ropeexport verify ropeexport-out
   ropeexport verify ropeexport-out/llama-3.1-8b-rope-fp16-fused
-  ropeexport verify artifacts/rope --runtime ort --runtime onnx-reference --atol query_out:2e-5
+  ropeexport verify artifacts/mistral-7b-rope-fp16-fused --runtime ort --runtime onnx-reference --atol query_out:2e-5
 
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest).
 

@@ -67,7 +67,8 @@ def _guard(runtime: str, runner: Runner, case: str, feeds: dict[str, np.ndarray]
     try:
         runner._run(feeds)
     except Exception as exc:  # any runtime error is the graph refusing the call
-        return {"runtime": runtime, "case": case, "passed": True, "error": str(exc).splitlines()[0][:200]}
+        # The whole message: it names the guard (input and valid range); a report wraps it, never cuts it.
+        return {"runtime": runtime, "case": case, "passed": True, "error": " ".join(str(exc).split())[:2000]}
     return {
         "runtime": runtime,
         "case": case,
@@ -91,14 +92,15 @@ def verify_artifact(
     seed: int = 0,
     atol: dict[str, float] | None = None,
     rtol: dict[str, float] | None = None,
-    stage: Callable[[str], None] | None = None,
+    stage: Callable[..., None] | None = None,
 ) -> Verification:
     """Run the artifact on every probe of its kind with each runtime; compare with eager and the float64 oracle.
 
     ``atol`` / ``rtol`` override the dtype's tolerances: {output: value}, with ``""`` for every output. ``stage`` is
-    told, per probe, when the references (eager and float64), the runtimes and the comparison start.
+    called as ``stage(text, done, total)`` when, per probe, the references (eager and float64), each runtime and the
+    comparison start (``done`` probes of ``total`` finished), and once more for guards and properties.
     """
-    stage = stage or (lambda _: None)
+    stage = stage or (lambda *_: None)
     kind = kind_for(spec)
     outputs = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
     tolerances = resolve_tolerances(spec, outputs, atol or {}, rtol or {})
@@ -115,18 +117,18 @@ def verify_artifact(
     probes, coverage = kind.probes(spec)
     rng = np.random.default_rng(seed)
     try:
-        for probe in probes:
+        for step, probe in enumerate(probes):
             feeds = kind.feeds(spec, probe, rng)
-            stage("reference")
+            stage(f"reference: {probe.name}", step, len(probes))
             expected = {"eager": kind.eager(spec, feeds), "float64": kind.oracle(spec, feeds)}
             for runtime, runner in runners:
-                stage("runtime")
+                stage(f"{runtime}: {probe.name}", step, len(probes))
                 try:
                     results: dict[str, np.ndarray] | None = runner.infer(feeds)
                     error = ""
                 except Exception as exc:  # a runtime error on a valid call is a verification failure, not a crash
                     results, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                stage("verify")
+                stage(f"verify: {probe.name}", step, len(probes))
                 for ref_name, refs in expected.items():
                     for output, want in refs.items():
                         key = (ref_name, runtime, output)
@@ -139,7 +141,7 @@ def verify_artifact(
                             locate = lambda index, p=probe, o=output: kind.locate(p, o, index)  # noqa: E731
                             axis = kind.curve(probe, output) if kind.curve else None
                             comparisons[key].update(probe.name, results[output], want, locate, axis)
-        stage("verify")
+        stage("guards and properties", len(probes), len(probes))
         cases = kind.guards(spec) if kind.guards else []
         guards = [_guard(n, r, case, feeds) for n, r in runners for case, feeds in cases]
         properties: list[dict[str, Any]] = []

@@ -130,9 +130,12 @@ def test_where_hf_float32_misses_the_rule_is_exact(
 ) -> None:
     spec = T5Spec(num_buckets=num_buckets, max_distance=max_distance, bidirectional=bidirectional, num_heads=1)
     relative = torch.tensor([-distance])  # key before the query
-    assert hf_bucket(relative, bidirectional, num_buckets, max_distance).item() == hf_says
     want = exact_bucket(distance, bidirectional, num_buckets, max_distance)
     assert want != hf_says
+    # HF's float32 result hangs on the last ulp of torch's vectorised log, which differs between CPU kernels (an
+    # AVX-512 machine gets 34/27 at distance 12 right, an AVX2 one does not): it is the recorded miss or the exact
+    # bucket, never a third value. Ours is exact on every machine.
+    assert hf_bucket(relative, bidirectional, num_buckets, max_distance).item() in (hf_says, want)
     assert t5_buckets(spec, relative).item() == want
 
 
