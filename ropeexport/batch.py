@@ -46,6 +46,7 @@ class Settings:
     runtimes: list[str]
     atol: dict[str, float] = field(default_factory=dict)
     rtol: dict[str, float] = field(default_factory=dict)
+    replace: bool = False  # replace an artifact of the same name built from another spec
 
 
 def _build(job: Job, settings: Settings, stage: Callable[..., None]) -> BuildResult:
@@ -58,6 +59,7 @@ def _build(job: Job, settings: Settings, stage: Callable[..., None]) -> BuildRes
         origin=job.origin,
         sources=job.sources,
         stage=stage,
+        replace=settings.replace,
     )
 
 

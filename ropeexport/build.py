@@ -82,8 +82,10 @@ def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> d
     }
 
 
-def check_target(out_dir: Path, name: str) -> Path:
-    """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact."""
+def check_target(out_dir: Path, name: str, spec: dict[str, Any] | None = None, replace: bool = False) -> Path:
+    """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact, or (unless ``replace``) an
+    artifact built from a spec other than ``spec`` (a dict as ``spec.to_dict()`` gives). The same spec again is a
+    rebuild and replaces silently."""
     target = out_dir / name
     for folder in (out_dir, *out_dir.parents):
         if folder.exists():
@@ -94,7 +96,26 @@ def check_target(out_dir: Path, name: str) -> Path:
         raise SpecError(
             "--out", f"{str(target)!r} exists and is not a ropeexport artifact; choose another --out or --name"
         )
+    if spec is not None and not replace and target.exists():
+        old = _built_spec(target)
+        differ = [k for k in sorted(set(old) | set(spec)) if old.get(k) != spec.get(k)]
+        if differ:
+            key = differ[0]
+            raise SpecError(
+                "name",
+                f"{str(target)!r} holds an artifact built from another spec ({key}: {old.get(key)!r} there, "
+                f"{spec.get(key)!r} now); give --replace to replace it, or another --name or --out",
+            )
     return target
+
+
+def _built_spec(folder: Path) -> dict[str, Any]:
+    """The spec recorded in an artifact's manifest ({} when unreadable: then any new spec differs)."""
+    try:
+        spec = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("spec")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
 
 
 def is_artifact(folder: Path) -> bool:
@@ -114,17 +135,19 @@ def build(
     origin: dict[str, Any] | None = None,
     sources: dict[str, str] | None = None,
     stage: Callable[..., None] | None = None,
+    replace: bool = False,
 ) -> BuildResult:
     """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all.
 
     ``atol`` / ``rtol`` override the dtype's tolerances per output ({output or "": value}). ``origin`` (what asked
     for the artifact: a preset, a config file) and ``sources`` (the config key each spec field came from) go into the
     manifest's ``build`` record. ``stage`` is told each stage as it starts: export, reference, runtime, verify, report.
+    ``replace``: replace an artifact of the same name even when it was built from another spec (else SpecError).
     """
     start = time.perf_counter()
     stage = stage or (lambda *_: None)
     out_dir = Path(out_dir)
-    target = check_target(out_dir, spec.name)
+    target = check_target(out_dir, spec.name, spec.to_dict(), replace)
     runtimes = check_runtime_names(runtimes or ["ort"])
     kind = kind_for(spec)
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # removed again if the build fails

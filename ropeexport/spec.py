@@ -89,9 +89,23 @@ class SpecBase:
         """Check and normalise the encoding's own fields (raise SpecError naming the field)."""
 
     def default_name(self) -> str:
-        """The folder name when none is given."""
-        kind = "" if self.artifact == self.artifacts[0] else f"-{self.artifact}"
-        return f"{self.encoding}{kind}-{self.dtype}-{self.graph}"
+        """The folder name when none is given: ``ENCODING-ARTIFACT[-TAGS]-GEOMETRY-pMAX_POSITIONS-DTYPE-GRAPH``.
+
+        Every part that shapes the model is in it (``alibi-bias-h12x64-p2048-fp16-fused``), so a 16-head build does
+        not take a 12-head build's folder; what the name leaves out, the build's spec check catches before any
+        replace (``build.check_target``).
+        """
+        parts = [self.encoding, self.artifact, *self.name_tags(), self.geometry(), f"p{self.max_positions}"]
+        return "-".join([p for p in parts if p] + [self.dtype, self.graph])
+
+    def name_tags(self) -> list[str]:
+        """Words for the encoding's choices that change the model (a layout, a schedule), for ``default_name``."""
+        return []
+
+    def geometry(self) -> str:
+        """``hHEADSxHEAD_DIM`` where the spec has heads, for ``default_name``."""
+        heads, dim = getattr(self, "num_heads", None), getattr(self, "head_dim", None)
+        return f"h{heads}x{dim}" if heads and dim else ""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, defaults resolved, in a JSON-friendly dict (the manifest's ``spec``)."""
@@ -186,10 +200,15 @@ class RopeSpec(SpecBase):
                 f"{MAX_TABLE_ENTRIES} (2^27): building them takes ~32 bytes per entry of memory in float64",
             )
 
-    def default_name(self) -> str:
-        """``rope-LAYOUT-SCALING-DTYPE-GRAPH`` (with ``-scores`` for the scores artifact)."""
-        kind = "" if self.artifact == "rope" else "-scores"
-        return f"rope{kind}-{self.layout}-{self.scaling}-{self.dtype}-{self.graph}"
+    def name_tags(self) -> list[str]:
+        """Layout and schedule: ``rope-rope-half-llama3-h32kv8x128-p131072-fp16-fused``."""
+        return [self.layout, self.scaling]
+
+    def geometry(self) -> str:
+        """``hHEADS[kvKV_HEADS]xHEAD_DIM[rROTARY_DIM]`` (kv and r only where they differ from heads and head_dim)."""
+        kv = f"kv{self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        rotary = f"r{self.rotary_dim}" if self.rotary_dim != self.head_dim else ""
+        return f"h{self.num_heads}{kv}x{self.head_dim}{rotary}"
 
 
 SPECS: dict[str, type[SpecBase]] = {}

@@ -50,6 +50,11 @@ def check_tree(out: Path) -> None:
     )
 
 
+def is_tree(folder: Path) -> bool:
+    """A folder holding a ropeexport index.json (written by ``write_index``)."""
+    return (_read(folder / "index.json") or {}).get("schema") == INDEX_SCHEMA
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

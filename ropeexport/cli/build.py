@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_tree(out)
     for job in jobs:
-        check_target(out, job.name)
+        check_target(out, job.name, job.spec, args.replace)
     if args.dry_run:
         return print_plan(jobs, out, runtimes, args.json)
     talk = not (args.quiet or args.json)
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
         print_resolved(jobs[0])
     start = time.perf_counter()
     results: list[BuildResult] = []
-    settings = Settings(out, runtimes, atol, rtol)
+    settings = Settings(out, runtimes, atol, rtol, replace=args.replace)
     try:
         with BuildProgress(len(jobs), enabled=talk) as progress:
 

@@ -2,11 +2,16 @@
 
 OLD and NEW are report.json files or artifact folders. A regression: a check that passed and now fails, a comparison
 missing from NEW, a metric that became null, or an error metric (max_abs, p99_abs, mean_abs, max_ulp) that grew by
-more than --max-growth times (default 2.0) and by more than its atol.
+more than --max-growth times (default 2.0) and by more than its atol. A changed tolerance is always said: loosened is
+a regression, tightened a note, and a verdict that flipped only because the tolerance was tightened says so.
+
+Reports of different specs are a regression, unless --across names the fields that may differ: compare a fused with
+a decomposed artifact of the same model with --across graph (repeatable or comma-separated: --across graph,dtype).
 
 Examples:
   ropeexport diff baseline/report.json ropeexport-out/llama-3.1-8b-rope-fp16-fused
   ropeexport diff old.json new.json --max-growth 1.5 --json
+  ropeexport diff ropeexport-out/llama-3.1-8b-rope-fp16-fused ropeexport-out/llama-3.1-8b-rope-fp16-decomposed --across graph
 
 """
 
@@ -34,6 +39,13 @@ def add_parser(sub: Any) -> None:
         metavar="X",
         help=f"largest allowed growth factor of an error metric (default {DEFAULT_MAX_GROWTH})",
     )
+    p.add_argument(
+        "--across",
+        action="append",
+        default=[],
+        metavar="FIELD[,FIELD]",
+        help="spec fields OLD and NEW may differ in, compared on purpose (e.g. graph, dtype); repeatable",
+    )
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
     p.set_defaults(run=run)
 
@@ -46,7 +58,13 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--max-growth", f"must be a number >= 1, got {args.max_growth!r}") from None
     if not (1 <= growth < float("inf")):
         raise SpecError("--max-growth", f"must be a finite number >= 1, got {args.max_growth!r}")
-    result = diff_reports(load_report(args.old, "OLD"), load_report(args.new, "NEW"), growth)
+    across = [f.strip().replace("-", "_") for item in args.across for f in item.split(",") if f.strip()]
+    old, new = load_report(args.old, "OLD"), load_report(args.new, "NEW")
+    known = set(old.get("spec") or {}) | set(new.get("spec") or {})
+    unknown = [f for f in across if f not in known]
+    if unknown:
+        raise SpecError("--across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}")
+    result = diff_reports(old, new, growth, across)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -8,19 +8,25 @@ Examples:
   ropeexport verify ropeexport-out/llama-3.1-8b-rope-fp16-fused
   ropeexport verify artifacts/mistral-7b-rope-fp16-fused --runtime ort --runtime onnx-reference --atol query_out:2e-5
 
-Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest).
+A folder inside a tree (its parent has a ropeexport index.json) refreshes the tree's index.json / index.html too, so
+the index never shows a verdict older than the report it links to.
+
+Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
+but a runtime named with --runtime could not run here (--allow-skip accepts that).
 
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.reverify import check_folder, verify_folder
-from ropeexport.tree import artifact_folders, write_index
+from ropeexport.errors import SpecError
+from ropeexport.tree import artifact_folders, is_tree, write_index
 
 
 def add_parser(sub: Any) -> None:
@@ -39,29 +45,46 @@ def add_parser(sub: Any) -> None:
         metavar="NAME",
         help="runtime to verify on: ort (default) or onnx-reference (repeatable)",
     )
+    p.add_argument(
+        "--allow-skip",
+        action="store_true",
+        help="exit 0 even when a runtime named with --runtime could not run here (default: exit 3)",
+    )
     add_tolerance_flags(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Verify and print the verdict (one line per artifact for a tree, then the index's path)."""
-    from ropeexport.cli.build import summary_line
+    from ropeexport.cli.build import skipped_exit, summary_line
 
     atol, rtol = tolerances(args)
     folder = Path(args.folder)
+    start = time.perf_counter()
     if (folder / "manifest.json").exists() or not artifact_folders(folder):
         result = verify_folder(folder, args.runtime, atol, rtol)
-        print(summary_line(result.report, result.path, 0.0))
-        return 0 if result.passed else 1
+        print(summary_line(result.report, result.path, time.perf_counter() - start))
+        tree = folder.resolve().parent
+        if is_tree(tree):  # the tree's index must not keep the old verdict
+            write_index(tree)
+            print(tree / "index.html")
+        return 1 if not result.passed else skipped_exit([result], args.runtime, args.allow_skip)
     folders = artifact_folders(folder)
     # Every artifact is checked before any is verified: a damaged tree changes nothing.
-    manifests = {one: check_folder(one) for one in folders}
-    passed = 0
+    manifests = {}
     for one in folders:
+        try:
+            manifests[one] = check_folder(one)
+        except SpecError as exc:  # name the artifact: a tree has many model.onnx files
+            raise SpecError(f"{one.name}/{exc.field}", exc.message) from None
+    results = []
+    for one in folders:
+        began = time.perf_counter()
         result = verify_folder(one, args.runtime, atol, rtol, manifest=manifests[one])
-        passed += result.passed
-        print(summary_line(result.report, result.path, 0.0))
+        results.append(result)
+        print(summary_line(result.report, result.path, time.perf_counter() - began))
     write_index(folder)
-    print(f"{passed} of {len(folders)} artifacts verified")
+    passed = sum(r.passed for r in results)
+    print(f"{passed} of {len(folders)} artifacts verified in {time.perf_counter() - start:.1f}s")
     print(folder.resolve() / "index.html")
-    return 0 if passed == len(folders) else 1
+    return 1 if passed < len(folders) else skipped_exit(results, args.runtime, args.allow_skip)

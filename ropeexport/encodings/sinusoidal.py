@@ -94,11 +94,13 @@ class SinusoidalSpec(SpecBase):
         """Channels of the stored table: d_model for ``apply``, head_dim for ``scores``."""
         return self.d_model if self.artifact == "apply" else self.head_dim
 
-    def default_name(self) -> str:
-        """``sinusoidal[-scores][-scaled]-DTYPE-GRAPH``."""
-        kind = "" if self.artifact == "apply" else "-scores"
-        scaled = "-scaled" if self.scale_input else ""
-        return f"sinusoidal{kind}{scaled}-{self.dtype}-{self.graph}"
+    def name_tags(self) -> list[str]:
+        """``scaled`` when the input is multiplied by sqrt(d_model)."""
+        return ["scaled"] if self.scale_input else []
+
+    def geometry(self) -> str:
+        """``dD_MODEL`` for ``apply``; heads x head_dim for ``scores``."""
+        return f"d{self.d_model}" if self.artifact == "apply" else super().geometry()
 
 
 def sinusoid_table(positions: int, width: int, base: float) -> np.ndarray:

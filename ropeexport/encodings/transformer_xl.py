@@ -112,10 +112,9 @@ class TransformerXLSpec(SpecBase):
         """Row of distance 0: row r of the table holds distance r - offset."""
         return 0 if self.causal else self.max_positions - 1
 
-    def default_name(self) -> str:
-        """``transformer-xl[-bidirectional]-DTYPE-GRAPH``."""
-        mask = "" if self.causal else "-bidirectional"
-        return f"transformer-xl{mask}-{self.dtype}-{self.graph}"
+    def name_tags(self) -> list[str]:
+        """``bidirectional`` for the non-causal extension."""
+        return [] if self.causal else ["bidirectional"]
 
 
 def weight_tensors(num_heads: int, head_dim: int, d_model: int) -> list[Tensor]:

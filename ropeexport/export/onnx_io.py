@@ -12,6 +12,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ropeexport import __version__
+from ropeexport.export.guard import add_position_guards
 
 ONNX_DTYPES = {"fp32": TensorProto.FLOAT, "fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 DATA_FILE = "model.onnx.data"
@@ -74,7 +75,13 @@ def artifact_metadata(spec: Any, position_inputs: list[str]) -> dict[str, str]:
 def make_model(
     graph: onnx.GraphProto, opset: int, metadata: dict[str, str], domains: dict[str, int] | None = None
 ) -> onnx.ModelProto:
-    """A model with the lowest IR version its opsets need (ONNX Runtime 1.31 reads IR 13 at most)."""
+    """A model with the lowest IR version its opsets need (ONNX Runtime 1.31 reads IR 13 at most).
+
+    Every position input named in the metadata gets an in-graph range guard (``export.guard``).
+    """
+    positions = [p for p in metadata.get("ropeexport.position_inputs", "").split(",") if p]
+    if positions:
+        add_position_guards(graph, positions, int(metadata["ropeexport.max_positions"]))
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domains or {}).items()]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="ropeexport", producer_version=__version__)
     model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)  # custom domains: plugins

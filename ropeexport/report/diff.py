@@ -5,16 +5,25 @@ OLD missing from NEW; an error metric (max_abs, p99_abs, mean_abs, max_ulp) that
 times **and** by more than the comparison's atol (the second condition keeps noise around zero from counting); a
 metric that was a number and is now null (the runtime raised). The default ``max_growth`` is 2.0: an error that
 doubles is a regression worth a look.
+
+Tolerances: a comparison whose atol or rtol changed says so (a loosened one is a regression: it can hide growth; a
+tightened one is a note), and a pass that became a fail under a tightened tolerance with no metric grown says that
+the tolerance, not the artifact, changed.
+
+Specs: two reports of different specs are not comparable (a regression), unless the fields that differ are named in
+``across`` on purpose: ``across=("graph",)`` compares a fused artifact with a decomposed one of the same model (the
+names differ with them and are never compared). Comparisons are matched by reference, runtime and output.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropeexport.errors import SpecError
+from ropeexport.inputs import read_json
 from ropeexport.report import REPORT_SCHEMA
 
 METRICS = ("max_abs", "p99_abs", "mean_abs", "max_ulp")
@@ -40,16 +49,15 @@ class ReportDiff:
 
 
 def load_report(path: str | Path, which: str) -> dict[str, Any]:
-    """A report.json (or an artifact folder holding one) of this schema; else SpecError naming OLD or NEW."""
+    """A report.json (or an artifact folder holding one) of this schema; else SpecError naming OLD or NEW.
+
+    Read strictly (``inputs.read_json``): a regular file of sane size, UTF-8, no NaN or Infinity (ropeexport writes
+    neither: infinite errors are null), bounded nesting and integers.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(which, f"cannot read {str(path)!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(which, f"{str(path)!r} is not valid JSON: {exc}") from None
+    report = read_json(path, which)
     if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
         got = report.get("schema") if isinstance(report, dict) else None
         raise SpecError(which, f"{str(path)!r} has schema {got!r}; this ropeexport reads {REPORT_SCHEMA!r}")
@@ -101,11 +109,33 @@ def _checks(report: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
-def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = DEFAULT_MAX_GROWTH) -> ReportDiff:
-    """Compare NEW against OLD (module docstring for what counts as a regression)."""
+def _spec_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{field: (OLD's value, NEW's)} for every spec field that differs, the folder name aside."""
+    a, b = old.get("spec"), new.get("spec")
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return {} if old.get("spec_sha256") == new.get("spec_sha256") else {"spec": ("?", "?")}
+    changes = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if k != "name" and a.get(k) != b.get(k)}
+    if not changes and a.get("name") == b.get("name") and old.get("spec_sha256") != new.get("spec_sha256"):
+        changes["spec_sha256"] = (old.get("spec_sha256"), new.get("spec_sha256"))  # equal specs, other hashes
+    return changes
+
+
+def diff_reports(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    max_growth: float = DEFAULT_MAX_GROWTH,
+    across: Sequence[str] = (),
+) -> ReportDiff:
+    """Compare NEW against OLD (module docstring for what counts as a regression and for ``across``)."""
     result = ReportDiff()
-    if old.get("spec_sha256") != new.get("spec_sha256"):
-        result.regressions.append("the two reports are of different specs (spec_sha256 differs)")
+    changes = _spec_changes(old, new)
+    for key, (before, after) in changes.items():
+        if key in across:
+            result.notes.append(f"spec.{key}: {before!r} in OLD, {after!r} in NEW (compared across it on purpose)")
+        else:
+            hint = "" if key in ("spec", "spec_sha256") else f"; to compare across it on purpose, give --across {key}"
+            result.regressions.append(f"different specs: spec.{key} is {before!r} in OLD, {after!r} in NEW{hint}")
+    tightened: list[str] = []
     olds = {_key(c): c for c in old["comparisons"]}
     news = {_key(c): c for c in new["comparisons"]}
     for key in sorted(set(olds) | set(news)):
@@ -117,11 +147,25 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = D
             result.notes.append(f"{label}: new in NEW")
             continue
         o, n = olds[key], news[key]
-        if o["passed"] and not n["passed"]:
-            result.regressions.append(f"{label}: passed before, fails now")
+        changed = [f"{b} {o[b]:g} -> {n[b]:g}" for b in ("atol", "rtol") if n[b] != o[b]]
         for bound in ("atol", "rtol"):
             if n[bound] > o[bound]:
                 result.regressions.append(f"{label}: {bound} loosened from {o[bound]:g} to {n[bound]:g}")
+            elif n[bound] < o[bound]:
+                result.notes.append(f"{label}: {bound} tightened from {o[bound]:g} to {n[bound]:g}")
+        if changed:
+            tightened.append(label)
+        if o["passed"] and not n["passed"]:
+            grown = any(
+                o.get(m) is not None and (n.get(m) is None or n[m] > o[m] * max_growth) for m in METRICS
+            )
+            why = (
+                f" under a changed tolerance ({', '.join(changed)}) with no metric grown: the tolerance changed, "
+                "not the artifact"
+                if changed and not grown
+                else ""
+            )
+            result.regressions.append(f"{label}: passed before, fails now{why}")
         if n["elements"] < o["elements"]:
             result.regressions.append(f"{label}: {n['elements']} elements checked, {o['elements']} before")
         for metric in METRICS:
@@ -144,5 +188,6 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any], max_growth: float = D
         elif label not in new_checks:
             result.regressions.append(f"{label}: checked before, not checked in NEW")
     if old.get("passed") and not new.get("passed"):
-        result.regressions.append("report: passed before, fails now")
+        why = f" (tolerances changed for {len(tightened)} comparison(s): see the notes)" if tightened else ""
+        result.regressions.append(f"report: passed before, fails now{why}")
     return result

@@ -89,7 +89,8 @@ def test_runtime_all_reports_tensorrt_skipped_with_the_reason(tmp_path: Path, ca
     out = tmp_path / "out"
     small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--out", str(out)]
     code, _, err = run(["build", *small, "--runtime", "all", "--quiet"], capsys)
-    assert code == 0, err
+    assert code == 3, err  # asked for TensorRT, which could not run: not a success
+    assert "trt" in err and "--allow-skip" in err
     runtimes = json.loads((out / "index.json").read_text())["artifacts"][0]["runtimes"]
     assert [r["name"] for r in runtimes if r["status"] == "verified"] == ["ort"]
     trt = next(r for r in runtimes if r["name"] == "trt")
@@ -198,9 +199,9 @@ def test_an_interrupted_batch_leaves_whole_folders_and_an_index_of_them(tmp_path
     small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--dtype", "fp32", "--dtype", "fp16"]
     code, _, err = run(["build", *small, "--out", str(out), "--quiet"], capsys)
     assert code == 130 and err.strip() == "ropeexport: interrupted"
-    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "rope-half-default-fp32-fused"]
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "rope-rope-half-default-h2x16-p64-fp32-fused"]
     index = json.loads((out / "index.json").read_text())
-    assert [a["name"] for a in index["artifacts"]] == ["rope-half-default-fp32-fused"]
+    assert [a["name"] for a in index["artifacts"]] == ["rope-rope-half-default-h2x16-p64-fp32-fused"]
 
 
 def test_verify_takes_a_tree_and_checks_every_artifact_first(tmp_path: Path, capsys) -> None:
@@ -211,10 +212,12 @@ def test_verify_takes_a_tree_and_checks_every_artifact_first(tmp_path: Path, cap
     assert code == 0, err
     assert "2 of 2 artifacts verified" in stdout and stdout.strip().endswith("index.html")
     reports = {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")}
-    model = out / "rope-half-default-fp32-fused" / "model.onnx"
+    model = out / "rope-rope-half-default-h2x16-p64-fp32-fused" / "model.onnx"
     model.write_bytes(model.read_bytes()[:-1])  # truncate one artifact's model
     code, _, err = run(["verify", str(out)], capsys)
-    assert code == 2 and "model.onnx" in err and len(err.strip().splitlines()) == 1
+    # One line, naming the artifact and the file (a tree has one model.onnx per artifact).
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "rope-rope-half-default-h2x16-p64-fp32-fused/files.model.onnx" in err
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/report.json")} == reports  # nothing was re-verified
 
 
@@ -294,7 +297,8 @@ def test_scaling_overrides_keep_provenance_true(tmp_path: Path, capsys) -> None:
     params = manifest["spec"]["scaling_params"]
     assert params["factor"] == 2.0 and params["original_max_position_embeddings"] == 32768
     assert "--scaling-param for factor" in manifest["build"]["sources"]["scaling_params"]
-    code, _, err = run([*base, "--num-kv-heads", "1", "--scaling", "default", "--out", str(out), "--quiet"], capsys)
+    argv = [*base, "--num-kv-heads", "1", "--scaling", "default", "--out", str(out), "--quiet"]
+    code, _, err = run([*argv, "--replace"], capsys)  # another spec under the same name: replaced on purpose
     assert code == 0, err
     manifest = json.loads((out / "qwen2.5-7b-rope-fp16-fused" / "manifest.json").read_text())
     assert manifest["spec"]["scaling_params"] == {} and "scaling_params" not in manifest["build"]["sources"]

@@ -250,7 +250,13 @@ def test_spec_files_json_and_toml_with_flag_override(tmp_path: Path, capsys) -> 
 def test_rebuild_replaces_an_existing_artifact(tmp_path: Path, capsys) -> None:
     args = ["build", *SMALL, "--name", "a", "--out", str(tmp_path)]
     assert run(args, capsys)[0] == 0
-    assert run([*args, "--theta", "500000"], capsys)[0] == 0
+    before = (tmp_path / "a" / "model.onnx").read_bytes()
+    assert run(args, capsys)[0] == 0  # the same spec again: a rebuild, replaced silently
+    # Another spec under the same name is refused before anything is written, unless --replace says so.
+    code, _, err = run([*args, "--theta", "500000"], capsys)
+    assert code == 2 and "theta: 10000.0 there, 500000.0 now" in err and "--replace" in err
+    assert (tmp_path / "a" / "model.onnx").read_bytes() == before
+    assert run([*args, "--theta", "500000", "--replace"], capsys)[0] == 0
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["spec"]["theta"] == 500000.0
 
 
@@ -342,7 +348,7 @@ def test_flags_override_the_file_before_defaults_are_filled(tmp_path: Path, caps
         )[0]
         == 0
     )
-    manifest = json.loads((tmp_path / "o" / "rope-half-default-fp16-fused" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "o" / "rope-rope-half-default-h2x16-p64-fp16-fused" / "manifest.json").read_text())
     assert manifest["spec"]["rotary_dim"] == 16 and manifest["spec"]["dtype"] == "fp16"
 
 

@@ -36,8 +36,8 @@ OPSET_UNKNOWN = "the highest opset TensorRT 10.13 parses is not stated by the so
 OPSET_ABOVE_86 = "TensorRT 8.6 documents operators up to opset 17"
 FLOAT64 = "TensorRT has no float64 or complex tensors"
 REDUCEMAX_86 = (
-    "ReduceMax on INT64 (8.6 casts INT64 down to INT32) tensor position_ids: TensorRT 8.6 documents ReduceMax for "
-    "FP32, FP16"
+    "ReduceMax on INT64 (8.6 casts INT64 down to INT32) tensor position_ids__checked: TensorRT 8.6 documents "
+    "ReduceMax for FP32, FP16"
 )
 
 

@@ -1,0 +1,63 @@
+"""In-graph range guards: every artifact kind, in plain ONNX Runtime (no runner pre-check), refuses a position
+outside [0, max_positions) with a message naming the input and the valid range, and accepts both ends of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from ropeexport.export.guard import guard_node_name
+from ropeexport.registry import KINDS, Probe, kind_for
+from tests.test_every_kind import small
+
+ort = pytest.importorskip("onnxruntime")
+
+CASES = [
+    pytest.param(encoding, artifact, graph, id=f"{encoding}-{artifact}-{graph}")
+    for (encoding, artifact) in sorted(KINDS)
+    for graph in ("fused", "decomposed")
+]
+P = 96  # tests.test_every_kind.SMALL's max_positions
+
+
+def _session(spec: object) -> tuple[object, list[str]]:
+    model = kind_for(spec).export(spec)
+    positions = [i.name for i in model.graph.input if i.name.endswith("position_ids")]
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # the refusals below are expected: keep ORT's own error log quiet
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]), positions
+
+
+def _feeds(spec: object, positions: list[str], values: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    kind = kind_for(spec)
+    probe = Probe("guard", {n: np.array([values.get(n, [0, 1, 2])], np.int64) for n in positions})
+    return kind.feeds(spec, probe, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(("encoding", "artifact", "graph"), CASES)
+def test_plain_onnxruntime_refuses_positions_outside_the_range(encoding: str, artifact: str, graph: str) -> None:
+    spec = small(encoding, artifact=artifact, graph=graph)
+    assert spec.max_positions == P
+    session, positions = _session(spec)
+    assert positions, "every artifact takes positions"
+    for name in positions:
+        ends = _feeds(spec, positions, {name: [0, P - 1, 1]})
+        session.run(None, ends)  # both ends of the range are accepted
+        for bad in (-1, -7, P, 5000):
+            feeds = _feeds(spec, positions, {name: [0, bad, 1]})
+            with pytest.raises(Exception) as refused:
+                session.run(None, feeds)
+            message = str(refused.value)
+            # The message names the input and the valid range, and never the bad value as if it were an index.
+            assert guard_node_name(name, P) in message
+            assert f"idx={bad}" not in message
+
+
+def test_the_guard_runs_before_anything_reads_the_positions() -> None:
+    spec = small("alibi", artifact="bias")
+    model = kind_for(spec).export(spec)
+    readers = [n for n in model.graph.node if "query_position_ids" in n.input]
+    # Only the guard's own nodes read the raw input; the rest read the checked copy.
+    assert readers and all(n.name.startswith("query_position_ids__guard") for n in readers)
+    onnx.checker.check_model(model, full_check=True)
