@@ -64,21 +64,32 @@ def _io(values: Any) -> list[dict[str, Any]]:
     return out
 
 
+def model_facts(model: onnx.ModelProto) -> dict[str, Any]:
+    """Inputs and outputs (name, dtype, shape with symbolic dims), opset, and the TensorRT verdict per version."""
+    return {
+        "inputs": _io(model.graph.input),
+        "outputs": _io(model.graph.output),
+        "opset": next(o.version for o in model.opset_import if o.domain == ""),
+        "trt_compat": trt_compat(model),
+    }
+
+
 def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> dict[str, Any]:
     """The manifest: spec, inputs/outputs with symbolic dims, opset, graph style, versions, file hashes."""
+    facts = model_facts(model)
     return {
         "schema": MANIFEST_SCHEMA,
         "name": spec.name,
         "encoding": spec.encoding,
         "artifact": spec.artifact,
         "spec": spec.to_dict(),
-        "inputs": _io(model.graph.input),
-        "outputs": _io(model.graph.output),
-        "opset": next(o.version for o in model.opset_import if o.domain == ""),
+        "inputs": facts["inputs"],
+        "outputs": facts["outputs"],
+        "opset": facts["opset"],
         "graph": spec.graph,
         "versions": versions(),
         "files": files,
-        "trt_compat": trt_compat(model),
+        "trt_compat": facts["trt_compat"],
     }
 
 
@@ -165,11 +176,12 @@ def build(
             spec, work / "model.onnx", runtimes, atol=atol, rtol=rtol, stage=stage
         )
         stage("report")
-        report = report_dict(spec, verification, versions(), files)
+        saved = onnx.load(str(work / "model.onnx"), load_external_data=False)
+        report = report_dict(spec, verification, versions(), files, model_facts(saved))
         write_reports(work, report)
         for name in save_polygraphy_reference(spec, work):  # hashed too: TensorRT is later compared against it
             files[name] = sha256(work / name)
-        manifest = manifest_dict(spec, onnx.load(str(work / "model.onnx"), load_external_data=False), files)
+        manifest = manifest_dict(spec, saved, files)
         engine_info = work / "model.engine.json"
         if engine_info.is_file():  # the TensorRT runner built and saved an engine (GPU hosts only)
             manifest["tensorrt"] = json.loads(engine_info.read_text())

@@ -16,7 +16,7 @@ from typing import Any
 
 import onnx
 
-from ropeexport.build import MANIFEST_SCHEMA, versions
+from ropeexport.build import MANIFEST_SCHEMA, model_facts, versions
 from ropeexport.errors import SpecError
 from ropeexport.export.onnx_io import sha256
 from ropeexport.report import report_dict, write_reports
@@ -118,7 +118,8 @@ def verify_folder(
     runtimes = check_runtime_names(runtimes or ["ort"])
     spec = spec_from_dict(manifest["spec"], "manifest.json spec")
     verification = verify_artifact(spec, folder / "model.onnx", runtimes, atol=atol, rtol=rtol)
-    report = report_dict(spec, verification, versions(), manifest["files"])
+    facts = model_facts(onnx.load(str(folder / "model.onnx"), load_external_data=False))
+    report = report_dict(spec, verification, versions(), manifest["files"], facts)
     # Reports are written beside each other in a temporary folder, then moved over the old ones.
     with tempfile.TemporaryDirectory(dir=folder, prefix=".reports.") as scratch:
         for name in write_reports(Path(scratch), report):

@@ -14,6 +14,7 @@ import time
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ropeexport.build import MANIFEST_SCHEMA, is_artifact, versions
 from ropeexport.errors import SpecError
@@ -74,6 +75,17 @@ def _worst(report: dict[str, Any]) -> dict[str, float | None]:
     return worst
 
 
+def _worst_ratio(report: dict[str, Any]) -> dict[str, float | None]:
+    """Worst error as a share of its allowance per reference (1 is the limit); None where a runtime raised."""
+    worst: dict[str, float | None] = {}
+    for c in report.get("comparisons", []):
+        ref, value = c.get("reference"), c.get("max_ratio")
+        if ref in worst and worst[ref] is None:
+            continue
+        worst[ref] = None if value is None else max(float(value), worst.get(ref) or 0.0)
+    return worst
+
+
 def entry(folder: Path, out: Path) -> dict[str, Any]:
     """One artifact's line in the index: verdict, worst errors, size, build time, runtimes and versions."""
     manifest = _read(folder / "manifest.json") or {}
@@ -96,6 +108,7 @@ def entry(folder: Path, out: Path) -> dict[str, Any]:
         "path": os.path.relpath(folder, out),
         "report": os.path.relpath(folder / "report.html", out),
         "worst_max_abs": _worst(report),
+        "worst_ratio": _worst_ratio(report),
         "bytes": {"model": model_bytes, "folder": size},
         "build_seconds": build.get("seconds"),
         "origin": build.get("origin", {}),
@@ -155,6 +168,22 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def _relative_link(path: str) -> str:
+    """An href for an artifact folder of this tree: ``./NAME``, URL-quoted, so that no folder name (say
+    ``javascript:alert(1)``) can become a scheme, an absolute path or a link out of the tree."""
+    name = Path(str(path)).name
+    return "./" + quote(name, safe="")
+
+
+def _error_cell(worst: dict[str, Any], ratio: dict[str, Any], reference: str) -> str:
+    """``4.99e-01 (0.12)``: the error next to its share of what the tolerance allows (1 is the limit)."""
+    if reference not in worst:
+        return "-"
+    share = ratio.get(reference)
+    words = "" if reference not in ratio else " (raised)" if share is None else f" ({share:.2g})"
+    return escape(_fmt(worst.get(reference)) + words)
+
+
 def render_index(index: dict[str, Any]) -> str:
     """``index.html``: one row per artifact linking to its report; failing rows first and highlighted."""
     rows = []
@@ -171,14 +200,20 @@ def render_index(index: dict[str, Any]) -> str:
         )
         origin = e["origin"].get("preset") or e["origin"].get("hf_config") or e["origin"].get("spec") or ""
         seconds = "" if e["build_seconds"] is None else f"{e['build_seconds']:.1f} s"
+        ratio = e.get("worst_ratio") or {}
+        folder = _relative_link(e["path"])
+        links = (
+            f'<a href="{folder}/report.html">{escape(e["name"])}</a>'
+            f' <span class="small">(<a href="{folder}/report.md">md</a>)</span>'
+        )
         cells = [
             badge,
-            f'<a href="{escape(e["report"])}">{escape(e["name"])}</a>',
+            links,
             escape(f"{e['encoding']} / {e['artifact']}"),
             escape(f"{e['dtype']} {e['graph']}"),
             escape(str(e["max_positions"])),
-            escape(_fmt(worst.get("eager", 0.0)) if "eager" in worst else "-"),
-            escape(_fmt(worst.get("float64", 0.0)) if "float64" in worst else "-"),
+            _error_cell(worst, ratio, "eager"),
+            _error_cell(worst, ratio, "float64"),
             escape(_size(e["bytes"]["model"])),
             escape(seconds),
             escape(ran),
@@ -193,8 +228,8 @@ def render_index(index: dict[str, Any]) -> str:
         "encoding / kind",
         "dtype graph",
         "max positions",
-        "worst |err| vs eager",
-        "worst |err| vs float64",
+        "worst |err| vs eager (share of allowed)",
+        "worst |err| vs float64 (share of allowed)",
         "model size",
         "build time",
         "runtimes",
@@ -210,7 +245,8 @@ def render_index(index: dict[str, Any]) -> str:
         f"<title>ropeexport: {index['passed']} of {total} verified</title><style>{CSS}</style></head><body>"
         f'<div class="banner {state}"><h1>ropeexport artifacts: {index["passed"]} of {total} verified</h1>'
         f"<p>{escape(index['path'])}. Errors are max |artifact - reference| over every probe, runtime and output; "
-        f"each report has the details.{escape(took)}</p></div>"
+        f"in parentheses, the worst element's error as a share of what its tolerance allows, max(atol, rtol x "
+        f"|expected|): at most 1 passes. Each report has the details.{escape(took)}</p></div>"
         "<table><thead><tr>"
         + "".join(f"<th>{escape(h)}</th>" for h in header)
         + "</tr></thead><tbody>"

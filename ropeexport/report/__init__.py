@@ -54,9 +54,17 @@ def environment(versions: dict[str, str | None]) -> dict[str, Any]:
 
 
 def report_dict(
-    spec: Any, verification: Verification, versions: dict[str, str | None], files: dict[str, str]
+    spec: Any,
+    verification: Verification,
+    versions: dict[str, str | None],
+    files: dict[str, str],
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report: verdict, comparisons (contract fields first), per-position curves, properties, checks, context."""
+    """The report: verdict, comparisons (contract fields first), per-position curves, properties, checks, context.
+
+    ``model``: facts about the model file (``build.model_facts``: inputs and outputs with symbolic dims, opset,
+    TensorRT verdicts per version), shown in the report so that it stands alone.
+    """
     spec_fields = spec.to_dict()
     curves = [c.curve() for c in verification.comparisons]
     return {
@@ -77,6 +85,7 @@ def report_dict(
         "spec_sha256": spec_sha256(spec_fields),
         "files": files,
         "environment": environment(versions),
+        "model": model or {},
     }
 
 

@@ -22,14 +22,17 @@ from ropeexport.report.markdown import (
     cosine,
     failing_items,
     headline,
+    io_rows,
     items,
     mapping,
     number,
     position_summary,
     probe_words,
+    share,
     shared_tolerance,
     tolerance_sentence,
     tolerance_words,
+    trt_rows,
     verdict,
     worst_location,
     worst_values,
@@ -170,7 +173,9 @@ def _comparisons(report: dict[str, Any]) -> str:
         "reference",
         "runtime",
         "output",
-        *(m.replace("_", " ") for m in metrics),
+        "max abs",
+        "of allowed",
+        *(m.replace("_", " ") for m in metrics[1:]),
         "cosine",
         "failures / elements",
     ]
@@ -178,11 +183,12 @@ def _comparisons(report: dict[str, Any]) -> str:
     rows = []
     for c in comparisons:
         worst = c.get("worst")
-        where = _e(worst_location(worst))
-        values = worst_values(worst)
+        where = _e(worst_location(worst, c.get("max_abs")))
+        values = worst_values(worst) if c.get("max_abs") != 0 else ""
         where += f'<br><span class="small">{_e(values)}</span>' if values else ""
         cells: list[Any] = [c.get("reference", "?"), c.get("runtime", "?"), _td(c.get("output", "?"), "name")]
-        cells += [_num(number(c.get(m))) for m in metrics]
+        cells += [_num(number(c.get("max_abs"))), _num(share(c.get("max_ratio")))]
+        cells += [_num(number(c.get(m))) for m in metrics[1:]]
         cells += [_num(cosine(c.get("cosine"))), _num(f"{number(c.get('failures'))} / {number(c.get('elements'))}")]
         cells += [] if shared else [_num(f"{number(c.get('atol'))} / {number(c.get('rtol'))}")]
         cells += [_td(_Safe(where), "where"), _badge(c.get("passed"))]
@@ -219,17 +225,31 @@ def _positions(report: dict[str, Any]) -> str:
             _figure(
                 png,
                 f"worst absolute error against {axis}",
-                "Each line is one comparison's worst absolute error in each bin. An element fails only when its error "
-                "exceeds both atol and rtol × |expected|: a line above atol can still pass where values are large.",
+                "Each line is one comparison's worst absolute error in each bin; the dotted line is atol. An element "
+                "may err by max(atol, rtol × |expected|), so a line above atol can still pass where values are "
+                "large: the next plot divides each error by its own allowance.",
             )
         )
+        ratios = [plots.Line(comparison_label(c), c.get("x") or [], c.get("max_ratio") or []) for c in group]
+        if any(c.get("max_ratio") for c in group):
+            png = _safe_plot(plots.share_by_position, ratios, label)
+            body.append(
+                _figure(
+                    png,
+                    f"worst error as a share of its allowance against {axis}",
+                    "Each bin's worst error divided by what that element may err by, max(atol, rtol × |expected|): "
+                    "the tolerance envelope is the red line at 1, and a point above it is a failing element.",
+                )
+            )
     rows = []
     for curve in curves:
         where, worst = position_summary(curve)
         bins = len(curve["x"]) if isinstance(curve.get("x"), list) else 0
+        ratios = [r for r in plots.floats(curve.get("max_ratio")) if math.isfinite(r)]
         cells = [comparison_label(curve), f"{bins} bins of {number(curve.get('bin_width'))}", where, _num(worst)]
+        cells.append(_num(share(max(ratios)) if ratios else "n/a"))
         rows.append(("", cells))
-    body.append(_table(["comparison", "curve", "worst bin", "max abs"], rows))
+    body.append(_table(["comparison", "curve", "worst bin", "max abs", "of allowed"], rows))
     return _section("positions", "Error by position", "".join(body))
 
 
@@ -326,6 +346,18 @@ def _guards(report: dict[str, Any]) -> str:
     return _section("guards", "Guards", intro + _table(["runtime", "case", "result", "what the runtime said"], rows))
 
 
+def _model(report: dict[str, Any]) -> str:
+    rows = [("", r) for r in io_rows(report)]
+    trt = trt_rows(report)
+    if not rows and not trt:
+        return ""
+    body = _table(["", "name", "dtype", "shape"], rows) if rows else ""
+    if trt:
+        body += "<p>TensorRT ONNX parser, by version (<code>ropeexport check-trt</code>; not run on TensorRT):</p>"
+        body += _table(["TensorRT", "verdict", "why"], [(_row_class(ok), [r[0], r[1], r[2]]) for ok, r in trt])
+    return _section("model", "Model: inputs, outputs, TensorRT", body)
+
+
 def _runtimes(report: dict[str, Any]) -> str:
     runtimes = items(report, "runtimes")
     if not runtimes:
@@ -404,6 +436,7 @@ def render_html(report: dict[str, Any]) -> str:
         _properties(report),
         _tables(report),
         _guards(report),
+        _model(report),
         _runtimes(report),
         _coverage(report),
         _environment(report),
@@ -413,6 +446,8 @@ def render_html(report: dict[str, Any]) -> str:
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{word}: {_e(name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        + '<nav class="small"><a href="../index.html">&larr; every artifact of this tree (index.html)</a> &middot; '
+        '<a href="report.md">report.md</a> &middot; <a href="report.json">report.json</a></nav>\n'
         + "\n".join(s for s in sections if s)
         + "\n</body>\n</html>\n"
     )

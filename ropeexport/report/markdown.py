@@ -104,10 +104,52 @@ def comparison_label(c: dict[str, Any]) -> str:
     return f"{c.get('reference', '?')} vs {c.get('runtime', '?')}: {c.get('output', '?')}"
 
 
-def worst_location(worst: Any) -> str:
-    """Where the worst element sits, in words; for a runtime that raised, the probe and the error."""
+def share(value: Any) -> str:
+    """The worst error as a share of what it may be: ``0.12 of allowed``, ``3.4x allowed`` (fails), ``exact``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a" if value is None else str(value)
+    if value == 0:
+        return "exact"
+    return f"{value:.2g} of allowed" if value <= 1 else f"{value:.3g}x allowed"
+
+
+def io_rows(report: dict[str, Any]) -> list[list[str]]:
+    """[kind, name, dtype, shape] for each model input and output the report records."""
+    model = mapping(report, "model")
+    rows = []
+    for kind in ("inputs", "outputs"):
+        for v in model.get(kind) or []:
+            if isinstance(v, dict):
+                shape = "[" + ", ".join(str(d) for d in v.get("shape") or []) + "]"
+                rows.append([kind[:-1], str(v.get("name", "?")), str(v.get("dtype", "?")), shape])
+    return rows
+
+
+def trt_rows(report: dict[str, Any]) -> list[tuple[bool | None, list[str]]]:
+    """(compatible, [version, verdict, first reason or note]) for each TensorRT version checked."""
+    rows = []
+    for version, result in (mapping(report, "model").get("trt_compat") or {}).items():
+        if not isinstance(result, dict):
+            continue
+        ok = result.get("compatible")
+        reasons = [r.get("reason", str(r)) if isinstance(r, dict) else str(r) for r in result.get("reasons") or []]
+        notes = [str(n) for n in result.get("notes") or []]
+        detail = reasons[0] + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "") if reasons else ""
+        detail = detail or "; ".join(notes)
+        rows.append((ok, [str(version), "parses" if ok else "does not parse", detail]))
+    return rows
+
+
+def worst_location(worst: Any, max_abs: Any = None) -> str:
+    """Where the worst element sits, in words; for a runtime that raised, the probe and the error.
+
+    With ``max_abs`` 0 every element is exact and no place is "worst": the words say so instead of naming an
+    arbitrary element (which would disagree with the error-by-position table).
+    """
     if not isinstance(worst, dict) or not worst:
         return ""
+    if max_abs == 0 and not worst.get("error"):
+        return "nowhere: every element exact"
     probe = worst.get("probe")
     if worst.get("error"):
         return f"probe {probe}: {worst['error']}" if probe else str(worst["error"])
@@ -220,7 +262,8 @@ def tolerance_sentence(tolerance: tuple[Any, Any]) -> str:
     atol, rtol = tolerance
     return (
         f"Every comparison: atol {number(atol)}, rtol {number(rtol)}; an element fails only when its error exceeds "
-        "both atol and rtol × |expected|."
+        "both atol and rtol × |expected|, so it may err by max(atol, rtol × |expected|). \"of allowed\" is the worst "
+        "element's error as a share of that allowance: at most 1 passes."
     )
 
 
@@ -248,12 +291,16 @@ def position_summary(curve: dict[str, Any]) -> tuple[str, str]:
     if not pairs:
         return "", "n/a"
     x, y = max(pairs, key=lambda pair: pair[1] if math.isfinite(pair[1]) else math.inf)
+    if y == 0:
+        return "none: every bin exact", number(0.0)
+    ties = sum(1 for _, v in pairs if v == y)
     width = curve.get("bin_width")
     if isinstance(x, int) and isinstance(width, int) and width > 1:
         where = f"{x}..{x + width - 1}"
     else:
         where = f"{x:g}" if isinstance(x, float) else str(x)
-    return f"{curve.get('axis') or 'position'} {where}", number(float(y))
+    also = f" (first of {ties} bins at this error)" if ties > 1 else ""
+    return f"{curve.get('axis') or 'position'} {where}{also}", number(float(y))
 
 
 # ---- Markdown ----
@@ -291,17 +338,32 @@ def _comparisons(report: dict[str, Any]) -> list[str]:
     if not comparisons:
         return ["## Comparisons", "", "No comparisons were recorded.", ""]
     shared = shared_tolerance(comparisons)
-    header = ["reference", "runtime", "output", "max abs", "p99 abs", "max ulp", "cosine", "failures / elements"]
-    header += ([] if shared else ["atol / rtol"]) + ["worst at", "result"]
+    header = ["reference", "runtime", "output", "max abs", "of allowed", "p99 abs", "max ulp", "cosine"]
+    header += ["failures / elements"] + ([] if shared else ["atol / rtol"]) + ["worst at", "result"]
     rows = []
     for c in comparisons:
         row = [c.get("reference", "?"), c.get("runtime", "?"), c.get("output", "?")]
-        row += [number(c.get("max_abs")), number(c.get("p99_abs")), number(c.get("max_ulp")), cosine(c.get("cosine"))]
+        row += [number(c.get("max_abs")), share(c.get("max_ratio")), number(c.get("p99_abs"))]
+        row += [number(c.get("max_ulp")), cosine(c.get("cosine"))]
         row.append(f"{number(c.get('failures'))} / {number(c.get('elements'))}")
         row += [] if shared else [f"{number(c.get('atol'))} / {number(c.get('rtol'))}"]
-        rows.append([*row, worst_location(c.get("worst")), _mark(c.get("passed"))])
+        rows.append([*row, worst_location(c.get("worst"), c.get("max_abs")), _mark(c.get("passed"))])
     intro = [md(tolerance_sentence(shared)), ""] if shared else []
     return ["## Comparisons", "", *intro, *_table(header, rows)]
+
+
+def _model(report: dict[str, Any]) -> list[str]:
+    rows = io_rows(report)
+    trt = trt_rows(report)
+    if not rows and not trt:
+        return []
+    out = ["## Model", ""]
+    if rows:
+        out += _table(["", "name", "dtype", "shape"], rows) + [""]
+    if trt:
+        out += ["TensorRT ONNX parser, by version (`ropeexport check-trt`; not run on TensorRT):", ""]
+        out += _table(["TensorRT", "verdict", "why"], [[r[0], _mark(ok) + " " + r[1], r[2]] for ok, r in trt])
+    return out
 
 
 def _positions(report: dict[str, Any]) -> list[str]:
@@ -439,7 +501,17 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += ["## What failed", "", *(f"- {md(f)}" for f in failures), ""]
     elif word == "FAIL":
         lines += ["## What failed", "", "- The report does not say it passed, and names no failing check.", ""]
-    for section in (_comparisons, _positions, _properties, _tables, _guards, _runtimes, _coverage, _environment):
+    for section in (
+        _comparisons,
+        _positions,
+        _properties,
+        _tables,
+        _guards,
+        _model,
+        _runtimes,
+        _coverage,
+        _environment,
+    ):
         lines += section(report)
     lines += _spec(report)
     if report.get("schema"):

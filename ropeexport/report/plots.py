@@ -118,14 +118,17 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         high = max(positive) * 5 if positive else 1.0
         zeros = missing = 0
         crosses: list[float] = []
+        exact: list[str] = []
         for line, points, bad, lost in curves:
             zeros += sum(y == 0 for _, y in points)
             missing += lost
             crosses += bad
             ys = [y if y > 0 else math.nan for _, y in points]  # NaN breaks the line
-            label = _short(line.label, 48)
-            label += "" if any(y > 0 for _, y in points) else " (no nonzero finite error)"
-            ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=label)
+            if not any(y > 0 for y in ys):
+                # Nothing to draw on a log axis: a legend entry for an invisible line would only confuse.
+                exact.append(_short(line.label, 48))
+                continue
+            ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
         for atol in tolerances:
             ax.axhline(atol, color=TOLERANCE_COLOR, linestyle=":", linewidth=1.4, label=f"atol {atol:g}")
         if crosses:
@@ -137,6 +140,9 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         ax.set_ylabel("worst |error| in bin")
         ax.set_title(_short("Worst absolute error against " + axis_label.split(" (")[0], 90))
         notes = []
+        if exact:
+            notes.append(f"no line for {', '.join(exact)}: zero error in every bin")
+            zeros -= sum(len(p) for line, p, _, _ in curves if _short(line.label, 48) in exact)
         if zeros:
             notes.append(f"{zeros} bins with zero error (gaps: a log axis has no 0)")
         if missing:
@@ -146,6 +152,40 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         _notes(figure, notes)
         if ax.get_legend_handles_labels()[0]:
             figure.legend(loc="outside right upper")
+        return _png(figure)
+
+
+def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
+    """Each bin's worst error as a share of its allowance max(atol, rtol |expected|), log y; the envelope is y = 1.
+
+    Dividing by each element's own allowance turns the tolerance envelope, which moves with |expected|, into one
+    line: a point above it is a failing element, whatever the magnitude of the values there.
+    """
+    with matplotlib.style.context(["default", STYLE]):
+        figure = _new_figure(POSITION_SIZE)
+        ax = figure.add_subplot()
+        curves = [(line, *_split(line.x, line.y)) for line in lines]
+        positive = [y for _, points, _, _ in curves for _, y in points if y > 0] + [1.0]
+        low, high = min(positive) / 3, max(positive) * 5
+        exact, crosses = [], []
+        for line, points, bad, _ in curves:
+            crosses += bad
+            ys = [y if y > 0 else math.nan for _, y in points]
+            if not any(y > 0 for y in ys):
+                exact.append(_short(line.label, 48))
+                continue
+            ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
+        ax.axhline(1.0, color=TOLERANCE_COLOR, linestyle="-", linewidth=1.2, label="allowed: max(atol, rtol × |expected|)")
+        if crosses:
+            ax.plot(crosses, [high] * len(crosses), "x", color=TOLERANCE_COLOR, markersize=6, label="inf or NaN error")
+            high *= 3
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        ax.set_xlabel(_short(axis_label, 90))
+        ax.set_ylabel("worst error / allowed")
+        ax.set_title(_short("Worst error as a share of its allowance against " + axis_label.split(" (")[0], 90))
+        _notes(figure, [f"no line for {', '.join(exact)}: zero error in every bin"] if exact else [])
+        figure.legend(loc="outside right upper")
         return _png(figure)
 
 
@@ -218,7 +258,9 @@ def error_histogram(
             lo, hi = (tolerance_x, tolerance_x) if tolerance_x is not None else (-1.0, 1.0)
         span = max(hi - lo, 1.0)
         # The axis runs in log10 |error|; ticks are labelled as errors (10^-8), so the zeros bar can be labelled 0.
+        # Whole decades only: a tick at log10(atol) would read "10^-2.09691".
         ticks = [t for t in MaxNLocator(6, integer=True).tick_values(lo, hi) if lo - 1e-9 <= t <= hi + 1e-9]
+        ticks = [t for t in ticks if float(t).is_integer()] or sorted({math.floor(lo), math.ceil(hi)})
         positions, labels = ticks, [f"$10^{{{t:g}}}$" for t in ticks]
         if exact_zeros > 0:
             # log10(0) is -inf: the zeros get their own bar, left of the rest.

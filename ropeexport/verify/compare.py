@@ -24,23 +24,29 @@ class Tolerance:
     reason: str
 
 
-# Inputs are standard-normal, so outputs stay below ~6 in magnitude.
+# Why each dtype's tolerance has its size, in terms every family shares (RoPE outputs stay below ~6 for its
+# standard-normal inputs; a bias, such as ALiBi's -m (i - j), can reach thousands and is judged by rtol there).
 TOLERANCES: dict[str, Tolerance] = {
     "fp32": Tolerance(
         1e-5,
         1e-5,
-        "fused kernels may use FMA and another operation order (<= 2 ulp seen); against float64 add the "
-        "0.5-ulp rounding of stored tables and weights and a few fp32 roundings. The planted bugs (a position "
-        "off by one, an ignored RoPE scaling, fp32 angles past position ~1000, wrong ALiBi slopes) err by 1e-4 "
-        "or more.",
+        "fused kernels may use FMA and another order of operations (<= 2 ulp seen); against float64 add the 0.5-ulp "
+        "rounding of stored tables, slopes and weights and a few fp32 roundings. The planted bugs (a position off by "
+        "one, ignored scaling, float32 angles at long positions, wrong slopes) err by 1e-4 or more.",
     ),
     "fp16": Tolerance(
         8e-3,
         4e-3,
-        "each fp16 multiply and add rounds (eps 9.8e-4) and the table carries 0.5 ulp: up "
-        "to ~2 ulp of outputs near 4, i.e. 8e-3 absolute where outputs cancel toward zero.",
+        "each fp16 multiply and add rounds (eps 9.8e-4) and stored values carry 0.5 ulp: about 2 ulp of outputs near "
+        "4 (8e-3 absolute) where outputs are small; large outputs (a bias near -2000, whose fp16 spacing is 1 to 2) "
+        "are judged by rtol 4e-3, about 4 ulp of their own size.",
     ),
-    "bf16": Tolerance(6e-2, 3e-2, "bf16 keeps 8 significant bits (eps 7.8e-3): ~2 ulp of outputs near 4."),
+    "bf16": Tolerance(
+        6e-2,
+        3e-2,
+        "bf16 keeps 8 significant bits (eps 7.8e-3): about 2 ulp of outputs near 4; larger outputs are judged by rtol "
+        "3e-2, about 4 ulp of their own size.",
+    ),
 }
 
 
@@ -68,6 +74,7 @@ class Comparison:
     max_abs: float = 0.0
     max_rel: float = 0.0
     max_ulp: float = 0.0
+    max_ratio: float = 0.0  # the worst element's error as a share of its allowance max(atol, rtol |expected|)
     mean_abs: float = 0.0
     mean_rel: float = 0.0
     elements: int = 0
@@ -75,6 +82,7 @@ class Comparison:
     worst: dict[str, Any] = field(default_factory=dict)
     axis: str = ""
     _curve: dict[int, float] = field(default_factory=dict, repr=False)
+    _ratio_curve: dict[int, float] = field(default_factory=dict, repr=False)
     _abs_hist: np.ndarray = field(default_factory=lambda: np.zeros(len(HIST_EDGES) + 1), repr=False)
     _rel_hist: np.ndarray = field(default_factory=lambda: np.zeros(len(HIST_EDGES) + 1), repr=False)
     _zeros: float = 0.0
@@ -105,7 +113,7 @@ class Comparison:
         if actual.shape != expected.shape:
             self.failures += max(1, expected.size)
             self.elements += expected.size
-            self.max_abs = self.max_rel = self.max_ulp = float("inf")
+            self.max_abs = self.max_rel = self.max_ulp = self.max_ratio = float("inf")
             self.worst = {"probe": probe, "error": f"shape {list(actual.shape)} != {list(expected.shape)}"}
             return
         size = actual.size
@@ -120,14 +128,21 @@ class Comparison:
         # where the expected value is 0).
         failing = (abs_err > self.atol) & (abs_err > self.rtol * mag)
         finite = np.isfinite(abs_err)
+        masked = np.zeros(abs_err.shape, bool)
         if not finite.all():
             # Equal infinities (masked logits) agree; any other NaN or infinity is a failure of unbounded size.
             same = a == e
+            masked = ~finite & same  # hidden by a causal mask: no error, and no position on the error curve
             abs_err[same] = 0.0
             bad = ~finite & ~same
             abs_err[bad] = np.inf
             failing |= bad
             mag[~np.isfinite(mag)] = 0.0
+        # Each element's share of what it may err by: > 1 exactly where it fails (the rule above, divided through).
+        allowed = np.maximum(self.atol, self.rtol * mag)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(allowed > 0, abs_err / np.where(allowed > 0, allowed, 1.0), np.where(abs_err > 0, np.inf, 0.0))
+        self.max_ratio = max(self.max_ratio, float(ratio.max(initial=0.0)))
         self.failures += int(np.count_nonzero(failing) * weight)
         # Relative error where it means something: expected values at least atol in magnitude.
         judged = mag >= self.atol
@@ -154,7 +169,10 @@ class Comparison:
         self._dots += np.array([np.dot(a[both], e[both]), np.dot(a[both], a[both]), np.dot(e[both], e[both])]) * weight
         if axis is not None:
             self.axis = axis[0]
-            self._fold_curve(abs_err, _take_kept(axis[1], kept))
+            positions = _take_kept(axis[1], kept)
+            hidden = np.where(masked, -np.inf, 0.0)  # masked elements never set a bin's worst
+            self._fold_curve(self._curve, abs_err + hidden, positions)
+            self._fold_curve(self._ratio_curve, ratio + hidden, positions)
         if a.size and float(abs_err.max()) >= self.max_abs and np.isfinite(self.max_abs):
             self.max_abs = float(abs_err.max())
             index = tuple(int(i) for i in np.unravel_index(int(np.argmax(abs_err)), a.shape))
@@ -165,8 +183,10 @@ class Comparison:
                 "expected": _json_float(e[index]),
             }
 
-    def _fold_curve(self, abs_err: np.ndarray, positions: np.ndarray) -> None:
+    @staticmethod
+    def _fold_curve(curve: dict[int, float], abs_err: np.ndarray, positions: np.ndarray) -> None:
         # Reduce over the axes the position does not vary along first (heads, channels): cheap, and few keys remain.
+        # A position whose every element is masked (-inf here) gets no point: it has no error to show.
         over = tuple(i for i, n in enumerate(positions.shape) if n == 1 and abs_err.shape[i] > 1)
         reduced = abs_err.max(axis=over, keepdims=True) if over else abs_err
         keys = np.broadcast_to(positions, reduced.shape).ravel()
@@ -175,13 +195,13 @@ class Comparison:
         keys, values = keys[order], values[order]
         starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
         for key, worst in zip(keys[starts].tolist(), np.maximum.reduceat(values, starts).tolist(), strict=True):
-            if worst > self._curve.get(key, -1.0):
-                self._curve[key] = worst
+            if worst > curve.get(key, -1.0):
+                curve[key] = worst
 
     def fail(self, probe: str, reason: str) -> None:
         """Record a probe the runtime could not run (it raised): the comparison fails with the reason."""
         self.failures += 1
-        self.max_abs = self.max_rel = self.max_ulp = float("inf")
+        self.max_abs = self.max_rel = self.max_ulp = self.max_ratio = float("inf")
         if "error" not in self.worst:  # keep the first: later probes often fail for the same reason
             self.worst = {"probe": probe, "error": reason}
 
@@ -208,6 +228,10 @@ class Comparison:
             starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
             keys, values = keys[starts], np.maximum.reduceat(values, starts)
         values = np.where(np.isfinite(values), values, np.nan)  # infinite or NaN errors become null
+        ratios = np.array([self._ratio_curve.get(k, np.nan) for k in sorted(self._curve)])
+        if width > 1:
+            ratios = np.fmax.reduceat(ratios, starts)
+        ratios = np.where(np.isfinite(ratios), ratios, np.nan)
         return {
             "reference": self.reference,
             "runtime": self.runtime,
@@ -216,6 +240,8 @@ class Comparison:
             "bin_width": width,
             "x": keys.tolist(),
             "max_abs": [None if np.isnan(v) else float(v) for v in values],
+            # Each bin's worst error as a share of its allowance: the tolerance envelope is the line y = 1.
+            "max_ratio": [None if np.isnan(v) else float(v) for v in ratios],
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,6 +265,7 @@ class Comparison:
             "mean_rel": self.mean_rel,
             "p99_rel": self.p99(self._rel_hist, max(self._rel_elements - self._rel_hist.sum(), 0.0)),
             "max_ulp": self.max_ulp,
+            "max_ratio": self.max_ratio,
             "cosine": cosine,
             "worst": self.worst,
             "histogram": {
@@ -247,7 +274,7 @@ class Comparison:
                 "counts": [int(c) for c in self._abs_hist],
             },
         }
-        for key in ("max_abs", "max_rel", "max_ulp", "mean_abs", "mean_rel", "p99_abs", "p99_rel"):
+        for key in ("max_abs", "max_rel", "max_ulp", "max_ratio", "mean_abs", "mean_rel", "p99_abs", "p99_rel"):
             value = out[key]
             if isinstance(value, float) and not np.isfinite(value):
                 out[key] = None  # JSON has no infinity; worst["error"] says what happened

@@ -247,3 +247,56 @@ def test_diff_rejects_damaged_reports_with_exit_2(built: Path, tmp_path: Path, c
     (tmp_path / "new.json").write_text(json.dumps(report))
     code, _, err = run(["diff", str(built / "report.json"), str(tmp_path / "new.json")], capsys)
     assert code == 2 and "NEW" in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_of_one_artifact_in_a_tree_refreshes_the_trees_index(built: Path, tmp_path: Path, capsys) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(built.parent, tree)
+    assert run(["verify", str(tree)], capsys)[0] == 0  # writes index.json over the copied tree
+    one = tree / built.name
+    code, out, _ = run(["verify", str(one), "--atol", "query_out:0", "--rtol", "query_out:0"], capsys)
+    assert code == 1 and out.strip().endswith("index.html")
+    index = json.loads((tree / "index.json").read_text())
+    assert [a["status"] for a in index["artifacts"] if a["name"] == built.name] == ["failed"]
+    assert "(0.0s)" not in out  # real times
+
+
+def test_diff_says_a_verdict_flipped_only_because_the_tolerance_was_tightened(
+    artifact: Path, tmp_path: Path, capsys
+) -> None:
+    old = tmp_path / "old.json"
+    shutil.copy(artifact / "report.json", old)
+    assert run(["verify", str(artifact), "--atol", "1e-9", "--rtol", "0"], capsys)[0] == 1
+    code, out, _ = run(["diff", str(old), str(artifact), "--json"], capsys)
+    result = json.loads(out)
+    assert code == 1
+    assert any("atol tightened from" in n for n in result["notes"])
+    flipped = [r for r in result["regressions"] if "passed before, fails now" in r and "/" in r.split(":")[0]]
+    assert flipped and all("the tolerance changed, not the artifact" in r for r in flipped)
+
+
+def test_diff_across_graph_compares_fused_with_decomposed_on_purpose(tmp_path: Path, capsys) -> None:
+    fused = build(SPEC.replace(name="m-fused"), tmp_path).path
+    decomposed = build(SPEC.replace(name="m-decomposed", graph="decomposed"), tmp_path).path
+    code, out, _ = run(["diff", str(fused), str(decomposed), "--json"], capsys)
+    assert code == 1 and any("--across graph" in r for r in json.loads(out)["regressions"])
+    code, out, _ = run(["diff", str(fused), str(decomposed), "--across", "graph", "--json"], capsys)
+    result = json.loads(out)
+    assert not any("different specs" in r for r in result["regressions"])
+    assert any("spec.graph" in n for n in result["notes"]) and result["rows"]
+    code, _, err = run(["diff", str(fused), str(decomposed), "--across", "grpah"], capsys)
+    assert code == 2 and "--across" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('{"a": NaN}', "NaN is not a JSON number"),
+        ("[" * 5000 + "]" * 5000, "nested deeper"),
+        ('{"a": ' + "9" * 400 + "}", "out of range"),
+    ],
+)
+def test_diff_refuses_reports_json_cannot_hold(tmp_path: Path, built: Path, capsys, text: str, fragment: str) -> None:
+    (tmp_path / "new.json").write_text(text)
+    code, _, err = run(["diff", str(built / "report.json"), str(tmp_path / "new.json")], capsys)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1

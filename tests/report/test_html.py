@@ -19,7 +19,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "p", "section", "ul", "li", "table",
     "thead", "tbody", "tr", "th", "td", "span", "br", "figure", "figcaption", "img", "div", "details", "summary",
+    "nav", "a", "code",
 }  # fmt: skip
+LINKS = {"../index.html", "report.md", "report.json"}  # a report links to its tree's index and its siblings only
 NETWORK = re.compile(r"""(?:src|href|action|poster|srcset)\s*=\s*["']?\s*(?:[a-z][a-z0-9+.-]*:)?//""", re.IGNORECASE)
 
 
@@ -42,6 +44,8 @@ class Page(HTMLParser):
         self.tags.add(tag)
         attributes = dict(attrs)
         assert not any(name.startswith("on") for name in attributes), (tag, attrs)  # no event handlers
+        if tag == "a":
+            assert attributes.get("href") in LINKS, attrs
         if tag == "img":
             self.images.append(attributes)
         if tag == "tr":
@@ -141,7 +145,10 @@ def test_real_report(real_report: dict[str, Any]) -> None:
     page = check_page(text)
     assert f"<h1>PASS: {real_report['name']}</h1>" in text
     assert text.count('<span class="badge pass">PASS</span>') >= len(real_report["comparisons"])
-    plotted = bool(real_report.get("positions")) + sum("histogram" in c for c in real_report["comparisons"])
+    # Error by position, and its share of the allowance (the tolerance envelope as y = 1) where the curves carry it.
+    curves = real_report.get("positions") or []
+    plotted = bool(curves) + any(c.get("max_ratio") for c in curves)
+    plotted += sum("histogram" in c for c in real_report["comparisons"])
     plotted += sum("curve" in p for p in real_report.get("properties", []))
     assert len(page.images) == plotted
     if real_report.get("schema") == "ropeexport.report/2":
@@ -192,3 +199,31 @@ HISTOGRAMS = [
 @pytest.mark.parametrize(("edges", "counts", "zeros", "expected"), HISTOGRAMS)
 def test_histogram_layouts(edges: list[Any], counts: list[Any], zeros: int, expected: tuple[Any, ...]) -> None:
     assert plots.histogram_bins(edges, counts) == expected
+
+
+def test_index_links_only_to_its_own_folders(tmp_path) -> None:
+    from ropeexport.tree import render_index
+
+    entry = {
+        "name": "javascript:alert(1)",
+        "path": "javascript:alert(1)",
+        "report": "javascript:alert(1)/report.html",
+        "passed": True,
+        "encoding": "alibi",
+        "artifact": "bias",
+        "dtype": "fp32",
+        "graph": "fused",
+        "max_positions": 8,
+        "worst_max_abs": {"float64": 0.5},
+        "worst_ratio": {"float64": 0.12},
+        "bytes": {"model": 1, "folder": 1},
+        "build_seconds": 1.0,
+        "runtimes": [],
+        "origin": {},
+    }
+    index = {"artifacts": [entry], "versions": {}, "path": str(tmp_path), "passed": 1, "failed": 0, "created": "now"}
+    index["last_build"] = {"wall_seconds": None, "jobs": None}
+    text = render_index(index)
+    hrefs = re.findall(r'href="([^"]*)"', text)
+    assert hrefs and all(h.startswith("./") and ":" not in h.split("/")[1] for h in hrefs), hrefs
+    assert "5.00e-01 (0.12)" in text  # the error next to its share of the allowance

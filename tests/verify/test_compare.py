@@ -62,3 +62,24 @@ def test_broadcast_expectation_collapses_only_when_the_output_agrees_across_the_
     c = Comparison("eager", "ort", "y", "fp32", 1e-5, 1e-5)
     c.update("p", differs, expected, lambda index: {"head": index[1]})
     assert not c.passed and c.failures == 1 and c.worst["head"] == 3
+
+
+@pytest.mark.parametrize(("actual", "expected", "passes"), CASES)
+def test_share_of_allowance_is_above_one_exactly_where_an_element_fails(
+    actual: list[float], expected: list[float], passes: bool
+) -> None:
+    c = compare(actual, expected)
+    ratio = c.to_dict()["max_ratio"]
+    assert (ratio is not None and ratio <= 1) == passes
+
+
+def test_masked_positions_leave_no_point_on_the_error_curve() -> None:
+    # Query 0 sees key 0 only; keys 1 and 2 are masked (-inf on both sides): they have no error to show.
+    expected = np.array([[[[0.5, -np.inf, -np.inf]]]])
+    actual = np.array([[[[0.5 + 2e-6, -np.inf, -np.inf]]]])
+    c = Comparison("float64", "ort", "bias", "fp32", 1e-5, 1e-5)
+    distance = np.array([[[[0, -1, -2]]]])
+    c.update("p", actual, expected, lambda index: {}, ("distance i-j", distance))
+    curve = c.curve()
+    assert curve is not None and curve["x"] == [0]
+    assert curve["max_abs"][0] == pytest.approx(2e-6) and curve["max_ratio"][0] == pytest.approx(0.2)
