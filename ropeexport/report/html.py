@@ -238,7 +238,7 @@ def _positions(report: dict[str, Any]) -> str:
                     png,
                     f"worst error as a share of its allowance against {axis}",
                     "Each bin's worst error divided by what that element may err by, max(atol, rtol × |expected|): "
-                    "the tolerance envelope is the red line at 1, and a point above it is a failing element.",
+                    "the tolerance envelope is the dashed line at 1, and a point above it is a failing element.",
                 )
             )
     rows = []
@@ -270,7 +270,11 @@ def _histograms(report: dict[str, Any]) -> str:
         figures.append(_figure(png, f"error histogram, {comparison_label(c)}"))
     if not figures:
         return ""
-    caption = '<p class="small">Elements by absolute error; exact zeros in grey on the left.</p>'
+    caption = (
+        '<p class="small">Elements by absolute error; exact zeros in grey on the left. The dotted line is atol: '
+        "elements right of it still pass where rtol × |expected| allows them (the share-of-allowance plot above says "
+        "where).</p>"
+    )
     return _section("histograms", "Error histograms", f'{caption}<div class="grid">{"".join(figures)}</div>')
 
 

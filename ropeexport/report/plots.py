@@ -175,7 +175,8 @@ def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
                 exact.append(_short(line.label, 48))
                 continue
             ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
-        ax.axhline(1.0, color=TOLERANCE_COLOR, linestyle="-", linewidth=1.2, label="allowed: max(atol, rtol × |expected|)")
+        envelope = "allowed: max(atol, rtol × |expected|)"  # black: the color cycle uses red for its 4th line
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1.2, label=envelope)
         if crosses:
             ax.plot(crosses, [high] * len(crosses), "x", color=TOLERANCE_COLOR, markersize=6, label="inf or NaN error")
             high *= 3
