@@ -538,6 +538,16 @@ def without_guards(model: onnx.ModelProto) -> onnx.ModelProto:
     return prune(model)
 
 
+def without_boundary_guards(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The artifact without its boundary range guards (``export.guard``): every node reads the raw position inputs."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name.endswith("__checked"):
+                node.input[i] = name.removesuffix("__checked")
+    return prune(model)
+
+
 def bypass(model: onnx.ModelProto, op_type: str) -> onnx.ModelProto:
     """Remove every ``op_type`` node, wiring its consumers to its first input (for ops that only copy or expand)."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -994,6 +1004,8 @@ def alibi_experiments(ctx: Context, dtype: str) -> dict[str, Any]:
     entries = roofline_entries(feeds, outputs, args) + [floor_entry(feeds, outputs, args)]
     entries.append(ort_entry("fused", "shipped bias artifact", model, feeds, args))
     variants = {"fused": model}
+    what = "the shipped artifact without its in-graph range guards (positions unchecked in plain ORT)"
+    entries.append(ort_entry("fused_no_guard", what, without_boundary_guards(model), feeds, args))
     what = "the general bias graph (clamp, Cast, Expand, mask: what shipped before the single pass)"
     entries.append(ort_entry("general", what, general, feeds, args))
     variants["general"] = general
