@@ -94,9 +94,11 @@ def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> d
 
 
 def check_target(out_dir: Path, name: str, spec: dict[str, Any] | None = None, replace: bool = False) -> Path:
-    """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact, or (unless ``replace``) an
-    artifact built from a spec other than ``spec`` (a dict as ``spec.to_dict()`` gives). The same spec again is a
-    rebuild and replaces silently."""
+    """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact.
+
+    Unless ``replace``, an artifact built from a spec other than ``spec`` (a dict as ``spec.to_dict()`` gives) is
+    refused too; the same spec again is a rebuild and replaces silently.
+    """
     target = out_dir / name
     for folder in (out_dir, *out_dir.parents):
         if folder.exists():

@@ -15,7 +15,6 @@ came from: the manifest records that, and ``ropeexport build --hf-config`` print
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.errors import SpecError
+from ropeexport.inputs import loads_json, read_text
 
 # transformers rope types -> ropeexport schedules. "su" is LongRoPE's name in Phi-3's first releases.
 ROPE_TYPES = {
@@ -186,14 +186,8 @@ class _Reader:
 def read_config(path: str | Path) -> dict[str, Any]:
     """Load a transformers config.json from disk; a missing, unreadable or non-JSON file is a SpecError."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError("--hf-config", f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError("--hf-config", f"{str(path)!r} is not valid JSON: {exc}") from None
+    # A regular file of sane size (not /dev/zero, not a FIFO), strict JSON with bounded nesting and integers.
+    data = loads_json(read_text(path, "--hf-config"), f"--hf-config {str(path)!r}")
     if not isinstance(data, dict):
         raise SpecError("--hf-config", f"{str(path)!r} is not a transformers config (not a JSON object)")
     return data
@@ -465,4 +459,11 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
     value = r.number(*fraction)
     if not 0 < value <= 1:
         raise r.error(fraction[0], f"must be in (0, 1], got {value!r}")
-    r.set("rotary_dim", int(head_dim * value), f"int(head_dim x {fraction[0]}) as transformers computes it")
+    rotary = int(head_dim * value)
+    if rotary < 2 or rotary % 2:
+        # 0 would read as "every channel" in the spec: a factor that rotates nothing must not build full rotation.
+        raise r.error(
+            fraction[0],
+            f"{value!r} x head_dim {head_dim} truncates to {rotary} rotated channels; RoPE needs an even number >= 2",
+        )
+    r.set("rotary_dim", rotary, f"int(head_dim x {fraction[0]}) as transformers computes it")

@@ -86,6 +86,14 @@ def _depth(value: Any, limit: int) -> None:
             stack.extend((child, depth + 1) for child in children)
 
 
+def check_depth(value: Any, field: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """SpecError naming ``field`` when a parsed value (JSON or TOML) nests deeper than ``limit``."""
+    try:
+        _depth(value, limit)
+    except ValueError as exc:
+        raise SpecError(field, f"is not usable: {exc}") from None
+
+
 def loads_json(text: str, field: str, limit: int = MAX_JSON_DEPTH) -> Any:
     """Parse JSON text strictly: no NaN/Infinity, integers within float range, nesting at most ``limit``."""
     try:
@@ -93,7 +101,9 @@ def loads_json(text: str, field: str, limit: int = MAX_JSON_DEPTH) -> Any:
         _depth(value, limit)
     except RecursionError:
         raise SpecError(field, f"is not usable JSON: nested deeper than {limit} levels") from None
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+    except json.JSONDecodeError as exc:
+        raise SpecError(field, f"is not valid JSON: {exc}") from None
+    except ValueError as exc:  # our own limits: NaN/Infinity, integers past float range, nesting
         raise SpecError(field, f"is not usable JSON: {exc}") from None
     return value
 

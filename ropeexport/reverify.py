@@ -7,18 +7,19 @@ rebuilt from the manifest, the model is verified on this machine's runtimes, and
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 
 from ropeexport.build import MANIFEST_SCHEMA, model_facts, versions
 from ropeexport.errors import SpecError
 from ropeexport.export.onnx_io import sha256
+from ropeexport.inputs import loads_json, read_json
 from ropeexport.report import report_dict, write_reports
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.spec import spec_from_dict
@@ -39,16 +40,14 @@ class VerifyResult:
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The manifest of an artifact folder, with its schema and fields checked; else SpecError."""
     path = folder / "manifest.json"
+    if folder.is_symlink():
+        raise SpecError("DIR", f"{str(folder)!r} is a symbolic link; give the artifact folder itself")
     if not folder.is_dir():
         raise SpecError("DIR", f"{str(folder)!r} is not a folder")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except OSError:
-        raise SpecError("DIR", f"{str(folder)!r} has no readable manifest.json: not a ropeexport artifact") from None
-    except UnicodeDecodeError:
-        raise SpecError("manifest.json", "is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError("manifest.json", f"is not valid JSON: {exc}") from None
+    if not path.exists() and not path.is_symlink():
+        raise SpecError("DIR", f"{str(folder)!r} has no readable manifest.json: not a ropeexport artifact")
+    _inside(folder, "manifest.json", "manifest.json")
+    manifest = read_json(path, "manifest.json")  # regular file, sane size, strict JSON
     if not isinstance(manifest, dict):
         raise SpecError("manifest.json", "must be a JSON object")
     if manifest.get("schema") != MANIFEST_SCHEMA:
@@ -61,24 +60,93 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
+def _inside(folder: Path, name: Any, field: str) -> Path:
+    """``folder / name`` for a plain relative name that stays inside ``folder`` and is no link; else SpecError.
+
+    A manifest names files by relative paths; ``../x``, an absolute path or a link would make verify read (and
+    reveal, through a matching or failing hash) files the artifact does not own.
+    """
+    if not isinstance(name, str) or not name or name.startswith(("/", "\\")) or "\\" in name:
+        raise SpecError(field, f"{name!r} is not a relative file name inside the artifact folder")
+    parts = Path(name).parts
+    if Path(name).is_absolute() or any(p in ("..", "") for p in parts):
+        raise SpecError(field, f"{name!r} leaves the artifact folder; only names inside it are allowed")
+    path = folder / name
+    current = folder
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            raise SpecError(field, f"{str(current)!r} is a symbolic link; an artifact's files are its own")
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        raise SpecError(field, f"{name!r} resolves outside the artifact folder") from None
+    return path
+
+
 def check_files(folder: Path, files: dict[str, str]) -> None:
-    """Every file the manifest lists exists with its recorded sha256; else SpecError naming the file."""
+    """Every file the manifest lists is inside the folder, no link, and has its recorded sha256; else SpecError."""
     for name, digest in files.items():
-        path = folder / name
+        path = _inside(folder, name, f"files.{name}")
         if not path.is_file():
             raise SpecError(f"files.{name}", f"{str(path)!r} is missing")
         if sha256(path) != digest:
             raise SpecError(f"files.{name}", "sha256 differs from the manifest: the file changed after it was built")
 
 
-def check_spec(folder: Path, manifest: dict[str, Any]) -> None:
-    """The manifest's spec (not hashed) must equal the spec embedded in the model (hashed), field by field."""
-    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
-    meta = {p.key: p.value for p in model.metadata_props}
+MAX_INITIALIZER_BYTES = 2**31  # protobuf's cap on a model; a larger claimed tensor is damage, not a table
+
+
+def check_model(folder: Path, manifest: dict[str, Any]) -> onnx.ModelProto:
+    """model.onnx parses, its tensors are as large as their dims say, and its external data is listed; else SpecError.
+
+    Hashes only prove the files are the ones the manifest names: a manifest written over a damaged model would
+    still match, so the model itself is read defensively before any runtime sees it.
+    """
     try:
-        embedded = json.loads(meta["ropeexport.spec"])
-    except (KeyError, json.JSONDecodeError):
-        raise SpecError("model.onnx", "carries no ropeexport.spec metadata: not a ropeexport artifact") from None
+        model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends: the bytes are no ONNX model
+        raise SpecError("model.onnx", f"is not an ONNX model ({type(exc).__name__})") from None
+    if not model.HasField("graph") or not model.graph.output:
+        raise SpecError("model.onnx", "has no graph (or no outputs): not a ropeexport artifact")
+    for tensor in model.graph.initializer:
+        dims = list(tensor.dims)
+        if any(d < 0 for d in dims):
+            raise SpecError("model.onnx", f"initializer {tensor.name!r} has negative dims {dims}")
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize if tensor.data_type else 0
+        size = itemsize * int(np.prod(dims, dtype=np.float64)) if dims else itemsize
+        if size > MAX_INITIALIZER_BYTES:
+            raise SpecError("model.onnx", f"initializer {tensor.name!r} claims {dims}: {size:.3g} bytes, over 2 GiB")
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            where = f"model.onnx external data of {tensor.name!r}"
+            _inside(folder, location, where)
+            if location not in manifest["files"]:
+                raise SpecError(where, f"{location!r} is not listed (and hashed) in the manifest's files")
+        elif tensor.HasField("raw_data") and len(tensor.raw_data) != size:
+            raise SpecError(
+                "model.onnx",
+                f"initializer {tensor.name!r}: dims {dims} need {size} bytes, it holds {len(tensor.raw_data)}",
+            )
+    return model
+
+
+def check_spec(folder: Path, manifest: dict[str, Any], model: onnx.ModelProto | None = None) -> None:
+    """The manifest's spec (not hashed) must equal the spec embedded in the model (hashed), field by field."""
+    model = model or check_model(folder, manifest)
+    meta = {p.key: p.value for p in model.metadata_props}
+    if "ropeexport.spec" not in meta:
+        raise SpecError("model.onnx", "carries no ropeexport.spec metadata: not a ropeexport artifact")
+    embedded = loads_json(meta["ropeexport.spec"], "model.onnx ropeexport.spec metadata")
+    if not isinstance(embedded, dict):
+        raise SpecError("model.onnx", "ropeexport.spec metadata must be a table of fields")
+    declared = meta.get("ropeexport.max_positions", "")
+    if not declared.isdigit() or int(declared) != embedded.get("max_positions"):
+        raise SpecError(
+            "model.onnx",
+            f"ropeexport.max_positions metadata {declared!r} is not the spec's max_positions "
+            f"{embedded.get('max_positions')!r}",
+        )
     spec = manifest["spec"]
     if not isinstance(spec, dict):
         raise SpecError("manifest.json", "spec must be a table of fields")
@@ -98,7 +166,7 @@ def check_folder(folder: Path) -> dict[str, Any]:
     """The manifest of an artifact folder whose files all match their hashes and spec; else SpecError."""
     manifest = read_manifest(folder)
     check_files(folder, manifest["files"])
-    check_spec(folder, manifest)
+    check_spec(folder, manifest, check_model(folder, manifest))
     return manifest
 
 

@@ -8,9 +8,9 @@ raises SpecError naming the field.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ import tomllib
 
 from ropeexport.encodings.schedules import get_schedule
 from ropeexport.errors import SpecError
+from ropeexport.inputs import check_depth, loads_json, read_text
 
 DTYPES = ("fp32", "fp16", "bf16")
 GRAPHS = ("fused", "decomposed")
@@ -121,9 +122,14 @@ def require_float(name: str, value: Any, minimum: float | None = None, strict: b
     """A finite number (not a bool), at least (or above, with ``strict``) ``minimum``; else SpecError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(name, f"must be a number, got {value!r}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer with hundreds of digits: no float holds it
+        raise SpecError(name, f"must be a finite number, got an integer of {len(str(abs(value)))} digits") from None
     if not math.isfinite(number):
         raise SpecError(name, f"must be a finite number, got {value!r}")
+    if number != 0 and abs(number) < sys.float_info.min:
+        raise SpecError(name, f"must be a normal float (|x| >= {sys.float_info.min:g}) or 0, got {value!r}")
     if minimum is not None and (number <= minimum if strict else number < minimum):
         raise SpecError(name, f"must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
     return number
@@ -166,7 +172,7 @@ class RopeSpec(SpecBase):
         if self.graph == "plugin" and self.artifact != "rope":
             raise SpecError("graph", f"'plugin' builds the rope artifact only, not {self.artifact!r}")
         put("layout", require_choice("layout", self.layout, LAYOUTS))
-        head_dim = require_int("head_dim", self.head_dim, 2)
+        head_dim = require_int("head_dim", self.head_dim, 2, 65536)
         if head_dim % 2:
             raise SpecError("head_dim", f"must be even (channels rotate in pairs), got {head_dim}")
         put("head_dim", head_dim)
@@ -176,13 +182,20 @@ class RopeSpec(SpecBase):
         if rotary_dim > head_dim:
             raise SpecError("rotary_dim", f"must be at most head_dim ({head_dim}), got {rotary_dim}")
         put("rotary_dim", rotary_dim)
-        num_heads = require_int("num_heads", self.num_heads, 1)
+        num_heads = require_int("num_heads", self.num_heads, 1, 4096)
         put("num_heads", num_heads)
-        kv = num_heads if self.num_kv_heads in (None, 0) else require_int("num_kv_heads", self.num_kv_heads, 1)
+        kv = num_heads if self.num_kv_heads in (None, 0) else require_int("num_kv_heads", self.num_kv_heads, 1, 4096)
         if num_heads % kv:
             raise SpecError("num_kv_heads", f"must divide num_heads ({num_heads}), got {kv}")
         put("num_kv_heads", kv)
-        theta = require_float("theta", self.theta, 0.0, strict=True)
+        if (num_heads + kv) * head_dim > 2**21:
+            raise SpecError(
+                "num_heads",
+                f"(num_heads + num_kv_heads) x head_dim = {(num_heads + kv) * head_dim} is over the limit of 2^21: "
+                "verification feeds would not fit in memory",
+            )
+        # theta <= 1 makes inv_freq = theta^(-2i/d) grow with i (and overflow for tiny theta): no model uses it.
+        theta = require_float("theta", self.theta, 1.0, strict=True)
         if theta == 1.0:
             raise SpecError("theta", "must not be 1 (every frequency would be 1)")
         put("theta", theta)
@@ -264,14 +277,18 @@ def read_spec_file(path: str | Path) -> list[dict[str, Any]]:
     kind = {".toml": "TOML", ".json": "JSON"}.get(path.suffix.lower())
     if kind is None:
         raise SpecError("--spec", f"{str(path)!r} must end in .json or .toml")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError("--spec", f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError("--spec", f"{str(path)!r} is not valid {kind}: {exc}") from None
+    text = read_text(path, "--spec")  # a regular file of sane size: not /dev/zero, not a FIFO
+    where = f"--spec {str(path)!r}"
+    if kind == "JSON":
+        data = loads_json(text, where)
+    else:
+        try:
+            data = tomllib.loads(text)
+            check_depth(data, where)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError("--spec", f"{str(path)!r} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise SpecError("--spec", f"{str(path)!r} is nested too deeply") from None
     if not isinstance(data, Mapping):
         raise SpecError("spec", "must be a table of fields")
     if "artifacts" not in data:

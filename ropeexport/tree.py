@@ -169,8 +169,10 @@ def _size(n: int) -> str:
 
 
 def _relative_link(path: str) -> str:
-    """An href for an artifact folder of this tree: ``./NAME``, URL-quoted, so that no folder name (say
-    ``javascript:alert(1)``) can become a scheme, an absolute path or a link out of the tree."""
+    """An href for an artifact folder of this tree: ``./NAME``, URL-quoted.
+
+    No folder name (say ``javascript:alert(1)``) can become a scheme, an absolute path or a link out of the tree.
+    """
     name = Path(str(path)).name
     return "./" + quote(name, safe="")
 

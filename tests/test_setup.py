@@ -6,10 +6,10 @@ import ast
 import importlib.metadata as md
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]

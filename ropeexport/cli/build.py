@@ -37,12 +37,12 @@ from ropeexport.cli import EXIT_SKIPPED
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
+from ropeexport.encodings.kerple import KERNELS
+from ropeexport.encodings.schedules import SCHEDULES
 from ropeexport.errors import SpecError
 from ropeexport.hf import import_config, model_name, read_config
 from ropeexport.presets import Request, expand, get_preset, presets
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.encodings.kerple import KERNELS
-from ropeexport.encodings.schedules import SCHEDULES
 from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings, read_spec_file, spec_from_dict
 from ropeexport.tree import artifact_folders, check_tree, write_index
 
@@ -137,7 +137,12 @@ def add_parser(sub: Any) -> None:
         if field in VARIANT_FIELDS:
             extra = " (both: fused and decomposed)" if field == "graph" else ""
             fields.add_argument(
-                flag, dest=field, action="append", default=None, metavar=field.upper(), help=f"repeatable; {text}{extra}"
+                flag,
+                dest=field,
+                action="append",
+                default=None,
+                metavar=field.upper(),
+                help=f"repeatable; {text}{extra}",
             )
         elif kind == "bool":
             fields.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None, help=text)
@@ -430,7 +435,13 @@ def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) 
 def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -> int:
     """``--dry-run``: every artifact the command would build, validated, and where; nothing is written."""
     plan = [
-        {"name": j.name, "path": str(out / j.name), "exists": (out / j.name).exists(), "spec": j.spec, "origin": j.origin}
+        {
+            "name": j.name,
+            "path": str(out / j.name),
+            "exists": (out / j.name).exists(),
+            "spec": j.spec,
+            "origin": j.origin,
+        }
         for j in jobs
     ]
     if as_json:
@@ -438,7 +449,8 @@ def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -
         return 0
     for item in plan:
         spec = item["spec"]
-        what = f"{spec['encoding']} {spec['artifact']} {spec['dtype']} {spec['graph']}, max_positions {spec['max_positions']}"
+        what = f"{spec['encoding']} {spec['artifact']} {spec['dtype']} {spec['graph']}"
+        what += f", max_positions {spec['max_positions']}"
         print(f"{item['name']}: {what}{' (replaces the existing folder)' if item['exists'] else ''}")
     print(f"{len(plan)} artifact(s) into {out.resolve()}, verified on {', '.join(runtimes)} (dry run: nothing written)")
     return 0

@@ -11,7 +11,8 @@ a decomposed artifact of the same model with --across graph (repeatable or comma
 Examples:
   ropeexport diff baseline/report.json ropeexport-out/llama-3.1-8b-rope-fp16-fused
   ropeexport diff old.json new.json --max-growth 1.5 --json
-  ropeexport diff ropeexport-out/llama-3.1-8b-rope-fp16-fused ropeexport-out/llama-3.1-8b-rope-fp16-decomposed --across graph
+  ropeexport diff ropeexport-out/llama-3.1-8b-rope-fp16-fused ropeexport-out/llama-3.1-8b-rope-fp16-decomposed \
+      --across graph
 
 """
 
@@ -63,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     known = set(old.get("spec") or {}) | set(new.get("spec") or {})
     unknown = [f for f in across if f not in known]
     if unknown:
-        raise SpecError("--across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}")
+        raise SpecError(
+            "--across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}"
+        )
     result = diff_reports(old, new, growth, across)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

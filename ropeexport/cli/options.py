@@ -27,8 +27,8 @@ def _parse(flag: str, items: list[str]) -> dict[str, float]:
             number = float(value)
         except ValueError:
             raise SpecError(f"--{flag}", f"expected VALUE or OUTPUT:VALUE with a number, got {item!r}") from None
-        if not number >= 0:
-            raise SpecError(f"--{flag}", f"must be >= 0, got {item!r}")
+        if not 0 <= number < float("inf"):
+            raise SpecError(f"--{flag}", f"must be a finite number >= 0, got {item!r}")
         out[name if sep else ""] = number
     return out
 

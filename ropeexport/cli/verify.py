@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import add_tolerance_flags, tolerances
-from ropeexport.reverify import check_folder, verify_folder
 from ropeexport.errors import SpecError
+from ropeexport.reverify import check_folder, verify_folder
 from ropeexport.tree import artifact_folders, is_tree, write_index
 
 

@@ -30,6 +30,9 @@ ParamKind = Literal["float", "int", "bool", "floats"]
 Regime = Literal["static", "switch", "continuous"]
 
 
+MAX_PARAM = 1e6  # any schedule parameter's magnitude (factors, betas, mscales): far past every published config
+
+
 @dataclass(frozen=True)
 class Param:
     """One scaling parameter: its type, whether it is required, its default and its lower bound."""
@@ -41,6 +44,7 @@ class Param:
     default: Any = None
     minimum: float | None = None
     strict_minimum: bool = False  # True: value must be > minimum, False: >= minimum
+    maximum: float = MAX_PARAM  # no schedule of any model comes near it; 1e308 would overflow the formulas
 
     def allowed(self) -> str:
         """Describe the allowed values in words, for error messages and ``ropeexport list``."""
@@ -48,7 +52,7 @@ class Param:
         text = kind[self.kind]
         if self.minimum is not None:
             text += f" {'>' if self.strict_minimum else '>='} {self.minimum:g}"
-        return text
+        return text + f" and at most {self.maximum:g}" if self.kind in ("float", "int", "floats") else text
 
     def coerce(self, value: Any, where: str) -> Any:
         """Turn a JSON/TOML value or a CLI string into this parameter's type, or raise SpecError naming ``where``."""
@@ -66,8 +70,9 @@ class Param:
                     raise ValueError
                 return out
             return self._number(value, int if self.kind == "int" else float)
-        except (TypeError, ValueError):
-            raise SpecError(where, f"must be {self.allowed()}, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:24]}... ({len(str(value))} characters)"
+            raise SpecError(where, f"must be {self.allowed()}, got {shown}") from None
 
     def _number(self, value: Any, kind: type) -> float | int:
         if isinstance(value, bool):
@@ -78,6 +83,8 @@ class Param:
         if not math.isfinite(number):
             raise ValueError
         if self.minimum is not None and (number <= self.minimum if self.strict_minimum else number < self.minimum):
+            raise ValueError
+        if abs(number) > self.maximum:
             raise ValueError
         return number
 
@@ -244,9 +251,14 @@ def _check_longrope(dim: int, max_positions: int, params: Mapping[str, Any]) -> 
             raise SpecError(f"scaling_params.{name}", "every entry must be > 0")
 
 
-_FACTOR = Param("factor", "float", "scaling factor, at least 1", required=True, minimum=1.0)
+_FACTOR = Param("factor", "float", "scaling factor, at least 1", required=True, minimum=1.0, maximum=1e4)
 _ORIGINAL = Param(
-    "original_max_position_embeddings", "int", "the context length the model was trained at", required=True, minimum=1
+    "original_max_position_embeddings",
+    "int",
+    "the context length the model was trained at",
+    required=True,
+    minimum=1,
+    maximum=2**24,
 )
 
 SCHEDULES: dict[str, Schedule] = {}

@@ -64,7 +64,7 @@ class SinusoidalSpec(SpecBase):
         if d_model % 2:
             raise SpecError("d_model", f"must be even (sin and cos fill channel pairs), got {d_model}")
         self._put("d_model", d_model)
-        base = require_float("base", self.base, 0.0, strict=True)
+        base = require_float("base", self.base, 1.0, strict=True)  # <= 1: frequencies that grow, or overflow
         if base == 1.0:
             raise SpecError("base", "must not be 1 (every channel pair would share one frequency)")
         self._put("base", base)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ropeexport.errors import SpecError
+from ropeexport.inputs import check_regular_file
 from ropeexport.numerics import round_once
 
 
@@ -30,6 +30,9 @@ class Tensor:
     positive: bool = False  # draw |normal| + std: for parameters a method requires to be > 0
 
 
+MAX_WEIGHTS_BYTES = 2**31  # learned position tables are kilobytes to megabytes; 2 GiB is ONNX's own cap
+
+
 def resolve_weights(tensors: list[Tensor], weights: str, seed: int) -> dict[str, np.ndarray]:
     """float64 weights by name, from ``weights`` (a safetensors path) when given, else seeded (module docstring)."""
     if not weights:
@@ -39,7 +42,8 @@ def resolve_weights(tensors: list[Tensor], weights: str, seed: int) -> dict[str,
             draw = rng.standard_normal(t.shape) * t.std
             out[t.name] = np.abs(draw) + t.std if t.positive else draw
         return out
-    path = Path(weights)
+    # A regular file of bounded size first: a FIFO would hang safetensors, /dev/zero would fill memory.
+    path = check_regular_file(weights, "weights", MAX_WEIGHTS_BYTES)
     try:
         from safetensors.numpy import load_file
 
@@ -80,7 +84,8 @@ def rounded(weights: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]
     """The weights as the artifact stores them: rounded once to ``dtype`` (returned as float64 for the oracle)."""
     out = {}
     for name, w in weights.items():
-        stored = round_once(w, dtype).astype(np.float64)
+        with np.errstate(over="ignore"):  # an overflow is reported below, as one line, not as a numpy warning
+            stored = round_once(w, dtype).astype(np.float64)
         if not np.isfinite(stored).all():
             raise SpecError("weights", f"tensor {name!r} overflows {dtype} (largest |value| {np.abs(w).max():.4g})")
         out[name] = stored

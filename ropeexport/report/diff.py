@@ -156,9 +156,7 @@ def diff_reports(
         if changed:
             tightened.append(label)
         if o["passed"] and not n["passed"]:
-            grown = any(
-                o.get(m) is not None and (n.get(m) is None or n[m] > o[m] * max_growth) for m in METRICS
-            )
+            grown = any(o.get(m) is not None and (n.get(m) is None or n[m] > o[m] * max_growth) for m in METRICS)
             why = (
                 f" under a changed tolerance ({', '.join(changed)}) with no metric grown: the tolerance changed, "
                 "not the artifact"

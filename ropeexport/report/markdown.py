@@ -262,7 +262,7 @@ def tolerance_sentence(tolerance: tuple[Any, Any]) -> str:
     atol, rtol = tolerance
     return (
         f"Every comparison: atol {number(atol)}, rtol {number(rtol)}; an element fails only when its error exceeds "
-        "both atol and rtol × |expected|, so it may err by max(atol, rtol × |expected|). \"of allowed\" is the worst "
+        'both atol and rtol × |expected|, so it may err by max(atol, rtol × |expected|). "of allowed" is the worst '
         "element's error as a share of that allowance: at most 1 passes."
     )
 

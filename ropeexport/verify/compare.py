@@ -141,7 +141,9 @@ class Comparison:
         # Each element's share of what it may err by: > 1 exactly where it fails (the rule above, divided through).
         allowed = np.maximum(self.atol, self.rtol * mag)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(allowed > 0, abs_err / np.where(allowed > 0, allowed, 1.0), np.where(abs_err > 0, np.inf, 0.0))
+            ratio = np.where(
+                allowed > 0, abs_err / np.where(allowed > 0, allowed, 1.0), np.where(abs_err > 0, np.inf, 0.0)
+            )
         self.max_ratio = max(self.max_ratio, float(ratio.max(initial=0.0)))
         self.failures += int(np.count_nonzero(failing) * weight)
         # Relative error where it means something: expected values at least atol in magnitude.

@@ -72,7 +72,12 @@ def _guard(runtime: str, runner: Runner, case: str, feeds: dict[str, np.ndarray]
         message = " ".join(str(exc).split())[:2000]
         if runtime == "ort" and GUARD_PATTERN.search(message) is None:
             # ONNX Runtime names the failing node: a refusal elsewhere (a shape error, say) is not the guard working.
-            return {"runtime": runtime, "case": case, "passed": False, "error": f"failed, but not at a range guard: {message}"}
+            return {
+                "runtime": runtime,
+                "case": case,
+                "passed": False,
+                "error": f"failed, but not at a range guard: {message}",
+            }
         return {"runtime": runtime, "case": case, "passed": True, "error": message}
     return {
         "runtime": runtime,
@@ -86,8 +91,11 @@ GUARD_PATTERN = re.compile(r"must lie in \[0, \d+\]")  # export.guard.guard_node
 
 
 def boundary_guards(spec: Any, kind: Any, probe: Probe, rng: np.random.Generator) -> list[tuple[str, Feeds]]:
-    """Calls every artifact must refuse inside its graph: ``probe`` with one entry of one position input set to -1
-    or max_positions (the first values outside the range on each side), for each position input in turn."""
+    """Calls every artifact must refuse inside its graph, one position input at a time.
+
+    ``probe`` with the last entry of one position input set to -1 or max_positions: the first values outside the
+    range on each side.
+    """
     feeds = kind.feeds(spec, probe, rng)
     cases = []
     for name in probe.positions:

@@ -199,7 +199,11 @@ def test_an_interrupted_batch_leaves_whole_folders_and_an_index_of_them(tmp_path
     small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--dtype", "fp32", "--dtype", "fp16"]
     code, _, err = run(["build", *small, "--out", str(out), "--quiet"], capsys)
     assert code == 130 and err.strip() == "ropeexport: interrupted"
-    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "rope-rope-half-default-h2x16-p64-fp32-fused"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "index.html",
+        "index.json",
+        "rope-rope-half-default-h2x16-p64-fp32-fused",
+    ]
     index = json.loads((out / "index.json").read_text())
     assert [a["name"] for a in index["artifacts"]] == ["rope-rope-half-default-h2x16-p64-fp32-fused"]
 

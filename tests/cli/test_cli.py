@@ -348,7 +348,9 @@ def test_flags_override_the_file_before_defaults_are_filled(tmp_path: Path, caps
         )[0]
         == 0
     )
-    manifest = json.loads((tmp_path / "o" / "rope-rope-half-default-h2x16-p64-fp16-fused" / "manifest.json").read_text())
+    manifest = json.loads(
+        (tmp_path / "o" / "rope-rope-half-default-h2x16-p64-fp16-fused" / "manifest.json").read_text()
+    )
     assert manifest["spec"]["rotary_dim"] == 16 and manifest["spec"]["dtype"] == "fp16"
 
 

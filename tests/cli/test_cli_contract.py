@@ -23,9 +23,9 @@ PY = [sys.executable, "-m", "ropeexport"]
 def test_version_and_help_import_neither_torch_nor_onnx(argv: list[str]) -> None:
     # Start-up time is measured in the benchmark notes; what keeps it low is testable: nothing heavy is imported.
     code = (
-        "import sys\nfrom ropeexport.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+        f"import sys\nfrom ropeexport.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'numpy', 'matplotlib') if m in sys.modules))"
-    ) % argv
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
@@ -156,7 +156,8 @@ def _help_examples() -> list[str]:
     for name in COMMANDS:
         parser = make_parser(name)
         sub = next(a for a in parser._actions if hasattr(a, "choices") and a.choices).choices[name]
-        lines += [m.strip() for m in re.findall(r"^\s+(ropeexport .*?)(?:\s+#.*)?$", sub.description or "", re.M)]
+        text = re.sub(r"\\\n\s*", " ", sub.description or "")  # a line ending in \ continues on the next
+        lines += [m.strip() for m in re.findall(r"^\s+(ropeexport .*?)(?:\s+#.*)?$", text, re.M)]
     return lines
 
 
