@@ -6,9 +6,11 @@ runner, never through the export code.
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -21,6 +23,7 @@ import onnx
 
 from ropeexport import __version__
 from ropeexport.errors import SpecError
+from ropeexport.inputs import read_json
 from ropeexport.export.onnx_io import save_model, sha256
 from ropeexport.registry import kind_for
 from ropeexport.report import report_dict, write_json, write_reports
@@ -31,6 +34,8 @@ from ropeexport.verify.core import Verification, verify_artifact
 from ropeexport.verify.polygraphy_files import save_polygraphy_reference
 
 MANIFEST_SCHEMA = "ropeexport.manifest/1"
+# Failures of the output folder itself (full, read-only, gone): reported as one line, never as a traceback.
+WRITE_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
 
 
 @dataclass(frozen=True)
@@ -125,18 +130,20 @@ def check_target(out_dir: Path, name: str, spec: dict[str, Any] | None = None, r
 def _built_spec(folder: Path) -> dict[str, Any]:
     """The spec recorded in an artifact's manifest ({} when unreadable: then any new spec differs)."""
     try:
-        spec = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("spec")
-    except (OSError, ValueError, AttributeError):
+        manifest = read_json(folder / "manifest.json", "manifest.json")
+    except SpecError:
         return {}
+    spec = manifest.get("spec") if isinstance(manifest, dict) else None
     return spec if isinstance(spec, dict) else {}
 
 
 def is_artifact(folder: Path) -> bool:
     """A folder holding a ropeexport manifest.json (its schema says so: another tool's manifest does not count)."""
     try:
-        return json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("schema") == MANIFEST_SCHEMA
-    except (OSError, ValueError, AttributeError):
+        manifest = read_json(folder / "manifest.json", "manifest.json")  # never opens a FIFO
+    except SpecError:
         return False
+    return isinstance(manifest, dict) and manifest.get("schema") == MANIFEST_SCHEMA
 
 
 def build(
@@ -168,7 +175,8 @@ def build(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecError("--out", f"cannot create {str(out_dir)!r}: {exc.strerror or exc}") from None
-    work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.", dir=out_dir))
+    # The PID in the name lets a later build tell a dead build's leftovers from a concurrent build's work.
+    work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.{os.getpid()}.", dir=out_dir))
     try:
         stage("export")
         model = kind.export(spec)
@@ -196,29 +204,72 @@ def build(
         }
         write_json(work / "manifest.json", manifest)
         _replace(work, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(work, ignore_errors=True)
         for folder in created:  # innermost first; only folders this build made, and only when still empty
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRORS:
+            # The disk, not the spec: one line, and the tree as it was (the work folder is gone, an old artifact
+            # of the same name is back in place).
+            raise SpecError("--out", f"cannot write {str(out_dir)!r}: {exc.strerror}; nothing was changed") from None
         raise
     return BuildResult(spec.name, target, verification.passed, report, time.perf_counter() - start)
 
 
 def _replace(work: Path, target: Path) -> None:
-    """Move the finished folder into place; an older artifact of the same name is swapped out, then removed."""
+    """Move the finished folder into place; an older artifact of the same name is swapped out, then removed.
+
+    If the new folder cannot be moved in, the old one is moved back: a failed rebuild never loses the artifact the
+    tree had.
+    """
     umask = os.umask(0)
     os.umask(umask)
     work.chmod(0o777 & ~umask)  # mkdtemp made it private; an artifact folder is as readable as any other
+    for path in work.rglob("*"):  # and so is every file in it (onnx writes external data 0600)
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
     if target.exists():
-        old = target.with_name(f".{target.name}.old.{time.time_ns()}")
+        old = target.with_name(f".{target.name}.old.{os.getpid()}.{time.time_ns()}")
         target.rename(old)
-        work.rename(target)
+        try:
+            work.rename(target)
+        except BaseException:
+            old.rename(target)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         work.rename(target)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """Load a JSON file written by ropeexport."""
-    return json.loads(path.read_text(encoding="utf-8"))
+def clean_leftovers(out_dir: Path) -> list[str]:
+    """Remove the hidden work folders of builds that died (kill -9, power loss) in ``out_dir``; their names.
+
+    A work folder is ``.NAME.building.PID.RANDOM`` (or ``.NAME.old.PID.NS`` during a swap); one whose PID is still a
+    running process may belong to a concurrent build and is left alone.
+    """
+    removed = []
+    if not out_dir.is_dir():
+        return removed
+    for path in out_dir.iterdir():
+        match = LEFTOVER.match(path.name)
+        if not match or path.is_symlink() or not path.is_dir() or _alive(int(match.group("pid"))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append(path.name)
+    return removed
+
+
+LEFTOVER = re.compile(r"^\..+\.(?:building|old)\.(?P<pid>\d+)\.[^/]+$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+

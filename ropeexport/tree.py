@@ -18,16 +18,28 @@ from urllib.parse import quote
 
 from ropeexport.build import MANIFEST_SCHEMA, is_artifact, versions
 from ropeexport.errors import SpecError
+from ropeexport.inputs import read_json
+from ropeexport.report import REPORT_SCHEMA
 from ropeexport.report.html import CSS
 
 INDEX_SCHEMA = "ropeexport.index/1"
 
 
-def artifact_folders(out: Path) -> list[Path]:
-    """Artifact folders of ``out`` (build's temporary folders start with '.' and are skipped)."""
+def artifact_folders(out: Path, damaged: bool = False) -> list[Path]:
+    """Artifact folders of ``out`` (build's temporary folders start with '.' and are skipped; links are not ours).
+
+    With ``damaged``, also folders with a manifest.json that no longer reads as ours (truncated, edited): the index
+    lists them as damaged instead of losing them.
+    """
     if not out.is_dir():
         return []
-    return sorted(p for p in out.iterdir() if not p.name.startswith(".") and is_artifact(p))
+    found = []
+    for p in sorted(out.iterdir()):
+        if p.name.startswith(".") or p.is_symlink() or not p.is_dir():
+            continue
+        if is_artifact(p) or (damaged and (p / "manifest.json").is_file()):
+            found.append(p)
+    return found
 
 
 def check_tree(out: Path) -> None:
@@ -57,9 +69,10 @@ def is_tree(folder: Path) -> bool:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a regular file of ours; None for anything else (a FIFO is not opened, never waited on)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(path, path.name)
+    except SpecError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -95,7 +108,7 @@ def entry(folder: Path, out: Path) -> dict[str, Any]:
     model_files = [f for f in manifest.get("files", {}) if f.startswith("model.") and (folder / f).is_file()]
     model_bytes = sum((folder / f).stat().st_size for f in model_files)  # model.onnx (+ .data, engine)
     build = manifest.get("build", {})
-    ok = manifest.get("schema") == MANIFEST_SCHEMA and bool(report)
+    ok = manifest.get("schema") == MANIFEST_SCHEMA and report.get("schema") == REPORT_SCHEMA
     return {
         "name": manifest.get("name", folder.name),
         "encoding": manifest.get("encoding"),
@@ -119,9 +132,46 @@ def entry(folder: Path, out: Path) -> dict[str, Any]:
     }
 
 
+def damaged_entry(folder: Path, out: Path, reason: str) -> dict[str, Any]:
+    """The index line of an artifact folder whose manifest or report cannot be read as ropeexport wrote them."""
+    return {
+        "name": folder.name,
+        "encoding": None,
+        "artifact": None,
+        "dtype": None,
+        "graph": None,
+        "max_positions": None,
+        "passed": False,
+        "status": "unreadable",
+        "reason": reason,
+        "path": os.path.relpath(folder, out),
+        "report": os.path.relpath(folder / "report.html", out),
+        "worst_max_abs": {},
+        "worst_ratio": {},
+        "bytes": {"model": 0, "folder": 0},
+        "build_seconds": None,
+        "origin": {},
+        "runtimes": [],
+        "versions": {},
+    }
+
+
+def safe_entry(folder: Path, out: Path) -> dict[str, Any]:
+    """``entry``, or a damaged entry saying why: one corrupt sibling must not stop a build from indexing the rest."""
+    try:
+        return entry(folder, out)
+    except Exception as exc:  # any shape of damage in a file we did not just write: listed, never fatal
+        return damaged_entry(folder, out, f"manifest.json or report.json is damaged ({type(exc).__name__}: {exc})")
+
+
 def index_dict(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
     """The index of every artifact in ``out``; ``wall_seconds`` / ``jobs`` describe the build that wrote it."""
-    entries = [entry(folder, out) for folder in artifact_folders(out)]
+    entries = []
+    for folder in artifact_folders(out, damaged=True):
+        if is_artifact(folder):
+            entries.append(safe_entry(folder, out))
+        else:
+            entries.append(damaged_entry(folder, out, "manifest.json is not a ropeexport manifest (damaged)"))
     passed = sum(e["passed"] for e in entries)
     return {
         "schema": INDEX_SCHEMA,
@@ -200,6 +250,8 @@ def render_index(index: dict[str, Any]) -> str:
             else f"{r['name']} skipped: {r.get('reason', '')}"
             for r in e["runtimes"]
         )
+        if e.get("status") == "unreadable":
+            ran = f"DAMAGED: {e.get('reason', '')}"
         origin = e["origin"].get("preset") or e["origin"].get("hf_config") or e["origin"].get("spec") or ""
         seconds = "" if e["build_seconds"] is None else f"{e['build_seconds']:.1f} s"
         ratio = e.get("worst_ratio") or {}

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.batch import Job, Settings, build_all
-from ropeexport.build import BuildResult, check_target
+from ropeexport.build import BuildResult, check_target, clean_leftovers
 from ropeexport.cli import EXIT_SKIPPED
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.cli.progress import BuildProgress
@@ -368,6 +368,8 @@ def run(args: argparse.Namespace) -> int:
         check_target(out, job.name, job.spec, args.replace)
     if args.dry_run:
         return print_plan(jobs, out, runtimes, args.json)
+    for name in clean_leftovers(out):  # a build killed earlier (kill -9) left its hidden work folder behind
+        print(f"ropeexport: removed {name}, the work folder of an interrupted build", file=sys.stderr)
     talk = not (args.quiet or args.json)
     if talk and args.hf_config:
         print_resolved(jobs[0])
@@ -383,8 +385,8 @@ def run(args: argparse.Namespace) -> int:
 
             build_all(jobs, settings, workers, on_stage=progress.stage, on_done=finished)
     finally:
-        if artifact_folders(out):  # an interrupted or failed batch still indexes what it finished
-            index = write_index(out, round(time.perf_counter() - start, 3), workers)
+        if artifact_folders(out, damaged=True):  # an interrupted or failed batch still indexes what it finished
+            index = index_or_error(out, round(time.perf_counter() - start, 3), workers)
     failed = [r.name for r in results if not r.passed]
     if args.json:
         built = {r.name for r in results}
@@ -403,6 +405,18 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         return 1
     return skipped_exit(results, args.runtime, args.allow_skip)
+
+
+def index_or_error(out: Path, seconds: float, workers: int) -> dict[str, Any]:
+    """Write the tree's index; a full or read-only disk is one line (exit 2), saying the index is out of date."""
+    try:
+        return write_index(out, seconds, workers)
+    except OSError as exc:
+        raise SpecError(
+            "--out",
+            f"the artifacts are built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
+            "free space and run 'ropeexport verify' on the tree to index them",
+        ) from None
 
 
 def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) -> int:

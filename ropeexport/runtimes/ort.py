@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ropeexport.errors import RuntimeUnavailable
 from ropeexport.runtimes.base import Runner
+
+
+def quiet_telemetry(ort: Any) -> None:
+    """Turn off what ONNX Runtime lets us turn off of its telemetry, once per process.
+
+    ``disable_telemetry_events`` stops the events ORT would send (its Windows ETW provider; elsewhere it has nothing
+    to send). What remains on Linux, and no API turns off: ORT 1.31 writes ``~/.cache/Microsoft/DeveloperTools/
+    .onnxruntime/{deviceid,onnxruntime.db}`` on its first session (README, "What a build writes").
+    """
+    global _TELEMETRY_OFF
+    if not _TELEMETRY_OFF and hasattr(ort, "disable_telemetry_events"):
+        ort.disable_telemetry_events()
+        _TELEMETRY_OFF = True
+
+
+_TELEMETRY_OFF = False
 
 
 class OrtRunner(Runner):
@@ -21,6 +38,7 @@ class OrtRunner(Runner):
             import onnxruntime as ort
         except ImportError:
             raise RuntimeUnavailable("onnxruntime is not installed (pip install 'ropeexport[cpu]')") from None
+        quiet_telemetry(ort)
         available = ort.get_available_providers()
         if providers is None:
             providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]

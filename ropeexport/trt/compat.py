@@ -25,6 +25,7 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from ropeexport.errors import SpecError
+from ropeexport.inputs import check_regular_file
 from ropeexport.trt import support
 from ropeexport.trt.support import op_support, op_types, resolve_version, version_facts, version_key
 
@@ -74,13 +75,15 @@ def load_model(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
     """The model itself, or read from a path (external data is not needed: only types and structure are)."""
     if isinstance(model, onnx.ModelProto):
         return model
-    path = Path(model)
-    if not path.is_file():
-        raise SpecError("MODEL", f"{str(path)!r} does not exist or is not a file")
+    path = check_regular_file(model, "MODEL", max_bytes=None)  # not a FIFO or device
     try:
-        return onnx.load(str(path), load_external_data=False)
+        proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError and friends: the file is not an ONNX model
         raise SpecError("MODEL", f"{str(path)!r} is not a readable ONNX model ({type(exc).__name__})") from None
+    # An empty file parses as an empty ModelProto: nothing to check is not "compatible".
+    if not proto.HasField("graph") or not (proto.graph.node or proto.graph.output):
+        raise SpecError("MODEL", f"{str(path)!r} holds no graph (empty or not an ONNX model)")
+    return proto
 
 
 def check_trt(model: onnx.ModelProto | str | Path, trt_version: str) -> CompatResult:

@@ -114,8 +114,9 @@ def rope_properties(spec: Any, runner: Runner) -> list[dict[str, Any]]:
     distances = np.unique(
         np.concatenate([np.arange(min(64, P)), np.geomspace(1, P - 1, DECAY_POINTS).astype(np.int64)])
     )
-    curve = []
+    curve, want = [], []
     chunk = max(1, min(1024, P - 1))  # plus the query at 0: never more tokens than the table has rows
+    schedule = get_schedule(spec.scaling)
     for i in range(0, distances.size, chunk):
         part = np.concatenate([[0], distances[i : i + chunk]])
         ones = np.ones((1, 1, part.size, d))
@@ -123,9 +124,12 @@ def rope_properties(spec: Any, runner: Runner) -> list[dict[str, Any]]:
         q0 = result["query_out"][0, 0, 0, :r].astype(np.float64)
         kn = result["key_out"][0, 0, 1:, :r].astype(np.float64)
         curve.append(kn @ q0)
+        # Each call's own L = max(position) + 1 picks a length-dependent schedule's frequencies (dynamic NTK):
+        # the expected curve of a chunk uses that chunk's L, never the largest distance of the whole curve.
+        freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, int(part.max()) + 1)
+        want.append(np.cos(np.outer(part[1:], freqs.inv_freq)).mean(axis=1))
     measured = np.concatenate(curve) / (r * factor**2)
-    freqs = get_schedule(spec.scaling).frequencies(r, spec.theta, spec.scaling_params, int(distances.max()) + 1)
-    expected = np.cos(np.outer(distances, freqs.inv_freq)).mean(axis=1)
+    expected = np.concatenate(want)
     ok, worst = _close(measured, expected, spec.dtype, scale=4.0)
     early = float(np.abs(measured[distances < 16]).mean())
     far = distances >= max(16, distances.max() // 2)

@@ -165,3 +165,16 @@ def test_nan_where_outputs_cancel_fails(tmp_path: Path) -> None:
         ]
     )
     assert not verify(spec, spec, tmp_path, model).passed
+
+
+# The decay curve is measured in calls of at most 1024 distances (and never more than the table's rows): a dynamic
+# schedule's frequencies depend on each call's L, so every call must be expected with its own L. 64 and 1100 split
+# the distances into two calls with different L.
+@pytest.mark.parametrize("max_positions", [64, 1100])
+def test_a_valid_dynamic_schedule_passes_at_any_length(tmp_path: Path, max_positions: int) -> None:
+    params = {"factor": 2.0, "original_max_position_embeddings": max_positions // 2}
+    spec = RopeSpec(head_dim=16, num_heads=2, max_positions=max_positions, scaling="dynamic", scaling_params=params)
+    result = verify(spec, spec, tmp_path)
+    decay = next(p for p in result.properties if p["name"] == "long-term decay")
+    assert decay["passed"], decay["summary"]
+    assert result.passed
