@@ -29,8 +29,13 @@ def measure(tree: Path, runs: int) -> dict[str, dict[str, float]]:
         times = []
         for _ in range(runs):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "ropeexport", *argv], env=env, capture_output=True, check=False)
+            # cwd is the checkout too: `python -m` puts the working folder first on sys.path.
+            done = subprocess.run(
+                [sys.executable, "-m", "ropeexport", *argv], cwd=tree, env=env, capture_output=True, check=False
+            )
             times.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                raise SystemExit(f"{tree}: ropeexport {' '.join(argv)} exited {done.returncode}")
         out[" ".join(argv)] = {"best": round(min(times), 4), "median": round(statistics.median(times), 4)}
     return out
 
