@@ -203,6 +203,7 @@ def build(
             "runtimes": runtimes,
         }
         write_json(work / "manifest.json", manifest)
+        _room_for_the_index(out_dir)
         _replace(work, target)
     except BaseException as exc:
         shutil.rmtree(work, ignore_errors=True)
@@ -215,6 +216,20 @@ def build(
             raise SpecError("--out", f"cannot write {str(out_dir)!r}: {exc.strerror}; nothing was changed") from None
         raise
     return BuildResult(spec.name, target, verification.passed, report, time.perf_counter() - start)
+
+
+INDEX_MARGIN = 256 * 2**10  # an index entry is about 2 KiB; the margin leaves room for many and for the HTML
+
+
+def _room_for_the_index(out_dir: Path) -> None:
+    """Raise ENOSPC unless the tree can still hold a rewritten index once this artifact lands.
+
+    The index is rewritten after the artifact moves in; on a disk that the artifact just filled, that would leave a
+    folder the index does not list. Checking first keeps the two in step (nothing lands without room for both).
+    """
+    current = sum((out_dir / n).stat().st_size for n in ("index.json", "index.html") if (out_dir / n).is_file())
+    if shutil.disk_usage(out_dir).free < 2 * current + INDEX_MARGIN:
+        raise OSError(errno.ENOSPC, "No space left on device (no room to index the artifact)")
 
 
 def _replace(work: Path, target: Path) -> None:

@@ -52,7 +52,7 @@ def _tmpfs(folder: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.parametrize("size", ["48k", "160k"])
+@pytest.mark.parametrize("size", ["48k", "160k", "400k", "1m"])
 def test_a_full_disk_is_one_line_and_leaves_the_tree_consistent(
     tmp_path: Path, size: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -362,7 +362,7 @@ def _model(report: dict[str, Any]) -> list[str]:
         out += _table(["", "name", "dtype", "shape"], rows) + [""]
     if trt:
         out += ["TensorRT ONNX parser, by version (`ropeexport check-trt`; not run on TensorRT):", ""]
-        out += _table(["TensorRT", "verdict", "why"], [[r[0], _mark(ok) + " " + r[1], r[2]] for ok, r in trt])
+        out += _table(["TensorRT", "verdict", "why"], [[r[0], ("✅ " if ok else "❌ ") + r[1], r[2]] for ok, r in trt])
     return out
 
 

@@ -66,7 +66,7 @@ def test_variants_json_summary_and_index(tmp_path: Path, capsys) -> None:
         assert entry["worst_max_abs"]["float64"] < 5e-3 and entry["bytes"]["model"] > 0
         assert entry["build_seconds"] > 0 and entry["runtimes"][0]["name"] == "ort"
     html = (out / "index.html").read_text()
-    assert all(f'href="{n}/report.html"' in html for n in names) and "4 of 4 verified" in html
+    assert all(f'href="./{n}/report.html"' in html for n in names) and "4 of 4 verified" in html
 
 
 def test_a_second_build_adds_to_the_index(tmp_path: Path, capsys) -> None:

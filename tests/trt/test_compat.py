@@ -392,7 +392,7 @@ def test_cli_bad_version_exits_2(
 
 def test_cli_missing_or_unreadable_model_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(["check-trt", str(tmp_path / "nope.onnx"), "--trt-version", "10.15"], capsys)
-    assert code == 2 and "MODEL: " in err and "does not exist" in err
+    assert code == 2 and "MODEL: " in err and "No such file or directory" in err
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(np.arange(64, dtype=np.uint8).tobytes())
     code, _, err = cli(["check-trt", str(garbage), "--trt-version", "10.15"], capsys)
