@@ -23,8 +23,8 @@ import onnx
 
 from ropeexport import __version__
 from ropeexport.errors import SpecError
-from ropeexport.inputs import read_json
 from ropeexport.export.onnx_io import save_model, sha256
+from ropeexport.inputs import read_json
 from ropeexport.registry import kind_for
 from ropeexport.report import report_dict, write_json, write_reports
 from ropeexport.runtimes import check_runtime_names
@@ -287,4 +287,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # someone else's process: alive
     return True
-

@@ -16,6 +16,7 @@ from ropeexport.build import build
 from ropeexport.cli import main
 from ropeexport.encodings.alibi import AlibiSpec
 from ropeexport.encodings.sinusoidal import SinusoidalSpec
+from ropeexport.errors import SpecError
 from ropeexport.tree import index_dict
 
 SMALL = ["build", "--encoding", "alibi", "--num-heads", "2", "--head-dim", "4", "--max-positions", "16"]
@@ -39,7 +40,7 @@ def test_a_failed_swap_puts_the_old_artifact_back(tmp_path: Path, monkeypatch: p
         return real_rename(self, target)
 
     monkeypatch.setattr(Path, "rename", failing)
-    with pytest.raises(Exception):
+    with pytest.raises(SpecError, match="Input/output error"):  # one line for the CLI, not a traceback
         build(spec, tmp_path)
     monkeypatch.undo()
     assert (tmp_path / "a" / "model.onnx").read_bytes() == before  # the good artifact is back
