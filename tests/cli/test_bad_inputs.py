@@ -266,3 +266,12 @@ def test_the_table_counts_match_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     total = len(BUILD_CASES) + len(VERIFY_CASES) + len(OTHER_CASES) + 1  # + the linked tree folder
     assert f"{total} hostile inputs" in readme
+    checks = sum(c[0].startswith("check-trt") for c in OTHER_CASES)
+    for what, count in (
+        ("`build` inputs", len(BUILD_CASES)),
+        ("`verify` on tampered", len(VERIFY_CASES) + 1),
+        ("`check-trt` models", checks),
+        ("`diff` reports", len(OTHER_CASES) - checks),
+    ):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {what}"))
+        assert f"| {count} | {count} |" in row, row
