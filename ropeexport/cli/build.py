@@ -40,16 +40,21 @@ from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
 from ropeexport.encodings.kerple import KERNELS
 from ropeexport.encodings.schedules import SCHEDULES
 from ropeexport.errors import SpecError
-from ropeexport.hf import import_config, model_name, read_config
-from ropeexport.presets import Request, expand, get_preset, presets
+from ropeexport.presets import Request, presets
+from ropeexport.requests import (
+    VARIANT_FIELDS,
+    from_fields,
+    from_hf_config,
+    from_presets,
+    from_spec_file,
+    with_overrides,
+)
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings, read_spec_file, spec_from_dict
+from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings, spec_from_dict
 from ropeexport.tree import artifact_folders, check_tree, write_index
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
 SPECIAL_FIELDS = ("scaling_params",)
-# Repeatable: one artifact per combination.
-VARIANT_FIELDS = ("artifact", "dtype", "graph")
 SERVING_RUNTIMES = ("ort", "trt")  # --runtime all
 
 
@@ -246,22 +251,6 @@ def _source_kind(args: argparse.Namespace) -> str | None:
     return given[0] if given else None
 
 
-def _from_raw(
-    raws: list[dict[str, Any]], variants: dict[str, list[str] | None], origin: dict[str, Any]
-) -> list[Request]:
-    """Spec-file or flag requests: each raw spec once per variant combination given on the command line."""
-    out = []
-    for raw in raws:
-        lists: dict[str, list[Any]] = {k: v or [raw.get(k)] for k, v in variants.items()}
-        combos = [(a, d, g) for a in lists["artifact"] for d in lists["dtype"] for g in lists["graph"]]
-        for artifact, dtype, graph in combos:
-            fields = dict(raw) | {k: v for k, v in zip(VARIANT_FIELDS, (artifact, dtype, graph), strict=True) if v}
-            if len(combos) > 1 and raw.get("name"):
-                fields["name"] = "-".join([raw["name"], *(str(v) for v in (artifact, dtype, graph) if v)])
-            out.append(Request(fields, {k: origin.get("spec", "command line") for k in fields}, dict(origin)))
-    return out
-
-
 def requests_from_args(args: argparse.Namespace) -> list[Request]:
     """What the command line asks for, before validation: presets, a config, a spec file, flags, or the default."""
     kind = _source_kind(args)
@@ -269,47 +258,15 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
     overrides = _flag_fields(args)
     listed = {"artifacts": variants["artifact"], "dtypes": variants["dtype"], "graphs": variants["graph"]}
     if kind == "--hf-config":
-        config = read_config(args.hf_config)
-        imported = import_config(config, where=str(args.hf_config))
-        encoding = encodings()[imported.fields["encoding"]]
-        requests = expand(
-            imported,
-            model_name(config, args.hf_config),
-            listed["artifacts"] or [encoding.artifacts[0]],
-            listed["dtypes"] or ["fp32"],
-            listed["graphs"] or ["fused"],
-            origin={"hf_config": str(Path(args.hf_config).resolve()), "model_type": imported.model_type},
-            chosen_by="--artifact/--dtype/--graph, else the encoding's first artifact, fp32, fused",
-        )
+        requests = from_hf_config(args.hf_config, **listed)
     elif kind in ("--preset", "--all-presets") or (kind is None and not overrides and not any(variants.values())):
         names = list(presets()) if args.all_presets else (args.preset or list(DEFAULT_PRESETS))
-        requests = [r for name in dict.fromkeys(names) for r in get_preset(name).requests(**listed)]
+        requests = from_presets(names, **listed)
     elif kind == "--spec":
-        requests = _from_raw(read_spec_file(args.spec), variants, {"spec": str(Path(args.spec).resolve())})
+        requests = from_spec_file(args.spec, variants)
     else:
-        requests = _from_raw([{}], variants, {"flags": True})
-    if "scaling" in overrides and "scaling_params" not in overrides:  # the old schedule's parameters go with it
-        requests = [
-            dataclasses.replace(
-                r,
-                fields={k: v for k, v in r.fields.items() if k != "scaling_params"},
-                sources={k: v for k, v in r.sources.items() if k != "scaling_params"},
-            )
-            for r in requests
-        ]
-    flagged = {k: f"--{k.replace('_', '-')}" for k in overrides}
-    out = []
-    for r in requests:
-        fields = r.fields | overrides
-        sources = r.sources | flagged
-        if "scaling_params" in overrides and "scaling" not in overrides and "scaling_params" in r.fields:
-            # --scaling-param KEY=VALUE changes one parameter of the resolved schedule, keeping the others.
-            fields["scaling_params"] = dict(r.fields["scaling_params"]) | overrides["scaling_params"]
-            sources["scaling_params"] = f"{r.sources.get('scaling_params', '')}; --scaling-param for " + ", ".join(
-                sorted(overrides["scaling_params"])
-            )
-        out.append(dataclasses.replace(r, fields=fields, sources=sources))
-    return out
+        requests = from_fields([{}], variants, {"flags": True})
+    return with_overrides(requests, overrides, label=lambda key: f"--{key.replace('_', '-')}")
 
 
 def jobs_from_args(args: argparse.Namespace) -> list[Job]:

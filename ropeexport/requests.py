@@ -1,0 +1,104 @@
+"""What to build, before validation: requests from presets, a Hugging Face config, spec files or plain fields.
+
+A request is raw spec fields plus their provenance (``presets.Request``). These functions are the library side of
+``ropeexport build``'s sources; the CLI only turns flags into their arguments. Field names, never flags, appear here:
+provenance says ``override`` where the CLI says which flag (``label`` maps one to the other).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ropeexport.hf import import_config, model_name, read_config
+from ropeexport.presets import Request, expand, get_preset
+from ropeexport.spec import encodings, read_spec_file
+
+VARIANT_FIELDS = ("artifact", "dtype", "graph")
+
+
+def from_presets(
+    names: Sequence[str],
+    artifacts: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    graphs: Sequence[str] | None = None,
+) -> list[Request]:
+    """One request per (preset, artifact, dtype, graph): each card's ``[build]`` lists unless given."""
+    listed = {"artifacts": artifacts, "dtypes": dtypes, "graphs": graphs}
+    return [r for name in dict.fromkeys(names) for r in get_preset(name).requests(**listed)]
+
+
+def from_hf_config(
+    path: str | Path,
+    artifacts: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    graphs: Sequence[str] | None = None,
+) -> list[Request]:
+    """Requests for a transformers config.json on disk: the encoding's first artifact, fp32, fused unless given."""
+    config = read_config(path)
+    imported = import_config(config, where=str(path))
+    encoding = encodings()[imported.fields["encoding"]]
+    return expand(
+        imported,
+        model_name(config, path),
+        artifacts or [encoding.artifacts[0]],
+        dtypes or ["fp32"],
+        graphs or ["fused"],
+        origin={"hf_config": str(Path(path).resolve()), "model_type": imported.model_type},
+        chosen_by="--artifact/--dtype/--graph, else the encoding's first artifact, fp32, fused",
+    )
+
+
+def from_fields(
+    raws: list[dict[str, Any]],
+    variants: Mapping[str, Sequence[str] | None],
+    origin: Mapping[str, Any],
+) -> list[Request]:
+    """Each raw spec once per combination of the variant lists given ({artifact, dtype, graph}: list or None)."""
+    out = []
+    for raw in raws:
+        lists: dict[str, list[Any]] = {k: list(variants.get(k) or [raw.get(k)]) for k in VARIANT_FIELDS}
+        combos = [(a, d, g) for a in lists["artifact"] for d in lists["dtype"] for g in lists["graph"]]
+        for artifact, dtype, graph in combos:
+            fields = dict(raw) | {k: v for k, v in zip(VARIANT_FIELDS, (artifact, dtype, graph), strict=True) if v}
+            if len(combos) > 1 and raw.get("name"):
+                fields["name"] = "-".join([raw["name"], *(str(v) for v in (artifact, dtype, graph) if v)])
+            out.append(Request(fields, {k: origin.get("spec", "command line") for k in fields}, dict(origin)))
+    return out
+
+
+def from_spec_file(path: str | Path, variants: Mapping[str, Sequence[str] | None] | None = None) -> list[Request]:
+    """Requests for a .json or .toml spec file (one spec, or ``artifacts = [...]``)."""
+    return from_fields(read_spec_file(path), variants or {}, {"spec": str(Path(path).resolve())})
+
+
+def with_overrides(
+    requests: list[Request], overrides: Mapping[str, Any], label: Callable[[str], str] = lambda key: "override"
+) -> list[Request]:
+    """Field values that replace every request's, with their provenance (``label(field)``, e.g. the CLI flag).
+
+    ``scaling`` drops the old schedule's parameters (and their sources); ``scaling_params`` without ``scaling``
+    changes those parameters of the resolved schedule and keeps the others.
+    """
+    if "scaling" in overrides and "scaling_params" not in overrides:
+        requests = [
+            dataclasses.replace(
+                r,
+                fields={k: v for k, v in r.fields.items() if k != "scaling_params"},
+                sources={k: v for k, v in r.sources.items() if k != "scaling_params"},
+            )
+            for r in requests
+        ]
+    labelled = {k: label(k) for k in overrides}
+    out = []
+    for r in requests:
+        fields = r.fields | dict(overrides)
+        sources = r.sources | labelled
+        if "scaling_params" in overrides and "scaling" not in overrides and "scaling_params" in r.fields:
+            fields["scaling_params"] = dict(r.fields["scaling_params"]) | dict(overrides["scaling_params"])
+            changed = ", ".join(sorted(overrides["scaling_params"]))
+            sources["scaling_params"] = f"{r.sources.get('scaling_params', '')}; {label('scaling_param')} for {changed}"
+        out.append(dataclasses.replace(r, fields=fields, sources=sources))
+    return out
