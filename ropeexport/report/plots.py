@@ -102,6 +102,24 @@ def _split(x: Sequence[Any], y: Sequence[Any]) -> tuple[list[tuple[float, float]
     return points, bad, missing
 
 
+def _draw_lines(ax: Any, curves: list[tuple[Line, list[tuple[float, float]], list[float], int]]) -> tuple[list, list]:
+    """One log-axis line per curve; (labels of curves with no positive point, x of their non-finite points).
+
+    A curve with no positive point draws nothing on a log axis, so it gets no legend entry (an invisible line would
+    only confuse) and is named in a note instead.
+    """
+    exact: list[str] = []
+    crosses: list[float] = []
+    for line, points, bad, _ in curves:
+        crosses += bad
+        ys = [y if y > 0 else math.nan for _, y in points]  # NaN breaks the line
+        if not any(y > 0 for y in ys):
+            exact.append(_short(line.label, 48))
+            continue
+        ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
+    return exact, crosses
+
+
 def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[Any] = ()) -> bytes:
     """Worst absolute error per bin against position: one line per comparison, log y, atol as a dotted red line.
 
@@ -116,19 +134,9 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         positive = [y for _, points, _, _ in curves for _, y in points if y > 0] + tolerances
         low = min(positive) / 3 if positive else 1e-9
         high = max(positive) * 5 if positive else 1.0
-        zeros = missing = 0
-        crosses: list[float] = []
-        exact: list[str] = []
-        for line, points, bad, lost in curves:
-            zeros += sum(y == 0 for _, y in points)
-            missing += lost
-            crosses += bad
-            ys = [y if y > 0 else math.nan for _, y in points]  # NaN breaks the line
-            if not any(y > 0 for y in ys):
-                # Nothing to draw on a log axis: a legend entry for an invisible line would only confuse.
-                exact.append(_short(line.label, 48))
-                continue
-            ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
+        zeros = sum(y == 0 for _, points, _, _ in curves for _, y in points)
+        missing = sum(lost for _, _, _, lost in curves)
+        exact, crosses = _draw_lines(ax, curves)
         for atol in tolerances:
             ax.axhline(atol, color=TOLERANCE_COLOR, linestyle=":", linewidth=1.4, label=f"atol {atol:g}")
         if crosses:
@@ -167,14 +175,7 @@ def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
         curves = [(line, *_split(line.x, line.y)) for line in lines]
         positive = [y for _, points, _, _ in curves for _, y in points if y > 0] + [1.0]
         low, high = min(positive) / 3, max(positive) * 5
-        exact, crosses = [], []
-        for line, points, bad, _ in curves:
-            crosses += bad
-            ys = [y if y > 0 else math.nan for _, y in points]
-            if not any(y > 0 for y in ys):
-                exact.append(_short(line.label, 48))
-                continue
-            ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
+        exact, crosses = _draw_lines(ax, curves)
         envelope = "allowed: max(atol, rtol × |expected|)"  # black: the color cycle uses red for its 4th line
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1.2, label=envelope)
         if crosses:
