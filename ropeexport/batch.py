@@ -1,8 +1,8 @@
 """Building many artifacts: in this process or in ``jobs`` worker processes, reporting each stage as it starts.
 
-Each artifact is still built by ``build.build`` (atomic: its folder appears whole or not at all). Workers are spawned,
-not forked (torch and ONNX Runtime hold threads), and each gets an equal share of the cores for torch. Stage events
-travel back through a queue as ``(name, stage)``; ``on_stage`` and ``on_done`` run in the calling process.
+Each artifact is still built by ``pipeline.build_artifact`` (atomic: its folder appears whole or not at all).
+Workers are spawned, not forked (torch and ONNX Runtime hold threads), and each gets an equal share of the cores.
+Stage events travel back through a queue as ``(name, stage)``; ``on_stage`` and ``on_done`` run in the calling process.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.build import BuildResult, build
-from ropeexport.spec import spec_from_dict
+from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.pipeline import BuildResult, build_artifact
 
 # on_stage(artifact name, stage, done=None, total=None): done/total count a stage's steps (probes) where it has them.
 OnStage = Callable[..., None]
@@ -50,8 +50,10 @@ class Settings:
 
 
 def _build(job: Job, settings: Settings, stage: Callable[..., None]) -> BuildResult:
-    return build(
-        spec_from_dict(job.spec),
+    spec = spec_from_dict(job.spec)
+    return build_artifact(
+        spec,
+        kind_for(spec),
         settings.out,
         settings.runtimes,
         atol=settings.atol,
@@ -86,7 +88,7 @@ def build_all(
     on_done: OnDone | None = None,
 ) -> list[BuildResult]:
     """Build every job; results in the jobs' order. An exception in one build stops the batch and is re-raised."""
-    stage_of: OnStage = on_stage or (lambda name, stage: None)
+    stage_of: OnStage = on_stage or (lambda *event: None)
     on_done = on_done or (lambda result: None)
     if workers <= 1 or len(jobs) <= 1:
         results = []

@@ -102,10 +102,10 @@ NOT_SUPPORTED = {
 }
 # Config keys that change the encoding in ways one artifact per config cannot express: refused, never ignored.
 UNSUPPORTED_KEYS = {
-    "rope_local_base_freq": "sliding-window layers use another theta (Gemma 3): build each layer type from a --spec",
-    "global_rope_theta": "global and local layers use different thetas (ModernBERT): build each from a --spec",
-    "local_rope_theta": "global and local layers use different thetas: build each from a --spec",
-    "no_rope_layers": "some layers use no RoPE (Llama 4): build the RoPE layers from a --spec",
+    "rope_local_base_freq": "sliding-window layers use another theta (Gemma 3): build each layer type from a `spec_file`",  # noqa: E501
+    "global_rope_theta": "global and local layers use different thetas (ModernBERT): build each from a `spec_file`",
+    "local_rope_theta": "global and local layers use different thetas: build each from a `spec_file`",
+    "no_rope_layers": "some layers use no RoPE (Llama 4): build the RoPE layers from a `spec_file`",
     "use_dynamic_ntk": "Qwen v1's dynamic NTK and logn attention are not a transformers rope type",
     "use_logn_attn": "Qwen v1's logn attention scaling is outside the rotary embedding",
     "rope_position_scale": "Phi-3-small's position scale is not a transformers rope type",
@@ -187,9 +187,9 @@ def read_config(path: str | Path) -> dict[str, Any]:
     """Load a transformers config.json from disk; a missing, unreadable or non-JSON file is a SpecError."""
     path = Path(path)
     # A regular file of sane size (not /dev/zero, not a FIFO), strict JSON with bounded nesting and integers.
-    data = loads_json(read_text(path, "--hf-config"), f"--hf-config {str(path)!r}")
+    data = loads_json(read_text(path, "hf_config"), f"hf_config {str(path)!r}")
     if not isinstance(data, dict):
-        raise SpecError("--hf-config", f"{str(path)!r} is not a transformers config (not a JSON object)")
+        raise SpecError("hf_config", f"{str(path)!r} is not a transformers config (not a JSON object)")
     return data
 
 

@@ -9,36 +9,10 @@ float64 bits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ml_dtypes
 import numpy as np
 
-
-@dataclass(frozen=True)
-class FloatFormat:
-    """A binary floating-point format: its numpy type, ONNX name, and the bits that define its ulp."""
-
-    name: str
-    np_dtype: type
-    mantissa_bits: int
-    min_exponent: int  # exponent of the smallest normal number
-
-    def ulp(self, x: np.ndarray) -> np.ndarray:
-        """Spacing of this format at |x| (float64 in, float64 out; subnormal spacing below the normal range)."""
-        ax = np.abs(np.asarray(x, dtype=np.float64))
-        with np.errstate(divide="ignore"):
-            exponent = np.floor(np.log2(np.where(ax > 0, ax, 1.0)))
-        # Zero and subnormals share the subnormal spacing 2^(min_exponent - mantissa_bits).
-        exponent = np.where(ax > 0, np.maximum(exponent, self.min_exponent), self.min_exponent)
-        return np.ldexp(1.0, (exponent - self.mantissa_bits).astype(np.int64))
-
-
-FORMATS: dict[str, FloatFormat] = {
-    "fp32": FloatFormat("fp32", np.float32, 23, -126),
-    "fp16": FloatFormat("fp16", np.float16, 10, -14),
-    "bf16": FloatFormat("bf16", ml_dtypes.bfloat16, 7, -126),
-}
+from ropeexport.dtypes import DTYPES
 
 
 def _bf16_from_float64(x: np.ndarray) -> np.ndarray:
@@ -78,7 +52,7 @@ def round_once(x: np.ndarray, dtype: str) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if dtype == "bf16":
         return _bf16_from_float64(x.reshape(-1)).reshape(x.shape)  # the bit tricks work on 1-d views
-    return x.astype(FORMATS[dtype].np_dtype)
+    return x.astype(DTYPES[dtype].np_dtype)
 
 
 def ulp_distance(value: np.ndarray, reference: np.ndarray, dtype: str, floor: float = 0.0) -> np.ndarray:
@@ -89,4 +63,4 @@ def ulp_distance(value: np.ndarray, reference: np.ndarray, dtype: str, floor: fl
     """
     ref = np.asarray(reference, dtype=np.float64)
     scale = np.maximum(np.abs(ref), floor) if floor else ref
-    return np.abs(np.asarray(value, dtype=np.float64) - ref) / FORMATS[dtype].ulp(scale)
+    return np.abs(np.asarray(value, dtype=np.float64) - ref) / DTYPES[dtype].ulp(scale)

@@ -21,9 +21,11 @@ from typing import Any
 
 import tomllib
 
+from ropeexport.catalog import encodings
+from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.hf import Imported, import_config
-from ropeexport.spec import DTYPES, NAME_PATTERN, encodings
+from ropeexport.specs import NAME_PATTERN
 
 _CARD_KEYS = ("name", "summary", "source", "notes", "config", "spec", "build")
 _BUILD_KEYS = ("artifacts", "dtypes", "graphs", "max_positions")
@@ -209,5 +211,5 @@ def get_preset(name: str) -> Preset:
     """The named preset; an unknown name lists the valid ones."""
     known = presets()
     if name not in known:
-        raise SpecError("--preset", f"unknown preset {name!r}; allowed: {', '.join(known)}")
+        raise SpecError("preset", f"unknown preset {name!r}; allowed: {', '.join(known)}")
     return known[name]

@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ropeexport.catalog import encodings
 from ropeexport.hf import import_config, model_name, read_config
 from ropeexport.presets import Request, expand, get_preset
-from ropeexport.spec import encodings, read_spec_file
+from ropeexport.specs import read_spec_file
 
 VARIANT_FIELDS = ("artifact", "dtype", "graph")
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ropeexport.build import MANIFEST_SCHEMA, model_facts, versions
+from ropeexport.catalog import kind_for, spec_from_dict
 from ropeexport.errors import SpecError
-from ropeexport.export.onnx_io import sha256
+from ropeexport.graph.onnx_io import sha256
 from ropeexport.inputs import loads_json, read_json
+from ropeexport.pipeline import MANIFEST_SCHEMA, model_facts, versions
 from ropeexport.report import report_dict, write_reports
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.spec import spec_from_dict
-from ropeexport.verify.core import verify_artifact
+from ropeexport.verification.core import verify_artifact
 
 MANIFEST_FIELDS = ("schema", "name", "encoding", "artifact", "spec", "inputs", "outputs", "opset", "graph", "files")
 
@@ -41,11 +41,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """The manifest of an artifact folder, with its schema and fields checked; else SpecError."""
     path = folder / "manifest.json"
     if folder.is_symlink():
-        raise SpecError("DIR", f"{str(folder)!r} is a symbolic link; give the artifact folder itself")
+        raise SpecError("path", f"{str(folder)!r} is a symbolic link; give the artifact folder itself")
     if not folder.is_dir():
-        raise SpecError("DIR", f"{str(folder)!r} is not a folder")
+        raise SpecError("path", f"{str(folder)!r} is not a folder")
     if not path.exists() and not path.is_symlink():
-        raise SpecError("DIR", f"{str(folder)!r} has no readable manifest.json: not a ropeexport artifact")
+        raise SpecError("path", f"{str(folder)!r} has no readable manifest.json: not a ropeexport artifact")
     _inside(folder, "manifest.json", "manifest.json")
     manifest = read_json(path, "manifest.json")  # regular file, sane size, strict JSON
     if not isinstance(manifest, dict):
@@ -185,7 +185,7 @@ def verify_folder(
     manifest = manifest or check_folder(folder)
     runtimes = check_runtime_names(runtimes or ["ort"])
     spec = spec_from_dict(manifest["spec"], "manifest.json spec")
-    verification = verify_artifact(spec, folder / "model.onnx", runtimes, atol=atol, rtol=rtol)
+    verification = verify_artifact(spec, kind_for(spec), folder / "model.onnx", runtimes, atol=atol, rtol=rtol)
     facts = model_facts(onnx.load(str(folder / "model.onnx"), load_external_data=False))
     report = report_dict(spec, verification, versions(), manifest["files"], facts)
     # Reports are written beside each other in a temporary folder, then moved over the old ones.

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ropeexport.build import MANIFEST_SCHEMA, is_artifact, versions
 from ropeexport.errors import SpecError
 from ropeexport.inputs import read_json
+from ropeexport.pipeline import MANIFEST_SCHEMA, is_artifact, versions
 from ropeexport.report import REPORT_SCHEMA
 from ropeexport.report.html import CSS
 
@@ -52,12 +52,12 @@ def check_tree(out: Path) -> None:
     if not out.exists():
         return
     if not out.is_dir():
-        raise SpecError("--out", f"{str(out)!r} exists and is not a folder")
+        raise SpecError("out_dir", f"{str(out)!r} exists and is not a folder")
     entries = [p for p in out.iterdir() if not p.name.startswith(".")]
     if not entries or (_read(out / "index.json") or {}).get("schema") == INDEX_SCHEMA or artifact_folders(out):
         return
     raise SpecError(
-        "--out",
+        "out_dir",
         f"{str(out)!r} exists and is not a ropeexport tree (no ropeexport index.json, no artifact folders); "
         "choose a new or empty folder",
     )

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ropeexport.build import build
-from ropeexport.registry import KINDS, kind_for
-from ropeexport.spec import encodings
+from ropeexport import build
+from ropeexport.catalog import encodings, kind_for, kinds
 
 # Small sizes, applied to whichever of these fields an encoding has.
 SMALL = {
@@ -24,7 +23,7 @@ SMALL = {
 encodings()  # registers every family
 CASES = [
     pytest.param(encoding, artifact, dtype, graph, id=f"{encoding}-{artifact}-{dtype}-{graph}")
-    for (encoding, artifact) in sorted(KINDS)
+    for (encoding, artifact) in sorted(kinds())
     for dtype in ("fp32", "fp16")
     for graph in ("fused", "decomposed")
 ]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ropeexport.build import build
+from ropeexport import build
 from ropeexport.cli import main
-from ropeexport.encodings.alibi import AlibiSpec
-from ropeexport.encodings.sinusoidal import SinusoidalSpec
 from ropeexport.errors import SpecError
+from ropeexport.families.alibi.spec import AlibiSpec
+from ropeexport.families.sinusoidal.spec import SinusoidalSpec
 from ropeexport.tree import index_dict
 
 SMALL = ["build", "--encoding", "alibi", "--num-heads", "2", "--head-dim", "4", "--max-positions", "16"]
@@ -132,7 +132,7 @@ def test_a_dead_builds_work_folder_is_removed_by_the_next_build(
 
 
 def test_every_artifact_file_is_as_readable_as_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ropeexport.export.onnx_io as onnx_io
+    import ropeexport.graph.onnx_io as onnx_io
 
     monkeypatch.setattr(onnx_io, "EXTERNAL_DATA_THRESHOLD", 0)  # force model.onnx.data
     result = build(SinusoidalSpec(name="s", d_model=64, max_positions=256), tmp_path)  # a 64 KiB table

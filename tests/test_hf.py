@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from ropeexport.catalog import spec_from_dict
 from ropeexport.errors import SpecError
 from ropeexport.hf import import_config, model_name, read_config
-from ropeexport.spec import spec_from_dict
 
 PHI3_SHORT = [1.0 + 0.01 * i for i in range(48)]
 PHI3_LONG = [1.0 + 0.5 * i for i in range(48)]

@@ -14,7 +14,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ropeexport.numerics import FORMATS, round_once, ulp_distance
+from ropeexport.dtypes import DTYPES
+from ropeexport.numerics import round_once, ulp_distance
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def test_round_once_special_values(dtype: str, values: list) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# FORMATS[d].ulp and ulp_distance
+# DTYPES[d].ulp and ulp_distance
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
@@ -222,7 +223,7 @@ def test_format_ulp_matches_np_spacing(dtype: str, where: str) -> None:
     # np.spacing of a negative float16 steps toward zero (a numpy quirk), so take the spacing at |x|: the format's
     # spacing at |x| is what ulp promises.
     spacing = np.spacing(np.abs(x).astype(fmt.np_dtype)).astype(np.float64)
-    assert np.array_equal(FORMATS[dtype].ulp(x), spacing)
+    assert np.array_equal(DTYPES[dtype].ulp(x), spacing)
 
 
 def test_format_ulp_bf16_matches_nextafter() -> None:
@@ -231,7 +232,7 @@ def test_format_ulp_bf16_matches_nextafter() -> None:
     x = np.abs(x)
     b = x.astype(fmt.np_dtype)
     step = np.nextafter(b, np.full_like(b, np.inf)).astype(np.float64) - x
-    assert np.array_equal(FORMATS["bf16"].ulp(x), step)
+    assert np.array_equal(DTYPES["bf16"].ulp(x), step)
 
 
 @pytest.mark.parametrize("dtype", list(FMTS))

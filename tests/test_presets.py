@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ropeexport.catalog import spec_from_dict
 from ropeexport.errors import SpecError
 from ropeexport.presets import get_preset, parse_card, presets
-from ropeexport.spec import spec_from_dict
 
 # Published values each card must resolve to (from the sources the cards cite).
 EXPECTED = {

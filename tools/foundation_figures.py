@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ropeexport.build import build  # noqa: E402
-from ropeexport.spec import RopeSpec  # noqa: E402
+from ropeexport import build  # noqa: E402
+from ropeexport.families.rope.spec import RopeSpec  # noqa: E402
 
 ORIGINAL = 8192
 PARAMS = {

@@ -46,13 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from ropeexport.encodings.rope import TORCH_DTYPES, reference_module, rotate_pairs, table_regimes, to_torch  # noqa: E402
+from ropeexport.dtypes import DTYPES
+from ropeexport.families.rope.reference import reference_module, rotate_pairs, table_regimes  # noqa: E402
+from ropeexport.families.rope.spec import RopeSpec  # noqa: E402
 from ropeexport.numerics import round_once  # noqa: E402
-from ropeexport.spec import RopeSpec  # noqa: E402
-from ropeexport.verify.compare import TOLERANCES  # noqa: E402
+from ropeexport.tensors import to_torch  # noqa: E402
+from ropeexport.verification.compare import TOLERANCES  # noqa: E402
 
 BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, MAX_POSITIONS = 1, 2048, 32, 8, 128, 4096
-DTYPES = ("fp32", "fp16")
+CHECKED_DTYPES = ("fp32", "fp16")
 LAYOUTS = ("half", "interleaved")
 TARGET = 0.85
 WARMUP, REPEATS = 5, 50
@@ -135,7 +137,7 @@ def spec_for(layout: str, dtype: str, graph: str = "fused") -> RopeSpec:
 def inputs(spec: RopeSpec) -> dict[str, torch.Tensor]:
     """CPU query, key (standard normal, rounded to the dtype) and position_ids 0..SEQ-1."""
     g = torch.Generator().manual_seed(0)
-    dtype = TORCH_DTYPES[spec.dtype]
+    dtype = DTYPES[spec.dtype].torch
     return {
         "query": torch.randn(BATCH, HEADS, SEQ, HEAD_DIM, generator=g).to(dtype),
         "key": torch.randn(BATCH, KV_HEADS, SEQ, HEAD_DIM, generator=g).to(dtype),
@@ -153,7 +155,7 @@ def tensor_case(
     block_sizes: list[int | None],
 ) -> dict[str, Any]:
     """One tensor (query or key) of one layout x dtype: correctness, kernel / copy / eager bandwidth."""
-    from plugins.triton_rope import launch_config, rope_triton
+    from ropeexport.trt.triton_rope import launch_config, rope_triton
 
     cos, sin = tables
     interleaved = spec.layout == "interleaved"
@@ -202,7 +204,7 @@ def kernel_cases(flush: torch.Tensor, block_sizes: list[int | None]) -> list[dic
     """Correctness and bandwidth of the kernel, the copy and torch eager, for every layout x dtype x tensor."""
     results = []
     for layout in LAYOUTS:
-        for dtype in DTYPES:
+        for dtype in CHECKED_DTYPES:
             spec = spec_for(layout, dtype)
             ((cos64, sin64),) = table_regimes(spec)
             tables = (to_torch(round_once(cos64, dtype)).cuda(), to_torch(round_once(sin64, dtype)).cuda())
@@ -229,14 +231,14 @@ def trt_stage() -> dict[str, Any]:
         import tensorrt
     except ImportError as exc:
         return {"status": "skipped", "reason": f"TensorRT is not installed ({exc})"}
-    from plugins import trt_plugin
-    from ropeexport.export.onnx_io import save_model
-    from ropeexport.export.plugin import build_rope_plugin_graph
-    from ropeexport.export.rope import build_rope_graph
-    from ropeexport.runtimes.trt import TrtRunner
+    from ropeexport.families.rope.export import build_rope_graph
+    from ropeexport.families.rope.plugin import build_rope_plugin_graph
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.trt import plugin as trt_plugin
+    from ropeexport.trt.runner import TrtRunner
 
     stage: dict[str, Any] = {"status": "ran", "tensorrt": tensorrt.__version__, "artifacts": []}
-    for dtype in DTYPES:
+    for dtype in CHECKED_DTYPES:
         for graph in ("fused", "decomposed", "plugin"):
             spec = spec_for("half", dtype, "fused" if graph == "plugin" else graph)
             entry: dict[str, Any] = {"graph": graph, "dtype": dtype}

@@ -3,10 +3,10 @@
     python tools/planted_bugs.py --out planted.json          # every bug and every correct build (~10 s)
     python tools/planted_bugs.py --only fp16-angles --keep artifacts/   # one bug, keeping the wrong model.onnx
 
-Each planted bug (``ropeexport/verify/planted.py``) is a wrong artifact made from the correct export of the spec it
-claims to be; verification (``verify_artifact``, ONNX Runtime) must fail it by the expected comparisons, tables and
-guards. The correct export of every such spec, verified the same way, must pass. Columns: *caught by* lists the
-failing checks (comparisons as OUTPUT (REFERENCES), stored tables, in-graph guards, measured properties); *worst
+Each planted bug (``ropeexport/selftest/``, one module per family) is a wrong artifact made from the correct export of
+the spec it claims to be; verification (``verify_artifact``, ONNX Runtime) must fail it by the expected comparisons,
+tables and guards. The correct export of every such spec, verified the same way, must pass. Columns: *caught by* lists
+the failing checks (comparisons as OUTPUT (REFERENCES), stored tables, in-graph guards, measured properties); *worst
 error* is the largest |runtime - reference| of a failing comparison (or a table's ulps); *where* is the probe,
 position(s) and head of that element, or the error when the runtime raised. A bug counts as caught only when exactly
 its expected checks fail and its worst error sits where the table says; a fail made only of checks that also fail the
@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ropeexport.build import versions  # noqa: E402
-from ropeexport.verify.planted import BUGS, Detection, correct_specs, detect, verify_correct  # noqa: E402
+from ropeexport.pipeline import versions  # noqa: E402
+from ropeexport.selftest import BUGS, Detection, correct_specs, detect, verify_correct  # noqa: E402
 
 SCHEMA = "ropeexport.planted/1"
 VERDICTS = {

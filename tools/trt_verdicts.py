@@ -2,8 +2,8 @@
 
     python tools/trt_verdicts.py --out tools/trt-verdicts.json
 
-Builds one fp32 artifact of every kind (every (encoding, artifact) in ``ropeexport.registry.KINDS``, fused and
-decomposed graph) with ``ropeexport.build.build`` into a temporary folder, plus the RoPE schedules whose graphs
+Builds one fp32 artifact of every kind (every (encoding, artifact) in ``ropeexport.catalog.kinds()``, fused and
+decomposed graph) with ``ropeexport.build`` into a temporary folder, plus the RoPE schedules whose graphs
 differ (dynamic NTK's in-graph float64 branch, LongRoPE's switched tables), then runs ``check_trt`` on each
 ``model.onnx`` at TensorRT 8.6, 10.13, 10.15 and 11 (``--versions`` to choose others). A cell reads ``compatible``
 or ``not (N): op node: first reason`` with the citations left out (the JSON keeps every reason in full).
@@ -21,10 +21,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import ropeexport.families  # noqa: E402, F401  (registers every kind)
-from ropeexport.build import build  # noqa: E402
-from ropeexport.registry import KINDS  # noqa: E402
-from ropeexport.spec import spec_from_dict  # noqa: E402
+from ropeexport import build  # noqa: E402
+from ropeexport.catalog import kinds  # noqa: E402
+from ropeexport.specs import spec_from_dict  # noqa: E402
 from ropeexport.trt import HEADLINE_VERSIONS, check_trt  # noqa: E402
 
 VERSIONS = HEADLINE_VERSIONS
@@ -48,7 +47,7 @@ CITATION = re.compile(r" \((?:onnx-tensorrt|NVIDIA|TensorRT|ONNX|policy)[^()]*(?
 def rows() -> list[dict[str, Any]]:
     """Every spec the table covers: {label, fields}."""
     out = []
-    for encoding, artifact in sorted(KINDS):
+    for encoding, artifact in sorted(kinds()):
         for graph in ("fused", "decomposed"):
             fields = {"encoding": encoding, "artifact": artifact, "graph": graph, "dtype": "fp32", **SMALL}
             name = f"{encoding}-{artifact}-{graph}"

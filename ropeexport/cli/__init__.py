@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ropeexport import __version__
-from ropeexport.errors import RopeExportError
+from ropeexport.errors import RopeExportError, SpecError
+from ropeexport.version import __version__
 
 # name -> (module in this package, one-line help). A subcommand's module (and with it torch and onnx) is imported only
 # when that subcommand runs or shows its own help: `ropeexport --version` and `--help` import neither.
@@ -26,6 +27,46 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("listing", "list encodings and schedules"),
 }
 EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
+
+# The one place where library field names become the command line's words. Library errors name fields
+# (``out_dir: ...``) and refer to other fields in backquotes (``give `replace` ...``); spec fields keep their names
+# as prefixes (``theta: must be > 1``) and read as their flags inside a message (`name` -> --name).
+FLAGS = {
+    "out_dir": "--out",
+    "spec_file": "--spec",
+    "preset": "--preset",
+    "hf_config": "--hf-config",
+    "trt_version": "--trt-version",
+    "runtime": "--runtime",
+    "jobs": "--jobs",
+    "atol": "--atol",
+    "rtol": "--rtol",
+    "atol/rtol": "--atol/--rtol",
+    "max_growth": "--max-growth",
+    "across": "--across",
+    "replace": "--replace",
+    "path": "DIR",
+}
+
+
+def flag_of(field: str) -> str:
+    """The command line's word for a library field: its flag (``out_dir`` -> ``--out``, ``max_positions`` ->
+    ``--max-positions``), or the field itself where it is a file or a key (``manifest.json``).
+    """  # noqa: D205
+    if field in FLAGS:
+        return FLAGS[field]
+    return f"--{field.replace('_', '-')}" if re.fullmatch(r"[a-z][a-z0-9_]*", field) else field
+
+
+def error_line(exc: RopeExportError) -> str:
+    """An error as the command line shows it: field names turned into flags (``FLAGS``), one line."""
+    if not isinstance(exc, SpecError):
+        return str(exc)
+    # A reader's field may carry the file: "spec_file 'x.toml'" reads "--spec 'x.toml'".
+    word, space, rest = exc.field.partition(" ")
+    field = FLAGS.get(word, word) + space + rest
+    message = re.sub(r"`([a-z][a-z0-9_]*)`", lambda m: flag_of(m.group(1)), exc.message)
+    return f"{field}: {message}"
 
 
 def plain(text: str | None) -> str | None:
@@ -117,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = make_parser(command if command in COMMANDS else "").parse_args(argv)
         return int(args.run(args))
     except RopeExportError as exc:
-        sys.stderr.write(f"ropeexport: error: {exc}\n")
+        sys.stderr.write(f"ropeexport: error: {error_line(exc)}\n")
         return 2
     except KeyboardInterrupt:  # finished artifacts are whole and indexed; the one in flight left nothing
         sys.stderr.write("ropeexport: interrupted\n")

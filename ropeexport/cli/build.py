@@ -31,15 +31,19 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ropeexport.batch import Job, Settings, build_all
-from ropeexport.build import BuildResult, check_target, clean_leftovers
+from ropeexport.batch import Job
+from ropeexport.catalog import encodings, spec_from_dict
 from ropeexport.cli import EXIT_SKIPPED
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
-from ropeexport.encodings.kerple import KERNELS
-from ropeexport.encodings.schedules import SCHEDULES
+from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
+from ropeexport.families.kerple.spec import KERNELS
+from ropeexport.families.rope.schedules import SCHEDULES
+from ropeexport.families.rope.spec import LAYOUTS
+from ropeexport.inputs import read_json
+from ropeexport.pipeline import BuildResult, check_target, clean_leftovers
 from ropeexport.presets import Request, presets
 from ropeexport.requests import (
     VARIANT_FIELDS,
@@ -50,8 +54,8 @@ from ropeexport.requests import (
     with_overrides,
 )
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, encodings, spec_from_dict
-from ropeexport.tree import artifact_folders, check_tree, write_index
+from ropeexport.specs import GRAPHS
+from ropeexport.tree import check_tree
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
 SPECIAL_FIELDS = ("scaling_params",)
@@ -315,6 +319,8 @@ def print_resolved(job: Job) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written on bad input), then build, index and summarise."""
+    from ropeexport.api import build_all
+
     workers = _jobs_count(args.jobs)
     runtimes = _runtimes(args)
     atol, rtol = tolerances(args)
@@ -332,20 +338,27 @@ def run(args: argparse.Namespace) -> int:
         print_resolved(jobs[0])
     start = time.perf_counter()
     results: list[BuildResult] = []
-    settings = Settings(out, runtimes, atol, rtol, replace=args.replace)
-    try:
-        with BuildProgress(len(jobs), enabled=talk) as progress:
+    with BuildProgress(len(jobs), enabled=talk) as progress:
 
-            def finished(result: BuildResult) -> None:
-                results.append(result)
-                progress.done(result.name, summary_line(result.report, result.path, result.seconds) if talk else None)
+        def finished(result: BuildResult) -> None:
+            results.append(result)
+            progress.done(result.name, summary_line(result.report, result.path, result.seconds) if talk else None)
 
-            build_all(jobs, settings, workers, on_stage=progress.stage, on_done=finished)
-    finally:
-        if artifact_folders(out, damaged=True):  # an interrupted or failed batch still indexes what it finished
-            index = index_or_error(out, round(time.perf_counter() - start, 3), workers)
+        build_all(
+            [spec_from_dict(j.spec) for j in jobs],
+            out,
+            workers,
+            runtimes,
+            atol,
+            rtol,
+            replace=args.replace,
+            on_stage=progress.stage,
+            on_done=finished,
+            provenance=[(j.origin, j.sources) for j in jobs],
+        )
     failed = [r.name for r in results if not r.passed]
     if args.json:
+        index = read_json(out / "index.json", "index.json")
         built = {r.name for r in results}
         print(json.dumps(index | {"built": [a for a in index["artifacts"] if a["name"] in built]}, indent=2))
     elif not args.quiet:
@@ -362,18 +375,6 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         return 1
     return skipped_exit(results, args.runtime, args.allow_skip)
-
-
-def index_or_error(out: Path, seconds: float, workers: int) -> dict[str, Any]:
-    """Write the tree's index; a full or read-only disk is one line (exit 2), saying the index is out of date."""
-    try:
-        return write_index(out, seconds, workers)
-    except OSError as exc:
-        raise SpecError(
-            "--out",
-            f"the artifacts are built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
-            "free space and run 'ropeexport verify' on the tree to index them",
-        ) from None
 
 
 def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) -> int:

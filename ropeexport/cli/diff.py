@@ -22,8 +22,9 @@ import argparse
 import json
 from typing import Any
 
+from ropeexport.api import diff
 from ropeexport.errors import SpecError
-from ropeexport.report.diff import DEFAULT_MAX_GROWTH, diff_reports, load_report
+from ropeexport.report.diff import DEFAULT_MAX_GROWTH
 
 
 def add_parser(sub: Any) -> None:
@@ -60,14 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if not (1 <= growth < float("inf")):
         raise SpecError("--max-growth", f"must be a finite number >= 1, got {args.max_growth!r}")
     across = [f.strip().replace("-", "_") for item in args.across for f in item.split(",") if f.strip()]
-    old, new = load_report(args.old, "OLD"), load_report(args.new, "NEW")
-    known = set(old.get("spec") or {}) | set(new.get("spec") or {})
-    unknown = [f for f in across if f not in known]
-    if unknown:
-        raise SpecError(
-            "--across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}"
-        )
-    result = diff_reports(old, new, growth, across)
+    result = diff(args.old, args.new, growth, across)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -14,10 +14,12 @@ import dataclasses
 import json
 from typing import Any
 
-from ropeexport.encodings.schedules import SCHEDULES
+from ropeexport.catalog import encodings, kinds, spec_from_dict
+from ropeexport.dtypes import DTYPES
+from ropeexport.families.rope.schedules import SCHEDULES
+from ropeexport.families.rope.spec import LAYOUTS
 from ropeexport.presets import presets
-from ropeexport.registry import KINDS
-from ropeexport.spec import DTYPES, GRAPHS, LAYOUTS, SpecBase, encodings, spec_from_dict
+from ropeexport.specs import GRAPHS, SpecBase
 
 
 def add_parser(sub: Any) -> None:
@@ -38,7 +40,7 @@ def _encoding(name: str, cls: type[SpecBase]) -> dict[str, Any]:
     fields = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls) if f.name != "name"}
     out: dict[str, Any] = {
         "summary": (cls.__doc__ or "").strip().splitlines()[0],
-        "artifacts": {a: KINDS[(name, a)].summary for a in cls.artifacts if (name, a) in KINDS},
+        "artifacts": {a: kinds()[(name, a)].summary for a in cls.artifacts if (name, a) in kinds()},
         "graphs": list(GRAPHS),
         "dtypes": list(DTYPES),
         "fields": {k: (dict(v) if isinstance(v, dict) else v) for k, v in fields.items()},

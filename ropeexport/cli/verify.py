@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import add_tolerance_flags, tolerances
-from ropeexport.errors import SpecError
-from ropeexport.reverify import check_folder, verify_folder
-from ropeexport.tree import artifact_folders, is_tree, write_index
+from ropeexport.tree import artifact_folders, is_tree
 
 
 def add_parser(sub: Any) -> None:
@@ -56,35 +54,25 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verify and print the verdict (one line per artifact for a tree, then the index's path)."""
+    from ropeexport.api import verify
     from ropeexport.cli.build import skipped_exit, summary_line
 
     atol, rtol = tolerances(args)
     folder = Path(args.folder)
     start = time.perf_counter()
+
+    def done(result: Any, seconds: float) -> None:
+        print(summary_line(result.report, result.path, seconds))
+
+    results = verify(folder, args.runtime, atol, rtol, on_done=done)
     if (folder / "manifest.json").exists() or not artifact_folders(folder):
-        result = verify_folder(folder, args.runtime, atol, rtol)
-        print(summary_line(result.report, result.path, time.perf_counter() - start))
         tree = folder.resolve().parent
-        if is_tree(tree):  # the tree's index must not keep the old verdict
-            write_index(tree)
+        if is_tree(tree):
             print(tree / "index.html")
-        return 1 if not result.passed else skipped_exit([result], args.runtime, args.allow_skip)
-    folders = artifact_folders(folder)
-    # Every artifact is checked before any is verified: a damaged tree changes nothing.
-    manifests = {}
-    for one in folders:
-        try:
-            manifests[one] = check_folder(one)
-        except SpecError as exc:  # name the artifact: a tree has many model.onnx files
-            raise SpecError(f"{one.name}/{exc.field}", exc.message) from None
-    results = []
-    for one in folders:
-        began = time.perf_counter()
-        result = verify_folder(one, args.runtime, atol, rtol, manifest=manifests[one])
-        results.append(result)
-        print(summary_line(result.report, result.path, time.perf_counter() - began))
-    write_index(folder)
-    passed = sum(r.passed for r in results)
-    print(f"{passed} of {len(folders)} artifacts verified in {time.perf_counter() - start:.1f}s")
-    print(folder.resolve() / "index.html")
-    return 1 if passed < len(folders) else skipped_exit(results, args.runtime, args.allow_skip)
+    else:
+        passed = sum(r.passed for r in results)
+        print(f"{passed} of {len(results)} artifacts verified in {time.perf_counter() - start:.1f}s")
+        print(folder.resolve() / "index.html")
+    if not all(r.passed for r in results):
+        return 1
+    return skipped_exit(results, args.runtime, args.allow_skip)

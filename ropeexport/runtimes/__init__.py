@@ -22,7 +22,7 @@ def _reference(path: Path) -> Runner:
 
 
 def _trt(path: Path) -> Runner:
-    from ropeexport.runtimes.trt import TrtRunner
+    from ropeexport.trt.runner import TrtRunner
 
     return TrtRunner(path)
 

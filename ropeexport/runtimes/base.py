@@ -11,17 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from types import TracebackType
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeInputError
 
-NUMPY_OF_ONNX = {
-    TensorProto.FLOAT: np.dtype(np.float32),
-    TensorProto.FLOAT16: np.dtype(np.float16),
-    TensorProto.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+# Every element type an artifact's inputs and outputs use: the table dtypes, plus positions and float64.
+NUMPY_OF_ONNX = {d.onnx: np.dtype(d.np_dtype) for d in DTYPES.values()} | {
     TensorProto.DOUBLE: np.dtype(np.float64),
     TensorProto.INT64: np.dtype(np.int64),
     TensorProto.INT32: np.dtype(np.int32),

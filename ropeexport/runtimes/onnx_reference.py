@@ -22,7 +22,7 @@ class OnnxReferenceRunner(Runner):
 
     def __init__(self, model_path: str | Path) -> None:
         super().__init__(model_path)
-        from ropeexport.export.plugin import PluginReference
+        from ropeexport.trt.plugin_op import PluginReference
 
         # The plugin op of our own domain, so plugin graphs verify here too.
         self.evaluator = ReferenceEvaluator(onnx.load(str(self.model_path)), new_ops=[PluginReference.op()])

@@ -155,12 +155,12 @@ def resolve_version(text: str) -> str:
     value = str(text).strip()
     match = re.fullmatch(r"(\d+)(?:\.(\d+))?(?:\.\d+)*", value)
     if not match:
-        raise SpecError("--trt-version", f"{text!r} is not a version string like 10.15; known versions: {known}")
+        raise SpecError("trt_version", f"{text!r} is not a version string like 10.15; known versions: {known}")
     major, minor = int(match.group(1)), int(match.group(2) or 0)
     for version in VERSIONS:
         if version_key(version) == (major, minor):
             return version
-    raise SpecError("--trt-version", f"TensorRT {value} is not in the support table; known versions: {known}")
+    raise SpecError("trt_version", f"TensorRT {value} is not in the support table; known versions: {known}")
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 import pytest
 
-from ropeexport.build import build
+from ropeexport import build
 from ropeexport.cli import main
-from ropeexport.encodings.alibi import AlibiSpec
+from ropeexport.families.alibi.spec import AlibiSpec
 
 HUGE = "1" + "0" * 400  # an integer no float holds
 BASE = ["build", "--head-dim", "16", "--num-heads", "2", "--max-positions", "64"]
@@ -141,7 +141,7 @@ def _manifest(folder: Path, change: Callable[[dict], None]) -> None:
 
 def _rehash(folder: Path, name: str, data: bytes) -> None:
     """Replace a file and record its new hash: hash-consistent, but the content is hostile."""
-    from ropeexport.export.onnx_io import sha256
+    from ropeexport.graph.onnx_io import sha256
 
     (folder / name).write_bytes(data)
     _manifest(folder, lambda m: m["files"].__setitem__(name, sha256(folder / name)))

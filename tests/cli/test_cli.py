@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ropeexport.catalog import kind_for, kinds
 from ropeexport.cli import main
-from ropeexport.export.rope import build_rope_graph
-from ropeexport.registry import KINDS, kind_for
-from ropeexport.spec import RopeSpec
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.spec import RopeSpec
 
 SMALL = ["--head-dim", "16", "--num-heads", "4", "--num-kv-heads", "2", "--max-positions", "128"]
 LONGROPE = [
@@ -264,7 +264,7 @@ def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys
     # An exporter with a bug (it builds the interleaved rotation for a half-layout spec) must be caught.
     kind = kind_for(RopeSpec())
     wrong = dataclasses.replace(kind, export=lambda spec: build_rope_graph(spec.replace(layout="interleaved")))
-    monkeypatch.setitem(KINDS, ("rope", "rope"), wrong)
+    monkeypatch.setitem(kinds(), ("rope", "rope"), wrong)
     code, _, err = run(["build", *SMALL, "--name", "bad", "--out", str(tmp_path)], capsys)
     assert code == 1 and "FAILED" in err
     report = json.loads((tmp_path / "bad" / "report.json").read_text())
@@ -287,8 +287,8 @@ def test_default_build_builds_one_preset_per_family_at_real_length(tmp_path: Pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = tmp_path / "ropeexport-out"
     assert proc.stdout.strip().splitlines()[-1] == str((out / "index.html").resolve())
+    from ropeexport.catalog import encodings
     from ropeexport.defaults import DEFAULT_PRESETS
-    from ropeexport.spec import encodings
 
     index = json.loads((out / "index.json").read_text())
     assert [a["origin"]["preset"] for a in index["artifacts"]] == sorted(DEFAULT_PRESETS)
@@ -371,8 +371,8 @@ def test_a_build_that_fails_midway_leaves_no_folder_it_created(tmp_path: Path, m
     def broken(spec: RopeSpec) -> None:
         raise RuntimeError("exporter crashed")
 
-    monkeypatch.setitem(KINDS, ("rope", "rope"), dataclasses.replace(kind, export=broken))
-    from ropeexport.build import build
+    monkeypatch.setitem(kinds(), ("rope", "rope"), dataclasses.replace(kind, export=broken))
+    from ropeexport import build
 
     with pytest.raises(RuntimeError):
         build(RopeSpec(head_dim=8, num_heads=2, max_positions=16), tmp_path / "new" / "out")

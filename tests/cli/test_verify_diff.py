@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ropeexport.build import build
+from ropeexport import build
+from ropeexport.catalog import kind_for
 from ropeexport.cli import main
-from ropeexport.encodings.alibi import AlibiSpec
-from ropeexport.spec import RopeSpec
+from ropeexport.families.alibi.spec import AlibiSpec
+from ropeexport.families.rope.spec import RopeSpec
 
 SPEC = RopeSpec(head_dim=16, rotary_dim=12, num_heads=4, num_kv_heads=2, max_positions=256)
 
@@ -184,16 +185,16 @@ def test_properties_catch_a_broken_norm(tmp_path: Path) -> None:
     import onnx
     from onnx import numpy_helper
 
-    from ropeexport.export.onnx_io import save_model
-    from ropeexport.export.rope import build_rope_graph
-    from ropeexport.verify.core import verify_artifact
+    from ropeexport.families.rope.export import build_rope_graph
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.verification.core import verify_artifact
 
     model = build_rope_graph(SPEC)
     for t in model.graph.initializer:
         if t.name in ("cos_table", "sin_table"):
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.01), t.name))
     save_model(model, tmp_path)
-    result = verify_artifact(SPEC, tmp_path / "model.onnx", ["ort"])
+    result = verify_artifact(SPEC, kind_for(SPEC), tmp_path / "model.onnx", ["ort"])
     names = {p["name"]: p["passed"] for p in result.properties}
     assert names["norm preservation"] is False and names["long-term decay"] is False
     assert onnx.load(str(tmp_path / "model.onnx")) is not None

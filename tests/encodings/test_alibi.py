@@ -9,9 +9,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ropeexport.build import build
-from ropeexport.encodings.alibi import AlibiSpec, alibi_bias, alibi_slopes
+from ropeexport import build
 from ropeexport.errors import RuntimeInputError, SpecError
+from ropeexport.families.alibi.reference import alibi_bias, alibi_slopes
+from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.runtimes import open_runner
 
 
@@ -174,13 +175,13 @@ def test_slope_scale_scales_the_bias_and_is_verified(tmp_path: Path) -> None:
 @pytest.mark.parametrize("artifact", ["bias", "scores", "attention"])
 def test_single_pass_is_bit_identical_to_the_general_path(artifact: str, causal: bool, dtype: str) -> None:
     """The one-pass bias drops the clamp, Expand and the [b, H, q, k] Where, and changes no bit."""
-    from ropeexport.export.alibi import alibi_bias_nodes
-    from ropeexport.registry import kind_for
+    from ropeexport.catalog import kind_for
+    from ropeexport.families.alibi.export import alibi_bias_nodes
 
     spec = AlibiSpec(artifact=artifact, num_heads=12, head_dim=16, causal=causal, max_positions=4096, dtype=dtype)
     fast = kind_for(spec).export(spec)
     builder = {"bias": "build_bias_graph", "scores": "build_scores_graph", "attention": "build_attention_graph"}
-    import ropeexport.export.attention as attention
+    import ropeexport.families.bias.export as attention
 
     general = getattr(attention, builder[artifact])(spec, alibi_bias_nodes)
     ops = [n.op_type for n in fast.graph.node]
@@ -202,7 +203,7 @@ def test_single_pass_is_bit_identical_to_the_general_path(artifact: str, causal:
 
 
 def test_biases_the_clamp_could_change_take_the_general_path() -> None:
-    from ropeexport.registry import kind_for
+    from ropeexport.catalog import kind_for
 
     for spec in (
         AlibiSpec(dtype="fp16", num_heads=8, max_positions=131072),  # 0.5 x 131071 is past fp16's 65504

@@ -12,9 +12,10 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from ropeexport.build import build
-from ropeexport.encodings.kerple import KerpleSpec, kerple_bias
+from ropeexport import build
 from ropeexport.errors import SpecError
+from ropeexport.families.kerple.reference import kerple_bias
+from ropeexport.families.kerple.spec import KerpleSpec
 
 P = 512
 SMALL: dict[str, Any] = {"num_heads": 3, "head_dim": 16, "max_positions": P}

@@ -1,5 +1,5 @@
 """The identities the seed articles derive for RoPE (Su et al. 2021, RoFormer eq. 13-16 and 34), each checked on the
-eager reference modules in ropeexport.encodings.rope.
+eager reference modules in ropeexport.families.rope.reference.
 
 The oracle is built here from the formulas, in float64: theta_i = theta^(-2i/r), the block-diagonal rotation matrix
 R_m with 2x2 blocks [[cos m theta_i, -sin m theta_i], [sin m theta_i, cos m theta_i]] on each channel pair, and the
@@ -22,9 +22,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ropeexport.encodings.rope import ComplexRotaryEmbedding, RotaryEmbedding, reference_module
 from ropeexport.errors import RuntimeInputError
-from ropeexport.spec import RopeSpec
+from ropeexport.families.rope.reference import ComplexRotaryEmbedding, RotaryEmbedding, reference_module
+from ropeexport.families.rope.spec import RopeSpec
 
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 NUMPY = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}

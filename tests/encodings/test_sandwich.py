@@ -13,9 +13,10 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from ropeexport.build import build
-from ropeexport.encodings.sandwich import SandwichSpec, sandwich_bias
+from ropeexport import build
 from ropeexport.errors import RuntimeInputError, SpecError
+from ropeexport.families.sandwich.reference import sandwich_bias
+from ropeexport.families.sandwich.spec import SandwichSpec
 
 P = 512
 SMALL: dict[str, Any] = {"num_heads": 3, "head_dim": 16, "max_positions": P}

@@ -1,4 +1,4 @@
-"""Every schedule in ropeexport.encodings.schedules.SCHEDULES against its closed form, written here from the papers
+"""Every schedule in ropeexport.families.rope.schedules.SCHEDULES against its closed form, written here from the papers
 and Hugging Face transformers' ``modeling_rope_utils`` semantics, plus the registry's rejections.
 
 The expected values never call the package's helpers: each ``expect_*`` function below restates the formula with
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.encodings.schedules import SCHEDULES, Frequencies, get_schedule
 from ropeexport.errors import SpecError
-from ropeexport.spec import RopeSpec
+from ropeexport.families.rope.schedules import SCHEDULES, Frequencies, get_schedule
+from ropeexport.families.rope.spec import RopeSpec
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Closed forms, one frequency at a time.

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from ropeexport.build import build
-from ropeexport.encodings.shaw import ShawSpec, shaw_attention, shaw_scores, shaw_weights
+from ropeexport import build
 from ropeexport.errors import RuntimeInputError, SpecError
+from ropeexport.families.shaw.reference import shaw_attention, shaw_scores, shaw_weights
+from ropeexport.families.shaw.spec import ShawSpec
 from ropeexport.runtimes import open_runner
 
 H, D, K = 2, 4, 2  # heads, head_dim, clip of the tiny literal cases

@@ -12,14 +12,16 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from ropeexport.build import build
-from ropeexport.encodings.sinusoidal import SinusoidalEmbedding, SinusoidalSpec, sinusoid_table
+from ropeexport import build
+from ropeexport.catalog import kind_for
 from ropeexport.errors import RuntimeInputError, SpecError
-from ropeexport.export.onnx_io import save_model
-from ropeexport.export.sinusoidal import build_apply_graph, build_scores_graph
+from ropeexport.families.sinusoidal.export import build_apply_graph, build_scores_graph
+from ropeexport.families.sinusoidal.probes import check_tables
+from ropeexport.families.sinusoidal.reference import SinusoidalEmbedding, sinusoid_table
+from ropeexport.families.sinusoidal.spec import SinusoidalSpec
+from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes import open_runner
-from ropeexport.verify.core import verify_artifact
-from ropeexport.verify.sinusoidal import check_tables
+from ropeexport.verification.core import verify_artifact
 
 P = 96  # max_positions of the small specs
 SMALL = {"d_model": 16, "num_heads": 2, "head_dim": 8, "max_positions": P}
@@ -126,7 +128,9 @@ WRONG = [
 @pytest.mark.parametrize(("built", "claimed"), WRONG)
 def test_wrong_artifact_fails_verification(tmp_path: Path, built: dict, claimed: dict) -> None:
     path = _export(build_apply_graph(SinusoidalSpec(**(SMALL | built))), tmp_path)
-    assert not verify_artifact(SinusoidalSpec(**(SMALL | claimed)), path, ["ort"]).passed
+    assert not verify_artifact(
+        SinusoidalSpec(**(SMALL | claimed)), kind_for(SinusoidalSpec(**(SMALL | claimed))), path, ["ort"]
+    ).passed
 
 
 def test_rows_shifted_by_one_fail_verification(tmp_path: Path) -> None:
@@ -134,7 +138,7 @@ def test_rows_shifted_by_one_fail_verification(tmp_path: Path) -> None:
     model = build_apply_graph(spec)
     table = next(t for t in model.graph.initializer if t.name == "pe_table")
     table.CopyFrom(numpy_helper.from_array(np.roll(numpy_helper.to_array(table), 1, axis=0), "pe_table"))
-    assert not verify_artifact(spec, _export(model, tmp_path), ["ort"]).passed
+    assert not verify_artifact(spec, kind_for(spec), _export(model, tmp_path), ["ort"]).passed
 
 
 def _apply_feeds(pos: list[int]) -> dict[str, np.ndarray]:

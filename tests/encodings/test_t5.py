@@ -14,9 +14,10 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from ropeexport.build import build
-from ropeexport.encodings.t5 import T5Spec, t5_bias, t5_buckets
+from ropeexport import build
 from ropeexport.errors import SpecError
+from ropeexport.families.t5.reference import t5_bias, t5_buckets
+from ropeexport.families.t5.spec import T5Spec
 
 P = 512  # max_positions of the built artifacts
 SMALL: dict[str, Any] = {"num_heads": 3, "head_dim": 16, "max_positions": P}

@@ -14,15 +14,16 @@ import torch
 from onnx import numpy_helper
 from safetensors.numpy import save_file
 
-from ropeexport.build import build
-from ropeexport.encodings.transformer_xl import TransformerXLScores, TransformerXLSpec, relative_embedding
+from ropeexport import build
+from ropeexport.catalog import kind_for, spec_from_dict
 from ropeexport.errors import RuntimeInputError, SpecError
-from ropeexport.export.onnx_io import save_model
-from ropeexport.export.transformer_xl import build_transformer_xl_scores_graph
+from ropeexport.families.transformer_xl.export import build_transformer_xl_scores_graph
+from ropeexport.families.transformer_xl.probes import check_tables
+from ropeexport.families.transformer_xl.reference import TransformerXLScores, relative_embedding
+from ropeexport.families.transformer_xl.spec import TransformerXLSpec
+from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes import open_runner
-from ropeexport.spec import spec_from_dict
-from ropeexport.verify.core import verify_artifact
-from ropeexport.verify.transformer_xl import check_tables
+from ropeexport.verification.core import verify_artifact
 
 P = 64  # max_positions of the small specs
 H, D, DM = 2, 4, 6  # heads, head_dim, d_model of R (not H * D, so W_R is not square)
@@ -158,8 +159,12 @@ def test_scores_depend_only_on_distance(tmp_path: Path, causal: bool) -> None:
 
 def test_verification_catches_other_weights_and_mask(tmp_path: Path) -> None:
     spec = TransformerXLSpec(**SMALL)
-    assert not verify_artifact(spec.replace(seed=1), _export(spec, tmp_path / "seed"), ["ort"]).passed
-    assert not verify_artifact(spec.replace(causal=False), _export(spec, tmp_path / "mask"), ["ort"]).passed
+    assert not verify_artifact(
+        spec.replace(seed=1), kind_for(spec.replace(seed=1)), _export(spec, tmp_path / "seed"), ["ort"]
+    ).passed
+    assert not verify_artifact(
+        spec.replace(causal=False), kind_for(spec.replace(causal=False)), _export(spec, tmp_path / "mask"), ["ort"]
+    ).passed
 
 
 BAD = [(q, k) for bad in (-1, P, -P, 10 * P) for q, k in (([[0, bad]], [[0, 1]]), ([[0, 1]], [[bad, 0]]))]

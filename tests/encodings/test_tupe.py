@@ -11,9 +11,11 @@ import torch
 from onnx import numpy_helper
 from safetensors.numpy import load_file, save_file
 
-from ropeexport.build import build
-from ropeexport.encodings.tupe import TupeSpec, bucket_map, t5_bucket, tupe_scores, tupe_weights
+from ropeexport import build
 from ropeexport.errors import RuntimeInputError, SpecError
+from ropeexport.families.t5.buckets import relative_buckets as t5_bucket
+from ropeexport.families.tupe.reference import bucket_map, tupe_scores, tupe_weights
+from ropeexport.families.tupe.spec import TupeSpec
 from ropeexport.runtimes import open_runner
 
 H, D, DM, P = 2, 4, 6, 24  # heads, head_dim, d_model, max_positions of the tiny literal cases

@@ -7,15 +7,16 @@ import numpy as np
 import onnx
 import pytest
 
-from ropeexport.export.guard import guard_node_name
-from ropeexport.registry import KINDS, Probe, kind_for
+from ropeexport.catalog import kind_for, kinds
+from ropeexport.graph.guard import guard_node_name
+from ropeexport.kinds import Probe
 from tests.test_every_kind import small
 
 ort = pytest.importorskip("onnxruntime")
 
 CASES = [
     pytest.param(encoding, artifact, graph, id=f"{encoding}-{artifact}-{graph}")
-    for (encoding, artifact) in sorted(KINDS)
+    for (encoding, artifact) in sorted(kinds())
     for graph in ("fused", "decomposed")
 ]
 P = 96  # tests.test_every_kind.SMALL's max_positions

@@ -9,13 +9,14 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from ropeexport.encodings.rope import ComplexRotaryEmbedding, reference_module, to_torch
-from ropeexport.export import onnx_io
-from ropeexport.export.onnx_io import save_model, sha256
-from ropeexport.export.rope import build_rope_graph
-from ropeexport.numerics import FORMATS
-from ropeexport.spec import RopeSpec
-from ropeexport.verify.compare import TOLERANCES
+from ropeexport.dtypes import DTYPES
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.reference import ComplexRotaryEmbedding, reference_module
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.graph import onnx_io
+from ropeexport.graph.onnx_io import save_model, sha256
+from ropeexport.tensors import to_torch
+from ropeexport.verification.compare import TOLERANCES
 from tests.cases import MAX_POSITIONS, ORIGINAL, POSITION_CALLS, ROTARY, SCHEDULE_PARAMS, small_spec
 
 # The case table: every layout x schedule x graph style x dtype ORT runs on the CPU.
@@ -35,7 +36,7 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
 def feeds_for(spec: RopeSpec, positions: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     b, s = positions.shape
-    dtype = FORMATS[spec.dtype].np_dtype
+    dtype = DTYPES[spec.dtype].np_dtype
     return {
         "query": rng.standard_normal((b, spec.num_heads, s, spec.head_dim), dtype=np.float32).astype(dtype),
         "key": rng.standard_normal((b, spec.num_kv_heads, s, spec.head_dim), dtype=np.float32).astype(dtype),

@@ -7,8 +7,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ropeexport.build import build
-from ropeexport.spec import RopeSpec
+from ropeexport import build
+from ropeexport.families.rope.spec import RopeSpec
 from tests.cases import small_spec
 
 CASES = [

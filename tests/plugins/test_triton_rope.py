@@ -12,12 +12,14 @@ import torch
 
 pytest.importorskip("triton", reason="Triton is not installed: the kernel tests need it (pip install triton)")
 
-from plugins.triton_rope import interpreted, launch_config, rope_triton  # noqa: E402
-from ropeexport.encodings.rope import TORCH_DTYPES, reference_module, table_regimes, to_torch  # noqa: E402
+from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeInputError  # noqa: E402
+from ropeexport.families.rope.reference import reference_module, table_regimes  # noqa: E402
+from ropeexport.families.rope.spec import RopeSpec  # noqa: E402
 from ropeexport.numerics import round_once, ulp_distance  # noqa: E402
-from ropeexport.spec import RopeSpec  # noqa: E402
-from ropeexport.verify.compare import TOLERANCES  # noqa: E402
+from ropeexport.tensors import to_torch  # noqa: E402
+from ropeexport.trt.triton_rope import interpreted, launch_config, rope_triton  # noqa: E402
+from ropeexport.verification.compare import TOLERANCES  # noqa: E402
 
 DEVICE = "cpu" if interpreted() else "cuda"
 MAX_POSITIONS = 256
@@ -29,7 +31,7 @@ ROTATIONS = {"full": HEAD_DIM, "partial": 12}  # partial: 12 of 16 channels, r/2
 HEADS = {"gqa": (4, 2), "mqa": (3, 1)}
 CASES = [
     pytest.param(layout, dtype, rotation, heads, id=f"{layout}-{dtype}-{rotation}-{heads}")
-    for layout, dtype, rotation, heads in itertools.product(("half", "interleaved"), TORCH_DTYPES, ROTATIONS, HEADS)
+    for layout, dtype, rotation, heads in itertools.product(("half", "interleaved"), DTYPES, ROTATIONS, HEADS)
 ]
 
 # Position calls: per-row offsets (each batch row starts elsewhere), the table's last rows, decode, a shuffle.
@@ -62,7 +64,7 @@ def tables(spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
 def inputs(spec: RopeSpec, positions: np.ndarray, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     b, s = positions.shape
-    dtype = TORCH_DTYPES[spec.dtype]
+    dtype = DTYPES[spec.dtype].torch
     query = torch.randn(b, spec.num_heads, s, spec.head_dim, generator=g).to(dtype)
     key = torch.randn(b, spec.num_kv_heads, s, spec.head_dim, generator=g).to(dtype)
     return query, key, torch.from_numpy(positions.astype(np.int64))

@@ -21,15 +21,17 @@ import torch
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from plugins import trt_plugin
-from ropeexport.encodings.rope import reference_module, table_regimes, to_torch
+from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable
-from ropeexport.export.onnx_io import save_model
-from ropeexport.export.plugin import DOMAIN, OP_TYPE, build_rope_plugin_graph
-from ropeexport.export.rope import build_rope_graph
-from ropeexport.numerics import FORMATS, round_once
-from ropeexport.spec import RopeSpec
-from ropeexport.verify.compare import TOLERANCES
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.plugin import DOMAIN, OP_TYPE, build_rope_plugin_graph
+from ropeexport.families.rope.reference import reference_module, table_regimes
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.graph.onnx_io import save_model
+from ropeexport.numerics import round_once
+from ropeexport.tensors import to_torch
+from ropeexport.trt import plugin as trt_plugin
+from ropeexport.verification.compare import TOLERANCES
 from tests.cases import MAX_POSITIONS, POSITION_CALLS, SCHEDULE_PARAMS, small_spec
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
@@ -74,7 +76,7 @@ class TritonRotaryEmbedding(OpRun):
 
     # **ignored: onnx.reference also hands over the defaults of the standard RotaryEmbedding schema (num_heads, ...).
     def _run(self, x, cos, sin, rows, interleaved=0, rotary_dim=0, plugin_namespace="", **ignored):  # type: ignore[no-untyped-def]
-        from plugins.triton_rope import rope_triton
+        from ropeexport.trt.triton_rope import rope_triton
 
         out = rope_triton(
             _torch_of(x),
@@ -90,7 +92,7 @@ class TritonRotaryEmbedding(OpRun):
 def feeds_for(spec: RopeSpec, positions: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     b, s = positions.shape
-    dtype = FORMATS[spec.dtype].np_dtype
+    dtype = DTYPES[spec.dtype].np_dtype
     return {
         "query": rng.standard_normal((b, spec.num_heads, s, spec.head_dim), dtype=np.float32).astype(dtype),
         "key": rng.standard_normal((b, spec.num_kv_heads, s, spec.head_dim), dtype=np.float32).astype(dtype),
@@ -210,7 +212,7 @@ def test_register_without_tensorrt_says_what_is_missing() -> None:
 
 
 def _interpreted() -> bool:
-    from plugins.triton_rope import interpreted
+    from ropeexport.trt.triton_rope import interpreted
 
     return interpreted()
 
@@ -257,7 +259,7 @@ def test_plugin_is_in_tensorrt_registry() -> None:
 )
 def test_plugin_engine_matches_eager(layout: str, scaling: str, dtype: str, tmp_path: Path) -> None:
     _skip_if_interpreted()
-    from ropeexport.runtimes.trt import TrtRunner
+    from ropeexport.trt.runner import TrtRunner
 
     trt_plugin.register()
     spec = RopeSpec(**small_spec(layout=layout, scaling=scaling, dtype=dtype))
@@ -269,7 +271,7 @@ def test_plugin_engine_matches_eager(layout: str, scaling: str, dtype: str, tmp_
 @pytest.mark.parametrize("scaling", ["default", "dynamic"])
 def test_plugin_graph_builds_and_verifies_without_tensorrt(tmp_path: Path, scaling: str) -> None:
     # ORT has no kernel for the plugin op: the build says so and verifies on onnx.reference, which carries it.
-    from ropeexport.build import build
+    from ropeexport import build
     from tests.cases import small_spec
 
     result = build(RopeSpec(**small_spec(graph="plugin", scaling=scaling)), tmp_path)

@@ -7,10 +7,10 @@ import onnxruntime as ort
 import pytest
 
 from ropeexport.errors import RuntimeInputError, RuntimeUnavailable
-from ropeexport.export.onnx_io import save_model
-from ropeexport.export.rope import build_rope_graph
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes import open_runner
-from ropeexport.spec import RopeSpec
 from tests.cases import MAX_POSITIONS, small_spec
 from tests.export.test_rope_export import feeds_for
 

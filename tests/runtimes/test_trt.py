@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ropeexport.build import build
+from ropeexport import build
 from ropeexport.errors import RuntimeUnavailable
-from ropeexport.export.onnx_io import save_model
-from ropeexport.export.rope import build_rope_graph
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes import open_runner
-from ropeexport.runtimes.trt import PAIR_DIM_CAP, profile_shapes
-from ropeexport.spec import RopeSpec
+from ropeexport.trt.runner import PAIR_DIM_CAP, profile_shapes
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
 
@@ -36,9 +36,9 @@ def test_profiles_come_from_the_symbolic_dims() -> None:
 
 
 def test_pair_dims_are_capped_in_profiles() -> None:
-    from ropeexport.encodings.alibi import AlibiSpec
-    from ropeexport.export.alibi import alibi_bias_nodes
-    from ropeexport.export.attention import build_scores_graph
+    from ropeexport.families.alibi.export import alibi_bias_nodes
+    from ropeexport.families.alibi.spec import AlibiSpec
+    from ropeexport.families.bias.export import build_scores_graph
 
     spec = AlibiSpec(artifact="scores", num_heads=4, head_dim=8, max_positions=131072)
     shapes = profile_shapes(build_scores_graph(spec, alibi_bias_nodes), spec.max_positions)

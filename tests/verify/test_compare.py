@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ropeexport.verify.compare import Comparison
+from ropeexport.verification.compare import Comparison
 
 
 def compare(actual: list[float], expected: list[float], atol: float = 1e-5, rtol: float = 1e-5) -> Comparison:

@@ -1,8 +1,8 @@
 """The planted-bug suite: every wrong artifact fails verification by its expected checks; correct builds pass.
 
-The table lives in ``ropeexport/verify/planted.py`` (``tools/planted_bugs.py`` prints it as the README's detection
-table). Known gaps in verification are strict xfails with the reason: when verification is fixed they XPASS, and the
-mark must go.
+The table lives in ``ropeexport/selftest/``, one module per family (``tools/planted_bugs.py`` prints it as the README's
+detection table). Known gaps in verification are strict xfails with the reason: when verification is fixed they XPASS,
+and the mark must go.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ropeexport.verify.planted import BUGS, PlantedBug, correct_specs, detect, export, verify_correct
+from ropeexport.catalog import encodings
+from ropeexport.selftest import BUGS, FAMILY_BUGS, PlantedBug, correct_specs, detect, export, verify_correct
 
 # Bugs that verification does not yet catch as it should: {bug name: why}. Empty: every planted bug is caught.
 KNOWN_GAPS: dict[str, str] = {}
@@ -59,3 +60,10 @@ def test_every_bug_changes_the_artifact_and_names_are_unique() -> None:
         assert {p.key: p.value for p in planted.metadata_props} == {
             p.key: p.value for p in export(bug.spec).metadata_props
         }, f"{bug.name}: the wrong artifact must claim the spec it is verified as"
+
+
+def test_each_family_module_holds_only_its_own_bugs_in_catalog_order() -> None:
+    assert all(b.spec.encoding == family for family, bugs in FAMILY_BUGS.items() for b in bugs)
+    order = list(encodings())
+    assert list(FAMILY_BUGS) == sorted(FAMILY_BUGS, key=order.index), "families out of catalog order"
+    assert BUGS == [b for bugs in FAMILY_BUGS.values() for b in bugs]

@@ -7,17 +7,18 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ropeexport.export.onnx_io import save_model
-from ropeexport.export.rope import build_rope_graph
-from ropeexport.spec import RopeSpec
-from ropeexport.verify.core import verify_artifact
-from ropeexport.verify.rope import rope_probes
+from ropeexport.catalog import kind_for
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.probes import rope_probes
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.graph.onnx_io import save_model
+from ropeexport.verification.core import verify_artifact
 from tests.cases import ORIGINAL, small_spec
 
 
 def verify(built: RopeSpec, claimed: RopeSpec, tmp_path: Path, model: onnx.ModelProto | None = None):
     save_model(model or build_rope_graph(built), tmp_path)
-    return verify_artifact(claimed, tmp_path / "model.onnx", ["ort"])
+    return verify_artifact(claimed, kind_for(claimed), tmp_path / "model.onnx", ["ort"])
 
 
 def test_correct_artifact_passes_with_every_contract_field(tmp_path: Path) -> None:
@@ -129,7 +130,7 @@ def test_length_taken_from_the_last_column_fails(tmp_path: Path, graph: str) -> 
 def test_graph_without_range_guard_fails_verification(tmp_path: Path) -> None:
     spec = RopeSpec(**small_spec(graph="decomposed"))
     model = build_rope_graph(spec)
-    # Take the boundary guard out (export.guard) and route the raw positions around the table's own row check.
+    # Take the boundary guard out (graph.guard) and route the raw positions around the table's own row check.
     guard = [n for n in model.graph.node if n.name.startswith("position_ids__guard") or "must lie in" in n.name]
     for node in guard:
         model.graph.node.remove(node)

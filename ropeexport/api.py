@@ -1,0 +1,267 @@
+"""The Python API: everything the ``ropeexport`` command does, as functions (``import ropeexport as rx``).
+
+Specs come from ``spec``, ``from_preset``, ``from_hf_config`` or ``load_specs``; ``export`` turns one into an
+``onnx.ModelProto``; ``build`` exports, runs, verifies and reports one into ``OUT/NAME``; ``build_all`` builds many
+and writes the tree's index; ``verify``, ``diff`` and ``check_trt`` read what a build wrote. Errors are
+``ropeexport.errors.SpecError`` naming the field at fault (``str(error)`` is one line: ``"field: what is allowed"``).
+
+Example::
+
+    import ropeexport as rx
+
+    spec = rx.spec("rope", head_dim=64, num_heads=8, max_positions=4096, scaling="linear",
+                   scaling_params={"factor": 2.0})
+    result = rx.build(spec, "out")
+    assert result.passed, result.report["comparisons"]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ropeexport.batch import Job, OnDone, OnStage, Settings
+from ropeexport.batch import build_all as _build_batch
+from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.errors import SpecError
+from ropeexport.pipeline import BuildResult, build_artifact, check_target
+from ropeexport.presets import Request
+from ropeexport.report.diff import DEFAULT_MAX_GROWTH, ReportDiff, diff_reports, load_report
+from ropeexport.requests import from_hf_config as _hf_requests
+from ropeexport.requests import from_presets, from_spec_file, with_overrides
+from ropeexport.reverify import VerifyResult, check_folder, verify_folder
+from ropeexport.runtimes import check_runtime_names
+from ropeexport.specs import SpecBase
+from ropeexport.tree import artifact_folders, check_tree, is_tree, write_index
+from ropeexport.trt.compat import CompatResult
+from ropeexport.trt.compat import check_trt as _check_trt
+
+Tolerance = float | Mapping[str, float] | None
+
+
+def spec(encoding: str = "rope", **fields: Any) -> Any:
+    """One validated spec of ``encoding`` (rope, alibi, t5, ...; see ``ropeexport list``) from its fields.
+
+    ``rx.spec("alibi", num_heads=12, dtype="fp16")``. A field the encoding lacks, or a value out of range, raises
+    SpecError naming the field.
+    """
+    return spec_from_dict({"encoding": encoding, **fields})
+
+
+def _specs(requests: list[Request]) -> list[Any]:
+    out = []
+    for request in requests:
+        out.append(spec_from_dict(request.fields))
+    return out
+
+
+def from_preset(
+    name: str,
+    artifacts: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    graphs: Sequence[str] | None = None,
+    **fields: Any,
+) -> list[Any]:
+    """The specs a model preset builds (``ropeexport list --presets``): one per artifact x dtype x graph.
+
+    The card's ``[build]`` lists are used unless ``artifacts``/``dtypes``/``graphs`` are given; ``fields`` override
+    every spec's value (``max_positions=32768``; ``scaling_params`` merges into the card's schedule).
+    """
+    requests = from_presets([name], artifacts, dtypes, graphs)
+    return _specs(with_overrides(requests, fields))
+
+
+def from_hf_config(
+    path: str | Path,
+    artifacts: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    graphs: Sequence[str] | None = None,
+    **fields: Any,
+) -> list[Any]:
+    """The specs of a transformers ``config.json`` on disk (never fetched): the encoding's first artifact, fp32,
+    fused unless given; ``fields`` override the imported values.
+    """  # noqa: D205
+    return _specs(with_overrides(_hf_requests(path, artifacts, dtypes, graphs), fields))
+
+
+def load_specs(path: str | Path) -> list[Any]:
+    """The specs of a .json or .toml spec file: one spec, or ``artifacts = [...]`` with shared top-level fields."""
+    return _specs(from_spec_file(path))
+
+
+def export(spec: SpecBase) -> onnx.ModelProto:
+    """The artifact's ONNX model, in memory (tables in float64, rounded once); nothing is run or written."""
+    return kind_for(spec).export(spec)
+
+
+def _tolerance(value: Tolerance, name: str) -> dict[str, float]:
+    """A number for every output, or {output: number} (``""`` for every output); checked like the CLI's flags."""
+    table = {"": value} if isinstance(value, (int, float)) else dict(value or {})
+    for output, number in table.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 <= number < float("inf"):
+            raise SpecError(name, f"must be a finite number >= 0 (for {output or 'every output'}), got {number!r}")
+    return {k: float(v) for k, v in table.items()}
+
+
+def build(
+    spec: SpecBase,
+    out_dir: str | Path,
+    runtimes: Sequence[str] | None = None,
+    atol: Tolerance = None,
+    rtol: Tolerance = None,
+    replace: bool = False,
+) -> BuildResult:
+    """Export, run, verify and report ``spec`` into ``out_dir/spec.name``: the folder appears whole or not at all.
+
+    ``runtimes``: ort (default), onnx-reference, trt. ``atol``/``rtol`` override the dtype's tolerances: a number for
+    every output, or {output: number}. Returns the result (``passed``, ``path``, ``report``: report.json's dict).
+    When ``out_dir`` is a tree (it has an index.json), its index is rewritten so it never shows an old verdict.
+    """
+    out = Path(out_dir)
+    result = build_artifact(
+        spec,
+        kind_for(spec),
+        out,
+        check_runtime_names(list(runtimes or ["ort"])),
+        atol=_tolerance(atol, "atol"),
+        rtol=_tolerance(rtol, "rtol"),
+        replace=replace,
+    )
+    if is_tree(out):
+        write_index(out)
+    return result
+
+
+def build_all(
+    specs: Sequence[SpecBase],
+    out_dir: str | Path,
+    jobs: int = 1,
+    runtimes: Sequence[str] | None = None,
+    atol: Tolerance = None,
+    rtol: Tolerance = None,
+    replace: bool = False,
+    on_stage: OnStage | None = None,
+    on_done: OnDone | None = None,
+    provenance: Sequence[tuple[Mapping[str, Any], Mapping[str, str]]] | None = None,
+) -> list[BuildResult]:
+    """Build every spec into the tree ``out_dir`` (``jobs`` worker processes), then write its index.
+
+    Everything is validated before anything is written: names must be unique, and a name already in the tree must
+    hold the same spec unless ``replace``. ``out_dir/index.json`` and ``index.html`` cover every artifact in the
+    tree, earlier builds included; they are written even when the batch is interrupted or a build raises. Results
+    are in ``specs``' order. ``on_stage(name, stage, done, total)`` and ``on_done(result)`` report progress;
+    ``provenance`` gives, per spec, what asked for it and the source of each field, for its manifest.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise SpecError("jobs", f"must be an integer >= 1, got {jobs!r}")
+    out = Path(out_dir)
+    names = [s.name for s in specs]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise SpecError("name", f"{duplicate!r} is used by more than one artifact; names must be unique")
+    settings = Settings(
+        out,
+        check_runtime_names(list(runtimes or ["ort"])),
+        _tolerance(atol, "atol"),
+        _tolerance(rtol, "rtol"),
+        replace=replace,
+    )
+    check_tree(out)
+    for s in specs:
+        check_target(out, s.name, s.to_dict(), replace)
+    given = list(provenance or [({}, {})] * len(specs))
+    batch = [Job(s.to_dict(), dict(origin), dict(sources)) for s, (origin, sources) in zip(specs, given, strict=True)]
+    start = time.perf_counter()
+    try:
+        return _build_batch(batch, settings, jobs, on_stage, on_done)
+    finally:
+        if artifact_folders(out, damaged=True):  # an interrupted or failed batch still indexes what it finished
+            _index(out, round(time.perf_counter() - start, 3), jobs)
+
+
+def _index(out: Path, seconds: float, jobs: int) -> None:
+    """Write the tree's index; a full or read-only disk is one line saying the index is out of date."""
+    try:
+        write_index(out, seconds, jobs)
+    except OSError as exc:
+        raise SpecError(
+            "out_dir",
+            f"the artifacts are built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
+            "free space and run 'ropeexport verify' on the tree to index them",
+        ) from None
+
+
+def verify(
+    path: str | Path,
+    runtimes: Sequence[str] | None = None,
+    atol: Tolerance = None,
+    rtol: Tolerance = None,
+    on_done: Callable[[VerifyResult, float], None] | None = None,
+) -> list[VerifyResult]:
+    """Check the hashes of an artifact folder, or of every artifact in a tree, then verify each again here.
+
+    One result per artifact (one for a folder), each with ``passed``, ``path`` and the fresh ``report``. In a tree,
+    every manifest and hash is checked before anything is verified (a damaged file: SpecError naming the artifact
+    and the file, and nothing re-verified); the tree's index is rewritten after. ``on_done(result, seconds)`` is
+    called as each artifact finishes.
+    """
+    folder = Path(path)
+    names = list(runtimes) if runtimes else None
+    tolerances = _tolerance(atol, "atol"), _tolerance(rtol, "rtol")
+    report = on_done or (lambda result, seconds: None)
+    if (folder / "manifest.json").exists() or not artifact_folders(folder):
+        began = time.perf_counter()
+        result = verify_folder(folder, names, *tolerances)
+        report(result, time.perf_counter() - began)
+        tree = folder.resolve().parent
+        if is_tree(tree):  # the tree's index must not keep the old verdict
+            write_index(tree)
+        return [result]
+    folders = artifact_folders(folder)
+    manifests = {}
+    for one in folders:
+        try:
+            manifests[one] = check_folder(one)
+        except SpecError as exc:  # name the artifact: a tree has many model.onnx files
+            raise SpecError(f"{one.name}/{exc.field}", exc.message) from None
+    results = []
+    for one in folders:
+        began = time.perf_counter()
+        result = verify_folder(one, names, *tolerances, manifest=manifests[one])
+        results.append(result)
+        report(result, time.perf_counter() - began)
+    write_index(folder)
+    return results
+
+
+def diff(
+    old: str | Path, new: str | Path, max_growth: float = DEFAULT_MAX_GROWTH, across: Sequence[str] = ()
+) -> ReportDiff:
+    """Compare two reports (report.json files or artifact folders) comparison by comparison.
+
+    The result's ``regressed`` is true when a check that passed now fails, a comparison vanished, an error metric
+    grew by more than ``max_growth`` times (and its atol), a tolerance was loosened, or the specs differ in a field
+    not named in ``across`` (compare a fused with a decomposed artifact with ``across=["graph"]``).
+    """
+    if isinstance(max_growth, bool) or not isinstance(max_growth, (int, float)) or not 1 <= max_growth < float("inf"):
+        raise SpecError("max_growth", f"must be a finite number >= 1, got {max_growth!r}")
+    old_report, new_report = load_report(old, "OLD"), load_report(new, "NEW")
+    known = set(old_report.get("spec") or {}) | set(new_report.get("spec") or {})
+    unknown = [f for f in across if f not in known]
+    if unknown:
+        raise SpecError(
+            "across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}"
+        )
+    return diff_reports(old_report, new_report, float(max_growth), list(across))
+
+
+def check_trt(model: onnx.ModelProto | str | Path, version: str) -> CompatResult:
+    """Whether TensorRT ``version``'s ONNX parser takes ``model`` (a ModelProto or a path), node by node, no GPU.
+
+    The result's ``compatible`` is the verdict and ``reasons`` names each offending node.
+    """
+    return _check_trt(model, version)

@@ -1,1 +1,0 @@
-"""Encoding families: reference modules and frequency schedules, one module per family."""

@@ -1,0 +1,10 @@
+"""KERPLE: ``bias``, ``scores`` and ``attention`` artifacts, and the float64 oracle."""
+
+from __future__ import annotations
+
+from ropeexport.families.bias.kinds import bias_kinds
+from ropeexport.families.kerple.export import kerple_bias_nodes
+from ropeexport.families.kerple.oracle import kerple_oracle
+from ropeexport.families.kerple.reference import kerple_bias
+
+KINDS = bias_kinds("kerple", kerple_bias_nodes, kerple_bias, kerple_oracle)

@@ -1,0 +1,61 @@
+"""float64 oracles written from the formulas in plain NumPy, apart from the PyTorch reference modules.
+
+RoPE here uses complex arithmetic (Su et al. 2021, eq. 12: f(q, m) = q e^{i m theta}); the reference modules use the
+real rotate-half / interleaved forms. Both share only the schedule functions, which are tested against closed forms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ropeexport.families.rope.schedules import get_schedule
+from ropeexport.families.rope.spec import RopeSpec
+
+
+def rope_oracle(spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray, length: int | None = None) -> np.ndarray:
+    """Rotate x [b, h, s, d] (any float dtype) in float64 by position_ids [b, s]; float64 [b, h, s, d] out.
+
+    ``length`` is the call's L for length-dependent schedules (default max(position_ids) + 1).
+    """
+    schedule = get_schedule(spec.scaling)
+    r = spec.rotary_dim
+    length = int(position_ids.max()) + 1 if length is None else length
+    freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, length)
+    rotor = freqs.attention_factor * np.exp(1j * position_ids[..., None] * freqs.inv_freq)[:, None]  # [b, 1, s, r/2]
+    x = np.asarray(x, dtype=np.float64)
+    rot = x[..., :r]
+    pairs = (rot[..., : r // 2], rot[..., r // 2 :]) if spec.layout == "half" else (rot[..., 0::2], rot[..., 1::2])
+    z = (pairs[0] + 1j * pairs[1]) * rotor
+    out = x.copy()
+    if spec.layout == "half":
+        out[..., : r // 2], out[..., r // 2 : r] = z.real, z.imag
+    else:
+        out[..., 0:r:2], out[..., 1:r:2] = z.real, z.imag
+    return out
+
+
+def rope_table_oracle(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
+    """float64 (cos, sin) per regime [max_positions, r/2], attention factor applied, in the artifact's row order."""
+    schedule = get_schedule(spec.scaling)
+    threshold = schedule.threshold(spec.scaling_params)
+    # One call length per stored regime: any L for static schedules; L <= original, then L > original.
+    lengths = [spec.max_positions] if threshold is None else [threshold]
+    if schedule.regime == "switch" and threshold is not None:
+        lengths.append(threshold + 1)
+    positions = np.arange(spec.max_positions, dtype=np.float64)
+    out = []
+    for length in lengths:
+        freqs = schedule.frequencies(spec.rotary_dim, spec.theta, spec.scaling_params, length)
+        angles = np.outer(positions, freqs.inv_freq)
+        out.append((freqs.attention_factor * np.cos(angles), freqs.attention_factor * np.sin(angles)))
+    return out
+
+
+def rope_scores_oracle(
+    spec: RopeSpec, query: np.ndarray, key: np.ndarray, query_position_ids: np.ndarray, key_position_ids: np.ndarray
+) -> np.ndarray:
+    """float64 logits [b, num_heads, q_len, k_len] of the rotated pair, scaled by 1/sqrt(head_dim)."""
+    length = int(max(query_position_ids.max(), key_position_ids.max())) + 1
+    q = rope_oracle(spec, query, query_position_ids, length)
+    k = np.repeat(rope_oracle(spec, key, key_position_ids, length), spec.num_heads // spec.num_kv_heads, axis=1)
+    return np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(spec.head_dim)

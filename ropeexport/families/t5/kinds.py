@@ -1,0 +1,10 @@
+"""T5 relative position buckets: ``bias``, ``scores`` and ``attention`` artifacts, and the float64 oracle."""
+
+from __future__ import annotations
+
+from ropeexport.families.bias.kinds import bias_kinds
+from ropeexport.families.t5.export import t5_bias_nodes
+from ropeexport.families.t5.oracle import t5_oracle
+from ropeexport.families.t5.reference import t5_bias
+
+KINDS = bias_kinds("t5", t5_bias_nodes, t5_bias, t5_oracle)

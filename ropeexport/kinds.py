@@ -1,0 +1,60 @@
+"""An artifact kind: the functions of one family's stages that export, feed and check one artifact.
+
+Each family's ``kinds.py`` builds a ``KINDS = {artifact: ArtifactKind}`` table from plain functions of its stage
+modules (export, eager reference, float64 oracle, probes); ``catalog`` collects them. The pipeline (``pipeline``) and
+verification (``verification.core``) are handed a kind and only ever call through it, so a stage never reaches into
+another and nothing below the catalog looks a family up.
+
+Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {output name: array}):
+- ``export(spec) -> onnx.ModelProto``
+- ``probes(spec) -> (list[Probe], coverage dict)``; ``feeds(spec, probe, rng) -> F``
+- ``eager(spec, F) -> O`` in the artifact dtype; ``oracle(spec, F) -> O`` in float64
+- ``locate(probe, output, index) -> dict``: where an element sits (batch, head, positions...), for reports
+- ``tables(spec, model_path) -> list[dict]``: checks of stored tables against float64 (optional)
+- ``guards(spec) -> [(case, F)]``: calls with out-of-range positions that the graph itself must reject, sent past
+  the runner's own checks (optional: graphs without a table, like ALiBi's, rely on the runner alone)
+- ``curve(probe, output) -> (axis name, int array broadcastable to the output)``: each element's position, for the
+  per-position error curve (optional)
+- ``properties(spec, runner) -> [dict]``: the encoding's mathematical claims measured on the artifact through a
+  runner (relative invariance, norm preservation, decay, shift invariance...), each {name, passed, summary, ...}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Feeds = dict[str, np.ndarray]
+# The position inputs of every pair artifact (bias, scores, attention): graphs, probes and oracles share the names.
+QPOS, KPOS = "query_position_ids", "key_position_ids"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One verification call: a name and the position inputs it feeds ({input name: int64 array})."""
+
+    name: str
+    positions: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ArtifactKind:
+    """The functions that export, feed, and check one artifact kind of one encoding (shapes in the module doc)."""
+
+    encoding: str
+    artifact: str
+    summary: str
+    export: Callable[[Any], Any]
+    probes: Callable[[Any], tuple[list[Probe], dict[str, Any]]]
+    feeds: Callable[[Any, Probe, np.random.Generator], Feeds]
+    eager: Callable[[Any, Feeds], dict[str, np.ndarray]]
+    oracle: Callable[[Any, Feeds], dict[str, np.ndarray]]
+    locate: Callable[[Probe, str, tuple[int, ...]], dict[str, Any]]
+    tables: Callable[[Any, Path], list[dict[str, Any]]] | None = None
+    guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None
+    curve: Callable[[Probe, str], tuple[str, np.ndarray]] | None = None
+    properties: Callable[[Any, Any], list[dict[str, Any]]] | None = None

@@ -1,0 +1,114 @@
+"""The house's shape, checked: one home per family, an explicit catalog, one-way imports, torch-free specs.
+
+These read the source (``ast``) and never import what they check, except where the claim is about importing.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import setuptools
+import tomllib
+
+from ropeexport import catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "ropeexport"
+FAMILIES = PACKAGE / "families"
+SHARED = {"bias"}  # families/bias: the additive-bias machinery ALiBi, T5, KERPLE and Sandwich share
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(module: str) -> set[str]:
+    """Every ropeexport module ``module`` imports, at module level or inside functions."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:  # `from pkg import module` names a module; `from module import name` does not
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in MODULES and m != module}
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for nxt in GRAPH[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_no_import_cycle_counting_lazy_imports() -> None:
+    cycles = sorted(m for m in MODULES if m in _closure(m))
+    assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+@pytest.mark.parametrize("family", sorted(p.name for p in FAMILIES.iterdir() if (p / "spec.py").exists()))
+def test_every_family_folder_is_in_the_catalog_with_its_stages(family: str) -> None:
+    package = f"ropeexport.families.{family}"
+    stages = {p.stem for p in (FAMILIES / family).glob("*.py")}
+    if family in SHARED:
+        assert package not in catalog.FAMILIES
+        return
+    assert package in catalog.FAMILIES, f"{package} has a folder but no line in catalog.FAMILIES"
+    assert {"spec", "reference", "export", "oracle", "kinds"} <= stages, f"{family} lacks stages: {sorted(stages)}"
+
+
+def test_the_catalog_lists_only_family_folders() -> None:
+    for package in catalog.FAMILIES:
+        assert (ROOT / package.replace(".", "/") / "spec.py").is_file(), package
+
+
+def test_only_the_catalog_and_what_sits_above_it_know_the_families() -> None:
+    # Below the catalog nothing may look a family up: the pipeline, verification, runtimes and report are handed a
+    # kind. The modules allowed to import the catalog are the ones that turn user input into specs and kinds.
+    above = {"ropeexport.api", "ropeexport.batch", "ropeexport.reverify", "ropeexport.requests", "ropeexport.presets"}
+    above |= {m for m in MODULES if m.startswith(("ropeexport.cli", "ropeexport.selftest"))}
+    users = {m for m, deps in GRAPH.items() if "ropeexport.catalog" in deps}
+    assert users <= above, f"unexpected catalog users: {sorted(users - above)}"
+    for stage in ("ropeexport.pipeline", "ropeexport.verification.core", "ropeexport.report", "ropeexport.tree"):
+        assert not any(m.startswith("ropeexport.families") for m in _closure(stage)), stage
+
+
+@pytest.mark.parametrize("family", sorted(p.name for p in FAMILIES.iterdir() if (p / "oracle.py").exists()))
+def test_no_oracle_imports_an_exporter(family: str) -> None:
+    # The float64 oracle is the independent reference: sharing code with the graph builder would let one bug pass
+    # both. Checked over everything the oracle imports, directly or not.
+    reached = _closure(f"ropeexport.families.{family}.oracle")
+    exporters = sorted(m for m in reached if m.endswith(".export") or m.startswith("ropeexport.graph"))
+    assert not exporters, f"families/{family}/oracle.py reaches {exporters}"
+
+
+def test_specs_load_without_torch_or_onnx() -> None:
+    code = (
+        "import sys, ropeexport.catalog as c, ropeexport.cli as cli; "
+        "[cls() for cls in c.encodings().values()]; "
+        "heavy = sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules); "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"importing the specs loaded {run.stdout.strip()} {run.stderr[-500:]}"
+
+
+def test_the_wheel_installs_no_top_level_plugins_module() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = setuptools.find_packages(where=str(ROOT), include=config["include"], exclude=config.get("exclude", ()))
+    assert packages and all(p == "ropeexport" or p.startswith("ropeexport.") for p in packages), packages
+    assert "ropeexport.trt" in packages  # TensorRT's runner, support table, plugin and kernel live there
