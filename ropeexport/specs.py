@@ -60,6 +60,8 @@ class SpecBase:
     encoding: ClassVar[str] = ""
     artifacts: ClassVar[tuple[str, ...]] = ()
     graphs: ClassVar[tuple[str, ...]] = GRAPHS
+    # Fields whose values form a fixed set (beyond artifact, dtype and graph), for help texts and listings.
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     name: str = ""
     artifact: str = ""

@@ -65,8 +65,12 @@ def error_line(exc: RopeExportError) -> str:
     # A reader's field may carry the file: "spec_file 'x.toml'" reads "--spec 'x.toml'".
     word, space, rest = exc.field.partition(" ")
     field = FLAGS.get(word, word) + space + rest
-    message = re.sub(r"`([a-z][a-z0-9_]*)`", lambda m: flag_of(m.group(1)), exc.message)
-    return f"{field}: {message}"
+    return f"{field}: {in_flags(exc.message)}"
+
+
+def in_flags(text: str) -> str:
+    """Library text with each field it names in backquotes (`across`) written as its flag (--across)."""
+    return re.sub(r"`([a-z][a-z0-9_]*)`", lambda m: flag_of(m.group(1)), text)
 
 
 def plain(text: str | None) -> str | None:

@@ -29,9 +29,8 @@ import sys
 import time
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ropeexport.batch import Job
 from ropeexport.catalog import encodings, spec_from_dict
 from ropeexport.cli import EXIT_SKIPPED
 from ropeexport.cli.options import add_tolerance_flags, tolerances
@@ -39,11 +38,7 @@ from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
-from ropeexport.families.kerple.spec import KERNELS
-from ropeexport.families.rope.schedules import SCHEDULES
-from ropeexport.families.rope.spec import LAYOUTS
 from ropeexport.inputs import read_json
-from ropeexport.pipeline import BuildResult, check_target, clean_leftovers
 from ropeexport.presets import Request, presets
 from ropeexport.requests import (
     VARIANT_FIELDS,
@@ -55,7 +50,10 @@ from ropeexport.requests import (
 )
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.specs import GRAPHS
-from ropeexport.tree import check_tree
+
+if TYPE_CHECKING:  # the pipeline loads torch and onnx: imported when a build runs, so --help stays fast
+    from ropeexport.batch import Job
+    from ropeexport.pipeline import BuildResult
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
 SPECIAL_FIELDS = ("scaling_params",)
@@ -100,10 +98,10 @@ def field_help(field: str) -> str:
         "artifact": list(dict.fromkeys(a for cls in classes.values() for a in cls.artifacts)),
         "dtype": list(DTYPES),
         "graph": [*GRAPHS, "plugin", "both"],
-        "layout": list(LAYOUTS),
-        "scaling": list(SCHEDULES),
-        "kernel": list(KERNELS),
     }
+    for cls in classes.values():
+        for name, values in cls.choices.items():
+            choices.setdefault(name, list(values))
     parts = []
     if field in choices:
         parts.append("one of " + ", ".join(choices[field]))
@@ -275,6 +273,8 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
 
 def jobs_from_args(args: argparse.Namespace) -> list[Job]:
     """Every requested artifact, validated (nothing is written on bad input); names must be unique."""
+    from ropeexport.batch import Job
+
     jobs = []
     for request in requests_from_args(args):
         spec = spec_from_dict(request.fields)
@@ -320,6 +320,8 @@ def print_resolved(job: Job) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written on bad input), then build, index and summarise."""
     from ropeexport.api import build_all
+    from ropeexport.pipeline import check_target, clean_leftovers
+    from ropeexport.tree import check_tree
 
     workers = _jobs_count(args.jobs)
     runtimes = _runtimes(args)

@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from ropeexport.api import diff
+from ropeexport.cli import in_flags
 from ropeexport.errors import SpecError
 from ropeexport.report.diff import DEFAULT_MAX_GROWTH
 
@@ -62,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("--max-growth", f"must be a finite number >= 1, got {args.max_growth!r}")
     across = [f.strip().replace("-", "_") for item in args.across for f in item.split(",") if f.strip()]
     result = diff(args.old, args.new, growth, across)
+    notes, regressions = [in_flags(n) for n in result.notes], [in_flags(r) for r in result.regressions]
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(result.to_dict() | {"notes": notes, "regressions": regressions}, indent=2))
     else:
         print(f"{'comparison':40s} {'metric':9s} {'old':>10s} {'new':>10s} {'growth':>8s}")
         for row in result.rows:
@@ -72,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{row['comparison']:40s} {row['metric']:9s} {fmt(row['old']):>10s} {fmt(row['new']):>10s} "
                 f"{fmt(row['growth']):>8s}"
             )
-        for note in result.notes:
+        for note in notes:
             print(f"note: {note}")
-        for regression in result.regressions:
+        for regression in regressions:
             print(f"REGRESSION: {regression}")
         print(f"{len(result.regressions)} regression(s)")
     return 1 if result.regressed else 0

@@ -32,6 +32,7 @@ class KerpleSpec(BiasSpec):
     """
 
     encoding: ClassVar[str] = "kerple"
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"kernel": KERNELS}
 
     kernel: str = "log"
     weights: str = ""

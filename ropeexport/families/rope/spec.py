@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ropeexport.errors import SpecError
-from ropeexport.families.rope.schedules import get_schedule
+from ropeexport.families.rope.schedules import SCHEDULES, get_schedule
 from ropeexport.specs import (
     GRAPHS,
     MAX_TABLE_ENTRIES,
@@ -36,6 +36,7 @@ class RopeSpec(SpecBase):
     artifacts: ClassVar[tuple[str, ...]] = ("rope", "scores")
     # plugin: one ropeexport::RotaryEmbedding node per tensor, for TensorRT versions without the native layer.
     graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin")
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"layout": LAYOUTS, "scaling": tuple(SCHEDULES)}
 
     layout: str = "half"
     head_dim: int = 128
