@@ -34,12 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-from ropeexport.catalog import kind_for  # noqa: E402
+from ropeexport.catalog import (
+    kind_for,  # noqa: E402
+    spec_from_dict,  # noqa: E402
+)
 from ropeexport.families.rope.export import rope_tables  # noqa: E402
 from ropeexport.families.rope.reference import table_regimes  # noqa: E402
 from ropeexport.graph.onnx_io import GraphBuilder, save_model  # noqa: E402
 from ropeexport.numerics import round_once  # noqa: E402
-from ropeexport.catalog import spec_from_dict  # noqa: E402
 
 SIZES = (4096, 32768, 131072, 1048576)
 TABLE_TARGET_S = 0.5

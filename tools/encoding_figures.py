@@ -25,8 +25,10 @@ import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
 from ropeexport import build  # noqa: E402
-from ropeexport.catalog import kinds  # noqa: E402
-from ropeexport.catalog import encodings  # noqa: E402
+from ropeexport.catalog import (
+    encodings,  # noqa: E402
+    kinds,  # noqa: E402
+)
 
 SIZES = {"num_heads": 8, "head_dim": 64, "d_model": 512, "num_kv_heads": 0}
 

@@ -22,8 +22,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ropeexport import build  # noqa: E402
-from ropeexport.catalog import kinds  # noqa: E402
-from ropeexport.catalog import spec_from_dict  # noqa: E402
+from ropeexport.catalog import (
+    kinds,  # noqa: E402
+    spec_from_dict,  # noqa: E402
+)
 from ropeexport.trt import HEADLINE_VERSIONS, check_trt  # noqa: E402
 
 VERSIONS = HEADLINE_VERSIONS

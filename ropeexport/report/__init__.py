@@ -12,7 +12,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ropeexport.verify.core import Verification
+from ropeexport.verification.core import Verification
 
 REPORT_SCHEMA = "ropeexport.report/2"
 

@@ -133,7 +133,7 @@ def diff_reports(
         if key in across:
             result.notes.append(f"spec.{key}: {before!r} in OLD, {after!r} in NEW (compared across it on purpose)")
         else:
-            hint = "" if key in ("spec", "spec_sha256") else f"; to compare across it on purpose, give --across {key}"
+            hint = "" if key in ("spec", "spec_sha256") else f"; to compare across it on purpose, give `across` {key}"
             result.regressions.append(f"different specs: spec.{key} is {before!r} in OLD, {after!r} in NEW{hint}")
     tightened: list[str] = []
     olds = {_key(c): c for c in old["comparisons"]}

@@ -3,40 +3,34 @@
 Nothing is fetched: the style sheet is inline, there is no script, and the plots (``plots.py``) are PNG data URIs.
 Every string that comes from the report (names, spec values, error messages, reasons) goes through ``html.escape``:
 a runtime's error message or a user's ``--name`` may hold markup. The sections and their words are those of
-``report.md`` (``markdown.py``); failing rows are highlighted.
+``report.md``, both built by ``sections.py``; this module only writes them as markup, failing rows highlighted.
 """
 
 from __future__ import annotations
 
 import base64
-import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
 from ropeexport.report import plots
-from ropeexport.report.markdown import (
-    compact,
-    comparison_label,
-    cosine,
-    failing_items,
-    headline,
-    io_rows,
-    items,
-    mapping,
-    number,
-    position_summary,
-    probe_words,
-    share,
-    shared_tolerance,
-    tolerance_sentence,
-    tolerance_words,
-    trt_rows,
-    verdict,
-    worst_location,
-    worst_values,
+from ropeexport.report.blocks import (
+    Banner,
+    Block,
+    Bullets,
+    Cell,
+    CurvePlot,
+    Definitions,
+    Grid,
+    HistogramPlot,
+    LinePlot,
+    Pairs,
+    Paragraph,
+    Section,
+    Table,
 )
+from ropeexport.report.sections import banner, sections
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #1f2328;
@@ -72,48 +66,34 @@ img { max-width: 100%; height: auto; border: 1px solid #d0d7de; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
 """
 
-
-class _Safe(str):
-    """Markup built here from escaped parts: table cells take it as it is."""
-
-
-class _Td(_Safe):
-    """A whole table cell, ``<td class=...>`` included."""
+_TD_CLASSES = ("num", "name", "where")  # cell kinds that are a class of the cell itself
+_SPAN_CLASSES = ("small", "mono")  # cell kinds that wrap the text in a span of that class
 
 
 def _e(value: Any) -> str:
     return escape(str(value), quote=True)
 
 
-def _td(value: Any, css: str) -> _Td:
-    """A cell with a class; ``value`` is escaped unless it is ``_Safe``."""
-    return _Td(f'<td class="{css}">{value if isinstance(value, _Safe) else _e(value)}</td>')
+def _notes(notes: tuple[str, ...]) -> str:
+    return "".join(f'<br><span class="small">{_e(note)}</span>' for note in notes)
 
 
-def _num(value: Any) -> _Td:
-    return _td(value, "num")
+def _cell(cell: Cell) -> str:
+    if cell.kind == "verdict":
+        return f'<td><span class="badge {cell.text.lower()}">{_e(cell.text)}</span></td>'
+    text = _e(cell.text) + _notes(cell.notes)
+    if cell.kind in _SPAN_CLASSES:
+        return f'<td><span class="{cell.kind}">{text}</span></td>'
+    return f'<td class="{cell.kind}">{text}</td>' if cell.kind in _TD_CLASSES else f"<td>{text}</td>"
 
 
-def _badge(passed: Any) -> _Safe:
-    word = verdict(passed)
-    return _Safe(f'<span class="badge {word.lower()}">{word}</span>')
-
-
-def _table(header: Iterable[str], rows: Iterable[tuple[str, list[Any]]]) -> str:
-    """A table; each row is (css class, cells); a cell is text (escaped here), ``_Safe`` markup or a ``_Td``."""
+def _table(header: list[str], rows: list[tuple[str, list[Cell]]]) -> str:
+    """A table; each row is (css class, cells)."""
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = []
-    for css, cells in rows:
-        tds = "".join(
-            cell if isinstance(cell, _Td) else f"<td>{cell if isinstance(cell, _Safe) else _e(cell)}</td>"
-            for cell in cells
-        )
-        body.append((f'<tr class="{css}">' if css else "<tr>") + tds + "</tr>")
+    body = [
+        (f'<tr class="{css}">' if css else "<tr>") + "".join(_cell(c) for c in cells) + "</tr>" for css, cells in rows
+    ]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _row_class(passed: Any) -> str:
-    return "fail" if passed is False else ""
 
 
 def _png_size(png: bytes) -> tuple[int, int]:
@@ -121,7 +101,7 @@ def _png_size(png: bytes) -> tuple[int, int]:
     return width, height
 
 
-def _safe_plot(make: Any, *args: Any) -> bytes:
+def _safe_plot(make: Callable[..., bytes], *args: Any) -> bytes:
     """``make(*args)``'s PNG, or empty bytes when matplotlib cannot draw the values (the figure is then left out)."""
     try:
         return make(*args)
@@ -138,320 +118,100 @@ def _figure(png: bytes, alt: str, caption: str = "") -> str:
     return f"<figure>{img}" + (f"<figcaption>{_e(caption)}</figcaption>" if caption else "") + "</figure>"
 
 
-def _section(anchor: str, title: str, body: str) -> str:
-    return f'<section id="{anchor}"><h2>{_e(title)}</h2>{body}</section>'
+def _plot(plot: LinePlot | CurvePlot | HistogramPlot) -> str:
+    if isinstance(plot, LinePlot):
+        lines = [plots.Line(s.label, s.x, s.y) for s in plot.lines]
+        if plot.share:
+            png = _safe_plot(plots.share_by_position, lines, plot.axis_label)
+        else:
+            png = _safe_plot(plots.error_by_position, lines, plot.axis_label, list(plot.atols))
+        return _figure(png, plot.alt, plot.caption)
+    if isinstance(plot, CurvePlot):
+        png = _safe_plot(plots.curve, plot.title, plot.x_label, plot.y_label, plot.x, plot.y)
+        return _figure(png, plot.alt)
+    png = _safe_plot(plots.error_histogram, plot.title, plot.edges_log10, plot.counts, plot.zeros, plot.atol)
+    return _figure(png, plot.alt)
 
 
-def _banner(report: dict[str, Any], name: str) -> str:
-    passed = report.get("passed") is True
-    word = "PASS" if passed else "FAIL"
-    summary = headline(report)
-    return (
-        f'<header class="banner {word.lower()}"><h1>{word}: {_e(name)}</h1>'
-        + (f"<p>{_e(summary)}</p>" if summary else "")
-        + "</header>"
-    )
+def _paragraph(block: Paragraph) -> str:
+    parts = []
+    for span in block.spans:
+        if span.kind == "code":
+            parts.append(f"<code>{_e(span.text)}</code>")
+        elif span.kind == "mono":
+            parts.append(f'<span class="mono">{_e(span.text)}</span>')
+        else:
+            parts.append(_e(span.text))
+    return (f'<p class="{block.style}">' if block.style else "<p>") + "".join(parts) + "</p>"
 
 
-def _failures(report: dict[str, Any]) -> str:
-    failures = failing_items(report)
-    if not failures and report.get("passed") is not True:
-        failures = ["The report does not say it passed, and names no failing check."]
-    if not failures:
-        return ""
-    bullets = "".join(f"<li>{_e(f)}</li>" for f in failures)
-    return f'<section class="failures" id="failures"><h2>What failed</h2><ul>{bullets}</ul></section>'
-
-
-def _comparisons(report: dict[str, Any]) -> str:
-    comparisons = items(report, "comparisons")
-    if not comparisons:
-        return _section("comparisons", "Comparisons", "<p>No comparisons were recorded.</p>")
-    shared = shared_tolerance(comparisons)
-    metrics = ("max_abs", "mean_abs", "p99_abs", "max_rel", "p99_rel", "max_ulp")
-    header = [
-        "reference",
-        "runtime",
-        "output",
-        "max abs",
-        "of allowed",
-        *(m.replace("_", " ") for m in metrics[1:]),
-        "cosine",
-        "failures / elements",
-    ]
-    header += ([] if shared else ["atol / rtol"]) + ["worst at", "result"]
-    rows = []
-    for c in comparisons:
-        worst = c.get("worst")
-        where = _e(worst_location(worst, c.get("max_abs")))
-        values = worst_values(worst) if c.get("max_abs") != 0 else ""
-        where += f'<br><span class="small">{_e(values)}</span>' if values else ""
-        cells: list[Any] = [c.get("reference", "?"), c.get("runtime", "?"), _td(c.get("output", "?"), "name")]
-        cells += [_num(number(c.get("max_abs"))), _num(share(c.get("max_ratio")))]
-        cells += [_num(number(c.get(m))) for m in metrics[1:]]
-        cells += [_num(cosine(c.get("cosine"))), _num(f"{number(c.get('failures'))} / {number(c.get('elements'))}")]
-        cells += [] if shared else [_num(f"{number(c.get('atol'))} / {number(c.get('rtol'))}")]
-        cells += [_td(_Safe(where), "where"), _badge(c.get("passed"))]
-        rows.append((_row_class(c.get("passed")), cells))
-    intro = f"<p>{_e(tolerance_sentence(shared))}</p>" if shared else ""
-    return _section("comparisons", "Comparisons", intro + _table(header, rows))
-
-
-def _atol_of(report: dict[str, Any], curve: dict[str, Any]) -> list[float]:
-    """The atol of the comparison a curve belongs to; else the report's tolerance."""
-    key = (curve.get("reference"), curve.get("runtime"), curve.get("output"))
-    for c in items(report, "comparisons"):
-        if (c.get("reference"), c.get("runtime"), c.get("output")) == key and c.get("atol") is not None:
-            return plots.floats([c["atol"]])
-    tolerance = mapping(report, "coverage").get("tolerance")
-    return plots.floats([tolerance.get("atol")]) if isinstance(tolerance, dict) else []
-
-
-def _positions(report: dict[str, Any]) -> str:
-    curves = items(report, "positions")
-    if not curves:
-        return ""
-    by_axis: dict[str, list[dict[str, Any]]] = {}
-    for curve in curves:
-        by_axis.setdefault(str(curve.get("axis") or "position"), []).append(curve)
-    body = []
-    for axis, group in by_axis.items():
-        widths = sorted({str(c.get("bin_width")) for c in group if c.get("bin_width") is not None})
-        label = axis + (f" (bins of {', '.join(widths)})" if widths and widths != ["1"] else "")
-        lines = [plots.Line(comparison_label(c), c.get("x") or [], c.get("max_abs") or []) for c in group]
-        atols = sorted({a for c in group for a in _atol_of(report, c)})
-        png = _safe_plot(plots.error_by_position, lines, label, atols)
-        body.append(
-            _figure(
-                png,
-                f"worst absolute error against {axis}",
-                "Each line is one comparison's worst absolute error in each bin; the dotted line is atol. An element "
-                "may err by max(atol, rtol × |expected|), so a line above atol can still pass where values are "
-                "large: the next plot divides each error by its own allowance.",
-            )
-        )
-        ratios = [plots.Line(comparison_label(c), c.get("x") or [], c.get("max_ratio") or []) for c in group]
-        if any(c.get("max_ratio") for c in group):
-            png = _safe_plot(plots.share_by_position, ratios, label)
-            body.append(
-                _figure(
-                    png,
-                    f"worst error as a share of its allowance against {axis}",
-                    "Each bin's worst error divided by what that element may err by, max(atol, rtol × |expected|): "
-                    "the tolerance envelope is the dashed line at 1, and a point above it is a failing element.",
-                )
-            )
-    rows = []
-    for curve in curves:
-        where, worst = position_summary(curve)
-        bins = len(curve["x"]) if isinstance(curve.get("x"), list) else 0
-        ratios = [r for r in plots.floats(curve.get("max_ratio")) if math.isfinite(r)]
-        cells = [comparison_label(curve), f"{bins} bins of {number(curve.get('bin_width'))}", where, _num(worst)]
-        cells.append(_num(share(max(ratios)) if ratios else "n/a"))
-        rows.append(("", cells))
-    body.append(_table(["comparison", "curve", "worst bin", "max abs", "of allowed"], rows))
-    return _section("positions", "Error by position", "".join(body))
-
-
-def _histograms(report: dict[str, Any]) -> str:
-    figures = []
-    for c in items(report, "comparisons"):
-        histogram = c.get("histogram")
-        if not isinstance(histogram, dict):
-            continue
-        png = _safe_plot(
-            plots.error_histogram,
-            comparison_label(c),
-            histogram.get("edges_log10") or [],
-            histogram.get("counts") or [],
-            histogram.get("zeros"),
-            c.get("atol"),
-        )
-        figures.append(_figure(png, f"error histogram, {comparison_label(c)}"))
-    if not figures:
-        return ""
-    caption = (
-        '<p class="small">Elements by absolute error; exact zeros in grey on the left. The dotted line is atol: '
-        "elements right of it still pass where rtol × |expected| allows them (the share-of-allowance plot above says "
-        "where).</p>"
-    )
-    return _section("histograms", "Error histograms", f'{caption}<div class="grid">{"".join(figures)}</div>')
-
-
-def _has_points(curve: dict[str, Any]) -> bool:
-    xs, ys = plots.floats(curve.get("x")), plots.floats(curve.get("y"))
-    return any(math.isfinite(a) and math.isfinite(b) for a, b in zip(xs, ys, strict=False))
-
-
-def _properties(report: dict[str, Any]) -> str:
-    props = items(report, "properties")
-    if not props:
-        return ""
-    by_runtime = any(p.get("runtime") for p in props)
-    rows = []
-    for p in props:
-        cells = [p.get("name", "?"), _badge(p.get("passed")), p.get("summary") or ""]
-        rows.append((_row_class(p.get("passed")), ([p.get("runtime") or ""] if by_runtime else []) + cells))
-    header = (["runtime"] if by_runtime else []) + ["property", "result", "summary"]
-    figures = []
-    for p in props:
-        curve = p.get("curve")
-        if not isinstance(curve, dict):
-            continue
-        name = str(p.get("name") or "curve") + (f" ({p['runtime']})" if p.get("runtime") else "")
-        if not _has_points(curve):
-            figures.append(f'<p class="small">{_e(name)}: the curve has no finite points to plot.</p>')
-            continue
-        x_label, y_label = str(curve.get("x_label") or "x"), str(curve.get("y_label") or "y")
-        png = _safe_plot(plots.curve, name, x_label, y_label, curve.get("x") or [], curve.get("y") or [])
-        figures.append(_figure(png, name))
-    body = _table(header, rows) + (f'<div class="grid">{"".join(figures)}</div>' if figures else "")
-    return _section("properties", "Properties", body)
-
-
-def _tables(report: dict[str, Any]) -> str:
-    tables = items(report, "tables")
-    if not tables:
-        return ""
-    rows = []
-    for t in tables:
-        note = t.get("reason") or (f"worst row {t['worst_row']}" if t.get("worst_row") is not None else "")
-        cells = [
-            t.get("name", "?"),
-            t.get("dtype", ""),
-            compact(t.get("shape")),
-            compact(t.get("expected_shape")),
-            _num(number(t.get("max_ulp"))),
-            _badge(t.get("passed")),
-            note,
-        ]
-        rows.append((_row_class(t.get("passed")), cells))
-    header = ["table", "dtype", "shape", "expected shape", "max ulp", "result", "note"]
-    return _section("tables", "Tables", _table(header, rows))
-
-
-def _guards(report: dict[str, Any]) -> str:
-    guards = items(report, "guards")
-    if not guards:
-        return ""
-    rows = [
-        (
-            _row_class(g.get("passed")),
-            [
-                g.get("runtime", "?"),
-                g.get("case", "?"),
-                _badge(g.get("passed")),
-                _Safe(f'<span class="small">{_e(g.get("error") or "")}</span>'),
-            ],
-        )
-        for g in guards
-    ]
-    intro = "<p>Out-of-range positions sent straight to the runtime must be refused by the graph.</p>"
-    return _section("guards", "Guards", intro + _table(["runtime", "case", "result", "what the runtime said"], rows))
-
-
-def _model(report: dict[str, Any]) -> str:
-    rows = [("", r) for r in io_rows(report)]
-    trt = trt_rows(report)
-    if not rows and not trt:
-        return ""
-    body = _table(["", "name", "dtype", "shape"], rows) if rows else ""
-    if trt:
-        body += "<p>TensorRT ONNX parser, by version (<code>ropeexport check-trt</code>; not run on TensorRT):</p>"
-        body += _table(["TensorRT", "verdict", "why"], [(_row_class(ok), [r[0], r[1], r[2]]) for ok, r in trt])
-    return _section("model", "Model: inputs, outputs, TensorRT", body)
-
-
-def _runtimes(report: dict[str, Any]) -> str:
-    runtimes = items(report, "runtimes")
-    if not runtimes:
-        return ""
-    rows = [
-        (
-            "skip" if r.get("status") != "verified" else "",
-            [r.get("name", "?"), r.get("status", "?"), r.get("device") or r.get("reason") or ""],
-        )
-        for r in runtimes
-    ]
-    return _section("runtimes", "Runtimes", _table(["runtime", "status", "device or reason skipped"], rows))
-
-
-def _coverage(report: dict[str, Any]) -> str:
-    coverage = mapping(report, "coverage")
-    probes = items(report, "probes")
-    if not coverage and not probes:
-        return ""
-    rows = []
-    tolerance = coverage.get("tolerance")
-    if tolerance:
-        reason = tolerance.get("reason") if isinstance(tolerance, dict) else None
-        text = _e(tolerance_words(tolerance)) + (f'<br><span class="small">{_e(reason)}</span>' if reason else "")
-        rule = "An element fails only when its error exceeds both atol and rtol × |expected|."
-        text += f'<br><span class="small">{rule}</span>'
-        rows.append(("", ["tolerance", _Safe(text)]))
-    rows += [("", [key, compact(value)]) for key, value in coverage.items() if key != "tolerance"]
-    body = _table(["what", "coverage"], rows) if rows else ""
-    if probes:
-        bullets = "".join(f"<li>{_e(probe_words(p))}</li>" for p in probes)
-        body += f"<details><summary>{len(probes)} probes</summary><ul>{bullets}</ul></details>"
-    return _section("coverage", "Coverage and tolerances", body)
-
-
-def _pairs(values: dict[str, Any], per_row: int = 3) -> str:
+def _pairs(block: Pairs, per_row: int = 3) -> str:
     """Key-value pairs, ``per_row`` to a row: short values read better across than down."""
-    cells = [("none" if v is None else compact(v), k) for k, v in values.items()]
     rows = []
-    for start in range(0, len(cells), per_row):
-        chunk = cells[start : start + per_row]
-        tds = "".join(f'<th class="key">{_e(k)}</th><td>{_e(v)}</td>' for v, k in chunk)
+    for start in range(0, len(block.items), per_row):
+        chunk = block.items[start : start + per_row]
+        tds = "".join(f'<th class="key">{_e(k)}</th><td>{_e(v.text)}</td>' for k, v in chunk)
         rows.append(f"<tr>{tds}</tr>")
     return f'<table class="pairs"><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _environment(report: dict[str, Any]) -> str:
-    env = mapping(report, "environment")
-    return _section("environment", "Environment", _pairs(env)) if env else ""
+def _definitions(block: Definitions) -> str:
+    if not block.items:
+        return ""
+    rows = []
+    for entry in block.items:
+        notes = entry.notes + ((entry.footnote.text,) if entry.footnote is not None else ())
+        rows.append(("", [Cell(entry.term), Cell(entry.text, notes=notes)]))
+    return _table(list(block.header), rows)
 
 
-def _spec(report: dict[str, Any]) -> str:
-    spec = mapping(report, "spec")
-    files = mapping(report, "files")
-    body = _pairs(spec) if spec else ""
-    if report.get("spec_sha256"):
-        body += f'<p>spec sha256 <span class="mono">{_e(report["spec_sha256"])}</span></p>'
-    if files:
-        rows = [("", [name, _Safe(f'<span class="mono">{_e(digest)}</span>')]) for name, digest in files.items()]
-        body += _table(["file", "sha256"], rows)
-    if report.get("schema"):
-        body += f'<p class="small">Report schema {_e(report["schema"])}.</p>'
-    return _section("spec", "Spec and files", body) if body else ""
+def _block(block: Block) -> str:
+    if isinstance(block, Paragraph):
+        return _paragraph(block) if block.only in (None, "html") else ""
+    if isinstance(block, Table):
+        return _table(*block.shown("html"))
+    if isinstance(block, Bullets):
+        bullets = "<ul>" + "".join(f"<li>{_e(item)}</li>" for item in block.items) + "</ul>"
+        return f"<details><summary>{_e(block.summary)}</summary>{bullets}</details>" if block.summary else bullets
+    if isinstance(block, Definitions):
+        return _definitions(block)
+    if isinstance(block, Pairs):
+        return _pairs(block)
+    if isinstance(block, Grid):
+        return '<div class="grid">' + "".join(_block(item) for item in block.items) + "</div>"
+    if isinstance(block, LinePlot | CurvePlot | HistogramPlot):
+        return _plot(block)
+    return ""  # Blank: report.md's spacing
+
+
+def _section(section: Section) -> str:
+    if section.only not in (None, "html"):
+        return ""
+    css = f' class="{section.css}"' if section.css else ""
+    body = "".join(_block(block) for block in section.blocks)
+    return f'<section{css} id="{section.anchor}"><h2>{_e(section.title)}</h2>{body}</section>'
+
+
+def _banner(top: Banner) -> str:
+    word = "PASS" if top.passed else "FAIL"
+    return (
+        f'<header class="banner {word.lower()}"><h1>{word}: {_e(top.name)}</h1>'
+        + (f"<p>{_e(top.summary)}</p>" if top.summary else "")
+        + "</header>"
+    )
 
 
 def render_html(report: dict[str, Any]) -> str:
     """``report.html`` for a report dict (schema ``ropeexport.report/1`` or ``/2``): banner, failures, sections."""
-    name = str(report.get("name") or mapping(report, "spec").get("name") or "unnamed artifact")
-    word = "PASS" if report.get("passed") is True else "FAIL"
-    sections = [
-        _banner(report, name),
-        _failures(report),
-        _comparisons(report),
-        _positions(report),
-        _histograms(report),
-        _properties(report),
-        _tables(report),
-        _guards(report),
-        _model(report),
-        _runtimes(report),
-        _coverage(report),
-        _environment(report),
-        _spec(report),
-    ]
+    top = banner(report)
+    word = "PASS" if top.passed else "FAIL"
+    parts = [_banner(top), *(_section(section) for section in sections(report))]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{word}: {_e(name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<title>{word}: {_e(top.name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
         + '<nav class="small"><a href="../index.html">&larr; every artifact of this tree (index.html)</a> &middot; '
         '<a href="report.md">report.md</a> &middot; <a href="report.json">report.json</a></nav>\n'
-        + "\n".join(s for s in sections if s)
+        + "\n".join(part for part in parts if part)
         + "\n</body>\n</html>\n"
     )

@@ -24,6 +24,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
+from ropeexport.report.words import floats
+
 DPI = 100
 POSITION_SIZE = (9.6, 3.8)  # inches: 960 x 380 px
 CURVE_SIZE = (6.4, 3.4)  # 640 x 340 px
@@ -46,22 +48,6 @@ class Line:
     label: str
     x: Sequence[Any]
     y: Sequence[Any]
-
-
-def floats(values: Any) -> list[float]:
-    """Numbers from JSON: null, booleans and text that is no number become NaN; ``"inf"`` becomes infinity."""
-    if not isinstance(values, (list, tuple)):
-        return []
-    out = []
-    for value in values:
-        if isinstance(value, bool) or value is None:
-            out.append(math.nan)
-            continue
-        try:
-            out.append(float(value))
-        except (TypeError, ValueError):
-            out.append(math.nan)
-    return out
 
 
 def _short(text: str, limit: int) -> str:

@@ -299,8 +299,8 @@ def built_rope_report() -> dict[str, Any]:
 
     Built once per test session, in a temporary folder that is removed again.
     """
-    from ropeexport.build import build
-    from ropeexport.spec import RopeSpec
+    from ropeexport import build
+    from ropeexport.families.rope.spec import RopeSpec
     from tests.cases import small_spec
 
     with tempfile.TemporaryDirectory() as out_dir:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ropeexport.report.markdown import cosine, md, number, render_markdown, worst_location
+from ropeexport.report.markdown import md, render_markdown
+from ropeexport.report.words import cosine, number, worst_location
 from tests.report.sample_report import HOSTILE, built_rope_report, degraded_reports, sample_report
 
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
