@@ -1,5 +1,5 @@
 """``python -m ropeexport`` runs the CLI."""
 
-from ropeexport.cli import main
+from ropeexport.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -172,5 +173,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = stdout
 
 
+def entry() -> None:
+    """The ``ropeexport`` executable: ``main``, then exit with its code whatever Ctrl-C does meanwhile.
+
+    ``main`` turns a Ctrl-C during its work into exit 130; one that lands after it returned (the interpreter winding
+    down) would otherwise end the process by the signal itself (exit -2), with no message. The verdict is decided by
+    then, so further Ctrl-C is ignored from here to the end.
+    """
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between main's own handler and here
+        sys.stderr.write("ropeexport: interrupted\n")
+        code = 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code == 130:
+        # CPython remembers a KeyboardInterrupt raised inside C code that runs Python (an extension's import does)
+        # even when it was caught, and then ends the process by SIGINT (exit -2) at shutdown: leave at once, with
+        # the code said. Everything is written and flushed by now; an interrupted build cleaned up as it unwound.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

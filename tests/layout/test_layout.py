@@ -112,3 +112,6 @@ def test_the_wheel_installs_no_top_level_plugins_module() -> None:
     packages = setuptools.find_packages(where=str(ROOT), include=config["include"], exclude=config.get("exclude", ()))
     assert packages and all(p == "ropeexport" or p.startswith("ropeexport.") for p in packages), packages
     assert "ropeexport.trt" in packages  # TensorRT's runner, support table, plugin and kernel live there
+    # A folder without __init__.py is a namespace package: it imports from a checkout but the wheel leaves it out.
+    folders = {_module(p / "__init__.py") for p in PACKAGE.rglob("*") if p.is_dir() and any(p.glob("*.py"))}
+    assert folders <= set(packages), f"folders the wheel would leave out: {sorted(folders - set(packages))}"

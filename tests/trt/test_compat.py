@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ropeexport.catalog import kinds, spec_from_dict
-from ropeexport.cli import _Parser
+from ropeexport.cli import _Parser, error_line
 from ropeexport.cli import check_trt as check_trt_cli
 from ropeexport.errors import RopeExportError, SpecError
 from ropeexport.graph.onnx_io import save_model
@@ -299,7 +299,7 @@ def test_version_strings_resolve(text: str, version: str) -> None:
 def test_unknown_version_is_a_spec_error_listing_the_known_ones(text: str) -> None:
     with pytest.raises(SpecError) as info:
         check_trt(export(**ROPE), text)
-    assert info.value.field == "--trt-version"
+    assert info.value.field == "trt_version"
     assert "known versions: 8.6, 10.0, 10.1" in str(info.value) and "10.15, 11" in str(info.value)
 
 
@@ -342,7 +342,7 @@ def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     except SystemExit as exc:
         code = int(exc.code or 0)
     except RopeExportError as exc:
-        print(f"ropeexport: error: {exc}", file=sys.stderr)
+        print(f"ropeexport: error: {error_line(exc)}", file=sys.stderr)
         code = 2
     out, err = capsys.readouterr()
     return code, out, err

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ropeexport.families.bias.spec import BiasSpec
-from ropeexport.specs import (
-    require_float,
-)
+from ropeexport.specs import require_float
 
 
 @dataclass(frozen=True)

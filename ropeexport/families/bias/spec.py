@@ -9,11 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ropeexport.errors import SpecError
-from ropeexport.specs import (
-    SpecBase,
-    require_bool,
-    require_int,
-)
+from ropeexport.specs import SpecBase, require_bool, require_int
 
 BIAS_ARTIFACTS = ("bias", "scores", "attention")
 MAX_WIDTH = 2**20  # num_heads x head_dim: the widest attention any model uses is far below this

@@ -12,10 +12,7 @@ import numpy as np
 
 from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
-from ropeexport.specs import (
-    require_choice,
-    require_int,
-)
+from ropeexport.specs import require_choice, require_int
 from ropeexport.weights import Tensor, load_weights, rounded
 
 KERNELS = ("log", "power")

@@ -11,14 +11,7 @@ from typing import Any, ClassVar
 
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import SCHEDULES, get_schedule
-from ropeexport.specs import (
-    GRAPHS,
-    MAX_TABLE_ENTRIES,
-    SpecBase,
-    require_choice,
-    require_float,
-    require_int,
-)
+from ropeexport.specs import GRAPHS, MAX_TABLE_ENTRIES, SpecBase, require_choice, require_float, require_int
 
 LAYOUTS = ("half", "interleaved", "complex")
 

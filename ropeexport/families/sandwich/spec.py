@@ -10,10 +10,7 @@ from typing import ClassVar
 
 from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
-from ropeexport.specs import (
-    require_float,
-    require_int,
-)
+from ropeexport.specs import require_float, require_int
 
 MAX_TABLE_ENTRIES = 2**27  # heads * max_positions: a 512 MiB float32 table at most
 

@@ -9,12 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ropeexport.errors import SpecError
-from ropeexport.specs import (
-    SpecBase,
-    require_bool,
-    require_float,
-    require_int,
-)
+from ropeexport.specs import SpecBase, require_bool, require_float, require_int
 
 # A stored table of more elements than this would take over 2 GiB of float64 while it is built: refuse the spec.
 TABLE_MAX_ELEMENTS = 2**28

@@ -44,10 +44,7 @@ import torch
 from torch import nn
 
 from ropeexport.errors import RuntimeInputError
-from ropeexport.families.transformer_xl.spec import (
-    TransformerXLSpec,
-    learned_weights,
-)
+from ropeexport.families.transformer_xl.spec import TransformerXLSpec, learned_weights
 from ropeexport.numerics import round_once
 from ropeexport.tensors import check_positions, to_torch
 from ropeexport.weights import rounded
