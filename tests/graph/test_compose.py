@@ -1,0 +1,85 @@
+"""Every artifact kind as a piece of a bigger graph (``graph.compose.call``): called twice under two prefixes it
+gives the artifact's own outputs bit for bit, stores its tables once, and keeps refusing out-of-range positions."""  # noqa: D205
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import ropeexport as rx
+from ropeexport.catalog import kinds
+from ropeexport.errors import SpecError
+from ropeexport.graph.compose import call, model_around, opset_imports
+from ropeexport.graph.onnx_io import GraphBuilder
+
+SMALL = {"max_positions": 64, "num_heads": 4, "head_dim": 16}
+CASES = [(e, a, g) for (e, a) in sorted(kinds()) for g in ("fused", "decomposed")]
+
+
+def _spec(encoding: str, artifact: str, graph: str) -> object:
+    fields = {k: v for k, v in SMALL.items() if k in {f.name for f in dataclasses.fields(rx.spec(encoding).__class__)}}
+    if encoding == "sinusoidal":
+        fields["d_model"] = 32
+    return rx.spec(encoding, artifact=artifact, graph=graph, **fields)
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs for a small call: positions 0..s-1 (every artifact takes those), normal values elsewhere."""
+    feeds = {}
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 6 for d in tt.shape.dim]
+        dims[0] = 2 if not tt.shape.dim[0].HasField("dim_value") else dims[0]
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            feeds[vi.name] = np.broadcast_to(np.arange(dims[-1], dtype=dtype), dims).copy()
+        else:
+            feeds[vi.name] = rng.standard_normal(dims).astype(dtype)
+    return feeds
+
+
+@pytest.mark.parametrize(("encoding", "artifact", "graph"), CASES, ids=["-".join(c) for c in CASES])
+def test_a_piece_called_twice_equals_the_artifact(encoding: str, artifact: str, graph: str) -> None:
+    spec = _spec(encoding, artifact, graph)
+    piece = rx.export(spec)
+    g = GraphBuilder()
+    wired = {i.name: f"outer/{i.name}" for i in piece.graph.input}
+    first, second = call(g, piece, wired, "a/"), call(g, piece, wired, "b/")
+    inputs = [helper.make_value_info(f"outer/{i.name}", i.type) for i in piece.graph.input]
+    outputs = []
+    for tag, produced in (("a", first), ("b", second)):
+        for o in piece.graph.output:
+            g.op("Identity", [produced[o.name]], name=f"{tag}.{o.name}")
+            outputs.append(helper.make_value_info(f"{tag}.{o.name}", o.type))
+    composed = model_around(g, inputs, outputs, opset_imports(piece))
+    onnx.checker.check_model(composed, full_check=True)
+    # Tables are stored once however often the piece is called.
+    stored = sum(t.ByteSize() for t in composed.graph.initializer)
+    assert stored <= sum(t.ByteSize() for t in piece.graph.initializer)
+    feeds = _feeds(piece, np.random.default_rng(0))
+    want = dict(zip([o.name for o in piece.graph.output], _session(piece).run(None, feeds), strict=True))
+    got = _session(composed).run(None, {f"outer/{k}": v for k, v in feeds.items()})
+    for (tag, name), value in zip([(t, o.name) for t in "ab" for o in piece.graph.output], got, strict=True):
+        np.testing.assert_array_equal(value, want[name], err_msg=f"{tag}/{name}")
+    position = next(i.name for i in piece.graph.input if "position" in i.name)
+    bad = {f"outer/{k}": v for k, v in feeds.items()} | {f"outer/{position}": feeds[position] + spec.max_positions}
+    with pytest.raises(Exception, match="must lie in"):  # the piece's range guard, inside the bigger graph
+        _session(composed).run(None, bad)
+
+
+def test_call_names_a_missing_or_unknown_input() -> None:
+    piece = rx.export(rx.spec("alibi", **SMALL))
+    with pytest.raises(SpecError, match="'key_position_ids' is not given"):
+        call(GraphBuilder(), piece, {"query_position_ids": "q"}, "p/")
+    wired = {i.name: i.name for i in piece.graph.input} | {"positions": "x"}
+    with pytest.raises(SpecError, match="'positions' is not an input of the piece"):
+        call(GraphBuilder(), piece, wired, "p/")
