@@ -15,6 +15,8 @@ Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {outpu
   the runner's own checks (optional: graphs without a table, like ALiBi's, rely on the runner alone)
 - ``curve(probe, output) -> (axis name, int array broadcastable to the output)``: each element's position, for the
   per-position error curve (optional)
+- ``tolerance(spec) -> verification.compare.Tolerance``: the kind's own default in place of the dtype's, for
+  outputs whose rounding grows with the spec (a block's projections sum hidden_size products) (optional)
 - ``properties(spec, runner) -> [dict]``: the encoding's mathematical claims measured on the artifact through a
   runner (relative invariance, norm preservation, decay, shift invariance...), each {name, passed, summary, ...}
 """
@@ -22,7 +24,7 @@ Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {outpu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +37,13 @@ QPOS, KPOS = "query_position_ids", "key_position_ids"
 
 @dataclass(frozen=True)
 class Probe:
-    """One verification call: a name and the position inputs it feeds ({input name: int64 array})."""
+    """One verification call: a name, the position inputs it feeds ({input name: int64 array}), and other inputs the
+    call fixes (``extras``: a model-level artifact's attention_mask, whose length also sets the cache length).
+    """  # noqa: D205
 
     name: str
     positions: dict[str, np.ndarray]
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,3 +63,4 @@ class ArtifactKind:
     guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None
     curve: Callable[[Probe, str], tuple[str, np.ndarray]] | None = None
     properties: Callable[[Any, Any], list[dict[str, Any]]] | None = None
+    tolerance: Callable[[Any], Any] | None = None

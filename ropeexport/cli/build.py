@@ -2,8 +2,8 @@
 
 Sources (one kind at a time; with none, the embedded default: one preset per encoding family):
   --preset NAME (repeatable) | --all-presets | --hf-config PATH/config.json | --spec FILE | spec-field flags
-Variants: --dtype and --artifact are repeatable, --graph takes fused, decomposed, plugin or both; other spec-field
-flags (--max-positions, --theta, ...) override every artifact's value.
+Variants: --dtype and --artifact are repeatable, --graph takes fused, decomposed, plugin, tensorrt (a block form) or
+both; other spec-field flags (--max-positions, --theta, ...) override every artifact's value.
 
 Examples:
   ropeexport build                                   # the embedded default into ./ropeexport-out
@@ -13,6 +13,7 @@ Examples:
   ropeexport build --layout interleaved --head-dim 64 --num-heads 16 --dtype fp16 --graph decomposed
   ropeexport build --spec my-model.toml --out artifacts
   ropeexport build --all-presets --dry-run           # list what would be built; write nothing
+  ropeexport build --preset llama-3.1-8b --artifact block --graph fused --graph tensorrt --dtype fp16
 
 Exit codes: 0 built and verified; 1 verification failed; 2 bad input (nothing written); 3 verified, but a runtime
 named with --runtime could not run here (each report says why; --allow-skip accepts that and exits 0).
@@ -49,7 +50,6 @@ from ropeexport.requests import (
     with_overrides,
 )
 from ropeexport.runtimes import check_runtime_names
-from ropeexport.specs import GRAPHS
 
 if TYPE_CHECKING:  # the pipeline loads torch and onnx: imported when a build runs, so --help stays fast
     from ropeexport.batch import Job
@@ -97,7 +97,7 @@ def field_help(field: str) -> str:
         "encoding": list(classes),
         "artifact": list(dict.fromkeys(a for cls in classes.values() for a in cls.artifacts)),
         "dtype": list(DTYPES),
-        "graph": [*GRAPHS, "plugin", "both"],
+        "graph": [*dict.fromkeys(g for cls in classes.values() for g in cls.graphs), "both"],
     }
     for cls in classes.values():
         for name, values in cls.choices.items():

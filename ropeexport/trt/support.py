@@ -287,6 +287,14 @@ OPS: dict[str, OpSupport] = {
     "ReduceMax": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),
     "ReduceMin": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),
     "ReduceSum": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),
+    "CumSum": OpSupport(
+        "8.6",
+        FLOAT,
+        FLOAT + ("BF16",),
+        data_inputs=(0,),
+        constant_axes=1,
+        notes="no integer types; axis must be an initializer (8.5) / a build-time constant (10.15)",
+    ),
     # Data movement and shapes.
     "Cast": OpSupport("8.6", ALL_8, ALL_10 + ("UINT8",), check_outputs=True),
     "Identity": OpSupport("8.6", ALL_8, ALL_10),

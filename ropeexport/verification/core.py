@@ -20,7 +20,7 @@ from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.kinds import ArtifactKind, Feeds, Probe
 from ropeexport.runtimes import open_runner
 from ropeexport.runtimes.base import Runner
-from ropeexport.verification.compare import TOLERANCES, Comparison
+from ropeexport.verification.compare import TOLERANCES, Comparison, Tolerance
 
 
 @dataclass
@@ -47,9 +47,9 @@ class Verification:
 
 
 def resolve_tolerances(
-    spec: Any, outputs: list[str], atol: dict[str, float], rtol: dict[str, float]
+    spec: Any, outputs: list[str], atol: dict[str, float], rtol: dict[str, float], base: Tolerance | None = None
 ) -> dict[str, tuple[float, float]]:
-    """(atol, rtol) per output: the dtype's defaults, then a ``""`` (every output) override, then per-output ones.
+    """(atol, rtol) per output: ``base`` (else the dtype's defaults), then a ``""`` override, then per-output ones.
 
     Overrides name outputs as Polygraphy does (``--atol query_out:1e-5``); an unknown name is a SpecError listing
     the artifact's outputs.
@@ -60,7 +60,7 @@ def resolve_tolerances(
             raise SpecError(
                 "atol/rtol", f"unknown output {unknown[0]!r}; this artifact's outputs: {', '.join(outputs)}"
             )
-    base = TOLERANCES[spec.dtype]
+    base = base or TOLERANCES[spec.dtype]
     return {o: (atol.get(o, atol.get("", base.atol)), rtol.get(o, rtol.get("", base.rtol))) for o in outputs}
 
 
@@ -134,7 +134,8 @@ def verify_artifact(
     """
     stage = stage or (lambda *_: None)
     outputs = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
-    tolerances = resolve_tolerances(spec, outputs, atol or {}, rtol or {})
+    tol = kind.tolerance(spec) if kind.tolerance else TOLERANCES[spec.dtype]
+    tolerances = resolve_tolerances(spec, outputs, atol or {}, rtol or {}, tol)
     tables = kind.tables(spec, model_path) if kind.tables else []
     opened = list(_open(runtimes, model_path))
     if not any(r is not None for _, r, _ in opened) and "onnx-reference" not in runtimes:
@@ -143,7 +144,6 @@ def verify_artifact(
     runners = [(n, r) for n, r, _ in opened if r is not None]
     runtime_info = [{"name": n, "status": "skipped", "reason": why} for n, r, why in opened if r is None]
     runtime_info += [{"name": n, "status": "verified", "device": r.describe()} for n, r in runners]
-    tol = TOLERANCES[spec.dtype]
     comparisons: dict[tuple[str, str, str], Comparison] = {}
     probes, coverage = kind.probes(spec)
     rng = np.random.default_rng(seed)
@@ -195,7 +195,7 @@ def verify_artifact(
             runner.close()
     probe_info = [
         {"name": p.name}
-        | {f"{n}_shape": list(a.shape) for n, a in p.positions.items()}
+        | {f"{n}_shape": list(a.shape) for n, a in (p.positions | p.extras).items()}
         | {
             "min_position": min(int(a.min()) for a in p.positions.values()),
             "max_position": max(int(a.max()) for a in p.positions.values()),

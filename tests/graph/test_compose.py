@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 import ropeexport as rx
-from ropeexport.catalog import kinds
+from ropeexport.catalog import kind_for, kinds
 from ropeexport.errors import SpecError
 from ropeexport.graph.compose import call, model_around, opset_imports
 from ropeexport.graph.onnx_io import GraphBuilder
@@ -32,19 +32,11 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Inputs for a small call: positions 0..s-1 (every artifact takes those), normal values elsewhere."""
-    feeds = {}
-    for vi in model.graph.input:
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else 6 for d in tt.shape.dim]
-        dims[0] = 2 if not tt.shape.dim[0].HasField("dim_value") else dims[0]
-        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[vi.name] = np.broadcast_to(np.arange(dims[-1], dtype=dtype), dims).copy()
-        else:
-            feeds[vi.name] = rng.standard_normal(dims).astype(dtype)
-    return feeds
+def _feeds(spec: object) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The kind's own first probe call (every kind knows its contract), and its position inputs."""
+    kind = kind_for(spec)
+    probe = kind.probes(spec)[0][0]
+    return kind.feeds(spec, probe, np.random.default_rng(0)), list(probe.positions)
 
 
 @pytest.mark.parametrize(("encoding", "artifact", "graph"), CASES, ids=["-".join(c) for c in CASES])
@@ -65,12 +57,12 @@ def test_a_piece_called_twice_equals_the_artifact(encoding: str, artifact: str, 
     # Tables are stored once however often the piece is called.
     stored = sum(t.ByteSize() for t in composed.graph.initializer)
     assert stored <= sum(t.ByteSize() for t in piece.graph.initializer)
-    feeds = _feeds(piece, np.random.default_rng(0))
+    feeds, positions = _feeds(spec)
     want = dict(zip([o.name for o in piece.graph.output], _session(piece).run(None, feeds), strict=True))
     got = _session(composed).run(None, {f"outer/{k}": v for k, v in feeds.items()})
     for (tag, name), value in zip([(t, o.name) for t in "ab" for o in piece.graph.output], got, strict=True):
         np.testing.assert_array_equal(value, want[name], err_msg=f"{tag}/{name}")
-    position = next(i.name for i in piece.graph.input if "position" in i.name)
+    position = positions[0]
     bad = {f"outer/{k}": v for k, v in feeds.items()} | {f"outer/{position}": feeds[position] + spec.max_positions}
     with pytest.raises(Exception, match="must lie in"):  # the piece's range guard, inside the bigger graph
         _session(composed).run(None, bad)

@@ -43,9 +43,12 @@ def _oracle_slopes(spec: AlibiSpec) -> np.ndarray:
     return np.array(_paper_slopes(spec.num_heads)) * spec.slope_scale
 
 
-def check_slopes(spec: AlibiSpec, model_path: Path) -> list[dict[str, Any]]:
-    """The stored slopes: float32 whatever the model dtype, within 0.5 ulp of the paper's (scaled) float64 slope."""
-    stored = {t.name: t for t in onnx.load(str(model_path)).graph.initializer}.get("neg_slopes")
+def check_slopes(spec: AlibiSpec, model_path: Path, prefix: str = "") -> list[dict[str, Any]]:
+    """The stored slopes: float32 whatever the model dtype, within 0.5 ulp of the paper's (scaled) float64 slope.
+
+    ``prefix``: the slopes' name prefix where the bias artifact is a piece of a bigger graph (a block's ``bias/``).
+    """
+    stored = {t.name: t for t in onnx.load(str(model_path)).graph.initializer}.get(f"{prefix}neg_slopes")
     expected = -_oracle_slopes(spec)
     result: dict[str, Any] = {"name": "neg_slopes", "dtype": "fp32", "expected_shape": [1, spec.num_heads, 1, 1]}
     if stored is None or stored.data_type != onnx.TensorProto.FLOAT:

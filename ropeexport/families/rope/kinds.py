@@ -1,7 +1,9 @@
-"""RoPE's artifact kinds: ``rope`` (rotated query and key) and ``scores`` (logits of the rotated pair)."""
+"""RoPE's artifact kinds: ``rope`` (rotated query and key), ``scores`` (logits of the rotated pair), ``block``."""
 
 from __future__ import annotations
 
+from ropeexport.block.probes import block_curve, block_feeds, block_locate, block_probes, block_tolerance
+from ropeexport.families.rope import block as b
 from ropeexport.families.rope import probes as v
 from ropeexport.families.rope.export import build_rope_graph, build_rope_scores_graph
 from ropeexport.families.rope.plugin import build_rope_plugin_graph
@@ -24,6 +26,20 @@ KINDS = {
         v.rope_guards,
         curve=v.rope_curve,
         properties=rope_properties,
+    ),
+    "block": ArtifactKind(
+        "rope",
+        "block",
+        "an attention layer with a KV cache: hidden in, query and key rotated by the rope piece, output and present",
+        b.export_block,
+        block_probes,
+        block_feeds,
+        b.eager_block,
+        b.float64_block,
+        block_locate,
+        b.block_tables,
+        curve=block_curve,
+        tolerance=block_tolerance,
     ),
     "scores": ArtifactKind(
         "rope",

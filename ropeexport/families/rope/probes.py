@@ -88,10 +88,14 @@ def rope_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
     return cases
 
 
-def check_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:
-    """Each stored table against float64: shape, and the largest error in ulps of the table dtype."""
+def check_tables(spec: RopeSpec, model_path: Path, prefix: str = "") -> list[dict[str, Any]]:
+    """Each stored table against float64: shape, and the largest error in ulps of the table dtype.
+
+    ``prefix``: the tables' name prefix where the rope artifact is a piece of a bigger graph (a block's ``rope/``).
+    """
     model = onnx.load(str(model_path))
-    stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in ("cos_table", "sin_table")}
+    names = {f"{prefix}cos_table": "cos_table", f"{prefix}sin_table": "sin_table"}
+    stored = {names[t.name]: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in names}
     regimes = rope_table_oracle(spec)
     results = []
     for index, name in enumerate(("cos_table", "sin_table")):

@@ -26,9 +26,11 @@ class RopeSpec(SpecBase):
     """
 
     encoding: ClassVar[str] = "rope"
-    artifacts: ClassVar[tuple[str, ...]] = ("rope", "scores")
+    artifacts: ClassVar[tuple[str, ...]] = ("rope", "scores", "block")
     # plugin: one ropeexport::RotaryEmbedding node per tensor, for TensorRT versions without the native layer.
-    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin")
+    # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15 parses
+    # it; its Attention takes no KV cache, and its is_causal is top-left aligned).
+    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin", "tensorrt")
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"layout": LAYOUTS, "scaling": tuple(SCHEDULES)}
 
     layout: str = "half"
@@ -44,6 +46,8 @@ class RopeSpec(SpecBase):
         put = self._put
         if self.graph == "plugin" and self.artifact != "rope":
             raise SpecError("graph", f"'plugin' builds the rope artifact only, not {self.artifact!r}")
+        if self.graph == "tensorrt" and self.artifact != "block":
+            raise SpecError("graph", f"'tensorrt' is a form of the block artifact only, not of {self.artifact!r}")
         put("layout", require_choice("layout", self.layout, LAYOUTS))
         head_dim = require_int("head_dim", self.head_dim, 2, 65536)
         if head_dim % 2:

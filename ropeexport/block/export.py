@@ -1,0 +1,219 @@
+"""The ``block`` graph: projections, the family's position piece, attention over the cache, output projection.
+
+Contract in ``ropeexport.block``. Two forms, each chosen by the spec's ``graph`` (never swapped silently):
+- ``fused``: opset-23 ``Attention`` reading ``past_key`` / ``past_value`` and writing ``present_*`` itself, the mask
+  a boolean [b, 1, s, past + s] built from the causal rule and ``attention_mask``;
+- ``decomposed``: opset-17 primitives: the cache concatenated, keys repeated for grouped-query heads, the same
+  mask applied with the dtype's most negative finite value, softmax in float32 for fp16/bf16 (as transformers'
+  eager attention does), and rows that see no key multiplied by 0;
+- ``tensorrt``: what TensorRT 10.15 parses (``ropeexport check-trt``): the cache concatenated outside a 4-D opset-23
+  ``Attention`` that takes no cache, the mask additive in the dtype (0 or its most negative finite value, never a
+  boolean and never ``is_causal``, which TensorRT aligns top-left), rows that see no key multiplied by 0.
+The position piece is the family's own artifact called through ``graph.compose`` (RoPE: query and key rotated by
+``position_ids``, its tables and range guard included), so the block uses exactly the tables the family verified.
+
+Notation: b batch, s new tokens, p past (cached) tokens, t = p + s, H query heads, KV key/value heads, d head_dim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ropeexport.block.weights import block_weights, hidden_size, kv_heads
+from ropeexport.dtypes import DTYPES
+from ropeexport.graph.compose import call
+from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
+from ropeexport.numerics import round_once
+
+OPSETS = {"fused": 23, "decomposed": 17, "tensorrt": 23}
+INPUTS = ("hidden", "position_ids", "attention_mask", "past_key", "past_value")
+OUTPUTS = ("output", "present_key", "present_value")
+
+
+def _heads(g: GraphBuilder, x: str, heads: int, d: int, name: str) -> str:
+    """[b, s, heads * d] -> [b, heads, s, d]."""
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    split = g.op("Reshape", [x, g.const(f"{name}_heads_shape", i64(0, 0, heads, d))])
+    return g.op("Transpose", [split], perm=[0, 2, 1, 3])
+
+
+def _mask(g: GraphBuilder) -> str:
+    """bool [b, 1, s, t]: key j visible to query i iff j <= i + p and attention_mask[b, j] is 1."""
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    scalar = lambda shape_of, axis, name: g.op(  # noqa: E731
+        "Squeeze", [g.op("Shape", [shape_of], start=axis, end=axis + 1), g.const(f"{name}_axis0", i64(0))]
+    )
+    s, p, t = scalar("hidden", 1, "s"), scalar("past_key", 2, "p"), scalar("attention_mask", 1, "t")
+    zero, one = g.const("zero", np.array(0, np.int64)), g.const("one", np.array(1, np.int64))
+    query_slot = g.op("Add", [g.op("Range", [zero, s, one]), p])  # [s]: the cache slot each query occupies
+    key_slot = g.op("Range", [zero, t, one])  # [t]
+    keys = g.op("Unsqueeze", [key_slot, g.const("key_axis", i64(0))])  # [1, t]
+    queries = g.op("Unsqueeze", [query_slot, g.const("query_axis", i64(1))])  # [s, 1]
+    causal = g.op("LessOrEqual", [keys, queries])  # [s, t]: bottom-right aligned
+    real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)  # [b, t]
+    real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, t]
+    return g.op("And", [causal, real], name="attention_visible")  # [b, 1, s, t]
+
+
+def _repeat_kv(g: GraphBuilder, x: str, spec: Any, name: str) -> str:
+    """[b, KV, t, d] -> [b, H, t, d]: query head h reads key/value head h // (H / KV)."""
+    H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
+    if H == KV:
+        return x
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    grouped = g.op("Unsqueeze", [x, g.const(f"{name}_group_axis", i64(2))])  # [b, KV, 1, t, d]
+    shape = g.op(
+        "Concat",
+        [g.op("Shape", [grouped], end=2), g.const(f"{name}_group", i64(H // KV)), g.op("Shape", [grouped], start=3)],
+        axis=0,
+    )
+    return g.op("Reshape", [g.op("Expand", [grouped, shape]), g.const(f"{name}_heads_shape", i64(0, H, -1, d))])
+
+
+def _attend_decomposed(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """softmax(q k^T / sqrt(d) + bias, masked) v with the cache concatenated; [b, H, s, d]."""
+    keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
+    values = g.op("Concat", ["past_value", v], axis=2, name="present_value")
+    keys, values = _repeat_kv(g, keys, spec, "keys"), _repeat_kv(g, values, spec, "values")
+    logits = g.op("MatMul", [q, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
+    scale = g.const("scale", round_once(np.array(1.0 / math.sqrt(spec.head_dim)), spec.dtype))
+    logits = g.op("Mul", [logits, scale])
+    if bias is not None:  # after the scale, as ALiBi and transformers add it
+        logits = g.op("Add", [logits, bias])
+    dtype = DTYPES[spec.dtype]
+    hidden_value = g.const("masked_logit", round_once(np.array(dtype.finite_min), spec.dtype))
+    logits = g.op("Where", [mask, logits, hidden_value])  # finite: a row that sees nothing stays free of NaN
+    if spec.dtype != "fp32":  # softmax in float32, as transformers' eager attention computes it
+        weights = g.op(
+            "Cast", [g.op("Softmax", [g.op("Cast", [logits], to=TensorProto.FLOAT)], axis=-1)], to=dtype.onnx
+        )
+    else:
+        weights = g.op("Softmax", [logits], axis=-1)
+    attended = g.op("MatMul", [weights, values])  # [b, H, s, d]
+    return g.op("Mul", [attended, _sees(g, spec, mask)])  # 0 where a query sees no key
+
+
+def _softmax(spec: Any) -> dict[str, int]:
+    """Attention's softmax in float32 below fp32, as transformers' eager attention and the decomposed form do."""
+    return {} if spec.dtype == "fp32" else {"softmax_precision": TensorProto.FLOAT}
+
+
+def _sees(g: GraphBuilder, spec: Any, mask: str) -> str:
+    """[b, 1, s, 1] in the dtype: 1 where a query sees at least one key, else 0 (its output must be zeros)."""
+    flags = g.op("Cast", [mask], to=DTYPES[spec.dtype].onnx)
+    if OPSETS[spec.graph] >= 18:  # ReduceMax reads its axes from an input since opset 18, an attribute before
+        return g.op("ReduceMax", [flags, g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
+    return g.op("ReduceMax", [flags], axes=[-1], keepdims=1)
+
+
+def _additive(g: GraphBuilder, spec: Any, mask: str, bias: str | None) -> str:
+    """The mask as an additive term in the dtype: the bias (or 0) where visible, the most negative finite value else."""
+    open_ = bias if bias is not None else g.const("mask_open", round_once(np.array(0.0), spec.dtype))
+    closed = g.const("mask_closed", round_once(np.array(DTYPES[spec.dtype].finite_min), spec.dtype))
+    return g.op("Where", [mask, open_, closed])  # [b, 1 | H, s, t]
+
+
+def _attend_tensorrt(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """The cache concatenated here, then a cache-less 4-D Attention with an additive mask; [b, H, s, d]."""
+    keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
+    values = g.op("Concat", ["past_value", v], axis=2, name="present_value")
+    additive = _additive(g, spec, mask, bias)
+    attended = g.op(
+        "Attention",
+        [q, keys, values, additive],
+        name="attention",
+        scale=1.0 / math.sqrt(spec.head_dim),
+        **_softmax(spec),
+    )
+    return g.op("Mul", [attended, _sees(g, spec, mask)])
+
+
+def _key_positions(g: GraphBuilder) -> str:
+    """[b, t]: the position of each cache slot, counted over real tokens (cumsum(attention_mask) - 1, padding at 0).
+
+    A bias method reads every key's position; the block has position_ids for the new tokens only, so the cached
+    ones are counted from the mask, as BLOOM counts them. Padded slots (masked anyway) get 0, inside the table.
+    """
+    # Counted in float32 (exact below 2^24, the largest max_positions): TensorRT's CumSum takes no integers.
+    real = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    counted = g.op("CumSum", [real, g.const("mask_axis", np.array(1, np.int64))])
+    before = g.op("Sub", [counted, g.const("one_count", np.array(1.0, np.float32))])
+    first = g.op("Max", [before, g.const("zero_position", np.array(0.0, np.float32))])
+    return g.op("Cast", [first], to=TensorProto.INT64)
+
+
+def build_block_graph(
+    spec: Any, rotary: onnx.ModelProto | None = None, bias: onnx.ModelProto | None = None
+) -> onnx.ModelProto:
+    """The ``block`` artifact with the family's piece: ``rotary`` (a rope artifact: query, key, position_ids in; RoPE)
+    or ``bias`` (a bias artifact: query and key position ids in, attention_bias out; ALiBi and the bias family).
+    """  # noqa: D205
+    g = GraphBuilder(prefix="block/")
+    H, KV, d, hidden = spec.num_heads, kv_heads(spec), spec.head_dim, hidden_size(spec)
+    weights = {name: g.const(name, round_once(w, spec.dtype)) for name, w in block_weights(spec).items()}
+    q = _heads(g, g.op("MatMul", ["hidden", weights["q_proj"]]), H, d, "q")
+    k = _heads(g, g.op("MatMul", ["hidden", weights["k_proj"]]), KV, d, "k")
+    v = _heads(g, g.op("MatMul", ["hidden", weights["v_proj"]]), KV, d, "v")
+    if rotary is not None:
+        rotated = call(g, rotary, {"query": q, "key": k, "position_ids": "position_ids"}, "rope/")
+        q, k = rotated["query_out"], rotated["key_out"]
+    added = None
+    if bias is not None:
+        wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
+        added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
+    mask = _mask(g)
+    if added is not None:
+        # A key the method itself hides (-inf: the bias's causal rule by position) counts as hidden everywhere, so a
+        # query whose every key is hidden outputs zeros, as the eager and float64 blocks do.
+        wide = added if spec.dtype == "fp32" else g.op("Cast", [added], to=TensorProto.FLOAT)
+        # x > -inf holds for every finite x (the bias is clamped to the dtype's finite range): Greater parses on every
+        # TensorRT release in the support table, IsInf on none before 10.x.
+        finite = g.op("Greater", [wide, g.const("minus_inf", np.array(-np.inf, np.float32))])
+        mask = g.op("And", [mask, finite], name="attention_open")  # [b, H, s, t]
+    if spec.graph == "tensorrt":
+        attended = _attend_tensorrt(g, spec, q, k, v, mask, added)
+    elif spec.graph == "fused":
+        attn_mask = mask if added is None else _additive(g, spec, mask, added)
+        attended, present_key, present_value = g.op(
+            "Attention",
+            [q, k, v, attn_mask, "past_key", "past_value"],
+            n_out=3,
+            name="attention",
+            scale=1.0 / math.sqrt(d),
+            **_softmax(spec),
+        )
+        g.name_output(present_key, "present_key")
+        g.name_output(present_value, "present_value")
+        if added is not None:  # an additive mask leaves a query that sees nothing uniform weights, not zeros
+            attended = g.op("Mul", [attended, _sees(g, spec, mask)])
+    else:
+        attended = _attend_decomposed(g, spec, q, k, v, mask, added)
+    i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
+    merged = g.op("Reshape", [g.op("Transpose", [attended], perm=[0, 2, 1, 3]), g.const("merge", i64(0, 0, H * d))])
+    g.op("MatMul", [merged, weights["o_proj"]], name="output")
+    dtype = DTYPES[spec.dtype].onnx
+    io = lambda name, elem, dims: helper.make_tensor_value_info(name, elem, dims)  # noqa: E731
+    graph = helper.make_graph(
+        g.nodes,
+        spec.name,
+        [
+            io("hidden", dtype, ["batch", "seq", hidden]),
+            io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+            io("attention_mask", TensorProto.INT64, ["batch", "total"]),
+            io("past_key", dtype, ["batch", KV, "past", d]),
+            io("past_value", dtype, ["batch", KV, "past", d]),
+        ],
+        [
+            io("output", dtype, ["batch", "seq", hidden]),
+            io("present_key", dtype, ["batch", KV, "total", d]),
+            io("present_value", dtype, ["batch", KV, "total", d]),
+        ],
+        g.initializers,
+    )
+    metadata = artifact_metadata(spec, ["position_ids"]) | {"ropeexport.weights": "seeded (numpy default_rng(0))"}
+    return make_model(graph, OPSETS[spec.graph], metadata)

@@ -1,0 +1,69 @@
+"""The ``block`` in eager PyTorch, in the artifact dtype: what a transformers-style attention layer computes.
+
+Projections and logits in the dtype, softmax in float32 then back to the dtype (transformers' eager attention),
+the family's reference module for the positions (RoPE: ``families.rope.reference``, L = max(position_ids) + 1 of the
+call), the cache concatenated before the new keys, keys repeated for grouped-query heads, the causal rule
+bottom-right aligned and padded keys hidden; a query that sees no key outputs zeros.
+
+Notation as in ``block.export``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ropeexport.block.weights import block_weights, kv_heads
+from ropeexport.dtypes import DTYPES
+from ropeexport.kinds import Feeds
+from ropeexport.tensors import to_torch
+
+# rotate(x [b, heads, s, d] in the dtype, position_ids [b, s]) -> x rotated, in the dtype
+Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# bias(query positions [b, s], key positions [b, t]) -> [b, H, s, t] in the dtype (-inf where the method masks)
+Bias = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def block_eager(
+    spec: Any, feeds: Feeds, rotate: Rotate | None = None, bias: Bias | None = None
+) -> dict[str, np.ndarray]:
+    """output [b, s, hidden], present_key / present_value [b, KV, t, d], in the artifact dtype.
+
+    ``rotate`` turns q and k (RoPE); ``bias`` adds to the scaled logits, with each cache slot's position counted
+    over the real tokens (cumsum(attention_mask) - 1, padded slots at 0), as BLOOM counts them.
+    """
+    dtype = DTYPES[spec.dtype].torch
+    w = {k: to_torch(v).to(dtype) for k, v in block_weights(spec).items()}  # exact: the values are dtype values
+    H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
+    x = to_torch(feeds["hidden"])
+    b, s, _ = x.shape
+    pos = torch.from_numpy(feeds["position_ids"])
+    heads = lambda y, n: y.view(b, s, n, d).transpose(1, 2)  # noqa: E731
+    with torch.no_grad():
+        q, k, v = heads(x @ w["q_proj"], H), heads(x @ w["k_proj"], KV), heads(x @ w["v_proj"], KV)
+        if rotate is not None:
+            q, k = rotate(q, pos), rotate(k, pos)
+        keys = torch.cat([to_torch(feeds["past_key"]), k], dim=2)
+        values = torch.cat([to_torch(feeds["past_value"]), v], dim=2)
+        past = feeds["past_key"].shape[2]
+        real = torch.from_numpy(feeds["attention_mask"]) == 1  # [b, t]
+        t = real.shape[1]
+        causal = torch.arange(t)[None, :] <= (torch.arange(s) + past)[:, None]  # [s, t], bottom-right aligned
+        mask = causal[None, None] & real[:, None, None, :]  # [b, 1, s, t]
+        logits = (q @ keys.repeat_interleave(H // KV, dim=1).transpose(-1, -2)) * (1.0 / math.sqrt(d))
+        if bias is not None:
+            counted = torch.from_numpy(feeds["attention_mask"]).cumsum(dim=1) - 1
+            logits = logits + bias(pos, counted.clamp(min=0))
+        logits = logits.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(logits.float(), dim=-1).nan_to_num(0.0).to(dtype)  # a row with no key: zeros
+        attended = weights @ values.repeat_interleave(H // KV, dim=1)  # [b, H, s, d]
+        output = attended.transpose(1, 2).reshape(b, s, H * d) @ w["o_proj"]
+    return {"output": _numpy(output), "present_key": _numpy(keys), "present_value": _numpy(values)}

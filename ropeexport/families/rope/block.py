@@ -1,0 +1,57 @@
+"""RoPE's ``block`` kind: the shared block stages (``ropeexport.block``) with RoPE's own pieces.
+
+The graph calls the family's ``rope`` artifact of the same spec (same layout, schedule, dtype and graph style) as its
+position piece; the eager reference rotates with the family's reference module and the float64 oracle with its
+complex-form oracle, each with the call's L = max(position_ids) + 1, as the piece does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ropeexport.block.export import build_block_graph
+from ropeexport.block.oracle import block_float64
+from ropeexport.block.reference import block_eager
+from ropeexport.families.rope.export import build_rope_graph
+from ropeexport.families.rope.oracle import rope_oracle
+from ropeexport.families.rope.probes import check_tables
+from ropeexport.families.rope.reference import reference_module
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.kinds import Feeds
+
+PIECE_PREFIX = "rope/"  # the rope piece's names inside the block: its tables are rope/cos_table, rope/sin_table
+
+
+def rope_of(spec: RopeSpec) -> RopeSpec:
+    """The ``rope`` artifact of a block's spec: its position piece (the fused one in a ``tensorrt`` block: TensorRT
+    10.15 parses opset-23 RotaryEmbedding).
+    """  # noqa: D205
+    graph = "fused" if spec.graph == "tensorrt" else spec.graph
+    return spec.replace(artifact="rope", graph=graph, name=f"{spec.name}-piece")
+
+
+def export_block(spec: RopeSpec) -> onnx.ModelProto:
+    """The block graph with the spec's rope artifact as its piece."""
+    return build_block_graph(spec, build_rope_graph(rope_of(spec)))
+
+
+def eager_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+    """The eager block, rotating with the reference module at the call's L."""
+    module = reference_module(rope_of(spec))
+    length = int(feeds["position_ids"].max()) + 1
+    return block_eager(spec, feeds, lambda x, pos: module.apply_rotation(x, pos, length))
+
+
+def float64_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+    """The float64 block, rotating with the complex-form oracle at the call's L."""
+    length = int(feeds["position_ids"].max()) + 1
+    return block_float64(spec, feeds, lambda x, pos: rope_oracle(spec, x, pos, length))
+
+
+def block_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:
+    """The piece's stored cos/sin tables against float64, as the rope artifact's are checked."""
+    return check_tables(rope_of(spec), model_path, prefix=PIECE_PREFIX)

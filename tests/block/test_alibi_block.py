@@ -1,0 +1,110 @@
+"""ALiBi's ``block``: the bias family's piece in an attention layer with a KV cache, keys' positions counted over the
+real tokens (BLOOM's rule), verified against eager and float64; planted mistakes must fail."""  # noqa: D205
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+import ropeexport as rx
+from ropeexport.block import export as block_export
+from ropeexport.block.probes import block_feeds, block_tolerance, counted_block_probes
+from ropeexport.catalog import kind_for
+from ropeexport.graph.onnx_io import save_model
+from ropeexport.verification.core import verify_artifact
+
+GRAPHS, DTYPES = ("fused", "decomposed", "tensorrt"), ("fp32", "fp16")
+CASES = [(g, d) for g in GRAPHS for d in DTYPES]
+
+
+def _spec(**fields: object) -> object:
+    return rx.spec("alibi", artifact="block", **({"num_heads": 6, "head_dim": 16, "max_positions": 256} | fields))
+
+
+@pytest.mark.parametrize(("graph", "dtype"), CASES, ids=["-".join(c) for c in CASES])
+def test_alibi_block_builds_and_verifies(graph: str, dtype: str, tmp_path: Path) -> None:
+    result = rx.build(_spec(graph=graph, dtype=dtype), tmp_path)
+    assert result.passed, [c["worst"] for c in result.report["comparisons"] if not c["passed"]]
+    assert [t["name"] for t in result.report["tables"]] == ["neg_slopes"]  # the piece's float32 slopes, checked
+    names = {p["name"] for p in result.report["probes"]}
+    assert {"long-cache-decode", "decode-across-range-padded", "left-padded-prefill"} <= names
+    assert "far-prompt" not in names  # a prompt at far positions over a short cache means nothing for ALiBi
+
+
+def test_twelve_heads_non_power_of_two(tmp_path: Path) -> None:
+    assert rx.build(_spec(num_heads=12, head_dim=8, graph="decomposed"), tmp_path).passed
+
+
+def test_a_cache_longer_than_the_table_is_refused_inside_the_graph() -> None:
+    spec = _spec(max_positions=16)
+    probe = counted_block_probes(spec)[0][0]
+    feeds = block_feeds(spec, probe, np.random.default_rng(0))
+    feeds["past_key"] = np.zeros((1, 6, 16, 16), np.float32)  # 16 cached + 8 new tokens: positions up to 23
+    feeds["past_value"] = feeds["past_key"]
+    feeds["attention_mask"] = np.ones((1, 24), np.int64)
+    session = ort.InferenceSession(rx.export(spec).SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="key_position_ids must lie in \\[0, 15\\]"):
+        session.run(None, feeds)
+
+
+@pytest.mark.parametrize(
+    ("bug", "caught_by"),
+    [
+        ("key positions from cache slots, padding counted", {"left-padded-prefill", "decode-across-range-padded"}),
+        ("attention_mask ignored", {"left-padded-prefill", "left-padded-decode"}),
+        ("top-left causal mask (no cache offset)", {"decode-after-prefill", "chunked-prefill"}),
+    ],
+)
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_planted_alibi_block_bugs_fail_verification(
+    bug: str, caught_by: set[str], graph: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = _spec(graph=graph)
+    original_mask = block_export._mask
+    if bug.startswith("key positions"):
+
+        def slots(g: object) -> str:
+            t = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("bug_t", np.array([0]))])
+            zero, one = g.const("bug_0", np.array(0, np.int64)), g.const("bug_1", np.array(1, np.int64))
+            row = g.op("Unsqueeze", [g.op("Range", [zero, t, one]), g.const("bug_ax", np.array([0]))])
+            return g.op("Expand", [row, g.op("Shape", ["attention_mask"])])
+
+        monkeypatch.setattr(block_export, "_key_positions", slots)
+    elif bug.startswith("attention_mask"):
+
+        def causal_only(g: object) -> str:
+            visible = original_mask(g)
+            return next(n for n in g.nodes if visible in n.output).input[0]
+
+        monkeypatch.setattr(block_export, "_mask", causal_only)
+    else:
+
+        def top_left(g: object) -> str:
+            i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+            s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("bug_s", i64(0))])
+            t = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("bug_t", i64(0))])
+            zero, one = g.const("bug_0", np.array(0, np.int64)), g.const("bug_1", np.array(1, np.int64))
+            keys = g.op("Unsqueeze", [g.op("Range", [zero, t, one]), g.const("bug_k", i64(0))])
+            queries = g.op("Unsqueeze", [g.op("Range", [zero, s, one]), g.const("bug_q", i64(1))])
+            real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)
+            real = g.op("Unsqueeze", [real, g.const("bug_axes", i64(1, 2))])
+            return g.op("And", [g.op("LessOrEqual", [keys, queries]), real])
+
+        monkeypatch.setattr(block_export, "_mask", top_left)
+    kind = kind_for(spec)
+    model = kind.export(spec)
+    save_model(model, tmp_path)
+    assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed, bug
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    tol, seen = block_tolerance(spec), set()
+    for probe in counted_block_probes(spec)[0]:
+        feeds = block_feeds(spec, probe, np.random.default_rng(0))
+        got = dict(zip(["output", "present_key", "present_value"], session.run(None, feeds), strict=True))
+        want = kind.oracle(spec, feeds)
+        if any(np.any(np.abs(got[o] - want[o]) > tol.atol + tol.rtol * np.abs(want[o])) for o in want):
+            seen.add(probe.name)
+    assert caught_by <= seen, (bug, sorted(seen))
