@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ropeexport.errors import SpecError
-from ropeexport.families.bias.spec import BIAS_ARTIFACTS, BiasSpec
-from ropeexport.specs import GRAPHS, require_float
+from ropeexport.families.bias.spec import BiasSpec
+from ropeexport.specs import require_float
 
 
 @dataclass(frozen=True)
@@ -22,15 +21,10 @@ class AlibiSpec(BiasSpec):
     """
 
     encoding: ClassVar[str] = "alibi"
-    artifacts: ClassVar[tuple[str, ...]] = (*BIAS_ARTIFACTS, "block")
-    # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15).
-    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "tensorrt")
 
     slope_scale: float = 1.0
 
     def _validate_method(self) -> None:
-        if self.graph == "tensorrt" and self.artifact != "block":
-            raise SpecError("graph", f"'tensorrt' is a form of the block artifact only, not of {self.artifact!r}")
         self._put("slope_scale", require_float("slope_scale", self.slope_scale, 0.0, strict=True))
 
 

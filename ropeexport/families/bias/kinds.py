@@ -1,10 +1,11 @@
-"""The ``bias``, ``scores`` and ``attention`` kinds of an additive-bias method, made from its three pieces."""
+"""The ``bias``, ``scores``, ``attention`` and ``block`` kinds of an additive-bias method, made from its pieces."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from ropeexport.families.bias.block import block_kind
 from ropeexport.families.bias.export import (
     BiasFn,
     SinglePassFn,
@@ -42,7 +43,7 @@ def bias_kinds(
     tables: Callable[[Any, Any], list[dict[str, Any]]] | None = None,
     single_pass: SinglePassFn | None = None,
 ) -> dict[str, ArtifactKind]:
-    """One method's bias subgraph, eager bias and float64 bias -> its three artifact kinds, by artifact.
+    """One method's bias subgraph, eager bias and float64 bias -> its four artifact kinds, by artifact.
 
     ``guards(spec)`` gives out-of-range calls the graph itself must reject (for methods with a table to index).
     ``single_pass`` builds the finished bias in one pass where it can (see ``families.bias.export``).
@@ -67,4 +68,5 @@ def bias_kinds(
             curve=pair_curve,
             properties=shift_invariance(bias_feeds, OUTPUTS[artifact]),
         )
+    kinds["block"] = block_kind(encoding, graph_bias, eager_bias, oracle_bias, tables, single_pass)
     return kinds

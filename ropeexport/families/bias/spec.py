@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ropeexport.errors import SpecError
-from ropeexport.specs import SpecBase, require_bool, require_int
+from ropeexport.specs import GRAPHS, SpecBase, require_bool, require_int
 
-BIAS_ARTIFACTS = ("bias", "scores", "attention")
+BIAS_ARTIFACTS = ("bias", "scores", "attention", "block")
 MAX_WIDTH = 2**20  # num_heads x head_dim: the widest attention any model uses is far below this
 
 
@@ -20,12 +20,16 @@ class BiasSpec(SpecBase):
     """Fields every additive-bias method shares: heads, head size (scores/attention), and the causal mask."""
 
     artifacts: ClassVar[tuple[str, ...]] = BIAS_ARTIFACTS
+    # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15).
+    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "tensorrt")
 
     num_heads: int = 8
     head_dim: int = 64
     causal: bool = True
 
     def _validate(self) -> None:
+        if self.graph == "tensorrt" and self.artifact != "block":
+            raise SpecError("graph", f"'tensorrt' is a form of the block artifact only, not of {self.artifact!r}")
         self._put("num_heads", require_int("num_heads", self.num_heads, 1, 4096))
         self._put("head_dim", require_int("head_dim", self.head_dim, 1, 65536))
         if self.num_heads * self.head_dim > MAX_WIDTH:

@@ -1,4 +1,4 @@
-"""Sandwich: ``bias``, ``scores`` and ``attention`` artifacts, and the float64 oracle."""
+"""Sandwich: ``bias``, ``scores``, ``attention`` and ``block`` artifacts, and the float64 oracle."""
 
 from __future__ import annotations
 

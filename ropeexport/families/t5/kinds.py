@@ -1,4 +1,4 @@
-"""T5 relative position buckets: ``bias``, ``scores`` and ``attention`` artifacts, and the float64 oracle."""
+"""T5 relative position buckets: ``bias``, ``scores``, ``attention`` and ``block`` artifacts, and the float64 oracle."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""ALiBi's ``block``: the bias family's piece in an attention layer with a KV cache, keys' positions counted over the
-real tokens (BLOOM's rule), verified against eager and float64; planted mistakes must fail."""  # noqa: D205
+"""The bias family's ``block`` (ALiBi, KERPLE, Sandwich, T5): the method's bias piece in an attention layer with a KV
+cache, keys' positions counted over the real tokens (BLOOM's rule), verified against eager and float64; planted
+mistakes must fail (checked on ALiBi: every method's block is the same graph around its own bias piece)."""  # noqa: D205
 
 from __future__ import annotations
 
@@ -18,29 +19,32 @@ from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import verify_artifact
 
 GRAPHS, DTYPES = ("fused", "decomposed", "tensorrt"), ("fp32", "fp16")
-CASES = [(g, d) for g in GRAPHS for d in DTYPES]
+METHODS = {"alibi": {}, "kerple": {}, "sandwich": {}, "t5": {"causal": True, "bidirectional": False}}
+CASES = [(m, g, d) for m in METHODS for g in GRAPHS for d in DTYPES if m == "alibi" or d == "fp32" or g == "fused"]
 
 
-def _spec(**fields: object) -> object:
-    return rx.spec("alibi", artifact="block", **({"num_heads": 6, "head_dim": 16, "max_positions": 256} | fields))
+def _spec(method: str = "alibi", **fields: object) -> object:
+    base = {"num_heads": 6, "head_dim": 16, "max_positions": 256} | METHODS[method]
+    return rx.spec(method, artifact="block", **(base | fields))
 
 
-@pytest.mark.parametrize(("graph", "dtype"), CASES, ids=["-".join(c) for c in CASES])
-def test_alibi_block_builds_and_verifies(graph: str, dtype: str, tmp_path: Path) -> None:
-    result = rx.build(_spec(graph=graph, dtype=dtype), tmp_path)
+@pytest.mark.parametrize(("method", "graph", "dtype"), CASES, ids=["-".join(c) for c in CASES])
+def test_bias_block_builds_and_verifies(method: str, graph: str, dtype: str, tmp_path: Path) -> None:
+    result = rx.build(_spec(method, graph=graph, dtype=dtype), tmp_path)
     assert result.passed, [c["worst"] for c in result.report["comparisons"] if not c["passed"]]
-    assert [t["name"] for t in result.report["tables"]] == ["neg_slopes"]  # the piece's float32 slopes, checked
+    if method == "alibi":
+        assert [t["name"] for t in result.report["tables"]] == ["neg_slopes"]  # the piece's float32 slopes, checked
     names = {p["name"] for p in result.report["probes"]}
     assert {"long-cache-decode", "decode-across-range-padded", "left-padded-prefill"} <= names
     assert "far-prompt" not in names  # a prompt at far positions over a short cache means nothing for ALiBi
 
 
 def test_twelve_heads_non_power_of_two(tmp_path: Path) -> None:
-    assert rx.build(_spec(num_heads=12, head_dim=8, graph="decomposed"), tmp_path).passed
+    assert rx.build(_spec("alibi", num_heads=12, head_dim=8, graph="decomposed"), tmp_path).passed
 
 
 def test_a_cache_longer_than_the_table_is_refused_inside_the_graph() -> None:
-    spec = _spec(max_positions=16)
+    spec = _spec("alibi", max_positions=16)
     probe = counted_block_probes(spec)[0][0]
     feeds = block_feeds(spec, probe, np.random.default_rng(0))
     feeds["past_key"] = np.zeros((1, 6, 16, 16), np.float32)  # 16 cached + 8 new tokens: positions up to 23
@@ -63,7 +67,7 @@ def test_a_cache_longer_than_the_table_is_refused_inside_the_graph() -> None:
 def test_planted_alibi_block_bugs_fail_verification(
     bug: str, caught_by: set[str], graph: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = _spec(graph=graph)
+    spec = _spec("alibi", graph=graph)
     original_mask = block_export._mask
     if bug.startswith("key positions"):
 
