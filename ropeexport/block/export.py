@@ -6,6 +6,10 @@ Contract in ``ropeexport.block``. Two forms, each chosen by the spec's ``graph``
 - ``decomposed``: opset-17 primitives: the cache concatenated, keys repeated for grouped-query heads, the same
   mask applied with the dtype's most negative finite value, softmax in float32 for fp16/bf16 (as transformers'
   eager attention does), and rows that see no key multiplied by 0;
+- ``static-cache``: a preallocated cache, as a server keeps it: ``past_key`` / ``past_value`` are buffers
+  [b, KV, capacity, d] and ``cache_length`` [b] says how many tokens each row holds; opset-24 ``TensorScatter``
+  writes the new keys and values at cache_length, and ``Attention`` reads the buffer with ``nonpad_kv_seqlen`` =
+  cache_length + s (the tail past it never read), ``attention_mask`` [b, capacity] covering the buffer;
 - ``tensorrt``: what TensorRT 10.15 parses (``ropeexport check-trt``): the cache concatenated outside a 4-D opset-23
   ``Attention`` that takes no cache, the mask additive in the dtype (0 or its most negative finite value, never a
   boolean and never ``is_causal``, which TensorRT aligns top-left), rows that see no key multiplied by 0.
@@ -30,7 +34,7 @@ from ropeexport.graph.compose import call
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
-OPSETS = {"fused": 23, "decomposed": 17, "tensorrt": 23}
+OPSETS = {"fused": 23, "decomposed": 17, "tensorrt": 23, "static-cache": 24}
 INPUTS = ("hidden", "position_ids", "attention_mask", "past_key", "past_value")
 OUTPUTS = ("output", "present_key", "present_value")
 
@@ -40,6 +44,24 @@ def _heads(g: GraphBuilder, x: str, heads: int, d: int, name: str) -> str:
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     split = g.op("Reshape", [x, g.const(f"{name}_heads_shape", i64(0, 0, heads, d))])
     return g.op("Transpose", [split], perm=[0, 2, 1, 3])
+
+
+def _static_mask(g: GraphBuilder) -> str:
+    """bool [b, 1, s, capacity]: buffer slot j visible to query i of row b iff j <= cache_length[b] + i and
+    attention_mask[b, j] is 1 (slots past cache_length + s are never visible).
+    """  # noqa: D205
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("s_axis0", i64(0))])
+    capacity = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("t_axis0", i64(0))])
+    zero, one = g.const("zero", np.array(0, np.int64)), g.const("one", np.array(1, np.int64))
+    offsets = g.op("Unsqueeze", [g.op("Range", [zero, s, one]), g.const("offset_axis", i64(0))])  # [1, s]
+    lengths = g.op("Unsqueeze", ["cache_length", g.const("length_axis", i64(1))])  # [b, 1]
+    query_slot = g.op("Unsqueeze", [g.op("Add", [lengths, offsets]), g.const("query_axes", i64(1, 3))])  # [b,1,s,1]
+    key_slot = g.op("Range", [zero, capacity, one])  # [capacity]
+    causal = g.op("LessOrEqual", [key_slot, query_slot])  # [b, 1, s, capacity]
+    real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)
+    real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, capacity]
+    return g.op("And", [causal, real], name="attention_visible")
 
 
 def _mask(g: GraphBuilder) -> str:
@@ -133,6 +155,23 @@ def _attend_tensorrt(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: s
     return g.op("Mul", [attended, _sees(g, spec, mask)])
 
 
+def _attend_static(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """New keys and values written into the buffers at cache_length, then Attention over the valid prefix."""
+    keys = g.op("TensorScatter", ["past_key", k, "cache_length"], axis=-2, name="present_key")  # TensorRT: -2 only
+    values = g.op("TensorScatter", ["past_value", v, "cache_length"], axis=-2, name="present_value")
+    s = g.op("Shape", ["hidden"], start=1, end=2)  # [1]
+    valid = g.op("Add", ["cache_length", s], name="nonpad_kv_seqlen")  # [b]: slots past it are never read
+    attn_mask = mask if bias is None else _additive(g, spec, mask, bias)
+    attended = g.op(
+        "Attention",
+        [q, keys, values, attn_mask, "", "", valid],
+        name="attention",
+        scale=1.0 / math.sqrt(spec.head_dim),
+        **_softmax(spec),
+    )
+    return attended if bias is None else g.op("Mul", [attended, _sees(g, spec, mask)])
+
+
 def _key_positions(g: GraphBuilder) -> str:
     """[b, t]: the position of each cache slot, counted over real tokens (cumsum(attention_mask) - 1, padding at 0).
 
@@ -166,7 +205,8 @@ def build_block_graph(
     if bias is not None:
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
         added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
-    mask = _mask(g)
+    static = spec.graph == "static-cache"
+    mask = _static_mask(g) if static else _mask(g)
     if added is not None:
         # A key the method itself hides (-inf: the bias's causal rule by position) counts as hidden everywhere, so a
         # query whose every key is hidden outputs zeros, as the eager and float64 blocks do.
@@ -175,7 +215,9 @@ def build_block_graph(
         # TensorRT release in the support table, IsInf on none before 10.x.
         finite = g.op("Greater", [wide, g.const("minus_inf", np.array(-np.inf, np.float32))])
         mask = g.op("And", [mask, finite], name="attention_open")  # [b, H, s, t]
-    if spec.graph == "tensorrt":
+    if static:
+        attended = _attend_static(g, spec, q, k, v, mask, added)
+    elif spec.graph == "tensorrt":
         attended = _attend_tensorrt(g, spec, q, k, v, mask, added)
     elif spec.graph == "fused":
         attn_mask = mask if added is None else _additive(g, spec, mask, added)
@@ -198,20 +240,25 @@ def build_block_graph(
     g.op("MatMul", [merged, weights["o_proj"]], name="output")
     dtype = DTYPES[spec.dtype].onnx
     io = lambda name, elem, dims: helper.make_tensor_value_info(name, elem, dims)  # noqa: E731
+    cache = "capacity" if static else "past"  # a static buffer's length, or the tokens cached so far
+    total = "capacity" if static else "total"
+    inputs = [
+        io("hidden", dtype, ["batch", "seq", hidden]),
+        io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+        io("attention_mask", TensorProto.INT64, ["batch", total]),
+        io("past_key", dtype, ["batch", KV, cache, d]),
+        io("past_value", dtype, ["batch", KV, cache, d]),
+    ]
+    if static:
+        inputs.append(io("cache_length", TensorProto.INT64, ["batch"]))
     graph = helper.make_graph(
         g.nodes,
         spec.name,
-        [
-            io("hidden", dtype, ["batch", "seq", hidden]),
-            io("position_ids", TensorProto.INT64, ["batch", "seq"]),
-            io("attention_mask", TensorProto.INT64, ["batch", "total"]),
-            io("past_key", dtype, ["batch", KV, "past", d]),
-            io("past_value", dtype, ["batch", KV, "past", d]),
-        ],
+        inputs,
         [
             io("output", dtype, ["batch", "seq", hidden]),
-            io("present_key", dtype, ["batch", KV, "total", d]),
-            io("present_value", dtype, ["batch", KV, "total", d]),
+            io("present_key", dtype, ["batch", KV, total, d]),
+            io("present_value", dtype, ["batch", KV, total, d]),
         ],
         g.initializers,
     )

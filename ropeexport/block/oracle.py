@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.block.static import is_static, per_row
 from ropeexport.block.weights import block_weights
 from ropeexport.kinds import Feeds
 
@@ -35,7 +36,10 @@ def block_float64(
     """float64 output [b, s, hidden] and present_key / present_value [b, KV, t, d].
 
     ``bias`` is added to the scaled logits with each slot's position counted over the real tokens (padding at 0).
+    A static-cache call is evaluated row by row as the dynamic calls it stands for (``block.static``).
     """
+    if is_static(feeds):
+        return per_row(feeds, lambda row: block_float64(spec, row, rotate, bias))
     w = block_weights(spec)
     H, KV, d = spec.num_heads, getattr(spec, "num_kv_heads", spec.num_heads), spec.head_dim
     x = np.asarray(feeds["hidden"], np.float64)

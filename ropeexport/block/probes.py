@@ -30,8 +30,40 @@ def _probe(name: str, position_ids: Any, attention_mask: Any) -> Probe:
     return Probe(name, {"position_ids": pos}, {"attention_mask": mask})
 
 
+STATIC_SPARE = 3  # unused buffer slots after the last token of every static-cache call: never to be read
+
+
+def _static(spec: Any, probes: list[Probe]) -> list[Probe]:
+    """The calls as a static-cache block takes them: a buffer of capacity past + s + 3, cache_length = past.
+
+    Plus ``ragged-cache-decode``: rows holding 2, 5 and 9 tokens in one batch (a server's rows differ in length).
+    """
+    if spec.graph != "static-cache":
+        return probes
+    out = []
+    for p in probes:
+        pos, mask = p.positions["position_ids"], p.extras["attention_mask"]
+        b, s = pos.shape
+        spare = np.zeros((b, STATIC_SPARE), np.int64)  # past the tokens: not real, never visible
+        lengths = np.full(b, mask.shape[1] - s, np.int64)
+        out.append(Probe(p.name, p.positions, {"attention_mask": np.hstack([mask, spare]), "cache_length": lengths}))
+    if spec.max_positions > 12:
+        lengths = np.array([2, 5, 9], np.int64)
+        capacity = int(lengths.max()) + 1 + STATIC_SPARE
+        masks = (np.arange(capacity)[None, :] <= lengths[:, None]).astype(np.int64)  # cached tokens and the new one
+        extras = {"attention_mask": masks, "cache_length": lengths}
+        out.append(Probe("ragged-cache-decode", {"position_ids": lengths[:, None].copy()}, extras))
+    return out
+
+
 def block_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     """The probe calls (module docstring) that fit the spec's max_positions, and their coverage."""
+    probes, coverage = _dynamic_probes(spec)
+    probes = _static(spec, probes)
+    return probes, coverage | {"calls": [p.name for p in probes]}
+
+
+def _dynamic_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     P = spec.max_positions
     s = min(8, P)
     probes = [_probe("prefill", [np.arange(s)], np.ones((1, s)))]
@@ -68,7 +100,7 @@ def counted_block_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     decode row at each of 16 positions over 0..max_positions-1 in one batch, each row's cache left-padded to the
     longest.
     """
-    probes, coverage = block_probes(spec)
+    probes, coverage = _dynamic_probes(spec)
     P = spec.max_positions
     kept = [p for p in probes if p.name not in ("far-prompt", "decode-across-range")]
     if P >= 8:
@@ -78,6 +110,7 @@ def counted_block_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     longest = int(rows.max())
     masks = [[0] * (longest - r) + [1] * (r + 1) for r in rows.tolist()]  # r real tokens cached, then the new one
     kept.append(_probe("decode-across-range-padded", rows[:, None], masks))
+    kept = _static(spec, kept)
     coverage = coverage | {
         "calls": [p.name for p in kept],
         "positions": "counted over the real tokens: position_ids agree with attention_mask in every call",
@@ -93,17 +126,22 @@ def block_feeds(spec: Any, probe: Probe, rng: np.random.Generator) -> Feeds:
     """
     pos = probe.positions["position_ids"]
     b, s = pos.shape
-    mask = probe.extras.get("attention_mask", np.ones((b, s), np.int64))
-    past = mask.shape[1] - s
+    static = spec.graph == "static-cache"
+    mask = probe.extras.get("attention_mask", np.ones((b, s + (STATIC_SPARE if static else 0)), np.int64))
     dtype = DTYPES[spec.dtype].np_dtype
     normal = lambda *shape: rng.standard_normal(shape, dtype=np.float32).astype(dtype)  # noqa: E731
-    return {
+    # A static buffer is filled with values everywhere: slots past a row's tokens hold leftovers that must not count.
+    cache = mask.shape[1] if static else mask.shape[1] - s
+    feeds = {
         "hidden": normal(b, s, hidden_size(spec)),
         "position_ids": pos,
         "attention_mask": mask,
-        "past_key": normal(b, kv_heads(spec), past, spec.head_dim),
-        "past_value": normal(b, kv_heads(spec), past, spec.head_dim),
+        "past_key": normal(b, kv_heads(spec), cache, spec.head_dim),
+        "past_value": normal(b, kv_heads(spec), cache, spec.head_dim),
     }
+    if static:
+        feeds["cache_length"] = probe.extras.get("cache_length", np.zeros(b, np.int64))
+    return feeds
 
 
 def block_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, Any]:
@@ -113,8 +151,12 @@ def block_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str,
         b, i, c = index
         return {"batch": b, "token": i, "position": int(pos[b, i]), "channel": c}
     b, h, slot, c = index
-    past = probe.extras["attention_mask"].shape[1] - pos.shape[1]
-    where = int(pos[b, slot - past]) if slot >= past else "cached"
+    if "cache_length" in probe.extras:  # a static buffer: this row's tokens sit at cache_length[b] ..
+        past = int(probe.extras["cache_length"][b])
+    else:
+        past = probe.extras["attention_mask"].shape[1] - pos.shape[1]
+    new = past <= slot < past + pos.shape[1]
+    where = int(pos[b, slot - past]) if new else ("cached" if slot < past else "unused")
     return {"batch": b, "head": h, "slot": slot, "position": where, "channel": c}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ropeexport.block.static import is_static, per_row
 from ropeexport.block.weights import block_weights, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.kinds import Feeds
@@ -38,8 +39,11 @@ def block_eager(
     """output [b, s, hidden], present_key / present_value [b, KV, t, d], in the artifact dtype.
 
     ``rotate`` turns q and k (RoPE); ``bias`` adds to the scaled logits, with each cache slot's position counted
-    over the real tokens (cumsum(attention_mask) - 1, padded slots at 0), as BLOOM counts them.
+    over the real tokens (cumsum(attention_mask) - 1, padded slots at 0), as BLOOM counts them. A static-cache
+    call is evaluated row by row as the dynamic calls it stands for (``block.static``).
     """
+    if is_static(feeds):
+        return per_row(feeds, lambda row: block_eager(spec, row, rotate, bias))
     dtype = DTYPES[spec.dtype].torch
     w = {k: to_torch(v).to(dtype) for k, v in block_weights(spec).items()}  # exact: the values are dtype values
     H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim

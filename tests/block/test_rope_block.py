@@ -31,12 +31,14 @@ SCHEDULES = {
     "yarn": {"factor": 4.0, "original_max_position_embeddings": 64},
 }
 GEOMETRY = {"head_dim": 16, "num_heads": 4, "num_kv_heads": 2, "max_positions": 256}
-LAYOUTS, GRAPHS, DTYPES = ("half", "interleaved"), ("fused", "decomposed", "tensorrt"), ("fp32", "fp16")
+LAYOUTS, DTYPES = ("half", "interleaved"), ("fp32", "fp16")
+GRAPHS = ("fused", "decomposed", "tensorrt", "static-cache")
+DYNAMIC = GRAPHS[:3]  # the forms whose cache grows (past_key in, past + seq out)
 CASES = [
     (s, layout, graph, dtype)
     for s, layout, graph, dtype in itertools.product(SCHEDULES, LAYOUTS, GRAPHS, DTYPES)
     if (layout == "half" or s in ("default", "longrope"))  # interleaved: a static and a switched schedule
-    and (graph != "tensorrt" or s in ("default", "longrope", "dynamic"))
+    and (graph not in ("tensorrt", "static-cache") or s in ("default", "longrope", "dynamic"))
 ]
 
 
@@ -57,7 +59,9 @@ def test_block_builds_and_verifies(scaling: str, layout: str, graph: str, dtype:
     assert all(g["passed"] for g in result.report["guards"]) and result.report["guards"]
 
 
-@pytest.mark.parametrize(("graph", "parsed_from"), [("tensorrt", "10.15"), ("decomposed", "10.13"), ("fused", None)])
+@pytest.mark.parametrize(
+    ("graph", "parsed_from"), [("tensorrt", "10.15"), ("decomposed", "10.13"), ("fused", None), ("static-cache", None)]
+)
 def test_which_tensorrt_parses_each_block_form(graph: str, parsed_from: str | None) -> None:
     # fused: Attention with a KV cache, which no TensorRT release parses; tensorrt: the cache outside a 4-D Attention
     # and RotaryEmbedding (10.15); decomposed: opset-17 primitives.
@@ -81,7 +85,7 @@ def _session(spec: object) -> ort.InferenceSession:
     return ort.InferenceSession(rx.export(spec).SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-@pytest.mark.parametrize("graph", ["fused", "decomposed"])
+@pytest.mark.parametrize("graph", DYNAMIC[:2])
 def test_present_key_is_the_cache_then_the_rotated_new_keys(graph: str) -> None:
     spec = _spec("longrope", graph=graph)
     probe = next(p for p in block_probes(spec)[0] if p.name == "chunked-prefill")
@@ -99,7 +103,7 @@ def test_present_key_is_the_cache_then_the_rotated_new_keys(graph: str) -> None:
     np.testing.assert_allclose(present_key[:, :, past:], want, atol=1e-5)
 
 
-@pytest.mark.parametrize("graph", ["fused", "decomposed"])
+@pytest.mark.parametrize("graph", GRAPHS)
 def test_a_query_that_sees_no_key_outputs_zeros(graph: str) -> None:
     spec = _spec("default", graph=graph)
     probe = next(p for p in block_probes(spec)[0] if p.name == "left-padded-prefill")
@@ -143,7 +147,7 @@ def _top_left_mask(g: object) -> str:
         ("positions from cache slots, not position_ids", {"far-prompt", "left-padded-prefill"}),
     ],
 )
-@pytest.mark.parametrize("graph", GRAPHS)
+@pytest.mark.parametrize("graph", DYNAMIC)
 def test_planted_block_bugs_fail_verification(
     bug: str, caught_by: set[str], graph: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,3 +201,40 @@ def test_planted_block_bugs_fail_verification(
         if any(np.any(np.abs(got[o] - want[o]) > tol.atol + tol.rtol * np.abs(want[o])) for o in want):
             seen.add(probe.name)
     assert caught_by <= seen, (bug, sorted(seen))
+
+
+def test_static_cache_writes_at_cache_length_and_ignores_leftovers() -> None:
+    spec = _spec("longrope", graph="static-cache")
+    probe = next(p for p in block_probes(spec)[0] if p.name == "ragged-cache-decode")
+    feeds = block_feeds(spec, probe, np.random.default_rng(4))
+    session = _session(spec)
+    output, present_key, _ = session.run(None, feeds)
+    lengths = feeds["cache_length"]
+    for b, n in enumerate(lengths):  # the buffer is kept, the one new key lands at cache_length
+        np.testing.assert_array_equal(present_key[b, :, :n], feeds["past_key"][b, :, :n])
+        np.testing.assert_array_equal(present_key[b, :, n + 1 :], feeds["past_key"][b, :, n + 1 :])
+    # Slots past a row's tokens are leftovers: any finite values give the same output. (ONNX Runtime 1.31 still
+    # reads them: NaN there reaches the output, so a server must keep its buffer finite; zeros when new.)
+    changed = dict(feeds, past_key=feeds["past_key"].copy(), past_value=feeds["past_value"].copy())
+    for b, n in enumerate(lengths):
+        changed["past_key"][b, :, n + 1 :] = 1e4
+        changed["past_value"][b, :, n + 1 :] = -1e4
+    np.testing.assert_array_equal(session.run(None, changed)[0], output)
+
+
+def test_static_cache_planted_write_at_zero_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec("longrope", graph="static-cache")
+    original = block_export._attend_static
+
+    def write_at_zero(g, spec, q, k, v, mask, bias):  # type: ignore[no-untyped-def]
+        result = original(g, spec, q, k, v, mask, bias)
+        zero = g.const("bug_zero_index", np.zeros(1, np.int64))
+        for node in g.nodes:
+            if node.op_type == "TensorScatter":
+                node.input[2] = zero  # every row's new key written at slot 0, over its cache
+        return result
+
+    monkeypatch.setattr(block_export, "_attend_static", write_at_zero)
+    kind = kind_for(spec)
+    save_model(kind.export(spec), tmp_path)
+    assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed

@@ -20,6 +20,7 @@ from ropeexport.block.reference import block_eager
 from ropeexport.families.bias.export import BiasFn, SinglePassFn, build_bias_graph
 from ropeexport.families.bias.probes import EagerBias, OracleBias
 from ropeexport.kinds import ArtifactKind, Feeds
+from ropeexport.specs import BLOCK_FORMS
 
 SUMMARY = "an attention layer with a KV cache: hidden in, the method's bias piece on the logits, output and present"
 PIECE_PREFIX = "bias/"  # the bias piece's names inside the block (ALiBi's slopes: bias/neg_slopes)
@@ -27,7 +28,7 @@ PIECE_PREFIX = "bias/"  # the bias piece's names inside the block (ALiBi's slope
 
 def bias_of(spec: Any) -> Any:
     """The ``bias`` artifact of a block's spec: its position piece (fused in a ``tensorrt`` block)."""
-    graph = "fused" if spec.graph == "tensorrt" else spec.graph
+    graph = "fused" if spec.graph in BLOCK_FORMS else spec.graph
     return spec.replace(artifact="bias", graph=graph, name=f"{spec.name}-piece")
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ropeexport.errors import SpecError
-from ropeexport.specs import GRAPHS, SpecBase, require_bool, require_int
+from ropeexport.specs import BLOCK_FORMS, GRAPHS, SpecBase, require_bool, require_int
 
 BIAS_ARTIFACTS = ("bias", "scores", "attention", "block")
 MAX_WIDTH = 2**20  # num_heads x head_dim: the widest attention any model uses is far below this
@@ -21,15 +21,16 @@ class BiasSpec(SpecBase):
 
     artifacts: ClassVar[tuple[str, ...]] = BIAS_ARTIFACTS
     # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15).
-    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "tensorrt")
+    # static-cache: a block reading and writing a preallocated cache (TensorScatter, Attention's nonpad_kv_seqlen).
+    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, *BLOCK_FORMS)
 
     num_heads: int = 8
     head_dim: int = 64
     causal: bool = True
 
     def _validate(self) -> None:
-        if self.graph == "tensorrt" and self.artifact != "block":
-            raise SpecError("graph", f"'tensorrt' is a form of the block artifact only, not of {self.artifact!r}")
+        if self.graph in BLOCK_FORMS and self.artifact != "block":
+            raise SpecError("graph", f"{self.graph!r} is a form of the block artifact only, not of {self.artifact!r}")
         self._put("num_heads", require_int("num_heads", self.num_heads, 1, 4096))
         self._put("head_dim", require_int("head_dim", self.head_dim, 1, 65536))
         if self.num_heads * self.head_dim > MAX_WIDTH:

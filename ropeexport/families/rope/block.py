@@ -22,6 +22,7 @@ from ropeexport.families.rope.probes import check_tables
 from ropeexport.families.rope.reference import reference_module
 from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.kinds import Feeds
+from ropeexport.specs import BLOCK_FORMS
 
 PIECE_PREFIX = "rope/"  # the rope piece's names inside the block: its tables are rope/cos_table, rope/sin_table
 
@@ -30,7 +31,7 @@ def rope_of(spec: RopeSpec) -> RopeSpec:
     """The ``rope`` artifact of a block's spec: its position piece (the fused one in a ``tensorrt`` block: TensorRT
     10.15 parses opset-23 RotaryEmbedding).
     """  # noqa: D205
-    graph = "fused" if spec.graph == "tensorrt" else spec.graph
+    graph = "fused" if spec.graph in BLOCK_FORMS else spec.graph
     return spec.replace(artifact="rope", graph=graph, name=f"{spec.name}-piece")
 
 

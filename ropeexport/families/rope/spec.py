@@ -11,7 +11,15 @@ from typing import Any, ClassVar
 
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import SCHEDULES, get_schedule
-from ropeexport.specs import GRAPHS, MAX_TABLE_ENTRIES, SpecBase, require_choice, require_float, require_int
+from ropeexport.specs import (
+    BLOCK_FORMS,
+    GRAPHS,
+    MAX_TABLE_ENTRIES,
+    SpecBase,
+    require_choice,
+    require_float,
+    require_int,
+)
 
 LAYOUTS = ("half", "interleaved", "complex")
 
@@ -30,7 +38,8 @@ class RopeSpec(SpecBase):
     # plugin: one ropeexport::RotaryEmbedding node per tensor, for TensorRT versions without the native layer.
     # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15 parses
     # it; its Attention takes no KV cache, and its is_causal is top-left aligned).
-    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin", "tensorrt")
+    # static-cache: a block reading and writing a preallocated cache (TensorScatter, Attention's nonpad_kv_seqlen).
+    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin", "tensorrt", "static-cache")
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"layout": LAYOUTS, "scaling": tuple(SCHEDULES)}
 
     layout: str = "half"
@@ -46,8 +55,8 @@ class RopeSpec(SpecBase):
         put = self._put
         if self.graph == "plugin" and self.artifact != "rope":
             raise SpecError("graph", f"'plugin' builds the rope artifact only, not {self.artifact!r}")
-        if self.graph == "tensorrt" and self.artifact != "block":
-            raise SpecError("graph", f"'tensorrt' is a form of the block artifact only, not of {self.artifact!r}")
+        if self.graph in BLOCK_FORMS and self.artifact != "block":
+            raise SpecError("graph", f"{self.graph!r} is a form of the block artifact only, not of {self.artifact!r}")
         put("layout", require_choice("layout", self.layout, LAYOUTS))
         head_dim = require_int("head_dim", self.head_dim, 2, 65536)
         if head_dim % 2:
