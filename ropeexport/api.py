@@ -41,6 +41,33 @@ from ropeexport.trt.compat import CompatResult
 from ropeexport.trt.compat import check_trt as _check_trt
 
 Tolerance = float | Mapping[str, float] | None
+Names = str | Sequence[str] | None
+
+
+def _names(value: Names, field: str) -> list[str] | None:
+    """A list of names; one string is a list of one (``dtypes="fp16"``), never its letters."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise SpecError(field, f"must be a name or a list of names, got {value!r}")
+    return list(value)
+
+
+def _path(value: str | Path, field: str) -> Path:
+    """A path that is given: an empty string is an error, never the current folder."""
+    if not isinstance(value, (str, Path)):
+        raise SpecError(field, f"must be a path, got {type(value).__name__}")
+    if not str(value).strip():
+        raise SpecError(field, "is empty; give a path")
+    return Path(value)
+
+
+def _a_spec(value: Any) -> SpecBase:
+    if not isinstance(value, SpecBase):
+        raise SpecError("spec", f"must be a spec (rx.spec, rx.from_preset, ...), got {type(value).__name__}")
+    return value
 
 
 def spec(encoding: str = "rope", **fields: Any) -> Any:
@@ -71,8 +98,8 @@ def from_preset(
     The card's ``[build]`` lists are used unless ``artifacts``/``dtypes``/``graphs`` are given; ``fields`` override
     every spec's value (``max_positions=32768``; ``scaling_params`` merges into the card's schedule).
     """
-    requests = from_presets([name], artifacts, dtypes, graphs)
-    return _specs(with_overrides(requests, fields))
+    lists = [_names(artifacts, "artifacts"), _names(dtypes, "dtypes"), _names(graphs, "graphs")]
+    return _specs(with_overrides(from_presets([name], *lists), fields))
 
 
 def from_hf_config(
@@ -85,17 +112,18 @@ def from_hf_config(
     """The specs of a transformers ``config.json`` on disk (never fetched): the encoding's first artifact, fp32,
     fused unless given; ``fields`` override the imported values.
     """  # noqa: D205
-    return _specs(with_overrides(_hf_requests(path, artifacts, dtypes, graphs), fields))
+    lists = [_names(artifacts, "artifacts"), _names(dtypes, "dtypes"), _names(graphs, "graphs")]
+    return _specs(with_overrides(_hf_requests(_path(path, "hf_config"), *lists), fields))
 
 
 def load_specs(path: str | Path) -> list[Any]:
     """The specs of a .json or .toml spec file: one spec, or ``artifacts = [...]`` with shared top-level fields."""
-    return _specs(from_spec_file(path))
+    return _specs(from_spec_file(_path(path, "spec_file")))
 
 
 def export(spec: SpecBase) -> onnx.ModelProto:
     """The artifact's ONNX model, in memory (tables in float64, rounded once); nothing is run or written."""
-    return kind_for(spec).export(spec)
+    return kind_for(_a_spec(spec)).export(spec)
 
 
 def _tolerance(value: Tolerance, name: str) -> dict[str, float]:
@@ -121,12 +149,13 @@ def build(
     every output, or {output: number}. Returns the result (``passed``, ``path``, ``report``: report.json's dict).
     When ``out_dir`` is a tree (it has an index.json), its index is rewritten so it never shows an old verdict.
     """
-    out = Path(out_dir)
+    out = _path(out_dir, "out_dir")
+    check_tree(out)  # an existing folder must be empty or a ropeexport tree, as for build_all and the CLI
     result = build_artifact(
-        spec,
+        _a_spec(spec),
         kind_for(spec),
         out,
-        check_runtime_names(list(runtimes or ["ort"])),
+        check_runtime_names(_names(runtimes, "runtimes") or ["ort"]),
         atol=_tolerance(atol, "atol"),
         rtol=_tolerance(rtol, "rtol"),
         replace=replace,
@@ -158,14 +187,14 @@ def build_all(
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise SpecError("jobs", f"must be an integer >= 1, got {jobs!r}")
-    out = Path(out_dir)
-    names = [s.name for s in specs]
+    out = _path(out_dir, "out_dir")
+    names = [_a_spec(s).name for s in specs]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
         raise SpecError("name", f"{duplicate!r} is used by more than one artifact; names must be unique")
     settings = Settings(
         out,
-        check_runtime_names(list(runtimes or ["ort"])),
+        check_runtime_names(_names(runtimes, "runtimes") or ["ort"]),
         _tolerance(atol, "atol"),
         _tolerance(rtol, "rtol"),
         replace=replace,
@@ -209,11 +238,11 @@ def verify(
     and the file, and nothing re-verified); the tree's index is rewritten after. ``on_done(result, seconds)`` is
     called as each artifact finishes.
     """
-    folder = Path(path)
-    names = list(runtimes) if runtimes else None
+    folder = _path(path, "path")
+    names = _names(runtimes, "runtimes")
     tolerances = _tolerance(atol, "atol"), _tolerance(rtol, "rtol")
     report = on_done or (lambda result, seconds: None)
-    if (folder / "manifest.json").exists() or not artifact_folders(folder):
+    if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
         began = time.perf_counter()
         result = verify_folder(folder, names, *tolerances)
         report(result, time.perf_counter() - began)
@@ -221,7 +250,7 @@ def verify(
         if is_tree(tree):  # the tree's index must not keep the old verdict
             write_index(tree)
         return [result]
-    folders = artifact_folders(folder)
+    folders = artifact_folders(folder, damaged=True)  # a damaged artifact is an error here, never left out
     manifests = {}
     for one in folders:
         try:
@@ -249,7 +278,8 @@ def diff(
     """
     if isinstance(max_growth, bool) or not isinstance(max_growth, (int, float)) or not 1 <= max_growth < float("inf"):
         raise SpecError("max_growth", f"must be a finite number >= 1, got {max_growth!r}")
-    old_report, new_report = load_report(old, "OLD"), load_report(new, "NEW")
+    old_report, new_report = load_report(_path(old, "old"), "old"), load_report(_path(new, "new"), "new")
+    across = _names(across, "across") or []
     known = set(old_report.get("spec") or {}) | set(new_report.get("spec") or {})
     unknown = [f for f in across if f not in known]
     if unknown:
@@ -264,4 +294,10 @@ def check_trt(model: onnx.ModelProto | str | Path, version: str) -> CompatResult
 
     The result's ``compatible`` is the verdict and ``reasons`` names each offending node.
     """
+    if not isinstance(model, (onnx.ModelProto, str, Path)):
+        raise SpecError("model", f"must be an onnx.ModelProto or a path, got {type(model).__name__}")
+    if not isinstance(version, str):  # 10.10 as a float is 10.1: only the string says which release
+        raise SpecError("trt_version", f"must be a string such as '10.15', got {version!r}")
+    if isinstance(model, (str, Path)):
+        model = _path(model, "model")
     return _check_trt(model, version)

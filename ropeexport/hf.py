@@ -253,7 +253,7 @@ def import_config(config: Mapping[str, Any], where: str = "config.json") -> Impo
         raise r.error(
             "model_type",
             f"unknown model type {model_type!r}: ropeexport does not guess a positional encoding (or a RoPE "
-            f"layout); known: {', '.join(known)}; for another model write a --spec",
+            f"layout); known: {', '.join(known)}; for another model write a `spec_file`",
         )
     return Imported(model_type, r.fields, r.sources)
 
@@ -335,7 +335,7 @@ def _scaling_dict(r: _Reader) -> tuple[str, Mapping[str, Any]] | None:
             raise r.error(
                 key,
                 f"holds one setting per layer type ({', '.join(value)}); ropeexport builds one schedule per "
-                "artifact: pass a --spec with the layer type's values",
+                "artifact: pass a `spec_file` with the layer type's values",
             )
         return key, value
     return None

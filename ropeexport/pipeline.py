@@ -48,6 +48,11 @@ class BuildResult:
     report: dict[str, Any]
     seconds: float
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
+        return {r["name"]: r.get("reason", "") for r in self.report["runtimes"] if r["status"] == "skipped"}
+
 
 def versions() -> dict[str, str | None]:
     """Versions of ropeexport and the libraries an artifact depends on (None where not installed)."""

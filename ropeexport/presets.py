@@ -27,6 +27,7 @@ from ropeexport.errors import SpecError
 from ropeexport.hf import Imported, import_config
 from ropeexport.specs import NAME_PATTERN
 
+LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3")  # model types whose attention is MLA, not q/k/v heads
 _CARD_KEYS = ("name", "summary", "source", "notes", "config", "spec", "build")
 _BUILD_KEYS = ("artifacts", "dtypes", "graphs", "max_positions")
 
@@ -126,6 +127,14 @@ def expand(
 
     ``chosen_by`` says where the lists came from, for the provenance of artifact, dtype and graph.
     """
+    if "block" in artifacts and imported.model_type in LATENT_ATTENTION:
+        # The spec holds MLA's decoupled RoPE part (a 64-wide key shared by heads); a plain attention layer built
+        # from it would not be that model's layer (its scale, its compressed keys and values), so none is built.
+        raise SpecError(
+            "artifact",
+            f"{imported.model_type} uses multi-head latent attention: a plain attention block would not be its layer; "
+            "build its rope or scores artifact",
+        )
     out = []
     variant = {"name": f"{model}-ARTIFACT-DTYPE-GRAPH", "artifact": chosen_by, "dtype": chosen_by, "graph": chosen_by}
     for artifact, dtype, graph in itertools.product(artifacts, dtypes, graphs):

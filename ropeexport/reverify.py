@@ -36,6 +36,11 @@ class VerifyResult:
     passed: bool
     report: dict[str, Any]
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
+        return {r["name"]: r.get("reason", "") for r in self.report["runtimes"] if r["status"] == "skipped"}
+
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The manifest of an artifact folder, with its schema and fields checked; else SpecError."""

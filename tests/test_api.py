@@ -153,3 +153,50 @@ def test_readme_python_api_example_runs(index: int, tmp_path: Path, monkeypatch:
     monkeypatch.chdir(tmp_path)  # examples write relative paths (out/, ...)
     code = _readme_api_examples()[index]
     exec(compile(code, f"README.md Python API example {index + 1}", "exec"), {"__name__": "__readme__"})
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda tmp: rx.build(rx.spec("alibi", num_heads=2), ""), "out_dir"),
+        (lambda tmp: rx.build_all([rx.spec("alibi", num_heads=2)], "  "), "out_dir"),
+        (lambda tmp: rx.verify(""), "path"),
+        (lambda tmp: rx.diff("", tmp), "old"),
+        (lambda tmp: rx.export(None), "spec"),
+        (lambda tmp: rx.export({"encoding": "rope"}), "spec"),
+        (lambda tmp: rx.check_trt(123, "10.15"), "model"),
+        (lambda tmp: rx.check_trt(rx.export(rx.spec("alibi", num_heads=2)), 10.1), "trt_version"),
+        (lambda tmp: rx.from_preset("llama-3.1-8b", dtypes=[1]), "dtypes"),
+        (lambda tmp: rx.from_preset("deepseek-v2-lite", artifacts="block"), "artifact"),
+    ],
+)
+def test_api_refuses_what_it_cannot_mean(call: object, field: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        call(tmp_path)  # type: ignore[operator]
+    assert info.value.field == field, str(info.value)
+
+
+def test_one_name_is_a_list_of_one() -> None:
+    specs = rx.from_preset("mistral-7b", dtypes="fp32", graphs="decomposed", max_positions=512)
+    assert [(s.dtype, s.graph) for s in specs] == [("fp32", "decomposed")]
+
+
+def test_build_refuses_a_folder_that_is_not_a_tree(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SpecError, match="not a ropeexport tree"):
+        rx.build(rx.spec("alibi", num_heads=2, max_positions=32), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_verify_refuses_a_tree_with_a_damaged_manifest(tmp_path: Path) -> None:
+    specs = [rx.spec("alibi", num_heads=2, max_positions=32), rx.spec("t5", num_heads=2, max_positions=32)]
+    results = rx.build_all(specs, tmp_path)
+    (results[1].path / "manifest.json").write_text('{"broken": ')
+    with pytest.raises(SpecError) as info:
+        rx.verify(tmp_path)
+    assert info.value.field.startswith(f"{results[1].name}/")  # names the damaged artifact, verifies nothing
+
+
+def test_a_skipped_runtime_is_visible_on_the_result(tmp_path: Path) -> None:
+    result = rx.build(rx.spec("alibi", num_heads=2, max_positions=32), tmp_path, runtimes=["ort", "trt"])
+    assert "trt" in result.skipped and result.skipped["trt"]  # with the reason; passed covers the others

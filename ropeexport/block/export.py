@@ -1,20 +1,23 @@
 """The ``block`` graph: projections, the family's position piece, attention over the cache, output projection.
 
-Contract in ``ropeexport.block``. Two forms, each chosen by the spec's ``graph`` (never swapped silently):
+Contract in ``ropeexport.block``. Four forms, each chosen by the spec's ``graph`` (never swapped silently):
 - ``fused``: opset-23 ``Attention`` reading ``past_key`` / ``past_value`` and writing ``present_*`` itself, the mask
-  a boolean [b, 1, s, past + s] built from the causal rule and ``attention_mask``;
+  a boolean [b, 1, s, past + s] built from the causal rule and ``attention_mask`` (with a bias piece: additive,
+  [b, H, s, t], the bias where visible, and rows that see no key multiplied by 0);
 - ``decomposed``: opset-17 primitives: the cache concatenated, keys repeated for grouped-query heads, the same
   mask applied with the dtype's most negative finite value, softmax in float32 for fp16/bf16 (as transformers'
   eager attention does), and rows that see no key multiplied by 0;
 - ``static-cache``: a preallocated cache, as a server keeps it: ``past_key`` / ``past_value`` are buffers
   [b, KV, capacity, d] and ``cache_length`` [b] says how many tokens each row holds; opset-24 ``TensorScatter``
   writes the new keys and values at cache_length, and ``Attention`` reads the buffer with ``nonpad_kv_seqlen`` =
-  cache_length + s (the tail past it never read), ``attention_mask`` [b, capacity] covering the buffer;
+  cache_length + s, ``attention_mask`` [b, capacity] covering the buffer (ONNX Runtime 1.31 still reads the slots
+  past it: they must hold finite values);
 - ``tensorrt``: what TensorRT 10.15 parses (``ropeexport check-trt``): the cache concatenated outside a 4-D opset-23
   ``Attention`` that takes no cache, the mask additive in the dtype (0 or its most negative finite value, never a
   boolean and never ``is_causal``, which TensorRT aligns top-left), rows that see no key multiplied by 0.
 The position piece is the family's own artifact called through ``graph.compose`` (RoPE: query and key rotated by
-``position_ids``, its tables and range guard included), so the block uses exactly the tables the family verified.
+``position_ids``; a bias method: its bias from the query positions and each slot's position counted over the real
+tokens), tables and range guards included, so the block uses exactly the tables the family verified.
 
 Notation: b batch, s new tokens, p past (cached) tokens, t = p + s, H query heads, KV key/value heads, d head_dim.
 """
@@ -179,7 +182,8 @@ def _key_positions(g: GraphBuilder) -> str:
     ones are counted from the mask, as BLOOM counts them. Padded slots (masked anyway) get 0, inside the table.
     """
     # Counted in float32 (exact below 2^24, the largest max_positions): TensorRT's CumSum takes no integers.
-    real = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+    # Any nonzero mask value is a real token (as the mask rule reads it), counted once.
+    real = g.op("Cast", [g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)], to=TensorProto.FLOAT)
     counted = g.op("CumSum", [real, g.const("mask_axis", np.array(1, np.int64))])
     before = g.op("Sub", [counted, g.const("one_count", np.array(1.0, np.float32))])
     first = g.op("Max", [before, g.const("zero_position", np.array(0.0, np.float32))])

@@ -27,7 +27,7 @@ def visible(query_count: int, past: int, attention_mask: np.ndarray) -> np.ndarr
     """bool [b, 1, s, t]: key slot j visible to query slot i iff j <= i + past and attention_mask marks j real."""
     t = attention_mask.shape[1]
     causal = np.arange(t)[None, :] <= (np.arange(query_count) + past)[:, None]  # [s, t]
-    return causal[None, None] & (attention_mask[:, None, None, :] == 1)
+    return causal[None, None] & (attention_mask[:, None, None, :] != 0)  # any nonzero value is a real token
 
 
 def block_float64(
@@ -55,7 +55,7 @@ def block_float64(
     group = H // KV
     logits = np.einsum("bhid,bhjd->bhij", q, np.repeat(keys, group, axis=1)) / np.sqrt(d)
     if bias is not None:
-        slots = np.maximum(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0)
+        slots = np.maximum(np.cumsum(feeds["attention_mask"] != 0, axis=1) - 1, 0)
         logits = logits + bias(pos, slots)
     logits = np.where(mask, logits, -np.inf)
     top = np.max(logits, axis=-1, keepdims=True)

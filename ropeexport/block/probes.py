@@ -168,16 +168,21 @@ def block_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
 
 
 def block_tolerance(spec: Any) -> Tolerance:
-    """The dtype's tolerance, widened for the sums of a block: each output sums hidden products three times over.
+    """The dtype's tolerance; in fp32 widened by sqrt(hidden / 64) for the sums of a block.
 
-    A dot product of n terms rounds each partial sum: its error grows like sqrt(n) units of the dtype (random
-    signs); the block's outputs are of order one (unit-variance inputs, std 1/sqrt(fan_in) weights).
+    Every output sums hidden-long dot products three times (q/k/v, attention, o_proj). In fp32 the rounding of those
+    sums is what eager and fused kernels disagree on (they sum in other orders), and it grows like sqrt(hidden):
+    measured 9.8e-6 between eager and ONNX Runtime at hidden 4096, at the dtype's own 1e-5. In fp16 and bf16 the
+    outputs' own rounding dominates and the dtype's tolerance holds as it is (measured at hidden 4096: 3.9e-3
+    against 8e-3), so it is not widened: a wider one would hide a logit scaled by a few percent.
     """
     base = TOLERANCES[spec.dtype]
-    grow = float(np.sqrt(hidden_size(spec) / 64))  # 64: the widths the per-encoding tolerances were set at
+    if spec.dtype != "fp32":
+        return base
+    grow = max(1.0, float(np.sqrt(hidden_size(spec) / 64)))  # 64: the widths the per-encoding tolerances were set at
     reason = (
-        f"the dtype's ({base.atol:g}, {base.rtol:g}) times sqrt(hidden / 64) = {grow:.2f}: q/k/v, the attention sum "
-        "and o_proj each add hidden-long dot products whose rounding grows like sqrt(hidden), and fused kernels "
-        "sum in another order than eager"
+        f"fp32's ({base.atol:g}, {base.rtol:g}) times sqrt(hidden / 64) = {grow:.2f}: q/k/v, the attention sum and "
+        "o_proj add hidden-long dot products whose rounding grows like sqrt(hidden), and fused kernels sum in "
+        "another order than eager"
     )
-    return Tolerance(base.atol * max(1.0, grow), base.rtol * max(1.0, grow), reason)
+    return Tolerance(base.atol * grow, base.rtol * grow, reason)

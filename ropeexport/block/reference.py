@@ -58,13 +58,13 @@ def block_eager(
         keys = torch.cat([to_torch(feeds["past_key"]), k], dim=2)
         values = torch.cat([to_torch(feeds["past_value"]), v], dim=2)
         past = feeds["past_key"].shape[2]
-        real = torch.from_numpy(feeds["attention_mask"]) == 1  # [b, t]
+        real = torch.from_numpy(feeds["attention_mask"]) != 0  # [b, t]: any nonzero value is a real token
         t = real.shape[1]
         causal = torch.arange(t)[None, :] <= (torch.arange(s) + past)[:, None]  # [s, t], bottom-right aligned
         mask = causal[None, None] & real[:, None, None, :]  # [b, 1, s, t]
         logits = (q @ keys.repeat_interleave(H // KV, dim=1).transpose(-1, -2)) * (1.0 / math.sqrt(d))
         if bias is not None:
-            counted = torch.from_numpy(feeds["attention_mask"]).cumsum(dim=1) - 1
+            counted = (torch.from_numpy(feeds["attention_mask"]) != 0).long().cumsum(dim=1) - 1
             logits = logits + bias(pos, counted.clamp(min=0))
         logits = logits.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(logits.float(), dim=-1).nan_to_num(0.0).to(dtype)  # a row with no key: zeros

@@ -47,6 +47,9 @@ FLAGS = {
     "across": "--across",
     "replace": "--replace",
     "path": "DIR",
+    "old": "OLD",
+    "new": "NEW",
+    "model": "MODEL",
 }
 
 

@@ -13,6 +13,7 @@ Shapes are the piece's contract; ``call`` checks names, not shapes (the bigger g
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Mapping
 
 import onnx
@@ -20,6 +21,20 @@ from onnx import helper
 
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import GraphBuilder
+
+_INDEX: weakref.WeakKeyDictionary[GraphBuilder, tuple[int, dict[str, str]]] = weakref.WeakKeyDictionary()
+
+
+def _constants(g: GraphBuilder) -> dict[str, str]:
+    """{content digest: initializer name} of ``g``, hashing only the initializers added since the last call.
+
+    A decoder calls a piece once per layer: rehashing every table each time would grow with the square of the layers.
+    """
+    counted, index = _INDEX.get(g, (0, {}))
+    for tensor in g.initializers[counted:]:
+        index.setdefault(_content(tensor), tensor.name)
+    _INDEX[g] = (len(g.initializers), index)
+    return index
 
 
 def _content(tensor: onnx.TensorProto) -> str:
@@ -49,7 +64,11 @@ def call(
         raise SpecError("inputs", f"{name!r} is {'not given' if missing else 'not an input of the piece'}; "
                         f"the piece's inputs: {', '.join(wanted)}")  # fmt: skip
     names: dict[str, str] = {n: inputs[n] for n in wanted}
-    held = {_content(t): t.name for t in g.initializers}
+    made = {o for node in g.nodes for o in node.output if o}
+    clash = next((f"{prefix}{o}" for node in graph.node for o in node.output if f"{prefix}{o}" in made), None)
+    if clash is not None:  # one prefix per call: a second call under the same one would redefine its values
+        raise SpecError("prefix", f"{prefix!r} was used already: {clash!r} is defined twice; give each call its own")
+    held = _constants(g)
     taken = {t.name for t in g.initializers}
     for tensor in graph.initializer:
         content = _content(tensor)
@@ -63,6 +82,7 @@ def call(
             raise SpecError("prefix", f"{prefix!r} was used already for another piece: {copy.name!r} differs")
         g.initializers.append(copy)
         held[content], names[tensor.name] = copy.name, copy.name
+        _INDEX[g] = (len(g.initializers), held)
         taken.add(copy.name)
     for node in graph.node:
         g.nodes.append(_renamed(node, names, prefix))

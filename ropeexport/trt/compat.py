@@ -75,14 +75,14 @@ def load_model(model: onnx.ModelProto | str | Path) -> onnx.ModelProto:
     """The model itself, or read from a path (external data is not needed: only types and structure are)."""
     if isinstance(model, onnx.ModelProto):
         return model
-    path = check_regular_file(model, "MODEL", max_bytes=None)  # not a FIFO or device
+    path = check_regular_file(model, "model", max_bytes=None)  # not a FIFO or device
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError and friends: the file is not an ONNX model
-        raise SpecError("MODEL", f"{str(path)!r} is not a readable ONNX model ({type(exc).__name__})") from None
+        raise SpecError("model", f"{str(path)!r} is not a readable ONNX model ({type(exc).__name__})") from None
     # An empty file parses as an empty ModelProto: nothing to check is not "compatible".
     if not proto.HasField("graph") or not (proto.graph.node or proto.graph.output):
-        raise SpecError("MODEL", f"{str(path)!r} holds no graph (empty or not an ONNX model)")
+        raise SpecError("model", f"{str(path)!r} holds no graph (empty or not an ONNX model)")
     return proto
 
 

@@ -238,3 +238,16 @@ def test_static_cache_planted_write_at_zero_fails(tmp_path: Path, monkeypatch: p
     kind = kind_for(spec)
     save_model(kind.export(spec), tmp_path)
     assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed
+
+
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_any_nonzero_mask_value_is_a_real_token(graph: str) -> None:
+    spec = _spec("default", graph=graph)
+    probe = next(p for p in block_probes(spec)[0] if p.name == "left-padded-prefill")
+    feeds = block_feeds(spec, probe, np.random.default_rng(5))
+    session = _session(spec)
+    twos = dict(feeds, attention_mask=feeds["attention_mask"] * 2)
+    np.testing.assert_array_equal(session.run(None, twos)[0], session.run(None, feeds)[0])
+    np.testing.assert_allclose(
+        kind_for(spec).oracle(spec, twos)["output"], kind_for(spec).oracle(spec, feeds)["output"]
+    )

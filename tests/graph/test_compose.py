@@ -75,3 +75,12 @@ def test_call_names_a_missing_or_unknown_input() -> None:
     wired = {i.name: i.name for i in piece.graph.input} | {"positions": "x"}
     with pytest.raises(SpecError, match="'positions' is not an input of the piece"):
         call(GraphBuilder(), piece, wired, "p/")
+
+
+def test_a_prefix_is_used_once() -> None:
+    piece = rx.export(rx.spec("alibi", **SMALL))
+    wired = {i.name: i.name for i in piece.graph.input}
+    g = GraphBuilder()
+    call(g, piece, wired, "layer0/")
+    with pytest.raises(SpecError, match="'layer0/' was used already"):
+        call(g, piece, wired, "layer0/")
