@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print(summary_line(result.report, result.path, seconds))
 
     results = verify(folder, args.runtime, atol, rtol, on_done=done)
-    if (folder / "manifest.json").exists() or not artifact_folders(folder):
+    if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
         tree = folder.resolve().parent
         if is_tree(tree):
             print(tree / "index.html")
