@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     def done(result: Any, seconds: float) -> None:
         print(summary_line(result.report, result.path, seconds))
 
-    results = verify(folder, args.runtime, atol, rtol, on_done=done)
+    results = verify(args.folder, args.runtime, atol, rtol, on_done=done)  # the raw text: "" is an error, not "."
     if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
         tree = folder.resolve().parent
         if is_tree(tree):
