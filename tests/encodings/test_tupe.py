@@ -100,18 +100,20 @@ def _weights_file(path: Path, **zero: bool) -> Path:
 
 
 def test_each_term_alone(tmp_path: Path) -> None:
+    # The weights files sit in tmp_path; the artifacts go to a tree of their own (a folder holding other files is
+    # not one: build refuses it).
     q, k = tiny(2, len(QPOS), len(KPOS))
     zeros = np.zeros_like(q), np.zeros_like(k)
     # Content alone (no position projections, no bias): q . k / sqrt(2d), TUPE's scale, not 1/sqrt(d).
     path = _weights_file(tmp_path / "content.safetensors", pos_query=True, relative_bias=True)
-    run = session(build(TupeSpec(**SMALL, weights=str(path), name="content"), tmp_path).path).run
+    run = session(build(TupeSpec(**SMALL, weights=str(path), name="content"), tmp_path / "out").path).run
     content = run(None, call(q, k, QPOS, KPOS))[0][0]
     np.testing.assert_allclose(content, np.einsum("hid,hjd->hij", q[0], k[0]) / math.sqrt(2 * D), rtol=1e-5)
     # Untied term alone (q = k = 0, no bias).
     path = _weights_file(tmp_path / "untied.safetensors", relative_bias=True)
     spec = TupeSpec(**SMALL, weights=str(path), name="untied")
     w = tupe_weights(spec)
-    untied = session(build(spec, tmp_path).path).run(None, call(*zeros, QPOS, KPOS))[0][0]
+    untied = session(build(spec, tmp_path / "out").path).run(None, call(*zeros, QPOS, KPOS))[0][0]
     for h in range(H):
         for a, i in enumerate(QPOS):
             for b, j in enumerate(KPOS):
@@ -122,7 +124,7 @@ def test_each_term_alone(tmp_path: Path) -> None:
     path = _weights_file(tmp_path / "bias.safetensors", pos_key=True)
     spec = TupeSpec(**SMALL, weights=str(path), name="bias")
     rb = tupe_weights(spec)["relative_bias"]
-    bias = session(build(spec, tmp_path).path).run(None, call(*zeros, QPOS, KPOS))[0][0]
+    bias = session(build(spec, tmp_path / "out").path).run(None, call(*zeros, QPOS, KPOS))[0][0]
     for h in range(H):
         for a, i in enumerate(QPOS):
             for b, j in enumerate(KPOS):
