@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
 
 import ropeexport as rx
 from ropeexport.block import export as block_export
-from ropeexport.block.probes import block_feeds, block_tolerance, counted_block_probes
+from ropeexport.block.probes import block_feeds, counted_block_probes
 from ropeexport.catalog import kind_for
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import verify_artifact
+from tests.block.planted import causal_only, probes_that_see, top_left_mask
 
 GRAPHS, DTYPES = ("fused", "decomposed", "tensorrt", "static-cache"), ("fp32", "fp16")
 DYNAMIC = GRAPHS[:3]  # the forms whose cache grows; planted mask bugs are written against their mask
@@ -80,36 +80,12 @@ def test_planted_alibi_block_bugs_fail_verification(
 
         monkeypatch.setattr(block_export, "_key_positions", slots)
     elif bug.startswith("attention_mask"):
-
-        def causal_only(g: object) -> str:
-            visible = original_mask(g)
-            return next(n for n in g.nodes if visible in n.output).input[0]
-
-        monkeypatch.setattr(block_export, "_mask", causal_only)
+        monkeypatch.setattr(block_export, "_mask", lambda g: causal_only(g, original_mask))
     else:
-
-        def top_left(g: object) -> str:
-            i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
-            s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("bug_s", i64(0))])
-            t = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("bug_t", i64(0))])
-            zero, one = g.const("bug_0", np.array(0, np.int64)), g.const("bug_1", np.array(1, np.int64))
-            keys = g.op("Unsqueeze", [g.op("Range", [zero, t, one]), g.const("bug_k", i64(0))])
-            queries = g.op("Unsqueeze", [g.op("Range", [zero, s, one]), g.const("bug_q", i64(1))])
-            real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)
-            real = g.op("Unsqueeze", [real, g.const("bug_axes", i64(1, 2))])
-            return g.op("And", [g.op("LessOrEqual", [keys, queries]), real])
-
-        monkeypatch.setattr(block_export, "_mask", top_left)
+        monkeypatch.setattr(block_export, "_mask", top_left_mask)
     kind = kind_for(spec)
     model = kind.export(spec)
     save_model(model, tmp_path)
     assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed, bug
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    tol, seen = block_tolerance(spec), set()
-    for probe in counted_block_probes(spec)[0]:
-        feeds = block_feeds(spec, probe, np.random.default_rng(0))
-        got = dict(zip(["output", "present_key", "present_value"], session.run(None, feeds), strict=True))
-        want = kind.oracle(spec, feeds)
-        if any(np.any(np.abs(got[o] - want[o]) > tol.atol + tol.rtol * np.abs(want[o])) for o in want):
-            seen.add(probe.name)
+    seen = probes_that_see(spec, kind, model)
     assert caught_by <= seen, (bug, sorted(seen))

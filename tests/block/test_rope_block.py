@@ -16,12 +16,13 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.block import export as block_export
-from ropeexport.block.probes import block_feeds, block_probes, block_tolerance
+from ropeexport.block.probes import block_feeds, block_probes
 from ropeexport.catalog import kind_for
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import verify_artifact
+from tests.block.planted import causal_only, probes_that_see, top_left_mask
 
 SCHEDULES = {
     "default": {},
@@ -123,21 +124,6 @@ def test_position_past_the_table_is_refused_inside_the_graph() -> None:
         _session(spec).run(None, feeds)
 
 
-def _top_left_mask(g: object) -> str:
-    """The planted bug: causal from the query's own index (TensorRT's is_causal), ignoring the cache offset."""
-    import numpy as np
-    from onnx import TensorProto
-
-    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
-    s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("bug_s", i64(0))])
-    t = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("bug_t", i64(0))])
-    zero, one = g.const("bug_zero", np.array(0, np.int64)), g.const("bug_one", np.array(1, np.int64))
-    keys = g.op("Unsqueeze", [g.op("Range", [zero, t, one]), g.const("bug_k", i64(0))])
-    queries = g.op("Unsqueeze", [g.op("Range", [zero, s, one]), g.const("bug_q", i64(1))])
-    real = g.op("Unsqueeze", [g.op("Cast", ["attention_mask"], to=TensorProto.BOOL), g.const("bug_axes", i64(1, 2))])
-    return g.op("And", [g.op("LessOrEqual", [keys, queries]), real])
-
-
 @pytest.mark.parametrize(
     ("bug", "caught_by"),
     [
@@ -154,15 +140,9 @@ def test_planted_block_bugs_fail_verification(
     spec = _spec("longrope", graph=graph)
     original_mask, original_call = block_export._mask, block_export.call
     if bug.startswith("top-left"):
-        monkeypatch.setattr(block_export, "_mask", _top_left_mask)
+        monkeypatch.setattr(block_export, "_mask", top_left_mask)
     elif bug.startswith("attention_mask"):
-
-        def causal_only(g: object) -> str:
-            visible = original_mask(g)
-            node = next(n for n in g.nodes if visible in n.output)  # And(causal, real): keep the causal side
-            return node.input[0]
-
-        monkeypatch.setattr(block_export, "_mask", causal_only)
+        monkeypatch.setattr(block_export, "_mask", lambda g: causal_only(g, original_mask))
     elif bug.startswith("keys cached"):
 
         def unrotated_key(g, rotary, inputs, prefix):  # type: ignore[no-untyped-def]
@@ -192,14 +172,7 @@ def test_planted_block_bugs_fail_verification(
     verification = verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"])
     assert not verification.passed, bug
     # Which probes see it: each call against the float64 block, within the block's tolerance.
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    tol, seen = block_tolerance(spec), set()
-    for probe in block_probes(spec)[0]:
-        feeds = block_feeds(spec, probe, np.random.default_rng(0))
-        got = dict(zip(["output", "present_key", "present_value"], session.run(None, feeds), strict=True))
-        want = kind.oracle(spec, feeds)
-        if any(np.any(np.abs(got[o] - want[o]) > tol.atol + tol.rtol * np.abs(want[o])) for o in want):
-            seen.add(probe.name)
+    seen = probes_that_see(spec, kind, model)
     assert caught_by <= seen, (bug, sorted(seen))
 
 
