@@ -80,10 +80,7 @@ def spec(encoding: str = "rope", **fields: Any) -> Any:
 
 
 def _specs(requests: list[Request]) -> list[Any]:
-    out = []
-    for request in requests:
-        out.append(spec_from_dict(request.fields))
-    return out
+    return [spec_from_dict(request.fields) for request in requests]
 
 
 def from_preset(

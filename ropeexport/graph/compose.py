@@ -39,6 +39,10 @@ def _constants(g: GraphBuilder) -> dict[str, str]:
 
 def _content(tensor: onnx.TensorProto) -> str:
     """A digest of a constant's type, shape and values (not its name)."""
+    if tensor.HasField("raw_data") and not tensor.external_data:
+        # The usual case (numpy_helper writes raw_data): hash the bytes where they are; a 64 MiB table is not copied.
+        header = f"{tensor.data_type}:{list(tensor.dims)}:".encode()
+        return hashlib.sha256(header + tensor.raw_data).hexdigest()
     copy = onnx.TensorProto()
     copy.CopyFrom(tensor)
     copy.name = ""
