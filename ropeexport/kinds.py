@@ -17,6 +17,8 @@ Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {outpu
   per-position error curve (optional)
 - ``tolerance(spec) -> verification.compare.Tolerance``: the kind's own default in place of the dtype's, for
   outputs whose rounding grows with the spec (a block's projections sum hidden_size products) (optional)
+- ``piece(spec) -> PositionPiece``: the family's position piece of a block spec (graph and float64 twin), for the
+  model-level graphs that compose it with their own weights (a decoder's layers) (block kinds only)
 - ``properties(spec, runner) -> [dict]``: the encoding's mathematical claims measured on the artifact through a
   runner (relative invariance, norm preservation, decay, shift invariance...), each {name, passed, summary, ...}
 """
@@ -47,6 +49,22 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class PositionPiece:
+    """A family's position piece for a model-level graph: the graph to call and its float64 twin.
+
+    RoPE: ``rotary`` (query [b, H, s, d], key [b, KV, s, d], position_ids [b, s] in; query_out, key_out) and
+    ``rotate64(x [b, h, s, d], position_ids [b, s]) -> float64``, L = max(position_ids) + 1 of the call. A bias
+    method: ``bias`` (query_position_ids [b, s], key_position_ids [b, t] in; attention_bias [b, H, s, t]) and
+    ``bias64(query positions, key positions) -> float64 [b, H, s, t]`` (-inf where the method masks).
+    """
+
+    rotary: Any = None
+    bias: Any = None
+    rotate64: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    bias64: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
 class ArtifactKind:
     """The functions that export, feed, and check one artifact kind of one encoding (shapes in the module doc)."""
 
@@ -64,3 +82,4 @@ class ArtifactKind:
     curve: Callable[[Probe, str], tuple[str, np.ndarray]] | None = None
     properties: Callable[[Any, Any], list[dict[str, Any]]] | None = None
     tolerance: Callable[[Any], Any] | None = None
+    piece: Callable[[Any], PositionPiece] | None = None

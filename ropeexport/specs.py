@@ -23,7 +23,7 @@ from ropeexport.errors import SpecError
 from ropeexport.inputs import check_depth, loads_json, read_text
 
 GRAPHS = ("fused", "decomposed")
-BLOCK_FORMS = ("tensorrt", "static-cache")  # graph styles only a block has (its KV cache forms)
+BLOCK_FORMS = ("tensorrt", "static-cache", "gqa")  # graph styles only a block has (its KV cache forms)
 # Positions are exact in float32 up to 2**24; past that an in-graph position cast would round.
 MAX_TABLE_POSITIONS = 2**24
 MAX_TABLE_ENTRIES = 2**27  # float64 work of ~4 GiB at build time; 1M positions x 64 frequencies fits

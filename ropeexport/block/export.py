@@ -25,19 +25,22 @@ Notation: b batch, s new tokens, p past (cached) tokens, t = p + s, H query head
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ropeexport.block.weights import block_weights, hidden_size, kv_heads
+from ropeexport.block.weights import block_weights, kv_heads
 from ropeexport.dtypes import DTYPES
+from ropeexport.errors import SpecError
 from ropeexport.graph.compose import call
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
-OPSETS = {"fused": 23, "decomposed": 17, "tensorrt": 23, "static-cache": 24}
+OPSETS = {"fused": 23, "decomposed": 17, "tensorrt": 23, "static-cache": 24, "gqa": 23}
+MICROSOFT = "com.microsoft"  # the gqa form's GroupQueryAttention (ONNX Runtime's contrib domain, version 1)
 INPUTS = ("hidden", "position_ids", "attention_mask", "past_key", "past_value")
 OUTPUTS = ("output", "present_key", "present_value")
 
@@ -47,6 +50,16 @@ def _heads(g: GraphBuilder, x: str, heads: int, d: int, name: str) -> str:
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     split = g.op("Reshape", [x, g.const(f"{name}_heads_shape", i64(0, 0, heads, d))])
     return g.op("Transpose", [split], perm=[0, 2, 1, 3])
+
+
+def _window(g: GraphBuilder, causal: str, key_slot: str, query_slot: str, window: int) -> str:
+    """``causal`` narrowed to a sliding window: key slot j stays visible to query slot i only if i - j < window
+    (transformers' rule, on cache slots, as Mistral and Phi-3 count them).
+    """  # noqa: D205
+    if not window:
+        return causal
+    reach = g.op("Sub", [query_slot, g.const("window", np.array(window, np.int64))])
+    return g.op("And", [causal, g.op("Greater", [key_slot, reach])])
 
 
 def _static_mask(g: GraphBuilder) -> str:
@@ -67,8 +80,10 @@ def _static_mask(g: GraphBuilder) -> str:
     return g.op("And", [causal, real], name="attention_visible")
 
 
-def _mask(g: GraphBuilder) -> str:
-    """bool [b, 1, s, t]: key j visible to query i iff j <= i + p and attention_mask[b, j] is 1."""
+def _mask(g: GraphBuilder, window: int = 0) -> str:
+    """bool [b, 1, s, t]: key j visible to query i iff j <= i + p (and i + p - j < window, when given) and
+    attention_mask[b, j] is 1.
+    """  # noqa: D205
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     scalar = lambda shape_of, axis, name: g.op(  # noqa: E731
         "Squeeze", [g.op("Shape", [shape_of], start=axis, end=axis + 1), g.const(f"{name}_axis0", i64(0))]
@@ -80,6 +95,7 @@ def _mask(g: GraphBuilder) -> str:
     keys = g.op("Unsqueeze", [key_slot, g.const("key_axis", i64(0))])  # [1, t]
     queries = g.op("Unsqueeze", [query_slot, g.const("query_axis", i64(1))])  # [s, 1]
     causal = g.op("LessOrEqual", [keys, queries])  # [s, t]: bottom-right aligned
+    causal = _window(g, causal, keys, queries, window)
     real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)  # [b, t]
     real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, t]
     return g.op("And", [causal, real], name="attention_visible")  # [b, 1, s, t]
@@ -175,6 +191,48 @@ def _attend_static(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str
     return attended if bias is None else g.op("Mul", [attended, _sees(g, spec, mask)])
 
 
+def _bsh(g: GraphBuilder, x: str, width: int, name: str) -> str:
+    """[b, heads, s, d] -> [b, s, heads * d]."""
+    moved = g.op("Transpose", [x], perm=[0, 2, 1, 3])
+    return g.op("Reshape", [moved, g.const(f"{name}_bsh", np.array([0, 0, width], np.int64))])
+
+
+def _attend_gqa(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """ONNX Runtime's GroupQueryAttention over the cache; [b, s, H * d].
+
+    Query and key arrive rotated by the family's piece (as in the other forms): GroupQueryAttention's own rotary
+    (do_rotary) positions a first prompt at position_ids[:, 0] + i whatever the other position_ids say (measured on
+    ONNX Runtime 1.31 CPU), so a left-padded prompt would be rotated at the wrong positions. Every row's buffer counts
+    as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule does not cover (padding,
+    a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated.
+    """
+    H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    t = g.op("Shape", ["attention_mask"], start=1, end=2)  # [1]
+    total = g.op("Cast", [g.op("Squeeze", [t, g.const("gqa_axis0", i64(0))])], to=TensorProto.INT32)
+    b = g.op("Shape", ["hidden"], start=0, end=1)
+    last = g.op("Sub", [total, g.const("gqa_one", np.array(1, np.int32))])
+    seqlens = g.op("Expand", [last, b], name="seqlens_k")  # [b] int32: the last slot of each (full) buffer
+    additive = _additive(g, spec, mask, bias)
+    flat = [_bsh(g, x, n * d, name) for x, n, name in ((q, H, "q"), (k, KV, "k"), (v, KV, "v"))]
+    attended, present_key, present_value = g.op(
+        "GroupQueryAttention",
+        [*flat, "past_key", "past_value", seqlens, total, "", "", "", additive],
+        n_out=3,
+        name="attention",
+        num_heads=H,
+        kv_num_heads=KV,
+        scale=1.0 / math.sqrt(d),
+        domain=MICROSOFT,
+    )
+    g.name_output(present_key, "present_key")
+    g.name_output(present_value, "present_value")
+    sees = g.op("Transpose", [_sees(g, spec, mask)], perm=[0, 2, 1, 3])  # [b, s, 1 | H, 1]
+    per_head = g.op("Reshape", [attended, g.const("gqa_per_head", i64(0, 0, H, d))])  # [b, s, H, d]
+    zeroed = g.op("Mul", [per_head, sees])  # 0 where a query sees no key
+    return g.op("Reshape", [zeroed, g.const("gqa_merge", i64(0, 0, H * d))])
+
+
 def _key_positions(g: GraphBuilder) -> str:
     """[b, t]: the position of each cache slot, counted over real tokens (cumsum(attention_mask) - 1, padding at 0).
 
@@ -190,18 +248,37 @@ def _key_positions(g: GraphBuilder) -> str:
     return g.op("Cast", [first], to=TensorProto.INT64)
 
 
+def _project(g: GraphBuilder, x: str, weights: dict[str, str], name: str) -> str:
+    """x @ W (+ b where the layer has that bias)."""
+    out = g.op("MatMul", [x, weights[f"{name}_proj"]])
+    bias = weights.get(f"{name}_bias")
+    return out if bias is None else g.op("Add", [out, bias])
+
+
 def build_block_graph(
-    spec: Any, rotary: onnx.ModelProto | None = None, bias: onnx.ModelProto | None = None
+    spec: Any,
+    rotary: onnx.ModelProto | None = None,
+    bias: onnx.ModelProto | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
+    window: int = 0,
 ) -> onnx.ModelProto:
     """The ``block`` artifact with the family's piece: ``rotary`` (a rope artifact: query, key, position_ids in; RoPE)
     or ``bias`` (a bias artifact: query and key position ids in, attention_bias out; ALiBi and the bias family).
+
+    ``weights`` (a decoder layer's; default the seeded ``block_weights``): q_proj [hidden, H*d], k_proj / v_proj
+    [hidden, KV*d], o_proj [H*d, hidden], and optionally q_bias, k_bias, v_bias, o_bias, in float64 holding dtype
+    values (stored rounded once). ``window`` > 0: sliding-window attention (a key at most window - 1 slots back).
     """  # noqa: D205
     g = GraphBuilder(prefix="block/")
-    H, KV, d, hidden = spec.num_heads, kv_heads(spec), spec.head_dim, hidden_size(spec)
-    weights = {name: g.const(name, round_once(w, spec.dtype)) for name, w in block_weights(spec).items()}
-    q = _heads(g, g.op("MatMul", ["hidden", weights["q_proj"]]), H, d, "q")
-    k = _heads(g, g.op("MatMul", ["hidden", weights["k_proj"]]), KV, d, "k")
-    v = _heads(g, g.op("MatMul", ["hidden", weights["v_proj"]]), KV, d, "v")
+    H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
+    arrays = dict(block_weights(spec) if weights is None else weights)
+    hidden = int(arrays["q_proj"].shape[0])
+    if window and spec.graph == "static-cache":
+        raise SpecError("graph", "a sliding window is not offered in the static-cache form; use fused or decomposed")
+    weights = {name: g.const(name, round_once(w, spec.dtype)) for name, w in arrays.items()}
+    q = _heads(g, _project(g, "hidden", weights, "q"), H, d, "q")
+    k = _heads(g, _project(g, "hidden", weights, "k"), KV, d, "k")
+    v = _heads(g, _project(g, "hidden", weights, "v"), KV, d, "v")
     if rotary is not None:
         rotated = call(g, rotary, {"query": q, "key": k, "position_ids": "position_ids"}, "rope/")
         q, k = rotated["query_out"], rotated["key_out"]
@@ -210,7 +287,7 @@ def build_block_graph(
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
         added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
     static = spec.graph == "static-cache"
-    mask = _static_mask(g) if static else _mask(g)
+    mask = _static_mask(g) if static else (_mask(g, window) if window else _mask(g))
     if added is not None:
         # A key the method itself hides (-inf: the bias's causal rule by position) counts as hidden everywhere, so a
         # query whose every key is hidden outputs zeros, as the eager and float64 blocks do.
@@ -219,7 +296,10 @@ def build_block_graph(
         # TensorRT release in the support table, IsInf on none before 10.x.
         finite = g.op("Greater", [wide, g.const("minus_inf", np.array(-np.inf, np.float32))])
         mask = g.op("And", [mask, finite], name="attention_open")  # [b, H, s, t]
-    if static:
+    merged = None
+    if spec.graph == "gqa":
+        merged = _attend_gqa(g, spec, q, k, v, mask, added)
+    elif static:
         attended = _attend_static(g, spec, q, k, v, mask, added)
     elif spec.graph == "tensorrt":
         attended = _attend_tensorrt(g, spec, q, k, v, mask, added)
@@ -240,8 +320,13 @@ def build_block_graph(
     else:
         attended = _attend_decomposed(g, spec, q, k, v, mask, added)
     i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
-    merged = g.op("Reshape", [g.op("Transpose", [attended], perm=[0, 2, 1, 3]), g.const("merge", i64(0, 0, H * d))])
-    g.op("MatMul", [merged, weights["o_proj"]], name="output")
+    if merged is None:
+        heads_last = g.op("Transpose", [attended], perm=[0, 2, 1, 3])
+        merged = g.op("Reshape", [heads_last, g.const("merge", i64(0, 0, H * d))])
+    if "o_bias" in weights:
+        g.op("Add", [g.op("MatMul", [merged, weights["o_proj"]]), weights["o_bias"]], name="output")
+    else:
+        g.op("MatMul", [merged, weights["o_proj"]], name="output")
     dtype = DTYPES[spec.dtype].onnx
     io = lambda name, elem, dims: helper.make_tensor_value_info(name, elem, dims)  # noqa: E731
     cache = "capacity" if static else "past"  # a static buffer's length, or the tokens cached so far
@@ -267,4 +352,5 @@ def build_block_graph(
         g.initializers,
     )
     metadata = artifact_metadata(spec, ["position_ids"]) | {"ropeexport.weights": "seeded (numpy default_rng(0))"}
-    return make_model(graph, OPSETS[spec.graph], metadata)
+    domains = {MICROSOFT: 1} if spec.graph == "gqa" else None
+    return make_model(graph, OPSETS[spec.graph], metadata, domains)

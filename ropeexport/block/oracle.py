@@ -8,7 +8,7 @@ key set to zeros.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,35 +23,46 @@ Rotate64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Bias64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def visible(query_count: int, past: int, attention_mask: np.ndarray) -> np.ndarray:
-    """bool [b, 1, s, t]: key slot j visible to query slot i iff j <= i + past and attention_mask marks j real."""
+def visible(query_count: int, past: int, attention_mask: np.ndarray, window: int = 0) -> np.ndarray:
+    """bool [b, 1, s, t]: key slot j visible to query slot i iff j <= i + past (and i + past - j < window, when
+    given) and attention_mask marks j real.
+    """  # noqa: D205
     t = attention_mask.shape[1]
-    causal = np.arange(t)[None, :] <= (np.arange(query_count) + past)[:, None]  # [s, t]
+    distance = (np.arange(query_count) + past)[:, None] - np.arange(t)[None, :]  # [s, t]: query slot - key slot
+    causal = (distance >= 0) & ((distance < window) if window else True)
     return causal[None, None] & (attention_mask[:, None, None, :] != 0)  # any nonzero value is a real token
 
 
 def block_float64(
-    spec: Any, feeds: Feeds, rotate: Rotate64 | None = None, bias: Bias64 | None = None
+    spec: Any,
+    feeds: Feeds,
+    rotate: Rotate64 | None = None,
+    bias: Bias64 | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
+    window: int = 0,
 ) -> dict[str, np.ndarray]:
     """float64 output [b, s, hidden] and present_key / present_value [b, KV, t, d].
+
+    ``weights`` and ``window`` as ``block.export.build_block_graph`` takes them (default: the seeded projections).
 
     ``bias`` is added to the scaled logits with each slot's position counted over the real tokens (padding at 0).
     A static-cache call is evaluated row by row as the dynamic calls it stands for (``block.static``).
     """
     if is_static(feeds):
-        return per_row(feeds, lambda row: block_float64(spec, row, rotate, bias))
-    w = block_weights(spec)
+        return per_row(feeds, lambda row: block_float64(spec, row, rotate, bias, weights, window))
+    w = {k: np.asarray(v, np.float64) for k, v in (block_weights(spec) if weights is None else weights).items()}
+    project = lambda y, name: y @ w[f"{name}_proj"] + w.get(f"{name}_bias", 0.0)  # noqa: E731
     H, KV, d = spec.num_heads, getattr(spec, "num_kv_heads", spec.num_heads), spec.head_dim
     x = np.asarray(feeds["hidden"], np.float64)
     b, s, _ = x.shape
     pos = feeds["position_ids"]
     heads = lambda y, n: y.reshape(b, s, n, d).transpose(0, 2, 1, 3)  # noqa: E731
-    q, k, v = heads(x @ w["q_proj"], H), heads(x @ w["k_proj"], KV), heads(x @ w["v_proj"], KV)
+    q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
     if rotate is not None:
         q, k = rotate(q, pos), rotate(k, pos)
     keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), k], axis=2)
     values = np.concatenate([np.asarray(feeds["past_value"], np.float64), v], axis=2)
-    mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"])  # [b, 1, s, t]
+    mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"], window)  # [b, 1, s, t]
     group = H // KV
     logits = np.einsum("bhid,bhjd->bhij", q, np.repeat(keys, group, axis=1)) / np.sqrt(d)
     if bias is not None:
@@ -63,5 +74,5 @@ def block_float64(
     e = np.where(mask, np.exp(logits - np.where(sees, top, 0.0)), 0.0)
     weights = e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0)
     attended = weights @ np.repeat(values, group, axis=1)
-    output = attended.transpose(0, 2, 1, 3).reshape(b, s, H * d) @ w["o_proj"]
+    output = project(attended.transpose(0, 2, 1, 3).reshape(b, s, H * d), "o")
     return {"output": output, "present_key": keys, "present_value": values}

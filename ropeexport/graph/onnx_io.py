@@ -28,6 +28,7 @@ class GraphBuilder:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._count = 0
+        self._shared: dict[str, str] = {}
 
     def op(self, op_type: str, inputs: list[str], n_out: int = 1, name: str | None = None, **attrs: Any) -> Any:
         """Append a node; return its output name (or a list of names when ``n_out > 1``)."""
@@ -54,6 +55,14 @@ class GraphBuilder:
         """Add an initializer and return its name."""
         self.initializers.append(numpy_helper.from_array(np.asarray(array), f"{self.prefix}{name}"))
         return f"{self.prefix}{name}"
+
+    def shared_const(self, name: str, array: np.ndarray) -> str:
+        """An initializer added on the first call under ``name``; later calls with that name reuse it (a constant a
+        repeated sub-graph needs, like an activation's coefficients in every layer).
+        """  # noqa: D205
+        if name not in self._shared:
+            self._shared[name] = self.const(name, array)
+        return self._shared[name]
 
 
 def artifact_metadata(spec: Any, position_inputs: list[str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
+from ropeexport.errors import RuntimeUnavailable
 from ropeexport.runtimes.base import Runner
 
 
@@ -25,7 +26,10 @@ class OnnxReferenceRunner(Runner):
         from ropeexport.trt.plugin_op import PluginReference
 
         # The plugin op of our own domain, so plugin graphs verify here too.
-        self.evaluator = ReferenceEvaluator(onnx.load(str(self.model_path)), new_ops=[PluginReference.op()])
+        try:
+            self.evaluator = ReferenceEvaluator(onnx.load(str(self.model_path)), new_ops=[PluginReference.op()])
+        except NotImplementedError as exc:  # an operator it has no kernel for (com.microsoft's, for one)
+            raise RuntimeUnavailable(f"onnx.reference {onnx.__version__} cannot run the model: {exc}") from None
         self.outputs = list(self.evaluator.output_names)
 
     def describe(self) -> str:

@@ -18,7 +18,7 @@ from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import verify_artifact
 from tests.block.planted import causal_only, probes_that_see, top_left_mask
 
-GRAPHS, DTYPES = ("fused", "decomposed", "tensorrt", "static-cache"), ("fp32", "fp16")
+GRAPHS, DTYPES = ("fused", "decomposed", "tensorrt", "static-cache", "gqa"), ("fp32", "fp16")
 DYNAMIC = GRAPHS[:3]  # the forms whose cache grows; planted mask bugs are written against their mask
 METHODS = {"alibi": {}, "kerple": {}, "sandwich": {}, "t5": {"causal": True, "bidirectional": False}}
 CASES = [(m, g, d) for m in METHODS for g in GRAPHS for d in DTYPES if m == "alibi" or d == "fp32" or g == "fused"]

@@ -33,13 +33,13 @@ SCHEDULES = {
 }
 GEOMETRY = {"head_dim": 16, "num_heads": 4, "num_kv_heads": 2, "max_positions": 256}
 LAYOUTS, DTYPES = ("half", "interleaved"), ("fp32", "fp16")
-GRAPHS = ("fused", "decomposed", "tensorrt", "static-cache")
+GRAPHS = ("fused", "decomposed", "tensorrt", "static-cache", "gqa")
 DYNAMIC = GRAPHS[:3]  # the forms whose cache grows (past_key in, past + seq out)
 CASES = [
     (s, layout, graph, dtype)
     for s, layout, graph, dtype in itertools.product(SCHEDULES, LAYOUTS, GRAPHS, DTYPES)
     if (layout == "half" or s in ("default", "longrope"))  # interleaved: a static and a switched schedule
-    and (graph not in ("tensorrt", "static-cache") or s in ("default", "longrope", "dynamic"))
+    and (graph not in ("tensorrt", "static-cache", "gqa") or s in ("default", "longrope", "dynamic"))
 ]
 
 
@@ -61,7 +61,8 @@ def test_block_builds_and_verifies(scaling: str, layout: str, graph: str, dtype:
 
 
 @pytest.mark.parametrize(
-    ("graph", "parsed_from"), [("tensorrt", "10.15"), ("decomposed", "10.13"), ("fused", None), ("static-cache", None)]
+    ("graph", "parsed_from"),
+    [("tensorrt", "10.15"), ("decomposed", "10.13"), ("fused", None), ("static-cache", None), ("gqa", None)],
 )
 def test_which_tensorrt_parses_each_block_form(graph: str, parsed_from: str | None) -> None:
     # fused: Attention with a KV cache, which no TensorRT release parses; tensorrt: the cache outside a 4-D Attention

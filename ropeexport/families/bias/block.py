@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from ropeexport.block.export import build_block_graph
-from ropeexport.block.oracle import block_float64
+from ropeexport.block.oracle import Bias64, block_float64
 from ropeexport.block.probes import block_curve, block_feeds, block_locate, block_tolerance, counted_block_probes
 from ropeexport.block.reference import block_eager
 from ropeexport.families.bias.export import BiasFn, SinglePassFn, build_bias_graph
 from ropeexport.families.bias.probes import EagerBias, OracleBias
-from ropeexport.kinds import ArtifactKind, Feeds
+from ropeexport.kinds import ArtifactKind, Feeds, PositionPiece
 from ropeexport.specs import BLOCK_FORMS
 
 SUMMARY = "an attention layer with a KV cache: hidden in, the method's bias piece on the logits, output and present"
@@ -42,21 +42,27 @@ def block_kind(
 ) -> ArtifactKind:
     """The block kind of one method, from the same pieces as its bias/scores/attention kinds."""
 
-    def export(spec: Any) -> Any:
-        return build_block_graph(spec, bias=build_bias_graph(bias_of(spec), graph_bias, single_pass))
-
-    def eager(spec: Any, feeds: Feeds) -> dict[str, np.ndarray]:
-        piece = bias_of(spec)
-        return block_eager(spec, feeds, bias=lambda q, k: eager_bias(piece, q, k))
-
-    def oracle(spec: Any, feeds: Feeds) -> dict[str, np.ndarray]:
+    def bias64(spec: Any) -> Bias64:
         def bias(qpos: np.ndarray, kpos: np.ndarray) -> np.ndarray:
             values = oracle_bias(spec, qpos, kpos)
             if spec.causal:
                 values = np.where(kpos[:, None, None, :] > qpos[:, None, :, None], -np.inf, values)
             return values
 
-        return block_float64(spec, feeds, bias=bias)
+        return bias
+
+    def piece(spec: Any) -> PositionPiece:
+        return PositionPiece(bias=build_bias_graph(bias_of(spec), graph_bias, single_pass), bias64=bias64(spec))
+
+    def export(spec: Any) -> Any:
+        return build_block_graph(spec, bias=piece(spec).bias)
+
+    def eager(spec: Any, feeds: Feeds) -> dict[str, np.ndarray]:
+        piece = bias_of(spec)
+        return block_eager(spec, feeds, bias=lambda q, k: eager_bias(piece, q, k))
+
+    def oracle(spec: Any, feeds: Feeds) -> dict[str, np.ndarray]:
+        return block_float64(spec, feeds, bias=bias64(spec))
 
     checks = None if tables is None else (lambda spec, path: tables(spec, path, prefix=PIECE_PREFIX))
     return ArtifactKind(
@@ -72,4 +78,5 @@ def block_kind(
         checks,
         curve=block_curve,
         tolerance=block_tolerance,
+        piece=piece,
     )

@@ -22,6 +22,7 @@ class BiasSpec(SpecBase):
     artifacts: ClassVar[tuple[str, ...]] = BIAS_ARTIFACTS
     # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15).
     # static-cache: a block reading and writing a preallocated cache (TensorScatter, Attention's nonpad_kv_seqlen).
+    # gqa: a block on ONNX Runtime's com.microsoft.GroupQueryAttention, the bias in its attention_bias.
     graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, *BLOCK_FORMS)
 
     num_heads: int = 8

@@ -14,14 +14,14 @@ import numpy as np
 import onnx
 
 from ropeexport.block.export import build_block_graph
-from ropeexport.block.oracle import block_float64
+from ropeexport.block.oracle import Rotate64, block_float64
 from ropeexport.block.reference import block_eager
 from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.families.rope.probes import check_tables
 from ropeexport.families.rope.reference import reference_module
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.kinds import Feeds
+from ropeexport.kinds import Feeds, PositionPiece
 from ropeexport.specs import BLOCK_FORMS
 
 PIECE_PREFIX = "rope/"  # the rope piece's names inside the block: its tables are rope/cos_table, rope/sin_table
@@ -35,9 +35,19 @@ def rope_of(spec: RopeSpec) -> RopeSpec:
     return spec.replace(artifact="rope", graph=graph, name=f"{spec.name}-piece")
 
 
+def rotate64(spec: RopeSpec, length: int | None = None) -> Rotate64:
+    """The complex-form float64 rotation at L = ``length``, else each call's max(position_ids) + 1."""
+    return lambda x, pos: rope_oracle(spec, x, pos, int(pos.max()) + 1 if length is None else length)
+
+
+def piece(spec: RopeSpec) -> PositionPiece:
+    """The spec's rope artifact and its float64 twin."""
+    return PositionPiece(rotary=build_rope_graph(rope_of(spec)), rotate64=rotate64(spec))
+
+
 def export_block(spec: RopeSpec) -> onnx.ModelProto:
     """The block graph with the spec's rope artifact as its piece."""
-    return build_block_graph(spec, build_rope_graph(rope_of(spec)))
+    return build_block_graph(spec, piece(spec).rotary)
 
 
 def eager_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
@@ -49,8 +59,8 @@ def eager_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
 
 def float64_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
     """The float64 block, rotating with the complex-form oracle at the call's L."""
-    length = int(feeds["position_ids"].max()) + 1
-    return block_float64(spec, feeds, lambda x, pos: rope_oracle(spec, x, pos, length))
+    # L over the whole batch, as the graph computes it (a static-cache call is evaluated row by row)
+    return block_float64(spec, feeds, rotate64(spec, int(feeds["position_ids"].max()) + 1))
 
 
 def block_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:

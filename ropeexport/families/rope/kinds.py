@@ -40,6 +40,7 @@ KINDS = {
         b.block_tables,
         curve=block_curve,
         tolerance=block_tolerance,
+        piece=b.piece,
     ),
     "scores": ArtifactKind(
         "rope",

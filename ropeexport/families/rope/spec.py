@@ -39,7 +39,8 @@ class RopeSpec(SpecBase):
     # tensorrt: a block whose cache is concatenated outside a 4-D Attention, with a float mask (TensorRT 10.15 parses
     # it; its Attention takes no KV cache, and its is_causal is top-left aligned).
     # static-cache: a block reading and writing a preallocated cache (TensorScatter, Attention's nonpad_kv_seqlen).
-    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin", "tensorrt", "static-cache")
+    # gqa: a block on ONNX Runtime's com.microsoft.GroupQueryAttention (query and key rotated by the rope piece).
+    graphs: ClassVar[tuple[str, ...]] = (*GRAPHS, "plugin", *BLOCK_FORMS)
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"layout": LAYOUTS, "scaling": tuple(SCHEDULES)}
 
     layout: str = "half"
