@@ -2,7 +2,8 @@
 
 The Python API (``import ropeexport as rx``; see ``ropeexport.api`` and README "Python API"):
 ``rx.spec``, ``rx.from_preset``, ``rx.from_hf_config``, ``rx.load_specs`` -> specs; ``rx.export(spec)`` -> an
-``onnx.ModelProto``; ``rx.build``, ``rx.build_all``, ``rx.verify``, ``rx.diff``, ``rx.check_trt``.
+``onnx.ModelProto``; ``rx.build``, ``rx.build_all``, ``rx.verify``, ``rx.diff``, ``rx.check_trt``;
+``rx.build_decoder`` builds a whole decoder from a transformers config and verifies it by generation.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ __all__ = [
     "__version__",
     "build",
     "build_all",
+    "build_decoder",
     "check_trt",
     "diff",
     "export",
     "from_hf_config",
     "from_preset",
     "load_specs",
+    "resolve_decoder",
     "spec",
     "verify",
 ]

@@ -2,7 +2,9 @@
 
 Specs come from ``spec``, ``from_preset``, ``from_hf_config`` or ``load_specs``; ``export`` turns one into an
 ``onnx.ModelProto``; ``build`` exports, runs, verifies and reports one into ``OUT/NAME``; ``build_all`` builds many
-and writes the tree's index; ``verify``, ``diff`` and ``check_trt`` read what a build wrote. Errors are
+and writes the tree's index; ``verify``, ``diff`` and ``check_trt`` read what a build wrote. ``build_decoder``
+builds a whole decoder-only model (a transformers config, a local checkpoint or a preset) and verifies it by greedy
+generation against a float64 recompute. Errors are
 ``ropeexport.errors.SpecError`` naming the field at fault (``str(error)`` is one line: ``"field: what is allowed"``).
 
 Example::
@@ -27,6 +29,7 @@ import onnx
 from ropeexport.batch import Job, OnDone, OnStage, Settings
 from ropeexport.batch import build_all as _build_batch
 from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.decoder.reverify import is_decoder_folder, verify_decoder_folder
 from ropeexport.errors import SpecError
 from ropeexport.pipeline import BuildResult, build_artifact, check_target
 from ropeexport.presets import Request
@@ -227,6 +230,7 @@ def verify(
     atol: Tolerance = None,
     rtol: Tolerance = None,
     on_done: Callable[[VerifyResult, float], None] | None = None,
+    on_scenario: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[VerifyResult]:
     """Check the hashes of an artifact folder, or of every artifact in a tree, then verify each again here.
 
@@ -234,6 +238,11 @@ def verify(
     every manifest and hash is checked before anything is verified (a damaged file: SpecError naming the artifact
     and the file, and nothing re-verified); the tree's index is rewritten after. ``on_done(result, seconds)`` is
     called as each artifact finishes.
+
+    A decoder folder (written by ``build_decoder``) gives a ``DecoderVerifyResult`` (``ropeexport.decoder.reverify``,
+    a VerifyResult): the files' sha256 checked against its report.json, every scenario run again on ONNX Runtime's
+    CPU provider, and ``stored`` / ``scenarios`` to compare with the report it replaced; ``on_scenario(result)`` sees
+    each scenario as it finishes. It takes no ``atol`` / ``rtol`` and no runtime but ``ort``.
     """
     folder = _path(path, "path")
     names = _names(runtimes, "runtimes")
@@ -241,7 +250,10 @@ def verify(
     report = on_done or (lambda result, seconds: None)
     if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
         began = time.perf_counter()
-        result = verify_folder(folder, names, *tolerances)
+        if is_decoder_folder(folder):  # decoder.json and no manifest.json: scenarios, not probes
+            result = verify_decoder_folder(folder, names, *tolerances, on_scenario=on_scenario)
+        else:
+            result = verify_folder(folder, names, *tolerances)
         report(result, time.perf_counter() - began)
         tree = folder.resolve().parent
         if is_tree(tree):  # the tree's index must not keep the old verdict
@@ -272,12 +284,19 @@ def diff(
     The result's ``regressed`` is true when a check that passed now fails, a comparison vanished, an error metric
     grew by more than ``max_growth`` times (and its atol), a tolerance was loosened, or the specs differ in a field
     not named in ``across`` (compare a fused with a decomposed artifact with ``across=["graph"]``).
+
+    Two decoder reports (or folders) are compared scenario by scenario (``ropeexport.decoder.diff``: worst error over
+    the logit scale, greedy agreement, first divergence, near ties, verdicts); a decoder report against another
+    artifact's report is a SpecError.
     """
     if isinstance(max_growth, bool) or not isinstance(max_growth, (int, float)) or not 1 <= max_growth < float("inf"):
         raise SpecError("max_growth", f"must be a finite number >= 1, got {max_growth!r}")
+    from ropeexport.report.diff import check_kinds, spec_fields
+
     old_report, new_report = load_report(_path(old, "old"), "old"), load_report(_path(new, "new"), "new")
+    check_kinds(old_report, new_report)
     across = _names(across, "across") or []
-    known = set(old_report.get("spec") or {}) | set(new_report.get("spec") or {})
+    known = spec_fields(old_report) | spec_fields(new_report)
     unknown = [f for f in across if f not in known]
     if unknown:
         raise SpecError(
@@ -298,3 +317,67 @@ def check_trt(model: onnx.ModelProto | str | Path, version: str) -> CompatResult
     if isinstance(model, (str, Path)):
         model = _path(model, "model")
     return _check_trt(model, version)
+
+
+def build_decoder(
+    out_dir: str | Path,
+    hf_config: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    preset: str | None = None,
+    dtype: str = "fp32",
+    graph: str = "fused",
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    vocab_size: int | None = None,
+    max_positions: int | None = None,
+    name: str | None = None,
+    eager: bool = True,
+    replace: bool = False,
+    on_scenario: Callable[[dict[str, Any]], None] | None = None,
+) -> Any:
+    """A whole decoder into ``OUT/NAME`` (``ropeexport.decoder.build``), from ``hf_config``, the checkpoint's own
+    config.json, or a preset's config; ``num_layers`` / ``hidden_size`` / ``vocab_size`` shrink it (seeded weights).
+    Returns a ``DecoderResult`` (``.passed``, ``.path``, ``.report``).
+    """  # noqa: D205
+    from ropeexport.decoder.build import build_decoder as _build_decoder
+
+    hf_config, checkpoint, config, name = _decoder_source(hf_config, checkpoint, preset, name)
+    return _build_decoder(out_dir, hf_config, checkpoint, config, dtype, graph, num_layers, hidden_size, vocab_size,
+                          max_positions, name, eager, replace, on_scenario)  # fmt: skip
+
+
+def _decoder_source(
+    hf_config: str | Path | None, checkpoint: str | Path | None, preset: str | None, name: str | None
+) -> tuple[Path | None, Path | None, dict[str, Any] | None, str | None]:
+    """(hf_config, checkpoint, config, name) of a decoder request: a preset's config read from its card."""
+    from ropeexport.presets import get_preset
+
+    config = None
+    if preset is not None:
+        if hf_config is not None:
+            raise SpecError("preset", "cannot be combined with `hf_config`: give one config")
+        card = get_preset(preset)
+        if card.config is None:
+            raise SpecError("preset", f"{preset!r} is a spec card without a transformers config; a decoder needs one")
+        config, name = dict(card.config), name or preset
+    hf = None if hf_config is None else _path(hf_config, "hf_config")
+    return hf, None if checkpoint is None else _path(checkpoint, "checkpoint"), config, name
+
+
+def resolve_decoder(
+    hf_config: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    preset: str | None = None,
+    dtype: str = "fp32",
+    graph: str = "fused",
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    vocab_size: int | None = None,
+    max_positions: int | None = None,
+    name: str | None = None,
+) -> Any:
+    """The ``DecoderSpec`` ``build_decoder`` would build, validated; nothing is exported, run or written."""
+    from ropeexport.decoder.build import resolve
+
+    hf, ckpt, config, name = _decoder_source(hf_config, checkpoint, preset, name)
+    return resolve(hf, ckpt, config, dtype, graph, num_layers, hidden_size, vocab_size, max_positions, name)[0]

@@ -184,7 +184,8 @@ def verify_folder(
 ) -> VerifyResult:
     """Check hashes, verify the artifact again on this machine, and replace its reports.
 
-    ``manifest``: what ``check_folder`` already returned for this folder (a tree checks every folder first).
+    ``manifest``: what ``check_folder`` already returned for this folder (a tree checks every folder first). A
+    decoder's folder is re-verified by ``decoder.reverify`` (``api.verify`` picks it).
     """
     folder = Path(folder)
     manifest = manifest or check_folder(folder)

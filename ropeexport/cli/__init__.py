@@ -50,6 +50,10 @@ FLAGS = {
     "old": "OLD",
     "new": "NEW",
     "model": "MODEL",
+    "checkpoint": "--checkpoint",
+    "num_layers": "--num-layers",
+    "hidden_size": "--hidden-size",
+    "vocab_size": "--vocab-size",
 }
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropeexport.catalog import encodings, spec_from_dict
-from ropeexport.cli import EXIT_SKIPPED
+from ropeexport.cli import EXIT_SKIPPED, decoder
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
@@ -188,6 +188,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress and no per-artifact lines")
     p.add_argument("--json", action="store_true", help="print one machine-readable summary (the index) on stdout")
     add_tolerance_flags(p)
+    decoder.add_flags(p)
     p.set_defaults(run=run)
 
 
@@ -324,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
     from ropeexport.pipeline import check_target, clean_leftovers
     from ropeexport.tree import check_tree
 
+    if decoder.wants_decoder(args):
+        return decoder.run(args, spec_fields())
     workers = _jobs_count(args.jobs)
     runtimes = _runtimes(args)
     atol, rtol = tolerances(args)

@@ -8,6 +8,11 @@ a regression, tightened a note, and a verdict that flipped only because the tole
 Reports of different specs are a regression, unless --across names the fields that may differ: compare a fused with
 a decomposed artifact of the same model with --across graph (repeatable or comma-separated: --across graph,dtype).
 
+Two decoder reports (or folders, written by build --artifact decoder) are compared scenario by scenario: worst error
+over the logit scale (a regression past --max-growth times and one ulp of the dtype), greedy agreement, first
+divergence, near ties, verdicts; --across takes the decoder's spec fields, position.FIELD and weights. A decoder
+report against another artifact's is bad input.
+
 Examples:
   ropeexport diff baseline/report.json ropeexport-out/llama-3.1-8b-rope-fp16-fused
   ropeexport diff old.json new.json --max-growth 1.5 --json
@@ -67,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict() | {"notes": notes, "regressions": regressions}, indent=2))
     else:
-        print(f"{'comparison':40s} {'metric':9s} {'old':>10s} {'new':>10s} {'growth':>8s}")
+        width = max([9, *(len(row["metric"]) for row in result.rows)])
+        print(f"{'comparison':40s} {'metric':{width}s} {'old':>10s} {'new':>10s} {'growth':>8s}")
         for row in result.rows:
-            fmt = lambda v: "null" if v is None else f"{v:.3g}"  # noqa: E731
+            fmt = lambda v: "null" if v is None else v if isinstance(v, str) else f"{v:.3g}"  # noqa: E731
             print(
-                f"{row['comparison']:40s} {row['metric']:9s} {fmt(row['old']):>10s} {fmt(row['new']):>10s} "
+                f"{row['comparison']:40s} {row['metric']:{width}s} {fmt(row['old']):>10s} {fmt(row['new']):>10s} "
                 f"{fmt(row['growth']):>8s}"
             )
         for note in notes:

@@ -11,6 +11,10 @@ Examples:
 A folder inside a tree (its parent has a ropeexport index.json) refreshes the tree's index.json / index.html too, so
 the index never shows a verdict older than the report it links to.
 
+A decoder folder (written by build --artifact decoder) is checked against the sha256 its report.json lists, then
+every scenario runs again on ONNX Runtime (CPU); each scenario's worst error is shown beside the stored one
+(--atol / --rtol do not apply: a decoder's tolerance is fixed per dtype).
+
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
 but a runtime named with --runtime could not run here (--allow-skip accepts that).
 
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import add_tolerance_flags, tolerances
+from ropeexport.decoder.reverify import DecoderVerifyResult
 from ropeexport.tree import artifact_folders, is_tree
 
 
@@ -62,9 +67,13 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
 
     def done(result: Any, seconds: float) -> None:
-        print(summary_line(result.report, result.path, seconds))
+        if isinstance(result, DecoderVerifyResult):
+            print(decoder_summary_line(result, seconds))
+        else:
+            print(summary_line(result.report, result.path, seconds))
 
-    results = verify(args.folder, args.runtime, atol, rtol, on_done=done)  # the raw text: "" is an error, not "."
+    # the raw text: "" is an error, not "."
+    results = verify(args.folder, args.runtime, atol, rtol, on_done=done, on_scenario=scenario_line)
     if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
         tree = folder.resolve().parent
         if is_tree(tree):
@@ -75,4 +84,45 @@ def run(args: argparse.Namespace) -> int:
         print(folder.resolve() / "index.html")
     if not all(r.passed for r in results):
         return 1
-    return skipped_exit(results, args.runtime, args.allow_skip)
+    results = [r for r in results if not isinstance(r, DecoderVerifyResult)]  # ORT's CPU provider: never skipped
+    return skipped_exit(results, args.runtime, args.allow_skip) if results else 0
+
+
+def _e(x: Any) -> str:
+    return "none" if x is None else f"{x:.1e}"
+
+
+def scenario_line(result: dict[str, Any]) -> None:
+    """One re-verified decoder scenario: verdict, worst error and agreement now (and stored), positions."""
+    s, stored = result["summary"], result.get("stored")
+    rel, agreement, new = _e(s["worst_rel"]), s["agreement"], ""
+    if stored is None:
+        new = " (new: not in the stored report)"
+    else:
+        rel += f" (stored {_e(stored.get('worst_rel'))})"
+        agreement += f" (stored {stored.get('agreement')})"
+    print(
+        f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst {rel} of the logit scale, "
+        f"agreement {agreement}, positions {s['positions'][0]}-{s['positions'][1]}{new}",
+        flush=True,
+    )
+
+
+def decoder_summary_line(result: DecoderVerifyResult, seconds: float) -> str:
+    """A re-verified decoder's verdict: worst error now and stored, agreement, where it ran; then its path."""
+    report, rows = result.report, result.scenarios
+    worst = max((r["worst_rel"] for r in rows), default=0.0)
+    stored = [r["stored_worst_rel"] for r in rows if r["stored_worst_rel"] is not None]
+    agree = [tuple(int(x) for x in r["agreement"].split("/")) for r in rows]
+    head = (
+        f"{'PASS' if result.passed else 'FAIL'} {report['name']}: worst {_e(worst)} of the logit scale vs float64"
+        + (f" (stored {_e(max(stored))})" if stored else "")
+        + f" over {len(rows)} scenarios, agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)} on "
+        f"{report['runtime']}; transformers: {report['references']['transformers']}"
+    )
+    failed = [r["name"] for r in rows if not r["passed"]]
+    if failed:
+        head += f"; failed: {', '.join(failed)}"
+    if result.dropped:
+        head += f"; stored but no longer run: {', '.join(result.dropped)}"
+    return f"{head} ({seconds:.1f}s)\n  -> {result.path}"

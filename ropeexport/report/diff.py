@@ -18,34 +18,16 @@ names differ with them and are never compared). Comparisons are matched by refer
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropeexport.errors import SpecError
 from ropeexport.inputs import read_json
 from ropeexport.report import REPORT_SCHEMA
+from ropeexport.report.diff_result import ReportDiff
 
 METRICS = ("max_abs", "p99_abs", "mean_abs", "max_ulp")
 DEFAULT_MAX_GROWTH = 2.0
-
-
-@dataclass
-class ReportDiff:
-    """Rows of metric deltas and the regressions among them."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def regressed(self) -> bool:
-        """True when anything got worse (module docstring)."""
-        return bool(self.regressions)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly."""
-        return {"regressed": self.regressed, "regressions": self.regressions, "notes": self.notes, "rows": self.rows}
 
 
 def load_report(path: str | Path, which: str) -> dict[str, Any]:
@@ -58,6 +40,10 @@ def load_report(path: str | Path, which: str) -> dict[str, Any]:
     if path.is_dir():
         path = path / "report.json"
     report = read_json(path, which)
+    if isinstance(report, dict) and report.get("artifact") == "decoder":  # a decoder's report: no schema, scenarios
+        from ropeexport.decoder.diff import check_report
+
+        return check_report(report, which)
     if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
         got = report.get("schema") if isinstance(report, dict) else None
         raise SpecError(which, f"{str(path)!r} has schema {got!r}; this ropeexport reads {REPORT_SCHEMA!r}")
@@ -120,13 +106,45 @@ def _spec_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[A
     return changes
 
 
+def _is_decoder(report: dict[str, Any]) -> bool:
+    """A report written by ``build --artifact decoder`` (or ``verify`` of its folder)."""
+    return report.get("artifact") == "decoder"
+
+
+def check_kinds(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Both reports a decoder's, or neither; else SpecError (a decoder's scenarios match no artifact's comparisons)."""
+    if _is_decoder(old) != _is_decoder(new):
+        kinds = ["a decoder report" if _is_decoder(r) else f"a {r.get('artifact') or 'non-decoder'} report"
+                 for r in (old, new)]  # fmt: skip
+        raise SpecError("new", f"is {kinds[1]} but OLD is {kinds[0]}: diff compares two decoder reports or two "
+                        "artifact reports")  # fmt: skip
+
+
+def spec_fields(report: dict[str, Any]) -> set[str]:
+    """The names ``across`` may take for this report: its spec fields (a decoder's, ``decoder.diff.fields``)."""
+    if _is_decoder(report):
+        from ropeexport.decoder.diff import fields
+
+        return fields(report)
+    return set(report.get("spec") or {})
+
+
 def diff_reports(
     old: dict[str, Any],
     new: dict[str, Any],
     max_growth: float = DEFAULT_MAX_GROWTH,
     across: Sequence[str] = (),
 ) -> ReportDiff:
-    """Compare NEW against OLD (module docstring for what counts as a regression and for ``across``)."""
+    """Compare NEW against OLD (module docstring for what counts as a regression and for ``across``).
+
+    Two decoder reports are compared scenario by scenario (``ropeexport.decoder.diff``); a decoder report against
+    another artifact's is a SpecError.
+    """
+    check_kinds(old, new)
+    if _is_decoder(old):
+        from ropeexport.decoder.diff import diff_decoder_reports
+
+        return diff_decoder_reports(old, new, max_growth, across)
     result = ReportDiff()
     changes = _spec_changes(old, new)
     for key, (before, after) in changes.items():

@@ -1,0 +1,136 @@
+"""``ropeexport build --artifact decoder``: a whole decoder from a config (and checkpoint), verified by generation.
+
+  ropeexport build --hf-config config.json --artifact decoder --num-layers 2 --hidden-size 256
+  ropeexport build --checkpoint ./tiny-llama --artifact decoder --graph decomposed
+  ropeexport build --preset llama-3.1-8b --artifact decoder --num-layers 2 --hidden-size 256 --vocab-size 512
+
+Writes ``<out>/<name>/`` (``decoder.build`` module doc); exit 0 when every call of every scenario passed, 1 when one
+failed, 2 on bad input (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ropeexport.decoder.probes import scenarios
+from ropeexport.errors import SpecError
+
+# Flags the decoder path reads; any other spec-field flag is refused rather than ignored.
+READ = {"artifact", "dtype", "graph", "max_positions", "name"}
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The decoder's own flags on ``build``."""
+    group = p.add_argument_group("decoder (with --artifact decoder)")
+    group.add_argument("--checkpoint", metavar="DIR", help="a local checkpoint folder: config.json + *.safetensors")
+    group.add_argument("--num-layers", dest="num_layers", metavar="N", help="keep N layers (seeded weights only)")
+    group.add_argument("--hidden-size", dest="hidden_size", metavar="N", help="width N, head_dim kept (seeded only)")
+    group.add_argument("--vocab-size", dest="vocab_size", metavar="N", help="vocabulary N (seeded weights only)")
+    group.add_argument("--no-eager", dest="eager", action="store_false", help="skip the transformers reference")
+
+
+def wants_decoder(args: argparse.Namespace) -> bool:
+    """True when --artifact decoder is asked for (it must then be the only artifact)."""
+    asked = list(args.artifact or [])
+    if "decoder" not in asked:
+        for flag in ("checkpoint", "num_layers", "hidden_size", "vocab_size"):
+            if getattr(args, flag, None) is not None:
+                raise SpecError(flag, "is a decoder flag: add --artifact decoder")
+        return False
+    if len(set(asked)) > 1:
+        raise SpecError("artifact", "decoder is built on its own: give --artifact decoder alone")
+    return True
+
+
+def _int(field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecError(field, f"must be an integer, got {value!r}") from None
+
+
+def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes: dict[str, Any],
+          max_positions: int | None) -> int:  # fmt: skip
+    """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
+    from ropeexport.api import resolve_decoder
+
+    plan = []
+    for dtype in dtypes:
+        for graph in graphs:
+            spec = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
+                                   preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
+                                   max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
+            plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
+                         "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
+    if args.json:
+        print(json.dumps({"decoders": plan}, indent=2))
+    else:
+        for item in plan:
+            print(f"{item['path']}: {', '.join(item['scenarios'])}")
+        print(f"{len(plan)} decoder(s) (dry run: nothing written)")
+    return 0
+
+
+def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
+    """Build the decoder the flags describe; the exit code of the module doc."""
+    from ropeexport.api import build_decoder
+
+    for field in spec_fields:
+        if field not in READ and getattr(args, field, None) is not None:
+            raise SpecError(field, "is not read with --artifact decoder (the config sets it); allowed: "
+                            "--dtype, --graph, --max-positions, --name and the decoder flags")  # fmt: skip
+    if args.spec or args.all_presets or len(args.preset) > 1:
+        raise SpecError("artifact", "decoder takes one source: --hf-config, --checkpoint or one --preset")
+    refused = {"--scaling-param": args.scaling_param, "--atol": args.atol, "--rtol": args.rtol,
+               "--allow-skip": args.allow_skip, "--jobs": args.jobs != "1",
+               "--runtime": args.runtime not in (None, ["ort"])}  # fmt: skip
+    for flag, given in refused.items():
+        if given:
+            raise SpecError(flag, "is not read with --artifact decoder (it verifies on ONNX Runtime CPU, with its own "
+                            "bound per dtype); see 'ropeexport build --help'")  # fmt: skip
+    dtypes, graphs = list(dict.fromkeys(args.dtype or ["fp32"])), list(dict.fromkeys(args.graph or ["fused"]))
+    sizes = {f: _int(f, getattr(args, f)) for f in ("num_layers", "hidden_size", "vocab_size")}
+    max_positions = _int("max_positions", getattr(args, "max_positions", None))
+    talk = not (args.quiet or args.json)
+    if args.dry_run:
+        return _plan(args, dtypes, graphs, sizes, max_positions)
+    failed = 0
+    for dtype in dtypes:
+        for graph in graphs:
+
+            def shown(result: dict[str, Any]) -> None:
+                if talk:
+                    s = result["summary"]
+                    print(f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst "
+                          f"{s['worst_rel']:.1e} of the logit scale, agreement {s['agreement']}, positions "
+                          f"{s['positions'][0]}-{s['positions'][1]}", flush=True)  # fmt: skip
+
+            result = build_decoder(
+                args.out,
+                hf_config=args.hf_config,
+                checkpoint=args.checkpoint,
+                preset=args.preset[0] if args.preset else None,
+                dtype=dtype,
+                graph=graph,
+                max_positions=max_positions,
+                name=getattr(args, "name", None),
+                eager=args.eager,
+                replace=args.replace,
+                on_scenario=shown,
+                **sizes,
+            )
+            failed += not result.passed
+            if args.json:
+                print(json.dumps({"path": str(result.path), "passed": result.passed}))
+            elif not args.quiet:
+                verdict = "verified" if result.passed else "FAILED"
+                print(f"{verdict}: {result.path} (report.md there)")
+    if failed and not args.quiet:
+        print(f"{failed} decoder(s) FAILED verification", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,169 @@
+"""Build one decoder: resolve the spec from a config (and checkpoint), export, run every scenario, write the folder.
+
+``<out>/<name>/`` holds ``model.onnx`` (+ ``model.onnx.data`` past 64 MiB of weights), ``decoder.json`` (the spec,
+where each field came from, the config used, the weights' source) and ``report.json`` / ``report.md`` (every call of
+every scenario against the float64 truth and transformers). The folder is written under a hidden name and renamed
+into place when complete: a bad input or an interrupted build leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ropeexport.catalog import kind_for
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.probes import scenarios
+from ropeexport.decoder.report import write_markdown
+from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
+from ropeexport.decoder.verify import TOLERANCE, verify_decoder
+from ropeexport.decoder.weights import describe, load_checkpoint, seeded_weights
+from ropeexport.errors import RuntimeUnavailable, SpecError
+from ropeexport.graph.onnx_io import save_model, sha256
+from ropeexport.hf import model_name, read_config
+from ropeexport.version import __version__
+
+GROUPED = ("llama", "mistral", "qwen2", "phi3")  # architectures whose configs carry num_key_value_heads
+
+
+@dataclass(frozen=True)
+class DecoderResult:
+    """What ``build_decoder`` wrote: the folder, the report (as report.json holds it) and whether every call passed."""
+
+    path: Path
+    report: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        """True when every call of every scenario passed."""
+        return bool(self.report["passed"])
+
+
+def resolve(
+    hf_config: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    config: Mapping[str, Any] | None = None,
+    dtype: str = "fp32",
+    graph: str = "fused",
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    vocab_size: int | None = None,
+    max_positions: int | None = None,
+    name: str | None = None,
+) -> tuple[DecoderSpec, dict[str, Any]]:
+    """The spec and the (shrunk) config: from ``config`` (a preset's), ``hf_config`` or the checkpoint's config.json."""
+    if checkpoint is not None and not Path(checkpoint).is_dir():
+        raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder")
+    where = "config"
+    if config is None:
+        path = Path(hf_config) if hf_config is not None else Path(checkpoint) / "config.json" if checkpoint else None
+        if path is None:
+            raise SpecError(
+                "hf_config", "a decoder needs a transformers config: give --hf-config, --checkpoint or --preset"
+            )
+        config, where = read_config(path), str(path)
+        name = name or model_name(config, path)
+    resized = any(v is not None for v in (num_layers, hidden_size, vocab_size))
+    if resized and checkpoint is not None:
+        raise SpecError("num_layers", "size overrides (--num-layers, --hidden-size, --vocab-size) need seeded weights, "
+                        "not a --checkpoint (its tensors have the config's sizes)")  # fmt: skip
+    config = shrink(config, num_layers, hidden_size, vocab_size)
+    heads = next((config[k] for k in ("num_attention_heads", "n_head") if config.get(k)), None)
+    if config.get("model_type") in GROUPED and config.get("num_key_value_heads") is None and heads:
+        # Absent means one KV head per query head here (as ropeexport.hf reads it); written out so the transformers
+        # reference agrees (Qwen2Config's own default is 32, whatever the head count).
+        config["num_key_value_heads"] = heads
+    base = name or str(config.get("model_type", "model"))
+    label = "-".join(f"{tag}{v}" for tag, v in (("l", num_layers), ("h", hidden_size), ("v", vocab_size)) if v)
+    full = "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
+    spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=max_positions)
+    return spec, config
+
+
+def _verify(spec: DecoderSpec, config: dict[str, Any], weights: Any, checkpoint: Any, model_path: Path,
+            eager: bool, on_scenario: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:  # fmt: skip
+    from ropeexport.decoder.reference import TransformersReference
+    from ropeexport.runtimes.ort import OrtRunner
+
+    position = spec.position_spec()
+    piece = kind_for(position).piece(position)
+    runner = OrtRunner(model_path, providers=["CPUExecutionProvider"])
+    reference, skipped = None, None
+    if eager:
+        try:
+            reference = TransformersReference(spec, config, weights, checkpoint)
+        except RuntimeUnavailable as why:
+            skipped = str(why)
+    else:
+        skipped = "not asked for (--no-eager)"
+    start = time.perf_counter()
+    results = verify_decoder(runner.infer, spec, weights, piece, reference, on_scenario=on_scenario)
+    return {
+        "artifact": "decoder",
+        "name": spec.name,
+        "ropeexport": __version__,
+        "spec": spec.to_dict(),
+        "weights": describe(checkpoint),
+        "runtime": runner.describe(),
+        "references": {
+            "float64": "no-cache full recompute in float64, exact positions (ropeexport.decoder.oracle)",
+            "transformers": reference.describe() if reference is not None else f"skipped: {skipped}",
+        },
+        "tolerance": {"rel": TOLERANCE[spec.dtype], "of": "max |float64 logit| of the call (the logit scale)"},
+        "passed": all(s["passed"] for s in results),
+        "seconds": round(time.perf_counter() - start, 2),
+        "scenarios": results,
+    }
+
+
+def build_decoder(
+    out_dir: str | Path,
+    hf_config: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    config: Mapping[str, Any] | None = None,
+    dtype: str = "fp32",
+    graph: str = "fused",
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    vocab_size: int | None = None,
+    max_positions: int | None = None,
+    name: str | None = None,
+    eager: bool = True,
+    replace: bool = False,
+    on_scenario: Callable[[dict[str, Any]], None] | None = None,
+) -> DecoderResult:
+    """Resolve, export, verify and write one decoder (module doc); SpecError on bad input, nothing written."""
+    spec, used = resolve(hf_config, checkpoint, config, dtype, graph, num_layers, hidden_size, vocab_size,
+                         max_positions, name)  # fmt: skip
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise SpecError("out_dir", f"{str(out)!r} exists and is not a folder")
+    target = out / spec.name
+    if target.exists() and not replace:
+        raise SpecError("out_dir", f"{str(target)!r} exists; pass replace (--replace) to rebuild it")
+    weights = load_checkpoint(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)
+    model = build_decoder_graph(spec, weights, describe(checkpoint))
+    work = out / f".building-{spec.name}"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        files = save_model(model, work)
+        del model
+        report = _verify(spec, used, weights, checkpoint, work / "model.onnx", eager, on_scenario)
+        report["files"] = {f: sha256(work / f) for f in files}
+        record = {"spec": spec.to_dict(), "sources": dict(spec.sources), "config": used,
+                  "weights": describe(checkpoint),
+                  "scenarios": [s.__dict__ for s in scenarios(spec)]}  # fmt: skip
+        (work / "decoder.json").write_text(json.dumps(record, indent=2, default=list) + "\n")
+        (work / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (work / "report.md").write_text(write_markdown(report))
+        if target.exists():
+            shutil.rmtree(target)
+        work.rename(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return DecoderResult(target, report)

@@ -1,0 +1,153 @@
+"""The ``decoder`` graph: embeddings, ``num_layers`` x (norm, attention block, MLP), final norm, output head.
+
+I/O as Optimum and onnxruntime-genai name it: inputs ``input_ids`` [batch, seq] int64, ``attention_mask``
+[batch, past + seq] int64 (nonzero = a real token; left padding allowed), ``position_ids`` [batch, seq] int64,
+``past_key_values.{i}.key`` / ``.value`` [batch, num_kv_heads, past, head_dim]; outputs ``logits`` [batch, seq,
+vocab] and ``present.{i}.key`` / ``.value`` [batch, num_kv_heads, past + seq, head_dim] (keys stored rotated).
+
+Each layer's attention is the encoding's ``block`` artifact (``block.export``), built with that layer's weights and
+called through ``graph.compose``: the exact tables, range guards, mask rule and cache handling the block verified,
+the tables stored once for every layer. Norms are computed in float32 (RMSNorm written out as transformers does;
+LayerNormalization with a float32 stash), activations written out from their formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ropeexport.block.export import MICROSOFT, OPSETS, build_block_graph
+from ropeexport.catalog import kind_for
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import BLOCK_NAMES, geometry, layer_weights, lm_head
+from ropeexport.dtypes import DTYPES
+from ropeexport.graph.compose import call
+from ropeexport.graph.onnx_io import GraphBuilder, make_model
+from ropeexport.numerics import round_once
+from ropeexport.version import __version__
+
+
+def cache_names(i: int) -> tuple[str, str, str, str]:
+    """Layer i's (past key, past value, present key, present value) names."""
+    return f"past_key_values.{i}.key", f"past_key_values.{i}.value", f"present.{i}.key", f"present.{i}.value"
+
+
+def _mean_last(g: GraphBuilder, x: str, opset: int) -> str:
+    if opset >= 18:  # ReduceMean reads its axes from an input since opset 18
+        return g.op("ReduceMean", [x, g.shared_const("last_axis", np.array([-1], np.int64))], keepdims=1)
+    return g.op("ReduceMean", [x], axes=[-1], keepdims=1)
+
+
+def _norm(g: GraphBuilder, spec: DecoderSpec, x: str, w: Mapping[str, str], name: str, opset: int) -> str:
+    """RMSNorm (float32 inside, then the dtype, then the scale: transformers' order) or LayerNorm."""
+    if spec.architecture.norm == "layer":
+        return g.op("LayerNormalization", [x, w[f"{name}.weight"], w[f"{name}.bias"]], axis=-1,
+                    epsilon=spec.norm_eps, stash_type=1)  # fmt: skip
+    wide = x if spec.dtype == "fp32" else g.op("Cast", [x], to=TensorProto.FLOAT)
+    eps = g.shared_const("norm_eps", np.array(spec.norm_eps, np.float32))
+    variance = _mean_last(g, g.op("Mul", [wide, wide]), opset)
+    scaled = g.op("Div", [wide, g.op("Sqrt", [g.op("Add", [variance, eps])])])
+    narrow = scaled if spec.dtype == "fp32" else g.op("Cast", [scaled], to=DTYPES[spec.dtype].onnx)
+    return g.op("Mul", [narrow, w[f"{name}.weight"]])
+
+
+def _act(g: GraphBuilder, spec: DecoderSpec, x: str) -> str:
+    c = lambda name, value: g.shared_const(f"act_{name}", round_once(np.array(value), spec.dtype))  # noqa: E731
+    if spec.act == "silu":
+        return g.op("Mul", [x, g.op("Sigmoid", [x])])
+    if spec.act == "relu":
+        return g.op("Relu", [x])
+    if spec.act == "gelu":  # 0.5 x (1 + erf(x / sqrt 2))
+        inner = g.op("Erf", [g.op("Mul", [x, c("rsqrt2", 1 / math.sqrt(2))])])
+    else:  # gelu_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = g.op("Mul", [g.op("Mul", [x, x]), x])
+        poly = g.op("Add", [x, g.op("Mul", [cube, c("cubic", 0.044715)])])
+        inner = g.op("Tanh", [g.op("Mul", [poly, c("sqrt2pi", math.sqrt(2 / math.pi))])])
+    return g.op("Mul", [g.op("Mul", [x, c("half", 0.5)]), g.op("Add", [inner, c("one", 1.0)])])
+
+
+def _linear(g: GraphBuilder, x: str, w: Mapping[str, str], proj: str, bias: str) -> str:
+    out = g.op("MatMul", [x, w[proj]])
+    return g.op("Add", [out, w[bias]]) if bias in w else out
+
+
+def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, w: Mapping[str, str]) -> str:
+    up = _linear(g, x, w, "up_proj", "up_bias")
+    if spec.architecture.mlp == "gated":
+        up = g.op("Mul", [_act(g, spec, _linear(g, x, w, "gate_proj", "gate_bias")), up])
+    else:
+        up = _act(g, spec, up)
+    return _linear(g, up, w, "down_proj", "down_bias")
+
+
+def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], source: str) -> onnx.ModelProto:
+    """The decoder with ``weights`` (canonical names, ``decoder.weights``); ``source`` says where they came from."""
+    g = GraphBuilder(prefix="")
+    position = spec.position_spec()
+    piece = kind_for(position).piece(position)
+    opset = OPSETS[spec.graph]
+    dtype = DTYPES[spec.dtype].onnx
+    H, KV, d = geometry(spec)
+    stored = lambda name: g.const(name, round_once(weights[name], spec.dtype))  # noqa: E731
+    top = {n: stored(n) for n in weights if not n.startswith("layers.") and n not in ("embed", "lm_head")}
+    embed = stored("embed")
+    h = g.op("Gather", [embed, "input_ids"], axis=0)  # out-of-range ids: ONNX Runtime refuses the call
+    if spec.architecture.embed_norm:
+        h = _norm(g, spec, h, top, "embed_norm", opset)
+    for i in range(spec.num_layers):
+        arrays = layer_weights(weights, i)
+        w = {n: stored(f"layers.{i}.{n}") for n in arrays if n not in BLOCK_NAMES}
+        block = build_block_graph(
+            position,
+            rotary=piece.rotary,
+            bias=piece.bias,
+            weights={n: v for n, v in arrays.items() if n in BLOCK_NAMES},
+            window=spec.sliding_window,
+        )
+        past_key, past_value, present_key, present_value = cache_names(i)
+        x = _norm(g, spec, h, w, "norm1", opset)
+        wired = {"hidden": x, "position_ids": "position_ids", "attention_mask": "attention_mask",
+                 "past_key": past_key, "past_value": past_value}  # fmt: skip
+        out = call(g, block, wired, f"layers.{i}/")
+        g.name_output(out["present_key"], present_key)
+        g.name_output(out["present_value"], present_value)
+        if spec.residual == "sequential":
+            h = g.op("Add", [h, out["output"]])
+            h = g.op("Add", [h, _mlp(g, spec, _norm(g, spec, h, w, "norm2", opset), w)])
+        else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX) or the attention's (GPT-J)
+            y = x if spec.residual == "shared" else _norm(g, spec, h, w, "norm2", opset)
+            h = g.op("Add", [g.op("Add", [h, out["output"]]), _mlp(g, spec, y, w)])
+    h = _norm(g, spec, h, top, "final_norm", opset)
+    head = g.const("lm_head", round_once(lm_head(spec, weights), spec.dtype)) if not spec.tie_embeddings else None
+    if head is None:  # tied: the embedding read transposed, stored once
+        head = g.op("Transpose", [embed], perm=[1, 0])
+    logits = g.op("MatMul", [h, head])
+    if "lm_head_bias" in top:
+        logits = g.op("Add", [logits, top["lm_head_bias"]])
+    g.name_output(logits, "logits")
+    io = helper.make_tensor_value_info
+    inputs = [
+        io("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        io("attention_mask", TensorProto.INT64, ["batch", "total"]),
+        io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+    ]
+    outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
+    for i in range(spec.num_layers):
+        past_key, past_value, present_key, present_value = cache_names(i)
+        inputs += [io(n, dtype, ["batch", KV, "past", d]) for n in (past_key, past_value)]
+        outputs += [io(n, dtype, ["batch", KV, "total", d]) for n in (present_key, present_value)]
+    graph = helper.make_graph(g.nodes, spec.name, inputs, outputs, g.initializers)
+    metadata = {
+        "ropeexport.encoding": position.encoding,
+        "ropeexport.artifact": "decoder",
+        "ropeexport.spec": spec.digest_text(),
+        "ropeexport.max_positions": str(position.max_positions),
+        "ropeexport.position_inputs": "position_ids",
+        "ropeexport.weights": source,
+        "ropeexport.version": __version__,
+    }
+    return make_model(graph, opset, metadata, {MICROSOFT: 1} if spec.graph == "gqa" else None)

@@ -1,0 +1,98 @@
+"""Greedy generation through an exported decoder: prefill (whole or chunked), then single-token steps, present -> past.
+
+``generate`` runs one ``probes.Scenario`` and returns every call it made (``Call``): the sequence so far, which
+slots the call computed, the logits it returned and the regime it ran in. The cache policy at a regime switch is
+the scenario's (``probes`` module doc). Prompt tokens are seeded draws; each next token is the argmax of the last
+real position of its row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ropeexport.decoder.export import cache_names
+from ropeexport.decoder.probes import Scenario, regime
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import geometry
+from ropeexport.dtypes import DTYPES
+
+Infer = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+@dataclass
+class Call:
+    """One run of the model: the sequence so far ([b, t] each) and the slots [first, t) this call computed."""
+
+    index: int
+    kind: str  # prefill | chunk | decode | re-prefill
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    attention_mask: np.ndarray
+    first: int
+    logits: np.ndarray  # [b, t - first, vocab], as the runtime returned it
+    regime: str  # the regime of this call's L
+    cache_regime: str | None  # the regime the cached keys were rotated in (None: no cache read)
+
+    @property
+    def length(self) -> int:
+        """L = max(position_ids) + 1 of this call."""
+        return int(self.position_ids[:, self.first :].max()) + 1
+
+    @property
+    def stale(self) -> bool:
+        """True when the call read keys cached under another regime (the ``keep`` policy across a switch)."""
+        return self.cache_regime is not None and self.cache_regime != self.regime
+
+
+def _prompt(spec: DecoderSpec, scenario: Scenario, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """input_ids, attention_mask and position_ids [b, n] of the left-padded prompts."""
+    n = max(scenario.prompts)
+    mask = np.array([[1 if j >= n - length else 0 for j in range(n)] for length in scenario.prompts], np.int64)
+    ids = np.where(mask == 1, rng.integers(0, spec.vocab_size, mask.shape), 0).astype(np.int64)
+    positions = scenario.start + np.maximum(np.cumsum(mask, axis=1) - 1, 0)  # padding at the first position
+    return ids, mask, positions.astype(np.int64)
+
+
+def generate(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int = 0) -> list[Call]:
+    """Run the scenario through ``infer`` (a runner's feeds -> outputs); every call, in order."""
+    position = spec.position_spec()
+    _, KV, d = geometry(spec)
+    np_dtype = DTYPES[spec.dtype].np_dtype
+    ids, mask, pos = _prompt(spec, scenario, np.random.default_rng(seed))
+    b = ids.shape[0]
+    empty = [np.zeros((b, KV, 0, d), np_dtype) for _ in range(2 * spec.num_layers)]
+    calls: list[Call] = []
+
+    def run(first: int, last: int, cache: list[np.ndarray], kind: str, cache_regime: str | None) -> list[np.ndarray]:
+        feeds = {"input_ids": ids[:, first:last], "attention_mask": mask[:, :last], "position_ids": pos[:, first:last]}
+        for i in range(spec.num_layers):
+            past_key, past_value, _, _ = cache_names(i)
+            feeds[past_key], feeds[past_value] = cache[2 * i], cache[2 * i + 1]
+        out = infer(feeds)
+        length = int(pos[:, first:last].max()) + 1
+        calls.append(Call(len(calls), kind, ids[:, :last].copy(), pos[:, :last].copy(), mask[:, :last].copy(), first,
+                          out["logits"], regime(position, length), cache_regime))  # fmt: skip
+        return [out[name] for i in range(spec.num_layers) for name in cache_names(i)[2:]]
+
+    edges = np.cumsum((0, *scenario.chunks)) if scenario.chunks else np.array([0, ids.shape[1]])
+    cache = empty
+    for first, last in zip(edges[:-1], edges[1:], strict=True):
+        kind = "prefill" if len(edges) == 2 else "chunk"
+        cache = run(int(first), int(last), cache, kind, calls[-1].regime if calls else None)
+    built_in = calls[-1].regime
+    for _ in range(scenario.steps):
+        following = np.argmax(calls[-1].logits[:, -1, :], axis=-1).astype(np.int64)[:, None]  # [b, 1]
+        ids = np.concatenate([ids, following], axis=1)
+        mask = np.concatenate([mask, np.ones((b, 1), np.int64)], axis=1)
+        pos = np.concatenate([pos, pos[:, -1:] + 1], axis=1)
+        t = ids.shape[1]
+        now = regime(position, int(pos[:, -1].max()) + 1)
+        if scenario.policy == "re-prefill" and now != built_in:
+            cache = run(0, t, empty, "re-prefill", None)
+            built_in = now
+        else:
+            cache = run(t - 1, t, cache, "decode", built_in)
+    return calls

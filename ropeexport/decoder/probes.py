@@ -1,0 +1,88 @@
+"""The generation scenarios a decoder is verified by, and the RoPE regime each call runs in.
+
+A scenario is a greedy generation: prompts (left-padded to the longest; one length per batch row) placed at a first
+position through ``position_ids``, prefilled in one call or in chunks at cache offsets, then single-token decode
+steps, present -> past. Every decoder gets a 64-step decode, a chunked prefill, a left-padded batch of different
+lengths and a prompt placed so the last step sits at max_positions - 1; a schedule with an
+``original_max_position_embeddings`` also gets a prompt straddling it and decode steps across it, and a schedule whose
+tables change with the length (LongRoPE's switch, dynamic NTK) that crossing once per cache policy:
+- ``re-prefill`` (the default, as onnxruntime-genai does): when a step's regime differs from the one the cache was
+  built in, the whole sequence is prefilled again, so every cached key is rotated under the regime in effect;
+- ``keep``: the cache is kept; keys cached before the switch stay rotated under the old regime, and the difference
+  from the float64 truth (which re-rotates them) is reported as that regime's cost, not as a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ropeexport.decoder.spec import POLICIES, DecoderSpec
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One greedy generation (module doc): ``prompts`` real tokens per row, ``steps`` decode steps after them."""
+
+    name: str
+    prompts: tuple[int, ...]
+    steps: int
+    start: int = 0  # position of each row's first real token
+    chunks: tuple[int, ...] = ()  # prefill chunk sizes (their sum is the longest prompt); () = one call
+    policy: str = "re-prefill"
+    about: str = ""
+
+    def __post_init__(self) -> None:
+        assert self.policy in POLICIES, self.policy
+        assert not self.chunks or sum(self.chunks) == max(self.prompts), (self.chunks, self.prompts)
+
+
+def threshold(position: Any) -> int | None:
+    """The schedule's original_max_position_embeddings (None without one: default, linear, ALiBi)."""
+    params = getattr(position, "scaling_params", {}) or {}
+    value = params.get("original_max_position_embeddings")
+    return None if value is None else int(value)
+
+
+def regime_kind(position: Any) -> str:
+    """``static``, ``switch`` (LongRoPE: short / long tables) or ``continuous`` (dynamic NTK: a base per length)."""
+    if position.encoding != "rope":
+        return "static"
+    from ropeexport.families.rope.schedules import get_schedule  # torch-free
+
+    return get_schedule(position.scaling).regime
+
+
+def regime(position: Any, length: int) -> str:
+    """The regime a call of L = ``length`` runs in: what its tables are (``static``, ``short`` / ``long``,
+    ``base`` / ``dynamic L=...``).
+    """  # noqa: D205
+    kind, limit = regime_kind(position), threshold(position)
+    if kind == "static" or limit is None:
+        return "static"
+    if kind == "switch":
+        return "long" if length > limit else "short"
+    return f"dynamic L={length}" if length > limit else "base"
+
+
+def scenarios(spec: DecoderSpec) -> list[Scenario]:
+    """The scenarios of the module doc for the spec."""
+    position = spec.position_spec()
+    top = position.max_positions
+    out = [
+        Scenario("decode-64", (12,), 64, about="a 12-token prompt, then 64 greedy steps"),
+        Scenario("chunked-prefill", (21,), 8, chunks=(8, 7, 6), about="21 tokens prefilled 8 + 7 + 6 at offsets"),
+        Scenario("left-padded", (12, 7, 3), 16, about="3 rows of 12, 7 and 3 tokens, left-padded"),
+    ]
+    if position.encoding == "rope" and top >= 24:  # ALiBi counts key positions from the mask, not position_ids
+        out.append(Scenario("far-positions", (8,), 16, start=top - 24, about=f"the last step at {top - 1}"))
+    limit = threshold(position)
+    if limit is not None and limit + 16 <= top:
+        out.append(Scenario("prompt-across-switch", (16,), 8, start=limit - 8,
+                            about=f"the prompt straddles original_max {limit}"))  # fmt: skip
+        out.append(Scenario("decode-across-switch", (8,), 16, start=limit - 12,
+                            about=f"decode steps cross original_max {limit}"))  # fmt: skip
+        if regime_kind(position) != "static":
+            out.append(Scenario("decode-across-switch-keep", (8,), 16, start=limit - 12, policy="keep",
+                                about="the same, the cache kept across the switch"))  # fmt: skip
+    return out

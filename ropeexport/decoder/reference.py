@@ -1,0 +1,86 @@
+"""transformers' eager model on the same weights: the reference users know, recomputed without a cache.
+
+Built from the checkpoint folder by transformers itself (``from_pretrained``, local files only: our own weight
+mapping is then checked, not assumed), or, for seeded weights, from the config with our weights loaded under its
+names (``weights.to_transformers``, strict). Attention is transformers' eager implementation, in the decoder's dtype.
+
+Every call is a full forward pass over the sequence so far with no cache: transformers 5.x is no cache oracle for
+LongRoPE (Phi-3's ``generate()`` drops its cache at original_max + 1, then decodes one token without one). A fresh
+copy of the model runs each scenario, because its dynamic-NTK module keeps the largest length it has seen.
+No torch export ever runs in this process on these modules (a dynamo export leaves a fake tensor inside
+transformers' LongRoPE module).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import to_transformers
+from ropeexport.errors import RuntimeUnavailable
+
+
+class TransformersReference:
+    """A transformers causal LM of the decoder's config and weights; ``logits`` recomputes a sequence."""
+
+    def __init__(
+        self,
+        spec: DecoderSpec,
+        config: Mapping[str, Any],
+        weights: Mapping[str, np.ndarray],
+        checkpoint: str | Path | None = None,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched
+        try:
+            import torch
+            import transformers
+        except ImportError:
+            raise RuntimeUnavailable("transformers is not installed (pip install 'ropeexport[test]')") from None
+        transformers.logging.set_verbosity_error()
+        self.torch = torch
+        dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
+        auto = transformers.AutoModelForCausalLM
+        if checkpoint is not None:
+            model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
+                                         local_files_only=True)  # fmt: skip
+        else:
+            fields = {k: v for k, v in config.items() if k != "model_type"}
+            hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
+            model = auto.from_config(hf_config, attn_implementation="eager", dtype=dtype)
+            state = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
+                     for k, v in to_transformers(spec, weights).items()}  # fmt: skip
+            missing, unexpected = model.load_state_dict(state, strict=False)
+            missing = [k for k in missing if not k.endswith("lm_head.weight") or not spec.tie_embeddings]
+            if missing or unexpected:
+                raise RuntimeError(
+                    f"weights do not fit transformers' model: missing {missing}, unexpected {unexpected}"
+                )
+        self.pristine = model.eval()
+        self.model = self.pristine
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.version = transformers.__version__
+
+    def describe(self) -> str:
+        """For example ``transformers 5.23.0 eager (LlamaForCausalLM), no cache``."""
+        return f"transformers {self.version} eager ({type(self.pristine).__name__}), no cache"
+
+    def fresh(self) -> None:
+        """A pristine copy for the next scenario (dynamic-NTK state reset)."""
+        self.model = copy.deepcopy(self.pristine)
+
+    def logits(self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """float64 logits [b, t, vocab] of the whole sequence, no cache."""
+        torch = self.torch
+        kwargs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
+                  "use_cache": False}  # fmt: skip
+        if self.takes_positions:
+            kwargs["position_ids"] = torch.from_numpy(position_ids)
+        with torch.no_grad():
+            return self.model(**kwargs).logits.double().numpy()

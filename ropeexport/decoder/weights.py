@@ -1,0 +1,300 @@
+"""A decoder's weights under canonical names (``decoder.architectures``): seeded, or read from a local checkpoint.
+
+- ``expected(spec)``: {canonical name: shape} of every weight the spec's architecture holds.
+- ``seeded_weights(spec)``: normal draws (projections std 1/sqrt(fan_in), embeddings std 1, norm weights 1 + 0.1 N,
+  biases 0.1 N) from numpy's default_rng(0), rounded once to the dtype and held in float64.
+- ``load_checkpoint(spec, folder)``: ``model.safetensors`` or a sharded ``model.safetensors.index.json`` in a local
+  folder (never downloaded). Every tensor is checked before anything is built: a missing, unexpected, mis-shaped or
+  non-finite tensor, a shard outside the folder, is a one-line CheckpointError naming it. Values are kept in float32
+  (every bf16 / fp16 value is exact there) and rounded once to the artifact dtype when the graph stores them.
+- ``to_transformers(spec, weights)``: the same weights under the checkpoint names and layouts (fused projections
+  joined again), for a transformers model built from the config (the eager reference of a seeded decoder).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.block.weights import rounded_float64
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.errors import SpecError
+
+SEED = 0
+# A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
+BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias")
+SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
+# Buffers some checkpoints carry (rotary caches, causal-mask constants): not weights, read by nothing.
+IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\.(masked_)?bias)$")
+
+
+class CheckpointError(SpecError):
+    """A checkpoint folder that does not hold the weights its config implies (field ``checkpoint``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("checkpoint", message)
+
+
+def geometry(spec: DecoderSpec) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head_dim) of the spec's attention."""
+    p = spec.position_spec()
+    return p.num_heads, int(getattr(p, "num_kv_heads", p.num_heads) or p.num_heads), p.head_dim
+
+
+def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
+    """Every canonical weight of the spec with its shape ([in, out] for projections)."""
+    arch, hidden, inner, vocab = spec.architecture, spec.hidden_size, spec.intermediate_size, spec.vocab_size
+    H, KV, d = geometry(spec)
+    layer_norm = arch.norm == "layer"
+    out: dict[str, tuple[int, ...]] = {"embed": (vocab, hidden)}
+
+    def norm(name: str) -> None:
+        out[f"{name}.weight"] = (hidden,)
+        if layer_norm:
+            out[f"{name}.bias"] = (hidden,)
+
+    if arch.embed_norm:
+        norm("embed_norm")
+    for i in range(spec.num_layers):
+        p = f"layers.{i}."
+        norm(f"{p}norm1")
+        out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d), f"{p}v_proj": (hidden, KV * d)}
+        out[f"{p}o_proj"] = (H * d, hidden)
+        if spec.qkv_bias:
+            out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
+        if spec.o_bias:
+            out[f"{p}o_bias"] = (hidden,)
+        if spec.residual != "shared":
+            norm(f"{p}norm2")
+        if arch.mlp == "gated":
+            out[f"{p}gate_proj"] = (hidden, inner)
+            if spec.mlp_bias:
+                out[f"{p}gate_bias"] = (inner,)
+        out |= {f"{p}up_proj": (hidden, inner), f"{p}down_proj": (inner, hidden)}
+        if spec.mlp_bias:
+            out |= {f"{p}up_bias": (inner,), f"{p}down_bias": (hidden,)}
+    norm("final_norm")
+    if not spec.tie_embeddings:
+        out["lm_head"] = (hidden, vocab)
+    if arch.lm_head_bias:
+        out["lm_head_bias"] = (vocab,)
+    return out
+
+
+def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
+    """Seeded draws for every expected weight (float64 holding dtype values); the same bytes on every build."""
+    rng = np.random.default_rng(SEED)
+    out = {}
+    for name, shape in expected(spec).items():
+        if name == "embed":
+            values = rng.standard_normal(shape)
+        elif name.endswith(".weight"):  # a norm's scale
+            values = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif "bias" in name:
+            values = 0.1 * rng.standard_normal(shape)
+        else:
+            values = rng.standard_normal(shape) / math.sqrt(shape[0])
+        out[name] = rounded_float64(values, spec.dtype)
+    return out
+
+
+def lm_head(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """[hidden, vocab]: the output projection, the embedding's transpose when tied."""
+    return weights["embed"].T if spec.tie_embeddings else weights["lm_head"]
+
+
+def layer_weights(weights: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Layer i's weights without the ``layers.{i}.`` prefix."""
+    prefix = f"layers.{i}."
+    return {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
+
+
+# ---- checkpoint names ------------------------------------------------------------------------------------------------
+
+
+def _sources(spec: DecoderSpec) -> dict[str, str]:
+    """{checkpoint key: canonical name or fused group} the spec expects, layers expanded."""
+    arch, wanted = spec.architecture, expected(spec)
+    out = {}
+    for i in range(spec.num_layers):
+        for canonical, key in arch.names.items():
+            if "{i}" in canonical:
+                out[key.format(i=i)] = canonical.format(i=i)
+    out |= {key: canonical for canonical, key in arch.names.items() if "{i}" not in canonical}
+    fused = {"qkv_proj": ("q_proj",), "qkv_bias": ("q_bias",), "gate_up_proj": ("gate_proj",)}
+
+    def needed(canonical: str) -> bool:
+        base = canonical.rsplit(".", 1)[-1] if canonical.startswith("layers.") else canonical
+        stem = canonical[: len(canonical) - len(base)]
+        return any(f"{stem}{part}" in wanted for part in fused.get(base, (base,))) or canonical in wanted
+
+    return {key: canonical for key, canonical in out.items() if needed(canonical)}
+
+
+def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np.ndarray]:
+    """A checkpoint tensor ([out, in] or [out]) as canonical weights ([in, out] or [out])."""
+    H, KV, d = geometry(spec)
+    stem, _, base = canonical.rpartition(".")
+    stem = f"{stem}." if stem else ""
+    if base in ("qkv_proj", "qkv_bias"):
+        kind = "proj" if base == "qkv_proj" else "bias"
+        if spec.architecture.fused_qkv == "per-head":  # rows [H, 3, d]: each head's q, k, v together
+            grouped = value.reshape(H, 3, d, *value.shape[1:])
+            parts = [grouped[:, j].reshape(H * d, *value.shape[1:]) for j in range(3)]
+        else:  # rows [q (H d); k (KV d); v (KV d)]
+            parts = np.split(value, [H * d, H * d + KV * d], axis=0)
+        return {f"{stem}{n}_{kind}": (p.T if kind == "proj" else p) for n, p in zip("qkv", parts, strict=True)}
+    if base == "gate_up_proj":
+        gate, up = np.split(value, 2, axis=0)
+        return {f"{stem}gate_proj": gate.T, f"{stem}up_proj": up.T}
+    return {canonical: value.T if value.ndim == 2 and canonical != "embed" else value}
+
+
+def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
+    """The checkpoint shape ([out, in] or [out]) of a canonical name or fused group."""
+    H, KV, d = geometry(spec)
+    base = canonical.rpartition(".")[2]
+    hidden, inner = spec.hidden_size, spec.intermediate_size
+    qkv = 3 * H * d if spec.architecture.fused_qkv == "per-head" else (H + 2 * KV) * d
+    if base == "qkv_proj":
+        return (qkv, hidden)
+    if base == "qkv_bias":
+        return (qkv,)
+    if base == "gate_up_proj":
+        return (2 * inner, hidden)
+    shape = expected(spec)[canonical]
+    return tuple(reversed(shape)) if len(shape) == 2 and base != "embed" else shape
+
+
+def _tensor_files(folder: Path) -> dict[str, Path]:
+    """{tensor key: safetensors file} of a checkpoint folder, its index checked."""
+    from safetensors import safe_open
+
+    if not folder.is_dir():
+        raise CheckpointError(f"{str(folder)!r} is not a folder (a checkpoint is a folder with config.json and "
+                              f"{SINGLE} or {INDEX})")  # fmt: skip
+    root = folder.resolve()
+    if (folder / INDEX).is_file():
+        try:
+            index = json.loads((folder / INDEX).read_text())
+            weight_map = index["weight_map"]
+            assert isinstance(weight_map, dict)
+        except (ValueError, KeyError, AssertionError, TypeError) as error:
+            raise CheckpointError(f"{INDEX} is not a safetensors index (no weight_map table): {error}") from None
+        files = {}
+        for key, name in weight_map.items():
+            path = (folder / str(name)).resolve()
+            if not isinstance(name, str) or root not in path.parents:
+                raise CheckpointError(f"{INDEX}: weight_map[{key!r}] = {name!r} points outside the checkpoint folder")
+            if not path.is_file():
+                raise CheckpointError(f"{INDEX}: weight_map[{key!r}] = {name!r}: no such file in the folder")
+            files[key] = path
+        return files
+    if not (folder / SINGLE).is_file():
+        raise CheckpointError(f"{str(folder)!r} holds neither {SINGLE} nor {INDEX} (.bin checkpoints are not read)")
+    try:
+        with safe_open(str(folder / SINGLE), framework="pt") as f:
+            return {key: folder / SINGLE for key in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    except Exception as error:  # noqa: BLE001 (safetensors raises its own types)
+        raise CheckpointError(f"{SINGLE} is not a safetensors file: {error}") from None
+
+
+def _read(files: Mapping[str, Path], keys: list[str]) -> Iterator[tuple[str, np.ndarray]]:
+    """(key, float32 array) for each key, grouped by file so each shard opens once."""
+    import torch
+    from safetensors import safe_open
+
+    by_file: dict[Path, list[str]] = {}
+    for key in keys:
+        by_file.setdefault(files[key], []).append(key)
+    for path, group in by_file.items():
+        with safe_open(str(path), framework="pt") as f:
+            present = set(f.keys())
+            for key in group:
+                if key not in present:
+                    raise CheckpointError(f"tensor {key!r} is listed in {INDEX} but not stored in {path.name}")
+                tensor = f.get_tensor(key)
+                if not tensor.is_floating_point():
+                    raise CheckpointError(f"tensor {key!r} is {tensor.dtype}, not a floating-point weight")
+                yield key, tensor.to(torch.float32).numpy()
+
+
+def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarray]:
+    """Every canonical weight of ``spec`` from the checkpoint folder, checked (module doc); float32 arrays."""
+    folder = Path(folder)
+    files = _tensor_files(folder)
+    arch = spec.architecture
+    wanted = _sources(spec)  # checkpoint key -> canonical (or fused group)
+    aliases = {old: new for new, old in arch.aliases.items()}
+
+    def canonical_key(key: str) -> str:
+        key = aliases.get(key, key)
+        if key in wanted or key.startswith(arch.base) or key.startswith("lm_head"):
+            return key
+        return arch.base + key  # checkpoints saved from the body alone (BLOOM's) drop the prefix
+
+    found: dict[str, str] = {}
+    for key in files:
+        name = canonical_key(key)
+        if name in wanted:
+            if name in found:
+                raise CheckpointError(f"tensors {found[name]!r} and {key!r} are both {name!r}")
+            found[name] = key
+        elif IGNORED.search(key) or (spec.tie_embeddings and name == "lm_head.weight"):
+            continue  # a buffer, or the tied head stored anyway (transformers ties it to the embedding)
+        else:
+            raise CheckpointError(f"tensor {key!r} is not a weight of this {arch.model_type} config (unexpected; "
+                                  f"is the config the checkpoint's own?)")  # fmt: skip
+    missing = [k for k in wanted if k not in found]
+    if missing:
+        raise CheckpointError(f"tensor {missing[0]!r} is missing ({len(missing)} of {len(wanted)} expected tensors "
+                              "absent)")  # fmt: skip
+    out: dict[str, np.ndarray] = {}
+    for key, value in _read(files, [found[k] for k in wanted]):
+        name = canonical_key(key)
+        shape = _fused_shape(spec, wanted[name])
+        if tuple(value.shape) != shape:
+            raise CheckpointError(f"tensor {key!r} has shape {list(value.shape)}, the config implies {list(shape)}")
+        bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+        if bad:
+            raise CheckpointError(f"tensor {key!r} holds {bad} non-finite value(s) (NaN or inf)")
+        out |= _split(spec, wanted[name], value)
+    return out
+
+
+def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{checkpoint key: [out, in] or [out] array} for a transformers model of the same config."""
+    H, KV, d = geometry(spec)
+    out = {}
+    for key, canonical in _sources(spec).items():
+        stem, _, base = canonical.rpartition(".")
+        stem = f"{stem}." if stem else ""
+        if base in ("qkv_proj", "qkv_bias"):
+            kind = "proj" if base == "qkv_proj" else "bias"
+            parts = [weights[f"{stem}{n}_{kind}"] for n in "qkv"]
+            parts = [p.T for p in parts] if kind == "proj" else parts
+            if spec.architecture.fused_qkv == "per-head":
+                tail = parts[0].shape[1:]
+                value = np.stack([p.reshape(H, d, *tail) for p in parts], axis=1).reshape(3 * H * d, *tail)
+            else:
+                value = np.concatenate(parts, axis=0)
+        elif base == "gate_up_proj":
+            value = np.concatenate([weights[f"{stem}gate_proj"].T, weights[f"{stem}up_proj"].T], axis=0)
+        else:
+            value = weights[canonical]
+            value = value.T if value.ndim == 2 and base != "embed" else value
+        out[key] = value
+    if spec.tie_embeddings:
+        out["lm_head.weight"] = weights["embed"]
+    return out
+
+
+def describe(source: Any) -> str:
+    """The report's words for where the weights came from."""
+    return "seeded (numpy default_rng(0))" if source is None else f"checkpoint {str(Path(source).resolve())!r}"

@@ -1,0 +1,119 @@
+"""Whole decoders from tiny random transformers checkpoints, verified by greedy generation (``ropeexport.decoder``).
+
+Each case builds the decoder from a checkpoint transformers saved, runs every scenario in ONNX Runtime, and checks
+the report: every call within the fp32 target of the float64 recompute, the transformers reference loaded by
+transformers itself (so our weight mapping is checked, not assumed) agreeing as closely, and the scenarios each
+schedule needs present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import ropeexport as rx
+from tests.decoder.tiny import CONFIGS, checkpoint
+
+CASES = [(name, "fused") for name in CONFIGS] + [
+    ("llama", "decomposed"),
+    ("phi3-longrope", "decomposed"),
+    ("bloom", "decomposed"),
+    ("gptj", "tensorrt"),
+    ("mistral-window", "tensorrt"),
+    ("llama", "gqa"),
+    ("phi3-longrope", "gqa"),
+    ("mistral-window", "gqa"),
+    ("llama-dynamic", "gqa"),
+    ("bloom", "gqa"),
+]
+
+
+@pytest.mark.parametrize(("name", "graph"), CASES, ids=[f"{n}-{g}" for n, g in CASES])
+def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path / "ckpt", name)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph)
+    report = result.report
+    failing = [(s["name"], c["index"], c["float64"]["rel"]) for s in report["scenarios"] for c in s["calls"]
+               if not c["passed"]]  # fmt: skip
+    assert result.passed, failing
+    assert report["references"]["transformers"].startswith("transformers")
+    for scenario in report["scenarios"]:
+        summary = scenario["summary"]
+        assert summary["worst_rel"] <= 1e-4, (scenario["name"], summary)
+        # transformers runs the same weights in fp32 with float32 angles: within the same bound at short positions
+        # (its own drift grows with the position, so far positions are compared with the truth below)
+        if "regime_cost_rel" not in summary and summary["positions"][1] < 4096:
+            assert summary["worst_rel_transformers"] <= 1e-4, (scenario["name"], summary)
+        if summary["positions"][1] >= 2**16:  # far positions: the exact tables beat transformers' fp32 angles
+            assert summary["worst_rel"] * 10 < summary["worst_rel_transformers_vs_float64"], summary
+    names = {s["name"] for s in report["scenarios"]}
+    assert {"decode-64", "chunked-prefill", "left-padded"} <= names
+    assert sum(len(s["calls"]) for s in report["scenarios"] if s["name"] == "decode-64") == 65
+    files = {p.name for p in result.path.iterdir()}
+    assert {"model.onnx", "decoder.json", "report.json", "report.md"} <= files
+    assert not any(p.name.startswith(".building") for p in (tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(("name", "graph"), [("phi3-longrope", "fused"), ("gpt_neox", "decomposed")])
+def test_fp16_decoder_passes_its_bound(name: str, graph: str, tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path / "ckpt", name)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, dtype="fp16")
+    assert result.passed, [(s["name"], s["summary"]["worst_rel"]) for s in result.report["scenarios"]]
+    assert result.report["tolerance"]["rel"] == 2e-2
+    worst = max(s["summary"]["worst_rel"] for s in result.report["scenarios"])
+    assert 1e-5 < worst <= 2e-2  # fp16 rounding is there, and within the bound
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("phi3-longrope", {"prompt-across-switch", "decode-across-switch", "decode-across-switch-keep"}),
+        ("llama-dynamic", {"prompt-across-switch", "decode-across-switch", "decode-across-switch-keep"}),
+        ("qwen2-yarn", {"prompt-across-switch", "decode-across-switch"}),
+        ("llama-llama3", {"prompt-across-switch", "decode-across-switch", "far-positions"}),
+    ],
+)
+def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], tmp_path: Path) -> None:
+    result = rx.build_decoder(tmp_path / "out", checkpoint=checkpoint(tmp_path / "ckpt", name), eager=False)
+    by_name = {s["name"]: s for s in result.report["scenarios"]}
+    assert expected <= set(by_name)
+    crossing = by_name["decode-across-switch"]["summary"]
+    limit = result.report["spec"]["position"]["scaling_params"]["original_max_position_embeddings"]
+    assert crossing["positions"][0] < limit <= crossing["positions"][1]
+    if "decode-across-switch-keep" in expected:
+        # re-prefill: every call exact; keep: the cached keys of the old regime cost far more than the target
+        assert by_name["decode-across-switch"]["summary"]["re_prefills"] >= 1
+        kept = by_name["decode-across-switch-keep"]["summary"]
+        assert kept["re_prefills"] == 0 and kept["regime_cost_calls"] > 0
+        assert kept["regime_cost_rel"] > 1e-3, kept
+        assert by_name["decode-across-switch-keep"]["passed"]  # reported as the regime's cost, not a failure
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tmp_path: Path) -> None:
+    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.weights import load_checkpoint
+
+    single = checkpoint(tmp_path / "single", "phi3-longrope")
+    sharded = checkpoint(tmp_path / "sharded", "phi3-longrope", max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    spec, _ = resolve(checkpoint=single)
+    one, many = load_checkpoint(spec, single), load_checkpoint(spec, sharded)
+    assert one.keys() == many.keys()
+    assert all((one[k] == many[k]).all() for k in one)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_weights_round_trip_to_transformers_names(name: str, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.weights import load_checkpoint, to_transformers
+
+    ckpt = checkpoint(tmp_path, name)
+    spec, _ = resolve(checkpoint=ckpt)
+    stored = load_file(str(ckpt / "model.safetensors"))
+    back = to_transformers(spec, load_checkpoint(spec, ckpt))
+    current = {old: new for new, old in spec.architecture.aliases.items()}  # transformers saves some legacy names
+    for key, value in stored.items():
+        assert (back[current.get(key, key)] == value).all(), key

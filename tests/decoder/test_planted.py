@@ -1,0 +1,64 @@
+"""Planted mistakes a decoder exporter makes, each caught by the generation check and by the scenario that should.
+
+Each row exports a decoder with one thing wrong (the spec it was built from differs from the truth's) and verifies
+it against the true spec: the listed scenarios must fail, and the verdict must be failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ropeexport.catalog import kind_for
+from ropeexport.decoder.build import resolve
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.verify import verify_decoder
+from ropeexport.decoder.weights import seeded_weights
+from ropeexport.graph.onnx_io import save_model
+from ropeexport.runtimes.ort import OrtRunner
+
+_LONGROPE = {"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 4.0, 5.0]}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 48,
+    "vocab_size": 96,
+    "max_position_embeddings": 256,
+}
+PHI3 = {**LLAMA, "model_type": "phi3", "original_max_position_embeddings": 64, "rope_scaling": _LONGROPE}
+MISTRAL = {**LLAMA, "model_type": "mistral", "sliding_window": 6}  # fmt: skip
+
+
+def _position(**changes: Any) -> Callable[[Any], Any]:
+    return lambda spec: spec.replace(position={**spec.position, **changes})
+
+
+CASES: list[tuple[str, dict[str, Any], Callable[[Any], Any], set[str]]] = [
+    ("theta off by 1%", LLAMA, lambda s: _position(theta=s.position["theta"] * 1.01)(s),
+     {"decode-64", "far-positions"}),
+    ("sliding window ignored", MISTRAL, lambda s: s.replace(sliding_window=0), {"decode-64", "left-padded"}),
+    ("LongRoPE without its schedule", PHI3, _position(scaling="default", scaling_params={}),
+     {"far-positions", "decode-across-switch"}),
+    ("interleaved pairs for half pairs", LLAMA, _position(layout="interleaved"), {"decode-64", "chunked-prefill"}),
+    ("no sliding window where one is", LLAMA, lambda s: s.replace(sliding_window=4), {"decode-64"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "config", "wrong", "caught_by"), CASES, ids=[c[0] for c in CASES])
+def test_planted_decoder_mistake_fails(
+    label: str, config: dict[str, Any], wrong: Callable[[Any], Any], caught_by: set[str], tmp_path: Path
+) -> None:
+    spec, _ = resolve(config=config, name="planted")
+    weights = seeded_weights(spec)
+    save_model(build_decoder_graph(wrong(spec), weights, "seeded"), tmp_path)
+    position = spec.position_spec()
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    results = verify_decoder(runner.infer, spec, weights, kind_for(position).piece(position))
+    failed = {r["name"] for r in results if not r["passed"]}
+    assert caught_by <= failed, f"{label}: failed only {sorted(failed)}"

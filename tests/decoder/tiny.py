@@ -1,0 +1,55 @@
+"""Tiny random transformers models saved as checkpoints: what the decoder tests build from (nothing is downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+transformers = pytest.importorskip("transformers", reason="transformers (the test extra) builds the tiny models")
+torch = pytest.importorskip("torch")
+
+_SMALL = {"vocab_size": 96, "num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 48,
+          "num_attention_heads": 4}  # fmt: skip
+_LONGROPE = {"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 4.0, 5.0]}
+# name -> (model_type, config fields): every architecture, each schedule, the structural variants.
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("llama", {**_SMALL, "num_key_value_heads": 2}),
+    "llama-biases": ("llama", {**_SMALL, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True}),
+    "llama-llama3": ("llama", {**_SMALL, "num_key_value_heads": 1, "max_position_embeddings": 512,
+                               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}),
+    "llama-dynamic": ("llama", {**_SMALL, "max_position_embeddings": 128,
+                                "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}),
+    "mistral-window": ("mistral", {**_SMALL, "num_key_value_heads": 2, "sliding_window": 6}),
+    "qwen2-yarn": ("qwen2", {**_SMALL, "num_key_value_heads": 2, "max_position_embeddings": 256,
+                             "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                              "original_max_position_embeddings": 64}}),
+    "phi3-longrope": ("phi3", {**_SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "max_position_embeddings": 256,
+                               "original_max_position_embeddings": 64, "rope_scaling": _LONGROPE}),
+    "gpt_neox": ("gpt_neox", {**_SMALL, "rotary_pct": 0.5}),
+    "gpt_neox-sequential": ("gpt_neox", {**_SMALL, "use_parallel_residual": False}),
+    "gptj": ("gptj", {"vocab_size": 96, "n_layer": 2, "n_embd": 32, "n_head": 4, "rotary_dim": 4,
+                      "n_positions": 256}),
+    "bloom": ("bloom", {"vocab_size": 96, "n_layer": 2, "hidden_size": 32, "n_head": 4}),
+}  # fmt: skip
+
+
+def hf_config(name: str) -> Any:
+    model_type, fields = CONFIGS[name]
+    return transformers.AutoConfig.for_model(model_type, **fields)
+
+
+def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | None = None) -> Path:
+    """A random model of CONFIGS[name] saved with save_pretrained into ``folder``; weights spread (std ~0.2) so the
+    logits have a scale of order one and a wrong position shows.
+    """  # noqa: D205
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(name), attn_implementation="eager")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(folder, **kwargs)
+    return folder
