@@ -29,7 +29,7 @@ import onnx
 from ropeexport.batch import Job, OnDone, OnStage, Settings
 from ropeexport.batch import build_all as _build_batch
 from ropeexport.catalog import kind_for, spec_from_dict
-from ropeexport.decoder.reverify import is_decoder_folder, verify_decoder_folder
+from ropeexport.decoder.reverify import check_decoder_folder, is_decoder_folder, verify_decoder_folder
 from ropeexport.errors import SpecError
 from ropeexport.pipeline import BuildResult, build_artifact, check_target
 from ropeexport.presets import Request
@@ -234,10 +234,10 @@ def verify(
 ) -> list[VerifyResult]:
     """Check the hashes of an artifact folder, or of every artifact in a tree, then verify each again here.
 
-    One result per artifact (one for a folder), each with ``passed``, ``path`` and the fresh ``report``. In a tree,
-    every manifest and hash is checked before anything is verified (a damaged file: SpecError naming the artifact
-    and the file, and nothing re-verified); the tree's index is rewritten after. ``on_done(result, seconds)`` is
-    called as each artifact finishes.
+    One result per artifact (one for a folder), each with ``passed``, ``path`` and the fresh ``report``. In a tree
+    (decoder folders included), every manifest and hash is checked before anything is verified (a damaged file:
+    SpecError naming the artifact and the file, and nothing re-verified); the tree's index is rewritten after.
+    ``on_done(result, seconds)`` is called as each artifact finishes.
 
     A decoder folder (written by ``build_decoder``) gives a ``DecoderVerifyResult`` (``ropeexport.decoder.reverify``,
     a VerifyResult): the files' sha256 checked against its report.json, every scenario run again on ONNX Runtime's
@@ -263,13 +263,26 @@ def verify(
     manifests = {}
     for one in folders:
         try:
-            manifests[one] = check_folder(one)
+            if is_decoder_folder(one):  # its report.json lists the files and hashes; it takes no atol, rtol, runtime
+                # Refused before anything runs, not after the other artifacts: verify_decoder_folder would refuse.
+                if names and any(r != "ort" for r in names):
+                    raise SpecError("runtime", f"a decoder is re-verified on ort only, got {names}; verify the other "
+                                    "folders of this tree one by one to use another runtime")  # fmt: skip
+                if any(tolerances):
+                    raise SpecError("atol/rtol", "a decoder's tolerance is fixed per dtype (relative to the logit "
+                                    "scale); verify the other folders of this tree one by one to give one")  # fmt: skip
+                check_decoder_folder(one)
+            else:
+                manifests[one] = check_folder(one)
         except SpecError as exc:  # name the artifact: a tree has many model.onnx files
             raise SpecError(f"{one.name}/{exc.field}", exc.message) from None
-    results = []
+    results: list[VerifyResult] = []
     for one in folders:
         began = time.perf_counter()
-        result = verify_folder(one, names, *tolerances, manifest=manifests[one])
+        if one in manifests:
+            result = verify_folder(one, names, *tolerances, manifest=manifests[one])
+        else:
+            result = verify_decoder_folder(one, names, on_scenario=on_scenario)
         results.append(result)
         report(result, time.perf_counter() - began)
     write_index(folder)

@@ -1,7 +1,7 @@
 """``ropeexport verify DIR``: check an artifact's hashes, verify it again on this machine, write fresh reports.
 
-DIR is one artifact folder, or a tree written by ``ropeexport build`` (every artifact in it: all manifests and hashes
-are checked before anything is verified, and index.json / index.html are rewritten after).
+DIR is one artifact folder, or a tree written by ``ropeexport build`` (every artifact in it, decoders included: all
+manifests and hashes are checked before anything is verified, and index.json / index.html are rewritten after).
 
 Examples:
   ropeexport verify ropeexport-out

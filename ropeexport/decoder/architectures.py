@@ -268,6 +268,19 @@ def architecture(config: Mapping[str, Any], where: str) -> Architecture:
     return ARCHITECTURES[model_type]
 
 
+def _number(where: str, key: str, value: Any, fraction: bool) -> int | float:
+    """A size (a positive integer; an integral float is accepted) or, with ``fraction``, a number in (0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: {key}", f"must be a number, got {value!r}")
+    if fraction:
+        if not 0 < value < 1:
+            raise SpecError(f"{where}: {key}", f"must be in (0, 1), got {value!r}")
+        return float(value)
+    if not float(value).is_integer() or value < 1:
+        raise SpecError(f"{where}: {key}", f"must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def _flag(config: Mapping[str, Any], answer: tuple[str, bool] | bool) -> bool:
     if isinstance(answer, bool):
         return answer
@@ -289,7 +302,7 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
     def take(name: str, keys: tuple[str, ...], default: Any = None, required: bool = True) -> None:
         for key in keys:
             if config.get(key) is not None:
-                fields[name], sources[name] = config[key], key
+                fields[name], sources[name] = _number(where, key, config[key], name == "norm_eps"), key
                 return
         if default is None and required:
             raise SpecError(f"{where}: {keys[0]}", f"missing: the config has none of {', '.join(keys)}")

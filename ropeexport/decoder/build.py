@@ -1,9 +1,11 @@
 """Build one decoder: resolve the spec from a config (and checkpoint), export, run every scenario, write the folder.
 
 ``<out>/<name>/`` holds ``model.onnx`` (+ ``model.onnx.data`` past 64 MiB of weights), ``decoder.json`` (the spec,
-where each field came from, the config used, the weights' source) and ``report.json`` / ``report.md`` (every call of
-every scenario against the float64 truth and transformers). The folder is written under a hidden name and renamed
-into place when complete: a bad input or an interrupted build leaves nothing half-written.
+where each field came from, the config used, the weights' source) and ``report.json`` / ``report.md`` /
+``report.html`` (every call of every scenario against the float64 truth and transformers). The folder is written under
+a hidden name and renamed into place when complete: a bad input or an interrupted build leaves nothing half-written.
+When ``<out>`` is, or may become, a ropeexport tree (``tree.check_tree``), its index.json / index.html are rewritten
+after, the decoder listed beside the other artifacts.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.probes import scenarios
-from ropeexport.decoder.report import write_markdown
+from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
 from ropeexport.decoder.verify import TOLERANCE, verify_decoder
 from ropeexport.decoder.weights import describe, load_checkpoint, seeded_weights
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
 from ropeexport.hf import model_name, read_config
+from ropeexport.tree import check_tree, write_index
 from ropeexport.version import __version__
 
 GROUPED = ("llama", "mistral", "qwen2", "phi3")  # architectures whose configs carry num_key_value_heads
@@ -146,6 +149,11 @@ def build_decoder(
     target = out / spec.name
     if target.exists() and not replace:
         raise SpecError("out_dir", f"{str(target)!r} exists; pass replace (--replace) to rebuild it")
+    try:
+        check_tree(out)
+        indexed = True
+    except SpecError:  # a folder of the user's (not a tree): the decoder goes in, but no index is written over theirs
+        indexed = False
     weights = load_checkpoint(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)
     model = build_decoder_graph(spec, weights, describe(checkpoint))
     work = out / f".building-{spec.name}"
@@ -161,9 +169,19 @@ def build_decoder(
         (work / "decoder.json").write_text(json.dumps(record, indent=2, default=list) + "\n")
         (work / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         (work / "report.md").write_text(write_markdown(report))
+        (work / "report.html").write_text(write_html(report))
         if target.exists():
             shutil.rmtree(target)
         work.rename(target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if indexed:
+        try:
+            write_index(out)
+        except OSError as exc:
+            raise SpecError(
+                "out_dir",
+                f"the decoder is built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
+                "free space and run 'ropeexport verify' on the tree to index it",
+            ) from None
     return DecoderResult(target, report)

@@ -7,8 +7,9 @@ sha256, model.onnx an ONNX model whose external data is listed, and the spec and
 model equal to decoder.json's. Then the spec is rebuilt from decoder.json (``DecoderSpec`` of its fields, the name as
 stored), the weights are drawn again (seeded) or read from the checkpoint folder named, and every scenario of this
 ropeexport runs again in ONNX Runtime (CPU) against the float64 truth and transformers (when the build asked for it
-and transformers is installed here; else skipped with the reason). The fresh report.json / report.md replace the old
-ones; the result keeps the stored report, so each scenario's worst error now is shown beside the stored one.
+and transformers is installed here; else skipped with the reason). The fresh report.json / report.md / report.html
+replace the old ones; the result keeps the stored report, so each scenario's worst error now is shown beside the
+stored one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.decoder.report import write_markdown
+from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import sha256
@@ -215,7 +216,7 @@ def verify_decoder_folder(
     eager: bool | None = None,
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
 ) -> DecoderVerifyResult:
-    """Check the folder (module doc), run every scenario again here, and replace report.json / report.md.
+    """Check the folder (module doc), run every scenario again here, and replace report.json / .md / .html.
 
     ``runtimes``: only ``ort`` (a decoder runs on ONNX Runtime's CPU provider); ``atol`` / ``rtol``: none (a
     decoder's tolerance is fixed per dtype, relative to the logit scale). ``eager``: whether to compare with
@@ -250,6 +251,7 @@ def verify_decoder_folder(
     with tempfile.TemporaryDirectory(dir=folder, prefix=".reports.") as scratch:
         (Path(scratch) / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         (Path(scratch) / "report.md").write_text(write_markdown(report))
-        for name in ("report.json", "report.md"):
+        (Path(scratch) / "report.html").write_text(write_html(report))
+        for name in ("report.json", "report.md", "report.html"):
             os.replace(Path(scratch) / name, folder / name)
     return DecoderVerifyResult(folder, bool(report["passed"]), report, stored, round(time.perf_counter() - start, 2))

@@ -64,10 +64,9 @@ class DecoderSpec:
         require_choice("model_type", self.model_type, tuple(ARCHITECTURES))
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("graph", self.graph, FORMS)
-        for name, top in (("num_layers", 1024), ("hidden_size", 2**17), ("vocab_size", 2**22)):
-            require_int(name, getattr(self, name), 1, top)
-        require_int("intermediate_size", self.intermediate_size, 1, 2**20)
-        require_int("sliding_window", self.sliding_window, 0)
+        for name, low, top in (("num_layers", 1, 1024), ("hidden_size", 1, 2**17), ("vocab_size", 1, 2**22),
+                               ("intermediate_size", 1, 2**20), ("sliding_window", 0, None)):  # fmt: skip
+            object.__setattr__(self, name, require_int(name, getattr(self, name), low, top))  # 32.0 -> 32
         if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:
             raise SpecError("norm_eps", f"must be a number in (0, 1), got {self.norm_eps!r}")
         position = self.position_spec()  # validates the encoding's fields

@@ -1,0 +1,185 @@
+"""A decoder in the artifact tree: its report.html, its line in index.json / index.html, and ``verify`` over a tree
+that holds a decoder beside an ordinary artifact.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ropeexport as rx
+from ropeexport.cli import main
+from ropeexport.decoder.report import write_html, write_markdown
+from ropeexport.tree import index_dict
+
+# The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
+ENTRY_KEYS = ["name", "encoding", "artifact", "dtype", "graph", "max_positions", "passed", "status", "path", "report",
+              "worst_max_abs", "worst_ratio", "bytes", "build_seconds", "origin", "runtimes", "versions"]  # fmt: skip
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(OUT, the decoder's folder, bloom's folder): a decoder built first, then an ordinary artifact into its tree."""
+    out = tmp_path_factory.mktemp("tree") / "out"
+    decoder = rx.build_decoder(out, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
+    assert decoder.passed
+    assert (out / "index.json").is_file()  # the decoder build made OUT a tree, so the next build indexes both
+    bloom = rx.build(rx.from_preset("bloom-560m", max_positions=256)[0], out)
+    assert bloom.passed
+    return out, decoder.path, bloom.path
+
+
+@pytest.fixture
+def tree_copy(tree: tuple[Path, Path, Path], tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(tree[0], out)
+    return out
+
+
+def _png(html: str) -> bytes:
+    match = re.search(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert match, "no embedded PNG"
+    return base64.b64decode(match.group(1))
+
+
+def test_report_html_has_the_verdict_the_scenarios_and_the_plot(tree: tuple[Path, Path, Path]) -> None:
+    _, decoder, _ = tree
+    report = _json(decoder / "report.json")
+    html = (decoder / "report.html").read_text()
+    assert f"<h1>PASS: {report['name']}</h1>" in html and '<header class="banner pass">' in html
+    for scenario in report["scenarios"]:
+        assert f"<h2>{scenario['name']}: passed</h2>" in html
+    assert html.count("<tr") - html.count("<thead><tr>") >= sum(len(s["calls"]) for s in report["scenarios"])
+    assert "What failed" not in html and "Plot left out" not in html
+    assert _png(html).startswith(b"\x89PNG\r\n\x1a\n")
+    assert "logit scale" in html and 'href="../index.html"' in html and "<script" not in html
+    assert (decoder / "report.md").read_text() == write_markdown(report)
+
+
+def test_report_html_escapes_and_marks_failures_and_stale_calls(tree: tuple[Path, Path, Path]) -> None:
+    report = copy.deepcopy(_json(tree[1] / "report.json"))
+    report["name"] = "<script>alert(1)</script>"
+    report["passed"] = False
+    bad = report["scenarios"][0]
+    bad["passed"] = False
+    bad["calls"][2].update(passed=False, diverged_rows=[0])
+    bad["calls"][2]["float64"]["rel"] = 5e-3
+    bad["calls"][3]["float64"]["rel"] = float("inf")  # drawn as a cross at the top, not lost
+    kept = report["scenarios"][-1]
+    for call in kept["calls"][4:]:
+        call.update(stale_cache=True, passed=True)
+        call["float64"]["rel"] = 3e-3
+    html = write_html(report)
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert '<header class="banner fail">' in html and "What failed" in html
+    assert f"{bad['name']}: calls 2 (FAIL (tokens differ), 5.0e-03)" in html
+    assert html.count('<tr class="skip">') == len(kept["calls"]) - 4  # regime cost rows, not failures
+    assert ">regime cost</span>" in html and '<tr class="fail">' in html
+    assert _png(html).startswith(b"\x89PNG")
+    assert html == write_html(report)  # the same report gives the same page, figure included
+
+
+def test_index_lists_the_decoder_beside_the_artifact(tree: tuple[Path, Path, Path]) -> None:
+    out, decoder, bloom = tree
+    index = _json(out / "index.json")
+    entries = {e["name"]: e for e in index["artifacts"]}
+    assert set(entries) == {decoder.name, bloom.name} and index["passed"] == 2 and index["failed"] == 0
+    assert list(entries[bloom.name]) == ENTRY_KEYS  # the ordinary line is unchanged
+    report = _json(decoder / "report.json")
+    e = entries[decoder.name]
+    assert {k: e[k] for k in ("encoding", "artifact", "dtype", "graph", "passed", "status", "path", "report")} == {
+        "encoding": "rope",
+        "artifact": "decoder",
+        "dtype": "fp32",
+        "graph": "fused",
+        "passed": True,
+        "status": "passed",
+        "path": decoder.name,
+        "report": f"{decoder.name}/report.html",
+    }
+    assert set(ENTRY_KEYS) <= set(e)
+    worst = max(s["summary"]["worst_rel"] for s in report["scenarios"])
+    assert e["worst_rel"] == {"float64": worst} and "logit scale" in e["worst_rel_of"]  # no transformers: --no-eager
+    assert e["worst_ratio"]["float64"] == pytest.approx(worst / report["tolerance"]["rel"])
+    assert e["worst_max_abs"]["float64"] == max(s["summary"]["worst_abs"] for s in report["scenarios"])
+    assert e["max_positions"] == report["spec"]["position"]["max_positions"]
+    assert e["scenarios"] == {"passed": len(report["scenarios"]), "total": len(report["scenarios"])}
+    model = sum((decoder / f).stat().st_size for f in report["files"])
+    assert e["bytes"]["model"] == model > 0 and e["bytes"]["folder"] > model
+
+    html = (out / "index.html").read_text()
+    for name in (decoder.name, bloom.name):
+        assert f'<a href="./{name}/report.html">{name}</a>' in html
+    assert "rope / decoder" in html and f"{worst:.2e} of the logit scale" in html
+    assert "Decoder rows" in html
+
+
+def test_verify_a_tree_with_a_decoder_verifies_both(tree_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _json(tree_copy / "index.json")["created"]
+    decoder = next(p for p in tree_copy.iterdir() if (p / "decoder.json").is_file())
+    (decoder / "report.html").unlink()  # re-verification writes it again
+    code, out, err = run(["verify", str(tree_copy)], capsys)
+    assert code == 0, out + err
+    assert "2 of 2 artifacts verified" in out and f"PASS {decoder.name}: worst" in out
+    assert out.strip().endswith(str(tree_copy.resolve() / "index.html"))
+    assert "far-positions" in out  # the decoder's scenarios, one line each
+    assert (decoder / "report.html").is_file()
+    index = _json(tree_copy / "index.json")
+    assert index["passed"] == 2 and index["created"] >= before
+
+
+def test_verify_a_tree_refuses_flags_a_decoder_does_not_take_before_running_anything(
+    tree_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = {p: p.read_bytes() for p in tree_copy.glob("*/report.json")}
+    for flags, words in ((["--runtime", "onnx-reference"], "ort only"), (["--atol", "1e-3"], "fixed per dtype")):
+        code, out, err = run(["verify", str(tree_copy), *flags], capsys)
+        assert code == 2 and words in err and "decoder" in err and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in reports} == reports  # nothing was verified, nothing rewritten
+
+
+def test_a_damaged_decoder_is_listed_not_fatal(tree_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    decoder = next(p for p in tree_copy.iterdir() if (p / "decoder.json").is_file())
+    (decoder / "report.json").write_text("{")
+    entries = {e["name"]: e for e in index_dict(tree_copy)["artifacts"]}
+    assert entries[decoder.name]["status"] == "unreadable" and not entries[decoder.name]["passed"]
+    code, _, err = run(["verify", str(tree_copy)], capsys)
+    assert code == 2 and f"{decoder.name}/report.json" in err, err
+
+
+def test_a_normal_build_into_a_folder_holding_only_a_decoder(
+    tree: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(tree[1], out / tree[1].name)  # a decoder folder, no index.json: still a ropeexport tree
+    code, stdout, err = run(["build", "--preset", "bloom-560m", "--max-positions", "256", "--out", str(out)], capsys)
+    assert code == 0, stdout + err
+    names = sorted(e["name"] for e in _json(out / "index.json")["artifacts"])
+    assert names == sorted([tree[1].name, tree[2].name])
+
+
+def test_a_decoder_built_into_a_folder_of_the_users_writes_no_index(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    result = rx.build_decoder(tmp_path, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
+    assert (result.path / "report.html").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["notes.txt", result.path.name])
