@@ -23,6 +23,7 @@ __all__ = [
     "build",
     "build_all",
     "build_decoder",
+    "build_layer_block",
     "check_trt",
     "diff",
     "export",

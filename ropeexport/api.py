@@ -165,6 +165,36 @@ def build(
     return result
 
 
+def build_layer_block(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    layer: int = 0,
+    dtype: str = "fp32",
+    graph: str = "fused",
+    runtimes: Sequence[str] | None = None,
+    atol: Tolerance = None,
+    rtol: Tolerance = None,
+    replace: bool = False,
+    hf_config: str | Path | None = None,
+    name: str | None = None,
+) -> BuildResult:
+    """The ``block`` artifact of one checkpoint layer (``decoder.layer``): its encoding's block with that layer's
+    attention weights, built and verified into ``out_dir/NAME`` like ``build``; the manifest records the checkpoint.
+    """  # noqa: D205
+    from ropeexport.decoder.layer import layer_block
+
+    out = _path(out_dir, "out_dir")
+    check_tree(out)
+    hf = None if hf_config is None else _path(hf_config, "hf_config")
+    spec, kind, origin = layer_block(_path(checkpoint, "checkpoint"), layer, dtype, graph, name, hf)
+    names = check_runtime_names(_names(runtimes, "runtimes") or ["ort"])
+    result = build_artifact(spec, kind, out, names, atol=_tolerance(atol, "atol"), rtol=_tolerance(rtol, "rtol"),
+                            origin=origin, replace=replace)  # fmt: skip
+    if is_tree(out):
+        write_index(out)
+    return result
+
+
 def build_all(
     specs: Sequence[SpecBase],
     out_dir: str | Path,

@@ -89,14 +89,14 @@ def _inside(folder: Path, name: Any, field: str) -> Path:
     return path
 
 
-def check_files(folder: Path, files: dict[str, str]) -> None:
-    """Every file the manifest lists is inside the folder, no link, and has its recorded sha256; else SpecError."""
+def check_files(folder: Path, files: dict[str, str], record: str = "the manifest") -> None:
+    """Every file ``record`` lists is inside the folder, no link, and has its recorded sha256; else SpecError."""
     for name, digest in files.items():
         path = _inside(folder, name, f"files.{name}")
         if not path.is_file():
             raise SpecError(f"files.{name}", f"{str(path)!r} is missing")
         if sha256(path) != digest:
-            raise SpecError(f"files.{name}", "sha256 differs from the manifest: the file changed after it was built")
+            raise SpecError(f"files.{name}", f"sha256 differs from {record}: the file changed after it was built")
 
 
 MAX_INITIALIZER_BYTES = 2**31  # protobuf's cap on a model; a larger claimed tensor is damage, not a table
@@ -191,7 +191,13 @@ def verify_folder(
     manifest = manifest or check_folder(folder)
     runtimes = check_runtime_names(runtimes or ["ort"])
     spec = spec_from_dict(manifest["spec"], "manifest.json spec")
-    verification = verify_artifact(spec, kind_for(spec), folder / "model.onnx", runtimes, atol=atol, rtol=rtol)
+    origin = manifest.get("build", {}).get("origin", {})
+    kind = kind_for(spec)
+    if isinstance(origin, dict) and "checkpoint" in origin and "layer" in origin:  # a checkpoint layer's block
+        from ropeexport.decoder.layer import kind_for_origin
+
+        kind = kind_for_origin(spec, origin)
+    verification = verify_artifact(spec, kind, folder / "model.onnx", runtimes, atol=atol, rtol=rtol)
     facts = model_facts(onnx.load(str(folder / "model.onnx"), load_external_data=False))
     report = report_dict(spec, verification, versions(), manifest["files"], facts)
     # Reports are written beside each other in a temporary folder, then moved over the old ones.

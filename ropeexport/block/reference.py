@@ -11,7 +11,7 @@ Notation as in ``block.export``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from ropeexport.block.static import is_static, per_row
 from ropeexport.block.weights import block_weights, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.kinds import Feeds
+from ropeexport.numerics import round_once
 from ropeexport.tensors import to_torch
 
 # rotate(x [b, heads, s, d] in the dtype, position_ids [b, s]) -> x rotated, in the dtype
@@ -34,25 +35,38 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def block_eager(
-    spec: Any, feeds: Feeds, rotate: Rotate | None = None, bias: Bias | None = None
+    spec: Any,
+    feeds: Feeds,
+    rotate: Rotate | None = None,
+    bias: Bias | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
+    window: int = 0,
 ) -> dict[str, np.ndarray]:
     """output [b, s, hidden], present_key / present_value [b, KV, t, d], in the artifact dtype.
 
     ``rotate`` turns q and k (RoPE); ``bias`` adds to the scaled logits, with each cache slot's position counted
     over the real tokens (cumsum(attention_mask) - 1, padded slots at 0), as BLOOM counts them. A static-cache
-    call is evaluated row by row as the dynamic calls it stands for (``block.static``).
+    call is evaluated row by row as the dynamic calls it stands for (``block.static``). ``weights`` and ``window`` as
+    ``block.export.build_block_graph`` takes them (default: the seeded projections).
     """
     if is_static(feeds):
-        return per_row(feeds, lambda row: block_eager(spec, row, rotate, bias))
+        return per_row(feeds, lambda row: block_eager(spec, row, rotate, bias, weights, window))
     dtype = DTYPES[spec.dtype].torch
-    w = {k: to_torch(v).to(dtype) for k, v in block_weights(spec).items()}  # exact: the values are dtype values
+    arrays = block_weights(spec) if weights is None else weights
+    # exact: the values are dtype values (rounded once, as the graph stores them)
+    w = {k: to_torch(round_once(v, spec.dtype)) for k, v in arrays.items()}
+
+    def project(y: torch.Tensor, name: str) -> torch.Tensor:
+        out = y @ w[f"{name}_proj"]
+        return out + w[f"{name}_bias"] if f"{name}_bias" in w else out
+
     H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
     x = to_torch(feeds["hidden"])
     b, s, _ = x.shape
     pos = torch.from_numpy(feeds["position_ids"])
     heads = lambda y, n: y.view(b, s, n, d).transpose(1, 2)  # noqa: E731
     with torch.no_grad():
-        q, k, v = heads(x @ w["q_proj"], H), heads(x @ w["k_proj"], KV), heads(x @ w["v_proj"], KV)
+        q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
         if rotate is not None:
             q, k = rotate(q, pos), rotate(k, pos)
         keys = torch.cat([to_torch(feeds["past_key"]), k], dim=2)
@@ -60,7 +74,8 @@ def block_eager(
         past = feeds["past_key"].shape[2]
         real = torch.from_numpy(feeds["attention_mask"]) != 0  # [b, t]: any nonzero value is a real token
         t = real.shape[1]
-        causal = torch.arange(t)[None, :] <= (torch.arange(s) + past)[:, None]  # [s, t], bottom-right aligned
+        distance = (torch.arange(s) + past)[:, None] - torch.arange(t)[None, :]  # [s, t]: query slot - key slot
+        causal = (distance >= 0) & ((distance < window) if window else True)  # bottom-right aligned
         mask = causal[None, None] & real[:, None, None, :]  # [b, 1, s, t]
         logits = (q @ keys.repeat_interleave(H // KV, dim=1).transpose(-1, -2)) * (1.0 / math.sqrt(d))
         if bias is not None:
@@ -69,5 +84,5 @@ def block_eager(
         logits = logits.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(logits.float(), dim=-1).nan_to_num(0.0).to(dtype)  # a row with no key: zeros
         attended = weights @ values.repeat_interleave(H // KV, dim=1)  # [b, H, s, d]
-        output = attended.transpose(1, 2).reshape(b, s, H * d) @ w["o_proj"]
+        output = project(attended.transpose(1, 2).reshape(b, s, H * d), "o")
     return {"output": _numpy(output), "present_key": _numpy(keys), "present_value": _numpy(values)}

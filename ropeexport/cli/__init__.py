@@ -54,6 +54,7 @@ FLAGS = {
     "num_layers": "--num-layers",
     "hidden_size": "--hidden-size",
     "vocab_size": "--vocab-size",
+    "layer": "--layer",
 }
 
 

@@ -325,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
     from ropeexport.pipeline import check_target, clean_leftovers
     from ropeexport.tree import check_tree
 
+    if decoder.wants_layer_block(args):
+        return decoder.run_layer_block(args, spec_fields(), summary_line)
     if decoder.wants_decoder(args):
         return decoder.run(args, spec_fields())
     workers = _jobs_count(args.jobs)

@@ -1,8 +1,12 @@
-"""``ropeexport build --artifact decoder``: a whole decoder from a config (and checkpoint), verified by generation.
+"""``ropeexport build --artifact decoder`` and ``--artifact block --checkpoint DIR``: the model-level builds.
+
+``--artifact decoder``: a whole decoder from a config (and checkpoint), verified by generation. ``--artifact block
+--checkpoint DIR --layer N``: one layer's attention, its weights read from the checkpoint.
 
   ropeexport build --hf-config config.json --artifact decoder --num-layers 2 --hidden-size 256
   ropeexport build --checkpoint ./tiny-llama --artifact decoder --graph decomposed
   ropeexport build --preset llama-3.1-8b --artifact decoder --num-layers 2 --hidden-size 256 --vocab-size 512
+  ropeexport build --checkpoint ./tiny-llama --artifact block --layer 3 --graph gqa
 
 Writes ``<out>/<name>/`` (``decoder.build`` module doc); exit 0 when every call of every scenario passed, 1 when one
 failed, 2 on bad input (nothing written).
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,45 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     group.add_argument("--hidden-size", dest="hidden_size", metavar="N", help="width N, head_dim kept (seeded only)")
     group.add_argument("--vocab-size", dest="vocab_size", metavar="N", help="vocabulary N (seeded weights only)")
     group.add_argument("--no-eager", dest="eager", action="store_false", help="skip the transformers reference")
+    group.add_argument("--layer", metavar="N", help="with --artifact block --checkpoint: the layer whose weights")
+
+
+def wants_layer_block(args: argparse.Namespace) -> bool:
+    """True when a checkpoint layer's block is asked for: --artifact block --checkpoint DIR (--layer N)."""
+    if getattr(args, "checkpoint", None) is None or list(dict.fromkeys(args.artifact or [])) != ["block"]:
+        if getattr(args, "layer", None) is not None:
+            raise SpecError("layer", "picks a checkpoint layer: give --artifact block --checkpoint DIR")
+        return False
+    return True
+
+
+def run_layer_block(args: argparse.Namespace, spec_fields: dict[str, str], line: Callable[..., str]) -> int:
+    """Build the block of one checkpoint layer per --dtype x --graph (``line``: build's summary line); exit 0
+    verified, 1 failed.
+    """  # noqa: D205
+    from ropeexport.api import build_layer_block
+
+    for field in spec_fields:
+        if field not in READ - {"max_positions"} and getattr(args, field, None) is not None:
+            raise SpecError(field, "is not read with --checkpoint (the checkpoint's config sets it)")
+    for flag in ("num_layers", "hidden_size", "vocab_size"):
+        if getattr(args, flag) is not None:
+            raise SpecError(flag, "is a decoder flag (seeded weights only), not for a checkpoint layer's block")
+    if args.spec or args.all_presets or args.preset:
+        raise SpecError("checkpoint", "takes its config from the folder (or --hf-config), not a preset or spec file")
+    layer = _int("layer", args.layer) or 0
+    failed = 0
+    for dtype in dict.fromkeys(args.dtype or ["fp32"]):
+        for graph in dict.fromkeys(args.graph or ["fused"]):
+            result = build_layer_block(args.checkpoint, args.out, layer, dtype, graph, args.runtime,
+                                       replace=args.replace, hf_config=args.hf_config,
+                                       name=getattr(args, "name", None))  # fmt: skip
+            failed += not result.passed
+            if args.json:
+                print(json.dumps({"path": str(result.path), "passed": result.passed}))
+            elif not args.quiet:
+                print(line(result.report, result.path, 0.0))
+    return 1 if failed else 0
 
 
 def wants_decoder(args: argparse.Namespace) -> bool:

@@ -2,7 +2,8 @@
 
 ``<out>/<name>/`` holds ``model.onnx`` (+ ``model.onnx.data`` past 64 MiB of weights), ``decoder.json`` (the spec,
 where each field came from, the config used, the weights' source) and ``report.json`` / ``report.md`` /
-``report.html`` (every call of every scenario against the float64 truth and transformers). The folder is written under
+``report.html`` (every call of every scenario against the float64 truth and transformers), and the onnxruntime-genai
+package: ``genai_config.json`` and the checkpoint's tokenizer files (``decoder.genai``). The folder is written under
 a hidden name and renamed into place when complete: a bad input or an interrupted build leaves nothing half-written.
 When ``<out>`` is, or may become, a ropeexport tree (``tree.check_tree``), its index.json / index.html are rewritten
 after, the decoder listed beside the other artifacts.
@@ -20,6 +21,7 @@ from typing import Any
 
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
 from ropeexport.decoder.probes import scenarios
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
@@ -161,6 +163,9 @@ def build_decoder(
     try:
         files = save_model(model, work)
         del model
+        # The onnxruntime-genai package: its config, and the checkpoint's tokenizer when it has one.
+        (work / CONFIG).write_text(json.dumps(genai_config(spec, used), indent=2) + "\n")
+        files += [CONFIG, *copy_tokenizer(checkpoint, work)]
         report = _verify(spec, used, weights, checkpoint, work / "model.onnx", eager, on_scenario)
         report["files"] = {f: sha256(work / f) for f in files}
         record = {"spec": spec.to_dict(), "sources": dict(spec.sources), "config": used,

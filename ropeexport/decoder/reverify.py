@@ -27,9 +27,9 @@ from typing import Any
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import SpecError
-from ropeexport.graph.onnx_io import sha256
 from ropeexport.inputs import loads_json, read_json
 from ropeexport.reverify import VerifyResult, _inside
+from ropeexport.reverify import check_files as check_listed
 from ropeexport.reverify import check_model as check_onnx
 
 SEEDED = "seeded (numpy default_rng(0))"
@@ -126,12 +126,7 @@ def _record(folder: Path) -> dict[str, Any]:
 
 def check_files(folder: Path, files: dict[str, str]) -> None:
     """Every file report.json lists is inside the folder, no link, and has its recorded sha256; else SpecError."""
-    for name, digest in files.items():
-        path = _inside(folder, name, f"files.{name}")
-        if not path.is_file():
-            raise SpecError(f"files.{name}", f"{str(path)!r} is missing")
-        if sha256(path) != digest:
-            raise SpecError(f"files.{name}", "sha256 differs from report.json: the file changed after it was built")
+    check_listed(folder, files, "report.json")
 
 
 def rebuild_spec(record: dict[str, Any]) -> DecoderSpec:

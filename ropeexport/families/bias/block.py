@@ -57,12 +57,13 @@ def block_kind(
     def export(spec: Any) -> Any:
         return build_block_graph(spec, bias=piece(spec).bias)
 
-    def eager(spec: Any, feeds: Feeds) -> dict[str, np.ndarray]:
+    # weights / window: a checkpoint layer's (``decoder.layer``); default the seeded projections, no window
+    def eager(spec: Any, feeds: Feeds, weights: Any = None, window: int = 0) -> dict[str, np.ndarray]:
         piece = bias_of(spec)
-        return block_eager(spec, feeds, bias=lambda q, k: eager_bias(piece, q, k))
+        return block_eager(spec, feeds, None, lambda q, k: eager_bias(piece, q, k), weights, window)
 
-    def oracle(spec: Any, feeds: Feeds) -> dict[str, np.ndarray]:
-        return block_float64(spec, feeds, bias=bias64(spec))
+    def oracle(spec: Any, feeds: Feeds, weights: Any = None, window: int = 0) -> dict[str, np.ndarray]:
+        return block_float64(spec, feeds, None, bias64(spec), weights, window)
 
     checks = None if tables is None else (lambda spec, path: tables(spec, path, prefix=PIECE_PREFIX))
     return ArtifactKind(

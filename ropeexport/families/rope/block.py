@@ -7,6 +7,7 @@ complex-form oracle, each with the call's L = max(position_ids) + 1, as the piec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.kinds import Feeds, PositionPiece
 from ropeexport.specs import BLOCK_FORMS
 
+Weights = Mapping[str, np.ndarray]  # a layer's q/k/v/o projections and biases ([in, out]), as block.export takes them
 PIECE_PREFIX = "rope/"  # the rope piece's names inside the block: its tables are rope/cos_table, rope/sin_table
 
 
@@ -50,17 +52,20 @@ def export_block(spec: RopeSpec) -> onnx.ModelProto:
     return build_block_graph(spec, piece(spec).rotary)
 
 
-def eager_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
-    """The eager block, rotating with the reference module at the call's L."""
+def eager_block(spec: RopeSpec, feeds: Feeds, weights: Weights | None = None, window: int = 0) -> dict[str, np.ndarray]:
+    """The eager block, rotating with the reference module at the call's L (``weights``: a layer's, else seeded)."""
     module = reference_module(rope_of(spec))
     length = int(feeds["position_ids"].max()) + 1
-    return block_eager(spec, feeds, lambda x, pos: module.apply_rotation(x, pos, length))
+    return block_eager(spec, feeds, lambda x, pos: module.apply_rotation(x, pos, length), None, weights, window)
 
 
-def float64_block(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
+def float64_block(
+    spec: RopeSpec, feeds: Feeds, weights: Weights | None = None, window: int = 0
+) -> dict[str, np.ndarray]:
     """The float64 block, rotating with the complex-form oracle at the call's L."""
     # L over the whole batch, as the graph computes it (a static-cache call is evaluated row by row)
-    return block_float64(spec, feeds, rotate64(spec, int(feeds["position_ids"].max()) + 1))
+    length = int(feeds["position_ids"].max()) + 1
+    return block_float64(spec, feeds, rotate64(spec, length), None, weights, window)
 
 
 def block_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:

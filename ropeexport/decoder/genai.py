@@ -1,0 +1,89 @@
+"""The onnxruntime-genai package of a decoder: ``genai_config.json`` beside the model, and the checkpoint's tokenizer.
+
+onnxruntime-genai (0.18, ``og.Model(folder)``) reads the model's I/O names from the config: ours are the Optimum /
+onnxruntime-genai ones (``decoder.export``), so the exported graph loads as it is. Its ``type`` is the model type
+where onnxruntime-genai knows it (llama, mistral, qwen2, phi3) and its generic ``decoder`` otherwise (gpt_neox,
+gptj, bloom): the graph computes every position itself from ``position_ids``, which onnxruntime-genai feeds as
+cumsum(attention_mask) - 1. Past and present are separate buffers (``past_present_share_buffer`` false): the cache
+grows by concatenation, as in the ``fused``, ``decomposed``, ``tensorrt`` and ``gqa`` forms.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ropeexport.decoder.export import cache_names
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import geometry
+
+CONFIG = "genai_config.json"
+KNOWN_TYPES = ("llama", "mistral", "qwen2", "phi3")
+# What onnxruntime-genai's tokenizer reads from a Hugging Face checkpoint, copied when present.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "added_tokens.json")  # fmt: skip
+
+
+def _token(config: Mapping[str, Any], key: str, vocab: int) -> int | list[int] | None:
+    """A special token id from the config when it lies in the vocabulary (a list keeps its valid members)."""
+    value = config.get(key)
+    if isinstance(value, list):
+        kept = [v for v in value if isinstance(v, int) and 0 <= v < vocab]
+        return kept or None
+    return value if isinstance(value, int) and 0 <= value < vocab else None
+
+
+def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``genai_config.json`` of a decoder: greedy search, its sizes and I/O names, its context length."""
+    H, KV, d = geometry(spec)
+    past_key, past_value, present_key, present_value = (name.replace("0", "%d") for name in cache_names(0))
+    vocab = spec.vocab_size
+    eos, pad = _token(config, "eos_token_id", vocab), _token(config, "pad_token_id", vocab)
+    bos = _token(config, "bos_token_id", vocab)
+    model = {
+        **({"bos_token_id": bos} if bos is not None else {}),  # it takes a number or nothing, never null
+        "context_length": spec.position_spec().max_positions,
+        # onnxruntime-genai requires an eos inside the vocabulary: without one (a shrunk vocabulary), the pad id or 0
+        # stands in, and generation stops there
+        "eos_token_id": eos if eos is not None else (pad if pad is not None else 0),
+        "pad_token_id": pad if pad is not None else 0,
+        "type": spec.model_type if spec.model_type in KNOWN_TYPES else "decoder",
+        "vocab_size": vocab,
+        "decoder": {
+            "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+            "filename": "model.onnx",
+            "head_size": d,
+            "hidden_size": spec.hidden_size,
+            "num_attention_heads": H,
+            "num_hidden_layers": spec.num_layers,
+            "num_key_value_heads": KV,
+            "inputs": {
+                "input_ids": "input_ids",
+                "attention_mask": "attention_mask",
+                "position_ids": "position_ids",
+                "past_key_names": past_key,
+                "past_value_names": past_value,
+            },  # fmt: skip
+            "outputs": {"logits": "logits", "present_key_names": present_key, "present_value_names": present_value},
+        },
+    }
+    search = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "max_length": model["context_length"],
+              "min_length": 0, "past_present_share_buffer": False, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
+              "repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "diversity_penalty": 0.0,
+              "early_stopping": True}  # fmt: skip
+    return {"model": model, "search": search}
+
+
+def copy_tokenizer(checkpoint: str | Path | None, folder: Path) -> list[str]:
+    """The checkpoint's tokenizer files copied into ``folder`` (regular files only); the names copied."""
+    if checkpoint is None:
+        return []
+    copied = []
+    for name in TOKENIZER_FILES:
+        source = Path(checkpoint) / name
+        if source.is_file() and not source.is_symlink():
+            shutil.copyfile(source, folder / name)
+            copied.append(name)
+    return copied

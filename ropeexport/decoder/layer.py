@@ -1,0 +1,102 @@
+"""A ``block`` artifact with one layer's attention weights read from a checkpoint.
+
+The checkpoint's config gives the decoder (``decoder.spec``); its encoding's block spec is the artifact's spec, in the
+dtype and form asked for. The layer's q/k/v/o projections and biases are read and checked as the decoder reads them
+(``decoder.weights``), and its sliding window comes along. The block kind is the family's own with those weights in
+its export, eager reference and float64 oracle (and, where the model's width is not heads x head_dim, hidden
+inputs of the model's width): the pipeline builds and verifies it like any block. The manifest's ``origin``
+records the checkpoint and the layer, so ``verify`` reads the same weights again (``kind_for_origin``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import helper
+
+from ropeexport.catalog import kind_for
+from ropeexport.decoder.build import resolve
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import BLOCK_NAMES, describe, layer_weights, load_checkpoint
+from ropeexport.dtypes import DTYPES
+from ropeexport.errors import SpecError
+from ropeexport.kinds import ArtifactKind, Feeds, Probe
+
+
+def _weights(decoder: DecoderSpec, checkpoint: Path, layer: int) -> dict[str, np.ndarray]:
+    if not 0 <= layer < decoder.num_layers:
+        raise SpecError("layer", f"must be in [0, {decoder.num_layers - 1}] (the checkpoint's layers), got {layer}")
+    every = load_checkpoint(decoder, checkpoint)
+    return {n: v for n, v in layer_weights(every, layer).items() if n in BLOCK_NAMES}
+
+
+def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: int, source: str) -> ArtifactKind:
+    """``kind`` (an encoding's block kind) with ``weights`` in every stage; ``source`` goes in the model metadata."""
+    width = int(weights["q_proj"].shape[0])
+
+    def export(spec: Any) -> Any:
+        piece = kind.piece(spec)
+        from ropeexport.block.export import build_block_graph
+
+        model = build_block_graph(spec, piece.rotary, piece.bias, weights, window)
+        props = {p.key: p.value for p in model.metadata_props} | {"ropeexport.weights": source}
+        del model.metadata_props[:]
+        helper.set_model_props(model, dict(sorted(props.items())))
+        return model
+
+    def feeds(spec: Any, probe: Probe, rng: np.random.Generator) -> Feeds:
+        out = kind.feeds(spec, probe, rng)
+        b, s, now = out["hidden"].shape
+        if now != width:  # the model's width differs from heads x head_dim (Mistral-Nemo's, say)
+            out["hidden"] = rng.standard_normal((b, s, width), dtype=np.float32).astype(DTYPES[spec.dtype].np_dtype)
+        return out
+
+    return dataclasses.replace(
+        kind,
+        summary=f"{kind.summary} (the attention weights of {source})",
+        export=export,
+        feeds=feeds,
+        eager=lambda spec, f: kind.eager(spec, f, weights=weights, window=window),
+        oracle=lambda spec, f: kind.oracle(spec, f, weights=weights, window=window),
+    )
+
+
+def layer_block(
+    checkpoint: str | Path,
+    layer: int = 0,
+    dtype: str = "fp32",
+    graph: str = "fused",
+    name: str | None = None,
+    hf_config: str | Path | None = None,
+) -> tuple[Any, ArtifactKind, dict[str, Any]]:
+    """(block spec, its kind with the layer's weights, the manifest origin) of one checkpoint layer."""
+    checkpoint = Path(checkpoint)
+    decoder, _ = resolve(hf_config, checkpoint, dtype=dtype, graph=graph)
+    layer_index = layer
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise SpecError("layer", f"must be an integer, got {layer!r}")
+    weights = _weights(decoder, checkpoint, layer_index)
+    base = name or decoder.name.split("-decoder-")[0]
+    position = decoder.position_spec().replace(name=f"{base}-block-layer{layer_index}-{dtype}-{graph}")
+    source = f"{describe(checkpoint)}, layer {layer_index}"
+    origin = {"checkpoint": str(checkpoint.resolve()), "layer": layer_index, "weights": source}
+    if hf_config is not None:
+        origin["hf_config"] = str(Path(hf_config).resolve())
+    kind = layer_kind(kind_for(position), weights, decoder.sliding_window, source)
+    return position, kind, origin
+
+
+def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
+    """The kind a manifest's spec and origin stand for when it names a checkpoint layer (``verify`` again)."""
+    checkpoint = Path(str(origin["checkpoint"]))
+    if not checkpoint.is_dir():
+        raise SpecError("checkpoint", f"{str(checkpoint)!r}, the folder this block's weights were read from, no "
+                        "longer exists")  # fmt: skip
+    decoder, _ = resolve(origin.get("hf_config"), checkpoint, dtype=spec.dtype, graph=spec.graph)
+    layer = int(origin["layer"])
+    return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.sliding_window,
+                      str(origin["weights"]))  # fmt: skip

@@ -1,0 +1,82 @@
+"""The onnxruntime-genai package a decoder build writes: loaded by onnxruntime-genai 0.18, greedy, same tokens.
+
+onnxruntime-genai runs the model with its own loop and keeps the cache from step to step: its tokens must equal
+ropeexport's own ORT loop under the ``keep`` policy. Where no regime switches (every schedule but LongRoPE's and
+dynamic NTK's past their original length) that is also the ``re-prefill`` loop, whose every token the build checked
+against the float64 recompute; across a LongRoPE switch the two loops may part, and onnxruntime-genai follows ``keep``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ropeexport as rx
+from ropeexport.decoder.generate import generate
+from ropeexport.decoder.probes import Scenario
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.runtimes.ort import OrtRunner
+from tests.decoder.tiny import checkpoint
+
+og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the serving engine")
+PROMPT, STEPS = 12, 64
+CASES = [("llama", "fused"), ("llama", "gqa"), ("phi3-longrope", "fused"), ("llama-dynamic", "fused"),
+         ("mistral-window", "fused"), ("qwen2-yarn", "gqa"), ("gpt_neox", "fused"), ("gptj", "fused"),
+         ("bloom", "fused")]  # fmt: skip
+
+
+def _ours(folder: Path, policy: str) -> tuple[list[int], list[int]]:
+    """(prompt, greedy tokens) of ropeexport's own loop on the built model."""
+    spec = DecoderSpec(**json.loads((folder / "decoder.json").read_text())["spec"])
+    runner = OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"])
+    calls = generate(runner.infer, spec, Scenario("genai", (PROMPT,), STEPS, policy=policy))
+    return calls[0].input_ids[0, :PROMPT].tolist(), [int(c.logits[0, -1].argmax()) for c in calls]
+
+
+def _genai(folder: Path, prompt: list[int], count: int) -> list[int]:
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + count, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([prompt], np.int32))
+    out = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        out.append(int(generator.get_next_tokens()[0]))
+    return out
+
+
+@pytest.mark.parametrize(("name", "graph"), CASES, ids=[f"{n}-{g}" for n, g in CASES])
+def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path: Path) -> None:
+    result = rx.build_decoder(
+        tmp_path / "out", checkpoint=checkpoint(tmp_path / "ckpt", name), graph=graph, eager=False
+    )
+    assert result.passed
+    folder = result.path
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    prompt, kept = _ours(folder, "keep")
+    _, exact = _ours(folder, "re-prefill")
+    # An end-of-sequence id that none of the tokens is, so onnxruntime-genai runs every step.
+    config["model"]["eos_token_id"] = next(t for t in range(config["model"]["vocab_size"]) if t not in kept + exact)
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    served = _genai(folder, prompt, STEPS + 1)
+    assert served == kept
+    switched = {c["regime"] for s in result.report["scenarios"] if s["name"] == "decode-64" for c in s["calls"]}
+    if len(switched) == 1:  # one regime over the whole generation: both loops are the exact one
+        assert served == exact
+
+
+def test_the_checkpoints_tokenizer_files_are_packaged(tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path / "ckpt", "llama")
+    (ckpt / "tokenizer.json").write_text('{"version": "1.0"}')
+    (ckpt / "tokenizer_config.json").write_text("{}")
+    (ckpt / "merges.txt").symlink_to(ckpt / "tokenizer.json")  # a link is not copied: it could point anywhere
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, eager=False)
+    files = result.report["files"]
+    assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json"} <= set(files)
+    assert "merges.txt" not in files and not (result.path / "merges.txt").exists()
+    assert (result.path / "tokenizer.json").read_text() == '{"version": "1.0"}'
