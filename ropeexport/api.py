@@ -190,8 +190,7 @@ def build_layer_block(
     names = check_runtime_names(_names(runtimes, "runtimes") or ["ort"])
     result = build_artifact(spec, kind, out, names, atol=_tolerance(atol, "atol"), rtol=_tolerance(rtol, "rtol"),
                             origin=origin, replace=replace)  # fmt: skip
-    if is_tree(out):
-        write_index(out)
+    write_index(out)  # as the CLI's builds end: the tree lists the new block
     return result
 
 
@@ -384,27 +383,28 @@ def build_decoder(
     """  # noqa: D205
     from ropeexport.decoder.build import build_decoder as _build_decoder
 
-    hf_config, checkpoint, config, name = _decoder_source(hf_config, checkpoint, preset, name)
+    hf_config, checkpoint, config, base = _decoder_source(hf_config, checkpoint, preset)
     return _build_decoder(out_dir, hf_config, checkpoint, config, dtype, graph, num_layers, hidden_size, vocab_size,
-                          max_positions, name, eager, replace, on_scenario)  # fmt: skip
+                          max_positions, name, eager, replace, on_scenario, base)  # fmt: skip
 
 
 def _decoder_source(
-    hf_config: str | Path | None, checkpoint: str | Path | None, preset: str | None, name: str | None
+    hf_config: str | Path | None, checkpoint: str | Path | None, preset: str | None
 ) -> tuple[Path | None, Path | None, dict[str, Any] | None, str | None]:
-    """(hf_config, checkpoint, config, name) of a decoder request: a preset's config read from its card."""
+    """(hf_config, checkpoint, config, base name) of a decoder request: a preset's config read from its card."""
     from ropeexport.presets import get_preset
 
     config = None
     if preset is not None:
-        if hf_config is not None:
-            raise SpecError("preset", "cannot be combined with `hf_config`: give one config")
+        for other, given in (("hf_config", hf_config), ("checkpoint", checkpoint)):
+            if given is not None:  # a checkpoint brings its own config.json: two configs would disagree
+                raise SpecError("preset", f"cannot be combined with `{other}`: give one config")
         card = get_preset(preset)
         if card.config is None:
             raise SpecError("preset", f"{preset!r} is a spec card without a transformers config; a decoder needs one")
-        config, name = dict(card.config), name or preset
+        config = dict(card.config)
     hf = None if hf_config is None else _path(hf_config, "hf_config")
-    return hf, None if checkpoint is None else _path(checkpoint, "checkpoint"), config, name
+    return hf, None if checkpoint is None else _path(checkpoint, "checkpoint"), config, preset
 
 
 def resolve_decoder(
@@ -422,5 +422,5 @@ def resolve_decoder(
     """The ``DecoderSpec`` ``build_decoder`` would build, validated; nothing is exported, run or written."""
     from ropeexport.decoder.build import resolve
 
-    hf, ckpt, config, name = _decoder_source(hf_config, checkpoint, preset, name)
-    return resolve(hf, ckpt, config, dtype, graph, num_layers, hidden_size, vocab_size, max_positions, name)[0]
+    hf, ckpt, config, base = _decoder_source(hf_config, checkpoint, preset)
+    return resolve(hf, ckpt, config, dtype, graph, num_layers, hidden_size, vocab_size, max_positions, name, base)[0]

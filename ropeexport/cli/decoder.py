@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,17 +64,23 @@ def run_layer_block(args: argparse.Namespace, spec_fields: dict[str, str], line:
     if args.spec or args.all_presets or args.preset:
         raise SpecError("checkpoint", "takes its config from the folder (or --hf-config), not a preset or spec file")
     layer = _int("layer", args.layer) or 0
-    failed = 0
+    failed, built = 0, []
     for dtype in dict.fromkeys(args.dtype or ["fp32"]):
         for graph in dict.fromkeys(args.graph or ["fused"]):
+            began = time.perf_counter()
             result = build_layer_block(args.checkpoint, args.out, layer, dtype, graph, args.runtime,
                                        replace=args.replace, hf_config=args.hf_config,
                                        name=getattr(args, "name", None))  # fmt: skip
             failed += not result.passed
-            if args.json:
-                print(json.dumps({"path": str(result.path), "passed": result.passed}))
-            elif not args.quiet:
-                print(line(result.report, result.path, 0.0))
+            built.append({"path": str(result.path), "passed": result.passed})
+            if args.quiet:
+                print(result.path)
+            elif not args.json:
+                print(line(result.report, result.path, time.perf_counter() - began))
+    if args.json:
+        print(json.dumps({"out": str(Path(args.out).resolve()), "built": built}, indent=2))
+    elif not args.quiet:
+        print(f"index: {Path(args.out) / 'index.html'}")
     return 1 if failed else 0
 
 
@@ -103,6 +110,7 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
           max_positions: int | None) -> int:  # fmt: skip
     """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
     from ropeexport.api import resolve_decoder
+    from ropeexport.decoder.build import check_out
 
     plan = []
     for dtype in dtypes:
@@ -110,6 +118,7 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
             spec = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                    preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
                                    max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
+            check_out(Path(args.out), spec, args.replace)  # --out as the build checks it
             plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
                          "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
     if args.json:
@@ -139,21 +148,31 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
             raise SpecError(flag, "is not read with --artifact decoder (it verifies on ONNX Runtime CPU, with its own "
                             "bound per dtype); see 'ropeexport build --help'")  # fmt: skip
     dtypes, graphs = list(dict.fromkeys(args.dtype or ["fp32"])), list(dict.fromkeys(args.graph or ["fused"]))
+    if getattr(args, "name", None) is not None and len(dtypes) * len(graphs) > 1:
+        raise SpecError("name", "names one folder: give one --dtype and one --graph with it")
     sizes = {f: _int(f, getattr(args, f)) for f in ("num_layers", "hidden_size", "vocab_size")}
     max_positions = _int("max_positions", getattr(args, "max_positions", None))
     talk = not (args.quiet or args.json)
     if args.dry_run:
         return _plan(args, dtypes, graphs, sizes, max_positions)
-    failed = 0
+    failed, built = 0, []
     for dtype in dtypes:
         for graph in graphs:
 
             def shown(result: dict[str, Any]) -> None:
                 if talk:
                     s = result["summary"]
+                    kept = ""
+                    if "regime_cost_rel" in s:  # the keep policy's stale calls: reported, never judged
+                        kept = (f"; kept cache: {s['regime_cost_calls']} calls not judged, up to "
+                                f"{s['regime_cost_rel']:.1e} (the regime's cost)")  # fmt: skip
                     print(f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst "
                           f"{s['worst_rel']:.1e} of the logit scale, agreement {s['agreement']}, positions "
-                          f"{s['positions'][0]}-{s['positions'][1]}", flush=True)  # fmt: skip
+                          f"{s['positions'][0]}-{s['positions'][1]}{kept}", flush=True)  # fmt: skip
+
+            if talk:
+                print(f"building {dtype} {graph} decoder into {args.out} (every scenario against float64"
+                      f"{' and transformers' if args.eager else ''}):", flush=True)  # fmt: skip
 
             result = build_decoder(
                 args.out,
@@ -170,11 +189,14 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                 **sizes,
             )
             failed += not result.passed
-            if args.json:
-                print(json.dumps({"path": str(result.path), "passed": result.passed}))
-            elif not args.quiet:
+            built.append({"path": str(result.path), "passed": result.passed})
+            if args.quiet:
+                print(result.path)
+            elif not args.json:
                 verdict = "verified" if result.passed else "FAILED"
-                print(f"{verdict}: {result.path} (report.md there)")
+                print(f"{verdict}: {result.path} (report.html there; index: {Path(args.out) / 'index.html'})")
+    if args.json:
+        print(json.dumps({"out": str(Path(args.out).resolve()), "built": built}, indent=2))
     if failed and not args.quiet:
         print(f"{failed} decoder(s) FAILED verification", file=sys.stderr)
     return 1 if failed else 0

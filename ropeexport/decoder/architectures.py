@@ -225,7 +225,7 @@ REFUSED_KEYS = {
     "q_lora_rank": "multi-head latent attention",
     "mrope_section": "multimodal RoPE sections",
     "layer_types": "per-layer attention types (sliding and full layers mixed)",
-    "use_sliding_window": "sliding windows on some layers only (max_window_layers)",
+    "use_sliding_window": "sliding windows on some layers only",
     "attn_logit_softcapping": "soft-capped attention logits",
     "final_logit_softcapping": "soft-capped output logits",
     "qk_layernorm": "norms on query and key",

@@ -5,8 +5,8 @@ where each field came from, the config used, the weights' source) and ``report.j
 ``report.html`` (every call of every scenario against the float64 truth and transformers), and the onnxruntime-genai
 package: ``genai_config.json`` and the checkpoint's tokenizer files (``decoder.genai``). The folder is written under
 a hidden name and renamed into place when complete: a bad input or an interrupted build leaves nothing half-written.
-When ``<out>`` is, or may become, a ropeexport tree (``tree.check_tree``), its index.json / index.html are rewritten
-after, the decoder listed beside the other artifacts.
+``<out>`` must be absent, empty or a ropeexport tree (``tree.check_tree``, as for every build); its index.json /
+index.html are rewritten after, the decoder listed beside the other artifacts.
 """
 
 from __future__ import annotations
@@ -60,19 +60,26 @@ def resolve(
     vocab_size: int | None = None,
     max_positions: int | None = None,
     name: str | None = None,
+    base: str | None = None,
 ) -> tuple[DecoderSpec, dict[str, Any]]:
-    """The spec and the (shrunk) config: from ``config`` (a preset's), ``hf_config`` or the checkpoint's config.json."""
+    """The spec and the (shrunk) config: from ``config`` (a preset's), ``hf_config`` or the checkpoint's config.json.
+
+    ``name``: the folder name as given; else ``base`` (a preset's name, or the config's model name), ``decoder``, the
+    size overrides, dtype and graph.
+    """
     if checkpoint is not None and not Path(checkpoint).is_dir():
         raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder")
     where = "config"
     if config is None:
-        path = Path(hf_config) if hf_config is not None else Path(checkpoint) / "config.json" if checkpoint else None
-        if path is None:
-            raise SpecError(
-                "hf_config", "a decoder needs a transformers config: give --hf-config, --checkpoint or --preset"
-            )
+        if hf_config is None and checkpoint is None:
+            raise SpecError("hf_config", "a decoder needs a transformers config: give `hf_config`, `checkpoint` or "
+                            "`preset`")  # fmt: skip
+        path = Path(hf_config) if hf_config is not None else Path(checkpoint) / "config.json"
+        if hf_config is None and not path.is_file():
+            raise SpecError("checkpoint", f"{str(Path(checkpoint))!r} has no config.json (a checkpoint folder holds "
+                            "config.json and *.safetensors); give `hf_config` for a config kept elsewhere")  # fmt: skip
         config, where = read_config(path), str(path)
-        name = name or model_name(config, path)
+        base = base or model_name(config, path)
     resized = any(v is not None for v in (num_layers, hidden_size, vocab_size))
     if resized and checkpoint is not None:
         raise SpecError("num_layers", "size overrides (--num-layers, --hidden-size, --vocab-size) need seeded weights, "
@@ -83,11 +90,35 @@ def resolve(
         # Absent means one KV head per query head here (as ropeexport.hf reads it); written out so the transformers
         # reference agrees (Qwen2Config's own default is 32, whatever the head count).
         config["num_key_value_heads"] = heads
-    base = name or str(config.get("model_type", "model"))
+    base = base or str(config.get("model_type", "model"))
     label = "-".join(f"{tag}{v}" for tag, v in (("l", num_layers), ("h", hidden_size), ("v", vocab_size)) if v)
-    full = "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
+    full = name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
     spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=max_positions)
     return spec, config
+
+
+def check_out(out: Path, spec: DecoderSpec, replace: bool) -> Path:
+    """``out/NAME``, after checking ``out`` is empty, absent or a ropeexport tree (as every build checks it) and that
+    a decoder already there has the same spec (else SpecError naming the first field that differs, unless
+    ``replace``).
+    """  # noqa: D205
+    check_tree(out)
+    target = out / spec.name
+    if target.exists() and not replace:
+        try:
+            before = json.loads((target / "decoder.json").read_text())["spec"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise SpecError("out_dir", f"{str(target)!r} exists and is not a decoder; give `replace` to overwrite "
+                            "it") from None  # fmt: skip
+        now = spec.to_dict()
+        flat = lambda d: {**{k: v for k, v in d.items() if k != "position"},  # noqa: E731
+                          **{f"position.{k}": v for k, v in d.get("position", {}).items()}}  # fmt: skip
+        old, new = flat(before), flat(json.loads(json.dumps(now)))
+        differ = next((k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)), None)
+        if differ is not None:
+            raise SpecError(differ, f"{old.get(differ)!r} in {str(target)!r}, {new.get(differ)!r} now: give `replace` "
+                            "to rebuild it from the new spec")  # fmt: skip
+    return target
 
 
 def _verify(spec: DecoderSpec, config: dict[str, Any], weights: Any, checkpoint: Any, model_path: Path,
@@ -141,21 +172,13 @@ def build_decoder(
     eager: bool = True,
     replace: bool = False,
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
+    base: str | None = None,
 ) -> DecoderResult:
     """Resolve, export, verify and write one decoder (module doc); SpecError on bad input, nothing written."""
     spec, used = resolve(hf_config, checkpoint, config, dtype, graph, num_layers, hidden_size, vocab_size,
-                         max_positions, name)  # fmt: skip
+                         max_positions, name, base)  # fmt: skip
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise SpecError("out_dir", f"{str(out)!r} exists and is not a folder")
-    target = out / spec.name
-    if target.exists() and not replace:
-        raise SpecError("out_dir", f"{str(target)!r} exists; pass replace (--replace) to rebuild it")
-    try:
-        check_tree(out)
-        indexed = True
-    except SpecError:  # a folder of the user's (not a tree): the decoder goes in, but no index is written over theirs
-        indexed = False
+    target = check_out(out, spec, replace)
     weights = load_checkpoint(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)
     model = build_decoder_graph(spec, weights, describe(checkpoint))
     work = out / f".building-{spec.name}"
@@ -180,13 +203,12 @@ def build_decoder(
         work.rename(target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if indexed:
-        try:
-            write_index(out)
-        except OSError as exc:
-            raise SpecError(
-                "out_dir",
-                f"the decoder is built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
-                "free space and run 'ropeexport verify' on the tree to index it",
-            ) from None
+    try:  # the tree's index lists the decoder beside the other artifacts
+        write_index(out)
+    except OSError as exc:
+        raise SpecError(
+            "out_dir",
+            f"the decoder is built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
+            "free space and run 'ropeexport verify' on the tree to index it",
+        ) from None
     return DecoderResult(target, report)

@@ -55,10 +55,15 @@ def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: in
             out["hidden"] = rng.standard_normal((b, s, width), dtype=np.float32).astype(DTYPES[spec.dtype].np_dtype)
         return out
 
+    def probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
+        calls, coverage = kind.probes(spec)
+        return calls, coverage | {"weights": source}  # the report names the checkpoint and the layer
+
     return dataclasses.replace(
         kind,
         summary=f"{kind.summary} (the attention weights of {source})",
         export=export,
+        probes=probes,
         feeds=feeds,
         eager=lambda spec, f: kind.eager(spec, f, weights=weights, window=window),
         oracle=lambda spec, f: kind.oracle(spec, f, weights=weights, window=window),

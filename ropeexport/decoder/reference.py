@@ -44,6 +44,7 @@ class TransformersReference:
         except ImportError:
             raise RuntimeUnavailable("transformers is not installed (pip install 'ropeexport[test]')") from None
         transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()  # its weight-loading bar would land in our output
         self.torch = torch
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
         auto = transformers.AutoModelForCausalLM

@@ -94,7 +94,7 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "regimes": sorted({r["regime"] for r in records}),
     }
     if any("transformers" in r for r in records):
-        out["worst_rel_transformers"] = max(r["transformers"]["rel"] for r in records)
+        out["worst_rel_transformers"] = max((r["transformers"]["rel"] for r in judged), default=0.0)
         out["worst_rel_transformers_vs_float64"] = max(r["transformers_vs_float64"]["rel"] for r in judged or records)
     if stale:
         out["regime_cost_rel"] = max(r["float64"]["rel"] for r in stale)

@@ -48,6 +48,11 @@ def _config(tmp: Path, **fields: object) -> list[str]:
     return ["--hf-config", str(path)]
 
 
+def _no_config(tmp: Path) -> str:
+    (tmp / "empty").mkdir()
+    return str(tmp / "empty")
+
+
 def _without_weights(tmp: Path) -> str:
     (tmp / "ckpt" / "model.safetensors").unlink()
     return str(tmp / "ckpt")
@@ -93,6 +98,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("two artifacts", lambda t: [*_config(t), "--artifact", "block"], "artifact: decoder is built on its own"),
     ("two presets", lambda t: ["--preset", "llama-2-7b", "--preset", "mistral-7b"], "artifact: decoder takes one"),
     ("a spec-only preset", lambda t: ["--preset", "sandwich"], "--preset: 'sandwich' is a spec card"),
+    ("a preset and a checkpoint", lambda t: [*_ckpt(t), "--preset", "llama-2-7b"],
+     "--preset: cannot be combined with --checkpoint"),
+    ("a checkpoint without config.json", lambda t: ["--checkpoint", _no_config(t)], "--checkpoint: "),
+    ("a name for two builds", lambda t: [*_config(t), "--name", "mine", "--graph", "gqa", "--graph", "fused"],
+     "name: names one folder"),
 ]  # fmt: skip
 
 
@@ -118,3 +128,27 @@ def test_dry_run_resolves_and_writes_nothing(tmp_path: Path, capsys: pytest.Capt
     assert code == 0 and not out.exists()
     assert "-decoder-fp32-gqa: decode-64, chunked-prefill, left-padded, far-positions" in text
     assert "2 decoder(s) (dry run: nothing written)" in text
+
+
+def test_out_that_is_not_a_tree_is_refused_also_in_a_dry_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    for extra in ([], ["--dry-run"]):
+        capsys.readouterr()
+        assert main([*DECODER, *_config(tmp_path), *extra, "--out", str(mine)]) == 2
+        assert "--out: " in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_json_is_one_document_and_quiet_prints_the_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = [*DECODER, *_config(tmp_path), "--graph", "gqa", "--graph", "fused", "--no-eager", "--out", str(out)]
+    assert main([*args, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [b["path"].rsplit("-", 2)[-2:] for b in document["built"]] == [["fp32", "gqa"], ["fp32", "fused"]]
+    assert all(b["passed"] for b in document["built"])
+    assert main([*args, "--quiet"]) == 0  # the same specs again: rebuilt in place, nothing refused
+    assert capsys.readouterr().out.split() == [b["path"] for b in document["built"]]

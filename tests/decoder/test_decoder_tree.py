@@ -17,6 +17,7 @@ import pytest
 import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.decoder.report import write_html, write_markdown
+from ropeexport.errors import SpecError
 from ropeexport.tree import index_dict
 
 # The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
@@ -178,8 +179,8 @@ def test_a_normal_build_into_a_folder_holding_only_a_decoder(
     assert names == sorted([tree[1].name, tree[2].name])
 
 
-def test_a_decoder_built_into_a_folder_of_the_users_writes_no_index(tmp_path: Path) -> None:
+def test_a_folder_of_the_users_is_refused_as_every_build_refuses_it(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
-    result = rx.build_decoder(tmp_path, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
-    assert (result.path / "report.html").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["notes.txt", result.path.name])
+    with pytest.raises(SpecError, match="out_dir: .* is not a ropeexport tree"):
+        rx.build_decoder(tmp_path, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
