@@ -307,3 +307,15 @@ def test_diff_bad_decoder_input(case: str, pick: Callable[[Path, Path], tuple[Pa
     flags = ["--across", "theta"] if "across" in case else []
     code, out, err = run(["diff", str(old), str(new), *flags], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and text in err, err
+
+
+@pytest.mark.parametrize(("across", "regressed"), [((), True), (("dtype",), False)])
+def test_a_dtype_compared_across_on_purpose_brings_its_own_bound(
+    built: Path, tmp_path: Path, across: tuple[str, ...], regressed: bool
+) -> None:
+    new = json.loads((built / "report.json").read_text())
+    new["spec"]["dtype"], new["tolerance"]["rel"] = "fp16", 2e-2  # the fp16 build's bound
+    (tmp_path / "report.json").write_text(json.dumps(new))
+    result = rx.diff(built, tmp_path, across=across)
+    assert any("tolerance loosened" in r for r in result.regressions) is regressed
+    assert any("the bound of NEW's dtype" in n for n in result.notes) is not regressed
