@@ -79,16 +79,15 @@ def layer_block(
     hf_config: str | Path | None = None,
 ) -> tuple[Any, ArtifactKind, dict[str, Any]]:
     """(block spec, its kind with the layer's weights, the manifest origin) of one checkpoint layer."""
-    checkpoint = Path(checkpoint)
-    decoder, _ = resolve(hf_config, checkpoint, dtype=dtype, graph=graph)
-    layer_index = layer
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise SpecError("layer", f"must be an integer, got {layer!r}")
-    weights = _weights(decoder, checkpoint, layer_index)
-    base = name or decoder.name.split("-decoder-")[0]
-    position = decoder.position_spec().replace(name=f"{base}-block-layer{layer_index}-{dtype}-{graph}")
-    source = f"{describe(checkpoint)}, layer {layer_index}"
-    origin = {"checkpoint": str(checkpoint.resolve()), "layer": layer_index, "weights": source}
+    checkpoint = Path(checkpoint)
+    decoder, _ = resolve(hf_config, checkpoint, dtype=dtype, graph=graph)
+    weights = _weights(decoder, checkpoint, layer)
+    base = decoder.name.split("-decoder-")[0]
+    position = decoder.position_spec().replace(name=name or f"{base}-block-layer{layer}-{dtype}-{graph}")
+    source = f"{describe(checkpoint)}, layer {layer}"
+    origin = {"checkpoint": str(checkpoint.resolve()), "layer": layer, "weights": source}
     if hf_config is not None:
         origin["hf_config"] = str(Path(hf_config).resolve())
     kind = layer_kind(kind_for(position), weights, decoder.sliding_window, source)
