@@ -383,15 +383,21 @@ def build_decoder(
     """  # noqa: D205
     from ropeexport.decoder.build import build_decoder as _build_decoder
 
-    hf_config, checkpoint, config, base = _decoder_source(hf_config, checkpoint, preset)
-    return _build_decoder(out_dir, hf_config, checkpoint, config, dtype, graph, num_layers, hidden_size, vocab_size,
-                          max_positions, name, eager, replace, on_scenario, base)  # fmt: skip
+    request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
+                               max_positions, name)  # fmt: skip
+    return _build_decoder(out_dir, request, eager, replace, on_scenario)
 
 
-def _decoder_source(
-    hf_config: str | Path | None, checkpoint: str | Path | None, preset: str | None
-) -> tuple[Path | None, Path | None, dict[str, Any] | None, str | None]:
-    """(hf_config, checkpoint, config, base name) of a decoder request: a preset's config read from its card."""
+def _decoder_request(
+    hf_config: str | Path | None,
+    checkpoint: str | Path | None,
+    preset: str | None,
+    *sizes_and_form: Any,
+) -> Any:
+    """The ``decoder.build.DecoderRequest`` of the API's arguments (``sizes_and_form``: dtype, graph, num_layers,
+    hidden_size, vocab_size, max_positions, name, in that order): paths checked, a preset's config read from its card.
+    """  # noqa: D205
+    from ropeexport.decoder.build import DecoderRequest
     from ropeexport.presets import get_preset
 
     config = None
@@ -404,7 +410,8 @@ def _decoder_source(
             raise SpecError("preset", f"{preset!r} is a spec card without a transformers config; a decoder needs one")
         config = dict(card.config)
     hf = None if hf_config is None else _path(hf_config, "hf_config")
-    return hf, None if checkpoint is None else _path(checkpoint, "checkpoint"), config, preset
+    ckpt = None if checkpoint is None else _path(checkpoint, "checkpoint")
+    return DecoderRequest(hf, ckpt, config, *sizes_and_form, base=preset)
 
 
 def resolve_decoder(
@@ -422,5 +429,6 @@ def resolve_decoder(
     """The ``DecoderSpec`` ``build_decoder`` would build, validated; nothing is exported, run or written."""
     from ropeexport.decoder.build import resolve
 
-    hf, ckpt, config, base = _decoder_source(hf_config, checkpoint, preset)
-    return resolve(hf, ckpt, config, dtype, graph, num_layers, hidden_size, vocab_size, max_positions, name, base)[0]
+    request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
+                               max_positions, name)  # fmt: skip
+    return resolve(request)[0]

@@ -55,17 +55,14 @@ TOKENS, SEED, REL_TOL, WRONG_REL = 16, 1234, 1e-4, 1e-2
 
 def setup(card: str) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """(spec, shrunk transformers config, seeded weights) of a model card: identical in every process."""
-    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.build import DecoderRequest, resolve
     from ropeexport.decoder.weights import seeded_weights
 
     config = tomllib.loads((ROOT / "models" / f"{card}.toml").read_text())["config"]
-    # Phi3Config's class default pad_token_id (32000) lies past the shrunk vocabulary and shrink() only resets ids
-    # the config names: name none (it only picks the embedding row transformers zeroes before our weights load).
-    config.setdefault("pad_token_id", None)
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     hidden = 256 if 256 % head_dim == 0 else 2 * head_dim
-    spec, used = resolve(config=config, dtype="fp32", graph="fused", num_layers=2, hidden_size=hidden,
-                         vocab_size=512, name=card)  # fmt: skip
+    request = DecoderRequest(config=config, num_layers=2, hidden_size=hidden, vocab_size=512, base=card)
+    spec, used = resolve(request)
     return spec, used, seeded_weights(spec)
 
 

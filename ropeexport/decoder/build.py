@@ -49,24 +49,32 @@ class DecoderResult:
         return bool(self.report["passed"])
 
 
-def resolve(
-    hf_config: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    config: Mapping[str, Any] | None = None,
-    dtype: str = "fp32",
-    graph: str = "fused",
-    num_layers: int | None = None,
-    hidden_size: int | None = None,
-    vocab_size: int | None = None,
-    max_positions: int | None = None,
-    name: str | None = None,
-    base: str | None = None,
-) -> tuple[DecoderSpec, dict[str, Any]]:
-    """The spec and the (shrunk) config: from ``config`` (a preset's), ``hf_config`` or the checkpoint's config.json.
+@dataclass(frozen=True)
+class DecoderRequest:
+    """What a decoder build is asked for, before validation: one source of config (``config``, a preset's; or
+    ``hf_config``; or the ``checkpoint``'s config.json), the weights (``checkpoint``, else seeded), the size overrides
+    that shrink a seeded model, dtype, graph form, max_positions, and the folder ``name`` as given (else ``base``,
+    the preset's or the config's model name, then ``decoder``, the overrides, dtype and graph).
+    """  # noqa: D205
 
-    ``name``: the folder name as given; else ``base`` (a preset's name, or the config's model name), ``decoder``, the
-    size overrides, dtype and graph.
-    """
+    hf_config: str | Path | None = None
+    checkpoint: str | Path | None = None
+    config: Mapping[str, Any] | None = None
+    dtype: str = "fp32"
+    graph: str = "fused"
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    max_positions: int | None = None
+    name: str | None = None
+    base: str | None = None
+
+
+def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
+    """The spec and the (shrunk) config the request stands for; SpecError names the field or key at fault."""
+    hf_config, checkpoint, config, base = request.hf_config, request.checkpoint, request.config, request.base
+    num_layers, hidden_size, vocab_size = request.num_layers, request.hidden_size, request.vocab_size
+    dtype, graph = request.dtype, request.graph
     if checkpoint is not None and not Path(checkpoint).is_dir():
         raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder")
     where = "config"
@@ -92,8 +100,8 @@ def resolve(
         config["num_key_value_heads"] = heads
     base = base or str(config.get("model_type", "model"))
     label = "-".join(f"{tag}{v}" for tag, v in (("l", num_layers), ("h", hidden_size), ("v", vocab_size)) if v)
-    full = name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
-    spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=max_positions)
+    full = request.name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
+    spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=request.max_positions)
     return spec, config
 
 
@@ -159,24 +167,14 @@ def _verify(spec: DecoderSpec, config: dict[str, Any], weights: Any, checkpoint:
 
 def build_decoder(
     out_dir: str | Path,
-    hf_config: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    config: Mapping[str, Any] | None = None,
-    dtype: str = "fp32",
-    graph: str = "fused",
-    num_layers: int | None = None,
-    hidden_size: int | None = None,
-    vocab_size: int | None = None,
-    max_positions: int | None = None,
-    name: str | None = None,
+    request: DecoderRequest,
     eager: bool = True,
     replace: bool = False,
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
-    base: str | None = None,
 ) -> DecoderResult:
     """Resolve, export, verify and write one decoder (module doc); SpecError on bad input, nothing written."""
-    spec, used = resolve(hf_config, checkpoint, config, dtype, graph, num_layers, hidden_size, vocab_size,
-                         max_positions, name, base)  # fmt: skip
+    spec, used = resolve(request)
+    checkpoint = request.checkpoint
     out = Path(out_dir)
     target = check_out(out, spec, replace)
     weights = load_checkpoint(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)

@@ -19,7 +19,7 @@ import numpy as np
 from onnx import helper
 
 from ropeexport.catalog import kind_for
-from ropeexport.decoder.build import resolve
+from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import BLOCK_NAMES, describe, layer_weights, load_checkpoint
 from ropeexport.dtypes import DTYPES
@@ -82,7 +82,7 @@ def layer_block(
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise SpecError("layer", f"must be an integer, got {layer!r}")
     checkpoint = Path(checkpoint)
-    decoder, _ = resolve(hf_config, checkpoint, dtype=dtype, graph=graph)
+    decoder, _ = resolve(DecoderRequest(hf_config, checkpoint, dtype=dtype, graph=graph))
     weights = _weights(decoder, checkpoint, layer)
     base = decoder.name.split("-decoder-")[0]
     position = decoder.position_spec().replace(name=name or f"{base}-block-layer{layer}-{dtype}-{graph}")
@@ -100,7 +100,7 @@ def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
     if not checkpoint.is_dir():
         raise SpecError("checkpoint", f"{str(checkpoint)!r}, the folder this block's weights were read from, no "
                         "longer exists")  # fmt: skip
-    decoder, _ = resolve(origin.get("hf_config"), checkpoint, dtype=spec.dtype, graph=spec.graph)
+    decoder, _ = resolve(DecoderRequest(origin.get("hf_config"), checkpoint, dtype=spec.dtype, graph=spec.graph))
     layer = int(origin["layer"])
     return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.sliding_window,
                       str(origin["weights"]))  # fmt: skip

@@ -91,13 +91,13 @@ def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], t
 
 
 def test_sharded_checkpoint_loads_like_a_single_file(tmp_path: Path) -> None:
-    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.build import DecoderRequest, resolve
     from ropeexport.decoder.weights import load_checkpoint
 
     single = checkpoint(tmp_path / "single", "phi3-longrope")
     sharded = checkpoint(tmp_path / "sharded", "phi3-longrope", max_shard_size="20KB")
     assert (sharded / "model.safetensors.index.json").is_file()
-    spec, _ = resolve(checkpoint=single)
+    spec, _ = resolve(DecoderRequest(checkpoint=single))
     one, many = load_checkpoint(spec, single), load_checkpoint(spec, sharded)
     assert one.keys() == many.keys()
     assert all((one[k] == many[k]).all() for k in one)
@@ -107,11 +107,11 @@ def test_sharded_checkpoint_loads_like_a_single_file(tmp_path: Path) -> None:
 def test_weights_round_trip_to_transformers_names(name: str, tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
-    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.build import DecoderRequest, resolve
     from ropeexport.decoder.weights import load_checkpoint, to_transformers
 
     ckpt = checkpoint(tmp_path, name)
-    spec, _ = resolve(checkpoint=ckpt)
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt))
     stored = load_file(str(ckpt / "model.safetensors"))
     back = to_transformers(spec, load_checkpoint(spec, ckpt))
     current = {old: new for new, old in spec.architecture.aliases.items()}  # transformers saves some legacy names

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ropeexport.catalog import kind_for
-from ropeexport.decoder.build import resolve
+from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.verify import verify_decoder
 from ropeexport.decoder.weights import seeded_weights
@@ -54,7 +54,7 @@ CASES: list[tuple[str, dict[str, Any], Callable[[Any], Any], set[str]]] = [
 def test_planted_decoder_mistake_fails(
     label: str, config: dict[str, Any], wrong: Callable[[Any], Any], caught_by: set[str], tmp_path: Path
 ) -> None:
-    spec, _ = resolve(config=config, name="planted")
+    spec, _ = resolve(DecoderRequest(config=config, name="planted"))
     weights = seeded_weights(spec)
     save_model(build_decoder_graph(wrong(spec), weights, "seeded"), tmp_path)
     position = spec.position_spec()
