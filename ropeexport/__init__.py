@@ -3,7 +3,8 @@
 The Python API (``import ropeexport as rx``; see ``ropeexport.api`` and README "Python API"):
 ``rx.spec``, ``rx.from_preset``, ``rx.from_hf_config``, ``rx.load_specs`` -> specs; ``rx.export(spec)`` -> an
 ``onnx.ModelProto``; ``rx.build``, ``rx.build_all``, ``rx.verify``, ``rx.diff``, ``rx.check_trt``;
-``rx.build_decoder`` builds a whole decoder from a transformers config and verifies it by generation.
+``rx.build_decoder`` builds a whole decoder from a transformers config and verifies it by generation;
+``rx.generate`` / ``rx.open_decoder`` serve one (greedy generation in ONNX Runtime).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ __all__ = [
     "export",
     "from_hf_config",
     "from_preset",
+    "generate",
     "load_specs",
+    "open_decoder",
     "resolve_decoder",
     "spec",
     "verify",

@@ -4,7 +4,8 @@ Specs come from ``spec``, ``from_preset``, ``from_hf_config`` or ``load_specs``;
 ``onnx.ModelProto``; ``build`` exports, runs, verifies and reports one into ``OUT/NAME``; ``build_all`` builds many
 and writes the tree's index; ``verify``, ``diff`` and ``check_trt`` read what a build wrote. ``build_decoder``
 builds a whole decoder-only model (a transformers config, a local checkpoint or a preset) and verifies it by greedy
-generation against a float64 recompute. Errors are
+generation against a float64 recompute; ``generate`` / ``open_decoder`` serve a built decoder (greedy, ONNX Runtime,
+IO binding, a preallocated cache). Errors are
 ``ropeexport.errors.SpecError`` naming the field at fault (``str(error)`` is one line: ``"field: what is allowed"``).
 
 Example::
@@ -386,6 +387,34 @@ def build_decoder(
     request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
                                max_positions, name)  # fmt: skip
     return _build_decoder(out_dir, request, eager, replace, on_scenario)
+
+
+def generate(
+    folder: str | Path,
+    prompt_ids: Sequence[int] | None = None,
+    prompt: str | None = None,
+    max_new_tokens: int = 32,
+    position_offset: int = 0,
+    threads: int | None = None,
+    policy: str = "re-prefill",
+    stop_at_eos: bool = False,
+) -> Any:
+    """Greedy generation with a built decoder folder (``ropeexport.decoder.serve``): ONNX Runtime on the CPU, IO
+    binding, a cache allocated once. The prompt is token ids or text (read by the folder's tokenizer.json), placed at
+    ``position_offset``; every token must stay below max_positions (else SpecError). Returns a ``Generation``
+    (``.tokens``, ``.text``, ``.steps`` with each call's kind, positions, RoPE regime and seconds).
+    """  # noqa: D205
+    from ropeexport.decoder.serve import generate as _generate
+
+    return _generate(_path(folder, "path"), prompt_ids, prompt, max_new_tokens, position_offset, threads, policy,
+                     stop_at_eos)  # fmt: skip
+
+
+def open_decoder(folder: str | Path, threads: int | None = None) -> Any:
+    """A ``DecoderSession`` over a built decoder folder, for many generations with one session (``generate``)."""
+    from ropeexport.decoder.serve import DecoderSession
+
+    return DecoderSession(_path(folder, "path"), threads)
 
 
 def _decoder_request(

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("diff", "compare two reports"),
     "check-trt": ("check_trt", "check a model against the TensorRT ONNX parser of one version"),
     "list": ("listing", "list encodings and schedules"),
+    "generate": ("generate", "greedy generation with a built decoder"),
 }
 EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
 
@@ -55,6 +56,12 @@ FLAGS = {
     "hidden_size": "--hidden-size",
     "vocab_size": "--vocab-size",
     "layer": "--layer",
+    "prompt_ids": "--prompt-ids",
+    "prompt": "--prompt",
+    "max_new_tokens": "--max-new-tokens",
+    "position_offset": "--position-offset",
+    "threads": "--threads",
+    "policy": "--policy",
 }
 
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 PROVIDERS = ["CPUExecutionProvider"]  # outputs are numpy arrays in host memory: a GPU would need device buffers
 
 
-def _onnxruntime() -> Any:
+def load_onnxruntime() -> Any:
+    """The onnxruntime module, its telemetry off; RuntimeUnavailable when it is not installed."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -52,7 +53,7 @@ def session_options(
     - ``log_severity_level`` = 3: errors only; a failure still reaches the caller as an exception.
     - ``profile_prefix``: turns on ORT's profiler, writing ``<prefix>_<date>.json`` at ``session.end_profiling()``.
     """
-    ort = _onnxruntime()
+    ort = load_onnxruntime()
     options = ort.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
@@ -102,7 +103,7 @@ class IoBindingRunner(Runner):
         threads: int | None = None,
         check: bool = True,
     ) -> None:
-        ort = _onnxruntime()
+        ort = load_onnxruntime()
         self.ort = ort
         if isinstance(model, bytes):
             self.model_path = None

@@ -3,7 +3,8 @@
 onnxruntime-genai runs the model with its own loop and keeps the cache from step to step: its tokens must equal
 ropeexport's own ORT loop under the ``keep`` policy. Where no regime switches (every schedule but LongRoPE's and
 dynamic NTK's past their original length) that is also the ``re-prefill`` loop, whose every token the build checked
-against the float64 recompute; across a LongRoPE switch the two loops may part, and onnxruntime-genai follows ``keep``.
+against the float64 recompute. Across a LongRoPE switch the two loops may part: onnxruntime-genai follows ``keep``,
+unless its caller re-prefills at the switch (``rewind_to(0)``, the sequence appended again): then it is the exact one.
 """
 
 from __future__ import annotations
@@ -80,3 +81,42 @@ def test_the_checkpoints_tokenizer_files_are_packaged(tmp_path: Path) -> None:
     assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json"} <= set(files)
     assert "merges.txt" not in files and not (result.path / "merges.txt").exists()
     assert (result.path / "tokenizer.json").read_text() == '{"version": "1.0"}'
+
+
+def _genai_re_prefilled(folder: Path, prompt: list[int], count: int, limit: int) -> list[int]:
+    """onnxruntime-genai's loop with the re-prefill policy done by its caller: when the sequence first passes ``limit``
+    (the call of L = limit + 1), ``rewind_to(0)`` and the whole sequence appended again, so every cached key is
+    rotated under the long regime.
+    """  # noqa: D205
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + count, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([prompt], np.int32))
+    out: list[int] = []
+    while not generator.is_done():
+        sequence = generator.get_sequence(0)
+        if len(sequence) == limit + 1:
+            generator.rewind_to(0)
+            generator.append_tokens(np.array([sequence], np.int32))
+        generator.generate_next_token()
+        out.append(int(generator.get_next_tokens()[0]))
+    return out
+
+
+def test_onnxruntime_genai_re_prefilled_across_the_longrope_switch_is_the_float64_truth(tmp_path: Path) -> None:
+    """Served by onnxruntime-genai past original_max_position_embeddings (64), every token the build's exact loop
+    picked, and so the float64 recompute's (the build judged each of those calls against it).
+    """  # noqa: D205
+    result = rx.build_decoder(tmp_path / "out", checkpoint=checkpoint(tmp_path / "ckpt", "phi3-longrope"), eager=False)
+    assert result.passed
+    folder = result.path
+    config = json.loads((folder / "genai_config.json").read_text())
+    prompt, exact = _ours(folder, "re-prefill")
+    _, kept = _ours(folder, "keep")
+    assert exact != kept  # the switch matters for this model: the test can tell the two loops apart
+    config["model"]["eos_token_id"] = next(t for t in range(config["model"]["vocab_size"]) if t not in kept + exact)
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    assert _genai_re_prefilled(folder, prompt, STEPS + 1, 64) == exact
+    decode = next(s for s in result.report["scenarios"] if s["name"] == "decode-64")
+    assert decode["passed"] and {c["regime"] for c in decode["calls"]} == {"short", "long"}

@@ -1,0 +1,293 @@
+"""Serving a built decoder as a server runs it: one ONNX Runtime session, IO binding, a cache allocated once.
+
+``DecoderSession(folder)`` opens a decoder folder (``build --artifact decoder``; its files checked against the
+sha256 its report.json lists) and ``generate`` runs greedy generation for one sequence (batch 1):
+
+- the cache is two sets of flat buffers per layer, sized once for the whole generation (prompt + new tokens). A call
+  reads ``past_key_values.{i}.*`` [1, KV, p, d] from the front of one set and writes ``present.{i}.*``
+  [1, KV, p + s, d] into the front of the other (IO binding hands ONNX Runtime the addresses; nothing is allocated
+  or copied by Python), then the two swap. A contiguous prefix of a flat buffer is exactly a [1, KV, p, d] array,
+  so the cache grows without moving;
+- the prompt sits at positions ``position_offset`` .. offset + n - 1 (``position_ids``; the cache holds the prompt
+  only), so a long context is exercised without computing it (RoPE only: an ALiBi decoder counts key positions
+  from the attention mask, as BLOOM does, and takes no offset); every token, the last new one included, must lie
+  below the decoder's max_positions (onnxruntime-genai's context_length counts the same way): nothing is wrapped;
+- the RoPE regime of each call is that of L = its last position + 1 (``probes.regime``). Under the ``re-prefill``
+  policy (the default, what the build verified against the float64 recompute) a step whose regime differs from the
+  one the cache was built in (LongRoPE past original_max_position_embeddings, dynamic NTK) recomputes the whole
+  sequence; under ``keep`` the cache is kept, as onnxruntime-genai does.
+
+Timings are wall-clock per call (``time.perf_counter``), binding included: what a caller of this loop waits for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.decoder.export import cache_names
+from ropeexport.decoder.probes import regime
+from ropeexport.decoder.reverify import check_decoder_folder, is_decoder_folder
+from ropeexport.decoder.spec import POLICIES, DecoderSpec
+from ropeexport.decoder.weights import geometry
+from ropeexport.dtypes import DTYPES
+from ropeexport.errors import RuntimeUnavailable, SpecError
+from ropeexport.runtimes.iobinding import PROVIDERS, load_onnxruntime, session_options
+
+TOKENIZER = "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of the model: ``tokens`` computed at positions ``first`` .. ``last``, in ``regime``, in ``seconds``."""
+
+    kind: str  # prefill | decode | re-prefill
+    first: int
+    last: int
+    tokens: int
+    regime: str
+    seconds: float
+    token: int  # the token it picked (argmax of the logits at ``last``)
+
+
+@dataclass
+class Generation:
+    """What ``generate`` returns: the prompt, the new tokens, and every call with its timing and regime."""
+
+    prompt: list[int]
+    tokens: list[int]
+    steps: list[Step]
+    position_offset: int
+    policy: str
+    threads: int | None
+    max_positions: int
+    text: str | None = None
+    model: str = ""
+    stopped_at_eos: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        """Prompt tokens over the first call's time."""
+        first = self.steps[0]
+        return first.tokens / first.seconds
+
+    @property
+    def decode_ms_per_token(self) -> float | None:
+        """Mean time of the single-token decode calls in ms (re-prefills excluded); None without one."""
+        times = [s.seconds for s in self.steps if s.kind == "decode"]
+        return 1000 * sum(times) / len(times) if times else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (what ``ropeexport generate --json`` prints)."""
+        out = asdict(self)
+        out.pop("extra")
+        out["prefill_tokens_per_second"] = self.prefill_tokens_per_second
+        out["decode_ms_per_token"] = self.decode_ms_per_token
+        out["regimes"] = sorted({s.regime for s in self.steps})
+        return out
+
+
+def _int(name: str, value: Any, low: int, top: int | None = None) -> int:
+    """An int in [low, top] (a bool is no int); else SpecError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SpecError(name, f"must be an integer, got {value!r}")
+    if value < low or (top is not None and value > top):
+        allowed = f">= {low}" if top is None else f"in [{low}, {top}]"
+        raise SpecError(name, f"must be {allowed}, got {value}")
+    return int(value)
+
+
+class DecoderSession:
+    """A decoder folder opened for generation (module doc). ``threads``: ONNX Runtime's intra-op threads (None: its
+    default, one per physical core); ``profile_prefix`` turns on ORT's profiler (``session_options``).
+    """  # noqa: D205
+
+    def __init__(self, folder: str | Path, threads: int | None = None, profile_prefix: str | None = None) -> None:
+        folder = Path(folder)
+        if not is_decoder_folder(folder):
+            raise SpecError("path", f"{str(folder)!r} is not a decoder folder (one with decoder.json, written by "
+                            "`ropeexport build --artifact decoder`)")  # fmt: skip
+        if threads is not None:
+            _int("threads", threads, 1, 1024)
+        record, _, spec = check_decoder_folder(folder)
+        self.folder, self.spec, self.threads = folder, spec, threads
+        self.config: dict[str, Any] = record["config"]
+        self.position = spec.position_spec()
+        self.max_positions = int(self.position.max_positions)
+        ort = load_onnxruntime()
+        options = session_options(threads, profile_prefix=profile_prefix)
+        try:
+            self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=PROVIDERS)
+        except Exception as exc:  # ORT raises its own exception types for missing kernels
+            message = (str(exc).splitlines() or [""])[0]
+            raise RuntimeUnavailable(f"onnxruntime {ort.__version__} cannot load the model: {message}") from None
+        self.binding = self.session.io_binding()
+        self._np_dtype = DTYPES[spec.dtype].np_dtype
+        _, self._kv, self._d = geometry(spec)
+        self._capacity = 0
+        self._tokenizer: Any = None
+
+    # -- the cache ------------------------------------------------------------------------------------------------
+    def reserve(self, capacity: int) -> None:
+        """Cache buffers for ``capacity`` tokens (kept when already that large): 2 sets x layers x (key, value)."""
+        if capacity <= self._capacity:
+            return
+        size = self._kv * capacity * self._d
+        self._sets = [[np.zeros(size, self._np_dtype) for _ in range(2 * self.spec.num_layers)] for _ in range(2)]
+        self._mask = np.ones((1, capacity), np.int64)
+        self._logits = np.empty(0, self._np_dtype)
+        self._capacity = capacity
+
+    def _bind_array(self, name: str, array: np.ndarray, output: bool = False) -> None:
+        bind = self.binding.bind_output if output else self.binding.bind_input
+        bind(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+
+    def _call(self, ids: np.ndarray, first: int, past: int, source: int) -> tuple[np.ndarray, int]:
+        """Run ``ids`` [s] at positions first .. first + s - 1 over ``past`` cached tokens in set ``source``.
+
+        Returns (the logits [vocab] of the last position, the set now holding the cache).
+        """
+        s = len(ids)
+        total = past + s
+        input_ids = np.ascontiguousarray(ids, np.int64).reshape(1, s)
+        position_ids = np.arange(first, first + s, dtype=np.int64).reshape(1, s)
+        vocab = self.spec.vocab_size
+        if self._logits.size < s * vocab:
+            self._logits = np.empty(s * vocab, self._np_dtype)
+        logits = self._logits[: s * vocab].reshape(1, s, vocab)
+        self._bind_array("input_ids", input_ids)
+        self._bind_array("position_ids", position_ids)
+        self._bind_array("attention_mask", self._mask[:, :total])
+        self._bind_array("logits", logits, output=True)
+        kv, d = self._kv, self._d
+        for i in range(self.spec.num_layers):
+            for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
+                read, write = self._sets[source][2 * i + j], self._sets[1 - source][2 * i + j]
+                self._bind_array(past_name, read[: kv * past * d].reshape(1, kv, past, d))
+                self._bind_array(present_name, write[: kv * total * d].reshape(1, kv, total, d), output=True)
+        self.session.run_with_iobinding(self.binding)
+        return logits[0, -1], 1 - source
+
+    # -- generation -----------------------------------------------------------------------------------------------
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer.json read with ``tokenizers``; SpecError when the folder has none."""
+        if self._tokenizer is None:
+            path = self.folder / TOKENIZER
+            if not path.is_file():
+                raise SpecError("prompt", f"{str(self.folder)!r} has no {TOKENIZER} (the checkpoint had none): give "
+                                "`prompt_ids`")  # fmt: skip
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise RuntimeUnavailable("tokenizers is not installed (pip install tokenizers)") from None
+            try:
+                self._tokenizer = Tokenizer.from_file(str(path))
+            except Exception as exc:  # tokenizers raises its own exception type for a malformed file
+                first = (str(exc).splitlines() or [""])[0]
+                raise SpecError(TOKENIZER, f"cannot be read by tokenizers: {first}") from None
+        return self._tokenizer
+
+    def check(self, prompt: Sequence[int], max_new_tokens: int, position_offset: int) -> list[int]:
+        """The prompt as a list, after checking ids, counts and positions (SpecError naming the field)."""
+        vocab, limit = self.spec.vocab_size, self.max_positions
+        max_new_tokens = _int("max_new_tokens", max_new_tokens, 1)
+        position_offset = _int("position_offset", position_offset, 0)
+        ids = [_int("prompt_ids", t, -(2**63)) for t in prompt]
+        if not ids:
+            raise SpecError("prompt_ids", "the prompt is empty: give at least one token")
+        bad = next((k for k, t in enumerate(ids) if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise SpecError("prompt_ids", f"id {ids[bad]} (index {bad}) is outside the vocabulary [0, {vocab})")
+        if position_offset and self.position.encoding != "rope":
+            raise SpecError("position_offset", f"must be 0 for a {self.position.encoding} decoder: its key positions "
+                            "are counted from the attention mask (as BLOOM counts them), so a prompt cannot be placed "
+                            "further on")  # fmt: skip
+        if position_offset + len(ids) > limit:
+            raise SpecError("position_offset", f"the prompt ({len(ids)} tokens) at offset {position_offset} ends at "
+                            f"position {position_offset + len(ids) - 1}, past the decoder's last position "
+                            f"{limit - 1} (max_positions {limit})")  # fmt: skip
+        end = position_offset + len(ids) + max_new_tokens - 1
+        if end >= limit:
+            raise SpecError("max_new_tokens", f"{max_new_tokens} new tokens after a {len(ids)}-token prompt at offset "
+                            f"{position_offset} reach position {end}, past the decoder's last position {limit - 1} "
+                            f"(max_positions {limit}); at most {limit - position_offset - len(ids)}")  # fmt: skip
+        return ids
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        position_offset: int = 0,
+        policy: str = "re-prefill",
+        stop_at_eos: bool = False,
+    ) -> Generation:
+        """Greedy generation of ``max_new_tokens`` after ``prompt`` (token ids), the prompt at ``position_offset``."""
+        if policy not in POLICIES:
+            raise SpecError("policy", f"must be one of {', '.join(POLICIES)}, got {policy!r}")
+        ids = self.check(prompt, max_new_tokens, position_offset)
+        eos = _eos(self.config, self.spec) if stop_at_eos else set()
+        self.reserve(len(ids) + max_new_tokens)
+        sequence = list(ids)
+        steps: list[Step] = []
+        start = time.perf_counter()
+        logits, source = self._call(np.array(ids), position_offset, 0, 0)
+        cached_in = regime(self.position, position_offset + len(ids))
+        steps.append(Step("prefill", position_offset, position_offset + len(ids) - 1, len(ids), cached_in,
+                          time.perf_counter() - start, int(logits.argmax())))  # fmt: skip
+        new = [steps[-1].token]
+        while len(new) < max_new_tokens and new[-1] not in eos:
+            sequence.append(new[-1])
+            last = position_offset + len(sequence) - 1
+            now = regime(self.position, last + 1)
+            start = time.perf_counter()
+            if policy == "re-prefill" and now != cached_in:
+                logits, source = self._call(np.array(sequence), position_offset, 0, 0)
+                kind, first, cached_in = "re-prefill", position_offset, now
+            else:
+                logits, source = self._call(np.array(sequence[-1:]), last, len(sequence) - 1, source)
+                kind, first = "decode", last
+            token = int(logits.argmax())
+            steps.append(Step(kind, first, last, last - first + 1, now, time.perf_counter() - start, token))
+            new.append(token)
+        text = None
+        if (self.folder / TOKENIZER).is_file():
+            text = self.tokenizer().decode(new)
+        return Generation(ids, new, steps, position_offset, policy, self.threads, self.max_positions, text,
+                          self.spec.name, bool(eos) and new[-1] in eos)  # fmt: skip
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` as token ids by the folder's tokenizer."""
+        if not isinstance(text, str) or not text:
+            raise SpecError("prompt", "must be a non-empty string")
+        return list(self.tokenizer().encode(text).ids)
+
+
+def _eos(config: dict[str, Any], spec: DecoderSpec) -> set[int]:
+    """The checkpoint config's end-of-sequence ids inside the vocabulary."""
+    value = config.get("eos_token_id")
+    values = value if isinstance(value, list) else [value]
+    return {v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < spec.vocab_size}
+
+
+def generate(
+    folder: str | Path,
+    prompt_ids: Sequence[int] | None = None,
+    prompt: str | None = None,
+    max_new_tokens: int = 32,
+    position_offset: int = 0,
+    threads: int | None = None,
+    policy: str = "re-prefill",
+    stop_at_eos: bool = False,
+) -> Generation:
+    """Open ``folder`` and generate (``DecoderSession.generate``) from ``prompt_ids`` or ``prompt`` text (one)."""
+    if (prompt_ids is None) == (prompt is None):
+        raise SpecError("prompt_ids", "give the prompt as token ids (`prompt_ids`) or as text (`prompt`), one of them")
+    session = DecoderSession(folder, threads)
+    ids = session.encode(prompt) if prompt is not None else list(prompt_ids or [])
+    return session.generate(ids, max_new_tokens, position_offset, policy, stop_at_eos)
