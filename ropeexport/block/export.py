@@ -80,15 +80,22 @@ def _static_mask(g: GraphBuilder) -> str:
     return g.op("And", [causal, real], name="attention_visible")
 
 
-def _mask(g: GraphBuilder, window: int = 0) -> str:
+def _mask(g: GraphBuilder, window: int = 0, shared: bool = False) -> str:
     """bool [b, 1, s, t]: key j visible to query i iff j <= i + p (and i + p - j < window, when given) and
     attention_mask[b, j] is 1.
+
+    p is past_key's length, or with ``shared`` (the gqa form) t - s: a server may hand GroupQueryAttention one
+    buffer as both past and present (onnxruntime-genai's past_present_share_buffer), whose length is its capacity,
+    not the tokens cached; the mask covers exactly the cached and new tokens in every form (t = p + s).
     """  # noqa: D205
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     scalar = lambda shape_of, axis, name: g.op(  # noqa: E731
         "Squeeze", [g.op("Shape", [shape_of], start=axis, end=axis + 1), g.const(f"{name}_axis0", i64(0))]
     )
-    s, p, t = scalar("hidden", 1, "s"), scalar("past_key", 2, "p"), scalar("attention_mask", 1, "t")
+    # s and b from position_ids [b, s], not hidden: every layer of a decoder gets the same position_ids, so ONNX
+    # Runtime's common-subexpression pass builds this mask once for all layers instead of once per layer.
+    s, t = scalar("position_ids", 1, "s"), scalar("attention_mask", 1, "t")
+    p = g.op("Sub", [t, s]) if shared else scalar("past_key", 2, "p")
     zero, one = g.const("zero", np.array(0, np.int64)), g.const("one", np.array(1, np.int64))
     query_slot = g.op("Add", [g.op("Range", [zero, s, one]), p])  # [s]: the cache slot each query occupies
     key_slot = g.op("Range", [zero, t, one])  # [t]
@@ -204,13 +211,15 @@ def _attend_gqa(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, b
     (do_rotary) positions a first prompt at position_ids[:, 0] + i whatever the other position_ids say (measured on
     ONNX Runtime 1.31 CPU), so a left-padded prompt would be rotated at the wrong positions. Every row's buffer counts
     as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule does not cover (padding,
-    a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated.
+    a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated. past and present may be one
+    buffer [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s; the mask reads p as
+    t - s): how ``decoder.serve`` and onnxruntime-genai run this form.
     """
     H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     t = g.op("Shape", ["attention_mask"], start=1, end=2)  # [1]
     total = g.op("Cast", [g.op("Squeeze", [t, g.const("gqa_axis0", i64(0))])], to=TensorProto.INT32)
-    b = g.op("Shape", ["hidden"], start=0, end=1)
+    b = g.op("Shape", ["position_ids"], start=0, end=1)  # one for all layers (see _mask)
     last = g.op("Sub", [total, g.const("gqa_one", np.array(1, np.int32))])
     seqlens = g.op("Expand", [last, b], name="seqlens_k")  # [b] int32: the last slot of each (full) buffer
     additive = _additive(g, spec, mask, bias)
@@ -248,11 +257,23 @@ def _key_positions(g: GraphBuilder) -> str:
     return g.op("Cast", [first], to=TensorProto.INT64)
 
 
-def _project(g: GraphBuilder, x: str, weights: dict[str, str], name: str) -> str:
-    """x @ W (+ b where the layer has that bias)."""
-    out = g.op("MatMul", [x, weights[f"{name}_proj"]])
-    bias = weights.get(f"{name}_bias")
-    return out if bias is None else g.op("Add", [out, bias])
+def _qkv(g: GraphBuilder, spec: Any, arrays: Mapping[str, np.ndarray]) -> tuple[str, str, str]:
+    """query [b, H, s, d], key and value [b, KV, s, d]: one MatMul over q_proj | k_proj | v_proj, then Split.
+
+    One wide MatMul instead of three: a decode step is a row times each weight matrix, and ONNX Runtime's per-node
+    cost is a visible share of three small ones (``tools/bench_serving.py``). Each output column is the same dot
+    product either way. The biases are fused the same way (absent ones as zeros, when only some exist).
+    """
+    H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
+    proj = np.concatenate([arrays["q_proj"], arrays["k_proj"], arrays["v_proj"]], axis=1)
+    out = g.op("MatMul", ["hidden", g.const("qkv_proj", round_once(proj, spec.dtype))])
+    if any(f"{n}_bias" in arrays for n in "qkv"):
+        widths = {"q": H * d, "k": KV * d, "v": KV * d}
+        bias = np.concatenate([arrays.get(f"{n}_bias", np.zeros(widths[n])) for n in "qkv"])
+        out = g.op("Add", [out, g.const("qkv_bias", round_once(bias, spec.dtype))])
+    sizes = g.const("qkv_split", np.array([H * d, KV * d, KV * d], np.int64))
+    q, k, v = g.op("Split", [out, sizes], n_out=3, axis=-1)
+    return _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
 
 
 def build_block_graph(
@@ -275,10 +296,8 @@ def build_block_graph(
     hidden = int(arrays["q_proj"].shape[0])
     if window and spec.graph == "static-cache":
         raise SpecError("graph", "a sliding window is not offered in the static-cache form; use fused or decomposed")
-    weights = {name: g.const(name, round_once(w, spec.dtype)) for name, w in arrays.items()}
-    q = _heads(g, _project(g, "hidden", weights, "q"), H, d, "q")
-    k = _heads(g, _project(g, "hidden", weights, "k"), KV, d, "k")
-    v = _heads(g, _project(g, "hidden", weights, "v"), KV, d, "v")
+    q, k, v = _qkv(g, spec, arrays)
+    weights = {n: g.const(n, round_once(arrays[n], spec.dtype)) for n in ("o_proj", "o_bias") if n in arrays}
     if rotary is not None:
         rotated = call(g, rotary, {"query": q, "key": k, "position_ids": "position_ids"}, "rope/")
         q, k = rotated["query_out"], rotated["key_out"]
@@ -287,7 +306,7 @@ def build_block_graph(
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
         added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
     static = spec.graph == "static-cache"
-    mask = _static_mask(g) if static else (_mask(g, window) if window else _mask(g))
+    mask = _static_mask(g) if static else _mask(g, window, shared=spec.graph == "gqa")
     if added is not None:
         # A key the method itself hides (-inf: the bias's causal rule by position) counts as hidden everywhere, so a
         # query whose every key is hidden outputs zeros, as the eager and float64 blocks do.

@@ -49,7 +49,10 @@ def _norm(g: GraphBuilder, spec: DecoderSpec, x: str, w: Mapping[str, str], name
                     epsilon=spec.norm_eps, stash_type=1)  # fmt: skip
     wide = x if spec.dtype == "fp32" else g.op("Cast", [x], to=TensorProto.FLOAT)
     eps = g.shared_const("norm_eps", np.array(spec.norm_eps, np.float32))
-    variance = _mean_last(g, g.op("Mul", [wide, wide]), opset)
+    # Pow, not Mul(x, x): ONNX Runtime fuses Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul into one
+    # SimplifiedLayerNormalization (and the residual Add before it into SkipSimplifiedLayerNormalization) only from Pow.
+    squared = g.op("Pow", [wide, g.shared_const("norm_two", np.array(2.0, np.float32))])
+    variance = _mean_last(g, squared, opset)
     scaled = g.op("Div", [wide, g.op("Sqrt", [g.op("Add", [variance, eps])])])
     narrow = scaled if spec.dtype == "fp32" else g.op("Cast", [scaled], to=DTYPES[spec.dtype].onnx)
     return g.op("Mul", [narrow, w[f"{name}.weight"]])
@@ -75,12 +78,24 @@ def _linear(g: GraphBuilder, x: str, w: Mapping[str, str], proj: str, bias: str)
     return g.op("Add", [out, w[bias]]) if bias in w else out
 
 
+def _gate_up(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A layer's weights with gate_proj | up_proj as one gate_up_proj [hidden, 2 * inner] (biases alike)."""
+    out = {n: v for n, v in arrays.items() if n not in ("gate_proj", "up_proj", "gate_bias", "up_bias")}
+    out["gate_up_proj"] = np.concatenate([arrays["gate_proj"], arrays["up_proj"]], axis=1)
+    if "gate_bias" in arrays or "up_bias" in arrays:
+        inner = arrays["up_proj"].shape[1]
+        out["gate_up_bias"] = np.concatenate([arrays.get(n, np.zeros(inner)) for n in ("gate_bias", "up_bias")])
+    return out
+
+
 def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, w: Mapping[str, str]) -> str:
-    up = _linear(g, x, w, "up_proj", "up_bias")
-    if spec.architecture.mlp == "gated":
-        up = g.op("Mul", [_act(g, spec, _linear(g, x, w, "gate_proj", "gate_bias")), up])
+    if spec.architecture.mlp == "gated":  # gate | up as one MatMul (see block.export._qkv for why), then Split
+        both = _linear(g, x, w, "gate_up_proj", "gate_up_bias")
+        half = g.shared_const("gate_up_split", np.array([spec.intermediate_size] * 2, np.int64))
+        gate, up = g.op("Split", [both, half], n_out=2, axis=-1)
+        up = g.op("Mul", [_act(g, spec, gate), up])
     else:
-        up = _act(g, spec, up)
+        up = _act(g, spec, _linear(g, x, w, "up_proj", "up_bias"))
     return _linear(g, up, w, "down_proj", "down_bias")
 
 
@@ -100,7 +115,10 @@ def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], so
         h = _norm(g, spec, h, top, "embed_norm", opset)
     for i in range(spec.num_layers):
         arrays = layer_weights(weights, i)
-        w = {n: stored(f"layers.{i}.{n}") for n in arrays if n not in BLOCK_NAMES}
+        if spec.architecture.mlp == "gated":
+            arrays = _gate_up(arrays)
+        w = {n: g.const(f"layers.{i}.{n}", round_once(v, spec.dtype)) for n, v in arrays.items()
+             if n not in BLOCK_NAMES}  # fmt: skip
         block = build_block_graph(
             position,
             rotary=piece.rotary,

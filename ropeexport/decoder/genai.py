@@ -4,8 +4,10 @@ onnxruntime-genai (0.18, ``og.Model(folder)``) reads the model's I/O names from 
 onnxruntime-genai ones (``decoder.export``), so the exported graph loads as it is. Its ``type`` is the model type
 where onnxruntime-genai knows it (llama, mistral, qwen2, phi3) and its generic ``decoder`` otherwise (gpt_neox,
 gptj, bloom): the graph computes every position itself from ``position_ids``, which onnxruntime-genai feeds as
-cumsum(attention_mask) - 1. Past and present are separate buffers (``past_present_share_buffer`` false): the cache
-grows by concatenation, as in the ``fused``, ``decomposed``, ``tensorrt`` and ``gqa`` forms.
+cumsum(attention_mask) - 1. In the ``gqa`` form past and present are one buffer of max_length slots
+(``past_present_share_buffer`` true: GroupQueryAttention writes the new keys in place, and the graph reads the cached
+length from the mask); in the ``fused``, ``decomposed`` and ``tensorrt`` forms the cache grows by concatenation into
+a separate present (false).
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
             "outputs": {"logits": "logits", "present_key_names": present_key, "present_value_names": present_value},
         },
     }
+    shared = spec.graph == "gqa"
     search = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "max_length": model["context_length"],
-              "min_length": 0, "past_present_share_buffer": False, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
+              "min_length": 0, "past_present_share_buffer": shared, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
               "repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "diversity_penalty": 0.0,
               "early_stopping": True}  # fmt: skip
     return {"model": model, "search": search}

@@ -104,11 +104,24 @@ def _int(name: str, value: Any, low: int, top: int | None = None) -> int:
 
 
 class DecoderSession:
-    """A decoder folder opened for generation (module doc). ``threads``: ONNX Runtime's intra-op threads (None: its
-    default, one per physical core); ``profile_prefix`` turns on ORT's profiler (``session_options``).
-    """  # noqa: D205
+    """A decoder folder opened for generation (module doc).
 
-    def __init__(self, folder: str | Path, threads: int | None = None, profile_prefix: str | None = None) -> None:
+    ``threads``: ONNX Runtime's intra-op threads (None: its default, one per physical core). ``spinning``: idle ORT
+    threads busy-wait for the next call (ORT's and onnxruntime-genai's default: about 1 ms less per decode step on 2
+    cores, ``tools/bench_serving.py``); False leaves the cores to other work between calls. ``profile_prefix`` turns
+    on ORT's profiler (``session_options``).
+
+    The low-level loop: ``reset(position_offset)``, then ``append(ids)`` as often as wanted (each returns the logits
+    [s, vocab] of the tokens appended); ``generate`` is built on it.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        threads: int | None = None,
+        spinning: bool = True,
+        profile_prefix: str | None = None,
+    ) -> None:
         folder = Path(folder)
         if not is_decoder_folder(folder):
             raise SpecError("path", f"{str(folder)!r} is not a decoder folder (one with decoder.json, written by "
@@ -121,7 +134,7 @@ class DecoderSession:
         self.position = spec.position_spec()
         self.max_positions = int(self.position.max_positions)
         ort = load_onnxruntime()
-        options = session_options(threads, profile_prefix=profile_prefix)
+        options = session_options(threads, profile_prefix=profile_prefix, spinning=spinning)
         try:
             self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=PROVIDERS)
         except Exception as exc:  # ORT raises its own exception types for missing kernels
@@ -130,37 +143,76 @@ class DecoderSession:
         self.binding = self.session.io_binding()
         self._np_dtype = DTYPES[spec.dtype].np_dtype
         _, self._kv, self._d = geometry(spec)
-        self._capacity = 0
+        # GroupQueryAttention writes the new keys into the buffer it reads when past and present are one buffer: no
+        # per-step copy of the cache. The other forms' present is a concatenation, written into a second buffer.
+        self.shared = spec.graph == "gqa"
+        self._capacity, self.length, self.offset, self._source = 0, 0, 0, 0
+        self._buffers: list[list[np.ndarray]] = []
+        self._mask = np.ones((1, 0), np.int64)
+        self._logits = np.empty(0, self._np_dtype)
         self._tokenizer: Any = None
 
     # -- the cache ------------------------------------------------------------------------------------------------
     def reserve(self, capacity: int) -> None:
-        """Cache buffers for ``capacity`` tokens (kept when already that large): 2 sets x layers x (key, value)."""
+        """Cache buffers for ``capacity`` tokens, the tokens cached so far kept (nothing happens when large enough).
+
+        Shared (gqa): one [1, KV, capacity, d] array per layer and tensor. Otherwise two flat sets of KV * capacity
+        * d values per layer and tensor: a call reads past from the front of one and writes present into the front
+        of the other.
+        """
         if capacity <= self._capacity:
             return
-        size = self._kv * capacity * self._d
-        self._sets = [[np.zeros(size, self._np_dtype) for _ in range(2 * self.spec.num_layers)] for _ in range(2)]
+        kv, d, n = self._kv, self._d, self.length
+        count = 2 * self.spec.num_layers
+        current = self._buffers[self._source] if self._buffers else []
+        if self.shared:
+            fresh = [[np.zeros((1, kv, capacity, d), self._np_dtype) for _ in range(count)]]
+            for new, old in zip(fresh[0], current, strict=False):
+                new[:, :, :n] = old[:, :, :n]
+        else:
+            fresh = [[np.zeros(kv * capacity * d, self._np_dtype) for _ in range(count)] for _ in range(2)]
+            for new, old in zip(fresh[self._source], current, strict=False):
+                new[: kv * n * d] = old[: kv * n * d]
+        self._buffers = fresh
         self._mask = np.ones((1, capacity), np.int64)
-        self._logits = np.empty(0, self._np_dtype)
         self._capacity = capacity
+
+    def reset(self, position_offset: int = 0) -> None:
+        """Empty the cache; the next ``append`` starts at ``position_offset`` (buffers kept)."""
+        self.offset = _int("position_offset", position_offset, 0, self.max_positions - 1)
+        self.length, self._source = 0, 0
 
     def _bind_array(self, name: str, array: np.ndarray, output: bool = False) -> None:
         bind = self.binding.bind_output if output else self.binding.bind_input
         bind(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
 
-    def _call(self, ids: np.ndarray, first: int, past: int, source: int) -> tuple[np.ndarray, int]:
-        """Run ``ids`` [s] at positions first .. first + s - 1 over ``past`` cached tokens in set ``source``.
+    def append(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Run ``ids`` (s tokens) after the cached ones, at positions offset + length ..; logits [s, vocab].
 
-        Returns (the logits [vocab] of the last position, the set now holding the cache).
+        The logits are a view into a buffer the next call overwrites (copy to keep). Ids outside the vocabulary or
+        positions past max_positions raise SpecError before anything runs; the cache grows when it must.
         """
-        s = len(ids)
-        total = past + s
-        input_ids = np.ascontiguousarray(ids, np.int64).reshape(1, s)
-        position_ids = np.arange(first, first + s, dtype=np.int64).reshape(1, s)
+        tokens = np.ascontiguousarray(ids, np.int64).reshape(-1)
+        s = len(tokens)
         vocab = self.spec.vocab_size
+        if s == 0:
+            raise SpecError("ids", "no tokens to append")
+        if tokens.min() < 0 or tokens.max() >= vocab:
+            bad = int(tokens[(tokens < 0) | (tokens >= vocab)][0])
+            raise SpecError("ids", f"id {bad} is outside the vocabulary [0, {vocab})")
+        first, past = self.offset + self.length, self.length
+        if first + s > self.max_positions:
+            raise SpecError("ids", f"{s} token(s) at position {first} pass the decoder's last position "
+                            f"{self.max_positions - 1} (max_positions {self.max_positions})")  # fmt: skip
+        total = past + s
+        if total > self._capacity:
+            self.reserve(max(total, 2 * self._capacity))
         if self._logits.size < s * vocab:
             self._logits = np.empty(s * vocab, self._np_dtype)
         logits = self._logits[: s * vocab].reshape(1, s, vocab)
+        # The binding holds raw addresses: every array bound must stay alive until the run (locals, not temporaries).
+        input_ids = tokens.reshape(1, s)
+        position_ids = np.arange(first, first + s, dtype=np.int64).reshape(1, s)
         self._bind_array("input_ids", input_ids)
         self._bind_array("position_ids", position_ids)
         self._bind_array("attention_mask", self._mask[:, :total])
@@ -168,11 +220,20 @@ class DecoderSession:
         kv, d = self._kv, self._d
         for i in range(self.spec.num_layers):
             for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
-                read, write = self._sets[source][2 * i + j], self._sets[1 - source][2 * i + j]
-                self._bind_array(past_name, read[: kv * past * d].reshape(1, kv, past, d))
-                self._bind_array(present_name, write[: kv * total * d].reshape(1, kv, total, d), output=True)
+                if self.shared:  # one buffer, capacity long: ORT writes the new slots in place
+                    buffer = self._buffers[0][2 * i + j]
+                    self._bind_array(past_name, buffer)
+                    self._bind_array(present_name, buffer, output=True)
+                else:
+                    read = self._buffers[self._source][2 * i + j]
+                    write = self._buffers[1 - self._source][2 * i + j]
+                    self._bind_array(past_name, read[: kv * past * d].reshape(1, kv, past, d))
+                    self._bind_array(present_name, write[: kv * total * d].reshape(1, kv, total, d), output=True)
         self.session.run_with_iobinding(self.binding)
-        return logits[0, -1], 1 - source
+        if not self.shared:
+            self._source = 1 - self._source
+        self.length = total
+        return logits[0]
 
     # -- generation -----------------------------------------------------------------------------------------------
     def tokenizer(self) -> Any:
@@ -233,26 +294,26 @@ class DecoderSession:
         ids = self.check(prompt, max_new_tokens, position_offset)
         eos = _eos(self.config, self.spec) if stop_at_eos else set()
         self.reserve(len(ids) + max_new_tokens)
+        self.reset(position_offset)
         sequence = list(ids)
         steps: list[Step] = []
         start = time.perf_counter()
-        logits, source = self._call(np.array(ids), position_offset, 0, 0)
+        token = int(self.append(ids)[-1].argmax())
         cached_in = regime(self.position, position_offset + len(ids))
         steps.append(Step("prefill", position_offset, position_offset + len(ids) - 1, len(ids), cached_in,
-                          time.perf_counter() - start, int(logits.argmax())))  # fmt: skip
-        new = [steps[-1].token]
+                          time.perf_counter() - start, token))  # fmt: skip
+        new = [token]
         while len(new) < max_new_tokens and new[-1] not in eos:
             sequence.append(new[-1])
             last = position_offset + len(sequence) - 1
             now = regime(self.position, last + 1)
             start = time.perf_counter()
             if policy == "re-prefill" and now != cached_in:
-                logits, source = self._call(np.array(sequence), position_offset, 0, 0)
-                kind, first, cached_in = "re-prefill", position_offset, now
+                self.reset(position_offset)
+                kind, first, cached_in, fed = "re-prefill", position_offset, now, sequence
             else:
-                logits, source = self._call(np.array(sequence[-1:]), last, len(sequence) - 1, source)
-                kind, first = "decode", last
-            token = int(logits.argmax())
+                kind, first, fed = "decode", last, sequence[-1:]
+            token = int(self.append(fed)[-1].argmax())
             steps.append(Step(kind, first, last, last - first + 1, now, time.perf_counter() - start, token))
             new.append(token)
         text = None

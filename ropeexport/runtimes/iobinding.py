@@ -39,6 +39,7 @@ def session_options(
     *,
     optimization: onnxruntime.GraphOptimizationLevel | None = None,
     profile_prefix: str | None = None,
+    spinning: bool = False,
 ) -> onnxruntime.SessionOptions:
     """Session options for timed or served calls: threads fixed, no spinning, ORT_SEQUENTIAL.
 
@@ -46,9 +47,10 @@ def session_options(
       often faster on one thread: handing rows to a second thread costs more than it saves (README, "Speed").
     - ``inter_op_num_threads`` = 1 and ``ORT_SEQUENTIAL``: an artifact is one chain of nodes, with no independent
       branches for a second pool to run.
-    - ``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` = ``"0"``: by default idle ORT
-      threads busy-wait after each call, keeping cores busy that the caller's next work (another session, PyTorch,
-      a timing baseline) needs.
+    - ``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` = ``"0"`` unless ``spinning``: by
+      default idle ORT threads busy-wait after each call, keeping cores busy that the caller's next work (another
+      session, PyTorch, a timing baseline) needs. A server loop that owns its cores wants them spinning
+      (``decoder.serve``): the next call starts without waking them.
     - ``graph_optimization_level`` = ``optimization`` (None: ``ORT_ENABLE_ALL``, ORT's own default).
     - ``log_severity_level`` = 3: errors only; a failure still reaches the caller as an exception.
     - ``profile_prefix``: turns on ORT's profiler, writing ``<prefix>_<date>.json`` at ``session.end_profiling()``.
@@ -62,8 +64,9 @@ def session_options(
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimization is None else optimization
     )
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    spin = "1" if spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     options.log_severity_level = 3
     if profile_prefix:
         options.enable_profiling = True

@@ -14,8 +14,8 @@ from ropeexport.block.probes import block_feeds, block_tolerance
 OUTPUTS = ("output", "present_key", "present_value")
 
 
-def top_left_mask(g: Any) -> str:
-    """Causal from the query's own index (TensorRT's is_causal), ignoring the cache offset."""
+def top_left_mask(g: Any, window: int = 0, shared: bool = False) -> str:
+    """Causal from the query's own index (TensorRT's is_causal), ignoring the cache offset (and the window)."""
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("bug_s", i64(0))])
     t = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("bug_t", i64(0))])
@@ -26,9 +26,9 @@ def top_left_mask(g: Any) -> str:
     return g.op("And", [g.op("LessOrEqual", [keys, queries]), real])
 
 
-def causal_only(g: Any, mask: Any) -> str:
+def causal_only(g: Any, mask: Any, window: int = 0, shared: bool = False) -> str:
     """The causal rule alone, attention_mask ignored: ``mask(g)``'s And, its causal side kept (the first input)."""
-    visible = mask(g)
+    visible = mask(g, window, shared=shared)
     return next(n for n in g.nodes if visible in n.output).input[0]
 
 

@@ -80,7 +80,7 @@ def test_planted_alibi_block_bugs_fail_verification(
 
         monkeypatch.setattr(block_export, "_key_positions", slots)
     elif bug.startswith("attention_mask"):
-        monkeypatch.setattr(block_export, "_mask", lambda g: causal_only(g, original_mask))
+        monkeypatch.setattr(block_export, "_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
     else:
         monkeypatch.setattr(block_export, "_mask", top_left_mask)
     kind = kind_for(spec)

@@ -143,7 +143,7 @@ def test_planted_block_bugs_fail_verification(
     if bug.startswith("top-left"):
         monkeypatch.setattr(block_export, "_mask", top_left_mask)
     elif bug.startswith("attention_mask"):
-        monkeypatch.setattr(block_export, "_mask", lambda g: causal_only(g, original_mask))
+        monkeypatch.setattr(block_export, "_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
     elif bug.startswith("keys cached"):
 
         def unrotated_key(g, rotary, inputs, prefix):  # type: ignore[no-untyped-def]

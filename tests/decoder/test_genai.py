@@ -59,6 +59,7 @@ def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path:
     folder = result.path
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["model"]["decoder"]["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    assert config["search"]["past_present_share_buffer"] == (graph == "gqa")  # GroupQueryAttention writes in place
     prompt, kept = _ours(folder, "keep")
     _, exact = _ours(folder, "re-prefill")
     # An end-of-sequence id that none of the tokens is, so onnxruntime-genai runs every step.

@@ -141,6 +141,30 @@ def test_one_session_serves_many_generations(built: dict) -> None:
     assert longer.tokens == DecoderSession(folder).generate(prompt[:3], 20).tokens
 
 
+@pytest.mark.parametrize("graph", ["fused", "gqa"])
+def test_append_in_pieces_grows_the_cache_and_equals_one_call(graph: str, built: dict) -> None:
+    """The low-level loop: appends of 3 + 3 + 4 tokens into a cache reserved for 4 (it grows twice, keeping what it
+    holds) give the logits of one 10-token call; shared (gqa) and two-set (fused) buffers alike.
+    """  # noqa: D205
+    _, folder = built["llama", graph]
+    session = DecoderSession(folder)
+    assert session.shared == (graph == "gqa")
+    prompt = _prompt(session.spec.vocab_size, 10)
+    session.reserve(4)
+    session.reset(40)
+    pieces = [session.append(prompt[a:b]).copy() for a, b in ((0, 3), (3, 6), (6, 10))]
+    assert session.length == 10 and session._capacity >= 10
+    session.reset(40)
+    whole = session.append(prompt).copy()
+    np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=0, atol=2e-5 * np.abs(whole).max())
+    session.reset(2040)
+    with pytest.raises(SpecError, match=r"^ids: 9 token\(s\) at position 2040 pass the decoder's last position 2047"):
+        session.append(prompt[:9])
+    with pytest.raises(SpecError, match=r"^ids: id 96 is outside the vocabulary \[0, 96\)"):
+        session.append([1, 96])
+    assert session.length == 0  # a refused call runs nothing
+
+
 def test_api_and_cli_agree(built: dict, capsys: pytest.CaptureFixture[str]) -> None:
     _, folder = built["phi3-longrope", "fused"]
     api = rx.generate(folder, prompt_ids=[3, 1, 4, 1, 5], max_new_tokens=16, position_offset=55, threads=1)

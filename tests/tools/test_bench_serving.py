@@ -1,0 +1,100 @@
+"""tools/bench_serving.py --quick: every entry, figure, accuracy cell and target is present and sane.
+
+No test asserts a time or a speed ratio: those depend on the machine and are measured in one run with alternating
+rounds by the tool itself. The tool runs as a subprocess, as a user runs it, so its thread settings and its
+processes (an exporter, the timing process) stay out of the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRIES = ("ours-fused", "ours-gqa", "og-builder", "ours-fused@genai", "torch-dynamo", "transformers",
+           "ours-fused-nospin", "ours-gqa-nospin")  # fmt: skip
+MUST_RUN = {"ours-fused", "ours-gqa", "og-builder"}  # ropeexport's own and the peer every target is measured against
+QUICK = {"prefill": (32, 64), "past": (16, 64)}  # tools/serving/shapes.py QUICK
+
+
+def positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    out = tmp_path_factory.mktemp("serving")
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_serving.py"), "--quick", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "serving.json").read_text()), (out / "serving.md").read_text()
+
+
+def test_every_entry_has_its_figures_or_a_reason(run: tuple[dict, str]) -> None:
+    report, _ = run
+    entries = report["checkpoints"]["tiny"]["entries"]
+    assert tuple(entries) == ENTRIES
+    for name, item in entries.items():
+        assert item["what"]
+        if "error" in item:  # a failure is recorded as a reason, never as a missing entry
+            assert name not in MUST_RUN, (name, item["error"])
+            assert isinstance(item["error"], str) and item["error"]
+            continue
+        for n in QUICK["prefill"]:
+            assert positive(item[f"prefill_tok_s@{n}"]), (name, n)
+        for p in QUICK["past"]:
+            assert positive(item[f"decode_ms@{p}"]), (name, p)
+            assert positive(item[f"decode_over_copy@{p}"]) and positive(item[f"decode_over_read@{p}"])
+            q1, q3 = item[f"decode_over_copy_iqr@{p}"]
+            assert positive(q1) and q1 <= q3
+        if name.endswith("-nospin"):  # an experiment on the same model: no memory run of its own
+            continue
+        memory = item["memory"]
+        assert positive(memory["peak_rss_mib"]) and memory["peak_rss_mib"] >= memory["rss_before_load_mib"]
+        assert positive(memory["cpu_per_wall"])
+
+
+def test_accuracy_against_float64(run: tuple[dict, str]) -> None:
+    entries = run[0]["checkpoints"]["tiny"]["entries"]
+    for name in ("ours-fused", "ours-gqa"):  # ropeexport is exact at both positions, through its cache
+        for label in ("near", "far"):
+            acc = entries[name]["accuracy"][label]
+            assert acc["rel"] <= 1e-4 and acc["argmax_agree"] == "16/16", (name, label, acc)
+    for name, item in entries.items():
+        if "error" in item:
+            continue
+        near = item["accuracy"]["near"]
+        assert math.isfinite(near["max_abs"]) and math.isfinite(near["rel"]), name
+        far = item["accuracy"]["far"]
+        if name == "og-builder":  # no position_ids: its stored cos/sin row at 100000 is what can be checked
+            assert far["position"] == 100_000 and math.isfinite(far["table_max_abs"])
+        elif name == "ours-fused@genai":
+            assert far.startswith("n/a")
+        else:
+            assert math.isfinite(far["max_abs"]), name
+
+
+def test_speed_ratios_limits_and_targets(run: tuple[dict, str]) -> None:
+    report, md = run
+    result = report["checkpoints"]["tiny"]
+    for name in ("ours-fused", "ours-gqa", "ours-fused@genai", "ours-fused-nospin", "ours-gqa-nospin"):
+        ratios = result["entries"][name]["speedup_vs_og_builder"]
+        assert set(ratios) == {"prefill@32", "prefill@64", "decode@16", "decode@64"}
+        for r in ratios.values():
+            assert positive(r["median"]) and r["iqr"][0] <= r["iqr"][1]
+    for limit in result["limit"].values():
+        assert positive(limit["bytes"]) and positive(limit["copy_ms"]) and positive(limit["read_ms"])
+    assert result["basis"]["used"] >= 1 and len(result["basis"]["others_cpu_by_round"]) == report["sizes"]["rounds"]
+    assert result["targets"] and all(t["met"] in (True, False) for t in result["targets"])
+    for name in ("ours-fused", "ours-gqa"):
+        profile = result["profiles"][name]
+        assert profile["decode"]["by_op_us"] and positive(profile["decode"]["model_run_us"])
+    for key in ("onnxruntime", "onnxruntime_genai", "torch", "transformers"):
+        assert report["versions"][key]
+    assert report["cpu"] and report["cpu_count"] >= 1 and report["command"].startswith("python tools/bench_serving")
+    assert "| entry | prefill tok/s @32 |" in md and "| target | value | met |" in md

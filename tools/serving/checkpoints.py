@@ -1,0 +1,88 @@
+"""A seeded random-weight checkpoint (with a tokenizer) and every model the benchmark builds from it.
+
+- ``make_checkpoint``: models/llama-3.1-8b.toml's ``[config]`` with a ``shapes.SHAPES`` shape, weights
+  normal(0, 0.02) from ``torch.manual_seed(seed)``, saved with ``save_pretrained``; a WordLevel tokenizer (``<unk>``,
+  ``<s>``, ``</s>``, ``w0`` ..) saved beside it, because onnxruntime-genai's builder refuses a checkpoint without one;
+- ``build_ours``: ``ropeexport.build_decoder`` (fp32, ``fused`` or ``gqa``; it verifies itself, eager peer off);
+- ``build_og``: ``python -m onnxruntime_genai.models.builder -p fp32 -e cpu`` (offline, from the same folder).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from .shapes import SHAPES
+
+ROOT = Path(__file__).resolve().parents[2]
+CARD = ROOT / "models" / "llama-3.1-8b.toml"
+
+
+def config(shape: str) -> dict[str, Any]:
+    """The Llama-3.1-8B config with ``shape``'s widths (the positional schedule untouched)."""
+    cfg = tomllib.loads(CARD.read_text())["config"]
+    return cfg | SHAPES[shape]
+
+
+def make_checkpoint(folder: Path, shape: str, seed: int = 0) -> dict[str, Any]:
+    """Write the checkpoint and tokenizer into ``folder`` (kept when already complete); what was made."""
+    done = folder / "made.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    cfg = config(shape)
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg))
+    with torch.no_grad():  # one generator, parameters in module order: the same weights in every run
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+    model.save_pretrained(folder)
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(cfg["vocab_size"] - 3)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                                eos_token="</s>")  # fmt: skip
+    fast.save_pretrained(folder)
+    made = {"shape": shape, "seed": seed, "config": cfg, "init": "normal(0, 0.02), torch.manual_seed(seed)",
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "embedding_parameters": model.get_input_embeddings().weight.numel(),
+            "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+    done.write_text(json.dumps(made, indent=2))
+    return made
+
+
+def build_ours(checkpoint: Path, out: Path, graph: str) -> dict[str, Any]:
+    """ropeexport's decoder of the checkpoint (fp32, ``graph``) under ``out``; its folder and the build's verdict."""
+    import ropeexport as rx
+
+    found = sorted(out.glob(f"*-{graph}/decoder.json"))
+    if found:
+        return {"folder": str(found[0].parent), "passed": None, "seconds": 0.0, "reused": True}
+    start = time.perf_counter()
+    result = rx.build_decoder(out, checkpoint=checkpoint, graph=graph, eager=False)
+    return {"folder": str(result.path), "passed": bool(result.passed), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def build_og(checkpoint: Path, out: Path) -> dict[str, Any]:
+    """onnxruntime-genai's model builder, fp32 CPU, on the same checkpoint (its own process)."""
+    if (out / "genai_config.json").is_file():
+        return {"folder": str(out), "seconds": 0.0, "reused": True}
+    command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(out),
+               "-p", "fp32", "-e", "cpu", "-c", str(out.parent / "og-cache")]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(f"the onnxruntime-genai builder failed (rc {done.returncode}): {tail[-1] if tail else ''}")
+    return {"folder": str(out), "seconds": round(time.perf_counter() - start, 1),
+            "command": " ".join(["python"] + command[1:])}  # fmt: skip
