@@ -5,7 +5,8 @@
     python tools/bench_serving.py --shapes small --work /tmp/w --out /tmp/serving   # one checkpoint, models kept
 
 Checkpoints: models/llama-3.1-8b.toml's config (llama3 RoPE scaling, 131072 positions) shrunk, random weights
-normal(0, 0.02), seeded, with a WordLevel tokenizer, all made here (``small``: 4 layers, hidden 512, 8/2 heads,
+matrices normal(0, 0.1) and norm weights 1 + normal(0, 0.1) (attention scores of order one, so a position error
+shows), seeded, with a WordLevel tokenizer, all made here (``small``: 4 layers, hidden 512, 8/2 heads,
 45M parameters; ``100m``: 12 layers, hidden 768, 12/4 heads, 125M). ONNX Runtime CPU, fp32, 2 threads everywhere.
 
 Entries: ``ours-fused`` / ``ours-gqa`` (``ropeexport.build_decoder`` served by ``DecoderSession``), ``og-builder``

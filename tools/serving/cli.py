@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.report import cpu_name
+
 from .checkpoints import build_og, build_ours, make_checkpoint
 from .limits import decode_bytes
 from .report import compare, markdown, speed, targets
@@ -143,17 +145,6 @@ def versions() -> dict[str, str]:
             "onnxruntime_genai": onnxruntime_genai.__version__}  # fmt: skip
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: list[str] | None = None, description: str | None = None) -> int:
     """Parse flags, measure every checkpoint, write serving.json and serving.md under --out."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -180,7 +171,7 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
         work = Path(args.work or tmp)
         results = {s: checkpoint(s, work / s, sizes, args) for s in shapes}
     command = "python tools/bench_serving.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    report = {"tool": "tools/bench_serving.py", "command": command, "versions": versions(), "cpu": cpu_model(),
+    report = {"tool": "tools/bench_serving.py", "command": command, "versions": versions(), "cpu": cpu_name(),
               "cpu_count": os.cpu_count(), "threads": args.threads, "sizes": sizes,
               "load_average_after": [round(x, 2) for x in os.getloadavg()],
               "elapsed_s": round(time.perf_counter() - started, 1), "checkpoints": results}  # fmt: skip
