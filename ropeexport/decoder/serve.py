@@ -3,11 +3,13 @@
 ``DecoderSession(folder)`` opens a decoder folder (``build --artifact decoder``; its files checked against the
 sha256 its report.json lists) and ``generate`` runs greedy generation for one sequence (batch 1):
 
-- the cache is two sets of flat buffers per layer, sized once for the whole generation (prompt + new tokens). A call
-  reads ``past_key_values.{i}.*`` [1, KV, p, d] from the front of one set and writes ``present.{i}.*``
-  [1, KV, p + s, d] into the front of the other (IO binding hands ONNX Runtime the addresses; nothing is allocated
-  or copied by Python), then the two swap. A contiguous prefix of a flat buffer is exactly a [1, KV, p, d] array,
-  so the cache grows without moving;
+- the cache is allocated once for the whole generation (prompt + new tokens; grown, keeping its contents, if a
+  caller appends past it). ``gqa`` form: one [1, KV, capacity, d] buffer per layer and tensor, bound as both
+  ``past_key_values.{i}.*`` and ``present.{i}.*``: GroupQueryAttention writes the new keys in place (what
+  onnxruntime-genai calls past_present_share_buffer). Other forms, whose present is a concatenation: two sets of
+  flat buffers; a call reads past [1, KV, p, d] from the front of one and ONNX Runtime writes present
+  [1, KV, p + s, d] into the front of the other, then they swap (a contiguous prefix of a flat buffer is exactly
+  such an array). IO binding hands ONNX Runtime the addresses: nothing is allocated or copied by Python;
 - the prompt sits at positions ``position_offset`` .. offset + n - 1 (``position_ids``; the cache holds the prompt
   only), so a long context is exercised without computing it (RoPE only: an ALiBi decoder counts key positions
   from the attention mask, as BLOOM does, and takes no offset); every token, the last new one included, must lie
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,6 @@ class Generation:
     text: str | None = None
     model: str = ""
     stopped_at_eos: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -86,7 +87,6 @@ class Generation:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (what ``ropeexport generate --json`` prints)."""
         out = asdict(self)
-        out.pop("extra")
         out["prefill_tokens_per_second"] = self.prefill_tokens_per_second
         out["decode_ms_per_token"] = self.decode_ms_per_token
         out["regimes"] = sorted({s.regime for s in self.steps})
