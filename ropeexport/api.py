@@ -404,10 +404,10 @@ def generate(
     ``position_offset``; every token must stay below max_positions (else SpecError). Returns a ``Generation``
     (``.tokens``, ``.text``, ``.steps`` with each call's kind, positions, RoPE regime and seconds).
     """  # noqa: D205
-    from ropeexport.decoder.serve import generate as _generate
+    from ropeexport.decoder.serve import DecoderSession
 
-    return _generate(_path(folder, "path"), prompt_ids, prompt, max_new_tokens, position_offset, threads, policy,
-                     stop_at_eos)  # fmt: skip
+    session = DecoderSession(_path(folder, "path"), threads)
+    return session.generate(session.prompt_of(prompt_ids, prompt), max_new_tokens, position_offset, policy, stop_at_eos)
 
 
 def open_decoder(folder: str | Path, threads: int | None = None) -> Any:

@@ -84,7 +84,7 @@ def _regimes(result: Generation) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Generate and print (module doc); bad input raises SpecError (exit 2)."""
     session = DecoderSession(args.folder, args.threads)
-    ids = _ids(args.prompt_ids) if args.prompt_ids is not None else session.encode(args.prompt)
+    ids = session.prompt_of(_ids(args.prompt_ids) if args.prompt_ids is not None else None, args.prompt)
     result = session.generate(ids, args.max_new_tokens, args.position_offset, args.policy, args.stop_at_eos)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -322,6 +322,13 @@ class DecoderSession:
         return Generation(ids, new, steps, position_offset, policy, self.threads, self.max_positions, text,
                           self.spec.name, bool(eos) and new[-1] in eos)  # fmt: skip
 
+    def prompt_of(self, prompt_ids: Sequence[int] | None = None, prompt: str | None = None) -> list[int]:
+        """The prompt as token ids: ``prompt_ids`` as given, or ``prompt`` text encoded; exactly one of them."""
+        if (prompt_ids is None) == (prompt is None):
+            raise SpecError("prompt_ids", "give the prompt as token ids (`prompt_ids`) or as text (`prompt`), one of "
+                            "them")  # fmt: skip
+        return self.encode(prompt) if prompt is not None else list(prompt_ids or [])
+
     def encode(self, text: str) -> list[int]:
         """``text`` as token ids by the folder's tokenizer."""
         if not isinstance(text, str) or not text:
@@ -334,21 +341,3 @@ def _eos(config: dict[str, Any], spec: DecoderSpec) -> set[int]:
     value = config.get("eos_token_id")
     values = value if isinstance(value, list) else [value]
     return {v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < spec.vocab_size}
-
-
-def generate(
-    folder: str | Path,
-    prompt_ids: Sequence[int] | None = None,
-    prompt: str | None = None,
-    max_new_tokens: int = 32,
-    position_offset: int = 0,
-    threads: int | None = None,
-    policy: str = "re-prefill",
-    stop_at_eos: bool = False,
-) -> Generation:
-    """Open ``folder`` and generate (``DecoderSession.generate``) from ``prompt_ids`` or ``prompt`` text (one)."""
-    if (prompt_ids is None) == (prompt is None):
-        raise SpecError("prompt_ids", "give the prompt as token ids (`prompt_ids`) or as text (`prompt`), one of them")
-    session = DecoderSession(folder, threads)
-    ids = session.encode(prompt) if prompt is not None else list(prompt_ids or [])
-    return session.generate(ids, max_new_tokens, position_offset, policy, stop_at_eos)
