@@ -27,16 +27,40 @@ def positive(x: object) -> bool:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     out = tmp_path_factory.mktemp("serving")
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_serving.py"), "--quick", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    argv = ["--quick", "--out", str(out), "--work", str(out / "work")]
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_serving.py"), *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((out / "serving.json").read_text()), (out / "serving.md").read_text()
+    return json.loads((out / "serving.json").read_text()), (out / "serving.md").read_text(), out
 
 
-def test_every_entry_has_its_figures_or_a_reason(run: tuple[dict, str]) -> None:
-    report, _ = run
+def test_the_graph_experiments_run_on_the_built_models(run: tuple[dict, str, Path]) -> None:
+    """tools/serving_experiments.py on the quick run's models: both edits move every rotary node, keep the greedy
+    tokens, shrink ORT's optimized graph, and every entry has a finite decode time and ratio (no time asserted).
+    """  # noqa: D205
+    out = run[2]
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "serving_experiments.py"), "--work",
+                           str(out / "work" / "tiny"), "--out", str(out / "experiments.json"), "--pasts", "16", "64",
+                           "--rounds", "3"], cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / "experiments.json").read_text())
+    models = result["models"]
+    layers = 2  # tools/serving/shapes.py "tiny"
+    for edit in ("3d-rotary", "3d-rotary-no-bias"):
+        assert models[edit]["rotary_nodes_moved"] == 2 * layers  # query and key of every layer
+        assert models[edit]["optimized_nodes"] < models["ours-gqa"]["optimized_nodes"]
+    assert models["og-builder"]["optimized_nodes"] > 0
+    for past in ("past 16", "past 64"):
+        row = result["decode"][past]
+        assert set(row) == {"ours-gqa", "3d-rotary", "3d-rotary-no-bias", "og-builder"}
+        assert all(row[k]["same_tokens_as_ours"] for k in ("ours-gqa", "3d-rotary", "3d-rotary-no-bias"))
+        assert all(positive(v["ms"]) and all(positive(q) for q in v["og_over_entry"]) for v in row.values())
+
+
+def test_every_entry_has_its_figures_or_a_reason(run: tuple[dict, str, Path]) -> None:
+    report, _, _ = run
     entries = report["checkpoints"]["tiny"]["entries"]
     assert tuple(entries) == ENTRIES
     for name, item in entries.items():
@@ -59,7 +83,7 @@ def test_every_entry_has_its_figures_or_a_reason(run: tuple[dict, str]) -> None:
         assert positive(memory["cpu_per_wall"])
 
 
-def test_accuracy_against_float64(run: tuple[dict, str]) -> None:
+def test_accuracy_against_float64(run: tuple[dict, str, Path]) -> None:
     entries = run[0]["checkpoints"]["tiny"]["entries"]
     for name in ("ours-fused", "ours-gqa"):  # ropeexport is exact at both positions, through its cache
         for label in ("near", "far"):
@@ -79,8 +103,8 @@ def test_accuracy_against_float64(run: tuple[dict, str]) -> None:
             assert math.isfinite(far["max_abs"]), name
 
 
-def test_speed_ratios_limits_and_targets(run: tuple[dict, str]) -> None:
-    report, md = run
+def test_speed_ratios_limits_and_targets(run: tuple[dict, str, Path]) -> None:
+    report, md, _ = run
     result = report["checkpoints"]["tiny"]
     for name in ("ours-fused", "ours-gqa", "ours-fused@genai", "ours-fused-nospin", "ours-gqa-nospin"):
         ratios = result["entries"][name]["speedup_vs_og_builder"]
