@@ -198,23 +198,19 @@ def _attend_static(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str
     return attended if bias is None else g.op("Mul", [attended, _sees(g, spec, mask)])
 
 
-def _bsh(g: GraphBuilder, x: str, width: int, name: str) -> str:
-    """[b, heads, s, d] -> [b, s, heads * d]."""
-    moved = g.op("Transpose", [x], perm=[0, 2, 1, 3])
-    return g.op("Reshape", [moved, g.const(f"{name}_bsh", np.array([0, 0, width], np.int64))])
-
-
 def _attend_gqa(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
-    """ONNX Runtime's GroupQueryAttention over the cache; [b, s, H * d].
+    """ONNX Runtime's GroupQueryAttention over the cache; query [b, s, H * d], key and value [b, s, KV * d] in,
+    [b, s, H * d] out.
 
-    Query and key arrive rotated by the family's piece (as in the other forms): GroupQueryAttention's own rotary
+    Query and key arrive rotated by the family's piece (as in the other forms), fed the 3-D tensors straight from the
+    projection (RotaryEmbedding takes [b, s, heads * d] with its num_heads): GroupQueryAttention's own rotary
     (do_rotary) positions a first prompt at position_ids[:, 0] + i whatever the other position_ids say (measured on
     ONNX Runtime 1.31 CPU), so a left-padded prompt would be rotated at the wrong positions. Every row's buffer counts
     as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule does not cover (padding,
     a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated. past and present may be one
     buffer [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s; the mask reads p as
     t - s): how ``decoder.serve`` and onnxruntime-genai run this form.
-    """
+    """  # noqa: D205
     H, KV, d = spec.num_heads, kv_heads(spec), spec.head_dim
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     t = g.op("Shape", ["attention_mask"], start=1, end=2)  # [1]
@@ -223,10 +219,9 @@ def _attend_gqa(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, b
     last = g.op("Sub", [total, g.const("gqa_one", np.array(1, np.int32))])
     seqlens = g.op("Expand", [last, b], name="seqlens_k")  # [b] int32: the last slot of each (full) buffer
     additive = _additive(g, spec, mask, bias)
-    flat = [_bsh(g, x, n * d, name) for x, n, name in ((q, H, "q"), (k, KV, "k"), (v, KV, "v"))]
     attended, present_key, present_value = g.op(
         "GroupQueryAttention",
-        [*flat, "past_key", "past_value", seqlens, total, "", "", "", additive],
+        [q, k, v, "past_key", "past_value", seqlens, total, "", "", "", additive],
         n_out=3,
         name="attention",
         num_heads=H,
@@ -236,10 +231,15 @@ def _attend_gqa(g: GraphBuilder, spec: Any, q: str, k: str, v: str, mask: str, b
     )
     g.name_output(present_key, "present_key")
     g.name_output(present_value, "present_value")
+    # 0 where a query sees no key: one Mul per layer by a [b, s, 1] (or, with a per-head bias, [b, s, H * d]) factor
+    # that reads only the mask, so ONNX Runtime builds it once for every layer of a decoder.
     sees = g.op("Transpose", [_sees(g, spec, mask)], perm=[0, 2, 1, 3])  # [b, s, 1 | H, 1]
-    per_head = g.op("Reshape", [attended, g.const("gqa_per_head", i64(0, 0, H, d))])  # [b, s, H, d]
-    zeroed = g.op("Mul", [per_head, sees])  # 0 where a query sees no key
-    return g.op("Reshape", [zeroed, g.const("gqa_merge", i64(0, 0, H * d))])
+    if bias is not None:  # a bias hides keys per head: the factor per head, repeated over its d columns
+        sees = g.op("Expand", [sees, g.const("gqa_head_columns", i64(1, 1, 1, d))])  # [b, s, H, d]
+        sees = g.op("Reshape", [sees, g.const("gqa_sees_heads", i64(0, 0, H * d))])
+    else:
+        sees = g.op("Squeeze", [sees, g.const("gqa_sees_axis", i64(3))])  # [b, s, 1]
+    return g.op("Mul", [attended, sees])
 
 
 def _key_positions(g: GraphBuilder) -> str:
@@ -257,8 +257,8 @@ def _key_positions(g: GraphBuilder) -> str:
     return g.op("Cast", [first], to=TensorProto.INT64)
 
 
-def _qkv(g: GraphBuilder, spec: Any, arrays: Mapping[str, np.ndarray]) -> tuple[str, str, str]:
-    """query [b, H, s, d], key and value [b, KV, s, d]: one MatMul over q_proj | k_proj | v_proj, then Split.
+def _qkv(g: GraphBuilder, spec: Any, arrays: Mapping[str, np.ndarray], flat: bool) -> tuple[str, str, str]:
+    """query [b, H, s, d], key and value [b, KV, s, d] (``flat``: [b, s, H * d], [b, s, KV * d]): one MatMul, Split.
 
     One wide MatMul instead of three: a decode step is a row times each weight matrix, and ONNX Runtime's per-node
     cost is a visible share of three small ones (``tools/bench_serving.py``). Each output column is the same dot
@@ -273,6 +273,8 @@ def _qkv(g: GraphBuilder, spec: Any, arrays: Mapping[str, np.ndarray]) -> tuple[
         out = g.op("Add", [out, g.const("qkv_bias", round_once(bias, spec.dtype))])
     sizes = g.const("qkv_split", np.array([H * d, KV * d, KV * d], np.int64))
     q, k, v = g.op("Split", [out, sizes], n_out=3, axis=-1)
+    if flat:
+        return q, k, v
     return _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
 
 
@@ -296,9 +298,9 @@ def build_block_graph(
     hidden = int(arrays["q_proj"].shape[0])
     if window and spec.graph == "static-cache":
         raise SpecError("graph", "a sliding window is not offered in the static-cache form; use fused or decomposed")
-    q, k, v = _qkv(g, spec, arrays)
+    q, k, v = _qkv(g, spec, arrays, flat=spec.graph == "gqa")
     weights = {n: g.const(n, round_once(arrays[n], spec.dtype)) for n in ("o_proj", "o_bias") if n in arrays}
-    if rotary is not None:
+    if rotary is not None:  # the gqa form's query and key are 3-D: the fused piece's RotaryEmbedding takes both
         rotated = call(g, rotary, {"query": q, "key": k, "position_ids": "position_ids"}, "rope/")
         q, k = rotated["query_out"], rotated["key_out"]
     added = None

@@ -58,6 +58,33 @@ def _norm(g: GraphBuilder, spec: DecoderSpec, x: str, w: Mapping[str, str], name
     return g.op("Mul", [narrow, w[f"{name}.weight"]])
 
 
+def _skip_norm(
+    g: GraphBuilder, spec: DecoderSpec, h: str, delta: str | None, w: Mapping[str, str], name: str, opset: int
+) -> tuple[str, str]:
+    """(h + delta, norm of it); ``delta`` None: (h, norm of h).
+
+    The gqa form (ONNX Runtime only already) writes a residual add and the RMSNorm after it as one
+    ``com.microsoft.SkipSimplifiedLayerNormalization``, as onnxruntime-genai's builder does: ONNX Runtime does not
+    fuse them itself when the sum has a second reader (the next residual add always is one), and a decode step pays
+    per node. The sum is the same float32 addition; the norm is computed in float32 as ``_norm`` computes it.
+    """
+    fused = spec.graph == "gqa" and spec.architecture.norm != "layer" and spec.dtype == "fp32"
+    if delta is None:
+        return h, _norm(g, spec, h, w, name, opset)
+    if not fused:
+        added = g.op("Add", [h, delta])
+        return added, _norm(g, spec, added, w, name, opset)
+    normed, _, _, added = g.op(
+        "SkipSimplifiedLayerNormalization",
+        [h, delta, w[f"{name}.weight"]],
+        n_out=4,
+        epsilon=spec.norm_eps,
+        domain=MICROSOFT,
+    )
+    g.nodes[-1].output[1:3] = ["", ""]  # mean and inverse std: not computed when not asked for
+    return added, normed
+
+
 def _act(g: GraphBuilder, spec: DecoderSpec, x: str) -> str:
     c = lambda name, value: g.shared_const(f"act_{name}", round_once(np.array(value), spec.dtype))  # noqa: E731
     if spec.act == "silu":
@@ -113,6 +140,7 @@ def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], so
     h = g.op("Gather", [embed, "input_ids"], axis=0)  # out-of-range ids: ONNX Runtime refuses the call
     if spec.architecture.embed_norm:
         h = _norm(g, spec, h, top, "embed_norm", opset)
+    pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     for i in range(spec.num_layers):
         arrays = layer_weights(weights, i)
         if spec.architecture.mlp == "gated":
@@ -127,19 +155,21 @@ def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], so
             window=spec.sliding_window,
         )
         past_key, past_value, present_key, present_value = cache_names(i)
-        x = _norm(g, spec, h, w, "norm1", opset)
+        h, x = _skip_norm(g, spec, h, pending, w, "norm1", opset)
         wired = {"hidden": x, "position_ids": "position_ids", "attention_mask": "attention_mask",
                  "past_key": past_key, "past_value": past_value}  # fmt: skip
         out = call(g, block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)
         g.name_output(out["present_value"], present_value)
         if spec.residual == "sequential":
-            h = g.op("Add", [h, out["output"]])
-            h = g.op("Add", [h, _mlp(g, spec, _norm(g, spec, h, w, "norm2", opset), w)])
+            h, y = _skip_norm(g, spec, h, out["output"], w, "norm2", opset)
+            pending = _mlp(g, spec, y, w)
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX) or the attention's (GPT-J)
             y = x if spec.residual == "shared" else _norm(g, spec, h, w, "norm2", opset)
-            h = g.op("Add", [g.op("Add", [h, out["output"]]), _mlp(g, spec, y, w)])
-    h = _norm(g, spec, h, top, "final_norm", opset)
+            h, pending = g.op("Add", [h, out["output"]]), _mlp(g, spec, y, w)
+    _, h = _skip_norm(g, spec, h, pending, top, "final_norm", opset)
+    if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
+        g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing
     head = g.const("lm_head", round_once(lm_head(spec, weights), spec.dtype)) if not spec.tie_embeddings else None
     if head is None:  # tied: the embedding read transposed, stored once
         head = g.op("Transpose", [embed], perm=[1, 0])

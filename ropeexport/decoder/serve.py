@@ -141,6 +141,9 @@ class DecoderSession:
             message = (str(exc).splitlines() or [""])[0]
             raise RuntimeUnavailable(f"onnxruntime {ort.__version__} cannot load the model: {message}") from None
         self.binding = self.session.io_binding()
+        self._bound: dict[str, tuple[int, tuple[int, ...]]] = {}  # what the binding holds: name -> (address, shape)
+        # A decode step's token and position live in these two arrays, bound once: a step rebinds only the mask.
+        self._token, self._step_position = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
         self._np_dtype = DTYPES[spec.dtype].np_dtype
         _, self._kv, self._d = geometry(spec)
         # GroupQueryAttention writes the new keys into the buffer it reads when past and present are one buffer: no
@@ -176,6 +179,11 @@ class DecoderSession:
         self._buffers = fresh
         self._mask = np.ones((1, capacity), np.int64)
         self._capacity = capacity
+        if self.shared:  # bound once per allocation, not per call: a decode step binds only its four small arrays
+            for i in range(self.spec.num_layers):
+                for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
+                    self._bind_array(past_name, self._buffers[0][2 * i + j])
+                    self._bind_array(present_name, self._buffers[0][2 * i + j], output=True)
 
     def reset(self, position_offset: int = 0) -> None:
         """Empty the cache; the next ``append`` starts at ``position_offset`` (buffers kept)."""
@@ -183,8 +191,13 @@ class DecoderSession:
         self.length, self._source = 0, 0
 
     def _bind_array(self, name: str, array: np.ndarray, output: bool = False) -> None:
+        """Bind ``array`` (its address: it must stay alive until the run) unless the same address and shape are."""
+        key = (array.ctypes.data, array.shape)
+        if self._bound.get(name) == key:
+            return
         bind = self.binding.bind_output if output else self.binding.bind_input
         bind(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+        self._bound[name] = key
 
     def append(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Run ``ids`` (s tokens) after the cached ones, at positions offset + length ..; logits [s, vocab].
@@ -211,24 +224,23 @@ class DecoderSession:
             self._logits = np.empty(s * vocab, self._np_dtype)
         logits = self._logits[: s * vocab].reshape(1, s, vocab)
         # The binding holds raw addresses: every array bound must stay alive until the run (locals, not temporaries).
-        input_ids = tokens.reshape(1, s)
-        position_ids = np.arange(first, first + s, dtype=np.int64).reshape(1, s)
+        if s == 1:
+            self._token[0, 0], self._step_position[0, 0] = tokens[0], first
+            input_ids, position_ids = self._token, self._step_position
+        else:
+            input_ids = tokens.reshape(1, s)
+            position_ids = np.arange(first, first + s, dtype=np.int64).reshape(1, s)
         self._bind_array("input_ids", input_ids)
         self._bind_array("position_ids", position_ids)
         self._bind_array("attention_mask", self._mask[:, :total])
         self._bind_array("logits", logits, output=True)
         kv, d = self._kv, self._d
-        for i in range(self.spec.num_layers):
+        for i in range(0 if self.shared else self.spec.num_layers):  # shared: one buffer, bound by reserve
             for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
-                if self.shared:  # one buffer, capacity long: ORT writes the new slots in place
-                    buffer = self._buffers[0][2 * i + j]
-                    self._bind_array(past_name, buffer)
-                    self._bind_array(present_name, buffer, output=True)
-                else:
-                    read = self._buffers[self._source][2 * i + j]
-                    write = self._buffers[1 - self._source][2 * i + j]
-                    self._bind_array(past_name, read[: kv * past * d].reshape(1, kv, past, d))
-                    self._bind_array(present_name, write[: kv * total * d].reshape(1, kv, total, d), output=True)
+                read = self._buffers[self._source][2 * i + j]
+                write = self._buffers[1 - self._source][2 * i + j]
+                self._bind_array(past_name, read[: kv * past * d].reshape(1, kv, past, d))
+                self._bind_array(present_name, write[: kv * total * d].reshape(1, kv, total, d), output=True)
         self.session.run_with_iobinding(self.binding)
         if not self.shared:
             self._source = 1 - self._source

@@ -11,6 +11,11 @@ instead, so nothing downstream can run before the check. The failing node is nam
 ONNX Runtime's error reads ``... running Gather node. Name:'position_ids must lie in [0, 2047]' Status Message:
 indices element out of data bounds, idx=1 ...``, which names no position the caller never gave. The count is a
 float32 ReduceSum (an empty call has none out of range; TensorRT 8.6 reduces no INT64), at opset 17 and 23 alike.
+
+A graph that calls another artifact (a block its rope piece, a decoder its blocks) would otherwise check the same
+input once per level: a guard of the called piece that reads an input this level already checked, against the same
+range, is dropped, so a decoder checks ``position_ids`` once per call, not three times (and ONNX Runtime runs
+ten nodes instead of thirty each decode step).
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ def add_position_guards(graph: onnx.GraphProto, position_inputs: list[str], max_
     """Put a range guard between each position input of ``graph`` and everything that reads it (in place)."""
     inputs = {i.name for i in graph.input}
     guard_nodes: list[onnx.NodeProto] = []
+    orphans: set[str] = set()
     for pos in position_inputs:
         if pos not in inputs:
             raise ValueError(f"{pos!r} is not an input of the graph")
@@ -79,7 +85,56 @@ def add_position_guards(graph: onnx.GraphProto, position_inputs: list[str], max_
         _rename_inputs(graph, pos, checked)
         guard_nodes += nodes
         graph.initializer.extend(initializers)
+        orphans |= _drop_nested_guards(graph, checked, max_positions)
     # Topological order: the guards read only graph inputs and their own constants, so they go first.
     existing = list(graph.node)
     del graph.node[:]
     graph.node.extend(guard_nodes + existing)
+    if orphans:
+        read = _reads(graph)
+        kept = [t for t in graph.initializer if t.name in read or t.name not in orphans]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+
+
+def _drop_nested_guards(graph: onnx.GraphProto, checked: str, max_positions: int) -> set[str]:
+    """Drop each called piece's guard that reads ``checked`` against the same range; its readers read ``checked``.
+
+    Returns the constants the dropped nodes read (the caller removes those nothing reads any more).
+    A guard is recognised by its last node, ``{p}_checked`` (an Add of the position and ``{p}_ok``), and its range by
+    the limit its ``{p}_inside`` node compares with; its nodes are those writing ``{p}_*`` values.
+    """
+    constants = {t.name: t for t in graph.initializer}
+    producers = {o: n for n in graph.node for o in n.output}
+    dropped: dict[str, str] = {}  # every value a dropped guard writes -> what its readers read instead
+    for add in graph.node:
+        if add.op_type != "Add" or not add.name.endswith("__guard_checked") or add.input[0] != checked:
+            continue
+        p = add.name[: -len("_checked")]
+        inside = producers.get(f"{p}_inside")
+        limit = constants.get(inside.input[1]) if inside is not None else None
+        if limit is None or int(numpy_helper.to_array(limit)) != max_positions:
+            continue  # another range: both checks stay
+        steps = ("below", "inside", "beyond", "bad", "bad_f32", "count", "any", "index", "ok")
+        dropped |= {f"{p}_{s}": "" for s in steps} | {add.output[0]: checked}
+    gone = [n for n in graph.node if n.output and all(o in dropped for o in n.output)]
+    orphans = {i for n in gone for i in n.input if i in constants}
+    kept = [n for n in graph.node if not (n.output and all(o in dropped for o in n.output))]
+    del graph.node[:]
+    graph.node.extend(kept)
+    for old, new in dropped.items():
+        if new:
+            _rename_inputs(graph, old, new)
+    return orphans
+
+
+def _reads(graph: onnx.GraphProto) -> set[str]:
+    """Every value name a node of ``graph`` or of its subgraphs reads."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attr in node.attribute:
+            subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subgraphs:
+                names |= _reads(sub)
+    return names

@@ -2,6 +2,8 @@
 
 Artifact contract: inputs ``query`` [batch, num_heads, seq, head_dim], ``key`` [batch, num_kv_heads, seq, head_dim]
 (table dtype), ``position_ids`` int64 [batch, seq]; outputs ``query_out`` and ``key_out`` with the input shapes.
+The fused graph also takes query and key 3-D, [batch, seq, heads * head_dim]: its RotaryEmbedding nodes carry
+``num_heads``, which is what the opset-23 operator needs for that form (the ``gqa`` block calls it so).
 
 Tables are initializers ``cos_table`` / ``sin_table`` [regimes * max_positions, rotary_dim / 2]: computed in float64
 (``table_regimes``), rounded once to the table dtype, half width (never duplicated to full width). How a call picks
