@@ -21,6 +21,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __all__ = [
     "__version__",
+    "audit",
     "build",
     "build_all",
     "build_decoder",

@@ -389,6 +389,19 @@ def build_decoder(
     return _build_decoder(out_dir, request, eager, replace, on_scenario)
 
 
+def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> Any:
+    """Every rotary site of a foreign ONNX ``model`` against ``hf_config``'s schedule at every position
+    (``ropeexport.foreign``); with ``out``, audit.json and audit.md written there. Returns an ``AuditResult``.
+    """  # noqa: D205
+    from ropeexport.foreign.core import audit as _audit
+    from ropeexport.foreign.core import write
+
+    result = _audit(_path(model, "model"), _path(hf_config, "hf_config"), threads)
+    if out is not None:
+        write(result, out)
+    return result
+
+
 def generate(
     folder: str | Path,
     prompt_ids: Sequence[int] | None = None,

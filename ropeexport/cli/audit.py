@@ -1,0 +1,57 @@
+"""``ropeexport audit MODEL.onnx --hf-config config.json``: is this model's RoPE right at every position.
+
+Finds every rotary site of a model built by any tool (onnxruntime-genai's builder, Optimum, torch.onnx.export,
+ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), cos/sin computed in
+the graph. Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and
+original / original + 1 for LongRoPE and dynamic NTK) and compares every position with the config's schedule in
+float64; names what differs (scaling ignored, switch not taken, float32 angles, attention factor, ..).
+
+Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
+that does not describe the model, external data outside the model's folder).
+
+Examples:
+  ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
+  ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ropeexport.api import audit
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``audit``."""
+    p = sub.add_parser(
+        "audit",
+        help="check the RoPE inside a model another tool exported",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
+    p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
+    p.add_argument("--out", metavar="DIR", help="write audit.json and audit.md into DIR")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Audit, print, write; 1 when anything differs."""
+    result = audit(args.model, args.hf_config, out=args.out)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(f"{result.model}: {len(result.sites)} rotary site(s), {result.verdict}")
+        for i, site in enumerate(result.sites):
+            worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
+            where = "" if worst is None else f", worst {worst['max_abs']:.3g} at position {worst['position']} " \
+                f"(L = {worst['length']})"  # fmt: skip
+            print(f"  site {i}: {site['kind']}, {len(site['users'])} reader(s), {site.get('dtype')}: "
+                  f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
+            for finding in site["findings"]:
+                print(f"    - {finding['text']}")
+    return 0 if result.verdict == "exact" else 1

@@ -1,0 +1,125 @@
+"""What cos/sin a site really uses for a call of length L: the model's own nodes evaluated, not read from its text.
+
+The nodes that compute a site's cos and sin are cut out of the model (onnx-ir: outputs set to the pair, everything
+else removed) and run in ONNX Runtime with the inputs of one call of L tokens at positions 0 .. L - 1: input_ids
+and attention_mask [1, L] (ones), position_ids [1, L] (0 .. L - 1), an empty cache (past length 0). The
+result, per site and L, is cos and sin [rows, rotary_dim / 2] in float64 (values as stored):
+- a table: the rows the operator reads for positions 0 .. L - 1: its position_ids input as the graph computes it
+  (a second regime's row offset, say), or the positions themselves for GroupQueryAttention; every row the table has
+  when that is all (the caller compares rows 0 .. L - 1; fewer rows is a finding);
+- per-token values ([b, s, w], [b, 1, s, w], ...): the first batch row's L rows, the duplicated half (rotate-half:
+  cat(f, f)) or pair (interleaved: repeat_interleave(f, 2)) removed when the width says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from ropeexport.errors import SpecError
+from ropeexport.foreign.sites import Site
+
+
+def _feed(value: ir.Value, length: int) -> np.ndarray:
+    """One call's value for a graph input, by the names every exporter of decoders uses."""
+    name = value.name or ""
+    dtype = value.dtype.numpy() if value.dtype is not None else np.int64
+    if name in ("input_ids", "attention_mask", "position_ids") or name.endswith(("position_ids", "attention_mask")):
+        row = np.arange(length) if "position" in name else np.ones(length)
+        return row.astype(dtype).reshape(1, length)
+    dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
+    if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, heads, past, d]: no past
+        return np.zeros((1, dims[1] or 1, 0, dims[3] or 1), dtype)
+    raise SpecError("model", f"the rotary site reads input {name!r}, which ropeexport cannot feed (it feeds "
+                    "input_ids, attention_mask, position_ids and empty past caches)")  # fmt: skip
+
+
+class Evaluator:
+    """Evaluates sites of one model file; each site's cut-out graph is built once."""
+
+    def __init__(self, path: Path, threads: int = 2) -> None:
+        self.path, self.threads = path, threads
+        self._sessions: dict[tuple[str, str], Any] = {}
+
+    def _session(self, site: Site) -> Any:
+        key = (site.cos, site.sin, site.positions or "")
+        if key not in self._sessions:
+            import onnxruntime as ort
+
+            model = ir.load(self.path)
+            values = {v.name: v for node in model.graph for v in node.outputs}
+            values |= {v.name: v for v in model.graph.initializers.values()}
+            values |= {v.name: v for v in model.graph.inputs}
+            wanted = [values[n] for n in (site.cos, site.sin, site.positions) if n]
+            model.graph.outputs.clear()
+            model.graph.outputs.extend(_output_for(model.graph, v) for v in wanted)
+            RemoveUnusedNodesPass()(model)
+            kept = [v for v in model.graph.inputs if v.uses()]
+            model.graph.inputs.clear()
+            model.graph.inputs.extend(kept)
+            for value in model.graph.initializers.values():  # loaded now: the session is built from bytes
+                value.const_value = ir.tensor(value.const_value.numpy(), name=value.name)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.log_severity_level = 3
+            proto = ir.serde.serialize_model(model)
+            self._sessions[key] = ort.InferenceSession(proto.SerializeToString(), options,
+                                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        return self._sessions[key]
+
+    def evaluate(self, site: Site, length: int, width: int) -> tuple[np.ndarray, np.ndarray, str]:
+        """cos and sin [rows, width] (float64) of ``site`` in a call of ``length`` tokens (module doc), and the
+        dtype they are stored in (``float32``, ``float16``, ..).
+        """  # noqa: D205
+        session = self._session(site)
+        feeds = {}
+        for value in session.get_inputs():
+            holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None
+                                                                 for d in value.shape]))  # fmt: skip
+            holder.dtype = _ort_dtype(value.type)
+            feeds[value.name] = _feed(holder, length)
+        cos, sin, *rows = session.run(None, feeds)
+        dtype = str(cos.dtype)
+        cos, sin = _rows(cos, site, length, width), _rows(sin, site, length, width)
+        if rows:  # the rows the operator reads for positions 0 .. L - 1 (a row past the table ends what is read)
+            index = np.asarray(rows[0]).reshape(-1)[:length].astype(np.int64)
+            inside = int(np.argmax(index >= len(cos))) if np.any(index >= len(cos)) else len(index)
+            cos, sin = cos[index[:inside]], sin[index[:inside]]
+        return cos, sin, dtype
+
+
+def _output_for(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    """``value`` as a graph output (an initializer or input needs an Identity in front: an output is a node's)."""
+    if value.producer() is not None:
+        return value
+    node = ir.node("Identity", [value], num_outputs=1)
+    node.outputs[0].name = f"{value.name}__audit"
+    graph.append(node)
+    return node.outputs[0]
+
+
+def _ort_dtype(text: str) -> ir.DataType:
+    names = {"tensor(int64)": ir.DataType.INT64, "tensor(int32)": ir.DataType.INT32, "tensor(float)": ir.DataType.FLOAT,
+             "tensor(float16)": ir.DataType.FLOAT16, "tensor(bool)": ir.DataType.BOOL}  # fmt: skip
+    return names.get(text, ir.DataType.INT64)
+
+
+def _rows(array: np.ndarray, site: Site, length: int, width: int) -> np.ndarray:
+    """The values as [rows, width] float64 (module doc)."""
+    a = np.asarray(array, dtype=np.float64)
+    if site.table:
+        return a.reshape(-1, a.shape[-1]) if a.ndim >= 2 else a.reshape(-1, 1)
+    while a.ndim > 2:  # [b, (1,) s, w]: the first of each leading axis until [s, w]
+        a = a[0]
+    if a.shape[-1] == 2 * width:
+        halves, pairs = a[:, :width], a[:, 0::2]
+        if site.interleaved is not True and np.array_equal(halves, a[:, width:]):
+            return halves
+        if np.array_equal(pairs, a[:, 1::2]):
+            return pairs
+        return halves
+    return a

@@ -1,0 +1,244 @@
+"""Foreign-style models with planted RoPE faults: what audit must find and name (and say nothing about when exact).
+
+Each model is the part of a decoder that reads the rotary tables, as other tools write it: onnxruntime-genai's
+GroupQueryAttention with do_rotary and cos/sin caches (LongRoPE: an If on the attention mask's length picking one of
+two), opset-23 RotaryEmbedding with caches and position_ids, or cos/sin computed in the graph from position_ids
+(the dynamo form: inv_freq x positions, Cos/Sin, times the attention factor, multiplied into the query). Only the
+cos/sin part is ever evaluated; the attention nodes are there to be found.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.foreign.diagnose import frequencies
+
+P, ORIGINAL, HEADS, KV, D = 4096, 1024, 4, 2, 16
+BASE = {"model_type": "llama", "vocab_size": 64, "hidden_size": HEADS * D, "num_attention_heads": HEADS,
+        "num_key_value_heads": KV, "num_hidden_layers": 1, "intermediate_size": 64, "rope_theta": 10000.0,
+        "max_position_embeddings": P}  # fmt: skip
+CONFIGS: dict[str, dict[str, Any]] = {
+    "default": BASE,
+    "linear": BASE | {"rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    "llama3": BASE | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": ORIGINAL}},
+    "yarn": BASE | {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIGINAL}},
+    "dynamic": BASE | {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0,
+                                         "original_max_position_embeddings": ORIGINAL}},
+    "longrope": BASE | {"model_type": "phi3", "original_max_position_embeddings": ORIGINAL,
+                        "rope_scaling": {"type": "longrope", "short_factor": [1.0 + i / 16 for i in range(D // 2)],
+                                         "long_factor": [2.0 + i / 4 for i in range(D // 2)]}},
+}  # fmt: skip
+
+
+def write_config(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(CONFIGS[name]))
+    return path
+
+
+def tables(
+    spec: RopeSpec, length: int, rows: int | None = None, f32: bool = False, **params: Any
+) -> tuple[np.ndarray, ...]:
+    """cos/sin [rows (default max_positions), D/2] of ``spec``'s schedule (``params`` changed) at call L, float32:
+    rounded once from float64, or (``f32``) with position x frequency computed in float32 as the peers do.
+    """  # noqa: D205
+    rows = spec.max_positions if rows is None else rows
+    inv, factor = frequencies(spec, length, **params)
+    if f32:
+        angles = np.outer(np.arange(rows, dtype=np.float32), inv.astype(np.float32)).astype(np.float64)
+    else:
+        angles = np.outer(np.arange(rows, dtype=np.float64), inv)
+    return (factor * np.cos(angles)).astype(np.float32), (factor * np.sin(angles)).astype(np.float32)
+
+
+def _io(name: str, elem: int, dims: list[Any]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, dims)
+
+
+def _save(nodes: list, inputs: list, outputs: list, inits: list, path: Path, opsets: dict[str, int]) -> Path:
+    graph = helper.make_graph(nodes, "planted", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def gqa_model(
+    path: Path,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    long: tuple[np.ndarray, np.ndarray] | None = None,
+    threshold: int = ORIGINAL,
+) -> Path:
+    """GroupQueryAttention reading cos/sin caches (with ``long``: an If on the mask length > threshold)."""  # fmt: skip
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one")]
+    nodes = []
+    if long is None:
+        inits += [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
+    else:
+
+        def branch(c: np.ndarray, s: np.ndarray, tag: str) -> onnx.GraphProto:
+            made = [
+                helper.make_node("Constant", [], [f"{tag}_cos"], value=numpy_helper.from_array(c)),
+                helper.make_node("Constant", [], [f"{tag}_sin"], value=numpy_helper.from_array(s)),
+            ]
+            return helper.make_graph(
+                made, tag, [], [_io(f"{tag}_cos", TensorProto.FLOAT, None), _io(f"{tag}_sin", TensorProto.FLOAT, None)]
+            )
+
+        inits.append(numpy_helper.from_array(np.array(threshold, np.int64), "threshold"))
+        nodes += [
+            helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
+            helper.make_node("Gather", ["mask_shape", "one"], ["total_1"], axis=0),
+            helper.make_node("Squeeze", ["total_1"], ["total"]),
+            helper.make_node("Greater", ["total", "threshold"], ["use_long"]),
+            helper.make_node(
+                "If",
+                ["use_long"],
+                ["cos_cache", "sin_cache"],
+                name="rope_caches",
+                then_branch=branch(*long, "large"),
+                else_branch=branch(cos, sin, "small"),
+            ),
+        ]
+    nodes.append(helper.make_node(
+        "GroupQueryAttention", ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+                                "cos_cache", "sin_cache"], ["attn", "present_key", "present_value"],
+        name="/model/layers.0/attn/GroupQueryAttention", domain="com.microsoft", num_heads=HEADS,
+        kv_num_heads=KV, do_rotary=1, rotary_interleaved=0))  # fmt: skip
+    inputs = [
+        _io("qkv", TensorProto.FLOAT, [1, "s", (HEADS + 2 * KV) * D]),
+        _io("attention_mask", TensorProto.INT64, [1, "total"]),
+        _io("past_key", TensorProto.FLOAT, [1, KV, "past", D]),
+        _io("past_value", TensorProto.FLOAT, [1, KV, "past", D]),
+        _io("seqlens_k", TensorProto.INT32, [1]),
+        _io("total_sequence_length", TensorProto.INT32, []),
+    ]
+    outputs = [_io("attn", TensorProto.FLOAT, [1, "s", HEADS * D])]
+    return _save(nodes, inputs, outputs, inits, path, {"": 21, "com.microsoft": 1})
+
+
+def rotary23_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
+    """Opset-23 RotaryEmbedding on the query with caches and position_ids."""
+    nodes = [helper.make_node("RotaryEmbedding", ["query", "cos_cache", "sin_cache", "position_ids"], ["rotated"],
+                              num_heads=HEADS)]  # fmt: skip
+    inits = [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
+    inputs = [_io("query", TensorProto.FLOAT, [1, "s", HEADS * D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, "s", HEADS * D])], inits, path, {"": 23})
+
+
+def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -> Path:
+    """cos/sin computed from position_ids as transformers' dynamo export writes them, rotate-half applied to q.
+
+    ``f32``: positions x inv_freq in float32 (every exporter of transformers models); else in float64, rounded once.
+    """
+    compute = TensorProto.FLOAT if f32 else TensorProto.DOUBLE
+    dtype = np.float32 if f32 else np.float64
+    half = D // 2
+    inits = [numpy_helper.from_array(inv_freq.astype(dtype).reshape(1, half, 1), "inv_freq"),
+             numpy_helper.from_array(np.array(factor, dtype), "attention_scaling"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+             numpy_helper.from_array(np.array([half, half], np.int64), "halves")]  # fmt: skip
+    nodes = [
+        helper.make_node("Cast", ["position_ids"], ["positions"], to=compute),
+        helper.make_node("Unsqueeze", ["positions", "axis1"], ["positions_1"]),  # [1, 1, s]
+        helper.make_node("MatMul", ["inv_freq", "positions_1"], ["freqs_t"]),  # [1, half, s]
+        helper.make_node("Transpose", ["freqs_t"], ["freqs"], perm=[0, 2, 1]),  # [1, s, half]
+        helper.make_node("Concat", ["freqs", "freqs"], ["emb"], axis=-1),
+        helper.make_node("Cos", ["emb"], ["cos_raw"]),
+        helper.make_node("Sin", ["emb"], ["sin_raw"]),
+        helper.make_node("Mul", ["cos_raw", "attention_scaling"], ["cos_scaled"]),
+        helper.make_node("Mul", ["sin_raw", "attention_scaling"], ["sin_scaled"]),
+        helper.make_node("Cast", ["cos_scaled"], ["cos_f"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["sin_scaled"], ["sin_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["cos_f", "axis1"], ["cos"]),  # [1, 1, s, D]
+        helper.make_node("Unsqueeze", ["sin_f", "axis1"], ["sin"]),
+        helper.make_node("Split", ["query", "halves"], ["q1", "q2"], axis=-1),
+        helper.make_node("Neg", ["q2"], ["minus_q2"]),
+        helper.make_node("Concat", ["minus_q2", "q1"], ["rotated_half"], axis=-1),
+        helper.make_node("Mul", ["query", "cos"], ["q_cos"]),
+        helper.make_node("Mul", ["rotated_half", "sin"], ["q_sin"]),
+        helper.make_node("Add", ["q_cos", "q_sin"], ["rotated"]),
+    ]
+    inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, HEADS, "s", D])], inits, path, {"": 21})
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A model of ``config`` with a fault; ``expected``: a phrase every finding list must contain (None: exact)."""
+
+    name: str
+    config: str
+    build: Callable[[Path, RopeSpec], Path]
+    expected: str | None
+
+
+def _gqa(
+    rows: int | None = None, f32: bool = False, swap: bool = False, **params: Any
+) -> Callable[[Path, RopeSpec], Path]:
+    def build(path: Path, spec: RopeSpec) -> Path:
+        cos, sin = tables(spec, spec.max_positions, rows, f32, **params)
+        return gqa_model(path, *((sin, cos) if swap else (cos, sin)))
+
+    return build
+
+
+def _default_gqa(path: Path, spec: RopeSpec) -> Path:
+    inv, _ = frequencies(spec, P, "default")
+    angles = np.outer(np.arange(spec.max_positions, dtype=np.float64), inv)
+    return gqa_model(path, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32))
+
+
+def _longrope(threshold: int) -> Callable[[Path, RopeSpec], Path]:
+    def build(path: Path, spec: RopeSpec) -> Path:
+        short = tables(spec, ORIGINAL, rows=ORIGINAL)
+        return gqa_model(path, *short, long=tables(spec, ORIGINAL + 1), threshold=threshold)
+
+    return build
+
+
+def _dynamic_frozen(path: Path, spec: RopeSpec) -> Path:
+    return gqa_model(path, *tables(spec, spec.max_positions))  # the frequencies of the longest call at every length
+
+
+def _computed(f32: bool) -> Callable[[Path, RopeSpec], Path]:
+    def build(path: Path, spec: RopeSpec) -> Path:
+        inv, factor = frequencies(spec, P)
+        return computed_model(path, inv, factor, f32)
+
+    return build
+
+
+def _rotary23(path: Path, spec: RopeSpec) -> Path:
+    return rotary23_model(path, *tables(spec, P))
+
+
+CASES = [
+    Planted("exact-gqa-llama3", "llama3", _gqa(), None),
+    Planted("exact-rotary23-yarn", "yarn", _rotary23, None),
+    Planted("exact-computed-default", "default", _computed(f32=False), None),
+    Planted("exact-gqa-longrope", "longrope", _longrope(ORIGINAL), None),
+    Planted("float32-gqa-llama3", "llama3", _gqa(f32=True), "float32 angles"),
+    Planted("float32-computed-default", "default", _computed(f32=True), "float32 angles"),
+    Planted("scaling-ignored-llama3", "llama3", _default_gqa, "rope_scaling ignored"),
+    Planted("wrong-factor-linear", "linear", _gqa(factor=2.0), "inverse frequencies 2 x"),
+    Planted("yarn-untruncated", "yarn", _gqa(truncate=False), "YaRN correction range not truncated"),
+    Planted("yarn-attention-factor", "yarn", _gqa(attention_factor=1.0), "attention factor 1 where"),
+    Planted("longrope-switch-never", "longrope", _longrope(P), "long factors never used"),
+    Planted("longrope-switch-always", "longrope", _longrope(0), "long factors used at L = 1024"),
+    Planted("frozen-at-trace", "llama3", _gqa(rows=2048), "the table has 2048 rows"),
+    Planted("cos-sin-swapped", "default", _gqa(swap=True), "cos and sin exchanged"),
+    Planted("dynamic-unscaled", "dynamic", _default_gqa, "rope_scaling ignored"),
+    Planted("dynamic-frozen", "dynamic", _dynamic_frozen, "dynamic NTK frozen at L = 16384"),
+]

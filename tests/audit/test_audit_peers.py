@@ -1,0 +1,38 @@
+"""tools/audit_peers.py on two schedules: the models onnxruntime-genai's builder and torch.onnx.export (dynamo)
+write from tiny random checkpoints, audited. What each finds is pinned where it is a fact of those tools'
+releases (onnxruntime-genai 0.18, torch 2.13): both build float32 tables, and the builder ignores a linear
+rope_parameters of a transformers 5 config.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder audited")
+pytest.importorskip("transformers", reason="transformers (the test extra) makes the checkpoints")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"),
+                           "--out", str(tmp_path), "--schedules", "linear x4", "longrope (Phi-3)"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1500)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {(r["schedule"], r["source"]): r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
+    og, dynamo = "onnxruntime-genai builder", "torch.onnx.export (dynamo)"
+    assert set(rows) == {(s, x) for s in ("linear x4", "longrope (Phi-3)") for x in (og, dynamo)}
+    assert all("error" not in r for r in rows.values()), rows
+    assert rows["linear x4", og]["sites"] == ["GroupQueryAttention do_rotary"]
+    assert "scaling-ignored" in rows["linear x4", og]["finding_names"]
+    assert rows["linear x4", og]["max_abs"] > 0.5  # position x (1 - 1/4) of a turn: wrong everywhere past the start
+    assert rows["linear x4", dynamo]["sites"] == ["computed cos/sin"]
+    assert rows["linear x4", dynamo]["finding_names"] == ["float32-angles"]
+    for source in (og, dynamo):  # the LongRoPE switch is right in both; only float32 rounding is found
+        assert rows["longrope (Phi-3)", source]["finding_names"] == ["float32-angles"], rows["longrope (Phi-3)", source]
+        assert 1e-4 < rows["longrope (Phi-3)", source]["max_abs"] < 1e-2
+    assert "| linear x4 | onnxruntime-genai builder |" in (tmp_path / "audit-peers.md").read_text()

@@ -1,0 +1,165 @@
+"""``ropeexport audit`` on what other tools export: tiny random checkpoints of real schedules, each exported by
+onnxruntime-genai's model builder (fp32, CPU) and by torch.onnx.export (dynamo), audited against its config.
+
+    python tools/audit_peers.py --work /tmp/audit-peers --out tools/figures
+
+Writes ``audit-peers.json`` and ``audit-peers.md`` under ``--out``: per schedule x source, the sites found, the
+verdict, the findings, and the worst error against float64 over every probed call length. Checkpoints: transformers
+model classes with random weights (1 layer, hidden 64, 4 / 2 heads, head_dim 16), saved with save_pretrained, real
+schedule parameters and lengths; nothing is downloaded. Each export runs in its own process (a dynamo export leaves
+fake tensors in transformers' modules). A source that fails to export is recorded with its reason.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "num_key_value_heads": 2}  # fmt: skip
+SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
+    "default (Llama 2)": ("llama", {"max_position_embeddings": 4096, "rope_theta": 10000.0}),
+    "linear x4": ("llama", {"max_position_embeddings": 16384, "rope_theta": 10000.0,
+                            "rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
+    "llama3 (Llama 3.1)": ("llama", {"max_position_embeddings": 131072, "rope_theta": 500000.0,
+                                     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 8192}}),
+    "yarn x4 (Qwen2.5)": ("qwen2", {"max_position_embeddings": 131072, "rope_theta": 1000000.0,
+                                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                     "original_max_position_embeddings": 32768}}),
+    "longrope (Phi-3)": ("phi3", {"max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                                  "rope_theta": 10000.0, "pad_token_id": 0,
+                                  "rope_scaling": {"type": "longrope",
+                                                   "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0],
+                                                   "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0]}}),
+}  # fmt: skip
+
+_EXPORT = r"""
+import sys, torch, transformers
+from transformers import DynamicCache
+folder, out = sys.argv[1], sys.argv[2]
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+cfg = model.config
+kv, d = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+class Flat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = model
+    def forward(self, input_ids, attention_mask, position_ids, k, v):
+        cache = DynamicCache(config=cfg)
+        cache.update(k, v, 0)
+        o = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       past_key_values=cache, use_cache=True)
+        return o.logits
+dyn = torch.export.Dim.DYNAMIC
+example = (torch.zeros(1, 3, dtype=torch.int64), torch.ones(1, 8, dtype=torch.int64),
+           torch.arange(5, 8).reshape(1, 3), torch.zeros(1, kv, 5, d), torch.zeros(1, kv, 5, d))
+with torch.no_grad():
+    torch.onnx.export(Flat(), example, out, dynamo=True, external_data=True,
+                      dynamic_shapes=({1: dyn}, {1: dyn}, {1: dyn}, {2: dyn}, {2: dyn}),
+                      input_names=["input_ids", "attention_mask", "position_ids", "past_key_values.0.key",
+                                   "past_key_values.0.value"], output_names=["logits"])
+"""
+
+
+def checkpoint(folder: Path, model_type: str, fields: dict[str, Any]) -> Path:
+    """A random tiny model of the schedule saved with save_pretrained (its config.json is what is audited against)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models
+
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(model_type, **TINY, **fields, bos_token_id=1, eos_token_id=2)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    # a tokenizer, as the builder wants one beside the weights: a word-level vocabulary of the model's size
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(TINY["vocab_size"] - 3)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                         eos_token="</s>").save_pretrained(folder)  # fmt: skip
+    return folder
+
+
+def export(source: str, ckpt: Path, out: Path) -> tuple[Path | None, str | None, float]:
+    """(model path, failure reason, seconds) of one source's export."""
+    out.mkdir(parents=True, exist_ok=True)
+    if source == "onnxruntime-genai builder":
+        command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out),
+                   "-p", "fp32", "-e", "cpu", "-c", str(out / "cache")]  # fmt: skip
+        model = out / "model.onnx"
+    else:
+        model = out / "model.onnx"
+        command = [sys.executable, "-c", _EXPORT, str(ckpt), str(model)]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    seconds = round(time.perf_counter() - start, 1)
+    if done.returncode != 0 or not model.is_file():
+        lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
+        return None, (lines[-1] if lines else f"exit {done.returncode}")[:300], seconds
+    return model, None, seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Checkpoints, exports, audits; write the table (module doc)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="checkpoints and exports go here (reused when present)")
+    parser.add_argument("--out", required=True, help="folder for audit-peers.json and audit-peers.md")
+    parser.add_argument("--schedules", nargs="+", choices=list(SCHEDULES), default=list(SCHEDULES))
+    args = parser.parse_args(argv)
+    import ropeexport as rx
+
+    work, rows = Path(args.work), []
+    for i, name in enumerate(args.schedules):
+        model_type, fields = SCHEDULES[name]
+        ckpt = checkpoint(work / f"s{i}" / "checkpoint", model_type, fields)
+        for j, source in enumerate(("onnxruntime-genai builder", "torch.onnx.export (dynamo)")):
+            model, error, seconds = export(source, ckpt, work / f"s{i}" / f"x{j}")
+            row: dict[str, Any] = {"schedule": name, "source": source, "export_s": seconds}
+            if model is None:
+                rows.append(row | {"error": error})
+                print(f"{name} / {source}: export failed: {error}", flush=True)
+                continue
+            try:
+                result = rx.audit(model, ckpt / "config.json")
+            except Exception as exc:  # noqa: BLE001 - recorded: a site audit cannot read is a result too
+                rows.append(row | {"error": f"audit: {exc}"})
+                print(f"{name} / {source}: audit failed: {exc}", flush=True)
+                continue
+            worst = max((p["max_abs"] for s in result.sites for p in s["probes"]), default=None)
+            row |= {"verdict": result.verdict, "sites": [s["kind"] for s in result.sites], "max_abs": worst,
+                    "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
+                    "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
+                    "dtype": sorted({s["dtype"] for s in result.sites if s["dtype"]})}  # fmt: skip
+            rows.append(row)
+            print(f"{name} / {source}: {result.verdict}, worst {worst}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python tools/audit_peers.py " + " ".join(sys.argv[1:])
+    (out / "audit-peers.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
+    lines = ["# ropeexport audit on models other tools exported", "", f"`{command}`; tiny random checkpoints "
+             "(1 layer, head_dim 16) of each schedule's real parameters and lengths; worst = max |cos/sin - float64| "
+             "over every position of every probed call length.", "",
+             "| schedule | source | sites | verdict | worst | findings |", "|---|---|---|---|---:|---|"]  # fmt: skip
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['schedule']} | {r['source']} | | not audited | | {r['error']} |")
+            continue
+        kinds = ", ".join(sorted(set(r["sites"])))
+        found = "<br>".join(r["findings"]) or "none"
+        lines.append(f"| {r['schedule']} | {r['source']} | {kinds} | {r['verdict']} | {r['max_abs']:.2g} | {found} |")
+    (out / "audit-peers.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
