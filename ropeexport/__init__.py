@@ -32,6 +32,7 @@ __all__ = [
     "from_hf_config",
     "from_preset",
     "generate",
+    "graft",
     "load_specs",
     "open_decoder",
     "resolve_decoder",

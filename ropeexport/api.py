@@ -402,6 +402,15 @@ def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = Non
     return result
 
 
+def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str = "model") -> Any:
+    """``model`` with every constant rotary table replaced by ``hf_config``'s exact one, written to ``out`` (an .onnx
+    file that must not exist) and proven (``ropeexport.foreign.graft``). Returns a ``GraftResult``.
+    """  # noqa: D205
+    from ropeexport.foreign.graft import graft as _graft
+
+    return _graft(_path(model, "model"), _path(hf_config, "hf_config"), _path(out, "out"), trust)
+
+
 def generate(
     folder: str | Path,
     prompt_ids: Sequence[int] | None = None,

@@ -1,5 +1,6 @@
 """``ropeexport audit`` on what other tools export: tiny random checkpoints of real schedules, each exported by
-onnxruntime-genai's model builder (fp32, CPU) and by torch.onnx.export (dynamo), audited against its config.
+onnxruntime-genai's model builder (fp32, CPU) and by torch.onnx.export (dynamo), audited against its config and
+grafted (``rx.graft``, trusting the config where the model's tables imply another schedule).
 
     python tools/audit_peers.py --work /tmp/audit-peers --out tools/figures
 
@@ -109,6 +110,27 @@ def export(source: str, ckpt: Path, out: Path) -> tuple[Path | None, str | None,
     return model, None, seconds
 
 
+def graft_row(model: Path, config: Path, result: Any, folder: Path) -> dict[str, Any]:
+    """``rx.graft`` of an audited model: trusting the config where the model's tables imply another schedule."""
+    import shutil
+
+    import ropeexport as rx
+    from ropeexport.errors import SpecError
+    from ropeexport.foreign.graft import PRECISION
+
+    if result.verdict == "exact":
+        return {"skipped": "exact already"}
+    shutil.rmtree(folder, ignore_errors=True)
+    implied = {f["name"] for s in result.sites for f in s["findings"]} - PRECISION
+    trust = "config" if implied else "model"
+    try:
+        done = rx.graft(model, config, folder / "model.onnx", trust=trust)
+    except SpecError as exc:
+        return {"refused": str(exc)}
+    return {"trust": trust, "proven": done.proven, "after": done.after.verdict,
+            "short_call_relative": done.short_call["relative"], "tables": len(done.replaced)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Checkpoints, exports, audits; write the table (module doc)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                     "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
                     "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
                     "dtype": sorted({s["dtype"] for s in result.sites if s["dtype"]})}  # fmt: skip
+            row["graft"] = graft_row(model, ckpt / "config.json", result, work / f"s{i}" / f"x{j}-grafted")
             rows.append(row)
-            print(f"{name} / {source}: {result.verdict}, worst {worst}", flush=True)
+            print(f"{name} / {source}: {result.verdict}, worst {worst}; graft: {row['graft']}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python tools/audit_peers.py " + " ".join(sys.argv[1:])
@@ -149,14 +172,26 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# ropeexport audit on models other tools exported", "", f"`{command}`; tiny random checkpoints "
              "(1 layer, head_dim 16) of each schedule's real parameters and lengths; worst = max |cos/sin - float64| "
              "over every position of every probed call length.", "",
-             "| schedule | source | sites | verdict | worst | findings |", "|---|---|---|---|---:|---|"]  # fmt: skip
+             "| schedule | source | sites | verdict | worst | findings | graft |",
+             "|---|---|---|---|---:|---|---|"]  # fmt: skip
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['schedule']} | {r['source']} | | not audited | | {r['error']} |")
+            lines.append(f"| {r['schedule']} | {r['source']} | | not audited | | {r['error']} | |")
             continue
         kinds = ", ".join(sorted(set(r["sites"])))
         found = "<br>".join(r["findings"]) or "none"
-        lines.append(f"| {r['schedule']} | {r['source']} | {kinds} | {r['verdict']} | {r['max_abs']:.2g} | {found} |")
+        g = r["graft"]
+        if "refused" in g:
+            grafted = f"refused: {g['refused']}"
+        elif "skipped" in g:
+            grafted = g["skipped"]
+        else:
+            grafted = (
+                f"{g['tables']} table pair(s), audit after: {g['after']}, short call vs original "
+                f"{g['short_call_relative']:.1g} (trust {g['trust']}): {'proven' if g['proven'] else 'NOT proven'}"
+            )
+        lines.append(f"| {r['schedule']} | {r['source']} | {kinds} | {r['verdict']} | {r['max_abs']:.2g} | {found} "
+                     f"| {grafted} |")  # fmt: skip
     (out / "audit-peers.md").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("listing", "list encodings and schedules"),
     "generate": ("generate", "greedy generation with a built decoder"),
     "audit": ("audit", "check the RoPE inside a model another tool exported"),
+    "graft": ("graft", "replace a foreign model's RoPE tables with exact ones, and prove it"),
 }
 EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
 
@@ -63,6 +64,8 @@ FLAGS = {
     "position_offset": "--position-offset",
     "threads": "--threads",
     "policy": "--policy",
+    "trust": "--trust",
+    "out": "--out",
 }
 
 

@@ -1,5 +1,5 @@
 """tools/audit_peers.py on two schedules: the models onnxruntime-genai's builder and torch.onnx.export (dynamo)
-write from tiny random checkpoints, audited. What each finds is pinned where it is a fact of those tools'
+write from tiny random checkpoints, audited and grafted. What each finds is pinned where it is a fact of those tools'
 releases (onnxruntime-genai 0.18, torch 2.13): both build float32 tables, and the builder ignores a linear
 rope_parameters of a transformers 5 config.
 """  # noqa: D205
@@ -35,4 +35,14 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
     for source in (og, dynamo):  # the LongRoPE switch is right in both; only float32 rounding is found
         assert rows["longrope (Phi-3)", source]["finding_names"] == ["float32-angles"], rows["longrope (Phi-3)", source]
         assert 1e-4 < rows["longrope (Phi-3)", source]["max_abs"] < 1e-2
+    # graft: the builder's tables replaced and proven (the LongRoPE If's two branches each), dynamo's computed
+    # sites refused by name; the linear model only when the config is trusted over its tables
+    longrope = rows["longrope (Phi-3)", og]["graft"]
+    assert longrope["proven"] and longrope["tables"] == 2 and longrope["after"] == "exact"
+    assert longrope["short_call_relative"] <= 1e-4
+    linear = rows["linear x4", og]["graft"]
+    assert linear["trust"] == "config" and linear["proven"] and linear["after"] == "exact"
+    assert all(
+        "computed in the graph" in rows[s, dynamo]["graft"]["refused"] for s in ("linear x4", "longrope (Phi-3)")
+    )
     assert "| linear x4 | onnxruntime-genai builder |" in (tmp_path / "audit-peers.md").read_text()

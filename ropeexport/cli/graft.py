@@ -1,0 +1,63 @@
+"""``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx``: exact RoPE tables in a foreign model.
+
+Audits the model first (``ropeexport audit``), replaces every constant rotary table (GroupQueryAttention's or
+RotaryEmbedding's caches, an If's LongRoPE branches) with the config's schedule in float64 rounded once to the
+table's dtype, keeping every node (same runtime, same execution providers), then proves the result: the grafted
+model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise.
+
+When the model's tables imply another schedule than the config's (scaling ignored, another factor, a LongRoPE
+switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Sites computed in the
+graph (cos/sin of positions times frequencies) are refused too, for now.
+
+Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input.
+
+Examples:
+  ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out fixed/model.onnx
+  ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out fixed/model.onnx --trust config --json
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ropeexport.api import graft
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``graft``."""
+    p = sub.add_parser(
+        "graft",
+        help="replace a foreign model's RoPE tables with exact ones, and prove it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
+    p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
+    p.add_argument("--out", required=True, metavar="FIXED.onnx", help="the grafted model to write (must not exist)")
+    p.add_argument("--trust", choices=["model", "config"], default="model",
+                   help="which to follow when they disagree on the schedule (default model: refuse)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Graft, prove, print; 1 when the proof fails."""
+    result = graft(args.model, args.hf_config, args.out, args.trust)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        verdict = "proven" if result.proven else "NOT proven"
+        print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {verdict}")
+        for item in result.replaced:
+            print(f"  {item['cos']} / {item['sin']}: {item['rows']} rows, {item['dtype']}, regime of L = "
+                  f"{item['regime_length']}")  # fmt: skip
+        print(f"  audit after: {result.after.verdict if result.after else 'not run'}")
+        call = result.short_call
+        if call:
+            note = " (the schedule was changed on purpose: --trust config)" if result.changed_schedule else ""
+            print(f"  short call ({call['tokens']} tokens) against the original: {call['relative']:.2g} of the output "
+                  f"scale{note}")  # fmt: skip
+    return 0 if result.proven else 1

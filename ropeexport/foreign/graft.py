@@ -1,0 +1,213 @@
+"""``graft``: a foreign model's rotary tables replaced by exact ones, the node types kept, then proven.
+
+What is grafted: table sites whose cos/sin are constants: initializers (onnxruntime-genai's cos_cache / sin_cache
+read by GroupQueryAttention, caches of RotaryEmbedding), or the Constant nodes of an ``If`` picking between two
+tables (the builder's LongRoPE: each branch gets the exact table of the regime its values are nearest to, with its
+own row count). Each table is the config's schedule in float64, rounded once to the stored dtype, at least
+max_positions rows where the model's was shorter. The graph is otherwise untouched: same nodes, same runtime and
+execution providers. Sites computed in the graph (cos/sin of a MatMul of positions) are not grafted yet: the
+graft refuses them, naming the site.
+
+When the audit says the model's constants imply another schedule than the config's (scaling ignored, another
+factor, a switch never taken, ...), which one is right cannot be told from the model: the graft refuses unless
+``trust="config"``. Precision findings (float32 angles or frequencies) are what it repairs.
+
+Proof, written into the result: the grafted model audited again (every site exact), and the grafted and original
+models run on the same short call (8 tokens at positions 0 .. 7, an empty cache), every output compared: equal to
+the dtype's noise where the tables agree there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from ropeexport.errors import SpecError
+from ropeexport.foreign.core import AuditResult, _load, _rope_spec, audit
+from ropeexport.foreign.diagnose import estimate_frequencies, frequencies
+from ropeexport.foreign.observe import _feed
+from ropeexport.numerics import round_once
+
+PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
+TRUSTS = ("model", "config")
+DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+@dataclass
+class GraftResult:
+    """The grafted model's path, what was replaced, and the proof (module doc)."""
+
+    path: Path
+    replaced: list[dict[str, Any]] = field(default_factory=list)
+    before: AuditResult | None = None
+    after: AuditResult | None = None
+    short_call: dict[str, Any] = field(default_factory=dict)
+    changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
+
+    @property
+    def proven(self) -> bool:
+        """Every site exact after the graft, and (when only precision was repaired) the short call equal to the
+        dtype's noise; a graft that changed the schedule on purpose is not expected to agree with the original.
+        """  # noqa: D205
+        exact = self.after is not None and self.after.verdict == "exact"
+        return exact and (bool(self.changed_schedule) or bool(self.short_call.get("equal")))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain data."""
+        return {"path": str(self.path), "proven": self.proven, "replaced": self.replaced,
+                "before": self.before.verdict if self.before else None,
+                "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
+                "changed_schedule": self.changed_schedule}  # fmt: skip
+
+
+def _exact(spec: Any, length: int, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    inv, factor = frequencies(spec, length)
+    angles = np.outer(np.arange(rows, dtype=np.float64), inv)
+    short = DTYPE_NAMES.get(dtype, "fp32")
+    return round_once(factor * np.cos(angles), short), round_once(factor * np.sin(angles), short)
+
+
+def _regime_length(spec: Any, table: np.ndarray, sin: np.ndarray) -> int:
+    """The call length whose regime ``table`` is nearest to (its frequencies read from its values)."""
+    from ropeexport.families.rope.schedules import get_schedule
+
+    threshold = get_schedule(spec.scaling).threshold(spec.scaling_params)
+    if threshold is None or threshold >= spec.max_positions:
+        return spec.max_positions
+    seen = estimate_frequencies(table.astype(np.float64), sin.astype(np.float64))
+    lengths = (threshold, threshold + 1)
+    gaps = [float(np.max(np.abs(seen - frequencies(spec, n)[0]) / frequencies(spec, n)[0])) for n in lengths]
+    return lengths[int(np.argmin(gaps))]
+
+
+def _tables_of(value: ir.Value) -> list[tuple[Any, Any]]:
+    """(holder, setter) for each constant table ``value`` can be: an initializer, or an If's Constant branches."""
+    if value.const_value is not None:
+        return [(value.const_value, lambda t, v=value: setattr(v, "const_value", t))]
+    node = value.producer()
+    if node is None or node.op_type != "If":
+        return []
+    index = next(i for i, o in enumerate(node.outputs) if o is value)
+    found = []
+    for name in ("then_branch", "else_branch"):
+        branch = node.attributes[name].value
+        source = branch.outputs[index].producer()
+        if source is None or source.op_type != "Constant" or "value" not in source.attributes:
+            return []
+        found.append((source.attributes["value"].value,
+                      lambda t, s=source: s.attributes.__setitem__("value", ir.AttrTensor("value", t))))  # fmt: skip
+    return found
+
+
+def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str = "model") -> GraftResult:
+    """Replace every table site of ``model`` with exact tables of ``hf_config``'s schedule, write ``out``, prove it."""
+    if trust not in TRUSTS:
+        raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
+    source, target = Path(model), Path(out)
+    if target.exists():
+        raise SpecError("out", f"{str(target)!r} exists: give a new file")
+    if target.suffix != ".onnx":
+        raise SpecError("out", f"must name an .onnx file, got {str(target)!r}")
+    before = audit(source, hf_config)
+    spec = _rope_spec(Path(hf_config))
+    implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
+    if implied and trust != "config":
+        raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
+                        " give `trust` config to replace them with the config's anyway")  # fmt: skip
+    graph = _load(source)
+    values = {v.name: v for node in ir.traversal.RecursiveGraphIterator(graph.graph) for v in node.outputs}
+    values |= {v.name: v for v in graph.graph.initializers.values()}
+    replaced = []
+    for site in before.sites:
+        if site["kind"] == "unidentified" or site["exact"]:  # nothing to repair (an exact table stays as it is)
+            continue
+        pairs = [_tables_of(values[site[k]]) for k in ("cos", "sin")]
+        if not site["table"] or not pairs[0] or len(pairs[0]) != len(pairs[1]):
+            raise SpecError("model", f"the {site['kind']} site reading {site['cos']!r} is computed in the graph: "
+                            "graft replaces constant tables only (so far)")  # fmt: skip
+        for (cos, set_cos), (sin, set_sin) in zip(*pairs, strict=True):
+            cos_array, sin_array = cos.numpy(), sin.numpy()
+            rows = max(cos_array.shape[0], spec.max_positions) if len(pairs[0]) == 1 else cos_array.shape[0]
+            length = _regime_length(spec, cos_array, sin_array)
+            new_cos, new_sin = _exact(spec, length, rows, str(cos_array.dtype))
+            set_cos(ir.tensor(new_cos.astype(cos_array.dtype), name=cos.name))
+            set_sin(ir.tensor(new_sin.astype(sin_array.dtype), name=sin.name))
+            replaced.append({"cos": site["cos"], "sin": site["sin"], "rows": int(rows), "regime_length": length,
+                             "dtype": str(cos_array.dtype)})  # fmt: skip
+    _save(graph, target)
+    result = GraftResult(target, replaced, before, changed_schedule=implied)
+    try:
+        result.after = audit(target, hf_config)
+        result.short_call = short_call(source, target, spec)
+    except Exception:
+        _remove(target)
+        raise
+    return result
+
+
+def _save(model: ir.Model, target: Path) -> None:
+    """The model into ``target`` (tables external beside it, data file ``<name>.data``), whole or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".graft-", dir=target.parent))
+    try:
+        ir.save(model, scratch / target.name, external_data=f"{target.name}.data", size_threshold_bytes=1024)
+        for name in sorted(os.listdir(scratch), key=lambda n: n == target.name):  # the model file last
+            os.replace(scratch / name, target.parent / name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _remove(target: Path) -> None:
+    for path in (target, target.with_name(f"{target.name}.data")):
+        path.unlink(missing_ok=True)
+
+
+def short_call(original: Path, grafted: Path, spec: Any, tokens: int = 8) -> dict[str, Any]:
+    """Both models on one call of ``tokens`` tokens at positions 0 .. tokens - 1 (empty cache); every output.
+
+    A cache input's undeclared head count and width come from the config (``spec``).
+    """
+    import onnxruntime as ort
+
+    outputs = []
+    for path in (original, grafted):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {}
+        for value in session.get_inputs():
+            holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None
+                                                                 for d in value.shape]))  # fmt: skip
+            holder.dtype = {"tensor(float)": ir.DataType.FLOAT, "tensor(float16)": ir.DataType.FLOAT16,
+                            "tensor(int32)": ir.DataType.INT32}.get(value.type, ir.DataType.INT64)  # fmt: skip
+            feeds[value.name] = _short_feed(holder, tokens, spec)
+        outputs.append(session.run(None, feeds))
+    worst, scale = 0.0, 0.0
+    for a, b in zip(*outputs, strict=True):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        worst = max(worst, float(np.max(np.abs(a - b), initial=0)))
+        scale = max(scale, float(np.max(np.abs(a), initial=0)))
+    relative = worst / scale if scale else worst
+    return {"tokens": tokens, "max_abs": worst, "scale": scale, "relative": relative, "equal": relative <= 1e-4}
+
+
+def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
+    """A short call's inputs: ids and positions as observe feeds them, an integer seqlens / total for GQA."""
+    name = value.name or ""
+    dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
+    if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
+        return np.zeros((1, dims[1] or spec.num_kv_heads, 0, dims[3] or spec.head_dim), value.dtype.numpy())
+    if name in ("seqlens_k", "total_sequence_length"):
+        count = tokens - 1 if name == "seqlens_k" else tokens
+        return np.array([count] if name == "seqlens_k" else count, np.int32)
+    if len(value.shape or []) == 3:  # an activation [b, s, width]: a fixed random one
+        width = value.shape[2] if isinstance(value.shape[2], int) else 1
+        return np.random.default_rng(0).standard_normal((1, tokens, width)).astype(value.dtype.numpy())
+    if name == "input_ids":
+        return (np.arange(tokens) % 3 + 1).astype(np.int64).reshape(1, tokens)
+    return _feed(value, tokens)

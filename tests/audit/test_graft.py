@@ -1,0 +1,86 @@
+"""``graft`` on foreign-style models: precision faults repaired and proven, schedule faults refused unless the
+config is trusted, computed sites refused; bad input is one line, exit 2, nothing written.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ropeexport as rx
+from ropeexport.cli import main
+from tests.audit.planted import CASES, ORIGINAL, Planted, gqa_model, tables, write_config
+
+
+def _built(tmp: Path, name: str) -> tuple[Path, Path]:
+    case = next(c for c in CASES if c.name == name)
+    config = write_config(tmp, case.config)
+    return case.build(tmp / "model.onnx", rx.from_hf_config(config)[0]), config
+
+
+def _longrope_float32(tmp: Path) -> tuple[Path, Path]:
+    """The builder's LongRoPE form (an If between a short and a long table), both tables with float32 angles."""
+    config = write_config(tmp, "longrope")
+    spec = rx.from_hf_config(config)[0]
+    short = tables(spec, ORIGINAL, rows=ORIGINAL, f32=True)
+    return gqa_model(tmp / "model.onnx", *short, long=tables(spec, ORIGINAL + 1, f32=True)), config
+
+
+@pytest.mark.parametrize("name", ["float32-gqa-llama3", "longrope-if-float32"])
+def test_precision_faults_are_grafted_and_proven(name: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model, config = _longrope_float32(tmp_path) if name.startswith("longrope") else _built(tmp_path, name)
+    out = tmp_path / "fixed" / "model.onnx"
+    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["proven"] and result["before"] == "findings" and result["after"]["verdict"] == "exact"
+    assert result["short_call"]["equal"] and result["short_call"]["relative"] <= 1e-4
+    assert len(result["replaced"]) == (2 if name.startswith("longrope") else 1)  # each If branch its own regime
+    if name.startswith("longrope"):
+        assert sorted(r["regime_length"] for r in result["replaced"]) == [ORIGINAL, ORIGINAL + 1]
+    assert rx.audit(out, config).verdict == "exact"  # the written file, read back
+
+
+def test_a_schedule_fault_is_refused_unless_the_config_is_trusted(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model, config = _built(tmp_path, "scaling-ignored-llama3")
+    out = tmp_path / "fixed.onnx"
+    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ropeexport: error: --trust: the model's tables imply another schedule") and "\n" not in err
+    assert "scaling-ignored" in err and not out.exists()
+    result = rx.graft(model, config, out, trust="config")
+    assert result.proven and result.changed_schedule == ["scaling-ignored"] and result.after.verdict == "exact"
+
+
+def _computed(tmp: Path) -> tuple[Path, Path]:
+    return _built(tmp, "float32-computed-default")
+
+
+BAD: list[tuple[str, object, list[str], str, str]] = [
+    ("computed-site", _computed, [], "MODEL", "computed in the graph"),
+    ("out-exists", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/model.onnx"], "--out", "exists"),
+    ("out-not-onnx", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/fixed.txt"], "--out", ".onnx"),
+    ("not-onnx", lambda t: (t / "absent.onnx", _built(t, "float32-gqa-llama3")[1]), [], "MODEL", "is not a file"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "make", "argv", "flag", "phrase"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_one_line_and_exit_2(case, make, argv, flag, phrase, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model, config = make(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] or ["--out", str(tmp_path / "fixed.onnx")]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert main(["graft", str(model), "--hf-config", str(config), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert err.startswith(f"ropeexport: error: {flag}") and phrase in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_an_exact_model_is_left_as_it_is(tmp_path: Path) -> None:
+    model, config = _built(tmp_path, "exact-gqa-longrope")
+    result = rx.graft(model, config, tmp_path / "same.onnx")
+    assert result.replaced == [] and result.proven and result.short_call["max_abs"] == 0.0
+
+
+__all__ = ["Planted"]
