@@ -32,7 +32,8 @@ import onnx_ir as ir
 from ropeexport.errors import SpecError
 from ropeexport.foreign.core import AuditResult, _load, _rope_spec, audit
 from ropeexport.foreign.diagnose import estimate_frequencies, frequencies
-from ropeexport.foreign.observe import _feed
+from ropeexport.foreign.observe import Evaluator, _feed
+from ropeexport.foreign.sites import Site
 from ropeexport.numerics import round_once
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
@@ -124,14 +125,18 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
     graph = _load(source)
     values = {v.name: v for node in ir.traversal.RecursiveGraphIterator(graph.graph) for v in node.outputs}
     values |= {v.name: v for v in graph.graph.initializers.values()}
-    replaced = []
+    replaced: list[dict[str, Any]] = []
+    computed: list[dict[str, Any]] = []
     for site in before.sites:
         if site["kind"] == "unidentified" or site["exact"]:  # nothing to repair (an exact table stays as it is)
             continue
         pairs = [_tables_of(values[site[k]]) for k in ("cos", "sin")]
-        if not site["table"] or not pairs[0] or len(pairs[0]) != len(pairs[1]):
-            raise SpecError("model", f"the {site['kind']} site reading {site['cos']!r} is computed in the graph: "
-                            "graft replaces constant tables only (so far)")  # fmt: skip
+        if not site["table"]:
+            computed.append(site)
+            continue
+        if not pairs[0] or len(pairs[0]) != len(pairs[1]):
+            raise SpecError("model", f"the {site['kind']} site reading {site['cos']!r} reads tables ropeexport "
+                            "cannot replace (neither constants nor an If between constants)")  # fmt: skip
         for (cos, set_cos), (sin, set_sin) in zip(*pairs, strict=True):
             cos_array, sin_array = cos.numpy(), sin.numpy()
             rows = max(cos_array.shape[0], spec.max_positions) if len(pairs[0]) == 1 else cos_array.shape[0]
@@ -141,6 +146,16 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
             set_sin(ir.tensor(new_sin.astype(sin_array.dtype), name=sin.name))
             replaced.append({"cos": site["cos"], "sin": site["sin"], "rows": int(rows), "regime_length": length,
                              "dtype": str(cos_array.dtype)})  # fmt: skip
+    if computed:
+        for value in graph.graph.initializers.values():  # read now: the proto round trip forgets their folder
+            if isinstance(value.const_value, ir.ExternalTensor):
+                value.const_value = ir.tensor(value.const_value.numpy(), name=value.name)
+        proto = ir.serde.serialize_model(graph)
+        evaluator = Evaluator(source)
+        for site in computed:
+            replaced.append(_replace_computed(proto, site, spec, evaluator))
+        _prune(proto.graph)
+        graph = ir.serde.deserialize_model(proto)
     _save(graph, target)
     result = GraftResult(target, replaced, before, changed_schedule=implied)
     try:
@@ -205,9 +220,82 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     if name in ("seqlens_k", "total_sequence_length"):
         count = tokens - 1 if name == "seqlens_k" else tokens
         return np.array([count] if name == "seqlens_k" else count, np.int32)
-    if len(value.shape or []) == 3:  # an activation [b, s, width]: a fixed random one
-        width = value.shape[2] if isinstance(value.shape[2], int) else 1
-        return np.random.default_rng(0).standard_normal((1, tokens, width)).astype(value.dtype.numpy())
+    if value.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16):  # an activation: fixed random values, 1 x tokens
+        sized = [d if d is not None else 1 if i == 0 else tokens for i, d in enumerate(dims)]
+        return np.random.default_rng(0).standard_normal(sized).astype(value.dtype.numpy())
     if name == "input_ids":
         return (np.arange(tokens) % 3 + 1).astype(np.int64).reshape(1, tokens)
     return _feed(value, tokens)
+
+
+def _replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Evaluator) -> dict[str, Any]:
+    """A computed site's cos/sin replaced by the rope family's own rows (``cos_sin_rows``: exact tables gathered by
+    position_ids, a LongRoPE switch on the call length included), widened and shaped as the site's values were.
+    """  # noqa: D205
+    from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_tables
+    from ropeexport.families.rope.schedules import get_schedule
+    from ropeexport.graph.guard import _rename_inputs
+    from ropeexport.graph.onnx_io import GraphBuilder
+
+    regime = get_schedule(spec.scaling).regime
+    if regime == "continuous":
+        raise SpecError("model", f"the computed site reading {site['cos']!r} follows dynamic NTK, whose cos/sin "
+                        "depend on the call length: graft does not replace it (yet)")  # fmt: skip
+    if "position_ids" not in site["inputs"]:
+        reads = ", ".join(site["inputs"]) or "constants only"
+        raise SpecError("model", f"the computed site reading {site['cos']!r} is not computed from a position_ids "
+                        f"input (it reads {reads}): graft cannot feed it")  # fmt: skip
+    probe = 7  # a call length no other axis of these values has
+    cos_raw = evaluator.raw(Site(**{k: site[k] for k in ("kind", "cos", "sin", "table", "inputs")}), probe)[0]
+    shape, w = list(cos_raw.shape), spec.rotary_dim // 2
+    axis = next((i for i, n in enumerate(shape) if n == probe), None)
+    if axis is None or shape[-1] not in (w, 2 * w) or axis != len(shape) - 2:
+        raise SpecError("model", f"the computed site reading {site['cos']!r} has values of shape {shape}: graft "
+                        "expects [.., positions, width]")  # fmt: skip
+    flat = cos_raw.reshape(-1, shape[-1])[:probe]
+    layout = "none" if shape[-1] == w else "half" if np.array_equal(flat[:, :w], flat[:, w:]) else "interleaved"
+    dtype = DTYPE_NAMES.get(str(cos_raw.dtype), "fp32")
+    piece_spec = spec.replace(artifact="rope", graph="decomposed", dtype=dtype)
+    g = GraphBuilder(prefix="ropeexport_graft/")
+    tables = rope_tables(g, piece_spec)
+    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    made = []
+    for name, rows in zip(("cos", "sin"), cos_sin_rows(g, piece_spec, tables, "position_ids", length)[:2], strict=True):
+        if layout == "half":  # [b, s, w] -> [b, s, 2w]: f | f
+            rows = g.op("Concat", [rows, rows], axis=-1)
+        elif layout == "interleaved":  # f0 f0 f1 f1 ..
+            pair = g.op("Unsqueeze", [rows, g.const(f"{name}_pair_axis", i64(-1))])
+            both = g.op("Concat", [pair, pair], axis=-1)
+            rows = g.op("Reshape", [both, g.const(f"{name}_pair_shape", i64(0, 0, 2 * w))])
+        if len(shape) == 2:  # [s, width]: the first batch row
+            rows = g.op("Squeeze", [rows, g.const(f"{name}_batch_axis", i64(0))])
+        elif len(shape) > 3:  # [b, 1, .., s, width]
+            rows = g.op("Unsqueeze", [rows, g.const(f"{name}_head_axes", i64(*range(1, len(shape) - 2)))])
+        made.append(rows)
+    rest = list(proto.graph.node)  # the new nodes read position_ids and their own constants only: first is in order
+    del proto.graph.node[:]
+    proto.graph.node.extend([*g.nodes, *rest])
+    proto.graph.initializer.extend(g.initializers)
+    for old, new in zip((site["cos"], site["sin"]), made, strict=True):
+        _rename_inputs(proto.graph, old, new)
+    return {"cos": site["cos"], "sin": site["sin"], "rows": int(spec.max_positions), "dtype": str(cos_raw.dtype),
+            "regime_length": None, "layout": layout, "replaced_by": "the rope family's gathered rows"}  # fmt: skip
+
+
+def _prune(graph: Any) -> None:
+    """Drop the nodes no graph output needs any more (the old cos/sin computation), and constants nothing reads."""
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(list(graph.node)):
+        if any(o in needed for o in node.output):
+            kept.append(node)
+            needed.update(i for i in node.input if i)
+            for attr in node.attribute:  # If branches read outer values by name
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    needed.update(i for n in sub.node for i in n.input if i)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    inits = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)

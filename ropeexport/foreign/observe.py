@@ -75,14 +75,7 @@ class Evaluator:
         """cos and sin [rows, width] (float64) of ``site`` in a call of ``length`` tokens (module doc), and the
         dtype they are stored in (``float32``, ``float16``, ..).
         """  # noqa: D205
-        session = self._session(site)
-        feeds = {}
-        for value in session.get_inputs():
-            holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None
-                                                                 for d in value.shape]))  # fmt: skip
-            holder.dtype = _ort_dtype(value.type)
-            feeds[value.name] = _feed(holder, length)
-        cos, sin, *rows = session.run(None, feeds)
+        cos, sin, *rows = self.raw(site, length)
         dtype = str(cos.dtype)
         cos, sin = _rows(cos, site, length, width), _rows(sin, site, length, width)
         if rows:  # the rows the operator reads for positions 0 .. L - 1 (a row past the table ends what is read)
@@ -90,6 +83,17 @@ class Evaluator:
             inside = int(np.argmax(index >= len(cos))) if np.any(index >= len(cos)) else len(index)
             cos, sin = cos[index[:inside]], sin[index[:inside]]
         return cos, sin, dtype
+
+    def raw(self, site: Site, length: int) -> list[np.ndarray]:
+        """The site's values as the model computes them in a call of ``length`` tokens: cos, sin (and the rows)."""
+        session = self._session(site)
+        feeds = {}
+        for value in session.get_inputs():
+            holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None
+                                                                 for d in value.shape]))  # fmt: skip
+            holder.dtype = _ort_dtype(value.type)
+            feeds[value.name] = _feed(holder, length)
+        return session.run(None, feeds)
 
 
 def _output_for(graph: ir.Graph, value: ir.Value) -> ir.Value:

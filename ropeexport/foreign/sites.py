@@ -9,6 +9,9 @@ Anchored on the small stable core every exporter shares, not on one exporter's n
   transformers optimizer);
 - ``RotaryEmbedding`` (opset 23): inputs 1 and 2, tables when position_ids (input 3) is given, else the cos/sin of
   each token [b, s, rotary_dim / 2] (torch.onnx.export of transformers models, ropeexport's own);
+- gathered: two ``Gather`` of constant 2-D tables by the same rows, one starting with a nonzero row (cos 0 times
+  the attention factor), one with zeros (sin 0): the TorchScript exports' cos_cached[position_ids], and what
+  ``graft`` writes in place of a computed site;
 - computed: a ``Cos`` and a ``Sin`` of the same angles, followed forward through nodes that only reshape, cast or
   scale them by a constant, to the value a rotation multiplies a tensor with (the decomposed rotate-half or
   interleaved form: the TorchScript and dynamo exports of transformers models).
@@ -145,14 +148,64 @@ def _graph_inputs(values: list[ir.Value]) -> list[str]:
     return [v.name for v in graph.inputs if id(v) in wanted]
 
 
+def _chosen_by_if(graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> tuple[ir.Value, ir.Value] | None:
+    """The outputs of a main-graph If one of whose branches returns ``cos`` and ``sin`` (through Identity)."""
+    for node in graph:
+        if node.op_type != "If":
+            continue
+        for name in ("then_branch", "else_branch"):
+            branch = node.attributes[name].value
+            sources = []
+            for output in branch.outputs:
+                producer = output.producer()
+                sources.append(
+                    producer.inputs[0] if producer is not None and producer.op_type == "Identity" else output
+                )
+            if cos in sources and sin in sources:
+                return node.outputs[sources.index(cos)], node.outputs[sources.index(sin)]
+    return None
+
+
+def _gathered_sites(graph: ir.Graph, covered: set[int]) -> list[Site]:
+    """Two Gathers of constant 2-D tables by the same rows: cos (row 0 nonzero, cos 0 times the factor) and sin
+    (row 0 zero); the TorchScript exports' cos_cached[position_ids], and what ``graft`` writes for computed sites.
+    """  # noqa: D205
+    by_rows: dict[int, list[ir.Node]] = {}
+    for node in graph:
+        data = node.inputs[0] if node.op_type == "Gather" and node.inputs else None
+        if data is None or data.const_value is None or id(node.outputs[0]) in covered:
+            continue
+        if len(data.const_value.shape) == 2 and _attr(node, "axis") == 0:
+            by_rows.setdefault(id(node.inputs[1]), []).append(node)
+    out: list[Site] = []
+    for nodes in by_rows.values():
+        if len(nodes) != 2:
+            continue
+        first = [abs(float(n.inputs[0].const_value.numpy()[0].max(initial=0))) for n in nodes]
+        if (first[0] == 0) == (first[1] == 0):
+            continue  # not one cos and one sin
+        cos, sin = (nodes[0], nodes[1]) if first[0] else (nodes[1], nodes[0])
+        rows = cos.inputs[1]
+        chosen = _chosen_by_if(graph, cos.outputs[0], sin.outputs[0])
+        if chosen is not None:  # the table is one branch of an If (dynamic NTK's default): the If's outputs rule
+            out.append(Site("computed cos/sin", chosen[0].name, chosen[1].name, users=[n.name for n in (cos, sin)],
+                            table=False, inputs=_graph_inputs(list(chosen))))  # fmt: skip
+            continue
+        out.append(Site("gathered table", cos.inputs[0].name, sin.inputs[0].name,
+                        users=[n.name or "Gather" for n in (cos, sin)], table=True, inputs=_graph_inputs([rows]),
+                        positions=rows.name))  # fmt: skip
+    return out
+
+
 def find_sites(model: ir.Model) -> list[Site]:
     """Every rotary site of ``model``'s main graph (module doc), fused operators first."""
     graph = model.graph
     sites, read = _operator_sites(graph)
     covered = _ancestors(read)  # a Cos computing a fused operator's cache belongs to that site
+    gathered = _gathered_sites(graph, covered)
     cosines = [n for n in graph if n.op_type == "Cos" and id(n.outputs[0]) not in covered]
     sines = {id(n.inputs[0]): n for n in graph if n.op_type == "Sin" and id(n.outputs[0]) not in covered}
-    out = list(sites.values())
+    out = list(sites.values()) + gathered
     for cos_node in cosines:
         sin_node = sines.pop(id(cos_node.inputs[0]), None)
         if sin_node is None:

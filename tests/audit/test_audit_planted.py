@@ -41,3 +41,17 @@ def test_ropeexports_own_artifacts_are_exact(config_name: str, tmp_path: Path) -
     result = rx.audit(tmp_path / "rope.onnx", config)
     assert result.verdict == "exact", [f for s in result.sites for f in s["findings"]]
     assert [s["kind"] for s in result.sites] == ["RotaryEmbedding (opset 23)"]
+
+
+@pytest.mark.parametrize("config_name", OWN)
+def test_ropeexports_own_decomposed_artifacts_are_exact(config_name: str, tmp_path: Path) -> None:
+    """The decomposed form: tables gathered by rows (a gathered site), dynamic NTK's If around them (computed)."""
+    import onnx
+
+    config = write_config(tmp_path, config_name)
+    spec = rx.from_hf_config(config, graphs=["decomposed"])[0]
+    onnx.save(rx.export(spec), str(tmp_path / "rope.onnx"))
+    result = rx.audit(tmp_path / "rope.onnx", config)
+    assert result.verdict == "exact", [f for s in result.sites for f in s["findings"]]
+    expected = "computed cos/sin" if config_name == "dynamic" else "gathered table"
+    assert [s["kind"] for s in result.sites] == [expected]

@@ -11,7 +11,8 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.cli import main
-from tests.audit.planted import CASES, ORIGINAL, Planted, gqa_model, tables, write_config
+from ropeexport.foreign.diagnose import frequencies
+from tests.audit.planted import CASES, ORIGINAL, Planted, computed_model, gqa_model, tables, write_config
 
 
 def _built(tmp: Path, name: str) -> tuple[Path, Path]:
@@ -28,7 +29,7 @@ def _longrope_float32(tmp: Path) -> tuple[Path, Path]:
     return gqa_model(tmp / "model.onnx", *short, long=tables(spec, ORIGINAL + 1, f32=True)), config
 
 
-@pytest.mark.parametrize("name", ["float32-gqa-llama3", "longrope-if-float32"])
+@pytest.mark.parametrize("name", ["float32-gqa-llama3", "longrope-if-float32", "float32-computed-default"])
 def test_precision_faults_are_grafted_and_proven(name: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     model, config = _longrope_float32(tmp_path) if name.startswith("longrope") else _built(tmp_path, name)
     out = tmp_path / "fixed" / "model.onnx"
@@ -37,6 +38,9 @@ def test_precision_faults_are_grafted_and_proven(name: str, tmp_path: Path, caps
     assert result["proven"] and result["before"] == "findings" and result["after"]["verdict"] == "exact"
     assert result["short_call"]["equal"] and result["short_call"]["relative"] <= 1e-4
     assert len(result["replaced"]) == (2 if name.startswith("longrope") else 1)  # each If branch its own regime
+    if name.endswith("computed-default"):  # cos/sin computed from position_ids: now the family's gathered rows
+        assert result["replaced"][0]["layout"] == "half"
+        assert [s["kind"] for s in result["after"]["sites"]] == ["gathered table"]
     if name.startswith("longrope"):
         assert sorted(r["regime_length"] for r in result["replaced"]) == [ORIGINAL, ORIGINAL + 1]
     assert rx.audit(out, config).verdict == "exact"  # the written file, read back
@@ -53,12 +57,17 @@ def test_a_schedule_fault_is_refused_unless_the_config_is_trusted(tmp_path: Path
     assert result.proven and result.changed_schedule == ["scaling-ignored"] and result.after.verdict == "exact"
 
 
-def _computed(tmp: Path) -> tuple[Path, Path]:
-    return _built(tmp, "float32-computed-default")
+def _computed_dynamic(tmp: Path) -> tuple[Path, Path]:
+    """cos/sin computed from position_ids with the default frequencies under a dynamic NTK config."""
+    config = write_config(tmp, "dynamic")
+    spec = rx.from_hf_config(config)[0]
+    inv, factor = frequencies(spec, ORIGINAL)
+    return computed_model(tmp / "model.onnx", inv, factor, f32=True), config
 
 
 BAD: list[tuple[str, object, list[str], str, str]] = [
-    ("computed-site", _computed, [], "MODEL", "computed in the graph"),
+    ("computed-dynamic", _computed_dynamic, ["--trust", "config", "--out", "{tmp}/fixed.onnx"], "MODEL",
+     "follows dynamic NTK"),
     ("out-exists", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/model.onnx"], "--out", "exists"),
     ("out-not-onnx", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/fixed.txt"], "--out", ".onnx"),
     ("not-onnx", lambda t: (t / "absent.onnx", _built(t, "float32-gqa-llama3")[1]), [], "MODEL", "is not a file"),
