@@ -5,8 +5,10 @@ read by GroupQueryAttention, caches of RotaryEmbedding), or the Constant nodes o
 tables (the builder's LongRoPE: each branch gets the exact table of the regime its values are nearest to, with its
 own row count). Each table is the config's schedule in float64, rounded once to the stored dtype, at least
 max_positions rows where the model's was shorter. The graph is otherwise untouched: same nodes, same runtime and
-execution providers. Sites computed in the graph (cos/sin of a MatMul of positions) are not grafted yet: the
-graft refuses them, naming the site.
+execution providers. A site computed in the graph (cos/sin of positions x frequencies, as torch.onnx.export writes
+it) is replaced by the rope family's own rows (``cos_sin_rows`` of its decomposed form: exact tables gathered by
+position_ids, a LongRoPE switch on the call length), widened and shaped like the values it replaces; the old
+computation is pruned. Dynamic NTK computed in the graph is refused (its values depend on the call length).
 
 When the audit says the model's constants imply another schedule than the config's (scaling ignored, another
 factor, a switch never taken, ...), which one is right cannot be told from the model: the graft refuses unless
@@ -32,7 +34,7 @@ import onnx_ir as ir
 from ropeexport.errors import SpecError
 from ropeexport.foreign.core import AuditResult, _load, _rope_spec, audit
 from ropeexport.foreign.diagnose import estimate_frequencies, frequencies
-from ropeexport.foreign.observe import Evaluator, _feed
+from ropeexport.foreign.observe import Evaluator, _feed, session_feeds
 from ropeexport.foreign.sites import Site
 from ropeexport.numerics import round_once
 
@@ -116,6 +118,9 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
         raise SpecError("out", f"{str(target)!r} exists: give a new file")
     if target.suffix != ".onnx":
         raise SpecError("out", f"must name an .onnx file, got {str(target)!r}")
+    if target.with_name(f"{target.name}.data").exists():
+        raise SpecError("out", f"{str(target.with_name(target.name + '.data'))!r} exists (the tables' file of "
+                        f"{target.name}): give a new file")  # fmt: skip
     before = audit(source, hf_config)
     spec = _rope_spec(Path(hf_config))
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
@@ -194,13 +199,7 @@ def short_call(original: Path, grafted: Path, spec: Any, tokens: int = 8) -> dic
     outputs = []
     for path in (original, grafted):
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        feeds = {}
-        for value in session.get_inputs():
-            holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None
-                                                                 for d in value.shape]))  # fmt: skip
-            holder.dtype = {"tensor(float)": ir.DataType.FLOAT, "tensor(float16)": ir.DataType.FLOAT16,
-                            "tensor(int32)": ir.DataType.INT32}.get(value.type, ir.DataType.INT64)  # fmt: skip
-            feeds[value.name] = _short_feed(holder, tokens, spec)
+        feeds = session_feeds(session, tokens, lambda value, n: _short_feed(value, n, spec))
         outputs.append(session.run(None, feeds))
     worst, scale = 0.0, 0.0
     for a, b in zip(*outputs, strict=True):

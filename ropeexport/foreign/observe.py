@@ -87,13 +87,19 @@ class Evaluator:
     def raw(self, site: Site, length: int) -> list[np.ndarray]:
         """The site's values as the model computes them in a call of ``length`` tokens: cos, sin (and the rows)."""
         session = self._session(site)
-        feeds = {}
-        for value in session.get_inputs():
-            holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None
-                                                                 for d in value.shape]))  # fmt: skip
-            holder.dtype = _ort_dtype(value.type)
-            feeds[value.name] = _feed(holder, length)
-        return session.run(None, feeds)
+        return session.run(None, session_feeds(session, length))
+
+
+def session_feeds(session: Any, length: int, feed: Any = None) -> dict[str, np.ndarray]:
+    """Feeds for every input of an ORT ``session``: ``feed(value, length)`` (default ``_feed``) of a value carrying
+    the input's name, declared shape (None where symbolic) and dtype.
+    """  # noqa: D205
+    feeds = {}
+    for value in session.get_inputs():
+        holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None for d in value.shape]))
+        holder.dtype = _ort_dtype(value.type)
+        feeds[value.name] = (feed or _feed)(holder, length)
+    return feeds
 
 
 def _output_for(graph: ir.Graph, value: ir.Value) -> ir.Value:

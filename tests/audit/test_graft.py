@@ -65,7 +65,14 @@ def _computed_dynamic(tmp: Path) -> tuple[Path, Path]:
     return computed_model(tmp / "model.onnx", inv, factor, f32=True), config
 
 
+def _data_exists(tmp: Path) -> tuple[Path, Path]:
+    made = _built(tmp, "float32-gqa-llama3")
+    (tmp / "fixed.onnx.data").write_bytes(b"another model's tables")
+    return made
+
+
 BAD: list[tuple[str, object, list[str], str, str]] = [
+    ("out-data-exists", _data_exists, [], "--out", "fixed.onnx.data' exists"),
     ("computed-dynamic", _computed_dynamic, ["--trust", "config", "--out", "{tmp}/fixed.onnx"], "MODEL",
      "follows dynamic NTK"),
     ("out-exists", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/model.onnx"], "--out", "exists"),
