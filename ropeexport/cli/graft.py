@@ -2,12 +2,14 @@
 
 Audits the model first (``ropeexport audit``), replaces every constant rotary table (GroupQueryAttention's or
 RotaryEmbedding's caches, an If's LongRoPE branches) with the config's schedule in float64 rounded once to the
-table's dtype, keeping every node (same runtime, same execution providers), then proves the result: the grafted
-model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise.
+table's dtype, keeping every node (same runtime, same execution providers); cos/sin computed in the graph from
+position_ids (torch.onnx.export's form) become exact tables gathered by position_ids (a LongRoPE switch on the call
+length included). Then proves the result: the grafted model audited again, and both models run on one short call
+(8 tokens, positions 0..7): equal to the dtype's noise.
 
 When the model's tables imply another schedule than the config's (scaling ignored, another factor, a LongRoPE
-switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Sites computed in the
-graph (cos/sin of positions times frequencies) are refused too, for now.
+switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Dynamic NTK computed
+in the graph is refused (its values depend on the call length).
 
 Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input.
 
