@@ -391,7 +391,8 @@ def build_decoder(
 
 def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> Any:
     """Every rotary site of a foreign ONNX ``model`` against ``hf_config``'s schedule at every position
-    (``ropeexport.foreign``); with ``out``, audit.json and audit.md written there. Returns an ``AuditResult``.
+    (``ropeexport.foreign``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
+    ``AuditResult``.
     """  # noqa: D205
     from ropeexport.foreign.core import audit as _audit
     from ropeexport.foreign.core import write

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
     p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
-    p.add_argument("--out", metavar="DIR", help="write audit.json and audit.md into DIR")
+    p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 

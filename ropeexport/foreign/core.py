@@ -9,6 +9,7 @@ from the values, the findings; verdict ``exact`` (every site exact to its dtype)
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ from ropeexport.version import __version__
 
 @dataclass
 class AuditResult:
-    """What ``audit`` found (module doc); ``to_dict`` is audit.json, ``markdown`` audit.md."""
+    """What ``audit`` found (module doc); ``to_dict`` is audit.json, ``markdown`` audit.md, ``html`` audit.html."""
 
     model: str
     config: str
@@ -74,6 +75,49 @@ class AuditResult:
                                  f"| {'yes' if p['exact'] else 'no'} |")  # fmt: skip
             lines.append("")
         return "\n".join(lines)
+
+    def html(self) -> str:
+        """The report as one self-contained HTML page: the verdict, then per site its findings, its call lengths and
+        a plot of the worst error against position for each (the dtype's tolerance dotted).
+        """  # noqa: D205
+        from html import escape
+
+        from ropeexport.report.html import CSS
+        from ropeexport.report.plots import Line, error_by_position
+
+        spec = self.spec
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ropeexport audit</title><style>{CSS}"
+                 f"</style></head><body><h1>ropeexport audit: {escape(self.verdict)}</h1>",
+                 f"<p>model <code>{escape(self.model)}</code>; config <code>{escape(self.config)}</code> "
+                 f"({escape(str(spec['scaling']))} schedule, theta {spec['theta']:g}, rotary_dim "
+                 f"{spec['rotary_dim']}, max_positions {spec['max_positions']}); reference: the config's schedule "
+                 "in float64</p>"]  # fmt: skip
+        for i, site in enumerate(self.sites):
+            verdict = "exact" if site["exact"] else "findings"
+            parts.append(f"<h2>Site {i}: {escape(site['kind'])} ({verdict})</h2><p>cos <code>{escape(site['cos'])}"
+                         f"</code>, sin <code>{escape(site['sin'])}</code>, read by {len(site['users'])} node(s); "
+                         f"dtype {escape(str(site['dtype']))}</p>")  # fmt: skip
+            if site["findings"]:
+                items = "".join(f"<li><b>{escape(f['text'])}</b> <code>{escape(f['name'])}</code></li>"
+                                for f in site["findings"])  # fmt: skip
+                parts.append(f"<ul>{items}</ul>")
+            if not site["probes"]:
+                continue
+            rows = "".join(f"<tr><td>{p['length']}</td><td>{p['rows']}</td><td>{p['max_abs']:.3g}</td>"
+                           f"<td>{p['position']}</td><td>{'yes' if p['exact'] else 'no'}</td></tr>"
+                           for p in site["probes"])  # fmt: skip
+            parts.append("<table><thead><tr><th>call length L</th><th>rows</th><th>max abs error</th>"
+                         f"<th>at position</th><th>exact</th></tr></thead><tbody>{rows}</tbody></table>")  # fmt: skip
+            lines = [Line(f"L = {p['length']}", p["curve"]["x"], p["curve"]["y"]) for p in site["probes"]]
+            try:
+                png = error_by_position(lines, "position", [site["probes"][0]["tolerance"]])
+            except Exception:  # noqa: BLE001 - a plot must never cost the report
+                parts.append("<p>Plot left out: matplotlib could not draw these values.</p>")
+                continue
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f"<figure><img alt='worst error against position, site {i}' "
+                         f"src='data:image/png;base64,{data}'></figure>")  # fmt: skip
+        return "".join(parts) + "</body></html>\n"
 
 
 def _load(path: Path) -> ir.Model:
@@ -154,7 +198,7 @@ def _summary(probes: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def write(result: AuditResult, out: str | Path) -> list[Path]:
-    """audit.json and audit.md into ``out``, whole or not at all (a folder of a previous audit is updated)."""
+    """audit.json, audit.md and audit.html into ``out``, whole or not at all (a previous audit's folder is updated)."""
     out = Path(out)
     if out.exists() and not (out / "audit.json").is_file():
         raise SpecError("out_dir", f"{str(out)!r} exists and holds no audit: give a new folder or a previous audit's")
@@ -163,11 +207,15 @@ def write(result: AuditResult, out: str | Path) -> list[Path]:
     try:
         (scratch / "audit.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         (scratch / "audit.md").write_text(result.markdown())
+        (scratch / "audit.html").write_text(result.html())
         if not out.exists():
+            umask = os.umask(0)
+            os.umask(umask)
+            scratch.chmod(0o777 & ~umask)  # mkdtemp made it private; the report folder is an ordinary one
             scratch.rename(out)
         else:
-            for name in ("audit.json", "audit.md"):
+            for name in ("audit.json", "audit.md", "audit.html"):
                 os.replace(scratch / name, out / name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return [out / "audit.json", out / "audit.md"]
+    return [out / "audit.json", out / "audit.md", out / "audit.html"]

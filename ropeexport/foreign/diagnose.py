@@ -41,11 +41,14 @@ class Probe:
     exact: bool
     findings: list[dict[str, str]] = field(default_factory=list)  # {"name": a stable key, "text": the words}
     attention_factor: float | None = None
+    tolerance: float = 0.0
+    curve: dict[str, list[float]] = field(default_factory=dict)  # worst error per bin of positions: x (bin start), y
 
     def to_dict(self) -> dict[str, Any]:
         """The probe as plain data (audit.json)."""
         return {"length": self.length, "rows": self.rows, "max_abs": self.max_abs, "position": self.position,
-                "exact": self.exact, "attention_factor": self.attention_factor, "findings": self.findings}  # fmt: skip
+                "exact": self.exact, "attention_factor": self.attention_factor, "findings": self.findings,
+                "tolerance": self.tolerance, "curve": self.curve}  # fmt: skip
 
 
 def probe_lengths(spec: RopeSpec) -> list[int]:
@@ -142,7 +145,8 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
                 f"have no cos/sin (frozen at length {len(cos)}?)")  # fmt: skip
         findings.append(_finding("table-rows", text))
     observed_factor = float(math.hypot(cos[0, 0], sin[0, 0])) if rows else None
-    probe = Probe(length, rows, max_abs, position, max_abs <= tol and rows == length, findings, observed_factor)
+    probe = Probe(length, rows, max_abs, position, max_abs <= tol and rows == length, findings, observed_factor, tol,
+                  _curve(diff))  # fmt: skip
     if probe.exact or rows < 2:
         return probe
     if np.max(np.abs(cos[:rows] - exact_sin[:rows])) <= tol and np.max(np.abs(sin[:rows] - exact_cos[:rows])) <= tol:
@@ -172,6 +176,15 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
                              f"dimension {worst} turns at {seen[worst]:.6g} rad/position where {inv[worst]:.6g} is "
                              f"exact ({max_abs:.2g} at position {position})"))  # fmt: skip
     return probe
+
+
+def _curve(diff: np.ndarray, bins: int = 256) -> dict[str, list[float]]:
+    """The worst error in each of up to ``bins`` equal bins of positions (what audit.html plots)."""
+    if not len(diff):
+        return {"x": [], "y": []}
+    edges = np.unique(np.linspace(0, len(diff), min(bins, len(diff)) + 1).astype(np.int64))
+    spans = zip(edges[:-1], edges[1:], strict=True)
+    return {"x": [int(a) for a in edges[:-1]], "y": [float(diff[a:b].max()) for a, b in spans]}
 
 
 def _rounding(
