@@ -233,7 +233,7 @@ def _replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Ev
     """  # noqa: D205
     from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_tables
     from ropeexport.families.rope.schedules import get_schedule
-    from ropeexport.graph.guard import _rename_inputs
+    from ropeexport.graph.guard import rename_inputs
     from ropeexport.graph.onnx_io import GraphBuilder
 
     regime = get_schedule(spec.scaling).regime
@@ -277,7 +277,7 @@ def _replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Ev
     proto.graph.node.extend([*g.nodes, *rest])
     proto.graph.initializer.extend(g.initializers)
     for old, new in zip((site["cos"], site["sin"]), made, strict=True):
-        _rename_inputs(proto.graph, old, new)
+        rename_inputs(proto.graph, old, new)
     return {"cos": site["cos"], "sin": site["sin"], "rows": int(spec.max_positions), "dtype": str(cos_raw.dtype),
             "regime_length": None, "layout": layout, "replaced_by": "the rope family's gathered rows"}  # fmt: skip
 

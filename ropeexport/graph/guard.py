@@ -30,7 +30,7 @@ def guard_node_name(pos: str, max_positions: int) -> str:
     return f"{pos} must lie in [0, {max_positions - 1}]"
 
 
-def _rename_inputs(graph: onnx.GraphProto, old: str, new: str) -> None:
+def rename_inputs(graph: onnx.GraphProto, old: str, new: str) -> None:
     """Every read of ``old`` in ``graph`` and its subgraphs (If branches read outer names) reads ``new``."""
     for node in graph.node:
         for i, name in enumerate(node.input):
@@ -38,10 +38,10 @@ def _rename_inputs(graph: onnx.GraphProto, old: str, new: str) -> None:
                 node.input[i] = new
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_inputs(attr.g, old, new)
+                rename_inputs(attr.g, old, new)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
-                    _rename_inputs(sub, old, new)
+                    rename_inputs(sub, old, new)
 
 
 def _guard_nodes(pos: str, max_positions: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
@@ -82,7 +82,7 @@ def add_position_guards(graph: onnx.GraphProto, position_inputs: list[str], max_
         if pos not in inputs:
             raise ValueError(f"{pos!r} is not an input of the graph")
         nodes, initializers, checked = _guard_nodes(pos, max_positions)
-        _rename_inputs(graph, pos, checked)
+        rename_inputs(graph, pos, checked)
         guard_nodes += nodes
         graph.initializer.extend(initializers)
         orphans |= _drop_nested_guards(graph, checked, max_positions)
@@ -124,7 +124,7 @@ def _drop_nested_guards(graph: onnx.GraphProto, checked: str, max_positions: int
     graph.node.extend(kept)
     for old, new in dropped.items():
         if new:
-            _rename_inputs(graph, old, new)
+            rename_inputs(graph, old, new)
     return orphans
 
 
