@@ -1,5 +1,6 @@
 """``ropeexport audit`` on what other tools export: tiny random checkpoints of real schedules, each exported by
-onnxruntime-genai's model builder (fp32, CPU) and by torch.onnx.export (dynamo), audited against its config and
+onnxruntime-genai's model builder (fp32, CPU), by torch.onnx.export with dynamo (its cache flattened) and with the
+TorchScript exporter (opset 17, no cache), audited against its config and
 grafted (``rx.graft``, trusting the config where the model's tables imply another schedule).
 
     python tools/audit_peers.py --work /tmp/audit-peers --out tools/figures
@@ -72,6 +73,26 @@ with torch.no_grad():
 """
 
 
+_TORCHSCRIPT = r"""
+import sys, torch, transformers
+folder, out = sys.argv[1], sys.argv[2]
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+class Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = model
+    def forward(self, input_ids, attention_mask, position_ids):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False).logits
+example = (torch.zeros(1, 8, dtype=torch.int64), torch.ones(1, 8, dtype=torch.int64), torch.arange(8).reshape(1, 8))
+axes = {"input_ids": {1: "s"}, "attention_mask": {1: "s"}, "position_ids": {1: "s"}}
+with torch.no_grad():
+    torch.onnx.export(Plain(), example, out, dynamo=False, opset_version=17, dynamic_axes=axes,
+                      input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"])
+"""
+SOURCES = ("onnxruntime-genai builder", "torch.onnx.export (dynamo)", "torch.onnx.export (TorchScript)")
+
+
 def checkpoint(folder: Path, model_type: str, fields: dict[str, Any]) -> Path:
     """A random tiny model of the schedule saved with save_pretrained (its config.json is what is audited against)."""
     import torch
@@ -100,7 +121,8 @@ def export(source: str, ckpt: Path, out: Path) -> tuple[Path | None, str | None,
         model = out / "model.onnx"
     else:
         model = out / "model.onnx"
-        command = [sys.executable, "-c", _EXPORT, str(ckpt), str(model)]
+        script = _EXPORT if source == SOURCES[1] else _TORCHSCRIPT
+        command = [sys.executable, "-c", script, str(ckpt), str(model)]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     seconds = round(time.perf_counter() - start, 1)
@@ -144,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(args.schedules):
         model_type, fields = SCHEDULES[name]
         ckpt = checkpoint(work / f"s{i}" / "checkpoint", model_type, fields)
-        for j, source in enumerate(("onnxruntime-genai builder", "torch.onnx.export (dynamo)")):
+        for j, source in enumerate(SOURCES):
             model, error, seconds = export(source, ckpt, work / f"s{i}" / f"x{j}")
             row: dict[str, Any] = {"schedule": name, "source": source, "export_s": seconds}
             if model is None:

@@ -24,9 +24,13 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
                           capture_output=True, text=True, timeout=1500)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {(r["schedule"], r["source"]): r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
-    og, dynamo = "onnxruntime-genai builder", "torch.onnx.export (dynamo)"
-    assert set(rows) == {(s, x) for s in ("linear x4", "longrope (Phi-3)") for x in (og, dynamo)}
-    assert all("error" not in r for r in rows.values()), rows
+    og, dynamo, script = "onnxruntime-genai builder", "torch.onnx.export (dynamo)", "torch.onnx.export (TorchScript)"
+    assert set(rows) == {(s, x) for s in ("linear x4", "longrope (Phi-3)") for x in (og, dynamo, script)}
+    # torch 2.13's TorchScript exporter cannot export Phi-3's LongRoPE (aten::copy): recorded, not hidden
+    assert "aten::copy" in rows["longrope (Phi-3)", script]["error"]
+    assert all("error" not in r for k, r in rows.items() if k != ("longrope (Phi-3)", script)), rows
+    assert rows["linear x4", script]["finding_names"] == ["float32-angles"]
+    assert rows["linear x4", script]["graft"]["proven"]
     assert rows["linear x4", og]["sites"] == ["GroupQueryAttention do_rotary"]
     assert "scaling-ignored" in rows["linear x4", og]["finding_names"]
     assert rows["linear x4", og]["max_abs"] > 0.5  # position x (1 - 1/4) of a turn: wrong everywhere past the start
