@@ -403,13 +403,22 @@ def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = Non
     return result
 
 
-def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str = "model") -> Any:
-    """``model`` with every constant rotary table replaced by ``hf_config``'s exact one, written to ``out`` (an .onnx
-    file that must not exist) and proven (``ropeexport.foreign.graft``). Returns a ``GraftResult``.
+def graft(
+    model: str | Path,
+    hf_config: str | Path,
+    out: str | Path,
+    trust: str = "model",
+    checkpoint: str | Path | None = None,
+) -> Any:
+    """``model`` with every rotary site replaced by ``hf_config``'s exact tables, written to ``out`` (an .onnx file
+    that must not exist) and proven (``ropeexport.foreign.graft``); with ``checkpoint`` (the folder the model was
+    exported from) its logits are judged against the whole decoder's float64 recompute at far positions and across
+    original_max_position_embeddings too. Returns a ``GraftResult``.
     """  # noqa: D205
     from ropeexport.foreign.graft import graft as _graft
 
-    return _graft(_path(model, "model"), _path(hf_config, "hf_config"), _path(out, "out"), trust)
+    folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
+    return _graft(_path(model, "model"), _path(hf_config, "hf_config"), _path(out, "out"), trust, folder)
 
 
 def generate(

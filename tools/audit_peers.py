@@ -1,13 +1,16 @@
 """``ropeexport audit`` on what other tools export: tiny random checkpoints of real schedules, each exported by
 onnxruntime-genai's model builder (fp32, CPU), by torch.onnx.export with dynamo (its cache flattened) and with the
 TorchScript exporter (opset 17, no cache), audited against its config and
-grafted (``rx.graft``, trusting the config where the model's tables imply another schedule).
+grafted (``rx.graft``, trusting the config where the model's tables imply another schedule), and both models' logits
+judged against the float64 recompute of the whole decoder from the checkpoint at positions 0..7, at max_positions - 1
+and on both sides of original_max_position_embeddings (``foreign.prove``).
 
     python tools/audit_peers.py --work /tmp/audit-peers --out tools/figures
 
 Writes ``audit-peers.json`` and ``audit-peers.md`` under ``--out``: per schedule x source, the sites found, the
-verdict, the findings, and the worst error against float64 over every probed call length. Checkpoints: transformers
-model classes with random weights (1 layer, hidden 64, 4 / 2 heads, head_dim 16), saved with save_pretrained, real
+verdict, the findings, the worst table error against float64 over every probed call length, and the worst logit error
+of the whole model before and after the graft. Checkpoints: transformers
+model classes with random weights (2 layers, hidden 64, 4 / 2 heads, head_dim 16), saved with save_pretrained, real
 schedule parameters and lengths; nothing is downloaded. Each export runs in its own process (a dynamo export leaves
 fake tensors in transformers' modules). A source that fails to export is recorded with its reason.
 """  # noqa: D205
@@ -25,8 +28,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
-        "num_attention_heads": 4, "num_key_value_heads": 2}  # fmt: skip
+# vocab_size differs from intermediate_size on purpose: onnxruntime-genai 0.18's builder takes any Linear with
+# vocab_size outputs for the LM head (has_lm_head), so a model whose MLP is as wide as its vocabulary gets its logits
+# from layer 0's MLP input. initializer_range 0.1 (not 0.02) makes the attention sharp enough for an angle error to
+# show in the logits.
+TINY = {"vocab_size": 160, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "initializer_range": 0.1}  # fmt: skip
 SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
     "default (Llama 2)": ("llama", {"max_position_embeddings": 4096, "rope_theta": 10000.0}),
     "linear x4": ("llama", {"max_position_embeddings": 16384, "rope_theta": 10000.0,
@@ -43,6 +50,7 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                                   "rope_scaling": {"type": "longrope",
                                                    "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0],
                                                    "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0]}}),
+    "alibi (BLOOM, 12 heads)": ("bloom", {"hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 12}),
 }  # fmt: skip
 
 _EXPORT = r"""
@@ -51,25 +59,28 @@ from transformers import DynamicCache
 folder, out = sys.argv[1], sys.argv[2]
 model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 cfg = model.config
-kv, d = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+n, d = cfg.num_hidden_layers, cfg.hidden_size // cfg.num_attention_heads
+kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
 class Flat(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.inner = model
-    def forward(self, input_ids, attention_mask, position_ids, k, v):
+    def forward(self, input_ids, attention_mask, position_ids, past):
         cache = DynamicCache(config=cfg)
-        cache.update(k, v, 0)
+        for i in range(n):
+            cache.update(past[2 * i], past[2 * i + 1], i)
         o = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                        past_key_values=cache, use_cache=True)
         return o.logits
 dyn = torch.export.Dim.DYNAMIC
+past = [torch.zeros(1, kv, 5, d) for _ in range(2 * n)]
 example = (torch.zeros(1, 3, dtype=torch.int64), torch.ones(1, 8, dtype=torch.int64),
-           torch.arange(5, 8).reshape(1, 3), torch.zeros(1, kv, 5, d), torch.zeros(1, kv, 5, d))
+           torch.arange(5, 8).reshape(1, 3), past)
+names = [f"past_key_values.{i}.{t}" for i in range(n) for t in ("key", "value")]
 with torch.no_grad():
     torch.onnx.export(Flat(), example, out, dynamo=True, external_data=True,
-                      dynamic_shapes=({1: dyn}, {1: dyn}, {1: dyn}, {2: dyn}, {2: dyn}),
-                      input_names=["input_ids", "attention_mask", "position_ids", "past_key_values.0.key",
-                                   "past_key_values.0.value"], output_names=["logits"])
+                      dynamic_shapes=({1: dyn}, {1: dyn}, {1: dyn}, [{2: dyn}] * (2 * n)),
+                      input_names=["input_ids", "attention_mask", "position_ids", *names], output_names=["logits"])
 """
 
 
@@ -102,7 +113,7 @@ def checkpoint(folder: Path, model_type: str, fields: dict[str, Any]) -> Path:
     if (folder / "tokenizer.json").is_file():
         return folder
     torch.manual_seed(0)
-    config = transformers.AutoConfig.for_model(model_type, **TINY, **fields, bos_token_id=1, eos_token_id=2)
+    config = transformers.AutoConfig.for_model(model_type, **(TINY | fields), bos_token_id=1, eos_token_id=2)
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     # a tokenizer, as the builder wants one beside the weights: a word-level vocabulary of the model's size
     words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(TINY["vocab_size"] - 3)]
@@ -132,25 +143,51 @@ def export(source: str, ckpt: Path, out: Path) -> tuple[Path | None, str | None,
     return model, None, seconds
 
 
-def graft_row(model: Path, config: Path, result: Any, folder: Path) -> dict[str, Any]:
-    """``rx.graft`` of an audited model: trusting the config where the model's tables imply another schedule."""
+def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, Any]:
+    """``rx.graft`` of an audited model (trusting the config where the model's tables imply another schedule), and the
+    whole-decoder proof of the model before and after (an exact model: of itself).
+    """  # noqa: D205
     import shutil
 
     import ropeexport as rx
     from ropeexport.errors import SpecError
     from ropeexport.foreign.graft import PRECISION
+    from ropeexport.foreign.prove import DecoderProof
 
+    config = ckpt / "config.json"
     if result.verdict == "exact":
-        return {"skipped": "exact already"}
+        proof = DecoderProof(config, ckpt, model).run({"original": model})
+        return {"skipped": "exact already", "decoder": decoder_row(proof)}
     shutil.rmtree(folder, ignore_errors=True)
     implied = {f["name"] for s in result.sites for f in s["findings"]} - PRECISION
     trust = "config" if implied else "model"
     try:
-        done = rx.graft(model, config, folder / "model.onnx", trust=trust)
+        done = rx.graft(model, config, folder / "model.onnx", trust=trust, checkpoint=ckpt)
     except SpecError as exc:
         return {"refused": str(exc)}
     return {"trust": trust, "proven": done.proven, "after": done.after.verdict,
-            "short_call_relative": done.short_call["relative"], "tables": len(done.replaced)}  # fmt: skip
+            "short_call_relative": done.short_call["relative"], "tables": len(done.replaced),
+            "decoder": decoder_row(done.decoder)}  # fmt: skip
+
+
+def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
+    """Per model: the worst logit error against float64 over the calls run, the call it was on, pass / fail."""
+    out: dict[str, Any] = {"calls": [c["call"] for c in proof["calls"]]}
+    for label, passed in proof["passed"].items():
+        run = [(c["models"][label]["rel"], c["call"]) for c in proof["calls"] if "rel" in c["models"][label]]
+        worst = max(run, default=(None, None))
+        not_run = sorted({c["models"][label]["not_run"] for c in proof["calls"] if "not_run" in c["models"][label]})
+        out[label] = {"worst_rel": worst[0], "worst_call": worst[1], "passed": passed, "calls_run": len(run),
+                      "not_run": not_run}  # fmt: skip
+    return out
+
+
+def _logits(model: dict[str, Any]) -> str:
+    """``2.1e-06 (last position)``, FAIL marked, calls not run said."""
+    if model["worst_rel"] is None:
+        return "not run: " + "; ".join(model["not_run"])
+    text = f"{model['worst_rel']:.2g} ({model['worst_call']}){'' if model['passed'] else ' FAIL'}"
+    return text + (f", {len(model['not_run'])} reason(s) calls not run" if model["not_run"] else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                     "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
                     "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
                     "dtype": sorted({s["dtype"] for s in result.sites if s["dtype"]})}  # fmt: skip
-            row["graft"] = graft_row(model, ckpt / "config.json", result, work / f"s{i}" / f"x{j}-grafted")
+            row["graft"] = graft_row(model, ckpt, result, work / f"s{i}" / f"x{j}-grafted")
             rows.append(row)
             print(f"{name} / {source}: {result.verdict}, worst {worst}; graft: {row['graft']}", flush=True)
     out = Path(args.out)
@@ -192,13 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/audit_peers.py " + " ".join(sys.argv[1:])
     (out / "audit-peers.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
     lines = ["# ropeexport audit on models other tools exported", "", f"`{command}`; tiny random checkpoints "
-             "(1 layer, head_dim 16) of each schedule's real parameters and lengths; worst = max |cos/sin - float64| "
-             "over every position of every probed call length.", "",
-             "| schedule | source | sites | verdict | worst | findings | graft |",
-             "|---|---|---|---|---:|---|---|"]  # fmt: skip
+             "(2 layers, head_dim 16) of each schedule's real parameters and lengths; tables = max |cos/sin - float64| "
+             "over every position of every probed call length; logits = max |logit - float64 recompute of the whole "
+             "decoder| / max |float64 logit|, the worst of the calls (positions 0..7, the last at max_positions - 1, "
+             "L = original and original + 1), before -> after the graft (tolerance 1e-4).", "",
+             "| schedule | source | sites | verdict | tables | findings | graft | logits before -> after |",
+             "|---|---|---|---|---:|---|---|---|"]  # fmt: skip
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['schedule']} | {r['source']} | | not audited | | {r['error']} | |")
+            lines.append(f"| {r['schedule']} | {r['source']} | | not audited | | {r['error']} | | |")
             continue
         kinds = ", ".join(sorted(set(r["sites"])))
         found = "<br>".join(r["findings"]) or "none"
@@ -212,8 +251,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{g['tables']} table pair(s), audit after: {g['after']}, short call vs original "
                 f"{g['short_call_relative']:.1g} (trust {g['trust']}): {'proven' if g['proven'] else 'NOT proven'}"
             )
+        logits = " -> ".join(_logits(g.get("decoder", {}).get(label)) for label in ("original", "grafted")
+                             if label in g.get("decoder", {}))  # fmt: skip
         lines.append(f"| {r['schedule']} | {r['source']} | {kinds} | {r['verdict']} | {r['max_abs']:.2g} | {found} "
-                     f"| {grafted} |")  # fmt: skip
+                     f"| {grafted} | {logits} |")  # fmt: skip
     (out / "audit-peers.md").write_text("\n".join(lines) + "\n")
     return 0
 

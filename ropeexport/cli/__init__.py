@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check-trt": ("check_trt", "check a model against the TensorRT ONNX parser of one version"),
     "list": ("listing", "list encodings and schedules"),
     "generate": ("generate", "greedy generation with a built decoder"),
-    "audit": ("audit", "check the RoPE inside a model another tool exported"),
+    "audit": ("audit", "check the RoPE (or ALiBi) inside a model another tool exported"),
     "graft": ("graft", "replace a foreign model's RoPE tables with exact ones, and prove it"),
 }
 EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)

@@ -4,7 +4,9 @@ Finds every rotary site of a model built by any tool (onnxruntime-genai's builde
 ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), cos/sin computed in
 the graph. Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and
 original / original + 1 for LongRoPE and dynamic NTK) and compares every position with the config's schedule in
-float64; names what differs (scaling ignored, switch not taken, float32 angles, attention factor, ..).
+float64; names what differs (scaling ignored, switch not taken, float32 angles, attention factor, ..). For a config
+that describes ALiBi (BLOOM, MPT, ..), finds the bias added to the attention scores instead and checks every head's
+slope and every key position's bias against the paper's slopes for the config's head count.
 
 Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
 that does not describe the model, external data outside the model's folder).
@@ -12,6 +14,7 @@ that does not describe the model, external data outside the model's folder).
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
   ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
+  ropeexport audit bloom/model.onnx --hf-config bloom/config.json
 
 """
 
@@ -28,7 +31,7 @@ def add_parser(sub: Any) -> None:
     """Register ``audit``."""
     p = sub.add_parser(
         "audit",
-        help="check the RoPE inside a model another tool exported",
+        help="check the RoPE (or ALiBi) inside a model another tool exported",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

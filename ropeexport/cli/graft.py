@@ -5,7 +5,10 @@ RotaryEmbedding's caches, an If's LongRoPE branches) with the config's schedule 
 table's dtype, keeping every node (same runtime, same execution providers); cos/sin computed in the graph from
 position_ids (torch.onnx.export's form) become exact tables gathered by position_ids (a LongRoPE switch on the call
 length included). Then proves the result: the grafted model audited again, and both models run on one short call
-(8 tokens, positions 0..7): equal to the dtype's noise.
+(8 tokens, positions 0..7): equal to the dtype's noise. With --checkpoint (the folder the model was exported from:
+config.json and *.safetensors), both models' logits are also judged against the float64 recompute of the whole
+decoder: 8 tokens at positions 0..7, the last at max_positions - 1, and L = original_max_position_embeddings and one
+past it (a LongRoPE switch's two sides); a model with a cache input is placed there after random cached entries.
 
 When the model's tables imply another schedule than the config's (scaling ignored, another factor, a LongRoPE
 switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Dynamic NTK computed
@@ -16,6 +19,7 @@ Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what
 Examples:
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out fixed/model.onnx
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out fixed/model.onnx --trust config --json
+  ropeexport graft og-phi3/model.onnx --hf-config phi3/config.json --checkpoint phi3 --out fixed/model.onnx
 
 """
 
@@ -41,13 +45,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, metavar="FIXED.onnx", help="the grafted model to write (must not exist)")
     p.add_argument("--trust", choices=["model", "config"], default="model",
                    help="which to follow when they disagree on the schedule (default model: refuse)")  # fmt: skip
+    p.add_argument("--checkpoint", metavar="FOLDER",
+                   help="the checkpoint the model was exported from: judge both models against the whole decoder's "
+                   "float64 recompute at far positions")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails."""
-    result = graft(args.model, args.hf_config, args.out, args.trust)
+    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -62,4 +69,13 @@ def run(args: argparse.Namespace) -> int:
             note = " (the schedule was changed on purpose: --trust config)" if result.changed_schedule else ""
             print(f"  short call ({call['tokens']} tokens) against the original: {call['relative']:.2g} of the output "
                   f"scale{note}")  # fmt: skip
+        if result.decoder is not None:
+            print(f"  whole decoder against float64 ({result.decoder['tolerance']['rel']:g} of the logit scale):")
+            for call in result.decoder["calls"]:
+                got = "; ".join(
+                    f"{label} {m['rel']:.2g}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
+                    for label, m in call["models"].items()
+                )
+                print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "
+                      f"{call['regime']}): {got}")  # fmt: skip
     return 0 if result.proven else 1

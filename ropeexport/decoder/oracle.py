@@ -10,7 +10,7 @@ reads a graph or a runtime.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -72,15 +72,20 @@ def decoder_float64(
     attention_mask: np.ndarray,
     rotate: Rotate64 | None = None,
     bias: Bias64 | None = None,
+    past: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> np.ndarray:
     """float64 logits [b, s, vocab] of the whole sequence (input_ids, position_ids [b, s]; attention_mask [b, s]).
 
     ``weights64``: ``stored_float64`` of the decoder's weights. ``rotate`` / ``bias``: the family's float64 position
-    function (``kinds.PositionPiece``).
+    function (``kinds.PositionPiece``). ``past``: per layer the (key, value) [b, KV, p, d] some earlier calls cached
+    (keys already rotated), given rather than recomputed (``foreign.prove`` places a call after p arbitrary entries
+    this way); attention_mask is then [b, p + s].
     """
     position = spec.position_spec()
     _, KV, d = geometry(spec)
     b = input_ids.shape[0]
+    if past is not None and len(past) != spec.num_layers:
+        raise ValueError(f"past holds {len(past)} layers, the decoder has {spec.num_layers}")
     h = weights64["embed"][input_ids]
     if spec.architecture.embed_norm:
         h = _norm(spec, h, weights64, "embed_norm")
@@ -88,8 +93,9 @@ def decoder_float64(
     for i in range(spec.num_layers):
         w = layer_weights(weights64, i)
         x = _norm(spec, h, w, "norm1")
-        feeds = {"hidden": x, "position_ids": position_ids, "attention_mask": attention_mask, "past_key": empty,
-                 "past_value": empty}  # fmt: skip
+        key, value = (empty, empty) if past is None else past[i]
+        feeds = {"hidden": x, "position_ids": position_ids, "attention_mask": attention_mask, "past_key": key,
+                 "past_value": value}  # fmt: skip
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         attended = block_float64(position, feeds, rotate, bias, block, spec.sliding_window)["output"]
         if spec.residual == "sequential":

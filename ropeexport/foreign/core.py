@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from ropeexport.errors import SpecError
@@ -50,10 +51,9 @@ class AuditResult:
         """The report as Markdown: the verdict, then one section per site."""
         spec = self.spec
         lines = [f"# ropeexport audit: {self.verdict}", "",
-                 f"- model: `{self.model}`", f"- config: `{self.config}` ({spec['scaling']} schedule, theta "
-                 f"{spec['theta']:g}, rotary_dim {spec['rotary_dim']}, max_positions {spec['max_positions']})",
-                 "- reference: the config's schedule in float64; exact = within one unit in the last place of the "
-                 "stored dtype", ""]  # fmt: skip
+                 f"- model: `{self.model}`", f"- config: `{self.config}` ({_describe(spec)})",
+                 "- reference: the config's schedule (ALiBi: slopes) in float64; exact = within the stored dtype's "
+                 "rounding", ""]  # fmt: skip
         for i, site in enumerate(self.sites):
             users = site["users"]
             shown = ", ".join(f"`{u}`" for u in users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
@@ -61,7 +61,7 @@ class AuditResult:
             lines += [
                 f"## Site {i}: {site['kind']} ({verdict})",
                 "",
-                f"cos `{site['cos']}`, sin `{site['sin']}`, read by {shown}; dtype {site['dtype']}",
+                f"{_values(site)}, read by {shown}; dtype {site['dtype']}",
                 "",
             ]
             for finding in site["findings"]:
@@ -89,14 +89,11 @@ class AuditResult:
         parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>ropeexport audit</title><style>{CSS}"
                  f"</style></head><body><h1>ropeexport audit: {escape(self.verdict)}</h1>",
                  f"<p>model <code>{escape(self.model)}</code>; config <code>{escape(self.config)}</code> "
-                 f"({escape(str(spec['scaling']))} schedule, theta {spec['theta']:g}, rotary_dim "
-                 f"{spec['rotary_dim']}, max_positions {spec['max_positions']}); reference: the config's schedule "
-                 "in float64</p>"]  # fmt: skip
+                 f"({escape(_describe(spec))}); reference: the config's schedule in float64</p>"]  # fmt: skip
         for i, site in enumerate(self.sites):
             verdict = "exact" if site["exact"] else "findings"
-            parts.append(f"<h2>Site {i}: {escape(site['kind'])} ({verdict})</h2><p>cos <code>{escape(site['cos'])}"
-                         f"</code>, sin <code>{escape(site['sin'])}</code>, read by {len(site['users'])} node(s); "
-                         f"dtype {escape(str(site['dtype']))}</p>")  # fmt: skip
+            parts.append(f"<h2>Site {i}: {escape(site['kind'])} ({verdict})</h2><p>{escape(_values(site))}, read by "
+                         f"{len(site['users'])} node(s); dtype {escape(str(site['dtype']))}</p>")  # fmt: skip
             if site["findings"]:
                 items = "".join(f"<li><b>{escape(f['text'])}</b> <code>{escape(f['name'])}</code></li>"
                                 for f in site["findings"])  # fmt: skip
@@ -118,6 +115,13 @@ class AuditResult:
             parts.append(f"<figure><img alt='worst error against position, site {i}' "
                          f"src='data:image/png;base64,{data}'></figure>")  # fmt: skip
         return "".join(parts) + "</body></html>\n"
+
+
+def _values(site: dict[str, Any]) -> str:
+    """What a site reads: ``cos `a`, sin `b``` (an ALiBi site: ``bias `a```)."""
+    if site["kind"] == "ALiBi bias":
+        return f"bias `{site['cos']}`"
+    return f"cos `{site['cos']}`, sin `{site['sin']}`"
 
 
 def _load(path: Path) -> ir.Model:
@@ -142,21 +146,74 @@ def _load(path: Path) -> ir.Model:
     return model
 
 
-def _rope_spec(hf_config: Path) -> Any:
+def _position_spec(hf_config: Path) -> Any:
+    """The position spec ``build --hf-config`` would build from the config: RoPE or ALiBi (what audit checks)."""
     from ropeexport.catalog import spec_from_dict
     from ropeexport.requests import from_hf_config
 
-    spec = spec_from_dict(from_hf_config(hf_config)[0].fields)  # what `build --hf-config` would build
-    if spec.encoding != "rope":
-        raise SpecError("hf_config", f"describes {spec.encoding}; audit checks rotary models (RoPE) so far")
+    spec = spec_from_dict(from_hf_config(hf_config)[0].fields)
+    if spec.encoding not in ("rope", "alibi"):
+        raise SpecError("hf_config", f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
     return spec
+
+
+def _rope_spec(hf_config: Path) -> Any:
+    spec = _position_spec(hf_config)
+    if spec.encoding != "rope":
+        raise SpecError("hf_config", f"describes {spec.encoding}; graft replaces rotary (RoPE) tables: an ALiBi "
+                        "model is audited, not grafted")  # fmt: skip
+    return spec
+
+
+def _describe(spec: dict[str, Any]) -> str:
+    """The config's position encoding in a few words (the reports' header)."""
+    if spec.get("encoding") == "alibi":
+        return (f"ALiBi, {spec['num_heads']} heads, slope_scale {spec['slope_scale']:g}, max_positions "
+                f"{spec['max_positions']}")  # fmt: skip
+    return (f"{spec['scaling']} schedule, theta {spec['theta']:g}, rotary_dim {spec['rotary_dim']}, max_positions "
+            f"{spec['max_positions']}")  # fmt: skip
+
+
+def _audit_alibi(path: Path, graph: ir.Model, spec: Any, hf_config: Path, threads: int) -> AuditResult:
+    """``audit`` of an ALiBi config: the bias sites (``foreign.alibi``) against the config's slopes."""
+    from ropeexport.foreign.alibi import bias_rows, compare_bias, find_bias_sites, is_mask, probe_lengths
+
+    evaluator = Evaluator(path, threads)
+    result = AuditResult(str(path), str(hf_config), spec.to_dict())
+    for site in find_bias_sites(graph.graph):
+        record: dict[str, Any] = site.to_dict() | {"probes": [], "findings": [], "exact": False, "dtype": None}
+        for length in probe_lengths(spec):
+            raw = evaluator.raw(site, length)[0]
+            if is_mask(np.asarray(raw, np.float64)):
+                record = {}  # an attention mask (only zeros and large negatives), not a position encoding
+                break
+            rows = bias_rows(raw, spec.num_heads, length)
+            if rows is None:
+                text = (f"a bias of shape {list(raw.shape)} added to the attention scores, with no axis of the "
+                        f"config's {spec.num_heads} heads beside the {length} keys: not checked")  # fmt: skip
+                record["findings"] = [{"name": "unidentified-site", "text": text}]
+                break
+            probe = compare_bias(spec, rows, length, str(raw.dtype))
+            record["dtype"] = str(raw.dtype)
+            record["probes"].append(probe.to_dict())
+        if not record:
+            continue
+        record["exact"] = bool(record["probes"]) and all(p["exact"] for p in record["probes"])
+        record["findings"] = record["findings"] or _summary(record["probes"])
+        result.sites.append(record)
+    if not result.sites:
+        raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (an operand of the Adds "
+                        "before a Softmax computed from attention_mask or position_ids and constants)")  # fmt: skip
+    return result
 
 
 def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditResult:
     """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) (module doc)."""
     path = Path(model)
     graph = _load(path)
-    spec = _rope_spec(Path(hf_config))
+    spec = _position_spec(Path(hf_config))
+    if spec.encoding == "alibi":
+        return _audit_alibi(path, graph, spec, Path(hf_config), threads)
     sites = find_sites(graph)
     if not sites:
         raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "

@@ -16,7 +16,9 @@ factor, a switch never taken, ...), which one is right cannot be told from the m
 
 Proof, written into the result: the grafted model audited again (every site exact), and the grafted and original
 models run on the same short call (8 tokens at positions 0 .. 7, an empty cache), every output compared: equal to
-the dtype's noise where the tables agree there.
+the dtype's noise where the tables agree there. Given the checkpoint the model was exported from, both models' logits
+are also judged against the float64 recompute of the whole decoder at the first and last positions and on both sides
+of original_max_position_embeddings (``foreign.prove``); the grafted model must pass every call.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ropeexport.errors import SpecError
 from ropeexport.foreign.core import AuditResult, _load, _rope_spec, audit
 from ropeexport.foreign.diagnose import estimate_frequencies, frequencies
 from ropeexport.foreign.observe import Evaluator, _feed, session_feeds
+from ropeexport.foreign.prove import DecoderProof
 from ropeexport.foreign.sites import Site
 from ropeexport.numerics import round_once
 
@@ -53,6 +56,7 @@ class GraftResult:
     after: AuditResult | None = None
     short_call: dict[str, Any] = field(default_factory=dict)
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
+    decoder: dict[str, Any] | None = None  # foreign.prove's record of both models, with a checkpoint
 
     @property
     def proven(self) -> bool:
@@ -60,14 +64,15 @@ class GraftResult:
         dtype's noise; a graft that changed the schedule on purpose is not expected to agree with the original.
         """  # noqa: D205
         exact = self.after is not None and self.after.verdict == "exact"
-        return exact and (bool(self.changed_schedule) or bool(self.short_call.get("equal")))
+        whole = self.decoder is None or bool(self.decoder["passed"].get("grafted"))
+        return exact and whole and (bool(self.changed_schedule) or bool(self.short_call.get("equal")))
 
     def to_dict(self) -> dict[str, Any]:
         """The result as plain data."""
         return {"path": str(self.path), "proven": self.proven, "replaced": self.replaced,
                 "before": self.before.verdict if self.before else None,
                 "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
-                "changed_schedule": self.changed_schedule}  # fmt: skip
+                "changed_schedule": self.changed_schedule, "decoder": self.decoder}  # fmt: skip
 
 
 def _exact(spec: Any, length: int, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -109,8 +114,130 @@ def _tables_of(value: ir.Value) -> list[tuple[Any, Any]]:
     return found
 
 
-def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str = "model") -> GraftResult:
-    """Replace every table site of ``model`` with exact tables of ``hf_config``'s schedule, write ``out``, prove it."""
+def _threshold(spec: Any) -> int | None:
+    """original_max_position_embeddings where the config's schedule switches tables below max_positions, else None."""
+    from ropeexport.families.rope.schedules import get_schedule
+
+    schedule = get_schedule(spec.scaling)
+    limit = schedule.threshold(spec.scaling_params) if schedule.regime == "switch" else None
+    return limit if limit is not None and limit < spec.max_positions else None
+
+
+def _needs_switch(spec: Any, pairs: list[tuple[Any, Any]]) -> bool:
+    """One constant table where the config's schedule switches (LongRoPE) and the graph has no switch: not the short
+    and long tables stacked ([2 x max_positions, w], rows shifted by the graph as ropeexport's own form does).
+    """  # noqa: D205
+    if _threshold(spec) is None or len(pairs) != 1:
+        return False
+    return pairs[0][0].numpy().shape[0] != 2 * spec.max_positions
+
+
+def _stacked(spec: Any, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """The short and the long exact tables stacked: [2 x max_positions, w] (a table the graph already switches in)."""
+    limit, half = _threshold(spec), rows // 2
+    short, long = _exact(spec, limit, half, dtype), _exact(spec, limit + 1, half, dtype)
+    return np.concatenate([short[0], long[0]]), np.concatenate([short[1], long[1]])
+
+
+def _add_switch(graph: ir.Graph, cos: ir.Value, sin: ir.Value, spec: Any) -> dict[str, Any]:
+    """The config's LongRoPE switch put in where the model has one table (``cos`` / ``sin`` initializers).
+
+    Readers that take table rows by position (RotaryEmbedding, Gather) get the short and long tables stacked
+    ([2P, w]) and their positions shifted by P when L = max(positions) + 1 > original (the rope family's own rule);
+    GroupQueryAttention, which counts positions itself, gets an ``If`` on its total_sequence_length picking the short
+    or the long table (as onnxruntime-genai's builder writes LongRoPE). Anything else reading the table is refused.
+    """
+    limit = _threshold(spec)
+    old = cos.const_value.numpy()
+    rows, dtype = max(old.shape[0], spec.max_positions), old.dtype
+    short = [t.astype(dtype) for t in _exact(spec, limit, rows, str(dtype))]
+    long = [t.astype(dtype) for t in _exact(spec, limit + 1, rows, str(dtype))]
+    readers = list({id(u.node): u.node for u in [*cos.uses(), *sin.uses()]}.values())  # each node once
+    kinds = {node.op_type for node in readers}
+    if kinds == {"GroupQueryAttention"}:
+        made: dict[str, tuple[ir.Value, ir.Value]] = {}
+        for node in readers:
+            total = node.inputs[6]
+            if total.name not in made:
+                made[total.name] = _if_between(graph, node, total, limit, short, long, cos.name)
+            node.replace_input_with(7, made[total.name][0])
+            node.replace_input_with(8, made[total.name][1])
+        how = "an If on total_sequence_length between the short and the long table"
+    elif kinds <= {"RotaryEmbedding", "Gather"}:
+        cos.const_value = ir.tensor(np.concatenate([short[0], long[0]]), name=cos.name)
+        sin.const_value = ir.tensor(np.concatenate([short[1], long[1]]), name=sin.name)
+        shifted: dict[str, ir.Value] = {}
+        for node in readers:
+            index = 1 if node.op_type == "Gather" or node.domain == "com.microsoft" else 3
+            pos = node.inputs[index]
+            if pos is None:
+                raise SpecError("model", f"{node.op_type} {node.name!r} reads the table {cos.name!r} without "
+                                "positions: graft cannot add the LongRoPE switch to it")  # fmt: skip
+            if pos.name not in shifted:
+                shifted[pos.name] = _shift_rows(graph, node, pos, limit, rows)
+            node.replace_input_with(index, shifted[pos.name])
+        how = "short and long tables stacked, rows shifted by max_positions when L > original"
+    else:
+        raise SpecError("model", f"the table {cos.name!r} is read by {', '.join(sorted(kinds))}: graft adds the "
+                        "LongRoPE switch to RotaryEmbedding, Gather and GroupQueryAttention readers only")  # fmt: skip
+    return {"cos": cos.name, "sin": sin.name, "rows": int(rows), "regime_length": f"switch at {limit}",
+            "dtype": str(dtype), "replaced_by": how}  # fmt: skip
+
+
+def _if_between(graph: ir.Graph, before: ir.Node, total: ir.Value, limit: int, short: list[np.ndarray],
+                long: list[np.ndarray], name: str) -> tuple[ir.Value, ir.Value]:  # fmt: skip
+    """(cos, sin) of an If picking ``long`` when ``total`` > ``limit``, else ``short``; inserted before ``before``."""
+
+    def branch(tables: list[np.ndarray], tag: str) -> ir.Graph:
+        nodes = []
+        for table, part in zip(tables, ("cos", "sin"), strict=True):
+            node = ir.node("Constant", [], attributes={"value": ir.tensor(table, name=f"{name}_{tag}_{part}")})
+            node.outputs[0].name = f"{name}__graft_{tag}_{part}"
+            nodes.append(node)
+        return ir.Graph([], [n.outputs[0] for n in nodes], nodes=nodes, name=f"{name}__graft_{tag}")
+
+    count = total.dtype.numpy() if total.dtype is not None else np.int32
+    threshold = ir.node("Constant", [], attributes={"value": ir.tensor(np.array(limit, count))})
+    threshold.outputs[0].name = f"{name}__graft_original"
+    longer = ir.node("Greater", [total, threshold.outputs[0]])
+    longer.outputs[0].name = f"{name}__graft_long"
+    pick = ir.node("If", [longer.outputs[0]], num_outputs=2,
+                   attributes={"then_branch": ir.AttrGraph("then_branch", branch(long, "long")),
+                               "else_branch": ir.AttrGraph("else_branch", branch(short, "short"))})  # fmt: skip
+    for out, part in zip(pick.outputs, ("cos", "sin"), strict=True):
+        out.name = f"{name}__graft_{part}"
+    graph.insert_before(before, [threshold, longer, pick])
+    return pick.outputs[0], pick.outputs[1]
+
+
+def _shift_rows(graph: ir.Graph, before: ir.Node, pos: ir.Value, limit: int, rows: int) -> ir.Value:
+    """``pos`` + rows x (max(pos) + 1 > limit), int64, inserted before ``before``."""
+    i64 = lambda v: ir.tensor(np.array(v, np.int64))  # noqa: E731
+    nodes = [ir.node("Cast", [pos], attributes={"to": ir.DataType.INT64})]
+    top = ir.node("ReduceMax", [nodes[0].outputs[0]], attributes={"keepdims": 0})
+    consts = [ir.node("Constant", [], attributes={"value": i64(v)}) for v in (1, limit, rows)]
+    length = ir.node("Add", [top.outputs[0], consts[0].outputs[0]])
+    longer = ir.node("Greater", [length.outputs[0], consts[1].outputs[0]])
+    use = ir.node("Cast", [longer.outputs[0]], attributes={"to": ir.DataType.INT64})
+    offset = ir.node("Mul", [use.outputs[0], consts[2].outputs[0]])
+    shifted = ir.node("Add", [nodes[0].outputs[0], offset.outputs[0]])
+    nodes += [top, *consts, length, longer, use, offset, shifted]
+    for i, node in enumerate(nodes):
+        node.outputs[0].name = f"{pos.name}__graft_switch_{i}"
+    graph.insert_before(before, nodes)
+    return shifted.outputs[0]
+
+
+def graft(
+    model: str | Path,
+    hf_config: str | Path,
+    out: str | Path,
+    trust: str = "model",
+    checkpoint: str | Path | None = None,
+) -> GraftResult:
+    """Replace every table site of ``model`` with exact tables of ``hf_config``'s schedule, write ``out``, prove it
+    (with ``checkpoint``, the folder the model was exported from, against the whole decoder's float64 recompute too).
+    """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
     source, target = Path(model), Path(out)
@@ -123,6 +250,7 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
                         f"{target.name}): give a new file")  # fmt: skip
     before = audit(source, hf_config)
     spec = _rope_spec(Path(hf_config))
+    proof = None if checkpoint is None else DecoderProof(Path(hf_config), Path(checkpoint), source)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
@@ -132,6 +260,7 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
     values |= {v.name: v for v in graph.graph.initializers.values()}
     replaced: list[dict[str, Any]] = []
     computed: list[dict[str, Any]] = []
+    switched: set[str] = set()
     for site in before.sites:
         if site["kind"] == "unidentified" or site["exact"]:  # nothing to repair (an exact table stays as it is)
             continue
@@ -142,11 +271,20 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
         if not pairs[0] or len(pairs[0]) != len(pairs[1]):
             raise SpecError("model", f"the {site['kind']} site reading {site['cos']!r} reads tables ropeexport "
                             "cannot replace (neither constants nor an If between constants)")  # fmt: skip
+        if site["cos"] in switched:
+            continue  # its table and every reader of it were given the switch with an earlier site's
+        if _needs_switch(spec, pairs[0]):
+            replaced.append(_add_switch(graph.graph, values[site["cos"]], values[site["sin"]], spec))
+            switched.add(site["cos"])
+            continue
         for (cos, set_cos), (sin, set_sin) in zip(*pairs, strict=True):
             cos_array, sin_array = cos.numpy(), sin.numpy()
             rows = max(cos_array.shape[0], spec.max_positions) if len(pairs[0]) == 1 else cos_array.shape[0]
-            length = _regime_length(spec, cos_array, sin_array)
-            new_cos, new_sin = _exact(spec, length, rows, str(cos_array.dtype))
+            if _threshold(spec) is not None and len(pairs[0]) == 1:  # stacked (_needs_switch said no)
+                length, (new_cos, new_sin) = "stacked", _stacked(spec, rows, str(cos_array.dtype))
+            else:
+                length = _regime_length(spec, cos_array, sin_array)
+                new_cos, new_sin = _exact(spec, length, rows, str(cos_array.dtype))
             set_cos(ir.tensor(new_cos.astype(cos_array.dtype), name=cos.name))
             set_sin(ir.tensor(new_sin.astype(sin_array.dtype), name=sin.name))
             replaced.append({"cos": site["cos"], "sin": site["sin"], "rows": int(rows), "regime_length": length,
@@ -166,6 +304,8 @@ def graft(model: str | Path, hf_config: str | Path, out: str | Path, trust: str 
     try:
         result.after = audit(target, hf_config)
         result.short_call = short_call(source, target, spec)
+        if proof is not None:
+            result.decoder = proof.run({"original": source, "grafted": target})
     except Exception:
         _remove(target)
         raise

@@ -34,8 +34,13 @@ def _feed(value: ir.Value, length: int) -> np.ndarray:
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, heads, past, d]: no past
         return np.zeros((1, dims[1] or 1, 0, dims[3] or 1), dtype)
+    if name == "total_sequence_length":  # GroupQueryAttention's own inputs, when a graph takes them as given
+        return np.array(length, dtype)
+    if name == "seqlens_k":
+        return np.array([length - 1], dtype)
     raise SpecError("model", f"the rotary site reads input {name!r}, which ropeexport cannot feed (it feeds "
-                    "input_ids, attention_mask, position_ids and empty past caches)")  # fmt: skip
+                    "input_ids, attention_mask, position_ids, total_sequence_length, seqlens_k and empty past "
+                    "caches)")  # fmt: skip
 
 
 class Evaluator:

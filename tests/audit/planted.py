@@ -3,8 +3,9 @@
 Each model is the part of a decoder that reads the rotary tables, as other tools write it: onnxruntime-genai's
 GroupQueryAttention with do_rotary and cos/sin caches (LongRoPE: an If on the attention mask's length picking one of
 two), opset-23 RotaryEmbedding with caches and position_ids, or cos/sin computed in the graph from position_ids
-(the dynamo form: inv_freq x positions, Cos/Sin, times the attention factor, multiplied into the query). Only the
-cos/sin part is ever evaluated; the attention nodes are there to be found.
+(the dynamo form: inv_freq x positions, Cos/Sin, times the attention factor, multiplied into the query); ALiBi as
+BLOOM's exporters write it (slopes x the key positions counted from the attention mask, added to the scores beside
+an additive mask). Only the cos/sin (or bias) part is ever evaluated; the attention nodes are there to be found.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "longrope": BASE | {"model_type": "phi3", "original_max_position_embeddings": ORIGINAL,
                         "rope_scaling": {"type": "longrope", "short_factor": [1.0 + i / 16 for i in range(D // 2)],
                                          "long_factor": [2.0 + i / 4 for i in range(D // 2)]}},
+    "alibi12": {"model_type": "bloom", "vocab_size": 64, "hidden_size": 96, "n_head": 12, "n_layer": 1},
+    "alibi8": {"model_type": "bloom", "vocab_size": 64, "hidden_size": 64, "n_head": 8, "n_layer": 1},
 }  # fmt: skip
 
 
@@ -137,6 +140,37 @@ def rotary23_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
     return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, "s", HEADS * D])], inits, path, {"": 23})
 
 
+def alibi_model(path: Path, slopes: np.ndarray) -> Path:
+    """BLOOM's form: key positions (cumsum of the mask - 1) x slopes [heads, 1], added to q.k scores [1, heads, s, t]
+    with an additive mask ((1 - mask) x -1e9) before the Softmax.
+    """  # noqa: D205
+    heads = len(slopes)
+    inits = [numpy_helper.from_array(slopes.astype(np.float32).reshape(1, heads, 1, 1), "slopes"),
+             numpy_helper.from_array(np.array(1, np.int64), "axis1"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one_f"),
+             numpy_helper.from_array(np.array(-1e9, np.float32), "big_negative"),
+             numpy_helper.from_array(np.array([1, 2], np.int64), "axes12")]  # fmt: skip
+    nodes = [
+        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("CumSum", ["mask_f", "axis1"], ["count"]),
+        helper.make_node("Sub", ["count", "one_f"], ["from_zero"]),
+        helper.make_node("Mul", ["from_zero", "mask_f"], ["key_positions"]),
+        helper.make_node("Unsqueeze", ["key_positions", "axes12"], ["key_positions_4d"]),
+        helper.make_node("Mul", ["slopes", "key_positions_4d"], ["alibi"]),
+        helper.make_node("Sub", ["one_f", "mask_f"], ["padding"]),
+        helper.make_node("Mul", ["padding", "big_negative"], ["additive"]),
+        helper.make_node("Unsqueeze", ["additive", "axes12"], ["additive_4d"]),
+        helper.make_node("Transpose", ["key"], ["key_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["query", "key_t"], ["scores"]),
+        helper.make_node("Add", ["scores", "alibi"], ["biased"]),
+        helper.make_node("Add", ["biased", "additive_4d"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+    ]
+    inputs = [_io("query", TensorProto.FLOAT, [1, heads, "s", 8]), _io("key", TensorProto.FLOAT, [1, heads, "t", 8]),
+              _io("attention_mask", TensorProto.INT64, [1, "t"])]  # fmt: skip
+    return _save(nodes, inputs, [_io("probs", TensorProto.FLOAT, [1, heads, "s", "t"])], inits, path, {"": 17})
+
+
 def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -> Path:
     """cos/sin computed from position_ids as transformers' dynamo export writes them, rotate-half applied to q.
 
@@ -224,6 +258,20 @@ def _rotary23(path: Path, spec: RopeSpec) -> Path:
     return rotary23_model(path, *tables(spec, P))
 
 
+def _alibi(change: Callable[[np.ndarray], np.ndarray] = lambda m: m) -> Callable[[Path, Any], Path]:
+    def build(path: Path, spec: Any) -> Path:
+        from ropeexport.families.alibi.reference import spec_slopes
+
+        return alibi_model(path, change(spec_slopes(spec)))
+
+    return build
+
+
+def _naive(m: np.ndarray) -> np.ndarray:
+    """The power-of-two recipe 2^(-8h/n) applied to any n (the mistake for a head count that is not one)."""
+    return np.array([2.0 ** (-8.0 * h / len(m)) for h in range(1, len(m) + 1)])
+
+
 CASES = [
     Planted("exact-gqa-llama3", "llama3", _gqa(), None),
     Planted("exact-rotary23-yarn", "yarn", _rotary23, None),
@@ -241,4 +289,14 @@ CASES = [
     Planted("cos-sin-swapped", "default", _gqa(swap=True), "cos and sin exchanged"),
     Planted("dynamic-unscaled", "dynamic", _default_gqa, "rope_scaling ignored"),
     Planted("dynamic-frozen", "dynamic", _dynamic_frozen, "dynamic NTK frozen at L = 16384"),
+    Planted("exact-alibi-12-heads", "alibi12", _alibi(), None),
+    Planted("exact-alibi-8-heads", "alibi8", _alibi(), None),
+    Planted("alibi-naive-12-heads", "alibi12", _alibi(_naive), "ALiBi slopes wrong for 12 heads"),
+    Planted("alibi-reversed", "alibi8", _alibi(lambda m: m[::-1].copy()), "in reverse head order"),
+    Planted(
+        "alibi-one-slope-off",
+        "alibi12",
+        _alibi(lambda m: m * (np.arange(len(m)) != 9) + 0.3 * (np.arange(len(m)) == 9)),
+        "head 9 has 0.3 where",
+    ),
 ]

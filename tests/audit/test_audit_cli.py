@@ -103,7 +103,7 @@ BAD: list[tuple[str, Callable[[Path], tuple[Path, Path]], list[str], str, str]] 
     ("no-rotary-site", _no_rope, [], "MODEL", "has no rotary position encoding"),
     ("config-not-this-model", _wide_config, [], "--hf-config", "does not describe this model"),
     ("external-data-outside", _outside, [], "MODEL", "outside the model's folder"),
-    ("alibi-config", _alibi, [], "--hf-config", "describes alibi"),
+    ("alibi-config-for-a-rotary-model", _alibi, [], "MODEL", "has no ALiBi bias ropeexport can find"),
     ("missing-config", _missing_config, [], "--hf-config", ""),
     ("out-not-an-audit", lambda t: _case(t), ["--out", "{tmp}"], "--out", "holds no audit"),
 ]  # fmt: skip

@@ -1,7 +1,8 @@
 """tools/audit_peers.py on two schedules: the models onnxruntime-genai's builder and torch.onnx.export (dynamo)
 write from tiny random checkpoints, audited and grafted. What each finds is pinned where it is a fact of those tools'
 releases (onnxruntime-genai 0.18, torch 2.13): both build float32 tables, and the builder ignores a linear
-rope_parameters of a transformers 5 config.
+rope_parameters of a transformers 5 config. Every graft is proven against the float64 recompute of the whole decoder
+(2 layers, from the checkpoint) at positions 0..7, at max_positions - 1 and on both sides of the LongRoPE switch.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -49,4 +50,15 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
     for schedule in ("linear x4", "longrope (Phi-3)"):  # dynamo's computed cos/sin: the family's rows put in
         grafted = rows[schedule, dynamo]["graft"]
         assert grafted["proven"] and grafted["after"] == "exact" and grafted["short_call_relative"] <= 1e-4
+    # the whole decoder against float64: every grafted model passes every call; the builder's linear model (scaling
+    # ignored) fails before the graft, the LongRoPE models are placed on both sides of the switch
+    for key, row in rows.items():
+        if "error" in row:
+            continue
+        decoder = row["graft"]["decoder"]
+        assert decoder["grafted"]["passed"] and decoder["grafted"]["worst_rel"] <= 1e-5, (key, decoder)
+        expected = 4 if key[0].startswith("longrope") else 2  # LongRoPE: L = original and original + 1 too
+        assert decoder["grafted"]["calls_run"] == expected == decoder["original"]["calls_run"], (key, decoder)
+    before = rows["linear x4", og]["graft"]["decoder"]["original"]
+    assert not before["passed"] and before["worst_rel"] > 0.1
     assert "| linear x4 | onnxruntime-genai builder |" in (tmp_path / "audit-peers.md").read_text()

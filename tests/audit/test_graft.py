@@ -12,7 +12,17 @@ import pytest
 import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.foreign.diagnose import frequencies
-from tests.audit.planted import CASES, ORIGINAL, Planted, computed_model, gqa_model, tables, write_config
+from tests.audit.planted import (
+    CASES,
+    ORIGINAL,
+    P,
+    Planted,
+    computed_model,
+    gqa_model,
+    rotary23_model,
+    tables,
+    write_config,
+)
 
 
 def _built(tmp: Path, name: str) -> tuple[Path, Path]:
@@ -57,6 +67,28 @@ def test_a_schedule_fault_is_refused_unless_the_config_is_trusted(tmp_path: Path
     assert result.proven and result.changed_schedule == ["scaling-ignored"] and result.after.verdict == "exact"
 
 
+SWITCHLESS = {  # one table (the short regime's) where the config's LongRoPE switches: how each reader gets the switch
+    "GroupQueryAttention": (gqa_model, "an If on total_sequence_length"),
+    "RotaryEmbedding (opset 23)": (rotary23_model, "short and long tables stacked"),
+}
+
+
+@pytest.mark.parametrize("reader", list(SWITCHLESS))
+def test_the_longrope_switch_is_added_where_the_model_has_one_table(reader: str, tmp_path: Path) -> None:
+    config = write_config(tmp_path, "longrope")
+    spec = rx.from_hf_config(config)[0]
+    build, how = SWITCHLESS[reader]
+    model = build(tmp_path / "model.onnx", *tables(spec, ORIGINAL))
+    before = rx.audit(model, config)
+    assert "switch-never-taken" in {f["name"] for s in before.sites for f in s["findings"]}
+    result = rx.graft(model, config, tmp_path / "fixed.onnx", trust="config")
+    assert result.proven and result.after.verdict == "exact", result.to_dict()
+    (replaced,) = result.replaced
+    assert replaced["replaced_by"].startswith(how) and replaced["regime_length"] == f"switch at {ORIGINAL}"
+    assert replaced["rows"] == P
+    assert result.short_call["equal"]  # at 8 tokens the short regime, which the model already had
+
+
 def _computed_dynamic(tmp: Path) -> tuple[Path, Path]:
     """cos/sin computed from position_ids with the default frequencies under a dynamic NTK config."""
     config = write_config(tmp, "dynamic")
@@ -78,6 +110,10 @@ BAD: list[tuple[str, object, list[str], str, str]] = [
     ("out-exists", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/model.onnx"], "--out", "exists"),
     ("out-not-onnx", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/fixed.txt"], "--out", ".onnx"),
     ("not-onnx", lambda t: (t / "absent.onnx", _built(t, "float32-gqa-llama3")[1]), [], "MODEL", "is not a file"),
+    ("alibi", lambda t: _built(t, "alibi-naive-12-heads"), ["--trust", "config", "--out", "{tmp}/fixed.onnx"],
+     "--hf-config", "an ALiBi model is audited, not grafted"),
+    ("checkpoint-absent", lambda t: _built(t, "float32-gqa-llama3"),
+     ["--out", "{tmp}/fixed.onnx", "--checkpoint", "{tmp}/absent"], "--checkpoint", "is not a folder"),
 ]  # fmt: skip
 
 

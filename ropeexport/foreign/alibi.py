@@ -1,0 +1,137 @@
+"""ALiBi inside a foreign model: the bias added to the attention scores, found, evaluated and named.
+
+Found: walking up from each Softmax through the Adds (and the casts, reshapes and Wheres) that make its input, an
+operand computed from the attention mask or position_ids and constants only (never from input_ids or an activation)
+is a candidate bias. One bias read by every layer is one candidate. Evaluated as the rotary sites are
+(``foreign.observe``): one call of L tokens, mask all ones, positions 0 .. L - 1. A candidate whose values are only
+0 and large negatives is a mask, not a position encoding, and is dropped; one whose rows rise linearly with the key
+position, one slope per head, is an ALiBi site; anything else is reported as an unidentified bias site.
+
+Compared with the config's slopes (``families.alibi``: the paper's recipe for any head count, times slope_scale) in
+float64: each head's slope read from its last row (the query at L - 1 sees every key), and every position's bias
+against c_h + m_h x key position (a per-row constant cancels in the softmax, so BLOOM's m_h x j and the paper's
+-m_h (i - j) are the same bias). Findings: ``alibi-slopes`` (naming the power-of-two formula used for a head count
+that is not one, or slopes reversed, where the values say so) and ``values-off`` (right slopes, values off beyond the
+dtype's rounding of m_h x distance).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from ropeexport.foreign.diagnose import Probe, _curve, _finding
+from ropeexport.foreign.sites import Site, _ancestors
+
+PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
+POSITIONAL = ("attention_mask", "position_ids")
+CAP = 4096  # the longest call evaluated: [1, heads, L, L] float32 at 4096 and 16 heads is 1 GiB
+SLOPE_MATCH = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}  # relative, of a slope read from two values
+
+
+def find_bias_sites(graph: ir.Graph) -> list[Site]:
+    """Candidate bias values (module doc), as sites of kind ``ALiBi bias`` (``cos`` names the value; no ``sin``)."""
+    inputs = {id(v): v.name for v in graph.inputs}
+    found: dict[str, Site] = {}
+    for softmax in (n for n in graph if n.op_type == "Softmax"):
+        stack, seen = [softmax.inputs[0]], set()
+        while stack:
+            value = stack.pop()
+            node = value.producer() if value is not None else None
+            if node is None or id(node) in seen or node.op_type not in PASS_THROUGH:
+                continue
+            seen.add(id(node))
+            for operand in node.inputs:
+                if operand is None or operand.const_value is not None:
+                    continue
+                reads = {inputs[i] for i in _ancestors([operand]) if i in inputs}
+                if reads and all(name.endswith(POSITIONAL) for name in reads):
+                    site = found.setdefault(operand.name, Site("ALiBi bias", operand.name, "", table=False,
+                                                               inputs=sorted(reads)))  # fmt: skip
+                    site.users.append(softmax.name or "Softmax")
+                else:
+                    stack.append(operand)
+    return [s for s in found.values() if not _inside_another(s, found, graph)]
+
+
+def _inside_another(site: Site, found: dict[str, Site], graph: ir.Graph) -> bool:
+    """Whether a bigger candidate is computed from this one (the bias + mask sum holds the bias): keep the outermost."""
+    values = {v.name: v for node in graph for v in node.outputs}
+    mine = values.get(site.cos)
+    return any(other.cos != site.cos and mine is not None and id(mine) in _ancestors([values[other.cos]])
+               for other in found.values() if other.cos in values)  # fmt: skip
+
+
+def bias_rows(raw: np.ndarray, heads: int, length: int) -> np.ndarray | None:
+    """[heads, length] float64: the bias the last query sees over keys 0 .. L - 1, or None if the shape has no
+    [.., heads, .., L] reading (batch 1: [b x heads, 1, L], [b, heads, 1 or L, L], [heads, L] ...).
+    """  # noqa: D205
+    a = np.asarray(raw, np.float64)
+    if a.size % (heads * length) or a.shape[-1] != length:
+        return None
+    a = a.reshape(heads, -1, length) if a.size // (heads * length) in (1, length) else None
+    return None if a is None else a[:, -1, :]
+
+
+def is_mask(rows: np.ndarray) -> bool:
+    """Only zeros and large negatives: an attention mask, not a position encoding."""
+    return bool(np.all((rows == 0) | (rows <= -1e4) | ~np.isfinite(rows)))
+
+
+def slopes_of(spec: Any) -> np.ndarray:
+    """The config's slopes [heads], float64."""
+    from ropeexport.families.alibi.reference import spec_slopes
+
+    return spec_slopes(spec)
+
+
+def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Probe:
+    """The last query's bias [heads, L] of one call against the config's slopes (module doc)."""
+    exact = slopes_of(spec)
+    keys = np.arange(length, dtype=np.float64)
+    finite = np.isfinite(rows) & (rows > -1e4)
+    anchored = rows - rows[:, -1:]  # relative to the key at the query's own position: c_h cancels
+    expected = exact[:, None] * (keys - (length - 1))[None, :]
+    diff = np.where(finite, np.abs(anchored - expected), 0.0).max(axis=0)
+    # each stored value is within half a unit of its dtype; the anchored difference of two, within one unit each
+    stored = np.float16 if dtype == "float16" else np.float32
+    largest = float(np.max(np.abs(np.where(finite, rows, 0.0)), initial=1.0))
+    tol = 2.0 * float(np.spacing(stored(largest))) * (65536.0 if dtype == "bfloat16" else 1.0)
+    position = int(np.argmax(diff))
+    max_abs = float(diff[position])
+    probe = Probe(length, length, max_abs, length - 1 - position, max_abs <= tol, [], None, tol,
+                  _curve(diff[::-1]))  # fmt: skip
+    if probe.exact or length < 2:
+        return probe
+    seen = (rows[:, -1] - rows[:, 0]) / (length - 1)
+    linear = np.abs(anchored - seen[:, None] * (keys - (length - 1))[None, :])
+    scale = float(np.max(np.abs(anchored[finite]), initial=1.0))
+    if not np.all(np.where(finite, linear, 0.0) <= 1e-3 * scale):
+        text = "a bias added to the attention scores that is not linear in the key position: not ALiBi as ropeexport "
+        probe.findings.append(_finding("unidentified-site", text + "knows it; not checked"))
+        return probe
+    match = SLOPE_MATCH.get(dtype, SLOPE_MATCH["float32"])
+    wrong = np.abs(seen - exact) > match * exact
+    if np.any(wrong):
+        heads = len(exact)
+        first = int(np.argmax(wrong))
+        naive = np.array([2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)])
+        why = ""
+        if np.all(np.abs(seen - naive) <= match * naive):
+            why = f" (the power-of-two formula 2^(-8h/{heads}) used for {heads} heads, which is not a power of two)"
+        elif np.all(np.abs(seen - exact[::-1]) <= match * exact[::-1]):
+            why = " (the slopes in reverse head order)"
+        probe.findings.append(_finding("alibi-slopes", f"ALiBi slopes wrong for {heads} heads: {int(wrong.sum())} "
+                                       f"of {heads} differ, head {first} has {seen[first]:.6g} where "
+                                       f"{exact[first]:.6g} is right{why}"))  # fmt: skip
+        return probe
+    probe.findings.append(_finding("values-off", f"bias off by {max_abs:.2g} at distance {probe.position} with the "
+                                   "right slopes (beyond the dtype's rounding of slope x distance)"))  # fmt: skip
+    return probe
+
+
+def probe_lengths(spec: Any) -> list[int]:
+    """ALiBi has one regime: L = max_positions, capped at CAP (a [b, heads, L, L] bias is evaluated whole)."""
+    return [int(min(spec.max_positions, CAP))]

@@ -1,0 +1,116 @@
+"""The whole-decoder proof (``foreign.prove``, ``graft --checkpoint``) on decoders built from tiny random checkpoints.
+
+The foreign models here are ropeexport's own decoders exported with a planted schedule fault (LongRoPE built as the
+default schedule: one table, no switch, no attention factor), in both graph forms, which the audit reads as
+RotaryEmbedding (opset 23) and gathered-table sites. Each must fail the float64 recompute of the whole decoder where
+its fault shows, and the grafted model must pass every call, the last position and both sides of the switch
+included. A right model passes as it is; bad checkpoints are one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import ropeexport as rx
+from ropeexport.cli import main
+from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.weights import load_checkpoint
+from ropeexport.foreign.prove import DecoderProof, _Feeder
+from ropeexport.graph.onnx_io import save_model
+from tests.decoder.tiny import checkpoint
+
+CALLS = ["start", "last position", "L = original", "L = original + 1"]
+
+
+@pytest.fixture(scope="module")
+def phi3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Phi-3 checkpoint: LongRoPE, max 256 positions, original 64."""
+    return checkpoint(tmp_path_factory.mktemp("phi3") / "checkpoint", "phi3-longrope")
+
+
+def _decoder(folder: Path, ckpt: Path, graph: str, unscaled: bool) -> Path:
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph))
+    weights = load_checkpoint(spec, ckpt)
+    if unscaled:  # the planted fault: the config's LongRoPE ignored
+        spec = spec.replace(position={**spec.position, "scaling": "default", "scaling_params": {}})
+    save_model(build_decoder_graph(spec, weights, str(ckpt)), folder)
+    return folder / "model.onnx"
+
+
+@pytest.mark.parametrize("graph", ["fused", "decomposed"])
+def test_a_right_decoder_passes_every_call(graph: str, phi3: Path, tmp_path: Path) -> None:
+    model = _decoder(tmp_path, phi3, graph, unscaled=False)
+    proof = DecoderProof(phi3 / "config.json", phi3, model).run({"original": model})
+    assert [c["call"] for c in proof["calls"]] == CALLS
+    assert [c["positions"] for c in proof["calls"]] == [[0, 7], [248, 255], [56, 63], [57, 64]]
+    assert [c["regime"] for c in proof["calls"]] == ["short", "long", "short", "long"]
+    assert proof["passed"] == {"original": True} and proof["calls_run"] == {"original": 4}
+    assert max(c["models"]["original"]["rel"] for c in proof["calls"]) <= 1e-5
+
+
+@pytest.mark.parametrize("graph", ["fused", "decomposed"])
+def test_a_graft_is_proven_against_the_whole_decoder(graph: str, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path / "planted", phi3, graph, unscaled=True)
+    out = tmp_path / "fixed" / "model.onnx"
+    argv = ["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--out", str(out), "--trust", "config",
+            "--checkpoint", str(phi3), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["proven"] and result["decoder"]["passed"] == {"original": False, "grafted": True}
+    calls = {c["call"]: c["models"] for c in result["decoder"]["calls"]}
+    assert list(calls) == CALLS
+    for name, models in calls.items():
+        assert models["grafted"]["passed"] and models["grafted"]["rel"] <= 1e-5, name
+        assert not models["original"]["passed"] and models["original"]["rel"] > 1e-2, name  # fault everywhere
+    # the switch was added: stacked tables where RotaryEmbedding / Gather read rows by position
+    assert all(r["regime_length"] == "switch at 64" for r in result["replaced"])
+    assert main(["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--out", str(tmp_path / "again.onnx"),
+                 "--trust", "config", "--checkpoint", str(phi3)]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "whole decoder against float64" in text and "L = original + 1 (positions 57..64, long)" in text
+
+
+def test_a_model_with_neither_cache_nor_positions_is_placed_at_zero_only() -> None:
+    inputs = [SimpleNamespace(name="input_ids", shape=["b", "s"], type="tensor(int64)"),
+              SimpleNamespace(name="attention_mask", shape=["b", "s"], type="tensor(int64)")]  # fmt: skip
+    session = SimpleNamespace(get_inputs=lambda: inputs,
+                              get_outputs=lambda: [SimpleNamespace(name="logits", type="tensor(float)")])  # fmt: skip
+    feeder = _Feeder(session, SimpleNamespace(num_layers=2), Path("m.onnx"))
+    assert feeder.placeable(0) is None
+    assert "neither a cache nor position_ids" in feeder.placeable(248)
+
+
+def _other_checkpoint(tmp: Path, phi3: Path) -> list[str]:
+    return ["--checkpoint", str(checkpoint(tmp / "llama", "llama"))]
+
+
+BAD = [
+    ("checkpoint-not-a-folder", lambda t, _: ["--checkpoint", str(t / "absent")], "is not a folder"),
+    ("checkpoint-of-another-model", _other_checkpoint, "tensor"),
+]
+
+
+@pytest.mark.parametrize(("case", "extra", "phrase"), BAD, ids=[b[0] for b in BAD])
+def test_a_bad_checkpoint_is_one_line_and_exit_2(case, extra, phrase, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path / "planted", phi3, "fused", unscaled=True)
+    argv = extra(tmp_path, phi3)
+    capsys.readouterr()  # what making the other checkpoint printed
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    out = tmp_path / "fixed.onnx"
+    code = main(["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--out", str(out), "--trust",
+                 "config", *argv])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "Traceback" not in err, err
+    assert err.startswith("ropeexport: error: --checkpoint") and phrase in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before and not out.exists()
+
+
+def test_the_api_takes_a_checkpoint(phi3: Path, tmp_path: Path) -> None:
+    model = _decoder(tmp_path / "right", phi3, "decomposed", unscaled=False)
+    result = rx.graft(model, phi3 / "config.json", tmp_path / "same.onnx", checkpoint=phi3)
+    assert result.replaced == [] and result.proven and result.decoder["passed"]["grafted"]
