@@ -183,11 +183,57 @@ def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
 
 
 def _logits(model: dict[str, Any]) -> str:
-    """``2.1e-06 (last position)``, FAIL marked, calls not run said."""
+    """``2.1e-06 (last position)``, FAIL marked, why calls were not run said."""
     if model["worst_rel"] is None:
         return "not run: " + "; ".join(model["not_run"])
     text = f"{model['worst_rel']:.2g} ({model['worst_call']}){'' if model['passed'] else ' FAIL'}"
-    return text + (f", {len(model['not_run'])} reason(s) calls not run" if model["not_run"] else "")
+    return text + (f"; far calls not run: {'; '.join(model['not_run'])}" if model["not_run"] else "")
+
+
+def audit_row(row: dict[str, Any], model: Path, ckpt: Path, folder: Path) -> dict[str, Any]:
+    """``row`` with the audit of ``model`` against its checkpoint's config, and its graft (``graft_row``)."""
+    import ropeexport as rx
+
+    name, source = row["schedule"], row["source"]
+    try:
+        result = rx.audit(model, ckpt / "config.json")
+    except Exception as exc:  # noqa: BLE001 - recorded: a site audit cannot read is a result too
+        print(f"{name} / {source}: audit failed: {exc}", flush=True)
+        return row | {"error": f"audit: {exc}"}
+    worst = max((p["max_abs"] for s in result.sites for p in s["probes"]), default=None)
+    row = row | {"verdict": result.verdict, "sites": [s["kind"] for s in result.sites], "max_abs": worst,
+                 "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
+                 "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
+                 "dtype": sorted({s["dtype"] for s in result.sites if s["dtype"]})}  # fmt: skip
+    row["graft"] = graft_row(model, ckpt, result, folder)
+    print(f"{name} / {source}: {result.verdict}, worst {worst}; graft: {row['graft']}", flush=True)
+    return row
+
+
+def plant_slopes(model: Path, ckpt: Path, folder: Path) -> Path:
+    """A copy of an exported ALiBi model whose slopes (the float constant with one value per head) follow the
+    power-of-two formula 2^(-8h/n) whatever n: the classic mistake for 12 heads.
+    """  # noqa: D205
+    import numpy as np
+    import onnx_ir as ir
+
+    graph = ir.load(model)
+    config = json.loads((ckpt / "config.json").read_text())
+    heads = int(config.get("n_head") or config["num_attention_heads"])
+    naive = np.array([2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)])
+    for value in graph.graph.initializers.values():
+        array = value.const_value.numpy()
+        if array.size == heads and np.issubdtype(array.dtype, np.floating):
+            array = (np.sign(array) * naive.reshape(array.shape)).astype(array.dtype)
+        value.const_value = ir.tensor(array, name=value.name)  # read now: saved elsewhere
+    for node in graph.graph:
+        tensor = node.attributes["value"].value if node.op_type == "Constant" and "value" in node.attributes else None
+        if tensor is not None and tensor.size == heads and np.issubdtype(tensor.numpy().dtype, np.floating):
+            planted = (np.sign(tensor.numpy()) * naive.reshape(tensor.numpy().shape)).astype(tensor.numpy().dtype)
+            node.attributes["value"] = ir.AttrTensor("value", ir.tensor(planted))
+    folder.mkdir(parents=True, exist_ok=True)
+    ir.save(graph, folder / "model.onnx", external_data="model.onnx.data")
+    return folder / "model.onnx"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,10 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for audit-peers.json and audit-peers.md")
     parser.add_argument("--schedules", nargs="+", choices=list(SCHEDULES), default=list(SCHEDULES))
     args = parser.parse_args(argv)
-    import ropeexport as rx
-
     work, rows = Path(args.work), []
-    for i, name in enumerate(args.schedules):
+    for name in args.schedules:
+        i = list(SCHEDULES).index(name)  # a schedule's folder is the same whichever others are asked for
         model_type, fields = SCHEDULES[name]
         ckpt = checkpoint(work / f"s{i}" / "checkpoint", model_type, fields)
         for j, source in enumerate(SOURCES):
@@ -210,20 +255,15 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row | {"error": error})
                 print(f"{name} / {source}: export failed: {error}", flush=True)
                 continue
-            try:
-                result = rx.audit(model, ckpt / "config.json")
-            except Exception as exc:  # noqa: BLE001 - recorded: a site audit cannot read is a result too
-                rows.append(row | {"error": f"audit: {exc}"})
-                print(f"{name} / {source}: audit failed: {exc}", flush=True)
-                continue
-            worst = max((p["max_abs"] for s in result.sites for p in s["probes"]), default=None)
-            row |= {"verdict": result.verdict, "sites": [s["kind"] for s in result.sites], "max_abs": worst,
-                    "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
-                    "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
-                    "dtype": sorted({s["dtype"] for s in result.sites if s["dtype"]})}  # fmt: skip
-            row["graft"] = graft_row(model, ckpt, result, work / f"s{i}" / f"x{j}-grafted")
-            rows.append(row)
-            print(f"{name} / {source}: {result.verdict}, worst {worst}; graft: {row['graft']}", flush=True)
+            variants = [(source, model)]
+            if model_type == "bloom":  # the mistake ALiBi exporters make for a head count that is not a power of two
+                variants.append(
+                    (f"{source}, power-of-two slopes planted", plant_slopes(model, ckpt, work / f"s{i}" / f"x{j}p"))
+                )
+            for label, path in variants:
+                rows.append(
+                    audit_row(row | {"source": label}, path, ckpt, work / f"s{i}" / f"{path.parent.name}-grafted")
+                )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python tools/audit_peers.py " + " ".join(sys.argv[1:])
@@ -248,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             grafted = g["skipped"]
         else:
             grafted = (
-                f"{g['tables']} table pair(s), audit after: {g['after']}, short call vs original "
+                f"{g['tables']} site value(s) replaced, audit after: {g['after']}, short call vs original "
                 f"{g['short_call_relative']:.1g} (trust {g['trust']}): {'proven' if g['proven'] else 'NOT proven'}"
             )
         logits = " -> ".join(_logits(g.get("decoder", {}).get(label)) for label in ("original", "grafted")

@@ -10,6 +10,9 @@ config.json and *.safetensors), both models' logits are also judged against the 
 decoder: 8 tokens at positions 0..7, the last at max_positions - 1, and L = original_max_position_embeddings and one
 past it (a LongRoPE switch's two sides); a model with a cache input is placed there after random cached entries.
 
+An ALiBi model's slopes (the one stored constant with a value per head the bias is computed from) are replaced by
+the config's exact ones.
+
 When the model's tables imply another schedule than the config's (scaling ignored, another factor, a LongRoPE
 switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Dynamic NTK computed
 in the graph is refused (its values depend on the call length).

@@ -12,7 +12,7 @@ float64: each head's slope read from its last row (the query at L - 1 sees every
 against c_h + m_h x key position (a per-row constant cancels in the softmax, so BLOOM's m_h x j and the paper's
 -m_h (i - j) are the same bias). Findings: ``alibi-slopes`` (naming the power-of-two formula used for a head count
 that is not one, or slopes reversed, where the values say so) and ``values-off`` (right slopes, values off beyond the
-dtype's rounding of m_h x distance).
+dtype's rounding of m_h x distance). ``graft_slopes`` repairs a site whose slopes are one stored constant.
 """
 
 from __future__ import annotations
@@ -135,3 +135,35 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Probe:
 def probe_lengths(spec: Any) -> list[int]:
     """ALiBi has one regime: L = max_positions, capped at CAP (a [b, heads, L, L] bias is evaluated whole)."""
     return [int(min(spec.max_positions, CAP))]
+
+
+def graft_slopes(graph: ir.Graph, site: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The one constant of ``heads`` values the site's bias is computed from (an initializer or a Constant node:
+    the slopes, as BLOOM's exporters fold them) replaced by the config's exact slopes, its shape, dtype and sign kept.
+    """  # noqa: D205
+    from ropeexport.errors import SpecError
+
+    heads = spec.num_heads
+    values = {v.name: v for node in graph for v in node.outputs} | dict(graph.initializers)
+    inside = _ancestors([values[site["cos"]]])
+    found: list[tuple[str, Any, Any]] = []
+    for value in graph.initializers.values():
+        if id(value) in inside and value.const_value is not None and value.const_value.size == heads:
+            found.append((value.name, value.const_value, lambda t, v=value: setattr(v, "const_value", t)))
+    for node in graph:
+        tensor = node.attributes["value"].value if node.op_type == "Constant" and "value" in node.attributes else None
+        if tensor is not None and id(node.outputs[0]) in inside and tensor.size == heads:
+            found.append((node.outputs[0].name, tensor,
+                          lambda t, n=node: n.attributes.__setitem__("value", ir.AttrTensor("value", t))))  # fmt: skip
+    found = [f for f in found if np.issubdtype(f[1].numpy().dtype, np.floating)]
+    if len(found) != 1:
+        what = "none" if not found else ", ".join(repr(f[0]) for f in found)
+        raise SpecError("model", f"the ALiBi bias {site['cos']!r} is computed from {what} of the constants with "
+                        f"{heads} values graft could take for its slopes: it replaces exactly one")  # fmt: skip
+    name, tensor, put = found[0]
+    old = tensor.numpy()
+    sign = -1.0 if np.all(old < 0) else 1.0  # some exporters store -m
+    new = (sign * slopes_of(spec)).reshape(old.shape).astype(old.dtype)
+    put(ir.tensor(new, name=tensor.name))
+    return {"slopes": name, "heads": heads, "dtype": str(old.dtype), "rows": heads, "regime_length": None,
+            "replaced_by": "the config's exact slopes", "cos": site["cos"], "sin": ""}  # fmt: skip

@@ -157,14 +157,6 @@ def _position_spec(hf_config: Path) -> Any:
     return spec
 
 
-def _rope_spec(hf_config: Path) -> Any:
-    spec = _position_spec(hf_config)
-    if spec.encoding != "rope":
-        raise SpecError("hf_config", f"describes {spec.encoding}; graft replaces rotary (RoPE) tables: an ALiBi "
-                        "model is audited, not grafted")  # fmt: skip
-    return spec
-
-
 def _describe(spec: dict[str, Any]) -> str:
     """The config's position encoding in a few words (the reports' header)."""
     if spec.get("encoding") == "alibi":

@@ -4,11 +4,13 @@ What is grafted: table sites whose cos/sin are constants: initializers (onnxrunt
 read by GroupQueryAttention, caches of RotaryEmbedding), or the Constant nodes of an ``If`` picking between two
 tables (the builder's LongRoPE: each branch gets the exact table of the regime its values are nearest to, with its
 own row count). Each table is the config's schedule in float64, rounded once to the stored dtype, at least
-max_positions rows where the model's was shorter. The graph is otherwise untouched: same nodes, same runtime and
-execution providers. A site computed in the graph (cos/sin of positions x frequencies, as torch.onnx.export writes
-it) is replaced by the rope family's own rows (``cos_sin_rows`` of its decomposed form: exact tables gathered by
+max_positions rows where the model's was shorter. Where the config's LongRoPE switches and the model has one table,
+the switch is added (``_add_switch``). The graph is otherwise untouched: same nodes, same runtime and execution
+providers. A site computed in the graph (cos/sin of positions x frequencies, as torch.onnx.export writes it) is
+replaced by the rope family's own rows (``cos_sin_rows`` of its decomposed form: exact tables gathered by
 position_ids, a LongRoPE switch on the call length), widened and shaped like the values it replaces; the old
-computation is pruned. Dynamic NTK computed in the graph is refused (its values depend on the call length).
+computation is pruned. Dynamic NTK computed in the graph is refused (its values depend on the call length). An ALiBi
+site's stored slopes are replaced by the config's (``foreign.alibi.graft_slopes``).
 
 When the audit says the model's constants imply another schedule than the config's (scaling ignored, another
 factor, a switch never taken, ...), which one is right cannot be told from the model: the graft refuses unless
@@ -34,7 +36,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.errors import SpecError
-from ropeexport.foreign.core import AuditResult, _load, _rope_spec, audit
+from ropeexport.foreign.core import AuditResult, _load, _position_spec, audit
 from ropeexport.foreign.diagnose import estimate_frequencies, frequencies
 from ropeexport.foreign.observe import Evaluator, _feed, session_feeds
 from ropeexport.foreign.prove import DecoderProof
@@ -249,7 +251,7 @@ def graft(
         raise SpecError("out", f"{str(target.with_name(target.name + '.data'))!r} exists (the tables' file of "
                         f"{target.name}): give a new file")  # fmt: skip
     before = audit(source, hf_config)
-    spec = _rope_spec(Path(hf_config))
+    spec = _position_spec(Path(hf_config))
     proof = None if checkpoint is None else DecoderProof(Path(hf_config), Path(checkpoint), source)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
@@ -262,7 +264,12 @@ def graft(
     computed: list[dict[str, Any]] = []
     switched: set[str] = set()
     for site in before.sites:
-        if site["kind"] == "unidentified" or site["exact"]:  # nothing to repair (an exact table stays as it is)
+        if site["exact"] or any(f["name"] == "unidentified-site" for f in site["findings"]):
+            continue  # nothing to repair (an exact table stays as it is), or nothing known to repair it with
+        if site["kind"] == "ALiBi bias":
+            from ropeexport.foreign.alibi import graft_slopes
+
+            replaced.append(graft_slopes(graph.graph, site, spec))
             continue
         pairs = [_tables_of(values[site[k]]) for k in ("cos", "sin")]
         if not site["table"]:
@@ -355,7 +362,8 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     name = value.name or ""
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
-        return np.zeros((1, dims[1] or spec.num_kv_heads, 0, dims[3] or spec.head_dim), value.dtype.numpy())
+        heads = getattr(spec, "num_kv_heads", None) or spec.num_heads  # an ALiBi spec has one head count
+        return np.zeros((1, dims[1] or heads, 0, dims[3] or spec.head_dim), value.dtype.numpy())
     if name in ("seqlens_k", "total_sequence_length"):
         count = tokens - 1 if name == "seqlens_k" else tokens
         return np.array([count] if name == "seqlens_k" else count, np.int32)

@@ -20,16 +20,32 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"),
-                           "--out", str(tmp_path), "--schedules", "linear x4", "longrope (Phi-3)"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1500)  # fmt: skip
+    schedules = ["linear x4", "longrope (Phi-3)", "alibi (BLOOM, 12 heads)"]
+    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
+               str(tmp_path), "--schedules", *schedules]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {(r["schedule"], r["source"]): r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
     og, dynamo, script = "onnxruntime-genai builder", "torch.onnx.export (dynamo)", "torch.onnx.export (TorchScript)"
-    assert set(rows) == {(s, x) for s in ("linear x4", "longrope (Phi-3)") for x in (og, dynamo, script)}
+    bloom = "alibi (BLOOM, 12 heads)"
+    planted = [f"{x}, power-of-two slopes planted" for x in (dynamo, script)]
+    assert set(rows) == {(s, x) for s in ("linear x4", "longrope (Phi-3)", bloom) for x in (og, dynamo, script)} | {
+        (bloom, x) for x in planted
+    }
     # torch 2.13's TorchScript exporter cannot export Phi-3's LongRoPE (aten::copy): recorded, not hidden
     assert "aten::copy" in rows["longrope (Phi-3)", script]["error"]
-    assert all("error" not in r for k, r in rows.items() if k != ("longrope (Phi-3)", script)), rows
+    assert "not currently supported" in rows[bloom, og]["error"]  # the builder has no BLOOM
+    failed = {("longrope (Phi-3)", script), (bloom, og)}
+    assert all("error" not in r for k, r in rows.items() if k not in failed), rows
+    # BLOOM's ALiBi: both exporters' slopes are right for 12 heads; the power-of-two formula planted is named,
+    # grafted with the config trusted, and the whole decoder then matches float64
+    for source in (dynamo, script):
+        assert rows[bloom, source]["verdict"] == "exact" and rows[bloom, source]["sites"][0] == "ALiBi bias"
+    for source in planted:
+        row = rows[bloom, source]
+        assert row["finding_names"] == ["alibi-slopes"] and "2^(-8h/12)" in row["findings"][0]
+        assert row["graft"]["proven"] and row["graft"]["trust"] == "config"
+        assert not row["graft"]["decoder"]["original"]["passed"] and row["graft"]["decoder"]["grafted"]["passed"]
     assert rows["linear x4", script]["finding_names"] == ["float32-angles"]
     assert rows["linear x4", script]["graft"]["proven"]
     assert rows["linear x4", og]["sites"] == ["GroupQueryAttention do_rotary"]
@@ -53,7 +69,7 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
     # the whole decoder against float64: every grafted model passes every call; the builder's linear model (scaling
     # ignored) fails before the graft, the LongRoPE models are placed on both sides of the switch
     for key, row in rows.items():
-        if "error" in row:
+        if "error" in row or key[0] == bloom:
             continue
         decoder = row["graft"]["decoder"]
         assert decoder["grafted"]["passed"] and decoder["grafted"]["worst_rel"] <= 1e-5, (key, decoder)

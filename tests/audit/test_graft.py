@@ -89,6 +89,39 @@ def test_the_longrope_switch_is_added_where_the_model_has_one_table(reader: str,
     assert result.short_call["equal"]  # at 8 tokens the short regime, which the model already had
 
 
+@pytest.mark.parametrize("name", ["alibi-naive-12-heads", "alibi-reversed", "alibi-one-slope-off"])
+def test_alibi_slopes_are_grafted_when_the_config_is_trusted(name: str, tmp_path: Path) -> None:
+    model, config = _built(tmp_path, name)
+    result = rx.graft(model, config, tmp_path / "fixed.onnx", trust="config")
+    assert result.proven and result.after.verdict == "exact" and result.changed_schedule == ["alibi-slopes"]
+    (replaced,) = result.replaced
+    assert replaced["slopes"] == "slopes" and replaced["heads"] == rx.from_hf_config(config)[0].num_heads
+
+
+def test_stacked_short_and_long_tables_are_replaced_as_stacked(tmp_path: Path) -> None:
+    """ropeexport's fused LongRoPE form (short and long tables stacked, rows shifted by the graph) with float32
+    angles planted in both halves: each half gets its regime's exact table, the graph's own switch is kept.
+    """  # noqa: D205
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    config = write_config(tmp_path, "longrope")
+    spec = rx.from_hf_config(config)[0]
+    model = rx.export(spec)
+    short, long = tables(spec, ORIGINAL, f32=True), tables(spec, ORIGINAL + 1, f32=True)
+    for init in model.graph.initializer:
+        if init.name in ("cos_table", "sin_table"):
+            part = 0 if init.name == "cos_table" else 1
+            init.CopyFrom(numpy_helper.from_array(np.concatenate([short[part], long[part]]), init.name))
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    before = rx.audit(tmp_path / "model.onnx", config)
+    assert {f["name"] for s in before.sites for f in s["findings"]} == {"float32-angles"}
+    result = rx.graft(tmp_path / "model.onnx", config, tmp_path / "fixed.onnx")
+    assert result.proven and result.after.verdict == "exact", result.to_dict()
+    assert [(r["regime_length"], r["rows"]) for r in result.replaced] == [("stacked", 2 * P)]
+
+
 def _computed_dynamic(tmp: Path) -> tuple[Path, Path]:
     """cos/sin computed from position_ids with the default frequencies under a dynamic NTK config."""
     config = write_config(tmp, "dynamic")
@@ -110,8 +143,7 @@ BAD: list[tuple[str, object, list[str], str, str]] = [
     ("out-exists", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/model.onnx"], "--out", "exists"),
     ("out-not-onnx", lambda t: _built(t, "float32-gqa-llama3"), ["--out", "{tmp}/fixed.txt"], "--out", ".onnx"),
     ("not-onnx", lambda t: (t / "absent.onnx", _built(t, "float32-gqa-llama3")[1]), [], "MODEL", "is not a file"),
-    ("alibi", lambda t: _built(t, "alibi-naive-12-heads"), ["--trust", "config", "--out", "{tmp}/fixed.onnx"],
-     "--hf-config", "an ALiBi model is audited, not grafted"),
+    ("alibi-slopes-untrusted", lambda t: _built(t, "alibi-naive-12-heads"), [], "--trust", "alibi-slopes"),
     ("checkpoint-absent", lambda t: _built(t, "float32-gqa-llama3"),
      ["--out", "{tmp}/fixed.onnx", "--checkpoint", "{tmp}/absent"], "--checkpoint", "is not a folder"),
 ]  # fmt: skip
