@@ -181,10 +181,10 @@ def _audit_alibi(path: Path, graph: ir.Model, spec: Any, hf_config: Path, thread
                 break
             rows = bias_rows(raw, spec.num_heads, length)
             if rows is None:
-                text = (f"a bias of shape {list(raw.shape)} added to the attention scores, with no axis of the "
-                        f"config's {spec.num_heads} heads beside the {length} keys: not checked")  # fmt: skip
-                record["findings"] = [{"name": "unidentified-site", "text": text}]
-                break
+                raise SpecError("hf_config", f"describes {spec.num_heads} heads but the bias {site.cos!r} added to "
+                                f"the attention scores has shape {list(raw.shape)} in a call of {length} tokens (no "
+                                "axis of that many heads beside the keys): the config does not describe this model "
+                                "(num_attention_heads)")  # fmt: skip
             probe = compare_bias(spec, rows, length, str(raw.dtype))
             record["dtype"] = str(raw.dtype)
             record["probes"].append(probe.to_dict())

@@ -84,6 +84,16 @@ def _outside(tmp: Path) -> tuple[Path, Path]:
     return inner / "model.onnx", config
 
 
+def _alibi_heads(tmp: Path) -> tuple[Path, Path]:
+    """A 12-head ALiBi model audited against an 8-head config."""
+    import ropeexport as rx
+    from ropeexport.families.alibi.reference import spec_slopes
+    from tests.audit.planted import alibi_model, write_config
+
+    twelve = rx.from_hf_config(write_config(tmp, "alibi12"))[0]
+    return alibi_model(tmp / "model.onnx", spec_slopes(twelve)), write_config(tmp, "alibi8")
+
+
 def _alibi(tmp: Path) -> tuple[Path, Path]:
     model, _ = _case(tmp)
     path = tmp / "bloom.json"
@@ -104,6 +114,7 @@ BAD: list[tuple[str, Callable[[Path], tuple[Path, Path]], list[str], str, str]] 
     ("config-not-this-model", _wide_config, [], "--hf-config", "does not describe this model"),
     ("external-data-outside", _outside, [], "MODEL", "outside the model's folder"),
     ("alibi-config-for-a-rotary-model", _alibi, [], "MODEL", "has no ALiBi bias ropeexport can find"),
+    ("alibi-heads-not-this-model", _alibi_heads, [], "--hf-config", "describes 8 heads but the bias"),
     ("missing-config", _missing_config, [], "--hf-config", ""),
     ("out-not-an-audit", lambda t: _case(t), ["--out", "{tmp}"], "--out", "holds no audit"),
 ]  # fmt: skip
