@@ -117,6 +117,7 @@ class DecoderProof:
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
         session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        self._sessions = {str(model): session}  # run() judges this model too: one session, not two
         dtype = DTYPES.get(session.get_outputs()[0].type)
         if dtype is None:
             raise SpecError("model", f"{str(model)!r} gives {session.get_outputs()[0].type} logits; the decoder proof "
@@ -139,8 +140,10 @@ class DecoderProof:
 
         spec, position = self.spec, self.spec.position_spec()
         tolerance = TOLERANCE[spec.dtype]
-        feeders = {label: _Feeder(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), spec, path)
-                   for label, path in models.items()}  # fmt: skip
+        for path in models.values():
+            if str(path) not in self._sessions:
+                self._sessions[str(path)] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeders = {label: _Feeder(self._sessions[str(path)], spec, path) for label, path in models.items()}
         _, KV, d = geometry(spec)
         calls = []
         for index, (name, past) in enumerate(far_calls(position)):
