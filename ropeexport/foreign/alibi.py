@@ -53,15 +53,10 @@ def find_bias_sites(graph: ir.Graph) -> list[Site]:
                     site.users.append(softmax.name or "Softmax")
                 else:
                     stack.append(operand)
-    return [s for s in found.values() if not _inside_another(s, found, graph)]
-
-
-def _inside_another(site: Site, found: dict[str, Site], graph: ir.Graph) -> bool:
-    """Whether a bigger candidate is computed from this one (the bias + mask sum holds the bias): keep the outermost."""
+    # keep the outermost: a candidate another is computed from (the bias inside a bias + mask sum) is dropped
     values = {v.name: v for node in graph for v in node.outputs}
-    mine = values.get(site.cos)
-    return any(other.cos != site.cos and mine is not None and id(mine) in _ancestors([values[other.cos]])
-               for other in found.values() if other.cos in values)  # fmt: skip
+    inner = {i for s in found.values() if s.cos in values for i in _ancestors([values[s.cos]]) - {id(values[s.cos])}}
+    return [s for s in found.values() if s.cos not in values or id(values[s.cos]) not in inner]
 
 
 def bias_rows(raw: np.ndarray, heads: int, length: int) -> np.ndarray | None:
