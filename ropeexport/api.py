@@ -391,11 +391,11 @@ def build_decoder(
 
 def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> Any:
     """Every rotary site of a foreign ONNX ``model`` against ``hf_config``'s schedule at every position
-    (``ropeexport.foreign``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
+    (``ropeexport.audit``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
     ``AuditResult``.
     """  # noqa: D205
-    from ropeexport.foreign.core import audit as _audit
-    from ropeexport.foreign.core import write
+    from ropeexport.audit.core import audit as _audit
+    from ropeexport.audit.core import write
 
     result = _audit(_path(model, "model"), _path(hf_config, "hf_config"), threads)
     if out is not None:
@@ -411,11 +411,11 @@ def graft(
     checkpoint: str | Path | None = None,
 ) -> Any:
     """``model`` with every rotary site replaced by ``hf_config``'s exact tables, written to ``out`` (an .onnx file
-    that must not exist) and proven (``ropeexport.foreign.graft``); with ``checkpoint`` (the folder the model was
+    that must not exist) and proven (``ropeexport.audit.graft``); with ``checkpoint`` (the folder the model was
     exported from) its logits are judged against the whole decoder's float64 recompute at far positions and across
     original_max_position_embeddings too. Returns a ``GraftResult``.
     """  # noqa: D205
-    from ropeexport.foreign.graft import graft as _graft
+    from ropeexport.audit.graft import graft as _graft
 
     folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
     return _graft(_path(model, "model"), _path(hf_config, "hf_config"), _path(out, "out"), trust, folder)

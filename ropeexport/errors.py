@@ -1,6 +1,15 @@
 """Errors a user can act on.
 
-Every rejection names the field at fault and what is allowed, in one line, so the CLI can print it as is and exit 2.
+Every error ropeexport raises on purpose is a ``RopeExportError``; the CLI prints it as one line and exits 2. Two
+families carry the field at fault, so the line names it (``"<field>: <what is wrong and what is allowed>"``):
+
+- ``InputError``: what the user handed us is not allowed: a spec field or flag (``SpecError``), a checkpoint folder
+  (``CheckpointError``), an artifact folder or report that is damaged or not ours (``ArtifactError``);
+- ``OutputError``: what we were asked to write cannot be written (a full or read-only disk, a folder that vanished).
+  Nothing is half-written and an artifact that was there stays; the input was fine.
+
+``RuntimeInputError`` (a runtime input the artifact cannot take) and ``RuntimeUnavailable`` (a runtime that cannot
+run here) say what they mean in their message.
 """
 
 from __future__ import annotations
@@ -10,16 +19,39 @@ class RopeExportError(Exception):
     """Base class of every error ropeexport raises on purpose."""
 
 
-class SpecError(RopeExportError, ValueError):
-    """A spec field (or CLI flag, or file) holds a value that is not allowed.
-
-    str(error) is one line: ``"<field>: <what is wrong and what is allowed>"``.
-    """
+class FieldError(RopeExportError):
+    """An error about one field (a flag, a spec field, a file): ``str(error)`` is ``"<field>: <message>"``."""
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}")
+
+
+class InputError(FieldError, ValueError):
+    """Bad input: a value, file or folder the user gave is not allowed (the message says what is)."""
+
+
+class SpecError(InputError):
+    """A spec field (or CLI flag, or file) holds a value that is not allowed.
+
+    str(error) is one line: ``"<field>: <what is wrong and what is allowed>"``.
+    """
+
+
+class CheckpointError(InputError):
+    """A checkpoint folder that does not hold the weights its config implies (field ``checkpoint``)."""
+
+    def __init__(self, message: str, field: str = "checkpoint") -> None:
+        super().__init__(field, message)
+
+
+class ArtifactError(InputError):
+    """An artifact folder, manifest or report that is damaged, edited or not ropeexport's (field: the file)."""
+
+
+class OutputError(FieldError):
+    """An output that cannot be written (disk full, read-only, gone); what was there before is left as it was."""
 
 
 class RuntimeInputError(RopeExportError, ValueError):

@@ -3,7 +3,7 @@ onnxruntime-genai's model builder (fp32, CPU), by torch.onnx.export with dynamo 
 TorchScript exporter (opset 17, no cache), audited against its config and
 grafted (``rx.graft``, trusting the config where the model's tables imply another schedule), and both models' logits
 judged against the float64 recompute of the whole decoder from the checkpoint at positions 0..7, at max_positions - 1
-and on both sides of original_max_position_embeddings (``foreign.prove``).
+and on both sides of original_max_position_embeddings (``audit.prove``).
 
     python tools/audit_peers.py --work /tmp/audit-peers --out tools/figures
 
@@ -151,8 +151,8 @@ def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, A
 
     import ropeexport as rx
     from ropeexport.errors import SpecError
-    from ropeexport.foreign.graft import PRECISION
-    from ropeexport.foreign.prove import DecoderProof
+    from ropeexport.audit.graft import PRECISION
+    from ropeexport.audit.prove import DecoderProof
 
     config = ckpt / "config.json"
     if result.verdict == "exact":

@@ -3,7 +3,7 @@
     python tools/planted_bugs.py --out planted.json          # every bug and every correct build (~10 s)
     python tools/planted_bugs.py --only fp16-angles --keep artifacts/   # one bug, keeping the wrong model.onnx
 
-Each planted bug (``ropeexport/selftest/``, one module per family) is a wrong artifact made from the correct export of
+Each planted bug (``ropeexport/planted/``, one module per family) is a wrong artifact made from the correct export of
 the spec it claims to be; verification (``verify_artifact``, ONNX Runtime) must fail it by the expected comparisons,
 tables and guards. The correct export of every such spec, verified the same way, must pass. Columns: *caught by* lists
 the failing checks (comparisons as OUTPUT (REFERENCES), stored tables, in-graph guards, measured properties); *worst
@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ropeexport.pipeline import versions  # noqa: E402
-from ropeexport.selftest import BUGS, Detection, correct_specs, detect, verify_correct  # noqa: E402
+from ropeexport.planted import BUGS, Detection, correct_specs, detect, verify_correct  # noqa: E402
 
 SCHEMA = "ropeexport.planted/1"
 VERDICTS = {

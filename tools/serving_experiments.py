@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from serving.engines import Genai
 
     from ropeexport.decoder.serve import DecoderSession
-    from ropeexport.decoder.weights import geometry
+    from ropeexport.decoder.checkpoint import geometry
     from ropeexport.runtimes.iobinding import session_options
 
     work = Path(args.work)

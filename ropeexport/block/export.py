@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ropeexport.block.weights import block_weights, kv_heads
+from ropeexport.block.projections import block_weights, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.graph.compose import call
@@ -372,6 +372,6 @@ def build_block_graph(
         ],
         g.initializers,
     )
-    metadata = artifact_metadata(spec, ["position_ids"]) | {"ropeexport.weights": "seeded (numpy default_rng(0))"}
+    metadata = artifact_metadata(spec, ["position_ids"]) | {"ropeexport.learned": "seeded (numpy default_rng(0))"}
     domains = {MICROSOFT: 1} if spec.graph == "gqa" else None
     return make_model(graph, OPSETS[spec.graph], metadata, domains)

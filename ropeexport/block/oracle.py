@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.block.static import is_static, per_row
-from ropeexport.block.weights import block_weights
+from ropeexport.block.projections import block_weights
 from ropeexport.kinds import Feeds
 
 # rotate(x [b, heads, s, d] float64, position_ids [b, s]) -> float64

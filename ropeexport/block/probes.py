@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.block.weights import hidden_size, kv_heads
+from ropeexport.block.projections import hidden_size, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.kinds import Feeds, Probe
 from ropeexport.verification.compare import TOLERANCES, Tolerance

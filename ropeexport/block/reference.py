@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ropeexport.block.static import is_static, per_row
-from ropeexport.block.weights import block_weights, kv_heads
+from ropeexport.block.projections import block_weights, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.kinds import Feeds
 from ropeexport.numerics import round_once

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ropeexport.errors import RopeExportError, SpecError
+from ropeexport.errors import FieldError, RopeExportError
 from ropeexport.version import __version__
 
 # name -> (module in this package, one-line help). A subcommand's module (and with it torch and onnx) is imported only
@@ -80,7 +80,7 @@ def flag_of(field: str) -> str:
 
 def error_line(exc: RopeExportError) -> str:
     """An error as the command line shows it: field names turned into flags (``FLAGS``), one line."""
-    if not isinstance(exc, SpecError):
+    if not isinstance(exc, FieldError):
         return str(exc)
     # A reader's field may carry the file: "spec_file 'x.toml'" reads "--spec 'x.toml'".
     word, space, rest = exc.field.partition(" ")

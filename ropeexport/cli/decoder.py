@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ropeexport.decoder.probes import scenarios
+from ropeexport.decoder.scenarios import scenarios
 from ropeexport.errors import SpecError
 
 # Flags the decoder path reads; any other spec-field flag is refused rather than ignored.

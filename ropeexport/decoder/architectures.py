@@ -7,7 +7,7 @@ Torch-free. One ``Architecture`` per model type; ``read_layout`` turns a config 
 the computation in a way no architecture here expresses (mixture of experts, windows on some layers only, latent
 attention, multimodal RoPE, ...) is a one-line error naming the key, never a guess.
 
-Canonical weight names (``decoder.weights``), each stored as MatMul reads it ([in, out]; transformers' ``nn.Linear``
+Canonical weight names (``decoder.checkpoint``), each stored as MatMul reads it ([in, out]; transformers' ``nn.Linear``
 keeps [out, in]): ``embed`` [vocab, hidden], ``embed_norm.weight|bias``, per layer ``layers.{i}.`` +
 ``norm1.weight|bias``, ``q_proj k_proj v_proj o_proj`` and ``q_bias k_bias v_bias o_bias``, ``norm2.weight|bias``,
 ``gate_proj up_proj down_proj`` and ``up_bias down_bias``; ``final_norm.weight|bias``, ``lm_head`` [hidden, vocab],

@@ -22,11 +22,11 @@ from typing import Any
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
-from ropeexport.decoder.probes import scenarios
+from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
 from ropeexport.decoder.verify import TOLERANCE, verify_decoder
-from ropeexport.decoder.weights import describe, load_checkpoint, seeded_weights
+from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
 from ropeexport.hf import model_name, read_config

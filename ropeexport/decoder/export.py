@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from ropeexport.block.export import MICROSOFT, OPSETS, build_block_graph
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, geometry, layer_weights, lm_head
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, lm_head
 from ropeexport.dtypes import DTYPES
 from ropeexport.graph.compose import call
 from ropeexport.graph.onnx_io import GraphBuilder, make_model
@@ -127,7 +127,7 @@ def _mlp(g: GraphBuilder, spec: DecoderSpec, x: str, w: Mapping[str, str]) -> st
 
 
 def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], source: str) -> onnx.ModelProto:
-    """The decoder with ``weights`` (canonical names, ``decoder.weights``); ``source`` says where they came from."""
+    """The decoder with ``weights`` (canonical names, ``decoder.checkpoint``); ``source`` says where they came from."""
     g = GraphBuilder(prefix="")
     position = spec.position_spec()
     piece = kind_for(position).piece(position)
@@ -195,7 +195,7 @@ def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], so
         "ropeexport.spec": spec.digest_text(),
         "ropeexport.max_positions": str(position.max_positions),
         "ropeexport.position_inputs": "position_ids",
-        "ropeexport.weights": source,
+        "ropeexport.learned": source,
         "ropeexport.version": __version__,
     }
     return make_model(graph, opset, metadata, {MICROSOFT: 1} if spec.graph == "gqa" else None)

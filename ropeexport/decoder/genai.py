@@ -19,7 +19,7 @@ from typing import Any
 
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import geometry
+from ropeexport.decoder.checkpoint import geometry
 
 CONFIG = "genai_config.json"
 KNOWN_TYPES = ("llama", "mistral", "qwen2", "phi3")

@@ -2,7 +2,7 @@
 
 The checkpoint's config gives the decoder (``decoder.spec``); its encoding's block spec is the artifact's spec, in the
 dtype and form asked for. The layer's q/k/v/o projections and biases are read and checked as the decoder reads them
-(``decoder.weights``), and its sliding window comes along. The block kind is the family's own with those weights in
+(``decoder.checkpoint``), and its sliding window comes along. The block kind is the family's own with those weights in
 its export, eager reference and float64 oracle (and, where the model's width is not heads x head_dim, hidden
 inputs of the model's width): the pipeline builds and verifies it like any block. The manifest's ``origin``
 records the checkpoint and the layer, so ``verify`` reads the same weights again (``kind_for_origin``).
@@ -21,7 +21,7 @@ from onnx import helper
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, describe, layer_weights, load_checkpoint
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, describe, layer_weights, load_checkpoint
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.kinds import ArtifactKind, Feeds, Probe
@@ -43,7 +43,7 @@ def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: in
         from ropeexport.block.export import build_block_graph
 
         model = build_block_graph(spec, piece.rotary, piece.bias, weights, window)
-        props = {p.key: p.value for p in model.metadata_props} | {"ropeexport.weights": source}
+        props = {p.key: p.value for p in model.metadata_props} | {"ropeexport.learned": source}
         del model.metadata_props[:]
         helper.set_model_props(model, dict(sorted(props.items())))
         return model

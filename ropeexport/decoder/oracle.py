@@ -16,7 +16,7 @@ import numpy as np
 
 from ropeexport.block.oracle import Bias64, Rotate64, block_float64
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, geometry, layer_weights, lm_head
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, lm_head
 from ropeexport.numerics import round_once
 
 
@@ -78,7 +78,7 @@ def decoder_float64(
 
     ``weights64``: ``stored_float64`` of the decoder's weights. ``rotate`` / ``bias``: the family's float64 position
     function (``kinds.PositionPiece``). ``past``: per layer the (key, value) [b, KV, p, d] some earlier calls cached
-    (keys already rotated), given rather than recomputed (``foreign.prove`` places a call after p arbitrary entries
+    (keys already rotated), given rather than recomputed (``audit.prove`` places a call after p arbitrary entries
     this way); attention_mask is then [b, p + s].
     """
     position = spec.position_spec()

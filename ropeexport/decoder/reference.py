@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import to_transformers
+from ropeexport.decoder.checkpoint import to_transformers
 from ropeexport.errors import RuntimeUnavailable
 
 

@@ -187,9 +187,9 @@ def check_model(folder: Path, files: dict[str, str], spec: DecoderSpec, weights:
             raise SpecError(
                 f"decoder.json spec.{key}", f"is {stored.get(key)!r} but the model was built with {embedded.get(key)!r}"
             )
-    if meta.get("ropeexport.weights") != weights:
+    if meta.get("ropeexport.learned") != weights:
         raise SpecError(
-            "decoder.json weights", f"is {weights!r} but the model was built from {meta.get('ropeexport.weights')!r}"
+            "decoder.json weights", f"is {weights!r} but the model was built from {meta.get('ropeexport.learned')!r}"
         )
 
 
@@ -219,7 +219,7 @@ def verify_decoder_folder(
     the stored report's summary of that scenario (None when it has none), added.
     """
     from ropeexport.decoder.build import _verify
-    from ropeexport.decoder.weights import load_checkpoint, seeded_weights
+    from ropeexport.decoder.checkpoint import load_checkpoint, seeded_weights
 
     folder = Path(folder)
     if runtimes and any(r != "ort" for r in runtimes):

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.export import cache_names
-from ropeexport.decoder.probes import regime
+from ropeexport.decoder.scenarios import regime
 from ropeexport.decoder.reverify import check_decoder_folder, is_decoder_folder
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
-from ropeexport.decoder.weights import geometry
+from ropeexport.decoder.checkpoint import geometry
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.runtimes.iobinding import PROVIDERS, load_onnxruntime, session_options

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.decoder.generate import Call, Infer, generate
+from ropeexport.decoder.greedy import Call, Infer, run_scenario
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
-from ropeexport.decoder.probes import Scenario, scenarios
+from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
 
 # Max abs logit error over the call's logit scale. fp32: the target of the decoder work (1e-4). fp16: twenty of its
@@ -110,7 +110,7 @@ def verify_scenario(
     eager: Any | None,
 ) -> dict[str, Any]:
     """Run one scenario and judge every call."""
-    calls = generate(infer, spec, scenario)
+    calls = run_scenario(infer, spec, scenario)
     if eager is not None:
         eager.fresh()
     records = []

@@ -21,7 +21,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.foreign.diagnose import frequencies
+from ropeexport.audit.diagnose import frequencies
 
 P, ORIGINAL, HEADS, KV, D = 4096, 1024, 4, 2, 16
 BASE = {"model_type": "llama", "vocab_size": 64, "hidden_size": HEADS * D, "num_attention_heads": HEADS,

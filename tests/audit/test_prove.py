@@ -1,4 +1,4 @@
-"""The whole-decoder proof (``foreign.prove``, ``graft --checkpoint``) on decoders built from tiny random checkpoints.
+"""The whole-decoder proof (``audit.prove``, ``graft --checkpoint``) on decoders built from tiny random checkpoints.
 
 The foreign models here are ropeexport's own decoders exported with a planted schedule fault (LongRoPE built as the
 default schedule: one table, no switch, no attention factor), in both graph forms, which the audit reads as
@@ -19,8 +19,8 @@ import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.export import build_decoder_graph
-from ropeexport.decoder.weights import load_checkpoint
-from ropeexport.foreign.prove import DecoderProof, _Feeder
+from ropeexport.decoder.checkpoint import load_checkpoint
+from ropeexport.audit.prove import DecoderProof, _Feeder
 from ropeexport.graph.onnx_io import save_model
 from tests.decoder.tiny import checkpoint
 

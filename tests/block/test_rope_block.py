@@ -96,7 +96,7 @@ def test_present_key_is_the_cache_then_the_rotated_new_keys(graph: str) -> None:
     past = feeds["past_key"].shape[2]
     np.testing.assert_array_equal(present_key[:, :, :past], feeds["past_key"])  # the cache is kept bit for bit
     np.testing.assert_array_equal(present_value[:, :, :past], feeds["past_value"])
-    from ropeexport.block.weights import block_weights
+    from ropeexport.block.projections import block_weights
 
     w = block_weights(spec)
     b, s, _ = feeds["hidden"].shape

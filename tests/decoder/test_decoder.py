@@ -92,7 +92,7 @@ def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], t
 
 def test_sharded_checkpoint_loads_like_a_single_file(tmp_path: Path) -> None:
     from ropeexport.decoder.build import DecoderRequest, resolve
-    from ropeexport.decoder.weights import load_checkpoint
+    from ropeexport.decoder.checkpoint import load_checkpoint
 
     single = checkpoint(tmp_path / "single", "phi3-longrope")
     sharded = checkpoint(tmp_path / "sharded", "phi3-longrope", max_shard_size="20KB")
@@ -108,7 +108,7 @@ def test_weights_round_trip_to_transformers_names(name: str, tmp_path: Path) -> 
     from safetensors.numpy import load_file
 
     from ropeexport.decoder.build import DecoderRequest, resolve
-    from ropeexport.decoder.weights import load_checkpoint, to_transformers
+    from ropeexport.decoder.checkpoint import load_checkpoint, to_transformers
 
     ckpt = checkpoint(tmp_path, name)
     spec, _ = resolve(DecoderRequest(checkpoint=ckpt))

@@ -24,7 +24,7 @@ import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.reverify import DecoderVerifyResult, rebuild_spec
-from ropeexport.decoder.weights import seeded_weights
+from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.graph.onnx_io import save_model, sha256
 from tests.report.sample_report import minimal_report
 

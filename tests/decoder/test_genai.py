@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import ropeexport as rx
-from ropeexport.decoder.generate import generate
-from ropeexport.decoder.probes import Scenario
+from ropeexport.decoder.greedy import run_scenario
+from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.runtimes.ort import OrtRunner
 from tests.decoder.tiny import checkpoint
@@ -33,7 +33,7 @@ def _ours(folder: Path, policy: str) -> tuple[list[int], list[int]]:
     """(prompt, greedy tokens) of ropeexport's own loop on the built model."""
     spec = DecoderSpec(**json.loads((folder / "decoder.json").read_text())["spec"])
     runner = OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"])
-    calls = generate(runner.infer, spec, Scenario("genai", (PROMPT,), STEPS, policy=policy))
+    calls = run_scenario(runner.infer, spec, Scenario("genai", (PROMPT,), STEPS, policy=policy))
     return calls[0].input_ids[0, :PROMPT].tolist(), [int(c.logits[0, -1].argmax()) for c in calls]
 
 

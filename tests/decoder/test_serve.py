@@ -2,7 +2,7 @@
 
 The served tokens must be the float64 truth's: each next token the argmax of a float64 no-cache recompute of the
 whole sequence at its exact positions (RoPE at L = that call's length, so across a LongRoPE or dynamic-NTK switch the
-truth re-rotates every key), and the verified loop's (``decoder.generate``, the one the build judged call by call).
+truth re-rotates every key), and the verified loop's (``decoder.greedy``, the one the build judged call by call).
 Bad input is one line, exit 2.
 """
 
@@ -19,11 +19,11 @@ import pytest
 import ropeexport as rx
 from ropeexport.catalog import kind_for
 from ropeexport.cli import main
-from ropeexport.decoder.generate import generate as verified_loop
+from ropeexport.decoder.greedy import run_scenario as verified_loop
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
-from ropeexport.decoder.probes import Scenario, threshold
+from ropeexport.decoder.scenarios import Scenario, threshold
 from ropeexport.decoder.serve import DecoderSession
-from ropeexport.decoder.weights import load_checkpoint
+from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.errors import SpecError
 from ropeexport.runtimes.ort import OrtRunner
 from tests.decoder.tiny import checkpoint

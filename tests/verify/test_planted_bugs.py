@@ -1,6 +1,6 @@
 """The planted-bug suite: every wrong artifact fails verification by its expected checks; correct builds pass.
 
-The table lives in ``ropeexport/selftest/``, one module per family (``tools/planted_bugs.py`` prints it as the README's
+The table lives in ``ropeexport/planted/``, one module per family (``tools/planted_bugs.py`` prints it as the README's
 detection table). Known gaps in verification are strict xfails with the reason: when verification is fixed they XPASS,
 and the mark must go.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ropeexport.catalog import encodings
-from ropeexport.selftest import BUGS, FAMILY_BUGS, PlantedBug, correct_specs, detect, export, verify_correct
+from ropeexport.planted import BUGS, FAMILY_BUGS, PlantedBug, correct_specs, detect, export, verify_correct
 
 # Bugs that verification does not yet catch as it should: {bug name: why}. Empty: every planted bug is caught.
 KNOWN_GAPS: dict[str, str] = {}

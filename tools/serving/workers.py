@@ -99,7 +99,7 @@ def truth(job: dict[str, Any]) -> dict[str, Any]:
     from ropeexport.catalog import kind_for
     from ropeexport.decoder.oracle import decoder_float64, stored_float64
     from ropeexport.decoder.reverify import check_decoder_folder
-    from ropeexport.decoder.weights import load_checkpoint
+    from ropeexport.decoder.checkpoint import load_checkpoint
 
     _, _, spec = check_decoder_folder(Path(job["ours"]))
     position = spec.position_spec()

@@ -29,7 +29,7 @@ from ropeexport.dtypes import DTYPES
 from ropeexport.families.shaw.spec import ShawSpec, shaw_tensors
 from ropeexport.numerics import round_once
 from ropeexport.tensors import to_torch
-from ropeexport.weights import load_weights, rounded
+from ropeexport.learned import load_weights, rounded
 
 
 def shaw_weights(spec: ShawSpec) -> dict[str, np.ndarray]:

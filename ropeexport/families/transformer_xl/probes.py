@@ -4,7 +4,7 @@ The oracle is written here from the paper's four terms (Dai et al. 2019, section
 float64: A = q_i . k_j, B = q_i . W_R R_(i-j), C = u . k_j, D = v . W_R R_(i-j); scores = (A + B + C + D) /
 sqrt(head_dim), -inf for j after i when causal. R_d is built channel by channel from the formula (channel c < d_model
 / 2: sin(d / 10000^(2c / d_model)); channel d_model/2 + c: cos of the same angle), not with the reference module's
-code. u, v and W_R are the spec's weights rounded once to the dtype (model data, as ``ropeexport.weights`` says).
+code. u, v and W_R are the spec's weights rounded once to the dtype (model data, as ``ropeexport.learned`` says).
 
 Probes: those of the additive-bias methods (``families.bias.probes.bias_probes``: self-attention at the start and end,
 rows with offsets, and one query at max_positions - 1 against keys at a strided set of distances plus 0..64 and

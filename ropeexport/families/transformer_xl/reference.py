@@ -47,7 +47,7 @@ from ropeexport.errors import RuntimeInputError
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec, learned_weights
 from ropeexport.numerics import round_once
 from ropeexport.tensors import check_positions, to_torch
-from ropeexport.weights import rounded
+from ropeexport.learned import rounded
 
 BASE = 10000.0  # the original's constant in inv_freq
 

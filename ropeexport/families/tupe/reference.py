@@ -42,7 +42,7 @@ from ropeexport.families.t5.buckets import direction_buckets, relative_buckets
 from ropeexport.families.tupe.spec import TupeSpec, tupe_tensors
 from ropeexport.numerics import round_once
 from ropeexport.tensors import to_torch
-from ropeexport.weights import load_weights, rounded
+from ropeexport.learned import load_weights, rounded
 
 
 def tupe_weights(spec: TupeSpec) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
 from ropeexport.families.t5.buckets import max_exact
 from ropeexport.specs import MAX_TABLE_ENTRIES, MAX_TABLE_POSITIONS, require_bool, require_int
-from ropeexport.weights import Tensor, load_weights, require_weights_path
+from ropeexport.learned import Tensor, load_weights, require_weights_path
 
 MAX_BUCKETS = 4096
 

@@ -10,7 +10,7 @@ A check is named ``REFERENCE:OUTPUT`` for a comparison (``float64:query_out``), 
 ``property:NAME`` for a measured property. ``PlantedBug.expected`` lists the comparisons, tables and guards that must
 fail, exactly; properties are reported but not required (they are a second line of defence).
 
-This module holds no bug: the bugs themselves live in one module per family (``selftest/rope.py``, ...), and the
+This module holds no bug: the bugs themselves live in one module per family (``planted/rope.py``, ...), and the
 package collects their lists.
 """
 

@@ -31,7 +31,7 @@ MATCH = 1e-4  # relative agreement of two inverse-frequency vectors that names a
 
 
 @dataclass
-class Probe:
+class LengthCheck:
     """One call length's comparison of a site (module doc)."""
 
     length: int
@@ -130,7 +130,7 @@ def _candidates(spec: RopeSpec, length: int) -> list[tuple[dict[str, str], np.nd
     return out
 
 
-def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype: str) -> Probe:
+def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype: str) -> LengthCheck:
     """The observed rows of one call of L tokens against the exact tables (module doc)."""
     rows = min(len(cos), length)
     exact_cos, exact_sin = exact_tables(spec, length)
@@ -145,7 +145,7 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
                 f"have no cos/sin (frozen at length {len(cos)}?)")  # fmt: skip
         findings.append(_finding("table-rows", text))
     observed_factor = float(math.hypot(cos[0, 0], sin[0, 0])) if rows else None
-    probe = Probe(length, rows, max_abs, position, max_abs <= tol and rows == length, findings, observed_factor, tol,
+    probe = LengthCheck(length, rows, max_abs, position, max_abs <= tol and rows == length, findings, observed_factor, tol,
                   _curve(diff))  # fmt: skip
     if probe.exact or rows < 2:
         return probe

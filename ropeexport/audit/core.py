@@ -1,8 +1,8 @@
 """``audit``: every rotary site of a foreign ONNX model checked at every position against the config's schedule.
 
 Steps, one way: read the model (onnx-ir; external data must lie inside the model's folder), the config (the same
-import as ``build --hf-config``), find the sites (``foreign.sites``), evaluate each at the schedule's call lengths
-(``foreign.observe``), compare and name (``foreign.diagnose``). The result: per site its kind, the nodes that read it,
+import as ``build --hf-config``), find the sites (``audit.sites``), evaluate each at the schedule's call lengths
+(``audit.observe``), compare and name (``audit.diagnose``). The result: per site its kind, the nodes that read it,
 per call length the rows compared, the worst error against float64 and its position, the attention factor read
 from the values, the findings; verdict ``exact`` (every site exact to its dtype) or ``findings``.
 """
@@ -22,9 +22,9 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.errors import SpecError
-from ropeexport.foreign.diagnose import compare, probe_lengths
-from ropeexport.foreign.observe import Evaluator
-from ropeexport.foreign.sites import find_sites
+from ropeexport.audit.diagnose import compare, probe_lengths
+from ropeexport.audit.observe import Evaluator
+from ropeexport.audit.sites import find_sites
 from ropeexport.version import __version__
 
 
@@ -167,8 +167,8 @@ def _describe(spec: dict[str, Any]) -> str:
 
 
 def _audit_alibi(path: Path, graph: ir.Model, spec: Any, hf_config: Path, threads: int) -> AuditResult:
-    """``audit`` of an ALiBi config: the bias sites (``foreign.alibi``) against the config's slopes."""
-    from ropeexport.foreign.alibi import bias_rows, compare_bias, find_bias_sites, is_mask, probe_lengths
+    """``audit`` of an ALiBi config: the bias sites (``audit.alibi``) against the config's slopes."""
+    from ropeexport.audit.alibi import bias_rows, compare_bias, find_bias_sites, is_mask, probe_lengths
 
     evaluator = Evaluator(path, threads)
     result = AuditResult(str(path), str(hf_config), spec.to_dict())

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.block.weights import rounded_float64
+from ropeexport.block.projections import rounded_float64
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.errors import SpecError
+from ropeexport.errors import CheckpointError, SpecError
 
 SEED = 0
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
@@ -32,13 +32,6 @@ BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bi
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # Buffers some checkpoints carry (rotary caches, causal-mask constants): not weights, read by nothing.
 IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\.(masked_)?bias)$")
-
-
-class CheckpointError(SpecError):
-    """A checkpoint folder that does not hold the weights its config implies (field ``checkpoint``)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("checkpoint", message)
 
 
 def geometry(spec: DecoderSpec) -> tuple[int, int, int]:

@@ -1,7 +1,7 @@
 """A foreign decoder's logits against the float64 recompute of the whole model, at far positions and across switches.
 
 The audit checks a model's tables; this checks what its users get. The checkpoint the model was exported from is
-read by ``decoder.weights.load_checkpoint`` (checked against the config) and recomputed by
+read by ``decoder.checkpoint.load_checkpoint`` (checked against the config) and recomputed by
 ``decoder.oracle.decoder_float64``: every operation in float64, exact positions, the RoPE regime of
 L = max(position_ids) + 1. The ONNX model runs in ORT on the same call. A call is n tokens after p cached entries,
 so that its tokens sit at positions p .. p + n - 1:
@@ -33,7 +33,7 @@ DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
 
 def far_calls(position: Any) -> list[tuple[str, int]]:
     """(name, p) of each call (module doc): n = TOKENS tokens after p cached entries."""
-    from ropeexport.decoder.probes import threshold
+    from ropeexport.decoder.scenarios import threshold
 
     top = position.max_positions
     calls = [("start", 0)]
@@ -111,7 +111,7 @@ class DecoderProof:
         from ropeexport.catalog import kind_for
         from ropeexport.decoder.build import DecoderRequest, resolve
         from ropeexport.decoder.oracle import stored_float64
-        from ropeexport.decoder.weights import load_checkpoint
+        from ropeexport.decoder.checkpoint import load_checkpoint
 
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
@@ -134,9 +134,9 @@ class DecoderProof:
         import onnxruntime as ort
 
         from ropeexport.decoder.oracle import decoder_float64
-        from ropeexport.decoder.probes import regime
+        from ropeexport.decoder.scenarios import regime
         from ropeexport.decoder.verify import TOLERANCE
-        from ropeexport.decoder.weights import geometry
+        from ropeexport.decoder.checkpoint import geometry
 
         spec, position = self.spec, self.spec.position_spec()
         tolerance = TOLERANCE[spec.dtype]

@@ -17,7 +17,7 @@ from ropeexport.families.rope.reference import table_regimes
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.numerics import round_once
-from ropeexport.selftest.core import (
+from ropeexport.planted.core import (
     PlantedBug,
     checks,
     export,

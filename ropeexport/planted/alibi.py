@@ -15,7 +15,7 @@ import onnx
 
 from ropeexport.families.alibi.reference import alibi_slopes
 from ropeexport.families.alibi.spec import AlibiSpec
-from ropeexport.selftest.core import PlantedBug, checks, export, nodes_of, producer, set_initializer
+from ropeexport.planted.core import PlantedBug, checks, export, nodes_of, producer, set_initializer
 
 
 def alibi(**fields: Any) -> AlibiSpec:

@@ -10,7 +10,7 @@ providers. A site computed in the graph (cos/sin of positions x frequencies, as 
 replaced by the rope family's own rows (``cos_sin_rows`` of its decomposed form: exact tables gathered by
 position_ids, a LongRoPE switch on the call length), widened and shaped like the values it replaces; the old
 computation is pruned. Dynamic NTK computed in the graph is refused (its values depend on the call length). An ALiBi
-site's stored slopes are replaced by the config's (``foreign.alibi.graft_slopes``).
+site's stored slopes are replaced by the config's (``audit.alibi.graft_slopes``).
 
 When the audit says the model's constants imply another schedule than the config's (scaling ignored, another
 factor, a switch never taken, ...), which one is right cannot be told from the model: the graft refuses unless
@@ -20,7 +20,7 @@ Proof, written into the result: the grafted model audited again (every site exac
 models run on the same short call (8 tokens at positions 0 .. 7, an empty cache), every output compared: equal to
 the dtype's noise where the tables agree there. Given the checkpoint the model was exported from, both models' logits
 are also judged against the float64 recompute of the whole decoder at the first and last positions and on both sides
-of original_max_position_embeddings (``foreign.prove``); the grafted model must pass every call.
+of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.errors import SpecError
-from ropeexport.foreign.core import AuditResult, _load, _position_spec, audit
-from ropeexport.foreign.diagnose import estimate_frequencies, frequencies
-from ropeexport.foreign.observe import Evaluator, _feed, session_feeds
-from ropeexport.foreign.prove import DecoderProof
-from ropeexport.foreign.sites import Site
+from ropeexport.audit.core import AuditResult, _load, _position_spec, audit
+from ropeexport.audit.diagnose import estimate_frequencies, frequencies
+from ropeexport.audit.observe import Evaluator, _feed, session_feeds
+from ropeexport.audit.prove import DecoderProof
+from ropeexport.audit.sites import Site
 from ropeexport.numerics import round_once
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
@@ -58,7 +58,7 @@ class GraftResult:
     after: AuditResult | None = None
     short_call: dict[str, Any] = field(default_factory=dict)
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
-    decoder: dict[str, Any] | None = None  # foreign.prove's record of both models, with a checkpoint
+    decoder: dict[str, Any] | None = None  # audit.prove's record of both models, with a checkpoint
 
     @property
     def proven(self) -> bool:
@@ -267,7 +267,7 @@ def graft(
         if site["exact"] or any(f["name"] == "unidentified-site" for f in site["findings"]):
             continue  # nothing to repair (an exact table stays as it is), or nothing known to repair it with
         if site["kind"] == "ALiBi bias":
-            from ropeexport.foreign.alibi import graft_slopes
+            from ropeexport.audit.alibi import graft_slopes
 
             replaced.append(graft_slopes(graph.graph, site, spec))
             continue

@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from ropeexport.errors import SpecError
-from ropeexport.foreign.sites import Site
+from ropeexport.audit.sites import Site
 
 
 def _feed(value: ir.Value, length: int) -> np.ndarray:

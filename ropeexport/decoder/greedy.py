@@ -1,8 +1,8 @@
 """Greedy generation through an exported decoder: prefill (whole or chunked), then single-token steps, present -> past.
 
-``generate`` runs one ``probes.Scenario`` and returns every call it made (``Call``): the sequence so far, which
+``run_scenario`` runs one ``scenarios.Scenario`` and returns every call it made (``Call``): the sequence so far, which
 slots the call computed, the logits it returned and the regime it ran in. The cache policy at a regime switch is
-the scenario's (``probes`` module doc). Prompt tokens are seeded draws; each next token is the argmax of the last
+the scenario's (``scenarios`` module doc). Prompt tokens are seeded draws; each next token is the argmax of the last
 real position of its row.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ropeexport.decoder.export import cache_names
-from ropeexport.decoder.probes import Scenario, regime
+from ropeexport.decoder.scenarios import Scenario, regime
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import geometry
+from ropeexport.decoder.checkpoint import geometry
 from ropeexport.dtypes import DTYPES
 
 Infer = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -56,7 +56,7 @@ def _prompt(spec: DecoderSpec, scenario: Scenario, rng: np.random.Generator) -> 
     return ids, mask, positions.astype(np.int64)
 
 
-def generate(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int = 0) -> list[Call]:
+def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int = 0) -> list[Call]:
     """Run the scenario through ``infer`` (a runner's feeds -> outputs); every call, in order."""
     position = spec.position_spec()
     _, KV, d = geometry(spec)

@@ -3,7 +3,7 @@
 Found: walking up from each Softmax through the Adds (and the casts, reshapes and Wheres) that make its input, an
 operand computed from the attention mask or position_ids and constants only (never from input_ids or an activation)
 is a candidate bias. One bias read by every layer is one candidate. Evaluated as the rotary sites are
-(``foreign.observe``): one call of L tokens, mask all ones, positions 0 .. L - 1. A candidate whose values are only
+(``audit.observe``): one call of L tokens, mask all ones, positions 0 .. L - 1. A candidate whose values are only
 0 and large negatives is a mask, not a position encoding, and is dropped; one whose rows rise linearly with the key
 position, one slope per head, is an ALiBi site; anything else is reported as an unidentified bias site.
 
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.foreign.diagnose import Probe, _curve, _finding
-from ropeexport.foreign.sites import Site, _ancestors
+from ropeexport.audit.diagnose import LengthCheck, _curve, _finding
+from ropeexport.audit.sites import Site, _ancestors
 
 PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
 POSITIONAL = ("attention_mask", "position_ids")
@@ -82,7 +82,7 @@ def slopes_of(spec: Any) -> np.ndarray:
     return spec_slopes(spec)
 
 
-def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Probe:
+def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> LengthCheck:
     """The last query's bias [heads, L] of one call against the config's slopes (module doc)."""
     exact = slopes_of(spec)
     keys = np.arange(length, dtype=np.float64)
@@ -96,7 +96,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Probe:
     tol = 2.0 * float(np.spacing(stored(largest))) * (65536.0 if dtype == "bfloat16" else 1.0)
     position = int(np.argmax(diff))
     max_abs = float(diff[position])
-    probe = Probe(length, length, max_abs, length - 1 - position, max_abs <= tol, [], None, tol,
+    probe = LengthCheck(length, length, max_abs, length - 1 - position, max_abs <= tol, [], None, tol,
                   _curve(diff[::-1]))  # fmt: skip
     if probe.exact or length < 2:
         return probe

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ropeexport.selftest import alibi, rope
-from ropeexport.selftest.core import Detection, PlantedBug, claimed_specs, detect, export, verify_correct
+from ropeexport.planted import alibi, rope
+from ropeexport.planted.core import Detection, PlantedBug, claimed_specs, detect, export, verify_correct
 
 __all__ = ["BUGS", "FAMILY_BUGS", "Detection", "PlantedBug", "correct_specs", "detect", "export", "verify_correct"]
 
