@@ -372,6 +372,6 @@ def build_block_graph(
         ],
         g.initializers,
     )
-    metadata = artifact_metadata(spec, ["position_ids"]) | {"ropeexport.learned": "seeded (numpy default_rng(0))"}
+    metadata = artifact_metadata(spec, ["position_ids"]) | {"ropeexport.weights": "seeded (numpy default_rng(0))"}
     domains = {MICROSOFT: 1} if spec.graph == "gqa" else None
     return make_model(graph, OPSETS[spec.graph], metadata, domains)

@@ -195,7 +195,7 @@ def build_decoder_graph(spec: DecoderSpec, weights: Mapping[str, np.ndarray], so
         "ropeexport.spec": spec.digest_text(),
         "ropeexport.max_positions": str(position.max_positions),
         "ropeexport.position_inputs": "position_ids",
-        "ropeexport.learned": source,
+        "ropeexport.weights": source,
         "ropeexport.version": __version__,
     }
     return make_model(graph, opset, metadata, {MICROSOFT: 1} if spec.graph == "gqa" else None)

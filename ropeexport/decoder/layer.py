@@ -43,7 +43,7 @@ def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: in
         from ropeexport.block.export import build_block_graph
 
         model = build_block_graph(spec, piece.rotary, piece.bias, weights, window)
-        props = {p.key: p.value for p in model.metadata_props} | {"ropeexport.learned": source}
+        props = {p.key: p.value for p in model.metadata_props} | {"ropeexport.weights": source}
         del model.metadata_props[:]
         helper.set_model_props(model, dict(sorted(props.items())))
         return model

@@ -187,9 +187,9 @@ def check_model(folder: Path, files: dict[str, str], spec: DecoderSpec, weights:
             raise SpecError(
                 f"decoder.json spec.{key}", f"is {stored.get(key)!r} but the model was built with {embedded.get(key)!r}"
             )
-    if meta.get("ropeexport.learned") != weights:
+    if meta.get("ropeexport.weights") != weights:
         raise SpecError(
-            "decoder.json weights", f"is {weights!r} but the model was built from {meta.get('ropeexport.learned')!r}"
+            "decoder.json weights", f"is {weights!r} but the model was built from {meta.get('ropeexport.weights')!r}"
         )
 
 

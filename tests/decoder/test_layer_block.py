@@ -32,7 +32,7 @@ def test_checkpoint_layer_block_builds_and_verifies_again(name: str, graph: str,
     props = {
         p.key: p.value for p in onnx.load(str(result.path / "model.onnx"), load_external_data=False).metadata_props
     }
-    assert props["ropeexport.learned"].endswith("layer 1") and str(ckpt.resolve()) in props["ropeexport.learned"]
+    assert props["ropeexport.weights"].endswith("layer 1") and str(ckpt.resolve()) in props["ropeexport.weights"]
     assert rx.verify(result.path)[0].passed
 
 

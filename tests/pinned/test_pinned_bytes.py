@@ -1,0 +1,110 @@
+"""The bytes of every model ropeexport writes, pinned: a refactor must not change one of them.
+
+``hashes.json`` holds the sha256 of model.onnx (and model.onnx.data where there is one) as the code wrote them before
+the one-artifact-system redesign: the embedded default build's nine artifacts, every encoding x artifact x dtype x
+graph form on small specs, the feature specs, and decoders of every tiny architecture (seeded weights, fp32 and
+fp16, each graph form; and from a tiny random checkpoint, fp32, each graph form). Each is exported again here and
+written as the build writes it (``save_model``). A checkpoint decoder embeds the checkpoint's folder in its
+``ropeexport.weights`` metadata; that one value is set to ``PINNED`` before hashing (the folder differs per run),
+every other byte counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import ropeexport as rx
+from ropeexport.catalog import encodings, kinds, spec_from_dict
+from ropeexport.defaults import FEATURE_SPECS
+from ropeexport.graph.onnx_io import save_model
+
+PINNED = json.loads((Path(__file__).parent / "hashes.json").read_text())
+SMALL = {"max_positions": 96, "num_heads": 3, "head_dim": 8, "d_model": 16, "clip": 5, "num_buckets": 8,
+         "max_distance": 32}  # fmt: skip
+FORMS = ("fused", "decomposed", "tensorrt", "gqa")
+
+
+def _written(model: object, folder: Path) -> str:
+    """sha256 over the files ``save_model`` writes for ``model`` (model.onnx, then its data file if any)."""
+    digest = hashlib.sha256()
+    for name in save_model(model, folder):  # type: ignore[arg-type]
+        digest.update((folder / name).read_bytes())
+    return digest.hexdigest()
+
+
+def _small(encoding: str, **fields: object) -> object:
+    cls = encodings()[encoding]
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in SMALL.items() if k in names}, **fields)
+
+
+def test_the_default_build_writes_the_pinned_models(tmp_path: Path) -> None:
+    from ropeexport.defaults import DEFAULT_PRESETS
+
+    got = {s.name: _written(rx.export(s), tmp_path / s.name) for p in DEFAULT_PRESETS for s in rx.from_preset(p)}
+    assert got == PINNED["default"]
+
+
+def test_every_kind_writes_its_pinned_model(tmp_path: Path) -> None:
+    got = {}
+    for encoding, artifact in sorted(kinds()):
+        forms = ["fused", "decomposed"] + (["tensorrt", "static-cache", "gqa"] if artifact == "block" else [])
+        forms += ["plugin"] if artifact == "rope" else []
+        for dtype in ("fp32", "fp16"):
+            for graph in forms:
+                spec = _small(encoding, artifact=artifact, dtype=dtype, graph=graph)
+                got[f"{encoding}/{artifact}/{dtype}/{graph}"] = _written(rx.export(spec), tmp_path / spec.name)
+    assert got == PINNED["kinds"]
+
+
+def test_the_feature_specs_write_their_pinned_models(tmp_path: Path) -> None:
+    got = {}
+    for fields in FEATURE_SPECS:
+        base = spec_from_dict(dict(fields))
+        for graph in ("fused", "decomposed"):
+            try:
+                spec = base.replace(graph=graph, name=f"{base.name}-{graph}")
+            except rx.errors.SpecError:  # a form the encoding does not have
+                continue
+            got[spec.name] = _written(rx.export(spec), tmp_path / spec.name)
+    assert got == PINNED["features"]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """{name: (its config.json, a random checkpoint)} for every tiny architecture of tests/decoder/tiny.py."""
+    from tests.decoder.tiny import CONFIGS, checkpoint, hf_config
+
+    root = tmp_path_factory.mktemp("pinned")
+    out = {}
+    for name in CONFIGS:
+        hf_config(name).save_pretrained(root / "cfg" / name)
+        out[name] = (root / "cfg" / name / "config.json", checkpoint(root / "ckpt" / name, name))
+    return out
+
+
+def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
+    from ropeexport.decoder.export import build_decoder_graph
+
+    got = {}
+    for name, (config, ckpt) in tiny_checkpoints.items():
+        for dtype in ("fp32", "fp16"):
+            for graph in FORMS:
+                spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph))
+                model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
+                got[f"seeded/{name}/{dtype}/{graph}"] = _written(model, tmp_path / "seeded" / name / dtype / graph)
+        for graph in FORMS:
+            spec, _ = resolve(DecoderRequest(checkpoint=ckpt, dtype="fp32", graph=graph))
+            model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
+            for prop in model.metadata_props:
+                if prop.key == "ropeexport.weights":
+                    prop.value = "PINNED"
+            got[f"checkpoint/{name}/fp32/{graph}"] = hashlib.sha256(model.SerializeToString()).hexdigest()
+    assert got == PINNED["decoders"]
