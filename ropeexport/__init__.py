@@ -4,13 +4,15 @@ The Python API (``import ropeexport as rx``; see ``ropeexport.api`` and README "
 ``rx.spec``, ``rx.from_preset``, ``rx.from_hf_config``, ``rx.load_specs`` -> specs; ``rx.export(spec)`` -> an
 ``onnx.ModelProto``; ``rx.build``, ``rx.build_all``, ``rx.verify``, ``rx.diff``, ``rx.check_trt``;
 ``rx.build_decoder`` builds a whole decoder from a transformers config and verifies it by generation;
-``rx.generate`` / ``rx.open_decoder`` serve one (greedy generation in ONNX Runtime).
+``rx.generate`` / ``rx.open_decoder`` serve one (greedy generation in ONNX Runtime); ``rx.audit`` / ``rx.graft``
+check and repair models other tools exported. The spec and result types are exported too (``rx.SpecBase``,
+``rx.DecoderSpec``, ``rx.BuildResult``, ...); every result of a check follows ``rx.Result``.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropeexport.version import __version__
 
@@ -19,32 +21,78 @@ from ropeexport.version import __version__
 # setdefault: a user who wants ORT's telemetry sets ORT_DISABLE_TELEMETRY=0 themselves.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
-__all__ = [
-    "__version__",
-    "audit",
-    "build",
-    "build_all",
-    "build_decoder",
-    "build_layer_block",
-    "check_trt",
-    "diff",
-    "export",
-    "from_hf_config",
-    "from_preset",
-    "generate",
-    "graft",
-    "load_specs",
-    "open_decoder",
-    "resolve_decoder",
-    "spec",
-    "verify",
-]
+# Every public name, with the module that defines it: loaded on first use (module doc).
+_HOMES = {
+    "audit": "ropeexport.api",
+    "build": "ropeexport.api",
+    "build_all": "ropeexport.api",
+    "build_decoder": "ropeexport.api",
+    "build_layer_block": "ropeexport.api",
+    "check_trt": "ropeexport.api",
+    "diff": "ropeexport.api",
+    "export": "ropeexport.api",
+    "from_hf_config": "ropeexport.api",
+    "from_preset": "ropeexport.api",
+    "generate": "ropeexport.api",
+    "graft": "ropeexport.api",
+    "load_specs": "ropeexport.api",
+    "open_decoder": "ropeexport.api",
+    "resolve_decoder": "ropeexport.api",
+    "spec": "ropeexport.api",
+    "verify": "ropeexport.api",
+    # specs
+    "SpecBase": "ropeexport.specs",
+    "DecoderSpec": "ropeexport.decoder.spec",
+    # results (``Result`` is the protocol they share)
+    "Result": "ropeexport.results",
+    "BuildResult": "ropeexport.pipeline",
+    "VerifyResult": "ropeexport.pipeline",
+    "DecoderVerifyResult": "ropeexport.decoder.kind",
+    "ReportDiff": "ropeexport.report.diff_result",
+    "CompatResult": "ropeexport.trt.compat",
+    "AuditResult": "ropeexport.audit.core",
+    "GraftResult": "ropeexport.audit.graft",
+    "Generation": "ropeexport.decoder.serve",
+    "DecoderSession": "ropeexport.decoder.serve",
+}
+__all__ = ["__version__", *_HOMES]
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on first use (__getattr__)
+    from ropeexport.api import (
+        audit,
+        build,
+        build_all,
+        build_decoder,
+        build_layer_block,
+        check_trt,
+        diff,
+        export,
+        from_hf_config,
+        from_preset,
+        generate,
+        graft,
+        load_specs,
+        open_decoder,
+        resolve_decoder,
+        spec,
+        verify,
+    )
+    from ropeexport.audit.core import AuditResult
+    from ropeexport.audit.graft import GraftResult
+    from ropeexport.decoder.kind import DecoderVerifyResult
+    from ropeexport.decoder.serve import DecoderSession, Generation
+    from ropeexport.decoder.spec import DecoderSpec
+    from ropeexport.pipeline import BuildResult, VerifyResult
+    from ropeexport.report.diff_result import ReportDiff
+    from ropeexport.results import Result
+    from ropeexport.specs import SpecBase
+    from ropeexport.trt.compat import CompatResult
 
 
 def __getattr__(name: str) -> Any:
-    # The API loads torch and onnx: only when a function is first used, so `ropeexport --version` stays instant.
-    if name in __all__:
-        from ropeexport import api
+    # The API loads torch and onnx: only when a name is first used, so `ropeexport --version` stays instant.
+    if name in _HOMES:
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'ropeexport' has no attribute {name!r}")

@@ -5,8 +5,11 @@ Specs come from ``spec``, ``from_preset``, ``from_hf_config`` or ``load_specs``;
 and writes the tree's index; ``verify``, ``diff`` and ``check_trt`` read what a build wrote. ``build_decoder``
 builds a whole decoder-only model (a transformers config, a local checkpoint or a preset) and verifies it by greedy
 generation against a float64 recompute; ``generate`` / ``open_decoder`` serve a built decoder (greedy, ONNX Runtime,
-IO binding, a preallocated cache). Errors are
-``ropeexport.errors.SpecError`` naming the field at fault (``str(error)`` is one line: ``"field: what is allowed"``).
+IO binding, a preallocated cache); ``audit`` / ``graft`` check and repair the positional encoding of models other
+tools exported. Every function's result is a typed object (``BuildResult``, ``VerifyResult``, ``ReportDiff``, ...:
+``passed``, ``path``, ``to_dict()``, and true when it passed). Errors are ``ropeexport.errors.InputError`` (bad input,
+``SpecError`` among them) or ``OutputError`` (a disk that cannot be written), each naming the field at fault
+(``str(error)`` is one line: ``"field: what is allowed"``).
 
 Example::
 
@@ -23,26 +26,35 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from ropeexport import artifacts, pipeline
 from ropeexport.batch import Job, OnDone, OnStage, Settings
 from ropeexport.batch import build_all as _build_batch
 from ropeexport.catalog import kind_for, spec_from_dict
-from ropeexport.decoder.reverify import check_decoder_folder, is_decoder_folder, verify_decoder_folder
-from ropeexport.errors import SpecError
-from ropeexport.pipeline import BuildResult, build_artifact, check_target
+from ropeexport.decoder.kind import DecoderKind, DecoderVerifyResult
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.encoding import EncodingKind
+from ropeexport.errors import ArtifactError, InputError, OutputError, SpecError, renamed
+from ropeexport.pipeline import BuildResult, VerifyResult
 from ropeexport.presets import Request
-from ropeexport.report.diff import DEFAULT_MAX_GROWTH, ReportDiff, diff_reports, load_report
+from ropeexport.report.diff import DEFAULT_MAX_GROWTH
+from ropeexport.report.diff_result import ReportDiff
 from ropeexport.requests import from_hf_config as _hf_requests
 from ropeexport.requests import from_presets, from_spec_file, with_overrides
-from ropeexport.reverify import VerifyResult, check_folder, verify_folder
 from ropeexport.runtimes import check_runtime_names
 from ropeexport.specs import SpecBase
-from ropeexport.tree import artifact_folders, check_tree, is_tree, write_index
+from ropeexport.store import MANIFEST, Store, check_files, read_manifest
+from ropeexport.tree import artifact_folders, check_tree, is_tree
 from ropeexport.trt.compat import CompatResult
 from ropeexport.trt.compat import check_trt as _check_trt
+
+if TYPE_CHECKING:  # loaded when first used: onnx-ir, ONNX Runtime sessions and transformers stay out of import time
+    from ropeexport.audit.core import AuditResult
+    from ropeexport.audit.graft import GraftResult
+    from ropeexport.decoder.serve import DecoderSession, Generation
 
 Tolerance = float | Mapping[str, float] | None
 Names = str | Sequence[str] | None
@@ -68,23 +80,23 @@ def _path(value: str | Path, field: str) -> Path:
     return Path(value)
 
 
-def _a_spec(value: Any) -> SpecBase:
+def _a_spec(value: object) -> SpecBase:
     if not isinstance(value, SpecBase):
         raise SpecError("spec", f"must be a spec (rx.spec, rx.from_preset, ...), got {type(value).__name__}")
     return value
 
 
-def spec(encoding: str = "rope", **fields: Any) -> Any:
+def spec(encoding: str = "rope", **fields: object) -> SpecBase:
     """One validated spec of ``encoding`` (rope, alibi, t5, ...; see ``ropeexport list``) from its fields.
 
     ``rx.spec("alibi", num_heads=12, dtype="fp16")``. A field the encoding lacks, or a value out of range, raises
     SpecError naming the field.
     """
-    return spec_from_dict({"encoding": encoding, **fields})
+    return _a_spec(spec_from_dict({"encoding": encoding, **fields}))
 
 
-def _specs(requests: list[Request]) -> list[Any]:
-    return [spec_from_dict(request.fields) for request in requests]
+def _specs(requests: list[Request]) -> list[SpecBase]:
+    return [_a_spec(spec_from_dict(request.fields)) for request in requests]
 
 
 def from_preset(
@@ -92,8 +104,8 @@ def from_preset(
     artifacts: Sequence[str] | None = None,
     dtypes: Sequence[str] | None = None,
     graphs: Sequence[str] | None = None,
-    **fields: Any,
-) -> list[Any]:
+    **fields: object,
+) -> list[SpecBase]:
     """The specs a model preset builds (``ropeexport list --presets``): one per artifact x dtype x graph.
 
     The card's ``[build]`` lists are used unless ``artifacts``/``dtypes``/``graphs`` are given; ``fields`` override
@@ -108,8 +120,8 @@ def from_hf_config(
     artifacts: Sequence[str] | None = None,
     dtypes: Sequence[str] | None = None,
     graphs: Sequence[str] | None = None,
-    **fields: Any,
-) -> list[Any]:
+    **fields: object,
+) -> list[SpecBase]:
     """The specs of a transformers ``config.json`` on disk (never fetched): the encoding's first artifact, fp32,
     fused unless given; ``fields`` override the imported values.
     """  # noqa: D205
@@ -117,7 +129,7 @@ def from_hf_config(
     return _specs(with_overrides(_hf_requests(_path(path, "hf_config"), *lists), fields))
 
 
-def load_specs(path: str | Path) -> list[Any]:
+def load_specs(path: str | Path) -> list[SpecBase]:
     """The specs of a .json or .toml spec file: one spec, or ``artifacts = [...]`` with shared top-level fields."""
     return _specs(from_spec_file(_path(path, "spec_file")))
 
@@ -136,6 +148,11 @@ def _tolerance(value: Tolerance, name: str) -> dict[str, float]:
     return {k: float(v) for k, v in table.items()}
 
 
+def _encoding_kind(runtimes: Names, atol: Tolerance, rtol: Tolerance) -> EncodingKind:
+    names = check_runtime_names(_names(runtimes, "runtimes") or ["ort"])
+    return EncodingKind(names, _tolerance(atol, "atol"), _tolerance(rtol, "rtol"))
+
+
 def build(
     spec: SpecBase,
     out_dir: str | Path,
@@ -148,21 +165,14 @@ def build(
 
     ``runtimes``: ort (default), onnx-reference, trt. ``atol``/``rtol`` override the dtype's tolerances: a number for
     every output, or {output: number}. Returns the result (``passed``, ``path``, ``report``: report.json's dict).
-    When ``out_dir`` is a tree (it has an index.json), its index is rewritten so it never shows an old verdict.
+    When ``out_dir`` is a tree (it has an index.json), its index is rewritten so it never shows an old verdict. A
+    build that fails where ``out_dir/spec.name`` holds a verified artifact leaves that one in place (``kept``).
     """
     out = _path(out_dir, "out_dir")
     check_tree(out)  # an existing folder must be empty or a ropeexport tree, as for build_all and the CLI
-    result = build_artifact(
-        _a_spec(spec),
-        kind_for(spec),
-        out,
-        check_runtime_names(_names(runtimes, "runtimes") or ["ort"]),
-        atol=_tolerance(atol, "atol"),
-        rtol=_tolerance(rtol, "rtol"),
-        replace=replace,
-    )
+    result = pipeline.build(_encoding_kind(runtimes, atol, rtol), _a_spec(spec), out, replace)
     if is_tree(out):
-        write_index(out)
+        _index(out)
     return result
 
 
@@ -182,16 +192,16 @@ def build_layer_block(
     """The ``block`` artifact of one checkpoint layer (``decoder.layer``): its encoding's block with that layer's
     attention weights, built and verified into ``out_dir/NAME`` like ``build``; the manifest records the checkpoint.
     """  # noqa: D205
-    from ropeexport.decoder.layer import layer_block
+    from ropeexport.decoder.layer import LayerBlockKind, layer_block
 
     out = _path(out_dir, "out_dir")
     check_tree(out)
     hf = None if hf_config is None else _path(hf_config, "hf_config")
     spec, kind, origin = layer_block(_path(checkpoint, "checkpoint"), layer, dtype, graph, name, hf)
-    names = check_runtime_names(_names(runtimes, "runtimes") or ["ort"])
-    result = build_artifact(spec, kind, out, names, atol=_tolerance(atol, "atol"), rtol=_tolerance(rtol, "rtol"),
-                            origin=origin, replace=replace)  # fmt: skip
-    write_index(out)  # as the CLI's builds end: the tree lists the new block
+    base = _encoding_kind(runtimes, atol, rtol)
+    block = LayerBlockKind(base.runtimes, base.atol, base.rtol, artifact_kind=lambda _: kind)
+    result = pipeline.build(block, spec, out, replace, origin)
+    _index(out)  # as the CLI's builds end: the tree lists the new block
     return result
 
 
@@ -205,7 +215,7 @@ def build_all(
     replace: bool = False,
     on_stage: OnStage | None = None,
     on_done: OnDone | None = None,
-    provenance: Sequence[tuple[Mapping[str, Any], Mapping[str, str]]] | None = None,
+    provenance: Sequence[tuple[Mapping[str, object], Mapping[str, str]]] | None = None,
 ) -> list[BuildResult]:
     """Build every spec into the tree ``out_dir`` (``jobs`` worker processes), then write its index.
 
@@ -222,16 +232,12 @@ def build_all(
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
         raise SpecError("name", f"{duplicate!r} is used by more than one artifact; names must be unique")
-    settings = Settings(
-        out,
-        check_runtime_names(_names(runtimes, "runtimes") or ["ort"]),
-        _tolerance(atol, "atol"),
-        _tolerance(rtol, "rtol"),
-        replace=replace,
-    )
+    kind = _encoding_kind(runtimes, atol, rtol)
+    settings = Settings(out, kind.runtimes, kind.atol, kind.rtol, replace=replace)
     check_tree(out)
+    store = Store(out)
     for s in specs:
-        check_target(out, s.name, s.to_dict(), replace)
+        store.check(s.name, s.to_dict(), replace)
     given = list(provenance or [({}, {})] * len(specs))
     batch = [Job(s.to_dict(), dict(origin), dict(sources)) for s, (origin, sources) in zip(specs, given, strict=True)]
     start = time.perf_counter()
@@ -242,16 +248,35 @@ def build_all(
             _index(out, round(time.perf_counter() - start, 3), jobs)
 
 
-def _index(out: Path, seconds: float, jobs: int) -> None:
+def _index(out: Path, seconds: float | None = None, jobs: int | None = None) -> None:
     """Write the tree's index; a full or read-only disk is one line saying the index is out of date."""
     try:
-        write_index(out, seconds, jobs)
+        artifacts.write_index(out, seconds, jobs)
     except OSError as exc:
-        raise SpecError(
+        raise OutputError(
             "out_dir",
             f"the artifacts are built, but {str(out / 'index.json')!r} could not be rewritten ({exc.strerror}); "
             "free space and run 'ropeexport verify' on the tree to index them",
         ) from None
+
+
+def _checked(
+    folder: Path, names: list[str] | None, tolerances: tuple[dict[str, float], dict[str, float]],
+    on_scenario: Callable[[dict[str, object]], None] | None,
+) -> tuple[pipeline.Kind, dict[str, object], object]:  # fmt: skip
+    """(kind, manifest, spec) of an artifact folder whose files match their hashes and spec; else InputError."""
+    manifest = read_manifest(folder)
+    kind = artifacts.kind_of(manifest, runtimes=names or ["ort"], atol=tolerances[0], rtol=tolerances[1],
+                             on_scenario=on_scenario)  # fmt: skip
+    if isinstance(kind, DecoderKind):  # refused before anything runs, not after the other artifacts of a tree
+        if names and any(r != "ort" for r in names):
+            raise SpecError("runtime", f"a decoder is re-verified on ort only (its CPUExecutionProvider), got "
+                            f"{names}; verify the other folders of a tree one by one to use another runtime")
+        if any(tolerances):
+            raise SpecError("atol/rtol", "a decoder's tolerance is fixed per dtype (relative to the logit scale); "
+                            "give neither")  # fmt: skip
+    check_files(folder, manifest["files"])
+    return kind, manifest, kind.spec_of(folder, manifest)
 
 
 def verify(
@@ -260,62 +285,46 @@ def verify(
     atol: Tolerance = None,
     rtol: Tolerance = None,
     on_done: Callable[[VerifyResult, float], None] | None = None,
-    on_scenario: Callable[[dict[str, Any]], None] | None = None,
+    on_scenario: Callable[[dict[str, object]], None] | None = None,
 ) -> list[VerifyResult]:
     """Check the hashes of an artifact folder, or of every artifact in a tree, then verify each again here.
 
-    One result per artifact (one for a folder), each with ``passed``, ``path`` and the fresh ``report``. In a tree
-    (decoder folders included), every manifest and hash is checked before anything is verified (a damaged file:
-    SpecError naming the artifact and the file, and nothing re-verified); the tree's index is rewritten after.
-    ``on_done(result, seconds)`` is called as each artifact finishes.
+    One result per artifact (one for a folder), each with ``passed``, ``path``, the fresh ``report`` and ``stored``,
+    the report it replaced. In a tree, every manifest and hash is checked before anything is verified (a damaged
+    file: an InputError naming the artifact and the file, and nothing re-verified); the tree's index is rewritten
+    after. ``on_done(result, seconds)`` is called as each artifact finishes.
 
-    A decoder folder (written by ``build_decoder``) gives a ``DecoderVerifyResult`` (``ropeexport.decoder.reverify``,
-    a VerifyResult): the files' sha256 checked against its report.json, every scenario run again on ONNX Runtime's
-    CPU provider, and ``stored`` / ``scenarios`` to compare with the report it replaced; ``on_scenario(result)`` sees
-    each scenario as it finishes. It takes no ``atol`` / ``rtol`` and no runtime but ``ort``.
+    A decoder folder gives a ``DecoderVerifyResult`` (``scenarios``: each scenario's numbers now beside the stored
+    ones); ``on_scenario(result)`` sees each scenario as it finishes. It takes no ``atol`` / ``rtol`` and no runtime
+    but ``ort``.
     """
     folder = _path(path, "path")
     names = _names(runtimes, "runtimes")
+    if names is not None:
+        names = check_runtime_names(names)
     tolerances = _tolerance(atol, "atol"), _tolerance(rtol, "rtol")
     report = on_done or (lambda result, seconds: None)
-    if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
-        began = time.perf_counter()
-        if is_decoder_folder(folder):  # decoder.json and no manifest.json: scenarios, not probes
-            result = verify_decoder_folder(folder, names, *tolerances, on_scenario=on_scenario)
-        else:
-            result = verify_folder(folder, names, *tolerances)
-        report(result, time.perf_counter() - began)
-        tree = folder.resolve().parent
-        if is_tree(tree):  # the tree's index must not keep the old verdict
-            write_index(tree)
-        return [result]
-    folders = artifact_folders(folder, damaged=True)  # a damaged artifact is an error here, never left out
-    manifests = {}
-    for one in folders:
+    one = (folder / MANIFEST).exists() or (folder / "decoder.json").exists()
+    folders = [folder] if one or not artifact_folders(folder, damaged=True) else artifact_folders(folder, damaged=True)
+    checked = []
+    for each in folders:
         try:
-            if is_decoder_folder(one):  # its report.json lists the files and hashes; it takes no atol, rtol, runtime
-                # Refused before anything runs, not after the other artifacts: verify_decoder_folder would refuse.
-                if names and any(r != "ort" for r in names):
-                    raise SpecError("runtime", f"a decoder is re-verified on ort only, got {names}; verify the other "
-                                    "folders of this tree one by one to use another runtime")  # fmt: skip
-                if any(tolerances):
-                    raise SpecError("atol/rtol", "a decoder's tolerance is fixed per dtype (relative to the logit "
-                                    "scale); verify the other folders of this tree one by one to give one")  # fmt: skip
-                check_decoder_folder(one)
-            else:
-                manifests[one] = check_folder(one)
-        except SpecError as exc:  # name the artifact: a tree has many model.onnx files
-            raise SpecError(f"{one.name}/{exc.field}", exc.message) from None
+            checked.append((each, *_checked(each, names, tolerances, on_scenario)))
+        except InputError as exc:
+            if len(folders) == 1 and each == folder:
+                raise
+            raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
     results: list[VerifyResult] = []
-    for one in folders:
+    for each, kind, manifest, spec in checked:
         began = time.perf_counter()
-        if one in manifests:
-            result = verify_folder(one, names, *tolerances, manifest=manifests[one])
-        else:
-            result = verify_decoder_folder(one, names, on_scenario=on_scenario)
+        result = pipeline.reverify(kind, each, manifest, spec)
+        if isinstance(kind, DecoderKind):
+            result = kind.result(result)
         results.append(result)
         report(result, time.perf_counter() - began)
-    write_index(folder)
+    tree = folder if folders != [folder] else folder.resolve().parent
+    if is_tree(tree) or folders != [folder]:  # the tree's index must not keep the old verdict
+        _index(tree)
     return results
 
 
@@ -329,23 +338,24 @@ def diff(
     not named in ``across`` (compare a fused with a decomposed artifact with ``across=["graph"]``).
 
     Two decoder reports (or folders) are compared scenario by scenario (``ropeexport.decoder.diff``: worst error over
-    the logit scale, greedy agreement, first divergence, near ties, verdicts); a decoder report against another
-    artifact's report is a SpecError.
+    the logit scale, greedy agreement, first divergence, near ties, verdicts); reports of two kinds (a decoder's and
+    a rope artifact's) are an ArtifactError.
     """
     if isinstance(max_growth, bool) or not isinstance(max_growth, (int, float)) or not 1 <= max_growth < float("inf"):
         raise SpecError("max_growth", f"must be a finite number >= 1, got {max_growth!r}")
-    from ropeexport.report.diff import check_kinds, spec_fields
-
-    old_report, new_report = load_report(_path(old, "old"), "old"), load_report(_path(new, "new"), "new")
-    check_kinds(old_report, new_report)
+    old_kind, old_report = artifacts.load_report(_path(old, "old"), "old")
+    new_kind, new_report = artifacts.load_report(_path(new, "new"), "new")
+    if type(old_kind) is not type(new_kind):
+        raise ArtifactError("new", f"is a {new_report.get('artifact')} report but OLD is a {old_report.get('artifact')} "
+                            "report: diff compares two reports of one kind (two decoders, or two artifacts)")  # fmt: skip
     across = _names(across, "across") or []
-    known = spec_fields(old_report) | spec_fields(new_report)
+    known = old_kind.diff_fields(old_report) | new_kind.diff_fields(new_report)
     unknown = [f for f in across if f not in known]
     if unknown:
         raise SpecError(
             "across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}"
         )
-    return diff_reports(old_report, new_report, float(max_growth), list(across))
+    return old_kind.diff(old_report, new_report, float(max_growth), list(across))
 
 
 def check_trt(model: onnx.ModelProto | str | Path, version: str) -> CompatResult:
@@ -376,20 +386,31 @@ def build_decoder(
     name: str | None = None,
     eager: bool = True,
     replace: bool = False,
-    on_scenario: Callable[[dict[str, Any]], None] | None = None,
-) -> Any:
-    """A whole decoder into ``OUT/NAME`` (``ropeexport.decoder.build``), from ``hf_config``, the checkpoint's own
+    on_scenario: Callable[[dict[str, object]], None] | None = None,
+) -> BuildResult:
+    """A whole decoder into ``OUT/NAME`` (``ropeexport.decoder``), from ``hf_config``, the checkpoint's own
     config.json, or a preset's config; ``num_layers`` / ``hidden_size`` / ``vocab_size`` shrink it (seeded weights).
-    Returns a ``DecoderResult`` (``.passed``, ``.path``, ``.report``).
+    Returns a ``BuildResult`` (``.passed``, ``.path``, ``.report``: every scenario of report.json).
     """  # noqa: D205
-    from ropeexport.decoder.build import build_decoder as _build_decoder
+    from ropeexport.decoder.build import resolve
 
     request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
                                max_positions, name)  # fmt: skip
-    return _build_decoder(out_dir, request, eager, replace, on_scenario)
+    spec, used = resolve(request)
+    out = _path(out_dir, "out_dir")
+    check_tree(out)
+    origin = {k: str(Path(v).resolve()) for k, v in (("hf_config", request.hf_config),
+                                                      ("checkpoint", request.checkpoint)) if v is not None}  # fmt: skip
+    if preset is not None:
+        origin["preset"] = preset
+    ckpt = None if request.checkpoint is None else Path(request.checkpoint)
+    kind = DecoderKind(config=used, checkpoint=ckpt, eager=eager, on_scenario=on_scenario)
+    result = pipeline.build(kind, spec, out, replace, origin, dict(spec.sources))
+    _index(out)  # the tree's index lists the decoder beside the other artifacts
+    return result
 
 
-def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> Any:
+def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> AuditResult:
     """Every rotary site of a foreign ONNX ``model`` against ``hf_config``'s schedule at every position
     (``ropeexport.audit``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
     ``AuditResult``.
@@ -399,7 +420,7 @@ def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = Non
 
     result = _audit(_path(model, "model"), _path(hf_config, "hf_config"), threads)
     if out is not None:
-        write(result, out)
+        write(result, _path(out, "out_dir"))
     return result
 
 
@@ -409,7 +430,7 @@ def graft(
     out: str | Path,
     trust: str = "model",
     checkpoint: str | Path | None = None,
-) -> Any:
+) -> GraftResult:
     """``model`` with every rotary site replaced by ``hf_config``'s exact tables, written to ``out`` (an .onnx file
     that must not exist) and proven (``ropeexport.audit.graft``); with ``checkpoint`` (the folder the model was
     exported from) its logits are judged against the whole decoder's float64 recompute at far positions and across
@@ -430,7 +451,7 @@ def generate(
     threads: int | None = None,
     policy: str = "re-prefill",
     stop_at_eos: bool = False,
-) -> Any:
+) -> Generation:
     """Greedy generation with a built decoder folder (``ropeexport.decoder.serve``): ONNX Runtime on the CPU, IO
     binding, a cache allocated once. The prompt is token ids or text (read by the folder's tokenizer.json), placed at
     ``position_offset``; every token must stay below max_positions (else SpecError). Returns a ``Generation``
@@ -442,7 +463,7 @@ def generate(
     return session.generate(session.prompt_of(prompt_ids, prompt), max_new_tokens, position_offset, policy, stop_at_eos)
 
 
-def open_decoder(folder: str | Path, threads: int | None = None) -> Any:
+def open_decoder(folder: str | Path, threads: int | None = None) -> DecoderSession:
     """A ``DecoderSession`` over a built decoder folder, for many generations with one session (``generate``)."""
     from ropeexport.decoder.serve import DecoderSession
 
@@ -486,7 +507,7 @@ def resolve_decoder(
     vocab_size: int | None = None,
     max_positions: int | None = None,
     name: str | None = None,
-) -> Any:
+) -> DecoderSpec:
     """The ``DecoderSpec`` ``build_decoder`` would build, validated; nothing is exported, run or written."""
     from ropeexport.decoder.build import resolve
 

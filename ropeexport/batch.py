@@ -1,6 +1,6 @@
 """Building many artifacts: in this process or in ``jobs`` worker processes, reporting each stage as it starts.
 
-Each artifact is still built by ``pipeline.build_artifact`` (atomic: its folder appears whole or not at all).
+Each artifact is still built by ``pipeline.build`` (atomic: its folder appears whole or not at all).
 Workers are spawned, not forked (torch and ONNX Runtime hold threads), and each gets an equal share of the cores.
 Stage events travel back through a queue as ``(name, stage)``; ``on_stage`` and ``on_done`` run in the calling process.
 """
@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.catalog import kind_for, spec_from_dict
-from ropeexport.pipeline import BuildResult, build_artifact
+from ropeexport.catalog import spec_from_dict
+from ropeexport.encoding import EncodingKind
+from ropeexport.pipeline import BuildResult, build
 
 # on_stage(artifact name, stage, done=None, total=None): done/total count a stage's steps (probes) where it has them.
 OnStage = Callable[..., None]
@@ -50,19 +51,8 @@ class Settings:
 
 
 def _build(job: Job, settings: Settings, stage: Callable[..., None]) -> BuildResult:
-    spec = spec_from_dict(job.spec)
-    return build_artifact(
-        spec,
-        kind_for(spec),
-        settings.out,
-        settings.runtimes,
-        atol=settings.atol,
-        rtol=settings.rtol,
-        origin=job.origin,
-        sources=job.sources,
-        stage=stage,
-        replace=settings.replace,
-    )
+    kind = EncodingKind(settings.runtimes, settings.atol, settings.rtol)
+    return build(kind, spec_from_dict(job.spec), settings.out, settings.replace, job.origin, job.sources, stage)
 
 
 _events: Any = None  # the worker's end of the stage queue

@@ -28,6 +28,13 @@ class FieldError(RopeExportError):
         super().__init__(f"{field}: {message}")
 
 
+def renamed(error: FieldError, field: str) -> FieldError:
+    """A copy of ``error`` (same class) naming ``field`` instead: a tree's error says which artifact (``NAME/file``)."""
+    out = type(error).__new__(type(error))
+    FieldError.__init__(out, field, error.message)  # not the subclass's own __init__: its arguments may differ
+    return out
+
+
 class InputError(FieldError, ValueError):
     """Bad input: a value, file or folder the user gave is not allowed (the message says what is)."""
 

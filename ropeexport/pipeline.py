@@ -1,57 +1,30 @@
-"""The build pipeline: spec -> export -> runtime -> verify -> report, written atomically into ``DIR/NAME``.
+"""The one pipeline every artifact kind is built and verified by: spec -> files -> verification -> report -> store.
 
-Stages meet only through files and plain values: export writes ``model.onnx``; verification opens it through a
-runner, never through the export code.
+A kind (``Kind``: encoding artifacts, blocks from a checkpoint layer, decoders) supplies the stages that differ:
+what it writes and how it verifies (``build`` / ``verify``), how its report reads (``render``), its line in the
+tree's index (``entry``) and how two of its reports compare (``diff``). Everything else is here once: the store's
+atomic write, the manifest and its hashes, the reports, the results. Stages meet only through files and plain
+values: a kind's ``build`` writes ``model.onnx`` and verification opens it through a runner, never through the
+export code.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib.metadata
 import json
-import os
-import re
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import onnx
-
-from ropeexport.errors import SpecError
-from ropeexport.graph.onnx_io import save_model, sha256
-from ropeexport.inputs import read_json
-from ropeexport.kinds import ArtifactKind
-from ropeexport.report import report_dict, write_json, write_reports
-from ropeexport.runtimes import check_runtime_names
-from ropeexport.runtimes.base import NUMPY_OF_ONNX
-from ropeexport.trt import trt_compat
-from ropeexport.verification.core import Verification, verify_artifact
-from ropeexport.verification.polygraphy_files import save_polygraphy_reference
+from ropeexport.report import failed_page, write_reports
+from ropeexport.report.diff_result import ReportDiff
+from ropeexport.store import Store, read_object, replace_reports
 from ropeexport.version import __version__
 
-MANIFEST_SCHEMA = "ropeexport.manifest/1"
-# Failures of the output folder itself (full, read-only, gone): reported as one line, never as a traceback.
-WRITE_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """One built artifact: where it is, whether it verified, and its report."""
-
-    name: str
-    path: Path
-    passed: bool
-    report: dict[str, Any]
-    seconds: float
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
-        return {r["name"]: r.get("reason", "") for r in self.report["runtimes"] if r["status"] == "skipped"}
+Stage = Callable[..., None]  # stage(name, done=None, total=None): a stage started, or a step of it finished
+Renderer = Callable[[dict[str, Any]], str]
 
 
 def versions() -> dict[str, str | None]:
@@ -65,230 +38,184 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def _io(values: Any) -> list[dict[str, Any]]:
-    out = []
-    for vi in values:
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tt.shape.dim]
-        out.append({"name": vi.name, "dtype": str(NUMPY_OF_ONNX[tt.elem_type]), "shape": dims})
-    return out
+@dataclass
+class Outcome:
+    """What a kind's ``build`` or ``verify`` stage returns: the verdict, report.json's content, and (from ``build``)
+    the kind's manifest fields (the store adds schema, name and the files' hashes).
+    """  # noqa: D205
+
+    passed: bool
+    report: dict[str, Any]
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
-def model_facts(model: onnx.ModelProto) -> dict[str, Any]:
-    """Inputs and outputs (name, dtype, shape with symbolic dims), opset, and the TensorRT verdict per version."""
-    return {
-        "inputs": _io(model.graph.input),
-        "outputs": _io(model.graph.output),
-        "opset": next(o.version for o in model.opset_import if o.domain == ""),
-        "trt_compat": trt_compat(model),
-    }
+class Kind(Protocol):
+    """One kind of artifact folder: the stages that differ between kinds (module doc).
 
-
-def manifest_dict(spec: Any, model: onnx.ModelProto, files: dict[str, str]) -> dict[str, Any]:
-    """The manifest: spec, inputs/outputs with symbolic dims, opset, graph style, versions, file hashes."""
-    facts = model_facts(model)
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "name": spec.name,
-        "encoding": spec.encoding,
-        "artifact": spec.artifact,
-        "spec": spec.to_dict(),
-        "inputs": facts["inputs"],
-        "outputs": facts["outputs"],
-        "opset": facts["opset"],
-        "graph": spec.graph,
-        "versions": versions(),
-        "files": files,
-        "trt_compat": facts["trt_compat"],
-    }
-
-
-def check_target(out_dir: Path, name: str, spec: dict[str, Any] | None = None, replace: bool = False) -> Path:
-    """``DIR/NAME``, refusing to replace a folder that is not a ropeexport artifact.
-
-    Unless ``replace``, an artifact built from a spec other than ``spec`` (a dict as ``spec.to_dict()`` gives) is
-    refused too; the same spec again is a rebuild and replaces silently.
+    ``build(spec, folder, stage)`` writes the artifact's files (model, extras; not the reports) into ``folder`` and
+    returns its Outcome; ``verify(spec, folder, manifest)`` runs the artifact in ``folder`` again. ``spec_of`` rebuilds
+    the spec a manifest records, after checking the folder's model against it (ArtifactError on damage).
     """
-    target = out_dir / name
-    for folder in (out_dir, *out_dir.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise SpecError("out_dir", f"{str(folder)!r} exists and is not a folder")
-            break
-    if target.exists() and not is_artifact(target):
-        raise SpecError(
-            "out_dir", f"{str(target)!r} exists and is not a ropeexport artifact; choose another `out_dir` or `name`"
-        )
-    if spec is not None and not replace and target.exists():
-        old = _built_spec(target)
-        differ = [k for k in sorted(set(old) | set(spec)) if old.get(k) != spec.get(k)]
-        if differ:
-            key = differ[0]
-            raise SpecError(
-                "name",
-                f"{str(target)!r} holds an artifact built from another spec ({key}: {old.get(key)!r} there, "
-                f"{spec.get(key)!r} now); give `replace` to replace it, or another `name` or `out_dir`",
-            )
-    return target
+
+    name: str
+
+    def owns(self, manifest: Mapping[str, Any]) -> bool:
+        """True for a manifest of this kind's artifacts."""
+        ...
+
+    def spec_of(self, folder: Path, manifest: Mapping[str, Any]) -> Any:
+        """The spec the folder was built from, checked against its (hashed) model."""
+        ...
+
+    def build(self, spec: Any, folder: Path, stage: Stage) -> Outcome:
+        """Write and verify the artifact of ``spec`` into ``folder``."""
+        ...
+
+    def verify(self, spec: Any, folder: Path, manifest: Mapping[str, Any], stage: Stage) -> Outcome:
+        """Verify the artifact in ``folder`` again on this machine."""
+        ...
+
+    def renderers(self) -> dict[str, Renderer]:
+        """{file name: render(report) -> text} of the human-readable reports (report.md, report.html)."""
+        ...
+
+    def entry(self, folder: Path, out: Path, manifest: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
+        """The folder's line in the tree's index (``tree.index_dict``'s fields)."""
+        ...
+
+    def owns_report(self, report: Mapping[str, Any]) -> bool:
+        """True for a report.json of this kind."""
+        ...
+
+    def check_report(self, report: dict[str, Any], which: str) -> dict[str, Any]:
+        """The report with the fields ``diff`` reads checked (ArtifactError naming ``which`` on damage)."""
+        ...
+
+    def diff_fields(self, report: Mapping[str, Any]) -> set[str]:
+        """The names ``diff --across`` may take for this kind's reports."""
+        ...
+
+    def diff(self, old: dict[str, Any], new: dict[str, Any], max_growth: float, across: list[str]) -> ReportDiff:
+        """NEW against OLD: rows, regressions, notes."""
+        ...
 
 
-def _built_spec(folder: Path) -> dict[str, Any]:
-    """The spec recorded in an artifact's manifest ({} when unreadable: then any new spec differs)."""
-    try:
-        manifest = read_json(folder / "manifest.json", "manifest.json")
-    except SpecError:
-        return {}
-    spec = manifest.get("spec") if isinstance(manifest, dict) else None
-    return spec if isinstance(spec, dict) else {}
+@dataclass(frozen=True)
+class BuildResult:
+    """One built artifact: where it is, whether it verified, and its report (report.json's content).
+
+    ``kept``: when this build failed verification and ``name`` held a verified artifact, that artifact stays in place
+    at ``kept`` and this build went to ``path`` = ``OUT/_failed/NAME`` (``store`` module doc); else None.
+    """
+
+    name: str
+    path: Path
+    passed: bool
+    report: dict[str, Any]
+    seconds: float
+    kept: Path | None = None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
+        return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain data: name, path, passed, kept, seconds and the report."""
+        return {"name": self.name, "path": str(self.path), "passed": self.passed,
+                "kept": None if self.kept is None else str(self.kept), "seconds": self.seconds,
+                "report": self.report}  # fmt: skip
 
 
-def is_artifact(folder: Path) -> bool:
-    """A folder holding a ropeexport manifest.json (its schema says so: another tool's manifest does not count)."""
-    try:
-        manifest = read_json(folder / "manifest.json", "manifest.json")  # never opens a FIFO
-    except SpecError:
-        return False
-    return isinstance(manifest, dict) and manifest.get("schema") == MANIFEST_SCHEMA
+@dataclass(frozen=True)
+class VerifyResult:
+    """A re-verified artifact: its folder, verdict, fresh report, and ``stored``, the report it replaced."""
+
+    path: Path
+    passed: bool
+    report: dict[str, Any]
+    stored: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
+        return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain data: path, passed, seconds and the fresh report."""
+        return {"path": str(self.path), "passed": self.passed, "seconds": self.seconds, "report": self.report}
 
 
-def build_artifact(
+def _quiet(*_: Any) -> None:
+    pass
+
+
+def build(
+    kind: Kind,
     spec: Any,
-    kind: ArtifactKind,
     out_dir: str | Path,
-    runtimes: list[str] | None = None,
-    atol: dict[str, float] | None = None,
-    rtol: dict[str, float] | None = None,
-    origin: dict[str, Any] | None = None,
-    sources: dict[str, str] | None = None,
-    stage: Callable[..., None] | None = None,
     replace: bool = False,
+    origin: Mapping[str, Any] | None = None,
+    sources: Mapping[str, str] | None = None,
+    stage: Stage | None = None,
 ) -> BuildResult:
-    """Export, run, verify and report one spec into ``out_dir/spec.name``; the folder appears whole or not at all.
+    """Build, verify and report ``spec`` into ``out_dir/spec.name`` through the store (whole or not at all).
 
-    ``atol`` / ``rtol`` override the dtype's tolerances per output ({output or "": value}). ``origin`` (what asked
-    for the artifact: a preset, a config file) and ``sources`` (the config key each spec field came from) go into the
-    manifest's ``build`` record. ``stage`` is told each stage as it starts: export, reference, runtime, verify, report.
-    ``replace``: replace an artifact of the same name even when it was built from another spec (else SpecError).
+    ``origin`` (what asked for the artifact: a preset, a config file, a checkpoint) and ``sources`` (the config key
+    each spec field came from) go into the manifest's ``build`` record. ``stage`` is told each stage as it starts.
+    ``replace``: replace an artifact of the same name built from another spec (else SpecError naming the field).
     """
     start = time.perf_counter()
-    stage = stage or (lambda *_: None)
-    out_dir = Path(out_dir)
-    target = check_target(out_dir, spec.name, spec.to_dict(), replace)
-    runtimes = check_runtime_names(runtimes or ["ort"])
-    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # removed again if the build fails
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecError("out_dir", f"cannot create {str(out_dir)!r}: {exc.strerror or exc}") from None
-    # The PID in the name lets a later build tell a dead build's leftovers from a concurrent build's work.
-    work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.building.{os.getpid()}.", dir=out_dir))
-    try:
-        stage("export")
-        model = kind.export(spec)
-        names = save_model(model, work)
-        files = {n: sha256(work / n) for n in names}
-        verification: Verification = verify_artifact(
-            spec, kind, work / "model.onnx", runtimes, atol=atol, rtol=rtol, stage=stage
-        )
+    stage = stage or _quiet
+    store = Store(Path(out_dir))
+    with store.draft(spec.name, spec.to_dict(), replace) as draft:
+        outcome = kind.build(spec, draft.path, stage)
         stage("report")
-        saved = onnx.load(str(work / "model.onnx"), load_external_data=False)
-        report = report_dict(spec, verification, versions(), files, model_facts(saved))
-        write_reports(work, report)
-        for name in save_polygraphy_reference(spec, kind, work):  # hashed too: TensorRT is later compared against it
-            files[name] = sha256(work / name)
-        manifest = manifest_dict(spec, saved, files)
-        engine_info = work / "model.engine.json"
-        if engine_info.is_file():  # the TensorRT runner built and saved an engine (GPU hosts only)
-            manifest["tensorrt"] = json.loads(engine_info.read_text())
-            manifest["files"] |= {n: sha256(work / n) for n in ("model.engine", "model.engine.json")}
-        manifest["build"] = {
-            "origin": origin or {},
-            "sources": sources or {},
-            "seconds": round(time.perf_counter() - start, 3),
-            "runtimes": runtimes,
-        }
-        write_json(work / "manifest.json", manifest)
-        _room_for_the_index(out_dir)
-        _replace(work, target)
-    except BaseException as exc:
-        shutil.rmtree(work, ignore_errors=True)
-        for folder in created:  # innermost first; only folders this build made, and only when still empty
-            if folder.exists() and not any(folder.iterdir()):
-                folder.rmdir()
-        if isinstance(exc, OSError) and exc.errno in WRITE_ERRORS:
-            # The disk, not the spec: one line, and the tree as it was (the work folder is gone, an old artifact
-            # of the same name is back in place).
-            raise SpecError("out_dir", f"cannot write {str(out_dir)!r}: {exc.strerror}; nothing was changed") from None
-        raise
-    return BuildResult(spec.name, target, verification.passed, report, time.perf_counter() - start)
+        write_reports(draft.path, outcome.report, kind.renderers())
+        record = dict(outcome.manifest)
+        record["build"] = {"origin": dict(origin or {}), "sources": dict(sources or {}),
+                           "seconds": round(time.perf_counter() - start, 3)} | record.get("build", {})  # fmt: skip
+        committed = draft.commit(record, outcome.passed)
+    return BuildResult(spec.name, committed.path, outcome.passed, outcome.report, time.perf_counter() - start,
+                       committed.kept)  # fmt: skip
 
 
-INDEX_MARGIN = 256 * 2**10  # an index entry is about 2 KiB; the margin leaves room for many and for the HTML
+def reverify(
+    kind: Kind, folder: Path, manifest: Mapping[str, Any], spec: Any, stage: Stage | None = None
+) -> VerifyResult:
+    """Verify an artifact folder again and replace its reports; the result keeps the report it replaced.
 
-
-def _room_for_the_index(out_dir: Path) -> None:
-    """Raise ENOSPC unless the tree can still hold a rewritten index once this artifact lands.
-
-    The index is rewritten after the artifact moves in; on a disk that the artifact just filled, that would leave a
-    folder the index does not list. Checking first keeps the two in step (nothing lands without room for both).
+    The folder is checked already: its hashes (``store.read_manifest``, ``check_files``) and ``spec``, what
+    ``kind.spec_of`` rebuilt from the manifest and checked against the model.
     """
-    current = sum((out_dir / n).stat().st_size for n in ("index.json", "index.html") if (out_dir / n).is_file())
-    if shutil.disk_usage(out_dir).free < 2 * current + INDEX_MARGIN:
-        raise OSError(errno.ENOSPC, "No space left on device (no room to index the artifact)")
+    start = time.perf_counter()
+    stored = stored_report(folder)
+    outcome = kind.verify(spec, folder, manifest, stage or _quiet)
+    texts = {"report.json": _json_text(outcome.report)} | {
+        name: _rendered(render, outcome.report, name) for name, render in kind.renderers().items()
+    }
+    replace_reports(folder, texts)
+    return VerifyResult(folder, outcome.passed, outcome.report, stored, round(time.perf_counter() - start, 2))
 
 
-def _replace(work: Path, target: Path) -> None:
-    """Move the finished folder into place; an older artifact of the same name is swapped out, then removed.
-
-    If the new folder cannot be moved in, the old one is moved back: a failed rebuild never loses the artifact the
-    tree had.
-    """
-    umask = os.umask(0)
-    os.umask(umask)
-    work.chmod(0o777 & ~umask)  # mkdtemp made it private; an artifact folder is as readable as any other
-    for path in work.rglob("*"):  # and so is every file in it (onnx writes external data 0600)
-        if path.is_file():
-            path.chmod(0o666 & ~umask)
-    if target.exists():
-        old = target.with_name(f".{target.name}.old.{os.getpid()}.{time.time_ns()}")
-        target.rename(old)
-        try:
-            work.rename(target)
-        except BaseException:
-            old.rename(target)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        work.rename(target)
+def stored_report(folder: Path) -> dict[str, Any]:
+    """The folder's report.json as stored ({} when it does not read)."""
+    return read_object(folder / "report.json", "report.json") or {}
 
 
-def clean_leftovers(out_dir: Path) -> list[str]:
-    """Remove the hidden work folders of builds that died (kill -9, power loss) in ``out_dir``; their names.
-
-    A work folder is ``.NAME.building.PID.RANDOM`` (or ``.NAME.old.PID.NS`` during a swap); one whose PID is still a
-    running process may belong to a concurrent build and is left alone.
-    """
-    removed = []
-    if not out_dir.is_dir():
-        return removed
-    for path in out_dir.iterdir():
-        match = LEFTOVER.match(path.name)
-        if not match or path.is_symlink() or not path.is_dir() or _alive(int(match.group("pid"))):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            removed.append(path.name)
-    return removed
+def _json_text(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"
 
 
-LEFTOVER = re.compile(r"^\..+\.(?:building|old)\.(?P<pid>\d+)\.[^/]+$")
-
-
-def _alive(pid: int) -> bool:
+def _rendered(render: Renderer, report: dict[str, Any], name: str) -> str:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
+        return render(report)
+    except Exception as exc:  # noqa: BLE001 - a renderer that fails must not cost the verdict (report.json has it)
+        return failed_page(report, name, exc)

@@ -1,12 +1,9 @@
 """The artifact tree: ``DIR/NAME/`` per artifact plus ``DIR/index.json`` and ``DIR/index.html`` summarising them all.
 
-The index is rebuilt from the artifact folders present (their manifest.json and report.json), so a second build into
-the same DIR adds to it and an artifact replaced by a rebuild appears once. Both files are written to a temporary
-name and renamed, so a reader never sees half of one.
-
-A decoder folder (``build --artifact decoder``: decoder.json and a report.json whose artifact is ``decoder``, no
-manifest.json) is an artifact of the tree too. It is read here as JSON only (this module never imports the decoder
-package); its errors are relative to the logit scale, not absolute (``decoder_entry``).
+The index is rebuilt from the artifact folders present (each read by its kind: ``artifacts.entry``), so a second
+build into the same DIR adds to it and an artifact replaced by a rebuild appears once. Both files are written to a
+temporary name and renamed, so a reader never sees half of one. A rebuild that failed verification while its name
+held a verified artifact is kept under ``_failed/NAME`` (``store``); the verified artifact's line links to it.
 """
 
 from __future__ import annotations
@@ -21,40 +18,27 @@ from typing import Any
 from urllib.parse import quote
 
 from ropeexport.errors import SpecError
-from ropeexport.inputs import read_json
-from ropeexport.pipeline import MANIFEST_SCHEMA, is_artifact, versions
-from ropeexport.report import REPORT_SCHEMA
+from ropeexport.pipeline import versions
 from ropeexport.report.html import CSS
+from ropeexport.store import MANIFEST, is_artifact, read_object
 
 INDEX_SCHEMA = "ropeexport.index/1"
-DECODER = "decoder"  # report.json's "artifact" in a decoder folder
-DECODER_SCALE = "max |float64 logit| of the call (the logit scale)"  # what a decoder's relative errors divide by
-
-
-def _decoder_like(folder: Path) -> bool:
-    """decoder.json and no manifest.json: a decoder folder, whole or not (``ropeexport.decoder.reverify``'s test)."""
-    return (folder / "decoder.json").is_file() and not (folder / "manifest.json").exists()
-
-
-def is_decoder(folder: Path) -> bool:
-    """A decoder folder: decoder.json, a report.json whose artifact is ``decoder``, and no manifest.json."""
-    return _decoder_like(folder) and (_read(folder / "report.json") or {}).get("artifact") == DECODER
 
 
 def artifact_folders(out: Path, damaged: bool = False) -> list[Path]:
-    """Artifact folders of ``out``, decoders included (build's temporary folders start with '.' and are skipped; links
-    are not ours).
+    """Artifact folders of ``out`` (work folders start with '.', ``_failed`` with '_': skipped; links are not ours).
 
-    With ``damaged``, also folders with a manifest.json that no longer reads as ours (truncated, edited), or with a
-    decoder.json whose report.json does not read as a decoder's: the index lists them as damaged instead of losing them.
-    """  # noqa: D205
+    With ``damaged``, also folders with a manifest.json that no longer reads as ours (truncated, edited), or a decoder
+    of a ropeexport before the store (decoder.json and no manifest.json): the index lists them as damaged instead of
+    losing them.
+    """
     if not out.is_dir():
         return []
     found = []
     for p in sorted(out.iterdir()):
-        if p.name.startswith(".") or p.is_symlink() or not p.is_dir():
+        if p.name.startswith((".", "_")) or p.is_symlink() or not p.is_dir():
             continue
-        if is_artifact(p) or is_decoder(p) or (damaged and ((p / "manifest.json").is_file() or _decoder_like(p))):
+        if is_artifact(p) or (damaged and ((p / MANIFEST).is_file() or (p / "decoder.json").is_file())):
             found.append(p)
     return found
 
@@ -63,15 +47,17 @@ def check_tree(out: Path) -> None:
     """Refuse an ``--out`` that exists and is not a ropeexport tree (nothing of the user's is ever mixed in).
 
     Allowed: a path that does not exist, an empty folder, a folder with a ropeexport index.json or at least one
-    ropeexport artifact folder (a decoder's included). A user's own index.html beside a ropeexport index.json would
-    be replaced: the pair is ropeexport's.
+    ropeexport artifact folder. A user's own index.html beside a ropeexport index.json would be replaced: the pair is
+    ropeexport's. A link to nothing is refused (it would be replaced by a folder).
     """
+    if out.is_symlink() and not out.exists():
+        raise SpecError("out_dir", f"{str(out)!r} is a link to nothing; give a folder")
     if not out.exists():
         return
     if not out.is_dir():
         raise SpecError("out_dir", f"{str(out)!r} exists and is not a folder")
     entries = [p for p in out.iterdir() if not p.name.startswith(".")]
-    if not entries or (_read(out / "index.json") or {}).get("schema") == INDEX_SCHEMA or artifact_folders(out):
+    if not entries or is_tree(out) or artifact_folders(out):
         return
     raise SpecError(
         "out_dir",
@@ -81,130 +67,8 @@ def check_tree(out: Path) -> None:
 
 
 def is_tree(folder: Path) -> bool:
-    """A folder holding a ropeexport index.json (written by ``write_index``)."""
-    return (_read(folder / "index.json") or {}).get("schema") == INDEX_SCHEMA
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a regular file of ours; None for anything else (a FIFO is not opened, never waited on)."""
-    try:
-        data = read_json(path, path.name)
-    except SpecError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _worst(report: dict[str, Any]) -> dict[str, float | None]:
-    """Worst max |error| per reference (eager, float64) over every runtime and output; None where a runtime raised."""
-    worst: dict[str, float | None] = {}
-    for c in report.get("comparisons", []):
-        ref, err = c.get("reference"), c.get("max_abs")
-        if ref in worst and worst[ref] is None:
-            continue
-        worst[ref] = None if err is None else max(float(err), worst.get(ref) or 0.0)
-    return worst
-
-
-def _worst_ratio(report: dict[str, Any]) -> dict[str, float | None]:
-    """Worst error as a share of its allowance per reference (1 is the limit); None where a runtime raised."""
-    worst: dict[str, float | None] = {}
-    for c in report.get("comparisons", []):
-        ref, value = c.get("reference"), c.get("max_ratio")
-        if ref in worst and worst[ref] is None:
-            continue
-        worst[ref] = None if value is None else max(float(value), worst.get(ref) or 0.0)
-    return worst
-
-
-def _folder_bytes(folder: Path, names: Any) -> dict[str, int]:
-    """{"model": bytes of the listed model.* files present (model.onnx, its .data, an engine), "folder": every file}."""
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    model_files = [f for f in names if str(f).startswith("model.") and (folder / f).is_file()]
-    return {"model": sum((folder / f).stat().st_size for f in model_files), "folder": size}
-
-
-def entry(folder: Path, out: Path) -> dict[str, Any]:
-    """One artifact's line in the index: verdict, worst errors, size, build time, runtimes and versions."""
-    manifest = _read(folder / "manifest.json") or {}
-    report = _read(folder / "report.json") or {}
-    spec = manifest.get("spec", {})
-    build = manifest.get("build", {})
-    ok = manifest.get("schema") == MANIFEST_SCHEMA and report.get("schema") == REPORT_SCHEMA
-    return {
-        "name": manifest.get("name", folder.name),
-        "encoding": manifest.get("encoding"),
-        "artifact": manifest.get("artifact"),
-        "dtype": spec.get("dtype"),
-        "graph": manifest.get("graph"),
-        "max_positions": spec.get("max_positions"),
-        "passed": bool(report.get("passed")) if ok else False,
-        "status": ("passed" if report.get("passed") else "failed") if ok else "unreadable",
-        "path": os.path.relpath(folder, out),
-        "report": os.path.relpath(folder / "report.html", out),
-        "worst_max_abs": _worst(report),
-        "worst_ratio": _worst_ratio(report),
-        "bytes": _folder_bytes(folder, manifest.get("files", {})),
-        "build_seconds": build.get("seconds"),
-        "origin": build.get("origin", {}),
-        "runtimes": [
-            {k: r[k] for k in ("name", "status", "device", "reason") if k in r} for r in report.get("runtimes", [])
-        ],
-        "versions": manifest.get("versions", {}),
-    }
-
-
-def _max_of(summaries: list[dict[str, Any]], key: str) -> float | None:
-    values = [float(s[key]) for s in summaries if isinstance(s.get(key), (int, float)) and not isinstance(s[key], bool)]
-    return max(values) if values else None
-
-
-def decoder_entry(folder: Path, out: Path) -> dict[str, Any]:
-    """A decoder's line in the index, in the fields of ``entry``; ValueError when its files do not read as a decoder's.
-
-    A decoder's errors are relative to the logit scale (``DECODER_SCALE``): ``worst_rel`` is the worst scenario's
-    ``worst_rel`` against float64 (the truth, judged) and against transformers (shown, not judged), ``worst_rel_of``
-    says so; ``worst_max_abs`` is the float64 one in logits; ``worst_ratio`` is worst_rel over the tolerance (1 is the
-    limit, as for every artifact). ``encoding`` is the position spec's, ``max_positions`` the spec's.
-    """
-    record = _read(folder / "decoder.json")
-    report = _read(folder / "report.json")
-    scenarios = (report or {}).get("scenarios")
-    if record is None or report is None or report.get("artifact") != DECODER or not isinstance(scenarios, list):
-        raise ValueError("not a decoder's (report.json's artifact 'decoder' and its scenarios)")
-    spec = report.get("spec") if isinstance(report.get("spec"), dict) else record.get("spec") or {}
-    position = spec.get("position") or {}
-    summaries = [s["summary"] for s in scenarios if isinstance(s, dict) and isinstance(s.get("summary"), dict)]
-    rel = {"float64": _max_of(summaries, "worst_rel"), "transformers": _max_of(summaries, "worst_rel_transformers")}
-    rel = {k: v for k, v in rel.items() if v is not None}
-    worst_abs = _max_of(summaries, "worst_abs")
-    tolerance = (report.get("tolerance") or {}).get("rel")
-    ratio: dict[str, float] = {}
-    if "float64" in rel and isinstance(tolerance, (int, float)) and tolerance > 0:
-        ratio["float64"] = rel["float64"] / float(tolerance)
-    passed = report.get("passed") is True
-    return {
-        "name": report.get("name", folder.name),
-        "encoding": position.get("encoding"),
-        "artifact": DECODER,
-        "dtype": spec.get("dtype"),
-        "graph": spec.get("graph"),
-        "max_positions": position.get("max_positions"),
-        "passed": passed,
-        "status": "passed" if passed else "failed",
-        "path": os.path.relpath(folder, out),
-        "report": os.path.relpath(folder / "report.html", out),
-        "worst_max_abs": {} if worst_abs is None else {"float64": worst_abs},
-        "worst_ratio": ratio,
-        "worst_rel": rel,
-        "worst_rel_of": DECODER_SCALE,
-        "scenarios": {"passed": sum(s.get("passed") is True for s in scenarios if isinstance(s, dict)),
-                      "total": len(scenarios)},
-        "bytes": _folder_bytes(folder, report.get("files") or {}),
-        "build_seconds": None,  # report.json keeps the verification's seconds only
-        "origin": {"weights": record.get("weights")},
-        "runtimes": [{"name": "ort", "status": "verified", "device": str(report.get("runtime"))}],
-        "versions": {"ropeexport": report.get("ropeexport")},
-    }  # fmt: skip
+    """A folder holding a ropeexport index.json (written by ``write_index_files``)."""
+    return (read_object(folder / "index.json", "index.json") or {}).get("schema") == INDEX_SCHEMA
 
 
 def damaged_entry(folder: Path, out: Path, reason: str) -> dict[str, Any]:
@@ -231,32 +95,12 @@ def damaged_entry(folder: Path, out: Path, reason: str) -> dict[str, Any]:
     }
 
 
-def safe_entry(folder: Path, out: Path) -> dict[str, Any]:
-    """``entry``, or a damaged entry saying why: one corrupt sibling must not stop a build from indexing the rest."""
-    try:
-        return entry(folder, out)
-    except Exception as exc:  # any shape of damage in a file we did not just write: listed, never fatal
-        return damaged_entry(folder, out, f"manifest.json or report.json is damaged ({type(exc).__name__}: {exc})")
-
-
-def safe_decoder_entry(folder: Path, out: Path) -> dict[str, Any]:
-    """``decoder_entry``, or a damaged entry saying why (as ``safe_entry``)."""
-    try:
-        return decoder_entry(folder, out)
-    except Exception as exc:  # any shape of damage in a file we did not just write: listed, never fatal
-        return damaged_entry(folder, out, f"decoder.json or report.json is damaged ({type(exc).__name__}: {exc})")
-
-
-def index_dict(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
-    """The index of every artifact in ``out``; ``wall_seconds`` / ``jobs`` describe the build that wrote it."""
-    entries = []
-    for folder in artifact_folders(out, damaged=True):
-        if is_artifact(folder):
-            entries.append(safe_entry(folder, out))
-        elif _decoder_like(folder):
-            entries.append(safe_decoder_entry(folder, out))
-        else:
-            entries.append(damaged_entry(folder, out, "manifest.json is not a ropeexport manifest (damaged)"))
+def index_dict(
+    out: Path, entries: list[dict[str, Any]], wall_seconds: float | None = None, jobs: int | None = None
+) -> dict[str, Any]:
+    """The index of ``out`` from its artifacts' ``entries``; ``wall_seconds`` / ``jobs`` describe the build that wrote
+    it.
+    """  # noqa: D205
     passed = sum(e["passed"] for e in entries)
     return {
         "schema": INDEX_SCHEMA,
@@ -282,13 +126,11 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def write_index(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
-    """Write ``out/index.json`` and ``out/index.html`` for every artifact present; return the index."""
-    index = index_dict(out, wall_seconds, jobs)
+def write_index_files(out: Path, index: dict[str, Any]) -> None:
+    """Write ``out/index.json`` and ``out/index.html`` of ``index``, each whole or not at all."""
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "index.json", json.dumps(index, indent=2, sort_keys=False) + "\n")
     _atomic_write(out / "index.html", render_index(index))
-    return index
 
 
 def _fmt(value: float | None) -> str:
@@ -349,9 +191,12 @@ def render_index(index: dict[str, Any]) -> str:
         )
         if e.get("status") == "unreadable":
             ran = f"DAMAGED: {e.get('reason', '')}"
+        if e.get("failed_rebuild"):
+            ran += f"; a later rebuild FAILED and was kept apart: {e['failed_rebuild']}"
         origin = e["origin"].get("preset") or e["origin"].get("hf_config") or e["origin"].get("spec") or ""
-        decoder = e.get("artifact") == DECODER and e.get("status") != "unreadable"
-        if decoder:  # errors over the logit scale (transformers stands in the eager column); weights as the source
+        # An entry with worst_rel (a decoder's) gives its errors relative to a scale (worst_rel_of says which).
+        relative = "worst_rel" in e and e.get("status") != "unreadable"
+        if relative:  # errors over the logit scale (transformers stands in the eager column); weights as the source
             counts = e.get("scenarios") or {}
             ran += f"; {counts.get('passed')} of {counts.get('total')} scenarios passed"
             origin = e["origin"].get("weights") or ""
@@ -368,8 +213,8 @@ def render_index(index: dict[str, Any]) -> str:
             escape(f"{e['encoding']} / {e['artifact']}"),
             escape(f"{e['dtype']} {e['graph']}"),
             escape(str(e["max_positions"])),
-            _relative_cell(e, "transformers") if decoder else _error_cell(worst, ratio, "eager"),
-            _relative_cell(e, "float64") if decoder else _error_cell(worst, ratio, "float64"),
+            _relative_cell(e, "transformers") if relative else _error_cell(worst, ratio, "eager"),
+            _relative_cell(e, "float64") if relative else _error_cell(worst, ratio, "float64"),
             escape(_size(e["bytes"]["model"])),
             escape(seconds),
             escape(ran),
@@ -397,7 +242,7 @@ def render_index(index: dict[str, Any]) -> str:
     wall = index["last_build"]["wall_seconds"]
     took = "" if wall is None else f" Last build: {wall:.1f} s wall time with {index['last_build']['jobs']} job(s)."
     note = ""
-    if any(e.get("artifact") == DECODER for e in index["artifacts"]):
+    if any("worst_rel" in e for e in index["artifacts"]):
         note = (
             " Decoder rows (kind decoder) are whole models verified by greedy generation: their errors are the worst "
             "call's max |logit error| relative to the logit scale (max |float64 logit| of the call), against float64 "

@@ -14,7 +14,7 @@ import pytest
 import ropeexport as rx
 from ropeexport.catalog import spec_from_dict
 from ropeexport.defaults import DEFAULT_PRESETS, FEATURE_SPECS
-from ropeexport.errors import SpecError
+from ropeexport.errors import ArtifactError, SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,7 +192,7 @@ def test_verify_refuses_a_tree_with_a_damaged_manifest(tmp_path: Path) -> None:
     specs = [rx.spec("alibi", num_heads=2, max_positions=32), rx.spec("t5", num_heads=2, max_positions=32)]
     results = rx.build_all(specs, tmp_path)
     (results[1].path / "manifest.json").write_text('{"broken": ')
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(ArtifactError) as info:
         rx.verify(tmp_path)
     assert info.value.field.startswith(f"{results[1].name}/")  # names the damaged artifact, verifies nothing
 

@@ -9,15 +9,16 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ropeexport import build
+from ropeexport import build, store
+from ropeexport.artifacts import write_index
 from ropeexport.cli import main
-from ropeexport.errors import SpecError
+from ropeexport.errors import OutputError, SpecError
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
-from ropeexport.tree import index_dict
 
 SMALL = ["build", "--encoding", "alibi", "--num-heads", "2", "--head-dim", "4", "--max-positions", "16"]
 
@@ -28,23 +29,36 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
-def test_a_failed_swap_puts_the_old_artifact_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = AlibiSpec(name="a", num_heads=2, head_dim=4, max_positions=16)
-    first = build(spec, tmp_path)
-    before = (first.path / "model.onnx").read_bytes()
+def _fail_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(a: Path, b: Path) -> bool:  # the atomic exchange itself fails, as an EIO would
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store, "_exchange", failing)
+
+
+def _fail_second_rename(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "_exchange", lambda a, b: False)  # a file system without RENAME_EXCHANGE
     real_rename = Path.rename
 
     def failing(self: Path, target: Path) -> Path:
-        if ".building." in self.name:  # the new folder's move into place: fail it, as an EIO would
+        if ".building." in self.name:  # the new folder's move into place, after the old one went aside
             raise OSError(5, "Input/output error")
         return real_rename(self, target)
 
     monkeypatch.setattr(Path, "rename", failing)
-    with pytest.raises(SpecError, match="Input/output error"):  # one line for the CLI, not a traceback
+
+
+@pytest.mark.parametrize("fault", [_fail_exchange, _fail_second_rename], ids=["exchange", "two renames"])
+def test_a_failed_swap_leaves_the_old_artifact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: Any) -> None:
+    spec = AlibiSpec(name="a", num_heads=2, head_dim=4, max_positions=16)
+    first = build(spec, tmp_path)
+    before = (first.path / "model.onnx").read_bytes()
+    fault(monkeypatch)
+    with pytest.raises(OutputError, match="Input/output error; nothing was changed"):  # one line, not a traceback
         build(spec, tmp_path)
     monkeypatch.undo()
-    assert (tmp_path / "a" / "model.onnx").read_bytes() == before  # the good artifact is back
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no hidden work or swap folder left
+    assert (tmp_path / "a" / "model.onnx").read_bytes() == before  # the good artifact is in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no hidden work, swap or lock left
 
 
 def _tmpfs(folder: Path, size: str) -> bool:
@@ -124,11 +138,16 @@ def test_a_dead_builds_work_folder_is_removed_by_the_next_build(
     leftover = out / f".x.building.{dead.stdout.strip()}.abc123"  # a finished process's pid: nobody owns it
     (leftover / "sub").mkdir(parents=True)
     (leftover / "sub" / "big.bin").write_bytes(b"0" * 1024)
-    alive = out / f".y.building.{os.getpid()}.def456"  # this process: a concurrent build's, left alone
+    alive = out / f".y.building.{dead.stdout.strip()}.def456"  # a live writer of y holds y's lock: left alone
     alive.mkdir()
-    code, _, err = run([*SMALL, "--num-heads", "4", "--out", str(out), "--quiet"], capsys)
+    import fcntl
+
+    with open(out / ".y.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code, _, err = run([*SMALL, "--num-heads", "4", "--out", str(out), "--quiet"], capsys)
     assert code == 0 and f"removed {leftover.name}" in err
     assert not leftover.exists() and alive.exists()
+    assert not (out / ".x.lock").exists()  # the dead writer's lock file went with its work
 
 
 def test_every_artifact_file_is_as_readable_as_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,4 +180,4 @@ def test_a_build_writes_nothing_outside_its_output_folder(tmp_path: Path) -> Non
 def test_the_index_lists_a_folder_whose_manifest_is_gone_bad(tmp_path: Path) -> None:
     build(AlibiSpec(name="a", num_heads=2, head_dim=4, max_positions=16), tmp_path)
     (tmp_path / "a" / "manifest.json").write_text("[")
-    assert [a["status"] for a in index_dict(tmp_path)["artifacts"]] == ["unreadable"]
+    assert [a["status"] for a in write_index(tmp_path)["artifacts"]] == ["unreadable"]

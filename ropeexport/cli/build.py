@@ -322,7 +322,7 @@ def print_resolved(job: Job) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate everything first (nothing is written on bad input), then build, index and summarise."""
     from ropeexport.api import build_all
-    from ropeexport.pipeline import check_target, clean_leftovers
+    from ropeexport.store import Store
     from ropeexport.tree import check_tree
 
     if decoder.wants_layer_block(args):
@@ -335,11 +335,12 @@ def run(args: argparse.Namespace) -> int:
     jobs = jobs_from_args(args)
     out = Path(args.out)
     check_tree(out)
+    store = Store(out)
     for job in jobs:
-        check_target(out, job.name, job.spec, args.replace)
+        store.check(job.name, job.spec, args.replace)
     if args.dry_run:
         return print_plan(jobs, out, runtimes, args.json)
-    for name in clean_leftovers(out):  # a build killed earlier (kill -9) left its hidden work folder behind
+    for name in store.clean():  # a build killed earlier (kill -9) left its hidden work folder behind
         print(f"ropeexport: removed {name}, the work folder of an interrupted build", file=sys.stderr)
     talk = not (args.quiet or args.json)
     if talk and args.hf_config:
@@ -350,7 +351,8 @@ def run(args: argparse.Namespace) -> int:
 
         def finished(result: BuildResult) -> None:
             results.append(result)
-            progress.done(result.name, summary_line(result.report, result.path, result.seconds) if talk else None)
+            line = summary_line(result.report, result.path, result.seconds, result.kept)
+            progress.done(result.name, line if talk else None)
 
         build_all(
             [spec_from_dict(j.spec) for j in jobs],
@@ -436,7 +438,7 @@ def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -
     return 0
 
 
-def summary_line(report: dict[str, Any], path: Path, seconds: float) -> str:
+def summary_line(report: dict[str, Any], path: Path, seconds: float, kept: Path | None = None) -> str:
     """One artifact's verdict, worst errors, runtimes and table check, then its path."""
     verdict = "PASS" if report["passed"] else "FAIL"
     worst: dict[str, float] = {}
@@ -453,4 +455,11 @@ def summary_line(report: dict[str, Any], path: Path, seconds: float) -> str:
         worst_table = max((t["max_ulp"] or 0.0) for t in report["tables"])
         tables = f"; tables <= {worst_table:.3f} ulp"
     head = f"{verdict} {report['name']}: max |err| {errors} on {ran}{tables} ({seconds:.1f}s)"
-    return f"{head}\n  -> {path}"
+    return f"{head}\n  -> {path}{kept_note(path, kept)}"
+
+
+def kept_note(path: Path, kept: Path | None) -> str:
+    """Where a failed rebuild went and which verified artifact stayed, when the store kept one (else nothing)."""
+    if kept is None:
+        return ""
+    return f"\n  (a verified artifact was there: it stays at {kept}; this failed build is kept apart at {path})"

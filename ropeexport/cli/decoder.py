@@ -76,7 +76,7 @@ def run_layer_block(args: argparse.Namespace, spec_fields: dict[str, str], line:
             if args.quiet:
                 print(result.path)
             elif not args.json:
-                print(line(result.report, result.path, time.perf_counter() - began))
+                print(line(result.report, result.path, time.perf_counter() - began, result.kept))
     if args.json:
         print(json.dumps({"out": str(Path(args.out).resolve()), "built": built}, indent=2))
     elif not args.quiet:
@@ -110,7 +110,8 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
           max_positions: int | None) -> int:  # fmt: skip
     """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
     from ropeexport.api import resolve_decoder
-    from ropeexport.decoder.build import check_out
+    from ropeexport.store import Store
+    from ropeexport.tree import check_tree
 
     plan = []
     for dtype in dtypes:
@@ -118,7 +119,8 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
             spec = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                    preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
                                    max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
-            check_out(Path(args.out), spec, args.replace)  # --out as the build checks it
+            check_tree(Path(args.out))  # --out as the build checks it
+            Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace)
             plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
                          "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
     if args.json:
@@ -195,6 +197,9 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
             elif not args.json:
                 verdict = "verified" if result.passed else "FAILED"
                 print(f"{verdict}: {result.path} (report.html there; index: {Path(args.out) / 'index.html'})")
+                if result.kept is not None:
+                    print(f"  a verified decoder was there: it stays at {result.kept}; this failed build is kept "
+                          f"apart at {result.path}")  # fmt: skip
     if args.json:
         print(json.dumps({"out": str(Path(args.out).resolve()), "built": built}, indent=2))
     if failed and not args.quiet:

@@ -11,7 +11,7 @@ Examples:
 A folder inside a tree (its parent has a ropeexport index.json) refreshes the tree's index.json / index.html too, so
 the index never shows a verdict older than the report it links to.
 
-A decoder folder (written by build --artifact decoder) is checked against the sha256 its report.json lists, then
+A decoder folder (written by build --artifact decoder) is checked against the sha256 its manifest lists, then
 every scenario runs again on ONNX Runtime (CPU); each scenario's worst error is shown beside the stored one
 (--atol / --rtol do not apply: a decoder's tolerance is fixed per dtype).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import add_tolerance_flags, tolerances
-from ropeexport.decoder.reverify import DecoderVerifyResult
+from ropeexport.decoder.kind import DecoderVerifyResult
 from ropeexport.tree import artifact_folders, is_tree
 
 
@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
 
     # the raw text: "" is an error, not "."
     results = verify(args.folder, args.runtime, atol, rtol, on_done=done, on_scenario=scenario_line)
-    if (folder / "manifest.json").exists() or not artifact_folders(folder, damaged=True):
+    if (folder / "manifest.json").exists() or (folder / "decoder.json").exists() or not artifact_folders(
+        folder, damaged=True
+    ):
         tree = folder.resolve().parent
         if is_tree(tree):
             print(tree / "index.html")

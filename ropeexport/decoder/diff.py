@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ropeexport.errors import SpecError
+from ropeexport.errors import ArtifactError
 from ropeexport.report.diff_result import ReportDiff
 
 # One ulp of the dtype relative to the logit scale: the least growth of worst_rel that counts.
@@ -47,37 +47,37 @@ def _agreement(text: Any) -> tuple[int, int] | None:
 def check_report(report: dict[str, Any], which: str) -> dict[str, Any]:
     """The fields the decoder diff reads, with their types; a damaged report is bad input (SpecError naming it)."""
     if not isinstance(report.get("spec"), dict) or not isinstance(report.get("passed"), bool):
-        raise SpecError(which, "decoder report needs a spec table and passed true or false")
+        raise ArtifactError(which, "decoder report needs a spec table and passed true or false")
     tolerance = report.get("tolerance")
     if not isinstance(tolerance, dict) or not _number(tolerance.get("rel")):
-        raise SpecError(which, "decoder report's tolerance.rel must be a number")
+        raise ArtifactError(which, "decoder report's tolerance.rel must be a number")
     scenarios = report.get("scenarios")
     if not isinstance(scenarios, list):
-        raise SpecError(which, "decoder report has no scenarios list")
+        raise ArtifactError(which, "decoder report has no scenarios list")
     seen = set()
     for i, s in enumerate(scenarios):
         if not isinstance(s, dict) or not isinstance(s.get("name"), str) or not isinstance(s.get("passed"), bool):
-            raise SpecError(which, f"scenarios[{i}] must be a table with a name and passed true or false")
+            raise ArtifactError(which, f"scenarios[{i}] must be a table with a name and passed true or false")
         if s["name"] in seen:
-            raise SpecError(which, f"scenarios[{i}]: scenario {s['name']!r} is listed twice")
+            raise ArtifactError(which, f"scenarios[{i}]: scenario {s['name']!r} is listed twice")
         seen.add(s["name"])
         summary = s.get("summary")
         if not isinstance(summary, dict):
-            raise SpecError(which, f"scenarios[{i}].summary must be a table")
+            raise ArtifactError(which, f"scenarios[{i}].summary must be a table")
         for key in ("worst_rel", "worst_abs"):
             if not _number(summary.get(key)):
-                raise SpecError(which, f"scenarios[{i}].summary.{key} must be a number, got {summary.get(key)!r}")
+                raise ArtifactError(which, f"scenarios[{i}].summary.{key} must be a number, got {summary.get(key)!r}")
         for key in ("worst_rel_transformers", "regime_cost_rel"):
             if key in summary and not _number(summary[key]):
-                raise SpecError(which, f"scenarios[{i}].summary.{key} must be a number, got {summary[key]!r}")
+                raise ArtifactError(which, f"scenarios[{i}].summary.{key} must be a number, got {summary[key]!r}")
         if _agreement(summary.get("agreement")) is None:
-            raise SpecError(which, f"scenarios[{i}].summary.agreement must read 'agreeing/rows', got "
+            raise ArtifactError(which, f"scenarios[{i}].summary.agreement must read 'agreeing/rows', got "
                             f"{summary.get('agreement')!r}")  # fmt: skip
         first = summary.get("first_divergence")
         if first is not None and (not isinstance(first, int) or isinstance(first, bool)):
-            raise SpecError(which, f"scenarios[{i}].summary.first_divergence must be a call index or null")
+            raise ArtifactError(which, f"scenarios[{i}].summary.first_divergence must be a call index or null")
         if not isinstance(summary.get("near_ties"), list):
-            raise SpecError(which, f"scenarios[{i}].summary.near_ties must be a list of call indices")
+            raise ArtifactError(which, f"scenarios[{i}].summary.near_ties must be a list of call indices")
     return report
 
 

@@ -11,6 +11,7 @@ records the checkpoint and the layer, so ``verify`` reads the same weights again
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.checkpoint import BLOCK_NAMES, describe, layer_weights, load_checkpoint
 from ropeexport.dtypes import DTYPES
+from ropeexport.encoding import EncodingKind
 from ropeexport.errors import SpecError
 from ropeexport.kinds import ArtifactKind, Feeds, Probe
 
@@ -104,3 +106,25 @@ def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
     layer = int(origin["layer"])
     return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.sliding_window,
                       str(origin["weights"]))  # fmt: skip
+
+
+def _origin(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    build = manifest.get("build")
+    origin = build.get("origin") if isinstance(build, Mapping) else None
+    return origin if isinstance(origin, Mapping) else {}
+
+
+@dataclass
+class LayerBlockKind(EncodingKind):
+    """A checkpoint layer's block: an encoding block whose weights come from the checkpoint its manifest names."""
+
+    name: str = "layer-block"
+
+    def owns(self, manifest: Mapping[str, Any]) -> bool:
+        """A block manifest whose origin names a checkpoint and a layer."""
+        origin = _origin(manifest)
+        return manifest.get("artifact") == "block" and "checkpoint" in origin and "layer" in origin
+
+    def kind_for_manifest(self, spec: Any, manifest: Mapping[str, Any]) -> ArtifactKind:
+        """The family's block kind with the weights of the layer the manifest's origin names, read again."""
+        return kind_for_origin(spec, _origin(manifest))

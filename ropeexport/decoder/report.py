@@ -161,7 +161,7 @@ def error_figure(report: dict[str, Any]) -> bytes:
     import matplotlib.style
     from matplotlib.ticker import MaxNLocator
 
-    from ropeexport.report.plots import STYLE, TOLERANCE_COLOR, _new_figure, _notes, _png, _short
+    from ropeexport.report.plots import STYLE, TOLERANCE_COLOR, figure_notes, new_figure, png_bytes, shorten
 
     chosen = report["scenarios"]
     tolerance = float(report["tolerance"]["rel"])
@@ -172,7 +172,7 @@ def error_figure(report: dict[str, Any]) -> bytes:
     low, high = min(shown) / 3, max(shown) * 5
     top = high * 3 if any(p["bad"] for _, p in drawn) else high  # room for the crosses of non-finite errors
     with matplotlib.style.context(["default", STYLE]):
-        figure = _new_figure((PANEL_SIZE[0] * 3, PANEL_SIZE[1] * rows + 0.6))
+        figure = new_figure((PANEL_SIZE[0] * 3, PANEL_SIZE[1] * rows + 0.6))
         axes = figure.subplots(rows, cols, sharey=True, squeeze=False)
         zeros = bad = 0
         for ax, (scenario, p) in zip(axes.flat, drawn, strict=False):
@@ -194,7 +194,7 @@ def error_figure(report: dict[str, Any]) -> bytes:
             ax.set_yscale("log")
             ax.set_ylim(low, top)
             verdict = "passed" if scenario["passed"] else "FAILED"
-            ax.set_title(_short(f"{scenario['name']}: {verdict}", 40), color="black" if scenario["passed"] else "red")
+            ax.set_title(shorten(f"{scenario['name']}: {verdict}", 40), color="black" if scenario["passed"] else "red")
             # Positions as whole numbers: far-positions would otherwise read "55 ... +1.31e5".
             ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
             ax.ticklabel_format(axis="x", style="plain", useOffset=False)
@@ -206,14 +206,14 @@ def error_figure(report: dict[str, Any]) -> bytes:
             notes.append(f"{zeros} calls with zero error left out (a log axis has no 0)")
         if bad:
             notes.append(f"{bad} calls with an infinite or NaN error (crosses at the top)")
-        _notes(figure, notes)
+        figure_notes(figure, notes)
         labels: dict[str, Any] = {}
         for ax in axes.flat:
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 labels.setdefault(label, handle)
         figure.legend(list(labels.values()), list(labels), loc="outside upper center", ncols=len(labels),
                       frameon=False)  # fmt: skip
-        return _png(figure)
+        return png_bytes(figure)
 
 
 def _failures(report: dict[str, Any]) -> str:
@@ -269,19 +269,19 @@ def _headline(report: dict[str, Any]) -> str:
 
 def write_html(report: dict[str, Any]) -> str:
     """The whole report as one self-contained page (no script, nothing fetched; the figure is a PNG data URI)."""
-    from ropeexport.report.html import CSS, _figure, _safe_plot
+    from ropeexport.report.html import CSS, figure_html, safe_plot
 
     word = "PASS" if report["passed"] else "FAIL"
     name = _html(report["name"])
     facts = [*_facts(report), ("tolerance", _rule(report))]
     rows = "".join(f'<tr><th class="key">{_html(k)}</th><td>{_html(v)}</td></tr>' for k, v in facts)
-    png = _safe_plot(error_figure, report)
+    png = safe_plot(error_figure, report)
     parts = [
         f'<header class="banner {word.lower()}"><h1>{word}: {name}</h1><p>{_html(_headline(report))}</p></header>',
         _failures(report),
         f'<section id="decoder"><h2>Decoder</h2><table class="pairs"><tbody>{rows}</tbody></table></section>',
         '<section id="errors"><h2>Error over the logit scale, per call</h2>'
-        + _figure(png, "each call's error over the logit scale against its last position, per scenario", PLOT_CAPTION)
+        + figure_html(png, "each call's error over the logit scale against its last position, per scenario", PLOT_CAPTION)
         + "</section>",
     ]
     for scenario in report["scenarios"]:

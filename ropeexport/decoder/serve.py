@@ -1,7 +1,7 @@
 """Serving a built decoder as a server runs it: one ONNX Runtime session, IO binding, a cache allocated once.
 
 ``DecoderSession(folder)`` opens a decoder folder (``build --artifact decoder``; its files checked against the
-sha256 its report.json lists) and ``generate`` runs greedy generation for one sequence (batch 1):
+sha256 its manifest lists) and ``generate`` runs greedy generation for one sequence (batch 1):
 
 - the cache is allocated once for the whole generation (prompt + new tokens; grown, keeping its contents, if a
   caller appends past it). ``gqa`` form: one [1, KV, capacity, d] buffer per layer and tensor, bound as both
@@ -14,7 +14,7 @@ sha256 its report.json lists) and ``generate`` runs greedy generation for one se
   only), so a long context is exercised without computing it (RoPE only: an ALiBi decoder counts key positions
   from the attention mask, as BLOOM does, and takes no offset); every token, the last new one included, must lie
   below the decoder's max_positions (onnxruntime-genai's context_length counts the same way): nothing is wrapped;
-- the RoPE regime of each call is that of L = its last position + 1 (``probes.regime``). Under the ``re-prefill``
+- the RoPE regime of each call is that of L = its last position + 1 (``scenarios.regime``). Under the ``re-prefill``
   policy (the default, what the build verified against the float64 recompute) a step whose regime differs from the
   one the cache was built in (LongRoPE past original_max_position_embeddings, dynamic NTK) recomputes the whole
   sequence; under ``keep`` the cache is kept, as onnxruntime-genai does.
@@ -34,7 +34,7 @@ import numpy as np
 
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.scenarios import regime
-from ropeexport.decoder.reverify import check_decoder_folder, is_decoder_folder
+from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
 from ropeexport.decoder.checkpoint import geometry
 from ropeexport.dtypes import DTYPES
@@ -123,12 +123,9 @@ class DecoderSession:
         profile_prefix: str | None = None,
     ) -> None:
         folder = Path(folder)
-        if not is_decoder_folder(folder):
-            raise SpecError("path", f"{str(folder)!r} is not a decoder folder (one with decoder.json, written by "
-                            "`ropeexport build --artifact decoder`)")  # fmt: skip
         if threads is not None:
             _int("threads", threads, 1, 1024)
-        record, _, spec = check_decoder_folder(folder)
+        record, spec = check_folder(folder)
         self.folder, self.spec, self.threads = folder, spec, threads
         self.config: dict[str, Any] = record["config"]
         self.position = spec.position_spec()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,24 +95,39 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def write_reports(folder: Path, report: dict[str, Any]) -> list[str]:
-    """report.json, report.md and report.html into ``folder``; returns the names written."""
+def failed_page(report: dict[str, Any], name: str, exc: Exception) -> str:
+    """The page written in place of a report renderer that failed: the verdict, why, and where the record is."""
+    verdict = "PASS" if report.get("passed") else "FAIL"
+    text = f"{verdict} {report.get('name')}: this page could not be rendered ({type(exc).__name__}: {exc}); see report.json\n"
+    if name.endswith(".html"):
+        import html
+
+        text = f"<!doctype html><meta charset='utf-8'><pre>{html.escape(text)}</pre>"
+    return text
+
+
+def renderers() -> dict[str, Callable[[dict[str, Any]], str]]:
+    """The encoding artifacts' report.md and report.html renderers."""
     from ropeexport.report.html import render_html
     from ropeexport.report.markdown import render_markdown
 
+    return {"report.md": render_markdown, "report.html": render_html}
+
+
+def write_reports(
+    folder: Path, report: dict[str, Any], render: Mapping[str, Callable[[dict[str, Any]], str]] | None = None
+) -> list[str]:
+    """report.json and each rendered page (``render``: {file name: renderer}, default ``renderers()``) into
+    ``folder``; returns the names written.
+    """  # noqa: D205
     write_json(folder / "report.json", report)
     # The JSON is the record. A renderer that fails (a plot of values no axis can hold) must not cost the verdict:
     # the page then says what failed, and report.json still holds everything.
-    for name, render in (("report.md", render_markdown), ("report.html", render_html)):
+    pages = renderers() if render is None else render
+    for name, page in pages.items():
         try:
-            text = render(report)
+            text = page(report)
         except Exception as exc:  # noqa: BLE001 - any renderer failure is reported in the file itself
-            verdict = "PASS" if report.get("passed") else "FAIL"
-            reason = f"{type(exc).__name__}: {exc}"
-            text = f"{verdict} {report.get('name')}: this page could not be rendered ({reason}); see report.json\n"
-            if name.endswith(".html"):
-                import html
-
-                text = f"<!doctype html><meta charset='utf-8'><pre>{html.escape(text)}</pre>"
+            text = failed_page(report, name, exc)
         (folder / name).write_text(text, encoding="utf-8")
-    return ["report.json", "report.md", "report.html"]
+    return ["report.json", *pages]

@@ -18,11 +18,9 @@ names differ with them and are never compared). Comparisons are matched by refer
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from ropeexport.errors import SpecError
-from ropeexport.inputs import read_json
+from ropeexport.errors import ArtifactError
 from ropeexport.report import REPORT_SCHEMA
 from ropeexport.report.diff_result import ReportDiff
 
@@ -30,23 +28,10 @@ METRICS = ("max_abs", "p99_abs", "mean_abs", "max_ulp")
 DEFAULT_MAX_GROWTH = 2.0
 
 
-def load_report(path: str | Path, which: str) -> dict[str, Any]:
-    """A report.json (or an artifact folder holding one) of this schema; else SpecError naming OLD or NEW.
-
-    Read strictly (``inputs.read_json``): a regular file of sane size, UTF-8, no NaN or Infinity (ropeexport writes
-    neither: infinite errors are null), bounded nesting and integers.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "report.json"
-    report = read_json(path, which)
-    if isinstance(report, dict) and report.get("artifact") == "decoder":  # a decoder's report: no schema, scenarios
-        from ropeexport.decoder.diff import check_report
-
-        return check_report(report, which)
-    if not isinstance(report, dict) or report.get("schema") != REPORT_SCHEMA:
-        got = report.get("schema") if isinstance(report, dict) else None
-        raise SpecError(which, f"{str(path)!r} has schema {got!r}; this ropeexport reads {REPORT_SCHEMA!r}")
+def check_report(report: dict[str, Any], which: str) -> dict[str, Any]:
+    """An artifact's report of this schema with the fields diff reads; else ArtifactError naming OLD or NEW."""
+    if report.get("schema") != REPORT_SCHEMA:
+        raise ArtifactError(which, f"has schema {report.get('schema')!r}; this ropeexport reads {REPORT_SCHEMA!r}")
     _check_structure(report, which)
     return report
 
@@ -55,26 +40,26 @@ def _check_structure(report: dict[str, Any], which: str) -> None:
     """The fields diff reads, with their types; a damaged report is bad input, not a regression."""
     comparisons = report.get("comparisons")
     if not isinstance(comparisons, list):
-        raise SpecError(which, "report has no comparisons list")
+        raise ArtifactError(which, "report has no comparisons list")
     for i, c in enumerate(comparisons):
         if not isinstance(c, dict):
-            raise SpecError(which, f"comparisons[{i}] is not a table")
+            raise ArtifactError(which, f"comparisons[{i}] is not a table")
         for key in ("reference", "runtime", "output"):
             if not isinstance(c.get(key), str):
-                raise SpecError(which, f"comparisons[{i}].{key} must be a string")
+                raise ArtifactError(which, f"comparisons[{i}].{key} must be a string")
         if not isinstance(c.get("passed"), bool):
-            raise SpecError(which, f"comparisons[{i}].passed must be true or false")
+            raise ArtifactError(which, f"comparisons[{i}].passed must be true or false")
         for key in ("atol", "rtol", "elements", *METRICS):
             value = c.get(key)
             required = key in ("atol", "rtol", "elements")
             if (value is None and required) or (
                 value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
             ):
-                raise SpecError(which, f"comparisons[{i}].{key} must be a number, got {value!r}")
+                raise ArtifactError(which, f"comparisons[{i}].{key} must be a number, got {value!r}")
     for section, name in (("tables", "name"), ("guards", "case"), ("properties", "name")):
         items = report.get(section, [])
         if not isinstance(items, list) or not all(isinstance(i, dict) and name in i for i in items):
-            raise SpecError(which, f"{section} must be a list of tables with a {name!r}")
+            raise ArtifactError(which, f"{section} must be a list of tables with a {name!r}")
 
 
 def _key(c: dict[str, Any]) -> tuple[str, str, str]:
@@ -106,29 +91,6 @@ def _spec_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[A
     return changes
 
 
-def _is_decoder(report: dict[str, Any]) -> bool:
-    """A report written by ``build --artifact decoder`` (or ``verify`` of its folder)."""
-    return report.get("artifact") == "decoder"
-
-
-def check_kinds(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Both reports a decoder's, or neither; else SpecError (a decoder's scenarios match no artifact's comparisons)."""
-    if _is_decoder(old) != _is_decoder(new):
-        kinds = ["a decoder report" if _is_decoder(r) else f"a {r.get('artifact') or 'non-decoder'} report"
-                 for r in (old, new)]  # fmt: skip
-        raise SpecError("new", f"is {kinds[1]} but OLD is {kinds[0]}: diff compares two decoder reports or two "
-                        "artifact reports")  # fmt: skip
-
-
-def spec_fields(report: dict[str, Any]) -> set[str]:
-    """The names ``across`` may take for this report: its spec fields (a decoder's, ``decoder.diff.fields``)."""
-    if _is_decoder(report):
-        from ropeexport.decoder.diff import fields
-
-        return fields(report)
-    return set(report.get("spec") or {})
-
-
 def diff_reports(
     old: dict[str, Any],
     new: dict[str, Any],
@@ -137,14 +99,7 @@ def diff_reports(
 ) -> ReportDiff:
     """Compare NEW against OLD (module docstring for what counts as a regression and for ``across``).
 
-    Two decoder reports are compared scenario by scenario (``ropeexport.decoder.diff``); a decoder report against
-    another artifact's is a SpecError.
     """
-    check_kinds(old, new)
-    if _is_decoder(old):
-        from ropeexport.decoder.diff import diff_decoder_reports
-
-        return diff_decoder_reports(old, new, max_growth, across)
     result = ReportDiff()
     changes = _spec_changes(old, new)
     for key, (before, after) in changes.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -19,6 +20,19 @@ class ReportDiff:
         """True when anything got worse (module docstring)."""
         return bool(self.regressions)
 
+    @property
+    def passed(self) -> bool:
+        """No regression (``results.Result``)."""
+        return not self.regressions
+
+    @property
+    def path(self) -> Path | None:
+        """None: a diff is about two reports, not one file."""
+        return None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly."""
-        return {"regressed": self.regressed, "regressions": self.regressions, "notes": self.notes, "rows": self.rows}
+        return {"passed": self.passed, "regressed": self.regressed, "regressions": self.regressions, "notes": self.notes, "rows": self.rows}

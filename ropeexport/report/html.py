@@ -101,7 +101,7 @@ def _png_size(png: bytes) -> tuple[int, int]:
     return width, height
 
 
-def _safe_plot(make: Callable[..., bytes], *args: Any) -> bytes:
+def safe_plot(make: Callable[..., bytes], *args: Any) -> bytes:
     """``make(*args)``'s PNG, or empty bytes when matplotlib cannot draw the values (the figure is then left out)."""
     try:
         return make(*args)
@@ -109,7 +109,7 @@ def _safe_plot(make: Callable[..., bytes], *args: Any) -> bytes:
         return b""
 
 
-def _figure(png: bytes, alt: str, caption: str = "") -> str:
+def figure_html(png: bytes, alt: str, caption: str = "") -> str:
     if not png:
         return f'<p class="note">Plot left out: {_e(alt)} could not be drawn from these values.</p>'
     width, height = _png_size(png)
@@ -122,15 +122,15 @@ def _plot(plot: LinePlot | CurvePlot | HistogramPlot) -> str:
     if isinstance(plot, LinePlot):
         lines = [plots.Line(s.label, s.x, s.y) for s in plot.lines]
         if plot.share:
-            png = _safe_plot(plots.share_by_position, lines, plot.axis_label)
+            png = safe_plot(plots.share_by_position, lines, plot.axis_label)
         else:
-            png = _safe_plot(plots.error_by_position, lines, plot.axis_label, list(plot.atols))
-        return _figure(png, plot.alt, plot.caption)
+            png = safe_plot(plots.error_by_position, lines, plot.axis_label, list(plot.atols))
+        return figure_html(png, plot.alt, plot.caption)
     if isinstance(plot, CurvePlot):
-        png = _safe_plot(plots.curve, plot.title, plot.x_label, plot.y_label, plot.x, plot.y)
-        return _figure(png, plot.alt)
-    png = _safe_plot(plots.error_histogram, plot.title, plot.edges_log10, plot.counts, plot.zeros, plot.atol)
-    return _figure(png, plot.alt)
+        png = safe_plot(plots.curve, plot.title, plot.x_label, plot.y_label, plot.x, plot.y)
+        return figure_html(png, plot.alt)
+    png = safe_plot(plots.error_histogram, plot.title, plot.edges_log10, plot.counts, plot.zeros, plot.atol)
+    return figure_html(png, plot.alt)
 
 
 def _paragraph(block: Paragraph) -> str:

@@ -50,26 +50,26 @@ class Line:
     y: Sequence[Any]
 
 
-def _short(text: str, limit: int) -> str:
+def shorten(text: str, limit: int) -> str:
     """Text cut to ``limit`` characters: a long name must not squeeze the axes out of a fixed-size figure."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _new_figure(size: tuple[float, float]) -> Figure:
+def new_figure(size: tuple[float, float]) -> Figure:
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 
 
-def _png(figure: Figure) -> bytes:
+def png_bytes(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     figure.clear()
     return buffer.getvalue()
 
 
-def _notes(figure: Figure, notes: list[str]) -> None:
+def figure_notes(figure: Figure, notes: list[str]) -> None:
     """Say below the axes what the plot could not draw as it is (the layout makes room for it)."""
     if notes:
         figure.supxlabel("; ".join(notes), fontsize=8, color=NOTE_COLOR)
@@ -100,9 +100,9 @@ def _draw_lines(ax: Any, curves: list[tuple[Line, list[tuple[float, float]], lis
         crosses += bad
         ys = [y if y > 0 else math.nan for _, y in points]  # NaN breaks the line
         if not any(y > 0 for y in ys):
-            exact.append(_short(line.label, 48))
+            exact.append(shorten(line.label, 48))
             continue
-        ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=_short(line.label, 48))
+        ax.plot([x for x, _ in points], ys, linewidth=1.0, alpha=0.9, label=shorten(line.label, 48))
     return exact, crosses
 
 
@@ -113,7 +113,7 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
     Infinite or NaN errors are red crosses along the top.
     """
     with matplotlib.style.context(["default", STYLE]):
-        figure = _new_figure(POSITION_SIZE)
+        figure = new_figure(POSITION_SIZE)
         ax = figure.add_subplot()
         curves = [(line, *_split(line.x, line.y)) for line in lines]
         tolerances = sorted({t for t in floats(list(atols)) if math.isfinite(t) and t > 0})
@@ -130,23 +130,23 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
             high *= 3
         ax.set_yscale("log")
         ax.set_ylim(low, high)
-        ax.set_xlabel(_short(axis_label, 90))
+        ax.set_xlabel(shorten(axis_label, 90))
         ax.set_ylabel("worst |error| in bin")
-        ax.set_title(_short("Worst absolute error against " + axis_label.split(" (")[0], 90))
+        ax.set_title(shorten("Worst absolute error against " + axis_label.split(" (")[0], 90))
         notes = []
         if exact:
             notes.append(f"no line for {', '.join(exact)}: zero error in every bin")
-            zeros -= sum(len(p) for line, p, _, _ in curves if _short(line.label, 48) in exact)
+            zeros -= sum(len(p) for line, p, _, _ in curves if shorten(line.label, 48) in exact)
         if zeros:
             notes.append(f"{zeros} bins with zero error (gaps: a log axis has no 0)")
         if missing:
             notes.append(f"{missing} bins without a value (null) left out")
         if crosses:
             notes.append(f"{len(crosses)} bins with an infinite or NaN error (crosses at the top)")
-        _notes(figure, notes)
+        figure_notes(figure, notes)
         if ax.get_legend_handles_labels()[0]:
             figure.legend(loc="outside right upper")
-        return _png(figure)
+        return png_bytes(figure)
 
 
 def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
@@ -156,7 +156,7 @@ def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
     line: a point above it is a failing element, whatever the magnitude of the values there.
     """
     with matplotlib.style.context(["default", STYLE]):
-        figure = _new_figure(POSITION_SIZE)
+        figure = new_figure(POSITION_SIZE)
         ax = figure.add_subplot()
         curves = [(line, *_split(line.x, line.y)) for line in lines]
         positive = [y for _, points, _, _ in curves for _, y in points if y > 0] + [1.0]
@@ -169,31 +169,31 @@ def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
             high *= 3
         ax.set_yscale("log")
         ax.set_ylim(low, high)
-        ax.set_xlabel(_short(axis_label, 90))
+        ax.set_xlabel(shorten(axis_label, 90))
         ax.set_ylabel("worst error / allowed")
-        ax.set_title(_short("Worst error as a share of its allowance against " + axis_label.split(" (")[0], 90))
-        _notes(figure, [f"no line for {', '.join(exact)}: zero error in every bin"] if exact else [])
+        ax.set_title(shorten("Worst error as a share of its allowance against " + axis_label.split(" (")[0], 90))
+        figure_notes(figure, [f"no line for {', '.join(exact)}: zero error in every bin"] if exact else [])
         figure.legend(loc="outside right upper")
-        return _png(figure)
+        return png_bytes(figure)
 
 
 def curve(title: str, x_label: str, y_label: str, x: Sequence[Any], y: Sequence[Any]) -> bytes:
     """A property's curve (the long-term decay of RoFormer's Figure 2 against relative distance)."""
     with matplotlib.style.context(["default", STYLE]):
-        figure = _new_figure(CURVE_SIZE)
+        figure = new_figure(CURVE_SIZE)
         ax = figure.add_subplot()
         xs, ys = floats(list(x)), floats(list(y))
         pairs = [(a, b) for a, b in zip(xs, ys, strict=False) if math.isfinite(a) and math.isfinite(b)]
         if pairs:
             ax.plot([a for a, _ in pairs], [b for _, b in pairs], color="#0969da", linewidth=1.3)
         dropped = min(len(xs), len(ys)) - len(pairs)
-        _notes(figure, [f"{dropped} points without a finite value left out"] if dropped else [])
+        figure_notes(figure, [f"{dropped} points without a finite value left out"] if dropped else [])
         if not pairs:
             _note_in_axes(ax, "no finite points to plot")
-        ax.set_xlabel(_short(x_label, 80))
-        ax.set_ylabel(_short(y_label, 40))
-        ax.set_title(_short(title, 80))
-        return _png(figure)
+        ax.set_xlabel(shorten(x_label, 80))
+        ax.set_ylabel(shorten(y_label, 40))
+        ax.set_title(shorten(title, 80))
+        return png_bytes(figure)
 
 
 def _note_in_axes(ax: Any, text: str) -> None:
@@ -228,7 +228,7 @@ def error_histogram(
     The x axis spans the bins that hold elements (and atol), not every bin of the histogram.
     """
     with matplotlib.style.context(["default", STYLE]):
-        figure = _new_figure(HISTOGRAM_SIZE)
+        figure = new_figure(HISTOGRAM_SIZE)
         ax = figure.add_subplot()
         edges, heights, exact_zeros = histogram_bins(edges_log10, counts)
         extra = floats([zeros])[0] if zeros is not None else math.nan
@@ -270,7 +270,7 @@ def error_histogram(
             _note_in_axes(ax, "no histogram counts")
         ax.set_xlabel("|error| (log scale)")
         ax.set_ylabel("elements")
-        ax.set_title(_short(title, 48))
+        ax.set_title(shorten(title, 48))
         if ax.get_legend_handles_labels()[0]:
             figure.legend(loc="outside lower center", ncols=2, frameon=False)
-        return _png(figure)
+        return png_bytes(figure)

@@ -57,6 +57,12 @@ class CompatResult:
     compatible: bool
     reasons: list[dict[str, str]] = field(default_factory=list)  # [{node, op_type, reason}]
     notes: list[str] = field(default_factory=list)
+    path: Path | None = None  # the model file checked (None for a model handed in memory)
+
+    @property
+    def passed(self) -> bool:
+        """``compatible`` (``results.Result``)."""
+        return self.compatible
 
     def __bool__(self) -> bool:
         return self.compatible
@@ -101,7 +107,8 @@ def check_trt(model: onnx.ModelProto | str | Path, trt_version: str) -> CompatRe
     checker.check_opset()
     notes.extend(checker.notes)
     notes.extend(_version_notes(version, checker.seen_int64))
-    return CompatResult(version, not checker.reasons, checker.reasons, list(dict.fromkeys(notes)))
+    where = None if isinstance(model, onnx.ModelProto) else Path(model)
+    return CompatResult(version, not checker.reasons, checker.reasons, list(dict.fromkeys(notes)), where)
 
 
 def trt_compat(

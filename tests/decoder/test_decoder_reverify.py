@@ -1,9 +1,10 @@
-"""``ropeexport verify`` and ``ropeexport diff`` on decoder folders (``decoder.reverify``, ``decoder.diff``).
+"""``ropeexport verify`` and ``ropeexport diff`` on decoder folders (``decoder.kind``, ``decoder.diff``).
 
 verify: each row damages a copy of one tiny seeded decoder and runs the real CLI: an untouched folder passes (exit 0,
-fresh reports, each scenario shown beside its stored numbers); a file whose bytes no longer match report.json, or a
-decoder.json that no longer describes the (hashed) model, is bad input (exit 2, one line naming it); a model that
-is a valid ONNX decoder but computes something else, its hashes rewritten to match, fails verification (exit 1).
+fresh reports, each scenario shown beside its stored numbers); a file whose bytes no longer match the manifest, or,
+with its hash rewritten to match, a decoder.json or genai_config.json that no longer describes the (hashed) model, is
+bad input (exit 2, one line naming it); a model that is a valid ONNX decoder but computes something else, its hashes
+rewritten to match, fails verification (exit 1).
 diff: each row edits a copy of the decoder's report.json and compares it with the original.
 """
 
@@ -23,7 +24,7 @@ from onnx import numpy_helper
 import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.decoder.export import build_decoder_graph
-from ropeexport.decoder.reverify import DecoderVerifyResult, rebuild_spec
+from ropeexport.decoder.kind import DecoderVerifyResult, rebuild_spec
 from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.graph.onnx_io import save_model, sha256
 from tests.report.sample_report import minimal_report
@@ -64,8 +65,16 @@ def _edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
 
 
 def _rehash(folder: Path) -> None:
-    """report.json's sha256 rewritten to the files as they are now: the hashes no longer catch the change."""
-    _edit_json(folder / "report.json", lambda r: r.update(files={f: sha256(folder / f) for f in r["files"]}))
+    """The manifest's sha256 rewritten to the files as they are now: the hashes no longer catch the change."""
+    _edit_json(folder / "manifest.json", lambda r: r.update(files={f: sha256(folder / f) for f in r["files"]}))
+
+
+def _rehashed(change: Callable[[Path], None]) -> Callable[[Path], None]:
+    def both(folder: Path) -> None:
+        change(folder)
+        _rehash(folder)
+
+    return both
 
 
 def _flip_byte(folder: Path) -> None:
@@ -91,7 +100,7 @@ def _other_theta(folder: Path) -> None:
     for prop in model.metadata_props:
         if prop.key == "ropeexport.spec":
             prop.value = spec.digest_text()
-    for name in _json(folder / "report.json")["files"]:
+    for name in _json(folder / "manifest.json")["files"]:
         if name.startswith("model.onnx"):  # the model's files; the genai package stays
             (folder / name).unlink()
     assert save_model(model, folder) == ["model.onnx"]
@@ -110,8 +119,16 @@ def _unknown_spec_field(folder: Path) -> None:
     _edit_json(folder / "decoder.json", lambda d: d["spec"].update(heads=3))
 
 
-def _not_a_decoder_report(folder: Path) -> None:
-    _edit_json(folder / "report.json", lambda r: r.update(artifact="block"))
+def _not_a_decoder_manifest(folder: Path) -> None:
+    _edit_json(folder / "manifest.json", lambda r: r.update(artifact="block"))
+
+
+def _eos_in_decoder_json(folder: Path) -> None:
+    _edit_json(folder / "decoder.json", lambda d: d["config"].update(eos_token_id=5))
+
+
+def _genai(**model: Any) -> Callable[[Path], None]:
+    return lambda folder: _edit_json(folder / "genai_config.json", lambda g: g["model"].update(model))
 
 
 def _unchanged(folder: Path) -> None:
@@ -122,14 +139,27 @@ def _unchanged(folder: Path) -> None:
 VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
     ("untouched", _unchanged, [], 0, "PASS "),
     ("model.onnx bytes changed", _flip_byte, [], 2,
-     "error: files.model.onnx: sha256 differs from report.json"),
+     "error: files.model.onnx: sha256 differs from the manifest"),
     ("model.onnx missing", lambda f: (f / "model.onnx").unlink(), [], 2, "error: files.model.onnx: "),
-    ("report.json missing", lambda f: (f / "report.json").unlink(), [], 2, "error: report.json: "),
-    ("report.json of another artifact", _not_a_decoder_report, [], 2, "error: report.json: artifact is 'block'"),
-    ("decoder.json spec edited", _theta_in_decoder_json, [], 2,
+    ("manifest.json missing", lambda f: (f / "manifest.json").unlink(), [], 2, "no readable manifest.json"),
+    ("report.json missing: not part of what was built, written again", lambda f: (f / "report.json").unlink(), [],
+     0, "PASS "),
+    ("manifest.json of another artifact", _not_a_decoder_manifest, [], 2,
+     "error: manifest.json artifact: is 'block' but the model is a 'decoder' artifact"),
+    ("decoder.json edited", _theta_in_decoder_json, [], 2,
+     "error: files.decoder.json: sha256 differs from the manifest"),
+    ("decoder.json spec edited, hashes rewritten", _rehashed(_theta_in_decoder_json), [], 2,
      "error: decoder.json spec.position.theta: is 20000.0 but the model was built with 10000.0"),
-    ("decoder.json weights edited", _weights_in_decoder_json, [], 2, "error: decoder.json weights: "),
-    ("decoder.json spec with an unknown field", _unknown_spec_field, [], 2, "error: decoder.json spec: "),
+    ("decoder.json weights edited, hashes rewritten", _rehashed(_weights_in_decoder_json), [], 2,
+     "error: decoder.json weights: "),
+    ("decoder.json spec with an unknown field, hashes rewritten", _rehashed(_unknown_spec_field), [], 2,
+     "error: decoder.json spec: "),
+    ("decoder.json eos_token_id edited, hashes rewritten", _rehashed(_eos_in_decoder_json), [], 2,
+     "error: genai_config.json model.eos_token_id: "),
+    ("genai_config.json context_length 1e6, hashes rewritten", _rehashed(_genai(context_length=10**6)), [], 2,
+     "error: genai_config.json model.context_length: is 1000000 but this decoder's is 4096"),
+    ("genai_config.json vocab_size 5, hashes rewritten", _rehashed(_genai(vocab_size=5)), [], 2,
+     "error: genai_config.json model.vocab_size: is 5 but this decoder's is 128"),
     ("tolerance flags", _unchanged, ["--atol", "1e-3"], 2, "error: --atol/--rtol: "),
     ("another runtime", _unchanged, ["--runtime", "onnx-reference"], 2, "error: --runtime: "),
     ("a weight scaled, hashes rewritten", _scaled_weight, [], 1, "FAIL "),
@@ -142,7 +172,9 @@ def test_verify_decoder_folder(case: str, damage: Callable[[Path], None], flags:
                                decoder: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     stored = _json(decoder / "report.json")
     damage(decoder)
-    files = _json(decoder / "report.json")["files"] if (decoder / "report.json").exists() else None
+    had_report = (decoder / "report.json").exists()
+    manifest = decoder / "manifest.json"
+    files = {k: v for k, v in _json(manifest)["files"].items() if k != "decoder.json"} if manifest.exists() else {}
     (decoder / "report.md").write_text("")
     got, out, err = run(["verify", str(decoder), *flags], capsys)
     assert got == code, (out, err)
@@ -159,6 +191,9 @@ def test_verify_decoder_folder(case: str, damage: Callable[[Path], None], flags:
     assert [s["name"] for s in report["scenarios"]] == names
     for scenario in stored["scenarios"]:  # every scenario's line shows its stored worst error and agreement
         line = next(x for x in out.splitlines() if x.strip().startswith(scenario["name"] + " "))
+        if not had_report:  # nothing stored to show beside it
+            assert "(new: not in the stored report)" in line, line
+            continue
         assert f"(stored {scenario['summary']['worst_rel']:.1e})" in line, line
         assert f"(stored {scenario['summary']['agreement']})" in line, line
     now = {s["name"]: s["summary"]["worst_rel"] for s in report["scenarios"]}

@@ -18,7 +18,7 @@ import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.errors import SpecError
-from ropeexport.tree import index_dict
+from ropeexport.artifacts import write_index
 
 # The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
 ENTRY_KEYS = ["name", "encoding", "artifact", "dtype", "graph", "max_positions", "passed", "status", "path", "report",
@@ -161,11 +161,13 @@ def test_verify_a_tree_refuses_flags_a_decoder_does_not_take_before_running_anyt
 
 def test_a_damaged_decoder_is_listed_not_fatal(tree_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     decoder = next(p for p in tree_copy.iterdir() if (p / "decoder.json").is_file())
-    (decoder / "report.json").write_text("{")
-    entries = {e["name"]: e for e in index_dict(tree_copy)["artifacts"]}
+    (decoder / "report.json").write_text("{")  # the index reads the report: listed as damaged, the rest indexed
+    entries = {e["name"]: e for e in write_index(tree_copy)["artifacts"]}
     assert entries[decoder.name]["status"] == "unreadable" and not entries[decoder.name]["passed"]
+    assert sum(e["status"] == "passed" for e in entries.values()) == len(entries) - 1
+    (decoder / "decoder.json").write_text("{")  # verify checks the files the manifest hashes: refused, nothing run
     code, _, err = run(["verify", str(tree_copy)], capsys)
-    assert code == 2 and f"{decoder.name}/report.json" in err, err
+    assert code == 2 and f"{decoder.name}/files.decoder.json: sha256 differs" in err, err
 
 
 def test_a_normal_build_into_a_folder_holding_only_a_decoder(

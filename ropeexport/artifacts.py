@@ -1,0 +1,88 @@
+"""Every kind of artifact folder, listed once: the only module that knows them all (as ``catalog`` knows the families).
+
+A kind (``pipeline.Kind``) is claimed by its manifest: the first kind in ``kinds()`` whose ``owns(manifest)`` is true
+(a checkpoint layer's block before the encoding artifacts, which claim every manifest that is not a decoder's). The
+tree's index, ``verify`` and ``diff`` ask here, never "is this a decoder?" themselves. Adding a kind is its module and
+one line in ``kinds``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ropeexport.decoder.kind import DecoderKind
+from ropeexport.decoder.layer import LayerBlockKind
+from ropeexport.encoding import EncodingKind
+from ropeexport.errors import ArtifactError
+from ropeexport.pipeline import Kind
+from ropeexport.store import FAILED, MANIFEST, MANIFEST_SCHEMA, read_artifact_json, read_object
+from ropeexport.tree import artifact_folders, damaged_entry, index_dict, write_index_files
+
+
+def kinds(**settings: Any) -> list[Kind]:
+    """Every kind, in claiming order; ``settings`` go to the kinds that take them (runtimes, atol, rtol: encoding
+    artifacts and blocks; eager, on_scenario: decoders).
+    """  # noqa: D205
+    encoding = {k: v for k, v in settings.items() if k in ("runtimes", "atol", "rtol")}
+    decoder = {k: v for k, v in settings.items() if k in ("eager", "on_scenario")}
+    return [LayerBlockKind(**encoding), DecoderKind(eager=decoder.get("eager"), on_scenario=decoder.get("on_scenario")),
+            EncodingKind(**encoding)]  # fmt: skip
+
+
+def kind_of(manifest: Mapping[str, Any], **settings: Any) -> Kind:
+    """The kind that claims ``manifest`` (module doc)."""
+    return next(k for k in kinds(**settings) if k.owns(manifest))
+
+
+def kind_of_report(report: Mapping[str, Any]) -> Kind:
+    """The kind a report.json belongs to."""
+    return next(k for k in kinds() if k.owns_report(report))
+
+
+def load_report(path: str | Path, which: str) -> tuple[Kind, dict[str, Any]]:
+    """A report.json (or an artifact folder holding one), its kind, and the fields its diff reads checked; else
+    ArtifactError naming OLD or NEW.
+
+    Read strictly (``inputs.read_json``): a regular file of sane size, UTF-8, no NaN or Infinity (ropeexport writes
+    neither: infinite errors are null), bounded nesting and integers.
+    """  # noqa: D205
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    report = read_artifact_json(path, which)
+    if not isinstance(report, dict):
+        raise ArtifactError(which, f"{str(path)!r} is not a ropeexport report (a JSON object)")
+    kind = kind_of_report(report)
+    return kind, kind.check_report(report, which)
+
+
+def entry(folder: Path, out: Path) -> dict[str, Any]:
+    """A folder's line in the index; a damaged one (any shape of damage in files we did not just write) is listed as
+    damaged, saying why, never fatal.
+    """  # noqa: D205
+    manifest = read_object(folder / MANIFEST, MANIFEST)
+    if manifest is None or manifest.get("schema") != MANIFEST_SCHEMA:
+        if (folder / "decoder.json").is_file() and not (folder / MANIFEST).exists():
+            why = "a decoder written by a ropeexport before 0.2 (no manifest.json): build it again"
+        else:
+            why = "manifest.json is not a ropeexport manifest (damaged)"
+        return damaged_entry(folder, out, why)
+    report = read_object(folder / "report.json", "report.json") or {}
+    try:
+        line = kind_of(manifest).entry(folder, out, manifest, report)
+    except Exception as exc:  # noqa: BLE001 - any shape of damage in a file we did not just write: listed, never fatal
+        return damaged_entry(folder, out, f"manifest.json or report.json is damaged ({type(exc).__name__}: {exc})")
+    failed = out / FAILED / folder.name
+    if (failed / "report.html").is_file():  # a rebuild that failed verification, kept beside the verified artifact
+        line["failed_rebuild"] = os.path.relpath(failed / "report.html", out)
+    return line
+
+
+def write_index(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
+    """Write ``out/index.json`` and ``out/index.html`` for every artifact present (``tree``); return the index."""
+    index = index_dict(out, [entry(f, out) for f in artifact_folders(out, damaged=True)], wall_seconds, jobs)
+    write_index_files(out, index)
+    return index

@@ -1,0 +1,373 @@
+"""The decoder as a kind of the one pipeline (``ropeexport.pipeline``): its build, verify, index line, diff and report.
+
+A decoder folder (``OUT/NAME/``), written through the store like every artifact:
+- ``model.onnx`` (+ ``model.onnx.data`` past 64 MiB of weights), embedding the spec and the weights' source;
+- ``decoder.json``: the spec, where each field came from, the transformers config used, the weights' source and the
+  scenarios;
+- the onnxruntime-genai package: ``genai_config.json`` and the checkpoint's tokenizer files (``decoder.genai``);
+- ``manifest.json`` (the store's: every file above with its sha256) and ``report.json`` / ``report.md`` /
+  ``report.html`` (every call of every scenario against the float64 truth and transformers).
+
+``verify`` checks, as bad input (ArtifactError, one line): every listed file's sha256 (the store), decoder.json's
+fields, the spec in decoder.json and in the manifest equal to the one the (hashed) model embeds, the weights' source
+too, and genai_config.json equal to what this spec and config make (its context length and vocabulary are the
+model's). Then the weights are drawn again (seeded) or read from the checkpoint folder named, and every scenario runs
+again in ONNX Runtime (CPU) against the float64 truth and transformers (when the build asked for it and transformers
+is installed here; else skipped with the reason).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropeexport.catalog import kind_for
+from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
+from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
+from ropeexport.decoder.report import write_html, write_markdown
+from ropeexport.decoder.scenarios import scenarios
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.verify import TOLERANCE, verify_decoder
+from ropeexport.encoding import folder_bytes, model_facts
+from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
+from ropeexport.graph.onnx_io import save_model, sha256
+from ropeexport.inputs import read_json
+from ropeexport.pipeline import Outcome, Renderer, Stage, VerifyResult, stored_report, versions
+from ropeexport.report.diff_result import ReportDiff
+from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields
+from ropeexport.store import MANIFEST_SCHEMA, check_files, inside, read_artifact_json, read_manifest
+from ropeexport.version import __version__
+
+SEEDED = "seeded (numpy default_rng(0))"
+NOT_ASKED = "skipped: not asked for"  # how a --no-eager build records the transformers reference
+RECORD = "decoder.json"
+# What a decoder's errors are relative to: the logit scale, not absolute values.
+SCALE = "max |float64 logit| of the call (the logit scale)"
+OnScenario = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class DecoderVerifyResult(VerifyResult):
+    """A re-verified decoder: per scenario its numbers now beside the stored ones (``scenarios``)."""
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Runtimes that could not run here: none (a decoder runs on ONNX Runtime's CPU provider, always present)."""
+        return {}
+
+    @property
+    def scenarios(self) -> list[dict[str, Any]]:
+        """Per scenario re-run: name, passed, worst_rel and agreement now, and the stored ones (None if not stored)."""
+        before = {s["name"]: s for s in self.stored.get("scenarios", []) if isinstance(s, dict) and "name" in s}
+        rows = []
+        for s in self.report["scenarios"]:
+            old = before.get(s["name"])
+            summary = (old or {}).get("summary") or {}
+            rows.append({
+                "name": s["name"],
+                "passed": s["passed"],
+                "worst_rel": s["summary"]["worst_rel"],
+                "agreement": s["summary"]["agreement"],
+                "stored_passed": None if old is None else old.get("passed"),
+                "stored_worst_rel": None if old is None else summary.get("worst_rel"),
+                "stored_agreement": None if old is None else summary.get("agreement"),
+            })  # fmt: skip
+        return rows
+
+    @property
+    def dropped(self) -> list[str]:
+        """Scenarios of the stored report this ropeexport no longer runs."""
+        now = {s["name"] for s in self.report["scenarios"]}
+        stored = [s.get("name") for s in self.stored.get("scenarios", []) if isinstance(s, dict)]
+        return [str(name) for name in stored if name not in now]
+
+
+def checkpoint_of(weights: str) -> Path | None:
+    """None for seeded weights, else the checkpoint folder the words name (``checkpoint.describe``); else an error."""
+    if weights == SEEDED:
+        return None
+    head, _, quoted = weights.partition(" ")
+    try:
+        path = ast.literal_eval(quoted) if head == "checkpoint" else None
+    except (ValueError, SyntaxError):
+        path = None
+    if not isinstance(path, str) or not path:
+        raise ArtifactError("decoder.json weights", f"{weights!r} is neither {SEEDED!r} nor \"checkpoint '<folder>'\"")
+    folder = Path(path)
+    if not folder.is_dir():
+        raise SpecError("checkpoint", f"{path!r}, the folder this decoder's weights were read from, no longer exists; "
+                        "restore it to re-verify")  # fmt: skip
+    return folder
+
+
+def rebuild_spec(record: Mapping[str, Any]) -> DecoderSpec:
+    """The DecoderSpec decoder.json stores, name included, exactly as built; ArtifactError names a bad field."""
+    stored = dict(record["spec"])
+    sources = record.get("sources")
+    try:
+        return DecoderSpec(**stored, sources=dict(sources) if isinstance(sources, dict) else {})
+    except SpecError as exc:
+        raise ArtifactError(f"decoder.json spec.{exc.field}", exc.message) from None
+    except TypeError as exc:  # an unknown or missing field
+        raise ArtifactError("decoder.json spec", f"is not a decoder spec ({exc})") from None
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    """decoder.json, its fields checked; else ArtifactError."""
+    path = inside(folder, RECORD, RECORD)
+    if not path.is_file():
+        raise ArtifactError(RECORD, f"{str(path)!r} is missing: not a whole decoder folder")
+    record = read_artifact_json(path, RECORD)
+    if not isinstance(record, dict):
+        raise ArtifactError(RECORD, "must be a JSON object")
+    for key, kind in (("spec", dict), ("config", dict), ("weights", str)):
+        if not isinstance(record.get(key), kind):
+            raise ArtifactError(f"{RECORD} {key}", f"must be a {'table' if kind is dict else 'string'}")
+    return record
+
+
+def check_folder(folder: Path) -> tuple[dict[str, Any], DecoderSpec]:
+    """(decoder.json, the spec) of a decoder folder whose files match their hashes and agree (``DecoderKind.spec_of``);
+    else InputError naming what is wrong.
+    """  # noqa: D205
+    try:
+        manifest = read_manifest(folder)
+    except ArtifactError as exc:
+        if exc.field != "path":
+            raise
+        raise SpecError("path", f"{str(folder)!r} is not a decoder folder (one written by `ropeexport build "
+                        "--artifact decoder`, with its manifest.json)") from None  # fmt: skip
+    if manifest.get("artifact") != "decoder":
+        raise SpecError("path", f"{str(folder)!r} is not a decoder folder (written by `ropeexport build --artifact "
+                        f"decoder`): it holds a {manifest.get('artifact')} artifact")  # fmt: skip
+    check_files(folder, manifest["files"])
+    spec = DecoderKind().spec_of(folder, manifest)
+    return read_record(folder), spec
+
+
+def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
+                  model_path: Path, eager: bool, on_scenario: OnScenario | None) -> dict[str, Any]:  # fmt: skip
+    """report.json of a decoder: every scenario run on ONNX Runtime (CPU) against float64 and transformers."""
+    from ropeexport.decoder.reference import TransformersReference
+    from ropeexport.runtimes.ort import OrtRunner
+
+    position = spec.position_spec()
+    piece = kind_for(position).piece(position)
+    runner = OrtRunner(model_path, providers=["CPUExecutionProvider"])
+    reference, skipped = None, None
+    if eager:
+        try:
+            reference = TransformersReference(spec, dict(config), weights, checkpoint)
+        except RuntimeUnavailable as why:
+            skipped = str(why)
+    else:
+        skipped = "not asked for (--no-eager)"
+    start = time.perf_counter()
+    results = verify_decoder(runner.infer, spec, weights, piece, reference, on_scenario=on_scenario)
+    return {
+        "artifact": "decoder",
+        "name": spec.name,
+        "ropeexport": __version__,
+        "spec": spec.to_dict(),
+        "weights": describe(checkpoint),
+        "runtime": runner.describe(),
+        "references": {
+            "float64": "no-cache full recompute in float64, exact positions (ropeexport.decoder.oracle)",
+            "transformers": reference.describe() if reference is not None else f"skipped: {skipped}",
+        },
+        "tolerance": {"rel": TOLERANCE[spec.dtype], "of": SCALE},
+        "passed": all(s["passed"] for s in results),
+        "seconds": round(time.perf_counter() - start, 2),
+        "scenarios": results,
+    }
+
+
+def _max_of(summaries: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(s[key]) for s in summaries if isinstance(s.get(key), (int, float)) and not isinstance(s[key], bool)]
+    return max(values) if values else None
+
+
+@dataclass
+class DecoderKind:
+    """Decoders (module doc). For a build: ``config`` (the transformers config the spec was resolved from, shrunk)
+    and ``checkpoint`` (None: seeded weights). ``eager``: compare with transformers (None when verifying: as the
+    build did). ``on_scenario`` sees each scenario's result as it finishes (when verifying, with ``stored``: the
+    stored report's summary of that scenario, None when it has none).
+    """  # noqa: D205
+
+    config: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: Path | None = None
+    eager: bool | None = True
+    on_scenario: OnScenario | None = None
+    name: str = "decoder"
+
+    def owns(self, manifest: Mapping[str, Any]) -> bool:
+        """A manifest whose artifact is ``decoder``."""
+        return manifest.get("artifact") == "decoder"
+
+    def spec_of(self, folder: Path, manifest: Mapping[str, Any]) -> DecoderSpec:
+        """The spec decoder.json records, once the model, the manifest and genai_config.json agree with it."""
+        if "model.onnx" not in manifest["files"] or RECORD not in manifest["files"]:
+            raise ArtifactError("manifest.json", "files must list model.onnx and decoder.json with their sha256")
+        record = read_record(folder)
+        spec = rebuild_spec(record)
+        model = check_model(folder, manifest["files"])
+        meta = metadata(model)
+        if meta.get("ropeexport.artifact") != "decoder":
+            raise ArtifactError("model.onnx", "carries no decoder metadata (ropeexport.artifact, ropeexport.spec)")
+        built = embedded_spec(model)
+        same_fields(json.loads(spec.digest_text()), built, "decoder.json spec")
+        same_fields(manifest["spec"], built, "manifest.json spec")
+        if meta.get("ropeexport.weights") != record["weights"]:
+            raise ArtifactError(f"{RECORD} weights", f"is {record['weights']!r} but the model was built from "
+                                f"{meta.get('ropeexport.weights')!r}")  # fmt: skip
+        if CONFIG in manifest["files"]:  # the onnxruntime-genai package must describe this model, not another
+            stored = read_artifact_json(inside(folder, CONFIG, CONFIG), CONFIG)
+            made = json.loads(json.dumps(genai_config(spec, record["config"])))
+            key = _first_difference(stored, made)
+            if key is not None:
+                raise ArtifactError(f"{CONFIG} {key}", f"is {_at(stored, key)!r} but this decoder's is "
+                                    f"{_at(made, key)!r}")  # fmt: skip
+        return spec
+
+    def build(self, spec: DecoderSpec, folder: Path, stage: Stage) -> Outcome:
+        """Weights, graph, the onnxruntime-genai package, every scenario; decoder.json."""
+        stage("export")
+        weights = load_checkpoint(spec, self.checkpoint) if self.checkpoint is not None else seeded_weights(spec)
+        model = build_decoder_graph(spec, weights, describe(self.checkpoint))
+        files = save_model(model, folder)
+        facts = model_facts(model)
+        del model
+        (folder / CONFIG).write_text(json.dumps(genai_config(spec, self.config), indent=2) + "\n")
+        files += [CONFIG, *copy_tokenizer(self.checkpoint, folder)]
+        stage("verify")
+        report = run_scenarios(spec, self.config, weights, self.checkpoint, folder / "model.onnx", self.eager is not
+                               False, self.on_scenario)  # fmt: skip
+        report["files"] = {f: sha256(folder / f) for f in files}
+        record = {"spec": spec.to_dict(), "sources": dict(spec.sources), "config": dict(self.config),
+                  "weights": describe(self.checkpoint),
+                  "scenarios": [s.__dict__ for s in scenarios(spec)]}  # fmt: skip
+        (folder / RECORD).write_text(json.dumps(record, indent=2, default=list) + "\n")
+        position = spec.position_spec()
+        manifest = {"encoding": position.encoding, "artifact": "decoder", "spec": spec.to_dict(),
+                    "inputs": facts["inputs"], "outputs": facts["outputs"], "opset": facts["opset"],
+                    "graph": spec.graph, "weights": describe(self.checkpoint), "versions": versions()}  # fmt: skip
+        return Outcome(bool(report["passed"]), report, manifest)
+
+    def verify(self, spec: DecoderSpec, folder: Path, manifest: Mapping[str, Any], stage: Stage) -> Outcome:
+        """Every scenario again here (module doc)."""
+        record = read_record(folder)
+        checkpoint = checkpoint_of(record["weights"])
+        stored = stored_report(folder)
+        eager = self.eager
+        if eager is None:
+            eager = not str(stored.get("references", {}).get("transformers", "")).startswith(NOT_ASKED)
+        weights = load_checkpoint(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)
+        before = {s.get("name"): s.get("summary") for s in stored.get("scenarios", []) if isinstance(s, dict)}
+
+        def shown(result: dict[str, Any]) -> None:
+            if self.on_scenario is not None:
+                self.on_scenario({**result, "stored": before.get(result["name"])})
+
+        report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown)
+        report["files"] = {k: v for k, v in manifest["files"].items() if k != RECORD}
+        return Outcome(bool(report["passed"]), report)
+
+    def result(self, verified: VerifyResult) -> DecoderVerifyResult:
+        """The verify result with the decoder's per-scenario views."""
+        return DecoderVerifyResult(verified.path, verified.passed, verified.report, verified.stored, verified.seconds)
+
+    def renderers(self) -> dict[str, Renderer]:
+        """report.md and report.html (``decoder.report``)."""
+        return {"report.md": write_markdown, "report.html": write_html}
+
+    def entry(self, folder: Path, out: Path, manifest: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
+        """A decoder's line in the index, in the fields of every artifact's; ValueError when it does not read.
+
+        A decoder's errors are relative to the logit scale (``SCALE``): ``worst_rel`` is the worst scenario's
+        ``worst_rel`` against float64 (the truth, judged) and against transformers (shown, not judged),
+        ``worst_rel_of`` says so; ``worst_max_abs`` is the float64 one in logits; ``worst_ratio`` is worst_rel over
+        the tolerance (1 is the limit, as for every artifact). ``encoding`` is the position spec's.
+        """
+        scenarios_ = report.get("scenarios")
+        if report.get("artifact") != "decoder" or not isinstance(scenarios_, list):
+            raise ValueError("not a decoder's (report.json's artifact 'decoder' and its scenarios)")
+        spec = manifest.get("spec") or {}
+        position = spec.get("position") or {}
+        summaries = [s["summary"] for s in scenarios_ if isinstance(s, dict) and isinstance(s.get("summary"), dict)]
+        rel = {"float64": _max_of(summaries, "worst_rel"), "transformers": _max_of(summaries, "worst_rel_transformers")}
+        rel = {k: v for k, v in rel.items() if v is not None}
+        worst_abs = _max_of(summaries, "worst_abs")
+        tolerance = (report.get("tolerance") or {}).get("rel")
+        ratio: dict[str, float] = {}
+        if "float64" in rel and isinstance(tolerance, (int, float)) and tolerance > 0:
+            ratio["float64"] = rel["float64"] / float(tolerance)
+        passed = report.get("passed") is True and manifest.get("schema") == MANIFEST_SCHEMA
+        build = manifest.get("build") or {}
+        return {
+            "name": manifest.get("name", folder.name),
+            "encoding": position.get("encoding"),
+            "artifact": "decoder",
+            "dtype": spec.get("dtype"),
+            "graph": spec.get("graph"),
+            "max_positions": position.get("max_positions"),
+            "passed": passed,
+            "status": "passed" if passed else "failed",
+            "path": os.path.relpath(folder, out),
+            "report": os.path.relpath(folder / "report.html", out),
+            "worst_max_abs": {} if worst_abs is None else {"float64": worst_abs},
+            "worst_ratio": ratio,
+            "worst_rel": rel,
+            "worst_rel_of": SCALE,
+            "scenarios": {"passed": sum(s.get("passed") is True for s in scenarios_ if isinstance(s, dict)),
+                          "total": len(scenarios_)},
+            "bytes": folder_bytes(folder, manifest.get("files") or {}),
+            "build_seconds": build.get("seconds"),
+            "origin": {"weights": manifest.get("weights")},
+            "runtimes": [{"name": "ort", "status": "verified", "device": str(report.get("runtime"))}],
+            "versions": manifest.get("versions") or {"ropeexport": report.get("ropeexport")},
+        }  # fmt: skip
+
+    def owns_report(self, report: Mapping[str, Any]) -> bool:
+        """A report.json whose artifact is ``decoder``."""
+        return report.get("artifact") == "decoder"
+
+    def check_report(self, report: dict[str, Any], which: str) -> dict[str, Any]:
+        """``decoder.diff.check_report``."""
+        return check_report(report, which)
+
+    def diff_fields(self, report: Mapping[str, Any]) -> set[str]:
+        """Its spec fields, ``position.<field>`` and ``weights``."""
+        return fields(dict(report))
+
+    def diff(self, old: dict[str, Any], new: dict[str, Any], max_growth: float, across: list[str]) -> ReportDiff:
+        """Scenario by scenario (``decoder.diff``)."""
+        return diff_decoder_reports(old, new, max_growth, across)
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    """The first path (``model.context_length``) where two JSON values differ; None when equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys(), key=str):
+            if key not in a or key not in b:
+                return f"{prefix}{key}"
+            found = _first_difference(a[key], b[key], f"{prefix}{key}.")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else prefix.rstrip(".") or "(the whole file)"
+
+
+def _at(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+

@@ -1,0 +1,216 @@
+"""The store (``ropeexport.store``): whole or not at all, one writer per name, a failed rebuild never costs a verified
+artifact, and leftovers of dead writers are cleaned.
+
+The faults are real: a build runs in a subprocess and is killed with SIGKILL at a chosen moment (the subprocess's
+script pauses at that moment by wrapping one store function: production code has no test hook), then the folder is
+checked with ``rx.verify`` (the hashes, the model, and every probe again), and the next build is checked to clean
+what the dead one left. Artifacts are a small RoPE artifact (about a second to build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import ropeexport as rx
+from ropeexport.errors import InputError, SpecError
+from ropeexport.store import FAILED, Store
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELDS = {"head_dim": 16, "num_heads": 2, "max_positions": 64, "name": "small"}
+
+
+def _spec(**changes: object) -> rx.SpecBase:
+    return rx.spec("rope", **(FIELDS | changes))
+
+
+def _script(out: Path, pause: str, marker: Path, theta: float = 10000.0) -> str:
+    """A build of ``small`` into ``out`` that writes ``marker`` and sleeps when it reaches ``pause``."""
+    return textwrap.dedent(f"""
+        import time, pathlib, ropeexport as rx
+        from ropeexport import store, pipeline
+        marker = pathlib.Path({str(marker)!r})
+
+        def stop_here():
+            marker.write_text("here")
+            time.sleep(600)
+
+        def wrap(module, name, before=True):
+            real = getattr(module, name)
+            def wrapped(*args, **kwargs):
+                if before:
+                    stop_here()
+                out = real(*args, **kwargs)
+                if not before:
+                    stop_here()
+                return out
+            setattr(module, name, wrapped)
+
+        pause = {pause!r}
+        if pause == "verifying":       # the work folder holds a model, the old artifact is untouched
+            from ropeexport import encoding
+            wrap(encoding, "verify_artifact")
+        elif pause == "committing":    # manifest written, nothing swapped yet
+            wrap(store, "_swap_in")
+        elif pause == "exchanged":     # the new artifact is in place, the old one not yet removed
+            wrap(store, "_exchange", before=False)
+        elif pause == "renamed-aside": # no RENAME_EXCHANGE: the old artifact renamed aside, the new one not yet in
+            store._exchange = lambda a, b: False
+            real_rename = pathlib.Path.rename
+            def rename(self, target):
+                out = real_rename(self, target)
+                if ".old." in str(target):
+                    stop_here()
+                return out
+            pathlib.Path.rename = rename
+        spec = rx.spec("rope", head_dim=16, num_heads=2, max_positions=64, name="small", theta={theta})
+        rx.build(spec, {str(out)!r}, replace=True)
+    """)
+
+
+def _run_until(out: Path, pause: str, tmp: Path, theta: float = 10000.0) -> subprocess.Popen[bytes]:
+    marker = tmp / f"reached-{pause}"
+    script = tmp / f"build-{pause}.py"
+    script.write_text(_script(out, pause, marker, theta))
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the build ended before {pause}: {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the build never reached {pause}")
+        time.sleep(0.05)
+    return proc
+
+
+def _hidden(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.startswith("."))
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("store") / "out"
+    [result] = rx.build_all([_spec()], out)  # a tree, with its index
+    assert result.passed
+    return out
+
+
+def _copy(verified: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(verified, out)
+    return out
+
+
+# (moment the build is killed at, what NAME holds after: the old build's theta or the new one's)
+KILLS = [
+    ("verifying", 10000.0),
+    ("committing", 10000.0),
+    ("exchanged", 20000.0),
+    ("renamed-aside", 10000.0),  # the next writer puts the old artifact back
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pause", "theta"), KILLS, ids=[k[0] for k in KILLS])
+def test_kill_9_at_any_moment_leaves_a_verifiable_artifact(verified: Path, tmp_path: Path, pause: str,
+                                                           theta: float) -> None:  # fmt: skip
+    out = _copy(verified, tmp_path)
+    proc = _run_until(out, pause, tmp_path, theta=20000.0)  # a rebuild with another theta, killed mid-way
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert _hidden(out), "a killed build leaves its work (or its lock) behind, to be cleaned by the next writer"
+    Store(out).clean()
+    assert _hidden(out) == []
+    [result] = rx.verify(out / "small")
+    assert result.passed
+    assert result.report["spec"]["theta"] == theta
+    assert not (out / FAILED).exists()
+
+
+def test_a_second_writer_of_one_name_is_refused_while_the_first_writes(verified: Path, tmp_path: Path) -> None:
+    out = _copy(verified, tmp_path)
+    proc = _run_until(out, "verifying", tmp_path)
+    try:
+        with pytest.raises(InputError, match=r"^name: another ropeexport process \(pid \d+\) is writing .*small"):
+            rx.build(_spec(), out)
+        # another name is not held up
+        assert rx.build(_spec(name="other"), out).passed
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert rx.verify(out / "small")[0].passed
+
+
+@pytest.mark.slow
+def test_two_concurrent_cli_builds_of_one_name_leave_one_whole_artifact(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "ropeexport", "build", "--head-dim", "16", "--num-heads", "2",
+               "--max-positions", "64", "--name", "small", "--out", str(out), "--quiet"]  # fmt: skip
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    runs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    codes = [(p.wait(timeout=300), p.stderr.read().decode()) for p in runs]
+    assert any(code == 0 for code, _ in codes), codes
+    for code, err in codes:  # each either built it or was told, in one line, that another process was writing
+        assert code == 0 or (code == 2 and "another ropeexport process" in err and err.count("\n") == 1), (code, err)
+    assert _hidden(out) == []
+    assert rx.verify(out / "small")[0].passed
+
+
+def test_a_failed_rebuild_keeps_the_verified_artifact(verified: Path, tmp_path: Path) -> None:
+    out = _copy(verified, tmp_path)
+    before = (out / "small" / "manifest.json").read_text()
+    failed = rx.build(_spec(dtype="fp32"), out, atol=0.0, rtol=0.0)  # the same spec, judged with no tolerance: fails
+    assert not failed.passed
+    assert failed.kept == out / "small" and failed.path == out / FAILED / "small"
+    assert (out / "small" / "manifest.json").read_text() == before
+    assert rx.verify(out / "small")[0].passed
+    index = json.loads((out / "index.json").read_text())
+    [line] = [a for a in index["artifacts"] if a["name"] == "small"]
+    assert line["passed"] and line["failed_rebuild"] == f"{FAILED}/small/report.html"
+    assert rx.build(_spec(), out).passed  # a passing rebuild clears the failed one
+    assert not (out / FAILED).exists()
+
+
+def test_a_failed_build_where_nothing_verified_stood_takes_the_name(tmp_path: Path) -> None:
+    result = rx.build(_spec(), tmp_path / "out", atol=0.0, rtol=0.0)
+    assert not result.passed and result.kept is None and result.path == tmp_path / "out" / "small"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("index.json", "the tree's own index file"), ("INDEX.HTML", "the tree's own index file"),
+     ("_failed", "starting with a letter or digit"), ("", "starting with a letter or digit"),
+     (".hidden", "starting with a letter or digit"), ("a/b", "starting with a letter or digit")],
+)  # fmt: skip
+def test_names_the_store_cannot_hold_are_refused_before_anything_is_written(tmp_path: Path, name: str,
+                                                                            message: str) -> None:  # fmt: skip
+    with pytest.raises(SpecError, match=message):
+        rx.build(_spec(name=name) if name else _spec(), tmp_path / "out") if name else Store(tmp_path).check(name)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dangling_link_as_out_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(SpecError, match="out_dir: .* is a link to nothing"):
+        rx.build(_spec(), tmp_path / "out")
+    assert (tmp_path / "out").is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_a_fifo_where_the_manifest_was_does_not_hang_a_rebuild(verified: Path, tmp_path: Path) -> None:
+    out = _copy(verified, tmp_path)
+    (out / "small" / "manifest.json").unlink()
+    os.mkfifo(out / "small" / "manifest.json")
+    with pytest.raises(SpecError, match="is not a ropeexport artifact"):
+        rx.build(_spec(), out)
