@@ -21,8 +21,9 @@ from typing import Any
 
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.export import build_decoder_graph
-from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
-from ropeexport.decoder.scenarios import scenarios
+from ropeexport.decoder.genai import CONFIG, check_tokenizer, copy_tokenizer, genai_config
+from ropeexport.decoder.memory import check_memory
+from ropeexport.decoder.scenarios import check_positions, scenarios
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
 from ropeexport.decoder.verify import TOLERANCE, verify_decoder
@@ -105,6 +106,18 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     return spec, config
 
 
+def check_buildable(spec: DecoderSpec, request: DecoderRequest) -> None:
+    """What a build needs beyond a valid spec, checked before anything is allocated or written (a dry run checks it
+    too): room for every scenario in max_positions, memory for the weights (``decoder.memory``: the estimate against
+    this machine's), and a checkpoint's tokenizer files that read. SpecError / CheckpointError name the field.
+    """  # noqa: D205
+    given = request.max_positions is not None
+    check_positions(spec, None if given else spec.sources.get("position.max_positions"))
+    field = "checkpoint" if request.checkpoint is not None else "hf_config" if request.hf_config else "preset"
+    check_memory(spec, seeded=request.checkpoint is None, field=field)
+    check_tokenizer(request.checkpoint)
+
+
 def check_out(out: Path, spec: DecoderSpec, replace: bool) -> Path:
     """``out/NAME``, after checking ``out`` is empty, absent or a ropeexport tree (as every build checks it) and that
     a decoder already there has the same spec (else SpecError naming the first field that differs, unless
@@ -174,6 +187,7 @@ def build_decoder(
 ) -> DecoderResult:
     """Resolve, export, verify and write one decoder (module doc); SpecError on bad input, nothing written."""
     spec, used = resolve(request)
+    check_buildable(spec, request)
     checkpoint = request.checkpoint
     out = Path(out_dir)
     target = check_out(out, spec, replace)
