@@ -392,11 +392,12 @@ def build_decoder(
     config.json, or a preset's config; ``num_layers`` / ``hidden_size`` / ``vocab_size`` shrink it (seeded weights).
     Returns a ``BuildResult`` (``.passed``, ``.path``, ``.report``: every scenario of report.json).
     """  # noqa: D205
-    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.build import check_buildable, resolve
 
     request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
                                max_positions, name)  # fmt: skip
     spec, used = resolve(request)
+    check_buildable(spec, request)
     out = _path(out_dir, "out_dir")
     check_tree(out)
     origin = {k: str(Path(v).resolve()) for k, v in (("hf_config", request.hf_config),
@@ -508,9 +509,14 @@ def resolve_decoder(
     max_positions: int | None = None,
     name: str | None = None,
 ) -> DecoderSpec:
-    """The ``DecoderSpec`` ``build_decoder`` would build, validated; nothing is exported, run or written."""
-    from ropeexport.decoder.build import resolve
+    """The ``DecoderSpec`` ``build_decoder`` would build, validated, and checked as the build checks it first (its
+    scenarios fit max_positions, its memory estimate fits this machine, the checkpoint's tokenizer reads); nothing is
+    exported, run or written.
+    """  # noqa: D205
+    from ropeexport.decoder.build import check_buildable, resolve
 
     request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
                                max_positions, name)  # fmt: skip
-    return resolve(request)[0]
+    spec = resolve(request)[0]
+    check_buildable(spec, request)
+    return spec

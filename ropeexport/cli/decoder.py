@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ropeexport.cli.options import ascii_int
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.errors import SpecError
 
@@ -98,12 +99,7 @@ def wants_decoder(args: argparse.Namespace) -> bool:
 
 
 def _int(field: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise SpecError(field, f"must be an integer, got {value!r}") from None
+    return None if value is None else ascii_int(value, field)
 
 
 def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes: dict[str, Any],

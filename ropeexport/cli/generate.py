@@ -20,7 +20,7 @@ Examples:
   ropeexport generate out/llama-decoder-fp32-gqa --prompt-ids 5,6,7 --threads 2 --json
 
 Exit codes: 0 generated; 2 bad input (not a decoder folder, edited files, ids outside the vocabulary, positions past
-max_positions, --prompt without a tokenizer).
+max_positions, --prompt without a tokenizer or not UTF-8, numbers not in ASCII digits).
 
 """
 
@@ -31,6 +31,7 @@ import json
 from itertools import groupby
 from typing import Any
 
+from ropeexport.cli.options import ascii_int, int_flag
 from ropeexport.decoder.serve import DecoderSession, Generation
 from ropeexport.decoder.spec import POLICIES
 from ropeexport.errors import SpecError
@@ -48,11 +49,12 @@ def add_parser(sub: Any) -> None:
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt-ids", metavar="IDS", help="the prompt as comma-separated token ids: 1,2,3")
     prompt.add_argument("--prompt", metavar="TEXT", help="the prompt as text (needs tokenizer.json in DIR)")
-    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate (default 32)")
-    p.add_argument("--position-offset", type=int, default=0, metavar="K", help="position of the first prompt token "
-                   "(default 0)")  # fmt: skip
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="ONNX Runtime intra-op threads (default: "
-                   "one per physical core)")  # fmt: skip
+    p.add_argument("--max-new-tokens", type=int_flag("max_new_tokens"), default=32, metavar="N",
+                   help="tokens to generate (default 32)")  # fmt: skip
+    p.add_argument("--position-offset", type=int_flag("position_offset"), default=0, metavar="K",
+                   help="position of the first prompt token (default 0)")  # fmt: skip
+    p.add_argument("--threads", type=int_flag("threads"), default=None, metavar="N",
+                   help="ONNX Runtime intra-op threads (default: one per physical core)")  # fmt: skip
     p.add_argument("--policy", choices=POLICIES, default="re-prefill", help="the cache at a RoPE regime switch: "
                    "re-prefill (default, exact) or keep")  # fmt: skip
     p.add_argument("--stop-at-eos", action="store_true", help="stop at the checkpoint's eos_token_id (default: "
@@ -63,11 +65,11 @@ def add_parser(sub: Any) -> None:
 
 
 def _ids(text: str) -> list[int]:
-    """``1,2,3`` -> [1, 2, 3]; SpecError naming --prompt-ids otherwise."""
+    """``1,2,3`` (spaces around a comma allowed) -> [1, 2, 3]; SpecError naming --prompt-ids otherwise."""
     try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise SpecError("prompt_ids", f"must be comma-separated integers, got {text!r}") from None
+        return [ascii_int(part.strip(" "), "prompt_ids") for part in text.split(",")]
+    except SpecError:
+        raise SpecError("prompt_ids", f"must be comma-separated integers in ASCII digits (0-9), got {text!r}") from None
 
 
 def _regimes(result: Generation) -> list[str]:

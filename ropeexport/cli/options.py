@@ -1,8 +1,10 @@
-"""Flags shared by several subcommands."""
+"""Flags shared by several subcommands, and the one way an integer flag is read."""
 
 from __future__ import annotations
 
 import argparse
+import re
+from typing import Any
 
 from ropeexport.errors import SpecError
 
@@ -36,3 +38,28 @@ def _parse(flag: str, items: list[str]) -> dict[str, float]:
 def tolerances(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
     """The parsed ``--atol`` and ``--rtol`` overrides: {output or "": value}."""
     return _parse("atol", args.atol), _parse("rtol", args.rtol)
+
+
+# ASCII digits only: Python's int() also takes Arabic-Indic ("١٢"), full-width and other Unicode digits, "1_000" and
+# surrounding whitespace, so a command line that reads as one number could build or run another.
+_INTEGER = re.compile(r"-?[0-9]{1,30}", re.ASCII)
+
+
+def ascii_int(text: str, field: str) -> int:
+    """``text`` as an int written in ASCII digits (an optional leading ``-``); else SpecError naming ``field``."""
+    if not isinstance(text, str) or not _INTEGER.fullmatch(text):
+        raise SpecError(field, f"must be an integer in ASCII digits (0-9), got {text!r}")
+    return int(text)
+
+
+def int_flag(field: str) -> Any:
+    """An argparse ``type`` reading ``ascii_int``: a bad value is argparse's one-line usage error (exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            return ascii_int(text, field)
+        except SpecError as error:
+            raise argparse.ArgumentTypeError(error.message) from None
+
+    parse.__name__ = "integer"
+    return parse

@@ -259,6 +259,9 @@ def _refused(config: Mapping[str, Any], where: str) -> None:
 def architecture(config: Mapping[str, Any], where: str) -> Architecture:
     """The architecture of a config's model_type; an unknown one is a SpecError listing those built."""
     model_type = config.get("model_type")
+    if not isinstance(model_type, str):  # a list (["llama"]) is not even hashable
+        raise SpecError(f"{where}: model_type", f"must be a string naming the architecture, got {model_type!r}; "
+                        f"built: {', '.join(ARCHITECTURES)}")  # fmt: skip
     if model_type not in ARCHITECTURES:
         raise SpecError(
             f"{where}: model_type",
@@ -318,7 +321,7 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
         take("intermediate_size", ("n_inner",), 4 * int(fields["hidden_size"]))
     act = next((config[k] for k in arch.act_keys if config.get(k) is not None), arch.act_default)
     sources["act"] = next((k for k in arch.act_keys if config.get(k) is not None), "architecture")
-    if act not in ACTIVATIONS:
+    if not isinstance(act, str) or act not in ACTIVATIONS:
         key = arch.act_keys[0] if arch.act_keys else "hidden_act"
         raise SpecError(f"{where}: {key}", f"activation {act!r} is not built; allowed: {', '.join(ACTIVATIONS)}")
     fields["act"] = ACTIVATIONS[act]

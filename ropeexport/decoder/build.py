@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ropeexport.decoder.genai import check_tokenizer
+from ropeexport.decoder.memory import check_memory
+from ropeexport.decoder.scenarios import check_positions
 from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
 from ropeexport.errors import SpecError
 from ropeexport.hf import model_name, read_config
@@ -71,3 +74,15 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     full = request.name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
     spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=request.max_positions)
     return spec, config
+
+
+def check_buildable(spec: DecoderSpec, request: DecoderRequest) -> None:
+    """What a build needs beyond a valid spec, checked before anything is allocated or written (a dry run checks it
+    too): room for every scenario in max_positions, memory for the weights (``decoder.memory``: the estimate against
+    this machine's), and a checkpoint's tokenizer files that read. SpecError / CheckpointError name the field.
+    """  # noqa: D205
+    given = request.max_positions is not None
+    check_positions(spec, None if given else spec.sources.get("position.max_positions"))
+    field = "checkpoint" if request.checkpoint is not None else "hf_config" if request.hf_config else "preset"
+    check_memory(spec, seeded=request.checkpoint is None, field=field)
+    check_tokenizer(request.checkpoint)

@@ -5,17 +5,23 @@
   biases 0.1 N) from numpy's default_rng(0), rounded once to the dtype and held in float64.
 - ``load_checkpoint(spec, folder)``: ``model.safetensors`` or a sharded ``model.safetensors.index.json`` in a local
   folder (never downloaded). Every tensor is checked before anything is built: a missing, unexpected, mis-shaped or
-  non-finite tensor, a shard outside the folder, is a one-line CheckpointError naming it. Values are kept in float32
-  (every bf16 / fp16 value is exact there) and rounded once to the artifact dtype when the graph stores them.
+  non-finite tensor, one past the fp16 range in an fp16 build, a shard outside the folder or not a safetensors file,
+  is a one-line CheckpointError naming it. Values are kept in float32 (every bf16 / fp16 value is exact there) and
+  rounded once to the artifact dtype when the graph stores them.
+- ``checkpoint_file(folder, name)``: a file of the checkpoint, links followed only within its own tree
+  (``own_tree``): the folder itself, or for a snapshot of the transformers cache the whole ``models--ORG--NAME``
+  folder, whose ``blobs/`` the snapshot's files link into. A link leaving it (``/etc/passwd``, ``../../elsewhere``),
+  a FIFO or a device is refused: the single file and the shards are read the same way.
 - ``to_transformers(spec, weights)``: the same weights under the checkpoint names and layouts (fused projections
   joined again), for a transformers model built from the config (the eager reference of a seeded decoder).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ import numpy as np
 from ropeexport.block.projections import rounded_float64
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import CheckpointError, SpecError
+from ropeexport.inputs import read_json
 
 SEED = 0
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
@@ -165,57 +172,121 @@ def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
     return tuple(reversed(shape)) if len(shape) == 2 and base != "embed" else shape
 
 
-def _tensor_files(folder: Path) -> dict[str, Path]:
-    """{tensor key: safetensors file} of a checkpoint folder, its index checked."""
+def own_tree(folder: Path) -> Path:
+    """The folder a checkpoint's files may link into: the folder itself (resolved), or for a snapshot of the
+    transformers cache (``.../models--ORG--NAME/snapshots/REV/``, whose files are links to ``../../blobs/HASH``) the
+    whole ``models--ORG--NAME`` folder.
+    """  # noqa: D205
+    root = folder.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return root.parent.parent
+    return root
+
+
+def checkpoint_file(folder: Path, name: str, what: str | None = None) -> Path | None:
+    """``folder / name`` resolved, or None when absent: a regular file inside ``own_tree(folder)``, links followed;
+    else a CheckpointError naming ``what`` (the name by default).
+    """  # noqa: D205
+    what = what or name
+    # A NUL makes every path call raise ValueError; an absolute name would ignore the folder altogether.
+    why = ("is not a string" if not isinstance(name, str) else "is empty" if not name else
+           "holds a NUL byte" if "\0" in name else "is an absolute path" if os.path.isabs(name) else None)  # fmt: skip
+    if why is not None:
+        raise CheckpointError(f"{what} {why}: give a file name inside the checkpoint folder")
+    tree = own_tree(folder)
+    path = (folder / name).resolve()
+    if not path.is_relative_to(tree):
+        raise CheckpointError(f"{what} points outside the checkpoint folder (to {str(path)!r}; links are followed "
+                              f"only within {str(tree)!r})")  # fmt: skip
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would hang the reader, a device read until memory runs out
+        raise CheckpointError(f"{what} is not a regular file (a folder, FIFO, device or socket)")
+    return path
+
+
+def _open(path: Path, what: str) -> Any:
+    """``safe_open`` on a shard, its failure (truncated, not safetensors) a CheckpointError naming ``what``."""
     from safetensors import safe_open
 
+    try:
+        return safe_open(str(path), framework="pt")
+    except Exception as error:  # noqa: BLE001 (safetensors raises its own types)
+        first = (str(error).splitlines() or [type(error).__name__])[0]
+        raise CheckpointError(f"{what} is not a safetensors file ({first})") from None
+
+
+def _tensor_files(folder: Path) -> dict[str, Path]:
+    """{tensor key: safetensors file} of a checkpoint folder, its index checked and every file's header read."""
     if not folder.is_dir():
         raise CheckpointError(f"{str(folder)!r} is not a folder (a checkpoint is a folder with config.json and "
                               f"{SINGLE} or {INDEX})")  # fmt: skip
-    root = folder.resolve()
-    if (folder / INDEX).is_file():
-        try:
-            index = json.loads((folder / INDEX).read_text())
-            weight_map = index["weight_map"]
-            assert isinstance(weight_map, dict)
-        except (ValueError, KeyError, AssertionError, TypeError) as error:
-            raise CheckpointError(f"{INDEX} is not a safetensors index (no weight_map table): {error}") from None
-        files = {}
+    index_path = checkpoint_file(folder, INDEX)
+    if index_path is not None:
+        try:  # bounded and strict: a deeply nested index would make Python's parser raise RecursionError
+            index = read_json(index_path, INDEX)
+        except SpecError as error:
+            raise CheckpointError(str(error)) from None
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{INDEX} is not a safetensors index (no weight_map table)")
+        files: dict[str, Path] = {}
         for key, name in weight_map.items():
-            path = (folder / str(name)).resolve()
-            if not isinstance(name, str) or root not in path.parents:
-                raise CheckpointError(f"{INDEX}: weight_map[{key!r}] = {name!r} points outside the checkpoint folder")
-            if not path.is_file():
-                raise CheckpointError(f"{INDEX}: weight_map[{key!r}] = {name!r}: no such file in the folder")
+            what = f"{INDEX}: weight_map[{key!r}] = {name!r}"
+            path = checkpoint_file(folder, name, what)
+            if path is None:
+                raise CheckpointError(f"{what}: no such file in the folder")
             files[key] = path
+        shards: dict[Path, list[str]] = {}
+        for key, path in files.items():
+            shards.setdefault(path, []).append(key)
+        for path, keys in shards.items():  # every shard's header read now: nothing is built from a broken one
+            with _open(path, path.name) as f:
+                present = set(f.keys())  # noqa: SIM118 (safe_open has no __iter__)
+            absent = next((key for key in keys if key not in present), None)
+            if absent is not None:
+                raise CheckpointError(f"tensor {absent!r} is listed in {INDEX} but not stored in {path.name}")
         return files
-    if not (folder / SINGLE).is_file():
+    single = checkpoint_file(folder, SINGLE)
+    if single is None:
         raise CheckpointError(f"{str(folder)!r} holds neither {SINGLE} nor {INDEX} (.bin checkpoints are not read)")
-    try:
-        with safe_open(str(folder / SINGLE), framework="pt") as f:
-            return {key: folder / SINGLE for key in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-    except Exception as error:  # noqa: BLE001 (safetensors raises its own types)
-        raise CheckpointError(f"{SINGLE} is not a safetensors file: {error}") from None
+    with _open(single, SINGLE) as f:
+        return {key: single for key in f.keys()}  # noqa: SIM118
 
 
 def _read(files: Mapping[str, Path], keys: list[str]) -> Iterator[tuple[str, np.ndarray]]:
     """(key, float32 array) for each key, grouped by file so each shard opens once."""
     import torch
-    from safetensors import safe_open
 
     by_file: dict[Path, list[str]] = {}
     for key in keys:
         by_file.setdefault(files[key], []).append(key)
     for path, group in by_file.items():
-        with safe_open(str(path), framework="pt") as f:
-            present = set(f.keys())
+        with _open(path, path.name) as f:
             for key in group:
-                if key not in present:
-                    raise CheckpointError(f"tensor {key!r} is listed in {INDEX} but not stored in {path.name}")
-                tensor = f.get_tensor(key)
+                try:
+                    tensor = f.get_tensor(key)
+                except Exception as error:  # noqa: BLE001 (a header that promises more bytes than the file has)
+                    first = (str(error).splitlines() or [type(error).__name__])[0]
+                    raise CheckpointError(f"tensor {key!r} cannot be read from {path.name} ({first})") from None
                 if not tensor.is_floating_point():
                     raise CheckpointError(f"tensor {key!r} is {tensor.dtype}, not a floating-point weight")
                 yield key, tensor.to(torch.float32).numpy()
+
+
+def _fits(spec: DecoderSpec, key: str, value: np.ndarray) -> None:
+    """CheckpointError when a value of ``key`` would round to infinity in the spec's dtype (fp16 ends at 65504)."""
+    if spec.dtype != "fp16" or value.size == 0:
+        return
+    at = np.unravel_index(int(np.argmax(np.abs(value))), value.shape)
+    largest = float(value[at])
+    with np.errstate(over="ignore"):  # the overflow is this one line, not a numpy warning beside it
+        overflows = bool(np.isinf(np.float16(largest)))
+    if overflows:
+        raise CheckpointError(f"tensor {key!r} holds {largest:.6g} at {list(map(int, at))}, past fp16's largest value "
+                              "65504: give `dtype` fp32")  # fmt: skip
 
 
 def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarray]:
@@ -257,6 +328,7 @@ def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarr
         bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
         if bad:
             raise CheckpointError(f"tensor {key!r} holds {bad} non-finite value(s) (NaN or inf)")
+        _fits(spec, key, value)
         out |= _split(spec, wanted[name], value)
     return out
 

@@ -8,6 +8,11 @@ cumsum(attention_mask) - 1. In the ``gqa`` form past and present are one buffer 
 (``past_present_share_buffer`` true: GroupQueryAttention writes the new keys in place, and the graph reads the cached
 length from the mask); in the ``fused``, ``decomposed`` and ``tensorrt`` forms the cache grows by concatenation into
 a separate present (false).
+
+The checkpoint's tokenizer files are checked before anything is written (``check_tokenizer``): ``tokenizer.json``
+loaded by the ``tokenizers`` library (what ``ropeexport generate --prompt`` reads it with), the other JSON files
+parsed strictly, ``merges.txt`` as UTF-8 text. A file that does not read is a one-line error naming it, not a
+package that fails later; links are followed within the checkpoint's own tree only (``checkpoint.checkpoint_file``).
 """
 
 from __future__ import annotations
@@ -17,15 +22,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ropeexport.decoder.checkpoint import checkpoint_file, geometry
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.checkpoint import geometry
+from ropeexport.errors import CheckpointError, SpecError
+from ropeexport.inputs import check_regular_file, read_json, read_text
 
 CONFIG = "genai_config.json"
 KNOWN_TYPES = ("llama", "mistral", "qwen2", "phi3")
 # What onnxruntime-genai's tokenizer reads from a Hugging Face checkpoint, copied when present.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json")  # fmt: skip
+JSON_FILES = ("tokenizer_config.json", "special_tokens_map.json", "vocab.json", "added_tokens.json")
+# tokenizer.json of a 256k-word vocabulary (Gemma's) is about 34 MB; the other files are smaller.
+MAX_TOKENIZER_BYTES = 256 * 2**20
 
 
 def _token(config: Mapping[str, Any], key: str, vocab: int) -> int | list[int] | None:
@@ -79,14 +89,56 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
     return {"model": model, "search": search}
 
 
-def copy_tokenizer(checkpoint: str | Path | None, folder: Path) -> list[str]:
-    """The checkpoint's tokenizer files copied into ``folder`` (regular files only); the names copied."""
+def tokenizer_files(checkpoint: str | Path | None) -> dict[str, Path]:
+    """{name: path} of the checkpoint's tokenizer files present (links followed within its tree; a link leaving it or
+    a file that is not regular is a CheckpointError naming it).
+    """  # noqa: D205
     if checkpoint is None:
-        return []
-    copied = []
-    for name in TOKENIZER_FILES:
-        source = Path(checkpoint) / name
-        if source.is_file() and not source.is_symlink():
-            shutil.copyfile(source, folder / name)
-            copied.append(name)
-    return copied
+        return {}
+    found = {name: checkpoint_file(Path(checkpoint), name) for name in TOKENIZER_FILES}
+    return {name: path for name, path in found.items() if path is not None}
+
+
+def check_tokenizer(checkpoint: str | Path | None) -> list[str]:
+    """The names of the checkpoint's tokenizer files, after reading each as what it is (module doc); a file that does
+    not read is a CheckpointError naming it.
+    """  # noqa: D205
+    files = tokenizer_files(checkpoint)
+    try:
+        for name, path in files.items():
+            if name == "tokenizer.json":
+                _tokenizer_json(read_text(path, name, MAX_TOKENIZER_BYTES))
+            elif name in JSON_FILES:
+                if not isinstance(read_json(path, name, MAX_TOKENIZER_BYTES), dict):
+                    raise SpecError(name, "is not a JSON object")
+            elif name == "merges.txt":
+                read_text(path, name, MAX_TOKENIZER_BYTES)
+            else:  # tokenizer.model: sentencepiece's protobuf, read by onnxruntime-genai only
+                check_regular_file(path, name, MAX_TOKENIZER_BYTES)
+    except SpecError as error:
+        raise CheckpointError(f"{error.field}: {error.message} (fix it, or remove it to build without it)") from None
+    return list(files)
+
+
+def _tokenizer_json(text: str) -> None:
+    """SpecError naming tokenizer.json when ``tokenizers`` cannot load it (strict JSON when it is not installed)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:  # the library serving reads it with is absent: at least it must be JSON
+        from ropeexport.inputs import loads_json
+
+        loads_json(text, "tokenizer.json")
+        return
+    try:
+        Tokenizer.from_str(text)
+    except Exception as exc:  # noqa: BLE001 (tokenizers raises its own exception type for a malformed file)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise SpecError("tokenizer.json", f"cannot be read by tokenizers: {first}") from None
+
+
+def copy_tokenizer(checkpoint: str | Path | None, folder: Path) -> list[str]:
+    """The checkpoint's tokenizer files copied into ``folder`` (``check_tokenizer`` read them first); the names."""
+    files = tokenizer_files(checkpoint)
+    for name, path in files.items():
+        shutil.copyfile(path, folder / name)
+    return list(files)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
+from ropeexport.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,22 @@ def scenarios(spec: DecoderSpec) -> list[Scenario]:
             out.append(Scenario("decode-across-switch-keep", (8,), 16, start=limit - 12, policy="keep",
                                 about="the same, the cache kept across the switch"))  # fmt: skip
     return out
+
+
+def positions_needed(spec: DecoderSpec) -> tuple[int, Scenario]:
+    """The fewest max_positions every scenario fits in, and the scenario that needs them: its last step feeds the
+    token at position start + longest prompt + steps - 1.
+    """  # noqa: D205
+    return max(((s.start + max(s.prompts) + s.steps, s) for s in scenarios(spec)), key=lambda pair: pair[0])
+
+
+def check_positions(spec: DecoderSpec, source: str | None = None) -> None:
+    """SpecError naming `max_positions` when the decoder's scenarios do not fit in it (``source``: the config key it
+    came from, when not the flag); checked before the build, not found at its end.
+    """  # noqa: D205
+    top = spec.position_spec().max_positions
+    need, scenario = positions_needed(spec)
+    if need > top:
+        where = f" (the config's {source})" if source else ""
+        raise SpecError("max_positions", f"{top}{where} is fewer than the {need} positions the decoder is verified "
+                        f"over ({scenario.name}: {scenario.about}); give `max_positions` {need} or more")  # fmt: skip

@@ -301,6 +301,7 @@ class DecoderSession:
         if policy not in POLICIES:
             raise SpecError("policy", f"must be one of {', '.join(POLICIES)}, got {policy!r}")
         ids = self.check(prompt, max_new_tokens, position_offset)
+        tokenizer = self.tokenizer() if (self.folder / TOKENIZER).is_file() else None  # a bad one fails now, not after
         eos = _eos(self.config, self.spec) if stop_at_eos else set()
         self.reserve(len(ids) + max_new_tokens)
         self.reset(position_offset)
@@ -325,9 +326,7 @@ class DecoderSession:
             token = int(self.append(fed)[-1].argmax())
             steps.append(Step(kind, first, last, last - first + 1, now, time.perf_counter() - start, token))
             new.append(token)
-        text = None
-        if (self.folder / TOKENIZER).is_file():
-            text = self.tokenizer().decode(new)
+        text = None if tokenizer is None else tokenizer.decode(new)
         return Generation(ids, new, steps, position_offset, policy, self.threads, self.max_positions, text,
                           self.spec.name, bool(eos) and new[-1] in eos)  # fmt: skip
 
@@ -342,6 +341,15 @@ class DecoderSession:
         """``text`` as token ids by the folder's tokenizer."""
         if not isinstance(text, str) or not text:
             raise SpecError("prompt", "must be a non-empty string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # Bytes that are not UTF-8 on a command line reach Python as lone surrogates (U+DC80..U+DCFF, PEP 383);
+            # the tokenizer takes UTF-8 text only.
+            char = ord(text[exc.start])
+            what = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"lone surrogate U+{char:04X}"
+            raise SpecError("prompt", f"is not UTF-8 text: {what} at character {exc.start}; give the prompt in "
+                            "UTF-8") from None  # fmt: skip
         return list(self.tokenizer().encode(text).ids)
 
 

@@ -1,10 +1,15 @@
 """Bad decoder input: each row runs the real CLI and requires exit 2, one stderr line naming the key or tensor, no
-traceback, and nothing written (``--out`` absent).
+traceback, no warning beside it, and nothing written (``--out`` absent). Every row runs under
+ROPEEXPORT_MEMORY_LIMIT=8G (``MEMORY``) so the memory rows refuse alike on every machine.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +67,80 @@ def _pop(key: str) -> Callable[[dict], None]:
     return lambda t: t.pop(key)
 
 
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _cache(tmp: Path, shards: bool = True) -> Path:
+    """The checkpoint as the transformers cache lays it out: ``models--org--tiny/snapshots/REV/<file>`` are relative
+    links to ``../../blobs/<sha256>``; the snapshot folder.
+    """  # noqa: D205
+    folder = checkpoint(tmp / "saved", "llama", max_shard_size="20KB" if shards else None)
+    repo = tmp / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / REV
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for file in folder.iterdir():
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        shutil.copyfile(file, repo / "blobs" / digest)
+        (snapshot / file.name).symlink_to(Path("../../blobs") / digest)
+    return snapshot
+
+
+SHARD = "model-00002-of-00005.safetensors"
+
+
+def _relinked(tmp: Path, target: Callable[[Path], Path], name: str = SHARD, shards: bool = True) -> list[str]:
+    """The cache layout with one file's link replaced by a link to ``target(tmp)``."""
+    snapshot = _cache(tmp, shards)
+    (snapshot / name).unlink(missing_ok=True)
+    (snapshot / name).symlink_to(target(tmp))
+    return ["--checkpoint", str(snapshot)]
+
+
+def _elsewhere(tmp: Path) -> Path:
+    """A valid shard outside the repository folder, reached by a relative link (``../../../../elsewhere``)."""
+    (tmp / "elsewhere").mkdir()
+    shutil.copyfile(tmp / "saved" / SHARD, tmp / "elsewhere" / SHARD)
+    return Path("../../../../elsewhere") / SHARD
+
+
+def _fifo(tmp: Path) -> Path:
+    os.mkfifo(tmp / "hub" / "models--org--tiny" / "blobs" / "fifo")
+    return Path("../../blobs/fifo")
+
+
+def _shard_bytes(tmp: Path, data: Callable[[bytes], bytes]) -> list[str]:
+    folder = checkpoint(tmp / "ckpt", "llama", max_shard_size="20KB")
+    shard = folder / SHARD
+    shard.write_bytes(data(shard.read_bytes()))
+    return ["--checkpoint", str(folder)]
+
+
+def _index_text(tmp: Path, text: str) -> list[str]:
+    folder = checkpoint(tmp / "ckpt", "llama", max_shard_size="20KB")
+    (folder / "model.safetensors.index.json").write_text(text)
+    return ["--checkpoint", str(folder)]
+
+
+def _ckpt_config(tmp: Path, **fields: object) -> list[str]:
+    folder = checkpoint(tmp / "ckpt", "llama")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | fields))
+    return ["--checkpoint", str(folder)]
+
+
+def _tokenizer(tmp: Path, text: str) -> list[str]:
+    folder = checkpoint(tmp / "ckpt", "llama")
+    (folder / "tokenizer.json").write_text(text)
+    return ["--checkpoint", str(folder)]
+
+
+MEMORY = "8G"
+LIMITS = {"checkpoint past the memory limit": "100M", "memory limit not a size": "lots"}
+LLAMA_8B = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+            "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072}  # fmt: skip
+
+
 Q0 = "model.layers.0.self_attn.q_proj.weight"
 CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("missing tensor", lambda t: _ckpt(t, _pop("model.layers.1.mlp.up_proj.weight")),
@@ -103,21 +182,82 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("a checkpoint without config.json", lambda t: ["--checkpoint", _no_config(t)], "--checkpoint: "),
     ("a name for two builds", lambda t: [*_config(t), "--name", "mine", "--graph", "gqa", "--graph", "fused"],
      "name: names one folder"),
+    # checkpoint files: read inside the checks, never by a parser that can crash or hang
+    ("index nested 100000 deep", lambda t: _index_text(t, '{"weight_map": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+     "--checkpoint: model.safetensors.index.json: is not usable JSON: nested deeper than 64 levels"),
+    ("truncated shard", lambda t: _shard_bytes(t, lambda b: b[:100]),
+     f"--checkpoint: {SHARD} is not a safetensors file (Error while deserializing header"),
+    ("garbage shard", lambda t: _shard_bytes(t, lambda b: bytes(range(256)) * 20),
+     f"--checkpoint: {SHARD} is not a safetensors file"),
+    ("shard cut short after its header", lambda t: _shard_bytes(t, lambda b: b[: len(b) - 8]),
+     f"--checkpoint: {SHARD} is not a safetensors file"),
+    ("NUL in a shard name", lambda t: _sharded(t, lambda m: m.update({Q0: "model-0000\x002.safetensors"})),
+     "holds a NUL byte: give a file name inside the checkpoint folder"),
+    ("shard name not a string", lambda t: _sharded(t, lambda m: m.update({Q0: ["model-00002-of-00005.safetensors"]})),
+     "is not a string: give a file name"),
+    ("model_type a list", lambda t: _ckpt_config(t, model_type=["llama"]),
+     "config.json: model_type: must be a string naming the architecture, got ['llama']"),
+    ("hidden_act a list", lambda t: _ckpt_config(t, hidden_act=["silu"]), "hidden_act: activation ['silu']"),
+    # links in the transformers cache layout: followed inside models--org--tiny, refused when they leave it
+    ("cached shard linked to /etc/passwd", lambda t: _relinked(t, lambda _: Path("/etc/passwd")),
+     "points outside the checkpoint folder (to '/etc/passwd'"),
+    ("cached shard linked to ../../elsewhere", lambda t: _relinked(t, _elsewhere), "points outside the checkpoint"),
+    ("cached shard linked to /dev/zero", lambda t: _relinked(t, lambda _: Path("/dev/zero")),
+     "points outside the checkpoint folder (to '/dev/zero'"),
+    ("cached shard a FIFO in blobs", lambda t: _relinked(t, _fifo), "is not a regular file (a folder, FIFO"),
+    ("cached single file linked to /etc/passwd",
+     lambda t: _relinked(t, lambda _: Path("/etc/passwd"), "model.safetensors", shards=False),
+     "--checkpoint: model.safetensors points outside the checkpoint folder"),
+    ("tokenizer.json linked outside", lambda t: _relinked(t, lambda _: Path("/etc/hostname"), "tokenizer.json"),
+     "--checkpoint: tokenizer.json points outside the checkpoint folder"),
+    # weights past the dtype: one line naming the tensor and its value, not numpy warnings and a FAILED artifact
+    ("weight past fp16", lambda t: [*_ckpt(t, lambda x: x[Q0].__setitem__((3, 5), 1e6)), "--dtype", "fp16"],
+     f"--checkpoint: tensor '{Q0}' holds 1e+06 at [3, 5], past fp16's largest value 65504: give --dtype fp32"),
+    # memory: estimated before anything is allocated (decoder.memory), under ROPEEXPORT_MEMORY_LIMIT
+    ("an 8B config with seeded weights", lambda t: _config(t, **LLAMA_8B),
+     "--hf-config: building this decoder needs about 277 GiB (8.03e+09 parameters x 32 bytes"),
+    ("a 2^17-wide config", lambda t: _config(t, hidden_size=2**17, num_attention_heads=1024, intermediate_size=4096),
+     "TiB"),
+    ("an 8B preset in fp16", lambda t: ["--preset", "llama-3.1-8b", "--dtype", "fp16"],
+     "--preset: building this decoder needs about 328 GiB (8.03e+09 parameters x 38 bytes"),
+    ("checkpoint past the memory limit", lambda t: _ckpt(t), "--checkpoint: building this decoder needs about"),
+    ("memory limit not a size", lambda t: _config(t), "ROPEEXPORT_MEMORY_LIMIT: must be a size such as 8G"),
+    # checked at spec time, not found after the whole build
+    ("max positions below the scenarios", lambda t: [*_config(t), "--max-positions", "10"],
+     "max_positions: 10 is fewer than the 76 positions the decoder is verified over (decode-64"),
+    ("max positions below the scenarios, dry run", lambda t: [*_config(t), "--max-positions", "75", "--dry-run"],
+     "give --max-positions 76 or more"),
+    ("config's max positions below the scenarios", lambda t: _config(t, max_position_embeddings=64),
+     "max_positions: 64 (the config's max_position_embeddings) is fewer than the 76 positions"),
+    ("malformed tokenizer.json", lambda t: _tokenizer(t, '{"version": "1.0", "model": {"type": "BPE", "vocab": 5}}'),
+     "--checkpoint: tokenizer.json: cannot be read by tokenizers"),
+    ("tokenizer.json not JSON", lambda t: _tokenizer(t, "[" * 100_000), "--checkpoint: tokenizer.json: cannot be read"),
+    ("Arabic-Indic digits", lambda t: [*_config(t), "--num-layers", "\u0662"],
+     "--num-layers: must be an integer in ASCII digits (0-9), got '\u0662'"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("label", "args", "message"), CASES, ids=[c[0] for c in CASES])
 def test_bad_decoder_input_exits_2_and_writes_nothing(
-    label: str, args: Callable[[Path], list[str]], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    label: str,
+    args: Callable[[Path], list[str]],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("ROPEEXPORT_MEMORY_LIMIT", LIMITS.get(label, MEMORY))
     argv = [*(DECODER if label != "decoder flag alone" else ["build"]), *args(tmp_path)]
     out = tmp_path / "out"
     capsys.readouterr()  # the setup's own output (transformers' progress bars)
-    code = main([*argv, "--out", str(out)])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code = main([*argv, "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 2, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert message in err, err
+    assert not seen, [str(w.message) for w in seen]  # the one line alone: no numpy overflow warnings beside it
     assert not out.exists()
 
 
@@ -152,3 +292,22 @@ def test_json_is_one_document_and_quiet_prints_the_path(tmp_path: Path, capsys: 
     assert all(b["passed"] for b in document["built"])
     assert main([*args, "--quiet"]) == 0  # the same specs again: rebuilt in place, nothing refused
     assert capsys.readouterr().out.split() == [b["path"] for b in document["built"]]
+
+
+@pytest.mark.parametrize("shards", [True, False], ids=["sharded", "single-file"])
+def test_a_checkpoint_in_the_transformers_cache_layout_builds(shards: bool, tmp_path: Path) -> None:
+    """Every file of a cache snapshot is a link into ``models--org--tiny/blobs/``: followed, sharded or not, the
+    tokenizer's too (``decoder.checkpoint.own_tree``).
+    """  # noqa: D205
+    from tokenizers import Tokenizer, models
+
+    snapshot = _cache(tmp_path, shards)
+    blob = tmp_path / "hub" / "models--org--tiny" / "blobs" / "tokenizer-blob"
+    Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token="a")).save(str(blob))
+    (snapshot / "tokenizer.json").symlink_to(Path("../../blobs") / blob.name)
+    out = tmp_path / "out"
+    assert main([*DECODER, "--checkpoint", str(snapshot), "--out", str(out), "--quiet"]) == 0
+    folder = out / "tiny-decoder-fp32-fused"  # the model's name from the cache path (models--org--tiny)
+    assert (folder / "tokenizer.json").read_bytes() == blob.read_bytes()
+    report = json.loads((folder / "report.json").read_text())
+    assert report["passed"] and report["references"]["transformers"].startswith("transformers")

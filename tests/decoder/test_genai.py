@@ -19,6 +19,7 @@ import ropeexport as rx
 from ropeexport.decoder.greedy import run_scenario
 from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.errors import CheckpointError
 from ropeexport.runtimes.ort import OrtRunner
 from tests.decoder.tiny import checkpoint
 
@@ -73,15 +74,23 @@ def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path:
 
 
 def test_the_checkpoints_tokenizer_files_are_packaged(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models
+
     ckpt = checkpoint(tmp_path / "ckpt", "llama")
-    (ckpt / "tokenizer.json").write_text('{"version": "1.0"}')
+    Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token="a")).save(str(ckpt / "tokenizer.json"))
     (ckpt / "tokenizer_config.json").write_text("{}")
-    (ckpt / "merges.txt").symlink_to(ckpt / "tokenizer.json")  # a link is not copied: it could point anywhere
+    (tmp_path / "vocab.json").write_text('{"a": 0}')
+    (ckpt / "vocab.json").symlink_to(tmp_path / "vocab.json")  # a link leaving the folder: refused, not copied
+    with pytest.raises(CheckpointError, match=r"^checkpoint: vocab.json points outside the checkpoint folder"):
+        rx.build_decoder(tmp_path / "refused", checkpoint=ckpt, eager=False)
+    assert not (tmp_path / "refused").exists()
+    (ckpt / "vocab.json").unlink()
+    (ckpt / "merges.txt").symlink_to("tokenizer_config.json")  # a link within the folder: followed, its file copied
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, eager=False)
     files = result.report["files"]
-    assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json"} <= set(files)
-    assert "merges.txt" not in files and not (result.path / "merges.txt").exists()
-    assert (result.path / "tokenizer.json").read_text() == '{"version": "1.0"}'
+    assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json", "merges.txt"} <= set(files)
+    assert (result.path / "tokenizer.json").read_bytes() == (ckpt / "tokenizer.json").read_bytes()
+    assert not (result.path / "merges.txt").is_symlink() and (result.path / "merges.txt").read_text() == "{}"
 
 
 def _genai_re_prefilled(folder: Path, prompt: list[int], count: int, limit: int) -> list[int]:

@@ -247,6 +247,17 @@ BAD = [
     ("text-without-tokenizer", _copy, ["--prompt", "hello"], "--prompt", "no tokenizer.json"),
     ("alibi-offset", lambda b, t: _copy(b, t, "bloom"), ["--prompt-ids", "1", "--position-offset", "4"],
      "--position-offset", "must be 0 for a alibi decoder"),
+    # $'\xff' on a command line: Python hands over a lone surrogate (PEP 383), which no tokenizer takes
+    ("prompt-not-utf8", _copy, ["--prompt", "\udcff"], "--prompt", "is not UTF-8 text: byte 0xff at character 0"),
+    ("prompt-not-utf8-inside", _copy, ["--prompt", "w1 \udce9 w2"], "--prompt", "byte 0xe9 at character 3"),
+    # int() reads Arabic-Indic, full-width and other Unicode digits, and 1_000: only ASCII digits are ids
+    ("arabic-indic-ids", _copy, ["--prompt-ids", "\u0661,\u0662"], "--prompt-ids", "ASCII digits (0-9), got '\u0661,"),
+    ("full-width-ids", _copy, ["--prompt-ids", "\uff11"], "--prompt-ids", "ASCII digits"),
+    ("underscored-id", _copy, ["--prompt-ids", "1_0"], "--prompt-ids", "ASCII digits"),
+    ("arabic-indic-count", _copy, ["--prompt-ids", "1", "--max-new-tokens", "\u0662"], "argument --max-new-tokens",
+     "must be an integer in ASCII digits"),
+    ("arabic-indic-offset", _copy, ["--prompt-ids", "1", "--position-offset", "\u0662"],
+     "argument --position-offset", "ASCII digits"),
 ]  # fmt: skip
 
 
@@ -264,7 +275,11 @@ def test_bad_input_is_one_line_and_exit_2(
     folder = make(built, tmp_path)
     before = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
     argv = argv or ["--prompt-ids", "1,2,3"]
-    assert main(["generate", str(folder), *argv]) == 2
+    try:
+        code = main(["generate", str(folder), *argv])
+    except SystemExit as usage:  # argparse's own one-line usage error (a flag's type)
+        code = usage.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err
     assert err.startswith(f"ropeexport: error: {flag}") and phrase in err, err
