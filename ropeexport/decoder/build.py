@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ropeexport.catalog import kind_for
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
+from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
@@ -134,8 +134,7 @@ def _verify(spec: DecoderSpec, config: dict[str, Any], weights: Any, checkpoint:
     from ropeexport.decoder.reference import TransformersReference
     from ropeexport.runtimes.ort import OrtRunner
 
-    position = spec.position_spec()
-    piece = kind_for(position).piece(position)
+    pieces = position_pieces(spec)  # each layer's position piece: the float64 truth rotates with its twin
     runner = OrtRunner(model_path, providers=["CPUExecutionProvider"])
     reference, skipped = None, None
     if eager:
@@ -146,7 +145,7 @@ def _verify(spec: DecoderSpec, config: dict[str, Any], weights: Any, checkpoint:
     else:
         skipped = "not asked for (--no-eager)"
     start = time.perf_counter()
-    results = verify_decoder(runner.infer, spec, weights, piece, reference, on_scenario=on_scenario)
+    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario)
     return {
         "artifact": "decoder",
         "name": spec.name,
