@@ -29,12 +29,13 @@ TOL = {"fp32": 2e-6, "fp16": 2e-3}  # relative to the output's scale
 RNG = np.random.default_rng(0)
 
 
-def _run(g: GraphBuilder, out: str, feeds: dict[str, np.ndarray], opset: int = 23, domains: Any = None) -> Any:
+def _run(g: GraphBuilder, out: str, feeds: dict[str, np.ndarray], dtype: str, opset: int = 23,
+         domains: Any = None) -> np.ndarray:  # fmt: skip
+    """``out`` of the graph ``g`` built, run in ONNX Runtime on ``feeds`` (every input in ``dtype``), in float64."""
     g.name_output(out, "y")
-    io = helper.make_tensor_value_info
-    dtype = DTYPES[str(next(iter(feeds.values())).dtype).replace("float32", "fp32").replace("float16", "fp16")]
-    inputs = [io(n, dtype.onnx, list(v.shape)) for n, v in feeds.items()]
-    graph = helper.make_graph(g.nodes, "t", inputs, [io("y", dtype.onnx, None)], g.initializers)
+    io, elem = helper.make_tensor_value_info, DTYPES[dtype].onnx
+    inputs = [io(n, elem, list(v.shape)) for n, v in feeds.items()]
+    graph = helper.make_graph(g.nodes, "t", inputs, [io("y", elem, None)], g.initializers)
     model = make_model(graph, opset, {}, domains)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)[0].astype(np.float64)
@@ -62,7 +63,7 @@ def test_norm_graph_matches_its_twin(kind: str, dtype: str, opset: int, fused: b
     w, b = g.const("w", round_once(weight, dtype)), g.const("b", round_once(bias, dtype)) if kind == "layer" else None
     _, out = add_norm(g, spec, "x", "delta", w, b, opset, fused=fused)
     feeds = {"x": round_once(x, dtype), "delta": round_once(delta, dtype)}
-    got = _run(g, out, feeds, opset, {"com.microsoft": 1} if fused else None)
+    got = _run(g, out, feeds, dtype, opset, {"com.microsoft": 1} if fused else None)
     want = norm64(spec, x + delta, weight, bias if kind == "layer" else None)
     assert _close(got, want, dtype)
     assert not _close(got, norm64(NormSpec(kind, 1e-1, dtype), x + delta, weight, bias), dtype)  # eps is seen
@@ -84,7 +85,7 @@ def test_mlp_graph_matches_its_twin(kind: str, act: str, dtype: str, biased: boo
     g = GraphBuilder()
     arrays = joined(weights) if kind == "gated" else weights
     stored = {n: g.const(n, round_once(v, dtype)) for n, v in arrays.items()}
-    got = _run(g, mlp(g, spec, "x", stored), {"x": round_once(x, dtype)})
+    got = _run(g, mlp(g, spec, "x", stored), {"x": round_once(x, dtype)}, dtype)
     assert _close(got, mlp64(spec, x, weights), dtype)
     other = "silu" if act != "silu" else "gelu"
     assert not _close(got, mlp64(MLPSpec(kind, other, 24, dtype), x, weights), dtype)  # the activation is seen
@@ -98,7 +99,7 @@ def test_linear_twin_reads_the_stored_values(dtype: str) -> None:
     held = numpy_helper.to_array(g.initializers[0]).astype(np.float64)
     assert np.array_equal(held, fmt.read64(weight)) and name == "w_proj"
     if dtype != "bf16":  # ONNX Runtime's CPU MatMul takes no bf16
-        got = _run(g, linear(g, "x", name), {"x": round_once(x, dtype)})
+        got = _run(g, linear(g, "x", name), {"x": round_once(x, dtype)}, dtype)
         assert _close(got, linear64(_stored(x, dtype), fmt.read64(weight)), dtype)
     assert is_weight("layers.3.q_proj") and is_weight("lm_head") and not is_weight("layers.3.q_bias")
 
