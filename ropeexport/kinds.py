@@ -48,9 +48,11 @@ class Probe:
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PositionPiece:
     """A family's position piece for a model-level graph: the graph to call and its float64 twin.
+
+    Compared (and hashed) by identity: it holds graphs. The layers of one position spec share one piece object.
 
     RoPE: ``rotary`` (query [b, H, s, d], key [b, KV, s, d], position_ids [b, s] in; query_out, key_out) and
     ``rotate64(x [b, h, s, d], position_ids [b, s]) -> float64``, L = max(position_ids) + 1 of the call. A bias

@@ -7,8 +7,9 @@ Contract (``block.export``): inputs ``hidden`` [batch, seq, hidden], ``position_
 j <= i + past (bottom-right causal, as ONNX ``Attention`` with a cache) and ``attention_mask`` marks j real; a
 query that sees no key (a left-padded slot) outputs zeros, never NaN.
 
-Stages, as in a family: ``weights`` (seeded projections, float64 rounded once), ``export`` (the graph: the family's
-piece called through ``graph.compose``), ``reference`` (eager PyTorch), ``oracle`` (float64, from the family's
-oracle), ``probes`` (prefill, decode at cache offsets, chunked prefill, left padding, far positions, regime
+Stages, as in a family: ``projections`` (seeded projections, float64 rounded once), ``export`` (the ``attention``
+component's graph, ``components.attention``, with the family's piece called through ``graph.compose``, as an
+artifact), ``reference`` (eager PyTorch), ``oracle`` (float64: the component's twin with the family's oracle),
+``probes`` (prefill, decode at cache offsets, chunked prefill, left padding, far positions, regime
 switches). RoPE's ``block`` kind wires them (``families/rope/kinds.py``).
 """

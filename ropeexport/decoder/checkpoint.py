@@ -41,16 +41,17 @@ SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\.(masked_)?bias)$")
 
 
-def geometry(spec: DecoderSpec) -> tuple[int, int, int]:
-    """(query heads, key/value heads, head_dim) of the spec's attention."""
-    p = spec.position_spec()
+def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head_dim) of layer ``layer``'s attention (its own position spec; the model's
+    for a layer without one, and for ``layer`` None).
+    """  # noqa: D205
+    p = (spec.layer_position_spec(layer) if layer is not None else None) or spec.position_spec()
     return p.num_heads, int(getattr(p, "num_kv_heads", p.num_heads) or p.num_heads), p.head_dim
 
 
 def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
     """Every canonical weight of the spec with its shape ([in, out] for projections)."""
     arch, hidden, inner, vocab = spec.architecture, spec.hidden_size, spec.intermediate_size, spec.vocab_size
-    H, KV, d = geometry(spec)
     layer_norm = arch.norm == "layer"
     out: dict[str, tuple[int, ...]] = {"embed": (vocab, hidden)}
 
@@ -61,7 +62,8 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
 
     if arch.embed_norm:
         norm("embed_norm")
-    for i in range(spec.num_layers):
+    for i, layer in enumerate(spec.layers):  # each layer's own geometry and norms
+        H, KV, d = geometry(spec, i)
         p = f"layers.{i}."
         norm(f"{p}norm1")
         out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d), f"{p}v_proj": (hidden, KV * d)}
@@ -70,7 +72,7 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
             out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
         if spec.o_bias:
             out[f"{p}o_bias"] = (hidden,)
-        if spec.residual != "shared":
+        if "norm2" in layer.norms:
             norm(f"{p}norm2")
         if arch.mlp == "gated":
             out[f"{p}gate_proj"] = (hidden, inner)

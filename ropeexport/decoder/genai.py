@@ -49,7 +49,10 @@ def _token(config: Mapping[str, Any], key: str, vocab: int) -> int | list[int] |
 
 def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``genai_config.json`` of a decoder: greedy search, its sizes and I/O names, its context length."""
-    H, KV, d = geometry(spec)
+    shapes = {geometry(spec, i) for i in range(spec.num_layers)}  # each layer's own (onnxruntime-genai takes one)
+    if len(shapes) != 1:
+        raise SpecError("layers", f"onnxruntime-genai takes one head geometry for every layer, got {sorted(shapes)}")
+    H, KV, d = shapes.pop()
     past_key, past_value, present_key, present_value = (name.replace("0", "%d") for name in cache_names(0))
     vocab = spec.vocab_size
     eos, pad = _token(config, "eos_token_id", vocab), _token(config, "pad_token_id", vocab)

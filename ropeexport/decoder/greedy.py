@@ -59,11 +59,11 @@ def _prompt(spec: DecoderSpec, scenario: Scenario, rng: np.random.Generator) -> 
 def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int = 0) -> list[Call]:
     """Run the scenario through ``infer`` (a runner's feeds -> outputs); every call, in order."""
     position = spec.position_spec()
-    _, KV, d = geometry(spec)
     np_dtype = DTYPES[spec.dtype].np_dtype
     ids, mask, pos = _prompt(spec, scenario, np.random.default_rng(seed))
     b = ids.shape[0]
-    empty = [np.zeros((b, KV, 0, d), np_dtype) for _ in range(2 * spec.num_layers)]
+    shapes = [geometry(spec, i) for i in range(spec.num_layers)]  # each layer's own cache shape
+    empty = [np.zeros((b, KV, 0, d), np_dtype) for _, KV, d in shapes for _ in range(2)]
     calls: list[Call] = []
 
     def run(first: int, last: int, cache: list[np.ndarray], kind: str, cache_regime: str | None) -> list[np.ndarray]:

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.catalog import kind_for
 from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
 from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
+from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
@@ -159,8 +159,7 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     from ropeexport.decoder.reference import TransformersReference
     from ropeexport.runtimes.ort import OrtRunner
 
-    position = spec.position_spec()
-    piece = kind_for(position).piece(position)
+    pieces = position_pieces(spec)  # each layer's position piece: the float64 truth rotates with its twin
     runner = OrtRunner(model_path, providers=["CPUExecutionProvider"])
     reference, skipped = None, None
     if eager:
@@ -171,7 +170,7 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     else:
         skipped = "not asked for (--no-eager)"
     start = time.perf_counter()
-    results = verify_decoder(runner.infer, spec, weights, piece, reference, on_scenario=on_scenario)
+    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario)
     return {
         "artifact": "decoder",
         "name": spec.name,

@@ -27,8 +27,26 @@ from ropeexport.decoder.checkpoint import to_transformers
 from ropeexport.errors import RuntimeUnavailable
 
 
+def unexpressed(spec: DecoderSpec) -> str | None:
+    """Why transformers' model of the spec's model type cannot stand for the spec (None when it can): a config of a
+    model type has one attention and one positional encoding for every layer, so layers that differ (a window, an
+    encoding or none) have no config there.
+    """  # noqa: D205
+    if spec.uniform:
+        return None
+    default = spec.default_layer().to_dict()
+    differ = [i for i, layer in enumerate(spec.layers) if layer.to_dict() != default]
+    fields = sorted({k for i in differ for k, v in spec.layers[i].to_dict().items() if v != default[k]})
+    return (f"transformers' {spec.model_type} config cannot express per-layer {' and '.join(fields)} (layers "
+            f"{', '.join(map(str, differ))} differ from the model's default layer)")  # fmt: skip
+
+
 class TransformersReference:
-    """A transformers causal LM of the decoder's config and weights; ``logits`` recomputes a sequence."""
+    """A transformers causal LM of the decoder's config and weights; ``logits`` recomputes a sequence.
+
+    RuntimeUnavailable (the report records the reference as skipped, with the reason) when transformers is absent or
+    its model of the spec's model type cannot express the spec (``unexpressed``).
+    """
 
     def __init__(
         self,
@@ -37,6 +55,9 @@ class TransformersReference:
         weights: Mapping[str, np.ndarray],
         checkpoint: str | Path | None = None,
     ) -> None:
+        why = unexpressed(spec)
+        if why is not None:
+            raise RuntimeUnavailable(why)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched
         try:
             import torch

@@ -1,10 +1,19 @@
 """The decoder's spec: a whole decoder-only model from a transformers config, validated on construction.
 
-Torch-free. ``DecoderSpec`` holds the structure (``decoder.architectures``) and ``position``, the positional
-encoding's own spec fields exactly as ``ropeexport.hf`` imports them for every artifact; ``position_spec()`` is that
-encoding's ``block`` spec in the decoder's dtype and graph form, the piece each layer calls. ``from_config`` applies
-the size overrides that make a tiny test model of a real config (``--num-layers``, ``--hidden-size``,
-``--vocab-size``) to the config itself, so the transformers reference is built from the same numbers.
+Torch-free. ``DecoderSpec`` holds the structure (``decoder.architectures``), ``position``, the model's positional
+encoding (its own spec fields exactly as ``ropeexport.hf`` imports them for every artifact), and ``layers``: one
+``LayerSpec`` per layer (attention kind and window, positional encoding or none, the norms it uses), each the
+model's default layer (``position`` and ``sliding_window``) unless said otherwise. ``position_spec()`` is the model's
+encoding as a ``block`` spec in the decoder's dtype and graph form (what scenarios, regimes and reports read);
+``layer_position_spec(i)`` is layer i's (None: no positional encoding), ``position_specs()`` the distinct ones.
+``from_config`` applies the size overrides that make a tiny test model of a real config (``--num-layers``,
+``--hidden-size``, ``--vocab-size``) to the config itself, so the transformers reference is built from the same
+numbers.
+
+Serialized (``to_dict``: decoder.json and the model's metadata), a model whose layers are all the default one has
+no ``layers`` key (every decoder built before layers existed reads and hashes as it did); otherwise ``layers`` lists
+each layer as the fields where it differs from the default (``{}`` for a default layer, ``{"position": null}`` for
+one without positional encoding), and ``DecoderSpec(**to_dict())`` is the same spec.
 """
 
 from __future__ import annotations
@@ -29,11 +38,78 @@ DEFAULT_ALIBI_LENGTH = 2048
 _HEADS = ("num_attention_heads", "n_head")
 _HIDDEN = ("hidden_size", "n_embd", "n_embed")
 _LAYERS = ("num_hidden_layers", "n_layer")
+ATTENTION = ("full", "sliding")
+# A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
+# MLP (post_attention_layernorm in Llama's names). GPT-J's shared residual has norm1 only.
+NORMS = ("norm1", "norm2")
+_GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
+
+
+def _plain(value: Any, field_name: str) -> Any:
+    """``value`` as plain JSON data (lists, not tuples): what decoder.json gives back, so a spec round-trips."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as error:
+        raise SpecError(field_name, f"must be plain data (numbers, strings, lists, tables): {error}") from None
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One decoder layer: attention ``full`` or ``sliding`` (key slot j seen by query slot i only if i - j <
+    ``window``), its positional encoding or none, and the norms it uses.
+
+    ``position``: the encoding's spec fields as ``DecoderSpec.position`` holds them (the model's heads, head_dim and
+    max_positions), or None: no positional encoding (nothing rotated, no bias; NoPE layers). ``norms``: the norm
+    slots the layer reads (``NORMS``), as the model's residual form has them.
+    """  # noqa: D205
+
+    position: Mapping[str, Any] | None
+    attention: str = "full"
+    window: int = 0
+    norms: tuple[str, ...] = NORMS
+
+    def __post_init__(self) -> None:
+        require_choice("attention", self.attention, ATTENTION)
+        window = require_int("window", self.window, 0)
+        if self.attention == "sliding" and not window:
+            raise SpecError("window", "a sliding layer needs a window of at least 1 (the key slots it sees)")
+        if self.attention == "full" and window:
+            raise SpecError("window", f"a full layer has no window (0), got {window}; say attention='sliding'")
+        object.__setattr__(self, "window", window)
+        if self.position is not None:
+            if not isinstance(self.position, Mapping):
+                raise SpecError("position", f"must be a table of the encoding's fields, or None for no positional "
+                                f"encoding; got {self.position!r}")  # fmt: skip
+            object.__setattr__(self, "position", _plain(dict(self.position), "position"))
+        norms = self.norms
+        if isinstance(norms, str) or not isinstance(norms, (list, tuple)):
+            raise SpecError("norms", f"must be a list of norm slots ({', '.join(NORMS)}), got {norms!r}")
+        for name in norms:
+            require_choice("norms", name, NORMS)
+        if len(set(norms)) != len(norms):
+            raise SpecError("norms", f"names a slot twice: {list(norms)}")
+        object.__setattr__(self, "norms", tuple(norms))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data."""
+        position = None if self.position is None else dict(self.position)
+        return {"position": position, "attention": self.attention, "window": self.window, "norms": list(self.norms)}
+
+
+def _geometry(position: Any) -> dict[str, int]:
+    """A block spec's heads, key/value heads and head_dim (no num_kv_heads: one per query head)."""
+    heads = int(position.num_heads)
+    return {"num_heads": heads, "num_kv_heads": int(getattr(position, "num_kv_heads", 0) or heads),
+            "head_dim": int(position.head_dim)}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """A decoder-only model: ``num_layers`` layers of norm, attention block (the encoding's piece inside) and MLP.
+    """A decoder-only model: ``num_layers`` layers of norm, attention (the layer's position piece inside) and MLP.
+
+    ``layers``: one ``LayerSpec`` per layer once constructed; given as () (every layer the default one, from
+    ``position`` and ``sliding_window``) or as a list whose items are LayerSpecs, tables of the fields where the
+    layer differs from the default (what ``to_dict`` writes), or None / ``{}`` for the default layer.
 
     Shapes: input_ids [batch, seq] -> logits [batch, seq, vocab_size]; each layer's cache [batch, num_kv_heads,
     past, head_dim] (the position spec's heads and head_dim).
@@ -56,6 +132,7 @@ class DecoderSpec:
     sliding_window: int = 0
     dtype: str = "fp32"
     graph: str = "fused"
+    layers: tuple[LayerSpec, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +152,112 @@ class DecoderSpec:
         width = position.num_heads * position.head_dim
         if self.architecture.fused_qkv == "per-head" and width != self.hidden_size:
             raise SpecError("hidden_size", f"must equal num_heads x head_dim ({width}) in {self.model_type}")
+        object.__setattr__(self, "layers", self._read_layers(position))
+
+    def default_layer(self) -> LayerSpec:
+        """The layer every layer is unless ``layers`` says otherwise: ``position``, ``sliding_window``, the norms of
+        the residual form.
+        """  # noqa: D205
+        held = self.__dict__.get("_default")  # made once per spec (frozen: the fields it reads never change)
+        if held is None:
+            window = self.sliding_window
+            held = LayerSpec(self.position, "sliding" if window else "full", window, self._norms())
+            object.__setattr__(self, "_default", held)
+        return held
+
+    def _norms(self) -> tuple[str, ...]:
+        return ("norm1",) if self.residual == "shared" else NORMS
+
+    def _read_layers(self, model: Any) -> tuple[LayerSpec, ...]:
+        """``layers`` as given (class doc) -> one checked LayerSpec per layer; SpecError names ``layers[i].field``."""
+        default = self.default_layer()
+        given = self.layers
+        if given is None or (isinstance(given, (list, tuple)) and not given):
+            return (default,) * self.num_layers
+        if isinstance(given, (str, Mapping)) or not isinstance(given, (list, tuple)):
+            raise SpecError("layers", f"must be a list of layers, got {type(given).__name__}")
+        if len(given) != self.num_layers:
+            raise SpecError("layers", f"holds {len(given)} layers, num_layers is {self.num_layers}")
+        out = []
+        for i, item in enumerate(given):
+            where = f"layers[{i}]"
+            if item is None:
+                item = {}
+            if isinstance(item, Mapping):
+                fields = default.to_dict()
+                unknown = next((k for k in item if k not in fields), None)
+                if unknown is not None:
+                    raise SpecError(f"{where}.{unknown}", f"is not a layer field; a layer has {', '.join(fields)}")
+                try:
+                    item = LayerSpec(**(fields | dict(item)))
+                except SpecError as exc:
+                    raise SpecError(f"{where}.{exc.field}", exc.message) from None
+            elif not isinstance(item, LayerSpec):
+                raise SpecError(where, f"must be a LayerSpec or a table of its fields, got {type(item).__name__}")
+            if item != default:
+                self._check_layer(where, item, model)
+            out.append(item)
+        return tuple(out)
+
+    def _check_layer(self, where: str, layer: LayerSpec, model: Any) -> None:
+        """What a layer may differ in from the model's default layer (SpecError naming the field otherwise)."""
+        if layer.norms != self._norms():
+            raise SpecError(f"{where}.norms", f"must be {list(self._norms())} in a {self.residual} residual (other "
+                            "norms per layer are not built yet)")  # fmt: skip
+        if layer.position is None:
+            return
+        try:
+            position = self._block(layer.position)
+        except SpecError as exc:
+            raise SpecError(f"{where}.position.{exc.field.removeprefix('position.')}", exc.message) from None
+        if position.encoding not in ("rope", "alibi"):
+            raise SpecError(f"{where}.position.encoding", f"a decoder takes rope or alibi, not {position.encoding!r}")
+        ours, theirs = _geometry(position), _geometry(model)
+        for key in _GEOMETRY:
+            if ours[key] != theirs[key]:
+                raise SpecError(f"{where}.position.{key}", f"must be the model's ({theirs[key]}), got {ours[key]}: "
+                                "every layer has the model's heads and head_dim")  # fmt: skip
+        if position.max_positions != model.max_positions:
+            raise SpecError(f"{where}.position.max_positions", f"must be the model's ({model.max_positions}), got "
+                            f"{position.max_positions}: a model has one context length")  # fmt: skip
+        if position.encoding == "rope" and position != model:
+            from ropeexport.families.rope.schedules import get_schedule  # torch-free
+
+            if get_schedule(position.scaling).regime != "static":
+                # The scenarios and the cache policy follow the regime of the model's own position only.
+                raise SpecError(f"{where}.position.scaling", f"{position.scaling!r} changes its tables with the length;"
+                                " such a schedule can only be the model's own position")  # fmt: skip
+
+    def _block(self, fields: Mapping[str, Any]) -> Any:
+        """The encoding's ``block`` spec of position ``fields`` in the decoder's dtype and form."""
+        fields = dict(fields) | {"artifact": "block", "dtype": self.dtype, "graph": self.graph}
+        return spec_from_dict(fields | {"name": f"{self.name}-block"}, where="position")
+
+    def layer(self, i: int) -> LayerSpec:
+        """Layer i's spec."""
+        return self.layers[i]
+
+    def layer_position_spec(self, i: int) -> Any | None:
+        """Layer i's encoding as a ``block`` spec (as ``position_spec``), or None: the layer has none."""
+        position = self.layers[i].position
+        if position is None:
+            return None
+        return self.position_spec() if position == self.default_layer().position else self._block(position)
+
+    def position_specs(self) -> list[Any]:
+        """The distinct ``block`` specs of the layers' encodings, in layer order (the model's first when used)."""
+        out: list[Any] = []
+        for i in range(self.num_layers):
+            position = self.layer_position_spec(i)
+            if position is not None and position not in out:
+                out.append(position)
+        return out
+
+    @property
+    def uniform(self) -> bool:
+        """True when every layer is the default one (``to_dict`` then has no ``layers`` key)."""
+        default = self.default_layer()
+        return all(layer == default for layer in self.layers)
 
     @property
     def architecture(self) -> Architecture:
@@ -82,18 +265,30 @@ class DecoderSpec:
         return ARCHITECTURES[self.model_type]
 
     def position_spec(self) -> Any:
-        """The encoding's ``block`` spec: what one layer's attention computes, in the decoder's dtype and form."""
-        fields = dict(self.position) | {"artifact": "block", "dtype": self.dtype, "graph": self.graph}
-        return spec_from_dict(fields | {"name": f"{self.name}-block"}, where="position")
+        """The model's encoding as a ``block`` spec, in the decoder's dtype and form: what scenarios, regimes, the
+        context length and reports read (a layer's own: ``layer_position_spec``).
+        """  # noqa: D205
+        return self._block(self.position)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field but ``sources``, as plain data (what decoder.json and the model's metadata store)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
+        """Every field but ``sources``, as plain data (what decoder.json and the model's metadata store); ``layers``
+        only when some layer differs from the default, each layer as the fields where it does (module doc).
+        """  # noqa: D205
+        skip = ("sources", "layers")
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         out["position"] = dict(self.position)
+        if not self.uniform:
+            default = self.default_layer().to_dict()
+            out["layers"] = [{k: v for k, v in layer.to_dict().items() if v != default[k]} for layer in self.layers]
         return out
 
     def replace(self, **changes: Any) -> DecoderSpec:
-        """A copy with ``changes``, validated again."""
+        """A copy with ``changes``, validated again. Layers that were the default one stay the default one (a new
+        ``position`` or ``sliding_window`` reaches them); the others are kept, unless ``layers`` is given.
+        """  # noqa: D205
+        if "layers" not in changes:
+            default = self.default_layer()
+            changes["layers"] = () if self.uniform else tuple(None if x == default else x for x in self.layers)
         return dataclasses.replace(self, **changes)
 
     def digest_text(self) -> str:

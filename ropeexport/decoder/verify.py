@@ -18,8 +18,10 @@ import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
+from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.kinds import PositionPiece
 
 # Max abs logit error over the call's logit scale. fp32: the target of the decoder work (1e-4). fp16: twenty of its
 # ulps at the scale (2^-10 ~ 1e-3 relative): its rounding grows with the activations through every layer (seeded
@@ -135,16 +137,19 @@ def verify_decoder(
     infer: Infer,
     spec: DecoderSpec,
     weights: Mapping[str, np.ndarray],
-    piece: Any,
+    pieces: Pieces | PositionPiece,
     eager: Any | None = None,
     chosen: list[Scenario] | None = None,
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every scenario (``probes.scenarios``, or ``chosen``) judged; ``piece`` is the position spec's PositionPiece."""
+    """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
+    layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding.
+    """  # noqa: D205
     weights64 = stored_float64(spec, weights)
+    layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
     def truth(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return decoder_float64(spec, weights64, ids, pos, mask, piece.rotate64, piece.bias64)
+        return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers)
 
     out = []
     for scenario in chosen if chosen is not None else scenarios(spec):

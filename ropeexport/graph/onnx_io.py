@@ -28,7 +28,7 @@ class GraphBuilder:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._count = 0
-        self._shared: dict[str, str] = {}
+        self._shared: dict[str, tuple[str, np.ndarray]] = {}
 
     def op(self, op_type: str, inputs: list[str], n_out: int = 1, name: str | None = None, **attrs: Any) -> Any:
         """Append a node; return its output name (or a list of names when ``n_out > 1``)."""
@@ -58,11 +58,19 @@ class GraphBuilder:
 
     def shared_const(self, name: str, array: np.ndarray) -> str:
         """An initializer added on the first call under ``name``; later calls with that name reuse it (a constant a
-        repeated sub-graph needs, like an activation's coefficients in every layer).
+        repeated sub-graph needs, like an activation's coefficients in every layer). Other values under a name
+        already used get a name of their own (``name_2``, ...).
         """  # noqa: D205
-        if name not in self._shared:
-            self._shared[name] = self.const(name, array)
-        return self._shared[name]
+        array = np.asarray(array)
+        key, count = name, 1
+        while key in self._shared:
+            held = self._shared[key]
+            if held[1].dtype == array.dtype and np.array_equal(held[1], array):
+                return held[0]
+            count += 1  # the same name with other values (two norms' eps, two MLP widths): never the first's value
+            key = f"{name}_{count}"
+        self._shared[key] = (self.const(key, array), array)
+        return self._shared[key][0]
 
 
 def artifact_metadata(spec: Any, position_inputs: list[str]) -> dict[str, str]:

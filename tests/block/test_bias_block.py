@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import ropeexport as rx
-from ropeexport.block import export as block_export
+from ropeexport.components.attention import graph as block_export
 from ropeexport.block.probes import block_feeds, counted_block_probes
 from ropeexport.catalog import kind_for
 from ropeexport.graph.onnx_io import save_model

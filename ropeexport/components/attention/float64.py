@@ -1,0 +1,79 @@
+"""The ``attention`` component's float64 twin: one layer over a KV cache, every operation exact to float64.
+
+Written from the definition, never from the graph: the projections of the stored weights, the position piece's
+float64 twin (RoPE: ``rotate64``, the family's complex-form oracle; a bias: ``bias64``), logits q k^T / sqrt(d) over
+the cache and the new keys, the causal rule bottom-right aligned (and the window), padded keys hidden, softmax, a row
+that sees no key set to zeros. A dynamic call only: a static-cache call is evaluated as the dynamic rows it stands
+for by its caller (``block.static``).
+
+Notation as in ``components.attention.graph``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ropeexport.components.attention.spec import AttentionSpec
+from ropeexport.components.linear import linear64
+from ropeexport.kinds import Feeds
+
+# rotate(x [b, heads, s, d] float64, position_ids [b, s]) -> float64
+Rotate64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# bias(query positions [b, s], key positions [b, t]) -> float64 [b, H, s, t] (-inf where the method masks)
+Bias64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def visible(query_count: int, past: int, attention_mask: np.ndarray, window: int = 0) -> np.ndarray:
+    """bool [b, 1, s, t]: key slot j visible to query slot i iff j <= i + past (and i + past - j < window, when
+    given) and attention_mask marks j real.
+    """  # noqa: D205
+    t = attention_mask.shape[1]
+    distance = (np.arange(query_count) + past)[:, None] - np.arange(t)[None, :]  # [s, t]: query slot - key slot
+    causal = (distance >= 0) & ((distance < window) if window else True)
+    return causal[None, None] & (attention_mask[:, None, None, :] != 0)  # any nonzero value is a real token
+
+
+def attention64(
+    spec: AttentionSpec,
+    feeds: Feeds,
+    weights: Mapping[str, np.ndarray],
+    rotate: Rotate64 | None = None,
+    bias: Bias64 | None = None,
+) -> dict[str, np.ndarray]:
+    """float64 output [b, s, n] and present_key / present_value [b, KV, t, d] of a dynamic call.
+
+    ``weights``: the stored values in float64 (``linear.WeightFormat.read64``), names as ``attention_model`` takes
+    them. ``rotate`` / ``bias``: the position twin to use, default the spec's piece's (``rotate64`` / ``bias64``);
+    given, they replace it (a caller that fixes L for a whole batch). ``bias`` is added to the scaled logits with
+    each slot's position counted over the real tokens (padding at 0).
+    """
+    if rotate is None and bias is None and spec.position is not None:
+        rotate, bias = spec.position.rotate64, spec.position.bias64
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    project = lambda y, name: linear64(y, w[f"{name}_proj"], w.get(f"{name}_bias"))  # noqa: E731
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    x = np.asarray(feeds["hidden"], np.float64)
+    b, s, _ = x.shape
+    pos = feeds["position_ids"]
+    heads = lambda y, n: y.reshape(b, s, n, d).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
+    if rotate is not None:
+        q, k = rotate(q, pos), rotate(k, pos)
+    keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), k], axis=2)
+    values = np.concatenate([np.asarray(feeds["past_value"], np.float64), v], axis=2)
+    mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"], spec.window)  # [b, 1, s, t]
+    group = H // KV
+    logits = np.einsum("bhid,bhjd->bhij", q, np.repeat(keys, group, axis=1)) / np.sqrt(d)
+    if bias is not None:
+        slots = np.maximum(np.cumsum(feeds["attention_mask"] != 0, axis=1) - 1, 0)
+        logits = logits + bias(pos, slots)
+    logits = np.where(mask, logits, -np.inf)
+    top = np.max(logits, axis=-1, keepdims=True)
+    sees = np.isfinite(top)
+    e = np.where(mask, np.exp(logits - np.where(sees, top, 0.0)), 0.0)
+    weights64 = e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0)
+    attended = weights64 @ np.repeat(values, group, axis=1)
+    output = project(attended.transpose(0, 2, 1, 3).reshape(b, s, H * d), "o")
+    return {"output": output, "present_key": keys, "present_value": values}

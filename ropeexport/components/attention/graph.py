@@ -1,0 +1,412 @@
+"""The ``attention`` component's graph: projections, the position piece or none, attention over the cache, output.
+
+Contract (the ``block`` artifact's, ``ropeexport.block``): inputs ``hidden`` [b, s, n], ``position_ids`` [b, s],
+``attention_mask`` [b, t] (nonzero = a real token), ``past_key`` / ``past_value`` [b, KV, p, d] (a static cache:
+buffers [b, KV, capacity, d] and ``cache_length`` [b]); outputs ``output`` [b, s, n], ``present_key`` /
+``present_value`` [b, KV, t, d] (keys stored rotated). Five forms, each chosen by the spec's ``graph`` (never swapped
+silently):
+- ``fused``: opset-23 ``Attention`` reading ``past_key`` / ``past_value`` and writing ``present_*`` itself, the mask
+  a boolean [b, 1, s, past + s] built from the causal rule and ``attention_mask`` (with a bias piece: additive,
+  [b, H, s, t], the bias where visible, and rows that see no key multiplied by 0);
+- ``decomposed``: opset-17 primitives: the cache concatenated, keys repeated for grouped-query heads, the same
+  mask applied with the dtype's most negative finite value, softmax in float32 for fp16/bf16 (as transformers'
+  eager attention does), and rows that see no key multiplied by 0;
+- ``static-cache``: a preallocated cache, as a server keeps it: ``past_key`` / ``past_value`` are buffers
+  [b, KV, capacity, d] and ``cache_length`` [b] says how many tokens each row holds; opset-24 ``TensorScatter``
+  writes the new keys and values at cache_length, and ``Attention`` reads the buffer with ``nonpad_kv_seqlen`` =
+  cache_length + s, ``attention_mask`` [b, capacity] covering the buffer (ONNX Runtime 1.31 still reads the slots
+  past it: they must hold finite values);
+- ``tensorrt``: what TensorRT 10.15 parses (``ropeexport check-trt``): the cache concatenated outside a 4-D opset-23
+  ``Attention`` that takes no cache, the mask additive in the dtype (0 or its most negative finite value, never a
+  boolean and never ``is_causal``, which TensorRT aligns top-left), rows that see no key multiplied by 0;
+- ``gqa``: ONNX Runtime's ``GroupQueryAttention`` (``_attend_gqa``).
+The position piece is the family's own artifact called through ``graph.compose`` (RoPE: query and key rotated by
+``position_ids``; a bias method: its bias from the query positions and each slot's position counted over the real
+tokens), tables and range guards included, so the layer uses exactly the tables the family verified. Without a
+piece (``AttentionSpec.position`` None) nothing is rotated and no bias is added. The projections are stored by the
+``linear`` component's weight format.
+
+``attention_model`` builds the layer as a model of its own (the ``block`` artifact wraps it with its metadata);
+``attention`` calls that model inside a bigger graph (a decoder layer), names prefixed, tables shared by content.
+Every node and initializer name starts with ``block/`` (the names every exported model holds: keep them).
+
+Notation: b batch, s new tokens, p past (cached) tokens, t = p + s, H query heads, KV key/value heads, d head_dim,
+n the model width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ropeexport.components import MICROSOFT
+from ropeexport.components.attention.spec import OPSETS, AttentionSpec
+from ropeexport.components.linear import WeightFormat, linear
+from ropeexport.dtypes import DTYPES
+from ropeexport.errors import SpecError
+from ropeexport.graph.compose import call
+from ropeexport.graph.onnx_io import GraphBuilder, make_model
+from ropeexport.numerics import round_once
+
+INPUTS = ("hidden", "position_ids", "attention_mask", "past_key", "past_value")
+OUTPUTS = ("output", "present_key", "present_value")
+
+
+def _heads(g: GraphBuilder, x: str, heads: int, d: int, name: str) -> str:
+    """[b, s, heads * d] -> [b, heads, s, d]."""
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    split = g.op("Reshape", [x, g.const(f"{name}_heads_shape", i64(0, 0, heads, d))])
+    return g.op("Transpose", [split], perm=[0, 2, 1, 3])
+
+
+def _window(g: GraphBuilder, causal: str, key_slot: str, query_slot: str, window: int) -> str:
+    """``causal`` narrowed to a sliding window: key slot j stays visible to query slot i only if i - j < window
+    (transformers' rule, on cache slots, as Mistral and Phi-3 count them).
+    """  # noqa: D205
+    if not window:
+        return causal
+    reach = g.op("Sub", [query_slot, g.const("window", np.array(window, np.int64))])
+    return g.op("And", [causal, g.op("Greater", [key_slot, reach])])
+
+
+def _static_mask(g: GraphBuilder) -> str:
+    """bool [b, 1, s, capacity]: buffer slot j visible to query i of row b iff j <= cache_length[b] + i and
+    attention_mask[b, j] is 1 (slots past cache_length + s are never visible).
+    """  # noqa: D205
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("s_axis0", i64(0))])
+    capacity = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2), g.const("t_axis0", i64(0))])
+    zero, one = g.const("zero", np.array(0, np.int64)), g.const("one", np.array(1, np.int64))
+    offsets = g.op("Unsqueeze", [g.op("Range", [zero, s, one]), g.const("offset_axis", i64(0))])  # [1, s]
+    lengths = g.op("Unsqueeze", ["cache_length", g.const("length_axis", i64(1))])  # [b, 1]
+    query_slot = g.op("Unsqueeze", [g.op("Add", [lengths, offsets]), g.const("query_axes", i64(1, 3))])  # [b,1,s,1]
+    key_slot = g.op("Range", [zero, capacity, one])  # [capacity]
+    causal = g.op("LessOrEqual", [key_slot, query_slot])  # [b, 1, s, capacity]
+    real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)
+    real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, capacity]
+    return g.op("And", [causal, real], name="attention_visible")
+
+
+def _mask(g: GraphBuilder, window: int = 0, shared: bool = False) -> str:
+    """bool [b, 1, s, t]: key j visible to query i iff j <= i + p (and i + p - j < window, when given) and
+    attention_mask[b, j] is 1.
+
+    p is past_key's length, or with ``shared`` (the gqa form) t - s: a server may hand GroupQueryAttention one
+    buffer as both past and present (onnxruntime-genai's past_present_share_buffer), whose length is its capacity,
+    not the tokens cached; the mask covers exactly the cached and new tokens in every form (t = p + s).
+    """  # noqa: D205
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    scalar = lambda shape_of, axis, name: g.op(  # noqa: E731
+        "Squeeze", [g.op("Shape", [shape_of], start=axis, end=axis + 1), g.const(f"{name}_axis0", i64(0))]
+    )
+    # s and b from position_ids [b, s], not hidden: every layer of a decoder gets the same position_ids, so ONNX
+    # Runtime's common-subexpression pass builds this mask once for all layers instead of once per layer.
+    s, t = scalar("position_ids", 1, "s"), scalar("attention_mask", 1, "t")
+    p = g.op("Sub", [t, s]) if shared else scalar("past_key", 2, "p")
+    zero, one = g.const("zero", np.array(0, np.int64)), g.const("one", np.array(1, np.int64))
+    query_slot = g.op("Add", [g.op("Range", [zero, s, one]), p])  # [s]: the cache slot each query occupies
+    key_slot = g.op("Range", [zero, t, one])  # [t]
+    keys = g.op("Unsqueeze", [key_slot, g.const("key_axis", i64(0))])  # [1, t]
+    queries = g.op("Unsqueeze", [query_slot, g.const("query_axis", i64(1))])  # [s, 1]
+    causal = g.op("LessOrEqual", [keys, queries])  # [s, t]: bottom-right aligned
+    causal = _window(g, causal, keys, queries, window)
+    real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)  # [b, t]
+    real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, t]
+    return g.op("And", [causal, real], name="attention_visible")  # [b, 1, s, t]
+
+
+def _repeat_kv(g: GraphBuilder, x: str, spec: AttentionSpec, name: str) -> str:
+    """[b, KV, t, d] -> [b, H, t, d]: query head h reads key/value head h // (H / KV)."""
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    if H == KV:
+        return x
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    grouped = g.op("Unsqueeze", [x, g.const(f"{name}_group_axis", i64(2))])  # [b, KV, 1, t, d]
+    shape = g.op(
+        "Concat",
+        [g.op("Shape", [grouped], end=2), g.const(f"{name}_group", i64(H // KV)), g.op("Shape", [grouped], start=3)],
+        axis=0,
+    )
+    return g.op("Reshape", [g.op("Expand", [grouped, shape]), g.const(f"{name}_heads_shape", i64(0, H, -1, d))])
+
+
+def _attend_decomposed(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """softmax(q k^T / sqrt(d) + bias, masked) v with the cache concatenated; [b, H, s, d]."""
+    keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
+    values = g.op("Concat", ["past_value", v], axis=2, name="present_value")
+    keys, values = _repeat_kv(g, keys, spec, "keys"), _repeat_kv(g, values, spec, "values")
+    logits = g.op("MatMul", [q, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
+    scale = g.const("scale", round_once(np.array(1.0 / math.sqrt(spec.head_dim)), spec.dtype))
+    logits = g.op("Mul", [logits, scale])
+    if bias is not None:  # after the scale, as ALiBi and transformers add it
+        logits = g.op("Add", [logits, bias])
+    dtype = DTYPES[spec.dtype]
+    hidden_value = g.const("masked_logit", round_once(np.array(dtype.finite_min), spec.dtype))
+    logits = g.op("Where", [mask, logits, hidden_value])  # finite: a row that sees nothing stays free of NaN
+    if spec.dtype != "fp32":  # softmax in float32, as transformers' eager attention computes it
+        weights = g.op(
+            "Cast", [g.op("Softmax", [g.op("Cast", [logits], to=TensorProto.FLOAT)], axis=-1)], to=dtype.onnx
+        )
+    else:
+        weights = g.op("Softmax", [logits], axis=-1)
+    attended = g.op("MatMul", [weights, values])  # [b, H, s, d]
+    return g.op("Mul", [attended, _sees(g, spec, mask)])  # 0 where a query sees no key
+
+
+def _softmax(spec: AttentionSpec) -> dict[str, int]:
+    """Attention's softmax in float32 below fp32, as transformers' eager attention and the decomposed form do."""
+    return {} if spec.dtype == "fp32" else {"softmax_precision": TensorProto.FLOAT}
+
+
+def _sees(g: GraphBuilder, spec: AttentionSpec, mask: str) -> str:
+    """[b, 1, s, 1] in the dtype: 1 where a query sees at least one key, else 0 (its output must be zeros)."""
+    flags = g.op("Cast", [mask], to=DTYPES[spec.dtype].onnx)
+    if OPSETS[spec.graph] >= 18:  # ReduceMax reads its axes from an input since opset 18, an attribute before
+        return g.op("ReduceMax", [flags, g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
+    return g.op("ReduceMax", [flags], axes=[-1], keepdims=1)
+
+
+def _additive(g: GraphBuilder, spec: AttentionSpec, mask: str, bias: str | None) -> str:
+    """The mask as an additive term in the dtype: the bias (or 0) where visible, the most negative finite value else."""
+    open_ = bias if bias is not None else g.const("mask_open", round_once(np.array(0.0), spec.dtype))
+    closed = g.const("mask_closed", round_once(np.array(DTYPES[spec.dtype].finite_min), spec.dtype))
+    return g.op("Where", [mask, open_, closed])  # [b, 1 | H, s, t]
+
+
+def _attend_tensorrt(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """The cache concatenated here, then a cache-less 4-D Attention with an additive mask; [b, H, s, d]."""
+    keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
+    values = g.op("Concat", ["past_value", v], axis=2, name="present_value")
+    additive = _additive(g, spec, mask, bias)
+    attended = g.op(
+        "Attention",
+        [q, keys, values, additive],
+        name="attention",
+        scale=1.0 / math.sqrt(spec.head_dim),
+        **_softmax(spec),
+    )
+    return g.op("Mul", [attended, _sees(g, spec, mask)])
+
+
+def _attend_static(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """New keys and values written into the buffers at cache_length, then Attention over the valid prefix."""
+    keys = g.op("TensorScatter", ["past_key", k, "cache_length"], axis=-2, name="present_key")  # TensorRT: -2 only
+    values = g.op("TensorScatter", ["past_value", v, "cache_length"], axis=-2, name="present_value")
+    s = g.op("Shape", ["hidden"], start=1, end=2)  # [1]
+    valid = g.op("Add", ["cache_length", s], name="nonpad_kv_seqlen")  # [b]: slots past it are never read
+    attn_mask = mask if bias is None else _additive(g, spec, mask, bias)
+    attended = g.op(
+        "Attention",
+        [q, keys, values, attn_mask, "", "", valid],
+        name="attention",
+        scale=1.0 / math.sqrt(spec.head_dim),
+        **_softmax(spec),
+    )
+    return attended if bias is None else g.op("Mul", [attended, _sees(g, spec, mask)])
+
+
+def _attend_gqa(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+    """ONNX Runtime's GroupQueryAttention over the cache; query [b, s, H * d], key and value [b, s, KV * d] in,
+    [b, s, H * d] out.
+
+    Query and key arrive rotated by the family's piece (as in the other forms), fed the 3-D tensors straight from the
+    projection (RotaryEmbedding takes [b, s, heads * d] with its num_heads): GroupQueryAttention's own rotary
+    (do_rotary) positions a first prompt at position_ids[:, 0] + i whatever the other position_ids say (measured on
+    ONNX Runtime 1.31 CPU), so a left-padded prompt would be rotated at the wrong positions. Every row's buffer counts
+    as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule does not cover (padding,
+    a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated. past and present may be one
+    buffer [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s; the mask reads p as
+    t - s): how ``decoder.serve`` and onnxruntime-genai run this form.
+    """  # noqa: D205
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    t = g.op("Shape", ["attention_mask"], start=1, end=2)  # [1]
+    total = g.op("Cast", [g.op("Squeeze", [t, g.const("gqa_axis0", i64(0))])], to=TensorProto.INT32)
+    b = g.op("Shape", ["position_ids"], start=0, end=1)  # one for all layers (see _mask)
+    last = g.op("Sub", [total, g.const("gqa_one", np.array(1, np.int32))])
+    seqlens = g.op("Expand", [last, b], name="seqlens_k")  # [b] int32: the last slot of each (full) buffer
+    additive = _additive(g, spec, mask, bias)
+    attended, present_key, present_value = g.op(
+        "GroupQueryAttention",
+        [q, k, v, "past_key", "past_value", seqlens, total, "", "", "", additive],
+        n_out=3,
+        name="attention",
+        num_heads=H,
+        kv_num_heads=KV,
+        scale=1.0 / math.sqrt(d),
+        domain=MICROSOFT,
+    )
+    g.name_output(present_key, "present_key")
+    g.name_output(present_value, "present_value")
+    # 0 where a query sees no key: one Mul per layer by a [b, s, 1] (or, with a per-head bias, [b, s, H * d]) factor
+    # that reads only the mask, so ONNX Runtime builds it once for every layer of a decoder.
+    sees = g.op("Transpose", [_sees(g, spec, mask)], perm=[0, 2, 1, 3])  # [b, s, 1 | H, 1]
+    if bias is not None:  # a bias hides keys per head: the factor per head, repeated over its d columns
+        sees = g.op("Expand", [sees, g.const("gqa_head_columns", i64(1, 1, 1, d))])  # [b, s, H, d]
+        sees = g.op("Reshape", [sees, g.const("gqa_sees_heads", i64(0, 0, H * d))])
+    else:
+        sees = g.op("Squeeze", [sees, g.const("gqa_sees_axis", i64(3))])  # [b, s, 1]
+    return g.op("Mul", [attended, sees])
+
+
+def _key_positions(g: GraphBuilder) -> str:
+    """[b, t]: the position of each cache slot, counted over real tokens (cumsum(attention_mask) - 1, padding at 0).
+
+    A bias method reads every key's position; the block has position_ids for the new tokens only, so the cached
+    ones are counted from the mask, as BLOOM counts them. Padded slots (masked anyway) get 0, inside the table.
+    """
+    # Counted in float32 (exact below 2^24, the largest max_positions): TensorRT's CumSum takes no integers.
+    # Any nonzero mask value is a real token (as the mask rule reads it), counted once.
+    real = g.op("Cast", [g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)], to=TensorProto.FLOAT)
+    counted = g.op("CumSum", [real, g.const("mask_axis", np.array(1, np.int64))])
+    before = g.op("Sub", [counted, g.const("one_count", np.array(1.0, np.float32))])
+    first = g.op("Max", [before, g.const("zero_position", np.array(0.0, np.float32))])
+    return g.op("Cast", [first], to=TensorProto.INT64)
+
+
+def _qkv(g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray], flat: bool) -> tuple[str, str, str]:
+    """query [b, H, s, d], key and value [b, KV, s, d] (``flat``: [b, s, H * d], [b, s, KV * d]): one MatMul, Split.
+
+    One wide MatMul instead of three: a decode step is a row times each weight matrix, and ONNX Runtime's per-node
+    cost is a visible share of three small ones (``tools/bench_serving.py``). Each output column is the same dot
+    product either way. The biases are fused the same way (absent ones as zeros, when only some exist).
+    """
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    proj = np.concatenate([arrays["q_proj"], arrays["k_proj"], arrays["v_proj"]], axis=1)
+    weight = WeightFormat(spec.dtype).store(g, "qkv_proj", proj)
+    bias = None
+    if any(f"{n}_bias" in arrays for n in "qkv"):
+        widths = {"q": H * d, "k": KV * d, "v": KV * d}
+        joined = np.concatenate([arrays.get(f"{n}_bias", np.zeros(widths[n])) for n in "qkv"])
+        bias = g.const("qkv_bias", round_once(joined, spec.dtype))
+    out = linear(g, "hidden", weight, bias)
+    sizes = g.const("qkv_split", np.array([H * d, KV * d, KV * d], np.int64))
+    q, k, v = g.op("Split", [out, sizes], n_out=3, axis=-1)
+    if flat:
+        return q, k, v
+    return _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
+
+
+def _guarded(piece_graph: onnx.ModelProto) -> dict[str, str]:
+    """The range guard a layer with this piece puts on position_ids: the piece's own range (its metadata)."""
+    props = {p.key: p.value for p in piece_graph.metadata_props}
+    return {"ropeexport.position_inputs": "position_ids", "ropeexport.max_positions": props["ropeexport.max_positions"]}
+
+
+def attention_model(
+    spec: AttentionSpec,
+    weights: Mapping[str, np.ndarray],
+    name: str = "attention",
+    metadata: Mapping[str, str] | None = None,
+) -> onnx.ModelProto:
+    """The layer as a model of its own (contract in the module doc).
+
+    ``weights``: q_proj [n, H*d], k_proj / v_proj [n, KV*d], o_proj [H*d, n], and optionally q_bias, k_bias, v_bias,
+    o_bias, in float64 (stored by the weight format, biases rounded once to the dtype). ``metadata``: the model's
+    (its ``ropeexport.position_inputs`` / ``max_positions`` put a range guard on position_ids); default: the position
+    piece's range, none without a piece.
+    """
+    g = GraphBuilder(prefix="block/")
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    arrays = dict(weights)
+    hidden = int(arrays["q_proj"].shape[0])
+    if spec.window and spec.graph == "static-cache":
+        raise SpecError("graph", "a sliding window is not offered in the static-cache form; use fused or decomposed")
+    q, k, v = _qkv(g, spec, arrays, flat=spec.graph == "gqa")
+    stored = {"o_proj": WeightFormat(spec.dtype).store(g, "o_proj", arrays["o_proj"])}
+    if "o_bias" in arrays:
+        stored["o_bias"] = g.const("o_bias", round_once(arrays["o_bias"], spec.dtype))
+    piece = spec.position
+    rotary = piece.rotary if piece is not None else None
+    bias = piece.bias if piece is not None else None
+    if rotary is not None:  # the gqa form's query and key are 3-D: the fused piece's RotaryEmbedding takes both
+        rotated = call(g, rotary, {"query": q, "key": k, "position_ids": "position_ids"}, "rope/")
+        q, k = rotated["query_out"], rotated["key_out"]
+    added = None
+    if bias is not None:
+        wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
+        added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
+    static = spec.graph == "static-cache"
+    mask = _static_mask(g) if static else _mask(g, spec.window, shared=spec.graph == "gqa")
+    if added is not None:
+        # A key the method itself hides (-inf: the bias's causal rule by position) counts as hidden everywhere, so a
+        # query whose every key is hidden outputs zeros, as the eager and float64 blocks do.
+        wide = added if spec.dtype == "fp32" else g.op("Cast", [added], to=TensorProto.FLOAT)
+        # x > -inf holds for every finite x (the bias is clamped to the dtype's finite range): Greater parses on every
+        # TensorRT release in the support table, IsInf on none before 10.x.
+        finite = g.op("Greater", [wide, g.const("minus_inf", np.array(-np.inf, np.float32))])
+        mask = g.op("And", [mask, finite], name="attention_open")  # [b, H, s, t]
+    merged = None
+    if spec.graph == "gqa":
+        merged = _attend_gqa(g, spec, q, k, v, mask, added)
+    elif static:
+        attended = _attend_static(g, spec, q, k, v, mask, added)
+    elif spec.graph == "tensorrt":
+        attended = _attend_tensorrt(g, spec, q, k, v, mask, added)
+    elif spec.graph == "fused":
+        attn_mask = mask if added is None else _additive(g, spec, mask, added)
+        attended, present_key, present_value = g.op(
+            "Attention",
+            [q, k, v, attn_mask, "past_key", "past_value"],
+            n_out=3,
+            name="attention",
+            scale=1.0 / math.sqrt(d),
+            **_softmax(spec),
+        )
+        g.name_output(present_key, "present_key")
+        g.name_output(present_value, "present_value")
+        if added is not None:  # an additive mask leaves a query that sees nothing uniform weights, not zeros
+            attended = g.op("Mul", [attended, _sees(g, spec, mask)])
+    else:
+        attended = _attend_decomposed(g, spec, q, k, v, mask, added)
+    i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
+    if merged is None:
+        heads_last = g.op("Transpose", [attended], perm=[0, 2, 1, 3])
+        merged = g.op("Reshape", [heads_last, g.const("merge", i64(0, 0, H * d))])
+    linear(g, merged, stored["o_proj"], stored.get("o_bias"), name="output")
+    dtype = DTYPES[spec.dtype].onnx
+    io = lambda name, elem, dims: helper.make_tensor_value_info(name, elem, dims)  # noqa: E731
+    cache = "capacity" if static else "past"  # a static buffer's length, or the tokens cached so far
+    total = "capacity" if static else "total"
+    inputs = [
+        io("hidden", dtype, ["batch", "seq", hidden]),
+        io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+        io("attention_mask", TensorProto.INT64, ["batch", total]),
+        io("past_key", dtype, ["batch", KV, cache, d]),
+        io("past_value", dtype, ["batch", KV, cache, d]),
+    ]
+    if static:
+        inputs.append(io("cache_length", TensorProto.INT64, ["batch"]))
+    graph = helper.make_graph(
+        g.nodes,
+        name,
+        inputs,
+        [
+            io("output", dtype, ["batch", "seq", hidden]),
+            io("present_key", dtype, ["batch", KV, total, d]),
+            io("present_value", dtype, ["batch", KV, total, d]),
+        ],
+        g.initializers,
+    )
+    if metadata is None:
+        piece_graph = rotary if rotary is not None else bias
+        metadata = _guarded(piece_graph) if piece_graph is not None else {}
+    domains = {MICROSOFT: 1} if spec.graph == "gqa" else None
+    return make_model(graph, OPSETS[spec.graph], dict(metadata), domains)
+
+
+def attention(
+    g: GraphBuilder,
+    spec: AttentionSpec,
+    weights: Mapping[str, np.ndarray],
+    inputs: Mapping[str, str],
+    prefix: str,
+) -> dict[str, str]:
+    """The layer called inside ``g``: ``inputs`` wires its inputs (module doc) to values of ``g``; its outputs by
+    name. Every name it adds starts with ``prefix`` (``layers.3/``); tables equal to ones ``g`` holds are shared.
+    """  # noqa: D205
+    return call(g, attention_model(spec, weights), inputs, prefix)

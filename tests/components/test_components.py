@@ -1,0 +1,148 @@
+"""Each component's graph against its float64 twin, and the typed specs' refusals (``ropeexport.components``).
+
+One case table per component: the graph, run in ONNX Runtime on dtype inputs, agrees with the twin on the same
+(stored) values within the dtype's tolerance; a planted change of the spec (another eps, activation, window) is
+seen, so the comparison can fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from ropeexport.components.attention import AttentionSpec
+from ropeexport.components.attention.float64 import attention64
+from ropeexport.components.attention.graph import attention_model
+from ropeexport.components.linear import WeightFormat, is_weight, linear, linear64
+from ropeexport.components.mlp import MLPSpec, joined, mlp, mlp64
+from ropeexport.components.norm import NormSpec, add_norm, norm, norm64
+from ropeexport.dtypes import DTYPES
+from ropeexport.errors import SpecError
+from ropeexport.graph.onnx_io import GraphBuilder, make_model
+from ropeexport.numerics import round_once
+
+TOL = {"fp32": 2e-6, "fp16": 2e-3}  # relative to the output's scale
+RNG = np.random.default_rng(0)
+
+
+def _run(g: GraphBuilder, out: str, feeds: dict[str, np.ndarray], dtype: str, opset: int = 23,
+         domains: Any = None) -> np.ndarray:  # fmt: skip
+    """``out`` of the graph ``g`` built, run in ONNX Runtime on ``feeds`` (every input in ``dtype``), in float64."""
+    g.name_output(out, "y")
+    io, elem = helper.make_tensor_value_info, DTYPES[dtype].onnx
+    inputs = [io(n, elem, list(v.shape)) for n, v in feeds.items()]
+    graph = helper.make_graph(g.nodes, "t", inputs, [io("y", elem, None)], g.initializers)
+    model = make_model(graph, opset, {}, domains)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0].astype(np.float64)
+
+
+def _close(got: np.ndarray, want: np.ndarray, dtype: str) -> bool:
+    return float(np.abs(got - want).max()) <= TOL[dtype] * float(np.abs(want).max())
+
+
+def _stored(values: np.ndarray, dtype: str) -> np.ndarray:
+    return round_once(values, dtype).astype(np.float64)
+
+
+# (norm kind, dtype, opset, fused residual add)
+NORMS = [("rms", "fp32", 23, False), ("rms", "fp16", 17, False), ("layer", "fp32", 23, False),
+         ("layer", "fp16", 23, False), ("rms", "fp32", 23, True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "dtype", "opset", "fused"), NORMS)
+def test_norm_graph_matches_its_twin(kind: str, dtype: str, opset: int, fused: bool) -> None:
+    spec = NormSpec(kind, 1e-5, dtype)
+    x, delta = (_stored(RNG.standard_normal((2, 3, 16)), dtype) for _ in range(2))
+    weight, bias = _stored(1 + 0.1 * RNG.standard_normal(16), dtype), _stored(0.1 * RNG.standard_normal(16), dtype)
+    g = GraphBuilder()
+    w, b = g.const("w", round_once(weight, dtype)), g.const("b", round_once(bias, dtype)) if kind == "layer" else None
+    _, out = add_norm(g, spec, "x", "delta", w, b, opset, fused=fused)
+    feeds = {"x": round_once(x, dtype), "delta": round_once(delta, dtype)}
+    got = _run(g, out, feeds, dtype, opset, {"com.microsoft": 1} if fused else None)
+    want = norm64(spec, x + delta, weight, bias if kind == "layer" else None)
+    assert _close(got, want, dtype)
+    assert not _close(got, norm64(NormSpec(kind, 1e-1, dtype), x + delta, weight, bias), dtype)  # eps is seen
+
+
+# (kind, activation, dtype, biases)
+MLPS = [("gated", "silu", "fp32", False), ("gated", "gelu_tanh", "fp16", True), ("plain", "gelu", "fp32", True),
+        ("plain", "relu", "fp32", False), ("plain", "gelu_tanh", "fp32", False)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "act", "dtype", "biased"), MLPS)
+def test_mlp_graph_matches_its_twin(kind: str, act: str, dtype: str, biased: bool) -> None:
+    spec = MLPSpec(kind, act, 24, dtype)
+    shapes = {"up_proj": (16, 24), "down_proj": (24, 16)} | ({"gate_proj": (16, 24)} if kind == "gated" else {})
+    if biased:
+        shapes |= {"up_bias": (24,), "down_bias": (16,)} | ({"gate_bias": (24,)} if kind == "gated" else {})
+    weights = {n: _stored(RNG.standard_normal(s) / 4, dtype) for n, s in shapes.items()}
+    x = _stored(RNG.standard_normal((2, 3, 16)), dtype)
+    g = GraphBuilder()
+    arrays = joined(weights) if kind == "gated" else weights
+    stored = {n: g.const(n, round_once(v, dtype)) for n, v in arrays.items()}
+    got = _run(g, mlp(g, spec, "x", stored), {"x": round_once(x, dtype)}, dtype)
+    assert _close(got, mlp64(spec, x, weights), dtype)
+    other = "silu" if act != "silu" else "gelu"
+    assert not _close(got, mlp64(MLPSpec(kind, other, 24, dtype), x, weights), dtype)  # the activation is seen
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_linear_twin_reads_the_stored_values(dtype: str) -> None:
+    weight, x = RNG.standard_normal((16, 8)), RNG.standard_normal((2, 3, 16))
+    fmt, g = WeightFormat(dtype), GraphBuilder()
+    name = fmt.store(g, "w_proj", weight)
+    held = numpy_helper.to_array(g.initializers[0]).astype(np.float64)
+    assert np.array_equal(held, fmt.read64(weight)) and name == "w_proj"
+    if dtype != "bf16":  # ONNX Runtime's CPU MatMul takes no bf16
+        got = _run(g, linear(g, "x", name), {"x": round_once(x, dtype)}, dtype)
+        assert _close(got, linear64(_stored(x, dtype), fmt.read64(weight)), dtype)
+    assert is_weight("layers.3.q_proj") and is_weight("lm_head") and not is_weight("layers.3.q_bias")
+
+
+# (graph form, window)
+ATTENTION = [("fused", 0), ("decomposed", 3), ("tensorrt", 0), ("gqa", 3)]
+
+
+@pytest.mark.parametrize(("graph", "window"), ATTENTION)
+def test_attention_without_positions_matches_its_twin(graph: str, window: int) -> None:
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=8, graph=graph, window=window)
+    sizes = {"q_proj": (32, 32), "k_proj": (32, 16), "v_proj": (32, 16), "o_proj": (32, 32)}
+    weights = {n: _stored(RNG.standard_normal(s) / np.sqrt(s[0]), "fp32") for n, s in sizes.items()}
+    model = attention_model(spec, weights)
+    assert not any("rope" in n.name or "guard" in n.name for n in model.graph.node)  # no piece, nothing to guard
+    b, past, s = 2, 5, 1 if graph == "gqa" else 3  # GroupQueryAttention takes a batched prompt only without a cache
+    feeds = {"hidden": RNG.standard_normal((b, s, 32)).astype(np.float32),
+             "position_ids": np.tile(np.arange(past, past + s), (b, 1)).astype(np.int64),
+             "attention_mask": np.ones((b, past + s), np.int64),
+             "past_key": RNG.standard_normal((b, 2, past, 8)).astype(np.float32),
+             "past_value": RNG.standard_normal((b, 2, past, 8)).astype(np.float32)}  # fmt: skip
+    feeds["attention_mask"][1, :2] = 0  # a left-padded row
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(["output"], feeds)[0].astype(np.float64)
+    assert _close(got, attention64(spec, feeds, weights)["output"], "fp32")
+    other = AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=8, graph=graph, window=0 if window else 2)
+    assert not _close(got, attention64(other, feeds, weights)["output"], "fp32")  # the window is seen
+
+
+# (fields, the field the SpecError names)
+REFUSED = [
+    ({"qk_norm": NormSpec("rms", 1e-6)}, "qk_norm"),
+    ({"logit_softcap": 50.0}, "logit_softcap"),
+    ({"sinks": True}, "sinks"),
+    ({"num_kv_heads": 3}, "num_kv_heads"),
+    ({"graph": "plugin"}, "graph"),
+    ({"window": -1}, "window"),
+    ({"position": "rope"}, "position"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), REFUSED, ids=[r[1] for r in REFUSED])
+def test_attention_spec_refuses_what_is_not_built(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as error:
+        AttentionSpec(**({"num_heads": 4, "num_kv_heads": 2, "head_dim": 8} | fields))
+    assert error.value.field == field

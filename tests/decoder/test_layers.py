@@ -1,0 +1,194 @@
+"""Decoders whose layers differ (``DecoderSpec.layers``): built, verified by generation, serialized, refused.
+
+Each case takes a tiny seeded config and says its layers (as ``to_dict`` writes them: the fields where a layer
+differs from the model's default one). The decoder built from it passes every scenario against the float64 recompute
+of the same layers; the same weights exported with every layer the default one fail that truth (the layers are
+what is judged, not ignored); each layer's graph holds its own position piece or none, a table once per distinct
+position spec; transformers is skipped with the reason; the spec round-trips through to_dict, decoder.json and the
+model's metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from ropeexport.decoder.build import DecoderRequest, _verify, resolve
+from ropeexport.decoder.checkpoint import expected, seeded_weights
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.reverify import rebuild_spec
+from ropeexport.decoder.spec import DecoderSpec, LayerSpec
+from ropeexport.decoder.verify import verify_decoder
+from ropeexport.errors import SpecError
+from ropeexport.graph.onnx_io import save_model
+from ropeexport.runtimes.ort import OrtRunner
+
+LLAMA = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "num_hidden_layers": 3, "intermediate_size": 48, "vocab_size": 96, "max_position_embeddings": 256}  # fmt: skip
+BLOOM = {"model_type": "bloom", "hidden_size": 32, "n_head": 4, "n_layer": 2, "vocab_size": 96}
+SLIDING = {"attention": "sliding", "window": 6}
+LOCAL = {**SLIDING, "position": {"theta": 1e4}}  # Gemma 3's local layers: theta 10000, a window
+GLOBAL = {"position": {"theta": 1e6, "scaling": "linear", "scaling_params": {"factor": 8.0}}}  # its global ones
+
+# (label, config, per layer the fields where it differs from the model's default layer (a "position" table: the
+# changes to the model's position fields), graph forms)
+CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], tuple[str, ...]]] = [
+    ("layer 1 without positional encoding", LLAMA, [{}, {"position": None}, {}], ("fused", "gqa", "decomposed")),
+    ("windows per layer", LLAMA, [{"attention": "sliding", "window": 4}, {}, {"attention": "sliding", "window": 9}],
+     ("fused", "tensorrt")),
+    ("theta per layer, windows on the local ones (Gemma 3's pattern)", LLAMA, [LOCAL, GLOBAL, LOCAL],
+     ("fused", "gqa")),
+    ("ALiBi with a layer without it", BLOOM, [{"position": None}, {}], ("fused",)),
+]  # fmt: skip
+PARAMS = [(label, config, layers, graph) for label, config, layers, forms in CASES for graph in forms]
+
+
+def _layers(layers: list[Any], position: Mapping[str, Any]) -> list[Any]:
+    """The layers with each "position" table of changes applied to the model's ``position``."""
+    changed = lambda layer: isinstance(layer, dict) and isinstance(layer.get("position"), dict)  # noqa: E731
+    return [{**layer, "position": {**position, **layer["position"]}} if changed(layer) else layer for layer in layers]
+
+
+def _mixed(config: dict[str, Any], layers: list[Any], graph: str = "fused") -> tuple[DecoderSpec, dict[str, Any]]:
+    spec, used = resolve(DecoderRequest(config=config, graph=graph, name="layers"))
+    return spec.replace(layers=_layers(layers, spec.position)), used
+
+
+def _failed(spec: DecoderSpec, model: onnx.ModelProto, weights: Any, folder: Path) -> set[str]:
+    save_model(model, folder)
+    runner = OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"])
+    return {r["name"] for r in verify_decoder(runner.infer, spec, weights, position_pieces(spec)) if not r["passed"]}
+
+
+@pytest.mark.parametrize(("label", "config", "layers", "graph"), PARAMS, ids=[f"{p[0]}-{p[3]}" for p in PARAMS])
+def test_mixed_layers_pass_their_float64_truth(
+    label: str, config: dict[str, Any], layers: list[Any], graph: str, tmp_path: Path
+) -> None:
+    spec, _ = _mixed(config, layers, graph)
+    assert not spec.uniform, label
+    weights = seeded_weights(spec)
+    model = build_decoder_graph(spec, weights, "seeded")
+    assert _failed(spec, model, weights, tmp_path / "mixed") == set(), label
+    # The same weights with every layer the default one: the truth of the layers tells them apart.
+    uniform = build_decoder_graph(spec.replace(layers=()), weights, "seeded")
+    assert _failed(spec, uniform, weights, tmp_path / "uniform"), f"{label}: the layers changed nothing"
+    # Each layer calls its own piece or none; a table is stored once per distinct position spec.
+    piece = "/rope/" if spec.position["encoding"] == "rope" else "/bias/"
+    calling = {n.name.split("/")[0] for n in model.graph.node if piece in n.name}
+    assert calling == {f"layers.{i}" for i, layer in enumerate(spec.layers) if layer.position is not None}, label
+    pieces = position_pieces(spec)
+    assert len({id(p) for p in pieces if p is not None}) == len(spec.position_specs())
+    if piece == "/rope/":
+        tables = [t.name for t in model.graph.initializer if t.name.endswith("cos_table")]
+        assert len(tables) == len(spec.position_specs()), tables
+    # The model embeds the spec: a mixed one reads back as itself.
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert DecoderSpec(**json.loads(meta["ropeexport.spec"])) == spec
+
+
+def test_transformers_reference_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    spec, used = _mixed(LLAMA, CASES[0][2])
+    weights = seeded_weights(spec)
+    save_model(build_decoder_graph(spec, weights, "seeded"), tmp_path)
+    report = _verify(spec, used, weights, None, tmp_path / "model.onnx", True, None)
+    assert report["passed"]
+    assert report["references"]["transformers"] == (
+        "skipped: transformers' llama config cannot express per-layer position (layers 1 differ from the model's "
+        "default layer)"
+    )
+    assert report["spec"]["layers"] == [{}, {"position": None}, {}]
+
+
+def test_weights_follow_each_layer() -> None:
+    spec, _ = resolve(DecoderRequest(config=LLAMA))
+    mixed, _ = _mixed(LLAMA, CASES[0][2])
+    assert expected(mixed) == expected(spec)  # a layer without positions keeps its projections
+
+
+# (label, the spec's layers, to_dict's layers)
+ROUND_TRIPS = [
+    ("no positions on layer 1", [{}, {"position": None}, {}], [{}, {"position": None}, {}]),
+    ("one sliding layer", [None, SLIDING, {}], [{}, SLIDING, {}]),
+    ("another theta", [{}, {}, {"position": {"theta": 5e5}}], "theta"),
+    ("LayerSpec objects", [LayerSpec(None), LayerSpec(None, "sliding", 2), LayerSpec(None)],
+     [{"position": None}, {"position": None, "attention": "sliding", "window": 2}, {"position": None}]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "layers", "stored"), ROUND_TRIPS, ids=[r[0] for r in ROUND_TRIPS])
+def test_a_mixed_spec_round_trips(label: str, layers: list[Any], stored: list[dict[str, Any]]) -> None:
+    spec, _ = _mixed(LLAMA, layers)
+    data = spec.to_dict()
+    if stored == "theta":  # a changed position is written whole
+        assert data["layers"][:2] == [{}, {}] and data["layers"][2]["position"] == {**spec.position, "theta": 5e5}
+    else:
+        assert data["layers"] == stored, label
+    assert list(data)[-1] == "layers"  # after every field a uniform spec has, in their order
+    again = DecoderSpec(**json.loads(json.dumps(data)))
+    assert again == spec and again.digest_text() == spec.digest_text()
+    record = json.loads(json.dumps({"spec": data, "sources": dict(spec.sources)}, indent=2, default=list))
+    assert rebuild_spec(record) == spec  # decoder.json, as verify reads it
+
+
+def test_a_uniform_spec_serializes_as_before() -> None:
+    spec, _ = resolve(DecoderRequest(config=LLAMA))
+    before = ["name", "model_type", "num_layers", "hidden_size", "vocab_size", "intermediate_size", "norm_eps", "act",
+              "residual", "position", "qkv_bias", "o_bias", "mlp_bias", "tie_embeddings", "sliding_window", "dtype",
+              "graph"]  # fmt: skip
+    assert list(spec.to_dict()) == before
+    assert spec.uniform and spec.layers == (spec.default_layer(),) * 3
+    for said in ([{}, None, {}], [spec.default_layer()] * 3, [dict(spec.default_layer().to_dict())] * 3):
+        assert spec.replace(layers=said).digest_text() == spec.digest_text()
+    windowed = spec.replace(sliding_window=5)  # default layers follow the default
+    assert windowed.uniform and windowed.layer(2).window == 5 and "layers" not in windowed.to_dict()
+    mixed, _ = _mixed(LLAMA, [{}, {"position": None}, {}])
+    moved = mixed.replace(sliding_window=5)
+    assert [layer.window for layer in moved.layers] == [5, 0, 5]  # the layer said otherwise keeps its own
+
+
+def _bad_position(**changes: Any) -> list[dict[str, Any]]:
+    return [{}, {"position": changes}, {}]
+
+
+# (the layers, the field the SpecError names)
+REFUSED = [
+    ([{}, {"window": 3}, {}], "layers[1].window"),
+    ([{}, {}, {"attention": "sliding"}], "layers[2].window"),
+    ([{}, {}, {"attention": "local", "window": 2}], "layers[2].attention"),
+    ([{"norms": ["norm1"]}, {}, {}], "layers[0].norms"),
+    ([{}, {}, {"heads": 2}], "layers[2].heads"),
+    ([{}, {}], "layers"),
+    ([{}, 7, {}], "layers[1]"),
+    (_bad_position(num_heads=2), "layers[1].position.num_heads"),
+    (_bad_position(head_dim=4), "layers[1].position.head_dim"),
+    (_bad_position(max_positions=128), "layers[1].position.max_positions"),
+    (_bad_position(theta="x"), "layers[1].position.theta"),
+    (_bad_position(scaling="dynamic", scaling_params={"factor": 2.0, "original_max_position_embeddings": 128}),
+     "layers[1].position.scaling"),
+]
+
+
+@pytest.mark.parametrize(("layers", "field"), REFUSED, ids=[r[1] for r in REFUSED])
+def test_a_wrong_layer_field_is_named(layers: Any, field: str) -> None:
+    spec, _ = resolve(DecoderRequest(config=LLAMA))
+    with pytest.raises(SpecError) as error:
+        spec.replace(layers=_layers(layers, spec.position))
+    assert error.value.field == field, str(error.value)
+
+
+def test_the_readme_example_runs() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("\n## Decoders\n", 1)[1].split("\n## ", 1)[0]
+    (code,) = [textwrap.dedent(block) for block in re.findall(r"```python\n(.*?)```", section, re.S)]
+    scope: dict[str, Any] = {"__name__": "__readme__"}
+    exec(compile(code, "README.md Decoders example", "exec"), scope)
+    assert [layer.window for layer in scope["mixed"].layers] == [512, 0, 0]
+    assert len([t for t in scope["model"].graph.initializer if t.name.endswith("cos_table")]) == 2
