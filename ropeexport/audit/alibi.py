@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audit.diagnose import LengthCheck, _curve, _finding
+from ropeexport.audit.diagnose import LengthCheck, curve, finding
 from ropeexport.audit.sites import Site, _ancestors
 
 PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
@@ -97,7 +97,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
     position = int(np.argmax(diff))
     max_abs = float(diff[position])
     probe = LengthCheck(length, length, max_abs, length - 1 - position, max_abs <= tol, [], None, tol,
-                  _curve(diff[::-1]))  # fmt: skip
+                  curve(diff[::-1]))  # fmt: skip
     if probe.exact or length < 2:
         return probe
     seen = (rows[:, -1] - rows[:, 0]) / (length - 1)
@@ -105,7 +105,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
     scale = float(np.max(np.abs(anchored[finite]), initial=1.0))
     if not np.all(np.where(finite, linear, 0.0) <= 1e-3 * scale):
         text = "a bias added to the attention scores that is not linear in the key position: not ALiBi as ropeexport "
-        probe.findings.append(_finding("unidentified-site", text + "knows it; not checked"))
+        probe.findings.append(finding("unidentified-site", text + "knows it; not checked"))
         return probe
     match = SLOPE_MATCH.get(dtype, SLOPE_MATCH["float32"])
     wrong = np.abs(seen - exact) > match * exact
@@ -118,11 +118,11 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
             why = f" (the power-of-two formula 2^(-8h/{heads}) used for {heads} heads, which is not a power of two)"
         elif np.all(np.abs(seen - exact[::-1]) <= match * exact[::-1]):
             why = " (the slopes in reverse head order)"
-        probe.findings.append(_finding("alibi-slopes", f"ALiBi slopes wrong for {heads} heads: {int(wrong.sum())} "
+        probe.findings.append(finding("alibi-slopes", f"ALiBi slopes wrong for {heads} heads: {int(wrong.sum())} "
                                        f"of {heads} differ, head {first} has {seen[first]:.6g} where "
                                        f"{exact[first]:.6g} is right{why}"))  # fmt: skip
         return probe
-    probe.findings.append(_finding("values-off", f"bias off by {max_abs:.2g} at distance {probe.position} with the "
+    probe.findings.append(finding("values-off", f"bias off by {max_abs:.2g} at distance {probe.position} with the "
                                    "right slopes (beyond the dtype's rounding of slope x distance)"))  # fmt: skip
     return probe
 

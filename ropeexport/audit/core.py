@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.errors import SpecError
-from ropeexport.audit.diagnose import compare, probe_lengths
+from ropeexport.audit.diagnose import compare
 from ropeexport.audit.observe import Evaluator
 from ropeexport.audit.sites import find_sites
+from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import probe_lengths
 from ropeexport.version import __version__
 
 

@@ -35,12 +35,13 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.errors import SpecError
 from ropeexport.audit.core import AuditResult, _load, _position_spec, audit
-from ropeexport.audit.diagnose import estimate_frequencies, frequencies
+from ropeexport.audit.diagnose import estimate_frequencies
 from ropeexport.audit.observe import Evaluator, _feed, session_feeds
 from ropeexport.audit.prove import DecoderProof
 from ropeexport.audit.sites import Site
+from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import exact_tables, frequencies, probe_lengths, regime_kind, table_switch
 from ropeexport.numerics import round_once
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
@@ -78,21 +79,17 @@ class GraftResult:
 
 
 def _exact(spec: Any, length: int, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    inv, factor = frequencies(spec, length)
-    angles = np.outer(np.arange(rows, dtype=np.float64), inv)
+    """cos and sin [rows, r/2] of the regime of call L, float64 rounded once to ``dtype``."""
     short = DTYPE_NAMES.get(dtype, "fp32")
-    return round_once(factor * np.cos(angles), short), round_once(factor * np.sin(angles), short)
+    return tuple(round_once(t, short) for t in exact_tables(spec, length, rows))  # type: ignore[return-value]
 
 
 def _regime_length(spec: Any, table: np.ndarray, sin: np.ndarray) -> int:
     """The call length whose regime ``table`` is nearest to (its frequencies read from its values)."""
-    from ropeexport.families.rope.schedules import get_schedule
-
-    threshold = get_schedule(spec.scaling).threshold(spec.scaling_params)
-    if threshold is None or threshold >= spec.max_positions:
+    lengths = probe_lengths(spec)[:2]
+    if len(lengths) == 1:
         return spec.max_positions
     seen = estimate_frequencies(table.astype(np.float64), sin.astype(np.float64))
-    lengths = (threshold, threshold + 1)
     gaps = [float(np.max(np.abs(seen - frequencies(spec, n)[0]) / frequencies(spec, n)[0])) for n in lengths]
     return lengths[int(np.argmin(gaps))]
 
@@ -116,27 +113,18 @@ def _tables_of(value: ir.Value) -> list[tuple[Any, Any]]:
     return found
 
 
-def _threshold(spec: Any) -> int | None:
-    """original_max_position_embeddings where the config's schedule switches tables below max_positions, else None."""
-    from ropeexport.families.rope.schedules import get_schedule
-
-    schedule = get_schedule(spec.scaling)
-    limit = schedule.threshold(spec.scaling_params) if schedule.regime == "switch" else None
-    return limit if limit is not None and limit < spec.max_positions else None
-
-
 def _needs_switch(spec: Any, pairs: list[tuple[Any, Any]]) -> bool:
     """One constant table where the config's schedule switches (LongRoPE) and the graph has no switch: not the short
     and long tables stacked ([2 x max_positions, w], rows shifted by the graph as ropeexport's own form does).
     """  # noqa: D205
-    if _threshold(spec) is None or len(pairs) != 1:
+    if table_switch(spec) is None or len(pairs) != 1:
         return False
     return pairs[0][0].numpy().shape[0] != 2 * spec.max_positions
 
 
 def _stacked(spec: Any, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """The short and the long exact tables stacked: [2 x max_positions, w] (a table the graph already switches in)."""
-    limit, half = _threshold(spec), rows // 2
+    limit, half = table_switch(spec), rows // 2
     short, long = _exact(spec, limit, half, dtype), _exact(spec, limit + 1, half, dtype)
     return np.concatenate([short[0], long[0]]), np.concatenate([short[1], long[1]])
 
@@ -149,7 +137,7 @@ def _add_switch(graph: ir.Graph, cos: ir.Value, sin: ir.Value, spec: Any) -> dic
     GroupQueryAttention, which counts positions itself, gets an ``If`` on its total_sequence_length picking the short
     or the long table (as onnxruntime-genai's builder writes LongRoPE). Anything else reading the table is refused.
     """
-    limit = _threshold(spec)
+    limit = table_switch(spec)
     old = cos.const_value.numpy()
     rows, dtype = max(old.shape[0], spec.max_positions), old.dtype
     short = [t.astype(dtype) for t in _exact(spec, limit, rows, str(dtype))]
@@ -287,7 +275,7 @@ def graft(
         for (cos, set_cos), (sin, set_sin) in zip(*pairs, strict=True):
             cos_array, sin_array = cos.numpy(), sin.numpy()
             rows = max(cos_array.shape[0], spec.max_positions) if len(pairs[0]) == 1 else cos_array.shape[0]
-            if _threshold(spec) is not None and len(pairs[0]) == 1:  # stacked (_needs_switch said no)
+            if table_switch(spec) is not None and len(pairs[0]) == 1:  # stacked (_needs_switch said no)
                 length, (new_cos, new_sin) = "stacked", _stacked(spec, rows, str(cos_array.dtype))
             else:
                 length = _regime_length(spec, cos_array, sin_array)
@@ -380,11 +368,10 @@ def _replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Ev
     position_ids, a LongRoPE switch on the call length included), widened and shaped as the site's values were.
     """  # noqa: D205
     from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_tables
-    from ropeexport.families.rope.schedules import get_schedule
     from ropeexport.graph.guard import rename_inputs
     from ropeexport.graph.onnx_io import GraphBuilder
 
-    regime = get_schedule(spec.scaling).regime
+    regime = regime_kind(spec)
     if regime == "continuous":
         raise SpecError("model", f"the computed site reading {site['cos']!r} follows dynamic NTK, whose cos/sin "
                         "depend on the call length: graft does not replace it (yet)")  # fmt: skip

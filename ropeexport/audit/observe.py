@@ -20,8 +20,8 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from ropeexport.errors import SpecError
 from ropeexport.audit.sites import Site
+from ropeexport.errors import SpecError
 
 
 def _feed(value: ir.Value, length: int) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import original_length, regime
 
 TOKENS = 8
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
@@ -33,13 +34,11 @@ DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
 
 def far_calls(position: Any) -> list[tuple[str, int]]:
     """(name, p) of each call (module doc): n = TOKENS tokens after p cached entries."""
-    from ropeexport.decoder.scenarios import threshold
-
     top = position.max_positions
     calls = [("start", 0)]
     if top > TOKENS:
         calls.append(("last position", top - TOKENS))
-    limit = threshold(position)
+    limit = original_length(position)
     if limit is not None and TOKENS <= limit < top:
         calls += [("L = original", limit - TOKENS), ("L = original + 1", limit - TOKENS + 1)]
     return calls
@@ -110,8 +109,8 @@ class DecoderProof:
 
         from ropeexport.catalog import kind_for
         from ropeexport.decoder.build import DecoderRequest, resolve
-        from ropeexport.decoder.oracle import stored_float64
         from ropeexport.decoder.checkpoint import load_checkpoint
+        from ropeexport.decoder.oracle import stored_float64
 
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
@@ -133,10 +132,9 @@ class DecoderProof:
         """Every model on every call (module doc): per call and model the error against float64 and the verdict."""
         import onnxruntime as ort
 
-        from ropeexport.decoder.oracle import decoder_float64
-        from ropeexport.decoder.scenarios import regime
-        from ropeexport.decoder.verify import TOLERANCE
         from ropeexport.decoder.checkpoint import geometry
+        from ropeexport.decoder.oracle import decoder_float64
+        from ropeexport.decoder.verify import TOLERANCE
 
         spec, position = self.spec, self.spec.position_spec()
         tolerance = TOLERANCE[spec.dtype]

@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ropeexport.families.rope.regimes import frequencies
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.audit.diagnose import frequencies
 
 P, ORIGINAL, HEADS, KV, D = 4096, 1024, 4, 2, 16
 BASE = {"model_type": "llama", "vocab_size": 64, "hidden_size": HEADS * D, "num_attention_heads": HEADS,

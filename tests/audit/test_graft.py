@@ -11,7 +11,7 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.cli import main
-from ropeexport.audit.diagnose import frequencies
+from ropeexport.families.rope.regimes import frequencies
 from tests.audit.planted import (
     CASES,
     ORIGINAL,

@@ -16,11 +16,11 @@ from types import SimpleNamespace
 import pytest
 
 import ropeexport as rx
+from ropeexport.audit.prove import DecoderProof, _Feeder
 from ropeexport.cli import main
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.checkpoint import load_checkpoint
-from ropeexport.audit.prove import DecoderProof, _Feeder
+from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.graph.onnx_io import save_model
 from tests.decoder.tiny import checkpoint
 
