@@ -1,11 +1,11 @@
-"""ALiBi inside a foreign model: the bias added to the attention scores, found, evaluated and named.
+"""ALiBi inside a foreign model: the bias added to the attention scores, evaluated and named.
 
-Found: walking up from each Softmax through the Adds (and the casts, reshapes and Wheres) that make its input, an
-operand computed from the attention mask or position_ids and constants only (never from input_ids or an activation)
-is a candidate bias. One bias read by every layer is one candidate. Evaluated as the rotary sites are
-(``audit.observe``): one call of L tokens, mask all ones, positions 0 .. L - 1. A candidate whose values are only
-0 and large negatives is a mask, not a position encoding, and is dropped; one whose rows rise linearly with the key
-position, one slope per head, is an ALiBi site; anything else is reported as an unidentified bias site.
+Found by ``patterns.alibi_bias``: walking up from each Softmax through the Adds (and the casts, reshapes and Wheres)
+that make its input, an operand computed from the attention mask or position_ids and constants only is a candidate
+bias. Evaluated as the rotary sites are (``audit.observe``): one call of L tokens, mask all ones, positions
+0 .. L - 1. A candidate whose values are only 0 and large negatives is a mask, not a position encoding, and is
+dropped; one whose rows rise linearly with the key position, one slope per head, is an ALiBi site; anything else is
+reported as an unidentified bias site.
 
 Compared with the config's slopes (``families.alibi``: the paper's recipe for any head count, times slope_scale) in
 float64: each head's slope read from its last row (the query at L - 1 sees every key), and every position's bias
@@ -22,41 +22,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audit.diagnose import LengthCheck, _curve, _finding
-from ropeexport.audit.sites import Site, _ancestors
+from ropeexport.audit.diagnose import LengthCheck, curve, finding
+from ropeexport.audit.patterns.base import ancestors
 
-PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
-POSITIONAL = ("attention_mask", "position_ids")
 CAP = 4096  # the longest call evaluated: [1, heads, L, L] float32 at 4096 and 16 heads is 1 GiB
 SLOPE_MATCH = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}  # relative, of a slope read from two values
-
-
-def find_bias_sites(graph: ir.Graph) -> list[Site]:
-    """Candidate bias values (module doc), as sites of kind ``ALiBi bias`` (``cos`` names the value; no ``sin``)."""
-    inputs = {id(v): v.name for v in graph.inputs}
-    found: dict[str, Site] = {}
-    for softmax in (n for n in graph if n.op_type == "Softmax"):
-        stack, seen = [softmax.inputs[0]], set()
-        while stack:
-            value = stack.pop()
-            node = value.producer() if value is not None else None
-            if node is None or id(node) in seen or node.op_type not in PASS_THROUGH:
-                continue
-            seen.add(id(node))
-            for operand in node.inputs:
-                if operand is None or operand.const_value is not None:
-                    continue
-                reads = {inputs[i] for i in _ancestors([operand]) if i in inputs}
-                if reads and all(name.endswith(POSITIONAL) for name in reads):
-                    site = found.setdefault(operand.name, Site("ALiBi bias", operand.name, "", table=False,
-                                                               inputs=sorted(reads)))  # fmt: skip
-                    site.users.append(softmax.name or "Softmax")
-                else:
-                    stack.append(operand)
-    # keep the outermost: a candidate another is computed from (the bias inside a bias + mask sum) is dropped
-    values = {v.name: v for node in graph for v in node.outputs}
-    inner = {i for s in found.values() if s.cos in values for i in _ancestors([values[s.cos]]) - {id(values[s.cos])}}
-    return [s for s in found.values() if s.cos not in values or id(values[s.cos]) not in inner]
 
 
 def bias_rows(raw: np.ndarray, heads: int, length: int) -> np.ndarray | None:
@@ -97,7 +67,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
     position = int(np.argmax(diff))
     max_abs = float(diff[position])
     probe = LengthCheck(length, length, max_abs, length - 1 - position, max_abs <= tol, [], None, tol,
-                  _curve(diff[::-1]))  # fmt: skip
+                  curve(diff[::-1]))  # fmt: skip
     if probe.exact or length < 2:
         return probe
     seen = (rows[:, -1] - rows[:, 0]) / (length - 1)
@@ -105,7 +75,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
     scale = float(np.max(np.abs(anchored[finite]), initial=1.0))
     if not np.all(np.where(finite, linear, 0.0) <= 1e-3 * scale):
         text = "a bias added to the attention scores that is not linear in the key position: not ALiBi as ropeexport "
-        probe.findings.append(_finding("unidentified-site", text + "knows it; not checked"))
+        probe.findings.append(finding("unidentified-site", text + "knows it; not checked"))
         return probe
     match = SLOPE_MATCH.get(dtype, SLOPE_MATCH["float32"])
     wrong = np.abs(seen - exact) > match * exact
@@ -118,11 +88,11 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
             why = f" (the power-of-two formula 2^(-8h/{heads}) used for {heads} heads, which is not a power of two)"
         elif np.all(np.abs(seen - exact[::-1]) <= match * exact[::-1]):
             why = " (the slopes in reverse head order)"
-        probe.findings.append(_finding("alibi-slopes", f"ALiBi slopes wrong for {heads} heads: {int(wrong.sum())} "
+        probe.findings.append(finding("alibi-slopes", f"ALiBi slopes wrong for {heads} heads: {int(wrong.sum())} "
                                        f"of {heads} differ, head {first} has {seen[first]:.6g} where "
                                        f"{exact[first]:.6g} is right{why}"))  # fmt: skip
         return probe
-    probe.findings.append(_finding("values-off", f"bias off by {max_abs:.2g} at distance {probe.position} with the "
+    probe.findings.append(finding("values-off", f"bias off by {max_abs:.2g} at distance {probe.position} with the "
                                    "right slopes (beyond the dtype's rounding of slope x distance)"))  # fmt: skip
     return probe
 
@@ -132,24 +102,27 @@ def probe_lengths(spec: Any) -> list[int]:
     return [int(min(spec.max_positions, CAP))]
 
 
-def graft_slopes(graph: ir.Graph, site: dict[str, Any], spec: Any) -> dict[str, Any]:
-    """The one constant of ``heads`` values the site's bias is computed from (an initializer or a Constant node:
-    the slopes, as BLOOM's exporters fold them) replaced by the config's exact slopes, its shape, dtype and sign kept.
+def graft_slopes(graphs: list[ir.Graph], site: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The one constant of ``heads`` values the site's bias is computed from (an initializer or a Constant node of
+    any of ``graphs``, the main graph down to the site's own: the slopes, as BLOOM's exporters fold them) replaced by
+    the config's exact slopes, its shape, dtype and sign kept.
     """  # noqa: D205
+    from ropeexport.audit.sites import find_value
     from ropeexport.errors import SpecError
 
     heads = spec.num_heads
-    values = {v.name: v for node in graph for v in node.outputs} | dict(graph.initializers)
-    inside = _ancestors([values[site["cos"]]])
+    inside = ancestors([find_value(graphs, site["cos"])])
     found: list[tuple[str, Any, Any]] = []
-    for value in graph.initializers.values():
-        if id(value) in inside and value.const_value is not None and value.const_value.size == heads:
-            found.append((value.name, value.const_value, lambda t, v=value: setattr(v, "const_value", t)))
-    for node in graph:
-        tensor = node.attributes["value"].value if node.op_type == "Constant" and "value" in node.attributes else None
-        if tensor is not None and id(node.outputs[0]) in inside and tensor.size == heads:
-            found.append((node.outputs[0].name, tensor,
-                          lambda t, n=node: n.attributes.__setitem__("value", ir.AttrTensor("value", t))))  # fmt: skip
+    for graph in graphs:
+        for value in graph.initializers.values():
+            if id(value) in inside and value.const_value is not None and value.const_value.size == heads:
+                found.append((value.name, value.const_value, lambda t, v=value: setattr(v, "const_value", t)))
+        for node in graph:
+            held = node.attributes.get("value") if node.op_type == "Constant" else None
+            tensor = None if held is None else held.value
+            if tensor is not None and id(node.outputs[0]) in inside and tensor.size == heads:
+                put = lambda t, n=node: n.attributes.__setitem__("value", ir.AttrTensor("value", t))  # noqa: E731
+                found.append((node.outputs[0].name, tensor, put))
     found = [f for f in found if np.issubdtype(f[1].numpy().dtype, np.floating)]
     if len(found) != 1:
         what = "none" if not found else ", ".join(repr(f[0]) for f in found)

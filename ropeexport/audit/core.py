@@ -1,10 +1,12 @@
 """``audit``: every rotary site of a foreign ONNX model checked at every position against the config's schedule.
 
-Steps, one way: read the model (onnx-ir; external data must lie inside the model's folder), the config (the same
-import as ``build --hf-config``), find the sites (``audit.sites``), evaluate each at the schedule's call lengths
-(``audit.observe``), compare and name (``audit.diagnose``). The result: per site its kind, the nodes that read it,
-per call length the rows compared, the worst error against float64 and its position, the attention factor read
-from the values, the findings; verdict ``exact`` (every site exact to its dtype) or ``findings``.
+Steps, one way: read the model (``audit.model``: every tensor's external data inside the model's folder and whole;
+ONNX Runtime must load it), the config (the same import as ``build --hf-config``), find the sites in every graph
+(``audit.sites``), evaluate each at the schedule's call lengths (``audit.observe``), compare and name
+(``audit.diagnose``, ``audit.checks``). The result: per site its kind, the nodes that read it, per call length the
+rows compared, the worst error against float64 and its position, the attention factor read from the values, the
+findings (a site that could not be checked says why); verdict ``exact`` (every site exact to its dtype) or
+``findings``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnx_ir as ir
-
-from ropeexport.errors import SpecError
-from ropeexport.audit.diagnose import compare, probe_lengths
+from ropeexport.audit.checks import check_bias_site, check_rope_site
+from ropeexport.audit.model import load_model, position_spec, refusal
 from ropeexport.audit.observe import Evaluator
-from ropeexport.audit.sites import find_sites
+from ropeexport.audit.sites import SiteKind, find_sites
+from ropeexport.errors import SpecError
 from ropeexport.version import __version__
 
 
@@ -118,43 +118,11 @@ class AuditResult:
 
 
 def _values(site: dict[str, Any]) -> str:
-    """What a site reads: ``cos `a`, sin `b``` (an ALiBi site: ``bias `a```)."""
-    if site["kind"] == "ALiBi bias":
-        return f"bias `{site['cos']}`"
-    return f"cos `{site['cos']}`, sin `{site['sin']}`"
-
-
-def _load(path: Path) -> ir.Model:
-    if not path.is_file():
-        raise SpecError("model", f"{str(path)!r} is not a file")
-    try:
-        model = ir.load(path)
-    except Exception as exc:  # onnx-ir raises protobuf's and its own errors for a file that is not ONNX
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise SpecError("model", f"{str(path)!r} is not an ONNX model ({first})") from None
-    folder = path.resolve().parent
-    for value in model.graph.initializers.values():
-        tensor = value.const_value
-        if isinstance(tensor, ir.ExternalTensor):
-            where = (Path(tensor.base_dir) / tensor.location).resolve()
-            if not where.is_relative_to(folder):
-                raise SpecError("model", f"initializer {value.name!r} reads external data {tensor.location!r}, "
-                                f"outside the model's folder {str(folder)!r}: refused")  # fmt: skip
-            if not where.is_file():
-                raise SpecError("model", f"initializer {value.name!r} reads external data {tensor.location!r}, "
-                                "which does not exist")  # fmt: skip
-    return model
-
-
-def _position_spec(hf_config: Path) -> Any:
-    """The position spec ``build --hf-config`` would build from the config: RoPE or ALiBi (what audit checks)."""
-    from ropeexport.catalog import spec_from_dict
-    from ropeexport.requests import from_hf_config
-
-    spec = spec_from_dict(from_hf_config(hf_config)[0].fields)
-    if spec.encoding not in ("rope", "alibi"):
-        raise SpecError("hf_config", f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
-    return spec
+    """What a site reads: ``cos `a`, sin `b``` (an ALiBi site: ``bias `a```), and the subgraph they are in."""
+    inside = f" inside the {site['graph']}" if site.get("graph") else ""
+    if SiteKind(site["kind"]) is SiteKind.ALIBI:
+        return f"bias `{site['cos']}`{inside}"
+    return f"cos `{site['cos']}`, sin `{site['sin']}`{inside}"
 
 
 def _describe(spec: dict[str, Any]) -> str:
@@ -166,84 +134,29 @@ def _describe(spec: dict[str, Any]) -> str:
             f"{spec['max_positions']}")  # fmt: skip
 
 
-def _audit_alibi(path: Path, graph: ir.Model, spec: Any, hf_config: Path, threads: int) -> AuditResult:
-    """``audit`` of an ALiBi config: the bias sites (``audit.alibi``) against the config's slopes."""
-    from ropeexport.audit.alibi import bias_rows, compare_bias, find_bias_sites, is_mask, probe_lengths
-
+def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditResult:
+    """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) (module doc)."""
+    path = Path(model)
+    graph = load_model(path)
+    spec = position_spec(Path(hf_config))
+    sites = find_sites(graph, spec.encoding)
+    if not sites and spec.encoding == "rope":
+        raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "
+                        "GroupQueryAttention with do_rotary, RotaryEmbedding, or Cos/Sin of positions)")  # fmt: skip
+    refused = refusal(path)
+    if refused is not None:
+        raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {refused}")
     evaluator = Evaluator(path, threads)
     result = AuditResult(str(path), str(hf_config), spec.to_dict())
-    for site in find_bias_sites(graph.graph):
-        record: dict[str, Any] = site.to_dict() | {"probes": [], "findings": [], "exact": False, "dtype": None}
-        for length in probe_lengths(spec):
-            raw = evaluator.raw(site, length)[0]
-            if is_mask(np.asarray(raw, np.float64)):
-                record = {}  # an attention mask (only zeros and large negatives), not a position encoding
-                break
-            rows = bias_rows(raw, spec.num_heads, length)
-            if rows is None:
-                raise SpecError("hf_config", f"describes {spec.num_heads} heads but the bias {site.cos!r} added to "
-                                f"the attention scores has shape {list(raw.shape)} in a call of {length} tokens (no "
-                                "axis of that many heads beside the keys): the config does not describe this model "
-                                "(num_attention_heads)")  # fmt: skip
-            probe = compare_bias(spec, rows, length, str(raw.dtype))
-            record["dtype"] = str(raw.dtype)
-            record["probes"].append(probe.to_dict())
-        if not record:
-            continue
-        record["exact"] = bool(record["probes"]) and all(p["exact"] for p in record["probes"])
-        record["findings"] = record["findings"] or _summary(record["probes"])
-        result.sites.append(record)
+    for site in sites:
+        record = check_rope_site(site, spec, evaluator) if spec.encoding == "rope" else (
+            check_bias_site(site, spec, evaluator))  # fmt: skip
+        if record is not None:
+            result.sites.append(record)
     if not result.sites:
         raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (an operand of the Adds "
                         "before a Softmax computed from attention_mask or position_ids and constants)")  # fmt: skip
     return result
-
-
-def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditResult:
-    """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) (module doc)."""
-    path = Path(model)
-    graph = _load(path)
-    spec = _position_spec(Path(hf_config))
-    if spec.encoding == "alibi":
-        return _audit_alibi(path, graph, spec, Path(hf_config), threads)
-    sites = find_sites(graph)
-    if not sites:
-        raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "
-                        "GroupQueryAttention with do_rotary, RotaryEmbedding, or Cos/Sin of positions)")  # fmt: skip
-    evaluator = Evaluator(path, threads)
-    width = spec.rotary_dim // 2
-    result = AuditResult(str(path), str(hf_config), spec.to_dict())
-    for site in sites:
-        record: dict[str, Any] = site.to_dict() | {"probes": [], "findings": [], "exact": False, "dtype": None}
-        if site.kind == "unidentified":
-            text = f"a {'Cos' if site.cos else 'Sin'} that is not a rotation ropeexport recognises: not checked"
-            record["findings"].append({"name": "unidentified-site", "text": text})
-            result.sites.append(record)
-            continue
-        for length in probe_lengths(spec):
-            cos, sin, dtype = evaluator.evaluate(site, length, width)
-            if cos.shape[-1] != width:
-                raise SpecError("hf_config", f"describes rotary_dim {spec.rotary_dim} (tables {width} wide) but the "
-                                f"model's cos/sin at {site.cos!r} are {cos.shape[-1]} wide: the config does not "
-                                "describe this model (head_dim, partial_rotary_factor)")  # fmt: skip
-            probe = compare(spec, cos, sin, length, dtype)
-            record["dtype"] = dtype
-            record["probes"].append(probe.to_dict())
-        record["exact"] = all(p["exact"] for p in record["probes"])
-        record["findings"] = _summary(record["probes"])
-        result.sites.append(record)
-    return result
-
-
-def _summary(probes: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """A site's findings: each name once, in the words of the probe where it weighs most (its largest error)."""
-    best: dict[str, tuple[float, dict[str, str]]] = {}
-    for probe in probes:
-        for finding in probe["findings"]:
-            held = best.get(finding["name"])
-            if held is None or probe["max_abs"] > held[0]:
-                best[finding["name"]] = (probe["max_abs"], finding)
-    return [finding for _, finding in best.values()]
 
 
 def write(result: AuditResult, out: str | Path) -> list[Path]:

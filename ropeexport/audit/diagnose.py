@@ -1,6 +1,7 @@
 """A site's observed cos/sin against the config's schedule in float64, and the fault named in the field's words.
 
-Every comparison is made per call length L (``probe_lengths``: the regimes a schedule has), on rows 0 .. L - 1:
+Every comparison is made per call length L (``families.rope.regimes.probe_lengths``: the regimes a schedule has), on
+rows 0 .. L - 1:
 - error: max |observed - exact| over cos and sin, with its position; exact to the dtype when within one unit in the
   last place of the stored dtype (times the attention factor, for factors above 1);
 - what the model really does, read from its values: the magnitude sqrt(cos^2 + sin^2) at position 0 is its
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.families.rope.regimes import exact_tables, frequencies, switch_length
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 
@@ -51,30 +53,6 @@ class LengthCheck:
                 "tolerance": self.tolerance, "curve": self.curve}  # fmt: skip
 
 
-def probe_lengths(spec: RopeSpec) -> list[int]:
-    """L = max_positions, and for a length-dependent schedule also L = original and original + 1 (its switch)."""
-    threshold = get_schedule(spec.scaling).threshold(spec.scaling_params)
-    if threshold is None or threshold >= spec.max_positions:
-        return [spec.max_positions]
-    return [threshold, threshold + 1, spec.max_positions]
-
-
-def frequencies(spec: RopeSpec, length: int, scaling: str | None = None, **params: Any) -> tuple[np.ndarray, float]:
-    """(inverse frequencies [r/2], attention factor) in float64 of ``scaling`` (default: the spec's) at call L."""
-    name = spec.scaling if scaling is None else scaling
-    schedule = get_schedule(name)
-    resolved = dict(spec.scaling_params) | params if name == spec.scaling else params
-    f = schedule.frequencies(spec.rotary_dim, spec.theta, resolved, length)
-    return f.inv_freq, f.attention_factor
-
-
-def exact_tables(spec: RopeSpec, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """float64 cos and sin [L, r/2] of the spec's schedule for a call of L tokens."""
-    inv, factor = frequencies(spec, length)
-    angles = np.outer(np.arange(length, dtype=np.float64), inv)
-    return factor * np.cos(angles), factor * np.sin(angles)
-
-
 def estimate_frequencies(cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Inverse frequencies [w] unwrapped from the angles at positions 1, 2, 4, .. (module doc)."""
     angle = np.arctan2(sin, cos)  # [rows, w], in (-pi, pi]
@@ -91,7 +69,8 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
 
 
-def _finding(name: str, text: str) -> dict[str, str]:
+def finding(name: str, text: str) -> dict[str, str]:
+    """A finding as audit.json holds it: a stable ``name`` (``scaling-ignored``) and the words a user reads."""
     return {"name": name, "text": text}
 
 
@@ -102,17 +81,17 @@ def _candidates(spec: RopeSpec, length: int) -> list[tuple[dict[str, str], np.nd
     params = spec.scaling_params
     if spec.scaling != "default":
         text = f"rope_scaling ignored (the table matches the default schedule; the config says {spec.scaling})"
-        out.append((_finding("scaling-ignored", text), frequencies(spec, length, "default")[0]))
-    threshold = schedule.threshold(params)
+        out.append((finding("scaling-ignored", text), frequencies(spec, length, "default")[0]))
+    threshold = switch_length(spec)
     if schedule.regime == "switch" and threshold is not None:
         if length > threshold:
             text = (f"long factors never used: at L = {length} > original_max_position_embeddings {threshold} the "
                     "short factors are in effect (the switch is not taken, or on another length)")  # fmt: skip
-            out.append((_finding("switch-never-taken", text), frequencies(spec, threshold)[0]))
+            out.append((finding("switch-never-taken", text), frequencies(spec, threshold)[0]))
         else:
             text = (f"long factors used at L = {length} <= original_max_position_embeddings {threshold}: the switch "
                     "is on another length (the allocated one?)")  # fmt: skip
-            out.append((_finding("switch-on-wrong-length", text), frequencies(spec, threshold + 1)[0]))
+            out.append((finding("switch-on-wrong-length", text), frequencies(spec, threshold + 1)[0]))
     if schedule.regime == "continuous" and threshold is not None:
         for other in sorted({threshold, spec.max_positions} - {max(length, threshold)}):
             name, what = (
@@ -121,12 +100,12 @@ def _candidates(spec: RopeSpec, length: int) -> list[tuple[dict[str, str], np.nd
                 else ("dynamic-frozen", f"frozen at L = {other}")
             )
             text = f"dynamic NTK {what}: at L = {length} the frequencies are those of L = {other}"
-            out.append((_finding(name, text), frequencies(spec, other)[0]))
+            out.append((finding(name, text), frequencies(spec, other)[0]))
     if spec.scaling == "yarn":
         truncate = bool(params.get("truncate", True))
         state = "not truncated" if truncate else "truncated"
         text = f"YaRN correction range {state} (the config says truncate: {str(truncate).lower()})"
-        out.append((_finding("yarn-truncation", text), frequencies(spec, length, truncate=not truncate)[0]))
+        out.append((finding("yarn-truncation", text), frequencies(spec, length, truncate=not truncate)[0]))
     return out
 
 
@@ -143,18 +122,18 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
     if rows < length:
         text = (f"the table has {len(cos)} rows: positions {len(cos)} .. {length - 1} of a call of {length} tokens "
                 f"have no cos/sin (frozen at length {len(cos)}?)")  # fmt: skip
-        findings.append(_finding("table-rows", text))
+        findings.append(finding("table-rows", text))
     observed_factor = float(math.hypot(cos[0, 0], sin[0, 0])) if rows else None
-    probe = LengthCheck(length, rows, max_abs, position, max_abs <= tol and rows == length, findings, observed_factor, tol,
-                  _curve(diff))  # fmt: skip
+    exact = max_abs <= tol and rows == length
+    probe = LengthCheck(length, rows, max_abs, position, exact, findings, observed_factor, tol, curve(diff))
     if probe.exact or rows < 2:
         return probe
     if np.max(np.abs(cos[:rows] - exact_sin[:rows])) <= tol and np.max(np.abs(sin[:rows] - exact_cos[:rows])) <= tol:
-        findings.append(_finding("cos-sin-exchanged", "cos and sin exchanged"))
+        findings.append(finding("cos-sin-exchanged", "cos and sin exchanged"))
         return probe
     factor_off = observed_factor is not None and abs(observed_factor - factor) > tol
     if factor_off:
-        findings.append(_finding("attention-factor", f"attention factor {observed_factor:.6g} where the config's "
+        findings.append(finding("attention-factor", f"attention factor {observed_factor:.6g} where the config's "
                                  f"{spec.scaling} implies {factor:.6g}"))  # fmt: skip
     inv, _ = frequencies(spec, length)
     seen = estimate_frequencies(cos[:rows], sin[:rows])
@@ -168,17 +147,17 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
             return probe
     ratio = seen / inv
     if float(np.std(ratio) / np.mean(ratio)) <= MATCH:
-        findings.append(_finding("frequency-ratio", f"inverse frequencies {float(np.mean(ratio)):.6g} x the "
+        findings.append(finding("frequency-ratio", f"inverse frequencies {float(np.mean(ratio)):.6g} x the "
                                  f"config's {spec.scaling} ones (another factor or theta)"))  # fmt: skip
         return probe
     worst = int(np.argmax(np.abs(seen - inv) / inv))
-    findings.append(_finding("frequencies-differ", f"frequencies differ from the config's {spec.scaling}: "
+    findings.append(finding("frequencies-differ", f"frequencies differ from the config's {spec.scaling}: "
                              f"dimension {worst} turns at {seen[worst]:.6g} rad/position where {inv[worst]:.6g} is "
                              f"exact ({max_abs:.2g} at position {position})"))  # fmt: skip
     return probe
 
 
-def _curve(diff: np.ndarray, bins: int = 256) -> dict[str, list[float]]:
+def curve(diff: np.ndarray, bins: int = 256) -> dict[str, list[float]]:
     """The worst error in each of up to ``bins`` equal bins of positions (what audit.html plots)."""
     if not len(diff):
         return {"x": [], "y": []}
@@ -198,10 +177,10 @@ def _rounding(
     # position x frequency rounded to float32 (and the frequency itself): within a few float32 ulps of the angle
     envelope = 4 * np.spacing(exact.astype(np.float32)).astype(np.float64) + 4 * tol
     if np.all(error <= envelope):
-        return _finding("float32-angles", f"float32 angles: {where} (the angle position x frequency in float32)")
+        return finding("float32-angles", f"float32 angles: {where} (the angle position x frequency in float32)")
     drift = np.abs(seen - inv) / inv
     worst = int(np.argmax(drift))
     if drift[worst] <= 1e-5:  # a few dozen float32 units: the frequencies themselves computed in float32
-        return _finding("float32-frequencies", f"float32 frequencies: {where} (inverse frequencies computed in "
+        return finding("float32-frequencies", f"float32 frequencies: {where} (inverse frequencies computed in "
                         f"float32, dimension {worst} off by {drift[worst]:.2g} relative; angles too)")  # fmt: skip
-    return _finding("values-off", f"values off by {where} with the right frequencies (not float32 rounding)")
+    return finding("values-off", f"values off by {where} with the right frequencies (not float32 rounding)")

@@ -2,13 +2,21 @@
 
 The nodes that compute a site's cos and sin are cut out of the model (onnx-ir: outputs set to the pair, everything
 else removed) and run in ONNX Runtime with the inputs of one call of L tokens at positions 0 .. L - 1: input_ids
-and attention_mask [1, L] (ones), position_ids [1, L] (0 .. L - 1), an empty cache (past length 0). The
-result, per site and L, is cos and sin [rows, rotary_dim / 2] in float64 (values as stored):
+and attention_mask [1, L] (ones), position_ids [1, L] (0 .. L - 1), an empty cache (past length 0). A site inside
+subgraphs (``Site.scope``) is evaluated as if every If on its path took its branch and every Loop or Scan ran its
+body once: the subgraphs on the path are inlined into the main graph (their nodes put before the node holding them,
+their initializers made the main graph's), which evaluates exactly what the branch or body computes whenever it runs
+(a site whose values depend on a body's own inputs is ``blocked`` and never gets here). The result, per site and L,
+is cos and sin [rows, rotary_dim / 2] in float64 (values as stored):
 - a table: the rows the operator reads for positions 0 .. L - 1: its position_ids input as the graph computes it
   (a second regime's row offset, say), or the positions themselves for GroupQueryAttention; every row the table has
   when that is all (the caller compares rows 0 .. L - 1; fewer rows is a finding);
 - per-token values ([b, s, w], [b, 1, s, w], ...): the first batch row's L rows, the duplicated half (rotate-half:
   cat(f, f)) or pair (interleaved: repeat_interleave(f, 2)) removed when the width says so.
+
+ONNX Runtime refusing the cut-out graph is ``NotEvaluated`` (the values cannot be computed apart from the model);
+refusing one call is ``CallRefused`` (a position guard, a table too short): ``longest`` finds the longest call the
+model takes.
 """
 
 from __future__ import annotations
@@ -18,13 +26,26 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from ropeexport.audit.model import load_model, materialize, ort_reason, quiet
+from ropeexport.audit.patterns.base import Site, Step, ancestors
+from ropeexport.audit.sites import find_value, scope_graphs
 from ropeexport.errors import SpecError
-from ropeexport.audit.sites import Site
 
 
-def _feed(value: ir.Value, length: int) -> np.ndarray:
+class NotEvaluated(Exception):  # noqa: N818 - a state the audit reports, not a failure of ropeexport
+    """ONNX Runtime refuses the graph that computes a site's values; ``str``: its reason."""
+
+
+class CallRefused(Exception):  # noqa: N818
+    """ONNX Runtime refuses a call of ``length`` tokens (``reason``: its words)."""
+
+    def __init__(self, length: int, reason: str) -> None:
+        super().__init__(f"L = {length}: {reason}")
+        self.length, self.reason = length, reason
+
+
+def feed(value: ir.Value, length: int) -> np.ndarray:
     """One call's value for a graph input, by the names every exporter of decoders uses."""
     name = value.name or ""
     dtype = value.dtype.numpy() if value.dtype is not None else np.int64
@@ -43,37 +64,70 @@ def _feed(value: ir.Value, length: int) -> np.ndarray:
                     "caches)")  # fmt: skip
 
 
+def inline(model: ir.Model, scope: tuple[Step, ...]) -> None:
+    """The subgraphs ``scope`` names inlined into the main graph of ``model`` (module doc), outermost first."""
+    chain = scope_graphs(model, scope)
+    holders = [list(outer)[index] for outer, (index, _, _) in zip(chain, scope, strict=False)]
+    main = model.graph
+    taken = {v.name for v in (*main.inputs, *main.initializers.values(), *(o for n in main for o in n.outputs))}
+    for holder, sub in zip(holders, chain[1:], strict=True):
+        nodes = list(sub)
+        sub.remove(nodes, safe=False)
+        main.insert_before(holder, nodes)  # every value they read from outside is computed before their holder
+        for value in (o for node in nodes for o in node.outputs):
+            while value.name in taken:  # a subgraph may reuse an outer name; the main graph may not
+                value.name = f"{value.name}__inlined"
+            taken.add(value.name)
+        for name in list(sub.initializers):
+            value = sub.initializers.pop(name)
+            while value.name in taken:
+                value.name = f"{value.name}__inlined"
+            taken.add(value.name)
+            main.register_initializer(value)
+
+
+def _cut(graph: ir.Graph) -> None:
+    """Everything ``graph``'s outputs are not computed from removed: nodes, initializers (never read: a model's weights
+    stay on disk), inputs. Judged by ``ancestors``, not by uses: a node left inside a removed If still uses its reads.
+    """  # noqa: D205
+    needed = ancestors(graph.outputs)
+    graph.remove([n for n in graph if not any(id(o) in needed for o in n.outputs)], safe=False)
+    for name in [n for n, v in graph.initializers.items() if id(v) not in needed]:
+        graph.initializers.pop(name)
+    kept = [v for v in graph.inputs if id(v) in needed]
+    graph.inputs.clear()
+    graph.inputs.extend(kept)
+
+
 class Evaluator:
     """Evaluates sites of one model file; each site's cut-out graph is built once."""
 
     def __init__(self, path: Path, threads: int = 2) -> None:
         self.path, self.threads = path, threads
-        self._sessions: dict[tuple[str, str], Any] = {}
+        self._sessions: dict[tuple[Any, ...], Any] = {}
 
     def _session(self, site: Site) -> Any:
-        key = (site.cos, site.sin, site.positions or "")
+        key = (site.scope, site.cos, site.sin, site.positions or "")
         if key not in self._sessions:
             import onnxruntime as ort
 
-            model = ir.load(self.path)
-            values = {v.name: v for node in model.graph for v in node.outputs}
-            values |= {v.name: v for v in model.graph.initializers.values()}
-            values |= {v.name: v for v in model.graph.inputs}
-            wanted = [values[n] for n in (site.cos, site.sin, site.positions) if n]
+            model = load_model(self.path)
+            chain = scope_graphs(model, site.scope)
+            wanted = [find_value(chain, n) for n in (site.cos, site.sin, site.positions) if n]
+            if any(v is None for v in wanted):
+                raise NotEvaluated(f"the values {site.cos!r} / {site.sin!r} are not in {site.where or 'the graph'}")
+            inline(model, site.scope)
             model.graph.outputs.clear()
-            model.graph.outputs.extend(_output_for(model.graph, v) for v in wanted)
-            RemoveUnusedNodesPass()(model)
-            kept = [v for v in model.graph.inputs if v.uses()]
-            model.graph.inputs.clear()
-            model.graph.inputs.extend(kept)
-            for value in model.graph.initializers.values():  # loaded now: the session is built from bytes
-                value.const_value = ir.tensor(value.const_value.numpy(), name=value.name)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads
-            options.log_severity_level = 3
+            model.graph.outputs.extend(_output_for(model.graph, v) for v in wanted)  # type: ignore[arg-type]
+            _cut(model.graph)
+            materialize(model)  # the session is built from bytes: nothing may be left for ORT to read from disk
+            options = quiet(self.threads)[0]
             proto = ir.serde.serialize_model(model)
-            self._sessions[key] = ort.InferenceSession(proto.SerializeToString(), options,
-                                                       providers=["CPUExecutionProvider"])  # fmt: skip
+            try:
+                self._sessions[key] = ort.InferenceSession(proto.SerializeToString(), options,
+                                                           providers=["CPUExecutionProvider"])  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - ORT's reason is what the audit reports
+                raise NotEvaluated(ort_reason(exc)) from None
         return self._sessions[key]
 
     def evaluate(self, site: Site, length: int, width: int) -> tuple[np.ndarray, np.ndarray, str]:
@@ -92,18 +146,39 @@ class Evaluator:
     def raw(self, site: Site, length: int) -> list[np.ndarray]:
         """The site's values as the model computes them in a call of ``length`` tokens: cos, sin (and the rows)."""
         session = self._session(site)
-        return session.run(None, session_feeds(session, length))
+        feeds = session_feeds(session, length)
+        try:
+            return session.run(None, feeds, quiet()[1])
+        except Exception as exc:  # noqa: BLE001 - a call the model refuses is a finding, in ORT's words
+            raise CallRefused(length, ort_reason(exc)) from None
+
+    def longest(self, site: Site, refused: int) -> int | None:
+        """The longest call below ``refused`` tokens the site's graph takes (bisection), or None when not even one."""
+        def takes(n: int) -> bool:
+            try:
+                self.raw(site, n)
+            except CallRefused:
+                return False
+            return True
+
+        if not takes(1):
+            return None
+        good, bad = 1, refused
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            good, bad = (middle, bad) if takes(middle) else (good, middle)
+        return good
 
 
-def session_feeds(session: Any, length: int, feed: Any = None) -> dict[str, np.ndarray]:
-    """Feeds for every input of an ORT ``session``: ``feed(value, length)`` (default ``_feed``) of a value carrying
+def session_feeds(session: Any, length: int, given: Any = None) -> dict[str, np.ndarray]:
+    """Feeds for every input of an ORT ``session``: ``given(value, length)`` (default ``feed``) of a value carrying
     the input's name, declared shape (None where symbolic) and dtype.
     """  # noqa: D205
     feeds = {}
     for value in session.get_inputs():
         holder = ir.Value(name=value.name, shape=ir.Shape([d if isinstance(d, int) else None for d in value.shape]))
         holder.dtype = _ort_dtype(value.type)
-        feeds[value.name] = (feed or _feed)(holder, length)
+        feeds[value.name] = (given or feed)(holder, length)
     return feeds
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import original_length, regime
 
 TOKENS = 8
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
@@ -33,19 +34,17 @@ DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
 
 def far_calls(position: Any) -> list[tuple[str, int]]:
     """(name, p) of each call (module doc): n = TOKENS tokens after p cached entries."""
-    from ropeexport.decoder.scenarios import threshold
-
     top = position.max_positions
     calls = [("start", 0)]
     if top > TOKENS:
         calls.append(("last position", top - TOKENS))
-    limit = threshold(position)
+    limit = original_length(position)
     if limit is not None and TOKENS <= limit < top:
         calls += [("L = original", limit - TOKENS), ("L = original + 1", limit - TOKENS + 1)]
     return calls
 
 
-class _Feeder:
+class Feeder:
     """Which of a session's inputs is what: ids, mask, positions, and per layer the cache's key and value."""
 
     def __init__(self, session: Any, spec: Any, path: Path) -> None:
@@ -106,78 +105,125 @@ class DecoderProof:
     """  # noqa: D205
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path) -> None:
-        import onnxruntime as ort
-
         from ropeexport.catalog import kind_for
         from ropeexport.decoder.build import DecoderRequest, resolve
-        from ropeexport.decoder.oracle import stored_float64
         from ropeexport.decoder.checkpoint import load_checkpoint
+        from ropeexport.decoder.oracle import stored_float64
 
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
-        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        self._sessions = {str(model): session}  # run() judges this model too: one session, not two
-        dtype = DTYPES.get(session.get_outputs()[0].type)
+        self._sessions: dict[str, Any] = {}
+        session = self._session(model)  # run() judges this model too: one session, not two
+        logits = session.get_outputs()[0]
+        dtype = DTYPES.get(logits.type)
         if dtype is None:
-            raise SpecError("model", f"{str(model)!r} gives {session.get_outputs()[0].type} logits; the decoder proof "
-                            "judges float and float16 ones")  # fmt: skip
+            raise SpecError("model", f"{str(model)!r} gives {logits.type} logits; the decoder proof judges float and "
+                            "float16 ones")  # fmt: skip
         self.spec, _ = resolve(DecoderRequest(hf_config=hf_config, checkpoint=checkpoint, dtype=dtype))
-        _Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
+        width = (logits.shape or [None])[-1]
+        if isinstance(width, int) and width != self.spec.vocab_size:
+            raise SpecError("checkpoint", f"{str(checkpoint)!r} has a vocabulary of {self.spec.vocab_size} tokens but "
+                            f"{str(model)!r} gives {width} logits per token: not the checkpoint the model was "
+                            "exported from")  # fmt: skip
+        Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
         self.weights64 = stored_float64(self.spec, load_checkpoint(self.spec, checkpoint))
         position = self.spec.position_spec()
         self.piece = kind_for(position).piece(position)
         self.checkpoint = str(checkpoint)
+        self._truths: dict[tuple[int, bool], np.ndarray] = {}
+        self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+    def _session(self, path: Path) -> Any:
+        import onnxruntime as ort
+
+        from ropeexport.audit.model import ort_reason, quiet
+
+        if str(path) not in self._sessions:
+            try:
+                self._sessions[str(path)] = ort.InferenceSession(str(path), quiet()[0],
+                                                                 providers=["CPUExecutionProvider"])  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
+                raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
+        return self._sessions[str(path)]
+
+    def _call(self, index: int, past: int) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+        """The ids [1, n] and the cache (per layer key and value [1, KV, past, d], float32) of call ``index``."""
+        from ropeexport.decoder.checkpoint import geometry
+
+        _, KV, d = geometry(self.spec)
+        rng = np.random.default_rng(index)
+        ids = rng.integers(0, self.spec.vocab_size, (1, TOKENS)).astype(np.int64)
+        draws = rng.standard_normal((self.spec.num_layers, 2, 1, KV, past, d)).astype(np.float32)
+        return ids, [(k, v) for k, v in draws]
+
+    def _truth(self, index: int, past: int, cached: bool) -> np.ndarray:
+        """float64 logits [n, vocab] of call ``index``, with its cache (``cached``) or placed by positions alone."""
+        from ropeexport.decoder.oracle import decoder_float64
+
+        if (index, cached) not in self._truths:
+            ids, cache = self._call(index, past)
+            given = [(k.astype(np.float64), v.astype(np.float64)) for k, v in cache] if cached else None
+            mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
+            pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
+            self._truths[index, cached] = decoder_float64(self.spec, self.weights64, ids, pos, mask,
+                                                          self.piece.rotate64, self.piece.bias64, given)[0]  # fmt: skip
+        return self._truths[index, cached]
+
+    def judge(self, path: Path) -> list[dict[str, Any]]:
+        """``path`` on every call of ``far_calls``: per call its record (error against float64, verdict) or why it was
+        not run. A call ONNX Runtime refuses, or logits of another shape than the recompute's, is a SpecError: the
+        proof cannot judge the model (``graft`` asks this of the original before it writes anything).
+        """  # noqa: D205
+        from ropeexport.audit.model import ort_reason, quiet
+        from ropeexport.decoder.verify import TOLERANCE
+
+        key = (str(path), str(Path(path).stat().st_mtime_ns))
+        if key in self._judged:
+            return self._judged[key]
+        session = self._session(path)
+        feeder = Feeder(session, self.spec, path)
+        out: list[dict[str, Any]] = []
+        for index, (name, past) in enumerate(far_calls(self.spec.position_spec())):
+            why = feeder.placeable(past)
+            if why is not None:
+                out.append({"not_run": why})
+                continue
+            ids, cache = self._call(index, past)
+            truth = self._truth(index, past, bool(feeder.cached))  # a model placed by position_ids sees no cache
+            try:
+                got = session.run([feeder.logits], feeder.feeds(ids, past, cache), quiet()[1])[0]
+            except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
+                raise SpecError("model", f"{str(path)!r} refuses the call {name!r} ({TOKENS} tokens after {past} "
+                                f"cached entries; ONNX Runtime: {ort_reason(exc)}): the decoder proof cannot judge "
+                                "it") from None  # fmt: skip
+            got = np.asarray(got, np.float64)
+            if got.size != truth.size:
+                raise SpecError("checkpoint", f"{str(path)!r} gives logits of shape {list(got.shape)} where the "
+                                f"checkpoint's float64 recompute has {list(truth.shape)}: {self.checkpoint!r} is not "
+                                "the checkpoint the model was exported from")  # fmt: skip
+            out.append(_judge(got.reshape(truth.shape), truth, TOLERANCE[self.spec.dtype]))
+        self._judged[key] = out
+        return out
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
         """Every model on every call (module doc): per call and model the error against float64 and the verdict."""
-        import onnxruntime as ort
-
-        from ropeexport.decoder.oracle import decoder_float64
-        from ropeexport.decoder.scenarios import regime
         from ropeexport.decoder.verify import TOLERANCE
-        from ropeexport.decoder.checkpoint import geometry
 
-        spec, position = self.spec, self.spec.position_spec()
-        tolerance = TOLERANCE[spec.dtype]
-        for path in models.values():
-            if str(path) not in self._sessions:
-                self._sessions[str(path)] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        feeders = {label: _Feeder(self._sessions[str(path)], spec, path) for label, path in models.items()}
-        _, KV, d = geometry(spec)
+        position = self.spec.position_spec()
+        judged = {label: self.judge(path) for label, path in models.items()}
         calls = []
         for index, (name, past) in enumerate(far_calls(position)):
-            rng = np.random.default_rng(index)
-            ids = rng.integers(0, spec.vocab_size, (1, TOKENS)).astype(np.int64)
-            draws = rng.standard_normal((spec.num_layers, 2, 1, KV, past, d)).astype(np.float32)
-            cache = [(k, v) for k, v in draws]
-            record: dict[str, Any] = {"call": name, "positions": [past, past + TOKENS - 1], "L": past + TOKENS,
-                                      "regime": regime(position, past + TOKENS), "models": {}}  # fmt: skip
-            truths: dict[bool, np.ndarray] = {}
-            for label, feeder in feeders.items():
-                why = feeder.placeable(past)
-                if why is not None:
-                    record["models"][label] = {"not_run": why}
-                    continue
-                cached = bool(feeder.cached)  # a model placed by position_ids alone sees no cache
-                if cached not in truths:
-                    given = [(k.astype(np.float64), v.astype(np.float64)) for k, v in cache] if cached else None
-                    mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
-                    pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
-                    truths[cached] = decoder_float64(spec, self.weights64, ids, pos, mask, self.piece.rotate64,
-                                                     self.piece.bias64, given)[0]  # fmt: skip
-                truth = truths[cached]
-                got = np.asarray(feeder.session.run([feeder.logits], feeder.feeds(ids, past, cache))[0], np.float64)
-                got = got.reshape(truth.shape)
-                record["models"][label] = _judge(got, truth, tolerance)
-            calls.append(record)
+            calls.append({"call": name, "positions": [past, past + TOKENS - 1], "L": past + TOKENS,
+                          "regime": regime(position, past + TOKENS),
+                          "models": {label: judged[label][index] for label in models}})  # fmt: skip
         verdicts = {label: all(c["models"][label].get("passed", True) for c in calls) for label in models}
         run = {label: sum("passed" in c["models"][label] for c in calls) for label in models}
         return {
             "checkpoint": self.checkpoint,
             "reference": "float64 recompute of the whole decoder from the checkpoint (ropeexport.decoder.oracle), "
             "exact positions, the regime of L = max(position_ids) + 1",
-            "tolerance": {"rel": tolerance, "of": "max |float64 logit| of the call"},
+            "tolerance": {"rel": TOLERANCE[self.spec.dtype], "of": "max |float64 logit| of the call"},
             "tokens": TOKENS,
             "calls": calls,
             "passed": verdicts,

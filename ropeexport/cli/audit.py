@@ -1,15 +1,20 @@
 """``ropeexport audit MODEL.onnx --hf-config config.json``: is this model's RoPE right at every position.
 
 Finds every rotary site of a model built by any tool (onnxruntime-genai's builder, Optimum, torch.onnx.export,
-ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), cos/sin computed in
-the graph. Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and
-original / original + 1 for LongRoPE and dynamic NTK) and compares every position with the config's schedule in
-float64; names what differs (scaling ignored, switch not taken, float32 angles, attention factor, ..). For a config
-that describes ALiBi (BLOOM, MPT, ..), finds the bias added to the attention scores instead and checks every head's
-slope and every key position's bias against the paper's slopes for the config's head count.
+ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), tables gathered by
+position, cos/sin computed in the graph; in the main graph and inside every If branch and Loop / Scan body.
+Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and original /
+original + 1 for LongRoPE and dynamic NTK) and compares every position with the config's schedule in float64; names
+what differs (scaling ignored, switch not taken, float32 angles, attention factor, ..). For a config that describes
+ALiBi (BLOOM, MPT, ..), finds the bias added to the attention scores instead and checks every head's slope and every
+key position's bias against the paper's slopes for the config's head count.
+
+A site that cannot be checked is a finding, never skipped: values that change with a Loop's iteration, a call length
+the model refuses (checked at the longest it takes), a GroupQueryAttention ONNX Runtime will not run with its caches.
 
 Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
-that does not describe the model, external data outside the model's folder).
+that does not describe the model, external data outside the model's folder or not fitting its file, a model ONNX
+Runtime refuses to load).
 
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
@@ -53,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
             where = "" if worst is None else f", worst {worst['max_abs']:.3g} at position {worst['position']} " \
                 f"(L = {worst['length']})"  # fmt: skip
-            print(f"  site {i}: {site['kind']}, {len(site['users'])} reader(s), {site.get('dtype')}: "
+            inside = f" inside the {site['graph']}" if site.get("graph") else ""
+            print(f"  site {i}: {site['kind']}{inside}, {len(site['users'])} reader(s), {site.get('dtype')}: "
                   f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
             for finding in site["findings"]:
                 print(f"    - {finding['text']}")

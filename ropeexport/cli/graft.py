@@ -1,21 +1,25 @@
 """``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx``: exact RoPE tables in a foreign model.
 
 Audits the model first (``ropeexport audit``), replaces every constant rotary table (GroupQueryAttention's or
-RotaryEmbedding's caches, an If's LongRoPE branches) with the config's schedule in float64 rounded once to the
-table's dtype, keeping every node (same runtime, same execution providers); cos/sin computed in the graph from
-position_ids (torch.onnx.export's form) become exact tables gathered by position_ids (a LongRoPE switch on the call
-length included). Then proves the result: the grafted model audited again, and both models run on one short call
-(8 tokens, positions 0..7): equal to the dtype's noise. With --checkpoint (the folder the model was exported from:
-config.json and *.safetensors), both models' logits are also judged against the float64 recompute of the whole
-decoder: 8 tokens at positions 0..7, the last at max_positions - 1, and L = original_max_position_embeddings and one
-past it (a LongRoPE switch's two sides); a model with a cache input is placed there after random cached entries.
+RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop bodies) with the config's
+schedule in float64 rounded once to the table's dtype, keeping every node (same runtime, same execution providers);
+cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact tables gathered by
+position_ids (a LongRoPE switch on the call length included). Then proves the result: the grafted model audited
+again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise. With
+--checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are also
+judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
+max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
+with a cache input is placed there after random cached entries.
 
 An ALiBi model's slopes (the one stored constant with a value per head the bias is computed from) are replaced by
 the config's exact ones.
 
 When the model's tables imply another schedule than the config's (scaling ignored, another factor, a LongRoPE
-switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Dynamic NTK computed
-in the graph is refused (its values depend on the call length).
+switch never taken, ...) the graft refuses (exit 2, nothing written) unless --trust config. Refused too: dynamic NTK
+computed in the graph (its values depend on the call length), cos/sin computed inside a subgraph, a model the audit
+could not check whole (a site it could not evaluate, a call length the model refuses, a reader ONNX Runtime will not
+run), and a model ONNX Runtime refuses on the short call or, with --checkpoint, on the proof's calls (both run on the
+original before anything is written).
 
 Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input.
 

@@ -15,10 +15,10 @@ tables change with the length (LongRoPE's switch, dynamic NTK) that crossing onc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
 from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import original_length, regime, regime_kind
 
 
 @dataclass(frozen=True)
@@ -38,32 +38,10 @@ class Scenario:
         assert not self.chunks or sum(self.chunks) == max(self.prompts), (self.chunks, self.prompts)
 
 
-def threshold(position: Any) -> int | None:
-    """The schedule's original_max_position_embeddings (None without one: default, linear, ALiBi)."""
-    params = getattr(position, "scaling_params", {}) or {}
-    value = params.get("original_max_position_embeddings")
-    return None if value is None else int(value)
-
-
-def regime_kind(position: Any) -> str:
-    """``static``, ``switch`` (LongRoPE: short / long tables) or ``continuous`` (dynamic NTK: a base per length)."""
-    if position.encoding != "rope":
-        return "static"
-    from ropeexport.families.rope.schedules import get_schedule  # torch-free
-
-    return get_schedule(position.scaling).regime
-
-
-def regime(position: Any, length: int) -> str:
-    """The regime a call of L = ``length`` runs in: what its tables are (``static``, ``short`` / ``long``,
-    ``base`` / ``dynamic L=...``).
-    """  # noqa: D205
-    kind, limit = regime_kind(position), threshold(position)
-    if kind == "static" or limit is None:
-        return "static"
-    if kind == "switch":
-        return "long" if length > limit else "short"
-    return f"dynamic L={length}" if length > limit else "base"
+# The regime of a call is the rope family's to say (``families.rope.regimes``); greedy, serve and the tests read these
+# names here.
+threshold = original_length
+__all__ = ["Scenario", "regime", "regime_kind", "scenarios", "threshold"]
 
 
 def scenarios(spec: DecoderSpec) -> list[Scenario]:
@@ -77,7 +55,7 @@ def scenarios(spec: DecoderSpec) -> list[Scenario]:
     ]
     if position.encoding == "rope" and top >= 24:  # ALiBi counts key positions from the mask, not position_ids
         out.append(Scenario("far-positions", (8,), 16, start=top - 24, about=f"the last step at {top - 1}"))
-    limit = threshold(position)
+    limit = original_length(position)
     if limit is not None and limit + 16 <= top:
         out.append(Scenario("prompt-across-switch", (16,), 8, start=limit - 8,
                             about=f"the prompt straddles original_max {limit}"))  # fmt: skip

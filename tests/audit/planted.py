@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ropeexport.families.rope.regimes import frequencies
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.audit.diagnose import frequencies
 
 P, ORIGINAL, HEADS, KV, D = 4096, 1024, 4, 2, 16
 BASE = {"model_type": "llama", "vocab_size": 64, "hidden_size": HEADS * D, "num_attention_heads": HEADS,
@@ -38,6 +38,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "longrope": BASE | {"model_type": "phi3", "original_max_position_embeddings": ORIGINAL,
                         "rope_scaling": {"type": "longrope", "short_factor": [1.0 + i / 16 for i in range(D // 2)],
                                          "long_factor": [2.0 + i / 4 for i in range(D // 2)]}},
+    # Phi-4-mini's shape: head_dim 32 with partial rotary 0.75, so the caches are 12 wide (ORT's GQA wants 8k wide)
+    "phi4": BASE | {"hidden_size": HEADS * 32, "head_dim": 32, "partial_rotary_factor": 0.75},
     "alibi12": {"model_type": "bloom", "vocab_size": 64, "hidden_size": 96, "n_head": 12, "n_layer": 1},
     "alibi8": {"model_type": "bloom", "vocab_size": 64, "hidden_size": 64, "n_head": 8, "n_layer": 1},
 }  # fmt: skip
@@ -82,6 +84,7 @@ def gqa_model(
     sin: np.ndarray,
     long: tuple[np.ndarray, np.ndarray] | None = None,
     threshold: int = ORIGINAL,
+    head_dim: int = D,
 ) -> Path:
     """GroupQueryAttention reading cos/sin caches (with ``long``: an If on the mask length > threshold)."""  # fmt: skip
     inits = [numpy_helper.from_array(np.array([1], np.int64), "one")]
@@ -120,14 +123,14 @@ def gqa_model(
         name="/model/layers.0/attn/GroupQueryAttention", domain="com.microsoft", num_heads=HEADS,
         kv_num_heads=KV, do_rotary=1, rotary_interleaved=0))  # fmt: skip
     inputs = [
-        _io("qkv", TensorProto.FLOAT, [1, "s", (HEADS + 2 * KV) * D]),
+        _io("qkv", TensorProto.FLOAT, [1, "s", (HEADS + 2 * KV) * head_dim]),
         _io("attention_mask", TensorProto.INT64, [1, "total"]),
-        _io("past_key", TensorProto.FLOAT, [1, KV, "past", D]),
-        _io("past_value", TensorProto.FLOAT, [1, KV, "past", D]),
+        _io("past_key", TensorProto.FLOAT, [1, KV, "past", head_dim]),
+        _io("past_value", TensorProto.FLOAT, [1, KV, "past", head_dim]),
         _io("seqlens_k", TensorProto.INT32, [1]),
         _io("total_sequence_length", TensorProto.INT32, []),
     ]
-    outputs = [_io("attn", TensorProto.FLOAT, [1, "s", HEADS * D])]
+    outputs = [_io("attn", TensorProto.FLOAT, [1, "s", HEADS * head_dim])]
     return _save(nodes, inputs, outputs, inits, path, {"": 21, "com.microsoft": 1})
 
 
@@ -138,6 +141,16 @@ def rotary23_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
     inits = [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
     inputs = [_io("query", TensorProto.FLOAT, [1, "s", HEADS * D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
     return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, "s", HEADS * D])], inits, path, {"": 23})
+
+
+def rotary_ms_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
+    """com.microsoft RotaryEmbedding on the query [1, s, H * D] with caches and position_ids (Optimum's form)."""
+    nodes = [helper.make_node("RotaryEmbedding", ["query", "position_ids", "cos_cache", "sin_cache"], ["rotated"],
+                              domain="com.microsoft", num_heads=HEADS)]  # fmt: skip
+    inits = [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
+    inputs = [_io("query", TensorProto.FLOAT, [1, "s", HEADS * D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    outputs = [_io("rotated", TensorProto.FLOAT, [1, "s", HEADS * D])]
+    return _save(nodes, inputs, outputs, inits, path, {"": 21, "com.microsoft": 1})
 
 
 def alibi_model(path: Path, slopes: np.ndarray) -> Path:
@@ -206,6 +219,185 @@ def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -
     ]
     inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
     return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, HEADS, "s", D])], inits, path, {"": 21})
+
+
+def _const(name: str, array: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+
+
+def _innermost(tag: str, tables: tuple[np.ndarray, np.ndarray], computed: bool, step: str | None) -> list:
+    """The nodes of the deepest subgraph: tables (or angles) as Constants, rotating the outer ``q4`` [1, H, s, D]
+    into ``{tag}_out``; with ``step`` (a Loop body's iteration count), the tables scaled by step + 1.
+    """  # noqa: D205
+    if computed:  # tables[0] is inv_freq [D/2]: cos/sin of position_ids x inv_freq in the branch
+        half = D // 2
+        return [
+            _const(f"{tag}_inv", tables[0].astype(np.float32).reshape(1, half, 1)),
+            _const(f"{tag}_axis1", np.array([1], np.int64)),
+            _const(f"{tag}_halves", np.array([half, half], np.int64)),
+            helper.make_node("Cast", ["position_ids"], [f"{tag}_pos"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", [f"{tag}_pos", f"{tag}_axis1"], [f"{tag}_pos1"]),
+            helper.make_node("MatMul", [f"{tag}_inv", f"{tag}_pos1"], [f"{tag}_freqs_t"]),
+            helper.make_node("Transpose", [f"{tag}_freqs_t"], [f"{tag}_freqs"], perm=[0, 2, 1]),
+            helper.make_node("Concat", [f"{tag}_freqs", f"{tag}_freqs"], [f"{tag}_emb"], axis=-1),
+            helper.make_node("Cos", [f"{tag}_emb"], [f"{tag}_cos3"]),
+            helper.make_node("Sin", [f"{tag}_emb"], [f"{tag}_sin3"]),
+            helper.make_node("Unsqueeze", [f"{tag}_cos3", f"{tag}_axis1"], [f"{tag}_cos"]),
+            helper.make_node("Unsqueeze", [f"{tag}_sin3", f"{tag}_axis1"], [f"{tag}_sin"]),
+            helper.make_node("Split", ["q4", f"{tag}_halves"], [f"{tag}_q1", f"{tag}_q2"], axis=-1),
+            helper.make_node("Neg", [f"{tag}_q2"], [f"{tag}_minus_q2"]),
+            helper.make_node("Concat", [f"{tag}_minus_q2", f"{tag}_q1"], [f"{tag}_half"], axis=-1),
+            helper.make_node("Mul", ["q4", f"{tag}_cos"], [f"{tag}_qc"]),
+            helper.make_node("Mul", [f"{tag}_half", f"{tag}_sin"], [f"{tag}_qs"]),
+            helper.make_node("Add", [f"{tag}_qc", f"{tag}_qs"], [f"{tag}_out"]),
+        ]
+    nodes = [_const(f"{tag}_cos_table", tables[0]), _const(f"{tag}_sin_table", tables[1])]
+    cos, sin = f"{tag}_cos_table", f"{tag}_sin_table"
+    if step is not None:  # tables that change with the iteration: nothing outside the loop can evaluate them
+        nodes += [_const(f"{tag}_one", np.array(1, np.int64)),
+                  helper.make_node("Add", [step, f"{tag}_one"], [f"{tag}_count"]),
+                  helper.make_node("Cast", [f"{tag}_count"], [f"{tag}_scale"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [cos, f"{tag}_scale"], [f"{tag}_cos_scaled"]),
+                  helper.make_node("Mul", [sin, f"{tag}_scale"], [f"{tag}_sin_scaled"])]  # fmt: skip
+        cos, sin = f"{tag}_cos_scaled", f"{tag}_sin_scaled"
+    return nodes + [helper.make_node("RotaryEmbedding", ["q4", cos, sin, "position_ids"], [f"{tag}_out"])]
+
+
+def _nest(kinds: tuple[str, ...], tag: str, tables: tuple[np.ndarray, np.ndarray], computed: bool,
+          varying: bool, step: str | None = None) -> list:  # fmt: skip
+    """Nodes producing ``{tag}_out``: ``kinds`` (If / Loop) nested outermost first around ``_innermost``. An If's
+    condition is true and its else branch returns q4 as it is; a Loop runs once and returns its body's value stacked
+    ([1, ...]).
+    """  # noqa: D205
+    if not kinds:
+        return _innermost(tag, tables, computed, step if varying else None)
+    inner = f"{tag}_{kinds[0].lower()}"
+    body = _nest(kinds[1:], inner, tables, computed, varying, f"{inner}_i" if kinds[0] == "Loop" else step)
+    out = [_io(f"{inner}_out", TensorProto.FLOAT, None)]
+    if kinds[0] == "If":
+        then = helper.make_graph(body, f"{inner}_then", [], out)
+        other = helper.make_graph([helper.make_node("Identity", ["q4"], [f"{inner}_same"])], f"{inner}_else", [],
+                                  [_io(f"{inner}_same", TensorProto.FLOAT, None)])  # fmt: skip
+        return [helper.make_node("If", ["always"], [f"{tag}_out"], name=f"{inner}_If", then_branch=then,
+                                 else_branch=other)]  # fmt: skip
+    loop = helper.make_graph(
+        [*body, helper.make_node("Identity", [f"{inner}_cond"], [f"{inner}_cond_out"])], f"{inner}_body",
+        [_io(f"{inner}_i", TensorProto.INT64, []), _io(f"{inner}_cond", TensorProto.BOOL, [])],
+        [_io(f"{inner}_cond_out", TensorProto.BOOL, []), *out],
+    )  # fmt: skip
+    return [helper.make_node("Loop", ["once", "always"], [f"{tag}_out"], name=f"{inner}_Loop", body=loop)]
+
+
+def subgraph_model(
+    path: Path,
+    outer: tuple[np.ndarray, np.ndarray],
+    inner: tuple[np.ndarray, ...],
+    kinds: tuple[str, ...],
+    computed: bool = False,
+    varying: bool = False,
+) -> Path:
+    """An opset-23 RotaryEmbedding in the main graph reading ``outer`` tables, and a second rotation inside ``kinds``
+    (If / Loop, nested outermost first): a RotaryEmbedding reading ``inner`` tables stored as Constants in the deepest
+    body, or (``computed``) cos/sin of position_ids x ``inner[0]`` (inverse frequencies) computed there. Query
+    [1, H, s, D] (``q4``); both rotations are outputs.
+    """  # noqa: D205
+    inits = [numpy_helper.from_array(outer[0], "cos_cache"), numpy_helper.from_array(outer[1], "sin_cache"),
+             numpy_helper.from_array(np.array(True), "always"), numpy_helper.from_array(np.array(1, np.int64), "once")]
+    nodes = [helper.make_node("Identity", ["query"], ["q4"]),
+             helper.make_node("RotaryEmbedding", ["q4", "cos_cache", "sin_cache", "position_ids"], ["rotated"]),
+             *_nest(kinds, "deep", inner, computed, varying)]  # fmt: skip
+    inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    outputs = [_io("rotated", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("deep_out", TensorProto.FLOAT, None)]
+    return _save(nodes, inputs, outputs, inits, path, {"": 23})
+
+
+# What ONNX Runtime refuses to load, planted into a model that is otherwise right: (name, how).
+def _opset_1000(model: onnx.ModelProto) -> None:
+    model.opset_import[0].version = 1000
+
+
+def _cycle(model: onnx.ModelProto) -> None:
+    out = model.graph.output[0].name
+    model.graph.node.extend([helper.make_node("Add", ["cycle_b", out], ["cycle_a"]),
+                             helper.make_node("Neg", ["cycle_a"], ["cycle_b"])])  # fmt: skip
+    model.graph.output.append(_io("cycle_b", TensorProto.FLOAT, None))
+
+
+def _unknown_domain(model: onnx.ModelProto) -> None:
+    model.graph.node.append(helper.make_node("Mystery", [model.graph.output[0].name], ["odd"], domain="x.unknown"))
+    model.graph.output.append(_io("odd", TensorProto.FLOAT, None))
+    model.opset_import.append(helper.make_opsetid("x.unknown", 1))
+
+
+ORT_REFUSES = {"opset-1000": _opset_1000, "cyclic-graph": _cycle, "unknown-domain": _unknown_domain}
+
+
+def ort_refused(path: Path, how: str) -> Path:
+    """The model at ``path`` rewritten with ``ORT_REFUSES[how]`` planted."""
+    model = onnx.load(str(path))
+    ORT_REFUSES[how](model)
+    onnx.save(model, str(path))
+    return path
+
+
+def _tensors_named(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """Every tensor of ``graph`` and its subgraphs by name: initializers and Constant values."""
+    found = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                found[node.output[0]] = attr.t
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                found |= _tensors_named(sub)
+    return found
+
+
+def external(model: onnx.ModelProto, name: str, folder: Path, location: str, offset: int = 0,
+             length: int | None = None, pad: int = 0) -> None:  # fmt: skip
+    """The tensor ``name`` (an initializer or a Constant's value, at any depth) moved into external data at
+    ``location`` (relative to ``folder``, written there with ``pad`` bytes after it); ``offset`` and ``length`` are
+    what the model says, true or not.
+    """  # noqa: D205
+    tensor = _tensors_named(model.graph)[name]
+    data = numpy_helper.to_array(tensor).tobytes()
+    target = (folder / location).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data + bytes(pad))
+    tensor.ClearField("raw_data")
+    tensor.ClearField("float_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entries = {"location": location, "offset": str(offset), **({} if length is None else {"length": str(length)})}
+    del tensor.external_data[:]
+    for key, value in entries.items():
+        tensor.external_data.add(key=key, value=value)
+
+
+def longrope_with(tmp: Path, change: Callable[[onnx.ModelProto, Path], None]) -> tuple[Path, Path]:
+    """The builder's LongRoPE form (an If between two Constant tables) in ``tmp/inner``, changed by ``change``."""
+    import ropeexport as rx
+
+    config = write_config(tmp, "longrope")
+    spec = rx.from_hf_config(config)[0]
+    folder = tmp / "inner"
+    folder.mkdir()
+    path = gqa_model(folder / "model.onnx", *tables(spec, ORIGINAL, rows=ORIGINAL), long=tables(spec, ORIGINAL + 1))
+    model = onnx.load(str(path))
+    change(model, folder)
+    onnx.save(model, str(path))
+    return path, config
+
+
+def sparse_external(model: onnx.ModelProto, folder: Path, location: str) -> None:
+    """A sparse initializer (4 float values of a [64] tensor) whose values are external data at ``location``."""
+    values = numpy_helper.from_array(np.arange(4, dtype=np.float32), "sparse_table")
+    indices = numpy_helper.from_array(np.array([0, 5, 9, 63], np.int64), "sparse_table_indices")
+    sparse = helper.make_sparse_tensor(values, indices, [64])
+    model.graph.sparse_initializer.append(sparse)
+    (folder / location).resolve().write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    part = model.graph.sparse_initializer[-1].values
+    part.ClearField("float_data")
+    part.data_location = TensorProto.EXTERNAL
+    part.external_data.add(key="location", value=location)
 
 
 @dataclass(frozen=True)

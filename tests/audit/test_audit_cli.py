@@ -13,7 +13,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ropeexport as rx
 from ropeexport.cli import main
-from tests.audit.planted import CASES, write_config
+from tests.audit.planted import (
+    CASES,
+    ORT_REFUSES,
+    external,
+    longrope_with,
+    ort_refused,
+    sparse_external,
+    write_config,
+)
 
 EXACT = next(c for c in CASES if c.name == "exact-gqa-llama3")
 FAULT = next(c for c in CASES if c.name == "scaling-ignored-llama3")
@@ -106,6 +114,34 @@ def _missing_config(tmp: Path) -> tuple[Path, Path]:
     return model, tmp / "absent.json"
 
 
+def _ort_refuses(how: str) -> Callable[[Path], tuple[Path, Path]]:
+    def make(tmp: Path) -> tuple[Path, Path]:
+        model, config = _case(tmp)
+        return ort_refused(model, how), config
+
+    return make
+
+
+def _branch_initializer(model: onnx.ModelProto, folder: Path) -> None:
+    """An initializer of the If's then branch (read by nothing) kept in ../branch.bin."""
+    branch = next(a.g for n in model.graph.node if n.op_type == "If" for a in n.attribute if a.name == "then_branch")
+    branch.initializer.append(numpy_helper.from_array(np.ones(4, np.float32), "branch_extra"))
+    external(model, "branch_extra", folder, "../branch.bin")
+
+
+# (name, how the builder's LongRoPE model's external data is planted): every tensor anywhere is checked first
+EXTERNAL = {
+    "constant-in-if-reads-the-working-directory": (lambda m, f: external(m, "large_cos", f.parent, "secret.bin"),
+                                                   "which does not exist"),
+    "constant-in-if-outside": (lambda m, f: external(m, "large_cos", f, "../secret.bin"), "outside the model's folder"),
+    "subgraph-initializer-outside": (_branch_initializer, "outside the model's folder"),
+    "sparse-initializer-outside": (lambda m, f: sparse_external(m, f, "../sparse.bin"), "outside the model's folder"),
+    "offset-past-the-file": (lambda m, f: external(m, "large_cos", f, "t.bin", offset=1 << 30), "at offset 1073741824"),
+    "length-not-dims-times-size": (lambda m, f: external(m, "large_cos", f, "t.bin", length=12), "take 131072 bytes"),
+    "dims-past-the-file": (lambda m, f: external(m, "large_cos", f, "t.bin", offset=8), "which has 131072"),
+}  # fmt: skip
+
+
 # (name, inputs maker, extra argv, the flag the one-line error names, a phrase of it)
 BAD: list[tuple[str, Callable[[Path], tuple[Path, Path]], list[str], str, str]] = [
     ("not-onnx", _text, [], "MODEL", "is not an ONNX model"),
@@ -117,11 +153,15 @@ BAD: list[tuple[str, Callable[[Path], tuple[Path, Path]], list[str], str, str]] 
     ("alibi-heads-not-this-model", _alibi_heads, [], "--hf-config", "describes 8 heads but the bias"),
     ("missing-config", _missing_config, [], "--hf-config", ""),
     ("out-not-an-audit", lambda t: _case(t), ["--out", "{tmp}"], "--out", "holds no audit"),
+    *((f"ort-refuses-{how}", _ort_refuses(how), [], "MODEL", "ONNX Runtime refuses") for how in ORT_REFUSES),
+    *((f"external-{name}", lambda t, c=change: longrope_with(t, c), [], "MODEL", phrase)
+      for name, (change, phrase) in EXTERNAL.items()),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "make", "argv", "flag", "phrase"), BAD, ids=[b[0] for b in BAD])
-def test_bad_input_is_one_line_and_exit_2(case, make, argv, flag, phrase, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_bad_input_is_one_line_and_exit_2(case, make, argv, flag, phrase, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001, E501
+    monkeypatch.chdir(tmp_path)  # a file the model names relative to the working directory is there, and never read
     model, config = make(tmp_path)
     before = sorted(p.name for p in tmp_path.rglob("*"))
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

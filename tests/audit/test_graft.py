@@ -11,14 +11,18 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.cli import main
-from ropeexport.audit.diagnose import frequencies
+from ropeexport.families.rope.regimes import frequencies
 from tests.audit.planted import (
     CASES,
     ORIGINAL,
+    ORT_REFUSES,
     P,
     Planted,
     computed_model,
+    external,
     gqa_model,
+    longrope_with,
+    ort_refused,
     rotary23_model,
     tables,
     write_config,
@@ -130,6 +134,18 @@ def _computed_dynamic(tmp: Path) -> tuple[Path, Path]:
     return computed_model(tmp / "model.onnx", inv, factor, f32=True), config
 
 
+def _ort_refuses(how: str):  # noqa: ANN202
+    def make(tmp: Path) -> tuple[Path, Path]:
+        model, config = _built(tmp, "float32-gqa-llama3")
+        return ort_refused(model, how), config
+
+    return make
+
+
+def _longrope_outside(tmp: Path) -> tuple[Path, Path]:
+    return longrope_with(tmp, lambda model, folder: external(model, "large_cos", folder, "../secret.bin"))
+
+
 def _data_exists(tmp: Path) -> tuple[Path, Path]:
     made = _built(tmp, "float32-gqa-llama3")
     (tmp / "fixed.onnx.data").write_bytes(b"another model's tables")
@@ -146,6 +162,8 @@ BAD: list[tuple[str, object, list[str], str, str]] = [
     ("alibi-slopes-untrusted", lambda t: _built(t, "alibi-naive-12-heads"), [], "--trust", "alibi-slopes"),
     ("checkpoint-absent", lambda t: _built(t, "float32-gqa-llama3"),
      ["--out", "{tmp}/fixed.onnx", "--checkpoint", "{tmp}/absent"], "--checkpoint", "is not a folder"),
+    *((f"ort-refuses-{how}", _ort_refuses(how), [], "MODEL", "ONNX Runtime refuses") for how in ORT_REFUSES),
+    ("external-constant-in-if-outside", _longrope_outside, [], "MODEL", "outside the model's folder"),
 ]  # fmt: skip
 
 

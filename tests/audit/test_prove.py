@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import pytest
 
 import ropeexport as rx
+from ropeexport.audit.prove import DecoderProof, Feeder
 from ropeexport.cli import main
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.checkpoint import load_checkpoint
-from ropeexport.audit.prove import DecoderProof, _Feeder
+from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.graph.onnx_io import save_model
-from tests.decoder.tiny import checkpoint
+from tests.decoder.tiny import checkpoint, hf_config, torch, transformers
 
 CALLS = ["start", "last position", "L = original", "L = original + 1"]
 
@@ -80,26 +80,46 @@ def test_a_model_with_neither_cache_nor_positions_is_placed_at_zero_only() -> No
               SimpleNamespace(name="attention_mask", shape=["b", "s"], type="tensor(int64)")]  # fmt: skip
     session = SimpleNamespace(get_inputs=lambda: inputs,
                               get_outputs=lambda: [SimpleNamespace(name="logits", type="tensor(float)")])  # fmt: skip
-    feeder = _Feeder(session, SimpleNamespace(num_layers=2), Path("m.onnx"))
+    feeder = Feeder(session, SimpleNamespace(num_layers=2), Path("m.onnx"))
     assert feeder.placeable(0) is None
     assert "neither a cache nor position_ids" in feeder.placeable(248)
 
 
-def _other_checkpoint(tmp: Path, phi3: Path) -> list[str]:
-    return ["--checkpoint", str(checkpoint(tmp / "llama", "llama"))]
+def _planted(tmp: Path, phi3: Path) -> Path:
+    return _decoder(tmp / "planted", phi3, "fused", unscaled=True)
 
 
+def _vocabulary(folder: Path, size: int) -> Path:
+    """The tiny Phi-3 checkpoint with another vocabulary (its other tensors as the config says)."""
+    config = hf_config("phi3-longrope")
+    config.vocab_size = size
+    torch.manual_seed(1)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+def _exported_from_another(tmp: Path, phi3: Path) -> Path:
+    """A planted model exported from a checkpoint of 128 tokens, proven against Phi-3's 96-token checkpoint."""
+    return _decoder(tmp / "other-model", _vocabulary(tmp / "other", 128), "fused", unscaled=True)
+
+
+# (name, the model grafted, the --checkpoint argv, a phrase of the one line)
 BAD = [
-    ("checkpoint-not-a-folder", lambda t, _: ["--checkpoint", str(t / "absent")], "is not a folder"),
-    ("checkpoint-of-another-model", _other_checkpoint, "tensor"),
-]
+    ("checkpoint-not-a-folder", _planted, lambda t, _: ["--checkpoint", str(t / "absent")], "is not a folder"),
+    ("checkpoint-of-another-model", _planted, lambda t, _: ["--checkpoint", str(checkpoint(t / "llama", "llama"))],
+     "tensor"),
+    ("checkpoint-of-another-vocabulary", _planted, lambda t, _: ["--checkpoint", str(_vocabulary(t / "v", 128))],
+     "has shape [128, 32]"),
+    ("model-exported-from-another-checkpoint", _exported_from_another, lambda _, p: ["--checkpoint", str(p)],
+     "not the checkpoint the model was exported from"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "extra", "phrase"), BAD, ids=[b[0] for b in BAD])
-def test_a_bad_checkpoint_is_one_line_and_exit_2(case, extra, phrase, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    model = _decoder(tmp_path / "planted", phi3, "fused", unscaled=True)
+@pytest.mark.parametrize(("case", "model", "extra", "phrase"), BAD, ids=[b[0] for b in BAD])
+def test_a_bad_checkpoint_is_one_line_and_exit_2(case, model, extra, phrase, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001, E501
+    model = model(tmp_path, phi3)
     argv = extra(tmp_path, phi3)
-    capsys.readouterr()  # what making the other checkpoint printed
+    capsys.readouterr()  # what making the models and checkpoints printed
     before = sorted(p.name for p in tmp_path.rglob("*"))
     out = tmp_path / "fixed.onnx"
     code = main(["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--out", str(out), "--trust",

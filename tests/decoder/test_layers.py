@@ -20,11 +20,11 @@ from typing import Any
 import onnx
 import pytest
 
-from ropeexport.decoder.build import DecoderRequest, _verify, resolve
+from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import expected, seeded_weights
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.parts import position_pieces
-from ropeexport.decoder.reverify import rebuild_spec
+from ropeexport.decoder.kind import rebuild_spec, run_scenarios
 from ropeexport.decoder.spec import DecoderSpec, LayerSpec
 from ropeexport.decoder.verify import verify_decoder
 from ropeexport.errors import SpecError
@@ -98,7 +98,7 @@ def test_transformers_reference_is_skipped_with_the_reason(tmp_path: Path) -> No
     spec, used = _mixed(LLAMA, CASES[0][2])
     weights = seeded_weights(spec)
     save_model(build_decoder_graph(spec, weights, "seeded"), tmp_path)
-    report = _verify(spec, used, weights, None, tmp_path / "model.onnx", True, None)
+    report = run_scenarios(spec, used, weights, None, tmp_path / "model.onnx", True, None)
     assert report["passed"]
     assert report["references"]["transformers"] == (
         "skipped: transformers' llama config cannot express per-layer position (layers 1 differ from the model's "

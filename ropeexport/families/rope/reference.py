@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ropeexport.errors import RuntimeInputError
+from ropeexport.families.rope import regimes
 from ropeexport.families.rope.schedules import Frequencies, get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.numerics import round_once
@@ -128,20 +129,10 @@ def table_regimes(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
     """float64 (cos, sin) tables [max_positions, r/2], attention factor applied, one pair per regime.
 
     Static schedules have one regime; ``longrope`` has two (short, then long); ``dynamic`` stores the default
-    regime (used while L <= original_max_position_embeddings) and computes the rest in the graph.
+    regime (used while L <= original_max_position_embeddings) and computes the rest in the graph. Computed in
+    ``regimes``, the one home of exact tables.
     """
-    schedule = get_schedule(spec.scaling)
-    threshold = schedule.threshold(spec.scaling_params)
-    lengths = [spec.max_positions] if threshold is None else [threshold]
-    if schedule.regime == "switch" and threshold is not None:
-        lengths.append(threshold + 1)
-    positions = np.arange(spec.max_positions, dtype=np.float64)[:, None]
-    out = []
-    for length in lengths:
-        freqs = schedule.frequencies(spec.rotary_dim, spec.theta, spec.scaling_params, length)
-        angles = positions * freqs.inv_freq[None, :]  # [P, r/2], float64
-        out.append((np.cos(angles) * freqs.attention_factor, np.sin(angles) * freqs.attention_factor))
-    return out
+    return regimes.table_regimes(spec)
 
 
 def rope_scores(

@@ -1,0 +1,170 @@
+"""One site checked: the record audit.json holds for it, with its call lengths compared and what stopped a check.
+
+A rotary site is evaluated (``observe``) and compared (``diagnose``) at each of the schedule's call lengths; an ALiBi
+candidate is evaluated at its one length and dropped when it is a mask (``alibi``). Three findings say why a site was
+not checked as asked, and each makes the verdict ``findings``:
+- ``not-evaluated``: the values cannot be computed apart from the model: they change with a Loop's iteration
+  (``Site.blocked``), or ONNX Runtime refuses the graph computing them (its words quoted);
+- ``call-refused``: the model refuses a call of L tokens (a position guard, a table too short: ORT's words): the
+  site is checked at the longest call it takes instead, found by bisection;
+- ``cannot-run``: ONNX Runtime refuses to run a reader of the site with its tables (``Pattern.check_reader``: a
+  GroupQueryAttention whose caches are not a multiple of 8 wide): the model does not run at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ropeexport.audit.diagnose import compare, finding
+from ropeexport.audit.observe import CallRefused, Evaluator, NotEvaluated
+from ropeexport.audit.patterns import Site, SiteKind, pattern_of
+from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import probe_lengths
+
+STRUCTURAL = ("not-evaluated", "call-refused", "cannot-run")  # findings about the model, not its schedule
+READER_TOKENS = 8  # the call a reader is run on alone
+
+
+def new_record(site: Site) -> dict[str, Any]:
+    """A site's record before it is checked: ``Site.to_dict`` and the audit's own fields."""
+    return site.to_dict() | {"probes": [], "findings": [], "exact": False, "dtype": None}
+
+
+def _inside(site: Site) -> str:
+    return f" inside the {site.where}" if site.where else ""
+
+
+def _not_evaluated(site: Site, why: str) -> dict[str, str]:
+    what = f"the {site.kind.value} site{_inside(site)}"
+    return finding("not-evaluated", f"{what} cannot be evaluated apart from the model: {why}: not checked")
+
+
+def _refused(refused: CallRefused, longest: int | None) -> dict[str, str]:
+    where = (f"the longest call it takes is {longest} tokens, where it was checked" if longest is not None
+             else "it takes no call at all (1 token neither): not checked")  # fmt: skip
+    text = f"the model refuses a call of {refused.length} tokens (ONNX Runtime: {refused.reason}); {where}"
+    return finding("call-refused", text)
+
+
+def _each_length(
+    site: Site, lengths: list[int], run: Callable[[int], Any], evaluator: Evaluator, record: dict[str, Any]
+) -> Iterator[tuple[int, Any]]:
+    """(L, ``run(L)``) for each of ``lengths`` until the model refuses one; then (the longest call it takes below that,
+    its result), the refusal recorded.
+    """  # noqa: D205
+    done: list[int] = []
+    for length in lengths:
+        try:
+            result = run(length)
+        except CallRefused as refused:
+            longest = evaluator.longest(site, length)
+            record["findings"].append(_refused(refused, longest))
+            if longest is not None and longest not in done:
+                yield longest, run(longest)
+            return
+        done.append(length)
+        yield length, result
+
+
+def summary(probes: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A site's findings: each name once, in the words of the probe where it weighs most (its largest error)."""
+    best: dict[str, tuple[float, dict[str, str]]] = {}
+    for probe in probes:
+        for found in probe["findings"]:
+            held = best.get(found["name"])
+            if held is None or probe["max_abs"] > held[0]:
+                best[found["name"]] = (probe["max_abs"], found)
+    return [found for _, found in best.values()]
+
+
+def _close(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's verdict: exact when every probe is and nothing stopped a check; findings: the stops, then the
+    probes' findings (``summary``).
+    """  # noqa: D205
+    stops = record["findings"]
+    record["exact"] = bool(record["probes"]) and all(p["exact"] for p in record["probes"]) and not stops
+    record["findings"] = stops + summary(record["probes"])
+    return record
+
+
+def check_rope_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, Any]:
+    """A rotary site's record (module doc): per call length the comparison with the config's schedule."""
+    record = new_record(site)
+    if site.kind is SiteKind.UNIDENTIFIED:
+        op = "Cos" if site.cos else "Sin"
+        text = f"a {op}{_inside(site)} that is not a rotation ropeexport recognises: not checked"
+        record["findings"].append(finding("unidentified-site", text))
+        return record
+    if site.blocked:
+        record["findings"].append(_not_evaluated(site, f"its values are computed from the {site.blocked}"))
+        return record
+    width = spec.rotary_dim // 2
+    try:
+        evaluate = lambda n: evaluator.evaluate(site, n, width)  # noqa: E731
+        for length, (cos, sin, dtype) in _each_length(site, probe_lengths(spec), evaluate, evaluator, record):
+            if cos.shape[-1] != width:
+                raise SpecError("hf_config", f"describes rotary_dim {spec.rotary_dim} (tables {width} wide) but the "
+                                f"model's cos/sin at {site.cos!r} are {cos.shape[-1]} wide: the config does not "
+                                "describe this model (head_dim, partial_rotary_factor)")  # fmt: skip
+            record["dtype"] = dtype
+            record["probes"].append(compare(spec, cos, sin, length, dtype).to_dict())
+        refusal = _reader_refusal(site, spec, evaluator)
+    except NotEvaluated as exc:
+        record["findings"].append(_not_evaluated(site, f"ONNX Runtime refuses the graph computing them ({exc})"))
+        return _close(record)
+    if refusal is not None:
+        record["findings"].append(refusal)
+    return _close(record)
+
+
+def _reader_refusal(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, str] | None:
+    """The ``cannot-run`` finding of the first reader ONNX Runtime refuses to run with the site's tables, or None."""
+    check = pattern_of(site.kind).check_reader
+    if check is None or not site.readers:
+        return None
+    try:
+        cos, sin = evaluator.raw(site, READER_TOKENS)[:2]
+    except CallRefused:
+        return None  # said already: the model refuses the call
+    tried: set[tuple[Any, ...]] = set()
+    for node in site.readers:
+        shape = (tuple((k, str(a.value)) for k, a in sorted(node.attributes.items())),
+                 tuple(v is None for v in node.inputs))  # fmt: skip
+        if shape in tried:
+            continue  # one layer of a model stands for every layer built the same way
+        tried.add(shape)
+        reason = check(node, np.asarray(cos), np.asarray(sin), spec)
+        if reason is not None:
+            text = (f"ONNX Runtime refuses to run {node.op_type} {node.name!r} with these tables ({reason}): the "
+                    "model cannot run in ONNX Runtime")  # fmt: skip
+            return finding("cannot-run", text)
+    return None
+
+
+def check_bias_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, Any] | None:
+    """An ALiBi candidate's record, or None when its values are only an attention mask (``alibi``)."""
+    from ropeexport.audit.alibi import bias_rows, compare_bias, is_mask, probe_lengths
+
+    record = new_record(site)
+    if site.blocked:
+        record["findings"].append(_not_evaluated(site, f"its values are computed from the {site.blocked}"))
+        return record
+    try:
+        raw_of = lambda n: evaluator.raw(site, n)[0]  # noqa: E731
+        for length, raw in _each_length(site, probe_lengths(spec), raw_of, evaluator, record):
+            if is_mask(np.asarray(raw, np.float64)):
+                return None  # an attention mask (only zeros and large negatives), not a position encoding
+            rows = bias_rows(raw, spec.num_heads, length)
+            if rows is None:
+                raise SpecError("hf_config", f"describes {spec.num_heads} heads but the bias {site.cos!r} added to "
+                                f"the attention scores has shape {list(raw.shape)} in a call of {length} tokens (no "
+                                "axis of that many heads beside the keys): the config does not describe this model "
+                                "(num_attention_heads)")  # fmt: skip
+            record["dtype"] = str(raw.dtype)
+            record["probes"].append(compare_bias(spec, rows, length, str(raw.dtype)).to_dict())
+    except NotEvaluated as exc:
+        record["findings"].append(_not_evaluated(site, f"ONNX Runtime refuses the graph computing them ({exc})"))
+    return _close(record)

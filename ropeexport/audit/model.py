@@ -1,0 +1,217 @@
+"""A foreign model file read without trusting it: external data checked first, ONNX Runtime's refusal in one line.
+
+``load_model(path)``: the protobuf is read without its external data; then every tensor anywhere in the model is
+checked: initializers and sparse initializers of the main graph and of every subgraph (If branches, Loop and Scan
+bodies, at any depth), tensor attributes of every node (a Constant's ``value`` or ``sparse_value``, ..) and the nodes of
+model-local functions. External data must name a file inside the model's folder (no ``..``, no absolute path, no link
+out), that file must exist, and its offset and length must fit it with length = the product of the dims x the item
+size. Anything else is a ``SpecError`` naming the tensor, before anything is read; onnx-ir then holds the model, its
+tensors read lazily from the model's folder.
+
+``refusal(path)``: whether ONNX Runtime loads the model at all (an opset it does not know, a cycle, an operator of an
+unknown domain), in ORT's own words. Checked on the graph without its weights (initializers become inputs of the same
+type and shape, other external tensors zeros): cheap for a model of any size; only when that is refused is the model
+itself loaded, so that a kernel asking for a constant input cannot be mistaken for a refusal.
+
+``materialize(model)``: every external tensor read into memory. A model handed to ORT as bytes has no folder, and ORT
+would read external data relative to the working directory: nothing is handed over before this.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from ropeexport.errors import SpecError
+
+EXTERNAL = onnx.TensorProto.EXTERNAL
+
+
+def _tensors(graph: onnx.GraphProto, where: str) -> Iterator[tuple[onnx.TensorProto, str]]:
+    """Every TensorProto of ``graph`` and its subgraphs, with words saying where it sits."""
+    for tensor in graph.initializer:
+        yield tensor, f"initializer {tensor.name!r}{where}"
+    for sparse in graph.sparse_initializer:
+        for part in (sparse.values, sparse.indices):
+            yield part, f"sparse initializer {sparse.values.name!r}{where}"
+    yield from _node_tensors(graph.node, where)
+
+
+def _node_tensors(nodes: Any, where: str) -> Iterator[tuple[onnx.TensorProto, str]]:
+    for node in nodes:
+        name = node.name or (node.output[0] if node.output else "")
+        label = f"{node.op_type} node {name!r}"
+        for attr in node.attribute:
+            what = f"attribute {attr.name!r} of the {label}{where}"
+            if attr.HasField("t"):
+                yield attr.t, what
+            for tensor in attr.tensors:
+                yield tensor, what
+            sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
+            for item in [*sparse, *attr.sparse_tensors]:
+                yield item.values, what
+                yield item.indices, what
+            inner = f" inside {node.op_type} {node.name!r} {attr.name}"
+            if attr.HasField("g"):
+                yield from _tensors(attr.g, inner)
+            for sub in attr.graphs:
+                yield from _tensors(sub, inner)
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int | None:
+    """Bytes the tensor's dims and type take (None: a type of no fixed width, strings)."""
+    try:
+        bits = ir.DataType(tensor.data_type).bitwidth
+    except (TypeError, ValueError):
+        return None
+    return math.ceil(math.prod(tensor.dims) * bits / 8)
+
+
+def _check_external(tensor: onnx.TensorProto, what: str, folder: Path) -> None:
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    location = entries.get("location", "")
+    where = (folder / location).resolve()
+    if not location or not where.is_relative_to(folder):
+        raise SpecError("model", f"{what} reads external data {location!r}, outside the model's folder "
+                        f"{str(folder)!r}: refused")  # fmt: skip
+    if not where.is_file():
+        raise SpecError("model", f"{what} reads external data {location!r}, which does not exist")
+    try:
+        offset, length = int(entries.get("offset", 0)), entries.get("length")
+        length = None if length is None else int(length)
+    except ValueError:
+        raise SpecError("model", f"{what} gives its external data an offset or length that is not a whole number "
+                        f"({entries.get('offset')!r}, {entries.get('length')!r})") from None  # fmt: skip
+    needed, size = _nbytes(tensor), where.stat().st_size
+    if needed is None:
+        raise SpecError("model", f"{what} keeps {onnx.TensorProto.DataType.Name(tensor.data_type)} values in external "
+                        "data, which have no fixed width: refused")  # fmt: skip
+    if offset < 0 or (length is not None and length != needed):
+        raise SpecError("model", f"{what} says its external data is {length} bytes at offset {offset}, but dims "
+                        f"{list(tensor.dims)} of its type take {needed} bytes: refused")  # fmt: skip
+    if offset + needed > size:
+        raise SpecError("model", f"{what} reads {needed} bytes at offset {offset} of {location!r}, which has {size}: "
+                        "refused")  # fmt: skip
+
+
+def load_model(path: Path) -> ir.Model:
+    """``path`` as onnx-ir holds it, every tensor's external data checked first (module doc)."""
+    if not path.is_file():
+        raise SpecError("model", f"{str(path)!r} is not a file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's and onnx's errors for a file that is not ONNX
+        raise SpecError("model", f"{str(path)!r} is not an ONNX model ({_first_line(exc)})") from None
+    folder = path.resolve().parent
+    functions = ((f.node, f" in function {f.domain}:{f.name}") for f in proto.functions)
+    found = [*_tensors(proto.graph, ""), *(t for nodes, where in functions for t in _node_tensors(nodes, where))]
+    for tensor, what in found:
+        if tensor.data_location == EXTERNAL:
+            _check_external(tensor, what, folder)
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:  # onnx-ir refuses what it cannot hold (sparse attributes, ..)
+        raise SpecError("model", f"{str(path)!r} cannot be read by onnx-ir ({_first_line(exc)})") from None
+    ir.external_data.set_base_dir(model.graph, folder)
+    return model
+
+
+def materialize(model: ir.Model) -> None:
+    """Every external tensor of ``model`` (initializers and attributes, every graph) read into memory (module doc)."""
+    for graph in (model.graph, *model.graph.subgraphs()):
+        for value in graph.initializers.values():
+            if isinstance(value.const_value, ir.ExternalTensor):
+                value.const_value = ir.tensor(value.const_value.numpy(), name=value.name)
+    functions = [node for f in model.functions.values() for node in f]
+    for node in [*ir.traversal.RecursiveGraphIterator(model.graph), *functions]:
+        for name, attr in list(node.attributes.items()):
+            if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
+                node.attributes[name] = ir.AttrTensor(name, ir.tensor(attr.value.numpy(), name=attr.value.name))
+            elif attr.type == ir.AttributeType.TENSORS and any(isinstance(t, ir.ExternalTensor) for t in attr.value):
+                node.attributes[name] = ir.AttrTensors(name, [ir.tensor(t.numpy(), name=t.name) for t in attr.value])
+
+
+def quiet(threads: int | None = None) -> tuple[Any, Any]:
+    """ORT session and run options that log nothing: what ORT refuses is said once, in ropeexport's one line."""
+    import onnxruntime as ort
+
+    options, run = ort.SessionOptions(), ort.RunOptions()
+    options.log_severity_level = run.log_severity_level = 4
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    return options, run
+
+
+def refusal(path: Path) -> str | None:
+    """ONNX Runtime's reason for not loading the model at ``path``, or None (module doc)."""
+    import onnxruntime as ort
+
+    options = quiet()[0]
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(_skeleton(path).SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return None
+    except Exception:  # noqa: BLE001 - the skeleton may lack a constant a kernel wants: ask the model itself
+        pass
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return None
+    except Exception as exc:  # noqa: BLE001 - ORT's own words are the answer
+        return ort_reason(exc)
+
+
+def _skeleton(path: Path) -> onnx.ModelProto:
+    """The model without its weights: main-graph initializers as typed inputs, other external tensors zeros."""
+    proto = onnx.load(str(path), load_external_data=False)
+    graph = proto.graph
+    declared = {i.name for i in graph.input}
+    for tensor in graph.initializer:
+        if tensor.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    del graph.initializer[:]
+    for tensor, _ in _tensors(graph, ""):
+        if tensor.data_location == EXTERNAL:
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            tensor.raw_data = bytes(_nbytes(tensor) or 0)
+    return proto
+
+
+def ort_reason(exc: BaseException) -> str:
+    """ONNX Runtime's message in one line: its status prefix and C++ source location dropped."""
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", _first_line(exc))
+    text = re.sub(r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: ",
+                  lambda m: f"{m[1]} {m[2]!r}: " if m[2] else f"{m[1]}: ", text)  # fmt: skip
+    while (start := text.find("/onnxruntime_src/")) >= 0:  # "/onnxruntime_src/..h:46 void f(a, b) " before words
+        depth, end = 0, text.find("(", start)
+        while 0 <= end < len(text):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+            end += 1
+        if end < 0 or end >= len(text):
+            break
+        text = f"{text[:start].rstrip()} {text[end + 1 :].lstrip()}".strip()
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def position_spec(hf_config: Path) -> Any:
+    """The position spec ``build --hf-config`` would build from the config: RoPE or ALiBi (what audit checks)."""
+    from ropeexport.catalog import spec_from_dict
+    from ropeexport.requests import from_hf_config
+
+    spec = spec_from_dict(from_hf_config(hf_config)[0].fields)
+    if spec.encoding not in ("rope", "alibi"):
+        raise SpecError("hf_config", f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
+    return spec

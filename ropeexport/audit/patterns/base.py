@@ -1,0 +1,203 @@
+"""What every site pattern shares: the site (``Site``), its kind (``SiteKind``), the contract of a pattern module
+(``Pattern``) and the graph walks the patterns use.
+
+A pattern module finds one form an exporter writes its position encoding in (a fused operator, gathered tables,
+cos/sin computed in the graph, an ALiBi bias) and exposes ``PATTERN``; ``patterns.PATTERNS`` lists them, in the order
+they claim values: a value a pattern claimed (a fused operator's cache and everything computing it) is not another
+pattern's site.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+MICROSOFT = "com.microsoft"
+
+# A subgraph's place in the model: per level, the index of the node holding it in its graph, the attribute, and the
+# graph's index in a GRAPHS attribute (0 for GRAPH).
+Step = tuple[int, str, int]
+
+
+class SiteKind(enum.Enum):
+    """What a site is; the value is the words audit.json, audit.md and audit.html carry."""
+
+    GROUP_QUERY_ATTENTION = "GroupQueryAttention do_rotary"
+    ROTARY_MICROSOFT = "RotaryEmbedding (com.microsoft)"
+    ROTARY_ONNX = "RotaryEmbedding (opset 23)"
+    GATHERED = "gathered table"
+    COMPUTED = "computed cos/sin"
+    UNIDENTIFIED = "unidentified"
+    ALIBI = "ALiBi bias"
+
+
+@dataclass
+class Site:
+    """One cos/sin pair a model rotates with (ALiBi: one bias, named by ``cos``; ``sin`` empty).
+
+    ``table``: the values are tables indexed by position (rows), not per-token values of one call.
+    ``positions``: the value the operator reads its table rows from (None: the call's positions themselves, as
+    GroupQueryAttention counts them); a graph may compute it (a row offset for a second regime, a guard).
+    ``inputs``: the model inputs they depend on (none: constants).
+    ``scope``: where the values live: () the main graph, else the path of subgraphs to the deepest one they are
+    computed in (``where`` says it in words); ``blocked``: why they cannot be evaluated (they change with a Loop's
+    iteration), or None. ``values`` (cos, sin, positions) and ``readers`` are the graph's own objects, for the walk
+    and the reader checks; ``order`` (tier, index of the anchoring node) orders sites within a graph.
+    """
+
+    kind: SiteKind
+    cos: str
+    sin: str
+    users: list[str] = field(default_factory=list)
+    interleaved: bool | None = None
+    table: bool = True
+    inputs: list[str] = field(default_factory=list)
+    positions: str | None = None
+    scope: tuple[Step, ...] = ()
+    where: str = ""
+    blocked: str | None = None
+    order: tuple[int, int] = (0, 0)
+    values: tuple[ir.Value | None, ...] = field(default=(), repr=False, compare=False)
+    readers: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, object]:
+        """The site as plain data (audit.json); a site inside a subgraph also says which (``graph``, ``scope``)."""
+        out: dict[str, object] = {"kind": self.kind.value, "cos": self.cos, "sin": self.sin, "users": self.users,
+                                  "interleaved": self.interleaved, "table": self.table, "inputs": self.inputs,
+                                  "positions": self.positions}  # fmt: skip
+        if self.scope:
+            out |= {"graph": self.where, "scope": [list(step) for step in self.scope]}
+        return out
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Site:
+        """The site a record of ``to_dict`` (with the audit's own fields beside) describes: enough to evaluate it."""
+        scope = tuple((int(i), str(a), int(k)) for i, a, k in record.get("scope", []))
+        return cls(SiteKind(record["kind"]), record["cos"], record["sin"], list(record["users"]),
+                   record["interleaved"], record["table"], list(record["inputs"]), record["positions"], scope,
+                   record.get("graph", ""))  # fmt: skip
+
+
+@dataclass
+class Walk:
+    """What a pattern is handed besides the graph it searches: the model's main graph (its inputs are what a site may
+    depend on) and the ids of the values earlier patterns claimed (a pattern adds what it claims).
+    """  # noqa: D205
+
+    root: ir.Graph
+    covered: set[int] = field(default_factory=set)
+
+
+# A reader check: ONNX Runtime's reason for refusing to run ``node`` with these tables (cos, sin as the model stores
+# them, of a short call), the config's spec for what the graph does not say; None when it runs.
+ReaderCheck = Callable[[ir.Node, np.ndarray, np.ndarray, Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One form of site (module doc): ``find(graph, walk)`` returns its sites in ``graph`` (one graph: the main one or
+    a subgraph); ``encoding`` says which audit looks for it (``rope`` or ``alibi``); ``check_reader``, where given,
+    runs one reader alone in ONNX Runtime with the site's tables (the operators that refuse some tables at run time).
+    """  # noqa: D205
+
+    name: str
+    encoding: str
+    kinds: tuple[SiteKind, ...]
+    find: Callable[[ir.Graph, Walk], list[Site]]
+    check_reader: ReaderCheck | None = None
+
+
+def attr(node: ir.Node, name: str, default: int = 0) -> int:
+    """An integer attribute of ``node``, or ``default``."""
+    found = node.attributes.get(name)
+    return default if found is None else int(found.value)
+
+
+def is_constant(value: ir.Value | None) -> bool:
+    """An absent input, an initializer, or the output of Constant / Shape / ConstantOfShape."""
+    if value is None:
+        return True
+    if value.const_value is not None:
+        return True
+    producer = value.producer()
+    return producer is not None and producer.op_type in ("Constant", "Shape", "ConstantOfShape")
+
+
+def subgraphs(node: ir.Node) -> Iterable[ir.Graph]:
+    """The graphs ``node`` holds in its attributes (an If's branches, a Loop's or Scan's body)."""
+    for found in node.attributes.values():
+        if found.type == ir.AttributeType.GRAPH:
+            yield found.value
+        elif found.type == ir.AttributeType.GRAPHS:
+            yield from found.value
+
+
+def ancestors(values: Iterable[ir.Value | None]) -> set[int]:
+    """ids of the given values and of every value they are computed from: through a node holding subgraphs, every
+    value inside them (at any depth) and every outer value they read.
+    """  # noqa: D205
+    seen: set[int] = set()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if value is None or id(value) in seen:
+            continue
+        seen.add(id(value))
+        producer = value.producer()
+        if producer is None:
+            continue
+        stack.extend(producer.inputs)
+        for sub in subgraphs(producer):
+            stack.extend(sub.outputs)
+            stack.extend(sub.initializers.values())
+            for node in ir.traversal.RecursiveGraphIterator(sub):
+                stack.extend(node.inputs)
+                stack.extend(node.outputs)
+    return seen
+
+
+def model_inputs(root: ir.Graph, values: Iterable[ir.Value | None]) -> list[str]:
+    """Names of the model's inputs (``root``'s) that ``values`` are computed from, in the model's order."""
+    wanted = ancestors(values)
+    return [v.name for v in root.inputs if id(v) in wanted]
+
+
+def index_of(graph: ir.Graph) -> dict[int, int]:
+    """id(node) -> its index in ``graph`` (the order sites are reported in)."""
+    return {id(node): i for i, node in enumerate(graph)}
+
+
+def operator_sites(
+    graph: ir.Graph, walk: Walk, kind: SiteKind, match: Callable[[ir.Node], tuple[Any, ...] | None]
+) -> list[Site]:
+    """Sites of one fused operator, one per distinct (cos, sin, positions) it reads, and every value computing them
+    claimed. ``match(node)`` gives (cos input index, sin input index, positions value or None, interleaved, table) for
+    a node of the operator, None for any other node.
+    """  # noqa: D205
+    sites: dict[tuple[int, ...], Site] = {}
+    read: list[ir.Value] = []
+    order = index_of(graph)
+    for node in graph:
+        found = match(node)
+        if found is None:
+            continue
+        (c, s), rows, interleaved, table = found[:2], found[2], found[3], found[4]
+        if len(node.inputs) <= s or node.inputs[c] is None or node.inputs[s] is None:
+            continue  # a GroupQueryAttention with do_rotary but no caches: ORT refuses it; not ours to judge
+        cos, sin = node.inputs[c], node.inputs[s]
+        read += [cos, sin] + ([rows] if rows is not None else [])
+        key = (id(cos), id(sin), id(rows))
+        if key not in sites:
+            sites[key] = Site(kind, cos.name, sin.name, interleaved=interleaved, table=table,
+                              inputs=model_inputs(walk.root, [cos, sin, rows]),
+                              positions=None if rows is None else rows.name, order=(0, order[id(node)]),
+                              values=(cos, sin, rows))  # fmt: skip
+        sites[key].users.append(node.name or node.op_type)
+        sites[key].readers.append(node)
+    walk.covered |= ancestors(read)  # a Cos computing a fused operator's cache belongs to that site
+    return list(sites.values())

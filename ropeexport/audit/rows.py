@@ -1,0 +1,92 @@
+"""Computed sites replaced by the rope family's own rows (what ``graft`` does where cos/sin are computed in the graph).
+
+cos/sin of positions x frequencies, as torch.onnx.export writes them, become the rope family's decomposed rows
+(``families.rope.export.cos_sin_rows``: exact tables gathered by position_ids, a LongRoPE switch on the call length, a
+position past the table failing the Gather), widened and shaped as the values they replace (rotate-half or
+interleaved duplication, [b, 1, s, r]); the old computation is pruned (``prune``). Main graph only: ``graft`` refuses a
+computed site inside a subgraph. Dynamic NTK computed in the graph is refused (its values depend on the call length).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ropeexport.audit.observe import Evaluator
+from ropeexport.audit.patterns import Site
+from ropeexport.audit.tables import DTYPE_NAMES
+from ropeexport.errors import SpecError
+from ropeexport.families.rope.regimes import regime_kind
+
+
+def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Evaluator) -> dict[str, Any]:
+    """A computed site's cos/sin replaced by the rope family's own rows (``cos_sin_rows``: exact tables gathered by
+    position_ids, a LongRoPE switch on the call length included), widened and shaped as the site's values were.
+    """  # noqa: D205
+    from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_tables
+    from ropeexport.graph.guard import rename_inputs
+    from ropeexport.graph.onnx_io import GraphBuilder
+
+    regime = regime_kind(spec)
+    if regime == "continuous":
+        raise SpecError("model", f"the computed site reading {site['cos']!r} follows dynamic NTK, whose cos/sin "
+                        "depend on the call length: graft does not replace it (yet)")  # fmt: skip
+    if "position_ids" not in site["inputs"]:
+        reads = ", ".join(site["inputs"]) or "constants only"
+        raise SpecError("model", f"the computed site reading {site['cos']!r} is not computed from a position_ids "
+                        f"input (it reads {reads}): graft cannot feed it")  # fmt: skip
+    probe = 7  # a call length no other axis of these values has
+    cos_raw = evaluator.raw(Site.from_dict(site), probe)[0]
+    shape, w = list(cos_raw.shape), spec.rotary_dim // 2
+    axis = next((i for i, n in enumerate(shape) if n == probe), None)
+    if axis is None or shape[-1] not in (w, 2 * w) or axis != len(shape) - 2:
+        raise SpecError("model", f"the computed site reading {site['cos']!r} has values of shape {shape}: graft "
+                        "expects [.., positions, width]")  # fmt: skip
+    flat = cos_raw.reshape(-1, shape[-1])[:probe]
+    layout = "none" if shape[-1] == w else "half" if np.array_equal(flat[:, :w], flat[:, w:]) else "interleaved"
+    dtype = DTYPE_NAMES.get(str(cos_raw.dtype), "fp32")
+    piece_spec = spec.replace(artifact="rope", graph="decomposed", dtype=dtype)
+    g = GraphBuilder(prefix="ropeexport_graft/")
+    tables = rope_tables(g, piece_spec)
+    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    made = []
+    for name, rows in zip(("cos", "sin"), cos_sin_rows(g, piece_spec, tables, "position_ids", length)[:2], strict=True):
+        if layout == "half":  # [b, s, w] -> [b, s, 2w]: f | f
+            rows = g.op("Concat", [rows, rows], axis=-1)
+        elif layout == "interleaved":  # f0 f0 f1 f1 ..
+            pair = g.op("Unsqueeze", [rows, g.const(f"{name}_pair_axis", i64(-1))])
+            both = g.op("Concat", [pair, pair], axis=-1)
+            rows = g.op("Reshape", [both, g.const(f"{name}_pair_shape", i64(0, 0, 2 * w))])
+        if len(shape) == 2:  # [s, width]: the first batch row
+            rows = g.op("Squeeze", [rows, g.const(f"{name}_batch_axis", i64(0))])
+        elif len(shape) > 3:  # [b, 1, .., s, width]
+            rows = g.op("Unsqueeze", [rows, g.const(f"{name}_head_axes", i64(*range(1, len(shape) - 2)))])
+        made.append(rows)
+    rest = list(proto.graph.node)  # the new nodes read position_ids and their own constants only: first is in order
+    del proto.graph.node[:]
+    proto.graph.node.extend([*g.nodes, *rest])
+    proto.graph.initializer.extend(g.initializers)
+    for old, new in zip((site["cos"], site["sin"]), made, strict=True):
+        rename_inputs(proto.graph, old, new)
+    return {"cos": site["cos"], "sin": site["sin"], "rows": int(spec.max_positions), "dtype": str(cos_raw.dtype),
+            "regime_length": None, "layout": layout, "replaced_by": "the rope family's gathered rows"}  # fmt: skip
+
+
+def prune(graph: Any) -> None:
+    """Drop the nodes no graph output needs any more (the old cos/sin computation), and constants nothing reads."""
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(list(graph.node)):
+        if any(o in needed for o in node.output):
+            kept.append(node)
+            needed.update(i for i in node.input if i)
+            for attr in node.attribute:  # If branches read outer values by name
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    needed.update(i for n in sub.node for i in n.input if i)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    inits = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
