@@ -50,8 +50,8 @@ _HOMES = {
     "DecoderVerifyResult": "ropeexport.decoder.kind",
     "ReportDiff": "ropeexport.report.diff_result",
     "CompatResult": "ropeexport.trt.compat",
-    "AuditResult": "ropeexport.audit.core",
-    "GraftResult": "ropeexport.audit.graft",
+    "AuditResult": "ropeexport.audits.core",
+    "GraftResult": "ropeexport.audits.graft",
     "Generation": "ropeexport.decoder.serve",
     "DecoderSession": "ropeexport.decoder.serve",
 }
@@ -77,8 +77,8 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
         spec,
         verify,
     )
-    from ropeexport.audit.core import AuditResult
-    from ropeexport.audit.graft import GraftResult
+    from ropeexport.audits.core import AuditResult
+    from ropeexport.audits.graft import GraftResult
     from ropeexport.decoder.kind import DecoderVerifyResult
     from ropeexport.decoder.serve import DecoderSession, Generation
     from ropeexport.decoder.spec import DecoderSpec

@@ -52,8 +52,8 @@ from ropeexport.trt.compat import CompatResult
 from ropeexport.trt.compat import check_trt as _check_trt
 
 if TYPE_CHECKING:  # loaded when first used: onnx-ir, ONNX Runtime sessions and transformers stay out of import time
-    from ropeexport.audit.core import AuditResult
-    from ropeexport.audit.graft import GraftResult
+    from ropeexport.audits.core import AuditResult
+    from ropeexport.audits.graft import GraftResult
     from ropeexport.decoder.serve import DecoderSession, Generation
 
 Tolerance = float | Mapping[str, float] | None
@@ -413,11 +413,11 @@ def build_decoder(
 
 def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> AuditResult:
     """Every rotary site of a foreign ONNX ``model`` against ``hf_config``'s schedule at every position
-    (``ropeexport.audit``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
+    (``ropeexport.audits``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
     ``AuditResult``.
     """  # noqa: D205
-    from ropeexport.audit.core import audit as _audit
-    from ropeexport.audit.core import write
+    from ropeexport.audits.core import audit as _audit
+    from ropeexport.audits.core import write
 
     result = _audit(_path(model, "model"), _path(hf_config, "hf_config"), threads)
     if out is not None:
@@ -433,11 +433,11 @@ def graft(
     checkpoint: str | Path | None = None,
 ) -> GraftResult:
     """``model`` with every rotary site replaced by ``hf_config``'s exact tables, written to ``out`` (an .onnx file
-    that must not exist) and proven (``ropeexport.audit.graft``); with ``checkpoint`` (the folder the model was
+    that must not exist) and proven (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was
     exported from) its logits are judged against the whole decoder's float64 recompute at far positions and across
     original_max_position_embeddings too. Returns a ``GraftResult``.
     """  # noqa: D205
-    from ropeexport.audit.graft import graft as _graft
+    from ropeexport.audits.graft import graft as _graft
 
     folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
     return _graft(_path(model, "model"), _path(hf_config, "hf_config"), _path(out, "out"), trust, folder)

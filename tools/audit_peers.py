@@ -151,8 +151,8 @@ def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, A
 
     import ropeexport as rx
     from ropeexport.errors import SpecError
-    from ropeexport.audit.graft import PRECISION
-    from ropeexport.audit.prove import DecoderProof
+    from ropeexport.audits.graft import PRECISION
+    from ropeexport.audits.prove import DecoderProof
 
     config = ckpt / "config.json"
     if result.verdict == "exact":

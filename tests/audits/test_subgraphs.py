@@ -17,7 +17,7 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.cli import main
-from tests.audit.planted import D, P, subgraph_model, tables, write_config
+from tests.audits.planted import D, P, subgraph_model, tables, write_config
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audit.diagnose import compare, finding
-from ropeexport.audit.observe import CallRefused, Evaluator, NotEvaluated
-from ropeexport.audit.patterns import Site, SiteKind, pattern_of
+from ropeexport.audits.diagnose import compare, finding
+from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
+from ropeexport.audits.patterns import Site, SiteKind, pattern_of
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import probe_lengths
 
@@ -146,7 +146,7 @@ def _reader_refusal(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, st
 
 def check_bias_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, Any] | None:
     """An ALiBi candidate's record, or None when its values are only an attention mask (``alibi``)."""
-    from ropeexport.audit.alibi import bias_rows, compare_bias, is_mask, probe_lengths
+    from ropeexport.audits.alibi import bias_rows, compare_bias, is_mask, probe_lengths
 
     record = new_record(site)
     if site.blocked:

@@ -15,10 +15,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ropeexport as rx
-from ropeexport.audit import patterns
-from ropeexport.audit.patterns import PATTERNS, SiteKind, Walk
-from ropeexport.audit.sites import find_sites
-from tests.audit.planted import (
+from ropeexport.audits import patterns
+from ropeexport.audits.patterns import PATTERNS, SiteKind, Walk
+from ropeexport.audits.sites import find_sites
+from tests.audits.planted import (
     CASES,
     alibi_model,
     gqa_model,
@@ -37,7 +37,7 @@ def test_every_pattern_module_is_listed_and_the_list_names_only_modules() -> Non
     assert len(named) == len(set(named)), named
     assert set(named) == modules, f"not listed: {modules - set(named)}; listed, no module: {set(named) - modules}"
     for name in modules:
-        module = importlib.import_module(f"ropeexport.audit.patterns.{name}")
+        module = importlib.import_module(f"ropeexport.audits.patterns.{name}")
         assert module.PATTERN in PATTERNS and module.PATTERN.name == name
 
 

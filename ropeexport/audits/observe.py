@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audit.model import load_model, materialize, ort_reason, quiet
-from ropeexport.audit.patterns.base import Site, Step, ancestors
-from ropeexport.audit.sites import find_value, scope_graphs
+from ropeexport.audits.model import load_model, materialize, ort_reason, quiet
+from ropeexport.audits.patterns.base import Site, Step, ancestors
+from ropeexport.audits.sites import find_value, scope_graphs
 from ropeexport.errors import SpecError
 
 

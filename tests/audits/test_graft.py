@@ -12,7 +12,7 @@ import pytest
 import ropeexport as rx
 from ropeexport.cli import main
 from ropeexport.families.rope.regimes import frequencies
-from tests.audit.planted import (
+from tests.audits.planted import (
     CASES,
     ORIGINAL,
     ORT_REFUSES,

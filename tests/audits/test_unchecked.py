@@ -18,7 +18,7 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.cli import main
-from tests.audit.planted import P, gqa_model, tables, write_config
+from tests.audits.planted import P, gqa_model, tables, write_config
 
 
 def _gqa_12_wide(tmp: Path) -> tuple[Path, Path]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import ropeexport as rx
-from tests.audit.planted import CASES, Planted, write_config
+from tests.audits.planted import CASES, Planted, write_config
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

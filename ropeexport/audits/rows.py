@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audit.observe import Evaluator
-from ropeexport.audit.patterns import Site
-from ropeexport.audit.tables import DTYPE_NAMES
+from ropeexport.audits.observe import Evaluator
+from ropeexport.audits.patterns import Site
+from ropeexport.audits.tables import DTYPE_NAMES
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import regime_kind
 

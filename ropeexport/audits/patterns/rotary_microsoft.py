@@ -9,7 +9,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from ropeexport.audit.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, attr, operator_sites
+from ropeexport.audits.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, attr, operator_sites
 
 
 def _match(node: ir.Node) -> tuple[Any, ...] | None:

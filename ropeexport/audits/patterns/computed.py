@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audit.patterns.base import Pattern, Site, SiteKind, Walk, index_of, is_constant, model_inputs
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, index_of, is_constant, model_inputs
 
 # Nodes a computed cos/sin passes through on its way to the rotation: one data input, the rest constants or shapes.
 CARRIERS = {"Mul", "Div", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Transpose", "CastLike"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audit.patterns.base import Pattern, Site, SiteKind, Walk, model_inputs
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, model_inputs
 
 
 def find(graph: ir.Graph, walk: Walk) -> list[Site]:

@@ -36,15 +36,15 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audit.checks import STRUCTURAL
-from ropeexport.audit.core import AuditResult, audit
-from ropeexport.audit.model import load_model, materialize, ort_reason, position_spec, quiet
-from ropeexport.audit.observe import CallRefused, Evaluator, NotEvaluated, feed, session_feeds
-from ropeexport.audit.patterns import Site, SiteKind
-from ropeexport.audit.prove import DecoderProof
-from ropeexport.audit.rows import prune, replace_computed
-from ropeexport.audit.sites import find_value, scope_graphs
-from ropeexport.audit.tables import replace_tables
+from ropeexport.audits.checks import STRUCTURAL
+from ropeexport.audits.core import AuditResult, audit
+from ropeexport.audits.model import load_model, materialize, ort_reason, position_spec, quiet
+from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated, feed, session_feeds
+from ropeexport.audits.patterns import Site, SiteKind
+from ropeexport.audits.prove import DecoderProof
+from ropeexport.audits.rows import prune, replace_computed
+from ropeexport.audits.sites import find_value, scope_graphs
+from ropeexport.audits.tables import replace_tables
 from ropeexport.errors import SpecError
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
@@ -146,7 +146,7 @@ def _replace(graph: ir.Model, source: Path, before: AuditResult, spec: Any) -> t
             continue  # nothing to repair (an exact table stays as it is), or nothing known to repair it with
         chain = scope_graphs(graph, Site.from_dict(site).scope)
         if SiteKind(site["kind"]) is SiteKind.ALIBI:
-            from ropeexport.audit.alibi import graft_slopes
+            from ropeexport.audits.alibi import graft_slopes
 
             replaced.append(graft_slopes(chain, site, spec))
         elif not site["table"]:

@@ -2,15 +2,15 @@
 
 A new exporter's form is one module here exposing ``PATTERN`` (``base.Pattern``: a name, the encoding whose audit
 looks for it, the site kinds it reports, ``find(graph, walk)``, and where its operator refuses some tables only when it
-runs, ``check_reader``) plus one line in ``PATTERNS``; ``tests/audit/test_patterns.py`` fails when a module and the
+runs, ``check_reader``) plus one line in ``PATTERNS``; ``tests/audits/test_patterns.py`` fails when a module and the
 list disagree. The order is the order values are claimed in: fused operators first (what computes their caches is
 theirs), then gathered tables, then cos/sin computed in the graph, then what is left (``unidentified``).
 """
 
 from __future__ import annotations
 
-from ropeexport.audit.patterns import alibi_bias, computed, gathered, gqa, rotary_microsoft, rotary_onnx, unidentified
-from ropeexport.audit.patterns.base import Pattern, Site, SiteKind, Step, Walk
+from ropeexport.audits.patterns import alibi_bias, computed, gathered, gqa, rotary_microsoft, rotary_onnx, unidentified
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Step, Walk
 
 PATTERNS: tuple[Pattern, ...] = (
     gqa.PATTERN,

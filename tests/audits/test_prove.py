@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import ropeexport as rx
-from ropeexport.audit.prove import DecoderProof, Feeder
+from ropeexport.audits.prove import DecoderProof, Feeder
 from ropeexport.cli import main
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import load_checkpoint

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audit.diagnose import LengthCheck, curve, finding
-from ropeexport.audit.patterns.base import ancestors
+from ropeexport.audits.diagnose import LengthCheck, curve, finding
+from ropeexport.audits.patterns.base import ancestors
 
 CAP = 4096  # the longest call evaluated: [1, heads, L, L] float32 at 4096 and 16 heads is 1 GiB
 SLOPE_MATCH = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}  # relative, of a slope read from two values
@@ -107,7 +107,7 @@ def graft_slopes(graphs: list[ir.Graph], site: dict[str, Any], spec: Any) -> dic
     any of ``graphs``, the main graph down to the site's own: the slopes, as BLOOM's exporters fold them) replaced by
     the config's exact slopes, its shape, dtype and sign kept.
     """  # noqa: D205
-    from ropeexport.audit.sites import find_value
+    from ropeexport.audits.sites import find_value
     from ropeexport.errors import SpecError
 
     heads = spec.num_heads

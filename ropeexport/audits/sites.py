@@ -20,8 +20,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from ropeexport.audit.patterns import Site, SiteKind, Step, Walk, for_encoding
-from ropeexport.audit.patterns.base import ancestors
+from ropeexport.audits.patterns import Site, SiteKind, Step, Walk, for_encoding
+from ropeexport.audits.patterns.base import ancestors
 
 __all__ = ["Site", "SiteKind", "find_sites", "find_value", "graphs", "scope_graphs"]
 

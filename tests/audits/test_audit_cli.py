@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ropeexport as rx
 from ropeexport.cli import main
-from tests.audit.planted import (
+from tests.audits.planted import (
     CASES,
     ORT_REFUSES,
     external,
@@ -96,7 +96,7 @@ def _alibi_heads(tmp: Path) -> tuple[Path, Path]:
     """A 12-head ALiBi model audited against an 8-head config."""
     import ropeexport as rx
     from ropeexport.families.alibi.reference import spec_slopes
-    from tests.audit.planted import alibi_model, write_config
+    from tests.audits.planted import alibi_model, write_config
 
     twelve = rx.from_hf_config(write_config(tmp, "alibi12"))[0]
     return alibi_model(tmp / "model.onnx", spec_slopes(twelve)), write_config(tmp, "alibi8")

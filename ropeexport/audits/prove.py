@@ -137,7 +137,7 @@ class DecoderProof:
     def _session(self, path: Path) -> Any:
         import onnxruntime as ort
 
-        from ropeexport.audit.model import ort_reason, quiet
+        from ropeexport.audits.model import ort_reason, quiet
 
         if str(path) not in self._sessions:
             try:
@@ -175,7 +175,7 @@ class DecoderProof:
         not run. A call ONNX Runtime refuses, or logits of another shape than the recompute's, is a SpecError: the
         proof cannot judge the model (``graft`` asks this of the original before it writes anything).
         """  # noqa: D205
-        from ropeexport.audit.model import ort_reason, quiet
+        from ropeexport.audits.model import ort_reason, quiet
         from ropeexport.decoder.verify import TOLERANCE
 
         key = (str(path), str(Path(path).stat().st_mtime_ns))

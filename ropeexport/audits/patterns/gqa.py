@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audit.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, attr, operator_sites
+from ropeexport.audits.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, attr, operator_sites
 
 TOKENS = 8
 
@@ -57,7 +57,7 @@ def check_reader(node: ir.Node, cos: np.ndarray, sin: np.ndarray, spec: Any) -> 
     import onnxruntime as ort
     from onnx import helper
 
-    from ropeexport.audit.model import ort_reason, quiet
+    from ropeexport.audits.model import ort_reason, quiet
 
     heads, kv = attr(node, "num_heads"), attr(node, "kv_num_heads") or attr(node, "num_heads")
     packed = len(node.inputs) < 2 or node.inputs[1] is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audit.patterns.base import Pattern, Site, SiteKind, Walk, ancestors
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, ancestors
 
 PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
 POSITIONAL = ("attention_mask", "position_ids")

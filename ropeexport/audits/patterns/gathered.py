@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audit.patterns.base import Pattern, Site, SiteKind, Walk, ancestors, attr, index_of, model_inputs
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, ancestors, attr, index_of, model_inputs
 
 
 def _chosen_by_if(graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> tuple[ir.Value, ir.Value] | None:

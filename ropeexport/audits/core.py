@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.audit.checks import check_bias_site, check_rope_site
-from ropeexport.audit.model import load_model, position_spec, refusal
-from ropeexport.audit.observe import Evaluator
-from ropeexport.audit.sites import SiteKind, find_sites
+from ropeexport.audits.checks import check_bias_site, check_rope_site
+from ropeexport.audits.model import load_model, position_spec, refusal
+from ropeexport.audits.observe import Evaluator
+from ropeexport.audits.sites import SiteKind, find_sites
 from ropeexport.errors import SpecError
 from ropeexport.version import __version__
 
