@@ -30,14 +30,14 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropeexport.errors import ArtifactError, InputError, OutputError, SpecError
 from ropeexport.graph.onnx_io import sha256
-from ropeexport.inputs import read_json
+from ropeexport.inputs import read_json, read_text
 from ropeexport.specs import NAME_PATTERN
 
 MANIFEST = "manifest.json"
@@ -50,6 +50,7 @@ WRITE_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQU
 LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>building|old)\.(?P<pid>\d+)\.[^/]+$")
 LEGACY_LEFTOVER = re.compile(r"^\.building-(?P<name>.+)$")  # decoder work folders of ropeexport before the store
 LOCK = re.compile(r"^\.(?P<name>.+)\.lock$")
+COMMITTING = re.compile(r"^\.(?P<name>.+)\.committing$")  # a file output's commit in progress (``commit_files``)
 
 
 def check_name(name: Any, field: str = "name") -> str:
@@ -101,6 +102,14 @@ def read_artifact_json(path: Path, field: str) -> Any:
         return read_json(path, field)
     except InputError as exc:
         raise ArtifactError(exc.field, exc.message) from None
+
+
+def read_text_safely(path: Path) -> str:
+    """A small text file of ours ("" when it does not read as one: a FIFO is never opened)."""
+    try:
+        return read_text(path, path.name, max_bytes=2**16)
+    except InputError:
+        return ""
 
 
 def is_artifact(folder: Path) -> bool:
@@ -327,11 +336,31 @@ class Draft:
                 out[relative] = sha256(path)
         return out
 
-    def commit(self, manifest: Mapping[str, Any], passed: bool) -> Committed:
+    def commit_files(self, names: list[str]) -> Committed:
+        """Move files of the work folder into the root, the last of ``names`` last: an output that is a file (a
+        grafted model), whose appearance says it is there (a model after its external data file).
+
+        A marker ``.NAME.committing`` lists the files while they move; a crash between two moves leaves it, and the
+        next writer of the store removes the files that arrived (the last one never did).
+        """  # noqa: D205
+        root = self.store.root
+        marker = root / f".{self.name}.committing"
+        marker.write_text("".join(f"{n}\n" for n in names))
+        mask = _umask()
+        for name in names:
+            (self.path / name).chmod(0o666 & ~mask)
+        for name in names:
+            os.replace(self.path / name, root / name)
+        marker.unlink()
+        self.committed = Committed(root / names[-1])
+        return self.committed
+
+    def commit(self, manifest: Mapping[str, Any], passed: bool, guard_verified: bool = True) -> Committed:
         """Write manifest.json (``manifest`` plus schema, name and every file's sha256), then move the folder in.
 
         ``passed``: whether the artifact verified. A failed one does not replace a verified artifact at NAME: it
-        goes to ``_failed/NAME`` instead (module doc).
+        goes to ``_failed/NAME`` instead (module doc), unless ``guard_verified`` is False (a report folder, which is
+        replaced whatever it says).
         """
         from ropeexport.report import write_json
 
@@ -345,7 +374,7 @@ class Draft:
                 path.chmod(0o666 & ~mask)
         self.store.room_for_the_index()
         failed = self.store.root / FAILED / self.name
-        if not passed and is_verified(self.target):
+        if guard_verified and not passed and is_verified(self.target):
             failed.parent.mkdir(exist_ok=True)
             _swap_in(self.path, failed)
             self.committed = Committed(failed, kept=self.target)
@@ -359,6 +388,7 @@ class Draft:
         return self.committed
 
 
+Owned = Callable[[Path], bool]  # a writer's test for a folder of its own that predates manifests
 INDEX_MARGIN = 256 * 2**10  # an index entry is about 2 KiB; the margin leaves room for many and for the HTML
 
 
@@ -382,16 +412,19 @@ class Store:
         """``root/name`` for a valid name."""
         return self.root / check_name(name)
 
-    def check(self, name: str, spec: Mapping[str, Any] | None = None, replace: bool = False) -> Path:
-        """``root/name``, refusing a folder there that is not a ropeexport artifact, or (unless ``replace``) one built
-        from another spec than ``spec`` (a dict as ``spec.to_dict()`` gives); the same spec again is a rebuild.
+    def check(
+        self, name: str, spec: Mapping[str, Any] | None = None, replace: bool = False, ours: Owned | None = None
+    ) -> Path:
+        """``root/name``, refusing a folder there that is not a ropeexport artifact (nor, by ``ours``, a folder its
+        writer recognises as its own), or (unless ``replace``) one built from another spec than ``spec`` (a dict as
+        ``spec.to_dict()`` gives); the same spec again is a rebuild.
         """  # noqa: D205
         self.check_root()
         target = self.target(name)
         if target.is_symlink():
             raise SpecError("out_dir", f"{str(target)!r} is a symbolic link; ropeexport replaces only its own "
                             "folders")  # fmt: skip
-        if target.exists() and not is_artifact(target):
+        if target.exists() and not is_artifact(target) and not (ours is not None and ours(target)):
             raise SpecError("out_dir", f"{str(target)!r} exists and is not a ropeexport artifact; choose another "
                             "`out_dir` or `name`")  # fmt: skip
         if spec is not None and not replace and target.exists():
@@ -416,7 +449,8 @@ class Store:
             return []
         by_name: dict[str, list[Path]] = {}
         for path in self.root.iterdir():
-            match = LEFTOVER.match(path.name) or LEGACY_LEFTOVER.match(path.name) or LOCK.match(path.name)
+            match = (LEFTOVER.match(path.name) or LEGACY_LEFTOVER.match(path.name) or LOCK.match(path.name)
+                     or COMMITTING.match(path.name))  # fmt: skip
             if match and not (path.is_symlink() and LOCK.match(path.name) is None):
                 by_name.setdefault(match.group("name"), []).append(path)
         removed = []
@@ -437,6 +471,8 @@ class Store:
     def _clean_one(self, name: str, path: Path) -> list[str]:
         if LOCK.match(path.name):
             return []  # released (unlinked) with the lock itself
+        if COMMITTING.match(path.name):
+            return self._unfinished_commit(name, path)
         match = LEFTOVER.match(path.name)
         if path.is_symlink() or not path.is_dir():
             return []
@@ -445,6 +481,20 @@ class Store:
             return []
         shutil.rmtree(path, ignore_errors=True)
         return [] if path.exists() else [path.name]
+
+    def _unfinished_commit(self, name: str, marker: Path) -> list[str]:
+        """The files a ``commit_files`` that died had moved in before its last one: removed (module doc)."""
+        removed = []
+        if not (self.root / name).exists():
+            listed = read_text_safely(marker)
+            for line in listed.splitlines():
+                if line and "/" not in line and "\0" not in line and line not in (".", ".."):
+                    path = self.root / line
+                    if path.is_file() and not path.is_symlink():
+                        path.unlink()
+                        removed.append(line)
+        marker.unlink(missing_ok=True)
+        return removed
 
     def room_for_the_index(self) -> None:
         """Raise ENOSPC unless the tree can still hold a rewritten index once this artifact lands.
@@ -457,14 +507,16 @@ class Store:
             raise OSError(errno.ENOSPC, "No space left on device (no room to index the artifact)")
 
     @contextlib.contextmanager
-    def draft(self, name: str, spec: Mapping[str, Any] | None = None, replace: bool = False) -> Iterator[Draft]:
+    def draft(
+        self, name: str, spec: Mapping[str, Any] | None = None, replace: bool = False, ours: Owned | None = None
+    ) -> Iterator[Draft]:
         """A work folder for artifact ``name``, locked against other writers of it (module doc).
 
         Checks the target (``check``), cleans leftovers, yields the draft; the caller writes its files and calls
         ``commit``. Leaving without a commit (an error, Ctrl-C) removes the work folder and any folder the draft
         created; a full or read-only disk becomes an OutputError saying nothing was changed.
         """
-        self.check(name, spec, replace)
+        self.check(name, spec, replace, ours)
         created = [p for p in (self.root, *self.root.parents) if not p.exists()]  # removed again on failure
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -480,7 +532,7 @@ class Store:
         draft: Draft | None = None
         try:
             self.clean(holding=name)
-            self.check(name, spec, replace)  # again, under the lock: a writer that just finished may have changed it
+            self.check(name, spec, replace, ours)  # again, under the lock: a writer that just finished may have changed it
             work = Path(tempfile.mkdtemp(prefix=f".{name}.building.{os.getpid()}.", dir=self.root))
             draft = Draft(self, name, work)
             yield draft

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from ropeexport.audits.model import load_model, position_spec, refusal
 from ropeexport.audits.observe import Evaluator
 from ropeexport.audits.sites import SiteKind, find_sites
 from ropeexport.errors import SpecError
+from ropeexport.store import Store, read_object
 from ropeexport.version import __version__
 
 
@@ -159,25 +157,32 @@ def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditRe
     return result
 
 
+def _an_audit(folder: Path) -> bool:
+    """A report folder an earlier audit wrote (audit.json, before audit folders had a manifest): replaced too."""
+    return (folder / "audit.json").is_file() and not (folder / "manifest.json").exists()
+
+
 def write(result: AuditResult, out: str | Path) -> list[Path]:
-    """audit.json, audit.md and audit.html into ``out``, whole or not at all (a previous audit's folder is updated)."""
+    """audit.json, audit.md and audit.html into the folder ``out`` through the store (``ropeexport.store``): whole or
+    not at all, a previous audit's folder replaced (whatever either says), any other folder refused.
+    """  # noqa: D205
     out = Path(out)
-    if out.exists() and not (out / "audit.json").is_file():
-        raise SpecError("out_dir", f"{str(out)!r} exists and holds no audit: give a new folder or a previous audit's")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        (scratch / "audit.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-        (scratch / "audit.md").write_text(result.markdown())
-        (scratch / "audit.html").write_text(result.html())
-        if not out.exists():
-            umask = os.umask(0)
-            os.umask(umask)
-            scratch.chmod(0o777 & ~umask)  # mkdtemp made it private; the report folder is an ordinary one
-            scratch.rename(out)
-        else:
-            for name in ("audit.json", "audit.md", "audit.html"):
-                os.replace(scratch / name, out / name)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    if (out.exists() or out.is_symlink()) and not is_audit(out):
+        raise SpecError("out_dir", f"{str(out)!r} exists and holds no audit: give a new folder or a previous "
+                        "audit's")  # fmt: skip
+    record = {"model": result.model, "hf_config": result.config}
+    with Store(out.parent).draft(out.name, record, replace=True, ours=_an_audit) as draft:
+        (draft.path / "audit.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        (draft.path / "audit.md").write_text(result.markdown())
+        (draft.path / "audit.html").write_text(result.html())
+        manifest = {"artifact": "audit", "spec": record, "verdict": result.verdict, "ropeexport_version": __version__}
+        draft.commit(manifest, result.verdict == "exact", guard_verified=False)
     return [out / "audit.json", out / "audit.md", out / "audit.html"]
+
+
+def is_audit(folder: Path) -> bool:
+    """A folder (no link) an audit wrote: a manifest whose artifact is ``audit``, or an earlier audit's audit.json."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    manifest = read_object(folder / "manifest.json", "manifest.json")
+    return _an_audit(folder) or (manifest is not None and manifest.get("artifact") == "audit")

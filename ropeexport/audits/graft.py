@@ -26,9 +26,6 @@ of original_max_position_embeddings (``audit.prove``); the grafted model must pa
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +43,7 @@ from ropeexport.audits.rows import prune, replace_computed
 from ropeexport.audits.sites import find_value, scope_graphs
 from ropeexport.audits.tables import replace_tables
 from ropeexport.errors import SpecError
+from ropeexport.store import Store
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
 TRUSTS = ("model", "config")
@@ -112,16 +110,19 @@ def graft(
     if proof is not None:
         proof.judge(source)
     graph, replaced = _replace(load_model(source), source, before, spec)
-    _save(graph, target)
     result = GraftResult(target, replaced, before, changed_schedule=implied)
-    try:
-        result.after = audit(target, hf_config)
-        result.short_call = _compare(original, _short_outputs(target, spec))
+    # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
+    # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.
+    with Store(target.parent).draft(target.name) as draft:
+        grafted = draft.path / target.name
+        ir.save(graph, grafted, external_data=f"{target.name}.data", size_threshold_bytes=1024)
+        result.after = audit(grafted, hf_config)
+        result.after.model = str(target)
+        result.short_call = _compare(original, _short_outputs(grafted, spec))
         if proof is not None:
-            result.decoder = proof.run({"original": source, "grafted": target})
-    except Exception:
-        _remove(target)
-        raise
+            result.decoder = proof.run({"original": source, "grafted": grafted})
+        written = sorted(p.name for p in draft.path.iterdir())
+        draft.commit_files(sorted(written, key=lambda n: n == target.name))  # the model file last
     return result
 
 
@@ -168,23 +169,6 @@ def _replace(graph: ir.Model, source: Path, before: AuditResult, spec: Any) -> t
         prune(proto.graph)
         graph = ir.serde.deserialize_model(proto)
     return graph, replaced
-
-
-def _save(model: ir.Model, target: Path) -> None:
-    """The model into ``target`` (tables external beside it, data file ``<name>.data``), whole or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".graft-", dir=target.parent))
-    try:
-        ir.save(model, scratch / target.name, external_data=f"{target.name}.data", size_threshold_bytes=1024)
-        for name in sorted(os.listdir(scratch), key=lambda n: n == target.name):  # the model file last
-            os.replace(scratch / name, target.parent / name)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _remove(target: Path) -> None:
-    for path in (target, target.with_name(f"{target.name}.data")):
-        path.unlink(missing_ok=True)
 
 
 def short_call(original: Path, grafted: Path, spec: Any, tokens: int = 8) -> dict[str, Any]:

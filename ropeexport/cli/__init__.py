@@ -1,7 +1,7 @@
 """The ``ropeexport`` command: a thin layer over the library.
 
 Exit codes: 0 ok, 1 verification failed, 2 bad input, 3 verified but a runtime you asked for could not run here,
-130 interrupted.
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -171,11 +172,22 @@ class _PipeSafeStdout:
         return getattr(self._stream, name)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is so that it unwinds as Ctrl-C does: a write in flight is removed."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the subcommand, map errors to exit codes (the module docstring lists them)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
     sys.stdout = _PipeSafeStdout(stdout)  # type: ignore[assignment]
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         # Everything, start-up imports included, runs inside this try: Ctrl-C at any moment exits 130, one line.
         command = _command(argv)
@@ -184,10 +196,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RopeExportError as exc:
         sys.stderr.write(f"ropeexport: error: {error_line(exc)}\n")
         return 2
-    except KeyboardInterrupt:  # finished artifacts are whole and indexed; the one in flight left nothing
-        sys.stderr.write("ropeexport: interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:  # finished artifacts are whole and indexed; the one in flight left nothing
+        terminated = isinstance(exc, Terminated)
+        sys.stderr.write(f"ropeexport: {'terminated' if terminated else 'interrupted'}\n")
+        return 143 if terminated else 130
     finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
         sys.stdout.flush()
         sys.stdout = stdout
 
@@ -201,11 +216,13 @@ def entry() -> None:
     """
     try:
         code = main()
-    except KeyboardInterrupt:  # between main's own handler and here
-        sys.stderr.write("ropeexport: interrupted\n")
-        code = 130
+    except KeyboardInterrupt as exc:  # between main's own handler and here
+        terminated = isinstance(exc, Terminated)
+        sys.stderr.write(f"ropeexport: {'terminated' if terminated else 'interrupted'}\n")
+        code = 143 if terminated else 130
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if code == 130:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if code in (130, 143):
         # CPython remembers a KeyboardInterrupt raised inside C code that runs Python (an extension's import does)
         # even when it was caught, and then ends the process by SIGINT (exit -2) at shutdown: leave at once, with
         # the code said. Everything is written and flushed by now; an interrupted build cleaned up as it unwound.

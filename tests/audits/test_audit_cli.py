@@ -46,7 +46,8 @@ def test_exit_code_report_files_and_json(case, code: int, tmp_path: Path, capsys
     if code:
         assert "rope_scaling ignored" in markdown
     assert main(["audit", str(model), "--hf-config", str(config), "--out", str(out)]) == code  # a rerun updates it
-    assert sorted(p.name for p in out.iterdir()) == ["audit.html", "audit.json", "audit.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["audit.html", "audit.json", "audit.md", "manifest.json"]
+    assert sorted(json.loads((out / "manifest.json").read_text())["files"]) == ["audit.html", "audit.json", "audit.md"]
     page = (out / "audit.html").read_text()
     assert f"ropeexport audit: {written['verdict']}" in page and page.count("data:image/png;base64,") == 1
     probes = written["sites"][0]["probes"]

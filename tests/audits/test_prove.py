@@ -134,3 +134,56 @@ def test_the_api_takes_a_checkpoint(phi3: Path, tmp_path: Path) -> None:
     model = _decoder(tmp_path / "right", phi3, "decomposed", unscaled=False)
     result = rx.graft(model, phi3 / "config.json", tmp_path / "same.onnx", checkpoint=phi3)
     assert result.replaced == [] and result.proven and result.decoder["passed"]["grafted"]
+
+
+# (signal, the exit it gives): SIGKILL ends the process where it is; SIGINT and SIGTERM unwind it (exit 130 / 143)
+INTERRUPTS = [("SIGKILL", -9), ("SIGINT", 130), ("SIGTERM", 143)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "code"), INTERRUPTS, ids=[i[0] for i in INTERRUPTS])
+def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: int, phi3: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from ropeexport.store import Store
+
+    model = _decoder(tmp_path / "planted", phi3, "fused", unscaled=True)
+    out = tmp_path / "fixed" / "model.onnx"
+    marker = tmp_path / "proving"
+    script = tmp_path / "graft.py"
+    # The proof of the grafted model is where the process is stopped: the grafted file exists by then, unproven.
+    script.write_text(textwrap.dedent(f"""
+        import pathlib, sys, time
+        from ropeexport.audits import prove
+        real = prove.DecoderProof.run
+        def run(self, models):
+            if "grafted" in models:
+                pathlib.Path({str(marker)!r}).write_text("here")
+                time.sleep(600)
+            return real(self, models)
+        prove.DecoderProof.run = run
+        from ropeexport.cli import main
+        sys.exit(main(["graft", {str(model)!r}, "--hf-config", {str(phi3 / "config.json")!r}, "--out",
+                       {str(out)!r}, "--trust", "config", "--checkpoint", {str(phi3)!r}]))
+    """))
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, str(script)], env=os.environ | {"PYTHONPATH": str(root)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "the graft never reached its proof"
+        time.sleep(0.05)
+    proc.send_signal(getattr(signal, name))
+    assert proc.wait(timeout=120) == code
+    err = proc.stderr.read().decode()
+    if code > 0:
+        assert err.strip() == f"ropeexport: {'interrupted' if code == 130 else 'terminated'}", err
+    assert not out.exists() and not out.with_name("model.onnx.data").exists()
+    Store(out.parent).clean()  # what SIGKILL left, the next writer removes; Ctrl-C and SIGTERM left nothing at all
+    assert not out.parent.exists() or [p.name for p in out.parent.iterdir()] == []
