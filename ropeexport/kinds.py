@@ -28,9 +28,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
+
+from ropeexport.specs import SpecBase
+
+if TYPE_CHECKING:  # annotations only: the catalog imports this module and specs load without onnx or torch
+    import onnx
+
+    from ropeexport.runtimes.base import Runner
+    from ropeexport.verification.compare import Tolerance
 
 Feeds = dict[str, np.ndarray]
 # The position inputs of every pair artifact (bias, scores, attention): graphs, probes and oracles share the names.
@@ -66,22 +74,30 @@ class PositionPiece:
     bias64: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
 
 
-@dataclass(frozen=True)
-class ArtifactKind:
-    """The functions that export, feed, and check one artifact kind of one encoding (shapes in the module doc)."""
+S = TypeVar("S", bound=SpecBase)  # the family's spec class (RopeSpec, AlibiSpec, ...)
+Outputs = dict[str, np.ndarray]
+Record = dict[str, Any]  # one check's record in report.json (a table check, a guard, a property)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactKind(Generic[S]):
+    """The functions that export, feed, and check one artifact kind of one encoding (shapes in the module doc).
+
+    Keyword-only: a kind reads as a table of named stages, and a stage added later cannot shift the others.
+    """
 
     encoding: str
     artifact: str
     summary: str
-    export: Callable[[Any], Any]
-    probes: Callable[[Any], tuple[list[Probe], dict[str, Any]]]
-    feeds: Callable[[Any, Probe, np.random.Generator], Feeds]
-    eager: Callable[[Any, Feeds], dict[str, np.ndarray]]
-    oracle: Callable[[Any, Feeds], dict[str, np.ndarray]]
+    export: Callable[[S], onnx.ModelProto]
+    probes: Callable[[S], tuple[list[Probe], dict[str, Any]]]
+    feeds: Callable[[S, Probe, np.random.Generator], Feeds]
+    eager: Callable[[S, Feeds], Outputs]
+    oracle: Callable[[S, Feeds], Outputs]
     locate: Callable[[Probe, str, tuple[int, ...]], dict[str, Any]]
-    tables: Callable[[Any, Path], list[dict[str, Any]]] | None = None
-    guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None
+    tables: Callable[[S, Path], list[Record]] | None = None
+    guards: Callable[[S], list[tuple[str, Feeds]]] | None = None
     curve: Callable[[Probe, str], tuple[str, np.ndarray]] | None = None
-    properties: Callable[[Any, Any], list[dict[str, Any]]] | None = None
-    tolerance: Callable[[Any], Any] | None = None
-    piece: Callable[[Any], PositionPiece] | None = None
+    properties: Callable[[S, Runner], list[Record]] | None = None
+    tolerance: Callable[[S], Tolerance] | None = None
+    piece: Callable[[S], PositionPiece] | None = None
