@@ -58,7 +58,7 @@ _HOMES = {
 __all__ = ["__version__", *_HOMES]
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on first use (__getattr__)
-    from ropeexport.api import (
+    from ropeexport.api import (  # noqa: F401
         audit,
         build,
         build_all,
@@ -77,16 +77,16 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
         spec,
         verify,
     )
-    from ropeexport.audits.core import AuditResult
-    from ropeexport.audits.graft import GraftResult
-    from ropeexport.decoder.kind import DecoderVerifyResult
-    from ropeexport.decoder.serve import DecoderSession, Generation
-    from ropeexport.decoder.spec import DecoderSpec
-    from ropeexport.pipeline import BuildResult, VerifyResult
-    from ropeexport.report.diff_result import ReportDiff
-    from ropeexport.results import Result
-    from ropeexport.specs import SpecBase
-    from ropeexport.trt.compat import CompatResult
+    from ropeexport.audits.core import AuditResult  # noqa: F401
+    from ropeexport.audits.graft import GraftResult  # noqa: F401
+    from ropeexport.decoder.kind import DecoderVerifyResult  # noqa: F401
+    from ropeexport.decoder.serve import DecoderSession, Generation  # noqa: F401
+    from ropeexport.decoder.spec import DecoderSpec  # noqa: F401
+    from ropeexport.pipeline import BuildResult, VerifyResult  # noqa: F401
+    from ropeexport.report.diff_result import ReportDiff  # noqa: F401
+    from ropeexport.results import Result  # noqa: F401
+    from ropeexport.specs import SpecBase  # noqa: F401
+    from ropeexport.trt.compat import CompatResult  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

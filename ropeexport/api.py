@@ -34,7 +34,7 @@ from ropeexport import artifacts, pipeline
 from ropeexport.batch import Job, OnDone, OnStage, Settings
 from ropeexport.batch import build_all as _build_batch
 from ropeexport.catalog import kind_for, spec_from_dict
-from ropeexport.decoder.kind import DecoderKind, DecoderVerifyResult
+from ropeexport.decoder.kind import DecoderKind
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.encoding import EncodingKind
 from ropeexport.errors import ArtifactError, InputError, OutputError, SpecError, renamed

@@ -15,18 +15,14 @@ import pytest
 
 from ropeexport import build, store
 from ropeexport.artifacts import write_index
-from ropeexport.cli import main
-from ropeexport.errors import OutputError, SpecError
+from ropeexport.errors import OutputError
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
+from tests.clirun import run
 
 SMALL = ["build", "--encoding", "alibi", "--num-heads", "2", "--head-dim", "4", "--max-positions", "16"]
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _fail_exchange(monkeypatch: pytest.MonkeyPatch) -> None:

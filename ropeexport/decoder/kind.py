@@ -39,7 +39,6 @@ from ropeexport.decoder.verify import TOLERANCE, verify_decoder
 from ropeexport.encoding import folder_bytes, model_facts
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
-from ropeexport.inputs import read_json
 from ropeexport.pipeline import Outcome, Renderer, Stage, VerifyResult, stored_report, versions
 from ropeexport.report.diff_result import ReportDiff
 from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields

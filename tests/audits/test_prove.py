@@ -27,10 +27,10 @@ from tests.decoder.tiny import checkpoint, hf_config, torch, transformers
 CALLS = ["start", "last position", "L = original", "L = original + 1"]
 
 
-@pytest.fixture(scope="module")
-def phi3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture
+def phi3(tiny_checkpoint) -> Path:  # noqa: ANN001
     """A tiny Phi-3 checkpoint: LongRoPE, max 256 positions, original 64."""
-    return checkpoint(tmp_path_factory.mktemp("phi3") / "checkpoint", "phi3-longrope")
+    return tiny_checkpoint("phi3-longrope")
 
 
 def _decoder(folder: Path, ckpt: Path, graph: str, unscaled: bool) -> Path:

@@ -17,8 +17,8 @@ import onnx
 import pytest
 
 from ropeexport import build
-from ropeexport.cli import main
 from ropeexport.families.alibi.spec import AlibiSpec
+from tests.clirun import run as _run
 
 HUGE = "1" + "0" * 400  # an integer no float holds
 BASE = ["build", "--head-dim", "16", "--num-heads", "2", "--max-positions", "64"]
@@ -85,13 +85,6 @@ BUILD_CASES: list[tuple[str, Setup, str]] = [
 ]  # fmt: skip
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(("setup", "fragment"), [c[1:] for c in BUILD_CASES], ids=[c[0] for c in BUILD_CASES])

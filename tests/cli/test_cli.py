@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ropeexport.catalog import kind_for, kinds
-from ropeexport.cli import main
 from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.spec import RopeSpec
+from tests.clirun import run
 
 SMALL = ["--head-dim", "16", "--num-heads", "4", "--num-kv-heads", "2", "--max-positions", "128"]
 LONGROPE = [
@@ -26,13 +26,6 @@ LONGROPE = [
 ]
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def write(path: Path, text: str) -> Path:

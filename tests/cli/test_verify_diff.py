@@ -9,20 +9,13 @@ import pytest
 
 from ropeexport import build
 from ropeexport.catalog import kind_for
-from ropeexport.cli import main
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.rope.spec import RopeSpec
+from tests.clirun import run
 
 SPEC = RopeSpec(head_dim=16, rotary_dim=12, num_heads=4, num_kv_heads=2, max_positions=256)
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from ropeexport.components.attention.float64 import attention64
 from ropeexport.components.attention.graph import attention_model
 from ropeexport.components.linear import WeightFormat, is_weight, linear, linear64
 from ropeexport.components.mlp import MLPSpec, joined, mlp, mlp64
-from ropeexport.components.norm import NormSpec, add_norm, norm, norm64
+from ropeexport.components.norm import NormSpec, add_norm, norm64
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import GraphBuilder, make_model

@@ -30,8 +30,8 @@ CASES = [(name, "fused") for name in CONFIGS] + [
 
 
 @pytest.mark.parametrize(("name", "graph"), CASES, ids=[f"{n}-{g}" for n, g in CASES])
-def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path) -> None:
-    ckpt = checkpoint(tmp_path / "ckpt", name)
+def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph)
     report = result.report
     failing = [(s["name"], c["index"], c["float64"]["rel"]) for s in report["scenarios"] for c in s["calls"]
@@ -56,8 +56,8 @@ def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_pat
 
 
 @pytest.mark.parametrize(("name", "graph"), [("phi3-longrope", "fused"), ("gpt_neox", "decomposed")])
-def test_fp16_decoder_passes_its_bound(name: str, graph: str, tmp_path: Path) -> None:
-    ckpt = checkpoint(tmp_path / "ckpt", name)
+def test_fp16_decoder_passes_its_bound(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, dtype="fp16")
     assert result.passed, [(s["name"], s["summary"]["worst_rel"]) for s in result.report["scenarios"]]
     assert result.report["tolerance"]["rel"] == 2e-2
@@ -74,8 +74,9 @@ def test_fp16_decoder_passes_its_bound(name: str, graph: str, tmp_path: Path) ->
         ("llama-llama3", {"prompt-across-switch", "decode-across-switch", "far-positions"}),
     ],
 )
-def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], tmp_path: Path) -> None:
-    result = rx.build_decoder(tmp_path / "out", checkpoint=checkpoint(tmp_path / "ckpt", name), eager=False)
+def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], tmp_path: Path,
+                                                tiny_checkpoint) -> None:  # noqa: ANN001
+    result = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), eager=False)
     by_name = {s["name"]: s for s in result.report["scenarios"]}
     assert expected <= set(by_name)
     crossing = by_name["decode-across-switch"]["summary"]
@@ -117,3 +118,14 @@ def test_weights_round_trip_to_transformers_names(name: str, tmp_path: Path) -> 
     current = {old: new for new, old in spec.architecture.aliases.items()}  # transformers saves some legacy names
     for key, value in stored.items():
         assert (back[current.get(key, key)] == value).all(), key
+
+
+def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
+    # An architecture row added to decoder/architectures.py without a tiny transformers config here is never built
+    # from a real checkpoint nor compared with transformers: adding one is its row, its config in tests/decoder/tiny.py
+    # (and a case above), and its pinned model bytes (tests/pinned).
+    from ropeexport.decoder.architectures import ARCHITECTURES
+    from tests.decoder.tiny import CONFIGS
+
+    assert {model_type for model_type, _ in CONFIGS.values()} == set(ARCHITECTURES)
+    assert {name.split("-")[0] for name, _ in CASES} >= {n.split("-")[0] for n in CONFIGS}

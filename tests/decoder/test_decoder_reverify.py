@@ -22,29 +22,19 @@ import pytest
 from onnx import numpy_helper
 
 import ropeexport as rx
-from ropeexport.cli import main
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.kind import DecoderVerifyResult, rebuild_spec
 from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.graph.onnx_io import save_model, sha256
 from tests.report.sample_report import minimal_report
+from tests.clirun import run
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    result = rx.build_decoder(tmp_path_factory.mktemp("decoder"), preset="llama-2-7b", num_layers=1, hidden_size=256,
-                              vocab_size=128, eager=False)  # fmt: skip
-    assert result.passed
-    return result.path
+@pytest.fixture
+def built(seeded_decoder: Path) -> Path:
+    return seeded_decoder
 
 
 @pytest.fixture

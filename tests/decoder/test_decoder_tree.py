@@ -15,23 +15,16 @@ from typing import Any
 import pytest
 
 import ropeexport as rx
-from ropeexport.cli import main
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.errors import SpecError
 from ropeexport.artifacts import write_index
+from tests.clirun import run
 
 # The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
 ENTRY_KEYS = ["name", "encoding", "artifact", "dtype", "graph", "max_positions", "passed", "status", "path", "report",
               "worst_max_abs", "worst_ratio", "bytes", "build_seconds", "origin", "runtimes", "versions"]  # fmt: skip
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -39,15 +32,14 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+def tree(tmp_path_factory: pytest.TempPathFactory, seeded_decoder: Path) -> tuple[Path, Path, Path]:
     """(OUT, the decoder's folder, bloom's folder): a decoder built first, then an ordinary artifact into its tree."""
     out = tmp_path_factory.mktemp("tree") / "out"
-    decoder = rx.build_decoder(out, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
-    assert decoder.passed
+    shutil.copytree(seeded_decoder.parent, out)  # the session's decoder, built into its own tree
     assert (out / "index.json").is_file()  # the decoder build made OUT a tree, so the next build indexes both
     bloom = rx.build(rx.from_preset("bloom-560m", max_positions=256)[0], out)
     assert bloom.passed
-    return out, decoder.path, bloom.path
+    return out, out / seeded_decoder.name, bloom.path
 
 
 @pytest.fixture

@@ -52,10 +52,8 @@ def _genai(folder: Path, prompt: list[int], count: int) -> list[int]:
 
 
 @pytest.mark.parametrize(("name", "graph"), CASES, ids=[f"{n}-{g}" for n, g in CASES])
-def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path: Path) -> None:
-    result = rx.build_decoder(
-        tmp_path / "out", checkpoint=checkpoint(tmp_path / "ckpt", name), graph=graph, eager=False
-    )
+def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    result = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), graph=graph, eager=False)
     assert result.passed
     folder = result.path
     config = json.loads((folder / "genai_config.json").read_text())
@@ -114,11 +112,13 @@ def _genai_re_prefilled(folder: Path, prompt: list[int], count: int, limit: int)
     return out
 
 
-def test_onnxruntime_genai_re_prefilled_across_the_longrope_switch_is_the_float64_truth(tmp_path: Path) -> None:
+def test_onnxruntime_genai_re_prefilled_across_the_longrope_switch_is_the_float64_truth(
+    tmp_path: Path, tiny_checkpoint  # noqa: ANN001
+) -> None:
     """Served by onnxruntime-genai past original_max_position_embeddings (64), every token the build's exact loop
     picked, and so the float64 recompute's (the build judged each of those calls against it).
     """  # noqa: D205
-    result = rx.build_decoder(tmp_path / "out", checkpoint=checkpoint(tmp_path / "ckpt", "phi3-longrope"), eager=False)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint("phi3-longrope"), eager=False)
     assert result.passed
     folder = result.path
     config = json.loads((folder / "genai_config.json").read_text())

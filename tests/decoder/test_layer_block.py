@@ -23,8 +23,9 @@ CASES = [("llama-biases", "fused"), ("mistral-window", "decomposed"), ("phi3-lon
 
 
 @pytest.mark.parametrize(("name", "graph"), CASES, ids=[f"{n}-{g}" for n, g in CASES])
-def test_checkpoint_layer_block_builds_and_verifies_again(name: str, graph: str, tmp_path: Path) -> None:
-    ckpt = checkpoint(tmp_path / "ckpt", name)
+def test_checkpoint_layer_block_builds_and_verifies_again(name: str, graph: str, tmp_path: Path,
+                                                          tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint(name)
     result = rx.build_layer_block(ckpt, tmp_path / "out", layer=1, graph=graph)
     assert result.passed, [c["worst"] for c in result.report["comparisons"] if not c["passed"]]
     origin = json.loads((result.path / "manifest.json").read_text())["build"]["origin"]

@@ -12,6 +12,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,15 +48,13 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[Path, Path]]:
+def built(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Any) -> dict[tuple[str, str], tuple[Path, Path]]:
     """(checkpoint, graph) -> (checkpoint folder, built decoder folder), built once for the module."""
     root = tmp_path_factory.mktemp("serve")
     out: dict[tuple[str, str], tuple[Path, Path]] = {}
     for name, graph, *_ in CASES.values():
         if (name, graph) not in out:
-            ckpt = root / "ckpt" / name
-            if not ckpt.exists():
-                checkpoint(ckpt, name)
+            ckpt = tiny_checkpoint(name)
             result = rx.build_decoder(root / "out", checkpoint=ckpt, graph=graph, eager=False)
             assert result.passed
             out[name, graph] = (ckpt, result.path)

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,15 +77,15 @@ def test_the_feature_specs_write_their_pinned_models(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Any) -> dict[str, tuple[Path, Path]]:
     """{name: (its config.json, a random checkpoint)} for every tiny architecture of tests/decoder/tiny.py."""
-    from tests.decoder.tiny import CONFIGS, checkpoint, hf_config
+    from tests.decoder.tiny import CONFIGS, hf_config
 
     root = tmp_path_factory.mktemp("pinned")
     out = {}
     for name in CONFIGS:
         hf_config(name).save_pretrained(root / "cfg" / name)
-        out[name] = (root / "cfg" / name / "config.json", checkpoint(root / "ckpt" / name, name))
+        out[name] = (root / "cfg" / name / "config.json", tiny_checkpoint(name))
     return out
 
 

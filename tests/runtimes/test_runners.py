@@ -12,7 +12,7 @@ from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes import open_runner
 from tests.cases import MAX_POSITIONS, small_spec
-from tests.export.test_rope_export import feeds_for
+from tests.families.test_rope_export import feeds_for
 
 GRAPHS = [
     pytest.param({"graph": g, "scaling": s}, id=f"{g}-{s}")
@@ -83,3 +83,21 @@ def test_unknown_runtime_lists_valid_names(tmp_path: Path) -> None:
     _, path = saved(tmp_path)
     with pytest.raises(ValueError, match="allowed: ort, onnx-reference"):
         open_runner("tensorrt-typo", path)
+
+
+def test_every_runtime_runs_an_artifact_or_says_why(tmp_path: Path) -> None:
+    # The runtimes table (runtimes.RUNTIMES) is what --runtime takes: each one either runs a small artifact and gives
+    # the float64 answer's shape, or raises RuntimeUnavailable with a reason (TensorRT without a GPU). A runtime added
+    # to the table without a working runner fails here.
+    from ropeexport.runtimes import RUNTIMES
+
+    spec, path = saved(tmp_path)
+    feeds = feeds_for(spec, np.arange(5, dtype=np.int64)[None])
+    for name in RUNTIMES:
+        try:
+            with open_runner(name, path) as runner:
+                out = runner.infer(feeds)
+        except RuntimeUnavailable as why:
+            assert str(why).strip(), name
+            continue
+        assert out["query_out"].shape == feeds["query"].shape, name

@@ -218,7 +218,7 @@ def findings(s: dict, raw: dict, prof: dict) -> list[str]:
                 f"and one broadcasting float32 Mul by the negated slopes writes [b, H, q, k]{cast}. The general "
                 f"graph every bias method takes (clamp, Cast, Expand, mask) is {f(get(s, ex, 'general'))}x "
                 f"({ops(p.get('general', {}))}); the single pass is {f(pair(ex, 'general', 'fused'))}x faster in "
-                "the same rounds and bit for bit the same (tests/encodings/test_alibi.py). It applies where the "
+                "the same rounds and bit for bit the same (tests/families/test_alibi.py). It applies where the "
                 "clamp to the dtype's finite range cannot act (max slope x (max_positions - 1) within range: fp16 "
                 "up to about 78k positions for the steepest slope 0.84); what remains is ORT's broadcasting Mul "
                 + ("against numpy's fill." if dtype == "fp32" else "and the float32 -> fp16 Cast against a fill.")

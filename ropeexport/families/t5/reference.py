@@ -15,7 +15,7 @@ Hugging Face evaluates the log part in float32 and truncates it, so at n where t
 hair off one) float32 can land on the other side. Here the log part is replaced by exact integer boundaries: bucket
 E + t starts at the smallest n with (n / E)^N >= (max_distance / E)^t, found from a float64 estimate and settled with
 Python integers, and bucket(n) = min(n, E) + #{t : n >= boundary_t}. The eager reference and the graph both bucket
-with these integer comparisons. tests/encodings/test_t5.py compares the rule with Hugging Face's float32 formula:
+with these integer comparisons. tests/families/test_t5.py compares the rule with Hugging Face's float32 formula:
 they agree at every distance for T5's own settings (32 buckets, max distance 128) and part only at rare boundaries of
 unusual ones (34 buckets with max distance 27, for one).
 
