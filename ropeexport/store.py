@@ -282,8 +282,9 @@ class _Lock:
                 same = False
             if same:
                 self.fd = fd
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                with contextlib.suppress(OSError):  # the pid is for the message only: a full disk must not stop it
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()}\n".encode())
                 return True
             os.close(fd)
 

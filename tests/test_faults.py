@@ -177,3 +177,73 @@ def test_the_index_lists_a_folder_whose_manifest_is_gone_bad(tmp_path: Path) -> 
     build(AlibiSpec(name="a", num_heads=2, head_dim=4, max_positions=16), tmp_path)
     (tmp_path / "a" / "manifest.json").write_text("[")
     assert [a["status"] for a in write_index(tmp_path)["artifacts"]] == ["unreadable"]
+
+
+def _fill(disk: Path) -> None:
+    """Fill a small tmpfs to the last few KiB: the next real write runs out of space."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _audit_case(tmp: Path) -> tuple[Path, Path]:
+    import ropeexport as rx
+    from tests.audits.planted import CASES as PLANTED
+    from tests.audits.planted import write_config
+
+    case = next(c for c in PLANTED if c.name == "exact-gqa-llama3")
+    config = write_config(tmp, case.config)
+    return case.build(tmp / "model.onnx", rx.from_hf_config(config)[0]), config
+
+
+def _audit(tmp: Path, disk: Path) -> list[str]:
+    model, config = _audit_case(tmp)
+    return ["audit", str(model), "--hf-config", str(config), "--out", str(disk / "report")]
+
+
+def _graft(tmp: Path, disk: Path) -> list[str]:
+    model, config = _audit_case(tmp)
+    return ["graft", str(model), "--hf-config", str(config), "--out", str(disk / "fixed" / "model.onnx")]
+
+
+def _verify(tmp: Path, disk: Path) -> list[str]:
+    build(AlibiSpec(name="a", num_heads=2, head_dim=4, max_positions=16), disk)
+    return ["verify", str(disk / "a")]
+
+
+# (command, what the disk is made: full or read-only, the words of the one line)
+DISK_CASES = [
+    ("audit --out", _audit, "full", "No space left on device"),
+    ("audit --out", _audit, "read-only", "Read-only file system"),
+    ("graft --out", _graft, "full", "No space left on device"),
+    ("graft --out", _graft, "read-only", "Read-only file system"),
+    ("verify", _verify, "read-only", "Read-only file system"),
+]
+
+
+@pytest.mark.parametrize(("command", "setup", "state", "words"), DISK_CASES,
+                         ids=[f"{c[0]}-{c[2]}" for c in DISK_CASES])  # fmt: skip
+def test_a_full_or_read_only_disk_is_one_line_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, setup: Any, state: str, words: str
+) -> None:
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "1m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount permission): the disk fault not injectable")
+    try:
+        argv = setup(tmp_path, disk)
+        before = sorted(p.name for p in disk.rglob("*"))
+        if state == "full":
+            _fill(disk)
+            before.append("filler")
+        else:
+            subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
+        code, _, err = run(argv, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, err
+        assert sorted(p.name for p in disk.rglob("*")) == sorted(before)  # nothing half-written, no work left
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

@@ -71,8 +71,9 @@ def _script(out: Path, pause: str, marker: Path, theta: float = 10000.0) -> str:
                     stop_here()
                 return out
             pathlib.Path.rename = rename
-        spec = rx.spec("rope", head_dim=16, num_heads=2, max_positions=64, name="small", theta={theta})
-        rx.build(spec, {str(out)!r}, replace=True)
+        from ropeexport.cli import main
+        raise SystemExit(main(["build", "--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--name",
+                               "small", "--theta", "{theta}", "--out", {str(out)!r}, "--replace", "--quiet"]))
     """)
 
 
@@ -113,24 +114,31 @@ def _copy(verified: Path, tmp_path: Path) -> Path:
     return out
 
 
-# (moment the build is killed at, what NAME holds after: the old build's theta or the new one's)
+# (signal, moment the build gets it, what NAME holds after: the old build's theta or the new one's). SIGKILL stops
+# the process where it is; SIGTERM unwinds it like Ctrl-C (exit 143) and it removes its own work on the way out.
 KILLS = [
-    ("verifying", 10000.0),
-    ("committing", 10000.0),
-    ("exchanged", 20000.0),
-    ("renamed-aside", 10000.0),  # the next writer puts the old artifact back
+    ("SIGKILL", "verifying", 10000.0),
+    ("SIGKILL", "committing", 10000.0),
+    ("SIGKILL", "exchanged", 20000.0),
+    ("SIGKILL", "renamed-aside", 10000.0),  # the next writer puts the old artifact back
+    ("SIGTERM", "verifying", 10000.0),
+    ("SIGTERM", "committing", 10000.0),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("pause", "theta"), KILLS, ids=[k[0] for k in KILLS])
-def test_kill_9_at_any_moment_leaves_a_verifiable_artifact(verified: Path, tmp_path: Path, pause: str,
-                                                           theta: float) -> None:  # fmt: skip
+@pytest.mark.parametrize(("how", "pause", "theta"), KILLS, ids=[f"{k[0]}-{k[1]}" for k in KILLS])
+def test_a_killed_rebuild_leaves_a_verifiable_artifact(verified: Path, tmp_path: Path, how: str, pause: str,
+                                                       theta: float) -> None:  # fmt: skip
     out = _copy(verified, tmp_path)
-    proc = _run_until(out, pause, tmp_path, theta=20000.0)  # a rebuild with another theta, killed mid-way
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert _hidden(out), "a killed build leaves its work (or its lock) behind, to be cleaned by the next writer"
+    proc = _run_until(out, pause, tmp_path, theta=20000.0)  # a rebuild with another theta, stopped mid-way
+    proc.send_signal(getattr(signal, how))
+    code = proc.wait(timeout=60)
+    if how == "SIGTERM":
+        assert code == 143 and proc.stderr.read().decode().strip() == "ropeexport: terminated"
+        assert _hidden(out) == []  # unwound: its work folder and lock went with it
+    else:
+        assert _hidden(out), "a killed build leaves its work (or its lock) behind, to be cleaned by the next writer"
     Store(out).clean()
     assert _hidden(out) == []
     [result] = rx.verify(out / "small")

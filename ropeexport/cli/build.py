@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ropeexport.catalog import encodings, spec_from_dict
 from ropeexport.cli import EXIT_SKIPPED, decoder
-from ropeexport.cli.options import add_tolerance_flags, tolerances
+from ropeexport.cli.options import add_tolerance_flags, ascii_float, ascii_int, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
 from ropeexport.dtypes import DTYPES
@@ -196,10 +196,8 @@ def _typed(field: str, kind: str, value: Any) -> Any:
     """A flag's string as the field's type (bool flags arrive typed); a bad number names the flag's field."""
     if kind not in ("int", "float") or not isinstance(value, str):
         return value
-    try:
-        return int(value) if kind == "int" else float(value)
-    except ValueError:
-        raise SpecError(field, f"must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}") from None
+    # ASCII only: Python's int() and float() also read other scripts' digits (Arabic-Indic, Devanagari, ...).
+    return ascii_int(value, field) if kind == "int" else ascii_float(value, field)
 
 
 def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -325,6 +323,9 @@ def run(args: argparse.Namespace) -> int:
     from ropeexport.store import Store
     from ropeexport.tree import check_tree
 
+    for field in spec_fields():  # an empty value is an error, never "not given" (a script's unset variable)
+        if getattr(args, field, None) == "":
+            raise SpecError(field, "is empty; give a value or leave the flag out")
     if decoder.wants_layer_block(args):
         return decoder.run_layer_block(args, spec_fields(), summary_line)
     if decoder.wants_decoder(args):

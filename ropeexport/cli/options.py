@@ -25,10 +25,9 @@ def _parse(flag: str, items: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in items:
         name, sep, value = item.rpartition(":")
-        try:
-            number = float(value)
-        except ValueError:
-            raise SpecError(f"--{flag}", f"expected VALUE or OUTPUT:VALUE with a number, got {item!r}") from None
+        if not _FLOAT.fullmatch(value.strip()):  # ASCII only (module note at _INTEGER)
+            raise SpecError(f"--{flag}", f"expected VALUE or OUTPUT:VALUE with a number, got {item!r}")
+        number = float(value)
         if not 0 <= number < float("inf"):
             raise SpecError(f"--{flag}", f"must be a finite number >= 0, got {item!r}")
         out[name if sep else ""] = number
@@ -43,6 +42,7 @@ def tolerances(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, fl
 # ASCII digits only: Python's int() also takes Arabic-Indic ("١٢"), full-width and other Unicode digits, "1_000" and
 # surrounding whitespace, so a command line that reads as one number could build or run another.
 _INTEGER = re.compile(r"-?[0-9]{1,30}", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.I)
 
 
 def ascii_int(text: str, field: str) -> int:
@@ -50,6 +50,15 @@ def ascii_int(text: str, field: str) -> int:
     if not isinstance(text, str) or not _INTEGER.fullmatch(text):
         raise SpecError(field, f"must be an integer in ASCII digits (0-9), got {text!r}")
     return int(text)
+
+
+def ascii_float(text: str, field: str) -> float:
+    """``text`` as a float written in ASCII (digits, one '.', an exponent, ``inf``/``nan`` spelled out: the spec's
+    own check refuses those); else SpecError naming ``field``. Python's float() also reads other scripts' digits.
+    """  # noqa: D205
+    if not isinstance(text, str) or not _FLOAT.fullmatch(text.strip()):
+        raise SpecError(field, f"must be a number in ASCII digits (0-9, '.', 'e'), got {text!r}")
+    return float(text)
 
 
 def int_flag(field: str) -> Any:

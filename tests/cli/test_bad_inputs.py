@@ -50,6 +50,11 @@ def _fp16_overflow(tmp: Path) -> str:
     return str(path)
 
 
+def _dangling(tmp: Path) -> str:
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+    return str(tmp / "dangling")
+
+
 Setup = Callable[[Path], list[str]]
 # (id, argv builder, fragment of the one line)
 BUILD_CASES: list[tuple[str, Setup, str]] = [
@@ -58,6 +63,13 @@ BUILD_CASES: list[tuple[str, Setup, str]] = [
     ("rotary-pct-to-0", lambda t: ["build", "--hf-config", _config(t, rotary_pct=0.01)], "rotary_pct"),
     ("empty-hf-config", lambda t: ["build", "--hf-config", ""], "--hf-config: is empty"),
     ("empty-spec", lambda t: ["build", "--spec", ""], "--spec: is empty"),
+    ("empty-name", lambda t: [*BASE, "--name", ""], "name: is empty"),
+    ("name-index-json", lambda t: [*BASE, "--name", "index.json"], "name: 'index.json' is the tree's own index file"),
+    ("name-index-html", lambda t: [*BASE, "--name", "INDEX.HTML"], "the tree's own index file"),
+    ("arabic-indic-integer", lambda t: [*BASE[:-1], "١٢٨"], "max_positions: must be an integer in ASCII digits"),
+    ("arabic-indic-float", lambda t: [*BASE, "--theta", "١٠٠٠٠"], "theta: must be a number in ASCII digits"),
+    ("arabic-indic-atol", lambda t: [*BASE, "--atol", "١"], "--atol: expected VALUE or OUTPUT:VALUE with a number"),
+    ("dangling-link-out", lambda t: [*BASE, "--out", _dangling(t)], "is a link to nothing"),
     ("empty-out", lambda t: [*BASE, "--out", ""], "--out: is empty"),
     ("atol-inf", lambda t: [*BASE, "--atol", "inf"], "--atol"),
     ("rtol-inf", lambda t: [*BASE, "--rtol", "query_out:inf"], "--rtol"),

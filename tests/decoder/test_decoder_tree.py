@@ -8,7 +8,10 @@ import base64
 import copy
 import json
 import re
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +181,61 @@ def test_a_folder_of_the_users_is_refused_as_every_build_refuses_it(tmp_path: Pa
     with pytest.raises(SpecError, match="out_dir: .* is not a ropeexport tree"):
         rx.build_decoder(tmp_path, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+REBUILD = ["build", "--preset", "llama-2-7b", "--artifact", "decoder", "--num-layers", "1", "--hidden-size", "256",
+           "--vocab-size", "128", "--no-eager", "--quiet"]  # fmt: skip
+# (what is planted in the decoder folder, where, what the rebuild ends with): a rebuild reads nothing of the old
+# folder but its manifest, which is read as a regular file of bounded size: nothing hangs or reads without end.
+HOSTILE = [
+    ("a FIFO", _fifo, "decoder.json", 0, ""),
+    ("a link to /dev/zero", _dev_zero, "decoder.json", 0, ""),
+    ("a FIFO", _fifo, "manifest.json", 2, "is not a ropeexport artifact"),
+    ("a link to /dev/zero", _dev_zero, "manifest.json", 2, "is not a ropeexport artifact"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("what", "plant", "where", "code", "text"), HOSTILE, ids=[f"{h[0]} at {h[2]}" for h in HOSTILE])
+def test_a_hostile_file_in_a_decoder_folder_never_hangs_a_rebuild(
+    what: str, plant: Any, where: str, code: int, text: str, seeded_decoder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(seeded_decoder.parent, out)
+    plant(out / seeded_decoder.name / where)
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "ropeexport", *REBUILD, "--out", str(out)], capture_output=True,
+                          text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == code, done.stderr
+    assert text in done.stderr and done.stderr.count("\n") == (1 if code else 0), done.stderr
+    if code == 0:  # replaced, whole, by a decoder that verifies
+        assert rx.verify(out / seeded_decoder.name)[0].passed
+
+
+def test_a_failed_decoder_rebuild_keeps_the_verified_decoder(
+    seeded_decoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ropeexport.decoder import verify
+
+    out = tmp_path / "out"
+    shutil.copytree(seeded_decoder.parent, out)
+    before = (out / seeded_decoder.name / "manifest.json").read_text()
+    monkeypatch.setitem(verify.TOLERANCE, "fp32", 1e-30)  # the same build, judged with no room: every call fails
+    result = rx.build_decoder(out, preset="llama-2-7b", num_layers=1, hidden_size=256, vocab_size=128, eager=False)
+    monkeypatch.undo()
+    assert not result.passed and result.kept == out / seeded_decoder.name
+    assert result.path == out / "_failed" / seeded_decoder.name and (result.path / "report.html").is_file()
+    assert (out / seeded_decoder.name / "manifest.json").read_text() == before
+    assert rx.verify(out / seeded_decoder.name)[0].passed
+    line = next(e for e in _json(out / "index.json")["artifacts"] if e["name"] == seeded_decoder.name)
+    assert line["passed"] and line["failed_rebuild"] == f"_failed/{seeded_decoder.name}/report.html"
