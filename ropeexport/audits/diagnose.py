@@ -141,9 +141,9 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
         if max_abs > tol and not factor_off:  # a wrong factor explains the error already
             findings.append(_rounding(cos[:rows], sin[:rows], inv, seen, max_abs, position, tol))
         return probe
-    for text, candidate in _candidates(spec, length):
+    for misreading, candidate in _candidates(spec, length):
         if _relative(seen, candidate) <= MATCH:
-            findings.append(text)
+            findings.append(misreading)
             return probe
     ratio = seen / inv
     if float(np.std(ratio) / np.mean(ratio)) <= MATCH:

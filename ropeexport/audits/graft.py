@@ -213,6 +213,7 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
         heads = getattr(spec, "num_kv_heads", None) or spec.num_heads  # an ALiBi spec has one head count
+        assert value.dtype is not None, "a model input declares its element type"
         return np.zeros((1, dims[1] or heads, 0, dims[3] or spec.head_dim), value.dtype.numpy())
     if name in ("seqlens_k", "total_sequence_length"):
         count = tokens - 1 if name == "seqlens_k" else tokens
