@@ -302,8 +302,9 @@ class DecoderKind:
         spec = manifest.get("spec") or {}
         position = spec.get("position") or {}
         summaries = [s["summary"] for s in scenarios_ if isinstance(s, dict) and isinstance(s.get("summary"), dict)]
-        rel = {"float64": _max_of(summaries, "worst_rel"), "transformers": _max_of(summaries, "worst_rel_transformers")}
-        rel = {k: v for k, v in rel.items() if v is not None}
+        worst = {"float64": _max_of(summaries, "worst_rel"),
+                 "transformers": _max_of(summaries, "worst_rel_transformers")}  # fmt: skip
+        rel = {k: v for k, v in worst.items() if v is not None}
         worst_abs = _max_of(summaries, "worst_abs")
         tolerance = (report.get("tolerance") or {}).get("rel")
         ratio: dict[str, float] = {}

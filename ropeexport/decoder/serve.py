@@ -166,7 +166,7 @@ class DecoderSession:
         count = 2 * self.spec.num_layers
         current = self._buffers[self._source] if self._buffers else []
         if self.shared:
-            fresh = [[np.zeros((1, kv, capacity, d), self._np_dtype) for _ in range(count)]]
+            fresh: list[list[np.ndarray]] = [[np.zeros((1, kv, capacity, d), self._np_dtype) for _ in range(count)]]
             for new, old in zip(fresh[0], current, strict=False):
                 new[:, :, :n] = old[:, :, :n]
         else:

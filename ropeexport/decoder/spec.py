@@ -310,39 +310,39 @@ def shrink(
     config): head_dim kept, heads = hidden_size / head_dim, the query-per-KV-head ratio kept (at least one KV head),
     the MLP scaled by the same factor. The positional encoding's schedule is untouched.
     """  # noqa: D205
-    config = copy.deepcopy(dict(config))
+    out: dict[str, Any] = copy.deepcopy(dict(config))
     if num_layers is not None:
-        config[_first(config, _LAYERS) or "num_hidden_layers"] = require_int("num_layers", num_layers, 1, 1024)
+        out[_first(out, _LAYERS) or "num_hidden_layers"] = require_int("num_layers", num_layers, 1, 1024)
     if vocab_size is not None:
-        config["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
+        out["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
         # Special ids past the new vocabulary mean nothing (and an absent one takes the class default: Phi-3's pad
         # is 32000), so they are cleared unless they fit.
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            if not (isinstance(config.get(key), int) and config[key] < vocab_size):
-                config[key] = None
+            if not (isinstance(out.get(key), int) and out[key] < vocab_size):
+                out[key] = None
     if hidden_size is None:
-        return config
+        return out
     new = require_int("hidden_size", hidden_size, 1, 2**17)
-    hidden_key, heads_key = _first(config, _HIDDEN), _first(config, _HEADS)
+    hidden_key, heads_key = _first(out, _HIDDEN), _first(out, _HEADS)
     if hidden_key is None or heads_key is None:
         raise SpecError("hidden_size", "the config names no hidden size or head count to shrink")
-    old, heads = int(config[hidden_key]), int(config[heads_key])
-    head_dim = int(config.get("head_dim") or old // heads)
+    old, heads = int(out[hidden_key]), int(out[heads_key])
+    head_dim = int(out.get("head_dim") or old // heads)
     if new % head_dim:
         raise SpecError(
             "hidden_size", f"must be a multiple of head_dim ({head_dim}) to keep the rotary width, got {new}"
         )
     new_heads = new // head_dim
-    if config.get("num_key_value_heads"):
-        kv = max(1, new_heads // max(1, heads // int(config["num_key_value_heads"])))
+    if out.get("num_key_value_heads"):
+        kv = max(1, new_heads // max(1, heads // int(out["num_key_value_heads"])))
         while new_heads % kv:  # the largest count at most the kept ratio that divides the heads
             kv -= 1
-        config["num_key_value_heads"] = kv
-    config[hidden_key], config[heads_key] = new, new_heads
+        out["num_key_value_heads"] = kv
+    out[hidden_key], out[heads_key] = new, new_heads
     for key in ("intermediate_size", "n_inner"):
-        if config.get(key):
-            config[key] = max(1, round(int(config[key]) * new / old))
-    return config
+        if out.get(key):
+            out[key] = max(1, round(int(out[key]) * new / old))
+    return out
 
 
 def from_config(
