@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ropeexport.errors import FieldError, RopeExportError
 from ropeexport.version import __version__
@@ -107,7 +107,7 @@ class _Parser(argparse.ArgumentParser):
             kwargs[key] = plain(kwargs.get(key))
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"ropeexport: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the subcommand, map errors to exit codes (the module docstring lists them)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
-    sys.stdout = _PipeSafeStdout(stdout)  # type: ignore[assignment]
+    sys.stdout = _PipeSafeStdout(stdout)
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
         signal.signal(signal.SIGTERM, _terminate)

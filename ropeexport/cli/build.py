@@ -416,7 +416,7 @@ def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) 
 
 def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -> int:
     """``--dry-run``: every artifact the command would build, validated, and where; nothing is written."""
-    plan = [
+    plan: list[dict[str, Any]] = [
         {
             "name": j.name,
             "path": str(out / j.name),
