@@ -20,10 +20,18 @@ from typing import Any, Protocol
 
 from ropeexport.report import failed_page, write_reports
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.results import JsonObject
 from ropeexport.store import Store, read_object, replace_reports
 from ropeexport.version import __version__
 
-Stage = Callable[..., None]  # stage(name, done=None, total=None): a stage started, or a step of it finished
+
+class Stage(Protocol):
+    """``stage(name)``: a stage started; ``stage(name, done, total)``: ``done`` of its ``total`` steps finished."""
+
+    def __call__(self, stage: str, done: int | None = None, total: int | None = None, /) -> None:
+        """Told as the build or the verification reaches ``stage``."""
+
+
 Renderer = Callable[[dict[str, Any]], str]
 
 
@@ -111,7 +119,7 @@ class BuildResult:
     name: str
     path: Path
     passed: bool
-    report: dict[str, Any]
+    report: JsonObject
     seconds: float
     kept: Path | None = None
 
@@ -123,7 +131,7 @@ class BuildResult:
         """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
         return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The result as plain data: name, path, passed, kept, seconds and the report."""
         return {"name": self.name, "path": str(self.path), "passed": self.passed,
                 "kept": None if self.kept is None else str(self.kept), "seconds": self.seconds,
@@ -136,8 +144,8 @@ class VerifyResult:
 
     path: Path
     passed: bool
-    report: dict[str, Any]
-    stored: dict[str, Any] = field(default_factory=dict)
+    report: JsonObject
+    stored: JsonObject = field(default_factory=dict)
     seconds: float = 0.0
 
     def __bool__(self) -> bool:
@@ -148,7 +156,7 @@ class VerifyResult:
         """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
         return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The result as plain data: path, passed, seconds and the fresh report."""
         return {"path": str(self.path), "passed": self.passed, "seconds": self.seconds, "report": self.report}
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -46,7 +45,7 @@ class LengthCheck:
     tolerance: float = 0.0
     curve: dict[str, list[float]] = field(default_factory=dict)  # worst error per bin of positions: x (bin start), y
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The probe as plain data (audit.json)."""
         return {"length": self.length, "rows": self.rows, "max_abs": self.max_abs, "position": self.position,
                 "exact": self.exact, "attention_factor": self.attention_factor, "findings": self.findings,

@@ -42,6 +42,7 @@ from ropeexport.graph.onnx_io import save_model, sha256
 from ropeexport.inputs import read_json
 from ropeexport.pipeline import Outcome, Renderer, Stage, VerifyResult, stored_report, versions
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.results import JsonObject
 from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields
 from ropeexport.store import MANIFEST_SCHEMA, check_files, inside, read_artifact_json, read_manifest
 from ropeexport.version import __version__
@@ -64,7 +65,7 @@ class DecoderVerifyResult(VerifyResult):
         return {}
 
     @property
-    def scenarios(self) -> list[dict[str, Any]]:
+    def scenarios(self) -> list[JsonObject]:
         """Per scenario re-run: name, passed, worst_rel and agreement now, and the stored ones (None if not stored)."""
         before = {s["name"]: s for s in self.stored.get("scenarios", []) if isinstance(s, dict) and "name" in s}
         rows = []

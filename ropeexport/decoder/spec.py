@@ -28,9 +28,12 @@ from typing import Any
 from ropeexport.catalog import spec_from_dict
 from ropeexport.decoder.architectures import ARCHITECTURES, Architecture, read_layout
 from ropeexport.errors import SpecError
+from ropeexport.families.alibi.spec import AlibiSpec
+from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.hf import import_config
 from ropeexport.specs import NAME_PATTERN, require_choice, require_int
 
+PositionSpec = RopeSpec | AlibiSpec  # a decoder's encoding (the two it takes), as its layers' block spec
 FORMS = ("fused", "decomposed", "tensorrt", "gqa")  # the block forms whose I/O a decoder layer can take as is
 DTYPES = ("fp32", "fp16")  # ONNX Runtime's CPU kernels run no bf16 Attention or MatMul
 POLICIES = ("re-prefill", "keep")
@@ -90,7 +93,7 @@ class LayerSpec:
             raise SpecError("norms", f"names a slot twice: {list(norms)}")
         object.__setattr__(self, "norms", tuple(norms))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The fields as plain data."""
         position = None if self.position is None else dict(self.position)
         return {"position": position, "attention": self.attention, "window": self.window, "norms": list(self.norms)}
@@ -124,7 +127,7 @@ class DecoderSpec:
     norm_eps: float
     act: str
     residual: str
-    position: Mapping[str, Any]
+    position: Mapping[str, object]
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -237,16 +240,16 @@ class DecoderSpec:
         """Layer i's spec."""
         return self.layers[i]
 
-    def layer_position_spec(self, i: int) -> Any | None:
+    def layer_position_spec(self, i: int) -> PositionSpec | None:
         """Layer i's encoding as a ``block`` spec (as ``position_spec``), or None: the layer has none."""
         position = self.layers[i].position
         if position is None:
             return None
         return self.position_spec() if position == self.default_layer().position else self._block(position)
 
-    def position_specs(self) -> list[Any]:
+    def position_specs(self) -> list[PositionSpec]:
         """The distinct ``block`` specs of the layers' encodings, in layer order (the model's first when used)."""
-        out: list[Any] = []
+        out: list[PositionSpec] = []
         for i in range(self.num_layers):
             position = self.layer_position_spec(i)
             if position is not None and position not in out:
@@ -264,13 +267,13 @@ class DecoderSpec:
         """The model type's row of ``decoder.architectures``."""
         return ARCHITECTURES[self.model_type]
 
-    def position_spec(self) -> Any:
+    def position_spec(self) -> PositionSpec:
         """The model's encoding as a ``block`` spec, in the decoder's dtype and form: what scenarios, regimes, the
         context length and reports read (a layer's own: ``layer_position_spec``).
         """  # noqa: D205
         return self._block(self.position)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field but ``sources``, as plain data (what decoder.json and the model's metadata store); ``layers``
         only when some layer differs from the default, each layer as the fields where it does (module doc).
         """  # noqa: D205
@@ -282,14 +285,15 @@ class DecoderSpec:
             out["layers"] = [{k: v for k, v in layer.to_dict().items() if v != default[k]} for layer in self.layers]
         return out
 
-    def replace(self, **changes: Any) -> DecoderSpec:
+    def replace(self, **changes: object) -> DecoderSpec:
         """A copy with ``changes``, validated again. Layers that were the default one stay the default one (a new
         ``position`` or ``sliding_window`` reaches them); the others are kept, unless ``layers`` is given.
         """  # noqa: D205
-        if "layers" not in changes:
+        fields: dict[str, Any] = changes  # any values: ``__post_init__`` validates them, naming the field at fault
+        if "layers" not in fields:
             default = self.default_layer()
-            changes["layers"] = () if self.uniform else tuple(None if x == default else x for x in self.layers)
-        return dataclasses.replace(self, **changes)
+            fields["layers"] = () if self.uniform else tuple(None if x == default else x for x in self.layers)
+        return dataclasses.replace(self, **fields)
 
     def digest_text(self) -> str:
         """The spec as canonical JSON (what the model's metadata stores)."""

@@ -67,7 +67,7 @@ class CompatResult:
     def __bool__(self) -> bool:
         return self.compatible
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready form (the manifest's ``trt_compat``)."""
         return {
             "version": self.version,
