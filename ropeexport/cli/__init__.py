@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ropeexport.errors import FieldError, RopeExportError
@@ -32,6 +32,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graft": ("graft", "replace a foreign model's RoPE tables with exact ones, and prove it"),
 }
 EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
+
+
+def subcommand(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    doc: str | None,
+    run: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """``name``'s parser, for its module's ``add_parser``: its line of ``COMMANDS`` as its help, the module's
+    docstring ``doc`` as its description (shown as written: examples keep their lines), ``run`` as what it runs.
+    """  # noqa: D205
+    parser = sub.add_parser(name, help=COMMANDS[name][1], description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.set_defaults(run=run)
+    return parser
 
 # The one place where library field names become the command line's words. Library errors name fields
 # (``out_dir: ...``) and refer to other fields in backquotes (``give `replace` ...``); spec fields keep their names
