@@ -108,8 +108,23 @@ class Kind(Protocol):
         ...
 
 
+class _Verified:
+    """What a build's and a verification's results share: truth as the verdict, and the runtimes skipped."""
+
+    passed: bool
+    report: JsonObject
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
+        return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
+
+
 @dataclass(frozen=True)
-class BuildResult:
+class BuildResult(_Verified):
     """One built artifact: where it is, whether it verified, and its report (report.json's content).
 
     ``kept``: when this build failed verification and ``name`` held a verified artifact, that artifact stays in place
@@ -123,14 +138,6 @@ class BuildResult:
     seconds: float
     kept: Path | None = None
 
-    def __bool__(self) -> bool:
-        return self.passed
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
-        return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
-
     def to_dict(self) -> dict[str, object]:
         """The result as plain data: name, path, passed, kept, seconds and the report."""
         return {"name": self.name, "path": str(self.path), "passed": self.passed,
@@ -139,7 +146,7 @@ class BuildResult:
 
 
 @dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(_Verified):
     """A re-verified artifact: its folder, verdict, fresh report, and ``stored``, the report it replaced."""
 
     path: Path
@@ -147,14 +154,6 @@ class VerifyResult:
     report: JsonObject
     stored: JsonObject = field(default_factory=dict)
     seconds: float = 0.0
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        """Runtimes that could not run here, with the reason: ``passed`` says nothing about them (the CLI exits 3)."""
-        return {r["name"]: r.get("reason", "") for r in self.report.get("runtimes", []) if r["status"] == "skipped"}
 
     def to_dict(self) -> dict[str, object]:
         """The result as plain data: path, passed, seconds and the fresh report."""
