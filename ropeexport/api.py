@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -54,6 +54,7 @@ from ropeexport.trt.compat import check_trt as _check_trt
 if TYPE_CHECKING:  # loaded when first used: onnx-ir, ONNX Runtime sessions and transformers stay out of import time
     from ropeexport.audits.core import AuditResult
     from ropeexport.audits.graft import GraftResult
+    from ropeexport.decoder.build import DecoderRequest
     from ropeexport.decoder.serve import DecoderSession, Generation
 
 Tolerance = float | Mapping[str, float] | None
@@ -394,8 +395,8 @@ def build_decoder(
     """  # noqa: D205
     from ropeexport.decoder.build import check_buildable, resolve
 
-    request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
-                               max_positions, name)  # fmt: skip
+    request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
+                                                                max_positions, name))  # fmt: skip
     spec, used = resolve(request)
     check_buildable(spec, request)
     out = _path(out_dir, "out_dir")
@@ -471,14 +472,19 @@ def open_decoder(folder: str | Path, threads: int | None = None) -> DecoderSessi
     return DecoderSession(_path(folder, "path"), threads)
 
 
+# A decoder's form and sizes as the API takes them: dtype, graph, num_layers, hidden_size, vocab_size, max_positions,
+# name (``DecoderRequest``'s fields in its order).
+_Form = tuple[str, str, int | None, int | None, int | None, int | None, str | None]
+
+
 def _decoder_request(
     hf_config: str | Path | None,
     checkpoint: str | Path | None,
     preset: str | None,
-    *sizes_and_form: Any,
-) -> Any:
-    """The ``decoder.build.DecoderRequest`` of the API's arguments (``sizes_and_form``: dtype, graph, num_layers,
-    hidden_size, vocab_size, max_positions, name, in that order): paths checked, a preset's config read from its card.
+    sizes_and_form: _Form,
+) -> DecoderRequest:
+    """The ``decoder.build.DecoderRequest`` of the API's arguments: paths checked, a preset's config read from its
+    card.
     """  # noqa: D205
     from ropeexport.decoder.build import DecoderRequest
     from ropeexport.presets import get_preset
@@ -515,8 +521,8 @@ def resolve_decoder(
     """  # noqa: D205
     from ropeexport.decoder.build import check_buildable, resolve
 
-    request = _decoder_request(hf_config, checkpoint, preset, dtype, graph, num_layers, hidden_size, vocab_size,
-                               max_positions, name)  # fmt: skip
+    request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
+                                                                max_positions, name))  # fmt: skip
     spec = resolve(request)[0]
     check_buildable(spec, request)
     return spec

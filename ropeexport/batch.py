@@ -14,14 +14,22 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ropeexport.catalog import spec_from_dict
 from ropeexport.encoding import EncodingKind
-from ropeexport.pipeline import BuildResult, build
+from ropeexport.pipeline import BuildResult, Stage, build
 
-# on_stage(artifact name, stage, done=None, total=None): done/total count a stage's steps (probes) where it has them.
-OnStage = Callable[..., None]
+
+class OnStage(Protocol):
+    """``on_stage(artifact name, stage, done, total)``: ``done`` / ``total`` count a stage's steps (probes) where it
+    has them (None where it has none).
+    """  # noqa: D205
+
+    def __call__(self, name: str, stage: str, done: int | None = None, total: int | None = None, /) -> None:
+        """Told in the calling process, as the worker building ``name`` reaches ``stage``."""
+
+
 OnDone = Callable[[BuildResult], None]
 
 
@@ -50,7 +58,7 @@ class Settings:
     replace: bool = False  # replace an artifact of the same name built from another spec
 
 
-def _build(job: Job, settings: Settings, stage: Callable[..., None]) -> BuildResult:
+def _build(job: Job, settings: Settings, stage: Stage) -> BuildResult:
     kind = EncodingKind(settings.runtimes, settings.atol, settings.rtol)
     return build(kind, spec_from_dict(job.spec), settings.out, settings.replace, job.origin, job.sources, stage)
 

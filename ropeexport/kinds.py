@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
+from ropeexport.errors import SpecError
 from ropeexport.specs import SpecBase
 
 if TYPE_CHECKING:  # annotations only: the catalog imports this module and specs load without onnx or torch
@@ -101,3 +102,9 @@ class ArtifactKind(Generic[S]):
     properties: Callable[[S, Runner], list[Record]] | None = None
     tolerance: Callable[[S], Tolerance] | None = None
     piece: Callable[[S], PositionPiece] | None = None
+
+    def piece_of(self, spec: S) -> PositionPiece:
+        """``piece(spec)`` of a block kind; a kind without a piece is a SpecError naming it."""
+        if self.piece is None:
+            raise SpecError("artifact", f"{self.encoding} {self.artifact} has no position piece (a block kind has one)")
+        return self.piece(spec)

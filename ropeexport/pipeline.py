@@ -20,10 +20,18 @@ from typing import Any, Protocol
 
 from ropeexport.report import failed_page, write_reports
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.results import JsonObject
 from ropeexport.store import Store, read_object, replace_reports
 from ropeexport.version import __version__
 
-Stage = Callable[..., None]  # stage(name, done=None, total=None): a stage started, or a step of it finished
+
+class Stage(Protocol):
+    """``stage(name)``: a stage started; ``stage(name, done, total)``: ``done`` of its ``total`` steps finished."""
+
+    def __call__(self, stage: str, done: int | None = None, total: int | None = None, /) -> None:
+        """Told as the build or the verification reaches ``stage``."""
+
+
 Renderer = Callable[[dict[str, Any]], str]
 
 
@@ -100,11 +108,11 @@ class Kind(Protocol):
         ...
 
 
-class _Verdict:
-    """What a build's and a verify's results share: truth is the verdict, and the runtimes that could not run."""
+class _Verified:
+    """What a build's and a verification's results share: truth as the verdict, and the runtimes skipped."""
 
     passed: bool
-    report: dict[str, Any]
+    report: JsonObject
 
     def __bool__(self) -> bool:
         return self.passed
@@ -116,7 +124,7 @@ class _Verdict:
 
 
 @dataclass(frozen=True)
-class BuildResult(_Verdict):
+class BuildResult(_Verified):
     """One built artifact: where it is, whether it verified, and its report (report.json's content).
 
     ``kept``: when this build failed verification and ``name`` held a verified artifact, that artifact stays in place
@@ -126,11 +134,11 @@ class BuildResult(_Verdict):
     name: str
     path: Path
     passed: bool
-    report: dict[str, Any]
+    report: JsonObject
     seconds: float
     kept: Path | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The result as plain data: name, path, passed, kept, seconds and the report."""
         return {"name": self.name, "path": str(self.path), "passed": self.passed,
                 "kept": None if self.kept is None else str(self.kept), "seconds": self.seconds,
@@ -138,16 +146,16 @@ class BuildResult(_Verdict):
 
 
 @dataclass(frozen=True)
-class VerifyResult(_Verdict):
+class VerifyResult(_Verified):
     """A re-verified artifact: its folder, verdict, fresh report, and ``stored``, the report it replaced."""
 
     path: Path
     passed: bool
-    report: dict[str, Any]
-    stored: dict[str, Any] = field(default_factory=dict)
+    report: JsonObject
+    stored: JsonObject = field(default_factory=dict)
     seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The result as plain data: path, passed, seconds and the fresh report."""
         return {"path": str(self.path), "passed": self.passed, "seconds": self.seconds, "report": self.report}
 

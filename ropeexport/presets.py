@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -148,7 +148,7 @@ def expand(
     return out
 
 
-def _strings(where: str, value: Any, allowed: Sequence[str] | None = None) -> tuple[str, ...]:
+def _strings(where: str, value: Any, allowed: Collection[str] | None = None) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):

@@ -60,7 +60,7 @@ def from_fields(
     """Each raw spec once per combination of the variant lists given ({artifact, dtype, graph}: list or None)."""
     out = []
     for raw in raws:
-        lists: dict[str, list[Any]] = {k: list(variants.get(k) or [raw.get(k)]) for k in VARIANT_FIELDS}
+        lists: dict[str, list[Any]] = {k: list(variants.get(k) or ()) or [raw.get(k)] for k in VARIANT_FIELDS}
         combos = [(a, d, g) for a in lists["artifact"] for d in lists["dtype"] for g in lists["graph"]]
         for artifact, dtype, graph in combos:
             fields = dict(raw) | {k: v for k, v in zip(VARIANT_FIELDS, (artifact, dtype, graph), strict=True) if v}

@@ -16,6 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+# A JSON document's object as a result carries it (report.json, audit.json, a diff's rows): plain data whose schema is
+# the file's, validated where it is read. The typed interface is the result's attributes (passed, path, skipped...).
+JsonObject = dict[str, Any]
+
 
 @runtime_checkable
 class Result(Protocol):
@@ -31,7 +35,7 @@ class Result(Protocol):
         """The file or folder the result is about (None for a comparison of two reports)."""
         ...
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The result as plain data."""
         ...
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import tomllib
 
@@ -109,14 +109,15 @@ class SpecBase:
         heads, dim = getattr(self, "num_heads", None), getattr(self, "head_dim", None)
         return f"h{heads}x{dim}" if heads and dim else ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, defaults resolved, in a JSON-friendly dict (the manifest's ``spec``)."""
         out = {"encoding": self.encoding} | dataclasses.asdict(self)
         return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in out.items()}
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self, **changes: object) -> Self:
         """A copy with some fields changed, validated again."""
-        return dataclasses.replace(self, **changes)
+        fields: dict[str, Any] = changes  # any values: ``__post_init__`` validates them, naming the field at fault
+        return dataclasses.replace(self, **fields)
 
 
 def require_float(name: str, value: Any, minimum: float | None = None, strict: bool = False) -> float:

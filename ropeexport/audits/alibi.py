@@ -23,7 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.diagnose import LengthCheck, curve, finding
-from ropeexport.audits.patterns.base import ancestors
+from ropeexport.audits.patterns.base import ancestors, name_of
 
 CAP = 4096  # the longest call evaluated: [1, heads, L, L] float32 at 4096 and 16 heads is 1 GiB
 SLOPE_MATCH = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}  # relative, of a slope read from two values
@@ -34,10 +34,9 @@ def bias_rows(raw: np.ndarray, heads: int, length: int) -> np.ndarray | None:
     [.., heads, .., L] reading (batch 1: [b x heads, 1, L], [b, heads, 1 or L, L], [heads, L] ...).
     """  # noqa: D205
     a = np.asarray(raw, np.float64)
-    if a.size % (heads * length) or a.shape[-1] != length:
+    if a.size % (heads * length) or a.shape[-1] != length or a.size // (heads * length) not in (1, length):
         return None
-    a = a.reshape(heads, -1, length) if a.size // (heads * length) in (1, length) else None
-    return None if a is None else a[:, -1, :]
+    return a.reshape(heads, -1, length)[:, -1, :]
 
 
 def is_mask(rows: np.ndarray) -> bool:
@@ -116,13 +115,13 @@ def graft_slopes(graphs: list[ir.Graph], site: dict[str, Any], spec: Any) -> dic
     for graph in graphs:
         for value in graph.initializers.values():
             if id(value) in inside and value.const_value is not None and value.const_value.size == heads:
-                found.append((value.name, value.const_value, lambda t, v=value: setattr(v, "const_value", t)))
+                found.append((name_of(value), value.const_value, lambda t, v=value: setattr(v, "const_value", t)))
         for node in graph:
             held = node.attributes.get("value") if node.op_type == "Constant" else None
             tensor = None if held is None else held.value
             if tensor is not None and id(node.outputs[0]) in inside and tensor.size == heads:
                 put = lambda t, n=node: n.attributes.__setitem__("value", ir.AttrTensor("value", t))  # noqa: E731
-                found.append((node.outputs[0].name, tensor, put))
+                found.append((name_of(node.outputs[0]), tensor, put))
     found = [f for f in found if np.issubdtype(f[1].numpy().dtype, np.floating)]
     if len(found) != 1:
         what = "none" if not found else ", ".join(repr(f[0]) for f in found)

@@ -22,6 +22,7 @@ from ropeexport.audits.model import load_model, position_spec, refusal
 from ropeexport.audits.observe import Evaluator
 from ropeexport.audits.sites import SiteKind, find_sites
 from ropeexport.errors import SpecError
+from ropeexport.results import JsonObject
 from ropeexport.store import Store, read_object
 from ropeexport.version import __version__
 
@@ -32,15 +33,15 @@ class AuditResult:
 
     model: str
     config: str
-    spec: dict[str, Any]
-    sites: list[dict[str, Any]] = field(default_factory=list)
+    spec: JsonObject
+    sites: list[JsonObject] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
         """``exact`` when every site is exact to its dtype, else ``findings``."""
         return "exact" if all(s["exact"] for s in self.sites) else "findings"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """audit.json's content."""
         return {"ropeexport_version": __version__, "model": self.model, "hf_config": self.config,
                 "verdict": self.verdict, "spec": self.spec, "sites": self.sites}  # fmt: skip

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -46,7 +45,7 @@ class LengthCheck:
     tolerance: float = 0.0
     curve: dict[str, list[float]] = field(default_factory=dict)  # worst error per bin of positions: x (bin start), y
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The probe as plain data (audit.json)."""
         return {"length": self.length, "rows": self.rows, "max_abs": self.max_abs, "position": self.position,
                 "exact": self.exact, "attention_factor": self.attention_factor, "findings": self.findings,
@@ -141,9 +140,9 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
         if max_abs > tol and not factor_off:  # a wrong factor explains the error already
             findings.append(_rounding(cos[:rows], sin[:rows], inv, seen, max_abs, position, tol))
         return probe
-    for text, candidate in _candidates(spec, length):
+    for misreading, candidate in _candidates(spec, length):
         if _relative(seen, candidate) <= MATCH:
-            findings.append(text)
+            findings.append(misreading)
             return probe
     ratio = seen / inv
     if float(np.std(ratio) / np.mean(ratio)) <= MATCH:

@@ -43,6 +43,7 @@ from ropeexport.audits.rows import prune, replace_computed
 from ropeexport.audits.sites import find_value, scope_graphs
 from ropeexport.audits.tables import replace_tables
 from ropeexport.errors import SpecError
+from ropeexport.results import JsonObject
 from ropeexport.store import Store
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
@@ -54,12 +55,12 @@ class GraftResult:
     """The grafted model's path, what was replaced, and the proof (module doc)."""
 
     path: Path
-    replaced: list[dict[str, Any]] = field(default_factory=list)
+    replaced: list[JsonObject] = field(default_factory=list)
     before: AuditResult | None = None
     after: AuditResult | None = None
-    short_call: dict[str, Any] = field(default_factory=dict)
+    short_call: JsonObject = field(default_factory=dict)
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
-    decoder: dict[str, Any] | None = None  # audit.prove's record of both models, with a checkpoint
+    decoder: JsonObject | None = None  # audit.prove's record of both models, with a checkpoint
 
     @property
     def proven(self) -> bool:
@@ -70,7 +71,7 @@ class GraftResult:
         whole = self.decoder is None or bool(self.decoder["passed"].get("grafted"))
         return exact and whole and (bool(self.changed_schedule) or bool(self.short_call.get("equal")))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The result as plain data."""
         return {"path": str(self.path), "proven": self.proven, "replaced": self.replaced,
                 "before": self.before.verdict if self.before else None,
@@ -213,6 +214,7 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
         heads = getattr(spec, "num_kv_heads", None) or spec.num_heads  # an ALiBi spec has one head count
+        assert value.dtype is not None, "a model input declares its element type"
         return np.zeros((1, dims[1] or heads, 0, dims[3] or spec.head_dim), value.dtype.numpy())
     if name in ("seqlens_k", "total_sequence_length"):
         count = tokens - 1 if name == "seqlens_k" else tokens

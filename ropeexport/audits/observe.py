@@ -113,12 +113,13 @@ class Evaluator:
 
             model = load_model(self.path)
             chain = scope_graphs(model, site.scope)
-            wanted = [find_value(chain, n) for n in (site.cos, site.sin, site.positions) if n]
-            if any(v is None for v in wanted):
+            found = [find_value(chain, n) for n in (site.cos, site.sin, site.positions) if n]
+            wanted = [v for v in found if v is not None]
+            if len(wanted) != len(found):
                 raise NotEvaluated(f"the values {site.cos!r} / {site.sin!r} are not in {site.where or 'the graph'}")
             inline(model, site.scope)
             model.graph.outputs.clear()
-            model.graph.outputs.extend(_output_for(model.graph, v) for v in wanted)  # type: ignore[arg-type]
+            model.graph.outputs.extend(_output_for(model.graph, v) for v in wanted)
             _cut(model.graph)
             materialize(model)  # the session is built from bytes: nothing may be left for ORT to read from disk
             options = quiet(self.threads)[0]

@@ -129,7 +129,7 @@ class DecoderProof:
         Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
         self.weights64 = stored_float64(self.spec, load_checkpoint(self.spec, checkpoint))
         position = self.spec.position_spec()
-        self.piece = kind_for(position).piece(position)
+        self.piece = kind_for(position).piece_of(position)
         self.checkpoint = str(checkpoint)
         self._truths: dict[tuple[int, bool], np.ndarray] = {}
         self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -212,7 +212,7 @@ class DecoderProof:
 
         position = self.spec.position_spec()
         judged = {label: self.judge(path) for label, path in models.items()}
-        calls = []
+        calls: list[dict[str, Any]] = []
         for index, (name, past) in enumerate(far_calls(position)):
             calls.append({"call": name, "positions": [past, past + TOKENS - 1], "L": past + TOKENS,
                           "regime": regime(position, past + TOKENS),

@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.diagnose import estimate_frequencies
+from ropeexport.audits.patterns.base import name_of
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import exact_tables, frequencies, probe_lengths, table_switch
 from ropeexport.numerics import round_once
@@ -42,6 +43,7 @@ def replace_tables(
     for (old_cos, set_cos), (old_sin, set_sin) in zip(*pairs, strict=True):
         cos_array, sin_array = old_cos.numpy(), old_sin.numpy()
         rows = max(cos_array.shape[0], spec.max_positions) if len(pairs[0]) == 1 else cos_array.shape[0]
+        length: int | str  # the regime's call length, or "stacked"
         if table_switch(spec) is not None and len(pairs[0]) == 1:  # stacked (needs_switch said no)
             length, (new_cos, new_sin) = "stacked", stacked(spec, rows, str(cos_array.dtype))
         else:
@@ -57,7 +59,8 @@ def replace_tables(
 def exact_rounded(spec: Any, length: int, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin [rows, r/2] of the regime of call L, float64 rounded once to ``dtype``."""
     short = DTYPE_NAMES.get(dtype, "fp32")
-    return tuple(round_once(t, short) for t in exact_tables(spec, length, rows))  # type: ignore[return-value]
+    cos, sin = exact_tables(spec, length, rows)
+    return round_once(cos, short), round_once(sin, short)
 
 
 def regime_length(spec: Any, table: np.ndarray, sin: np.ndarray) -> int:
@@ -106,6 +109,7 @@ def needs_switch(spec: Any, pairs: list[tuple[Any, Any]]) -> bool:
 def stacked(spec: Any, rows: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """The short and the long exact tables stacked: [2 x max_positions, w] (a table the graph already switches in)."""
     limit, half = table_switch(spec), rows // 2
+    assert limit is not None, "stacked tables are those of a switched schedule"
     short, long = exact_rounded(spec, limit, half, dtype), exact_rounded(spec, limit + 1, half, dtype)
     return np.concatenate([short[0], long[0]]), np.concatenate([short[1], long[1]])
 
@@ -121,6 +125,7 @@ def add_switch(cos: ir.Value, sin: ir.Value, pairs: list[list[tuple[Any, Any]]],
     or the long table (as onnxruntime-genai's builder writes LongRoPE). Anything else reading the table is refused.
     """
     limit = table_switch(spec)
+    assert limit is not None, "needs_switch said the schedule switches"
     old = pairs[0][0][0].numpy()
     rows, dtype = max(old.shape[0], spec.max_positions), old.dtype
     short = [t.astype(dtype) for t in exact_rounded(spec, limit, rows, str(dtype))]
@@ -131,10 +136,14 @@ def add_switch(cos: ir.Value, sin: ir.Value, pairs: list[list[tuple[Any, Any]]],
         made: dict[str, tuple[ir.Value, ir.Value]] = {}
         for node in readers:
             total = node.inputs[6]
-            if total.name not in made:
-                made[total.name] = _if_between(node, total, limit, short, long, cos.name)
-            node.replace_input_with(7, made[total.name][0])
-            node.replace_input_with(8, made[total.name][1])
+            if total is None:
+                raise SpecError("model", f"{node.op_type} {node.name!r} reads the table {cos.name!r} without "
+                                "total_sequence_length: graft cannot add the LongRoPE switch to it")  # fmt: skip
+            key = name_of(total)
+            if key not in made:
+                made[key] = _if_between(node, total, limit, short, long, name_of(cos))
+            node.replace_input_with(7, made[key][0])
+            node.replace_input_with(8, made[key][1])
         how = "an If on total_sequence_length between the short and the long table"
     elif kinds <= {"RotaryEmbedding", "Gather"}:
         pairs[0][0][1](ir.tensor(np.concatenate([short[0], long[0]]), name=cos.name))
@@ -146,9 +155,10 @@ def add_switch(cos: ir.Value, sin: ir.Value, pairs: list[list[tuple[Any, Any]]],
             if pos is None:
                 raise SpecError("model", f"{node.op_type} {node.name!r} reads the table {cos.name!r} without "
                                 "positions: graft cannot add the LongRoPE switch to it")  # fmt: skip
-            if pos.name not in shifted:
-                shifted[pos.name] = _shift_rows(node, pos, limit, rows)
-            node.replace_input_with(index, shifted[pos.name])
+            key = name_of(pos)
+            if key not in shifted:
+                shifted[key] = _shift_rows(node, pos, limit, rows)
+            node.replace_input_with(index, shifted[key])
         how = "short and long tables stacked, rows shifted by max_positions when L > original"
     else:
         raise SpecError("model", f"the table {cos.name!r} is read by {', '.join(sorted(kinds))}: graft adds the "
@@ -179,7 +189,7 @@ def _if_between(before: ir.Node, total: ir.Value, limit: int, short: list[np.nda
                                "else_branch": ir.AttrGraph("else_branch", branch(short, "short"))})  # fmt: skip
     for out, part in zip(pick.outputs, ("cos", "sin"), strict=True):
         out.name = f"{name}__graft_{part}"
-    before.graph.insert_before(before, [threshold, longer, pick])
+    _insert(before, [threshold, longer, pick])
     return pick.outputs[0], pick.outputs[1]
 
 
@@ -197,5 +207,11 @@ def _shift_rows(before: ir.Node, pos: ir.Value, limit: int, rows: int) -> ir.Val
     nodes += [top, *consts, length, longer, use, offset, shifted]
     for i, node in enumerate(nodes):
         node.outputs[0].name = f"{pos.name}__graft_switch_{i}"
-    before.graph.insert_before(before, nodes)
+    _insert(before, nodes)
     return shifted.outputs[0]
+
+
+def _insert(before: ir.Node, nodes: list[ir.Node]) -> None:
+    """``nodes`` inserted before ``before``, in its own graph (a reader of a table: always in one)."""
+    assert before.graph is not None, "a reader of the table is a node of a graph"
+    before.graph.insert_before(before, nodes)

@@ -129,7 +129,10 @@ def block_feeds(spec: Any, probe: Probe, rng: np.random.Generator) -> Feeds:
     static = spec.graph == "static-cache"
     mask = probe.extras.get("attention_mask", np.ones((b, s + (STATIC_SPARE if static else 0)), np.int64))
     dtype = DTYPES[spec.dtype].np_dtype
-    normal = lambda *shape: rng.standard_normal(shape, dtype=np.float32).astype(dtype)  # noqa: E731
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
     # A static buffer is filled with values everywhere: slots past a row's tokens hold leftovers that must not count.
     cache = mask.shape[1] if static else mask.shape[1] - s
     feeds = {

@@ -82,7 +82,7 @@ def block_eager(
             counted = (torch.from_numpy(feeds["attention_mask"]) != 0).long().cumsum(dim=1) - 1
             logits = logits + bias(pos, counted.clamp(min=0))
         logits = logits.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(logits.float(), dim=-1).nan_to_num(0.0).to(dtype)  # a row with no key: zeros
-        attended = weights @ values.repeat_interleave(H // KV, dim=1)  # [b, H, s, d]
+        probs = torch.softmax(logits.float(), dim=-1).nan_to_num(0.0).to(dtype)  # a row with no key: zeros
+        attended = probs @ values.repeat_interleave(H // KV, dim=1)  # [b, H, s, d]
         output = project(attended.transpose(1, 2).reshape(b, s, H * d), "o")
     return {"output": _numpy(output), "present_key": _numpy(keys), "present_value": _numpy(values)}

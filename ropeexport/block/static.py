@@ -27,7 +27,7 @@ def per_row(feeds: Feeds, block: Block) -> dict[str, np.ndarray]:
     """``block`` (a dynamic-call evaluator) applied row by row to a static call; results as the static graph gives."""
     s = feeds["position_ids"].shape[1]
     outputs: list[np.ndarray] = []
-    present = {"present_key": None, "present_value": None}
+    present: dict[str, np.ndarray] = {}  # the cache buffers, as the static graph writes them
     for b, length in enumerate(int(n) for n in feeds["cache_length"]):
         row: dict[str, Any] = {
             "hidden": feeds["hidden"][b : b + 1],
@@ -39,7 +39,7 @@ def per_row(feeds: Feeds, block: Block) -> dict[str, np.ndarray]:
         result = block(row)
         outputs.append(result["output"])
         for name, buffer in (("present_key", "past_key"), ("present_value", "past_value")):
-            if present[name] is None:
+            if name not in present:
                 present[name] = np.array(feeds[buffer], dtype=result[name].dtype)  # the buffer, as written
             present[name][b, :, length : length + s] = result[name][0, :, length:]
-    return {"output": np.concatenate(outputs), **present}  # type: ignore[dict-item]
+    return {"output": np.concatenate(outputs), **present}

@@ -13,8 +13,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from ropeexport.errors import FieldError, RopeExportError
 from ropeexport.version import __version__
@@ -32,6 +32,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graft": ("graft", "replace a foreign model's RoPE tables with exact ones, and prove it"),
 }
 EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
+
+
+def subcommand(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    doc: str | None,
+    run: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """``name``'s parser, for its module's ``add_parser``: its line of ``COMMANDS`` as its help, the module's
+    docstring ``doc`` as its description (shown as written: examples keep their lines), ``run`` as what it runs.
+    """  # noqa: D205
+    parser = sub.add_parser(name, help=COMMANDS[name][1], description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.set_defaults(run=run)
+    return parser
 
 # The one place where library field names become the command line's words. Library errors name fields
 # (``out_dir: ...``) and refer to other fields in backquotes (``give `replace` ...``); spec fields keep their names
@@ -107,7 +122,7 @@ class _Parser(argparse.ArgumentParser):
             kwargs[key] = plain(kwargs.get(key))
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"ropeexport: error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
@@ -184,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the subcommand, map errors to exit codes (the module docstring lists them)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
-    sys.stdout = _PipeSafeStdout(stdout)  # type: ignore[assignment]
+    sys.stdout = _PipeSafeStdout(stdout)
     previous = signal.getsignal(signal.SIGTERM)
     if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
         signal.signal(signal.SIGTERM, _terminate)

@@ -30,21 +30,16 @@ import json
 from typing import Any
 
 from ropeexport.api import audit
+from ropeexport.cli import subcommand
 
 
 def add_parser(sub: Any) -> None:
     """Register ``audit``."""
-    p = sub.add_parser(
-        "audit",
-        help="check the RoPE (or ALiBi) inside a model another tool exported",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "audit", __doc__, run)
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
     p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

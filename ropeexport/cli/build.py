@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropeexport.catalog import encodings, spec_from_dict
-from ropeexport.cli import EXIT_SKIPPED, decoder
+from ropeexport.cli import EXIT_SKIPPED, decoder, subcommand
 from ropeexport.cli.options import add_tolerance_flags, ascii_float, ascii_int, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
@@ -127,12 +127,7 @@ def field_help(field: str) -> str:
 
 def add_parser(sub: Any) -> None:
     """Register ``build`` and its flags."""
-    p = sub.add_parser(
-        "build",
-        help="export, run and verify artifacts",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "build", __doc__, run)
     source = p.add_argument_group("what to build (one kind of source; none: the embedded default)")
     source.add_argument("--preset", action="append", default=[], metavar="NAME", help="a model preset (repeatable)")
     source.add_argument("--all-presets", action="store_true", help="every preset (see 'ropeexport list --presets')")
@@ -189,7 +184,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one machine-readable summary (the index) on stdout")
     add_tolerance_flags(p)
     decoder.add_flags(p)
-    p.set_defaults(run=run)
 
 
 def _typed(field: str, kind: str, value: Any) -> Any:
@@ -417,7 +411,7 @@ def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) 
 
 def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -> int:
     """``--dry-run``: every artifact the command would build, validated, and where; nothing is written."""
-    plan = [
+    plan: list[dict[str, Any]] = [
         {
             "name": j.name,
             "path": str(out / j.name),

@@ -19,18 +19,14 @@ import argparse
 import json
 from typing import Any
 
+from ropeexport.cli import subcommand
 from ropeexport.trt.compat import check_trt
 from ropeexport.trt.support import VERSIONS
 
 
 def add_parser(sub: Any) -> None:
     """Register ``check-trt``."""
-    p = sub.add_parser(
-        "check-trt",
-        help="check a model against the TensorRT ONNX parser of one version",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "check-trt", __doc__, run)
     p.add_argument("model", metavar="MODEL.onnx", help="an ONNX model (a ropeexport artifact's model.onnx)")
     p.add_argument(
         "--trt-version",
@@ -39,7 +35,6 @@ def add_parser(sub: Any) -> None:
         help=f"TensorRT version to check against: {', '.join(VERSIONS)}",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

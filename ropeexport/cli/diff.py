@@ -28,16 +28,14 @@ import json
 from typing import Any
 
 from ropeexport.api import diff
-from ropeexport.cli import in_flags
+from ropeexport.cli import in_flags, subcommand
 from ropeexport.errors import SpecError
 from ropeexport.report.diff import DEFAULT_MAX_GROWTH
 
 
 def add_parser(sub: Any) -> None:
     """Register ``diff``."""
-    p = sub.add_parser(
-        "diff", help="compare two reports", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = subcommand(sub, "diff", __doc__, run)
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
     p.add_argument(
@@ -55,7 +53,6 @@ def add_parser(sub: Any) -> None:
         help="spec fields OLD and NEW may differ in, compared on purpose (e.g. graph, dtype); repeatable",
     )
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

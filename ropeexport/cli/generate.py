@@ -31,6 +31,7 @@ import json
 from itertools import groupby
 from typing import Any
 
+from ropeexport.cli import subcommand
 from ropeexport.cli.options import ascii_int, int_flag
 from ropeexport.decoder.serve import DecoderSession, Generation
 from ropeexport.decoder.spec import POLICIES
@@ -39,12 +40,7 @@ from ropeexport.errors import SpecError
 
 def add_parser(sub: Any) -> None:
     """Register ``generate``."""
-    p = sub.add_parser(
-        "generate",
-        help="greedy generation with a built decoder",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "generate", __doc__, run)
     p.add_argument("folder", metavar="DIR", help="a decoder folder written by ropeexport build --artifact decoder")
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt-ids", metavar="IDS", help="the prompt as comma-separated token ids: 1,2,3")
@@ -61,7 +57,6 @@ def add_parser(sub: Any) -> None:
                    "generate all N)")  # fmt: skip
     p.add_argument("--steps", action="store_true", help="one line per model call")
     p.add_argument("--json", action="store_true", help="print the generation as JSON")
-    p.set_defaults(run=run)
 
 
 def _ids(text: str) -> list[int]:

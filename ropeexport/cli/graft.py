@@ -37,16 +37,12 @@ import json
 from typing import Any
 
 from ropeexport.api import graft
+from ropeexport.cli import subcommand
 
 
 def add_parser(sub: Any) -> None:
     """Register ``graft``."""
-    p = sub.add_parser(
-        "graft",
-        help="replace a foreign model's RoPE tables with exact ones, and prove it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "graft", __doc__, run)
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
     p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
     p.add_argument("--out", required=True, metavar="FIXED.onnx", help="the grafted model to write (must not exist)")
@@ -56,7 +52,6 @@ def add_parser(sub: Any) -> None:
                    help="the checkpoint the model was exported from: judge both models against the whole decoder's "
                    "float64 recompute at far positions")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from ropeexport.catalog import encodings, kinds, spec_from_dict
+from ropeexport.cli import subcommand
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.schedules import SCHEDULES
 from ropeexport.families.rope.spec import LAYOUTS
@@ -24,15 +25,9 @@ from ropeexport.specs import GRAPHS, SpecBase
 
 def add_parser(sub: Any) -> None:
     """Register ``list``."""
-    p = sub.add_parser(
-        "list",
-        help="list encodings and schedules",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "list", __doc__, run)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--presets", action="store_true", help="list the model presets instead")
-    p.set_defaults(run=run)
 
 
 def _encoding(name: str, cls: type[SpecBase]) -> dict[str, Any]:

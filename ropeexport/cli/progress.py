@@ -83,11 +83,12 @@ class BuildProgress:
         description = f"  {name}: {stage}"
         if name not in self.tasks:
             self.tasks[name] = self.progress.add_task(description, total=None)
-        counts = {} if done is None or not total else {"completed": done, "total": total}
-        self.progress.update(self.tasks[name], description=description, **counts)
-        if counts:
-            self.share[name] = done / total  # type: ignore[operator]
-            self._advance_overall()
+        if done is None or not total:
+            self.progress.update(self.tasks[name], description=description)
+            return
+        self.progress.update(self.tasks[name], description=description, completed=done, total=total)
+        self.share[name] = done / total
+        self._advance_overall()
 
     def _advance_overall(self) -> None:
         self.progress.update(self.overall, completed=len(self.finished) + sum(self.share.values()))

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ropeexport.cli import subcommand
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.decoder.kind import DecoderVerifyResult
 from ropeexport.tree import artifact_folders, is_tree
@@ -34,12 +35,7 @@ from ropeexport.tree import artifact_folders, is_tree
 
 def add_parser(sub: Any) -> None:
     """Register ``verify``."""
-    p = sub.add_parser(
-        "verify",
-        help="re-verify an artifact folder",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "verify", __doc__, run)
     p.add_argument("folder", metavar="DIR", help="an artifact folder or a tree written by ropeexport build")
     p.add_argument(
         "--runtime",
@@ -54,7 +50,6 @@ def add_parser(sub: Any) -> None:
         help="exit 0 even when a runtime named with --runtime could not run here (default: exit 3)",
     )
     add_tolerance_flags(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

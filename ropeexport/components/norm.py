@@ -50,7 +50,8 @@ def _mean_last(g: GraphBuilder, x: str, opset: int) -> str:
 def norm(g: GraphBuilder, spec: NormSpec, x: str, weight: str, bias: str | None, opset: int) -> str:
     """x [b, s, n] normalized over n and scaled (``weight`` [n], a LayerNorm's ``bias`` [n]); [b, s, n]."""
     if spec.kind == "layer":
-        return g.op("LayerNormalization", [x, weight, bias], axis=-1, epsilon=spec.eps, stash_type=1)
+        inputs = [x, weight] if bias is None else [x, weight, bias]  # ONNX's bias is optional (zeros)
+        return g.op("LayerNormalization", inputs, axis=-1, epsilon=spec.eps, stash_type=1)
     wide = x if spec.dtype == "fp32" else g.op("Cast", [x], to=TensorProto.FLOAT)
     eps = g.shared_const("norm_eps", np.array(spec.eps, np.float32))
     # Pow, not Mul(x, x): ONNX Runtime fuses Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul into one

@@ -17,7 +17,7 @@ keeps [out, in]): ``embed`` [vocab, hidden], ``embed_norm.weight|bias``, per lay
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ropeexport.errors import SpecError
@@ -86,23 +86,31 @@ _LLAMA_NAMES = {
     "final_norm.weight": "model.norm.weight",
     "lm_head": "lm_head.weight",
 }
-_LLAMA = {"norm": "rms", "mlp": "gated", "residual": "sequential", "base": "model.", "eps_keys": ("rms_norm_eps",)}
-_SMALL_EPS = {**_LLAMA, "eps_default": 1e-6}
+# Llama's body, which Mistral, Qwen2 and Phi-3 keep: each differs from it by the fields its ``replace`` names.
+_LLAMA = Architecture(
+    "llama",
+    norm="rms",
+    mlp="gated",
+    residual="sequential",
+    base="model.",
+    names=_LLAMA_NAMES,
+    eps_keys=("rms_norm_eps",),
+    eps_default=1e-6,
+)
 
 ARCHITECTURES = {
-    "llama": Architecture(
-        "llama",
-        **_SMALL_EPS,
-        names=_LLAMA_NAMES,
+    "llama": replace(
+        _LLAMA,
         qkv_bias=("attention_bias", False),
         o_bias=("attention_bias", False),
         mlp_bias=("mlp_bias", False),
-    ),  # fmt: skip
-    "mistral": Architecture("mistral", **_SMALL_EPS, names=_LLAMA_NAMES, windowed=True),
-    "qwen2": Architecture("qwen2", **_SMALL_EPS, names=_LLAMA_NAMES, qkv_bias=True),
-    "phi3": Architecture(
-        "phi3",
-        **_LLAMA,
+    ),
+    "mistral": replace(_LLAMA, model_type="mistral", windowed=True),
+    "qwen2": replace(_LLAMA, model_type="qwen2", qkv_bias=True),
+    "phi3": replace(
+        _LLAMA,
+        model_type="phi3",
+        eps_default=1e-5,
         names={
             **{
                 k: v

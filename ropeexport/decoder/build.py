@@ -50,12 +50,15 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
         raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder")
     where = "config"
     if config is None:
-        if hf_config is None and checkpoint is None:
+        if hf_config is not None:
+            path = Path(hf_config)
+        elif checkpoint is not None:
+            path = Path(checkpoint) / "config.json"
+        else:
             raise SpecError("hf_config", "a decoder needs a transformers config: give `hf_config`, `checkpoint` or "
                             "`preset`")  # fmt: skip
-        path = Path(hf_config) if hf_config is not None else Path(checkpoint) / "config.json"
         if hf_config is None and not path.is_file():
-            raise SpecError("checkpoint", f"{str(Path(checkpoint))!r} has no config.json (a checkpoint folder holds "
+            raise SpecError("checkpoint", f"{str(path.parent)!r} has no config.json (a checkpoint folder holds "
                             "config.json and *.safetensors); give `hf_config` for a config kept elsewhere")  # fmt: skip
         config, where = read_config(path), str(path)
         base = base or model_name(config, path)

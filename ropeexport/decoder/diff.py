@@ -84,7 +84,9 @@ def check_report(report: dict[str, Any], which: str) -> dict[str, Any]:
 def fields(report: dict[str, Any]) -> set[str]:
     """The names ``across`` may take for a decoder report: its spec fields, ``position.<field>``, ``weights``."""
     spec = report.get("spec") or {}
-    position = spec.get("position") if isinstance(spec.get("position"), dict) else {}
+    position = spec.get("position")
+    if not isinstance(position, dict):
+        position = {}
     return {k for k in spec if k != "position"} | {f"position.{k}" for k in position} | {"weights"}
 
 
@@ -181,7 +183,9 @@ def _scenario(
         elif before is not None and metric == "worst_rel_transformers":
             result.notes.append(f"{name}: compared with transformers in OLD, not in NEW")
         result.rows.append(row)
-    (agree_o, rows_o), (agree_n, rows_n) = _agreement(so["agreement"]), _agreement(sn["agreement"])
+    counted_o, counted_n = _agreement(so["agreement"]), _agreement(sn["agreement"])
+    assert counted_o is not None and counted_n is not None, "check_report read both agreements"
+    (agree_o, rows_o), (agree_n, rows_n) = counted_o, counted_n
     result.rows.append({"comparison": name, "metric": "agreement", "old": so["agreement"], "new": sn["agreement"],
                         "growth": None})  # fmt: skip
     if agree_n * max(rows_o, 1) < agree_o * max(rows_n, 1):

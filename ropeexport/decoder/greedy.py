@@ -63,7 +63,7 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
     ids, mask, pos = _prompt(spec, scenario, np.random.default_rng(seed))
     b = ids.shape[0]
     shapes = [geometry(spec, i) for i in range(spec.num_layers)]  # each layer's own cache shape
-    empty = [np.zeros((b, KV, 0, d), np_dtype) for _, KV, d in shapes for _ in range(2)]
+    empty: list[np.ndarray] = [np.zeros((b, KV, 0, d), np_dtype) for _, KV, d in shapes for _ in range(2)]
     calls: list[Call] = []
 
     def run(first: int, last: int, cache: list[np.ndarray], kind: str, cache_regime: str | None) -> list[np.ndarray]:

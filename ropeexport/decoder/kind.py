@@ -41,6 +41,7 @@ from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
 from ropeexport.pipeline import Outcome, Renderer, Stage, VerifyResult, stored_report, versions
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.results import JsonObject
 from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields
 from ropeexport.store import MANIFEST_SCHEMA, check_files, inside, read_artifact_json, read_manifest
 from ropeexport.version import __version__
@@ -63,7 +64,7 @@ class DecoderVerifyResult(VerifyResult):
         return {}
 
     @property
-    def scenarios(self) -> list[dict[str, Any]]:
+    def scenarios(self) -> list[JsonObject]:
         """Per scenario re-run: name, passed, worst_rel and agreement now, and the stored ones (None if not stored)."""
         before = {s["name"]: s for s in self.stored.get("scenarios", []) if isinstance(s, dict) and "name" in s}
         rows = []
@@ -301,8 +302,9 @@ class DecoderKind:
         spec = manifest.get("spec") or {}
         position = spec.get("position") or {}
         summaries = [s["summary"] for s in scenarios_ if isinstance(s, dict) and isinstance(s.get("summary"), dict)]
-        rel = {"float64": _max_of(summaries, "worst_rel"), "transformers": _max_of(summaries, "worst_rel_transformers")}
-        rel = {k: v for k, v in rel.items() if v is not None}
+        worst = {"float64": _max_of(summaries, "worst_rel"),
+                 "transformers": _max_of(summaries, "worst_rel_transformers")}  # fmt: skip
+        rel = {k: v for k, v in worst.items() if v is not None}
         worst_abs = _max_of(summaries, "worst_abs")
         tolerance = (report.get("tolerance") or {}).get("rel")
         ratio: dict[str, float] = {}

@@ -11,10 +11,11 @@ records the checkpoint and the layer, so ``verify`` reads the same weights again
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 from onnx import helper
@@ -36,12 +37,26 @@ def _weights(decoder: DecoderSpec, checkpoint: Path, layer: int) -> dict[str, np
     return {n: v for n, v in layer_weights(every, layer).items() if n in BLOCK_NAMES}
 
 
+class _WeightedStage(Protocol):
+    """A block kind's eager or oracle: every kind's (spec, feeds), and a checkpoint layer's weights and window."""
+
+    def __call__(self, spec: Any, feeds: Feeds, weights: Mapping[str, np.ndarray] | None = None,
+                 window: int = 0) -> dict[str, np.ndarray]: ...  # fmt: skip
+
+
+def _takes_weights(stage: Callable[..., dict[str, np.ndarray]]) -> TypeGuard[_WeightedStage]:
+    return {"weights", "window"} <= set(inspect.signature(stage).parameters)
+
+
 def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: int, source: str) -> ArtifactKind:
     """``kind`` (an encoding's block kind) with ``weights`` in every stage; ``source`` goes in the model metadata."""
     width = int(weights["q_proj"].shape[0])
+    eager, oracle = kind.eager, kind.oracle
+    if not (_takes_weights(eager) and _takes_weights(oracle)):
+        raise SpecError("artifact", f"{kind.encoding} {kind.artifact} takes no layer weights (a block kind does)")
 
     def export(spec: Any) -> Any:
-        piece = kind.piece(spec)
+        piece = kind.piece_of(spec)
         from ropeexport.block.export import build_block_graph
 
         model = build_block_graph(spec, piece.rotary, piece.bias, weights, window)
@@ -67,8 +82,8 @@ def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: in
         export=export,
         probes=probes,
         feeds=feeds,
-        eager=lambda spec, f: kind.eager(spec, f, weights=weights, window=window),
-        oracle=lambda spec, f: kind.oracle(spec, f, weights=weights, window=window),
+        eager=lambda spec, f: eager(spec, f, weights=weights, window=window),
+        oracle=lambda spec, f: oracle(spec, f, weights=weights, window=window),
     )
 
 

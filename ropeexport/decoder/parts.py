@@ -57,7 +57,7 @@ def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:
             continue
         piece = next((p for s, p in built if s == position), None)
         if piece is None:
-            piece = kind_for(position).piece(position)
+            piece = kind_for(position).piece_of(position)
             built.append((position, piece))
         out.append(piece)
     return out

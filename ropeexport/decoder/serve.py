@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from ropeexport.decoder.checkpoint import geometry
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.runtimes.iobinding import PROVIDERS, load_onnxruntime, session_options
+
+if TYPE_CHECKING:  # tokenizers loads when a prompt is first given as text
+    from tokenizers import Tokenizer
 
 TOKENIZER = "tokenizer.json"
 
@@ -84,7 +87,7 @@ class Generation:
         times = [s.seconds for s in self.steps if s.kind == "decode"]
         return 1000 * sum(times) / len(times) if times else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Plain data (what ``ropeexport generate --json`` prints)."""
         out = asdict(self)
         out["prefill_tokens_per_second"] = self.prefill_tokens_per_second
@@ -149,8 +152,8 @@ class DecoderSession:
         self._capacity, self.length, self.offset, self._source = 0, 0, 0, 0
         self._buffers: list[list[np.ndarray]] = []
         self._mask = np.ones((1, 0), np.int64)
-        self._logits = np.empty(0, self._np_dtype)
-        self._tokenizer: Any = None
+        self._logits: np.ndarray = np.empty(0, self._np_dtype)
+        self._tokenizer: Tokenizer | None = None
 
     # -- the cache ------------------------------------------------------------------------------------------------
     def reserve(self, capacity: int) -> None:
@@ -166,7 +169,7 @@ class DecoderSession:
         count = 2 * self.spec.num_layers
         current = self._buffers[self._source] if self._buffers else []
         if self.shared:
-            fresh = [[np.zeros((1, kv, capacity, d), self._np_dtype) for _ in range(count)]]
+            fresh: list[list[np.ndarray]] = [[np.zeros((1, kv, capacity, d), self._np_dtype) for _ in range(count)]]
             for new, old in zip(fresh[0], current, strict=False):
                 new[:, :, :n] = old[:, :, :n]
         else:
@@ -245,7 +248,7 @@ class DecoderSession:
         return logits[0]
 
     # -- generation -----------------------------------------------------------------------------------------------
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """The folder's tokenizer.json read with ``tokenizers``; SpecError when the folder has none."""
         if self._tokenizer is None:
             path = self.folder / TOKENIZER

@@ -28,9 +28,12 @@ from typing import Any
 from ropeexport.catalog import spec_from_dict
 from ropeexport.decoder.architectures import ARCHITECTURES, Architecture, read_layout
 from ropeexport.errors import SpecError
+from ropeexport.families.alibi.spec import AlibiSpec
+from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.hf import import_config
 from ropeexport.specs import NAME_PATTERN, require_choice, require_int
 
+PositionSpec = RopeSpec | AlibiSpec  # a decoder's encoding (the two it takes), as its layers' block spec
 FORMS = ("fused", "decomposed", "tensorrt", "gqa")  # the block forms whose I/O a decoder layer can take as is
 DTYPES = ("fp32", "fp16")  # ONNX Runtime's CPU kernels run no bf16 Attention or MatMul
 POLICIES = ("re-prefill", "keep")
@@ -90,7 +93,7 @@ class LayerSpec:
             raise SpecError("norms", f"names a slot twice: {list(norms)}")
         object.__setattr__(self, "norms", tuple(norms))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The fields as plain data."""
         position = None if self.position is None else dict(self.position)
         return {"position": position, "attention": self.attention, "window": self.window, "norms": list(self.norms)}
@@ -124,7 +127,7 @@ class DecoderSpec:
     norm_eps: float
     act: str
     residual: str
-    position: Mapping[str, Any]
+    position: Mapping[str, object]
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -237,16 +240,16 @@ class DecoderSpec:
         """Layer i's spec."""
         return self.layers[i]
 
-    def layer_position_spec(self, i: int) -> Any | None:
+    def layer_position_spec(self, i: int) -> PositionSpec | None:
         """Layer i's encoding as a ``block`` spec (as ``position_spec``), or None: the layer has none."""
         position = self.layers[i].position
         if position is None:
             return None
         return self.position_spec() if position == self.default_layer().position else self._block(position)
 
-    def position_specs(self) -> list[Any]:
+    def position_specs(self) -> list[PositionSpec]:
         """The distinct ``block`` specs of the layers' encodings, in layer order (the model's first when used)."""
-        out: list[Any] = []
+        out: list[PositionSpec] = []
         for i in range(self.num_layers):
             position = self.layer_position_spec(i)
             if position is not None and position not in out:
@@ -264,13 +267,13 @@ class DecoderSpec:
         """The model type's row of ``decoder.architectures``."""
         return ARCHITECTURES[self.model_type]
 
-    def position_spec(self) -> Any:
+    def position_spec(self) -> PositionSpec:
         """The model's encoding as a ``block`` spec, in the decoder's dtype and form: what scenarios, regimes, the
         context length and reports read (a layer's own: ``layer_position_spec``).
         """  # noqa: D205
         return self._block(self.position)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field but ``sources``, as plain data (what decoder.json and the model's metadata store); ``layers``
         only when some layer differs from the default, each layer as the fields where it does (module doc).
         """  # noqa: D205
@@ -282,14 +285,15 @@ class DecoderSpec:
             out["layers"] = [{k: v for k, v in layer.to_dict().items() if v != default[k]} for layer in self.layers]
         return out
 
-    def replace(self, **changes: Any) -> DecoderSpec:
+    def replace(self, **changes: object) -> DecoderSpec:
         """A copy with ``changes``, validated again. Layers that were the default one stay the default one (a new
         ``position`` or ``sliding_window`` reaches them); the others are kept, unless ``layers`` is given.
         """  # noqa: D205
-        if "layers" not in changes:
+        fields: dict[str, Any] = changes  # any values: ``__post_init__`` validates them, naming the field at fault
+        if "layers" not in fields:
             default = self.default_layer()
-            changes["layers"] = () if self.uniform else tuple(None if x == default else x for x in self.layers)
-        return dataclasses.replace(self, **changes)
+            fields["layers"] = () if self.uniform else tuple(None if x == default else x for x in self.layers)
+        return dataclasses.replace(self, **fields)
 
     def digest_text(self) -> str:
         """The spec as canonical JSON (what the model's metadata stores)."""
@@ -310,39 +314,39 @@ def shrink(
     config): head_dim kept, heads = hidden_size / head_dim, the query-per-KV-head ratio kept (at least one KV head),
     the MLP scaled by the same factor. The positional encoding's schedule is untouched.
     """  # noqa: D205
-    config = copy.deepcopy(dict(config))
+    out: dict[str, Any] = copy.deepcopy(dict(config))
     if num_layers is not None:
-        config[_first(config, _LAYERS) or "num_hidden_layers"] = require_int("num_layers", num_layers, 1, 1024)
+        out[_first(out, _LAYERS) or "num_hidden_layers"] = require_int("num_layers", num_layers, 1, 1024)
     if vocab_size is not None:
-        config["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
+        out["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
         # Special ids past the new vocabulary mean nothing (and an absent one takes the class default: Phi-3's pad
         # is 32000), so they are cleared unless they fit.
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            if not (isinstance(config.get(key), int) and config[key] < vocab_size):
-                config[key] = None
+            if not (isinstance(out.get(key), int) and out[key] < vocab_size):
+                out[key] = None
     if hidden_size is None:
-        return config
+        return out
     new = require_int("hidden_size", hidden_size, 1, 2**17)
-    hidden_key, heads_key = _first(config, _HIDDEN), _first(config, _HEADS)
+    hidden_key, heads_key = _first(out, _HIDDEN), _first(out, _HEADS)
     if hidden_key is None or heads_key is None:
         raise SpecError("hidden_size", "the config names no hidden size or head count to shrink")
-    old, heads = int(config[hidden_key]), int(config[heads_key])
-    head_dim = int(config.get("head_dim") or old // heads)
+    old, heads = int(out[hidden_key]), int(out[heads_key])
+    head_dim = int(out.get("head_dim") or old // heads)
     if new % head_dim:
         raise SpecError(
             "hidden_size", f"must be a multiple of head_dim ({head_dim}) to keep the rotary width, got {new}"
         )
     new_heads = new // head_dim
-    if config.get("num_key_value_heads"):
-        kv = max(1, new_heads // max(1, heads // int(config["num_key_value_heads"])))
+    if out.get("num_key_value_heads"):
+        kv = max(1, new_heads // max(1, heads // int(out["num_key_value_heads"])))
         while new_heads % kv:  # the largest count at most the kept ratio that divides the heads
             kv -= 1
-        config["num_key_value_heads"] = kv
-    config[hidden_key], config[heads_key] = new, new_heads
+        out["num_key_value_heads"] = kv
+    out[hidden_key], out[heads_key] = new, new_heads
     for key in ("intermediate_size", "n_inner"):
-        if config.get(key):
-            config[key] = max(1, round(int(config[key]) * new / old))
-    return config
+        if out.get(key):
+            out[key] = max(1, round(int(out[key]) * new / old))
+    return out
 
 
 def from_config(

@@ -47,7 +47,7 @@ def rename_inputs(graph: onnx.GraphProto, old: str, new: str) -> None:
 def _guard_nodes(pos: str, max_positions: int) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
     """Nodes and initializers that pass ``pos`` through the range check; returns the checked name."""
     p = f"{pos}__guard"
-    consts = {
+    consts: dict[str, np.ndarray] = {
         f"{p}_zero": np.array(0, np.int64),
         f"{p}_zero_f32": np.array(0, np.float32),
         f"{p}_limit": np.array(max_positions, np.int64),

@@ -199,7 +199,7 @@ class Detection:
             return "caught-by-other-checks"
         return "caught" if self.located else "caught-elsewhere"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-friendly."""
         return {
             "name": self.name,

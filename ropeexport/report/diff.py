@@ -111,15 +111,15 @@ def diff_reports(
     tightened: list[str] = []
     olds = {_key(c): c for c in old["comparisons"]}
     news = {_key(c): c for c in new["comparisons"]}
-    for key in sorted(set(olds) | set(news)):
-        label = "/".join(key)
-        if key not in news:
+    for compared in sorted(set(olds) | set(news)):
+        label = "/".join(compared)
+        if compared not in news:
             result.regressions.append(f"{label}: missing from NEW")
             continue
-        if key not in olds:
+        if compared not in olds:
             result.notes.append(f"{label}: new in NEW")
             continue
-        o, n = olds[key], news[key]
+        o, n = olds[compared], news[compared]
         changed = [f"{b} {o[b]:g} -> {n[b]:g}" for b in ("atol", "rtol") if n[b] != o[b]]
         for bound in ("atol", "rtol"):
             if n[bound] > o[bound]:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from ropeexport.results import JsonObject
 
 
 @dataclass
 class ReportDiff:
     """Rows of metric deltas and the regressions among them."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[JsonObject] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -33,6 +34,6 @@ class ReportDiff:
     def __bool__(self) -> bool:
         return self.passed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-friendly."""
         return {"passed": self.passed, "regressed": self.regressed, "regressions": self.regressions, "notes": self.notes, "rows": self.rows}

@@ -106,6 +106,20 @@ def _draw_lines(ax: Any, curves: list[tuple[Line, list[tuple[float, float]], lis
     return exact, crosses
 
 
+def _log_axes(ax: Any, crosses: list, low: float, high: float, axis_label: str, y_label: str, title: str) -> None:
+    """A log y axis from ``low`` to ``high``, the bins with an infinite or NaN error as crosses along its top (room
+    made above them), and the labels of a per-position plot: ``title`` "against" the axis's name.
+    """  # noqa: D205
+    if crosses:
+        ax.plot(crosses, [high] * len(crosses), "x", color=TOLERANCE_COLOR, markersize=6, label="inf or NaN error")
+        high *= 3
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    ax.set_xlabel(shorten(axis_label, 90))
+    ax.set_ylabel(y_label)
+    ax.set_title(shorten(f"{title} against " + axis_label.split(" (")[0], 90))
+
+
 def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[Any] = ()) -> bytes:
     """Worst absolute error per bin against position: one line per comparison, log y, atol as a dotted red line.
 
@@ -125,14 +139,7 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         exact, crosses = _draw_lines(ax, curves)
         for atol in tolerances:
             ax.axhline(atol, color=TOLERANCE_COLOR, linestyle=":", linewidth=1.4, label=f"atol {atol:g}")
-        if crosses:
-            ax.plot(crosses, [high] * len(crosses), "x", color=TOLERANCE_COLOR, markersize=6, label="inf or NaN error")
-            high *= 3
-        ax.set_yscale("log")
-        ax.set_ylim(low, high)
-        ax.set_xlabel(shorten(axis_label, 90))
-        ax.set_ylabel("worst |error| in bin")
-        ax.set_title(shorten("Worst absolute error against " + axis_label.split(" (")[0], 90))
+        _log_axes(ax, crosses, low, high, axis_label, "worst |error| in bin", "Worst absolute error")
         notes = []
         if exact:
             notes.append(f"no line for {', '.join(exact)}: zero error in every bin")
@@ -164,14 +171,8 @@ def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
         exact, crosses = _draw_lines(ax, curves)
         envelope = "allowed: max(atol, rtol × |expected|)"  # black: the color cycle uses red for its 4th line
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1.2, label=envelope)
-        if crosses:
-            ax.plot(crosses, [high] * len(crosses), "x", color=TOLERANCE_COLOR, markersize=6, label="inf or NaN error")
-            high *= 3
-        ax.set_yscale("log")
-        ax.set_ylim(low, high)
-        ax.set_xlabel(shorten(axis_label, 90))
-        ax.set_ylabel("worst error / allowed")
-        ax.set_title(shorten("Worst error as a share of its allowance against " + axis_label.split(" (")[0], 90))
+        title = "Worst error as a share of its allowance"
+        _log_axes(ax, crosses, low, high, axis_label, "worst error / allowed", title)
         figure_notes(figure, [f"no line for {', '.join(exact)}: zero error in every bin"] if exact else [])
         figure.legend(loc="outside right upper")
         return png_bytes(figure)

@@ -266,9 +266,10 @@ def _tables(report: dict[str, Any]) -> Section | None:
     rows = []
     for t in tables:
         note = t.get("reason") or (f"worst row {t['worst_row']}" if t.get("worst_row") is not None else "")
-        cells = (Cell(str(t.get("name", "?"))), Cell(str(t.get("dtype", ""))), Cell(compact(t.get("shape"))))
-        cells += (Cell(compact(t.get("expected_shape"))), _num(number(t.get("max_ulp"))), _verdict(t.get("passed")))
-        rows.append(Row((*cells, Cell(str(note))), _state(t.get("passed"))))
+        cells = (Cell(str(t.get("name", "?"))), Cell(str(t.get("dtype", ""))), Cell(compact(t.get("shape"))),
+                 Cell(compact(t.get("expected_shape"))), _num(number(t.get("max_ulp"))), _verdict(t.get("passed")),
+                 Cell(str(note)))  # fmt: skip
+        rows.append(Row(cells, _state(t.get("passed"))))
     names = ("table", "dtype", "shape", "expected shape", "max ulp", "result", "note")
     return Section("Tables", "tables", (Table(tuple(Column(n) for n in names), tuple(rows)),))
 

@@ -19,7 +19,7 @@ from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeInputError
 
 # Every element type an artifact's inputs and outputs use: the table dtypes, plus positions and float64.
-NUMPY_OF_ONNX = {d.onnx: np.dtype(d.np_dtype) for d in DTYPES.values()} | {
+NUMPY_OF_ONNX: dict[int, np.dtype] = {d.onnx: np.dtype(d.np_dtype) for d in DTYPES.values()} | {
     TensorProto.DOUBLE: np.dtype(np.float64),
     TensorProto.INT64: np.dtype(np.int64),
     TensorProto.INT32: np.dtype(np.int32),
@@ -79,6 +79,8 @@ class Runner:
     """Base runner: a context manager over one model with ``infer(feeds) -> {output name: array}``."""
 
     name = "runner"
+    model_path: Path | None  # None for a model given as bytes (``IoBindingRunner``)
+    checker: FeedChecker | None  # None: the feeds go unchecked (``IoBindingRunner(check=False)``)
 
     def __init__(self, model_path: str | Path) -> None:
         self.model_path = Path(model_path)
@@ -101,7 +103,8 @@ class Runner:
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check the feeds, run the model, return every output by name."""
-        self.checker.check(feeds)
+        if self.checker is not None:
+            self.checker.check(feeds)
         return self._run(feeds)
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

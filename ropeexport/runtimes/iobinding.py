@@ -96,7 +96,6 @@ class IoBindingRunner(Runner):
     """
 
     name = "ort-iobinding"
-    model_path: Path | None  # None for a model given as bytes
 
     def __init__(
         self,

@@ -67,7 +67,7 @@ class CompatResult:
     def __bool__(self) -> bool:
         return self.compatible
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready form (the manifest's ``trt_compat``)."""
         return {
             "version": self.version,
@@ -292,7 +292,7 @@ class _Checker:
         bad_in = next((t for t in inputs if t in FLOAT64_TYPES), None)
         if bad_out is None and bad_in is None:
             return None
-        kind = TensorProto.DataType.Name(bad_out if bad_out is not None else bad_in)  # type: ignore[arg-type]
+        kind = TensorProto.DataType.Name(bad_out if bad_out is not None else bad_in)
         if node.op_type == "Cast" and bad_out is not None:
             what = f"Cast to {kind}"
         elif bad_in is not None:

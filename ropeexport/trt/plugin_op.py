@@ -31,7 +31,8 @@ class PluginReference:
         class RotaryEmbedding(OpRun):
             op_domain = DOMAIN
 
-            def _run(self, x, cos, sin, rows, interleaved=0, rotary_dim=0, plugin_namespace="", **_):  # type: ignore[no-untyped-def]
+            def _run(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rows: np.ndarray, interleaved: int = 0,
+                     rotary_dim: int = 0, plugin_namespace: str = "", **_: object) -> tuple[np.ndarray]:  # fmt: skip
                 c = np.take(cos.astype(np.float64), rows, axis=0, mode="raise")[:, None]  # [b, 1, s, r/2]
                 s = np.take(sin.astype(np.float64), rows, axis=0, mode="raise")[:, None]
                 x64 = x.astype(np.float64)

@@ -86,7 +86,7 @@ class TrtRunner(Runner):
     def __init__(self, model_path: str | Path, engine_path: str | Path | None = None, keep_fp32: bool = True) -> None:
         """Load ``engine_path`` (default: ``model.engine`` beside the model) if it exists, else build and save it."""
         super().__init__(model_path)
-        engine_path = Path(engine_path) if engine_path else self.model_path.with_name(ENGINE_FILE)
+        engine_path = Path(engine_path) if engine_path else Path(model_path).with_name(ENGINE_FILE)
         trt = _tensorrt()
         self.gpu = _gpu_name()
         self.version = trt.__version__
@@ -101,6 +101,7 @@ class TrtRunner(Runner):
         from polygraphy.backend.trt import TrtRunner as PolygraphyTrtRunner
 
         model = onnx.load(str(self.model_path), load_external_data=False)
+        max_positions = (self.checker.max_positions if self.checker is not None else None) or 4096
         meta = {p.key: p.value for p in model.metadata_props}
         self._check_parser_support(model)
         if meta.get("ropeexport.graph") == "plugin":
@@ -114,7 +115,7 @@ class TrtRunner(Runner):
             loader = EngineFromBytes(engine_path.read_bytes())
         else:
             profile = Profile()
-            for name, (lo, opt, hi) in profile_shapes(model, self.checker.max_positions or 4096).items():
+            for name, (lo, opt, hi) in profile_shapes(model, max_positions).items():
                 profile.add(name, min=lo, opt=opt, max=hi)
             cache = CACHE_DIR / f"timing-{self.version}-{self.gpu.replace(' ', '_')}.cache"
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,7 @@ class TrtRunner(Runner):
             if reduced and keep_fp32:
                 network = PostprocessNetwork(network, lambda net: _keep_fp32(trt, net))
             loader = EngineFromNetwork(network, config=config, save_timing_cache=str(cache))
-        self.shapes = profile_shapes(model, self.checker.max_positions or 4096)
+        self.shapes = profile_shapes(model, max_positions)
         try:
             self.runner = PolygraphyTrtRunner(loader)
             self.runner.activate()

@@ -246,7 +246,7 @@ class Comparison:
             "max_ratio": [None if np.isnan(v) else float(v) for v in ratios],
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-friendly, with ``passed``; a metric that is not finite (the runtime raised) becomes null."""
         dots = self._dots
         cosine = float(dots[0] / np.sqrt(dots[1] * dots[2])) if dots[1] > 0 and dots[2] > 0 else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, ancestors
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, ancestors, name_of
 
 PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
 POSITIONAL = ("attention_mask", "position_ids")
@@ -17,7 +17,7 @@ POSITIONAL = ("attention_mask", "position_ids")
 
 def find(graph: ir.Graph, walk: Walk) -> list[Site]:
     """Candidate bias values of ``graph`` (module doc), in the order the Softmaxes find them."""
-    inputs = {id(v): v.name for v in walk.root.inputs}
+    inputs = {id(v): name_of(v) for v in walk.root.inputs}
     found: dict[int, Site] = {}
     for softmax in (n for n in graph if n.op_type == "Softmax"):
         stack, seen = [softmax.inputs[0]], set()
@@ -33,14 +33,16 @@ def find(graph: ir.Graph, walk: Walk) -> list[Site]:
                 reads = {inputs[i] for i in ancestors([operand]) if i in inputs}
                 if reads and all(name.endswith(POSITIONAL) for name in reads):
                     if id(operand) not in found:
-                        found[id(operand)] = Site(SiteKind.ALIBI, operand.name, "", table=False, inputs=sorted(reads),
-                                                  order=(0, len(found)), values=(operand, None, None))  # fmt: skip
+                        found[id(operand)] = Site(SiteKind.ALIBI, name_of(operand), "", table=False,
+                                                  inputs=sorted(reads), order=(0, len(found)),
+                                                  values=(operand, None, None))  # fmt: skip
                     found[id(operand)].users.append(softmax.name or "Softmax")
                 else:
                     stack.append(operand)
     # keep the outermost: a candidate another is computed from (the bias inside a bias + mask sum) is dropped
     inner = {i for key, s in found.items() for i in ancestors([s.values[0]]) - {key}}
-    return [s for key, s in found.items() if key not in inner or s.values[0].producer() is None]
+    return [s for key, s in found.items()
+            if key not in inner or (s.values[0] is not None and s.values[0].producer() is None)]  # fmt: skip
 
 
 PATTERN = Pattern("alibi_bias", "alibi", (SiteKind.ALIBI,), find)

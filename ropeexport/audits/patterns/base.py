@@ -118,6 +118,12 @@ def attr(node: ir.Node, name: str, default: int = 0) -> int:
     return default if found is None else int(found.value)
 
 
+def name_of(value: ir.Value) -> str:
+    """``value``'s name: ONNX names every value of a loaded model (only a value built in memory may have none)."""
+    assert value.name is not None, "a value of a loaded model has a name"
+    return value.name
+
+
 def is_constant(value: ir.Value | None) -> bool:
     """An absent input, an initializer, or the output of Constant / Shape / ConstantOfShape."""
     if value is None:
@@ -164,7 +170,7 @@ def ancestors(values: Iterable[ir.Value | None]) -> set[int]:
 def model_inputs(root: ir.Graph, values: Iterable[ir.Value | None]) -> list[str]:
     """Names of the model's inputs (``root``'s) that ``values`` are computed from, in the model's order."""
     wanted = ancestors(values)
-    return [v.name for v in root.inputs if id(v) in wanted]
+    return [name_of(v) for v in root.inputs if id(v) in wanted]
 
 
 def index_of(graph: ir.Graph) -> dict[int, int]:
@@ -172,12 +178,14 @@ def index_of(graph: ir.Graph) -> dict[int, int]:
     return {id(node): i for i, node in enumerate(graph)}
 
 
-def operator_sites(
-    graph: ir.Graph, walk: Walk, kind: SiteKind, match: Callable[[ir.Node], tuple[Any, ...] | None]
-) -> list[Site]:
+# What a fused operator's node reads (``operator_sites``): (cos input index, sin input index, positions value or None,
+# interleaved, table).
+Match = tuple[int, int, "ir.Value | None", bool, bool]
+
+
+def operator_sites(graph: ir.Graph, walk: Walk, kind: SiteKind, match: Callable[[ir.Node], Match | None]) -> list[Site]:
     """Sites of one fused operator, one per distinct (cos, sin, positions) it reads, and every value computing them
-    claimed. ``match(node)`` gives (cos input index, sin input index, positions value or None, interleaved, table) for
-    a node of the operator, None for any other node.
+    claimed. ``match(node)`` gives the ``Match`` of a node of the operator, None for any other node.
     """  # noqa: D205
     sites: dict[tuple[int, ...], Site] = {}
     read: list[ir.Value] = []
@@ -186,16 +194,16 @@ def operator_sites(
         found = match(node)
         if found is None:
             continue
-        (c, s), rows, interleaved, table = found[:2], found[2], found[3], found[4]
-        if len(node.inputs) <= s or node.inputs[c] is None or node.inputs[s] is None:
+        c, s, rows, interleaved, table = found
+        cos, sin = (node.inputs[c], node.inputs[s]) if len(node.inputs) > s else (None, None)
+        if cos is None or sin is None:
             continue  # a GroupQueryAttention with do_rotary but no caches: ORT refuses it; not ours to judge
-        cos, sin = node.inputs[c], node.inputs[s]
         read += [cos, sin] + ([rows] if rows is not None else [])
         key = (id(cos), id(sin), id(rows))
         if key not in sites:
-            sites[key] = Site(kind, cos.name, sin.name, interleaved=interleaved, table=table,
+            sites[key] = Site(kind, name_of(cos), name_of(sin), interleaved=interleaved, table=table,
                               inputs=model_inputs(walk.root, [cos, sin, rows]),
-                              positions=None if rows is None else rows.name, order=(0, order[id(node)]),
+                              positions=None if rows is None else name_of(rows), order=(0, order[id(node)]),
                               values=(cos, sin, rows))  # fmt: skip
         sites[key].users.append(node.name or node.op_type)
         sites[key].readers.append(node)

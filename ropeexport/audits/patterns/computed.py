@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, index_of, is_constant, model_inputs
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, index_of, is_constant, model_inputs, name_of
 
 # Nodes a computed cos/sin passes through on its way to the rotation: one data input, the rest constants or shapes.
 CARRIERS = {"Mul", "Div", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Transpose", "CastLike"}
@@ -45,7 +45,7 @@ def find(graph: ir.Graph, walk: Walk) -> list[Site]:
         walk.covered |= {id(cos_node.outputs[0]), id(sin_node.outputs[0])}
         cos, sin = forward(cos_node.outputs[0]), forward(sin_node.outputs[0])
         users = sorted({use.node.name or use.node.op_type for v in (cos, sin) for use in v.uses()})
-        out.append(Site(SiteKind.COMPUTED, cos.name, sin.name, users=users, table=False,
+        out.append(Site(SiteKind.COMPUTED, name_of(cos), name_of(sin), users=users, table=False,
                         inputs=model_inputs(walk.root, [cos, sin]), order=(2, order[id(cos_node)]),
                         values=(cos, sin, None)))  # fmt: skip
     return out

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, ancestors, attr, index_of, model_inputs
+from ropeexport.audits.patterns.base import (
+    Pattern,
+    Site,
+    SiteKind,
+    Walk,
+    ancestors,
+    attr,
+    index_of,
+    model_inputs,
+    name_of,
+)
 
 
 def _chosen_by_if(graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> tuple[ir.Value, ir.Value] | None:
@@ -33,34 +43,35 @@ def _chosen_by_if(graph: ir.Graph, cos: ir.Value, sin: ir.Value) -> tuple[ir.Val
 
 def find(graph: ir.Graph, walk: Walk) -> list[Site]:
     """Its sites in ``graph`` (module doc)."""
-    by_rows: dict[int, list[ir.Node]] = {}
+    by_rows: dict[int, list[tuple[ir.Node, ir.Value, ir.TensorProtocol]]] = {}  # (gather, its table value, tensor)
     for node in graph:
         data = node.inputs[0] if node.op_type == "Gather" and node.inputs else None
         if data is None or data.const_value is None or id(node.outputs[0]) in walk.covered:
             continue
         if len(data.const_value.shape) == 2 and attr(node, "axis") == 0:
-            by_rows.setdefault(id(node.inputs[1]), []).append(node)
+            by_rows.setdefault(id(node.inputs[1]), []).append((node, data, data.const_value))
     order = index_of(graph)
     out: list[Site] = []
-    for nodes in by_rows.values():
-        if len(nodes) != 2:
+    for gathers in by_rows.values():
+        if len(gathers) != 2:
             continue
-        first = [abs(float(n.inputs[0].const_value.numpy()[0].max(initial=0))) for n in nodes]
+        first = [abs(float(table.numpy()[0].max(initial=0))) for _, _, table in gathers]
         if (first[0] == 0) == (first[1] == 0):
             continue  # not one cos and one sin
-        cos, sin = (nodes[0], nodes[1]) if first[0] else (nodes[1], nodes[0])
-        rows, at = cos.inputs[1], (1, min(order[id(n)] for n in nodes))
+        (cos, cos_table, _), (sin, sin_table, _) = gathers if first[0] else gathers[::-1]
+        rows, at = cos.inputs[1], (1, min(order[id(n)] for n, _, _ in gathers))
         chosen = _chosen_by_if(graph, cos.outputs[0], sin.outputs[0])
         if chosen is not None:  # the table is one branch of an If (dynamic NTK's default): the If's outputs rule
             walk.covered |= ancestors(chosen)
-            out.append(Site(SiteKind.COMPUTED, chosen[0].name, chosen[1].name, users=[n.name for n in (cos, sin)],
-                            table=False, inputs=model_inputs(walk.root, chosen), order=at,
-                            values=(*chosen, None)))  # fmt: skip
+            out.append(Site(SiteKind.COMPUTED, name_of(chosen[0]), name_of(chosen[1]),
+                            users=[n.name or "" for n in (cos, sin)], table=False,
+                            inputs=model_inputs(walk.root, chosen), order=at, values=(*chosen, None)))  # fmt: skip
             continue
-        out.append(Site(SiteKind.GATHERED, cos.inputs[0].name, sin.inputs[0].name,
+        assert rows is not None, "a Gather reads its rows"  # ONNX requires both inputs (the checker refuses one)
+        out.append(Site(SiteKind.GATHERED, name_of(cos_table), name_of(sin_table),
                         users=[n.name or "Gather" for n in (cos, sin)], table=True,
-                        inputs=model_inputs(walk.root, [rows]), positions=rows.name, order=at,
-                        values=(cos.inputs[0], sin.inputs[0], rows), readers=[cos, sin]))  # fmt: skip
+                        inputs=model_inputs(walk.root, [rows]), positions=name_of(rows), order=at,
+                        values=(cos_table, sin_table, rows), readers=[cos, sin]))  # fmt: skip
     return out
 
 

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, attr, operator_sites
+from ropeexport.audits.patterns.base import MICROSOFT, Match, Pattern, Site, SiteKind, Walk, attr, operator_sites
 
 TOKENS = 8
 
 
-def _match(node: ir.Node) -> tuple[Any, ...] | None:
+def _match(node: ir.Node) -> Match | None:
     if node.op_type != "GroupQueryAttention" or (node.domain or "") != MICROSOFT or not attr(node, "do_rotary"):
         return None
     return 7, 8, None, bool(attr(node, "rotary_interleaved")), True

@@ -5,14 +5,12 @@ write it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, attr, operator_sites
+from ropeexport.audits.patterns.base import MICROSOFT, Match, Pattern, Site, SiteKind, Walk, attr, operator_sites
 
 
-def _match(node: ir.Node) -> tuple[Any, ...] | None:
+def _match(node: ir.Node) -> Match | None:
     if node.op_type != "RotaryEmbedding" or (node.domain or "") != MICROSOFT:
         return None
     return 2, 3, node.inputs[1] if len(node.inputs) > 1 else None, bool(attr(node, "interleaved")), True

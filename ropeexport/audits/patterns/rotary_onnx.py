@@ -4,14 +4,12 @@ each token [b, s, rotary_dim / 2] (torch.onnx.export of transformers models, rop
 
 from __future__ import annotations
 
-from typing import Any
-
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, attr, operator_sites
+from ropeexport.audits.patterns.base import Match, Pattern, Site, SiteKind, Walk, attr, operator_sites
 
 
-def _match(node: ir.Node) -> tuple[Any, ...] | None:
+def _match(node: ir.Node) -> Match | None:
     if node.op_type != "RotaryEmbedding" or (node.domain or "") not in ("", "ai.onnx"):
         return None
     rows = node.inputs[3] if len(node.inputs) > 3 else None

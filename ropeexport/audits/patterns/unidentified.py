@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, model_inputs
+from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, model_inputs, name_of
 
 
 def find(graph: ir.Graph, walk: Walk) -> list[Site]:
@@ -19,7 +19,7 @@ def find(graph: ir.Graph, walk: Walk) -> list[Site]:
         walk.covered.add(id(value))
         cos = node.op_type == "Cos"
         pair = (value, None) if cos else (None, value)
-        out.append(Site(SiteKind.UNIDENTIFIED, value.name if cos else "", "" if cos else value.name,
+        out.append(Site(SiteKind.UNIDENTIFIED, name_of(value) if cos else "", "" if cos else name_of(value),
                         users=[node.name or node.op_type], table=False, inputs=model_inputs(walk.root, [value]),
                         order=(2 if cos else 3, index), values=(*pair, None)))  # fmt: skip
     return out

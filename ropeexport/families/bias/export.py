@@ -45,6 +45,20 @@ def position_grid(g: GraphBuilder) -> tuple[str, str]:
     return q, k
 
 
+def pair_shape(g: GraphBuilder, heads: int) -> str:
+    """[b, heads, q_len, k_len] as an int64 shape, from the position inputs."""
+    return g.op(
+        "Concat",
+        [
+            g.op("Shape", [QPOS], end=1),
+            g.const("heads", np.array([heads], np.int64)),
+            g.op("Shape", [QPOS], start=1),
+            g.op("Shape", [KPOS], start=1),
+        ],
+        axis=0,
+    )
+
+
 def causal_future(g: GraphBuilder) -> str:
     """bool [b, 1, q, k]: key j comes after query i (the causal mask's -inf entries)."""
     return g.op("Greater", [unsqueeze(g, KPOS, [1, 2], "kmask_axes"), unsqueeze(g, QPOS, [1, 3], "qmask_axes")])
@@ -59,17 +73,7 @@ def _bias(g: GraphBuilder, spec: Any, bias_fn: BiasFn, single_pass: SinglePassFn
     clamped = g.op("Max", [raw, g.const("finite_min", np.array(DTYPES[spec.dtype].finite_min, np.float32))])
     bias = g.op("Cast", [clamped], to=DTYPES[spec.dtype].onnx)
     # Expand to [b, h, q, k] so the output has the contract's shape even when the method's bias broadcasts.
-    shape = g.op(
-        "Concat",
-        [
-            g.op("Shape", [QPOS], end=1),
-            g.const("heads", np.array([spec.num_heads], np.int64)),
-            g.op("Shape", [QPOS], start=1),
-            g.op("Shape", [KPOS], start=1),
-        ],
-        axis=0,
-    )
-    bias = g.op("Expand", [bias, shape])
+    bias = g.op("Expand", [bias, pair_shape(g, spec.num_heads)])
     if not spec.causal:
         return bias
     future = causal_future(g)

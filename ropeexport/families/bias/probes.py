@@ -35,6 +35,18 @@ def _pair(name: str, q: Any, k: Any) -> Probe:
     return Probe(name, {QPOS: np.asarray(q, np.int64), KPOS: np.asarray(k, np.int64)})
 
 
+def pair_windows(P: int) -> list[Probe]:
+    """Self-attention over windows of min(16, P) positions: at the start, at the end, and three rows of one call at
+    offsets 0, the middle and the end.
+    """  # noqa: D205
+    s = min(16, P)
+    start, end = np.arange(s)[None], np.arange(P - s, P)[None]
+    probes = [_pair("self-start", start, start), _pair("self-end", end, end)]
+    offsets = np.stack([np.arange(o, o + s) for o in (0, P // 2 - s // 2, P - s)])
+    probes.append(_pair("row-offsets", offsets, offsets))
+    return probes
+
+
 def pair_extras(P: int, causal: bool, artifact: str) -> list[Probe]:
     """Calls every query/key artifact needs besides self-attention windows.
 
@@ -74,11 +86,7 @@ def bias_probes(spec: Any) -> tuple[list[Probe], dict[str, Any]]:
     ``spec`` needs ``max_positions``, ``artifact`` and ``causal`` (any additive-bias spec, or one shaped like it).
     """
     P = spec.max_positions
-    s = min(16, P)
-    start, end = np.arange(s)[None], np.arange(P - s, P)[None]
-    probes = [_pair("self-start", start, start), _pair("self-end", end, end)]
-    offsets = np.stack([np.arange(o, o + s) for o in (0, P // 2 - s // 2, P - s)])
-    probes.append(_pair("row-offsets", offsets, offsets))
+    probes = pair_windows(P)
     last = P - 1
     if spec.artifact == "bias":
         keys = np.arange(P)

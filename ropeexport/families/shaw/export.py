@@ -30,27 +30,13 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.dtypes import DTYPES
-from ropeexport.families.bias.export import KPOS, OPSETS, QPOS, unsqueeze
+from ropeexport.families.bias.export import KPOS, OPSETS, QPOS, pair_shape, unsqueeze
 from ropeexport.families.shaw.reference import shaw_weights
 from ropeexport.families.shaw.spec import ShawSpec
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
 QK_SOFTMAX = 3  # Attention's qk_matmul_output_mode: its fourth output holds the softmax weights
-
-
-def _pair_shape(g: GraphBuilder, spec: ShawSpec) -> str:
-    """[b, heads, q_len, k_len] as an int64 shape, from the position inputs."""
-    return g.op(
-        "Concat",
-        [
-            g.op("Shape", [QPOS], end=1),
-            g.const("heads", np.array([spec.num_heads], np.int64)),
-            g.op("Shape", [QPOS], start=1),
-            g.op("Shape", [KPOS], start=1),
-        ],
-        axis=0,
-    )
 
 
 def _rows(g: GraphBuilder, spec: ShawSpec) -> str:
@@ -67,7 +53,7 @@ def _rows(g: GraphBuilder, spec: ShawSpec) -> str:
     )
     rows = g.op("Add", [clipped, g.const("clip_offset", np.array(k, np.int64))])  # [b, 1, q, n]
     # GatherElements and ScatterElements take indices of the output's full shape.
-    return g.op("Expand", [rows, _pair_shape(g, spec)], name="relative_rows")
+    return g.op("Expand", [rows, pair_shape(g, spec.num_heads)], name="relative_rows")
 
 
 def _key_term(g: GraphBuilder, spec: ShawSpec, rows: str) -> str:

@@ -32,7 +32,7 @@ from numpy.typing import ArrayLike
 from onnx import numpy_helper
 
 from ropeexport.dtypes import DTYPES
-from ropeexport.families.bias.probes import pair_extras
+from ropeexport.families.bias.probes import pair_extras, pair_windows
 from ropeexport.families.sinusoidal.oracle import pe_angles, pe_oracle
 from ropeexport.families.sinusoidal.reference import SinusoidalEmbedding, sinusoidal_scores
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
@@ -90,11 +90,7 @@ def _pair(name: str, q: ArrayLike, k: ArrayLike) -> Probe:
 def scores_probes(spec: SinusoidalSpec) -> tuple[list[Probe], dict[str, Any]]:
     """The ``scores`` probe calls (module docstring) and the coverage they give."""
     P = spec.max_positions
-    s = min(16, P)
-    start, end = np.arange(s)[None], np.arange(P - s, P)[None]
-    probes = [_pair("self-start", start, start), _pair("self-end", end, end)]
-    offsets = np.stack([np.arange(o, o + s) for o in (0, P // 2 - s // 2, P - s)])
-    probes.append(_pair("row-offsets", offsets, offsets))
+    probes = pair_windows(P)
     for name, q in (("decode-at-end", P - 1), ("decode-at-middle", P // 2)):
         keys = np.unique(np.linspace(0, q, num=min(q + 1, 64)).astype(np.int64))
         probes.append(_pair(name, [[q]], keys[None]))

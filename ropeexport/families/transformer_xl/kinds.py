@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ropeexport.families.bias.probes import bias_feeds, bias_locate, pair_curve
+from ropeexport.families.bias.probes import bias_feeds, bias_guards, bias_locate, pair_curve
 from ropeexport.families.transformer_xl import oracle as o
 from ropeexport.families.transformer_xl import probes as v
 from ropeexport.families.transformer_xl.export import build_transformer_xl_scores_graph
@@ -21,7 +21,7 @@ KINDS = {
         oracle=o.scores_float64,
         locate=bias_locate,
         tables=v.check_tables,
-        guards=v.scores_guards,
+        guards=bias_guards,
         curve=pair_curve,
         properties=shift_invariance(bias_feeds, "scores"),
     ),

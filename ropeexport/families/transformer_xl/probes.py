@@ -10,8 +10,9 @@ Probes: those of the additive-bias methods (``families.bias.probes.bias_probes``
 rows with offsets, and one query at max_positions - 1 against keys at a strided set of distances plus 0..64 and
 around every power of two); for ``causal=False`` the same distances again with the query at 0, so negative
 distances are exercised too. The stored table is checked at every row (every accepted distance).
-Guards: calls with a query or a key position of -1 or max_positions, sent straight to the runtime past the runner's
-own check, must fail inside the graph (a causal graph clamps distances at 0, so this is not automatic).
+Guards: the bias methods' (``families.bias.probes.bias_guards``): calls with a query or a key position of -1 or
+max_positions, sent straight to the runtime past the runner's own check, must fail inside the graph (a causal graph
+clamps distances at 0, so this is not automatic).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from onnx import numpy_helper
 
 from ropeexport.dtypes import DTYPES
-from ropeexport.families.bias.probes import bias_feeds, bias_probes
+from ropeexport.families.bias.probes import bias_probes
 from ropeexport.families.transformer_xl.oracle import projected_oracle
 from ropeexport.families.transformer_xl.reference import TransformerXLScores, stored_weights
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec, learned_weights
@@ -51,19 +52,6 @@ def scores_probes(spec: TransformerXLSpec) -> tuple[list[Probe], dict[str, Any]]
                 probes.append(Probe(f"from-start{p.name[6:]}", {QPOS: np.zeros((1, 1), np.int64), KPOS: keys}))
         coverage["distances"] += ", both signs"
     return probes, coverage
-
-
-def scores_guards(spec: TransformerXLSpec) -> list[tuple[str, Feeds]]:
-    """Calls with a query or a key position outside the table that the graph itself must reject."""
-    rng = np.random.default_rng(0)
-    good = np.array([[0, 1]], np.int64)
-    cases = []
-    for bad in (-1, spec.max_positions):
-        wrong = np.array([[0, bad]], np.int64)
-        for side, (q, k) in (("query", (wrong, good)), ("key", (good, wrong))):
-            probe = Probe("guard", {QPOS: q, KPOS: k})
-            cases.append((f"{side} position {bad}", bias_feeds(cast(Any, spec), probe, rng)))
-    return cases
 
 
 def check_tables(spec: TransformerXLSpec, model_path: Path) -> list[dict[str, Any]]:
