@@ -27,7 +27,8 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         if (name, seed) not in made:
             from tests.decoder.tiny import checkpoint
 
-            made[name, seed] = checkpoint(root / f"{name}-{seed}", name, seed)
+            # the folder is named as the config: a decoder takes its default name from it
+            made[name, seed] = checkpoint(root / f"seed{seed}" / name, name, seed)
         return made[name, seed]
 
     return get
