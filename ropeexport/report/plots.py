@@ -114,6 +114,9 @@ def _log_axes(ax: Any, crosses: list, low: float, high: float, axis_label: str, 
         ax.plot(crosses, [high] * len(crosses), "x", color=TOLERANCE_COLOR, markersize=6, label="inf or NaN error")
         high *= 3
     ax.set_yscale("log")
+    # Decades only: minor ticks on a log axis are most of a figure's drawing time (report.html draws about ten per
+    # artifact, the largest part of a build), and the errors are read to the decade.
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.set_ylim(low, high)
     ax.set_xlabel(shorten(axis_label, 90))
     ax.set_ylabel(y_label)
