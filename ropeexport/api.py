@@ -347,8 +347,9 @@ def diff(
     old_kind, old_report = artifacts.load_report(_path(old, "old"), "old")
     new_kind, new_report = artifacts.load_report(_path(new, "new"), "new")
     if type(old_kind) is not type(new_kind):
-        raise ArtifactError("new", f"is a {new_report.get('artifact')} report but OLD is a {old_report.get('artifact')} "
-                            "report: diff compares two reports of one kind (two decoders, or two artifacts)")  # fmt: skip
+        kinds = new_report.get("artifact"), old_report.get("artifact")
+        raise ArtifactError("new", f"is a {kinds[0]} report but OLD is a {kinds[1]} report: diff compares two "
+                            "reports of one kind (two decoders, or two artifacts)")  # fmt: skip
     across = _names(across, "across") or []
     known = old_kind.diff_fields(old_report) | new_kind.diff_fields(new_report)
     unknown = [f for f in across if f not in known]

@@ -17,7 +17,7 @@ import onnx
 
 from ropeexport.errors import ArtifactError
 from ropeexport.inputs import loads_json
-from ropeexport.store import inside, flat
+from ropeexport.store import flat, inside
 
 MAX_INITIALIZER_BYTES = 2**31  # protobuf's cap on a model; a larger claimed tensor is damage, not a table
 

@@ -533,7 +533,7 @@ class Store:
         draft: Draft | None = None
         try:
             self.clean(holding=name)
-            self.check(name, spec, replace, ours)  # again, under the lock: a writer that just finished may have changed it
+            self.check(name, spec, replace, ours)  # again, under the lock: a writer that just finished may have moved
             work = Path(tempfile.mkdtemp(prefix=f".{name}.building.{os.getpid()}.", dir=self.root))
             draft = Draft(self, name, work)
             yield draft

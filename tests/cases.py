@@ -54,3 +54,24 @@ POSITION_CALLS = [
     ("row-offsets-to-end", np.stack([np.arange(0, 5), np.arange(MAX_POSITIONS - 5, MAX_POSITIONS)]).astype(np.int64)),
     ("decode", np.array([[MAX_POSITIONS - 1], [3]], dtype=np.int64)),
 ]
+
+
+def tiered(cases: list[Any], fast: Any) -> list[Any]:
+    """``cases`` as pytest params, each that ``fast(values)`` does not pick marked ``slow`` (a case is a tuple of
+    values, one value, or already a ``pytest.param``, whose id and marks are kept).
+
+    The fast tier (``pytest -m "not slow"``) keeps the picked rows, a representative of each axis a table covers;
+    CI runs every row.
+    """  # noqa: D205
+    import pytest
+    from _pytest.mark import ParameterSet
+
+    out = []
+    for case in cases:
+        if isinstance(case, ParameterSet):
+            values, marks, id_ = tuple(case.values), tuple(case.marks), case.id
+        else:
+            values, marks, id_ = (case if isinstance(case, tuple) else (case,)), (), None
+        picked = fast(values if len(values) > 1 else values[0])
+        out.append(pytest.param(*values, marks=marks if picked else (*marks, pytest.mark.slow), id=id_))
+    return out

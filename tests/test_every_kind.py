@@ -9,6 +9,7 @@ import pytest
 
 from ropeexport import build
 from ropeexport.catalog import encodings, kind_for, kinds
+from tests.cases import tiered
 
 # Small sizes, applied to whichever of these fields an encoding has.
 SMALL = {
@@ -35,7 +36,9 @@ def small(encoding: str, **fields: object) -> object:
     return cls(**{k: v for k, v in SMALL.items() if k in names}, **fields)
 
 
-@pytest.mark.parametrize(("encoding", "artifact", "dtype", "graph"), CASES)
+# Fast tier: every kind in fp32, fused; CI builds every dtype and form.
+@pytest.mark.parametrize(("encoding", "artifact", "dtype", "graph"),
+                         tiered(CASES, lambda c: c[2:] == ("fp32", "fused")))  # fmt: skip
 def test_every_kind_builds_and_verifies(tmp_path: Path, encoding: str, artifact: str, dtype: str, graph: str) -> None:
     spec = small(encoding, artifact=artifact, dtype=dtype, graph=graph)
     result = build(spec, tmp_path)

@@ -18,6 +18,7 @@ from ropeexport.artifacts import write_index
 from ropeexport.errors import OutputError
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
+from tests.cases import tiered
 from tests.clirun import run
 
 SMALL = ["build", "--encoding", "alibi", "--num-heads", "2", "--head-dim", "4", "--max-positions", "16"]
@@ -84,7 +85,7 @@ def test_a_full_disk_is_one_line_and_leaves_the_tree_consistent(
             listed = {a["name"] for a in json.loads((out / "index.json").read_text())["artifacts"]}
             assert listed == {n for n in names if (out / n / "manifest.json").exists()}
     finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)  # lazily: a leaked handle must not keep it
 
 
 def test_a_read_only_output_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,7 +97,7 @@ def test_a_read_only_output_folder_is_one_line(tmp_path: Path, capsys: pytest.Ca
         code, _, err = run([*SMALL, "--out", str(disk / "out"), "--quiet"], capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "Read-only file system" in err, err
     finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)  # lazily: a leaked handle must not keep it
 
 
 CORRUPTIONS = {
@@ -111,7 +112,7 @@ CORRUPTIONS = {
 
 
 @pytest.mark.parametrize("which", ["manifest.json", "report.json"])
-@pytest.mark.parametrize("damage", list(CORRUPTIONS), ids=list(CORRUPTIONS))
+@pytest.mark.parametrize("damage", tiered(list(CORRUPTIONS), lambda d: d == "truncated JSON"), ids=list(CORRUPTIONS))
 def test_a_damaged_sibling_is_listed_as_damaged_and_the_build_goes_on(
     tmp_path: Path, which: str, damage: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -158,6 +159,7 @@ def test_every_artifact_file_is_as_readable_as_the_folder(tmp_path: Path, monkey
     assert set(modes.values()) == {0o666 & ~umask}, modes
 
 
+@pytest.mark.slow  # a build in a fresh interpreter
 def test_a_build_writes_nothing_outside_its_output_folder(tmp_path: Path) -> None:
     home, tmp, out = tmp_path / "home", tmp_path / "tmp", tmp_path / "out"
     home.mkdir()
@@ -246,4 +248,4 @@ def test_a_full_or_read_only_disk_is_one_line_for_every_command(
         assert code == 2 and len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, err
         assert sorted(p.name for p in disk.rglob("*")) == sorted(before)  # nothing half-written, no work left
     finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)  # lazily: a leaked handle must not keep it

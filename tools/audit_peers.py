@@ -150,9 +150,9 @@ def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, A
     import shutil
 
     import ropeexport as rx
-    from ropeexport.errors import SpecError
     from ropeexport.audits.graft import PRECISION
     from ropeexport.audits.prove import DecoderProof
+    from ropeexport.errors import SpecError
 
     config = ckpt / "config.json"
     if result.verdict == "exact":

@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
     from serving.engines import Genai
 
-    from ropeexport.decoder.serve import DecoderSession
     from ropeexport.decoder.checkpoint import geometry
+    from ropeexport.decoder.serve import DecoderSession
     from ropeexport.runtimes.iobinding import session_options
 
     work = Path(args.work)

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ropeexport.block.static import is_static, per_row
 from ropeexport.block.projections import block_weights, kv_heads
+from ropeexport.block.static import is_static, per_row
 from ropeexport.dtypes import DTYPES
 from ropeexport.kinds import Feeds
 from ropeexport.numerics import round_once

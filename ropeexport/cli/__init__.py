@@ -195,6 +195,24 @@ def _terminate(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or Terminated) ``exc`` was raised from, if any (its chain of causes and contexts)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    terminated = isinstance(exc, Terminated)
+    sys.stderr.write(f"ropeexport: {'terminated' if terminated else 'interrupted'}\n")
+    return 143 if terminated else 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run the subcommand, map errors to exit codes (the module docstring lists them)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -212,9 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"ropeexport: error: {error_line(exc)}\n")
         return 2
     except KeyboardInterrupt as exc:  # finished artifacts are whole and indexed; the one in flight left nothing
-        terminated = isinstance(exc, Terminated)
-        sys.stderr.write(f"ropeexport: {'terminated' if terminated else 'interrupted'}\n")
-        return 143 if terminated else 130
+        return _interrupted(exc)
+    except Exception as exc:
+        # Ctrl-C while a C extension initialises (numpy, torch at start-up) surfaces as an ImportError ("initialization
+        # failed") whose cause is the KeyboardInterrupt: an interruption all the same.
+        interrupt = _interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        return _interrupted(interrupt)
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)

@@ -88,7 +88,7 @@ def build_decoder_graph(
         if spec.residual == "sequential":
             h, y = normed(h, out["output"], w, "norm2")
             pending = mlp(g, mlp_of, y, w)
-        else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J: no norm2)
+        else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
             h, pending = g.op("Add", [h, out["output"]]), mlp(g, mlp_of, y, w)
     _, h = normed(h, pending, top, "final_norm")

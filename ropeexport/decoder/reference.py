@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.checkpoint import to_transformers
+from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import RuntimeUnavailable
 
 

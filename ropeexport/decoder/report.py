@@ -282,7 +282,8 @@ def write_html(report: dict[str, Any]) -> str:
         _failures(report),
         f'<section id="decoder"><h2>Decoder</h2><table class="pairs"><tbody>{rows}</tbody></table></section>',
         '<section id="errors"><h2>Error over the logit scale, per call</h2>'
-        + figure_html(png, "each call's error over the logit scale against its last position, per scenario", PLOT_CAPTION)
+        + figure_html(png, "each call's error over the logit scale against its last position, per scenario",
+                      PLOT_CAPTION)
         + "</section>",
     ]
     for scenario in report["scenarios"]:

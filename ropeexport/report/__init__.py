@@ -98,7 +98,8 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def failed_page(report: dict[str, Any], name: str, exc: Exception) -> str:
     """The page written in place of a report renderer that failed: the verdict, why, and where the record is."""
     verdict = "PASS" if report.get("passed") else "FAIL"
-    text = f"{verdict} {report.get('name')}: this page could not be rendered ({type(exc).__name__}: {exc}); see report.json\n"
+    why = f"{type(exc).__name__}: {exc}"
+    text = f"{verdict} {report.get('name')}: this page could not be rendered ({why}); see report.json\n"
     if name.endswith(".html"):
         import html
 

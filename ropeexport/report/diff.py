@@ -97,9 +97,7 @@ def diff_reports(
     max_growth: float = DEFAULT_MAX_GROWTH,
     across: Sequence[str] = (),
 ) -> ReportDiff:
-    """Compare NEW against OLD (module docstring for what counts as a regression and for ``across``).
-
-    """
+    """Compare NEW against OLD (module docstring for what counts as a regression and for ``across``)."""
     result = ReportDiff()
     changes = _spec_changes(old, new)
     for key, (before, after) in changes.items():

@@ -36,4 +36,5 @@ class ReportDiff:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-friendly."""
-        return {"passed": self.passed, "regressed": self.regressed, "regressions": self.regressions, "notes": self.notes, "rows": self.rows}
+        return {"passed": self.passed, "regressed": self.regressed, "regressions": self.regressions,
+                "notes": self.notes, "rows": self.rows}  # fmt: skip

@@ -110,6 +110,7 @@ def safe_plot(make: Callable[..., bytes], *args: Any) -> bytes:
 
 
 def figure_html(png: bytes, alt: str, caption: str = "") -> str:
+    """A figure of report.html: the PNG inline (a data URI) with its alt text and caption, or a note when empty."""
     if not png:
         return f'<p class="note">Plot left out: {_e(alt)} could not be drawn from these values.</p>'
     width, height = _png_size(png)

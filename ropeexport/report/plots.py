@@ -57,12 +57,14 @@ def shorten(text: str, limit: int) -> str:
 
 
 def new_figure(size: tuple[float, float]) -> Figure:
+    """A figure on its own Agg canvas (never pyplot: nothing registered), laid out by constrained layout."""
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
 
 
 def png_bytes(figure: Figure) -> bytes:
+    """The figure as PNG bytes with no timestamp or software tag (the same data gives the same bytes), then cleared."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     figure.clear()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the peers' exports of three schedules audited, grafted and proven (a minute)
+
 pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder audited")
 pytest.importorskip("transformers", reason="transformers (the test extra) makes the checkpoints")
 ROOT = Path(__file__).resolve().parents[2]

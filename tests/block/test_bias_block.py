@@ -11,12 +11,13 @@ import onnxruntime as ort
 import pytest
 
 import ropeexport as rx
-from ropeexport.components.attention import graph as block_export
 from ropeexport.block.probes import block_feeds, counted_block_probes
 from ropeexport.catalog import kind_for
+from ropeexport.components.attention import graph as block_export
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import verify_artifact
 from tests.block.planted import causal_only, probes_that_see, top_left_mask
+from tests.cases import tiered
 
 GRAPHS, DTYPES = ("fused", "decomposed", "tensorrt", "static-cache", "gqa"), ("fp32", "fp16")
 DYNAMIC = GRAPHS[:3]  # the forms whose cache grows; planted mask bugs are written against their mask
@@ -29,7 +30,9 @@ def _spec(method: str = "alibi", **fields: object) -> object:
     return rx.spec(method, artifact="block", **(base | fields))
 
 
-@pytest.mark.parametrize(("method", "graph", "dtype"), CASES, ids=["-".join(c) for c in CASES])
+# Fast tier: every method fused in fp32.
+@pytest.mark.parametrize(("method", "graph", "dtype"), tiered(CASES, lambda c: c[1:] == ("fused", "fp32")),
+                         ids=["-".join(c) for c in CASES])  # fmt: skip
 def test_bias_block_builds_and_verifies(method: str, graph: str, dtype: str, tmp_path: Path) -> None:
     result = rx.build(_spec(method, graph=graph, dtype=dtype), tmp_path)
     assert result.passed, [c["worst"] for c in result.report["comparisons"] if not c["passed"]]

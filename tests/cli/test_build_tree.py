@@ -97,6 +97,7 @@ def test_runtime_all_reports_tensorrt_skipped_with_the_reason(tmp_path: Path, ca
     assert trt["status"] == "skipped" and trt["reason"]
 
 
+@pytest.mark.slow  # every preset built
 def test_every_preset_builds_and_verifies(tmp_path: Path, capsys) -> None:
     """Every card at a small length (the default-build test covers llama-3.1-8b and bloom-560m at full length)."""
     out = tmp_path / "out"
@@ -242,6 +243,7 @@ batch._build = _build
 """
 
 
+@pytest.mark.slow  # worker processes spawned
 def test_a_crash_under_jobs_stops_the_queue_and_indexes_what_finished(tmp_path: Path) -> None:
     """A worker's exception (a bug, not bad input): queued builds never start, finished ones are indexed."""
     import os

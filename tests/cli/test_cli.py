@@ -274,6 +274,7 @@ def test_list_json_names_every_schedule_and_param(capsys) -> None:
     assert code == 0 and "longrope" in out
 
 
+@pytest.mark.slow  # the embedded default at real length (half a minute)
 def test_default_build_builds_one_preset_per_family_at_real_length(tmp_path: Path) -> None:
     """The embedded default: llama-3.1-8b at 131072 positions and bloom-560m at 2048 among them (real lengths)."""
     proc = subprocess.run([sys.executable, "-m", "ropeexport", "build"], cwd=tmp_path, capture_output=True, text=True)
@@ -291,6 +292,7 @@ def test_default_build_builds_one_preset_per_family_at_real_length(tmp_path: Pat
     assert lengths["llama-3.1-8b"] == 131072 and lengths["bloom-560m"] == 2048
 
 
+@pytest.mark.slow  # every feature spec built
 def test_feature_set_builds_through_a_spec_file(tmp_path: Path, capsys) -> None:
     """One artifact per RoPE feature (layouts, schedules, dtypes) and per family, as artifacts = [...]."""
     from ropeexport.defaults import FEATURE_SPECS

@@ -193,6 +193,7 @@ def _planned(argv: list[str], cwd: Path) -> list[str]:
     return [a["name"] for a in json.loads(proc.stdout)["artifacts"]]
 
 
+@pytest.mark.slow  # every example of the help texts run
 def test_every_example_runs(tmp_path: Path) -> None:
     examples = list(dict.fromkeys(_help_examples() + _readme_examples()))
     assert any(e.startswith("ropeexport build") for e in examples)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import ropeexport as rx
+from tests.cases import tiered
 from tests.decoder.tiny import CONFIGS, checkpoint
 
 CASES = [(name, "fused") for name in CONFIGS] + [
@@ -29,7 +30,11 @@ CASES = [(name, "fused") for name in CONFIGS] + [
 ]
 
 
-@pytest.mark.parametrize(("name", "graph"), CASES, ids=[f"{n}-{g}" for n, g in CASES])
+# Fast tier: a grouped-query llama, Phi-3 LongRoPE in the gqa form and BLOOM (ALiBi); CI builds every case.
+FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused")}
+
+
+@pytest.mark.parametrize(("name", "graph"), tiered(CASES, lambda c: c in FAST), ids=[f"{n}-{g}" for n, g in CASES])
 def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph)

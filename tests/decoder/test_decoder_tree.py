@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 import ropeexport as rx
+from ropeexport.artifacts import write_index
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.errors import SpecError
-from ropeexport.artifacts import write_index
 from tests.clirun import run
 
 # The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
@@ -206,7 +206,8 @@ HOSTILE = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("what", "plant", "where", "code", "text"), HOSTILE, ids=[f"{h[0]} at {h[2]}" for h in HOSTILE])
+@pytest.mark.parametrize(("what", "plant", "where", "code", "text"),
+                         HOSTILE, ids=[f"{h[0]} at {h[2]}" for h in HOSTILE])  # fmt: skip
 def test_a_hostile_file_in_a_decoder_folder_never_hangs_a_rebuild(
     what: str, plant: Any, where: str, code: int, text: str, seeded_decoder: Path, tmp_path: Path
 ) -> None:

@@ -23,6 +23,8 @@ from ropeexport.errors import CheckpointError
 from ropeexport.runtimes.ort import OrtRunner
 from tests.decoder.tiny import checkpoint
 
+pytestmark = pytest.mark.slow  # onnxruntime-genai generating from nine built decoders
+
 og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the serving engine")
 PROMPT, STEPS = 12, 64
 CASES = [("llama", "fused"), ("llama", "gqa"), ("phi3-longrope", "fused"), ("llama-dynamic", "fused"),

@@ -18,6 +18,8 @@ from tests.decoder.tiny import checkpoint
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a checkpoint layer's block built and verified in seven forms
+
 CASES = [("llama-biases", "fused"), ("mistral-window", "decomposed"), ("phi3-longrope", "gqa"), ("bloom", "fused"),
          ("gpt_neox", "tensorrt"), ("gptj", "fused"), ("qwen2-yarn", "gqa")]  # fmt: skip
 

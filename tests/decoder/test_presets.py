@@ -15,6 +15,8 @@ pytest.importorskip("transformers", reason="transformers (the test extra) is the
 
 import ropeexport as rx  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every preset's decoder built and verified (a minute)
+
 # preset -> hidden size of two heads (head_dim kept)
 PRESETS = {
     "llama-2-7b": 256,

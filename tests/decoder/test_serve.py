@@ -20,14 +20,16 @@ import pytest
 import ropeexport as rx
 from ropeexport.catalog import kind_for
 from ropeexport.cli import main
+from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.greedy import run_scenario as verified_loop
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
 from ropeexport.decoder.scenarios import Scenario, threshold
 from ropeexport.decoder.serve import DecoderSession
-from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.errors import SpecError
 from ropeexport.runtimes.ort import OrtRunner
 from tests.decoder.tiny import checkpoint
+
+pytestmark = pytest.mark.slow  # eight decoders built for the served-token and bad-input tables
 
 tokenizers = pytest.importorskip("tokenizers", reason="tokenizers (brought by transformers) reads --prompt text")
 

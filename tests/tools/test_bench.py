@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the benchmark tools run end to end on their quick settings
+
 ROOT = Path(__file__).resolve().parents[2]
 ROPE = ("copy_1t", "copy_mt", "ort_floor", "fused", "decomposed", "peer", "eager", "torch_compile")
 EXPECTED = {

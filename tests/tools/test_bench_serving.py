@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the serving benchmark runs end to end on its quick models
+
 ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = ("ours-fused", "ours-gqa", "og-builder", "ours-fused@genai", "torch-dynamo", "transformers",
            "ours-fused-nospin", "ours-gqa-nospin")  # fmt: skip

@@ -303,6 +303,7 @@ def test_unknown_version_is_a_spec_error_listing_the_known_ones(text: str) -> No
     assert "known versions: 8.6, 10.0, 10.1" in str(info.value) and "10.15, 11" in str(info.value)
 
 
+@pytest.mark.slow  # every kind exported and checked node by node (a minute)
 def test_every_kind_uses_only_operators_the_table_records() -> None:
     """Coverage of the table: no artifact kind meets 'not in ropeexport's TensorRT support table'."""
     for (encoding, artifact), _ in sorted(kinds().items()):

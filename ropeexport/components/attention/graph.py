@@ -134,7 +134,9 @@ def _repeat_kv(g: GraphBuilder, x: str, spec: AttentionSpec, name: str) -> str:
     return g.op("Reshape", [g.op("Expand", [grouped, shape]), g.const(f"{name}_heads_shape", i64(0, H, -1, d))])
 
 
-def _attend_decomposed(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+def _attend_decomposed(
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None
+) -> str:
     """softmax(q k^T / sqrt(d) + bias, masked) v with the cache concatenated; [b, H, s, d]."""
     keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
     values = g.op("Concat", ["past_value", v], axis=2, name="present_value")

@@ -12,8 +12,8 @@ import numpy as np
 
 from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
-from ropeexport.specs import require_choice, require_int
 from ropeexport.learned import Tensor, load_weights, rounded
+from ropeexport.specs import require_choice, require_int
 
 KERNELS = ("log", "power")
 R1_STD, R2_STD = 0.5, 0.25  # seeded draws |N(0, s)| + s: r1 mostly in [0.5, 2], r2 in [0.25, 1]

@@ -30,7 +30,8 @@ KINDS = {
     "block": ArtifactKind(
         encoding="rope",
         artifact="block",
-        summary="an attention layer with a KV cache: hidden in, query and key rotated by the rope piece, output and present",
+        summary="an attention layer with a KV cache: hidden in, query and key rotated by the rope piece, output and "
+        "present",
         export=b.export_block,
         probes=block_probes,
         feeds=block_feeds,

@@ -27,9 +27,9 @@ import torch
 
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.shaw.spec import ShawSpec, shaw_tensors
+from ropeexport.learned import load_weights, rounded
 from ropeexport.numerics import round_once
 from ropeexport.tensors import to_torch
-from ropeexport.learned import load_weights, rounded
 
 
 def shaw_weights(spec: ShawSpec) -> dict[str, np.ndarray]:

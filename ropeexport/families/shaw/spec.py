@@ -10,8 +10,8 @@ from typing import ClassVar
 
 from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
-from ropeexport.specs import MAX_TABLE_ENTRIES, require_int
 from ropeexport.learned import Tensor, load_weights, require_weights_path
+from ropeexport.specs import MAX_TABLE_ENTRIES, require_int
 
 # The tables hold 2k + 1 rows; distances past max_positions - 1 never occur, so a larger clip changes nothing.
 MAX_CLIP = 65536

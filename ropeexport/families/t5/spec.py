@@ -13,8 +13,8 @@ import numpy as np
 from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
 from ropeexport.families.t5.buckets import max_exact
-from ropeexport.specs import MAX_TABLE_POSITIONS, require_bool, require_int
 from ropeexport.learned import Tensor, load_weights, rounded
+from ropeexport.specs import MAX_TABLE_POSITIONS, require_bool, require_int
 
 TABLE = "relative_attention_bias"  # Hugging Face's name (T5Attention.relative_attention_bias, an Embedding)
 # The seeded table is for verification: std 0.5 makes a one-bucket mistake stand out even above fp16 tolerances.

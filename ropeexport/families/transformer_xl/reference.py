@@ -45,9 +45,9 @@ from torch import nn
 
 from ropeexport.errors import RuntimeInputError
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec, learned_weights
+from ropeexport.learned import rounded
 from ropeexport.numerics import round_once
 from ropeexport.tensors import check_positions, to_torch
-from ropeexport.learned import rounded
 
 BASE = 10000.0  # the original's constant in inv_freq
 

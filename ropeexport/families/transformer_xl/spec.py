@@ -11,8 +11,8 @@ from typing import ClassVar
 import numpy as np
 
 from ropeexport.errors import SpecError
-from ropeexport.specs import SpecBase, require_bool, require_int
 from ropeexport.learned import Tensor, load_weights
+from ropeexport.specs import SpecBase, require_bool, require_int
 
 # A table of more elements than this would take over 2 GiB of float64 while it is built: refuse the spec.
 TABLE_MAX_ELEMENTS = 2**28

@@ -40,9 +40,9 @@ import torch
 from ropeexport.families.bias.reference import finish_bias
 from ropeexport.families.t5.buckets import direction_buckets, relative_buckets
 from ropeexport.families.tupe.spec import TupeSpec, tupe_tensors
+from ropeexport.learned import load_weights, rounded
 from ropeexport.numerics import round_once
 from ropeexport.tensors import to_torch
-from ropeexport.learned import load_weights, rounded
 
 
 def tupe_weights(spec: TupeSpec) -> dict[str, np.ndarray]:

@@ -12,8 +12,8 @@ from typing import ClassVar
 from ropeexport.errors import SpecError
 from ropeexport.families.bias.spec import BiasSpec
 from ropeexport.families.t5.buckets import max_exact
-from ropeexport.specs import MAX_TABLE_ENTRIES, MAX_TABLE_POSITIONS, require_bool, require_int
 from ropeexport.learned import Tensor, load_weights, require_weights_path
+from ropeexport.specs import MAX_TABLE_ENTRIES, MAX_TABLE_POSITIONS, require_bool, require_int
 
 MAX_BUCKETS = 4096
 
