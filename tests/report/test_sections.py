@@ -14,6 +14,7 @@ from ropeexport.report.blocks import Medium, Section
 from ropeexport.report.html import render_html
 from ropeexport.report.markdown import render_markdown
 from ropeexport.report.sections import sections
+from tests.cases import tiered
 from tests.report.sample_report import built_rope_report, degraded_reports, minimal_report, sample_report
 
 # (case, report): every sample the report tests render; the built one is made (once) when its case runs.
@@ -46,7 +47,9 @@ def headings(built: list[Section], medium: Medium) -> list[str]:
     return [h for h in (s.heading(medium) for s in built) if h is not None]
 
 
-@pytest.mark.parametrize(("case", "make"), CASES, ids=[case for case, _ in CASES])
+# Fast tier: a passed, a failed and a minimal report; CI renders every degraded one too.
+@pytest.mark.parametrize(("case", "make"), tiered(CASES, lambda c: c[0] in ("passed", "failed", "minimal")),
+                         ids=[case for case, _ in CASES])  # fmt: skip
 def test_both_writers_show_the_sections_in_order(case: str, make: Callable[[], dict[str, Any]]) -> None:
     report = make()
     built = sections(copy.deepcopy(report))

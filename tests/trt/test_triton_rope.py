@@ -20,6 +20,7 @@ from ropeexport.numerics import round_once, ulp_distance  # noqa: E402
 from ropeexport.tensors import to_torch  # noqa: E402
 from ropeexport.trt.triton_rope import interpreted, launch_config, rope_triton  # noqa: E402
 from ropeexport.verification.compare import TOLERANCES  # noqa: E402
+from tests.cases import tiered
 
 DEVICE = "cpu" if interpreted() else "cuda"
 MAX_POSITIONS = 256
@@ -82,7 +83,8 @@ def exact_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interl
     return out
 
 
-@pytest.mark.parametrize(("layout", "dtype", "rotation", "heads"), CASES)
+# Fast tier: the fp32 rows; CI runs every dtype.
+@pytest.mark.parametrize(("layout", "dtype", "rotation", "heads"), tiered(CASES, lambda c: c[1] == "fp32"))
 def test_kernel_matches_reference(
     layout: str, dtype: str, rotation: str, heads: str, record_property: Callable[[str, object], None]
 ) -> None:
