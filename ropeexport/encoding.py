@@ -47,19 +47,24 @@ def _io(values: Any) -> list[dict[str, Any]]:
     return out
 
 
-def model_facts(model: onnx.ModelProto) -> dict[str, Any]:
-    """Inputs and outputs (name, dtype, shape with symbolic dims), opset, and the TensorRT verdict per version."""
+def interface(model: onnx.ModelProto) -> dict[str, Any]:
+    """Inputs and outputs (name, dtype, shape with symbolic dims) and the default-domain opset."""
     return {
         "inputs": _io(model.graph.input),
         "outputs": _io(model.graph.output),
         "opset": next(o.version for o in model.opset_import if o.domain == ""),
-        "trt_compat": trt_compat(model),
     }
 
 
-def manifest_fields(spec: Any, model: onnx.ModelProto) -> dict[str, Any]:
-    """The manifest's own fields (the store adds schema, name and files): spec, I/O, opset, graph style, versions."""
-    facts = model_facts(model)
+def model_facts(model: onnx.ModelProto) -> dict[str, Any]:
+    """``interface`` and the TensorRT verdict per version (``trt.compat``: a walk over every node)."""
+    return interface(model) | {"trt_compat": trt_compat(model)}
+
+
+def manifest_fields(spec: Any, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's own fields (the store adds schema, name and files): spec, I/O, opset, graph style, versions;
+    ``facts`` are ``model_facts`` of the model.
+    """  # noqa: D205
     return {
         "encoding": spec.encoding,
         "artifact": spec.artifact,
@@ -143,8 +148,7 @@ class EncodingKind:
         files = {n: sha256(folder / n) for n in names}
         report = report_dict(spec, verification, versions(), files, facts)
         save_polygraphy_reference(spec, kind, folder)
-        saved = onnx.load(str(folder / "model.onnx"), load_external_data=False)
-        manifest = manifest_fields(spec, saved)
+        manifest = manifest_fields(spec, facts)
         manifest["build"] = {"runtimes": self.runtimes}
         engine_info = folder / "model.engine.json"
         if engine_info.is_file():  # the TensorRT runner built and saved an engine (GPU hosts only)

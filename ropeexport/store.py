@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,15 +268,19 @@ class _Lock:
         self.path = root / f".{name}.lock"
         self.fd: int | None = None
 
-    def take(self) -> bool:
-        """True when this process now holds the lock; False when another one holds it."""
+    def take(self, wait: float = 0.0) -> bool:
+        """True when this process now holds the lock; False when another one holds it (for ``wait`` seconds)."""
+        deadline = time.monotonic() + wait
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                return False
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+                continue
             try:  # the file we locked must still be the one at the path (a releaser may have unlinked it)
                 same = os.fstat(fd).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
             except FileNotFoundError:
@@ -390,6 +395,10 @@ class Draft:
 
 
 Owned = Callable[[Path], bool]  # a writer's test for a folder of its own that predates manifests
+# How long a writer waits for its name's lock before saying another process writes it: a cleaner of leftovers holds
+# a free name's lock for as long as it takes to remove a dead build's work folder (a writer of the name holds it for
+# the whole build: refused, not waited for).
+CLEANER_WAIT = 3.0
 INDEX_MARGIN = 256 * 2**10  # an index entry is about 2 KiB; the margin leaves room for many and for the HTML
 
 
@@ -522,7 +531,7 @@ class Store:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             lock = _Lock(self.root, name)
-            taken = lock.take()
+            taken = lock.take(wait=CLEANER_WAIT)
         except OSError as exc:
             self._unmake(created)
             raise OutputError("out_dir", f"cannot write into {str(self.root)!r}: {exc.strerror or exc}") from None

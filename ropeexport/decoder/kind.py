@@ -36,7 +36,7 @@ from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.verify import TOLERANCE, verify_decoder
-from ropeexport.encoding import folder_bytes, model_facts
+from ropeexport.encoding import folder_bytes, interface
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
 from ropeexport.pipeline import Outcome, Renderer, Stage, VerifyResult, stored_report, versions
@@ -243,7 +243,9 @@ class DecoderKind:
         weights = load_checkpoint(spec, self.checkpoint) if self.checkpoint is not None else seeded_weights(spec)
         model = build_decoder_graph(spec, weights, describe(self.checkpoint))
         files = save_model(model, folder)
-        facts = model_facts(model)
+        # I/O and opset only: the TensorRT verdicts infer shapes over the whole model, weights included (protobuf caps
+        # that at 2 GiB); `ropeexport check-trt` takes the folder's model.onnx when they are wanted.
+        facts = interface(model)
         del model
         (folder / CONFIG).write_text(json.dumps(genai_config(spec, self.config), indent=2) + "\n")
         files += [CONFIG, *copy_tokenizer(self.checkpoint, folder)]
