@@ -43,6 +43,7 @@ _HOMES = {
     # specs
     "SpecBase": "ropeexport.specs",
     "DecoderSpec": "ropeexport.decoder.spec",
+    "LayerSpec": "ropeexport.decoder.spec",
     # results (``Result`` is the protocol they share)
     "Result": "ropeexport.results",
     "BuildResult": "ropeexport.pipeline",
@@ -81,7 +82,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
     from ropeexport.audits.graft import GraftResult  # noqa: F401
     from ropeexport.decoder.kind import DecoderVerifyResult  # noqa: F401
     from ropeexport.decoder.serve import DecoderSession, Generation  # noqa: F401
-    from ropeexport.decoder.spec import DecoderSpec  # noqa: F401
+    from ropeexport.decoder.spec import DecoderSpec, LayerSpec  # noqa: F401
     from ropeexport.pipeline import BuildResult, VerifyResult  # noqa: F401
     from ropeexport.report.diff_result import ReportDiff  # noqa: F401
     from ropeexport.results import Result  # noqa: F401

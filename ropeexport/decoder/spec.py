@@ -66,7 +66,7 @@ class LayerSpec:
     slots the layer reads (``NORMS``), as the model's residual form has them.
     """  # noqa: D205
 
-    position: Mapping[str, Any] | None
+    position: Mapping[str, object] | None
     attention: str = "full"
     window: int = 0
     norms: tuple[str, ...] = NORMS
