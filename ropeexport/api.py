@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -200,7 +201,7 @@ def build_layer_block(
     hf = None if hf_config is None else _path(hf_config, "hf_config")
     spec, kind, origin = layer_block(_path(checkpoint, "checkpoint"), layer, dtype, graph, name, hf)
     base = _encoding_kind(runtimes, atol, rtol)
-    block = LayerBlockKind(base.runtimes, base.atol, base.rtol, artifact_kind=lambda _: kind)
+    block = LayerBlockKind(base.runtimes, base.atol, base.rtol, artifact_kind=lambda _: kind, source=origin["weights"])
     result = pipeline.build(block, spec, out, replace, origin)
     _index(out)  # as the CLI's builds end: the tree lists the new block
     return result
@@ -306,25 +307,30 @@ def verify(
     tolerances = _tolerance(atol, "atol"), _tolerance(rtol, "rtol")
     report = on_done or (lambda result, seconds: None)
     one = (folder / MANIFEST).exists() or (folder / "decoder.json").exists()
-    folders = [folder] if one or not artifact_folders(folder, damaged=True) else artifact_folders(folder, damaged=True)
-    checked = []
-    for each in folders:
-        try:
-            checked.append((each, *_checked(each, names, tolerances, on_scenario)))
-        except InputError as exc:
-            if len(folders) == 1 and each == folder:
-                raise
-            raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
+    listed = [] if one else artifacts.artifact_folders(folder, damaged=True)
+    folders = listed or [folder]
     results: list[VerifyResult] = []
-    for each, kind, manifest, spec in checked:
-        began = time.perf_counter()
-        result = pipeline.reverify(kind, each, manifest, spec)
-        if isinstance(kind, DecoderKind):
-            result = kind.result(result)
-        results.append(result)
-        report(result, time.perf_counter() - began)
-    tree = folder if folders != [folder] else folder.resolve().parent
-    if is_tree(tree) or folders != [folder]:  # the tree's index must not keep the old verdict
+    with contextlib.ExitStack() as held:
+        # Each folder's lock is held from its check to its fresh reports: no build replaces it meanwhile, and no
+        # second verification of it runs at once.
+        checked = []
+        for each in folders:
+            try:
+                held.enter_context(Store(each.resolve().parent).reading(each.name))
+                checked.append((each, *_checked(each, names, tolerances, on_scenario)))
+            except InputError as exc:
+                if not listed:
+                    raise
+                raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
+        for each, kind, manifest, spec in checked:
+            began = time.perf_counter()
+            result = pipeline.reverify(kind, each, manifest, spec)
+            if isinstance(kind, DecoderKind):
+                result = kind.result(result)
+            results.append(result)
+            report(result, time.perf_counter() - began)
+    tree = folder if listed else folder.resolve().parent
+    if listed or is_tree(tree):  # the tree's index must not keep the old verdict
         _index(tree)
     return results
 

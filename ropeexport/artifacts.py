@@ -18,8 +18,9 @@ from ropeexport.decoder.layer import LayerBlockKind
 from ropeexport.encoding import EncodingKind
 from ropeexport.errors import ArtifactError
 from ropeexport.pipeline import Kind
-from ropeexport.store import FAILED, MANIFEST, MANIFEST_SCHEMA, read_artifact_json, read_object
-from ropeexport.tree import artifact_folders, damaged_entry, index_dict, write_index_files
+from ropeexport.store import FAILED, MANIFEST, MANIFEST_SCHEMA, Store, read_artifact_json, read_object
+from ropeexport.tree import artifact_folders as tree_folders
+from ropeexport.tree import damaged_entry, index_dict, write_index_files
 
 
 def kinds(**settings: Any) -> list[Kind]:
@@ -33,13 +34,37 @@ def kinds(**settings: Any) -> list[Kind]:
 
 
 def kind_of(manifest: Mapping[str, Any], **settings: Any) -> Kind:
-    """The kind that claims ``manifest`` (module doc)."""
-    return next(k for k in kinds(**settings) if k.owns(manifest))
+    """The kind that claims ``manifest`` (module doc); ArtifactError when none does (an audit's report folder)."""
+    kind = next((k for k in kinds(**settings) if k.owns(manifest)), None)
+    if kind is None:
+        raise ArtifactError("manifest.json", f"artifact {manifest.get('artifact')!r} is no kind of artifact ropeexport "
+                            "builds or verifies (an audit's report folder is re-made by auditing again)")  # fmt: skip
+    return kind
 
 
-def kind_of_report(report: Mapping[str, Any]) -> Kind:
-    """The kind a report.json belongs to."""
-    return next(k for k in kinds() if k.owns_report(report))
+def artifact_folders(out: Path, damaged: bool = False) -> list[Path]:
+    """``tree.artifact_folders`` less the folders no kind claims (an audit's report folder in the tree): what the
+    index lists and ``verify`` of a tree verifies.
+    """  # noqa: D205
+    kept = []
+    for folder in tree_folders(out, damaged):
+        manifest = read_object(folder / MANIFEST, MANIFEST)
+        # Only a well-formed manifest naming another artifact (an audit's) is passed over; one whose "artifact"
+        # is missing or not a string is a damaged artifact of ours, listed as such.
+        if manifest is not None and manifest.get("schema") == MANIFEST_SCHEMA:
+            if isinstance(manifest.get("artifact"), str) and not any(k.owns(manifest) for k in kinds()):
+                continue
+        kept.append(folder)
+    return kept
+
+
+def kind_of_report(report: Mapping[str, Any], which: str) -> Kind:
+    """The kind a report.json belongs to; ArtifactError naming ``which`` (OLD or NEW) when none claims it."""
+    kind = next((k for k in kinds() if k.owns_report(report)), None)
+    if kind is None:
+        raise ArtifactError(which, f"is not the report of an artifact ropeexport builds (schema "
+                            f"{report.get('schema')!r}, artifact {report.get('artifact')!r})")  # fmt: skip
+    return kind
 
 
 def load_report(path: str | Path, which: str) -> tuple[Kind, dict[str, Any]]:
@@ -55,7 +80,7 @@ def load_report(path: str | Path, which: str) -> tuple[Kind, dict[str, Any]]:
     report = read_artifact_json(path, which)
     if not isinstance(report, dict):
         raise ArtifactError(which, f"{str(path)!r} is not a ropeexport report (a JSON object)")
-    kind = kind_of_report(report)
+    kind = kind_of_report(report, which)
     return kind, kind.check_report(report, which)
 
 
@@ -82,7 +107,13 @@ def entry(folder: Path, out: Path) -> dict[str, Any]:
 
 
 def write_index(out: Path, wall_seconds: float | None = None, jobs: int | None = None) -> dict[str, Any]:
-    """Write ``out/index.json`` and ``out/index.html`` for every artifact present (``tree``); return the index."""
-    index = index_dict(out, [entry(f, out) for f in artifact_folders(out, damaged=True)], wall_seconds, jobs)
-    write_index_files(out, index)
+    """Write ``out/index.json`` and ``out/index.html`` for every artifact present (``tree``); return the index.
+
+    Under the tree's index lock: two builds finishing at once each index the folders present when its turn comes,
+    so the last index lists both.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    with Store(out).index_lock():
+        index = index_dict(out, [entry(f, out) for f in artifact_folders(out, damaged=True)], wall_seconds, jobs)
+        write_index_files(out, index)
     return index

@@ -19,11 +19,11 @@ from typing import Any
 
 import onnx
 
-from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.catalog import encodings, kind_for, spec_from_dict
 from ropeexport.errors import ArtifactError
 from ropeexport.graph.onnx_io import save_model, sha256
 from ropeexport.kinds import ArtifactKind
-from ropeexport.pipeline import Outcome, Renderer, Stage, versions
+from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, versions
 from ropeexport.report import REPORT_SCHEMA, renderers, report_dict
 from ropeexport.report.diff import check_report, diff_reports
 from ropeexport.report.diff_result import ReportDiff
@@ -36,6 +36,11 @@ from ropeexport.verification.core import verify_artifact
 from ropeexport.verification.polygraphy_files import save_polygraphy_reference
 
 REQUIRED = ("encoding", "inputs", "outputs", "opset", "graph")  # manifest fields beside the store's own
+
+
+def artifact_names() -> set[str]:
+    """Every artifact an encoding family builds (rope, apply, bias, scores, attention, block), from the catalog."""
+    return {artifact for cls in encodings().values() for artifact in cls.artifacts}
 
 
 def _io(values: Any) -> list[dict[str, Any]]:
@@ -97,7 +102,7 @@ def folder_bytes(folder: Path, names: Any) -> dict[str, int]:
 
 
 @dataclass
-class EncodingKind:
+class EncodingKind(Kind):
     """Encoding artifacts (module doc). ``runtimes``, ``atol`` and ``rtol`` are the verification's settings;
     ``artifact_kind`` picks the family's ArtifactKind of a spec (and, when verifying, of a manifest: a checkpoint
     layer's block carries its weights through its origin, ``decoder.layer``).
@@ -119,8 +124,12 @@ class EncodingKind:
     # -- build and verify -----------------------------------------------------------------------------------------
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
-        """Any manifest but a decoder's (a checkpoint layer's block is claimed first by its own kind)."""
-        return manifest.get("artifact") != "decoder"
+        """A manifest of one of the encoding artifacts (a checkpoint layer's block is claimed first by its own kind)."""
+        return manifest.get("artifact") in artifact_names()
+
+    def identity(self, spec: Any) -> dict[str, object]:
+        """Nothing beyond the spec: an encoding artifact's learned tensors come from its spec's fields."""
+        return {}
 
     def spec_of(self, folder: Path, manifest: Mapping[str, Any]) -> Any:
         """The manifest's spec, once the model reads and embeds that same spec (ArtifactError otherwise)."""
@@ -200,8 +209,8 @@ class EncodingKind:
         }
 
     def owns_report(self, report: Mapping[str, Any]) -> bool:
-        """Any report but a decoder's."""
-        return report.get("artifact") != "decoder"
+        """A report of one of the encoding artifacts."""
+        return report.get("artifact") in artifact_names()
 
     def check_report(self, report: dict[str, Any], which: str) -> dict[str, Any]:
         """``report.diff.check_report``: the schema and the fields diff reads."""

@@ -71,6 +71,12 @@ class Kind(Protocol):
         """True for a manifest of this kind's artifacts."""
         ...
 
+    def identity(self, spec: Any) -> dict[str, object]:
+        """What besides the spec makes an artifact this one (a decoder's weights: the checkpoint read), recorded at
+        the top of its manifest and compared by the store before a rebuild replaces it.
+        """  # noqa: D205
+        ...
+
     def spec_of(self, folder: Path, manifest: Mapping[str, Any]) -> Any:
         """The spec the folder was built from, checked against its (hashed) model."""
         ...
@@ -182,11 +188,12 @@ def build(
     start = time.perf_counter()
     stage = stage or _quiet
     store = Store(Path(out_dir))
-    with store.draft(spec.name, spec.to_dict(), replace) as draft:
+    identity = kind.identity(spec)
+    with store.draft(spec.name, spec.to_dict(), replace, identity=identity) as draft:
         outcome = kind.build(spec, draft.path, stage)
         stage("report")
         write_reports(draft.path, outcome.report, kind.renderers())
-        record = dict(outcome.manifest)
+        record = dict(outcome.manifest) | identity
         record["build"] = {"origin": dict(origin or {}), "sources": dict(sources or {}),
                            "seconds": round(time.perf_counter() - start, 3)} | record.get("build", {})  # fmt: skip
         committed = draft.commit(record, outcome.passed)

@@ -29,6 +29,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -48,10 +49,13 @@ FAILED = "_failed"
 RESERVED = ("index.json", "index.html")  # the tree's own files
 # Failures of the output folder itself (full, read-only, gone): reported as one line, never as a traceback.
 WRITE_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
-LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>building|old)\.(?P<pid>\d+)\.[^/]+$")
+# A work folder (tempfile.mkdtemp's 8-character suffix) or an old artifact set aside by a two-rename swap.
+LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>building|old)\.(?P<pid>\d+)\.[a-z0-9_]{8}$")
 LEGACY_LEFTOVER = re.compile(r"^\.building-(?P<name>.+)$")  # decoder work folders of ropeexport before the store
 LOCK = re.compile(r"^\.(?P<name>.+)\.lock$")
 COMMITTING = re.compile(r"^\.(?P<name>.+)\.committing$")  # a file output's commit in progress (``commit_files``)
+COMMIT_SIGNATURE = "ropeexport commit 1"  # the first line of a commit marker: a file of the user's is never one
+INDEX_TEMP = re.compile(r"^\.index\.(json|html)\.[a-z0-9_]{8}$")  # an index write that died (``tree``)
 
 
 def check_name(name: Any, field: str = "name") -> str:
@@ -103,6 +107,13 @@ def read_artifact_json(path: Path, field: str) -> Any:
         return read_json(path, field)
     except InputError as exc:
         raise ArtifactError(exc.field, exc.message) from None
+
+
+def _damaged_artifact(folder: Path) -> bool:
+    """A folder (no link) ropeexport wrote whose manifest does not read as one: what the index lists as damaged."""
+    return folder.is_dir() and not folder.is_symlink() and any(
+        (folder / name).exists() or (folder / name).is_symlink() for name in (MANIFEST, "decoder.json")
+    )
 
 
 def read_text_safely(path: Path) -> str:
@@ -269,10 +280,22 @@ class _Lock:
         self.fd: int | None = None
 
     def take(self, wait: float = 0.0) -> bool:
-        """True when this process now holds the lock; False when another one holds it (for ``wait`` seconds)."""
+        """True when this process now holds the lock; False when another one holds it (for ``wait`` seconds).
+
+        A lock path that is not a regular file (a link, a folder planted there) is an InputError naming it.
+        """
         deadline = time.monotonic() + wait
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+                    raise InputError("out_dir", f"{str(self.path)!r} is not a lock file of ropeexport's (a link or "
+                                     "a folder): remove it") from None  # fmt: skip
+                raise
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device opened without blocking
+                os.close(fd)
+                raise InputError("out_dir", f"{str(self.path)!r} is not a lock file of ropeexport's: remove it")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -350,8 +373,9 @@ class Draft:
         next writer of the store removes the files that arrived (the last one never did).
         """  # noqa: D205
         root = self.store.root
+        assert all(n == self.name or n.startswith(self.name + ".") for n in names), names  # NAME and its companions
         marker = root / f".{self.name}.committing"
-        marker.write_text("".join(f"{n}\n" for n in names))
+        marker.write_text("".join(f"{line}\n" for line in (COMMIT_SIGNATURE, *names)))
         mask = _umask()
         for name in names:
             (self.path / name).chmod(0o666 & ~mask)
@@ -379,7 +403,7 @@ class Draft:
             if path.is_file():
                 path.chmod(0o666 & ~mask)
         self.store.room_for_the_index()
-        failed = self.store.root / FAILED / self.name
+        failed = self.store.failed_place(self.name)  # checked: a real folder of ours, never a link out of the tree
         if guard_verified and not passed and is_verified(self.target):
             failed.parent.mkdir(exist_ok=True)
             _swap_in(self.path, failed)
@@ -418,93 +442,178 @@ class Store:
                     raise SpecError("out_dir", f"{str(folder)!r} exists and is not a folder")
                 return
 
-    def target(self, name: str) -> Path:
-        """``root/name`` for a valid name."""
-        return self.root / check_name(name)
+    def target(self, name: str, field: str = "name") -> Path:
+        """``root/name`` for a valid name (an error names ``field``: the flag the name came from)."""
+        return self.root / check_name(name, field)
+
+    def failed_place(self, name: str) -> Path:
+        """``root/_failed/NAME``, where a failed rebuild is kept; SpecError when ``_failed`` or ``_failed/NAME`` is a
+        link or not a folder (a build must never remove or write through them).
+        """  # noqa: D205
+        failed = self.root / FAILED
+        for path in (failed, failed / name):
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                raise SpecError("out_dir", f"{str(path)!r} is not ropeexport's folder of failed rebuilds (a link or "
+                                "a file): remove it")  # fmt: skip
+        return failed / name
 
     def check(
-        self, name: str, spec: Mapping[str, Any] | None = None, replace: bool = False, ours: Owned | None = None
+        self,
+        name: str,
+        spec: Mapping[str, Any] | None = None,
+        replace: bool = False,
+        ours: Owned | None = None,
+        field: str = "name",
+        identity: Mapping[str, Any] | None = None,
     ) -> Path:
-        """``root/name``, refusing a folder there that is not a ropeexport artifact (nor, by ``ours``, a folder its
-        writer recognises as its own), or (unless ``replace``) one built from another spec than ``spec`` (a dict as
-        ``spec.to_dict()`` gives); the same spec again is a rebuild.
+        """``root/name``, refusing a folder there that is not ropeexport's (an artifact, a damaged one, or by
+        ``ours`` a folder its writer recognises as its own), or (unless ``replace``) one built from another spec than
+        ``spec`` (a dict as ``spec.to_dict()`` gives) or another ``identity`` (what else the kind records at the top
+        of the manifest: a decoder's weights); the same again is a rebuild. A damaged artifact is replaced with
+        ``replace`` only.
         """  # noqa: D205
         self.check_root()
-        target = self.target(name)
+        target = self.target(name, field)
+        self.failed_place(name)
         if target.is_symlink():
             raise SpecError("out_dir", f"{str(target)!r} is a symbolic link; ropeexport replaces only its own "
                             "folders")  # fmt: skip
         if target.exists() and not is_artifact(target) and not (ours is not None and ours(target)):
-            raise SpecError("out_dir", f"{str(target)!r} exists and is not a ropeexport artifact; choose another "
-                            "`out_dir` or `name`")  # fmt: skip
+            if not _damaged_artifact(target):
+                raise SpecError("out_dir", f"{str(target)!r} exists and is not a ropeexport artifact; choose another "
+                                f"`out_dir` or `{field}`")  # fmt: skip
+            if not replace:
+                raise SpecError(field, f"{str(target)!r} holds a damaged ropeexport artifact (its manifest.json does "
+                                "not read as one); give `replace` to build it again")  # fmt: skip
+            return target
         if spec is not None and not replace and target.exists():
-            old = (read_object(target / MANIFEST, MANIFEST) or {}).get("spec")
-            old = old if isinstance(old, dict) else {}
-            key = first_difference(old, spec)
-            if key is not None:
-                was, now = flat(old).get(key), flat(spec).get(key)
-                raise SpecError("name", f"{str(target)!r} holds an artifact built from another spec ({key}: {was!r} "
-                                f"there, {now!r} now); give `replace` to replace it, or another `name` or "
+            manifest = read_object(target / MANIFEST, MANIFEST) or {}
+            stored = manifest.get("spec")
+            there: dict[str, Any] = {"spec": stored if isinstance(stored, dict) else {}}
+            now: dict[str, Any] = {"spec": dict(spec)}
+            for key, value in (identity or {}).items():
+                if key in manifest:  # earlier versions did not record it: their same spec is a rebuild, as then
+                    there[key], now[key] = manifest[key], value
+            differs = first_difference(there, now)
+            if differs is not None:
+                was, new = flat(there).get(differs), flat(now).get(differs)
+                shown = differs.removeprefix("spec.")
+                raise SpecError(field, f"{str(target)!r} holds an artifact built from another spec ({shown}: {was!r} "
+                                f"there, {new!r} now); give `replace` to replace it, or another `{field}` or "
                                 "`out_dir`")  # fmt: skip
         return target
 
-    def clean(self, holding: str | None = None) -> list[str]:
+    def clean(self, holding: str | None = None, only: str | None = None) -> list[str]:
         """Remove what writers that died (kill -9, power loss) left in the root; the names removed.
 
-        A work folder, an aside folder or a lock file of NAME is a leftover when no process holds NAME's lock (or
-        this process does: ``holding``). An old artifact set aside by a two-rename swap whose NAME is gone is put
-        back, never removed.
+        A work folder, an aside folder, a commit marker or a lock file of NAME is a leftover when no process holds
+        NAME's lock (or this process does: ``holding``). An old artifact set aside by a two-rename swap whose NAME
+        is gone is put back, never removed. ``only``: look at NAME's leftovers alone (a folder that is not a
+        ropeexport tree, such as an audit's or a graft's output folder: nothing else in it is ours to judge).
         """
         if not self.root.is_dir():
             return []
         by_name: dict[str, list[Path]] = {}
+        temps: list[Path] = []
         for path in self.root.iterdir():
-            match = (LEFTOVER.match(path.name) or LEGACY_LEFTOVER.match(path.name) or LOCK.match(path.name)
+            match = (LOCK.match(path.name) or LEFTOVER.match(path.name) or LEGACY_LEFTOVER.match(path.name)
                      or COMMITTING.match(path.name))  # fmt: skip
-            if match and not (path.is_symlink() and LOCK.match(path.name) is None):
+            if match is not None and (only is None or match.group("name") == only):
                 by_name.setdefault(match.group("name"), []).append(path)
+            elif only is None and INDEX_TEMP.match(path.name):
+                temps.append(path)
         removed = []
         for name, paths in sorted(by_name.items()):
             lock = None
             if name != holding:
                 lock = _Lock(self.root, name)
-                if not lock.take():
-                    continue  # a live writer of NAME: its work is not a leftover
+                try:
+                    if not lock.take():
+                        continue  # a live writer of NAME: its work is not a leftover
+                except InputError:
+                    continue  # NAME's lock path is not a lock file: its writer refuses it in one line, not us
             try:
                 for path in sorted(paths, key=lambda p: p.name):
                     removed += self._clean_one(name, path)
             finally:
                 if lock is not None:
                     lock.release()
+        if temps:
+            with self.index_lock():  # an index write in progress holds it: what is left is a dead write's
+                for path in temps:
+                    if path.is_file() and not path.is_symlink():
+                        path.unlink(missing_ok=True)
+                        removed.append(path.name)
         return removed
 
     def _clean_one(self, name: str, path: Path) -> list[str]:
         if LOCK.match(path.name):
             return []  # released (unlinked) with the lock itself
         if COMMITTING.match(path.name):
-            return self._unfinished_commit(name, path)
-        match = LEFTOVER.match(path.name)
+            return self._unfinished_commit(name, path) if path.is_file() and not path.is_symlink() else []
         if path.is_symlink() or not path.is_dir():
             return []
-        if match is not None and match.group("what") == "old" and not (self.root / name).exists():
-            path.rename(self.root / name)  # a swap died between its two renames: the artifact goes back
-            return []
+        match = LEFTOVER.match(path.name)
+        if match is None and not ((path / MANIFEST).exists() or (path / "decoder.json").exists()):
+            return []  # a ".building-NAME" folder that is not an earlier ropeexport's decoder work: not ours
+        if match is not None and match.group("what") == "old":
+            if not (self.root / name).exists() and is_artifact(path):
+                path.rename(self.root / name)  # a swap died between its two renames: the artifact goes back
+            return []  # an aside folder is removed only by the swap that made it (it may be the only copy)
         shutil.rmtree(path, ignore_errors=True)
         return [] if path.exists() else [path.name]
 
     def _unfinished_commit(self, name: str, marker: Path) -> list[str]:
         """The files a ``commit_files`` that died had moved in before its last one: removed (module doc)."""
+        lines = read_text_safely(marker).splitlines()
+        if not lines or lines[0] != COMMIT_SIGNATURE:
+            return []  # not a marker ropeexport wrote: left as it is
         removed = []
-        if not (self.root / name).exists():
-            listed = read_text_safely(marker)
-            for line in listed.splitlines():
-                if line and "/" not in line and "\0" not in line and line not in (".", ".."):
+        names = lines[1:]
+        if names and not (self.root / names[-1]).exists():
+            for line in names:
+                if line == name or (line.startswith(name + ".") and "/" not in line and "\0" not in line):
                     path = self.root / line
                     if path.is_file() and not path.is_symlink():
                         path.unlink()
                         removed.append(line)
         marker.unlink(missing_ok=True)
         return removed
+
+    @contextlib.contextmanager
+    def index_lock(self, wait: float = 120.0) -> Iterator[None]:
+        """The tree's index lock (``.index.lock``), waited for: index rewrites one at a time, each from the folders
+        present then, so none drops another's artifact.
+        """  # noqa: D205
+        lock = _Lock(self.root, "index")
+        if not lock.take(wait=wait):
+            raise OutputError("out_dir", f"another ropeexport process kept {str(lock.path)!r} for {wait:.0f} s: the "
+                              "index was not rewritten; run 'ropeexport verify' on the tree to index it")  # fmt: skip
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def reading(self, name: str) -> Iterator[None]:
+        """NAME's lock held while an artifact is verified again (its reports rewritten): no writer replaces the
+        folder meanwhile, and two verifications of it do not run at once.
+        """  # noqa: D205
+        lock = _Lock(self.root, name)
+        try:
+            taken = lock.take(wait=CLEANER_WAIT)
+        except OSError as exc:
+            if exc.errno in WRITE_ERRORS:
+                raise OutputError("path", f"cannot write the reports into {str(self.root / name)!r}: "
+                                  f"{exc.strerror}") from None  # fmt: skip
+            raise
+        if not taken:
+            raise InputError("path", f"another ropeexport process (pid {lock.owner()}) is writing or verifying "
+                             f"{str(self.root / name)!r} now; wait for it to finish")  # fmt: skip
+        try:
+            yield
+        finally:
+            lock.release()
 
     def room_for_the_index(self) -> None:
         """Raise ENOSPC unless the tree can still hold a rewritten index once this artifact lands.
@@ -518,15 +627,24 @@ class Store:
 
     @contextlib.contextmanager
     def draft(
-        self, name: str, spec: Mapping[str, Any] | None = None, replace: bool = False, ours: Owned | None = None
+        self,
+        name: str,
+        spec: Mapping[str, Any] | None = None,
+        replace: bool = False,
+        ours: Owned | None = None,
+        field: str = "name",
+        tree: bool = True,
+        identity: Mapping[str, Any] | None = None,
     ) -> Iterator[Draft]:
         """A work folder for artifact ``name``, locked against other writers of it (module doc).
 
-        Checks the target (``check``), cleans leftovers, yields the draft; the caller writes its files and calls
-        ``commit``. Leaving without a commit (an error, Ctrl-C) removes the work folder and any folder the draft
-        created; a full or read-only disk becomes an OutputError saying nothing was changed.
+        Checks the target (``check``; ``field`` is what a bad name is called), cleans leftovers (every name's in a
+        ``tree``; else NAME's alone: an audit's or a graft's output folder may be anybody's), yields the draft; the
+        caller writes its files and calls ``commit``. Leaving without a commit (an error, Ctrl-C) removes the work
+        folder and any folder the draft created; a full or read-only disk becomes an OutputError saying nothing was
+        changed.
         """
-        self.check(name, spec, replace, ours)
+        self.check(name, spec, replace, ours, field, identity)
         created = [p for p in (self.root, *self.root.parents) if not p.exists()]  # removed again on failure
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -536,13 +654,13 @@ class Store:
             self._unmake(created)
             raise OutputError("out_dir", f"cannot write into {str(self.root)!r}: {exc.strerror or exc}") from None
         if not taken:
-            raise InputError("name", f"another ropeexport process (pid {lock.owner()}) is writing "
-                             f"{str(self.root / name)!r} now; wait for it to finish, or give another `name`")
+            raise InputError(field, f"another ropeexport process (pid {lock.owner()}) is writing "
+                             f"{str(self.root / name)!r} now; wait for it to finish, or give another `{field}`")
         work: Path | None = None
         draft: Draft | None = None
         try:
-            self.clean(holding=name)
-            self.check(name, spec, replace, ours)  # again, under the lock: a writer that just finished may have moved
+            self.clean(holding=name, only=None if tree else name)
+            self.check(name, spec, replace, ours, field, identity)  # again, under the lock: a writer just finished
             work = Path(tempfile.mkdtemp(prefix=f".{name}.building.{os.getpid()}.", dir=self.root))
             draft = Draft(self, name, work)
             yield draft
@@ -557,8 +675,8 @@ class Store:
             raise
         finally:
             done = draft is not None and draft.committed is not None
-            if work is not None and not done:
-                shutil.rmtree(work, ignore_errors=True)
+            if work is not None and work.exists():  # not committed, or what a commit left: an exchanged old folder
+                shutil.rmtree(work, ignore_errors=True)  # already removed, or the emptied folder of commit_files
             lock.release()
             if not done:
                 self._unmake(created)

@@ -2,7 +2,8 @@
 
 One row per kind: a folder of that kind is built (a small RoPE artifact, a checkpoint layer's block, the session's
 seeded decoder), and the registry must hand it to that kind, the index must list it as passed, and a diff of its
-report with itself must be clean. A kind added to ``artifacts.kinds()`` without a row here fails.
+report with itself must be clean. A class subclassing ``pipeline.Kind`` that ``artifacts.kinds()`` does not list, or
+a listed kind without a row here, fails.
 """
 
 from __future__ import annotations
@@ -40,8 +41,33 @@ ROWS: list[tuple[type, Callable[[Path, Any, Path], Path]]] = [
 ]
 
 
-def test_every_kind_has_a_row() -> None:
-    assert {kind for kind, _ in ROWS} == {type(k) for k in artifacts.kinds()}
+def _kind_classes() -> set[type]:
+    """Every class of the package that says it is a ``pipeline.Kind`` (subclasses it), every module imported."""
+    import importlib
+    import pkgutil
+
+    import ropeexport
+    from ropeexport.pipeline import Kind
+
+    for module in pkgutil.walk_packages(ropeexport.__path__, "ropeexport."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    found, todo = set(), list(Kind.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.add(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+def test_every_kind_is_listed_and_has_a_row() -> None:
+    # A kind written but not listed in artifacts.kinds() (its folders would be claimed by another kind, or none), or
+    # listed without a row here, fails.
+    listed = {type(k) for k in artifacts.kinds()}
+    assert _kind_classes() == listed
+    assert {kind for kind, _ in ROWS} == listed
+    # the catch-all comes last: a kind listed after it would never claim a folder
+    assert type(artifacts.kinds()[-1]) is EncodingKind
 
 
 @pytest.mark.parametrize(("kind", "make"), ROWS, ids=[r[0].__name__ for r in ROWS])

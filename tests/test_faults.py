@@ -132,10 +132,10 @@ def test_a_dead_builds_work_folder_is_removed_by_the_next_build(
     out = tmp_path / "out"
     assert run([*SMALL, "--out", str(out), "--quiet"], capsys)[0] == 0
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = out / f".x.building.{dead.stdout.strip()}.abc123"  # a finished process's pid: nobody owns it
+    leftover = out / f".x.building.{dead.stdout.strip()}.abc12345"  # a finished process's pid: nobody owns it
     (leftover / "sub").mkdir(parents=True)
     (leftover / "sub" / "big.bin").write_bytes(b"0" * 1024)
-    alive = out / f".y.building.{dead.stdout.strip()}.def456"  # a live writer of y holds y's lock: left alone
+    alive = out / f".y.building.{dead.stdout.strip()}.def45678"  # a live writer of y holds y's lock: left alone
     alive.mkdir()
     import fcntl
 

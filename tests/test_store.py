@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ropeexport as rx
 from ropeexport.errors import InputError, SpecError
 from ropeexport.store import FAILED, Store
+from tests.clirun import run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {"head_dim": 16, "num_heads": 2, "max_positions": 64, "name": "small"}
+CLI = ["build", "--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--name", "small", "--quiet"]
 
 
 def _spec(**changes: object) -> rx.SpecBase:
@@ -220,5 +224,130 @@ def test_a_fifo_where_the_manifest_was_does_not_hang_a_rebuild(verified: Path, t
     out = _copy(verified, tmp_path)
     (out / "small" / "manifest.json").unlink()
     os.mkfifo(out / "small" / "manifest.json")
-    with pytest.raises(SpecError, match="is not a ropeexport artifact"):
+    with pytest.raises(SpecError, match="holds a damaged ropeexport artifact .* give `replace`"):
         rx.build(_spec(), out)
+    assert rx.build(_spec(), out, replace=True).passed  # the FIFO is replaced, never opened for reading
+    assert (out / "small" / "manifest.json").is_file()
+
+
+# -- what a hostile or damaged tree must not make the store do (the review's findings, each a row) --------------------
+
+
+def _plant_failed_link(out: Path, tmp: Path) -> None:
+    victim = tmp / "victim" / "small"
+    victim.mkdir(parents=True)
+    (victim / "important.txt").write_text("mine")
+    (out / FAILED).symlink_to(tmp / "victim")
+
+
+def _plant_failed_file(out: Path, tmp: Path) -> None:
+    (out / FAILED).write_text("not a folder")
+
+
+def _plant_lock_link(out: Path, tmp: Path) -> None:
+    (out / ".small.lock").symlink_to(tmp / "nowhere")
+
+
+def _plant_lock_folder(out: Path, tmp: Path) -> None:
+    (out / ".small.lock").mkdir()
+
+
+# (what is planted in the tree, the words of the one line a rebuild of `small` gives)
+PLANTED = [
+    ("_failed a link out of the tree", _plant_failed_link, "is not ropeexport's folder of failed rebuilds"),
+    ("_failed a file", _plant_failed_file, "is not ropeexport's folder of failed rebuilds"),
+    ("the name's lock a link", _plant_lock_link, "is not a lock file of ropeexport's"),
+    ("the name's lock a folder", _plant_lock_folder, "is not a lock file of ropeexport's"),
+]
+
+
+@pytest.mark.parametrize(("what", "plant", "words"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_a_planted_entry_is_refused_in_one_line_and_touches_nothing(
+    verified: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, plant: Any, words: str
+) -> None:
+    out = _copy(verified, tmp_path)
+    plant(out, tmp_path)
+    before = (out / "small" / "manifest.json").read_text()
+    code, _, err = run([*CLI, "--out", str(out), "--atol", "0", "--rtol", "0"], capsys)  # a failing rebuild
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert (out / "small" / "manifest.json").read_text() == before
+    if (tmp_path / "victim").exists():
+        assert (tmp_path / "victim" / "small" / "important.txt").read_text() == "mine"
+
+
+def test_another_names_planted_lock_does_not_stop_a_build(verified: Path, tmp_path: Path) -> None:
+    out = _copy(verified, tmp_path)
+    (out / ".other.lock").symlink_to(tmp_path / "nowhere")
+    (out / ".third.lock").mkdir()
+    assert rx.build(_spec(name="fourth"), out).passed
+
+
+def test_a_verify_waits_for_no_writer_and_a_writer_for_no_verify(verified: Path, tmp_path: Path) -> None:
+    out = _copy(verified, tmp_path)
+    proc = _run_until(out, "verifying", tmp_path)  # a rebuild of `small` holds its lock
+    try:
+        with pytest.raises(InputError, match=r"^path: another ropeexport process \(pid \d+\) is writing or verifying"):
+            rx.verify(out / "small")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    Store(out).clean()
+    with Store(out).reading("small"):  # a verification in progress: a rebuild waits its grace, then is refused
+        with pytest.raises(InputError, match="another ropeexport process"):
+            rx.build(_spec(), out)
+
+
+def test_a_damaged_artifact_is_rebuilt_with_replace_only(verified: Path, tmp_path: Path) -> None:
+    out = _copy(verified, tmp_path)
+    manifest = out / "small" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:100])
+    with pytest.raises(SpecError, match="holds a damaged ropeexport artifact .* give `replace`"):
+        rx.build(_spec(), out)
+    assert rx.build(_spec(), out, replace=True).passed
+    assert rx.verify(out / "small")[0].passed
+
+
+# (what the manifest records beside the spec, the identity a build brings, the words of the refusal or None): the
+# identity (a decoder's weights) is compared where the manifest records it; a manifest of an earlier version, which
+# did not, is rebuilt from the same spec as it was then.
+IDENTITIES = [
+    ({"weights": "seeded"}, {"weights": "seeded"}, None),
+    ({"weights": "seeded"}, {"weights": "checkpoint 'b'"}, "(weights: 'seeded' there, \"checkpoint 'b'\" now)"),
+    ({}, {"weights": "checkpoint 'b'"}, None),
+    ({"weights": "seeded"}, None, None),
+]
+
+
+@pytest.mark.parametrize(("recorded", "identity", "words"), IDENTITIES)
+def test_the_identity_beside_the_spec_is_compared_where_recorded(
+    verified: Path, tmp_path: Path, recorded: dict[str, str], identity: dict[str, str] | None, words: str | None
+) -> None:
+    out = _copy(verified, tmp_path)
+    manifest = out / "small" / "manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()) | recorded))
+    spec = json.loads(manifest.read_text())["spec"]
+    if words is None:
+        assert Store(out).check("small", spec, identity=identity) == out / "small"
+    else:
+        with pytest.raises(SpecError, match=re.escape(words)):
+            Store(out).check("small", spec, identity=identity)
+    with pytest.raises(SpecError, match=r"another spec \(head_dim: 16 there, 32 now\)"):  # the spec first, always
+        Store(out).check("small", spec | {"head_dim": 32}, identity=identity)
+
+
+def test_leftovers_of_every_shape_are_cleaned_and_nothing_else(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = [".z.building.1.q.lock", ".index.json.abcd1234", ".small.building.123.abcd_123", ".small.committing"]
+    (out / dead[0]).write_text("1")  # a dead writer's lock of a name with dots in it
+    (out / dead[1]).write_text("{")  # an index write that died
+    (out / dead[2]).mkdir()
+    (out / dead[3]).write_text("ropeexport commit 1\nsmall.data\nsmall\n")
+    (out / "small.data").write_text("moved in before the writer died")
+    kept = [".building-cache", ".notes.old.1.keep", ".x.committing", "todo.txt"]  # look-alikes of the user's
+    (out / kept[0]).mkdir()
+    (out / kept[1]).mkdir()
+    (out / kept[2]).write_text("todo.txt\n")
+    (out / kept[3]).write_text("mine")
+    Store(out).clean()
+    assert sorted(p.name for p in out.iterdir()) == sorted(kept)

@@ -172,7 +172,7 @@ def write(result: AuditResult, out: str | Path) -> list[Path]:
         raise SpecError("out_dir", f"{str(out)!r} exists and holds no audit: give a new folder or a previous "
                         "audit's")  # fmt: skip
     record = {"model": result.model, "hf_config": result.config}
-    with Store(out.parent).draft(out.name, record, replace=True, ours=_an_audit) as draft:
+    with Store(out.parent).draft(out.name, record, replace=True, ours=_an_audit, field="out_dir", tree=False) as draft:
         (draft.path / "audit.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         (draft.path / "audit.md").write_text(result.markdown())
         (draft.path / "audit.html").write_text(result.html())

@@ -44,7 +44,7 @@ from ropeexport.audits.sites import find_value, scope_graphs
 from ropeexport.audits.tables import replace_tables
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
-from ropeexport.store import Store
+from ropeexport.store import Store, check_name
 
 PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
 TRUSTS = ("model", "config")
@@ -92,6 +92,9 @@ def graft(
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
     source, target = Path(model), Path(out)
+    check_name(target.name, "out")  # a name the store can hold, said before the audit runs
+    store = Store(target.parent)
+    store.clean(only=target.name)  # an earlier graft to this --out killed mid-commit: what it moved in goes first
     if target.exists():
         raise SpecError("out", f"{str(target)!r} exists: give a new file")
     if target.suffix != ".onnx":
@@ -114,7 +117,7 @@ def graft(
     result = GraftResult(target, replaced, before, changed_schedule=implied)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.
-    with Store(target.parent).draft(target.name) as draft:
+    with store.draft(target.name, field="out", tree=False) as draft:
         grafted = draft.path / target.name
         ir.save(graph, grafted, external_data=f"{target.name}.data", size_threshold_bytes=1024)
         result.after = audit(grafted, hf_config)

@@ -106,6 +106,7 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
           max_positions: int | None) -> int:  # fmt: skip
     """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
     from ropeexport.api import resolve_decoder
+    from ropeexport.decoder.checkpoint import describe
     from ropeexport.store import Store
     from ropeexport.tree import check_tree
 
@@ -116,7 +117,8 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
                                    preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
                                    max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
             check_tree(Path(args.out))  # --out as the build checks it
-            Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace)
+            weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
+            Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
             plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
                          "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
     if args.json:

@@ -39,7 +39,7 @@ from ropeexport.decoder.verify import TOLERANCE, verify_decoder
 from ropeexport.encoding import folder_bytes, interface
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
-from ropeexport.pipeline import Outcome, Renderer, Stage, VerifyResult, stored_report, versions
+from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, VerifyResult, stored_report, versions
 from ropeexport.report.diff_result import ReportDiff
 from ropeexport.results import JsonObject
 from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields
@@ -103,8 +103,8 @@ def checkpoint_of(weights: str) -> Path | None:
         raise ArtifactError("decoder.json weights", f"{weights!r} is neither {SEEDED!r} nor \"checkpoint '<folder>'\"")
     folder = Path(path)
     if not folder.is_dir():
-        raise SpecError("checkpoint", f"{path!r}, the folder this decoder's weights were read from, no longer exists; "
-                        "restore it to re-verify")  # fmt: skip
+        raise ArtifactError("decoder.json weights", f"{path!r}, the folder this decoder's weights were read from, no "
+                            "longer exists; restore it to verify again")  # fmt: skip
     return folder
 
 
@@ -195,7 +195,7 @@ def _max_of(summaries: list[dict[str, Any]], key: str) -> float | None:
 
 
 @dataclass
-class DecoderKind:
+class DecoderKind(Kind):
     """Decoders (module doc). For a build: ``config`` (the transformers config the spec was resolved from, shrunk)
     and ``checkpoint`` (None: seeded weights). ``eager``: compare with transformers (None when verifying: as the
     build did). ``on_scenario`` sees each scenario's result as it finishes (when verifying, with ``stored``: the
@@ -212,8 +212,14 @@ class DecoderKind:
         """A manifest whose artifact is ``decoder``."""
         return manifest.get("artifact") == "decoder"
 
+    def identity(self, spec: DecoderSpec) -> dict[str, object]:
+        """The weights' source: a decoder of the same spec built from another checkpoint is another artifact."""
+        return {"weights": describe(self.checkpoint)}
+
     def spec_of(self, folder: Path, manifest: Mapping[str, Any]) -> DecoderSpec:
-        """The spec decoder.json records, once the model, the manifest and genai_config.json agree with it."""
+        """The spec decoder.json records, once the model, the manifest and genai_config.json agree with it and the
+        checkpoint its weights come from (if any) is there to read them again.
+        """  # noqa: D205
         if "model.onnx" not in manifest["files"] or RECORD not in manifest["files"]:
             raise ArtifactError("manifest.json", "files must list model.onnx and decoder.json with their sha256")
         record = read_record(folder)
@@ -228,6 +234,7 @@ class DecoderKind:
         if meta.get("ropeexport.weights") != record["weights"]:
             raise ArtifactError(f"{RECORD} weights", f"is {record['weights']!r} but the model was built from "
                                 f"{meta.get('ropeexport.weights')!r}")  # fmt: skip
+        checkpoint_of(record["weights"])  # checked with everything else, before any artifact of a tree runs
         if CONFIG in manifest["files"]:  # the onnxruntime-genai package must describe this model, not another
             stored = read_artifact_json(inside(folder, CONFIG, CONFIG), CONFIG)
             made = json.loads(json.dumps(genai_config(spec, record["config"])))

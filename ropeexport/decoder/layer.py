@@ -26,7 +26,7 @@ from ropeexport.decoder.checkpoint import BLOCK_NAMES, describe, layer_weights, 
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.encoding import EncodingKind
-from ropeexport.errors import SpecError
+from ropeexport.errors import ArtifactError, SpecError
 from ropeexport.kinds import ArtifactKind, Feeds, Probe
 
 
@@ -134,11 +134,31 @@ class LayerBlockKind(EncodingKind):
     """A checkpoint layer's block: an encoding block whose weights come from the checkpoint its manifest names."""
 
     name: str = "layer-block"
+    source: str = ""  # for a build: the words of the weights' source (``describe`` of the checkpoint, the layer)
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         """A block manifest whose origin names a checkpoint and a layer."""
         origin = _origin(manifest)
         return manifest.get("artifact") == "block" and "checkpoint" in origin and "layer" in origin
+
+    def owns_report(self, report: Mapping[str, Any]) -> bool:
+        """None: a block's report is an encoding artifact's, read and compared as such."""
+        return False
+
+    def identity(self, spec: Any) -> dict[str, object]:
+        """The layer's weights (the checkpoint and layer they were read from): a rebuild from another checkpoint of
+        the same config is another artifact.
+        """  # noqa: D205
+        return {"weights": self.source}
+
+    def spec_of(self, folder: Path, manifest: Mapping[str, Any]) -> Any:
+        """The block's spec, once the checkpoint its origin names is there to read the layer's weights from again."""
+        checkpoint = Path(str(_origin(manifest).get("checkpoint", "")))
+        if not checkpoint.is_dir():
+            raise ArtifactError("manifest.json build.origin.checkpoint", f"{str(checkpoint)!r}, the folder this "
+                                "block's weights were read from, no longer exists; restore it to verify "
+                                "again")  # fmt: skip
+        return super().spec_of(folder, manifest)
 
     def kind_for_manifest(self, spec: Any, manifest: Mapping[str, Any]) -> ArtifactKind:
         """The family's block kind with the weights of the layer the manifest's origin names, read again."""

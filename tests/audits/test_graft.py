@@ -186,3 +186,61 @@ def test_an_exact_model_is_left_as_it_is(tmp_path: Path) -> None:
 
 
 __all__ = ["Planted"]
+
+
+def test_a_graft_leaves_only_its_model_and_a_killed_commit_is_undone(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model, config = _built(tmp_path, "float32-gqa-llama3")
+    out = tmp_path / "fixed" / "model.onnx"
+    argv = ["graft", str(model), "--hf-config", str(config), "--out", str(out)]
+    assert main(argv) == 0
+    # The model and the external data file it names; no work folder, lock or marker left.
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "model.onnx.data"]
+    good = (out.parent / "model.onnx.data").read_bytes()
+    # A graft killed between moving its data file and its model in: the data file, and the marker saying so.
+    out.unlink()
+    (out.parent / "model.onnx.data").write_text("half of a graft")
+    (out.parent / ".model.onnx.committing").write_text("ropeexport commit 1\nmodel.onnx.data\nmodel.onnx\n")
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err  # the same graft again: what the dead one moved in goes first
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert (out.parent / "model.onnx.data").read_bytes() == good
+
+
+# (where --out points, the flag and words of the one line): a name the store cannot hold is said before any work
+NAMES = [
+    ("graft", "fixed/my model.onnx", "--out: must be 1-100 characters"),
+    ("audit", "_report", "--out: must be 1-100 characters"),
+]
+
+
+@pytest.mark.parametrize(("command", "where", "words"), NAMES, ids=[n[0] for n in NAMES])
+def test_an_output_name_the_store_cannot_hold_names_out(command: str, where: str, words: str, tmp_path: Path,
+                                                        capsys) -> None:  # noqa: ANN001
+    model, config = _built(tmp_path, "exact-gqa-llama3")
+    assert main([command, str(model), "--hf-config", str(config), "--out", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
+
+
+def test_an_audit_in_a_folder_of_the_users_touches_nothing_else(tmp_path: Path) -> None:
+    model, config = _built(tmp_path, "exact-gqa-llama3")
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in (".building-cache", ".notes.old.1.keep", ".other.lock"):
+        (home / name).mkdir() if not name.endswith(".lock") else (home / name).write_text("")
+    (home / ".x.committing").write_text("ropeexport commit 1\ntodo.txt\nx\n")  # a marker of another name
+    (home / "todo.txt").write_text("mine")
+    before = sorted(p.name for p in home.iterdir())
+    rx.audit(model, config, out=home / "audit1")
+    assert sorted(p.name for p in home.iterdir()) == sorted([*before, "audit1"])
+
+
+def test_an_audit_folder_in_a_tree_is_neither_indexed_nor_verified(tmp_path: Path) -> None:
+    from ropeexport.artifacts import write_index
+
+    model, config = _built(tmp_path, "exact-gqa-llama3")
+    out = tmp_path / "tree"
+    rx.build_all([rx.spec("rope", head_dim=16, num_heads=2, max_positions=64, name="small")], out)
+    rx.audit(model, config, out=out / "audit1")
+    assert [a["name"] for a in write_index(out)["artifacts"]] == ["small"]
+    assert [r.path.name for r in rx.verify(out)] == ["small"]

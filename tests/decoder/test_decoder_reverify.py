@@ -219,7 +219,7 @@ def test_verify_a_checkpoint_decoder_needs_its_checkpoint(tmp_path: Path, capsys
     ckpt.rename(tmp_path / "moved")
     code, out, err = run(["verify", str(folder)], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert f"--checkpoint: {str(ckpt.resolve())!r}" in err and "no longer exists" in err
+    assert f"decoder.json weights: {str(ckpt.resolve())!r}" in err and "no longer exists" in err
 
 
 Change = Callable[[dict[str, Any], dict[str, Any]], None]  # (OLD, NEW) -> None

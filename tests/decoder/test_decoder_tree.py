@@ -20,7 +20,7 @@ import pytest
 import ropeexport as rx
 from ropeexport.artifacts import write_index
 from ropeexport.decoder.report import write_html, write_markdown
-from ropeexport.errors import SpecError
+from ropeexport.errors import ArtifactError, SpecError
 from tests.clirun import run
 
 # The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
@@ -197,26 +197,28 @@ REBUILD = ["build", "--preset", "llama-2-7b", "--artifact", "decoder", "--num-la
            "--vocab-size", "128", "--no-eager", "--quiet"]  # fmt: skip
 # (what is planted in the decoder folder, where, what the rebuild ends with): a rebuild reads nothing of the old
 # folder but its manifest, which is read as a regular file of bounded size: nothing hangs or reads without end.
+# A damaged manifest makes the folder a damaged artifact: refused in one line, replaced only when asked.
 HOSTILE = [
-    ("a FIFO", _fifo, "decoder.json", 0, ""),
-    ("a link to /dev/zero", _dev_zero, "decoder.json", 0, ""),
-    ("a FIFO", _fifo, "manifest.json", 2, "is not a ropeexport artifact"),
-    ("a link to /dev/zero", _dev_zero, "manifest.json", 2, "is not a ropeexport artifact"),
+    ("a FIFO", _fifo, "decoder.json", [], 0, ""),
+    ("a link to /dev/zero", _dev_zero, "decoder.json", [], 0, ""),
+    ("a FIFO", _fifo, "manifest.json", [], 2, "holds a damaged ropeexport artifact"),
+    ("a link to /dev/zero", _dev_zero, "manifest.json", [], 2, "holds a damaged ropeexport artifact"),
+    ("a link to /dev/zero", _dev_zero, "manifest.json", ["--replace"], 0, ""),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("what", "plant", "where", "code", "text"),
-                         HOSTILE, ids=[f"{h[0]} at {h[2]}" for h in HOSTILE])  # fmt: skip
+@pytest.mark.parametrize(("what", "plant", "where", "flags", "code", "text"),
+                         HOSTILE, ids=[f"{h[0]} at {h[2]} {' '.join(h[3])}".strip() for h in HOSTILE])  # fmt: skip
 def test_a_hostile_file_in_a_decoder_folder_never_hangs_a_rebuild(
-    what: str, plant: Any, where: str, code: int, text: str, seeded_decoder: Path, tmp_path: Path
+    what: str, plant: Any, where: str, flags: list[str], code: int, text: str, seeded_decoder: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     shutil.copytree(seeded_decoder.parent, out)
     plant(out / seeded_decoder.name / where)
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-m", "ropeexport", *REBUILD, "--out", str(out)], capture_output=True,
-                          text=True, timeout=600, env=env)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "ropeexport", *REBUILD, *flags, "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     assert done.returncode == code, done.stderr
     assert text in done.stderr and done.stderr.count("\n") == (1 if code else 0), done.stderr
     if code == 0:  # replaced, whole, by a decoder that verifies
@@ -240,3 +242,34 @@ def test_a_failed_decoder_rebuild_keeps_the_verified_decoder(
     assert rx.verify(out / seeded_decoder.name)[0].passed
     line = next(e for e in _json(out / "index.json")["artifacts"] if e["name"] == seeded_decoder.name)
     assert line["passed"] and line["failed_rebuild"] == f"_failed/{seeded_decoder.name}/report.html"
+
+
+def test_a_decoder_from_another_checkpoint_is_another_artifact(tmp_path: Path, tiny_checkpoint: Any) -> None:
+    # Two training runs save their checkpoints under the same folder name: the decoders have one spec and one name,
+    # and the second must not silently replace the first.
+    runs = []
+    for seed in (0, 1):
+        folder = tmp_path / f"run{seed}" / "llama"
+        shutil.copytree(tiny_checkpoint("llama", seed), folder)
+        runs.append(folder)
+    first = rx.build_decoder(tmp_path / "out", checkpoint=runs[0], eager=False)
+    assert first.passed
+    with pytest.raises(SpecError, match=r"^name: .* built from another spec \(weights: \"checkpoint .*run0/llama'\" "
+                       r"there, \"checkpoint .*run1/llama'\" now\); give `replace`"):
+        rx.build_decoder(tmp_path / "out", checkpoint=runs[1], eager=False)
+    assert "run0" in _json(first.path / "decoder.json")["weights"]
+
+
+def test_verify_of_a_tree_checks_every_checkpoint_before_anything_runs(
+    tree: tuple[Path, Path, Path], tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(tree[0], out)
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("llama"), ckpt)
+    block = rx.build_layer_block(ckpt, out, layer=1).path
+    ckpt.rename(tmp_path / "moved")
+    reports = {p: (p / "report.json").read_text() for p in out.iterdir() if (p / "report.json").is_file()}
+    with pytest.raises(ArtifactError, match=rf"^{block.name}/manifest.json build.origin.checkpoint: .* no longer"):
+        rx.verify(out)
+    assert {p: (p / "report.json").read_text() for p in reports} == reports  # nothing was verified again

@@ -1,4 +1,5 @@
-"""The bytes of every model ropeexport writes, pinned: a refactor must not change one of them.
+"""The bytes of the models ropeexport exports (every kind, the feature specs, the default build, decoders), pinned:
+a refactor must not change one of them.
 
 ``hashes.json`` holds the sha256 of model.onnx (and model.onnx.data where there is one) as the code wrote them before
 the one-artifact-system redesign: the embedded default build's nine artifacts, every encoding x artifact x dtype x
@@ -6,7 +7,8 @@ graph form on small specs, the feature specs, and decoders of every tiny archite
 fp16, each graph form; and from a tiny random checkpoint, fp32, each graph form). Each is exported again here and
 written as the build writes it (``save_model``). A checkpoint decoder embeds the checkpoint's folder in its
 ``ropeexport.weights`` metadata; that one value is set to ``PINNED`` before hashing (the folder differs per run),
-every other byte counts.
+every other byte counts. Not pinned: a checkpoint layer's block (the block's graph with the layer's weights and the
+checkpoint in its metadata) and grafted models (another tool's model, edited).
 """
 
 from __future__ import annotations
