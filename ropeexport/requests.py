@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.catalog import encodings
-from ropeexport.hf import import_config, model_name, read_config
+from ropeexport.hf import import_layers, model_name, read_config, spans
 from ropeexport.presets import Request, expand, get_preset
 from ropeexport.specs import read_spec_file
 
@@ -37,19 +37,37 @@ def from_hf_config(
     dtypes: Sequence[str] | None = None,
     graphs: Sequence[str] | None = None,
 ) -> list[Request]:
-    """Requests for a transformers config.json on disk: the encoding's first artifact, fp32, fused unless given."""
+    """Requests for a transformers config.json on disk: the encoding's first artifact, fp32, fused unless given.
+
+    A model whose layers use different encodings (Gemma 3's sliding and global layers) gets them for each encoding,
+    named ``MODEL-TYPE-...`` by the layer types that use it (``sliding``, ``full``); every request's origin says which
+    layers use its encoding and which use none.
+    """
     config = read_config(path)
-    imported = import_config(config, where=str(path))
-    encoding = encodings()[imported.fields["encoding"]]
-    return expand(
-        imported,
-        model_name(config, path),
-        artifacts or [encoding.artifacts[0]],
-        dtypes or ["fp32"],
-        graphs or ["fused"],
-        origin={"hf_config": str(Path(path).resolve()), "model_type": imported.model_type},
-        chosen_by="--artifact/--dtype/--graph, else the encoding's first artifact, fp32, fused",
-    )
+    layers = import_layers(config, where=str(path))
+    groups = layers.groups()
+    if not groups:
+        layers.only()  # the one-line error: no layer has a positional encoding
+    model = model_name(config, path)
+    out = []
+    for imported, kinds, indices in groups:
+        encoding = encodings()[imported.fields["encoding"]]
+        origin: dict[str, Any] = {"hf_config": str(Path(path).resolve()), "model_type": imported.model_type}
+        if len(layers.types) > 1:  # a config that names its layers: say which use this encoding, which none
+            origin |= {"layer_types": list(kinds), "layers": spans(indices)}
+            if layers.unrotated():
+                origin["no_rope_layers"] = spans(layers.unrotated())
+        named = model if len(groups) == 1 else f"{model}-{'-'.join(k.removesuffix('_attention') for k in kinds)}"
+        out += expand(
+            imported,
+            named,
+            artifacts or [encoding.artifacts[0]],
+            dtypes or ["fp32"],
+            graphs or ["fused"],
+            origin=origin,
+            chosen_by="--artifact/--dtype/--graph, else the encoding's first artifact, fp32, fused",
+        )
+    return out
 
 
 def from_fields(

@@ -195,6 +195,10 @@ def render_index(index: dict[str, Any]) -> str:
         if e.get("failed_rebuild"):
             ran += f"; a later rebuild FAILED and was kept apart: {e['failed_rebuild']}"
         origin = e["origin"].get("preset") or e["origin"].get("hf_config") or e["origin"].get("spec") or ""
+        if e["origin"].get("layers"):  # a model whose layers differ: which of them use this artifact's encoding
+            origin = f"{origin} (layers {e['origin']['layers']}" + (
+                f"; no positional encoding on {e['origin']['no_rope_layers']})" if e["origin"].get("no_rope_layers")
+                else ")")  # fmt: skip
         # An entry with worst_rel (a decoder's) gives its errors relative to a scale (worst_rel_of says which).
         relative = "worst_rel" in e and e.get("status") != "unreadable"
         if relative:  # errors over the logit scale (transformers stands in the eager column); weights as the source

@@ -433,7 +433,8 @@ BAD = [
                 "sliding_attention": {"rope_type": "default"},
             },
         },
-        "one setting per layer type",
+        "rope_parameters: holds one setting per layer type (full_attention, sliding_attention) but the config "
+        "names no layer_types",
     ),
     (
         "mpt-no-alibi",
@@ -480,7 +481,7 @@ BAD += [
             "rope_theta": 1e6,
             "rope_local_base_freq": 10000.0,
         },
-        "rope_local_base_freq: is not supported",
+        "num_hidden_layers: missing: a per-layer setting needs the layer count",
     ),
     (
         "modernbert-global-local-theta",

@@ -306,6 +306,10 @@ def _runtimes(args: argparse.Namespace) -> list[str]:
 def print_resolved(job: Job) -> None:
     """The spec a config resolved to, each field with the config key (or default) it came from."""
     print(f"resolved {job.name} from {job.origin.get('hf_config')}:")
+    if job.origin.get("layers"):
+        unrotated = job.origin.get("no_rope_layers")
+        print(f"  used by layers {job.origin['layers']} ({', '.join(job.origin['layer_types'])})"
+              + (f"; no positional encoding on layers {unrotated}" if unrotated else ""))  # fmt: skip
     for key, value in job.spec.items():
         where = job.sources.get(key, "ropeexport default")
         print(f"  {key} = {json.dumps(value)}  <- {where}")
@@ -339,7 +343,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"ropeexport: removed {name}, the work folder of an interrupted build", file=sys.stderr)
     talk = not (args.quiet or args.json)
     if talk and args.hf_config:
-        print_resolved(jobs[0])
+        for job in jobs:  # one per encoding the layers use (Gemma 3: sliding and full), each variant once
+            if job is jobs[0] or job.origin.get("layers") != jobs[jobs.index(job) - 1].origin.get("layers"):
+                print_resolved(job)
     start = time.perf_counter()
     results: list[BuildResult] = []
     with BuildProgress(len(jobs), enabled=talk) as progress:

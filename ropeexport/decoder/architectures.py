@@ -106,6 +106,15 @@ ARCHITECTURES = {
         mlp_bias=("mlp_bias", False),
     ),
     "mistral": replace(_LLAMA, model_type="mistral", windowed=True),
+    # Llama's body; its no-RoPE layers (no_rope_layers) and windows per layer type come with the layers (hf).
+    "smollm3": replace(
+        _LLAMA,
+        model_type="smollm3",
+        qkv_bias=("attention_bias", False),
+        o_bias=("attention_bias", False),
+        mlp_bias=("mlp_bias", False),
+        tie_default=True,  # SmolLM3Config ties the output head to the embeddings unless told otherwise
+    ),
     "qwen2": replace(_LLAMA, model_type="qwen2", qkv_bias=True),
     "phi3": replace(
         _LLAMA,
@@ -232,8 +241,6 @@ REFUSED_KEYS = {
     "kv_lora_rank": "multi-head latent attention",
     "q_lora_rank": "multi-head latent attention",
     "mrope_section": "multimodal RoPE sections",
-    "layer_types": "per-layer attention types (sliding and full layers mixed)",
-    "use_sliding_window": "sliding windows on some layers only",
     "attn_logit_softcapping": "soft-capped attention logits",
     "final_logit_softcapping": "soft-capped output logits",
     "qk_layernorm": "norms on query and key",
@@ -255,8 +262,6 @@ def _refused(config: Mapping[str, Any], where: str) -> None:
     for key, what in REFUSED_KEYS.items():
         value = config.get(key)
         if _neutral(value):
-            continue
-        if key == "layer_types" and isinstance(value, list) and all(v == "full_attention" for v in value):
             continue
         raise SpecError(f"{where}: {key}", f"is not supported by the decoder artifact: {what} ({key} = {value!r})")
     scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}

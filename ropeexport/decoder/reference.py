@@ -24,15 +24,22 @@ import numpy as np
 
 from ropeexport.decoder.checkpoint import to_transformers
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.errors import RuntimeUnavailable
+from ropeexport.errors import RuntimeUnavailable, SpecError
 
 
-def unexpressed(spec: DecoderSpec) -> str | None:
-    """Why transformers' model of the spec's model type cannot stand for the spec (None when it can): a config of a
-    model type has one attention and one positional encoding for every layer, so layers that differ (a window, an
-    encoding or none) have no config there.
+def unexpressed(spec: DecoderSpec, config: Mapping[str, Any]) -> str | None:
+    """Why transformers' model of ``config`` cannot stand for the spec (None when it can): its layers are what the
+    config says per layer (``layer_types``, ``no_rope_layers``, the encoding per layer type), so a spec whose layers
+    differ from those (set through the API) has no config there.
     """  # noqa: D205
-    if spec.uniform:
+    from ropeexport.decoder.spec import from_config
+
+    try:
+        said = from_config(config, spec.name, dtype=spec.dtype, graph=spec.graph,
+                           max_positions=spec.position_spec().max_positions)  # fmt: skip
+    except SpecError:
+        said = None
+    if said is not None and said.layers == spec.layers:
         return None
     default = spec.default_layer().to_dict()
     differ = [i for i, layer in enumerate(spec.layers) if layer.to_dict() != default]
@@ -55,7 +62,7 @@ class TransformersReference:
         weights: Mapping[str, np.ndarray],
         checkpoint: str | Path | None = None,
     ) -> None:
-        why = unexpressed(spec)
+        why = unexpressed(spec, config)
         if why is not None:
             raise RuntimeUnavailable(why)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched

@@ -64,6 +64,12 @@ def scenarios(spec: DecoderSpec) -> list[Scenario]:
         if regime_kind(position) != "static":
             out.append(Scenario("decode-across-switch-keep", (8,), 16, start=limit - 12, policy="keep",
                                 about="the same, the cache kept across the switch"))  # fmt: skip
+    windows = sorted({layer.window for layer in spec.layers if layer.window})
+    for window in windows[:1] if len(windows) == 1 else windows:  # each window crossed in prefill, then in decode
+        if window + 8 + 16 <= top:
+            out.append(Scenario(f"across-window-{window}", (window + 8,), 16,
+                                about=f"a {window + 8}-token prompt over the {window}-slot window, then 16 steps "
+                                "past it"))  # fmt: skip
     return out
 
 

@@ -30,7 +30,7 @@ from ropeexport.decoder.architectures import ARCHITECTURES, Architecture, read_l
 from ropeexport.errors import SpecError
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.hf import import_config
+from ropeexport.hf import LAYER_TYPES, TEXT_CONFIGS, Layers, import_layers, text_config
 from ropeexport.specs import NAME_PATTERN, require_choice, require_int
 
 PositionSpec = RopeSpec | AlibiSpec  # a decoder's encoding (the two it takes), as its layers' block spec
@@ -315,8 +315,16 @@ def shrink(
     the MLP scaled by the same factor. The positional encoding's schedule is untouched.
     """  # noqa: D205
     out: dict[str, Any] = copy.deepcopy(dict(config))
+    if isinstance(out.get("text_config"), Mapping) and out.get("model_type") in TEXT_CONFIGS:  # Gemma 3 4B-27B
+        out["text_config"] = shrink(out["text_config"], num_layers, hidden_size, vocab_size)
+        return out
     if num_layers is not None:
-        out[_first(out, _LAYERS) or "num_hidden_layers"] = require_int("num_layers", num_layers, 1, 1024)
+        key = _first(out, _LAYERS) or "num_hidden_layers"
+        old_count, out[key] = out.get(key), require_int("num_layers", num_layers, 1, 1024)
+        for per_layer in ("layer_types", "no_rope_layers"):  # the first layers of the model, as they are
+            value = out.get(per_layer)
+            if isinstance(value, list) and len(value) == old_count and num_layers <= len(value):
+                out[per_layer] = value[:num_layers]
     if vocab_size is not None:
         out["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
         # Special ids past the new vocabulary mean nothing (and an absent one takes the class default: Phi-3's pad
@@ -357,16 +365,62 @@ def from_config(
     graph: str = "fused",
     max_positions: int | None = None,
 ) -> DecoderSpec:
-    """The decoder of a transformers config (after ``shrink``, if any); SpecError names the key at fault."""
+    """The decoder of a transformers config (after ``shrink``, if any); SpecError names the key at fault.
+
+    Per layer (``hf.import_layers``): its type's encoding, or none on a no-RoPE layer, and its type's attention (a
+    sliding layer sees ``sliding_window`` key slots). The model's own ``position`` is its full-attention layers'
+    encoding (the first layer's when every layer slides): what scenarios, regimes and the context length follow.
+    """
+    config, where = text_config(config, where)
     layout, sources = read_layout(config, where)
-    imported = import_config(config, where)
-    position = dict(imported.fields)
-    if max_positions is not None:
-        position["max_positions"] = require_int("max_positions", max_positions, 1)
-    if "max_positions" not in position:  # BLOOM's config names no length (ALiBi extrapolates): its training length
-        position["max_positions"] = DEFAULT_ALIBI_LENGTH
-        imported.sources["max_positions"] = (
+    layers = import_layers(config, where)
+    default = next((layers.encodings[t] for t in layers.types if t == "full_attention"), None)
+    default = default or layers.encodings[layers.types[0]]
+    length = require_int("max_positions", max_positions, 1) if max_positions is not None else None
+
+    def fields_of(imported_fields: Mapping[str, Any]) -> dict[str, Any]:
+        position = dict(imported_fields)
+        if length is not None:
+            position["max_positions"] = length
+        if "max_positions" not in position:  # BLOOM's config names no length (ALiBi extrapolates): its training one
+            position["max_positions"] = DEFAULT_ALIBI_LENGTH
+        return position
+
+    position = fields_of(default.fields)
+    imported_sources = dict(default.sources)
+    if "max_positions" not in default.fields and length is None:
+        imported_sources["max_positions"] = (
             f"default ({DEFAULT_ALIBI_LENGTH}, BLOOM's training length; --max-positions)"
         )
-    sources |= {f"position.{k}": v for k, v in imported.sources.items()}
-    return DecoderSpec(name=name, dtype=dtype, graph=graph, position=position, sources=sources, **layout)
+    sources |= {f"position.{k}": v for k, v in imported_sources.items()}
+    per_layer = _layers_of(layers, layout, position, fields_of)
+    if per_layer:
+        sources["layers"] = "; ".join(f"{k} <- {v}" for k, v in layers.sources.items())
+    return DecoderSpec(name=name, dtype=dtype, graph=graph, position=position, sources=sources,
+                       layers=per_layer, **layout)  # type: ignore[arg-type]  # tables of fields: __post_init__ reads them
+
+
+def _layers_of(layers: Layers, layout: Mapping[str, Any], position: Mapping[str, Any],
+               fields_of: Any) -> tuple[Mapping[str, object] | None, ...]:  # fmt: skip
+    """Per layer the fields where it differs from the model's default layer (``DecoderSpec.layers``), or () when
+    every layer is the default one (a config of one encoding and one attention: the decoders built before layers).
+    """  # noqa: D205
+    if len(layers.types) == 1 or (set(layers.types) == {"full_attention"} and all(layers.rotated)):
+        return ()
+    out: list[Mapping[str, object] | None] = []
+    for i, kind in enumerate(layers.types):
+        layer: dict[str, object] = {}
+        imported = layers.encoding(i)
+        if imported is None:
+            layer["position"] = None
+        elif fields_of(imported.fields) != position:
+            layer["position"] = fields_of(imported.fields)
+        sliding = LAYER_TYPES[kind] == "sliding" and layers.window
+        if sliding:
+            layer |= {"attention": "sliding", "window": layers.window}
+        elif layout.get("sliding_window"):
+            layer |= {"attention": "full", "window": 0}
+        out.append(layer)
+    if all(not layer for layer in out):
+        return ()
+    return tuple(out)

@@ -107,6 +107,39 @@ def test_transformers_reference_is_skipped_with_the_reason(tmp_path: Path) -> No
     assert report["spec"]["layers"] == [{}, {"position": None}, {}]
 
 
+SMOLLM3 = {**LLAMA, "model_type": "smollm3", "num_hidden_layers": 4, "pad_token_id": 0, "no_rope_layers": [1, 0, 1, 0],
+           "use_sliding_window": True, "sliding_window": 6,
+           "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 2}  # fmt: skip
+QWEN2_4X = {**LLAMA, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}
+WINDOW = {"attention": "sliding", "window": 6}
+# (label, config, the layers the config implies, as to_dict writes them)
+FROM_CONFIG = [
+    ("smollm3: no RoPE on layers 1 and 3, windows on 2 and 3", SMOLLM3,
+     [{}, {"position": None}, WINDOW, {"position": None, **WINDOW}]),
+    ("qwen2 4.x keys: windows from max_window_layers on", QWEN2_4X,
+     [{}, {**WINDOW, "window": 5}, {**WINDOW, "window": 5}]),
+    ("qwen2 with windows off: every layer attends fully", {**QWEN2_4X, "use_sliding_window": False}, ()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "layers"), [c[1:] for c in FROM_CONFIG], ids=[c[0] for c in FROM_CONFIG])
+def test_a_configs_layers_are_built_and_judged(config: dict[str, Any], layers: list[Any], tmp_path: Path) -> None:
+    spec, used = resolve(DecoderRequest(config=config, graph="fused", name="layers"))
+    assert spec.to_dict().get("layers", ()) == layers
+    weights = seeded_weights(spec)
+    save_model(build_decoder_graph(spec, weights, "seeded"), tmp_path)
+    report = run_scenarios(spec, used, weights, None, tmp_path / "model.onnx", True, None)
+    assert report["passed"], [s["name"] for s in report["scenarios"] if not s["summary"]["passed"]]
+    # transformers reads the same layers from the same config: it stands as the reference, and agrees
+    assert report["references"]["transformers"].startswith("transformers"), report["references"]
+    near = {s["name"]: s["summary"]["worst_rel_transformers"] for s in report["scenarios"]
+            if s["summary"]["positions"][1] < 4096}  # fmt: skip
+    assert max(near.values()) <= 1e-4, near
+    if layers:
+        uniform = build_decoder_graph(spec.replace(layers=()), weights, "seeded")
+        assert _failed(spec, uniform, weights, tmp_path / "uniform"), "the config's layers changed nothing"
+
+
 def test_weights_follow_each_layer() -> None:
     spec, _ = resolve(DecoderRequest(config=LLAMA))
     mixed, _ = _mixed(LLAMA, CASES[0][2])

@@ -33,6 +33,11 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "gptj": ("gptj", {"vocab_size": 96, "n_layer": 2, "n_embd": 32, "n_head": 4, "rotary_dim": 4,
                       "n_positions": 256}),
     "bloom": ("bloom", {"vocab_size": 96, "n_layer": 2, "hidden_size": 32, "n_head": 4}),
+    # No RoPE on layers 1 and 3 (SmolLM3 writes 1 = RoPE), windows of 6 slots on the sliding layers 2 and 3.
+    "smollm3-nope": ("smollm3", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "pad_token_id": 0,
+                                 "no_rope_layers": [1, 0, 1, 0],
+                                 "use_sliding_window": True, "sliding_window": 6,
+                                 "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 2}),
 }  # fmt: skip
 
 

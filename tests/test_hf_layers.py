@@ -1,0 +1,195 @@
+"""Per-layer config import (``hf.import_layers``): the configs transformers 5.23 writes for the 2026 families, the
+4.x key styles, YaRN's ``truncate`` against transformers' own formula, and bad per-layer keys.
+
+Configs come from ``AutoConfig.for_model(...).to_dict()`` (what ``save_pretrained`` writes), changed per case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ropeexport.errors import SpecError
+from ropeexport.families.rope.schedules import get_schedule
+from ropeexport.hf import describe, import_config, import_layers, spans
+
+transformers = pytest.importorskip("transformers")
+
+
+def config(model_type: str, **changes: Any) -> dict[str, Any]:
+    """The config transformers writes for ``model_type`` with ``changes`` (None removes a key)."""
+    count = {"num_hidden_layers": changes.pop("num_hidden_layers")} if "num_hidden_layers" in changes else {}
+    out = transformers.AutoConfig.for_model(model_type, **count).to_dict()  # its per-layer lists that long
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def gemma3_4x(**changes: Any) -> dict[str, Any]:
+    """A Gemma 3 config as transformers 4.5x wrote it: rope_local_base_freq and sliding_window_pattern."""
+    keys = {"rope_parameters": None, "layer_types": None, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window_pattern": 6}  # fmt: skip
+    return config("gemma3_text", **(keys | changes))
+
+
+SLIDING_26 = "0-4, 6-10, 12-16, 18-22, 24-25"
+# (id, config, [(layer types, layers, encoding in words)], no-RoPE layers, window)
+FAMILIES = [
+    ("gemma3-5x", lambda: config("gemma3_text"),
+     [("sliding_attention", SLIDING_26, "theta 10000, unscaled"), ("full_attention", "5, 11, 17, 23",
+                                                                   "theta 1e+06, unscaled")], "", 4096),
+    ("gemma3-5x-linear8", lambda: config("gemma3_text", rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}),
+     [("sliding_attention", SLIDING_26, "theta 10000, unscaled"),
+      ("full_attention", "5, 11, 17, 23", "theta 1e+06 with linear x8")], "", 4096),
+    ("gemma3-4x-keys", gemma3_4x,
+     [("sliding_attention", SLIDING_26, "theta 10000, unscaled"),
+      ("full_attention", "5, 11, 17, 23", "theta 1e+06 with linear x8")], "", 4096),
+    ("gemma3-wrapper", lambda: {"model_type": "gemma3", "text_config": config("gemma3_text", num_hidden_layers=7)},
+     [("sliding_attention", "0-4, 6", "theta 10000, unscaled"), ("full_attention", "5", "theta 1e+06, unscaled")],
+     "", 4096),
+    ("gemma2-alternating-one-encoding", lambda: config("gemma2", num_hidden_layers=4),
+     [("sliding_attention/full_attention", "0-3", "theta 10000, unscaled")], "", 4096),
+    ("smollm3-nope-every-4th", lambda: config("smollm3", num_hidden_layers=8),
+     [("full_attention", "0-2, 4-6", "theta 2e+06, unscaled")], "3, 7", 0),
+    ("smollm3-interval-default", lambda: config("smollm3", num_hidden_layers=8, no_rope_layers=None),
+     [("full_attention", "0-2, 4-6", "theta 2e+06, unscaled")], "3, 7", 0),
+    ("smollm3-default-theta", lambda: config("smollm3", num_hidden_layers=4, rope_parameters=None),
+     [("full_attention", "0-2", "theta 2e+06, unscaled")], "3", 0),
+    ("gemma3-4x-default-thetas", lambda: gemma3_4x(rope_theta=None, rope_local_base_freq=None, rope_scaling=None,
+                                                   num_hidden_layers=6),
+     [("sliding_attention", "0-4", "theta 10000, unscaled"), ("full_attention", "5", "theta 1e+06, unscaled")], "",
+     4096),
+    ("gpt-oss-yarn-untruncated", lambda: config("gpt_oss", num_hidden_layers=4),
+     [("sliding_attention/full_attention", "0-3", "theta 150000 with yarn x32")], "", 128),
+    ("qwen3-uniform", lambda: config("qwen3", num_hidden_layers=3),
+     [("full_attention", "0-2", "theta 10000, unscaled")], "", 0),
+    ("phi4-mini-partial-longrope", lambda: config("phi3", num_hidden_layers=2, hidden_size=3072, num_attention_heads=24,
+                                                  partial_rotary_factor=0.75, max_position_embeddings=131072,
+                                                  original_max_position_embeddings=4096, rope_parameters={
+                                                      "rope_type": "longrope", "rope_theta": 10000.0,
+                                                      "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}),
+     [("full_attention", "0-1", "theta 10000 with longrope x32, 96 of 128 channels rotated")], "", 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "groups", "nope", "window"), [f[1:] for f in FAMILIES], ids=[f[0] for f in FAMILIES])
+def test_each_layer_gets_its_types_encoding(make: Any, groups: list[tuple[str, str, str]], nope: str,
+                                            window: int) -> None:  # fmt: skip
+    layers = import_layers(make(), "config.json")
+    got = [("/".join(kinds), spans(indices), describe(imported)) for imported, kinds, indices in layers.groups()]
+    assert got == groups
+    assert spans(layers.unrotated()) == nope and layers.window == window
+    if len(groups) == 1:  # one encoding: the single-spec import reads it too
+        assert import_config(make(), "config.json").fields == layers.groups()[0][0].fields
+    else:
+        with pytest.raises(SpecError, match="the layer types use different encodings"):
+            import_config(make(), "config.json")
+
+
+def test_4x_and_5x_gemma3_keys_import_the_same_encodings() -> None:
+    old, new = import_layers(gemma3_4x()), import_layers(config("gemma3_text", rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}))  # fmt: skip
+    assert old.types == new.types
+    assert {k: v.fields for k, v in old.encodings.items()} == {k: v.fields for k, v in new.encodings.items()}
+    assert old.encodings["sliding_attention"].sources["theta"] == "rope_local_base_freq"
+    assert new.encodings["full_attention"].sources["theta"] == "rope_parameters.full_attention.rope_theta"
+
+
+NESTED = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+          "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
+# (id, config, the words the one-line error must hold: the key, then what is allowed or wrong)
+BAD = [
+    ("layer-types-too-short", lambda: config("gemma3_text", num_hidden_layers=4, layer_types=["full_attention"] * 3),
+     "layer_types: holds 3 entries, the model has 4 layers"),
+    ("unknown-layer-type", lambda: config("gemma3_text", num_hidden_layers=2,
+                                          layer_types=["full_attention", "local_attention"]),
+     "layer_types[1]: unknown layer type 'local_attention'; allowed: full_attention, sliding_attention"),
+    ("chunked-attention", lambda: config("qwen3", num_hidden_layers=2,
+                                         layer_types=["chunked_attention", "full_attention"]),
+     "layer_types[0]: 'chunked_attention' is not built: Llama 4's chunked attention"),
+    ("layer-types-not-a-list", lambda: config("qwen3", layer_types="full_attention"),
+     "layer_types: must be a list with one entry per layer"),
+    ("nested-missing-a-type", lambda: config("gemma3_text", num_hidden_layers=6,
+                                             rope_parameters={"sliding_attention": NESTED["sliding_attention"]}),
+     "rope_parameters.full_attention: missing: layer 5 is a full_attention layer"),
+    ("nested-unknown-type", lambda: config("gemma3_text", rope_parameters=NESTED | {"global": {"rope_theta": 1.0}}),
+     "rope_parameters.global: is not a layer type; allowed: full_attention, sliding_attention"),
+    ("4x-5x-local-theta-disagree", lambda: config("gemma3_text", rope_parameters=NESTED, rope_local_base_freq=5e4),
+     "rope_local_base_freq: (50000.0) contradicts rope_parameters.sliding_attention.rope_theta (10000.0)"),
+    ("4x-5x-global-theta-disagree", lambda: config("gemma3_text", rope_parameters=NESTED, rope_theta=5e5),
+     "rope_theta: (500000.0) contradicts rope_parameters.full_attention.rope_theta (1000000.0)"),
+    ("4x-5x-scaling-disagree", lambda: config("gemma3_text", rope_parameters=NESTED,
+                                              rope_scaling={"rope_type": "linear", "factor": 8.0}),
+     "rope_scaling: and rope_parameters (nested by layer type) are both set and differ"),
+    ("no-rope-layers-wrong-length", lambda: config("smollm3", num_hidden_layers=4, no_rope_layers=[1, 1, 0]),
+     "no_rope_layers: holds 3 entries, the model has 4 layers"),
+    ("no-rope-layers-not-a-flag", lambda: config("smollm3", num_hidden_layers=2, no_rope_layers=[1, 2]),
+     "no_rope_layers[1]: must be 1 (the layer uses RoPE) or 0 (it does not), got 2"),
+    ("no-layer-has-rope", lambda: config("smollm3", num_hidden_layers=2, no_rope_layers=[0, 0]),
+     "no_rope_layers: leaves no layer with RoPE"),
+    ("sliding-without-window", lambda: config("gemma3_text", sliding_window=None),
+     "sliding_window: missing: layer_types has sliding layers"),
+    ("local-theta-outside-gemma3", lambda: config("qwen3", rope_local_base_freq=1e4),
+     "rope_local_base_freq: is Gemma 3's sliding-layer theta; not read for 'qwen3'"),
+    ("smollm3-windows-said-both-ways", lambda: config("smollm3", num_hidden_layers=2, sliding_window=64,
+                                                      use_sliding_window=False, no_rope_layers=[1, 1],
+                                                      layer_types=["sliding_attention", "full_attention"]),
+     "use_sliding_window: is false while layer_types has sliding layers (sliding_window 64)"),
+    ("gpt-oss-without-its-yarn", lambda: config("gpt_oss", num_hidden_layers=2, rope_parameters=None),
+     "rope_parameters: missing: gpt_oss's transformers config fills in YaRN x32"),
+    ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
+     "text_config: must be the text model's config (an object) in a gemma3 config"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "words"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_per_layer_keys_name_the_key(make: Any, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        import_config(make(), "config.json")
+    message = str(info.value)
+    assert words in message and "\n" not in message, message
+
+
+# YaRN as transformers computes it (its own rope-init function on the config it built), both truncate settings.
+YARNS = [
+    ("gpt-oss-untruncated", lambda: config("gpt_oss", num_hidden_layers=2)),
+    ("gpt-oss-truncated", lambda: config("gpt_oss", num_hidden_layers=2, rope_parameters=config("gpt_oss")[
+        "rope_parameters"] | {"truncate": True})),
+    ("qwen3-yarn-x4", lambda: config("qwen3", num_hidden_layers=2, rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6})),
+    ("deepseek-style-mscale", lambda: config("qwen3", num_hidden_layers=2, rope_parameters={
+        "rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "rope_theta": 1e4,
+        "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0})),
+    ("attention-factor-given", lambda: config("qwen3", num_hidden_layers=2, rope_parameters={
+        "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096, "rope_theta": 5e5,
+        "attention_factor": 1.25, "truncate": False})),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [y[1] for y in YARNS], ids=[y[0] for y in YARNS])
+def test_yarn_matches_transformers_own_formula(make: Any) -> None:
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    raw = make()
+    hf = transformers.AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
+    inv_freq, attention = ROPE_INIT_FUNCTIONS["yarn"](hf, "cpu")
+    fields = import_config(raw, "config.json").fields
+    d = fields["rotary_dim"] or fields["head_dim"]
+    schedule = get_schedule("yarn")
+    params = schedule.resolve(fields["scaling_params"], d, fields["max_positions"])
+    ours = schedule.frequencies(d, fields["theta"], params, 1)
+    # transformers computes in float32 (a few ulps of chained pow and blend): ours in float64 within 2e-6 of it,
+    # while the other truncate setting lands orders of magnitude further off (so the flag is what is tested).
+    theirs = inv_freq.numpy().astype(np.float64)
+    np.testing.assert_allclose(ours.inv_freq, theirs, rtol=2e-6, atol=0)
+    assert ours.attention_factor == pytest.approx(attention, rel=1e-12)
+    flipped = schedule.frequencies(d, fields["theta"], params | {"truncate": not params["truncate"]}, 1)
+    assert np.max(np.abs(flipped.inv_freq / theirs - 1)) > 1e-3
