@@ -162,9 +162,17 @@ def test_attention_without_positions_matches_its_twin(graph: str, window: int) -
 
 # (fields, the field the SpecError names)
 REFUSED = [
-    ({"qk_norm": NormSpec("rms", 1e-6)}, "qk_norm"),
-    ({"logit_softcap": 50.0}, "logit_softcap"),
-    ({"sinks": True}, "sinks"),
+    ({"qk_norm": NormSpec("layer", 1e-6)}, "qk_norm"),
+    ({"qk_norm": NormSpec("rms", 1e-6, "fp16")}, "qk_norm"),
+    ({"qk_norm": "rms"}, "qk_norm"),
+    ({"logit_softcap": -50.0}, "logit_softcap"),
+    ({"logit_softcap": float("nan")}, "logit_softcap"),
+    ({"logit_softcap": True}, "logit_softcap"),
+    ({"scale": -0.125}, "scale"),
+    ({"scale": float("inf")}, "scale"),
+    ({"sinks": 1}, "sinks"),
+    ({"sinks": True, "graph": "static-cache"}, "sinks"),
+    ({"logit_softcap": 30.0, "graph": "tensorrt"}, "logit_softcap"),
     ({"num_kv_heads": 3}, "num_kv_heads"),
     ({"graph": "plugin"}, "graph"),
     ({"window": -1}, "window"),
@@ -173,7 +181,15 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("fields", "field"), REFUSED, ids=[r[1] for r in REFUSED])
-def test_attention_spec_refuses_what_is_not_built(fields: dict[str, Any], field: str) -> None:
+def test_attention_spec_refuses_what_is_not_allowed(fields: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as error:
         AttentionSpec(**({"num_heads": 4, "num_kv_heads": 2, "head_dim": 8} | fields))
     assert error.value.field == field
+
+
+@pytest.mark.parametrize(("fields", "field"), [({"offset": 0.5}, "norm_offset"), ({"offset": True}, "norm_offset"),
+                                               ({"kind": "layer", "offset": 1.0}, "norm_offset")])  # fmt: skip
+def test_norm_spec_refuses_an_offset_it_does_not_build(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as error:
+        NormSpec(**({"kind": "rms", "eps": 1e-6} | fields))
+    assert error.value.field == field and "\n" not in str(error.value)
