@@ -282,11 +282,13 @@ OPS: dict[str, OpSupport] = {
     "Floor": OpSupport("8.6", *_MATH),
     "Ceil": OpSupport("8.6", *_MATH),
     "Softmax": OpSupport("8.6", *_MATH),
+    "Tanh": OpSupport("8.6", FLOAT + ("INT8",), FLOAT + ("BF16",)),  # a soft-capped attention's logits
     "MatMul": OpSupport("8.6", *_MATH),
     # Reductions: axes as an input (opset 18+) must be an initializer at 10.15.
     "ReduceMax": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),
     "ReduceMin": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),
     "ReduceSum": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),
+    "ReduceMean": OpSupport("8.6", FLOAT, FLOAT + ("BF16",) + INTS, data_inputs=(0,), constant_axes=1),  # RMSNorm
     "CumSum": OpSupport(
         "8.6",
         FLOAT,

@@ -49,16 +49,18 @@ def _stored(values: np.ndarray, dtype: str) -> np.ndarray:
     return round_once(values, dtype).astype(np.float64)
 
 
-# (norm kind, dtype, opset, fused residual add)
-NORMS = [("rms", "fp32", 23, False), ("rms", "fp16", 17, False), ("layer", "fp32", 23, False),
-         ("layer", "fp16", 23, False), ("rms", "fp32", 23, True)]  # fmt: skip
+# (norm kind, dtype, opset, fused residual add, offset: 1 is Gemma's normed * (1 + w))
+NORMS = [("rms", "fp32", 23, False, 0.0), ("rms", "fp16", 17, False, 0.0), ("layer", "fp32", 23, False, 0.0),
+         ("layer", "fp16", 23, False, 0.0), ("rms", "fp32", 23, True, 0.0), ("rms", "fp32", 23, False, 1.0),
+         ("rms", "fp16", 17, False, 1.0), ("rms", "fp16", 23, False, 1.0), ("rms", "fp32", 23, True, 1.0)]  # fmt: skip
 
 
-@pytest.mark.parametrize(("kind", "dtype", "opset", "fused"), NORMS)
-def test_norm_graph_matches_its_twin(kind: str, dtype: str, opset: int, fused: bool) -> None:
-    spec = NormSpec(kind, 1e-5, dtype)
+@pytest.mark.parametrize(("kind", "dtype", "opset", "fused", "offset"), NORMS)
+def test_norm_graph_matches_its_twin(kind: str, dtype: str, opset: int, fused: bool, offset: float) -> None:
+    spec = NormSpec(kind, 1e-5, dtype, offset=offset)
     x, delta = (_stored(RNG.standard_normal((2, 3, 16)), dtype) for _ in range(2))
-    weight, bias = _stored(1 + 0.1 * RNG.standard_normal(16), dtype), _stored(0.1 * RNG.standard_normal(16), dtype)
+    weight = _stored(1 - offset + 0.1 * RNG.standard_normal(16), dtype)  # Gemma's weight is near 0: its gain 1 + w
+    bias = _stored(0.1 * RNG.standard_normal(16), dtype)
     g = GraphBuilder()
     w, b = g.const("w", round_once(weight, dtype)), g.const("b", round_once(bias, dtype)) if kind == "layer" else None
     _, out = add_norm(g, spec, "x", "delta", w, b, opset, fused=fused)
@@ -66,7 +68,36 @@ def test_norm_graph_matches_its_twin(kind: str, dtype: str, opset: int, fused: b
     got = _run(g, out, feeds, dtype, opset, {"com.microsoft": 1} if fused else None)
     want = norm64(spec, x + delta, weight, bias if kind == "layer" else None)
     assert _close(got, want, dtype)
-    assert not _close(got, norm64(NormSpec(kind, 1e-1, dtype), x + delta, weight, bias), dtype)  # eps is seen
+    assert not _close(got, norm64(NormSpec(kind, 1e-1, dtype, offset=offset), x + delta, weight, bias), dtype)
+    if kind == "rms":  # the offset is seen
+        assert not _close(got, norm64(NormSpec(kind, 1e-5, dtype, offset=1.0 - offset), x + delta, weight), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_gemma_norm_graph_is_transformers_gemma3_norm(dtype: str) -> None:
+    # Gemma3RMSNorm run by torch in the dtype: normed and 1 + w in float32, one cast at the end. In fp16 the graph
+    # gives the same bits (measured: all 3072), and Llama's order (cast, then times 1 + w in fp16) does not; in fp32
+    # they differ by rsqrt against sqrt and a division (4 ulp seen), within the fp32 tolerance.
+    torch = pytest.importorskip("torch")
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    rng = np.random.default_rng(1)
+    x, weight = round_once(rng.standard_normal((64, 3, 16)), dtype), round_once(0.5 * rng.standard_normal(16), dtype)
+    module = Gemma3RMSNorm(16, eps=1e-6).to(DTYPES[dtype].torch)
+    with torch.no_grad():
+        module.weight.copy_(torch.from_numpy(weight))
+        want = module(torch.from_numpy(x)).float().numpy().astype(np.float64)
+    g = GraphBuilder()
+    out = add_norm(g, NormSpec("rms", 1e-6, dtype, offset=1.0), "x", None, g.const("w", weight), None, 23)[1]
+    got = _run(g, out, {"x": x}, dtype)
+    if dtype == "fp32":
+        assert _close(got, want, dtype)
+        return
+    np.testing.assert_array_equal(got, want)
+    wide = x.astype(np.float32)
+    normed = wide / np.sqrt((wide**2).mean(axis=-1, keepdims=True) + np.float32(1e-6))
+    llama = normed.astype(np.float16) * round_once(1.0 + weight.astype(np.float64), dtype)
+    assert np.any(llama.astype(np.float64) != want)
 
 
 # (kind, activation, dtype, biases)
@@ -131,9 +162,17 @@ def test_attention_without_positions_matches_its_twin(graph: str, window: int) -
 
 # (fields, the field the SpecError names)
 REFUSED = [
-    ({"qk_norm": NormSpec("rms", 1e-6)}, "qk_norm"),
-    ({"logit_softcap": 50.0}, "logit_softcap"),
-    ({"sinks": True}, "sinks"),
+    ({"qk_norm": NormSpec("layer", 1e-6)}, "qk_norm"),
+    ({"qk_norm": NormSpec("rms", 1e-6, "fp16")}, "qk_norm"),
+    ({"qk_norm": "rms"}, "qk_norm"),
+    ({"logit_softcap": -50.0}, "logit_softcap"),
+    ({"logit_softcap": float("nan")}, "logit_softcap"),
+    ({"logit_softcap": True}, "logit_softcap"),
+    ({"scale": -0.125}, "scale"),
+    ({"scale": float("inf")}, "scale"),
+    ({"sinks": 1}, "sinks"),
+    ({"sinks": True, "graph": "static-cache"}, "sinks"),
+    ({"logit_softcap": 30.0, "graph": "tensorrt"}, "logit_softcap"),
     ({"num_kv_heads": 3}, "num_kv_heads"),
     ({"graph": "plugin"}, "graph"),
     ({"window": -1}, "window"),
@@ -142,7 +181,15 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("fields", "field"), REFUSED, ids=[r[1] for r in REFUSED])
-def test_attention_spec_refuses_what_is_not_built(fields: dict[str, Any], field: str) -> None:
+def test_attention_spec_refuses_what_is_not_allowed(fields: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as error:
         AttentionSpec(**({"num_heads": 4, "num_kv_heads": 2, "head_dim": 8} | fields))
     assert error.value.field == field
+
+
+@pytest.mark.parametrize(("fields", "field"), [({"offset": 0.5}, "norm_offset"), ({"offset": True}, "norm_offset"),
+                                               ({"kind": "layer", "offset": 1.0}, "norm_offset")])  # fmt: skip
+def test_norm_spec_refuses_an_offset_it_does_not_build(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as error:
+        NormSpec(**({"kind": "rms", "eps": 1e-6} | fields))
+    assert error.value.field == field and "\n" not in str(error.value)

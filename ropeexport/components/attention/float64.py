@@ -1,10 +1,12 @@
 """The ``attention`` component's float64 twin: one layer over a KV cache, every operation exact to float64.
 
-Written from the definition, never from the graph: the projections of the stored weights, the position piece's
-float64 twin (RoPE: ``rotate64``, the family's complex-form oracle; a bias: ``bias64``), logits q k^T / sqrt(d) over
-the cache and the new keys, the causal rule bottom-right aligned (and the window), padded keys hidden, softmax, a row
-that sees no key set to zeros. A dynamic call only: a static-cache call is evaluated as the dynamic rows it stands
-for by its caller (``block.static``).
+Written from the definition, never from the graph: the projections of the stored weights, each query and key head
+RMS-normalized (``qk_norm``, the ``norm`` component's twin), the position piece's float64 twin (RoPE: ``rotate64``,
+the family's complex-form oracle; a bias: ``bias64``), logits q k^T * scale (1 / sqrt(d) unless the spec says) over
+the cache and the new keys, soft-capped (cap * tanh(l / cap), Gemma 2), the bias, the causal rule bottom-right
+aligned (and the window), padded keys hidden, softmax (with each head's sink logit in it: gpt-oss), a row that sees
+no key set to zeros. A dynamic call only: a static-cache call is evaluated as the dynamic rows it stands for by its
+caller (``block.static``).
 
 Notation as in ``components.attention.graph``.
 """
@@ -15,8 +17,9 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ropeexport.components.attention.spec import AttentionSpec
+from ropeexport.components.attention.spec import AttentionSpec, check_weights
 from ropeexport.components.linear import linear64
+from ropeexport.components.norm import norm64
 from ropeexport.kinds import Feeds
 
 # rotate(x [b, heads, s, d] float64, position_ids [b, s]) -> float64
@@ -47,8 +50,10 @@ def attention64(
     ``weights``: the stored values in float64 (``linear.WeightFormat.read64``), names as ``attention_model`` takes
     them. ``rotate`` / ``bias``: the position twin to use, default the spec's piece's (``rotate64`` / ``bias64``);
     given, they replace it (a caller that fixes L for a whole batch). ``bias`` is added to the scaled logits with
-    each slot's position counted over the real tokens (padding at 0).
+    each slot's position counted over the real tokens (padding at 0). With the spec's variants, ``q_norm`` /
+    ``k_norm`` [d] and ``sinks`` [H] (stored values too).
     """
+    check_weights(spec, weights)
     if rotate is None and bias is None and spec.position is not None:
         rotate, bias = spec.position.rotate64, spec.position.bias64
     w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
@@ -59,21 +64,30 @@ def attention64(
     pos = feeds["position_ids"]
     heads = lambda y, n: y.reshape(b, s, n, d).transpose(0, 2, 1, 3)  # noqa: E731
     q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
+    if spec.qk_norm is not None:  # each head over d, before the rotation (Qwen3, Gemma 3)
+        q, k = norm64(spec.qk_norm, q, w["q_norm"]), norm64(spec.qk_norm, k, w["k_norm"])
     if rotate is not None:
         q, k = rotate(q, pos), rotate(k, pos)
     keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), k], axis=2)
     values = np.concatenate([np.asarray(feeds["past_value"], np.float64), v], axis=2)
     mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"], spec.window)  # [b, 1, s, t]
     group = H // KV
-    logits = np.einsum("bhid,bhjd->bhij", q, np.repeat(keys, group, axis=1)) / np.sqrt(d)
+    logits = np.einsum("bhid,bhjd->bhij", q, np.repeat(keys, group, axis=1))
+    logits = logits * spec.scale if spec.scale else logits / np.sqrt(d)
+    if spec.logit_softcap:  # after the scale, before the bias and the mask (Gemma 2's eager attention)
+        logits = spec.logit_softcap * np.tanh(logits / spec.logit_softcap)
     if bias is not None:
         slots = np.maximum(np.cumsum(feeds["attention_mask"] != 0, axis=1) - 1, 0)
         logits = logits + bias(pos, slots)
-    logits = np.where(mask, logits, -np.inf)
+    logits = np.where(mask, logits, -np.inf)  # [b, H, s, t]
+    t = logits.shape[-1]
+    if spec.sinks:  # one more logit per head in each row's softmax, attending to nothing (gpt-oss): [b, H, s, t + 1]
+        column = np.broadcast_to(w["sinks"].reshape(1, H, 1, 1), (*logits.shape[:3], 1))
+        logits = np.concatenate([logits, column], axis=-1)
     top = np.max(logits, axis=-1, keepdims=True)
-    sees = np.isfinite(top)
-    e = np.where(mask, np.exp(logits - np.where(sees, top, 0.0)), 0.0)
-    weights64 = e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0)
+    sees = np.isfinite(top)  # with sinks always: a row that sees no key puts all its weight on the sink
+    e = np.where(np.isfinite(logits), np.exp(logits - np.where(sees, top, 0.0)), 0.0)
+    weights64 = (e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0))[..., :t]  # the sink's column dropped
     attended = weights64 @ np.repeat(values, group, axis=1)
     output = project(attended.transpose(0, 2, 1, 3).reshape(b, s, H * d), "o")
     return {"output": output, "present_key": keys, "present_value": values}

@@ -20,6 +20,17 @@ silently):
   ``Attention`` that takes no cache, the mask additive in the dtype (0 or its most negative finite value, never a
   boolean and never ``is_causal``, which TensorRT aligns top-left), rows that see no key multiplied by 0;
 - ``gqa``: ONNX Runtime's ``GroupQueryAttention`` (``_attend_gqa``).
+The logits' variants (``AttentionSpec``) in every form: ``qk_norm`` (the ``norm`` component over each head of the
+projected query and key, before the rotation); ``scale`` (the ops' scale attribute; the decomposed form's constant);
+``logit_softcap`` (Attention's and GroupQueryAttention's ``softcap`` attribute, which ONNX Runtime 1.31 CPU applies
+after the scale and before the mask and the bias, as the ONNX spec and transformers do: measured, the fused,
+static-cache and gqa outputs agree with that order to 4e-7 in fp32 and with no other; the decomposed form writes it
+out in float32; the tensorrt form is refused by the spec, TensorRT's Attention taking no softcap); ``sinks``
+(decomposed: one more column of logits in the softmax, dropped after it; fused and tensorrt: one more key slot whose
+key and value are zeros and whose additive mask value is the head's sink, so its logit is exactly 0 * scale,
+soft-capped to 0, plus the sink; gqa: GroupQueryAttention's ``head_sink`` input with ``smooth_softmax``, measured to
+be the sink in the denominator with the row's max taken over it; static-cache: refused by the spec).
+
 The position piece is the family's own artifact called through ``graph.compose`` (RoPE: query and key rotated by
 ``position_ids``; a bias method: its bias from the query positions and each slot's position counted over the real
 tokens), tables and range guards included, so the layer uses exactly the tables the family verified. Without a
@@ -38,14 +49,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT
-from ropeexport.components.attention.spec import OPSETS, AttentionSpec
+from ropeexport.components.attention.spec import OPSETS, AttentionSpec, check_weights
 from ropeexport.components.linear import WeightFormat, linear
+from ropeexport.components.norm import norm
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.graph.compose import call
@@ -134,63 +147,121 @@ def _repeat_kv(g: GraphBuilder, x: str, spec: AttentionSpec, name: str) -> str:
     return g.op("Reshape", [g.op("Expand", [grouped, shape]), g.const(f"{name}_heads_shape", i64(0, H, -1, d))])
 
 
+def _scale(spec: AttentionSpec) -> float:
+    """The logits' scale: the spec's, or 1 / sqrt(d)."""
+    return spec.scale if spec.scale else 1.0 / math.sqrt(spec.head_dim)
+
+
+def _softcap(g: GraphBuilder, spec: AttentionSpec, logits: str) -> str:
+    """cap * tanh(logits / cap), in float32 and rounded once back to the dtype; ``logits`` as it is without a cap.
+
+    Computed in float32 below fp32: transformers' eager attention divides, takes tanh and multiplies in the dtype
+    (three fp16 roundings of values near the cap); one rounding is what the fp16 logits carry anyway.
+    """
+    if not spec.logit_softcap:
+        return logits
+    wide = logits if spec.dtype == "fp32" else g.op("Cast", [logits], to=TensorProto.FLOAT)
+    cap = g.const("softcap", np.array(spec.logit_softcap, np.float32))
+    capped = g.op("Mul", [g.op("Tanh", [g.op("Div", [wide, cap])]), cap])
+    return capped if spec.dtype == "fp32" else g.op("Cast", [capped], to=DTYPES[spec.dtype].onnx)
+
+
+def _sink_column(g: GraphBuilder, logits: str, sinks: str) -> str:
+    """logits [b, H, s, t] -> [b, H, s, t + 1]: each head's sink (``sinks`` [1, H, 1, 1]) as one more column."""
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    shape = g.op("Concat", [g.op("Shape", [logits], end=3), g.const("sink_width", i64(1))], axis=0)
+    return g.op("Concat", [logits, g.op("Expand", [sinks, shape])], axis=-1)
+
+
+def _zero_slot(g: GraphBuilder, spec: AttentionSpec, k: str, kv: list[str]) -> list[str]:
+    """Each of ``kv`` [b, KV, t, d] with one more slot of zeros at the end (the sinks' slot: a zero key's logit is
+    exactly 0, a zero value adds nothing), [b, KV, t + 1, d].
+    """  # noqa: D205
+    zeros = g.const("sink_slot", round_once(np.zeros((1, spec.num_kv_heads, 1, spec.head_dim)), spec.dtype))
+    rows = g.op("Concat", [g.op("Shape", [k], end=1), g.const("sink_slot_rest", np.ones(3, np.int64))], axis=0)
+    slot = g.op("Expand", [zeros, rows])  # [b, KV, 1, d]
+    return [g.op("Concat", [x, slot], axis=2) for x in kv]
+
+
 def _attend_decomposed(
-    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
 ) -> str:
-    """softmax(q k^T / sqrt(d) + bias, masked) v with the cache concatenated; [b, H, s, d]."""
+    """softmax(q k^T * scale (soft-capped) + bias, masked (with the sinks' column)) v with the cache concatenated;
+    [b, H, s, d].
+    """  # noqa: D205
     keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
     values = g.op("Concat", ["past_value", v], axis=2, name="present_value")
     keys, values = _repeat_kv(g, keys, spec, "keys"), _repeat_kv(g, values, spec, "values")
     logits = g.op("MatMul", [q, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-    scale = g.const("scale", round_once(np.array(1.0 / math.sqrt(spec.head_dim)), spec.dtype))
-    logits = g.op("Mul", [logits, scale])
+    scale = g.const("scale", round_once(np.array(_scale(spec)), spec.dtype))
+    logits = _softcap(g, spec, g.op("Mul", [logits, scale]))  # the cap after the scale, before the bias and mask
     if bias is not None:  # after the scale, as ALiBi and transformers add it
         logits = g.op("Add", [logits, bias])
     dtype = DTYPES[spec.dtype]
     hidden_value = g.const("masked_logit", round_once(np.array(dtype.finite_min), spec.dtype))
     logits = g.op("Where", [mask, logits, hidden_value])  # finite: a row that sees nothing stays free of NaN
-    if spec.dtype != "fp32":  # softmax in float32, as transformers' eager attention computes it
-        weights = g.op(
-            "Cast", [g.op("Softmax", [g.op("Cast", [logits], to=TensorProto.FLOAT)], axis=-1)], to=dtype.onnx
-        )
-    else:
-        weights = g.op("Softmax", [logits], axis=-1)
+    # softmax in float32 below fp32, as transformers' eager attention computes it
+    wide = logits if spec.dtype == "fp32" else g.op("Cast", [logits], to=TensorProto.FLOAT)
+    if sinks is not None:  # the sinks join the softmax as one more column (exact in float32), dropped after it
+        column = sinks if spec.dtype == "fp32" else g.op("Cast", [sinks], to=TensorProto.FLOAT)
+        wide = _sink_column(g, wide, column)
+    weights = g.op("Softmax", [wide], axis=-1)
+    if sinks is not None:
+        i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+        ends = [g.const("sink_drop_start", i64(0)), g.const("sink_drop_end", i64(-1)), g.const("sink_axis", i64(-1))]
+        weights = g.op("Slice", [weights, *ends])
+    if spec.dtype != "fp32":
+        weights = g.op("Cast", [weights], to=dtype.onnx)
     attended = g.op("MatMul", [weights, values])  # [b, H, s, d]
     return g.op("Mul", [attended, _sees(g, spec, mask)])  # 0 where a query sees no key
 
 
-def _softmax(spec: AttentionSpec) -> dict[str, int]:
-    """Attention's softmax in float32 below fp32, as transformers' eager attention and the decomposed form do."""
-    return {} if spec.dtype == "fp32" else {"softmax_precision": TensorProto.FLOAT}
+def _attributes(spec: AttentionSpec) -> dict[str, Any]:
+    """Attention's scale, its softcap when asked, and its softmax in float32 below fp32, as transformers' eager
+    attention and the decomposed form do.
+    """  # noqa: D205
+    attributes: dict[str, Any] = {"scale": _scale(spec)}
+    if spec.logit_softcap:
+        attributes["softcap"] = spec.logit_softcap
+    return attributes if spec.dtype == "fp32" else attributes | {"softmax_precision": TensorProto.FLOAT}
 
 
 def _sees(g: GraphBuilder, spec: AttentionSpec, mask: str) -> str:
     """[b, 1, s, 1] in the dtype: 1 where a query sees at least one key, else 0 (its output must be zeros)."""
     flags = g.op("Cast", [mask], to=DTYPES[spec.dtype].onnx)
     if OPSETS[spec.graph] >= 18:  # ReduceMax reads its axes from an input since opset 18, an attribute before
-        return g.op("ReduceMax", [flags, g.const("last_axis", np.array([-1], np.int64))], keepdims=1)
+        return g.op("ReduceMax", [flags, g.shared_const("last_axis", np.array([-1], np.int64))], keepdims=1)
     return g.op("ReduceMax", [flags], axes=[-1], keepdims=1)
 
 
-def _additive(g: GraphBuilder, spec: AttentionSpec, mask: str, bias: str | None) -> str:
-    """The mask as an additive term in the dtype: the bias (or 0) where visible, the most negative finite value else."""
-    open_ = bias if bias is not None else g.const("mask_open", round_once(np.array(0.0), spec.dtype))
+def _additive(g: GraphBuilder, spec: AttentionSpec, mask: str, bias: str | None, sinks: str | None = None) -> str:
+    """The mask as an additive term in the dtype: the bias (or 0) where visible, the most negative finite value else;
+    [b, 1 | H, s, t]. With ``sinks`` [1, H, 1, 1]: per head, and each head's sink as the mask of one more slot (the
+    sinks' zero key, ``_zero_slot``), [b, H, s, t + 1].
+    """  # noqa: D205
+    if bias is not None:
+        open_ = bias
+    elif sinks is not None:  # zeros per head, so the sinks' column can join: [b, H, s, t]
+        open_ = g.const("mask_open_heads", round_once(np.zeros((1, spec.num_heads, 1, 1)), spec.dtype))
+    else:
+        open_ = g.const("mask_open", round_once(np.array(0.0), spec.dtype))
     closed = g.const("mask_closed", round_once(np.array(DTYPES[spec.dtype].finite_min), spec.dtype))
-    return g.op("Where", [mask, open_, closed])  # [b, 1 | H, s, t]
+    additive = g.op("Where", [mask, open_, closed])
+    return additive if sinks is None else _sink_column(g, additive, sinks)
 
 
-def _attend_tensorrt(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
-    """The cache concatenated here, then a cache-less 4-D Attention with an additive mask; [b, H, s, d]."""
+def _attend_tensorrt(
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
+) -> str:
+    """The cache concatenated here, then a cache-less 4-D Attention with an additive mask; [b, H, s, d]. With sinks,
+    the keys and values it reads end in the sinks' zero slot (one more copy of the cache per call).
+    """  # noqa: D205
     keys = g.op("Concat", ["past_key", k], axis=2, name="present_key")
     values = g.op("Concat", ["past_value", v], axis=2, name="present_value")
-    additive = _additive(g, spec, mask, bias)
-    attended = g.op(
-        "Attention",
-        [q, keys, values, additive],
-        name="attention",
-        scale=1.0 / math.sqrt(spec.head_dim),
-        **_softmax(spec),
-    )
+    if sinks is not None:
+        keys, values = _zero_slot(g, spec, k, [keys, values])
+    additive = _additive(g, spec, mask, bias, sinks)
+    attended = g.op("Attention", [q, keys, values, additive], name="attention", **_attributes(spec))
     return g.op("Mul", [attended, _sees(g, spec, mask)])
 
 
@@ -201,17 +272,13 @@ def _attend_static(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str,
     s = g.op("Shape", ["hidden"], start=1, end=2)  # [1]
     valid = g.op("Add", ["cache_length", s], name="nonpad_kv_seqlen")  # [b]: slots past it are never read
     attn_mask = mask if bias is None else _additive(g, spec, mask, bias)
-    attended = g.op(
-        "Attention",
-        [q, keys, values, attn_mask, "", "", valid],
-        name="attention",
-        scale=1.0 / math.sqrt(spec.head_dim),
-        **_softmax(spec),
-    )
+    attended = g.op("Attention", [q, keys, values, attn_mask, "", "", valid], name="attention", **_attributes(spec))
     return attended if bias is None else g.op("Mul", [attended, _sees(g, spec, mask)])
 
 
-def _attend_gqa(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None) -> str:
+def _attend_gqa(
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
+) -> str:
     """ONNX Runtime's GroupQueryAttention over the cache; query [b, s, H * d], key and value [b, s, KV * d] in,
     [b, s, H * d] out.
 
@@ -222,7 +289,7 @@ def _attend_gqa(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, ma
     as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule does not cover (padding,
     a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated. past and present may be one
     buffer [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s; the mask reads p as
-    t - s): how ``decoder.serve`` and onnxruntime-genai run this form.
+    t - s): how ``decoder.serve`` and onnxruntime-genai run this form. ``sinks`` [H]: its ``head_sink`` input.
     """  # noqa: D205
     H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
@@ -232,15 +299,23 @@ def _attend_gqa(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, ma
     last = g.op("Sub", [total, g.const("gqa_one", np.array(1, np.int32))])
     seqlens = g.op("Expand", [last, b], name="seqlens_k")  # [b] int32: the last slot of each (full) buffer
     additive = _additive(g, spec, mask, bias)
+    inputs = [q, k, v, "past_key", "past_value", seqlens, total, "", "", "", additive]
+    variants: dict[str, Any] = {}
+    if spec.logit_softcap:  # after the scale, before attention_bias (measured on ONNX Runtime 1.31 CPU)
+        variants["softcap"] = spec.logit_softcap
+    if sinks is not None:  # head_sink: exp(sink - max) in each row's denominator, the max taken over it (measured)
+        inputs.append(sinks)
+        variants["smooth_softmax"] = 1
     attended, present_key, present_value = g.op(
         "GroupQueryAttention",
-        [q, k, v, "past_key", "past_value", seqlens, total, "", "", "", additive],
+        inputs,
         n_out=3,
         name="attention",
         num_heads=H,
         kv_num_heads=KV,
-        scale=1.0 / math.sqrt(d),
+        scale=_scale(spec),
         domain=MICROSOFT,
+        **variants,
     )
     g.name_output(present_key, "present_key")
     g.name_output(present_value, "present_value")
@@ -253,6 +328,35 @@ def _attend_gqa(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, ma
     else:
         sees = g.op("Squeeze", [sees, g.const("gqa_sees_axis", i64(3))])  # [b, s, 1]
     return g.op("Mul", [attended, sees])
+
+
+def _attend_fused(
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
+) -> str:
+    """Attention reading past_key / past_value and writing present_* itself; [b, H, s, d].
+
+    With sinks, the new keys and values end in the sinks' zero slot, so the present Attention writes ends in it too:
+    it is sliced off (one more copy of the cache per call; the cache never holds the slot).
+    """
+    attn_mask = mask if bias is None and sinks is None else _additive(g, spec, mask, bias, sinks)
+    if sinks is not None:
+        k, v = _zero_slot(g, spec, k, [k, v])
+    attended, present_key, present_value = g.op(
+        "Attention",
+        [q, k, v, attn_mask, "past_key", "past_value"],
+        n_out=3,
+        name="attention",
+        **_attributes(spec),
+    )
+    if sinks is not None:
+        i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
+        ends = [g.const("sink_drop_start", i64(0)), g.const("sink_drop_end", i64(-1)), g.const("sink_axis", i64(2))]
+        present_key, present_value = (g.op("Slice", [x, *ends]) for x in (present_key, present_value))
+    g.name_output(present_key, "present_key")
+    g.name_output(present_value, "present_value")
+    if attn_mask != mask:  # an additive mask leaves a query that sees nothing uniform weights, not zeros
+        attended = g.op("Mul", [attended, _sees(g, spec, mask)])
+    return attended
 
 
 def _key_positions(g: GraphBuilder) -> str:
@@ -293,6 +397,27 @@ def _qkv(g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray],
     return _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
 
 
+def _qk_norms(
+    g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray], q: str, k: str, flat: bool
+) -> tuple[str, str]:
+    """query and key, each head RMS-normalized over d with its weight (``q_norm`` / ``k_norm`` [d], stored in the
+    dtype as every norm weight is); shapes as they came ([b, heads, s, d], or ``flat`` [b, s, heads * d]).
+    """  # noqa: D205
+    if spec.qk_norm is None:
+        return q, k
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    d, out = spec.head_dim, []
+    for x, name, heads in ((q, "q", spec.num_heads), (k, "k", spec.num_kv_heads)):
+        weight = g.const(f"{name}_norm", round_once(arrays[f"{name}_norm"], spec.dtype))
+        if flat:  # [b, s, heads * d] -> [b, s, heads, d]: the norm reads the last axis
+            x = g.op("Reshape", [x, g.const(f"{name}_norm_heads", i64(0, 0, heads, d))])
+        x = norm(g, spec.qk_norm, x, weight, None, OPSETS[spec.graph])
+        if flat:
+            x = g.op("Reshape", [x, g.const(f"{name}_norm_flat", i64(0, 0, heads * d))])
+        out.append(x)
+    return out[0], out[1]
+
+
 def _guarded(piece_graph: onnx.ModelProto) -> dict[str, str]:
     """The range guard a layer with this piece puts on position_ids: the piece's own range (its metadata)."""
     props = {p.key: p.value for p in piece_graph.metadata_props}
@@ -308,7 +433,8 @@ def attention_model(
     """The layer as a model of its own (contract in the module doc).
 
     ``weights``: q_proj [n, H*d], k_proj / v_proj [n, KV*d], o_proj [H*d, n], and optionally q_bias, k_bias, v_bias,
-    o_bias, in float64 (stored by the weight format, biases rounded once to the dtype). ``metadata``: the model's
+    o_bias, in float64 (stored by the weight format, biases rounded once to the dtype); with the spec's variants,
+    q_norm / k_norm [d] (``qk_norm``) and sinks [H] (``sinks``), rounded once to the dtype. ``metadata``: the model's
     (its ``ropeexport.position_inputs`` / ``max_positions`` put a range guard on position_ids); default: the position
     piece's range, none without a piece.
     """
@@ -318,7 +444,9 @@ def attention_model(
     hidden = int(arrays["q_proj"].shape[0])
     if spec.window and spec.graph == "static-cache":
         raise SpecError("graph", "a sliding window is not offered in the static-cache form; use fused or decomposed")
+    check_weights(spec, arrays)
     q, k, v = _qkv(g, spec, arrays, flat=spec.graph == "gqa")
+    q, k = _qk_norms(g, spec, arrays, q, k, flat=spec.graph == "gqa")  # each head normalized before the rotation
     stored = {"o_proj": WeightFormat(spec.dtype).store(g, "o_proj", arrays["o_proj"])}
     if "o_bias" in arrays:
         stored["o_bias"] = g.const("o_bias", round_once(arrays["o_bias"], spec.dtype))
@@ -342,29 +470,21 @@ def attention_model(
         # TensorRT release in the support table, IsInf on none before 10.x.
         finite = g.op("Greater", [wide, g.const("minus_inf", np.array(-np.inf, np.float32))])
         mask = g.op("And", [mask, finite], name="attention_open")  # [b, H, s, t]
+    sinks = None
+    if spec.sinks:  # [H] for GroupQueryAttention's head_sink, else [1, H, 1, 1] against the logits
+        shape = (H,) if spec.graph == "gqa" else (1, H, 1, 1)
+        sinks = g.const("sinks", round_once(arrays["sinks"].reshape(shape), spec.dtype))
     merged = None
     if spec.graph == "gqa":
-        merged = _attend_gqa(g, spec, q, k, v, mask, added)
+        merged = _attend_gqa(g, spec, q, k, v, mask, added, sinks)
     elif static:
         attended = _attend_static(g, spec, q, k, v, mask, added)
     elif spec.graph == "tensorrt":
-        attended = _attend_tensorrt(g, spec, q, k, v, mask, added)
+        attended = _attend_tensorrt(g, spec, q, k, v, mask, added, sinks)
     elif spec.graph == "fused":
-        attn_mask = mask if added is None else _additive(g, spec, mask, added)
-        attended, present_key, present_value = g.op(
-            "Attention",
-            [q, k, v, attn_mask, "past_key", "past_value"],
-            n_out=3,
-            name="attention",
-            scale=1.0 / math.sqrt(d),
-            **_softmax(spec),
-        )
-        g.name_output(present_key, "present_key")
-        g.name_output(present_value, "present_value")
-        if added is not None:  # an additive mask leaves a query that sees nothing uniform weights, not zeros
-            attended = g.op("Mul", [attended, _sees(g, spec, mask)])
+        attended = _attend_fused(g, spec, q, k, v, mask, added, sinks)
     else:
-        attended = _attend_decomposed(g, spec, q, k, v, mask, added)
+        attended = _attend_decomposed(g, spec, q, k, v, mask, added, sinks)
     i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
     if merged is None:
         heads_last = g.op("Transpose", [attended], perm=[0, 2, 1, 3])

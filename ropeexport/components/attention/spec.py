@@ -2,14 +2,18 @@
 
 The geometry (query heads, key/value heads, head_dim), the activations' dtype and graph form, the sliding window,
 and the position piece or none (``kinds.PositionPiece``: RoPE's rotation or an additive bias, each a graph and its
-float64 twin; ``None``: no positional encoding, as SmolLM3's and Llama 4's NoPE layers). The fields ``qk_norm``,
-``logit_softcap`` and ``sinks`` are where the next attention variants go (Gemma 3's and Qwen3's q/k norms, Gemma 2's
-soft-capped logits, gpt-oss's sinks): each is refused, naming the field, until its graph and twin are built.
+float64 twin; ``None``: no positional encoding, as SmolLM3's and Llama 4's NoPE layers). And the variants of the
+logits: Qwen3's and Gemma 3's per-head q/k norms (``qk_norm``), Gemma's logit scale (``scale``), Gemma 2's
+soft-capped logits (``logit_softcap``) and gpt-oss's attention sinks (``sinks``). ``check_weights`` says whether a
+weights mapping holds what the spec needs (the graph and the twin both call it).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
@@ -29,6 +33,13 @@ class AttentionSpec:
     ``position``: the piece that encodes positions (its ``rotary`` or ``bias`` graph for the graph, its ``rotate64``
     or ``bias64`` for the twin), or None for none. ``window`` > 0: key slot j visible to query slot i only if
     i - j < window. Shapes: hidden [b, s, n] -> output [b, s, n]; cache [b, num_kv_heads, t, head_dim].
+
+    The logits of query head h against key slot j, in this order (transformers' eager attention for each model):
+    ``qk_norm`` an RMSNorm over head_dim of every query and key head after the projection, before the rotation
+    (weights ``q_norm`` / ``k_norm`` [head_dim]; Qwen3's ``offset`` 0, Gemma 3's 1); l = q . k * ``scale`` (0:
+    1 / sqrt(head_dim); Gemma: query_pre_attn_scalar ** -0.5); ``logit_softcap`` c > 0: l = c * tanh(l / c) (Gemma 2);
+    then the position bias, the mask, and the softmax, with ``sinks`` one more logit per query head in it (weight
+    ``sinks`` [num_heads]: it joins the denominator and attends to nothing; gpt-oss).
     """
 
     num_heads: int
@@ -38,9 +49,10 @@ class AttentionSpec:
     graph: str = "fused"
     window: int = 0
     position: PositionPiece | None = None
-    qk_norm: NormSpec | None = None  # next: an RMSNorm of each query and key head before the rotation
-    logit_softcap: float = 0.0  # next: cap * tanh(logits / cap) before the mask
-    sinks: bool = False  # next: one learned logit per head that takes part in the softmax and attends to nothing
+    qk_norm: NormSpec | None = None  # an RMSNorm of each query and key head before the rotation
+    logit_softcap: float = 0.0  # cap * tanh(logits / cap) after the scale, before the bias and the mask; 0: none
+    sinks: bool = False  # one learned logit per query head that takes part in the softmax and attends to nothing
+    scale: float = 0.0  # the logits' scale; 0: 1 / sqrt(head_dim)
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -55,9 +67,44 @@ class AttentionSpec:
             raise SpecError("position", f"must be a kinds.PositionPiece or None, got {type(self.position).__name__}")
         if self.position is not None and self.position.rotary is not None and self.position.bias is not None:
             raise SpecError("position", "a piece either rotates (rotary) or adds a bias, not both")
-        not_yet = (("qk_norm", self.qk_norm is not None), ("logit_softcap", self.logit_softcap != 0),
-                   ("sinks", bool(self.sinks)))  # fmt: skip
-        for name, asked in not_yet:
-            if asked:
-                raise SpecError(name, "is not built yet (its graph and float64 twin come with the model families "
-                                "that need it); leave it at its default")  # fmt: skip
+        if self.qk_norm is not None:
+            if not isinstance(self.qk_norm, NormSpec) or self.qk_norm.kind != "rms":
+                raise SpecError("qk_norm", f"must be an RMSNorm NormSpec (kind 'rms') or None, got {self.qk_norm!r}")
+            if self.qk_norm.dtype != self.dtype:
+                raise SpecError("qk_norm", f"its dtype must be the layer's ({self.dtype}), got {self.qk_norm.dtype}")
+        _require_scalar("logit_softcap", self.logit_softcap, "0: no cap")
+        _require_scalar("scale", self.scale, "0: 1 / sqrt(head_dim)")
+        if not isinstance(self.sinks, bool):
+            raise SpecError("sinks", f"must be True or False, got {self.sinks!r}")
+        if self.logit_softcap and self.graph == "tensorrt":  # TensorRT's Attention takes no softcap (ops-10.15)
+            raise SpecError("logit_softcap", "is not offered in the tensorrt form (TensorRT's Attention takes no "
+                            "softcap); use decomposed, which TensorRT parses, or fused or gqa")  # fmt: skip
+        if self.sinks and self.graph == "static-cache":
+            # Attention reads the static buffer in place; a sink slot beside it would copy the whole buffer per call.
+            raise SpecError("sinks", "are not offered in the static-cache form; use fused, decomposed, tensorrt or gqa")
+
+
+def _require_scalar(name: str, value: Any, zero: str) -> None:
+    """A finite number >= 0 (0 meaning the default, said in ``zero``); else SpecError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SpecError(name, f"must be a finite number >= 0 ({zero}), got {value!r}")
+
+
+def check_weights(spec: AttentionSpec, weights: Mapping[str, Any]) -> None:
+    """SpecError naming the field when ``weights`` lacks what the spec's variants read, holds one of the wrong length,
+    or holds a variant's weight the spec does not ask for (a checkpoint's q_norm read by a spec without ``qk_norm``
+    would be silently ignored otherwise).
+    """  # noqa: D205
+    wanted = {"q_norm": ("qk_norm", spec.head_dim, spec.qk_norm is not None),
+              "k_norm": ("qk_norm", spec.head_dim, spec.qk_norm is not None),
+              "sinks": ("sinks", spec.num_heads, spec.sinks)}  # fmt: skip
+    for name, (field, length, asked) in wanted.items():
+        if not asked:
+            if name in weights:
+                raise SpecError(field, f"the weights hold {name!r} but the spec does not ask for it; set {field}")
+            continue
+        if name not in weights:
+            raise SpecError(field, f"needs the weight {name!r} [{length}], which the weights do not hold")
+        shape = tuple(getattr(weights[name], "shape", ()))
+        if shape != (length,):
+            raise SpecError(field, f"the weight {name!r} must have shape ({length},), got {shape}")
