@@ -9,7 +9,8 @@ attention, multimodal RoPE, ...) is a one-line error naming the key, never a gue
 
 Canonical weight names (``decoder.checkpoint``), each stored as MatMul reads it ([in, out]; transformers' ``nn.Linear``
 keeps [out, in]): ``embed`` [vocab, hidden], ``embed_norm.weight|bias``, per layer ``layers.{i}.`` +
-``norm1.weight|bias``, ``q_proj k_proj v_proj o_proj`` and ``q_bias k_bias v_bias o_bias``, ``norm2.weight|bias``,
+``norm1.weight|bias``, ``q_proj k_proj v_proj o_proj`` and ``q_bias k_bias v_bias o_bias``, ``q_norm k_norm``
+[head_dim] (per-head norms before the rotation), ``norm2.weight|bias``,
 ``gate_proj up_proj down_proj`` and ``up_bias down_bias``; ``final_norm.weight|bias``, ``lm_head`` [hidden, vocab],
 ``lm_head_bias``.
 """
@@ -46,7 +47,9 @@ class Architecture:
     model_type: str
     norm: str  # "rms" | "layer"
     mlp: str  # "gated" (down(act(gate x) * up x)) | "plain" (down(act(up x)))
-    residual: str  # "sequential" | "parallel" (attention and MLP read their own norm) | "shared" (one norm, GPT-J)
+    # "sequential" | "parallel" (attention and MLP read their own norm) | "shared" (one norm, GPT-J) | "sandwich"
+    # (a norm before and after each of attention and MLP, Gemma)
+    residual: str
     base: str  # the checkpoint prefix of the body ("model.", "transformer.", "gpt_neox."): optional in checkpoints
     names: Mapping[str, str]
     eps_keys: tuple[str, ...]
@@ -62,6 +65,11 @@ class Architecture:
     lm_head_bias: bool = False
     tie_default: bool = False
     windowed: bool = False  # its config's sliding_window applies to every layer (Mistral, Phi-3)
+    qk_norm: bool = False  # an RMSNorm over head_dim of each query and key head before the rotation (Qwen3)
+    norm_offset: float = 0.0  # 1: Gemma's RMSNorm, normed * (1 + weight) (every norm of the model)
+    embed_scale: bool = False  # Gemma: the embeddings times sqrt(hidden_size), rounded to the dtype
+    scale_key: str = ""  # the config key whose value ** -0.5 is the logit scale (Gemma: query_pre_attn_scalar)
+    softcaps: bool = False  # reads attn_logit_softcapping and final_logit_softcapping (Gemma 2, Gemma 3)
     aliases: Mapping[str, str] = field(default_factory=dict)  # older checkpoint names of the same tensor
 
 
@@ -116,6 +124,15 @@ ARCHITECTURES = {
         tie_default=True,  # SmolLM3Config ties the output head to the embeddings unless told otherwise
     ),
     "qwen2": replace(_LLAMA, model_type="qwen2", qkv_bias=True),
+    "qwen3": replace(
+        _LLAMA,
+        model_type="qwen3",
+        names={**_LLAMA_NAMES, "layers.{i}.q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+               "layers.{i}.k_norm": "model.layers.{i}.self_attn.k_norm.weight"},  # fmt: skip
+        qkv_bias=("attention_bias", False),
+        o_bias=("attention_bias", False),
+        qk_norm=True,
+    ),
     "phi3": replace(
         _LLAMA,
         model_type="phi3",
@@ -132,6 +149,26 @@ ARCHITECTURES = {
         fused_qkv="contiguous",
         fused_gate_up=True,
         windowed=True,
+    ),
+    # Gemma 2 and 3: four norms per layer around attention and MLP (the sandwich), Gemma's RMSNorm, scaled
+    # embeddings, the logit scale from query_pre_attn_scalar, soft caps where the config sets them; Gemma 3 adds
+    # q/k norms. Their windows and per-layer-type encodings come with the layers (hf).
+    "gemma2": replace(
+        _LLAMA,
+        model_type="gemma2",
+        residual="sandwich",
+        names={**_LLAMA_NAMES,
+               "layers.{i}.norm3.weight": "model.layers.{i}.pre_feedforward_layernorm.weight",
+               "layers.{i}.norm4.weight": "model.layers.{i}.post_feedforward_layernorm.weight"},  # fmt: skip
+        act_keys=("hidden_activation", "hidden_act"),
+        act_default="gelu_pytorch_tanh",
+        qkv_bias=("attention_bias", False),
+        o_bias=("attention_bias", False),
+        tie_default=True,
+        norm_offset=1.0,
+        embed_scale=True,
+        scale_key="query_pre_attn_scalar",
+        softcaps=True,
     ),
     "gpt_neox": Architecture(
         "gpt_neox",
@@ -232,6 +269,14 @@ ARCHITECTURES = {
     ),
 }
 
+ARCHITECTURES["gemma3_text"] = replace(
+    ARCHITECTURES["gemma2"],
+    model_type="gemma3_text",
+    names={**ARCHITECTURES["gemma2"].names, "layers.{i}.q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+           "layers.{i}.k_norm": "model.layers.{i}.self_attn.k_norm.weight"},  # fmt: skip
+    qk_norm=True,
+)
+
 # Config keys whose presence (with a value that changes the computation) no architecture here expresses.
 REFUSED_KEYS = {
     "num_local_experts": "a mixture of experts",
@@ -249,6 +294,9 @@ REFUSED_KEYS = {
 }
 
 
+SOFTCAPS = {"attn_logit_softcapping": "attn_softcap", "final_logit_softcapping": "final_softcap"}
+
+
 def _neutral(value: Any) -> bool:
     """A value that leaves the computation as it is: absent, false, empty, or a count of 0 or 1 (one expert)."""
     if value is None or isinstance(value, bool):
@@ -258,10 +306,10 @@ def _neutral(value: Any) -> bool:
     return value in ([], {}, "")
 
 
-def _refused(config: Mapping[str, Any], where: str) -> None:
+def _refused(config: Mapping[str, Any], where: str, arch: Architecture) -> None:
     for key, what in REFUSED_KEYS.items():
         value = config.get(key)
-        if _neutral(value):
+        if _neutral(value) or (arch.softcaps and key in SOFTCAPS):
             continue
         raise SpecError(f"{where}: {key}", f"is not supported by the decoder artifact: {what} ({key} = {value!r})")
     scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
@@ -311,7 +359,7 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
     sliding_window. The positional encoding's fields come from ``ropeexport.hf`` (the same import every artifact uses).
     """
     arch = architecture(config, where)
-    _refused(config, where)
+    _refused(config, where, arch)
     fields: dict[str, Any] = {"model_type": arch.model_type}
     sources: dict[str, str] = {}
 
@@ -351,4 +399,17 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
     window = config.get("sliding_window") if arch.windowed else None
     fields["sliding_window"] = window or 0
     sources["sliding_window"] = "sliding_window" if window else "none"
+    if arch.scale_key:
+        scalar = config.get(arch.scale_key)
+        if scalar is None:
+            raise SpecError(f"{where}: {arch.scale_key}", f"missing: {arch.model_type}'s logit scale is its value ** -0.5")
+        fields["attn_scale"] = float(_number(where, arch.scale_key, scalar, False)) ** -0.5
+        sources["attn_scale"] = f"{arch.scale_key} ** -0.5"
+    if arch.softcaps:
+        for key, name in SOFTCAPS.items():
+            if config.get(key) is not None:  # null: no cap (Gemma 3)
+                cap = config[key]
+                if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < float("inf"):
+                    raise SpecError(f"{where}: {key}", f"must be a positive number or null (no cap), got {cap!r}")
+                fields[name], sources[name] = float(cap), key
     return fields, sources

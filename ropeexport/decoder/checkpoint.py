@@ -35,7 +35,7 @@ from ropeexport.inputs import read_json
 
 SEED = 0
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
-BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias")
+BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm")
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # Buffers some checkpoints carry (rotary caches, causal-mask constants): not weights, read by nothing.
 IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\.(masked_)?bias)$")
@@ -72,8 +72,11 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
             out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
         if spec.o_bias:
             out[f"{p}o_bias"] = (hidden,)
-        if "norm2" in layer.norms:
-            norm(f"{p}norm2")
+        if arch.qk_norm:
+            out |= {f"{p}q_norm": (d,), f"{p}k_norm": (d,)}
+        for slot in ("norm2", "norm3", "norm4"):
+            if slot in layer.norms:
+                norm(f"{p}{slot}")
         if arch.mlp == "gated":
             out[f"{p}gate_proj"] = (hidden, inner)
             if spec.mlp_bias:
@@ -96,7 +99,7 @@ def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
     for name, shape in expected(spec).items():
         if name == "embed":
             values = rng.standard_normal(shape)
-        elif name.endswith(".weight"):  # a norm's scale
+        elif name.endswith((".weight", "_norm")):  # a norm's scale
             values = 1.0 + 0.1 * rng.standard_normal(shape)
         elif "bias" in name:
             values = 0.1 * rng.standard_normal(shape)

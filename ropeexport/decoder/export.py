@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import math
+
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -37,7 +40,10 @@ from ropeexport.version import __version__
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    import numpy as np
+
+def embed_scale(spec: DecoderSpec) -> np.ndarray:
+    """Gemma's embedding multiplier: sqrt(hidden_size) in float32 (transformers' buffer), cast to the dtype."""
+    return round_once(np.array(np.float32(math.sqrt(spec.hidden_size)), np.float64), spec.dtype)
 
 
 def cache_names(i: int) -> tuple[str, str, str, str]:
@@ -69,6 +75,8 @@ def build_decoder_graph(
     top = {n: stored(n, weights[n]) for n in weights if not n.startswith("layers.") and n not in ("embed", "lm_head")}
     embed = stored("embed", weights["embed"])
     h = g.op("Gather", [embed, "input_ids"], axis=0)  # out-of-range ids: ONNX Runtime refuses the call
+    if spec.architecture.embed_scale:  # Gemma: times sqrt(hidden), a constant of the dtype
+        h = g.op("Mul", [h, g.const("embed_scale", embed_scale(spec))])
     if spec.architecture.embed_norm:
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
@@ -85,7 +93,11 @@ def build_decoder_graph(
         out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)
         g.name_output(out["present_value"], present_value)
-        if spec.residual == "sequential":
+        if spec.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
+            attended = norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)
+            h, y = normed(h, attended, w, "norm3")
+            pending = norm(g, norm_of, mlp(g, mlp_of, y, w), w["norm4.weight"], None, opset)
+        elif spec.residual == "sequential":
             h, y = normed(h, out["output"], w, "norm2")
             pending = mlp(g, mlp_of, y, w)
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
@@ -98,6 +110,9 @@ def build_decoder_graph(
     if head is None:  # tied: the embedding read transposed, stored once
         head = g.op("Transpose", [embed], perm=[1, 0])
     logits = linear(g, h, head, top.get("lm_head_bias"))
+    if spec.final_softcap:  # Gemma 2: cap * tanh(logits / cap), in the dtype as transformers computes it
+        cap = g.const("final_softcap", round_once(np.array(spec.final_softcap), spec.dtype))
+        logits = g.op("Mul", [g.op("Tanh", [g.op("Div", [logits, cap])]), cap])
     g.name_output(logits, "logits")
     io = helper.make_tensor_value_info
     inputs = [

@@ -19,6 +19,7 @@ from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mlp import mlp64
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, lm_head
+from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import Pieces, attention_spec, mlp_spec, norm_spec, twins, weight_format
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.kinds import PositionPiece
@@ -65,6 +66,8 @@ def decoder_float64(
     normed = lambda x, w, name: norm64(norm_of, x, w[f"{name}.weight"], w.get(f"{name}.bias"))  # noqa: E731
     b = input_ids.shape[0]
     h = weights64["embed"][input_ids]
+    if spec.architecture.embed_scale:
+        h = h * embed_scale(spec).astype(np.float64)
     if spec.architecture.embed_norm:
         h = normed(h, weights64, "embed_norm")
     for i, layer in enumerate(spec.layers):
@@ -76,11 +79,18 @@ def decoder_float64(
                  "past_value": value}  # fmt: skip
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         attended = attention64(attention_spec(spec, i, pieces[i]), feeds, block)["output"]
-        if spec.residual == "sequential":
+        if spec.residual == "sandwich":
+            h = h + normed(attended, w, "norm2")
+            h = h + normed(mlp64(mlp_of, normed(h, w, "norm3"), w), w, "norm4")
+        elif spec.residual == "sequential":
             h = h + attended
             h = h + mlp64(mlp_of, normed(h, w, "norm2"), w)
         else:  # parallel: the MLP reads its own norm of the layer input, or the attention's (no norm2: GPT-J)
             y = normed(h, w, "norm2") if "norm2" in layer.norms else x
             h = h + attended + mlp64(mlp_of, y, w)
     h = normed(h, weights64, "final_norm")
-    return linear64(h, lm_head(spec, weights64), weights64.get("lm_head_bias"))
+    logits = linear64(h, lm_head(spec, weights64), weights64.get("lm_head_bias"))
+    if spec.final_softcap:
+        cap = float(round_once(np.array(spec.final_softcap), spec.dtype))
+        logits = cap * np.tanh(logits / cap)
+    return logits

@@ -31,7 +31,7 @@ def weight_format(spec: DecoderSpec) -> WeightFormat:
 
 def norm_spec(spec: DecoderSpec) -> NormSpec:
     """Every norm of the decoder (embedding, layers, final): the architecture's kind at the spec's eps."""
-    return NormSpec(spec.architecture.norm, spec.norm_eps, spec.dtype)
+    return NormSpec(spec.architecture.norm, spec.norm_eps, spec.dtype, offset=spec.architecture.norm_offset)
 
 
 def mlp_spec(spec: DecoderSpec) -> MLPSpec:
@@ -42,8 +42,11 @@ def mlp_spec(spec: DecoderSpec) -> MLPSpec:
 def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> AttentionSpec:
     """Layer i's attention: the model's geometry, the layer's window, ``piece`` (its position piece, or None)."""
     H, KV, d = geometry(spec, i)
+    arch = spec.architecture
+    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=arch.norm_offset) if arch.qk_norm else None
     return AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=d, dtype=spec.dtype, graph=spec.graph,
-                         window=spec.layer(i).window, position=piece)  # fmt: skip
+                         window=spec.layer(i).window, position=piece, qk_norm=qk_norm, scale=spec.attn_scale,
+                         logit_softcap=spec.attn_softcap)  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -44,7 +44,9 @@ _LAYERS = ("num_hidden_layers", "n_layer")
 ATTENTION = ("full", "sliding")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
 # MLP (post_attention_layernorm in Llama's names). GPT-J's shared residual has norm1 only.
-NORMS = ("norm1", "norm2")
+NORMS = ("norm1", "norm2", "norm3", "norm4")
+# Gemma's sandwich: norm1 before attention, norm2 on its output, norm3 before the MLP, norm4 on its output.
+PAIR = NORMS[:2]
 _GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
 
 
@@ -69,7 +71,7 @@ class LayerSpec:
     position: Mapping[str, object] | None
     attention: str = "full"
     window: int = 0
-    norms: tuple[str, ...] = NORMS
+    norms: tuple[str, ...] = PAIR
 
     def __post_init__(self) -> None:
         require_choice("attention", self.attention, ATTENTION)
@@ -136,6 +138,9 @@ class DecoderSpec:
     dtype: str = "fp32"
     graph: str = "fused"
     layers: tuple[LayerSpec, ...] = ()
+    attn_scale: float = 0.0  # the logit scale; 0: 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar ** -0.5)
+    attn_softcap: float = 0.0  # cap * tanh(logits / cap) on attention logits (Gemma 2); 0: none
+    final_softcap: float = 0.0  # the same on the output logits (Gemma 2); 0: none
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +154,14 @@ class DecoderSpec:
             object.__setattr__(self, name, require_int(name, getattr(self, name), low, top))  # 32.0 -> 32
         if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:
             raise SpecError("norm_eps", f"must be a number in (0, 1), got {self.norm_eps!r}")
+        for name in ("attn_scale", "attn_softcap", "final_softcap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise SpecError(name, f"must be a finite number >= 0 (0: none), got {value!r}")
+            object.__setattr__(self, name, float(value))
+        if self.attn_softcap and self.graph == "tensorrt":  # TensorRT's Attention has no softcap attribute
+            raise SpecError("graph", "tensorrt cannot cap attention logits (attn_softcap, Gemma 2); use decomposed, "
+                            "the form TensorRT parses with the cap written out")  # fmt: skip
         position = self.position_spec()  # validates the encoding's fields
         if position.encoding not in ("rope", "alibi"):
             raise SpecError("position.encoding", f"a decoder takes rope or alibi, not {position.encoding!r}")
@@ -169,7 +182,7 @@ class DecoderSpec:
         return held
 
     def _norms(self) -> tuple[str, ...]:
-        return ("norm1",) if self.residual == "shared" else NORMS
+        return {"shared": ("norm1",), "sandwich": NORMS}.get(self.residual, PAIR)
 
     def _read_layers(self, model: Any) -> tuple[LayerSpec, ...]:
         """``layers`` as given (class doc) -> one checked LayerSpec per layer; SpecError names ``layers[i].field``."""
@@ -279,6 +292,9 @@ class DecoderSpec:
         """  # noqa: D205
         skip = ("sources", "layers")
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+        for name in ("attn_scale", "attn_softcap", "final_softcap"):  # written where set (earlier specs hash as before)
+            if not out[name]:
+                del out[name]
         out["position"] = dict(self.position)
         if not self.uniform:
             default = self.default_layer().to_dict()

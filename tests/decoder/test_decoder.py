@@ -27,11 +27,19 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("mistral-window", "gqa"),
     ("llama-dynamic", "gqa"),
     ("bloom", "gqa"),
+    ("qwen3", "gqa"),
+    ("qwen3-yarn", "decomposed"),
+    ("smollm3-nope", "gqa"),
+    ("smollm3-nope", "tensorrt"),
+    ("gemma3", "gqa"),
+    ("gemma3", "tensorrt"),
+    ("gemma2", "decomposed"),
+    ("gemma2", "gqa"),
 ]
 
 
 # Fast tier: a grouped-query llama, Phi-3 LongRoPE in the gqa form and BLOOM (ALiBi); CI builds every case.
-FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused")}
+FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemma3", "fused")}
 
 
 @pytest.mark.parametrize(("name", "graph"), tiered(CASES, lambda c: c in FAST), ids=[f"{n}-{g}" for n, g in CASES])
@@ -54,6 +62,8 @@ def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_pat
             assert summary["worst_rel"] * 10 < summary["worst_rel_transformers_vs_float64"], summary
     names = {s["name"] for s in report["scenarios"]}
     assert {"decode-64", "chunked-prefill", "left-padded"} <= names
+    windows = {layer["window"] for layer in report["spec"].get("layers", []) if layer.get("window")}
+    assert {f"across-window-{w}" for w in windows} <= names  # every window crossed in prefill and in decode
     assert sum(len(s["calls"]) for s in report["scenarios"] if s["name"] == "decode-64") == 65
     files = {p.name for p in result.path.iterdir()}
     assert {"model.onnx", "decoder.json", "report.json", "report.md"} <= files

@@ -33,6 +33,23 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "gptj": ("gptj", {"vocab_size": 96, "n_layer": 2, "n_embd": 32, "n_head": 4, "rotary_dim": 4,
                       "n_positions": 256}),
     "bloom": ("bloom", {"vocab_size": 96, "n_layer": 2, "hidden_size": 32, "n_head": 4}),
+    "qwen3": ("qwen3", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}),
+    "qwen3-yarn": ("qwen3", {**_SMALL, "num_key_value_heads": 1, "max_position_embeddings": 256,
+                             "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6,
+                                                 "original_max_position_embeddings": 64}}),
+    # Gemma 3: layers 0, 1, 3, 4 slide over 6 slots at theta 10000, layer 2 (and 5) global at 1e6 with linear x8.
+    "gemma3": ("gemma3_text", {**_SMALL, "num_hidden_layers": 6, "num_key_value_heads": 2, "head_dim": 16,
+                               "sliding_window": 6, "sliding_window_pattern": 3, "query_pre_attn_scalar": 24,
+                               "max_position_embeddings": 512, "pad_token_id": 0,
+                               "layer_types": ["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"]
+                               * 2 + ["full_attention"],
+                               "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                   "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                                      "rope_theta": 1e6}}}),
+    # Gemma 2: soft caps on attention and output logits, even layers sliding.
+    "gemma2": ("gemma2", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+                          "sliding_window": 6, "query_pre_attn_scalar": 12, "max_position_embeddings": 512,
+                          "pad_token_id": 0, "attn_logit_softcapping": 3.0, "final_logit_softcapping": 5.0}),
     # No RoPE on layers 1 and 3 (SmolLM3 writes 1 = RoPE), windows of 6 slots on the sliding layers 2 and 3.
     "smollm3-nope": ("smollm3", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "pad_token_id": 0,
                                  "no_rope_layers": [1, 0, 1, 0],

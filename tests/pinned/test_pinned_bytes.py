@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +101,22 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
     for name, (config, ckpt) in tiny_checkpoints.items():
         for dtype in ("fp32", "fp16"):
             for graph in FORMS:
+                if name == "gemma2" and graph == "tensorrt":  # refused: TensorRT cannot cap attention logits
+                    continue
                 spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph))
                 model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
                 got[f"seeded/{name}/{dtype}/{graph}"] = _written(model, tmp_path / "seeded" / name / dtype / graph)
         for graph in FORMS:
+            if name == "gemma2" and graph == "tensorrt":
+                continue
             spec, _ = resolve(DecoderRequest(checkpoint=ckpt, dtype="fp32", graph=graph))
             model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
             for prop in model.metadata_props:
                 if prop.key == "ropeexport.weights":
                     prop.value = "PINNED"
             got[f"checkpoint/{name}/fp32/{graph}"] = hashlib.sha256(model.SerializeToString()).hexdigest()
+    if os.environ.get("ROPEEXPORT_PIN_NEW"):  # adding an architecture: pin its new decoders, never change one
+        assert {k: got[k] for k in PINNED["decoders"]} == PINNED["decoders"]
+        pinned = dict(PINNED, decoders=dict(sorted((PINNED["decoders"] | got).items())))
+        (Path(__file__).parent / "hashes.json").write_text(json.dumps(pinned, indent=1) + "\n")
     assert got == PINNED["decoders"]
