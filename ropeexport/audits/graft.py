@@ -104,7 +104,8 @@ def graft(
                         f"{target.name}): give a new file")  # fmt: skip
     before = audit(source, hf_config)
     _refuse_unchecked(before)
-    spec = position_spec(Path(hf_config))
+    loaded = load_model(source)
+    spec = position_spec(Path(hf_config), loaded)
     proof = None if checkpoint is None else DecoderProof(Path(hf_config), Path(checkpoint), source)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
@@ -113,7 +114,7 @@ def graft(
     original = _short_outputs(source, spec)  # the original must run before anything is written
     if proof is not None:
         proof.judge(source)
-    graph, replaced = _replace(load_model(source), source, before, spec)
+    graph, replaced = _replace(loaded, source, before, spec)
     result = GraftResult(target, replaced, before, changed_schedule=implied)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.
