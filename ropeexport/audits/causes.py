@@ -271,7 +271,7 @@ def theta(m: Measured) -> list[dict[str, str]] | None:
         return None
     names = [spec.scaling] + (["default"] if spec.scaling != "default" else [])
     for value in _rounded(base):
-        if value <= 1.0 or value == spec.theta:
+        if value <= 1.0 or _number(value) == _number(spec.theta):  # the config's, as it would be said
             continue
         said = finding("theta", f"theta {_number(value)} where the config says {_number(spec.theta)}")
         for name in names:
@@ -295,7 +295,7 @@ def scaling_factor(m: Measured) -> list[dict[str, str]] | None:
     if factor is not None:
         lowest = int(np.argmin(m.inv))
         for value in _rounded(float(factor) * m.inv[lowest] / m.seen[lowest]):
-            if value <= 0 or value == float(factor):
+            if value <= 0 or _number(value) == _number(float(factor)):
                 continue
             try:
                 inv = frequencies(spec, m.length, factor=value)[0]
