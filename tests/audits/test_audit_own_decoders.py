@@ -52,8 +52,11 @@ def test_every_decoder_ropeexport_builds_audits_exact(name: str, graph: str, tmp
 
 
 @pytest.mark.parametrize("graph", FORMS)
-def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(graph: str, tmp_path: Path,
-                                                                          tiny_checkpoint) -> None:  # noqa: ANN001
+def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
+    graph: str,
+    tmp_path: Path,
+    tiny_checkpoint,  # noqa: ANN001
+) -> None:
     ckpt = tiny_checkpoint("bloom")
     model = _decoder(tmp_path, ckpt, graph)
     proto = onnx.load(str(model))
