@@ -137,7 +137,7 @@ def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditRe
     """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) (module doc)."""
     path = Path(model)
     graph = load_model(path)
-    spec = position_spec(Path(hf_config))
+    spec = position_spec(Path(hf_config), graph)
     sites = find_sites(graph, spec.encoding)
     if not sites and spec.encoding == "rope":
         raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "
@@ -153,8 +153,9 @@ def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditRe
         if record is not None:
             result.sites.append(record)
     if not result.sites:
-        raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (an operand of the Adds "
-                        "before a Softmax computed from attention_mask or position_ids and constants)")  # fmt: skip
+        raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (a term added to the "
+                        "attention scores, before a Softmax or as a fused Attention's bias, computed from "
+                        "attention_mask or position_ids and constants)")  # fmt: skip
     return result
 
 

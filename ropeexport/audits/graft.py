@@ -15,7 +15,7 @@ subgraph, dynamic NTK computed in the graph, a model ONNX Runtime cannot run on 
 checkpoint, on the proof's calls (both are run on the original before anything is written). When the audit says the
 model's constants imply another schedule than the config's (scaling ignored, another factor, a switch never taken,
 ...), which one is right cannot be told from the model: the graft refuses unless ``trust="config"``. Precision
-findings (float32 angles or frequencies) are what it repairs.
+findings (float32 angles or frequencies, float32 frequencies seen through fp16 rounding) are what it repairs.
 
 Proof, written into the result: the grafted model audited again (every site exact), and the grafted and original
 models run on the same short call (8 tokens at positions 0 .. 7, an empty cache), every output compared: equal to
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
 from ropeexport.audits.model import load_model, materialize, ort_reason, position_spec, quiet
@@ -46,7 +47,6 @@ from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
 
-PRECISION = {"float32-angles", "float32-frequencies", "values-off"}  # what exact tables repair
 TRUSTS = ("model", "config")
 
 
@@ -104,7 +104,8 @@ def graft(
                         f"{target.name}): give a new file")  # fmt: skip
     before = audit(source, hf_config)
     _refuse_unchecked(before)
-    spec = position_spec(Path(hf_config))
+    loaded = load_model(source)
+    spec = position_spec(Path(hf_config), loaded)
     proof = None if checkpoint is None else DecoderProof(Path(hf_config), Path(checkpoint), source)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
@@ -113,7 +114,7 @@ def graft(
     original = _short_outputs(source, spec)  # the original must run before anything is written
     if proof is not None:
         proof.judge(source)
-    graph, replaced = _replace(load_model(source), source, before, spec)
+    graph, replaced = _replace(loaded, source, before, spec)
     result = GraftResult(target, replaced, before, changed_schedule=implied)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.

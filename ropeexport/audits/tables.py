@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audits.diagnose import estimate_frequencies
+from ropeexport.audits.causes import estimate_frequencies
 from ropeexport.audits.patterns.base import name_of
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import exact_tables, frequencies, probe_lengths, table_switch

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        print(f"{result.model}: {len(result.sites)} rotary site(s), {result.verdict}")
+        what = "ALiBi" if result.spec.get("encoding") == "alibi" else "rotary"
+        print(f"{result.model}: {len(result.sites)} {what} site(s), {result.verdict}")
         for i, site in enumerate(result.sites):
             worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
             where = "" if worst is None else f", worst {worst['max_abs']:.3g} at position {worst['position']} " \

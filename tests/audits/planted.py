@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                          "long_factor": [2.0 + i / 4 for i in range(D // 2)]}},
     # Phi-4-mini's shape: head_dim 32 with partial rotary 0.75, so the caches are 12 wide (ORT's GQA wants 8k wide)
     "phi4": BASE | {"hidden_size": HEADS * 32, "head_dim": 32, "partial_rotary_factor": 0.75},
+    "long": BASE | {"max_position_embeddings": 4 * P},  # long enough to clamp at 8192
+    # Llama 3.1's schedule and length: float32 angles at 131072 are off by more than fp16's unit
+    "llama3-128k": BASE | {"max_position_embeddings": 131072, "rope_theta": 500000.0,
+                           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
     "alibi12": {"model_type": "bloom", "vocab_size": 64, "hidden_size": 96, "n_head": 12, "n_layer": 1},
     "alibi8": {"model_type": "bloom", "vocab_size": 64, "hidden_size": 64, "n_head": 8, "n_layer": 1},
 }  # fmt: skip
@@ -144,12 +149,15 @@ def rotary23_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
 
 
 def rotary_ms_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
-    """com.microsoft RotaryEmbedding on the query [1, s, H * D] with caches and position_ids (Optimum's form)."""
+    """com.microsoft RotaryEmbedding on the query [1, s, H * D] with caches and position_ids (Optimum's form; the
+    builder's CPU form too), in the caches' dtype (float32 or float16).
+    """  # noqa: D205
     nodes = [helper.make_node("RotaryEmbedding", ["query", "position_ids", "cos_cache", "sin_cache"], ["rotated"],
                               domain="com.microsoft", num_heads=HEADS)]  # fmt: skip
     inits = [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
-    inputs = [_io("query", TensorProto.FLOAT, [1, "s", HEADS * D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
-    outputs = [_io("rotated", TensorProto.FLOAT, [1, "s", HEADS * D])]
+    elem = helper.np_dtype_to_tensor_dtype(cos.dtype)
+    inputs = [_io("query", elem, [1, "s", HEADS * D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    outputs = [_io("rotated", elem, [1, "s", HEADS * D])]
     return _save(nodes, inputs, outputs, inits, path, {"": 21, "com.microsoft": 1})
 
 
@@ -464,8 +472,90 @@ def _naive(m: np.ndarray) -> np.ndarray:
     return np.array([2.0 ** (-8.0 * h / len(m)) for h in range(1, len(m) + 1)])
 
 
+def _exact_fp16(path: Path, spec: RopeSpec) -> Path:
+    """The builder's fp16 CPU form with the exact table rounded once to float16."""
+    return rotary_ms_model(path, *(t.astype(np.float16) for t in tables(spec, spec.max_positions)))
+
+
+def builder_fp16_tables(spec: RopeSpec) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin [P, r/2] as onnxruntime-genai's builder writes an fp16 model's caches: the inverse frequencies, the
+    angles position x frequency and their cos/sin all in float32 (``make_rotary_embedding_caches_from_scratch``),
+    then rounded to float16.
+    """  # noqa: D205
+    inv = frequencies(spec, spec.max_positions)[0].astype(np.float32)
+    angles = np.outer(np.arange(spec.max_positions, dtype=np.float32), inv)  # float32, as torch.outer computes it
+    return np.cos(angles).astype(np.float16), np.sin(angles).astype(np.float16)
+
+
+def _builder_fp16(path: Path, spec: RopeSpec) -> Path:
+    return rotary_ms_model(path, *builder_fp16_tables(spec))
+
+
+def _theta(base: float) -> Callable[[Path, RopeSpec], Path]:
+    """The config's schedule with ``base`` for theta."""
+
+    def build(path: Path, spec: RopeSpec) -> Path:
+        return gqa_model(path, *tables(replace(spec, theta=base), spec.max_positions))
+
+    return build
+
+
+def _offset(shift: int) -> Callable[[Path, RopeSpec], Path]:
+    """Row p holds position p + ``shift`` (shift >= 0)."""
+
+    def build(path: Path, spec: RopeSpec) -> Path:
+        cos, sin = tables(spec, spec.max_positions, rows=spec.max_positions + shift)
+        return gqa_model(path, cos[shift:], sin[shift:])
+
+    return build
+
+
+def _sin_negated(path: Path, spec: RopeSpec) -> Path:
+    cos, sin = tables(spec, spec.max_positions)
+    return gqa_model(path, cos, -sin)
+
+
+def _clamped(row: int) -> Callable[[Path, RopeSpec], Path]:
+    """Rows past ``row`` repeat it (a table frozen at length row + 1, padded to max_positions)."""
+
+    def build(path: Path, spec: RopeSpec) -> Path:
+        cos, sin = tables(spec, spec.max_positions)
+        cos[row + 1 :], sin[row + 1 :] = cos[row], sin[row]
+        return gqa_model(path, cos, sin)
+
+    return build
+
+
+@dataclass(frozen=True)
+class Named:
+    """A planted fault and the one finding audit must report for it: its ``finding`` name and ``words`` in its text."""
+
+    name: str
+    config: str
+    build: Callable[[Path, RopeSpec], Path]
+    finding: str
+    words: str
+
+
+NAMED = [
+    Named("theta", "default", _theta(500000.0), "theta", "theta 500000 where the config says 10000"),
+    Named("theta-llama3", "llama3", _theta(500000.0), "theta", "theta 500000 where the config says 10000"),
+    Named("position-offset", "default", _offset(1), "position-offset",
+          "positions offset by +1 (row p holds position p+1)"),
+    Named("sin-negated", "default", _sin_negated, "sin-negated", "sin negated (rotation in the opposite direction)"),
+    Named("clamped-8191", "long", _clamped(8191), "clamped",
+          "rows past 8191 repeat row 8191 (table clamped / frozen at length 8192)"),
+    Named("builder-fp16-cpu", "llama3-128k", _builder_fp16, "float32-through-fp16",
+          "float32 frequencies seen through fp16 rounding"),
+    Named("scaling-factor-linear", "linear", _gqa(factor=2.0), "scaling-factor",
+          "rope_scaling factor 2 where the config says 4 (inverse frequencies 2 x the config's linear ones)"),
+    Named("cos-sin-exchanged", "default", _gqa(swap=True), "cos-sin-exchanged", "cos and sin exchanged"),
+]  # fmt: skip
+
 CASES = [
     Planted("exact-gqa-llama3", "llama3", _gqa(), None),
+    Planted("exact-gqa-long", "long", _gqa(), None),
+    Planted("exact-fp16-llama3-128k", "llama3-128k", _exact_fp16, None),
     Planted("exact-rotary23-yarn", "yarn", _rotary23, None),
     Planted("exact-computed-default", "default", _computed(f32=False), None),
     Planted("exact-gqa-longrope", "longrope", _longrope(ORIGINAL), None),

@@ -71,3 +71,25 @@ def test_builder_models_audit_and_graft_refuse_in_one_line(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err and words in err, err
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written, no empty folder
+
+
+@pytest.mark.slow
+def test_the_builders_fp16_cpu_model_is_a_precision_finding_graft_repairs(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Llama 3.1's schedule and length in fp16 for the CPU: the builder computes its tables in float32 and rounds them
+    to float16, which at 131072 positions is more than fp16's unit off: named as that, and grafted without --trust.
+    """  # noqa: D205
+    ckpt = peers.checkpoint(tmp_path / "checkpoint", "llama", peers.SCHEDULES["llama3 (Llama 3.1)"][1])
+    out = tmp_path / "og"
+    built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out),
+                            "-p", "fp16", "-e", "cpu", "-c", str(out / "cache")], capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    config = str(ckpt / "config.json")
+    capsys.readouterr()
+    assert main(["audit", str(out / "model.onnx"), "--hf-config", config, "--json"]) == 1
+    names = [f["name"] for s in json.loads(capsys.readouterr().out)["sites"] for f in s["findings"]]
+    assert names == ["float32-through-fp16"], names
+    fixed = tmp_path / "fixed" / "model.onnx"
+    assert main(["graft", str(out / "model.onnx"), "--hf-config", config, "--out", str(fixed), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["proven"] and result["changed_schedule"] == [] and result["after"]["verdict"] == "exact"

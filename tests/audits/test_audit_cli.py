@@ -110,6 +110,19 @@ def _alibi(tmp: Path) -> tuple[Path, Path]:
     return model, path
 
 
+def _declared_positions(value: str) -> Callable[[Path], tuple[Path, Path]]:
+    """The exact model claiming ``ropeexport.max_positions`` = ``value``."""
+
+    def make(tmp: Path) -> tuple[Path, Path]:
+        model, config = _case(tmp)
+        proto = onnx.load(str(model))
+        onnx.helper.set_model_props(proto, {"ropeexport.max_positions": value})
+        onnx.save(proto, str(model))
+        return model, config
+
+    return make
+
+
 def _missing_config(tmp: Path) -> tuple[Path, Path]:
     model, _ = _case(tmp)
     return model, tmp / "absent.json"
@@ -153,6 +166,8 @@ BAD: list[tuple[str, Callable[[Path], tuple[Path, Path]], list[str], str, str]] 
     ("alibi-config-for-a-rotary-model", _alibi, [], "MODEL", "has no ALiBi bias ropeexport can find"),
     ("alibi-heads-not-this-model", _alibi_heads, [], "--hf-config", "describes 8 heads but the bias"),
     ("missing-config", _missing_config, [], "--hf-config", ""),
+    *((f"declared-positions-{v or 'empty'}", _declared_positions(v), [], "MODEL", "is not a positive integer")
+      for v in ("", "0", "-5", "4096.0", "١٢")),
     ("out-not-an-audit", lambda t: _case(t), ["--out", "{tmp}"], "--out", "holds no audit"),
     *((f"ort-refuses-{how}", _ort_refuses(how), [], "MODEL", "ONNX Runtime refuses") for how in ORT_REFUSES),
     *((f"external-{name}", lambda t, c=change: longrope_with(t, c), [], "MODEL", phrase)

@@ -38,11 +38,11 @@ class Nested:
 
 CASES = [
     Nested("if-branch-exact", ("If",), "exact", None, 0),
-    Nested("if-branch-theta-5e5", ("If",), "theta", "frequencies-differ", 0),
-    Nested("if-31-deep-theta-5e5", ("If",) * 31, "theta", "frequencies-differ", 0),
-    Nested("loop-body-theta-5e5", ("Loop",), "theta", "frequencies-differ", 0),
-    Nested("if-inside-loop-theta-5e5", ("Loop", "If"), "theta", "frequencies-differ", 0),
-    Nested("if-branch-cos-sin-theta-5e5", ("If",), "computed", "frequencies-differ", 2, "main graph only"),
+    Nested("if-branch-theta-5e5", ("If",), "theta", "theta", 0),
+    Nested("if-31-deep-theta-5e5", ("If",) * 31, "theta", "theta", 0),
+    Nested("loop-body-theta-5e5", ("Loop",), "theta", "theta", 0),
+    Nested("if-inside-loop-theta-5e5", ("Loop", "If"), "theta", "theta", 0),
+    Nested("if-branch-cos-sin-theta-5e5", ("If",), "computed", "theta", 2, "main graph only"),
     Nested("loop-iteration-tables", ("Loop",), "exact", "not-evaluated", 2, "changes from one iteration", True),
 ]
 

@@ -4,8 +4,10 @@ nothing written) instead of calling a graft it could not check "proven".
 - a GroupQueryAttention whose caches ONNX Runtime refuses when it runs (Phi-4-mini's shape: head_dim 32, partial
   rotary 0.75, 12-wide caches where ORT wants a multiple of 8; the onnxruntime-genai builder writes exactly this, see
   ``test_audit_builder.py``): the tables are checked, and the finding says the model cannot run;
-- ropeexport's own decomposed BLOOM decoder, whose position guard refuses L = 4096 (it was built for 2048 positions,
-  the config's import says 4096): checked at the longest call it takes, found by bisection.
+- ropeexport's own decomposed BLOOM decoder with its metadata dropped (as a tool that rewrites a model without it
+  leaves it): its position guard refuses L = 4096 (it was built for 2048 positions, the config, which has no length,
+  imports as 4096; with its ``ropeexport.max_positions`` the audit checks 2048 and it is exact,
+  ``test_audit_own_decoders.py``): checked at the longest call it takes, found by bisection.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
 
 import ropeexport as rx
@@ -31,7 +34,10 @@ def _gqa_12_wide(tmp: Path) -> tuple[Path, Path]:
 def _bloom_decoder(tmp: Path) -> tuple[Path, Path]:
     config = write_config(tmp, "alibi8")
     made = rx.build_decoder(tmp / "built", hf_config=config, graph="decomposed", name="bloom", eager=False)
-    return Path(made.path) / "model.onnx", config
+    model = onnx.load(str(Path(made.path) / "model.onnx"))
+    del model.metadata_props[:]
+    onnx.save(model, str(tmp / "bloom.onnx"))
+    return tmp / "bloom.onnx", config
 
 
 # (name, model and config, finding, its words, the length each site was checked at)

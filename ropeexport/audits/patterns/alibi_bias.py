@@ -1,44 +1,62 @@
-"""The ALiBi bias: walking up from each ``Softmax`` through the Adds (and the casts, reshapes and Wheres) that make its
-input, an operand computed from the attention mask or position_ids and constants only (never from input_ids or an
-activation) is a candidate bias, a site of kind ``ALiBi bias`` (``cos`` names the value; no ``sin``). One bias read by
-every layer is one candidate; a candidate another is computed from (the bias inside a bias + mask sum) is dropped.
-Whether a candidate is a mask, ALiBi, or neither is for its values to say (``audit.alibi``).
+"""The ALiBi bias: walking up from where attention takes its scores' additive terms through the Adds (and the casts,
+reshapes and Wheres) that make them, a value computed from the attention mask or position_ids and constants only
+(never from input_ids or an activation) is a candidate bias, a site of kind ``ALiBi bias`` (``cos`` names the value;
+no ``sin``). The anchors: each ``Softmax``'s input (attention written out), the float mask of an opset-23
+``Attention`` (input 3) and the ``attention_bias`` of a com.microsoft ``GroupQueryAttention`` (input 10): fused
+attention adds them to q.k itself (ropeexport's fused, tensorrt and gqa decoders carry BLOOM's bias there). One bias
+read by every layer is one candidate; a candidate another is computed from (the bias inside a bias + mask sum) is
+dropped. Whether a candidate is a mask, ALiBi, or neither is for its values to say (``audit.alibi``).
 """  # noqa: D205
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
-from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Walk, ancestors, name_of
+from ropeexport.audits.patterns.base import MICROSOFT, Pattern, Site, SiteKind, Walk, ancestors, name_of
 
 PASS_THROUGH = {"Add", "Cast", "Reshape", "Where", "Squeeze", "Unsqueeze", "Expand", "Identity", "Mul", "Sub"}
 POSITIONAL = ("attention_mask", "position_ids")
+# (domain, op_type) -> the input index of the additive term a fused attention adds to q.k (module doc)
+FUSED = {("", "Attention"): 3, (MICROSOFT, "GroupQueryAttention"): 10}
+
+
+def _anchor(node: ir.Node) -> ir.Value | None:
+    """The value ``node`` adds to its attention scores: a Softmax's input, a fused attention's float bias / mask."""
+    if node.op_type == "Softmax":
+        return node.inputs[0] if node.inputs else None
+    index = FUSED.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
+    value = node.inputs[index] if index is not None and len(node.inputs) > index else None
+    return None if value is None or value.dtype == ir.DataType.BOOL else value  # a boolean mask is never a bias
 
 
 def find(graph: ir.Graph, walk: Walk) -> list[Site]:
-    """Candidate bias values of ``graph`` (module doc), in the order the Softmaxes find them."""
+    """Candidate bias values of ``graph`` (module doc), in the order the anchors find them."""
     inputs = {id(v): name_of(v) for v in walk.root.inputs}
     found: dict[int, Site] = {}
-    for softmax in (n for n in graph if n.op_type == "Softmax"):
-        stack, seen = [softmax.inputs[0]], set()
+
+    def positional(value: ir.Value) -> list[str] | None:
+        reads = {inputs[i] for i in ancestors([value]) if i in inputs}
+        return sorted(reads) if reads and all(name.endswith(POSITIONAL) for name in reads) else None
+
+    for user in graph:
+        start = _anchor(user)
+        if start is None:
+            continue
+        stack, seen = [start], set()
         while stack:
             value = stack.pop()
-            node = value.producer() if value is not None else None
+            reads = positional(value) if value.const_value is None else None
+            if reads is not None:  # the anchor itself (a fused attention's bias), or an operand of the sums making it
+                if id(value) not in found:
+                    found[id(value)] = Site(SiteKind.ALIBI, name_of(value), "", table=False, inputs=reads,
+                                            order=(0, len(found)), values=(value, None, None))  # fmt: skip
+                found[id(value)].users.append(user.name or user.op_type)
+                continue
+            node = value.producer()
             if node is None or id(node) in seen or node.op_type not in PASS_THROUGH:
                 continue
             seen.add(id(node))
-            for operand in node.inputs:
-                if operand is None or operand.const_value is not None:
-                    continue
-                reads = {inputs[i] for i in ancestors([operand]) if i in inputs}
-                if reads and all(name.endswith(POSITIONAL) for name in reads):
-                    if id(operand) not in found:
-                        found[id(operand)] = Site(SiteKind.ALIBI, name_of(operand), "", table=False,
-                                                  inputs=sorted(reads), order=(0, len(found)),
-                                                  values=(operand, None, None))  # fmt: skip
-                    found[id(operand)].users.append(softmax.name or "Softmax")
-                else:
-                    stack.append(operand)
+            stack.extend(o for o in node.inputs if o is not None and o.const_value is None)
     # keep the outermost: a candidate another is computed from (the bias inside a bias + mask sum) is dropped
     inner = {i for key, s in found.items() for i in ancestors([s.values[0]]) - {key}}
     return [s for key, s in found.items()

@@ -1,0 +1,70 @@
+"""Every decoder ropeexport builds, in every graph form, audits exact against its checkpoint's config.
+
+Built from the tiny random checkpoints of ``tests.decoder.tiny`` (every architecture, each schedule), without the
+generation scenarios (``tests/decoder`` verifies those). BLOOM's ALiBi is what the audit missed before: the fused,
+tensorrt and gqa forms add the bias inside a fused attention (no Softmax to anchor on), and BLOOM's config has no
+length of its own, so the audit now reads the positions the model was built for from its ``ropeexport.max_positions``
+metadata (the config's import said 4096 where the build used 2048, and the model's guard refused the probe). Slopes
+planted in reverse head order are found in every form: the site found is the bias the model uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import ropeexport as rx
+from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.checkpoint import load_checkpoint
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.spec import FORMS
+from ropeexport.graph.onnx_io import save_model
+from tests.cases import tiered
+from tests.decoder.tiny import CONFIGS
+
+CASES = [(name, form) for name in CONFIGS for form in FORMS]
+# Fast tier: BLOOM in every form, and a RoPE decoder of each site kind the forms make (fused operator, gathered table)
+FAST = {("bloom", form) for form in FORMS} | {("phi3-longrope", "gqa"), ("llama", "decomposed")}
+
+
+def _decoder(folder: Path, ckpt: Path, graph: str) -> Path:
+    """The decoder's model.onnx as ``build --artifact decoder`` writes it, without running its scenarios."""
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph))
+    save_model(build_decoder_graph(spec, load_checkpoint(spec, ckpt), str(ckpt)), folder)
+    return folder / "model.onnx"
+
+
+@pytest.mark.parametrize(("name", "graph"), tiered(CASES, lambda c: c in FAST), ids=[f"{n}-{g}" for n, g in CASES])
+def test_every_decoder_ropeexport_builds_audits_exact(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint(name)
+    model = _decoder(tmp_path, ckpt, graph)
+    result = rx.audit(model, ckpt / "config.json")
+    assert result.verdict == "exact", [(s["kind"], f["text"]) for s in result.sites for f in s["findings"]]
+    declared = {p.key: p.value for p in onnx.load(str(model), load_external_data=False).metadata_props}
+    assert result.spec["max_positions"] == int(declared["ropeexport.max_positions"])
+    alibi = CONFIGS[name][0] == "bloom"
+    assert result.sites and all((s["kind"] == "ALiBi bias") == alibi for s in result.sites), result.sites
+    assert all(s["probes"] and not s["findings"] for s in result.sites)
+
+
+@pytest.mark.parametrize("graph", FORMS)
+def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
+    graph: str,
+    tmp_path: Path,
+    tiny_checkpoint,  # noqa: ANN001
+) -> None:
+    ckpt = tiny_checkpoint("bloom")
+    model = _decoder(tmp_path, ckpt, graph)
+    proto = onnx.load(str(model))
+    (slopes,) = [t for t in proto.graph.initializer if t.name.endswith("slopes")]
+    slopes.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(slopes)[:, ::-1]), slopes.name))
+    onnx.save(proto, str(model))
+    result = rx.audit(model, ckpt / "config.json")
+    assert result.verdict == "findings" and result.sites
+    for site in result.sites:
+        assert [f["name"] for f in site["findings"]] == ["alibi-slopes"], site["findings"]
+        assert "in reverse head order" in site["findings"][0]["text"]
