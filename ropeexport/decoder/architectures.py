@@ -402,7 +402,8 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
     if arch.scale_key:
         scalar = config.get(arch.scale_key)
         if scalar is None:
-            raise SpecError(f"{where}: {arch.scale_key}", f"missing: {arch.model_type}'s logit scale is its value ** -0.5")
+            raise SpecError(f"{where}: {arch.scale_key}",
+                            f"missing: {arch.model_type}'s logit scale is its value ** -0.5")  # fmt: skip
         fields["attn_scale"] = float(_number(where, arch.scale_key, scalar, False)) ** -0.5
         sources["attn_scale"] = f"{arch.scale_key} ** -0.5"
     if arch.softcaps:

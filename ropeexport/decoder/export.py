@@ -15,9 +15,8 @@ transformers does; LayerNormalization with a float32 stash), activations written
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx

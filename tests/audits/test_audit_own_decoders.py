@@ -26,7 +26,11 @@ from ropeexport.graph.onnx_io import save_model
 from tests.cases import tiered
 from tests.decoder.tiny import CONFIGS
 
-CASES = [(name, form) for name in CONFIGS for form in FORMS]
+# Gemma 2 has no tensorrt form (TensorRT cannot cap attention logits); Gemma 3's layers use two encodings, which the
+# audit refuses by name (its per-layer audit is not built yet: test_a_model_of_two_encodings_is_refused_by_name).
+PER_LAYER = ("gemma3",)
+CASES = [(name, form) for name in CONFIGS for form in FORMS
+         if name not in PER_LAYER and (name, form) != ("gemma2", "tensorrt")]  # fmt: skip
 # Fast tier: BLOOM in every form, and a RoPE decoder of each site kind the forms make (fused operator, gathered table)
 FAST = {("bloom", form) for form in FORMS} | {("phi3-longrope", "gqa"), ("llama", "decomposed")}
 
@@ -68,3 +72,14 @@ def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
     for site in result.sites:
         assert [f["name"] for f in site["findings"]] == ["alibi-slopes"], site["findings"]
         assert "in reverse head order" in site["findings"][0]["text"]
+
+
+def test_a_model_of_two_encodings_is_refused_by_name(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    # An exact Gemma 3 decoder: its sliding layers' table against the global layers' config would be a false finding.
+    ckpt = tiny_checkpoint("gemma3")
+    model = _decoder(tmp_path, ckpt, "fused")
+    with pytest.raises(rx.errors.SpecError) as info:
+        rx.audit(model, ckpt / "config.json")
+    message = str(info.value)
+    assert "layer_types: the layer types use different encodings (sliding_attention (layers 0-1, 3-4)" in message
+    assert message.endswith("a per-layer audit is not built yet") and "\n" not in message
