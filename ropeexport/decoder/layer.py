@@ -33,6 +33,14 @@ from ropeexport.kinds import ArtifactKind, Feeds, Probe
 def _weights(decoder: DecoderSpec, checkpoint: Path, layer: int) -> dict[str, np.ndarray]:
     if not 0 <= layer < decoder.num_layers:
         raise SpecError("layer", f"must be in [0, {decoder.num_layers - 1}] (the checkpoint's layers), got {layer}")
+    arch = decoder.architecture
+    if arch.qk_norm or decoder.attn_scale or decoder.attn_softcap:
+        # The block artifact's attention has no q/k norms, logit scale or cap: it would not be this model's layer.
+        raise SpecError("layer", f"a {decoder.model_type} layer (q/k norms, its logit scale or cap) is not a block "
+                        "artifact yet; build the whole decoder (--artifact decoder)")  # fmt: skip
+    if decoder.layer_position_spec(layer) is None:
+        raise SpecError("layer", f"layer {layer} has no positional encoding (no_rope_layers): its block has no "
+                        "position to verify; pick a layer with one")  # fmt: skip
     every = load_checkpoint(decoder, checkpoint)
     return {n: v for n, v in layer_weights(every, layer).items() if n in BLOCK_NAMES}
 
@@ -102,12 +110,14 @@ def layer_block(
     decoder, _ = resolve(DecoderRequest(hf_config, checkpoint, dtype=dtype, graph=graph))
     weights = _weights(decoder, checkpoint, layer)
     base = decoder.name.split("-decoder-")[0]
-    position = decoder.position_spec().replace(name=name or f"{base}-block-layer{layer}-{dtype}-{graph}")
+    own = decoder.layer_position_spec(layer)  # the layer's own encoding (Gemma 3: its type's), never the model's
+    assert own is not None  # _weights refused a layer without one
+    position = own.replace(name=name or f"{base}-block-layer{layer}-{dtype}-{graph}")
     source = f"{describe(checkpoint)}, layer {layer}"
     origin = {"checkpoint": str(checkpoint.resolve()), "layer": layer, "weights": source}
     if hf_config is not None:
         origin["hf_config"] = str(Path(hf_config).resolve())
-    kind = layer_kind(kind_for(position), weights, decoder.sliding_window, source)
+    kind = layer_kind(kind_for(position), weights, decoder.layer(layer).window, source)
     return position, kind, origin
 
 
@@ -119,7 +129,7 @@ def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
                         "longer exists")  # fmt: skip
     decoder, _ = resolve(DecoderRequest(origin.get("hf_config"), checkpoint, dtype=spec.dtype, graph=spec.graph))
     layer = int(origin["layer"])
-    return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.sliding_window,
+    return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.layer(layer).window,
                       str(origin["weights"]))  # fmt: skip
 
 

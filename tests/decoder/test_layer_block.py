@@ -84,4 +84,38 @@ def test_a_moved_checkpoint_is_named_when_verifying(tmp_path: Path, capsys: pyte
     shutil.move(ckpt, tmp_path / "elsewhere")
     capsys.readouterr()
     assert main(["verify", str(result.path)]) == 2
-    assert "--checkpoint: " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # the field the path was read from, the path, and what to do: one line
+    assert "manifest.json build.origin.checkpoint: " in err and f"{str(ckpt)!r}" in err, err
+    assert "no longer exists; restore it to verify again" in err and err.count("\n") == 1, err
+
+
+def test_a_layer_block_takes_its_own_layers_window(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    # SmolLM3's layer 2 slides over 6 slots (layer 0 does not): the block is that layer, window and all.
+    for layer, window in ((2, [6]), (0, [])):
+        result = rx.build_layer_block(tiny_checkpoint("smollm3-nope"), tmp_path / f"out{layer}", layer=layer)
+        assert result.passed
+        model = onnx.load(str(result.path / "model.onnx"))
+        held = [int(onnx.numpy_helper.to_array(t)) for t in model.graph.initializer if t.name == "block/window"]
+        assert held == window, (layer, held)
+
+
+# (tiny checkpoint, layer, the one-line refusal): layers a block artifact is not (yet), never a wrong block
+REFUSED = [
+    ("smollm3-nope", 1, "--layer: layer 1 has no positional encoding (no_rope_layers)"),
+    ("qwen3", 0, "--layer: a qwen3 layer (q/k norms, its logit scale or cap) is not a block artifact yet"),
+    ("gemma3", 2, "--layer: a gemma3_text layer (q/k norms, its logit scale or cap) is not a block artifact yet"),
+]
+
+
+@pytest.mark.parametrize(("name", "layer", "message"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_layers_a_block_cannot_be_are_refused_by_name(
+    name: str, layer: int, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_checkpoint  # noqa: ANN001
+) -> None:
+    ckpt = tiny_checkpoint(name)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    code = main(["build", "--artifact", "block", "--checkpoint", str(ckpt), "--layer", str(layer), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
