@@ -656,7 +656,9 @@ def _layer_types(r: _Reader, model_type: str, count: int | None) -> tuple[tuple[
     if config.get("use_sliding_window") and config.get("sliding_window") is not None:
         # Qwen2/3 before layer_types: windows on the layers from max_window_layers on (transformers' derivation).
         found = r.get("max_window_layers")
-        first = 0 if found is None else int(found[1]) if isinstance(found[1], int) else r.integer(*found)
+        first = 0 if found is None else found[1]
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise r.error("max_window_layers", f"must be a layer count >= 0, got {first!r}")
         return (tuple("sliding_attention" if i >= first else "full_attention" for i in range(count)),
                 "use_sliding_window with max_window_layers (layers from it on slide)")  # fmt: skip
     return ("full_attention",) * count, "no layer_types: every layer full attention"

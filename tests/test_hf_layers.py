@@ -145,6 +145,9 @@ BAD = [
      "use_sliding_window: is false while layer_types has sliding layers (sliding_window 64)"),
     ("gpt-oss-without-its-yarn", lambda: config("gpt_oss", num_hidden_layers=2, rope_parameters=None),
      "rope_parameters: missing: gpt_oss's transformers config fills in YaRN x32"),
+    ("max-window-layers-negative", lambda: config("qwen2", num_hidden_layers=2, layer_types=None,
+                                                  use_sliding_window=True, sliding_window=4, max_window_layers=-1),
+     "max_window_layers: must be a layer count >= 0, got -1"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
 ]  # fmt: skip
