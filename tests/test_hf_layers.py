@@ -196,3 +196,17 @@ def test_yarn_matches_transformers_own_formula(make: Any) -> None:
     assert ours.attention_factor == pytest.approx(attention, rel=1e-12)
     flipped = schedule.frequencies(d, fields["theta"], params | {"truncate": not params["truncate"]}, 1)
     assert np.max(np.abs(flipped.inv_freq / theirs - 1)) > 1e-3
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["gemma3_text", "gemma3-wrapper"])
+def test_a_tiny_model_of_a_per_layer_config_keeps_its_first_layers(wrapped: bool) -> None:
+    from ropeexport.decoder.spec import from_config, shrink
+
+    text = config("gemma3_text", num_hidden_layers=12)
+    raw = {"model_type": "gemma3", "text_config": text} if wrapped else text
+    small = shrink(raw, num_layers=7, hidden_size=512, vocab_size=256)
+    spec = from_config(small, "tiny")
+    assert spec.num_layers == 7 and spec.text_of == ("gemma3" if wrapped else "")
+    kinds = ["sliding" if layer.window else "full" for layer in spec.layers]
+    assert kinds == ["sliding"] * 5 + ["full", "sliding"]  # the first 7 of the 12-layer pattern
+    assert [spec.layer_position_spec(i).theta for i in (0, 5)] == [1e4, 1e6]

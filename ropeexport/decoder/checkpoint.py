@@ -294,6 +294,22 @@ def _fits(spec: DecoderSpec, key: str, value: np.ndarray) -> None:
                               "65504: give `dtype` fp32")  # fmt: skip
 
 
+# A multimodal checkpoint's text model: its keys as transformers saves them (``language_model.model.layers...``, the
+# released Gemma 3 form) or as its 5.x modules name them (``model.language_model.layers...``); the other towers'
+# tensors (vision, projector) are not the text model's and are passed over.
+_TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                  ("language_model.lm_head.", "lm_head."))  # fmt: skip
+OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def _text_key(key: str) -> str:
+    """A multimodal checkpoint's key of the text model as the text model's own checkpoint names it."""
+    for prefix, plain in _TEXT_PREFIXES:
+        if key.startswith(prefix):
+            return plain + key[len(prefix) :]
+    return key
+
+
 def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarray]:
     """Every canonical weight of ``spec`` from the checkpoint folder, checked (module doc); float32 arrays."""
     folder = Path(folder)
@@ -304,6 +320,8 @@ def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarr
 
     def canonical_key(key: str) -> str:
         key = aliases.get(key, key)
+        if spec.text_of:  # the text model inside a multimodal checkpoint: its keys under the wrapper's prefix
+            key = _text_key(key)
         if key in wanted or key.startswith(arch.base) or key.startswith("lm_head"):
             return key
         return arch.base + key  # checkpoints saved from the body alone (BLOOM's) drop the prefix
@@ -315,7 +333,9 @@ def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarr
             if name in found:
                 raise CheckpointError(f"tensors {found[name]!r} and {key!r} are both {name!r}")
             found[name] = key
-        elif IGNORED.search(key) or (spec.tie_embeddings and name == "lm_head.weight"):
+        elif IGNORED.search(key) or (spec.tie_embeddings and name == "lm_head.weight") or (
+            spec.text_of and name.startswith(OTHER_TOWERS)
+        ):  # fmt: skip
             continue  # a buffer, or the tied head stored anyway (transformers ties it to the embedding)
         else:
             raise CheckpointError(f"tensor {key!r} is not a weight of this {arch.model_type} config (unexpected; "

@@ -25,6 +25,7 @@ import numpy as np
 from ropeexport.decoder.checkpoint import to_transformers
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import RuntimeUnavailable, SpecError
+from ropeexport.hf import text_config
 
 
 def unexpressed(spec: DecoderSpec, config: Mapping[str, Any]) -> str | None:
@@ -80,8 +81,9 @@ class TransformersReference:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip
         else:
-            fields = {k: v for k, v in config.items() if k != "model_type"}
-            hf_config = transformers.AutoConfig.for_model(config["model_type"], **fields)
+            text, _ = text_config(config, "config.json")  # seeded weights are the text model's alone
+            fields = {k: v for k, v in text.items() if k != "model_type"}
+            hf_config = transformers.AutoConfig.for_model(text["model_type"], **fields)
             model = auto.from_config(hf_config, attn_implementation="eager", dtype=dtype)
             state = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
                      for k, v in to_transformers(spec, weights).items()}  # fmt: skip

@@ -141,6 +141,9 @@ class DecoderSpec:
     attn_scale: float = 0.0  # the logit scale; 0: 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar ** -0.5)
     attn_softcap: float = 0.0  # cap * tanh(logits / cap) on attention logits (Gemma 2); 0: none
     final_softcap: float = 0.0  # the same on the output logits (Gemma 2); 0: none
+    # "" or the multimodal wrapper whose text model this is (``hf.TEXT_CONFIGS``: "gemma3"): its checkpoint holds the
+    # text model's weights under the wrapper's prefix beside other towers' tensors
+    text_of: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +152,8 @@ class DecoderSpec:
         require_choice("model_type", self.model_type, tuple(ARCHITECTURES))
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("graph", self.graph, FORMS)
+        if self.text_of:
+            require_choice("text_of", self.text_of, tuple(TEXT_CONFIGS))
         for name, low, top in (("num_layers", 1, 1024), ("hidden_size", 1, 2**17), ("vocab_size", 1, 2**22),
                                ("intermediate_size", 1, 2**20), ("sliding_window", 0, None)):  # fmt: skip
             object.__setattr__(self, name, require_int(name, getattr(self, name), low, top))  # 32.0 -> 32
@@ -292,8 +297,8 @@ class DecoderSpec:
         """  # noqa: D205
         skip = ("sources", "layers")
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
-        for name in ("attn_scale", "attn_softcap", "final_softcap"):  # written where set (earlier specs hash as before)
-            if not out[name]:
+        for name in ("attn_scale", "attn_softcap", "final_softcap", "text_of"):  # written where set (earlier specs
+            if not out[name]:  # serialize and hash as before)
                 del out[name]
         out["position"] = dict(self.position)
         if not self.uniform:
@@ -331,7 +336,8 @@ def shrink(
     the MLP scaled by the same factor. The positional encoding's schedule is untouched.
     """  # noqa: D205
     out: dict[str, Any] = copy.deepcopy(dict(config))
-    if isinstance(out.get("text_config"), Mapping) and out.get("model_type") in TEXT_CONFIGS:  # Gemma 3 4B-27B
+    wrapper = out.get("model_type")
+    if isinstance(out.get("text_config"), Mapping) and isinstance(wrapper, str) and wrapper in TEXT_CONFIGS:
         out["text_config"] = shrink(out["text_config"], num_layers, hidden_size, vocab_size)
         return out
     if num_layers is not None:
@@ -387,8 +393,12 @@ def from_config(
     sliding layer sees ``sliding_window`` key slots). The model's own ``position`` is its full-attention layers'
     encoding (the first layer's when every layer slides): what scenarios, regimes and the context length follow.
     """
+    found = config.get("model_type")
+    wrapper = found if isinstance(found, str) and found in TEXT_CONFIGS else ""  # a list is not even hashable
     config, where = text_config(config, where)
     layout, sources = read_layout(config, where)
+    if wrapper:
+        layout["text_of"], sources["text_of"] = wrapper, "model_type (the text model of a multimodal checkpoint)"
     layers = import_layers(config, where)
     default = next((layers.encodings[t] for t in layers.types if t == "full_attention"), None)
     default = default or layers.encodings[layers.types[0]]

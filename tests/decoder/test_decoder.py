@@ -14,7 +14,7 @@ import pytest
 
 import ropeexport as rx
 from tests.cases import tiered
-from tests.decoder.tiny import CONFIGS, checkpoint
+from tests.decoder.tiny import CONFIGS, WRAPPED, checkpoint
 
 CASES = [(name, "fused") for name in CONFIGS] + [
     ("llama", "decomposed"),
@@ -144,3 +144,24 @@ def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
 
     assert {model_type for model_type, _ in CONFIGS.values()} == set(ARCHITECTURES)
     assert {name.split("-")[0] for name, _ in CASES} >= {n.split("-")[0] for n in CONFIGS}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED))
+def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    # Gemma 3 4B-27B ship as gemma3: the text model's weights under language_model., a vision tower beside them.
+    ckpt = tiny_checkpoint(name)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph="fused")
+    assert result.passed, [(s["name"], s["summary"]["worst_rel"]) for s in result.report["scenarios"]]
+    assert result.report["spec"]["text_of"] == WRAPPED[name][0]
+    assert "ForConditionalGeneration" in result.report["references"]["transformers"]  # transformers loads the whole
+    assert max(s["summary"]["worst_rel_transformers"] for s in result.report["scenarios"]) <= 1e-4
+    assert rx.verify(result.path)[0].passed  # decoder.json says where the text model sits in the checkpoint
+    # a tensor of the text model the config does not have is still refused, vision tensors are passed over
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    tensors["language_model.model.layers.0.adapter.weight"] = tensors["language_model.model.norm.weight"]
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
+    with pytest.raises(rx.errors.CheckpointError, match="'language_model.model.layers.0.adapter.weight' is not a"):
+        rx.build_decoder(tmp_path / "out2", checkpoint=tmp_path, graph="fused")

@@ -58,7 +58,20 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
+# Multimodal wrappers around a text model of CONFIGS (Gemma 3 4B-27B ship as gemma3: the text model's weights under
+# language_model., a vision tower beside): name -> (wrapper model_type, text model's CONFIGS name, wrapper fields).
+WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "gemma3-multimodal": ("gemma3", "gemma3", {
+        "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+                          "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+        "mm_tokens_per_image": 4, "image_token_index": 95, "boi_token_index": 93, "eoi_token_index": 94}),
+}  # fmt: skip
+
+
 def hf_config(name: str) -> Any:
+    if name in WRAPPED:
+        wrapper, text, fields = WRAPPED[name]
+        return transformers.AutoConfig.for_model(wrapper, text_config=CONFIGS[text][1], **fields)
     model_type, fields = CONFIGS[name]
     return transformers.AutoConfig.for_model(model_type, **fields)
 
