@@ -210,3 +210,11 @@ def test_a_tiny_model_of_a_per_layer_config_keeps_its_first_layers(wrapped: bool
     kinds = ["sliding" if layer.window else "full" for layer in spec.layers]
     assert kinds == ["sliding"] * 5 + ["full", "sliding"]  # the first 7 of the 12-layer pattern
     assert [spec.layer_position_spec(i).theta for i in (0, 5)] == [1e4, 1e6]
+
+
+def test_a_one_layer_model_keeps_its_layers_window() -> None:
+    from ropeexport.decoder.spec import from_config, shrink
+
+    spec = from_config(shrink(config("gemma3_text"), num_layers=1, hidden_size=512, vocab_size=256), "tiny")
+    assert spec.layers[0].attention == "sliding" and spec.layers[0].window == 4096
+    assert spec.layer_position_spec(0).theta == 1e4

@@ -431,7 +431,7 @@ def _layers_of(layers: Layers, layout: Mapping[str, Any], position: Mapping[str,
     """Per layer the fields where it differs from the model's default layer (``DecoderSpec.layers``), or () when
     every layer is the default one (a config of one encoding and one attention: the decoders built before layers).
     """  # noqa: D205
-    if len(layers.types) == 1 or (set(layers.types) == {"full_attention"} and all(layers.rotated)):
+    if set(layers.types) == {"full_attention"} and all(layers.rotated):
         return ()
     out: list[Mapping[str, object] | None] = []
     for i, kind in enumerate(layers.types):
