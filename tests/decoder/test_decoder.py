@@ -70,7 +70,11 @@ def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_pat
     assert not any(p.name.startswith(".building") for p in (tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize(("name", "graph"), [("phi3-longrope", "fused"), ("gpt_neox", "decomposed")])
+FP16 = [("phi3-longrope", "fused"), ("gpt_neox", "decomposed"), ("qwen3", "fused"), ("gemma3", "gqa"),
+        ("gemma2", "decomposed"), ("smollm3-nope", "fused")]
+
+
+@pytest.mark.parametrize(("name", "graph"), tiered(FP16, lambda c: c == FP16[0]), ids=[f"{n}-{g}" for n, g in FP16])
 def test_fp16_decoder_passes_its_bound(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, dtype="fp16")
