@@ -27,6 +27,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("mistral-window", "gqa"),
     ("llama-dynamic", "gqa"),
     ("bloom", "gqa"),
+    ("phi3-partial-longrope", "gqa"),
     ("qwen3", "gqa"),
     ("qwen3-yarn", "decomposed"),
     ("smollm3-nope", "gqa"),

@@ -28,6 +28,13 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                               "original_max_position_embeddings": 64}}),
     "phi3-longrope": ("phi3", {**_SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "max_position_embeddings": 256,
                                "original_max_position_embeddings": 64, "rope_scaling": _LONGROPE}),
+    # Phi-4-mini's shape: partial rotary 0.75 (12 of 16 channels) under LongRoPE, KV heads 12 wide in the cache.
+    "phi3-partial-longrope": ("phi3", {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "pad_token_id": 0,
+                                       "partial_rotary_factor": 0.75, "max_position_embeddings": 256,
+                                       "original_max_position_embeddings": 64,
+                                       "rope_scaling": {"type": "longrope",
+                                                        "short_factor": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5],
+                                                        "long_factor": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]}}),
     "gpt_neox": ("gpt_neox", {**_SMALL, "rotary_pct": 0.5}),
     "gpt_neox-sequential": ("gpt_neox", {**_SMALL, "use_parallel_residual": False}),
     "gptj": ("gptj", {"vocab_size": 96, "n_layer": 2, "n_embd": 32, "n_head": 4, "rotary_dim": 4,
