@@ -51,6 +51,16 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                                                    "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0],
                                                    "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0]}}),
     "alibi (BLOOM, 12 heads)": ("bloom", {"hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 12}),
+    # The 2026 families whose layers share one encoding (audit refuses a model of two, Gemma 3's, by name):
+    "yarn x4 + q/k norms (Qwen3)": ("qwen3", {"max_position_embeddings": 131072, "head_dim": 16,
+                                             "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                                                                 "rope_theta": 1000000.0,
+                                                                 "original_max_position_embeddings": 32768}}),
+    "default + soft caps, windows (Gemma 2)": ("gemma2", {"max_position_embeddings": 8192, "head_dim": 16,
+                                                         "query_pre_attn_scalar": 16, "sliding_window": 64,
+                                                         "pad_token_id": 0}),
+    "no RoPE on every 4th layer (SmolLM3)": ("smollm3", {"max_position_embeddings": 65536, "num_hidden_layers": 4,
+                                                        "pad_token_id": 0}),
 }  # fmt: skip
 
 _EXPORT = r"""
