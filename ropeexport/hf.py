@@ -551,6 +551,13 @@ class Layers:
 
     def only(self) -> Imported:
         """The one encoding every rotated layer uses; SpecError naming the layer types when they differ."""
+        return self.one_encoding("one spec holds one: build --hf-config builds one artifact per encoding, a decoder "
+                                 "takes them all")
+
+    def one_encoding(self, why: str) -> Imported:
+        """The one encoding every rotated layer uses; else a SpecError naming the layer types and their encodings,
+        then ``why`` (what the caller needs one encoding for).
+        """  # noqa: D205
         groups = self.groups()
         if len(groups) == 1:
             return groups[0][0]
@@ -558,9 +565,7 @@ class Layers:
             raise SpecError(f"{self.where}: no_rope_layers", "leaves no layer with RoPE: there is nothing to export")
         told = "; ".join(f"{'/'.join(kinds)} (layers {spans(layers)}): {describe(imported)}"
                          for imported, kinds, layers in groups)  # fmt: skip
-        raise SpecError(f"{self.where}: layer_types", f"the layer types use different encodings ({told}); one "
-                        "spec holds one: build --hf-config builds one artifact per encoding, a decoder takes them "
-                        "all")  # fmt: skip
+        raise SpecError(f"{self.where}: layer_types", f"the layer types use different encodings ({told}); {why}")
 
 
 def spans(layers: tuple[int, ...] | list[int]) -> str:

@@ -221,13 +221,11 @@ def position_spec(hf_config: Path, model: ir.Model | None = None) -> Any:
 
     requests = from_hf_config(hf_config)
     if len(requests) > 1:  # layers of different encodings: each site would need its layers' (not built yet)
-        from ropeexport.hf import import_config, read_config
+        from ropeexport.hf import import_layers, read_config
 
-        try:
-            import_config(read_config(hf_config), str(hf_config))
-        except SpecError as exc:
-            raise SpecError(exc.field, f"{exc.message.split('; one spec')[0]}; audit compares every site with one "
-                            "encoding, and a per-layer audit is not built yet") from None  # fmt: skip
+        import_layers(read_config(hf_config), str(hf_config)).one_encoding(
+            "audit compares every site with one encoding, and a per-layer audit is not built yet"
+        )
     spec = spec_from_dict(requests[0].fields)
     if spec.encoding not in ("rope", "alibi"):
         raise SpecError("hf_config", f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")

@@ -343,8 +343,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ropeexport: removed {name}, the work folder of an interrupted build", file=sys.stderr)
     talk = not (args.quiet or args.json)
     if talk and args.hf_config:
-        for job in jobs:  # one per encoding the layers use (Gemma 3: sliding and full), each variant once
-            if job is jobs[0] or job.origin.get("layers") != jobs[jobs.index(job) - 1].origin.get("layers"):
+        for before, job in zip([None, *jobs], jobs, strict=False):  # once per encoding the layers use (Gemma 3:
+            if before is None or job.origin.get("layers") != before.origin.get("layers"):  # sliding and full)
                 print_resolved(job)
     start = time.perf_counter()
     results: list[BuildResult] = []
