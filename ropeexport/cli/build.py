@@ -42,6 +42,7 @@ from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.inputs import read_json
 from ropeexport.presets import Request, presets
+from ropeexport.report import words
 from ropeexport.requests import (
     VARIANT_FIELDS,
     from_fields,
@@ -443,10 +444,13 @@ def summary_line(report: dict[str, Any], path: Path, seconds: float, kept: Path 
     """One artifact's verdict, worst errors, runtimes and table check, then its path."""
     verdict = "PASS" if report["passed"] else "FAIL"
     worst: dict[str, float] = {}
+    ratio: dict[str, float] = {}  # the worst element's share of its allowance (1 is the limit): what the verdict reads
     for c in report["comparisons"]:
         err = float("inf") if c["max_abs"] is None else float(c["max_abs"])  # null: the runtime raised
         worst[c["reference"]] = max(worst.get(c["reference"], 0.0), err)
-    errors = ", ".join(f"vs {ref} {err:.2e}" for ref, err in worst.items())
+        share = float("inf") if c.get("max_ratio") is None else float(c["max_ratio"])
+        ratio[c["reference"]] = max(ratio.get(c["reference"], 0.0), share)
+    errors = ", ".join(f"vs {ref} {err:.2e} ({_share(ratio[ref])})" for ref, err in worst.items())
     ran = ",".join(r["name"] for r in report["runtimes"] if r["status"] == "verified") or "no runtime"
     skipped = [r["name"] for r in report["runtimes"] if r["status"] == "skipped"]
     if skipped:
@@ -457,6 +461,11 @@ def summary_line(report: dict[str, Any], path: Path, seconds: float, kept: Path 
         tables = f"; tables <= {worst_table:.3f} ulp"
     head = f"{verdict} {report['name']}: max |err| {errors} on {ran}{tables} ({seconds:.1f}s)"
     return f"{head}\n  -> {path}{kept_note(path, kept)}"
+
+
+def _share(ratio: float) -> str:
+    """``0.12 of allowed`` (``words.share``); ``raised`` where the runtime raised instead of answering."""
+    return "raised" if ratio == float("inf") else words.share(ratio)
 
 
 def kept_note(path: Path, kept: Path | None) -> str:

@@ -155,6 +155,14 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     talk = not (args.quiet or args.json)
     if args.dry_run:
         return _plan(args, dtypes, graphs, sizes, max_positions)
+    if talk:  # every decoder resolved and checked before the first "building" line: bad input is its one line alone
+        from ropeexport.api import resolve_decoder
+
+        for dtype in dtypes:
+            for graph in graphs:
+                resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
+                                preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
+                                max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
     failed, built = 0, []
     for dtype in dtypes:
         for graph in graphs:

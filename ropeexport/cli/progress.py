@@ -3,12 +3,15 @@
 One overall bar with an ETA, and one bar per artifact in flight showing its current stage (export, then per probe:
 reference, runtime, verify, e.g. ``ort: sweep[16384..32767]``, then guards and properties, report). An artifact's
 bar counts its probes; the overall bar counts artifacts and advances by each one's finished share of probes, so a
-single 60 s artifact moves it too. Shown only on a terminal: in CI logs and pipes the result lines are the record.
+single 60 s artifact moves it too. On a terminal only; elsewhere (CI logs, ``| tee``) a plain line on stderr instead,
+``[  12s] NAME: STAGE (3/12)``, for each artifact's first stage and then at most every ``PLAIN_EVERY`` seconds, so a
+long build is never silent and a log is not flooded with one line per probe.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from types import TracebackType
 from typing import Any
 
@@ -44,12 +47,18 @@ class _Remaining(TimeRemainingColumn):
         return super().render(task) if task.fields.get("overall") else Text("")
 
 
+PLAIN_EVERY = 5.0  # seconds between plain progress lines (no terminal)
+
+
 class BuildProgress:
     """``with BuildProgress(total, enabled) as p: p.stage(name, stage); p.done(name, line)``."""
 
     def __init__(self, total: int, enabled: bool = True, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
+        self.plain = enabled and not self.console.is_terminal  # lines, not bars (module doc)
+        self.start = self.last = time.monotonic()
+        self.announced: set[str] = set()
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -80,6 +89,8 @@ class BuildProgress:
         """Show ``name`` at ``stage``, ``done`` of ``total`` steps (events after the artifact finished are dropped)."""
         if name in self.finished:
             return
+        if self.plain:
+            self._line(name, stage, done, total)
         description = f"  {name}: {stage}"
         if name not in self.tasks:
             self.tasks[name] = self.progress.add_task(description, total=None)
@@ -89,6 +100,16 @@ class BuildProgress:
         self.progress.update(self.tasks[name], description=description, completed=done, total=total)
         self.share[name] = done / total
         self._advance_overall()
+
+    def _line(self, name: str, stage: str, done: int | None, total: int | None) -> None:
+        """A plain progress line on stderr: an artifact's first stage, then one every ``PLAIN_EVERY`` seconds."""
+        now = time.monotonic()
+        if name in self.announced and now - self.last < PLAIN_EVERY:
+            return
+        self.announced.add(name)
+        self.last = now
+        count = f" ({done}/{total})" if done is not None and total else ""
+        print(f"[{now - self.start:5.0f}s] {name}: {stage}{count}", file=sys.stderr, flush=True)
 
     def _advance_overall(self) -> None:
         self.progress.update(self.overall, completed=len(self.finished) + sum(self.share.values()))

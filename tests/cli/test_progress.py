@@ -6,7 +6,8 @@ import io
 
 from rich.console import Console
 
-from ropeexport.cli.progress import BuildProgress
+from ropeexport.cli import progress as progress_module
+from ropeexport.cli.progress import PLAIN_EVERY, BuildProgress
 
 
 def test_progress_on_a_terminal_shows_stages_and_counts(capsys) -> None:
@@ -27,12 +28,30 @@ def test_progress_on_a_terminal_shows_stages_and_counts(capsys) -> None:
     assert capsys.readouterr().out.split() == ["PASS", "a", "PASS", "b"]
 
 
-def test_progress_off_a_terminal_prints_only_result_lines(capsys) -> None:
+def test_progress_off_a_terminal_prints_plain_lines_not_bars(capsys, monkeypatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
     screen = io.StringIO()
-    with BuildProgress(1, console=Console(file=screen, force_terminal=False)) as progress:
-        progress.stage("a", "export")
+    with BuildProgress(2, console=Console(file=screen, force_terminal=False)) as progress:
+        progress.stage("a", "export")  # an artifact's first stage: a line
+        clock[0] += 1
+        progress.stage("a", "reference", 1, 4)  # 1 s later: none (a log is not flooded)
+        progress.stage("b", "export")  # b's first: a line
+        clock[0] += PLAIN_EVERY
+        progress.stage("a", "ort: sweep[0..16383]", 3, 4)  # PLAIN_EVERY later: a line, with the count
         progress.done("a", "PASS a")
-    assert screen.getvalue() == "" and capsys.readouterr().out == "PASS a\n"
+        progress.done("b", None)
+    captured = capsys.readouterr()
+    assert screen.getvalue() == "" and captured.out == "PASS a\n"  # no bars; results alone on stdout
+    assert captured.err.splitlines() == ["[    0s] a: export", "[    1s] b: export",
+                                         "[    6s] a: ort: sweep[0..16383] (3/4)"]  # fmt: skip
+
+
+def test_quiet_prints_nothing_off_a_terminal(capsys) -> None:
+    with BuildProgress(1, enabled=False, console=Console(file=io.StringIO(), force_terminal=False)) as progress:
+        progress.stage("a", "export")
+        progress.done("a", None)
+    assert capsys.readouterr() == ("", "")
 
 
 def test_probe_counts_move_the_artifact_bar_and_the_overall_bar() -> None:
