@@ -639,12 +639,15 @@ def _layer_types(r: _Reader, model_type: str, count: int | None) -> tuple[tuple[
     if config.get("layer_types") is not None:
         assert count is not None
         types = _per_layer_list(r, "layer_types", count)
-        if model_type not in READS_LAYER_TYPES and any(t != "full_attention" for t in types):
-            raise r.error("layer_types", f"is not read by transformers' {model_type!r} (every layer full attention "
-                          f"there); model types with layer types: {', '.join(READS_LAYER_TYPES)}")  # fmt: skip
-        for i, kind in enumerate(types):
+        for i, kind in enumerate(types):  # a kind of layer not built is named first (Llama 4's chunked attention)
             if isinstance(kind, str) and kind in OTHER_LAYER_TYPES:
                 raise r.error(f"layer_types[{i}]", f"{kind!r} is not built: {OTHER_LAYER_TYPES[kind]}")
+        if model_type not in READS_LAYER_TYPES and any(t != "full_attention" for t in types):
+            # Never read as all-full: Cohere 2, EXAONE 4 and others give their layer types meanings of their own.
+            raise r.error("layer_types", f"not imported for {model_type!r} (ropeexport reads layer types for "
+                          f"{', '.join(READS_LAYER_TYPES)}): refused rather than taking every layer as full "
+                          "attention")  # fmt: skip
+        for i, kind in enumerate(types):
             if not isinstance(kind, str) or kind not in LAYER_TYPES:
                 raise r.error(f"layer_types[{i}]", f"unknown layer type {kind!r}; allowed: {', '.join(LAYER_TYPES)}")
         return tuple(types), "layer_types"
@@ -675,8 +678,8 @@ def _rotated(r: _Reader, model_type: str, count: int | None) -> tuple[tuple[bool
         assert count is not None
         flags = _per_layer_list(r, "no_rope_layers", count)
         if model_type not in READS_NO_ROPE_LAYERS and not all(f == 1 for f in flags):
-            raise r.error("no_rope_layers", f"is not read by transformers' {model_type!r} (every layer rotated "
-                          f"there); model types with no-RoPE layers: {', '.join(READS_NO_ROPE_LAYERS)}")  # fmt: skip
+            raise r.error("no_rope_layers", f"not imported for {model_type!r} (ropeexport reads no-RoPE layers for "
+                          f"{', '.join(READS_NO_ROPE_LAYERS)}): refused rather than rotating every layer")  # fmt: skip
         for i, flag in enumerate(flags):
             if flag not in (0, 1) or isinstance(flag, float):
                 raise r.error(f"no_rope_layers[{i}]", f"must be 1 (the layer uses RoPE) or 0 (it does not), got "
