@@ -2,7 +2,8 @@
 
 RMSNorm is written as transformers computes it: in float32 inside (x / sqrt(mean(x^2) + eps)), cast back to the
 dtype, then scaled by the weight (Llama's ``weight * normed.to(dtype)``); with ``offset`` 1, Gemma's order instead:
-scaled by (1 + weight) in float32, then cast (``Gemma3RMSNorm``: ``(normed * (1.0 + weight.float())).type_as(x)``).
+scaled by (1 + weight) in float32, then cast (``Gemma3RMSNorm``: ``(normed * (1.0 + weight.float())).type_as(x)``);
+``wide``, gpt-oss's order: scaled by the weight in float32, then cast (``GptOssRMSNorm``, its weight kept in float32).
 LayerNorm is ONNX ``LayerNormalization`` with a float32 stash. The twin computes each from its formula in float64 on
 the stored weights.
 
@@ -41,6 +42,7 @@ class NormSpec:
     eps: float
     dtype: str = "fp32"
     offset: float = 0.0
+    wide: bool = False  # the weight's product in float32, then cast (gpt-oss); always so with an offset
 
     def __post_init__(self) -> None:
         require_choice("norm", self.kind, KINDS)
@@ -50,7 +52,9 @@ class NormSpec:
         if isinstance(self.offset, bool) or self.offset not in OFFSETS:
             raise SpecError("norm_offset", f"must be 0 (Llama: weight * normed) or 1 (Gemma: normed * (1 + weight)), "
                             f"got {self.offset!r}")  # fmt: skip
-        if self.offset and self.kind != "rms":
+        if not isinstance(self.wide, bool):
+            raise SpecError("norm_wide", f"must be True or False, got {self.wide!r}")
+        if (self.offset or self.wide) and self.kind != "rms":
             raise SpecError("norm_offset", f"applies to an RMSNorm only (kind 'rms'), got kind {self.kind!r}")
 
 
@@ -72,7 +76,7 @@ def norm(g: GraphBuilder, spec: NormSpec, x: str, weight: str, bias: str | None,
     squared = g.op("Pow", [wide, g.shared_const("norm_two", np.array(2.0, np.float32))])
     variance = _mean_last(g, squared, opset)
     scaled = g.op("Div", [wide, g.op("Sqrt", [g.op("Add", [variance, eps])])])
-    if spec.offset:  # Gemma: the gain 1 + w and the product in float32, one rounding to the dtype at the end
+    if spec.offset or spec.wide:  # Gemma, gpt-oss: the gain and the product in float32, one rounding at the end
         product = g.op("Mul", [scaled, _gain(g, spec, weight)])
         return product if spec.dtype == "fp32" else g.op("Cast", [product], to=DTYPES[spec.dtype].onnx)
     narrow = scaled if spec.dtype == "fp32" else g.op("Cast", [scaled], to=DTYPES[spec.dtype].onnx)
@@ -88,6 +92,8 @@ def _gain(g: GraphBuilder, spec: NormSpec, weight: str) -> str:
     initializers: ONNX Runtime folds it at session creation, to the same float32 sum, so it costs nothing per call.
     """
     wide = weight if spec.dtype == "fp32" else g.op("Cast", [weight], to=TensorProto.FLOAT)
+    if not spec.offset:  # gpt-oss: the weight itself, widened
+        return wide
     return g.op("Add", [wide, g.shared_const("norm_offset", np.array(spec.offset, np.float32))])
 
 

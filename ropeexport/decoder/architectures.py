@@ -12,7 +12,10 @@ keeps [out, in]): ``embed`` [vocab, hidden], ``embed_norm.weight|bias``, per lay
 ``norm1.weight|bias``, ``q_proj k_proj v_proj o_proj`` and ``q_bias k_bias v_bias o_bias``, ``q_norm k_norm``
 [head_dim] (per-head norms before the rotation), ``norm2.weight|bias``,
 ``gate_proj up_proj down_proj`` and ``up_bias down_bias``; ``final_norm.weight|bias``, ``lm_head`` [hidden, vocab],
-``lm_head_bias``.
+``lm_head_bias``. gpt-oss's layers add ``sinks`` [heads] (attention sinks) and, in place of the MLP, a mixture of
+experts (``components.moe``): ``router_proj`` [hidden, E], ``router_bias`` [E], ``experts_gate_proj
+experts_up_proj`` [E, hidden, m] (its checkpoint interleaves them in ``gate_up_proj``), ``experts_down_proj`` [E, m,
+hidden] and ``experts_gate_bias experts_up_bias`` [E, m], ``experts_down_bias`` [E, hidden].
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ class Architecture:
 
     model_type: str
     norm: str  # "rms" | "layer"
-    mlp: str  # "gated" (down(act(gate x) * up x)) | "plain" (down(act(up x)))
+    # "gated" (down(act(gate x) * up x)) | "plain" (down(act(up x))) | "moe" (a top-k mixture of clamped-SwiGLU
+    # experts, gpt-oss: ``components.moe``)
+    mlp: str
     # "sequential" | "parallel" (attention and MLP read their own norm) | "shared" (one norm, GPT-J) | "sandwich"
     # (a norm before and after each of attention and MLP, Gemma)
     residual: str
@@ -70,6 +75,8 @@ class Architecture:
     embed_scale: bool = False  # Gemma: the embeddings times sqrt(hidden_size), rounded to the dtype
     scale_key: str = ""  # the config key whose value ** -0.5 is the logit scale (Gemma: query_pre_attn_scalar)
     softcaps: bool = False  # reads attn_logit_softcapping and final_logit_softcapping (Gemma 2, Gemma 3)
+    sinks: bool = False  # one learned logit per query head in each softmax, attending to nothing (gpt-oss)
+    norm_wide: bool = False  # RMSNorm times its weight in float32, then cast (gpt-oss); else cast, then times it
     aliases: Mapping[str, str] = field(default_factory=dict)  # older checkpoint names of the same tensor
 
 
@@ -269,6 +276,29 @@ ARCHITECTURES = {
     ),
 }
 
+# gpt-oss: Llama's attention with biases and a sink per head, alternating sliding and full layers (hf), YaRN; a
+# top-k mixture of clamped-SwiGLU experts in place of the MLP. Its RMSNorm multiplies by the weight in float32.
+ARCHITECTURES["gpt_oss"] = replace(
+    _LLAMA,
+    model_type="gpt_oss",
+    mlp="moe",
+    names={
+        **{k: v for k, v in _LLAMA_NAMES.items() if ".mlp." not in v},
+        "layers.{i}.sinks": "model.layers.{i}.self_attn.sinks",
+        "layers.{i}.router_proj": "model.layers.{i}.mlp.router.weight",
+        "layers.{i}.router_bias": "model.layers.{i}.mlp.router.bias",
+        "layers.{i}.experts_gate_up_proj": "model.layers.{i}.mlp.experts.gate_up_proj",
+        "layers.{i}.experts_gate_up_bias": "model.layers.{i}.mlp.experts.gate_up_proj_bias",
+        "layers.{i}.experts_down_proj": "model.layers.{i}.mlp.experts.down_proj",
+        "layers.{i}.experts_down_bias": "model.layers.{i}.mlp.experts.down_proj_bias",
+    },
+    eps_default=1e-5,
+    qkv_bias=("attention_bias", True),
+    o_bias=("attention_bias", True),
+    norm_wide=True,
+    sinks=True,
+)
+
 ARCHITECTURES["gemma3_text"] = replace(
     ARCHITECTURES["gemma2"],
     model_type="gemma3_text",
@@ -279,10 +309,11 @@ ARCHITECTURES["gemma3_text"] = replace(
 
 # Config keys whose presence (with a value that changes the computation) no architecture here expresses.
 REFUSED_KEYS = {
-    "num_local_experts": "a mixture of experts",
-    "num_experts": "a mixture of experts",
+    "num_local_experts": "a mixture of experts outside gpt-oss",
+    "num_experts": "a mixture of experts outside gpt-oss",
     "n_routed_experts": "a mixture of experts",
     "moe_intermediate_size": "a mixture of experts",
+    "quantization_config": "quantized weights (gpt-oss ships MXFP4 experts): dequantize them into a float checkpoint",
     "kv_lora_rank": "multi-head latent attention",
     "q_lora_rank": "multi-head latent attention",
     "mrope_section": "multimodal RoPE sections",
@@ -295,6 +326,9 @@ REFUSED_KEYS = {
 
 
 SOFTCAPS = {"attn_logit_softcapping": "attn_softcap", "final_logit_softcapping": "final_softcap"}
+MOE_KEYS = ("num_local_experts", "num_experts")  # what a "moe" row reads (gpt-oss)
+# gpt-oss's clamped SwiGLU where the config has no value: transformers' GptOssConfig defaults.
+SWIGLU_DEFAULTS = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}
 
 
 def _neutral(value: Any) -> bool:
@@ -309,7 +343,7 @@ def _neutral(value: Any) -> bool:
 def _refused(config: Mapping[str, Any], where: str, arch: Architecture) -> None:
     for key, what in REFUSED_KEYS.items():
         value = config.get(key)
-        if _neutral(value) or (arch.softcaps and key in SOFTCAPS):
+        if _neutral(value) or (arch.softcaps and key in SOFTCAPS) or (arch.mlp == "moe" and key in MOE_KEYS):
             continue
         raise SpecError(f"{where}: {key}", f"is not supported by the decoder artifact: {what} ({key} = {value!r})")
     scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
@@ -376,7 +410,7 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
     take("hidden_size", ("hidden_size", "n_embd", "n_embed"))
     take("vocab_size", ("vocab_size",))
     take("norm_eps", arch.eps_keys, arch.eps_default)
-    if arch.mlp == "gated" or arch.model_type == "gpt_neox":
+    if arch.mlp in ("gated", "moe") or arch.model_type == "gpt_neox":
         take("intermediate_size", ("intermediate_size",))
     else:  # GPT-J's n_inner and BLOOM: 4 x hidden when unset
         take("intermediate_size", ("n_inner",), 4 * int(fields["hidden_size"]))
@@ -399,6 +433,8 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
     window = config.get("sliding_window") if arch.windowed else None
     fields["sliding_window"] = window or 0
     sources["sliding_window"] = "sliding_window" if window else "none"
+    if arch.mlp == "moe":
+        _experts(config, where, fields, sources)
     if arch.scale_key:
         scalar = config.get(arch.scale_key)
         if scalar is None:
@@ -414,3 +450,23 @@ def read_layout(config: Mapping[str, Any], where: str = "config.json") -> tuple[
                     raise SpecError(f"{where}: {key}", f"must be a positive number or null (no cap), got {cap!r}")
                 fields[name], sources[name] = float(cap), key
     return fields, sources
+
+
+def _experts(config: Mapping[str, Any], where: str, fields: dict[str, Any], sources: dict[str, str]) -> None:
+    """A mixture's fields: the expert count, the experts per token and the clamped SwiGLU's alpha and limit."""
+    for name, keys in (("num_experts", MOE_KEYS), ("experts_per_token", ("num_experts_per_tok",))):
+        key = next((k for k in keys if config.get(k) is not None), None)
+        if key is None:
+            raise SpecError(f"{where}: {keys[0]}", f"missing: a mixture of experts needs {' or '.join(keys)}")
+        fields[name], sources[name] = _number(where, key, config[key], False), key
+    if fields["experts_per_token"] > fields["num_experts"]:
+        raise SpecError(f"{where}: num_experts_per_tok", f"must be at most the experts ({fields['num_experts']}), "
+                        f"got {fields['experts_per_token']}")  # fmt: skip
+    for key, default in SWIGLU_DEFAULTS.items():
+        value = config.get(key)
+        if value is None:
+            fields[key], sources[key] = default, f"default ({default}, transformers' GptOssConfig)"
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise SpecError(f"{where}: {key}", f"must be a positive number, got {value!r}")
+        fields[key], sources[key] = float(value), key

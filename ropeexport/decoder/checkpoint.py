@@ -35,7 +35,8 @@ from ropeexport.inputs import read_json
 
 SEED = 0
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
-BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm")
+BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
+               "sinks")  # fmt: skip
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # Buffers some checkpoints carry (rotary caches, causal-mask constants): not weights, read by nothing.
 IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\.(masked_)?bias)$")
@@ -74,9 +75,14 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
             out[f"{p}o_bias"] = (hidden,)
         if arch.qk_norm:
             out |= {f"{p}q_norm": (d,), f"{p}k_norm": (d,)}
+        if arch.sinks:
+            out[f"{p}sinks"] = (H,)
         for slot in ("norm2", "norm3", "norm4"):
             if slot in layer.norms:
                 norm(f"{p}{slot}")
+        if arch.mlp == "moe":
+            out |= _experts(spec, p)
+            continue
         if arch.mlp == "gated":
             out[f"{p}gate_proj"] = (hidden, inner)
             if spec.mlp_bias:
@@ -92,19 +98,27 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _experts(spec: DecoderSpec, p: str) -> dict[str, tuple[int, ...]]:
+    """A mixture's weights (``components.moe``) in layer prefix ``p``."""
+    E, n, m = spec.num_experts, spec.hidden_size, spec.intermediate_size
+    return {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
+            f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n), f"{p}experts_gate_bias": (E, m),
+            f"{p}experts_up_bias": (E, m), f"{p}experts_down_bias": (E, n)}  # fmt: skip
+
+
 def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
     """Seeded draws for every expected weight (float64 holding dtype values); the same bytes on every build."""
     rng = np.random.default_rng(SEED)
     out = {}
     for name, shape in expected(spec).items():
-        if name == "embed":
+        if name == "embed" or name.endswith("sinks"):  # a sink is a logit: of the logits' order
             values = rng.standard_normal(shape)
         elif name.endswith((".weight", "_norm")):  # a norm's scale
             values = 1.0 + 0.1 * rng.standard_normal(shape)
         elif "bias" in name:
             values = 0.1 * rng.standard_normal(shape)
-        else:
-            values = rng.standard_normal(shape) / math.sqrt(shape[0])
+        else:  # a projection [in, out] (an expert's [E, in, out]): std 1/sqrt(in)
+            values = rng.standard_normal(shape) / math.sqrt(shape[-2])
         out[name] = rounded_float64(values, spec.dtype)
     return out
 
@@ -132,7 +146,8 @@ def _sources(spec: DecoderSpec) -> dict[str, str]:
             if "{i}" in canonical:
                 out[key.format(i=i)] = canonical.format(i=i)
     out |= {key: canonical for canonical, key in arch.names.items() if "{i}" not in canonical}
-    fused = {"qkv_proj": ("q_proj",), "qkv_bias": ("q_bias",), "gate_up_proj": ("gate_proj",)}
+    fused = {"qkv_proj": ("q_proj",), "qkv_bias": ("q_bias",), "gate_up_proj": ("gate_proj",),
+             "experts_gate_up_proj": ("experts_gate_proj",), "experts_gate_up_bias": ("experts_gate_bias",)}
 
     def needed(canonical: str) -> bool:
         base = canonical.rsplit(".", 1)[-1] if canonical.startswith("layers.") else canonical
@@ -158,6 +173,11 @@ def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np
     if base == "gate_up_proj":
         gate, up = np.split(value, 2, axis=0)
         return {f"{stem}gate_proj": gate.T, f"{stem}up_proj": up.T}
+    if base in ("experts_gate_up_proj", "experts_gate_up_bias"):  # gpt-oss: gate and up columns interleaved
+        kind = base.rpartition("_")[2]
+        return {f"{stem}experts_gate_{kind}": value[..., ::2], f"{stem}experts_up_{kind}": value[..., 1::2]}
+    if base.startswith("experts_"):  # stored [E, in, out] (and [E, out]) as the graph reads them
+        return {canonical: value}
     return {canonical: value.T if value.ndim == 2 and canonical != "embed" else value}
 
 
@@ -173,7 +193,14 @@ def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
         return (qkv,)
     if base == "gate_up_proj":
         return (2 * inner, hidden)
+    E = spec.num_experts
+    if base == "experts_gate_up_proj":
+        return (E, hidden, 2 * inner)
+    if base == "experts_gate_up_bias":
+        return (E, 2 * inner)
     shape = expected(spec)[canonical]
+    if base.startswith("experts_"):
+        return shape
     return tuple(reversed(shape)) if len(shape) == 2 and base != "embed" else shape
 
 
@@ -376,6 +403,12 @@ def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dic
                 value = np.concatenate(parts, axis=0)
         elif base == "gate_up_proj":
             value = np.concatenate([weights[f"{stem}gate_proj"].T, weights[f"{stem}up_proj"].T], axis=0)
+        elif base in ("experts_gate_up_proj", "experts_gate_up_bias"):  # columns interleaved again: gate, up, ...
+            kind = base.rpartition("_")[2]
+            gate, up = weights[f"{stem}experts_gate_{kind}"], weights[f"{stem}experts_up_{kind}"]
+            value = np.stack([gate, up], axis=-1).reshape(*gate.shape[:-1], 2 * gate.shape[-1])
+        elif base.startswith("experts_"):
+            value = weights[canonical]
         else:
             value = weights[canonical]
             value = value.T if value.ndim == 2 and base != "embed" else value

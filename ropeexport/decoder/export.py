@@ -6,11 +6,11 @@ I/O as Optimum and onnxruntime-genai name it: inputs ``input_ids`` [batch, seq] 
 vocab] and ``present.{i}.key`` / ``.value`` [batch, num_kv_heads, past + seq, head_dim] (keys stored rotated).
 
 A composition of components (``ropeexport.components``, their specs from ``decoder.parts``) over ``spec.layers``:
-``norm`` and ``mlp`` graphs, projections stored by ``linear``'s weight format, and per layer the ``attention``
-component (the ``block`` artifact's graph) built with that layer's weights, window and position piece (none: nothing
-rotated) and called through ``graph.compose``: the exact tables, range guards, mask rule and cache handling the block
-verified, a table stored once for every layer that has it. Norms are computed in float32 (RMSNorm written out as
-transformers does; LayerNormalization with a float32 stash), activations written out from their formulas.
+``norm`` and ``mlp`` (or ``moe``) graphs, projections stored by ``linear``'s weight format, and per layer the
+``attention`` component (the ``block`` artifact's graph) built with that layer's weights, window and position piece
+(none: nothing rotated) and called through ``graph.compose``: the exact tables, range guards, mask rule and cache
+handling the block verified, a table stored once for every layer that has it. Norms are computed in float32 (RMSNorm
+written out as transformers does; LayerNormalization with a float32 stash), activations written out from their formulas.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ropeexport.components.attention import OPSETS
 from ropeexport.components.attention.graph import attention
 from ropeexport.components.linear import is_weight, linear
 from ropeexport.components.mlp import joined, mlp
+from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
 from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, lm_head
 from ropeexport.decoder.parts import Pieces, attention_spec, mlp_spec, norm_spec, position_pieces, weight_format
@@ -68,6 +69,9 @@ def build_decoder_graph(
     def stored(name: str, values: np.ndarray) -> str:  # projections as the weight format stores them
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
 
+    def feedforward(y: str, w: Mapping[str, str]) -> str:  # the MLP, or the mixture of experts
+        return moe(g, mlp_of, y, w) if isinstance(mlp_of, MoESpec) else mlp(g, mlp_of, y, w)
+
     def normed(h: str, delta: str | None, w: Mapping[str, str], name: str) -> tuple[str, str]:
         return add_norm(g, norm_of, h, delta, w[f"{name}.weight"], w.get(f"{name}.bias"), opset, fused)
 
@@ -81,7 +85,9 @@ def build_decoder_graph(
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     for i, layer in enumerate(spec.layers):
         arrays = layer_weights(weights, i)
-        if mlp_of.kind == "gated":
+        if isinstance(mlp_of, MoESpec):
+            arrays = to_graph(mlp_of, arrays)
+        elif mlp_of.kind == "gated":
             arrays = joined(arrays)
         w = {n: stored(f"layers.{i}.{n}", v) for n, v in arrays.items() if n not in BLOCK_NAMES}
         past_key, past_value, present_key, present_value = cache_names(i)
@@ -95,13 +101,13 @@ def build_decoder_graph(
         if spec.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
             attended = norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)
             h, y = normed(h, attended, w, "norm3")
-            pending = norm(g, norm_of, mlp(g, mlp_of, y, w), w["norm4.weight"], None, opset)
+            pending = norm(g, norm_of, feedforward(y, w), w["norm4.weight"], None, opset)
         elif spec.residual == "sequential":
             h, y = normed(h, out["output"], w, "norm2")
-            pending = mlp(g, mlp_of, y, w)
+            pending = feedforward(y, w)
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
-            h, pending = g.op("Add", [h, out["output"]]), mlp(g, mlp_of, y, w)
+            h, pending = g.op("Add", [h, out["output"]]), feedforward(y, w)
     _, h = normed(h, pending, top, "final_norm")
     if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
         g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing

@@ -79,8 +79,12 @@ def estimate(spec: DecoderSpec, seeded: bool) -> MemoryEstimate:
     runs = scenarios(spec)
     rows = max(len(s.prompts) for s in runs)
     tokens = max(max(s.prompts) + s.steps for s in runs)
-    # Per call: the logits three times in float64, and one layer's widest activations (the MLP's, the hidden states).
-    width = LOGIT_COPIES * spec.vocab_size + 3 * spec.intermediate_size + 8 * spec.hidden_size
+    # Per call: the logits three times in float64, and one layer's widest activations (the MLP's, the hidden states;
+    # a mixture's portable graph computes every expert for every token: E times the MLP's, and E outputs).
+    inner = 3 * spec.intermediate_size
+    if spec.num_experts:
+        inner = spec.num_experts * (inner + spec.hidden_size)
+    width = LOGIT_COPIES * spec.vocab_size + inner + 8 * spec.hidden_size
     activations = 8 * rows * tokens * width
     return MemoryEstimate(count, per_parameter(spec.dtype, seeded), activations)
 

@@ -1,11 +1,12 @@
 """A decoder's layers as components: the component specs each layer is built from, and the position pieces.
 
 The architecture row (``decoder.architectures``) and the spec name the components: ``norm`` (the row's RMSNorm or
-LayerNorm at the spec's eps), ``mlp`` (gated or plain, the spec's activation), ``linear`` (the weight format) and,
-per layer, ``attention`` (the model's geometry, the layer's own window and position piece: ``spec.layers``).
-``decoder.export`` composes their graphs over the layers; ``decoder.oracle`` composes their float64 twins the same
-way. A layer's position piece is its encoding's family piece (``kinds.PositionPiece``: graph and float64 twin),
-built once per distinct position spec and shared by every layer that has that spec (its tables are stored once).
+LayerNorm at the spec's eps), ``mlp`` (gated or plain, the spec's activation; or ``moe``, a mixture of experts),
+``linear`` (the weight format) and, per layer, ``attention`` (the model's geometry, the layer's own window and position
+piece: ``spec.layers``). ``decoder.export`` composes their graphs over the layers; ``decoder.oracle`` composes their
+float64 twins the same way. A layer's position piece is its encoding's family piece (``kinds.PositionPiece``: graph and
+float64 twin), built once per distinct position spec and shared by every layer that has that spec (its tables are stored
+once).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ropeexport.catalog import kind_for
 from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
+from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
 from ropeexport.decoder.checkpoint import geometry
 from ropeexport.decoder.spec import DecoderSpec
@@ -31,11 +33,18 @@ def weight_format(spec: DecoderSpec) -> WeightFormat:
 
 def norm_spec(spec: DecoderSpec) -> NormSpec:
     """Every norm of the decoder (embedding, layers, final): the architecture's kind at the spec's eps."""
-    return NormSpec(spec.architecture.norm, spec.norm_eps, spec.dtype, offset=spec.architecture.norm_offset)
+    arch = spec.architecture
+    return NormSpec(arch.norm, spec.norm_eps, spec.dtype, offset=arch.norm_offset, wide=arch.norm_wide)
 
 
-def mlp_spec(spec: DecoderSpec) -> MLPSpec:
-    """Every layer's MLP: the architecture's kind with the spec's activation and inner width."""
+def mlp_spec(spec: DecoderSpec) -> MLPSpec | MoESpec:
+    """Every layer's MLP: the architecture's kind with the spec's activation and inner width; a mixture of experts
+    (``moe`` rows) with the spec's experts, computed by ONNX Runtime's MoE kernel in the gqa form (its contrib form).
+    """  # noqa: D205
+    if spec.architecture.mlp == "moe":
+        kernel = "contrib" if spec.graph == "gqa" else "portable"
+        return MoESpec(spec.num_experts, spec.experts_per_token, spec.intermediate_size, spec.swiglu_alpha,
+                       spec.swiglu_limit, spec.dtype, kernel)  # fmt: skip
     return MLPSpec(spec.architecture.mlp, spec.act, spec.intermediate_size, spec.dtype)
 
 
@@ -46,7 +55,7 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
     qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=arch.norm_offset) if arch.qk_norm else None
     return AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=d, dtype=spec.dtype, graph=spec.graph,
                          window=spec.layer(i).window, position=piece, qk_norm=qk_norm, scale=spec.attn_scale,
-                         logit_softcap=spec.attn_softcap)  # fmt: skip
+                         logit_softcap=spec.attn_softcap, sinks=arch.sinks)  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -144,6 +144,12 @@ class DecoderSpec:
     # "" or the multimodal wrapper whose text model this is (``hf.TEXT_CONFIGS``: "gemma3"): its checkpoint holds the
     # text model's weights under the wrapper's prefix beside other towers' tensors
     text_of: str = ""
+    # a mixture of experts (``moe`` rows, gpt-oss; 0 elsewhere): E experts, k per token, the clamped SwiGLU's gain and
+    # clamp; intermediate_size is then each expert's inner width
+    num_experts: int = 0
+    experts_per_token: int = 0
+    swiglu_alpha: float = 0.0
+    swiglu_limit: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +165,7 @@ class DecoderSpec:
             object.__setattr__(self, name, require_int(name, getattr(self, name), low, top))  # 32.0 -> 32
         if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:
             raise SpecError("norm_eps", f"must be a number in (0, 1), got {self.norm_eps!r}")
+        self._check_experts()
         for name in ("attn_scale", "attn_softcap", "final_softcap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
@@ -174,6 +181,24 @@ class DecoderSpec:
         if self.architecture.fused_qkv == "per-head" and width != self.hidden_size:
             raise SpecError("hidden_size", f"must equal num_heads x head_dim ({width}) in {self.model_type}")
         object.__setattr__(self, "layers", self._read_layers(position))
+
+    def _check_experts(self) -> None:
+        """A ``moe`` row's mixture fields set and in range; every other row's zero."""
+        names = ("num_experts", "experts_per_token", "swiglu_alpha", "swiglu_limit")
+        if self.architecture.mlp != "moe":
+            field_name = next((n for n in names if getattr(self, n)), None)
+            if field_name is not None:
+                raise SpecError(field_name, f"must be 0: {self.model_type} has no mixture of experts")
+            return
+        experts = require_int("num_experts", self.num_experts, 1, 2**12)
+        top_k = require_int("experts_per_token", self.experts_per_token, 1, experts)
+        object.__setattr__(self, "num_experts", experts)
+        object.__setattr__(self, "experts_per_token", top_k)
+        for name in names[2:]:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise SpecError(name, f"must be a finite number > 0 in a mixture of experts, got {value!r}")
+            object.__setattr__(self, name, float(value))
 
     def default_layer(self) -> LayerSpec:
         """The layer every layer is unless ``layers`` says otherwise: ``position``, ``sliding_window``, the norms of
@@ -297,7 +322,8 @@ class DecoderSpec:
         """  # noqa: D205
         skip = ("sources", "layers")
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
-        for name in ("attn_scale", "attn_softcap", "final_softcap", "text_of"):  # written where set (earlier specs
+        for name in ("attn_scale", "attn_softcap", "final_softcap", "text_of", "num_experts", "experts_per_token",
+                     "swiglu_alpha", "swiglu_limit"):  # written where set (earlier specs  # fmt: skip
             if not out[name]:  # serialize and hash as before)
                 del out[name]
         out["position"] = dict(self.position)

@@ -53,6 +53,12 @@ def _config(tmp: Path, **fields: object) -> list[str]:
     return ["--hf-config", str(path)]
 
 
+# A tiny gpt-oss config's own keys (with _config's sizes): 4 experts, 2 a token, its YaRN written out.
+OSS = {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2,
+       "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 150000.0,
+                           "original_max_position_embeddings": 32}}  # fmt: skip
+
+
 def _no_config(tmp: Path) -> str:
     (tmp / "empty").mkdir()
     return str(tmp / "empty")
@@ -162,6 +168,14 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("sizes with a checkpoint", lambda t: [*_ckpt(t), "--num-layers", "1"], "--num-layers: size overrides"),
     ("unknown architecture", lambda t: _config(t, model_type="falcon"), "model_type: 'falcon' has no decoder"),
     ("mixture of experts", lambda t: _config(t, num_local_experts=8), "num_local_experts: is not supported"),
+    ("gpt-oss without its expert count", lambda t: _config(t, **(OSS | {"num_local_experts": None})),
+     "num_local_experts: missing: a mixture of experts needs num_local_experts or num_experts"),
+    ("gpt-oss choosing more experts than it has", lambda t: _config(t, **(OSS | {"num_experts_per_tok": 5})),
+     "num_experts_per_tok: must be at most the experts (4), got 5"),
+    ("gpt-oss with a negative clamp", lambda t: _config(t, **OSS, swiglu_limit=-7.0),
+     "swiglu_limit: must be a positive number, got -7.0"),
+    ("gpt-oss's MXFP4 experts", lambda t: _config(t, **OSS, quantization_config={"quant_method": "mxfp4"}),
+     "quantization_config: is not supported by the decoder artifact: quantized weights (gpt-oss ships MXFP4"),
     ("layer types not one per layer", lambda t: _config(t, model_type="qwen2", layer_types=["full_attention"] * 2),
      "layer_types: holds 2 entries, the model has 1 layers"),
     ("chunked attention layers", lambda t: _config(t, model_type="qwen2", layer_types=["chunked_attention"]),

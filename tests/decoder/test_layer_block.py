@@ -103,8 +103,9 @@ def test_a_layer_block_takes_its_own_layers_window(tmp_path: Path, tiny_checkpoi
 # (tiny checkpoint, layer, the one-line refusal): layers a block artifact is not (yet), never a wrong block
 REFUSED = [
     ("smollm3-nope", 1, "--layer: layer 1 has no positional encoding (no_rope_layers)"),
-    ("qwen3", 0, "--layer: a qwen3 layer (q/k norms, its logit scale or cap) is not a block artifact yet"),
-    ("gemma3", 2, "--layer: a gemma3_text layer (q/k norms, its logit scale or cap) is not a block artifact yet"),
+    ("qwen3", 0, "--layer: a qwen3 layer (q/k norms, its logit scale, cap or sinks) is not a block"),
+    ("gemma3", 2, "--layer: a gemma3_text layer (q/k norms, its logit scale, cap or sinks) is not a block"),
+    ("gpt_oss", 1, "--layer: a gpt_oss layer (q/k norms, its logit scale, cap or sinks) is not a block"),
 ]
 
 

@@ -62,6 +62,14 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                  "no_rope_layers": [1, 0, 1, 0],
                                  "use_sliding_window": True, "sliding_window": 6,
                                  "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 2}),
+    # gpt-oss: 4 experts, 2 per token (clamped SwiGLU), attention biases and sinks, layers 0 and 2 sliding over 6 slots,
+    # YaRN x4 untruncated as gpt-oss ships it (its real factor 32 over 4096 positions, here over 64).
+    "gpt_oss": ("gpt_oss", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+                            "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 6,
+                            "max_position_embeddings": 256, "pad_token_id": 0,
+                            "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                                "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0,
+                                                "original_max_position_embeddings": 64}}),
 }  # fmt: skip
 
 

@@ -1,0 +1,200 @@
+"""The ``moe`` component: a mixture of experts with a top-k router (gpt-oss's), and its float64 twin.
+
+Each token's router logits l = x W_r + b_r [E]; its k largest pick the experts, weighted by the softmax of those k
+logits. Expert e computes gpt-oss's clamped SwiGLU on its own projections: gate = min(x W_g + b_g, limit), up =
+clip(x W_u + b_u, -limit, limit), h = (up + 1) * gate * sigmoid(alpha * gate), y_e = h W_d + b_d; the token's output
+is sum over its k experts of weight_e * y_e (transformers' ``GptOssMLP``; the checkpoint interleaves gate and up
+columns in one ``gate_up_proj`` [E, n, 2m], ``to_graph`` says how each form stores them).
+
+Two graphs of the same definition:
+
+- ``portable`` (ONNX ops only, every form TensorRT or any runtime reads): TopK and Softmax pick and weigh the experts,
+  ScatterElements spreads the k weights over E (zeros elsewhere); every expert computes every token (one batched
+  MatMul [E, T, n] x [E, n, 2m], then the down projection), and the weighted sum over E keeps the k chosen ones: an
+  unchosen expert's output is multiplied by an exact 0, so the result is the sparse sum, at E / k times the
+  arithmetic of it (its weights are read once per call either way).
+- ``contrib`` (the gqa form, ONNX Runtime): ``com.microsoft.MoE`` computes only the chosen experts, with the same
+  clamped SwiGLU (``swiglu_fusion`` 1: interleaved columns, ``activation_beta`` 1: the up + 1,
+  ``normalize_routing_weights`` 1: the softmax over all E renormalized over the k chosen, which is the softmax of the
+  k chosen logits).
+
+The twin evaluates only the chosen experts of each token in float64, choosing by the float64 logits. A token whose
+k-th and (k + 1)-th router logits are closer than the runtime's rounding of them may be routed otherwise by a graph
+(a near tie of the routing, ``near_ties``): the choice jumps, and the output with it (by the weight of the expert
+swapped). The twin can take such a token the other way (``flips``), so a verification can find the routing the
+runtime took among those the near ties allow (``decoder.verify``).
+
+Notation: b batch, s tokens, T = b s, n hidden, m an expert's inner width (intermediate_size), E experts, k chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from ropeexport.components import MICROSOFT
+from ropeexport.components.linear import linear, linear64
+from ropeexport.dtypes import DTYPES
+from ropeexport.errors import SpecError
+from ropeexport.numerics import round_once
+from ropeexport.specs import require_choice, require_int
+
+if TYPE_CHECKING:
+    from ropeexport.graph.onnx_io import GraphBuilder
+
+KERNELS = ("portable", "contrib")
+# Canonical weight names of one layer's mixture (``decoder.architectures``), as the twin reads them.
+NAMES = ("router_proj", "router_bias", "experts_gate_proj", "experts_up_proj", "experts_down_proj",
+         "experts_gate_bias", "experts_up_bias", "experts_down_bias")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """A mixture of ``experts`` clamped-SwiGLU experts of inner width ``inner``, ``top_k`` chosen per token.
+
+    ``alpha``: the sigmoid's gain (gpt-oss 1.702); ``limit``: the clamp of gate (above) and up (both sides), 7.0 in
+    gpt-oss. ``kernel``: ``portable`` or ``contrib`` (module doc); ``dtype``: the activations'.
+    """
+
+    experts: int
+    top_k: int
+    inner: int
+    alpha: float
+    limit: float
+    dtype: str = "fp32"
+    kernel: str = "portable"
+
+    def __post_init__(self) -> None:
+        require_int("num_experts", self.experts, 1)
+        require_int("experts_per_token", self.top_k, 1, self.experts)
+        require_int("intermediate_size", self.inner, 1)
+        for name, value in (("swiglu_alpha", self.alpha), ("swiglu_limit", self.limit)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise SpecError(name, f"must be a finite number > 0, got {value!r}")
+        require_choice("dtype", self.dtype, tuple(DTYPES))
+        require_choice("kernel", self.kernel, KERNELS)
+
+
+def to_graph(spec: MoESpec, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A layer's weights with its experts' as the kernel stores them; the rest as given.
+
+    portable: ``experts_gate_up_proj`` [E, n, 2m] (gate columns, then up: one MatMul, then Split),
+    ``experts_gate_up_bias`` [E, 1, 2m], ``experts_down_proj`` [E, m, n], ``experts_down_bias`` [E, 1, n].
+    contrib (``com.microsoft.MoE``'s layout): ``experts_gate_up_proj`` [E, 2m, n] (rows interleaved gate, up, as the
+    checkpoint's columns), ``experts_gate_up_bias`` [E, 2m], ``experts_down_proj`` [E, n, m], ``experts_down_bias``
+    [E, n]. Only transposes and concatenations: every stored value is the checkpoint's.
+    """
+    out = {k: v for k, v in arrays.items() if not k.startswith("experts_")}
+    gate, up = arrays["experts_gate_proj"], arrays["experts_up_proj"]  # [E, n, m] each
+    gate_bias, up_bias = arrays["experts_gate_bias"], arrays["experts_up_bias"]  # [E, m] each
+    if spec.kernel == "portable":
+        out["experts_gate_up_proj"] = np.concatenate([gate, up], axis=-1)
+        out["experts_gate_up_bias"] = np.concatenate([gate_bias, up_bias], axis=-1)[:, None, :]
+        out["experts_down_proj"] = arrays["experts_down_proj"]
+        out["experts_down_bias"] = arrays["experts_down_bias"][:, None, :]
+        return out
+    E, n, m = gate.shape
+    out["experts_gate_up_proj"] = np.stack([gate, up], axis=-1).reshape(E, n, 2 * m).transpose(0, 2, 1)
+    out["experts_gate_up_bias"] = np.stack([gate_bias, up_bias], axis=-1).reshape(E, 2 * m)
+    out["experts_down_proj"] = arrays["experts_down_proj"].transpose(0, 2, 1)
+    out["experts_down_bias"] = arrays["experts_down_bias"]
+    return out
+
+
+def moe(g: GraphBuilder, spec: MoESpec, x: str, w: Mapping[str, str]) -> str:
+    """x [b, s, n] -> [b, s, n]; ``w``: the stored names of ``to_graph``'s weights and the router's."""
+    logits = linear(g, x, w["router_proj"], w.get("router_bias"))  # [b, s, E]
+    if spec.kernel == "contrib":
+        flat = g.op("Flatten", [x], axis=2)  # [T, n]
+        mixed = g.op("MoE", [flat, g.op("Flatten", [logits], axis=2), w["experts_gate_up_proj"],
+                             w["experts_gate_up_bias"], w["experts_down_proj"], w["experts_down_bias"]],
+                     domain=MICROSOFT, k=spec.top_k, activation_type="swiglu", swiglu_fusion=1,
+                     activation_alpha=float(spec.alpha), activation_beta=1.0, swiglu_limit=float(spec.limit),
+                     normalize_routing_weights=1)  # fmt: skip
+        return g.op("Reshape", [mixed, g.op("Shape", [x])])
+    c = lambda key, value: g.shared_const(f"moe_{key}", round_once(np.array(value), spec.dtype))  # noqa: E731
+    top, chosen = g.op("TopK", [logits, g.shared_const("moe_k", np.array([spec.top_k], np.int64))], n_out=2, axis=-1)
+    weights = g.op("Softmax", [top], axis=-1)  # [b, s, k]: the softmax of the k chosen logits
+    zeros = g.op("ConstantOfShape", [g.op("Shape", [logits])],
+                 value=_scalar(0.0, DTYPES[spec.dtype].onnx))  # fmt: skip
+    spread = g.op("ScatterElements", [zeros, chosen, weights], axis=-1)  # [b, s, E]: 0 for an expert not chosen
+    per_expert = g.op("Unsqueeze", [g.op("Transpose", [g.op("Flatten", [spread], axis=2)], perm=[1, 0]),
+                                    g.shared_const("moe_last", np.array([-1], np.int64))])  # [E, T, 1]  # fmt: skip
+    tokens = g.op("Reshape", [x, g.shared_const("moe_tokens", np.array([1, -1, 0], np.int64))])  # [1, T, n]
+    both = linear(g, tokens, w["experts_gate_up_proj"], w["experts_gate_up_bias"])  # [E, T, 2m]
+    half = g.shared_const("moe_split", np.array([spec.inner] * 2, np.int64))
+    gate, up = g.op("Split", [both, half], n_out=2, axis=-1)
+    gate = g.op("Min", [gate, c("limit", spec.limit)])
+    up = g.op("Clip", [up, c("low", -spec.limit), c("limit", spec.limit)])
+    glu = g.op("Mul", [gate, g.op("Sigmoid", [g.op("Mul", [gate, c("alpha", spec.alpha)])])])
+    hidden = g.op("Mul", [g.op("Add", [up, c("one", 1.0)]), glu])  # [E, T, m]
+    out = linear(g, hidden, w["experts_down_proj"], w["experts_down_bias"])  # [E, T, n]
+    summed = g.op("ReduceSum", [g.op("Mul", [out, per_expert]), g.shared_const("moe_first", np.array([0], np.int64))],
+                  keepdims=0)  # [T, n]  # fmt: skip
+    return g.op("Reshape", [summed, g.op("Shape", [x])])
+
+
+def _scalar(value: float, onnx_dtype: int) -> TensorProto:
+    return helper.make_tensor("value", onnx_dtype, [1], [value])
+
+
+def route64(spec: MoESpec, logits: np.ndarray, flips: Collection[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """(chosen [T, k], weights [T, k]) of float64 router logits [T, E]: the k largest, ties to the lower index; the
+    softmax of their logits. A token in ``flips`` takes its (k + 1)-th expert in place of its k-th (the other side of
+    a near tie, ``near_ties``).
+    """  # noqa: D205
+    order = np.argsort(-logits, axis=-1, kind="stable")
+    chosen = order[:, : spec.top_k].copy()
+    for token in flips:
+        chosen[token, -1] = order[token, spec.top_k]
+    top = np.take_along_axis(logits, chosen, axis=-1)
+    e = np.exp(top - top.max(axis=-1, keepdims=True))
+    return chosen, e / e.sum(axis=-1, keepdims=True)
+
+
+def near_ties(spec: MoESpec, logits: np.ndarray, bound: float) -> list[tuple[int, float]]:
+    """(token, margin) of each token of router logits [T, E] whose k-th and (k + 1)-th logits are within ``bound`` x
+    its largest |logit|: a runtime whose logits are off by that much may route it either way. None with k = E.
+    """  # noqa: D205
+    if spec.top_k == spec.experts:
+        return []
+    ordered = -np.sort(-logits, axis=-1)
+    margins = ordered[:, spec.top_k - 1] - ordered[:, spec.top_k]
+    scale = np.abs(logits).max(axis=-1)
+    return [(int(t), float(margins[t])) for t in np.nonzero(margins <= bound * scale)[0]]
+
+
+def expert64(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], e: int) -> np.ndarray:
+    """float64 [t, n] -> [t, n]: expert e's clamped SwiGLU (module doc)."""
+    gate = np.minimum(linear64(x, w["experts_gate_proj"][e], w["experts_gate_bias"][e]), spec.limit)
+    up = np.clip(linear64(x, w["experts_up_proj"][e], w["experts_up_bias"][e]), -spec.limit, spec.limit)
+    glu = gate / (1.0 + np.exp(-spec.alpha * gate))
+    return linear64((up + 1.0) * glu, w["experts_down_proj"][e], w["experts_down_bias"][e])
+
+
+def moe64(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Collection[int] = (),
+          ties: tuple[float, list[tuple[int, float]]] | None = None) -> np.ndarray:  # fmt: skip
+    """float64 x [b, s, n] -> [b, s, n] from the stored weights under their canonical names (``NAMES``): each token
+    through its k experts only, chosen and weighed by its float64 router logits.
+
+    ``flips``: tokens (flat indices into b x s) routed the other way at their near tie (``route64``). ``ties``:
+    (bound, a list) to which the (token, margin) of every near tie within that bound is appended (``near_ties``).
+    """  # noqa: D205
+    missing = next((name for name in NAMES if name not in w), None)
+    if missing is not None:
+        raise SpecError("weights", f"a mixture of experts needs {missing!r}, which the weights do not hold")
+    n = x.shape[-1]
+    tokens = x.reshape(-1, n)
+    logits = linear64(tokens, w["router_proj"], w["router_bias"])
+    if ties is not None:
+        ties[1].extend(near_ties(spec, logits, ties[0]))
+    chosen, weights = route64(spec, logits, flips)
+    out = np.zeros_like(tokens)
+    for e in np.unique(chosen):
+        rows, slot = np.nonzero(chosen == e)
+        out[rows] += weights[rows, slot, None] * expert64(spec, tokens[rows], w, int(e))
+    return out.reshape(x.shape)

@@ -1,0 +1,110 @@
+"""The ``moe`` component (gpt-oss's mixture of experts): each graph against its float64 twin, the twin against
+transformers' ``GptOssMLP`` in float64, the routing's near ties, and the spec's refusals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ropeexport.components.moe import MoESpec, moe, moe64, near_ties, route64, to_graph
+from ropeexport.errors import SpecError
+from ropeexport.graph.onnx_io import GraphBuilder
+from ropeexport.numerics import round_once
+from tests.components.test_components import TOL, _run, _stored
+
+E, K, N, M, T = 6, 2, 16, 12, 10  # experts, chosen, hidden, inner width, tokens
+
+
+def _weights(dtype: str, seed: int = 1) -> dict[str, np.ndarray]:
+    """Canonical weights (stored values, float64) whose gates and ups reach past the clamp of 7 on some tokens."""
+    rng = np.random.default_rng(seed)
+    shapes = {"router_proj": (N, E), "router_bias": (E,), "experts_gate_proj": (E, N, M), "experts_up_proj": (E, N, M),
+              "experts_down_proj": (E, M, N), "experts_gate_bias": (E, M), "experts_up_bias": (E, M),
+              "experts_down_bias": (E, N)}  # fmt: skip
+    scale = {"router_proj": 0.5, "experts_gate_proj": 1.5, "experts_up_proj": 1.5, "experts_down_proj": 0.3}
+    return {k: _stored(scale.get(k, 0.1) * rng.standard_normal(s), dtype) for k, s in shapes.items()}
+
+
+def _x(dtype: str) -> np.ndarray:
+    return _stored(np.random.default_rng(2).standard_normal((2, T // 2, N)), dtype)
+
+
+# (kernel, dtype, opset): the portable graph in the fused / tensorrt (23) and decomposed (17) opsets, ONNX Runtime's
+# MoE kernel (the gqa form)
+CASES = [("portable", "fp32", 23), ("portable", "fp16", 17), ("portable", "fp32", 17), ("contrib", "fp32", 23),
+         ("contrib", "fp16", 23)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kernel", "dtype", "opset"), CASES)
+def test_moe_graph_matches_its_twin(kernel: str, dtype: str, opset: int) -> None:
+    spec = MoESpec(E, K, M, 1.702, 7.0, dtype, kernel)
+    w, x = _weights(dtype), _x(dtype)
+    logits = x.reshape(-1, N) @ w["router_proj"] + w["router_bias"]
+    assert not near_ties(spec, logits, TOL[dtype] * 20)  # no token the dtype's rounding could route otherwise
+    gates = np.einsum("tn,enm->etm", x.reshape(-1, N), w["experts_gate_proj"])
+    assert (gates > 7.0).any() and (np.abs(gates) < 7.0).any()  # the clamp is reached, and not everywhere
+    g = GraphBuilder()
+    names = {n: g.const(n, round_once(v, dtype)) for n, v in to_graph(spec, w).items()}
+    got = _run(g, moe(g, spec, "x", names), {"x": round_once(x, dtype)}, dtype, opset,
+               {"com.microsoft": 1} if kernel == "contrib" else None)  # fmt: skip
+    want = moe64(spec, x, w)
+    scale = float(np.abs(want).max())
+    assert float(np.abs(got - want).max()) <= TOL[dtype] * scale
+    # each part of the definition is seen: the sigmoid's gain, the clamp, the count of experts, the gate | up order
+    planted = [MoESpec(E, K, M, 1.0, 7.0), MoESpec(E, K, M, 1.702, 3.0), MoESpec(E, K + 1, M, 1.702, 7.0)]
+    swapped = dict(w, experts_gate_proj=w["experts_up_proj"], experts_up_proj=w["experts_gate_proj"])
+    for other, weights in [(p, w) for p in planted] + [(spec, swapped)]:
+        assert float(np.abs(got - moe64(other, x, weights)).max()) > 10 * TOL[dtype] * scale, other
+
+
+def test_moe_twin_is_transformers_gpt_oss_mlp() -> None:
+    # transformers' GptOssMLP in float64 on the same weights, its checkpoint layout (gate, up interleaved) built by
+    # hand here: the twin's definition (top-k, softmax of the k, clamped SwiGLU, up + 1) is transformers' own.
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
+
+    config = transformers.AutoConfig.for_model("gpt_oss", hidden_size=N, intermediate_size=M, num_local_experts=E,
+                                               num_experts_per_tok=K)  # fmt: skip
+    module = GptOssMLP(config).double()
+    w, x = _weights("fp32"), _x("fp32")
+    interleave = lambda a, b: np.stack([a, b], axis=-1).reshape(*a.shape[:-1], 2 * a.shape[-1])  # noqa: E731
+    state = {"router.weight": w["router_proj"].T, "router.bias": w["router_bias"],
+             "experts.gate_up_proj": interleave(w["experts_gate_proj"], w["experts_up_proj"]),
+             "experts.gate_up_proj_bias": interleave(w["experts_gate_bias"], w["experts_up_bias"]),
+             "experts.down_proj": w["experts_down_proj"], "experts.down_proj_bias": w["experts_down_bias"]}  # fmt: skip
+    module.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()})
+    with torch.no_grad():
+        theirs = module(torch.from_numpy(x))[0].numpy()
+    ours = moe64(MoESpec(E, K, M, config.swiglu_alpha, config.swiglu_limit), x, w)
+    assert float(np.abs(theirs - ours).max()) <= 1e-12 * float(np.abs(ours).max())
+
+
+def test_a_flipped_token_takes_its_next_expert() -> None:
+    spec = MoESpec(4, 2, M, 1.702, 7.0)
+    logits = np.array([[3.0, 1.0, 0.999, -2.0], [0.0, 5.0, 1.0, 4.0]])
+    chosen, weights = route64(spec, logits)
+    assert chosen.tolist() == [[0, 1], [1, 3]]
+    assert np.allclose(weights.sum(axis=-1), 1.0) and weights[1, 0] == pytest.approx(1 / (1 + np.exp(-1.0)))
+    flipped, _ = route64(spec, logits, flips=[0])
+    assert flipped.tolist() == [[0, 2], [1, 3]]
+    # token 0's 2nd and 3rd are 0.001 apart (1/3000 of its scale 3): a near tie at 1e-3, not at 1e-4
+    assert near_ties(spec, logits, 1e-3) == [(0, pytest.approx(0.001))]
+    assert near_ties(spec, logits, 1e-4) == []
+    assert near_ties(MoESpec(4, 4, M, 1.702, 7.0), logits, 1.0) == []  # every expert chosen: no tie to break
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"top_k": 7}, "experts_per_token: must be"),
+        ({"experts": 0}, "num_experts: must be"),
+        ({"limit": 0.0}, "swiglu_limit: must be a finite number > 0"),
+        ({"alpha": float("inf")}, "swiglu_alpha: must be a finite number > 0"),
+        ({"kernel": "sparse"}, "kernel: must be one of portable, contrib"),
+    ],
+)
+def test_moe_spec_refuses_by_field(fields: dict[str, object], words: str) -> None:
+    with pytest.raises(SpecError, match=words):
+        MoESpec(**({"experts": E, "top_k": K, "inner": M, "alpha": 1.702, "limit": 7.0} | fields))  # type: ignore[arg-type]
