@@ -37,14 +37,18 @@ def add_parser(sub: Any) -> None:
     """Register ``audit``."""
     p = subcommand(sub, "audit", __doc__, run)
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
-    p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
+    source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
+                        "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
+                        "fields}}")  # fmt: skip
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when anything differs."""
-    result = audit(args.model, args.hf_config, out=args.out)
+    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -44,7 +44,11 @@ def add_parser(sub: Any) -> None:
     """Register ``graft``."""
     p = subcommand(sub, "graft", __doc__, run)
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
-    p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
+    source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
+                        "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
+                        "fields}}")  # fmt: skip
     p.add_argument("--out", required=True, metavar="FIXED.onnx", help="the grafted model to write (must not exist)")
     p.add_argument("--trust", choices=["model", "config"], default="model",
                    help="which to follow when they disagree on the schedule (default model: refuse)")  # fmt: skip
@@ -56,7 +60,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails."""
-    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint)
+    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
