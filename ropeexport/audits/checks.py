@@ -174,11 +174,24 @@ def check_site(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[s
                                                  f"different encodings ({told}): {which}"))  # fmt: skip
             record["exact"] = False
     record["checked_as"] = [g.label for g in used]
+    if nope and not used and _identity(site, evaluator):  # what graft writes for layers without RoPE
+        record["exact"] = True
+        record["note"] = "an identity rotation (cos 1, sin 0): its layers have no RoPE in the config, as they should"
+        return record
     if nope:
         record["findings"].append(layer_finding("nope-rotated", "{who} {has} no RoPE in the config but {are} rotated",
                                                 "", nope))  # fmt: skip
         record["exact"] = False
     return record
+
+
+def _identity(site: Site, evaluator: Evaluator) -> bool:
+    """The site's values rotate nothing: cos 1 and sin 0 on a short call."""
+    try:
+        cos, sin = (np.asarray(v, np.float64) for v in evaluator.raw(site, READER_TOKENS)[:2])
+    except (CallRefused, NotEvaluated):
+        return False
+    return bool(np.all(cos == 1.0) and np.all(sin == 0.0))
 
 
 def _untold(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str, Any]:

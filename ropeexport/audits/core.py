@@ -232,7 +232,7 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
     missing = sorted(rotated - read)
     if not missing:
         return []
-    found = layer_finding("not-rotated", "{who} {are} not rotated but the config rotates them", "", missing)
+    found = layer_finding("not-rotated", "{who} {are} not rotated but the config rotates {them}", "", missing)
     return [found | {"sites": []}]
 
 

@@ -46,10 +46,12 @@ def who(label: str, layers: tuple[int, ...] | list[int]) -> str:
 
 
 def render(template: str, label: str, layers: tuple[int, ...] | list[int]) -> str:
-    """A finding about layers in words: ``{who}`` the layers, ``{s}`` / ``{has}`` / ``{is}`` agreeing with them."""
+    """A finding about layers in words: ``{who}`` the layers, ``{s}`` / ``{has}`` / ``{are}`` / ``{them}`` agreeing
+    with them.
+    """  # noqa: D205
     one = len(layers) == 1
     return template.format(who=who(label, layers), s="s" if one else "", has="has" if one else "have",
-                           are="is" if one else "are")  # fmt: skip
+                           are="is" if one else "are", them="it" if one else "them")  # fmt: skip
 
 
 def layer_finding(name: str, template: str, label: str, layers: tuple[int, ...] | list[int]) -> dict[str, Any]:
@@ -218,8 +220,8 @@ def from_spec_file(path: Path, model: ir.Model | None = None) -> Encodings:
         return Encodings(str(path), "spec_file", (Group("", spec, ()),))
     extra = sorted(set(data) - {"layers", "encodings"})
     if extra or "layers" not in data or "encodings" not in data:
-        raise SpecError("spec_file", f"{where} must hold `layers` (one encoding name or null per layer) and "
-                        f"`encodings` (name -> spec fields){f', not {extra[0]!r}' if extra else ''}")  # fmt: skip
+        raise SpecError("spec_file", f"{where} must hold layers (one encoding name or null per layer) and "
+                        f"encodings (name -> spec fields){f', not {extra[0]!r}' if extra else ''}")  # fmt: skip
     names, encodings = data["layers"], data["encodings"]
     if not isinstance(names, list) or not names:
         raise SpecError("spec_file", f"{where}: layers must be a non-empty list (an encoding name or null per layer)")
