@@ -12,12 +12,14 @@ names; an empty list is explained with nothing to add (right frequencies under a
    finer one resolving the turns the coarser predicts);
 5. right frequencies (``Measured.same``): a precision finding: float32 angles, float32 frequencies seen through fp16
    (bf16) rounding, float32 frequencies, or values off as measured;
-6. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
+6. ``other-layers-table``: the table of another group of layers (a per-layer config: the sliding layers given the
+   global layers' table), in the field's words with both encodings;
+7. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
    NTK at another length, YaRN's correction range truncated the other way;
-7. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
-8. ``scaling-factor``: the config's schedule with another ``factor``, read from the lowest frequency; else a constant
+8. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
+9. ``scaling-factor``: the config's schedule with another ``factor``, read from the lowest frequency; else a constant
    ratio to the config's frequencies (``frequency-ratio``), as measured;
-9. ``frequencies-differ``: which dimension turns at which rate, as measured; never guessed.
+10. ``frequencies-differ``: which dimension turns at which rate, as measured; never guessed.
 
 Angles are compared modulo 2 pi, each within a few float32 units of the exact angle plus four units of the stored
 dtype (``Measured.envelope``): what float32 angles and one rounding can do, so a structural cause (a sign, an offset)

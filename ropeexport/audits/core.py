@@ -228,7 +228,10 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
     if not rope or any(s.get("layers") is None for s in rope) or encodings.first.encoding != "rope":
         return []
     read = {layer for s in rope for layer in s["layers"]}
-    rotated = {i for i in named if encodings.of(i) is not None} if encodings.count is not None else set()
+    if encodings.count is None:
+        return []
+    # below the count: the builder names its final norm /model/layers.{n}/final_norm_layernorm, a layer past the last
+    rotated = {i for i in named if i < encodings.count and encodings.of(i) is not None}
     missing = sorted(rotated - read)
     if not missing:
         return []
@@ -239,12 +242,12 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
 def weigh(result: AuditResult, path: Path, encodings: Encodings) -> None:
     """Each finding's effect on the logits (``audits.effect``), the findings then ranked by it (unmeasured last)."""
     from ropeexport.audits.effect import measure
+    from ropeexport.audits.fix import UNREPAIRABLE
 
     last = int(encodings.first.max_positions) - 1
     for found in result.findings:
-        if not found["sites"]:
-            found["effect"] = {"not_measured": "no site reads these layers: repairing it adds a rotation, which "
-                               "graft does not make"}  # fmt: skip
+        if found["name"] in UNREPAIRABLE:
+            found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
             continue
         sites = [result.sites[i] for i in found["sites"]]
         if any(f["name"] in (*STRUCTURAL, "unidentified-site") for s in sites for f in s["findings"]):

@@ -27,6 +27,13 @@ from ropeexport.audits.sites import find_value, scope_graphs
 from ropeexport.audits.tables import replace_tables, tables_of
 from ropeexport.errors import SpecError
 
+# Findings a graft cannot repair by replacing values: what it would have to do instead.
+UNREPAIRABLE = {
+    "not-rotated": "graft replaces rotary values, it adds no rotation",
+    "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
+    "layers-unknown": "which encoding the site's layers need cannot be told from the model",
+}
+
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
 
 

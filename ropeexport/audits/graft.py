@@ -36,7 +36,7 @@ import onnx_ir as ir
 from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
-from ropeexport.audits.fix import repair
+from ropeexport.audits.fix import UNREPAIRABLE, repair
 from ropeexport.audits.layers import encodings_for
 from ropeexport.audits.model import load_model, ort_reason, quiet
 from ropeexport.audits.observe import feed, session_feeds
@@ -136,12 +136,6 @@ def graft(
     return result
 
 
-# Findings a graft cannot repair by replacing values: what it would have to do instead.
-UNREPAIRABLE = {
-    "not-rotated": "graft replaces rotary values, it adds no rotation",
-    "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
-    "layers-unknown": "which encoding the site's layers need cannot be told from the model",
-}
 
 
 def _refuse_unchecked(before: AuditResult) -> None:

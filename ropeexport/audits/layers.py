@@ -145,8 +145,11 @@ class Encodings:
         return next((g for g in self.groups if layer in g.layers), None)
 
     def check_count(self, named: set[int]) -> None:
-        """A spec file names as many layers as the model has (``named``: the layers its nodes name)."""
-        if self.field == "spec_file" and self.count is not None and named and max(named) + 1 != self.count:
+        """A spec file lists no more layers than the model has (``named``: the layers its nodes name; a reader in a
+        layer past the list is refused by ``of``). The builder names its final norm as a layer past the last, so the
+        model may name one more.
+        """  # noqa: D205
+        if self.field == "spec_file" and self.count is not None and named and max(named) + 1 < self.count:
             raise SpecError("spec_file", f"{self.source!r} lists {self.count} layers but the model's nodes name "
                             f"layers 0-{max(named)} ({max(named) + 1} layers)")  # fmt: skip
 

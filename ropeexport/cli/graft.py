@@ -1,6 +1,8 @@
 """``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx``: exact RoPE tables in a foreign model.
 
-Audits the model first (``ropeexport audit``), replaces every constant rotary table (GroupQueryAttention's or
+Audits the model first (``ropeexport audit``; --spec FILE instead of --hf-config as there), and per layer gives each
+wrong site's readers the exact values of their layers' encoding (a table two encodings share is split, the readers
+of each rewired to their own; a layer without RoPE gets an identity table). It replaces every constant rotary table (GroupQueryAttention's or
 RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop bodies) with the config's
 schedule in float64 rounded once to the table's dtype, keeping every node (same runtime, same execution providers);
 cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact tables gathered by

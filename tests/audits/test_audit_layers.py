@@ -75,6 +75,18 @@ def _rewire(model: Path) -> None:
     onnx.save(proto, str(model))
 
 
+def _one_table(model: Path) -> None:
+    """Every layer's RotaryEmbedding reads layer 2's table at layer 2's rows: one site read by both layer types, as a
+    model with one table for every layer is.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    rotations = [n for n in proto.graph.node if n.op_type == "RotaryEmbedding"]
+    source = next(n for n in rotations if n.name.startswith("layers.2/"))
+    for node in rotations:
+        node.input[1:4] = source.input[1:4]
+    onnx.save(proto, str(model))
+
+
 def _float32_angles(model: Path) -> None:
     """Gemma 3's sliding table (theta 10000) computed with float32 angles, as the peers compute theirs."""
     proto = onnx.load(str(model))
@@ -104,6 +116,7 @@ class LayerFault:
     built: dict[str, Any] | None = None
     audited: dict[str, Any] | None = None
     plant: Callable[[Path], None] | None = None
+    also: tuple[str, ...] = ()  # the findings found beside it at the same sites (the same effect)
 
 
 YARN_OFF = {"rope_parameters": {"truncate": False}}
@@ -126,6 +139,10 @@ FAULTS = [
     LayerFault("partial-rotary-ignored", "qwen3", "partial-rotary-ignored",
                "partial rotary 0.5 but all 16 channels rotated (config: 8 of 16)", None,
                "does not change how many channels", audited={"partial_rotary_factor": 0.5}),
+    LayerFault("one-table-for-two-encodings", "gemma3", "shared-table",
+               "one table read by layers the config gives different encodings (sliding layers (0-1, 3-4): theta "
+               "10000, unscaled; global layers (2, 5): theta 1e+06 with linear x8): it matches the global layers'",
+               (0.05, 10.0), "proven", plant=_one_table, also=("other-layers-table",)),
     LayerFault("float32-angles-sliding", "gemma3", "float32-angles", "float32 angles", (0.0, 1e-4), "proven",
                plant=_float32_angles),
 ]  # fmt: skip
@@ -149,8 +166,8 @@ def test_a_planted_layer_fault_is_named_with_its_effect(fault: LayerFault, tmp_p
     result = rx.audit(model, config)
     assert result.verdict == "findings"
     names = [f["name"] for f in result.findings]
-    assert names == [fault.finding], result.findings
-    (found,) = result.findings
+    assert sorted(names) == sorted([fault.finding, *fault.also]), result.findings
+    found = next(f for f in result.findings if f["name"] == fault.finding)
     assert fault.words in found["text"], found["text"]
     effect = found["effect"]
     if fault.effect is None:
@@ -186,8 +203,35 @@ def test_a_planted_layer_fault_is_grafted_per_layer_and_proven(fault: LayerFault
     result = rx.graft(model, config, out, trust="config", checkpoint=checkpoint)
     assert result.proven and result.after is not None and result.after.verdict == "exact", result.to_dict()
     assert result.decoder is not None and result.decoder["passed"]["grafted"], result.decoder
-    if fault.case == "sliding-given-global":  # the global table kept for layers 2 and 5, a copy made for the others
+    if fault.plant is _rewire:  # the global table kept for layers 2 and 5 (exact sites), a copy made for the others
         assert [r.get("split_for") for r in result.replaced] == ["sliding"], result.replaced
+    if fault.plant is _one_table:  # one site read by both: each encoding's readers get their own copy
+        assert sorted(r.get("split_for") for r in result.replaced) == ["global", "sliding"], result.replaced
+
+
+def test_a_site_whose_readers_name_no_layer_is_checked_against_each_encoding(tmp_path: Path,
+                                                                            tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("gemma3")
+    model = _decoder(tmp_path, ckpt, "fused")
+    _one_table(model)
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        node.name = ""  # no reader names its layer
+    onnx.save(proto, str(model))
+    result = rx.audit(model, ckpt / "config.json")
+    (site,) = result.sites
+    assert site["layers"] is None and site["checked_as"] == ["global"] and result.verdict == "exact"
+    assert "its readers name no layer: it matches the global layers (2, 5)' encoding" in site["note"]
+    _float32_angles(model)  # nothing reads that table now: the shared one's values planted with another theta
+    for tensor in proto.graph.initializer:
+        if tensor.name in ("layers.2/rope/cos_table", "layers.2/rope/sin_table"):
+            rows, width = tensor.dims
+            angles = np.outer(np.arange(rows), 5e5 ** (-np.arange(width) / width))
+            table = np.cos(angles) if "cos" in tensor.name else np.sin(angles)
+            tensor.CopyFrom(numpy_helper.from_array(table.astype(np.float32), tensor.name))
+    onnx.save(proto, str(model))
+    found = {f["name"]: f["text"] for f in rx.audit(model, ckpt / "config.json").findings}
+    assert "it matches none of the encodings" in found["layers-unknown"], found
 
 
 def _spec_file(tmp_path: Path, content: Any) -> Path:
@@ -228,7 +272,9 @@ def test_a_single_spec_file_stands_for_every_layer(tmp_path: Path, tiny_checkpoi
 
 BAD_SPECS = [
     ("too-few-layers", {"layers": LAYERS[:4], "encodings": {"local": SLIDING, "global": GLOBAL}},
-     "lists 4 layers but the model's nodes name layers 0-5"),
+     "describes 4 layers but the model's nodes read a site in layer 4"),
+    ("too-many-layers", {"layers": LAYERS * 2, "encodings": {"local": SLIDING, "global": GLOBAL}},
+     "lists 12 layers but the model's nodes name layers 0-5"),
     ("unknown-encoding", {"layers": [*LAYERS[:5], "glob"], "encodings": {"local": SLIDING, "global": GLOBAL}},
      "layers[5] is 'glob', not an encoding of the file"),
     ("unused-encoding", {"layers": ["local"] * 6, "encodings": {"local": SLIDING, "global": GLOBAL}},
@@ -244,6 +290,7 @@ def test_a_bad_spec_file_is_one_line_and_exit_2(case: str, content: Any, words: 
                                                 tiny_checkpoint) -> None:  # noqa: ANN001
     model = _decoder(tmp_path, tiny_checkpoint("gemma3"), "fused")
     spec = _spec_file(tmp_path, content)
+    capsys.readouterr()  # what making the checkpoint wrote
     assert main(["audit", str(model), "--spec", str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err, err
