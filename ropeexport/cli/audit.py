@@ -1,4 +1,4 @@
-"""``ropeexport audit MODEL.onnx --hf-config config.json``: is this model's RoPE right at every position, in every layer.
+"""``ropeexport audit MODEL.onnx --hf-config config.json``: is this model's RoPE right at every position and layer.
 
 Finds every rotary site of a model built by any tool (onnxruntime-genai's builder, Optimum, torch.onnx.export,
 ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), tables gathered by

@@ -2,14 +2,14 @@
 
 Audits the model first (``ropeexport audit``; --spec FILE instead of --hf-config as there), and per layer gives each
 wrong site's readers the exact values of their layers' encoding (a table two encodings share is split, the readers
-of each rewired to their own; a layer without RoPE gets an identity table). It replaces every constant rotary table (GroupQueryAttention's or
-RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop bodies) with the config's
-schedule in float64 rounded once to the table's dtype, keeping every node (same runtime, same execution providers);
-cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact tables gathered by
-position_ids (a LongRoPE switch on the call length included). Then proves the result: the grafted model audited
-again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise. With
---checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are also
-judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
+of each rewired to their own; a layer without RoPE gets an identity table). It replaces every constant rotary table
+(GroupQueryAttention's or RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop
+bodies) with the config's schedule in float64 rounded once to the table's dtype, keeping every node (same runtime,
+same execution providers); cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact
+tables gathered by position_ids (a LongRoPE switch on the call length included). Then proves the result: the grafted
+model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise.
+With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are
+also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
 max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
 with a cache input is placed there after random cached entries.
 
