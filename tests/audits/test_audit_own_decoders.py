@@ -82,3 +82,17 @@ def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
     for site in result.sites:
         assert [f["name"] for f in site["findings"]] == ["alibi-slopes"], site["findings"]
         assert "in reverse head order" in site["findings"][0]["text"]
+
+
+# The graft proof's float64 recompute takes each layer's own encoding: every architecture's own decoder passes it.
+PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3")
+
+
+@pytest.mark.parametrize("name", tiered(list(CONFIGS), lambda n: n in PROVEN_FAST), ids=list(CONFIGS))
+def test_the_graft_proof_judges_every_decoder_ropeexport_builds(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    from ropeexport.audits.prove import DecoderProof
+
+    ckpt = tiny_checkpoint(name)
+    model = _decoder(tmp_path, ckpt, "fused")
+    proof = DecoderProof(ckpt / "config.json", ckpt, model).run({"built": model})
+    assert proof["passed"]["built"] and proof["calls_run"]["built"] >= 2, proof
