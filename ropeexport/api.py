@@ -419,15 +419,24 @@ def build_decoder(
     return result
 
 
-def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = None, threads: int = 2) -> AuditResult:
-    """Every rotary site of a foreign ONNX ``model`` against ``hf_config``'s schedule at every position
-    (``ropeexport.audits``); with ``out``, audit.json, audit.md and audit.html written there. Returns an
-    ``AuditResult``.
+def audit(
+    model: str | Path,
+    hf_config: str | Path | None = None,
+    out: str | Path | None = None,
+    threads: int = 2,
+    spec_file: str | Path | None = None,
+) -> AuditResult:
+    """Every rotary site of a foreign ONNX ``model`` against the encoding of the layers that read it at every
+    position (``ropeexport.audits``): ``hf_config``'s (a transformers config.json), or ``spec_file``'s (a position
+    spec, per layer where they differ; exactly one of the two); each finding's effect on the logits measured. With
+    ``out``, audit.json, audit.md and audit.html written there. Returns an ``AuditResult``.
     """  # noqa: D205
     from ropeexport.audits.core import audit as _audit
     from ropeexport.audits.core import write
 
-    result = _audit(_path(model, "model"), _path(hf_config, "hf_config"), threads)
+    config = None if hf_config is None else _path(hf_config, "hf_config")
+    spec = None if spec_file is None else _path(spec_file, "spec_file")
+    result = _audit(_path(model, "model"), config, threads, spec)
     if out is not None:
         write(result, _path(out, "out_dir"))
     return result
@@ -435,20 +444,24 @@ def audit(model: str | Path, hf_config: str | Path, out: str | Path | None = Non
 
 def graft(
     model: str | Path,
-    hf_config: str | Path,
+    hf_config: str | Path | None,
     out: str | Path,
     trust: str = "model",
     checkpoint: str | Path | None = None,
+    spec_file: str | Path | None = None,
 ) -> GraftResult:
-    """``model`` with every rotary site replaced by ``hf_config``'s exact tables, written to ``out`` (an .onnx file
-    that must not exist) and proven (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was
-    exported from) its logits are judged against the whole decoder's float64 recompute at far positions and across
-    original_max_position_embeddings too. Returns a ``GraftResult``.
+    """``model`` with every wrong rotary site replaced by the exact values of its layers' encoding (``hf_config``'s,
+    or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist) and proven
+    (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was exported from) its logits are judged
+    against the whole decoder's float64 recompute at far positions and across original_max_position_embeddings too.
+    Returns a ``GraftResult``.
     """  # noqa: D205
     from ropeexport.audits.graft import graft as _graft
 
     folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
-    return _graft(_path(model, "model"), _path(hf_config, "hf_config"), _path(out, "out"), trust, folder)
+    config = None if hf_config is None else _path(hf_config, "hf_config")
+    spec = None if spec_file is None else _path(spec_file, "spec_file")
+    return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec)
 
 
 def generate(

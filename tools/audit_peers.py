@@ -51,7 +51,7 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                                                    "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0],
                                                    "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0]}}),
     "alibi (BLOOM, 12 heads)": ("bloom", {"hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 12}),
-    # The 2026 families whose layers share one encoding (audit refuses a model of two, Gemma 3's, by name):
+    # The 2026 families (Qwen3, Gemma 2 and SmolLM3 with layer types; SmolLM3's every 4th layer without RoPE):
     "yarn x4 + q/k norms (Qwen3)": ("qwen3", {"max_position_embeddings": 131072, "head_dim": 16,
                                              "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
                                                                  "rope_theta": 1000000.0,
@@ -61,6 +61,15 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                                                          "pad_token_id": 0}),
     "no RoPE on every 4th layer (SmolLM3)": ("smollm3", {"max_position_embeddings": 65536, "num_hidden_layers": 4,
                                                         "pad_token_id": 0}),
+    # Per layer: two encodings (Gemma 3's sliding layers at theta 10000 unscaled, its global ones at 1e6 linear x8)
+    "two encodings: sliding 1e4, global 1e6 linear x8 (Gemma 3)": (
+        "gemma3_text", {"max_position_embeddings": 8192, "head_dim": 16, "query_pre_attn_scalar": 16,
+                        "sliding_window": 64, "pad_token_id": 0, "num_hidden_layers": 4,
+                        "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                                        "sliding_attention"],
+                        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                               "rope_theta": 1000000.0}}}),
 }  # fmt: skip
 
 _EXPORT = r"""
@@ -192,6 +201,14 @@ def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _effect(found: dict[str, Any]) -> str:
+    """A finding with its effect on the logits: ``float32 angles .. (logits 1e-06 of the scale)``."""
+    effect = found.get("effect") or {}
+    if "relative" in effect:
+        return f"{found['text']} (effect {effect['relative']:.2g} of the logit scale at position {effect['position']})"
+    return f"{found['text']} (effect not measured: {effect.get('not_measured', '')})"
+
+
 def _logits(model: dict[str, Any]) -> str:
     """``2.1e-06 (last position)``, FAIL marked, why calls were not run said."""
     if model["worst_rel"] is None:
@@ -202,16 +219,24 @@ def _logits(model: dict[str, Any]) -> str:
 
 def audit_row(row: dict[str, Any], model: Path, ckpt: Path, folder: Path) -> dict[str, Any]:
     """``row`` with the audit of ``model`` against its checkpoint's config, and its graft (``graft_row``)."""
+    import time
+
     import ropeexport as rx
 
     name, source = row["schedule"], row["source"]
+    start = time.perf_counter()
     try:
         result = rx.audit(model, ckpt / "config.json")
     except Exception as exc:  # noqa: BLE001 - recorded: a site audit cannot read is a result too
         print(f"{name} / {source}: audit failed: {exc}", flush=True)
         return row | {"error": f"audit: {exc}"}
+    row["audit_s"] = round(time.perf_counter() - start, 1)
     worst = max((p["max_abs"] for s in result.sites for p in s["probes"]), default=None)
     row = row | {"verdict": result.verdict, "sites": [s["kind"] for s in result.sites], "max_abs": worst,
+                 "site_layers": [s.get("layers") for s in result.sites],
+                 "checked_as": [s.get("checked_as") for s in result.sites],
+                 "effects": [{"name": f["name"], "text": f["text"], "effect": f.get("effect")}
+                             for f in result.findings],
                  "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
                  "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
                  "dtype": sorted({s["dtype"] for s in result.sites if s["dtype"]})}  # fmt: skip
@@ -244,6 +269,13 @@ def plant_slopes(model: Path, ckpt: Path, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     ir.save(graph, folder / "model.onnx", external_data="model.onnx.data")
     return folder / "model.onnx"
+
+
+def spans(layers: list[int]) -> str:
+    """Layer indices as runs (``hf.spans``)."""
+    from ropeexport.hf import spans as runs
+
+    return runs(layers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,18 +311,25 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/audit_peers.py " + " ".join(sys.argv[1:])
     (out / "audit-peers.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
     lines = ["# ropeexport audit on models other tools exported", "", f"`{command}`; tiny random checkpoints "
-             "(2 layers, head_dim 16) of each schedule's real parameters and lengths; tables = max |cos/sin - float64| "
-             "over every position of every probed call length; logits = max |logit - float64 recompute of the whole "
-             "decoder| / max |float64 logit|, the worst of the calls (positions 0..7, the last at max_positions - 1, "
-             "L = original and original + 1), before -> after the graft (tolerance 1e-4).", "",
-             "| schedule | source | sites | verdict | tables | findings | graft | logits before -> after |",
+             "(2 layers, SmolLM3 and Gemma 3 4; head_dim 16) of each schedule's real parameters and lengths; sites: "
+             "each with the encoding it was checked as and the layers whose nodes read it; tables = max |cos/sin - "
+             "float64| over every position of every probed call length; effect: max |logits - logits with the "
+             "finding's sites repaired| / max |logit| on 8 tokens ending where it is worst; logits = max |logit - "
+             "float64 recompute of the whole decoder| / max |float64 logit|, the worst of the calls (positions 0..7, "
+             "the last at max_positions - 1, L = original and original + 1), before -> after the graft (tolerance "
+             "1e-4).", "",
+             "| schedule | source | sites (their layers) | verdict | tables | findings (effect) | graft "
+             "| logits before -> after |",
              "|---|---|---|---|---:|---|---|---|"]  # fmt: skip
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['schedule']} | {r['source']} | | not audited | | {r['error']} | | |")
             continue
         kinds = ", ".join(sorted(set(r["sites"])))
-        found = "<br>".join(r["findings"]) or "none"
+        layered = [f"{'/'.join(c or []) or 'all'}: {spans(ls) if ls else 'not told'}"
+                   for ls, c in zip(r.get("site_layers", []), r.get("checked_as", []), strict=False)]  # fmt: skip
+        kinds += f" ({'; '.join(layered)})" if layered else ""
+        found = "<br>".join(_effect(e) for e in r.get("effects", [])) or "none"
         g = r["graft"]
         if "refused" in g:
             grafted = f"refused: {g['refused']}"

@@ -12,12 +12,14 @@ names; an empty list is explained with nothing to add (right frequencies under a
    finer one resolving the turns the coarser predicts);
 5. right frequencies (``Measured.same``): a precision finding: float32 angles, float32 frequencies seen through fp16
    (bf16) rounding, float32 frequencies, or values off as measured;
-6. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
+6. ``other-layers-table``: the table of another group of layers (a per-layer config: the sliding layers given the
+   global layers' table), in the field's words with both encodings;
+7. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
    NTK at another length, YaRN's correction range truncated the other way;
-7. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
-8. ``scaling-factor``: the config's schedule with another ``factor``, read from the lowest frequency; else a constant
+8. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
+9. ``scaling-factor``: the config's schedule with another ``factor``, read from the lowest frequency; else a constant
    ratio to the config's frequencies (``frequency-ratio``), as measured;
-9. ``frequencies-differ``: which dimension turns at which rate, as measured; never guessed.
+10. ``frequencies-differ``: which dimension turns at which rate, as measured; never guessed.
 
 Angles are compared modulo 2 pi, each within a few float32 units of the exact angle plus four units of the stored
 dtype (``Measured.envelope``): what float32 angles and one rounding can do, so a structural cause (a sign, an offset)
@@ -30,9 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from ropeexport.audits.layers import describe, layer_finding
 from ropeexport.families.rope.regimes import frequencies, switch_length
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
@@ -90,6 +94,9 @@ class Measured:
     tol: float  # one unit of the stored dtype, times the factor (``diagnose.compare``)
     dtype: str
     factor_off: bool = False  # the observed attention factor is another (said already)
+    label: str = ""  # the site's layers: their group's label and indices (``who``), () when not told
+    layers: tuple[int, ...] = ()
+    others: tuple[tuple[str, Any], ...] = ()  # the model's other encodings: (their layers' label, spec)
 
     @property
     def rows(self) -> int:
@@ -152,7 +159,7 @@ class Measured:
         return bool(np.all(np.abs(self.seen - inv) <= np.maximum(MATCH * np.abs(inv), self.resolution)))
 
 
-Diagnosis = Callable[[Measured], "list[dict[str, str]] | None"]
+Diagnosis = Callable[[Measured], "list[dict[str, Any]] | None"]
 
 
 def clamped(m: Measured) -> list[dict[str, str]] | None:
@@ -218,6 +225,16 @@ def right_frequencies(m: Measured) -> list[dict[str, str]] | None:
         return [finding("float32-frequencies", f"float32 frequencies: {where} (inverse frequencies computed in "
                         f"float32, dimension {worst} off by {drift[worst]:.2g} relative; angles too)")]  # fmt: skip
     return [finding("values-off", f"values off by {where} with the right frequencies (not float32 rounding)")]
+
+
+def other_layers(m: Measured) -> list[dict[str, Any]] | None:
+    """The table of another group of layers (a per-layer config): the sliding layers given the global one."""
+    for label, spec in m.others:
+        inv, factor = frequencies(spec, m.length)
+        if m.same(inv) and abs(factor - m.factor) <= 4 * m.tol:
+            template = f"{{who}} use{{s}} the {label} layers' table: {describe(spec)}; config: {describe(m.spec)}"
+            return [layer_finding("other-layers-table", template, m.label, m.layers or ())]
+    return None
 
 
 def _misreadings(spec: RopeSpec, length: int) -> list[tuple[dict[str, str], np.ndarray]]:
@@ -321,11 +338,11 @@ def as_measured(m: Measured) -> list[dict[str, str]]:
                     f"position {position})")]  # fmt: skip
 
 
-CAUSES: tuple[Diagnosis, ...] = (clamped, exchanged, negated, offset, right_frequencies, misreading, theta,
-                                 scaling_factor, as_measured)  # fmt: skip
+CAUSES: tuple[Diagnosis, ...] = (clamped, exchanged, negated, offset, right_frequencies, other_layers, misreading,
+                                 theta, scaling_factor, as_measured)  # fmt: skip
 
 
-def diagnose(m: Measured) -> list[dict[str, str]]:
+def diagnose(m: Measured) -> list[dict[str, Any]]:
     """The findings of the first cause in ``CAUSES`` that explains ``m`` (none when its rows are exact)."""
     if m.rows < 2 or m.worst[0] <= m.tol:
         return []

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.diagnose import compare, finding
+from ropeexport.audits.layers import Encodings, describe, layer_finding
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
 from ropeexport.audits.patterns import Site, SiteKind, pattern_of
 from ropeexport.errors import SpecError
@@ -90,8 +91,11 @@ def _close(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def check_rope_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, Any]:
-    """A rotary site's record (module doc): per call length the comparison with the config's schedule."""
+def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = "", layers: tuple[int, ...] = (),
+                    others: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """A rotary site's record (module doc): per call length the comparison with ``spec``'s schedule (the encoding of
+    the site's ``layers``, labelled ``label``; ``others``: the model's other encodings, which ``causes`` may name).
+    """  # noqa: D205
     record = new_record(site)
     if site.kind is SiteKind.UNIDENTIFIED:
         op = "Cos" if site.cos else "Sin"
@@ -105,12 +109,15 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, An
     try:
         evaluate = lambda n: evaluator.evaluate(site, n, width)  # noqa: E731
         for length, (cos, sin, dtype) in _each_length(site, probe_lengths(spec), evaluate, evaluator, record):
+            if cos.shape[-1] != width and _partial(spec, cos.shape[-1]) is not None:
+                record["findings"].append(_partial(spec, cos.shape[-1]))
+                return _close(record)
             if cos.shape[-1] != width:
                 raise SpecError("hf_config", f"describes rotary_dim {spec.rotary_dim} (tables {width} wide) but the "
                                 f"model's cos/sin at {site.cos!r} are {cos.shape[-1]} wide: the config does not "
                                 "describe this model (head_dim, partial_rotary_factor)")  # fmt: skip
             record["dtype"] = dtype
-            record["probes"].append(compare(spec, cos, sin, length, dtype).to_dict())
+            record["probes"].append(compare(spec, cos, sin, length, dtype, label, layers, others).to_dict())
         refusal = _reader_refusal(site, spec, evaluator)
     except NotEvaluated as exc:
         record["findings"].append(_not_evaluated(site, f"ONNX Runtime refuses the graph computing them ({exc})"))
@@ -118,6 +125,90 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, An
     if refusal is not None:
         record["findings"].append(refusal)
     return _close(record)
+
+
+def _partial(spec: Any, seen: int) -> dict[str, str] | None:
+    """The finding of a rotated width that is the whole head where the config rotates part of it: ``seen`` is the
+    values' width (half the rotated channels, or all of them where a computed site duplicates its halves). A narrower
+    width than the config's is no finding: the config does not describe the model (its head_dim).
+    """  # noqa: D205
+    head = spec.head_dim
+    if spec.rotary_dim < head and seen in (head // 2, head):
+        return finding("partial-rotary-ignored", f"partial rotary {spec.rotary_dim / head:g} but all {head} channels "
+                       f"rotated (config: {spec.rotary_dim} of {head})")  # fmt: skip
+    return None
+
+
+def check_site(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str, Any]:
+    """A rotary site checked against the encodings of the layers that read it (``audits.layers``).
+
+    Its layers share one encoding: checked against it (the other encodings named where the site holds one of
+    theirs). Its layers need different encodings: checked against each, with a ``shared-table`` finding naming the
+    groups and the one it matches. Layers with no RoPE reading it: ``nope-rotated``. Its readers name no layer and
+    the model has several encodings: checked against each and reported as the one it matches (``checked_as``), or
+    as none (``layers-unknown``), compared with the closest.
+    """
+    groups = encodings.groups
+    if site.kind is SiteKind.UNIDENTIFIED or site.blocked or len(groups) == 1 and not encodings.unrotated:
+        return check_rope_site(site, encodings.first, evaluator) | {"checked_as": [groups[0].label]}
+    if site.layers is None:
+        return _untold(site, encodings, evaluator)
+    needs = {layer: encodings.of(layer) for layer in site.layers}
+    nope = [layer for layer, group in needs.items() if group is None]
+    used = [g for g in groups if any(g is n for n in needs.values())]
+    if not used:
+        record = new_record(site)
+    else:
+        tried = []
+        for group in used:
+            mine = tuple(layer for layer, g in needs.items() if g is group)
+            others = tuple((g.label, g.spec) for g in groups if g is not group)
+            tried.append((group, mine, check_rope_site(site, group.spec, evaluator, group.label, mine, others)))
+        wrong = [t for t in tried if not t[2]["exact"]]
+        record = (wrong or tried)[0][2]
+        if len(tried) > 1:
+            told = "; ".join(f"{g.words(mine)}: {describe(g.spec)}" for g, mine, _ in tried)
+            matched = [g.label for g, _, r in tried if r["exact"]]
+            which = f"it matches the {' and '.join(matched)} layers'" if matched else "it matches neither"
+            record["findings"].insert(0, finding("shared-table", f"one table read by layers the config gives "
+                                                 f"different encodings ({told}): {which}"))  # fmt: skip
+            record["exact"] = False
+    record["checked_as"] = [g.label for g in used]
+    if nope and not used and _identity(site, evaluator):  # what graft writes for layers without RoPE
+        record["exact"] = True
+        record["note"] = "an identity rotation (cos 1, sin 0): its layers have no RoPE in the config, as they should"
+        return record
+    if nope:
+        record["findings"].append(layer_finding("nope-rotated", "{who} {has} no RoPE in the config but {are} rotated",
+                                                "", nope))  # fmt: skip
+        record["exact"] = False
+    return record
+
+
+def _identity(site: Site, evaluator: Evaluator) -> bool:
+    """The site's values rotate nothing: cos 1 and sin 0 on a short call."""
+    try:
+        cos, sin = (np.asarray(v, np.float64) for v in evaluator.raw(site, READER_TOKENS)[:2])
+    except (CallRefused, NotEvaluated):
+        return False
+    return bool(np.all(cos == 1.0) and np.all(sin == 0.0))
+
+
+def _untold(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str, Any]:
+    """A site whose readers name no layer, checked against each encoding (``check_site``)."""
+    tried = [(g, check_rope_site(site, g.spec, evaluator, g.label)) for g in encodings.groups]
+    match = next(((g, r) for g, r in tried if r["exact"]), None)
+    if match is not None:
+        group, record = match
+        record["note"] = (f"its readers name no layer: it matches the {group.words()}' encoding "
+                          f"({describe(group.spec)})")  # fmt: skip
+    else:
+        group, record = min(tried, key=lambda t: max((p["max_abs"] for p in t[1]["probes"]), default=float("inf")))
+        told = "; ".join(f"{g.words()}: {describe(g.spec)}" for g in encodings.groups)
+        record["findings"].insert(0, finding("layers-unknown", f"its readers name no layer and it matches none of "
+                                             f"the encodings ({told}); compared with the {group.label} layers'"))
+    record["checked_as"] = [group.label]
+    return record
 
 
 def _reader_refusal(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, str] | None:

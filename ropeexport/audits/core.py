@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.audits.checks import check_bias_site, check_rope_site
-from ropeexport.audits.model import load_model, position_spec, refusal
+from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
+from ropeexport.audits.layers import Encodings, encodings_for, layer_finding, model_layers, render
+from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
 from ropeexport.audits.sites import SiteKind, find_sites
 from ropeexport.errors import SpecError
@@ -33,18 +34,22 @@ class AuditResult:
 
     model: str
     config: str
-    spec: JsonObject
+    spec: JsonObject  # the first encoding's (the only one, but for a per-layer model): ``layers`` has each
     sites: list[JsonObject] = field(default_factory=list)
+    layers: JsonObject = field(default_factory=dict)  # ``Encodings.to_dict``: each encoding and its layers
+    findings: list[JsonObject] = field(default_factory=list)  # the model's findings, by their effect (``merge``)
+    source: str = "hf_config"  # what ``config`` is: a transformers config, or a ``spec_file``
 
     @property
     def verdict(self) -> str:
-        """``exact`` when every site is exact to its dtype, else ``findings``."""
-        return "exact" if all(s["exact"] for s in self.sites) else "findings"
+        """``exact`` when every site is exact to its dtype and the model has no finding, else ``findings``."""
+        return "exact" if all(s["exact"] for s in self.sites) and not self.findings else "findings"
 
     def to_dict(self) -> dict[str, object]:
         """audit.json's content."""
-        return {"ropeexport_version": __version__, "model": self.model, "hf_config": self.config,
-                "verdict": self.verdict, "spec": self.spec, "sites": self.sites}  # fmt: skip
+        return {"ropeexport_version": __version__, "model": self.model, self.source: self.config,
+                "verdict": self.verdict, "spec": self.spec, "layers": self.layers, "findings": self.findings,
+                "sites": self.sites}  # fmt: skip
 
     def markdown(self) -> str:
         """The report as Markdown: the verdict, then one section per site."""
@@ -53,6 +58,22 @@ class AuditResult:
                  f"- model: `{self.model}`", f"- config: `{self.config}` ({_describe(spec)})",
                  "- reference: the config's schedule (ALiBi: slopes) in float64; exact = within the stored dtype's "
                  "rounding", ""]  # fmt: skip
+        if self.findings:
+            lines += ["## Findings, by their effect on the logits", "",
+                      "Each finding's sites repaired alone (graft's exact values for their layers) and the model "
+                      "called on 8 tokens ending where the finding is worst: max |logits - repaired logits|, and that "
+                      "over max |logit|.", "",
+                      "| finding | sites | logit change | of the logit scale | call |", "|---|---|---:|---:|---|"]
+            for found in self.findings:
+                effect = found.get("effect") or {}
+                sites = ", ".join(str(i) for i in found["sites"]) or "none"
+                if "max_abs" in effect:
+                    change = f"{effect['max_abs']:.3g} | {effect['relative']:.3g} | positions "
+                    change += f"{effect['positions'][0]}..{effect['positions'][1]} {effect['how']}"
+                else:
+                    change = f" | | not measured: {effect.get('not_measured', 'not asked')}"
+                lines.append(f"| {found['text']} (`{found['name']}`) | {sites} | {change} |")
+            lines.append("")
         for i, site in enumerate(self.sites):
             users = site["users"]
             shown = ", ".join(f"`{u}`" for u in users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
@@ -60,9 +81,11 @@ class AuditResult:
             lines += [
                 f"## Site {i}: {site['kind']} ({verdict})",
                 "",
-                f"{_values(site)}, read by {shown}; dtype {site['dtype']}",
+                f"{_values(site)}, read by {shown}{_layers(site)}; dtype {site['dtype']}",
                 "",
             ]
+            if site.get("note"):
+                lines += [site["note"], ""]
             for finding in site["findings"]:
                 lines.append(f"- **{finding['text']}** (`{finding['name']}`)")
             if site["probes"]:
@@ -124,6 +147,16 @@ def _values(site: dict[str, Any]) -> str:
     return f"cos `{site['cos']}`, sin `{site['sin']}`{inside}"
 
 
+def _layers(site: dict[str, Any]) -> str:
+    """`` (layers 0-1, 3)``: the layers a site's readers name, and the encoding it was checked against."""
+    from ropeexport.hf import spans
+
+    if site.get("layers") is None:
+        return "" if "layers" not in site else " (no reader names its layer)"
+    checked = [c for c in site.get("checked_as", []) if c]
+    return f" (layers {spans(site['layers'])}" + (f"; checked as {' and '.join(checked)}" if checked else "") + ")"
+
+
 def _describe(spec: dict[str, Any]) -> str:
     """The config's position encoding in a few words (the reports' header)."""
     if spec.get("encoding") == "alibi":
@@ -133,11 +166,18 @@ def _describe(spec: dict[str, Any]) -> str:
             f"{spec['max_positions']}")  # fmt: skip
 
 
-def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditResult:
-    """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) (module doc)."""
+def audit(model: str | Path, hf_config: str | Path | None = None, threads: int = 2,
+          spec_file: str | Path | None = None, effects: bool = True) -> AuditResult:  # fmt: skip
+    """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) or ``spec_file`` (a position
+    spec, per layer where they differ: ``audits.layers``) (module doc); ``effects``: each finding's effect on the
+    logits measured (``audits.effect``).
+    """  # noqa: D205
     path = Path(model)
     graph = load_model(path)
-    spec = position_spec(Path(hf_config), graph)
+    encodings = encodings_for(hf_config, spec_file, graph)
+    named = model_layers(graph)
+    encodings.check_count(named)
+    spec = encodings.first
     sites = find_sites(graph, spec.encoding)
     if not sites and spec.encoding == "rope":
         raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "
@@ -146,9 +186,11 @@ def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditRe
     if refused is not None:
         raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {refused}")
     evaluator = Evaluator(path, threads)
-    result = AuditResult(str(path), str(hf_config), spec.to_dict())
+    source = "hf_config" if hf_config is not None else "spec_file"
+    result = AuditResult(str(path), str(hf_config if hf_config is not None else spec_file), spec.to_dict(),
+                         layers=encodings.to_dict(), source=source)  # fmt: skip
     for site in sites:
-        record = check_rope_site(site, spec, evaluator) if spec.encoding == "rope" else (
+        record = check_site(site, encodings, evaluator) if spec.encoding == "rope" else (
             check_bias_site(site, spec, evaluator))  # fmt: skip
         if record is not None:
             result.sites.append(record)
@@ -156,7 +198,66 @@ def audit(model: str | Path, hf_config: str | Path, threads: int = 2) -> AuditRe
         raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (a term added to the "
                         "attention scores, before a Softmax or as a fused Attention's bias, computed from "
                         "attention_mask or position_ids and constants)")  # fmt: skip
+    result.findings = merge(result.sites) + unread(result.sites, encodings, named)
+    if effects:
+        weigh(result, path, encodings)
     return result
+
+
+def merge(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model's findings: each site's, one entry per finding found at several sites (a finding naming layers: its
+    layers joined, ``layers.render``), with the sites it is found at.
+    """  # noqa: D205
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for index, site in enumerate(sites):
+        for found in site["findings"]:
+            key = (found["name"], found.get("template", found["text"]), found.get("label"))
+            merged = out.setdefault(key, {"name": found["name"], "text": found["text"], "sites": []})
+            merged["sites"].append(index)
+            if "template" in found:
+                merged["layers"] = sorted({*merged.get("layers", []), *found["layers"]})
+                merged["text"] = render(found["template"], found["label"], merged["layers"])
+    return list(out.values())
+
+
+def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -> list[dict[str, Any]]:
+    """``not-rotated``: layers of the model the encodings rotate that no site is read by; only where every rotary
+    site's readers name their layers (else which layers read a site is not known).
+    """  # noqa: D205
+    rope = [s for s in sites if s["kind"] != "ALiBi bias"]
+    if not rope or any(s.get("layers") is None for s in rope) or encodings.first.encoding != "rope":
+        return []
+    read = {layer for s in rope for layer in s["layers"]}
+    if encodings.count is None:
+        return []
+    # below the count: the builder names its final norm /model/layers.{n}/final_norm_layernorm, a layer past the last
+    rotated = {i for i in named if i < encodings.count and encodings.of(i) is not None}
+    missing = sorted(rotated - read)
+    if not missing:
+        return []
+    found = layer_finding("not-rotated", "{who} {are} not rotated but the config rotates {them}", "", missing)
+    return [found | {"sites": []}]
+
+
+def weigh(result: AuditResult, path: Path, encodings: Encodings) -> None:
+    """Each finding's effect on the logits (``audits.effect``), the findings then ranked by it (unmeasured last)."""
+    from ropeexport.audits.effect import measure
+    from ropeexport.audits.fix import UNREPAIRABLE
+
+    last = int(encodings.first.max_positions) - 1
+    for found in result.findings:
+        if found["name"] in UNREPAIRABLE:
+            found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
+            continue
+        sites = [result.sites[i] for i in found["sites"]]
+        if any(f["name"] in (*STRUCTURAL, "unidentified-site") for s in sites for f in s["findings"]):
+            found["effect"] = {"not_measured": "the audit could not check its site whole: there are no right values "
+                               "to put in"}  # fmt: skip
+            continue
+        probes = [p for s in sites for p in s["probes"] if not p["exact"]]
+        position = max(probes, key=lambda p: p["max_abs"])["position"] if probes else last
+        found["effect"] = measure(path, result.sites, encodings, found["sites"], position)
+    result.findings.sort(key=lambda f: -f["effect"].get("relative", -1.0))
 
 
 def _an_audit(folder: Path) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class LengthCheck:
     max_abs: float
     position: int
     exact: bool
-    findings: list[dict[str, str]] = field(default_factory=list)  # {"name": a stable key, "text": the words}
+    findings: list[dict[str, Any]] = field(default_factory=list)  # {"name": a stable key, "text": the words}
     attention_factor: float | None = None
     tolerance: float = 0.0
     curve: dict[str, list[float]] = field(default_factory=dict)  # worst error per bin of positions: x (bin start), y
@@ -48,14 +49,18 @@ class LengthCheck:
                 "tolerance": self.tolerance, "curve": self.curve}  # fmt: skip
 
 
-def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype: str) -> LengthCheck:
-    """The observed rows of one call of L tokens against the exact tables (module doc)."""
+def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype: str, label: str = "",
+            layers: tuple[int, ...] = (), others: tuple[tuple[str, Any], ...] = ()) -> LengthCheck:  # fmt: skip
+    """The observed rows of one call of L tokens against the exact tables (module doc); ``label`` and ``layers`` say
+    whose they are, ``others`` the model's other encodings (their layers' label, spec), a cause ``causes`` names.
+    """  # noqa: D205
     rows = min(len(cos), length)
     inv, factor = frequencies(spec, length)
     tol = ULP.get(dtype, ULP["float32"]) * max(1.0, abs(factor))
-    measured = Measured(spec, length, cos[:rows], sin[:rows], inv, factor, tol, dtype)
+    measured = Measured(spec, length, cos[:rows], sin[:rows], inv, factor, tol, dtype, label=label, layers=layers,
+                        others=others)  # fmt: skip
     max_abs, position = measured.worst
-    findings: list[dict[str, str]] = []
+    findings: list[dict[str, Any]] = []
     if rows < length:
         text = (f"the table has {len(cos)} rows: positions {len(cos)} .. {length - 1} of a call of {length} tokens "
                 f"have no cos/sin (frozen at length {len(cos)}?)")  # fmt: skip

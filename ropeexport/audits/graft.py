@@ -36,13 +36,12 @@ import onnx_ir as ir
 from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
-from ropeexport.audits.model import load_model, materialize, ort_reason, position_spec, quiet
-from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated, feed, session_feeds
-from ropeexport.audits.patterns import Site, SiteKind
+from ropeexport.audits.fix import UNREPAIRABLE, repair
+from ropeexport.audits.layers import encodings_for
+from ropeexport.audits.model import load_model, ort_reason, quiet
+from ropeexport.audits.observe import feed, session_feeds
+from ropeexport.audits.patterns import SiteKind
 from ropeexport.audits.prove import DecoderProof
-from ropeexport.audits.rows import prune, replace_computed
-from ropeexport.audits.sites import find_value, scope_graphs
-from ropeexport.audits.tables import replace_tables
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
@@ -81,13 +80,16 @@ class GraftResult:
 
 def graft(
     model: str | Path,
-    hf_config: str | Path,
+    hf_config: str | Path | None,
     out: str | Path,
     trust: str = "model",
     checkpoint: str | Path | None = None,
+    spec_file: str | Path | None = None,
 ) -> GraftResult:
-    """Replace every table site of ``model`` with exact tables of ``hf_config``'s schedule, write ``out``, prove it
-    (with ``checkpoint``, the folder the model was exported from, against the whole decoder's float64 recompute too).
+    """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
+    ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
+    exported from, against the whole decoder's float64 recompute too: its own config.json where ``spec_file`` is
+    given).
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
@@ -102,11 +104,13 @@ def graft(
     if target.with_name(f"{target.name}.data").exists():
         raise SpecError("out", f"{str(target.with_name(target.name + '.data'))!r} exists (the tables' file of "
                         f"{target.name}): give a new file")  # fmt: skip
-    before = audit(source, hf_config)
-    _refuse_unchecked(before)
     loaded = load_model(source)
-    spec = position_spec(Path(hf_config), loaded)
-    proof = None if checkpoint is None else DecoderProof(Path(hf_config), Path(checkpoint), source)
+    encodings = encodings_for(hf_config, spec_file, loaded)  # bad input said before the audit runs
+    before = audit(source, hf_config, spec_file=spec_file, effects=False)
+    _refuse_unchecked(before)
+    spec = encodings.first
+    config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
+    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
@@ -114,14 +118,15 @@ def graft(
     original = _short_outputs(source, spec)  # the original must run before anything is written
     if proof is not None:
         proof.judge(source)
-    graph, replaced = _replace(loaded, source, before, spec)
+    fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
+    graph, replaced = repair(loaded, source, before.sites, encodings, fixing)
     result = GraftResult(target, replaced, before, changed_schedule=implied)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.
     with store.draft(target.name, field="out", tree=False) as draft:
         grafted = draft.path / target.name
         ir.save(graph, grafted, external_data=f"{target.name}.data", size_threshold_bytes=1024)
-        result.after = audit(grafted, hf_config)
+        result.after = audit(grafted, hf_config, spec_file=spec_file, effects=False)
         result.after.model = str(target)
         result.short_call = _compare(original, _short_outputs(grafted, spec))
         if proof is not None:
@@ -131,8 +136,15 @@ def graft(
     return result
 
 
+
+
 def _refuse_unchecked(before: AuditResult) -> None:
-    """A SpecError for a site the audit could not check whole, or a computed site inside a subgraph (module doc)."""
+    """A SpecError for a site the audit could not check whole, a computed site inside a subgraph, or a finding no
+    replacement of values repairs (``UNREPAIRABLE``) (module doc).
+    """  # noqa: D205
+    for found in before.findings:
+        if found["name"] in UNREPAIRABLE:
+            raise SpecError("model", f"{found['text']}: {UNREPAIRABLE[found['name']]}")
     for site in before.sites:
         for found in site["findings"]:
             if found["name"] in STRUCTURAL:
@@ -140,40 +152,6 @@ def _refuse_unchecked(before: AuditResult) -> None:
         if not site["table"] and site.get("scope") and SiteKind(site["kind"]) is not SiteKind.ALIBI:
             raise SpecError("model", f"the {site['kind']} site reading {site['cos']!r} lies inside the "
                             f"{site['graph']}: graft replaces computed cos/sin in the main graph only")  # fmt: skip
-
-
-def _replace(graph: ir.Model, source: Path, before: AuditResult, spec: Any) -> tuple[ir.Model, list[dict[str, Any]]]:
-    """Every site the audit found wrong repaired in ``graph`` (module doc): the model, and what was replaced."""
-    replaced: list[dict[str, Any]] = []
-    computed: list[dict[str, Any]] = []
-    switched: set[int] = set()
-    for site in before.sites:
-        if site["exact"] or any(f["name"] == "unidentified-site" for f in site["findings"]):
-            continue  # nothing to repair (an exact table stays as it is), or nothing known to repair it with
-        chain = scope_graphs(graph, Site.from_dict(site).scope)
-        if SiteKind(site["kind"]) is SiteKind.ALIBI:
-            from ropeexport.audits.alibi import graft_slopes
-
-            replaced.append(graft_slopes(chain, site, spec))
-        elif not site["table"]:
-            computed.append(site)
-        else:
-            cos, sin = find_value(chain, site["cos"]), find_value(chain, site["sin"])
-            assert cos is not None and sin is not None, site  # the audit found them in this very file
-            replaced += replace_tables(site, cos, sin, spec, switched)
-    if computed:
-        materialize(graph)  # read now: the proto round trip forgets their folder
-        proto = ir.serde.serialize_model(graph)
-        evaluator = Evaluator(source)
-        for site in computed:
-            try:
-                replaced.append(replace_computed(proto, site, spec, evaluator))
-            except (CallRefused, NotEvaluated) as exc:
-                raise SpecError("model", f"the computed site reading {site['cos']!r} cannot be evaluated to be "
-                                f"replaced ({exc})") from None  # fmt: skip
-        prune(proto.graph)
-        graph = ir.serde.deserialize_model(proto)
-    return graph, replaced
 
 
 def short_call(original: Path, grafted: Path, spec: Any, tokens: int = 8) -> dict[str, Any]:

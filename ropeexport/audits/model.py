@@ -204,34 +204,3 @@ def ort_reason(exc: BaseException) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
-
-
-DECLARED = "ropeexport.max_positions"  # the positions a model ropeexport built serves (its guards refuse the rest)
-
-
-def position_spec(hf_config: Path, model: ir.Model | None = None) -> Any:
-    """The position spec ``build --hf-config`` would build from the config: RoPE or ALiBi (what audit checks); for a
-    ``model`` ropeexport built, over the positions it declares (``ropeexport.max_positions``): a config without a
-    length of its own (BLOOM's) says nothing of the length the model was built for, and its guard refuses the rest.
-    """  # noqa: D205
-    from dataclasses import replace
-
-    from ropeexport.catalog import spec_from_dict
-    from ropeexport.requests import from_hf_config
-
-    requests = from_hf_config(hf_config)
-    if len(requests) > 1:  # layers of different encodings: each site would need its layers' (not built yet)
-        from ropeexport.hf import import_layers, read_config
-
-        import_layers(read_config(hf_config), str(hf_config)).one_encoding(
-            "audit compares every site with one encoding, and a per-layer audit is not built yet"
-        )
-    spec = spec_from_dict(requests[0].fields)
-    if spec.encoding not in ("rope", "alibi"):
-        raise SpecError("hf_config", f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
-    declared = None if model is None else model.metadata_props.get(DECLARED)
-    if declared is None:
-        return spec
-    if not (declared.isascii() and declared.isdigit() and int(declared) > 0):
-        raise SpecError("model", f"its {DECLARED} metadata {declared!r} is not a positive integer")
-    return replace(spec, max_positions=int(declared))

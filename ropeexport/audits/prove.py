@@ -105,10 +105,10 @@ class DecoderProof:
     """  # noqa: D205
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path) -> None:
-        from ropeexport.catalog import kind_for
         from ropeexport.decoder.build import DecoderRequest, resolve
         from ropeexport.decoder.checkpoint import load_checkpoint
         from ropeexport.decoder.oracle import stored_float64
+        from ropeexport.decoder.parts import position_pieces
 
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
@@ -128,8 +128,7 @@ class DecoderProof:
                             "exported from")  # fmt: skip
         Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
         self.weights64 = stored_float64(self.spec, load_checkpoint(self.spec, checkpoint))
-        position = self.spec.position_spec()
-        self.piece = kind_for(position).piece_of(position)
+        self.pieces = position_pieces(self.spec)  # per layer its encoding's float64 twin (None: a layer without)
         self.checkpoint = str(checkpoint)
         self._truths: dict[tuple[int, bool], np.ndarray] = {}
         self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -151,11 +150,14 @@ class DecoderProof:
         """The ids [1, n] and the cache (per layer key and value [1, KV, past, d], float32) of call ``index``."""
         from ropeexport.decoder.checkpoint import geometry
 
-        _, KV, d = geometry(self.spec)
         rng = np.random.default_rng(index)
         ids = rng.integers(0, self.spec.vocab_size, (1, TOKENS)).astype(np.int64)
-        draws = rng.standard_normal((self.spec.num_layers, 2, 1, KV, past, d)).astype(np.float32)
-        return ids, [(k, v) for k, v in draws]
+        cache = []
+        for layer in range(self.spec.num_layers):  # each layer's own cache geometry
+            _, KV, d = geometry(self.spec, layer)
+            k, v = rng.standard_normal((2, 1, KV, past, d)).astype(np.float32)
+            cache.append((k, v))
+        return ids, cache
 
     def _truth(self, index: int, past: int, cached: bool) -> np.ndarray:
         """float64 logits [n, vocab] of call ``index``, with its cache (``cached``) or placed by positions alone."""
@@ -166,8 +168,8 @@ class DecoderProof:
             given = [(k.astype(np.float64), v.astype(np.float64)) for k, v in cache] if cached else None
             mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
             pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
-            self._truths[index, cached] = decoder_float64(self.spec, self.weights64, ids, pos, mask,
-                                                          self.piece.rotate64, self.piece.bias64, given)[0]  # fmt: skip
+            self._truths[index, cached] = decoder_float64(self.spec, self.weights64, ids, pos, mask, past=given,
+                                                          pieces=self.pieces)[0]  # fmt: skip
         return self._truths[index, cached]
 
     def judge(self, path: Path) -> list[dict[str, Any]]:

@@ -20,9 +20,13 @@ from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import regime_kind
 
 
-def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Evaluator) -> dict[str, Any]:
+def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Evaluator, tag: str = "",
+                     readers: set[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """A computed site's cos/sin replaced by the rope family's own rows (``cos_sin_rows``: exact tables gathered by
     position_ids, a LongRoPE switch on the call length included), widened and shaped as the site's values were.
+
+    ``readers``: the names of the nodes to rewire (the layers of one encoding, where the site's layers need two);
+    every reader when None. ``tag`` keeps the names of one site's new nodes apart from another's.
     """  # noqa: D205
     from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_tables
     from ropeexport.graph.guard import rename_inputs
@@ -47,7 +51,7 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     layout = "none" if shape[-1] == w else "half" if np.array_equal(flat[:, :w], flat[:, w:]) else "interleaved"
     dtype = DTYPE_NAMES.get(str(cos_raw.dtype), "fp32")
     piece_spec = spec.replace(artifact="rope", graph="decomposed", dtype=dtype)
-    g = GraphBuilder(prefix="ropeexport_graft/")
+    g = GraphBuilder(prefix=f"ropeexport_graft/{tag}")
     tables = rope_tables(g, piece_spec)
     length = call_length(g, ["position_ids"]) if regime != "static" else None
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
@@ -64,12 +68,24 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
         elif len(shape) > 3:  # [b, 1, .., s, width]
             rows = g.op("Unsqueeze", [rows, g.const(f"{name}_head_axes", i64(*range(1, len(shape) - 2)))])
         made.append(rows)
+    # the family names a few values itself (call_length, <positions>_rows): prefixed, so two sites' never meet
+    renamed = {o: f"{g.prefix}{o}" for n in g.nodes for o in n.output if not o.startswith(g.prefix)}
+    for node in g.nodes:
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+        node.output[:] = [renamed.get(o, o) for o in node.output]
+        node.name = node.name if node.name.startswith(g.prefix) else f"{g.prefix}{node.name}"
+    made = [renamed.get(m, m) for m in made]
     rest = list(proto.graph.node)  # the new nodes read position_ids and their own constants only: first is in order
     del proto.graph.node[:]
     proto.graph.node.extend([*g.nodes, *rest])
     proto.graph.initializer.extend(g.initializers)
     for old, new in zip((site["cos"], site["sin"]), made, strict=True):
-        rename_inputs(proto.graph, old, new)
+        if readers is None:
+            rename_inputs(proto.graph, old, new)
+            continue
+        for node in proto.graph.node:
+            if node.name in readers:
+                node.input[:] = [new if name == old else name for name in node.input]
     return {"cos": site["cos"], "sin": site["sin"], "rows": int(spec.max_positions), "dtype": str(cos_raw.dtype),
             "regime_length": None, "layout": layout, "replaced_by": "the rope family's gathered rows"}  # fmt: skip
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from ropeexport.audits.layers import site_layers
 from ropeexport.audits.patterns import Site, SiteKind, Step, Walk, for_encoding
 from ropeexport.audits.patterns.base import ancestors
 
@@ -93,4 +94,6 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
             reads = [loop_inputs[i] for i in ancestors(site.values) if i in loop_inputs]
             site.blocked = None if not reads else f"{sorted(reads)[0]} (it changes from one iteration to the next)"
             out.append(site)
+    for site in out:
+        site.layers = site_layers(site)
     return out

@@ -1,11 +1,15 @@
-"""``ropeexport audit MODEL.onnx --hf-config config.json``: is this model's RoPE right at every position.
+"""``ropeexport audit MODEL.onnx --hf-config config.json``: is this model's RoPE right at every position and layer.
 
 Finds every rotary site of a model built by any tool (onnxruntime-genai's builder, Optimum, torch.onnx.export,
 ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), tables gathered by
 position, cos/sin computed in the graph; in the main graph and inside every If branch and Loop / Scan body.
 Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and original /
-original + 1 for LongRoPE and dynamic NTK) and compares every position with the config's schedule in float64; names
-what differs (scaling ignored, switch not taken, float32 angles, attention factor, ..). For a config that describes
+original + 1 for LongRoPE and dynamic NTK) and compares every position with the schedule of the layers that read it
+(its readers' names say which) in float64; names what differs (scaling ignored, switch not taken, float32 angles,
+attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, ..), and measures
+what each finding does to the logits (its sites repaired alone, 8 tokens ending where it is worst). Where no
+transformers config is at hand, --spec FILE gives the position spec: one spec's fields (.json or .toml), or per layer
+{"layers": ["local", "global", null, ...], "encodings": {"local": {...}, "global": {...}}}. For a config that describes
 ALiBi (BLOOM, MPT, ..), finds the bias added to the attention scores instead and checks every head's slope and every
 key position's bias against the paper's slopes for the config's head count.
 
@@ -20,6 +24,7 @@ Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
   ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
   ropeexport audit bloom/model.onnx --hf-config bloom/config.json
+  ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
 
 """
 
@@ -37,14 +42,18 @@ def add_parser(sub: Any) -> None:
     """Register ``audit``."""
     p = subcommand(sub, "audit", __doc__, run)
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
-    p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
+    source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
+                        "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
+                        "fields}}")  # fmt: skip
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when anything differs."""
-    result = audit(args.model, args.hf_config, out=args.out)
+    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -59,4 +68,11 @@ def run(args: argparse.Namespace) -> int:
                   f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
             for finding in site["findings"]:
                 print(f"    - {finding['text']}")
+        if result.findings:
+            print("  findings by their effect on the logits (max |change| / max |logit|, their sites repaired):")
+        for found in result.findings:
+            effect = found.get("effect") or {}
+            weight = (f"{effect['relative']:.2g} at position {effect['position']}" if "relative" in effect
+                      else f"not measured: {effect.get('not_measured', '')}")  # fmt: skip
+            print(f"    - {found['text']}: {weight}")
     return 0 if result.verdict == "exact" else 1

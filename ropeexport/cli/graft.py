@@ -1,13 +1,15 @@
 """``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx``: exact RoPE tables in a foreign model.
 
-Audits the model first (``ropeexport audit``), replaces every constant rotary table (GroupQueryAttention's or
-RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop bodies) with the config's
-schedule in float64 rounded once to the table's dtype, keeping every node (same runtime, same execution providers);
-cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact tables gathered by
-position_ids (a LongRoPE switch on the call length included). Then proves the result: the grafted model audited
-again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise. With
---checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are also
-judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
+Audits the model first (``ropeexport audit``; --spec FILE instead of --hf-config as there), and per layer gives each
+wrong site's readers the exact values of their layers' encoding (a table two encodings share is split, the readers
+of each rewired to their own; a layer without RoPE gets an identity table). It replaces every constant rotary table
+(GroupQueryAttention's or RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop
+bodies) with the config's schedule in float64 rounded once to the table's dtype, keeping every node (same runtime,
+same execution providers); cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact
+tables gathered by position_ids (a LongRoPE switch on the call length included). Then proves the result: the grafted
+model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise.
+With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are
+also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
 max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
 with a cache input is placed there after random cached entries.
 
@@ -44,7 +46,11 @@ def add_parser(sub: Any) -> None:
     """Register ``graft``."""
     p = subcommand(sub, "graft", __doc__, run)
     p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
-    p.add_argument("--hf-config", required=True, metavar="CONFIG", help="the transformers config.json it came from")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
+    source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
+                        "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
+                        "fields}}")  # fmt: skip
     p.add_argument("--out", required=True, metavar="FIXED.onnx", help="the grafted model to write (must not exist)")
     p.add_argument("--trust", choices=["model", "config"], default="model",
                    help="which to follow when they disagree on the schedule (default model: refuse)")  # fmt: skip
@@ -56,7 +62,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails."""
-    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint)
+    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

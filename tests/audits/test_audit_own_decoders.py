@@ -26,13 +26,13 @@ from ropeexport.graph.onnx_io import save_model
 from tests.cases import tiered
 from tests.decoder.tiny import CONFIGS
 
-# Gemma 2 has no tensorrt form (TensorRT cannot cap attention logits); Gemma 3's layers use two encodings, which the
-# audit refuses by name (its per-layer audit is not built yet: test_a_model_of_two_encodings_is_refused_by_name).
-PER_LAYER = ("gemma3",)
-CASES = [(name, form) for name in CONFIGS for form in FORMS
-         if name not in PER_LAYER and (name, form) != ("gemma2", "tensorrt")]  # fmt: skip
-# Fast tier: BLOOM in every form, and a RoPE decoder of each site kind the forms make (fused operator, gathered table)
-FAST = {("bloom", form) for form in FORMS} | {("phi3-longrope", "gqa"), ("llama", "decomposed")}
+# Gemma 2 has no tensorrt form (TensorRT cannot cap attention logits). Gemma 3's layers use two encodings and
+# SmolLM3's leave some layers unrotated: each site is checked against the encoding of the layers reading it.
+CASES = [(name, form) for name in CONFIGS for form in FORMS if (name, form) != ("gemma2", "tensorrt")]
+# Fast tier: BLOOM in every form, a RoPE decoder of each site kind the forms make (fused operator, gathered table), and
+# the per-layer decoders (two encodings; layers without RoPE) in one form each
+FAST = {("bloom", form) for form in FORMS} | {("phi3-longrope", "gqa"), ("llama", "decomposed"), ("gemma3", "fused"),
+                                              ("smollm3-nope", "decomposed")}  # fmt: skip
 
 
 def _decoder(folder: Path, ckpt: Path, graph: str) -> Path:
@@ -53,6 +53,16 @@ def test_every_decoder_ropeexport_builds_audits_exact(name: str, graph: str, tmp
     alibi = CONFIGS[name][0] == "bloom"
     assert result.sites and all((s["kind"] == "ALiBi bias") == alibi for s in result.sites), result.sites
     assert all(s["probes"] and not s["findings"] for s in result.sites)
+    assert not result.findings
+    if not alibi:  # every site's readers name their layer; each layer the config rotates reads one, and only those
+        config = rx.from_hf_config(ckpt / "config.json")
+        layers = sorted(i for s in result.sites for i in s["layers"])
+        groups = {g["label"]: g["layers"] for g in result.layers["groups"]}
+        expected = sorted(i for found in groups.values() for i in found) or list(range(len(layers)))
+        assert layers == expected, (layers, groups)
+        assert len(result.layers["groups"]) == len(config)
+        for site in result.sites:  # checked against its own layers' encoding
+            assert all(i in groups[site["checked_as"][0]] or not groups[site["checked_as"][0]] for i in site["layers"])
 
 
 @pytest.mark.parametrize("graph", FORMS)
@@ -74,12 +84,15 @@ def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
         assert "in reverse head order" in site["findings"][0]["text"]
 
 
-def test_a_model_of_two_encodings_is_refused_by_name(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
-    # An exact Gemma 3 decoder: its sliding layers' table against the global layers' config would be a false finding.
-    ckpt = tiny_checkpoint("gemma3")
+# The graft proof's float64 recompute takes each layer's own encoding: every architecture's own decoder passes it.
+PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3")
+
+
+@pytest.mark.parametrize("name", tiered(list(CONFIGS), lambda n: n in PROVEN_FAST), ids=list(CONFIGS))
+def test_the_graft_proof_judges_every_decoder_ropeexport_builds(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    from ropeexport.audits.prove import DecoderProof
+
+    ckpt = tiny_checkpoint(name)
     model = _decoder(tmp_path, ckpt, "fused")
-    with pytest.raises(rx.errors.SpecError) as info:
-        rx.audit(model, ckpt / "config.json")
-    message = str(info.value)
-    assert "layer_types: the layer types use different encodings (sliding_attention (layers 0-1, 3-4)" in message
-    assert message.endswith("a per-layer audit is not built yet") and "\n" not in message
+    proof = DecoderProof(ckpt / "config.json", ckpt, model).run({"built": model})
+    assert proof["passed"]["built"] and proof["calls_run"]["built"] >= 2, proof

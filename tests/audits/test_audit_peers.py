@@ -80,3 +80,24 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
     before = rows["linear x4", og]["graft"]["decoder"]["original"]
     assert not before["passed"] and before["worst_rel"] > 0.1
     assert "| linear x4 | onnxruntime-genai builder |" in (tmp_path / "audit-peers.md").read_text()
+
+
+def test_a_per_layer_model_is_audited_and_grafted_per_layer(tmp_path: Path) -> None:
+    """Gemma 3's two encodings as torch.onnx.export writes them: each computed site mapped to the layers its readers'
+    names (TorchScript) or name scopes (dynamo) say, checked against their own encoding, grafted per layer.
+    """  # noqa: D205
+    gemma3 = "two encodings: sliding 1e4, global 1e6 linear x8 (Gemma 3)"
+    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
+               str(tmp_path), "--schedules", gemma3]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["source"]: r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
+    for source in ("torch.onnx.export (dynamo)", "torch.onnx.export (TorchScript)"):
+        row = rows[source]
+        layers = dict(zip((c[0] for c in row["checked_as"]), row["site_layers"], strict=True))
+        assert layers == {"sliding": [0, 1, 3], "global": [2]}, row
+        assert row["finding_names"] == ["float32-angles"], row["findings"]
+    grafted = rows["torch.onnx.export (TorchScript)"]["graft"]
+    assert grafted["proven"] and grafted["tables"] == 2 and grafted["decoder"]["grafted"]["passed"], grafted
+    # the dynamo export refuses a call after 8184 cached entries itself (its GatherND): the proof says so
+    assert "refuses the call 'last position'" in rows["torch.onnx.export (dynamo)"]["graft"]["refused"]

@@ -46,8 +46,9 @@ class Site:
     ``inputs``: the model inputs they depend on (none: constants).
     ``scope``: where the values live: () the main graph, else the path of subgraphs to the deepest one they are
     computed in (``where`` says it in words); ``blocked``: why they cannot be evaluated (they change with a Loop's
-    iteration), or None. ``values`` (cos, sin, positions) and ``readers`` are the graph's own objects, for the walk
-    and the reader checks; ``order`` (tier, index of the anchoring node) orders sites within a graph.
+    iteration), or None. ``layers``: the layers whose nodes read it (None: no reader names one). ``values`` (cos,
+    sin, positions) and ``readers`` are the graph's own objects, for the walk and the reader checks; ``order`` (tier,
+    index of the anchoring node) orders sites within a graph.
     """
 
     kind: SiteKind
@@ -62,6 +63,7 @@ class Site:
     where: str = ""
     blocked: str | None = None
     order: tuple[int, int] = (0, 0)
+    layers: tuple[int, ...] | None = None  # the layers whose nodes read it (``audits.layers``); None: not told
     values: tuple[ir.Value | None, ...] = field(default=(), repr=False, compare=False)
     readers: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
 
@@ -69,7 +71,8 @@ class Site:
         """The site as plain data (audit.json); a site inside a subgraph also says which (``graph``, ``scope``)."""
         out: dict[str, object] = {"kind": self.kind.value, "cos": self.cos, "sin": self.sin, "users": self.users,
                                   "interleaved": self.interleaved, "table": self.table, "inputs": self.inputs,
-                                  "positions": self.positions}  # fmt: skip
+                                  "positions": self.positions,
+                                  "layers": None if self.layers is None else list(self.layers)}  # fmt: skip
         if self.scope:
             out |= {"graph": self.where, "scope": [list(step) for step in self.scope]}
         return out
@@ -80,7 +83,8 @@ class Site:
         scope = tuple((int(i), str(a), int(k)) for i, a, k in record.get("scope", []))
         return cls(SiteKind(record["kind"]), record["cos"], record["sin"], list(record["users"]),
                    record["interleaved"], record["table"], list(record["inputs"]), record["positions"], scope,
-                   record.get("graph", ""))  # fmt: skip
+                   record.get("graph", ""),
+                   layers=None if record.get("layers") is None else tuple(record["layers"]))  # fmt: skip
 
 
 @dataclass

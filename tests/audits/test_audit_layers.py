@@ -1,0 +1,305 @@
+"""The per-layer audit: which layer reads a site (a case table of the names real exporters write), faults planted per
+layer in ropeexport's own decoders, each named exactly with its effect on the logits, and grafted and proven.
+
+A planted model is ropeexport's decoder of a checkpoint whose config says something else than the config audited
+against (SmolLM3 built with every layer rotated, audited against its no-RoPE layers; Qwen3 built with YaRN truncated,
+audited against truncate false), or the decoder itself rewired (Gemma 3's sliding layers reading the global layers'
+table; its sliding table computed with float32 angles, what peers write).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import ropeexport as rx
+from ropeexport.audits.layers import layer_of
+from ropeexport.cli import main
+from tests.audits.test_audit_own_decoders import _decoder
+
+DYNAMO = "['', 'inner', 'inner.model', 'inner.model.layers.2', 'inner.model.layers.2.self_attn', 'mul_1008']"
+# (node name, metadata, layer): names as each exporter writes them
+NAMES = [
+    ("layers.3/rope/query_out_node", {}, 3),  # ropeexport's decoders
+    ("/model/layers.11/attn/GroupQueryAttention", {}, 11),  # onnxruntime-genai's builder
+    ("/inner/model/layers.0/self_attn/Mul_2", {}, 0),  # torch.onnx.export (TorchScript)
+    ("node_mul_1008", {"pkg.torch.onnx.name_scopes": DYNAMO}, 2),  # torch.onnx.export (dynamo): the module path
+    ("node_Mul_5", {"namespace": ": Flat/inner.model.layers.7: Gemma3DecoderLayer/inner.model.layers.7.self_attn"}, 7),
+    ("/transformer/h.4/attn/Mul", {}, 4),  # GPT-J / GPT-2 style module names
+    ("/model/rotary_emb/Cos", {}, None),  # the model's own rotary module: no layer
+    ("node_Cos_3", {"pkg.torch.onnx.name_scopes": "['', 'inner', 'inner.model', 'inner.model.rotary_emb']"}, None),
+    ("/model/layers.1/mlp/experts.3/Mul", {}, 1),  # an expert's index is no layer
+    ("RotaryEmbedding", {}, None),
+]
+
+
+@pytest.mark.parametrize(("name", "props", "layer"), NAMES, ids=[n[0] for n in NAMES])
+def test_a_readers_layer_is_read_from_its_name_or_module_path(name: str, props: dict[str, str],
+                                                              layer: int | None) -> None:  # fmt: skip
+    assert layer_of(name, props) == layer
+
+
+def _config(ckpt: Path, folder: Path, change: dict[str, Any]) -> Path:
+    """A copy of the checkpoint whose config.json has ``change`` (a key set to None removed; ``rope_parameters``
+    entries merged).
+    """  # noqa: D205
+    shutil.copytree(ckpt, folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        if key == "rope_parameters":
+            config[key] = config[key] | value
+        elif value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _rewire(model: Path) -> None:
+    """Gemma 3's sliding layers read the global layers' table (layer 2's)."""
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        node.input[:] = [n.replace("layers.0/", "layers.2/") if n in ("layers.0/rope/cos_table",
+                                                                        "layers.0/rope/sin_table") else n
+                         for n in node.input]  # fmt: skip
+    onnx.save(proto, str(model))
+
+
+def _one_table(model: Path) -> None:
+    """Every layer's RotaryEmbedding reads layer 2's table at layer 2's rows: one site read by both layer types, as a
+    model with one table for every layer is.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    rotations = [n for n in proto.graph.node if n.op_type == "RotaryEmbedding"]
+    source = next(n for n in rotations if n.name.startswith("layers.2/"))
+    for node in rotations:
+        node.input[1:4] = source.input[1:4]
+    onnx.save(proto, str(model))
+
+
+def _float32_angles(model: Path) -> None:
+    """Gemma 3's sliding table (theta 10000) computed with float32 angles, as the peers compute theirs."""
+    proto = onnx.load(str(model))
+    for tensor in proto.graph.initializer:
+        if tensor.name in ("layers.0/rope/cos_table", "layers.0/rope/sin_table"):
+            rows, width = tensor.dims
+            inv = (10000.0 ** (-np.arange(width, dtype=np.float64) * 2 / (2 * width))).astype(np.float32)
+            angles = np.outer(np.arange(rows, dtype=np.float32), inv)  # float32, as torch computes them
+            table = np.cos(angles) if "cos" in tensor.name else np.sin(angles)
+            tensor.CopyFrom(numpy_helper.from_array(table.astype(np.float32), tensor.name))
+    onnx.save(proto, str(model))
+
+
+@dataclass(frozen=True)
+class LayerFault:
+    """A decoder of ``name`` built from its config with ``built`` changed (or ``plant`` applied to the model), audited
+    against its config with ``audited`` changed: the one finding ``finding`` with ``words``, its logit effect between
+    ``effect`` (relative to the logit scale; None: not measured, with ``why``), and ``graft``: proven, or the refusal.
+    """  # noqa: D205
+
+    case: str
+    name: str
+    finding: str
+    words: str
+    effect: tuple[float, float] | None
+    graft: str
+    built: dict[str, Any] | None = None
+    audited: dict[str, Any] | None = None
+    plant: Callable[[Path], None] | None = None
+    also: tuple[str, ...] = ()  # the findings found beside it at the same sites (the same effect)
+
+
+YARN_OFF = {"rope_parameters": {"truncate": False}}
+FAULTS = [
+    LayerFault("sliding-given-global", "gemma3", "other-layers-table",
+               "sliding layers (0-1, 3-4) use the global layers' table: theta 1e+06 with linear x8; config: theta "
+               "10000, unscaled", (0.05, 10.0), "proven", plant=_rewire),
+    LayerFault("nope-layers-rotated", "smollm3-nope", "nope-rotated",
+               "layers 1, 3 have no RoPE in the config but are rotated", (0.01, 10.0), "proven",
+               built={"no_rope_layers": [1, 1, 1, 1]}),
+    LayerFault("rotated-layer-unrotated", "smollm3-nope", "not-rotated",
+               "layer 2 is not rotated but the config rotates it", None, "it adds no rotation",
+               built={"no_rope_layers": [1, 0, 0, 0]}),
+    LayerFault("yarn-truncated-config-untruncated", "qwen3-yarn", "yarn-truncation",
+               "YaRN correction range truncated (the config says truncate: false)", (1e-6, 10.0), "proven",
+               audited=YARN_OFF),
+    LayerFault("yarn-untruncated-config-truncated", "qwen3-yarn", "yarn-truncation",
+               "YaRN correction range not truncated (the config says truncate: true)", (1e-6, 10.0), "proven",
+               built=YARN_OFF),
+    LayerFault("partial-rotary-ignored", "qwen3", "partial-rotary-ignored",
+               "partial rotary 0.5 but all 16 channels rotated (config: 8 of 16)", None,
+               "does not change how many channels", audited={"partial_rotary_factor": 0.5}),
+    LayerFault("one-table-for-two-encodings", "gemma3", "shared-table",
+               "one table read by layers the config gives different encodings (sliding layers (0-1, 3-4): theta "
+               "10000, unscaled; global layers (2, 5): theta 1e+06 with linear x8): it matches the global layers'",
+               (0.05, 10.0), "proven", plant=_one_table, also=("other-layers-table",)),
+    LayerFault("float32-angles-sliding", "gemma3", "float32-angles", "float32 angles", (0.0, 1e-4), "proven",
+               plant=_float32_angles),
+]  # fmt: skip
+
+
+def _planted(fault: LayerFault, tmp_path: Path, tiny_checkpoint: Any) -> tuple[Path, Path, Path]:
+    """(model, the config audited against, the checkpoint its weights are in)."""
+    ckpt = tiny_checkpoint(fault.name)
+    built = _config(ckpt, tmp_path / "built" / fault.name, fault.built) if fault.built else ckpt
+    audited = _config(ckpt, tmp_path / "audited" / fault.name, fault.audited) if fault.audited else ckpt
+    (tmp_path / "model").mkdir(parents=True)
+    model = _decoder(tmp_path / "model", built, "fused")
+    if fault.plant is not None:
+        fault.plant(model)
+    return model, audited / "config.json", audited
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.case for f in FAULTS])
+def test_a_planted_layer_fault_is_named_with_its_effect(fault: LayerFault, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    model, config, _ = _planted(fault, tmp_path, tiny_checkpoint)
+    result = rx.audit(model, config)
+    assert result.verdict == "findings"
+    names = [f["name"] for f in result.findings]
+    assert sorted(names) == sorted([fault.finding, *fault.also]), result.findings
+    found = next(f for f in result.findings if f["name"] == fault.finding)
+    assert fault.words in found["text"], found["text"]
+    effect = found["effect"]
+    if fault.effect is None:
+        assert "not_measured" in effect and "max_abs" not in effect, effect
+    else:
+        low, high = fault.effect
+        assert low < effect["relative"] <= high, effect
+        assert effect["positions"][1] == effect["position"] and effect["max_abs"] > 0
+    assert f"| {found['text']} (`{found['name']}`)" in result.markdown()
+
+
+def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(tmp_path: Path,
+                                                                                tiny_checkpoint) -> None:  # noqa: ANN001
+    effects = {}
+    for fault in (FAULTS[0], FAULTS[-1]):
+        model, config, _ = _planted(fault, tmp_path / fault.case, tiny_checkpoint)
+        effects[fault.case] = rx.audit(model, config).findings[0]["effect"]["relative"]
+    assert effects["sliding-given-global"] > 1e4 * effects["float32-angles-sliding"], effects
+
+
+@pytest.mark.slow  # a decoder built, audited, grafted and proven against float64 per fault (~10 s each)
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.case for f in FAULTS])
+def test_a_planted_layer_fault_is_grafted_per_layer_and_proven(fault: LayerFault, tmp_path: Path,
+                                                               tiny_checkpoint) -> None:  # noqa: ANN001
+    model, config, checkpoint = _planted(fault, tmp_path, tiny_checkpoint)
+    out = tmp_path / "fixed" / "model.onnx"
+    out.parent.mkdir()
+    if fault.graft != "proven":
+        with pytest.raises(rx.errors.SpecError, match=fault.graft):
+            rx.graft(model, config, out, trust="config", checkpoint=checkpoint)
+        assert not out.exists()
+        return
+    result = rx.graft(model, config, out, trust="config", checkpoint=checkpoint)
+    assert result.proven and result.after is not None and result.after.verdict == "exact", result.to_dict()
+    assert result.decoder is not None and result.decoder["passed"]["grafted"], result.decoder
+    if fault.plant is _rewire:  # the global table kept for layers 2 and 5 (exact sites), a copy made for the others
+        assert [r.get("split_for") for r in result.replaced] == ["sliding"], result.replaced
+    if fault.plant is _one_table:  # one site read by both: each encoding's readers get their own copy
+        assert sorted(r.get("split_for") for r in result.replaced) == ["global", "sliding"], result.replaced
+
+
+def test_a_site_whose_readers_name_no_layer_is_checked_against_each_encoding(tmp_path: Path,
+                                                                            tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("gemma3")
+    model = _decoder(tmp_path, ckpt, "fused")
+    _one_table(model)
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        node.name = ""  # no reader names its layer
+    onnx.save(proto, str(model))
+    result = rx.audit(model, ckpt / "config.json")
+    (site,) = result.sites
+    assert site["layers"] is None and site["checked_as"] == ["global"] and result.verdict == "exact"
+    assert "its readers name no layer: it matches the global layers (2, 5)' encoding" in site["note"]
+    _float32_angles(model)  # nothing reads that table now: the shared one's values planted with another theta
+    for tensor in proto.graph.initializer:
+        if tensor.name in ("layers.2/rope/cos_table", "layers.2/rope/sin_table"):
+            rows, width = tensor.dims
+            angles = np.outer(np.arange(rows), 5e5 ** (-np.arange(width) / width))
+            table = np.cos(angles) if "cos" in tensor.name else np.sin(angles)
+            tensor.CopyFrom(numpy_helper.from_array(table.astype(np.float32), tensor.name))
+    onnx.save(proto, str(model))
+    found = {f["name"]: f["text"] for f in rx.audit(model, ckpt / "config.json").findings}
+    assert "it matches none of the encodings" in found["layers-unknown"], found
+
+
+def _spec_file(tmp_path: Path, content: Any) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(content))
+    return path
+
+
+SLIDING = {"encoding": "rope", "head_dim": 16, "num_heads": 4, "num_kv_heads": 2, "theta": 10000.0,
+           "max_positions": 512}  # fmt: skip
+GLOBAL = SLIDING | {"theta": 1e6, "scaling": "linear", "scaling_params": {"factor": 8.0}}
+LAYERS = ["local", "local", "global", "local", "local", "global"]
+
+
+def test_a_per_layer_spec_file_audits_and_grafts_like_the_config(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("gemma3")
+    model = _decoder(tmp_path, ckpt, "fused")
+    spec = _spec_file(tmp_path, {"layers": LAYERS, "encodings": {"local": SLIDING, "global": GLOBAL}})
+    result = rx.audit(model, spec_file=spec)
+    assert result.verdict == "exact" and result.to_dict()["spec_file"] == str(spec)
+    assert [s["checked_as"] for s in result.sites] == [[n] for n in LAYERS]
+    _rewire(model)
+    found = rx.audit(model, spec_file=spec).findings
+    assert [f["text"] for f in found] == ["local layers (0-1, 3-4) use the global layers' table: theta 1e+06 with "
+                                          "linear x8; config: theta 10000, unscaled"]  # fmt: skip
+    assert main(["graft", str(model), "--spec", str(spec), "--trust", "config", "--out",
+                 str(tmp_path / "fixed.onnx")]) == 0  # fmt: skip
+    assert main(["audit", str(tmp_path / "fixed.onnx"), "--spec", str(spec)]) == 0
+
+
+def test_a_single_spec_file_stands_for_every_layer(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path, tiny_checkpoint("qwen3"), "fused")
+    spec = _spec_file(tmp_path, SLIDING)
+    assert rx.audit(model, spec_file=spec).verdict == "exact"
+    wrong = _spec_file(tmp_path, SLIDING | {"theta": 1e6})
+    assert [f["name"] for f in rx.audit(model, spec_file=wrong).findings] == ["theta"]
+
+
+BAD_SPECS = [
+    ("too-few-layers", {"layers": LAYERS[:4], "encodings": {"local": SLIDING, "global": GLOBAL}},
+     "describes 4 layers but the model's nodes read a site in layer 4"),
+    ("too-many-layers", {"layers": LAYERS * 2, "encodings": {"local": SLIDING, "global": GLOBAL}},
+     "lists 12 layers but the model's nodes name layers 0-5"),
+    ("unknown-encoding", {"layers": [*LAYERS[:5], "glob"], "encodings": {"local": SLIDING, "global": GLOBAL}},
+     "layers[5] is 'glob', not an encoding of the file"),
+    ("unused-encoding", {"layers": ["local"] * 6, "encodings": {"local": SLIDING, "global": GLOBAL}},
+     "encodings.global is used by no layer"),
+    ("no-encodings", {"layers": LAYERS}, "must hold layers (one encoding name or null per layer)"),
+    ("every-layer-null", {"layers": [None] * 6, "encodings": {}}, "encodings must map names"),
+    ("bad-field", SLIDING | {"thetta": 1.0}, "unknown field"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "content", "words"), BAD_SPECS, ids=[b[0] for b in BAD_SPECS])
+def test_a_bad_spec_file_is_one_line_and_exit_2(case: str, content: Any, words: str, tmp_path: Path, capsys,
+                                                tiny_checkpoint) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path, tiny_checkpoint("gemma3"), "fused")
+    spec = _spec_file(tmp_path, content)
+    capsys.readouterr()  # what making the checkpoint wrote
+    assert main(["audit", str(model), "--spec", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["--spec", "s.json", "--hf-config", "c.json"], []], ids=["both", "neither"])
+def test_spec_and_hf_config_are_one_or_the_other(argv: list[str], capsys) -> None:  # noqa: ANN001
+    with pytest.raises(SystemExit) as info:
+        main(["audit", "model.onnx", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--spec" in err and "--hf-config" in err and "\n" not in err, err
