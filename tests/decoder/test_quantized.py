@@ -161,6 +161,7 @@ def test_bad_weight_format_flags_are_one_line_exit_2(
 ) -> None:
     out = tmp_path / "out"
     argv = [a.replace("{ckpt}", str(tiny_checkpoint("llama"))) for a in argv]
+    capsys.readouterr()  # the checkpoint's own writing, when this test made it
     code = main(["build", *argv, "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and f"error: {field}:" in err, err
