@@ -4,12 +4,14 @@ Each built case must verify (its positional fidelity: every call against the flo
 weights the model holds, within ``verify.tolerance``) and report its quantization cost (every call against the
 float64 recompute with the weights unquantized): far above the fidelity bound, never judged. A planted positional
 fault in an int4 model still fails. The folder names its weight format, the graph holds MatMulNBits for every
-projection and lm_head with the embedding in the activation dtype, and ``verify`` of the folder agrees.
+projection and lm_head with the embedding in the activation dtype, and ``verify`` of the folder agrees. Served:
+``rx.generate`` gives the float64 truth's tokens and onnxruntime-genai 0.18 loads the int4 package and generates them.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,10 @@ from ropeexport.cli import main
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.greedy import run_scenario
+from ropeexport.decoder.oracle import decoder_float64, stored_float64
+from ropeexport.decoder.scenarios import Scenario
+from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.verify import TOLERANCE, tolerance, verify_decoder
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes.ort import OrtRunner
@@ -178,3 +184,45 @@ def test_the_dry_run_names_the_int4_folder(tiny_checkpoint: Any, tmp_path: Path,
     assert [Path(p["path"]).name.split("-decoder-")[1] for p in plan] == ["fp32-int4-b64-a4-fused",
                                                                           "fp16-int4-b64-a4-fused"]
     assert {p["spec"]["dtype"] for p in plan} == {"fp32", "fp16"} and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["llama-fp32-int4-b32", "llama-fp16-int4-b32", "qwen3-fp32-int4-b16-a4"])
+def test_an_int4_decoder_is_served(key: str, built: dict, tiny_checkpoint: Any, tmp_path: Path) -> None:
+    """``rx.generate`` picks the float64 truth's tokens (the dequantized weights), and onnxruntime-genai 0.18 loads
+    the int4 package and generates the tokens of ropeexport's own loop (it keeps its cache: the ``keep`` loop).
+    """  # noqa: D205
+    og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the serving engine")
+    folder = tmp_path / "copy"
+    shutil.copytree(built[key].path, folder)  # the package's eos is changed below: the built folder stays whole
+    spec = DecoderSpec(**json.loads((folder / "decoder.json").read_text())["spec"])
+    steps = 24
+    calls = run_scenario(OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"]).infer, spec,
+                         Scenario("served", (8,), steps, policy="keep"))  # fmt: skip
+    prompt = calls[0].input_ids[0].tolist()
+    ours = [int(c.logits[0, -1].argmax()) for c in calls]  # the prefill's pick, then one per step
+    assert rx.generate(folder, prompt_ids=prompt, max_new_tokens=steps + 1).tokens == ours
+    if spec.accuracy_level == 0:  # fp32 arithmetic: every token is the float64 truth's on the dequantized weights
+        weights64 = stored_float64(spec, load_checkpoint(spec, tiny_checkpoint(key.split("-")[0])))
+        position = spec.position_spec()
+        piece = kind_for(position).piece(position)
+        sequence = list(prompt)
+        for token in ours:
+            ids = np.array([sequence])
+            logits = decoder_float64(spec, weights64, ids, np.arange(len(sequence))[None], np.ones_like(ids),
+                                     piece.rotate64, piece.bias64)  # fmt: skip
+            assert int(logits[0, -1].argmax()) == token
+            sequence.append(token)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["eos_token_id"] = next(t for t in range(spec.vocab_size) if t not in ours)  # every step runs
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + steps + 1, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([prompt], np.int32))
+    served = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        served.append(int(generator.get_next_tokens()[0]))
+    assert served == ours
