@@ -27,7 +27,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -395,15 +395,23 @@ def build_decoder(
     eager: bool = True,
     replace: bool = False,
     on_scenario: Callable[[dict[str, object]], None] | None = None,
+    weight_format: str = "",
+    block_size: int = 0,
+    accuracy_level: int = 0,
+    symmetric: bool = True,
 ) -> BuildResult:
     """A whole decoder into ``OUT/NAME`` (``ropeexport.decoder``), from ``hf_config``, the checkpoint's own
     config.json, or a preset's config; ``num_layers`` / ``hidden_size`` / ``vocab_size`` shrink it (seeded weights).
-    Returns a ``BuildResult`` (``.passed``, ``.path``, ``.report``: every scenario of report.json).
+    ``weight_format`` "int4": the projections as MatMulNBits blocks of ``block_size`` (0: 32), ``symmetric`` or with
+    zero points, at ``accuracy_level`` (0-4; ``components.linear``); "" (default): rounded once to ``dtype``.
+    Returns a ``BuildResult`` (``.passed``, ``.path``, ``.report``: every scenario of report.json; an int4 decoder's
+    also carries each call's quantization cost, reported and not judged).
     """  # noqa: D205
     from ropeexport.decoder.build import check_buildable, resolve
 
     request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
-                                                                max_positions, name))  # fmt: skip
+                                                                max_positions, name),
+                               _weights(weight_format, block_size, accuracy_level, symmetric))  # fmt: skip
     spec, used = resolve(request)
     check_buildable(spec, request)
     out = _path(out_dir, "out_dir")
@@ -502,6 +510,7 @@ def _decoder_request(
     checkpoint: str | Path | None,
     preset: str | None,
     sizes_and_form: _Form,
+    weights: Mapping[str, Any] | None = None,
 ) -> DecoderRequest:
     """The ``decoder.build.DecoderRequest`` of the API's arguments: paths checked, a preset's config read from its
     card.
@@ -520,7 +529,13 @@ def _decoder_request(
         config = dict(card.config)
     hf = None if hf_config is None else _path(hf_config, "hf_config")
     ckpt = None if checkpoint is None else _path(checkpoint, "checkpoint")
-    return DecoderRequest(hf, ckpt, config, *sizes_and_form, base=preset)
+    return DecoderRequest(hf, ckpt, config, *sizes_and_form, base=preset, **dict(weights or {}))
+
+
+def _weights(weight_format: str, block_size: int, accuracy_level: int, symmetric: bool) -> dict[str, Any]:
+    """How a decoder's projections are stored, as ``DecoderRequest`` takes it (validated by the spec)."""
+    return {"weight_format": weight_format, "block_size": block_size, "accuracy_level": accuracy_level,
+            "symmetric": symmetric}  # fmt: skip
 
 
 def resolve_decoder(
@@ -534,6 +549,10 @@ def resolve_decoder(
     vocab_size: int | None = None,
     max_positions: int | None = None,
     name: str | None = None,
+    weight_format: str = "",
+    block_size: int = 0,
+    accuracy_level: int = 0,
+    symmetric: bool = True,
 ) -> DecoderSpec:
     """The ``DecoderSpec`` ``build_decoder`` would build, validated, and checked as the build checks it first (its
     scenarios fit max_positions, its memory estimate fits this machine, the checkpoint's tokenizer reads); nothing is
@@ -542,7 +561,8 @@ def resolve_decoder(
     from ropeexport.decoder.build import check_buildable, resolve
 
     request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
-                                                                max_positions, name))  # fmt: skip
+                                                                max_positions, name),
+                               _weights(weight_format, block_size, accuracy_level, symmetric))  # fmt: skip
     spec = resolve(request)[0]
     check_buildable(spec, request)
     return spec

@@ -204,6 +204,9 @@ def render_index(index: dict[str, Any]) -> str:
         if relative:  # errors over the logit scale (transformers stands in the eager column); weights as the source
             counts = e.get("scenarios") or {}
             ran += f"; {counts.get('passed')} of {counts.get('total')} scenarios passed"
+            cost = (e.get("quantization_cost") or {}).get("worst_rel")
+            if isinstance(cost, (int, float)):  # an int4 decoder's second figure, apart from the judged one
+                ran += f"; quantization cost (not judged): {cost:.1e} of the logit scale"
             origin = e["origin"].get("weights") or ""
         seconds = "" if e["build_seconds"] is None else f"{e['build_seconds']:.1f} s"
         ratio = e.get("worst_ratio") or {}
@@ -216,7 +219,7 @@ def render_index(index: dict[str, Any]) -> str:
             badge,
             links,
             escape(f"{e['encoding']} / {e['artifact']}"),
-            escape(f"{e['dtype']} {e['graph']}"),
+            escape(f"{e['dtype']} {e['weight_format'] + ' ' if e.get('weight_format') else ''}{e['graph']}"),
             escape(str(e["max_positions"])),
             _relative_cell(e, "transformers") if relative else _error_cell(worst, ratio, "eager"),
             _relative_cell(e, "float64") if relative else _error_cell(worst, ratio, "float64"),

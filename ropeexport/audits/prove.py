@@ -15,6 +15,12 @@ max_positions - 1, and where the schedule has an original_max_position_embedding
 (the two sides of a LongRoPE switch). Judged as ``decoder verify`` judges a call: max |logits - float64| over the
 call within ``TOLERANCE[dtype]`` of max |float64 logit|, and the last token's greedy pick the same unless the float64
 margin between its top two is within the error (a near tie).
+
+Where the model holds its projections as 4-bit ``MatMulNBits`` (onnxruntime-genai's ``-p int4``, ropeexport's
+``weight_format="int4"``), the recompute takes those from the model itself (``held_weights``: dequantized exactly, by
+the layer and projection their names give), the rest from the checkpoint: the model is judged on its own terms, not
+by its int4 rounding against the checkpoint; the bound is then the one ``decoder verify`` gives its accuracy level
+(``decoder.verify.tolerance``: the dtype's at levels 0 and 1, wider where the activations may be int8).
 """
 
 from __future__ import annotations
@@ -30,6 +36,79 @@ from ropeexport.families.rope.regimes import original_length, regime
 
 TOKENS = 8
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
+# A MatMulNBits weight's layer and projection in its name: onnxruntime-genai's ``model.layers.3.attn.qkv_proj.MatMul.
+# weight_Q4`` or ropeexport's ``layers.3/block/qkv_proj_Q4``, ``layers.3.gate_up_proj_Q4``.
+_PROJECTION = re.compile(r"layers\.(\d+)[./](?:.*[./])?(?<![a-z_])(qkv|q|k|v|o|gate_up|gate|up|down)_proj(?![a-z])")
+
+
+def nbits_weights(model: Any) -> dict[str, tuple[np.ndarray, int]]:
+    """{weight input name: (float64 [K, N], accuracy_level)} of every 4-bit MatMulNBits node of ``model`` (an
+    ``onnx.ModelProto``) whose packed weight, scales and zero points are initializers: the values it multiplies by
+    (``components.linear.dequantize``). SpecError for one the proof cannot read (another bit width, a ``g_idx``).
+    """  # noqa: D205
+    from onnx import numpy_helper
+
+    from ropeexport.components.linear import Packed, dequantize
+
+    held = {t.name: t for t in model.graph.initializer}
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits" or node.domain != "com.microsoft":
+            continue
+        attributes = {a.name: a.i for a in node.attribute}
+        inputs = list(node.input) + [""] * 6
+        if attributes.get("bits", 4) != 4 or inputs[4]:
+            raise SpecError("model", f"MatMulNBits {node.name!r} has {attributes.get('bits')} bits or a g_idx input: "
+                            "the decoder proof reads 4-bit weights in blocks only")  # fmt: skip
+        if inputs[1] not in held or inputs[2] not in held or (inputs[3] and inputs[3] not in held):
+            continue  # a weight computed in the graph: the checkpoint's values stand
+        packed = numpy_helper.to_array(held[inputs[1]])
+        K, N, block = attributes["K"], attributes["N"], attributes["block_size"]
+        blocks = -(-K // block)
+        zero = numpy_helper.to_array(held[inputs[3]]).reshape(N, -1) if inputs[3] else None
+        scales = numpy_helper.to_array(held[inputs[2]]).reshape(N, blocks)
+        weight = dequantize(Packed(packed.reshape(N, blocks, block // 2), scales, zero, K, block))
+        out[inputs[1]] = (weight, attributes.get("accuracy_level", 0))
+    return out
+
+
+def held_weights(model: Any, spec: Any) -> tuple[dict[str, np.ndarray], int]:
+    """The projections ``model`` holds as 4-bit MatMulNBits, by the decoder's canonical names (``layers.3.q_proj``,
+    ``lm_head``; a fused q | k | v or gate | up split by the spec's widths), float64 [in, out], and the highest
+    accuracy level among them (0 when there are none). SpecError when one's shape is not the checkpoint's.
+    """  # noqa: D205
+    from ropeexport.decoder.checkpoint import expected, geometry
+
+    shapes = expected(spec)
+    out: dict[str, np.ndarray] = {}
+    level = 0
+    for name, (weight, accuracy) in nbits_weights(model).items():
+        found = _PROJECTION.search(name)
+        if found is None and "lm_head" not in name:
+            continue
+        level = max(level, accuracy)
+        if found is None:
+            parts = {"lm_head": weight}
+        else:
+            i, kind = int(found.group(1)), found.group(2)
+            if kind == "qkv":
+                H, KV, d = geometry(spec, i)
+                parts = dict(zip(("q_proj", "k_proj", "v_proj"), np.split(weight, [H * d, (H + KV) * d], axis=1),
+                                 strict=True))  # fmt: skip
+            elif kind == "gate_up":
+                parts = dict(zip(("gate_proj", "up_proj"), np.split(weight, 2, axis=1), strict=True))
+            else:
+                parts = {f"{kind}_proj": weight}
+            parts = {f"layers.{i}.{k}": v for k, v in parts.items()}
+        for canonical, values in parts.items():
+            if canonical == "lm_head" and spec.tie_embeddings:  # the recompute's head is the embedding's transpose
+                continue
+            if shapes.get(canonical) != values.shape:
+                raise SpecError("model", f"MatMulNBits weight {name!r} holds {canonical} as {list(values.shape)}, the "
+                                f"checkpoint's is {list(shapes.get(canonical, ()))}: not the checkpoint the model "
+                                "was exported from")  # fmt: skip
+            out[canonical] = values
+    return out, level
 
 
 def far_calls(position: Any) -> list[tuple[str, int]]:
@@ -129,9 +208,21 @@ class DecoderProof:
         Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
         self.weights64 = stored_float64(self.spec, load_checkpoint(self.spec, checkpoint))
         self.pieces = position_pieces(self.spec)  # per layer its encoding's float64 twin (None: a layer without)
+        held, level = held_weights(_graph_of(model), self.spec)  # int4 projections: the model's own (module doc)
+        self.weights64 |= held
+        self.tolerance = self._tolerance(level if held else None)
+        self.source = (f"the checkpoint, its {len(held)} int4 projections as the model holds them (MatMulNBits, "
+                       "dequantized)" if held else "the checkpoint")  # fmt: skip
         self.checkpoint = str(checkpoint)
         self._truths: dict[tuple[int, bool], np.ndarray] = {}
         self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+    def _tolerance(self, level: int | None) -> float:
+        """``decoder verify``'s bound for the spec, with int4 weights run at ``level`` (None: weights in the dtype)."""
+        from ropeexport.decoder.verify import tolerance
+
+        spec = self.spec if level is None else self.spec.replace(weight_format="int4", accuracy_level=level)
+        return tolerance(spec)
 
     def _session(self, path: Path) -> Any:
         import onnxruntime as ort
@@ -178,7 +269,6 @@ class DecoderProof:
         proof cannot judge the model (``graft`` asks this of the original before it writes anything).
         """  # noqa: D205
         from ropeexport.audits.model import ort_reason, quiet
-        from ropeexport.decoder.verify import TOLERANCE
 
         key = (str(path), str(Path(path).stat().st_mtime_ns))
         if key in self._judged:
@@ -204,14 +294,12 @@ class DecoderProof:
                 raise SpecError("checkpoint", f"{str(path)!r} gives logits of shape {list(got.shape)} where the "
                                 f"checkpoint's float64 recompute has {list(truth.shape)}: {self.checkpoint!r} is not "
                                 "the checkpoint the model was exported from")  # fmt: skip
-            out.append(_judge(got.reshape(truth.shape), truth, TOLERANCE[self.spec.dtype]))
+            out.append(_judge(got.reshape(truth.shape), truth, self.tolerance))
         self._judged[key] = out
         return out
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
         """Every model on every call (module doc): per call and model the error against float64 and the verdict."""
-        from ropeexport.decoder.verify import TOLERANCE
-
         position = self.spec.position_spec()
         judged = {label: self.judge(path) for label, path in models.items()}
         calls: list[dict[str, Any]] = []
@@ -223,9 +311,9 @@ class DecoderProof:
         run = {label: sum("passed" in c["models"][label] for c in calls) for label in models}
         return {
             "checkpoint": self.checkpoint,
-            "reference": "float64 recompute of the whole decoder from the checkpoint (ropeexport.decoder.oracle), "
+            "reference": f"float64 recompute of the whole decoder from {self.source} (ropeexport.decoder.oracle), "
             "exact positions, the regime of L = max(position_ids) + 1",
-            "tolerance": {"rel": TOLERANCE[self.spec.dtype], "of": "max |float64 logit| of the call"},
+            "tolerance": {"rel": self.tolerance, "of": "max |float64 logit| of the call"},
             "tokens": TOKENS,
             "calls": calls,
             "passed": verdicts,
@@ -244,3 +332,10 @@ def _judge(got: np.ndarray, truth: np.ndarray, tolerance: float) -> dict[str, An
     tie = not same and margin <= float(np.max(np.abs(got[-1] - truth[-1])))
     return {"max_abs": worst, "rel": rel, "scale": scale, "last_token_same": same, "near_tie": tie,
             "passed": bool(rel <= tolerance and (same or tie))}  # fmt: skip
+
+
+def _graph_of(path: Path) -> Any:
+    """The model at ``path`` with its initializers (the MatMulNBits weights are read from them)."""
+    import onnx
+
+    return onnx.load(str(path))

@@ -7,6 +7,7 @@
   ropeexport build --checkpoint ./tiny-llama --artifact decoder --graph decomposed
   ropeexport build --preset llama-3.1-8b --artifact decoder --num-layers 2 --hidden-size 256 --vocab-size 512
   ropeexport build --checkpoint ./tiny-llama --artifact block --layer 3 --graph gqa
+  ropeexport build --checkpoint ./tiny-llama --artifact decoder --weight-format int4 --block-size 128
 
 Writes ``<out>/<name>/`` (``decoder.build`` module doc); exit 0 when every call of every scenario passed, 1 when one
 failed, 2 on bad input (nothing written).
@@ -23,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.cli.options import ascii_int
+from ropeexport.components.linear import BLOCK_SIZES, DEFAULT_BLOCK_SIZE
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.errors import SpecError
 
 # Flags the decoder path reads; any other spec-field flag is refused rather than ignored.
 READ = {"artifact", "dtype", "graph", "max_positions", "name"}
+WEIGHT_FLAGS = ("weight_format", "block_size", "accuracy_level", "symmetric")  # how a decoder's projections are stored
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -39,6 +42,17 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     group.add_argument("--vocab-size", dest="vocab_size", metavar="N", help="vocabulary N (seeded weights only)")
     group.add_argument("--no-eager", dest="eager", action="store_false", help="skip the transformers reference")
     group.add_argument("--layer", metavar="N", help="with --artifact block --checkpoint: the layer whose weights")
+    group.add_argument("--weight-format", dest="weight_format", metavar="FORMAT",
+                       help="int4: the projections as MatMulNBits blocks (ONNX Runtime's quantizer); default: "
+                       "in --dtype")  # fmt: skip
+    group.add_argument("--block-size", dest="block_size", metavar="N",
+                       help=f"int4 block size: one of {', '.join(map(str, BLOCK_SIZES))} (default "
+                       f"{DEFAULT_BLOCK_SIZE})")  # fmt: skip
+    group.add_argument("--accuracy-level", dest="accuracy_level", metavar="N",
+                       help="int4 MatMulNBits accuracy_level 0-4 (default 0: fp32 arithmetic; 4: int8 activations, "
+                       "onnxruntime-genai's CPU default, judged by a wider bound)")  # fmt: skip
+    group.add_argument("--symmetric", dest="symmetric", action=argparse.BooleanOptionalAction, default=None,
+                       help="int4 zero point 8 (default) or, with --no-symmetric, one per block")  # fmt: skip
 
 
 def wants_layer_block(args: argparse.Namespace) -> bool:
@@ -62,6 +76,10 @@ def run_layer_block(args: argparse.Namespace, spec_fields: dict[str, str], line:
     for flag in ("num_layers", "hidden_size", "vocab_size"):
         if getattr(args, flag) is not None:
             raise SpecError(flag, "is a decoder flag (seeded weights only), not for a checkpoint layer's block")
+    for flag in WEIGHT_FLAGS:
+        if getattr(args, flag) is not None:
+            raise SpecError(flag, "is a decoder flag (--artifact decoder); a checkpoint layer's block keeps its "
+                            "weights in --dtype")  # fmt: skip
     if args.spec or args.all_presets or args.preset:
         raise SpecError("checkpoint", "takes its config from the folder (or --hf-config), not a preset or spec file")
     layer = _int("layer", args.layer) or 0
@@ -89,7 +107,7 @@ def wants_decoder(args: argparse.Namespace) -> bool:
     """True when --artifact decoder is asked for (it must then be the only artifact)."""
     asked = list(args.artifact or [])
     if "decoder" not in asked:
-        for flag in ("checkpoint", "num_layers", "hidden_size", "vocab_size"):
+        for flag in ("checkpoint", "num_layers", "hidden_size", "vocab_size", *WEIGHT_FLAGS):
             if getattr(args, flag, None) is not None:
                 raise SpecError(flag, "is a decoder flag: add --artifact decoder")
         return False
@@ -102,8 +120,15 @@ def _int(field: str, value: Any) -> int | None:
     return None if value is None else ascii_int(value, field)
 
 
+def _weights(args: argparse.Namespace) -> dict[str, Any]:
+    """The weight-format flags as ``build_decoder`` takes them (the spec validates them)."""
+    return {"weight_format": args.weight_format or "", "block_size": _int("block_size", args.block_size) or 0,
+            "accuracy_level": _int("accuracy_level", args.accuracy_level) or 0,
+            "symmetric": True if args.symmetric is None else args.symmetric}  # fmt: skip
+
+
 def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes: dict[str, Any],
-          max_positions: int | None) -> int:  # fmt: skip
+          max_positions: int | None, formats: dict[str, Any]) -> int:  # fmt: skip
     """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
     from ropeexport.api import resolve_decoder
     from ropeexport.decoder.checkpoint import describe
@@ -115,7 +140,8 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
         for graph in graphs:
             spec = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                    preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
-                                   max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
+                                   max_positions=max_positions, name=getattr(args, "name", None), **sizes,
+                                   **formats)  # fmt: skip
             check_tree(Path(args.out))  # --out as the build checks it
             weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
             Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
@@ -150,11 +176,12 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     dtypes, graphs = list(dict.fromkeys(args.dtype or ["fp32"])), list(dict.fromkeys(args.graph or ["fused"]))
     if getattr(args, "name", None) is not None and len(dtypes) * len(graphs) > 1:
         raise SpecError("name", "names one folder: give one --dtype and one --graph with it")
-    sizes = {f: _int(f, getattr(args, f)) for f in ("num_layers", "hidden_size", "vocab_size")}
+    sizes: dict[str, Any] = {f: _int(f, getattr(args, f)) for f in ("num_layers", "hidden_size", "vocab_size")}
     max_positions = _int("max_positions", getattr(args, "max_positions", None))
+    weights = _weights(args)
     talk = not (args.quiet or args.json)
     if args.dry_run:
-        return _plan(args, dtypes, graphs, sizes, max_positions)
+        return _plan(args, dtypes, graphs, sizes, max_positions, weights)
     if talk:  # every decoder resolved and checked before the first "building" line: bad input is its one line alone
         from ropeexport.api import resolve_decoder
 
@@ -162,7 +189,8 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
             for graph in graphs:
                 resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                 preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
-                                max_positions=max_positions, name=getattr(args, "name", None), **sizes)  # fmt: skip
+                                max_positions=max_positions, name=getattr(args, "name", None), **sizes,
+                                **weights)  # fmt: skip
     failed, built = 0, []
     for dtype in dtypes:
         for graph in graphs:
@@ -174,12 +202,16 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                     if "regime_cost_rel" in s:  # the keep policy's stale calls: reported, never judged
                         kept = (f"; kept cache: {s['regime_cost_calls']} calls not judged, up to "
                                 f"{s['regime_cost_rel']:.1e} (the regime's cost)")  # fmt: skip
+                    if "cost_rel" in s:  # an int4 decoder's second figure: reported apart, never judged
+                        kept += (f"; quantization cost {s['cost_rel']:.1e} (agreement {s['cost_agreement']}, not "
+                                 "judged)")  # fmt: skip
                     print(f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst "
                           f"{s['worst_rel']:.1e} of the logit scale, agreement {s['agreement']}, positions "
                           f"{s['positions'][0]}-{s['positions'][1]}{kept}", flush=True)  # fmt: skip
 
             if talk:
-                print(f"building {dtype} {graph} decoder into {args.out} (every scenario against float64"
+                what = f"{dtype} {weights['weight_format'] + ' ' if weights['weight_format'] else ''}{graph}"
+                print(f"building {what} decoder into {args.out} (every scenario against float64"
                       f"{' and transformers' if args.eager else ''}):", flush=True)  # fmt: skip
 
             result = build_decoder(
@@ -195,6 +227,7 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                 replace=args.replace,
                 on_scenario=shown,
                 **sizes,
+                **weights,
             )
             failed += not result.passed
             built.append({"path": str(result.path), "passed": result.passed})
@@ -202,7 +235,8 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                 print(result.path)
             elif not args.json:
                 verdict = "verified" if result.passed else "FAILED"
-                print(f"{verdict}: {result.path} (report.html there; index: {Path(args.out) / 'index.html'})")
+                print(f"{verdict}: {result.path} (report.html there; index: {Path(args.out) / 'index.html'})"
+                      f"{_cost_line(result.report)}")  # fmt: skip
                 if result.kept is not None:
                     print(f"  a verified decoder was there: it stays at {result.kept}; this failed build is kept "
                           f"apart at {result.path}")  # fmt: skip
@@ -211,3 +245,11 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     if failed and not args.quiet:
         print(f"{failed} decoder(s) FAILED verification", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _cost_line(report: dict[str, Any]) -> str:
+    """An int4 decoder's quantization cost for its result line ("" for weights in the dtype)."""
+    costs = [s["summary"]["cost_rel"] for s in report.get("scenarios", []) if "cost_rel" in s.get("summary", {})]
+    if not costs:
+        return ""
+    return f"; quantization cost (not judged): worst {max(costs):.1e} of the logit scale (the weights unquantized)"

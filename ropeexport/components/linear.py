@@ -3,27 +3,54 @@
 A weight is held as MatMul reads it, [in, out] (transformers' ``nn.Linear`` keeps [out, in]). ``WeightFormat`` is
 the one place that decides how a weight is stored in the graph (``store``) and what values the float64 twin
 multiplies by (``read64``): the twin reads the stored values exactly, so the truth judges the graph's arithmetic, not
-its storage. Today a weight is rounded once to the artifact dtype (fp32 / fp16); int4 (``MatMulNBits``, a packed
-weight and its scales) is a new format here, and every model that stores its projections through this module gets it.
+its storage. A weight is rounded once to a float dtype (fp32 / fp16: a MatMul), or quantized to int4 blocks
+(``MatMulNBits``, ONNX Runtime's contrib op): packed by ONNX Runtime's own quantizer function (``pack``: the one
+``onnxruntime.quantization``'s MatMulNBits quantizer calls, round to nearest per block), dequantized back to the
+float64 values the graph holds by ``dequantize`` (nibbles, scales in the activation dtype, zero points).
 
-Notation: b batch, s tokens, i in features, o out features.
+An int4 weight's blocks run along the in features of each out column (``block_size`` rows share a scale and, when
+asymmetric, a zero point): columns are quantized independently, so a concatenation of weights along the out axis
+(q | k | v, gate | up) holds exactly the values of each weight quantized alone. In features that are not a multiple
+of the block size are padded with zeros to a whole block (as ONNX Runtime's quantizer does; ``K`` says how many are
+real).
+
+Notation: b batch, s tokens, i in features (K), o out features (N), n_b = ceil(i / block_size) blocks per column.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ropeexport.components import MICROSOFT
 from ropeexport.dtypes import DTYPES
-from ropeexport.errors import SpecError
+from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.numerics import round_once
+from ropeexport.specs import require_choice, require_int
 
 if TYPE_CHECKING:
     from ropeexport.graph.onnx_io import GraphBuilder
 
-FORMATS = tuple(DTYPES)  # a weight rounded once to a float dtype (a decoder takes fp32, fp16); int4 next
+FLOATS = tuple(DTYPES)  # a weight rounded once to a float dtype (a decoder takes fp32, fp16)
+FORMATS = (*FLOATS, "int4")
+# MatMulNBits' block sizes: a power of 2 of at least 16 (ONNX Runtime's op), the ones its CPU kernels and
+# onnxruntime-genai's builder offer.
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+DEFAULT_BLOCK_SIZE = 32  # onnxruntime-genai's builder's and ONNX Runtime's quantizer CLI's default
+# MatMulNBits' accuracy_level: the least precise arithmetic its kernel may use for the activations. 0: unset (the
+# execution provider's default; fp32 on the CPU), 1: fp32, 2: fp16, 3: bf16, 4: int8 (the activations quantized to
+# int8 per block before the dot products; onnxruntime-genai's builder's default on the CPU).
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+COMPUTE = {0: "fp32", 1: "fp32", 2: "fp16", 3: "bf16", 4: "int8"}  # what each level may compute the activations in
+
+# The MatMulNBits weights stored in a graph builder: {name ``store`` returned: (its other inputs, the attributes)};
+# ``linear`` reads this to emit MatMulNBits instead of MatMul for them. Keyed weakly: a builder's table goes with it.
+_NBITS: weakref.WeakKeyDictionary[GraphBuilder, dict[str, tuple[list[str], dict[str, int]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def is_weight(name: str) -> bool:
@@ -34,33 +61,164 @@ def is_weight(name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Packed:
+    """An int4 weight as MatMulNBits holds it: ``weight`` uint8 [o, n_b, block_size / 2] (two values a byte, the
+    first in the low nibble), ``scales`` [o, n_b] in the activation dtype, ``zero_points`` uint8 [o, ceil(n_b / 2)]
+    (two a byte, low nibble first) or None (symmetric: every zero point is 8), ``K`` the real in features (the rest
+    of the last block is padding).
+    """  # noqa: D205
+
+    weight: np.ndarray
+    scales: np.ndarray
+    zero_points: np.ndarray | None
+    K: int
+    block_size: int
+
+    @property
+    def N(self) -> int:  # noqa: N802 (MatMulNBits' attribute name)
+        """The out features."""
+        return int(self.weight.shape[0])
+
+
+def _nibbles(packed: np.ndarray, count: int) -> np.ndarray:
+    """uint8 [..., m] -> float64 [..., count]: each byte's low nibble, then its high nibble, the first ``count``."""
+    both = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    return both[..., :count].astype(np.float64)
+
+
+def dequantize(packed: Packed) -> np.ndarray:
+    """float64 [i, o]: (nibble - zero point) x scale of every stored value, exactly, the padding dropped."""
+    o, blocks, _ = packed.weight.shape
+    q = _nibbles(packed.weight, 2 * packed.weight.shape[2]).reshape(o, blocks, packed.block_size)
+    zero = np.full((o, blocks), 8.0) if packed.zero_points is None else _nibbles(packed.zero_points, blocks)
+    scales = np.asarray(packed.scales, np.float64).reshape(o, blocks)
+    values = (q - zero[:, :, None]) * scales[:, :, None]  # [o, n_b, block]
+    return values.reshape(o, blocks * packed.block_size)[:, : packed.K].T
+
+
+@dataclass(frozen=True)
 class WeightFormat:
-    """How a projection's weight is stored: ``kind`` a float dtype (fp32, fp16, bf16), rounded once from float64."""
+    """How a projection's weight is stored: ``kind`` a float dtype (fp32, fp16, bf16), rounded once from float64, or
+    ``int4``: MatMulNBits blocks of ``block_size`` in features, ``symmetric`` (zero point 8) or with a zero point per
+    block, its scales in ``dtype`` (the activations' dtype), run at ``accuracy_level`` (``ACCURACY_LEVELS``).
+    A float kind's ``dtype`` is the kind itself (given as "" or the same name).
+    """  # noqa: D205
 
     kind: str = "fp32"
+    dtype: str = ""
+    block_size: int = 0
+    accuracy_level: int = 0
+    symmetric: bool = True
 
     def __post_init__(self) -> None:
-        if self.kind not in FORMATS:
-            raise SpecError("weight_format", f"must be one of {', '.join(FORMATS)}; got {self.kind!r}")
+        require_choice("weight_format", self.kind, FORMATS)
+        if self.kind != "int4":
+            if self.dtype not in ("", self.kind):
+                raise SpecError("weight_format", f"{self.kind} weights are held in {self.kind}, not {self.dtype!r}")
+            object.__setattr__(self, "dtype", self.kind)
+            for field, value, plain in (("block_size", self.block_size, 0), ("accuracy_level", self.accuracy_level,
+                                        0), ("symmetric", self.symmetric, True)):  # fmt: skip
+                if value != plain:
+                    raise SpecError(field, f"is an int4 setting; {self.kind} weights take none (give weight_format "
+                                    "int4)")  # fmt: skip
+            return
+        require_choice("dtype", self.dtype, ("fp32", "fp16"))  # ONNX Runtime's MatMulNBits: float or float16 A
+        block = require_int("block_size", self.block_size or DEFAULT_BLOCK_SIZE, 1)
+        if block not in BLOCK_SIZES:
+            raise SpecError("block_size", f"must be one of {', '.join(map(str, BLOCK_SIZES))} (MatMulNBits: a power "
+                            f"of 2, at least 16); got {block}")  # fmt: skip
+        object.__setattr__(self, "block_size", block)
+        level = require_int("accuracy_level", self.accuracy_level, 0, 4)
+        object.__setattr__(self, "accuracy_level", level)
+        if not isinstance(self.symmetric, bool):
+            raise SpecError("symmetric", f"must be true or false, got {self.symmetric!r}")
+
+    @classmethod
+    def int4(cls, dtype: str = "fp32", block_size: int = DEFAULT_BLOCK_SIZE, accuracy_level: int = 0,
+             symmetric: bool = True) -> WeightFormat:  # fmt: skip
+        """An int4 format (class doc)."""
+        return cls("int4", dtype, block_size, accuracy_level, symmetric)
+
+    @property
+    def quantized(self) -> bool:
+        """True for int4: the stored values are not the weight rounded to a float dtype."""
+        return self.kind == "int4"
+
+    def describe(self) -> str:
+        """For example ``fp32`` or ``int4 (MatMulNBits, block 32, symmetric, accuracy level 0: fp32), fp32 scales``."""
+        if not self.quantized:
+            return self.kind
+        zero = "symmetric" if self.symmetric else "asymmetric (a zero point per block)"
+        return (f"int4 (MatMulNBits, block {self.block_size}, {zero}, accuracy level {self.accuracy_level}: "
+                f"{COMPUTE[self.accuracy_level]}), {self.dtype} scales")  # fmt: skip
 
     def store(self, g: GraphBuilder, name: str, weight: np.ndarray) -> str:
         """weight [i, o] added to ``g`` as the graph holds it; the name ``linear`` reads."""
-        return g.const(name, self.stored(weight))
+        if not self.quantized:
+            return g.const(name, self.stored(weight))
+        packed = self.pack(weight)
+        stored = g.const(f"{name}_Q4", packed.weight)  # the names ONNX Runtime's quantizer gives them
+        inputs = [g.const(f"{name}_scales", packed.scales)]
+        if packed.zero_points is not None:
+            inputs.append(g.const(f"{name}_zero_points", packed.zero_points))
+        attributes = {"K": packed.K, "N": packed.N, "bits": 4, "block_size": self.block_size}
+        if self.accuracy_level:  # left out at 0, as ONNX Runtime's quantizer does (unset: the provider's default)
+            attributes["accuracy_level"] = self.accuracy_level
+        _NBITS.setdefault(g, {})[stored] = (inputs, attributes)
+        return stored
 
     def stored(self, weight: np.ndarray) -> np.ndarray:
-        """The stored values: rounded once to the format's dtype (one rounding: a float32 detour would be a second)."""
+        """A float kind's stored values: rounded once to its dtype (one rounding: a float32 detour would be a second).
+        int4: ``pack``.
+        """  # noqa: D205
+        if self.quantized:
+            raise ValueError("an int4 weight is stored packed: WeightFormat.pack")
         return round_once(weight, self.kind)
 
+    def pack(self, weight: np.ndarray) -> Packed:
+        """weight [i, o] (float64) as MatMulNBits holds it: rounded once to ``dtype`` (what a model of that dtype
+        holds before quantization), then quantized by ONNX Runtime's own per-weight function (``quantize_matmul_4bits``,
+        what its MatMulNBits quantizer calls), the in features padded with zeros to whole blocks as that quantizer
+        pads them.
+        """  # noqa: D205
+        if not self.quantized:
+            raise ValueError(f"{self.kind} weights are not packed: WeightFormat.stored")
+        try:
+            from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+        except ImportError:
+            raise RuntimeUnavailable("int4 weights are packed by ONNX Runtime's quantizer: pip install "
+                                     "'ropeexport[cpu]'") from None  # fmt: skip
+        values = np.asarray(round_once(weight, self.dtype))
+        K, N = values.shape
+        block = self.block_size
+        blocks = -(-K // block)
+        padded = np.zeros((blocks * block, N), values.dtype)
+        padded[:K] = values
+        packed = np.zeros((N, blocks, block // 2), np.uint8)
+        scales = np.zeros((N, blocks), values.dtype)
+        zero_points = np.zeros((N, (blocks + 1) // 2), np.uint8)
+        quantize_matmul_4bits(packed, padded, scales, zero_points, block, N, K, self.symmetric)
+        return Packed(packed, scales, None if self.symmetric else zero_points, K, block)
+
     def read64(self, weight: np.ndarray) -> np.ndarray:
-        """float64 [i, o]: the stored values, exactly (every fp32 / fp16 value is a float64)."""
+        """float64 [i, o]: the stored values, exactly (every fp32 / fp16 value is a float64; int4: ``dequantize``)."""
+        if self.quantized:
+            return dequantize(self.pack(weight))
         return self.stored(weight).astype(np.float64)
 
 
 def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None, name: str | None = None) -> str:
-    """x [b, s, i] @ weight [i, o] (+ bias [o]) -> [b, s, o]; ``weight`` as ``WeightFormat.store`` returned it.
+    """x [b, s, i] @ weight [i, o] (+ bias [o]) -> [b, s, o]; ``weight`` as ``WeightFormat.store`` returned it
+    (an int4 weight: one MatMulNBits, the model importing ``com.microsoft``).
 
     ``name``: the result's value name (the last node's), for a graph output.
-    """
+    """  # noqa: D205
+    nbits = _NBITS.get(g, {}).get(weight)
+    if nbits is not None:
+        inputs, attributes = nbits
+        product = g.op("MatMulNBits", [x, weight, *inputs], name=None if bias else name, domain=MICROSOFT,
+                       **attributes)  # fmt: skip
+        return product if bias is None else g.op("Add", [product, bias], name=name)
     if bias is None:
         return g.op("MatMul", [x, weight], name=name)
     return g.op("Add", [g.op("MatMul", [x, weight]), bias], name=name)

@@ -13,7 +13,7 @@ from typing import Any
 from ropeexport.decoder.genai import check_tokenizer
 from ropeexport.decoder.memory import check_memory
 from ropeexport.decoder.scenarios import check_positions
-from ropeexport.decoder.spec import DecoderSpec, from_config, shrink
+from ropeexport.decoder.spec import DecoderSpec, from_config, shrink, weight_label
 from ropeexport.errors import SpecError
 from ropeexport.hf import model_name, read_config
 
@@ -25,7 +25,9 @@ class DecoderRequest:
     """What a decoder build is asked for, before validation: one source of config (``config``, a preset's; or
     ``hf_config``; or the ``checkpoint``'s config.json), the weights (``checkpoint``, else seeded), the size overrides
     that shrink a seeded model, dtype, graph form, max_positions, and the folder ``name`` as given (else ``base``,
-    the preset's or the config's model name, then ``decoder``, the overrides, dtype and graph).
+    the preset's or the config's model name, then ``decoder``, the overrides, dtype, the weight format when int4
+    (``weight_label``) and graph). ``weight_format``, ``block_size``, ``accuracy_level``, ``symmetric``: how the
+    projections are stored (``DecoderSpec``'s fields of those names).
     """  # noqa: D205
 
     hf_config: str | Path | None = None
@@ -39,6 +41,11 @@ class DecoderRequest:
     max_positions: int | None = None
     name: str | None = None
     base: str | None = None
+    weight_format: str = ""
+    block_size: int = 0
+    accuracy_level: int = 0
+    symmetric: bool = True
+
 
 
 def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
@@ -74,8 +81,14 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
         config["num_key_value_heads"] = heads
     base = base or str(config.get("model_type", "model"))
     label = "-".join(f"{tag}{v}" for tag, v in (("l", num_layers), ("h", hidden_size), ("v", vocab_size)) if v)
+    weights = {"weight_format": request.weight_format, "block_size": request.block_size,
+               "accuracy_level": request.accuracy_level, "symmetric": request.symmetric}  # fmt: skip
     full = request.name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
-    spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=request.max_positions)
+    spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=request.max_positions,
+                       weights=weights)  # fmt: skip
+    if request.name is None and spec.weight_format:  # the name carries the weight format (validated, defaults set)
+        name = "-".join(x for x in (base, "decoder", label, dtype, weight_label(spec.to_dict()), graph) if x)
+        spec = spec.replace(name=name)
     return spec, config
 
 

@@ -141,4 +141,5 @@ def build_decoder_graph(
         "ropeexport.weights": source,
         "ropeexport.version": __version__,
     }
-    return make_model(graph, opset, metadata, {MICROSOFT: 1} if spec.graph == "gqa" else None)
+    contrib = spec.graph == "gqa" or stores.quantized  # GroupQueryAttention, MatMulNBits
+    return make_model(graph, opset, metadata, {MICROSOFT: 1} if contrib else None)

@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropeexport.components.linear import is_weight
 from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
 from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
-from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.parts import position_pieces, weight_format
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.scenarios import scenarios
-from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.verify import TOLERANCE, verify_decoder
+from ropeexport.decoder.spec import DecoderSpec, weight_label
+from ropeexport.decoder.verify import tolerance, verify_decoder
 from ropeexport.encoding import folder_bytes, interface
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import save_model, sha256
@@ -162,9 +163,14 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     pieces = position_pieces(spec)  # each layer's position piece: the float64 truth rotates with its twin
     runner = OrtRunner(model_path, providers=["CPUExecutionProvider"])
     reference, skipped = None, None
+    formats = weight_format(spec)
     if eager:
         try:
-            reference = TransformersReference(spec, dict(config), weights, checkpoint)
+            if formats.quantized:  # transformers on the weights the model holds (dequantized), as the truth reads them
+                held = {k: formats.read64(v) if is_weight(k) else v for k, v in weights.items()}
+                reference = TransformersReference(spec, dict(config), held, None)
+            else:
+                reference = TransformersReference(spec, dict(config), weights, checkpoint)
         except RuntimeUnavailable as why:
             skipped = str(why)
     else:
@@ -178,15 +184,29 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
         "spec": spec.to_dict(),
         "weights": describe(checkpoint),
         "runtime": runner.describe(),
-        "references": {
-            "float64": "no-cache full recompute in float64, exact positions (ropeexport.decoder.oracle)",
-            "transformers": reference.describe() if reference is not None else f"skipped: {skipped}",
-        },
-        "tolerance": {"rel": TOLERANCE[spec.dtype], "of": SCALE},
+        "references": references(spec, reference.describe() if reference is not None else f"skipped: {skipped}"),
+        "weight_format": formats.describe(),
+        "tolerance": {"rel": tolerance(spec), "of": SCALE},
         "passed": all(s["passed"] for s in results),
         "seconds": round(time.perf_counter() - start, 2),
         "scenarios": results,
     }
+
+
+def references(spec: DecoderSpec, transformers: str) -> dict[str, str]:
+    """What report.json says each figure is against: ``float64`` (the truth), ``transformers``, and for a quantized
+    decoder ``unquantized`` (its quantization cost's reference, ``decoder.verify``).
+    """  # noqa: D205
+    truth = "no-cache full recompute in float64, exact positions (ropeexport.decoder.oracle)"
+    if not weight_format(spec).quantized:
+        return {"float64": truth, "transformers": transformers}
+    return {
+        "float64": f"{truth}, with the dequantized int4 weights the model holds",
+        "transformers": f"{transformers}, on the dequantized int4 weights" if not transformers.startswith("skipped")
+        else transformers,
+        "unquantized": f"the same recompute with the checkpoint's weights unquantized ({spec.dtype}): the quantization "
+        "cost, reported, not judged",
+    }  # fmt: skip
 
 
 def _max_of(summaries: list[dict[str, Any]], key: str) -> float | None:
@@ -321,6 +341,16 @@ class DecoderKind(Kind):
             ratio["float64"] = rel["float64"] / float(tolerance)
         passed = report.get("passed") is True and manifest.get("schema") == MANIFEST_SCHEMA
         build = manifest.get("build") or {}
+        quantized = {}
+        if spec.get("weight_format"):  # the two figures of a quantized decoder, apart (``decoder.verify``)
+            cost = _max_of(summaries, "cost_rel")
+            agree = [s.get("cost_agreement") for s in summaries]
+            pairs = [tuple(int(x) for x in a.split("/")) for a in agree if isinstance(a, str) and "/" in a]
+            quantized = {
+                "weight_format": weight_label(spec),
+                "quantization_cost": {"worst_rel": cost, "of": SCALE, "against": "float64, the weights unquantized",
+                                      "agreement": f"{sum(p[0] for p in pairs)}/{sum(p[1] for p in pairs)}"},
+            }  # fmt: skip
         return {
             "name": manifest.get("name", folder.name),
             "encoding": position.get("encoding"),
@@ -343,7 +373,7 @@ class DecoderKind(Kind):
             "origin": {"weights": manifest.get("weights")},
             "runtimes": [{"name": "ort", "status": "verified", "device": str(report.get("runtime"))}],
             "versions": manifest.get("versions") or {"ropeexport": report.get("ropeexport")},
-        }  # fmt: skip
+        } | quantized  # fmt: skip
 
     def owns_report(self, report: Mapping[str, Any]) -> bool:
         """A report.json whose artifact is ``decoder``."""

@@ -27,7 +27,12 @@ Pieces = Sequence[PositionPiece | None]  # per layer its position piece, None: t
 
 
 def weight_format(spec: DecoderSpec) -> WeightFormat:
-    """How the decoder's projections are stored: rounded once to its dtype."""
+    """How the decoder's projections (attention q/k/v/o, the MLP's, lm_head unless tied to the embedding) are
+    stored: rounded once to its dtype, or int4 (MatMulNBits) with its scales in the dtype. lm_head is quantized
+    with the rest, as onnxruntime-genai's builder does by default (``-p int4``); the embedding stays in the dtype.
+    """  # noqa: D205
+    if spec.weight_format == "int4":
+        return WeightFormat.int4(spec.dtype, spec.block_size, spec.accuracy_level, spec.symmetric)
     return WeightFormat(spec.dtype)
 
 
@@ -55,7 +60,7 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
     qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=arch.norm_offset) if arch.qk_norm else None
     return AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=d, dtype=spec.dtype, graph=spec.graph,
                          window=spec.layer(i).window, position=piece, qk_norm=qk_norm, scale=spec.attn_scale,
-                         logit_softcap=spec.attn_softcap, sinks=arch.sinks)  # fmt: skip
+                         logit_softcap=spec.attn_softcap, sinks=arch.sinks, weights=weight_format(spec))  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -3,7 +3,10 @@
 Columns per call: the call (prefill, chunk, decode, re-prefill), its positions and L, the RoPE regime, the max abs
 logit error and its ratio to the logit scale against the float64 truth and against transformers, the next token
 picked by the runtime / float64 / transformers, the float64 top-2 margin, and the verdict (``regime cost`` for a call
-that read keys cached under another regime; ``near tie`` where the top-2 margin is below the measured error).
+that read keys cached under another regime; ``near tie`` where the top-2 margin is below the measured error). A
+decoder with int4 weights has one more column before the verdict, its quantization cost (the error over the scale
+against the float64 recompute with the weights unquantized): a second figure, reported beside the positional one
+(the float64 column, judged) and never mixed with it.
 
 Both pages are written from report.json alone, with the same words (``_facts``, ``_sentence``, ``_cells``);
 report.html adds what failed at the top and one figure: every call's error over the logit scale against its last
@@ -19,7 +22,8 @@ from typing import Any
 
 HEADER = ["call", "kind", "positions", "L", "regime", "abs err vs f64", "/ scale", "abs err vs transformers",
           "/ scale", "next token (runtime/f64/transformers)", "f64 top-2 margin", "verdict"]  # fmt: skip
-NUMERIC = {0, 3, 5, 6, 7, 8, 10}  # HEADER columns right-aligned in report.html
+NUMERIC = {0, 3, 5, 6, 7, 8, 10, 11}  # columns right-aligned in report.html (11: the cost column, when there is one)
+COST = "quantization cost / scale (not judged)"  # the int4 decoders' column, before the verdict
 PLOT_CAPTION = (
     "Each point is one call: its max |logit error| against the float64 truth divided by the call's logit scale "
     "(max |float64 logit| of the call), at the call's last position; log y. The dotted red line is the tolerance. "
@@ -43,17 +47,27 @@ def _verdict(call: dict[str, Any]) -> str:
     return "ok" if call["passed"] else f"FAIL{' (tokens differ)' if call['diverged_rows'] else ''}"
 
 
+def _header(report: dict[str, Any]) -> list[str]:
+    """The table's columns: HEADER, with the cost column before the verdict for a quantized decoder."""
+    return [*HEADER[:-1], COST, HEADER[-1]] if _quantized(report) else HEADER
+
+
+def _quantized(report: dict[str, Any]) -> bool:
+    return "unquantized" in report.get("references", {})
+
+
 def _cells(call: dict[str, Any]) -> list[str]:
-    """One call's row: the HEADER columns as text."""
+    """One call's row: the HEADER columns as text (and the cost column, when the call has its cost)."""
     f64 = call["float64"]
     hf = call.get("transformers")
     tokens = call["tokens"]
     picks = "/".join(",".join(str(t) for t in tokens[k]) for k in ("runtime", "float64", "transformers") if k in tokens)
     lo, hi = call["positions"]
     where = str(lo) if lo == hi else f"{lo}-{hi}"
+    cost = [_e(call["quantization_cost"]["rel"])] if "quantization_cost" in call else []
     return [str(call["index"]), call["kind"], where, str(call["L"]), call["regime"], _e(f64["max_abs"]),
             _e(f64["rel"]), _e(hf["max_abs"]) if hf else "-", _e(hf["rel"]) if hf else "-", picks,
-            f"{call['margin']:.2e}", _verdict(call)]  # fmt: skip
+            f"{call['margin']:.2e}", *cost, _verdict(call)]  # fmt: skip
 
 
 def _row(call: dict[str, Any]) -> str:
@@ -64,7 +78,7 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, text) of the lines under the verdict; markdown code spans in backticks."""
     spec = report["spec"]
     position = spec["position"]
-    return [
+    facts = [
         ("model", f"{spec['model_type']}, {spec['num_layers']} layers, hidden {spec['hidden_size']}, vocab "
                   f"{spec['vocab_size']}, {spec['dtype']}, `{spec['graph']}` attention"),
         ("positions", f"{position.get('encoding')} {position.get('scaling', '')} (max_positions "
@@ -74,6 +88,20 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("truth", str(report["references"]["float64"])),
         ("also against", str(report["references"]["transformers"])),
     ]  # fmt: skip
+    if _quantized(report):
+        facts[3:3] = [("weight format", str(report.get("weight_format", spec.get("weight_format"))))]
+        facts.append(("quantization cost", f"{report['references']['unquantized']}; {_cost(report)}"))
+    return facts
+
+
+def _cost(report: dict[str, Any]) -> str:
+    """The quantization cost over every scenario, in words (a quantized decoder's second figure)."""
+    summaries = [s["summary"] for s in report["scenarios"] if "cost_rel" in s["summary"]]
+    if not summaries:
+        return "no call measured it"
+    agree = [tuple(int(x) for x in s["cost_agreement"].split("/")) for s in summaries]
+    return (f"worst {_e(max(s['cost_rel'] for s in summaries))} of the logit scale, greedy agreement with the "
+            f"unquantized recompute {sum(a for a, _ in agree)}/{sum(b for _, b in agree)}")  # fmt: skip
 
 
 def _rule(report: dict[str, Any]) -> str:
@@ -103,6 +131,12 @@ def _sentence(scenario: dict[str, Any]) -> str:
             if "worst_rel_transformers_vs_float64" in s
             else ""
         )
+        + (
+            f" Quantization cost (not judged): worst {_e(s['cost_rel'])} of the logit scale against the float64 "
+            f"recompute with the weights unquantized, greedy agreement with it {s['cost_agreement']}."
+            if "cost_rel" in s
+            else ""
+        )
     )  # fmt: skip
 
 
@@ -117,8 +151,8 @@ def write_markdown(report: dict[str, Any]) -> str:
             "",
             _sentence(scenario),
             "",
-            "| " + " | ".join(HEADER) + " |",
-            "|" + "---|" * len(HEADER),
+            "| " + " | ".join(_header(report)) + " |",
+            "|" + "---|" * len(_header(report)),
             *(_row(c) for c in scenario["calls"]),
             "",
         ]
@@ -239,14 +273,14 @@ def _failures(report: dict[str, Any]) -> str:
     return f'<section class="failures" id="failures"><h2>What failed</h2><ul>{bullets}</ul></section>'
 
 
-def _table(scenario: dict[str, Any]) -> str:
-    head = "".join(f"<th>{_html(h)}</th>" for h in HEADER)
+def _table(scenario: dict[str, Any], header: list[str]) -> str:
+    head = "".join(f"<th>{_html(h)}</th>" for h in header)
     rows = []
     for call in scenario["calls"]:
         css = "skip" if call["stale_cache"] else "" if call["passed"] else "fail"
         tds = []
         for i, text in enumerate(_cells(call)):
-            if i == len(HEADER) - 1:
+            if i == len(header) - 1:
                 badge = "info" if call["stale_cache"] or call["near_ties"] else "pass" if call["passed"] else "fail"
                 tds.append(f'<td><span class="badge {badge}">{_html(text)}</span></td>')
             else:
@@ -261,10 +295,11 @@ def _headline(report: dict[str, Any]) -> str:
     agree = [tuple(int(x) for x in s["summary"]["agreement"].split("/")) for s in scenarios]
     calls = sum(len(s["calls"]) for s in scenarios)
     passed = sum(bool(s["passed"]) for s in scenarios)
+    cost = f" Quantization cost (not judged): {_cost(report)}." if _quantized(report) else ""
     return (
         f"{passed} of {len(scenarios)} scenarios passed ({calls} calls) on {report['runtime']}: worst error "
         f"{_e(worst)} of the logit scale against float64 (tolerance {report['tolerance']['rel']:g}), greedy "
-        f"agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)}."
+        f"agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)}.{cost}"
     )
 
 
@@ -291,7 +326,7 @@ def write_html(report: dict[str, Any]) -> str:
         anchor = "scenario-" + re.sub(r"[^A-Za-z0-9_-]", "-", str(scenario["name"]))
         parts.append(
             f'<section id="{anchor}"><h2>{_html(scenario["name"])}: {verdict}</h2>'
-            f"<p>{_html(_sentence(scenario))}</p>{_table(scenario)}</section>"
+            f"<p>{_html(_sentence(scenario))}</p>{_table(scenario, _header(report))}</section>"
         )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

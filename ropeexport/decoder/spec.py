@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropeexport.catalog import spec_from_dict
+from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat
 from ropeexport.decoder.architectures import ARCHITECTURES, Architecture, read_layout
 from ropeexport.errors import SpecError
 from ropeexport.families.alibi.spec import AlibiSpec
@@ -150,6 +151,13 @@ class DecoderSpec:
     experts_per_token: int = 0
     swiglu_alpha: float = 0.0
     swiglu_limit: float = 0.0
+    # How the projections are stored (``components.linear.WeightFormat``): "" rounded once to ``dtype`` (the
+    # decoders built before int4); "int4" MatMulNBits blocks of ``block_size`` in features (0: 32), ``symmetric`` or
+    # with a zero point per block, run at ``accuracy_level``. The embedding, norms and biases stay in ``dtype``.
+    weight_format: str = ""
+    block_size: int = 0
+    accuracy_level: int = 0
+    symmetric: bool = True
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -174,6 +182,7 @@ class DecoderSpec:
         if self.attn_softcap and self.graph == "tensorrt":  # TensorRT's Attention has no softcap attribute
             raise SpecError("graph", "tensorrt cannot cap attention logits (attn_softcap, Gemma 2); use decomposed, "
                             "the form TensorRT parses with the cap written out")  # fmt: skip
+        self._check_weight_format()
         position = self.position_spec()  # validates the encoding's fields
         if position.encoding not in ("rope", "alibi"):
             raise SpecError("position.encoding", f"a decoder takes rope or alibi, not {position.encoding!r}")
@@ -199,6 +208,24 @@ class DecoderSpec:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
                 raise SpecError(name, f"must be a finite number > 0 in a mixture of experts, got {value!r}")
             object.__setattr__(self, name, float(value))
+
+    def _check_weight_format(self) -> None:
+        """``weight_format`` and its int4 settings as ``linear.WeightFormat`` takes them (an int4 block size of 0
+        becomes its default, 32); SpecError naming the field otherwise.
+        """  # noqa: D205
+        if self.weight_format == "":
+            WeightFormat(self.dtype, "", self.block_size, self.accuracy_level, self.symmetric)  # no int4 settings
+            return
+        if self.weight_format != "int4":
+            raise SpecError("weight_format", f"must be int4, or empty for weights in the dtype ({self.dtype}); got "
+                            f"{self.weight_format!r}")  # fmt: skip
+        if self.graph == "tensorrt":
+            raise SpecError("weight_format", "int4 (MatMulNBits, an ONNX Runtime contrib op) is not parsed by "
+                            "TensorRT; use the fused, decomposed or gqa form")  # fmt: skip
+        made = WeightFormat.int4(self.dtype, self.block_size or DEFAULT_BLOCK_SIZE, self.accuracy_level,
+                                 self.symmetric)  # fmt: skip
+        object.__setattr__(self, "block_size", made.block_size)
+        object.__setattr__(self, "accuracy_level", made.accuracy_level)
 
     def default_layer(self) -> LayerSpec:
         """The layer every layer is unless ``layers`` says otherwise: ``position``, ``sliding_window``, the norms of
@@ -326,6 +353,9 @@ class DecoderSpec:
                      "swiglu_alpha", "swiglu_limit"):  # written where set (earlier specs  # fmt: skip
             if not out[name]:  # serialize and hash as before)
                 del out[name]
+        if not self.weight_format:  # weights in the dtype: no int4 settings (earlier specs serialize as before)
+            for name in ("weight_format", "block_size", "accuracy_level", "symmetric"):
+                del out[name]
         out["position"] = dict(self.position)
         if not self.uniform:
             default = self.default_layer().to_dict()
@@ -345,6 +375,17 @@ class DecoderSpec:
     def digest_text(self) -> str:
         """The spec as canonical JSON (what the model's metadata stores)."""
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def weight_label(fields: Mapping[str, Any]) -> str:
+    """The weight format of a spec's fields (``to_dict``) in short, as a folder name carries it: "" for weights in the
+    dtype, else ``int4-b32``, with ``-a4`` (the accuracy level, when set) and ``-asym`` (zero points).
+    """  # noqa: D205
+    if not fields.get("weight_format"):
+        return ""
+    level = f"-a{fields.get('accuracy_level')}" if fields.get("accuracy_level") else ""
+    zero = "" if fields.get("symmetric", True) else "-asym"
+    return f"{fields['weight_format']}-b{fields.get('block_size')}{level}{zero}"
 
 
 def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
@@ -412,9 +453,11 @@ def from_config(
     dtype: str = "fp32",
     graph: str = "fused",
     max_positions: int | None = None,
+    weights: Mapping[str, Any] | None = None,
 ) -> DecoderSpec:
     """The decoder of a transformers config (after ``shrink``, if any); SpecError names the key at fault.
 
+    ``weights``: how the projections are stored (``weight_format`` and its int4 settings; default: in the dtype).
     Per layer (``hf.import_layers``): its type's encoding, or none on a no-RoPE layer, and its type's attention (a
     sliding layer sees ``sliding_window`` key slots). The model's own ``position`` is its full-attention layers'
     encoding (the first layer's when every layer slides): what scenarios, regimes and the context length follow.
@@ -449,7 +492,7 @@ def from_config(
     if per_layer:
         sources["layers"] = "; ".join(f"{k} <- {v}" for k, v in layers.sources.items())
     return DecoderSpec(name=name, dtype=dtype, graph=graph, position=position, sources=sources,
-                       layers=per_layer, **layout)  # type: ignore[arg-type]  # tables of fields: __post_init__ reads them
+                       layers=per_layer, **layout, **dict(weights or {}))  # type: ignore[arg-type]  # tables of fields: __post_init__ reads them
 
 
 def _layers_of(layers: Layers, layout: Mapping[str, Any], position: Mapping[str, Any],

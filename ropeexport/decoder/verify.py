@@ -16,6 +16,12 @@ runtime took, among those the near ties allow: a call that fails against the flo
 recomputes with near-tie tokens taken the other way (the flips the previous call kept, then each near tie added or
 dropped alone), the nearest one kept. The call record lists the flips (``routing_flips``: layer, row, slot, float64
 margin); a runtime wrong in any other way matches none of them and fails.
+
+A decoder with int4 weights gets two figures per call, never mixed: its positional fidelity is the comparison above
+(the float64 truth reads the dequantized weights the model holds, ``linear.WeightFormat.read64``), judged by
+``tolerance(spec)``; its quantization cost (``quantization_cost``) is the same call against the float64 recompute
+with the checkpoint's weights unquantized (as the decoder of the same dtype without int4 holds them: for fp32, the
+checkpoint's values exactly), and the next token that recompute picks: reported, never judged.
 """
 
 from __future__ import annotations
@@ -41,6 +47,28 @@ Flip = tuple[int, int, int]  # (layer, row, slot): a token routed to its (k + 1)
 # that collects them) -> float64 logits [b, t, vocab]
 Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[tuple[int, int, int, float]]],
                      np.ndarray]  # fmt: skip
+# What int4 weights' MatMulNBits may compute the activations in, by accuracy level (``linear.COMPUTE``), beyond the
+# dtype's own rounding: levels 0 and 1 compute in fp32 (the dtype's tolerance holds: the weights are the dequantized
+# values the truth reads); 2 (fp16) and 3 (bf16) may round the activations to that format (ONNX Runtime's x86 CPU
+# kernels measure the same as level 1: they have no fp16 / bf16 path; another machine may take it): fp16's bound, and
+# bf16's eight times it (2^-8 against 2^-11: 8 bits of mantissa, not 11); 4 quantizes each block of activations to
+# int8 (a step of max |a| / 127 per block) before the dot products: one MatMulNBits measures 4e-3 to 9e-3 of its
+# output's scale against float64, a decoder up to 2.2e-2 of the logit scale (seeded tiny presets) and 1.1e-1 (the
+# tests' tiny random checkpoints, their weights spread wider); the bound is twice the latter. At that level a
+# positional fault below the int8 rounding is not visible: theta 1% off measures 7.5e-2 on tiny Llama (caught at
+# level 0: 2.1e-2 against 1e-4), theta 10% off 4.4e-1 is caught (tests/decoder/test_quantized.py).
+COMPUTED = {"fp16": 2e-2, "bf16": 1.6e-1, "int8": 2.5e-1}
+Plain = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (input_ids, position_ids, mask) -> logits
+
+
+def tolerance(spec: DecoderSpec) -> float:
+    """The bound a call's error over the logit scale is judged by (``TOLERANCE``, ``COMPUTED``)."""
+    from ropeexport.components.linear import COMPUTE
+
+    own = TOLERANCE[spec.dtype]
+    if spec.weight_format != "int4" or COMPUTE[spec.accuracy_level] == "fp32":
+        return own
+    return max(own, COMPUTED[COMPUTE[spec.accuracy_level]])
 
 
 def _compare(call: Call, runtime: np.ndarray, reference: np.ndarray) -> dict[str, float]:
@@ -57,8 +85,11 @@ def _last(call: Call) -> np.ndarray:
     return np.full(call.input_ids.shape[0], call.input_ids.shape[1] - call.first - 1)
 
 
-def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, tolerance: float) -> dict[str, Any]:
-    """The record of one call (module doc); ``truth`` / ``eager`` [b, s, vocab] over the call's slots."""
+def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, tolerance: float,
+               unquantized: np.ndarray | None = None) -> dict[str, Any]:  # fmt: skip
+    """The record of one call (module doc); ``truth`` / ``eager`` / ``unquantized`` (the float64 recompute with the
+    weights unquantized, for a quantized decoder's cost) [b, s, vocab] over the call's slots.
+    """  # noqa: D205
     runtime = np.asarray(call.logits, np.float64)
     rows = np.arange(runtime.shape[0])
     last = _last(call)
@@ -80,6 +111,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
         record["transformers"] = _compare(call, runtime, eager)
         record["transformers_vs_float64"] = _compare(call, eager, truth)
         picks["transformers"] = eager[rows, last].argmax(-1)
+    if unquantized is not None:  # reported, never judged (module doc)
+        record["quantization_cost"] = _compare(call, runtime, unquantized)
+        picks["unquantized"] = unquantized[rows, last].argmax(-1)
     ties = [int(r) for r in rows if picks["runtime"][r] != picks["float64"][r] and margins[r] <= errors[r]]
     differ = [int(r) for r in rows if picks["runtime"][r] != picks["float64"][r] and int(r) not in ties]
     record["tokens"] = {k: [int(x) for x in v] for k, v in picks.items()}
@@ -114,6 +148,12 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     if any("transformers" in r for r in records):
         out["worst_rel_transformers"] = max((r["transformers"]["rel"] for r in judged), default=0.0)
         out["worst_rel_transformers_vs_float64"] = max(r["transformers_vs_float64"]["rel"] for r in judged or records)
+    costed = [r for r in judged if "quantization_cost" in r]
+    if costed:
+        out["cost_rel"] = max(r["quantization_cost"]["rel"] for r in costed)
+        out["cost_abs"] = max(r["quantization_cost"]["max_abs"] for r in costed)
+        same = sum(int(np.sum(np.equal(r["tokens"]["runtime"], r["tokens"]["unquantized"]))) for r in costed)
+        out["cost_agreement"] = f"{same}/{sum(len(r['tokens']['runtime']) for r in costed)}"
     if stale:
         out["regime_cost_rel"] = max(r["float64"]["rel"] for r in stale)
         out["regime_cost_calls"] = len(stale)
@@ -150,22 +190,26 @@ def verify_scenario(
     scenario: Scenario,
     truth: Recompute,
     eager: Any | None,
+    unquantized: Plain | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario and judge every call (a mixture of experts' calls against the routing they took: module
-    doc).
+    """Run one scenario and judge every call (a mixture of experts' calls against the routing they took;
+    ``unquantized``: a quantized decoder's cost recompute: module doc).
     """  # noqa: D205
     calls = run_scenario(infer, spec, scenario)
     if eager is not None:
         eager.fresh()
     records = []
     flips: frozenset[Flip] = frozenset()
-    tolerance = TOLERANCE[spec.dtype]
+    bound = tolerance(spec)
     for call in calls:
-        full, flips, taken = _routed(call, truth, tolerance, flips, bool(spec.num_experts))
+        full, flips, taken = _routed(call, truth, bound, flips, bool(spec.num_experts))
         theirs = None
         if eager is not None:
             theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
-        records.append(judge_call(call, full, theirs, tolerance))
+        cost = None
+        if unquantized is not None:
+            cost = unquantized(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
+        records.append(judge_call(call, full, theirs, bound, cost))
         if taken:
             records[-1]["routing_flips"] = taken
     return {
@@ -189,7 +233,8 @@ def verify_decoder(
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
-    layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding.
+    layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
+    quantized decoder's calls also get their quantization cost (module doc).
     """  # noqa: D205
     weights64 = stored_float64(spec, weights)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
@@ -199,9 +244,17 @@ def verify_decoder(
         routing = Routing(flips, bound, ties if ties is not None else []) if spec.num_experts else None
         return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers, routing=routing)
 
+    unquantized: Plain | None = None
+    if spec.weight_format:
+        plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True)
+        full64 = stored_float64(plain, weights)
+
+        def unquantized(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            return decoder_float64(plain, full64, ids, pos, mask, pieces=layers)
+
     out = []
     for scenario in chosen if chosen is not None else scenarios(spec):
-        result = verify_scenario(infer, spec, scenario, truth, eager)
+        result = verify_scenario(infer, spec, scenario, truth, eager, unquantized)
         out.append(result)
         if on_scenario is not None:
             on_scenario(result)

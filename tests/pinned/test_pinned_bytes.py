@@ -4,7 +4,8 @@ a refactor must not change one of them.
 ``hashes.json`` holds the sha256 of model.onnx (and model.onnx.data where there is one) as the code wrote them before
 the one-artifact-system redesign: the embedded default build's nine artifacts, every encoding x artifact x dtype x
 graph form on small specs, the feature specs, and decoders of every tiny architecture (seeded weights, fp32 and
-fp16, each graph form; and from a tiny random checkpoint, fp32, each graph form). Each is exported again here and
+fp16, each graph form; and from a tiny random checkpoint, fp32, each graph form), and some with int4 weights
+(``INT4``, pinned when int4 came, after the redesign: ONNX Runtime's packing included). Each is exported again here and
 written as the build writes it (``save_model``). A checkpoint decoder embeds the checkpoint's folder in its
 ``ropeexport.weights`` metadata; that one value is set to ``PINNED`` before hashing (the folder differs per run),
 every other byte counts. Not pinned: a checkpoint layer's block (the block's graph with the layer's weights and the
@@ -31,6 +32,11 @@ PINNED = json.loads((Path(__file__).parent / "hashes.json").read_text())
 SMALL = {"max_positions": 96, "num_heads": 3, "head_dim": 8, "d_model": 16, "clip": 5, "num_buckets": 8,
          "max_distance": 32}  # fmt: skip
 FORMS = ("fused", "decomposed", "tensorrt", "gqa")
+# Decoders with int4 weights (dtype, graph, their key's label, the weight-format fields): the default int4 and one of
+# every other setting (block size, zero points, accuracy level, fp16 scales).
+INT4 = [("fp32", "fused", "int4-b32", {"weight_format": "int4"}),
+        ("fp16", "gqa", "int4-b128-a4-asym", {"weight_format": "int4", "block_size": 128, "accuracy_level": 4,
+                                              "symmetric": False})]  # fmt: skip
 
 
 def _written(model: object, folder: Path) -> str:
@@ -106,6 +112,10 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
                 spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph))
                 model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
                 got[f"seeded/{name}/{dtype}/{graph}"] = _written(model, tmp_path / "seeded" / name / dtype / graph)
+        for dtype, graph, label, weights in INT4:  # int4 weights: ONNX Runtime's packing, pinned with the rest
+            spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph, **weights))
+            model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
+            got[f"seeded/{name}/{dtype}-{label}/{graph}"] = _written(model, tmp_path / "int4" / name / label / graph)
         for graph in FORMS:
             if name == "gemma2" and graph == "tensorrt":
                 continue
@@ -115,6 +125,12 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
                 if prop.key == "ropeexport.weights":
                     prop.value = "PINNED"
             got[f"checkpoint/{name}/fp32/{graph}"] = hashlib.sha256(model.SerializeToString()).hexdigest()
+        spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed", **INT4[0][3]))
+        model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
+        for prop in model.metadata_props:
+            if prop.key == "ropeexport.weights":
+                prop.value = "PINNED"
+        got[f"checkpoint/{name}/fp32-int4-b32/decomposed"] = hashlib.sha256(model.SerializeToString()).hexdigest()
     if os.environ.get("ROPEEXPORT_PIN_NEW"):  # adding an architecture: pin its new decoders, never change one
         assert {k: got[k] for k in PINNED["decoders"]} == PINNED["decoders"]
         pinned = dict(PINNED, decoders=dict(sorted((PINNED["decoders"] | got).items())))

@@ -57,7 +57,7 @@ from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT
 from ropeexport.components.attention.spec import OPSETS, AttentionSpec, check_weights
-from ropeexport.components.linear import WeightFormat, linear
+from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
@@ -383,7 +383,7 @@ def _qkv(g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray],
     """
     H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     proj = np.concatenate([arrays["q_proj"], arrays["k_proj"], arrays["v_proj"]], axis=1)
-    weight = WeightFormat(spec.dtype).store(g, "qkv_proj", proj)
+    weight = spec.weight_format.store(g, "qkv_proj", proj)
     bias = None
     if any(f"{n}_bias" in arrays for n in "qkv"):
         widths = {"q": H * d, "k": KV * d, "v": KV * d}
@@ -447,7 +447,7 @@ def attention_model(
     check_weights(spec, arrays)
     q, k, v = _qkv(g, spec, arrays, flat=spec.graph == "gqa")
     q, k = _qk_norms(g, spec, arrays, q, k, flat=spec.graph == "gqa")  # each head normalized before the rotation
-    stored = {"o_proj": WeightFormat(spec.dtype).store(g, "o_proj", arrays["o_proj"])}
+    stored = {"o_proj": spec.weight_format.store(g, "o_proj", arrays["o_proj"])}
     if "o_bias" in arrays:
         stored["o_bias"] = g.const("o_bias", round_once(arrays["o_bias"], spec.dtype))
     piece = spec.position
@@ -517,7 +517,7 @@ def attention_model(
     if metadata is None:
         piece_graph = rotary if rotary is not None else bias
         metadata = _guarded(piece_graph) if piece_graph is not None else {}
-    domains = {MICROSOFT: 1} if spec.graph == "gqa" else None
+    domains = {MICROSOFT: 1} if spec.graph == "gqa" or spec.weight_format.quantized else None
     return make_model(graph, OPSETS[spec.graph], dict(metadata), domains)
 
 

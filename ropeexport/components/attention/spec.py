@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
@@ -53,6 +54,7 @@ class AttentionSpec:
     logit_softcap: float = 0.0  # cap * tanh(logits / cap) after the scale, before the bias and the mask; 0: none
     sinks: bool = False  # one learned logit per query head that takes part in the softmax and attends to nothing
     scale: float = 0.0  # the logits' scale; 0: 1 / sqrt(head_dim)
+    weights: WeightFormat | None = None  # how q/k/v/o are stored (``linear``); None: rounded once to ``dtype``
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -79,9 +81,21 @@ class AttentionSpec:
         if self.logit_softcap and self.graph == "tensorrt":  # TensorRT's Attention takes no softcap (ops-10.15)
             raise SpecError("logit_softcap", "is not offered in the tensorrt form (TensorRT's Attention takes no "
                             "softcap); use decomposed, which TensorRT parses, or fused or gqa")  # fmt: skip
+        if self.weights is not None:
+            if not isinstance(self.weights, WeightFormat) or self.weights.dtype != self.dtype:
+                raise SpecError("weights", f"must be a linear.WeightFormat in the layer's dtype ({self.dtype}) or "
+                                f"None, got {self.weights!r}")  # fmt: skip
+            if self.weights.quantized and self.graph == "tensorrt":
+                raise SpecError("weights", "int4 (MatMulNBits, an ONNX Runtime contrib op) is not parsed by TensorRT; "
+                                "use the fused, decomposed or gqa form")  # fmt: skip
         if self.sinks and self.graph == "static-cache":
             # Attention reads the static buffer in place; a sink slot beside it would copy the whole buffer per call.
             raise SpecError("sinks", "are not offered in the static-cache form; use fused, decomposed, tensorrt or gqa")
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        """How the projections are stored: ``weights``, or rounded once to the dtype."""
+        return self.weights if self.weights is not None else WeightFormat(self.dtype)
 
 
 def _require_scalar(name: str, value: Any, zero: str) -> None:
