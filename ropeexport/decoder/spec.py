@@ -222,6 +222,10 @@ class DecoderSpec:
         if self.graph == "tensorrt":
             raise SpecError("weight_format", "int4 (MatMulNBits, an ONNX Runtime contrib op) is not parsed by "
                             "TensorRT; use the fused, decomposed or gqa form")  # fmt: skip
+        if self.num_experts:  # [E, n, m] expert weights: MatMulNBits holds 2-D weights; ORT's QMoE is not built
+            raise SpecError("weight_format", f"int4 is not built for {self.model_type}'s experts (a mixture of "
+                            "experts would need ONNX Runtime's QMoE kernel); build it with weights in fp32 or "
+                            "fp16")  # fmt: skip
         made = WeightFormat.int4(self.dtype, self.block_size or DEFAULT_BLOCK_SIZE, self.accuracy_level,
                                  self.symmetric)  # fmt: skip
         object.__setattr__(self, "block_size", made.block_size)

@@ -112,7 +112,8 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
                 spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph))
                 model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
                 got[f"seeded/{name}/{dtype}/{graph}"] = _written(model, tmp_path / "seeded" / name / dtype / graph)
-        for dtype, graph, label, weights in INT4:  # int4 weights: ONNX Runtime's packing, pinned with the rest
+        for dtype, graph, label, weights in INT4 if name != "gpt_oss" else ():  # int4 weights: ONNX Runtime's
+            # packing, pinned with the rest (gpt_oss refuses int4: its experts are not MatMulNBits weights)
             spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph, **weights))
             model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
             got[f"seeded/{name}/{dtype}-{label}/{graph}"] = _written(model, tmp_path / "int4" / name / label / graph)
@@ -125,6 +126,8 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
                 if prop.key == "ropeexport.weights":
                     prop.value = "PINNED"
             got[f"checkpoint/{name}/fp32/{graph}"] = hashlib.sha256(model.SerializeToString()).hexdigest()
+        if name == "gpt_oss":
+            continue
         spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed", **INT4[0][3]))
         model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
         for prop in model.metadata_props:
