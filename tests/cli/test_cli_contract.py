@@ -162,14 +162,15 @@ def _help_examples() -> list[str]:
 
 
 def _readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```(?:sh|console|bash)?\n(.*?)```", text, flags=re.S)
-    found = []
-    for block in blocks:
-        for line in block.splitlines():
-            line = line.strip().removeprefix("$ ")
-            if line.startswith("ropeexport ") and "[" not in line:  # synopsis lines with [OPTIONS] are not examples
-                found.append(line.split(" #")[0].strip())
+    found, fence = [], None  # fence: the open block's info string (sh, python, ..), None outside a block
+    for raw in (ROOT / "README.md").read_text().splitlines():
+        if raw.lstrip().startswith("```"):  # a fence opens or closes a block: read line by line, never paired by regex
+            fence = raw.strip()[3:].strip() if fence is None else None
+            continue
+        line = raw.strip().removeprefix("$ ")
+        shell = fence in ("", "sh", "console", "bash") or (fence is None and raw.startswith("    "))  # or indented
+        if shell and line.startswith("ropeexport ") and "[" not in line:
+            found.append(line.split(" #")[0].strip())  # synopsis lines with [OPTIONS] are not examples
     return found
 
 
@@ -185,12 +186,22 @@ def _fixtures(folder: Path) -> None:
     }
     (folder / "models" / "qwen2.5-7b" / "config.json").write_text(json.dumps(config))
     (folder / "my-model.toml").write_text('name = "my-model"\nhead_dim = 64\nnum_heads = 4\nmax_positions = 256\n')
+    # README's decoder examples: a checkpoint folder ./my-llama and a config.json (tiny, random weights)
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=256)  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder / "my-llama")
+    config.save_pretrained(folder)
 
 
 def _planned(argv: list[str], cwd: Path) -> list[str]:
     proc = subprocess.run([*PY, *argv, "--dry-run", "--json"], cwd=cwd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{shlex.join(argv)}: {proc.stderr}"
-    return [a["name"] for a in json.loads(proc.stdout)["artifacts"]]
+    plan = json.loads(proc.stdout)
+    return [a["name"] for a in plan.get("artifacts", plan.get("decoders"))]  # a decoder's dry run lists decoders
 
 
 @pytest.mark.slow  # every example of the help texts run
