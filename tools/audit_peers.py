@@ -70,6 +70,15 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                         "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                             "full_attention": {"rope_type": "linear", "factor": 8.0,
                                                                "rope_theta": 1000000.0}}}),
+    # gpt-oss: YaRN x32 untruncated (truncate: false) over 4096 positions, sinks, alternating 128-token windows, a
+    # mixture of 4 experts (2 per token) in place of the MLP; head_dim 16 (real: 64)
+    "yarn x32 untruncated, sinks, windows, experts (gpt-oss)": (
+        "gpt_oss", {"max_position_embeddings": 131072, "head_dim": 16, "sliding_window": 128, "pad_token_id": 0,
+                    "num_local_experts": 4, "num_experts_per_tok": 2,
+                    "layer_types": ["sliding_attention", "full_attention"],
+                    "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                        "truncate": False, "rope_theta": 150000.0,
+                                        "original_max_position_embeddings": 4096}}),
 }  # fmt: skip
 
 _EXPORT = r"""

@@ -201,6 +201,9 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
     if effects:
         weigh(result, path, encodings)
+    else:  # each measure runs the model twice; a caller who only wants the names skips them
+        for found in result.findings:
+            found["effect"] = {"not_measured": "not asked"}
     return result
 
 

@@ -25,6 +25,7 @@ Examples:
   ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
   ropeexport audit bloom/model.onnx --hf-config bloom/config.json
   ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
+  ropeexport audit big/model.onnx --hf-config big/config.json --no-effects
 
 """
 
@@ -49,11 +50,13 @@ def add_parser(sub: Any) -> None:
                         "fields}}")  # fmt: skip
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--no-effects", dest="effects", action="store_false", help="do not measure each finding's effect "
+                   "on the logits (two model runs per finding; the findings are the same)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when anything differs."""
-    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec)
+    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
