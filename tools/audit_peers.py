@@ -85,7 +85,12 @@ _EXPORT = r"""
 import sys, torch, transformers
 from transformers import DynamicCache
 folder, out = sys.argv[1], sys.argv[2]
-model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+# A mixture of experts: transformers' default kernel (grouped_mm) is the custom op transformers.grouped_mm_fallback,
+# which torch.onnx.export cannot lower ("No ONNX function found"), and its eager loop over the experts hit is
+# data-dependent (torch.export refuses it); batched_mm (every token through its k experts, gathered) exports.
+moe = {"experts_implementation": "batched_mm"} if "num_local_experts" in transformers.AutoConfig.from_pretrained(
+    folder).to_dict() else {}
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **moe).eval()
 cfg = model.config
 n, d = cfg.num_hidden_layers, cfg.hidden_size // cfg.num_attention_heads
 kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
