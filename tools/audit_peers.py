@@ -12,7 +12,10 @@ verdict, the findings, the worst table error against float64 over every probed c
 of the whole model before and after the graft. Checkpoints: transformers
 model classes with random weights (2 layers, hidden 64, 4 / 2 heads, head_dim 16), saved with save_pretrained, real
 schedule parameters and lengths; nothing is downloaded. Each export runs in its own process (a dynamo export leaves
-fake tensors in transformers' modules). A source that fails to export is recorded with its reason.
+fake tensors in transformers' modules). A source that fails to export is recorded with its reason. A mixture of
+experts (gpt-oss) is loaded with ``experts_implementation="batched_mm"``, a kernel transformers ships: its default
+(grouped_mm) exports with neither exporter (dynamo: no ONNX function for transformers.grouped_mm_fallback; TorchScript:
+aten::histc not in opset 17), and its eager loop over the experts hit is data-dependent (torch.export refuses it).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -120,7 +123,10 @@ with torch.no_grad():
 _TORCHSCRIPT = r"""
 import sys, torch, transformers
 folder, out = sys.argv[1], sys.argv[2]
-model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+# A mixture of experts: grouped_mm's routing counts tokens with aten::histc, which opset 17 does not have
+moe = {"experts_implementation": "batched_mm"} if "num_local_experts" in transformers.AutoConfig.from_pretrained(
+    folder).to_dict() else {}
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **moe).eval()
 class Plain(torch.nn.Module):
     def __init__(self):
         super().__init__()

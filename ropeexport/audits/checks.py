@@ -9,6 +9,8 @@ not checked as asked, and each makes the verdict ``findings``:
   site is checked at the longest call it takes instead, found by bisection;
 - ``cannot-run``: ONNX Runtime refuses to run a reader of the site with its tables (``Pattern.check_reader``: a
   GroupQueryAttention whose caches are not a multiple of 8 wide): the model does not run at all.
+A fused reader that pairs the rotated channels otherwise than the config (interleaved pairs for rotate_half's halves,
+or the reverse) is ``pairing``: its tables are right, its attribute is not (graft sets it).
 """
 
 from __future__ import annotations

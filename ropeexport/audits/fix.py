@@ -32,6 +32,7 @@ UNREPAIRABLE = {
     "not-rotated": "graft replaces rotary values, it adds no rotation",
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
+    "window": "graft replaces rotary values, it does not change an attention's window",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)

@@ -6,7 +6,9 @@ position, cos/sin computed in the graph; in the main graph and inside every If b
 Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and original /
 original + 1 for LongRoPE and dynamic NTK) and compares every position with the schedule of the layers that read it
 (its readers' names say which) in float64; names what differs (scaling ignored, switch not taken, float32 angles,
-attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, ..), and measures
+attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, channels paired
+otherwise, YaRN applied twice, ..) and, where the config says windows per layer type, each layer's attention window
+as the graph says it (a mask's window constant, GroupQueryAttention's local_window_size), and measures
 what each finding does to the logits (its sites repaired alone, 8 tokens ending where it is worst). Where no
 transformers config is at hand, --spec FILE gives the position spec: one spec's fields (.json or .toml), or per layer
 {"layers": ["local", "global", null, ...], "encodings": {"local": {...}, "global": {...}}}. For a config that describes

@@ -4,7 +4,9 @@ layer in ropeexport's own decoders, each named exactly with its effect on the lo
 A planted model is ropeexport's decoder of a checkpoint whose config says something else than the config audited
 against (SmolLM3 built with every layer rotated, audited against its no-RoPE layers; Qwen3 built with YaRN truncated,
 audited against truncate false), or the decoder itself rewired (Gemma 3's sliding layers reading the global layers'
-table; its sliding table computed with float32 angles, what peers write).
+table; its sliding table computed with float32 angles, what peers write). The peers' per-layer bugs of issue 27 are
+rows of the same table, each naming its peer (``peer``; ``tools/planted_peer_bugs.py`` renders them as
+tools/figures/planted-peer-bugs.md); windows on the wrong layers are read from the masks (``audits.windows``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ import pytest
 from onnx import numpy_helper
 
 import ropeexport as rx
+from ropeexport.audits import windows
 from ropeexport.audits.layers import layer_of
+from ropeexport.audits.model import load_model as rx_load
 from ropeexport.cli import main
+from ropeexport.decoder.spec import FORMS
 from tests.audits.test_audit_own_decoders import _decoder
 
 DYNAMO = "['', 'inner', 'inner.model', 'inner.model.layers.2', 'inner.model.layers.2.self_attn', 'mul_1008']"
@@ -165,9 +170,9 @@ LONG_ALWAYS = {"rope_parameters": {"short_factor": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0
 # short factors' rotation. A graph is a function of (tokens, cache, positions): fed a cache rotated one way it cannot
 # tell, and every call's own tables are right, so no exported graph carries it (the audit checks each call length's
 # tables; the decoder proof's calls each start from a cache rotated as the float64 recompute rotates it). Sliding
-# windows on the wrong layers: a window is an attention mask, not a rotary site; the audit does not read it (a window
-# is the mask's constant in a decomposed graph, GroupQueryAttention's local_window_size in the builder's and
-# ropeexport's gqa form, and not an attribute at all in fused RotaryEmbedding graphs or dynamo's masks).
+# windows on the wrong layers: a window is an attention mask, not a rotary site, read where the graph says it
+# (``audits.windows``: ropeexport's mask constant, GroupQueryAttention's local_window_size; not dynamo's masks).
+ALL_SLIDING = {"layer_types": ["sliding_attention"] * 4}
 FAULTS = [
     LayerFault("sliding-given-global", "gemma3", "other-layers-table",
                "sliding layers (0-1, 3-4) use the global layers' table: theta 1e+06 with linear x8; config: theta "
@@ -201,6 +206,10 @@ FAULTS = [
                "long factors used at L = 64 <= original_max_position_embeddings 64: the switch is on another length",
                (0.05, 10.0), "proven", built=LONG_ALWAYS,
                peer="llama.cpp #24823 (LongRoPE factor from the allocated context)"),
+    LayerFault("windows-on-full-layers", "gemma2", "window",
+               "layers 1, 3 attend to a window of 6 key slots where the config gives them every key (full_attention "
+               "in layer_types)", None, "does not change an attention's window", built=ALL_SLIDING,
+               peer="(issue 27's list: sliding windows on the wrong layers)"),
     LayerFault("partial-rotary-ignored", "qwen3", "partial-rotary-ignored",
                "partial rotary 0.5 but all 16 channels rotated (config: 8 of 16)", None,
                "does not change how many channels", audited={"partial_rotary_factor": 0.5},
@@ -246,6 +255,28 @@ def test_a_planted_layer_fault_is_named_with_its_effect(fault: LayerFault, tmp_p
         assert low < effect["relative"] <= high, effect
         assert effect["positions"][1] == effect["position"] and effect["max_abs"] > 0
     assert f"| {found['text']} (`{found['name']}`)" in result.markdown()
+
+
+@pytest.mark.parametrize("graph", FORMS)
+def test_windows_are_read_per_layer_in_every_form(graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("gpt_oss")  # layers 0, 2 slide over 6 slots, 1 and 3 see every key
+    assert windows.observed(rx_load(_decoder(tmp_path, ckpt, graph))) == {0: 6, 1: 0, 2: 6, 3: 0}
+    built = _config(ckpt, tmp_path / "swapped", {"layer_types": ["full_attention", "sliding_attention"] * 2})
+    (tmp_path / "planted").mkdir()
+    model = _decoder(tmp_path / "planted", built, graph)
+    found = rx.audit(model, ckpt / "config.json", effects=False).findings
+    assert sorted(f["text"] for f in found if f["name"] == "window") == [
+        "layers 0, 2 attend to every key where the config gives them a window of 6 key slots (sliding_attention in "
+        "layer_types)",
+        "layers 1, 3 attend to a window of 6 key slots where the config gives them every key (full_attention in "
+        "layer_types)"]  # fmt: skip
+    if graph == "gqa":  # the builder's way: GroupQueryAttention's local_window_size, here 6 on every layer
+        proto = onnx.load(str(model))
+        for node in proto.graph.node:
+            if node.op_type == "GroupQueryAttention":
+                node.attribute.append(onnx.helper.make_attribute("local_window_size", 6))
+        onnx.save(proto, str(model))
+        assert windows.observed(rx_load(model)) == {0: 6, 1: 6, 2: 6, 3: 6}
 
 
 def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(tmp_path: Path,
