@@ -87,8 +87,13 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         found = "<br>".join(f"{f['text']} (`{f['name']}`)" for f in r["findings"])
         effect = "<br>".join(_effect(f["effect"]) for f in r["findings"])
         g = r["graft"]
-        graft = (f"refused: {g['refused']}" if "refused" in g else
-                 f"{'proven' if g['proven'] else 'NOT proven'} (audit after: {g['after']})")  # fmt: skip
+        if "refused" in g:
+            graft = f"refused: {g['refused']}"
+        else:
+            passed = g["decoder_passed"] or {}
+            judged = ", ".join(f"{k} {'passes' if v else 'FAILS'}" for k, v in passed.items())
+            verdict = "proven" if g["proven"] else "NOT proven"
+            graft = f"{verdict} (audit after: {g['after']}; float64 decoder: {judged})"
         lines.append(f"| {r['peer']} | {r['model']} (`{r['case']}`) | {found} | {effect} | {graft} |")
     for peer, why in NOT_PLANTED:
         lines.append(f"| {peer} | | {why} | | |")
