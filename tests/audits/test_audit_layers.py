@@ -134,10 +134,11 @@ def _pairs_interleaved(model: Path) -> None:
     """  # noqa: D205
     proto = onnx.load(str(model))
     for node in proto.graph.node:
-        if node.op_type == "RotaryEmbedding":
-            kept = [a for a in node.attribute if a.name != "interleaved"]
+        name = {"RotaryEmbedding": "interleaved", "GroupQueryAttention": "rotary_interleaved"}.get(node.op_type)
+        if name is not None:
+            kept = [a for a in node.attribute if a.name != name]
             del node.attribute[:]
-            node.attribute.extend([*kept, onnx.helper.make_attribute("interleaved", 1)])
+            node.attribute.extend([*kept, onnx.helper.make_attribute(name, 1)])
     onnx.save(proto, str(model))
 
 
@@ -277,6 +278,23 @@ def test_windows_are_read_per_layer_in_every_form(graph: str, tmp_path: Path, ti
                 node.attribute.append(onnx.helper.make_attribute("local_window_size", 6))
         onnx.save(proto, str(model))
         assert windows.observed(rx_load(model)) == {0: 6, 1: 6, 2: 6, 3: 6}
+
+
+def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path) -> None:
+    """The builder's form: GroupQueryAttention rotating (do_rotary) with rotary_interleaved set on a Llama config."""
+    from tests.audits.planted import CASES, write_config
+
+    case = next(c for c in CASES if c.name == "exact-gqa-llama3")
+    config = write_config(tmp_path, case.config)
+    model = case.build(tmp_path / "model.onnx", rx.from_hf_config(config)[0])
+    _pairs_interleaved(model)
+    (found,) = rx.audit(model, config).findings
+    assert found["name"] == "pairing" and "(rotary_interleaved=1)" in found["text"], found
+    out = tmp_path / "fixed.onnx"
+    grafted = rx.graft(model, config, out, trust="config")
+    assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
+    paired = {r["replaced_by"] for r in grafted.replaced if "node" in r}
+    assert paired == {"rotary_interleaved=0 (the config's pairing)"}, grafted.replaced
 
 
 def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(tmp_path: Path,
