@@ -280,7 +280,7 @@ def test_windows_are_read_per_layer_in_every_form(graph: str, tmp_path: Path, ti
         assert windows.observed(rx_load(model)) == {0: 6, 1: 6, 2: 6, 3: 6}
 
 
-def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path) -> None:
+def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     """The builder's form: GroupQueryAttention rotating (do_rotary) with rotary_interleaved set on a Llama config."""
     from tests.audits.planted import CASES, write_config
 
@@ -295,6 +295,9 @@ def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path)
     assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
     paired = {r["replaced_by"] for r in grafted.replaced if "node" in r}
     assert paired == {"rotary_interleaved=0 (the config's pairing)"}, grafted.replaced
+    assert main(["graft", str(model), "--hf-config", str(config), "--trust", "config", "--out",
+                 str(tmp_path / "cli.onnx")]) == 0  # fmt: skip
+    assert ": rotary_interleaved=0 (the config's pairing)" in capsys.readouterr().out
 
 
 def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(tmp_path: Path,
