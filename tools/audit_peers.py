@@ -12,7 +12,10 @@ verdict, the findings, the worst table error against float64 over every probed c
 of the whole model before and after the graft. Checkpoints: transformers
 model classes with random weights (2 layers, hidden 64, 4 / 2 heads, head_dim 16), saved with save_pretrained, real
 schedule parameters and lengths; nothing is downloaded. Each export runs in its own process (a dynamo export leaves
-fake tensors in transformers' modules). A source that fails to export is recorded with its reason.
+fake tensors in transformers' modules). A source that fails to export is recorded with its reason. A mixture of
+experts (gpt-oss) is loaded with ``experts_implementation="batched_mm"``, a kernel transformers ships: its default
+(grouped_mm) exports with neither exporter (dynamo: no ONNX function for transformers.grouped_mm_fallback; TorchScript:
+aten::histc not in opset 17), and its eager loop over the experts hit is data-dependent (torch.export refuses it).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -70,13 +73,27 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                         "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                             "full_attention": {"rope_type": "linear", "factor": 8.0,
                                                                "rope_theta": 1000000.0}}}),
+    # gpt-oss: YaRN x32 untruncated (truncate: false) over 4096 positions, sinks, alternating 128-token windows, a
+    # mixture of 4 experts (2 per token) in place of the MLP; head_dim 16 (real: 64)
+    "yarn x32 untruncated, sinks, windows, experts (gpt-oss)": (
+        "gpt_oss", {"max_position_embeddings": 131072, "head_dim": 16, "sliding_window": 128, "pad_token_id": 0,
+                    "num_local_experts": 4, "num_experts_per_tok": 2,
+                    "layer_types": ["sliding_attention", "full_attention"],
+                    "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                        "truncate": False, "rope_theta": 150000.0,
+                                        "original_max_position_embeddings": 4096}}),
 }  # fmt: skip
 
 _EXPORT = r"""
 import sys, torch, transformers
 from transformers import DynamicCache
 folder, out = sys.argv[1], sys.argv[2]
-model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+# A mixture of experts: transformers' default kernel (grouped_mm) is the custom op transformers.grouped_mm_fallback,
+# which torch.onnx.export cannot lower ("No ONNX function found"), and its eager loop over the experts hit is
+# data-dependent (torch.export refuses it); batched_mm (every token through its k experts, gathered) exports.
+moe = {"experts_implementation": "batched_mm"} if "num_local_experts" in transformers.AutoConfig.from_pretrained(
+    folder).to_dict() else {}
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **moe).eval()
 cfg = model.config
 n, d = cfg.num_hidden_layers, cfg.hidden_size // cfg.num_attention_heads
 kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -106,7 +123,10 @@ with torch.no_grad():
 _TORCHSCRIPT = r"""
 import sys, torch, transformers
 folder, out = sys.argv[1], sys.argv[2]
-model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+# A mixture of experts: grouped_mm's routing counts tokens with aten::histc, which opset 17 does not have
+moe = {"experts_implementation": "batched_mm"} if "num_local_experts" in transformers.AutoConfig.from_pretrained(
+    folder).to_dict() else {}
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **moe).eval()
 class Plain(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -14,8 +14,10 @@ names; an empty list is explained with nothing to add (right frequencies under a
    (bf16) rounding, float32 frequencies, or values off as measured;
 6. ``other-layers-table``: the table of another group of layers (a per-layer config: the sliding layers given the
    global layers' table), in the field's words with both encodings;
+   ``other-layers-scaling``: another group's scaling at this group's own theta (the sliding layers given the global
+   layers' linear x8 at theta 10000);
 7. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
-   NTK at another length, YaRN's correction range truncated the other way;
+   NTK at another length, YaRN's correction range truncated the other way, YaRN applied twice (to its own output);
 8. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
 9. ``scaling-factor``: the config's schedule with another ``factor``, read from the lowest frequency; else a constant
    ratio to the config's frequencies (``frequency-ratio``), as measured;
@@ -234,6 +236,13 @@ def other_layers(m: Measured) -> list[dict[str, Any]] | None:
         if m.same(inv) and abs(factor - m.factor) <= 4 * m.tol:
             template = f"{{who}} use{{s}} the {label} layers' table: {describe(spec)}; config: {describe(m.spec)}"
             return [layer_finding("other-layers-table", template, m.label, m.layers or ())]
+    for label, spec in m.others:  # their scaling at this layer's own theta (the builder's Gemma 3 local cache)
+        if spec.scaling == m.spec.scaling and spec.scaling_params == m.spec.scaling_params:
+            continue
+        mixed = replace(m.spec, scaling=spec.scaling, scaling_params=spec.scaling_params)
+        if m.same(frequencies(mixed, m.length)[0]):
+            template = f"{{who}} take{{s}} the {label} layers' scaling: {describe(mixed)}; config: {describe(m.spec)}"
+            return [layer_finding("other-layers-scaling", template, m.label, m.layers or ())]
     return None
 
 
@@ -268,6 +277,14 @@ def _misreadings(spec: RopeSpec, length: int) -> list[tuple[dict[str, str], np.n
         state = "not truncated" if truncate else "truncated"
         text = f"YaRN correction range {state} (the config says truncate: {str(truncate).lower()})"
         out.append((finding("yarn-truncation", text), frequencies(spec, length, truncate=not truncate)[0]))
+        # YaRN's blend applied to its own output: each dimension's scale g (1/factor .. 1) squared
+        base = frequencies(spec, length, "default")[0]
+        twice = base * (frequencies(spec, length)[0] / base) ** 2
+        factor = float(spec.scaling_params.get("factor", 1.0))
+        text = (f"YaRN applied twice: the frequencies are the config's YaRN x{_number(factor)} applied to its own "
+                f"output (x{_number(factor * factor)} on the dimensions it interpolates fully, its ramp's blend "
+                "squared)")  # fmt: skip
+        out.append((finding("yarn-applied-twice", text), twice))
     return out
 
 

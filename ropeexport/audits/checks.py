@@ -9,6 +9,8 @@ not checked as asked, and each makes the verdict ``findings``:
   site is checked at the longest call it takes instead, found by bisection;
 - ``cannot-run``: ONNX Runtime refuses to run a reader of the site with its tables (``Pattern.check_reader``: a
   GroupQueryAttention whose caches are not a multiple of 8 wide): the model does not run at all.
+A fused reader that pairs the rotated channels otherwise than the config (interleaved pairs for rotate_half's halves,
+or the reverse) is ``pairing``: its tables are right, its attribute is not (graft sets it).
 """
 
 from __future__ import annotations
@@ -119,12 +121,37 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = ""
             record["dtype"] = dtype
             record["probes"].append(compare(spec, cos, sin, length, dtype, label, layers, others).to_dict())
         refusal = _reader_refusal(site, spec, evaluator)
+        pairs = pairing(site, spec)
+        if pairs is not None:
+            record["findings"].append(pairs)
     except NotEvaluated as exc:
         record["findings"].append(_not_evaluated(site, f"ONNX Runtime refuses the graph computing them ({exc})"))
         return _close(record)
     if refusal is not None:
         record["findings"].append(refusal)
     return _close(record)
+
+
+# Fused readers say how they pair the channels they rotate: their attribute names
+PAIRING = {SiteKind.ROTARY_MICROSOFT: "interleaved", SiteKind.ROTARY_ONNX: "interleaved",
+           SiteKind.GROUP_QUERY_ATTENTION: "rotary_interleaved"}  # fmt: skip
+_PAIRS = {False: "halves (i, i + r/2: rotate_half)", True: "interleaved pairs (2i, 2i + 1)"}
+
+
+def pairing(site: Site, spec: Any) -> dict[str, str] | None:
+    """The ``pairing`` finding of a fused reader that pairs the rotated channels otherwise than the config: halves
+    (rotate_half, transformers' Llama and most models) against interleaved pairs (GPT-J, the complex form). The
+    tables are the same either way; only the reader's attribute tells (``site.interleaved``). A computed site pairs
+    by its graph's slicing, which the audit does not read: no finding either way.
+    """  # noqa: D205
+    attribute = PAIRING.get(site.kind)
+    if attribute is None or site.interleaved is None or spec.layout not in ("half", "interleaved"):
+        return None
+    want = spec.layout == "interleaved"
+    if site.interleaved == want:
+        return None
+    return finding("pairing", f"channels paired as {_PAIRS[site.interleaved]} ({attribute}="
+                   f"{int(site.interleaved)}) where the config pairs {_PAIRS[want]}")  # fmt: skip
 
 
 def _partial(spec: Any, seen: int) -> dict[str, str] | None:

@@ -198,9 +198,15 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
         raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (a term added to the "
                         "attention scores, before a Softmax or as a fused Attention's bias, computed from "
                         "attention_mask or position_ids and constants)")  # fmt: skip
+    from ropeexport.audits.windows import window_findings
+
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
+    result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
     if effects:
         weigh(result, path, encodings)
+    else:  # each measure runs the model twice; a caller who only wants the names skips them
+        for found in result.findings:
+            found["effect"] = {"not_measured": "not asked"}
     return result
 
 

@@ -73,8 +73,10 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
         return probe
     measured.factor_off = observed_factor is not None and abs(observed_factor - factor) > tol
     if measured.factor_off:
-        findings.append(finding("attention-factor", f"attention factor {observed_factor:.6g} where the config's "
-                                 f"{spec.scaling} implies {factor:.6g}"))  # fmt: skip
+        squared = factor != 1.0 and abs(float(observed_factor or 0.0) - factor * factor) <= tol  # applied twice
+        said = " (its square: applied twice)" if squared else ""
+        findings.append(finding("attention-factor", f"attention factor {observed_factor:.6g}{said} where the "
+                                 f"config's {spec.scaling} implies {factor:.6g}"))  # fmt: skip
     findings += diagnose(measured)
     return probe
 

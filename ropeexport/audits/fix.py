@@ -32,6 +32,7 @@ UNREPAIRABLE = {
     "not-rotated": "graft replaces rotary values, it adds no rotation",
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
+    "window": "graft replaces rotary values, it does not change an attention's window",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
@@ -89,8 +90,11 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
         cos, sin = find_value(chain, record["cos"]), find_value(chain, record["sin"])
         assert cos is not None and sin is not None, record  # the audit found them in this very file
         entry = tables.setdefault((id(cos), id(sin)), {"cos": cos, "sin": sin, "site": record, "parts": {}})
+        repair_pairs = fixed and any(f["name"] == "pairing" for f in record["findings"])
         for node in _readers(chain, record, (cos, sin)):
             need = need_of(record, node, encodings)
+            if repair_pairs and need is not None:
+                replaced.append(_pair(node, need.spec.layout == "interleaved"))
             part = entry["parts"].setdefault(_key(need), {"need": need, "nodes": [], "fix": False, "site": record})
             part["nodes"].append(node)
             part["fix"] |= fixed
@@ -114,6 +118,13 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
         model, more = _computed(model, source, computed, encodings)
         replaced += more
     return model, replaced
+
+
+def _pair(node: ir.Node, interleaved: bool) -> dict[str, Any]:
+    """``node`` (a fused reader: ``checks.PAIRING``) made to pair channels as its layer's encoding does."""
+    name = "rotary_interleaved" if node.op_type == "GroupQueryAttention" else "interleaved"
+    node.attributes[name] = ir.AttrInt64(name, int(interleaved))
+    return {"node": node.name, "replaced_by": f"{name}={int(interleaved)} (the config's pairing)"}
 
 
 def _replace(part: dict[str, Any], cos: ir.Value, sin: ir.Value, switched: set[int]) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@ position, cos/sin computed in the graph; in the main graph and inside every If b
 Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and original /
 original + 1 for LongRoPE and dynamic NTK) and compares every position with the schedule of the layers that read it
 (its readers' names say which) in float64; names what differs (scaling ignored, switch not taken, float32 angles,
-attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, ..), and measures
+attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, channels paired
+otherwise, YaRN applied twice, ..) and, where the config says windows per layer type, each layer's attention window
+as the graph says it (a mask's window constant, GroupQueryAttention's local_window_size), and measures
 what each finding does to the logits (its sites repaired alone, 8 tokens ending where it is worst). Where no
 transformers config is at hand, --spec FILE gives the position spec: one spec's fields (.json or .toml), or per layer
 {"layers": ["local", "global", null, ...], "encodings": {"local": {...}, "global": {...}}}. For a config that describes
@@ -25,6 +27,7 @@ Examples:
   ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
   ropeexport audit bloom/model.onnx --hf-config bloom/config.json
   ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
+  ropeexport audit big/model.onnx --hf-config big/config.json --no-effects
 
 """
 
@@ -49,11 +52,13 @@ def add_parser(sub: Any) -> None:
                         "fields}}")  # fmt: skip
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--no-effects", dest="effects", action="store_false", help="do not measure each finding's effect "
+                   "on the logits (two model runs per finding; the findings are the same)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when anything differs."""
-    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec)
+    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         verdict = "proven" if result.proven else "NOT proven"
         print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {verdict}")
         for item in result.replaced:
+            if "node" in item:  # a fused reader re-paired (``pairing``)
+                print(f"  {item['node']}: {item['replaced_by']}")
+                continue
             print(f"  {item['cos']} / {item['sin']}: {item['rows']} rows, {item['dtype']}, regime of L = "
                   f"{item['regime_length']}")  # fmt: skip
         print(f"  audit after: {result.after.verdict if result.after else 'not run'}")

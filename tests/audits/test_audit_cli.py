@@ -54,6 +54,25 @@ def test_exit_code_report_files_and_json(case, code: int, tmp_path: Path, capsys
     assert all(max(p["curve"]["y"]) == p["max_abs"] and len(p["curve"]["x"]) <= 256 for p in probes)
 
 
+def test_no_effects_names_the_same_findings_without_running_the_model(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    model, config = _case(tmp_path, FAULT)
+    assert main(["audit", str(model), "--hf-config", str(config), "--json"]) == 1
+    measured = json.loads(capsys.readouterr().out)["findings"]
+    assert measured and all(f["effect"] != {"not_measured": "not asked"} for f in measured), measured  # tried
+
+    def run_not(*_: object) -> None:
+        raise AssertionError("--no-effects measured an effect")
+
+    monkeypatch.setattr("ropeexport.audits.effect.measure", run_not)
+    assert main(["audit", str(model), "--hf-config", str(config), "--json", "--no-effects"]) == 1
+    skipped = json.loads(capsys.readouterr().out)["findings"]
+    assert [f["text"] for f in skipped] == [f["text"] for f in measured]
+    assert all(f["effect"] == {"not_measured": "not asked"} for f in skipped), skipped
+    assert main(["audit", str(model), "--hf-config", str(config), "--no-effects"]) == 1
+    printed = capsys.readouterr().out
+    assert "rope_scaling ignored" in printed and "not measured: not asked" in printed, printed
+
+
 def _text(tmp: Path) -> tuple[Path, Path]:
     model, config = _case(tmp)
     model.write_text("not a model")

@@ -4,13 +4,16 @@ layer in ropeexport's own decoders, each named exactly with its effect on the lo
 A planted model is ropeexport's decoder of a checkpoint whose config says something else than the config audited
 against (SmolLM3 built with every layer rotated, audited against its no-RoPE layers; Qwen3 built with YaRN truncated,
 audited against truncate false), or the decoder itself rewired (Gemma 3's sliding layers reading the global layers'
-table; its sliding table computed with float32 angles, what peers write).
+table; its sliding table computed with float32 angles, what peers write). The peers' per-layer bugs of issue 27 are
+rows of the same table, each naming its peer (``peer``; ``tools/planted_peer_bugs.py`` renders them as
+tools/figures/planted-peer-bugs.md); windows on the wrong layers are read from the masks (``audits.windows``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +25,11 @@ import pytest
 from onnx import numpy_helper
 
 import ropeexport as rx
+from ropeexport.audits import windows
 from ropeexport.audits.layers import layer_of
+from ropeexport.audits.model import load_model as rx_load
 from ropeexport.cli import main
+from ropeexport.decoder.spec import FORMS
 from tests.audits.test_audit_own_decoders import _decoder
 
 DYNAMO = "['', 'inner', 'inner.model', 'inner.model.layers.2', 'inner.model.layers.2.self_attn', 'mul_1008']"
@@ -100,6 +106,42 @@ def _float32_angles(model: Path) -> None:
     onnx.save(proto, str(model))
 
 
+def _yarn_twice(model: Path) -> None:
+    """Qwen3's YaRN x4 applied to its own output (TensorRT-LLM, PR #16378): each dimension's scale g (1/4 .. 1, the
+    ramp's blend) squared, the attention factor multiplied in twice.
+    """  # noqa: D205
+    from ropeexport.families.rope.regimes import frequencies
+    from tests.decoder.tiny import hf_config
+
+    with tempfile.TemporaryDirectory() as folder:
+        hf_config("qwen3-yarn").save_pretrained(folder)
+        spec = rx.from_hf_config(Path(folder) / "config.json")[0]
+    yarn, factor = frequencies(spec, spec.max_positions)
+    base = frequencies(spec, spec.max_positions, "default")[0]
+    inv = base * (yarn / base) ** 2
+    proto = onnx.load(str(model))
+    for tensor in proto.graph.initializer:
+        if tensor.name in ("layers.0/rope/cos_table", "layers.0/rope/sin_table"):
+            angles = np.outer(np.arange(tensor.dims[0], dtype=np.float64), inv)
+            table = factor * factor * (np.cos(angles) if "cos" in tensor.name else np.sin(angles))
+            tensor.CopyFrom(numpy_helper.from_array(table.astype(np.float32), tensor.name))
+    onnx.save(proto, str(model))
+
+
+def _pairs_interleaved(model: Path) -> None:
+    """gpt-oss's rotate_half pairs read as interleaved pairs (TensorRT-LLM, PR #16378): every RotaryEmbedding's
+    interleaved attribute set.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        name = {"RotaryEmbedding": "interleaved", "GroupQueryAttention": "rotary_interleaved"}.get(node.op_type)
+        if name is not None:
+            kept = [a for a in node.attribute if a.name != name]
+            del node.attribute[:]
+            node.attribute.extend([*kept, onnx.helper.make_attribute(name, 1)])
+    onnx.save(proto, str(model))
+
+
 @dataclass(frozen=True)
 class LayerFault:
     """A decoder of ``name`` built from its config with ``built`` changed (or ``plant`` applied to the model), audited
@@ -117,16 +159,33 @@ class LayerFault:
     audited: dict[str, Any] | None = None
     plant: Callable[[Path], None] | None = None
     also: tuple[str, ...] = ()  # the findings found beside it at the same sites (the same effect)
+    peer: str = ""  # the peer whose bug it is (the planted-bug table: tools/figures/planted-peer-bugs.md)
 
 
 YARN_OFF = {"rope_parameters": {"truncate": False}}
+LOCAL_X8 = {"rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e4}}}
+# Phi-4-mini's shape (partial rotary 0.75, LongRoPE): its short factors replaced by the long ones
+LONG_ALWAYS = {"rope_parameters": {"short_factor": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]}}
+# The peers' bugs of issue 27 (``peer``) and the faults beside them: one row per bug. Not planted, and why: vLLM
+# #27414 (the LongRoPE switch mid-generation) is a serving-time cache bug: the keys cached before the switch keep the
+# short factors' rotation. A graph is a function of (tokens, cache, positions): fed a cache rotated one way it cannot
+# tell, and every call's own tables are right, so no exported graph carries it (the audit checks each call length's
+# tables; the decoder proof's calls each start from a cache rotated as the float64 recompute rotates it). Sliding
+# windows on the wrong layers: a window is an attention mask, not a rotary site, read where the graph says it
+# (``audits.windows``: ropeexport's mask constant, GroupQueryAttention's local_window_size; not dynamo's masks).
+ALL_SLIDING = {"layer_types": ["sliding_attention"] * 4}
 FAULTS = [
     LayerFault("sliding-given-global", "gemma3", "other-layers-table",
                "sliding layers (0-1, 3-4) use the global layers' table: theta 1e+06 with linear x8; config: theta "
-               "10000, unscaled", (0.05, 10.0), "proven", plant=_rewire),
+               "10000, unscaled", (0.05, 10.0), "proven", plant=_rewire, peer="llama.cpp #14367"),
+    LayerFault("local-cache-global-x8", "gemma3", "other-layers-scaling",
+               "sliding layers (0-1, 3-4) take the global layers' scaling: theta 10000 with linear x8; config: theta "
+               "10000, unscaled", (0.05, 10.0), "proven", built=LOCAL_X8,
+               peer="onnxruntime-genai builder (Gemma 3 local cache, read in its source)"),
     LayerFault("nope-layers-rotated", "smollm3-nope", "nope-rotated",
                "layers 1, 3 have no RoPE in the config but are rotated", (0.01, 10.0), "proven",
-               built={"no_rope_layers": [1, 1, 1, 1]}),
+               built={"no_rope_layers": [1, 1, 1, 1]},
+               peer="onnxruntime-genai builder (SmolLM3's no-RoPE layers, read in its source)"),
     LayerFault("rotated-layer-unrotated", "smollm3-nope", "not-rotated",
                "layer 2 is not rotated but the config rotates it", None, "it adds no rotation",
                built={"no_rope_layers": [1, 0, 0, 0]}),
@@ -135,10 +194,27 @@ FAULTS = [
                audited=YARN_OFF),
     LayerFault("yarn-untruncated-config-truncated", "qwen3-yarn", "yarn-truncation",
                "YaRN correction range not truncated (the config says truncate: true)", (1e-6, 10.0), "proven",
-               built=YARN_OFF),
+               built=YARN_OFF, peer="onnxruntime-genai builder (YaRN never truncated, measured)"),
+    LayerFault("yarn-applied-twice", "qwen3-yarn", "yarn-applied-twice",
+               "YaRN applied twice: the frequencies are the config's YaRN x4 applied to its own output (x16 on the "
+               "dimensions it interpolates fully, its ramp's blend squared)", (0.05, 10.0), "proven",
+               plant=_yarn_twice, also=("attention-factor",), peer="TensorRT-LLM PR #16378 (YaRN applied twice)"),
+    LayerFault("gpt-oss-pairs-interleaved", "gpt_oss", "pairing",
+               "channels paired as interleaved pairs (2i, 2i + 1) (interleaved=1) where the config pairs halves "
+               "(i, i + r/2: rotate_half)", (0.05, 10.0), "proven", plant=_pairs_interleaved,
+               peer="TensorRT-LLM PR #16378 (gpt-oss paired wrongly)"),
+    LayerFault("longrope-long-factors-always", "phi3-partial-longrope", "switch-on-wrong-length",
+               "long factors used at L = 64 <= original_max_position_embeddings 64: the switch is on another length",
+               (0.05, 10.0), "proven", built=LONG_ALWAYS,
+               peer="llama.cpp #24823 (LongRoPE factor from the allocated context)"),
+    LayerFault("windows-on-full-layers", "gemma2", "window",
+               "layers 1, 3 attend to a window of 6 key slots where the config gives them every key (full_attention "
+               "in layer_types)", None, "does not change an attention's window", built=ALL_SLIDING,
+               peer="(issue 27's list: sliding windows on the wrong layers)"),
     LayerFault("partial-rotary-ignored", "qwen3", "partial-rotary-ignored",
                "partial rotary 0.5 but all 16 channels rotated (config: 8 of 16)", None,
-               "does not change how many channels", audited={"partial_rotary_factor": 0.5}),
+               "does not change how many channels", audited={"partial_rotary_factor": 0.5},
+               peer="(issue 27's list: partial rotary ignored)"),
     LayerFault("one-table-for-two-encodings", "gemma3", "shared-table",
                "one table read by layers the config gives different encodings (sliding layers (0-1, 3-4): theta "
                "10000, unscaled; global layers (2, 5): theta 1e+06 with linear x8): it matches the global layers'",
@@ -169,6 +245,9 @@ def test_a_planted_layer_fault_is_named_with_its_effect(fault: LayerFault, tmp_p
     assert sorted(names) == sorted([fault.finding, *fault.also]), result.findings
     found = next(f for f in result.findings if f["name"] == fault.finding)
     assert fault.words in found["text"], found["text"]
+    if fault.plant is _yarn_twice:  # the attention factor said as what it is too
+        factor = next(f for f in result.findings if f["name"] == "attention-factor")["text"]
+        assert "attention factor 1.29648 (its square: applied twice) where the config's yarn implies 1.13863" in factor
     effect = found["effect"]
     if fault.effect is None:
         assert "not_measured" in effect and "max_abs" not in effect, effect
@@ -177,6 +256,48 @@ def test_a_planted_layer_fault_is_named_with_its_effect(fault: LayerFault, tmp_p
         assert low < effect["relative"] <= high, effect
         assert effect["positions"][1] == effect["position"] and effect["max_abs"] > 0
     assert f"| {found['text']} (`{found['name']}`)" in result.markdown()
+
+
+@pytest.mark.parametrize("graph", FORMS)
+def test_windows_are_read_per_layer_in_every_form(graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("gpt_oss")  # layers 0, 2 slide over 6 slots, 1 and 3 see every key
+    assert windows.observed(rx_load(_decoder(tmp_path, ckpt, graph))) == {0: 6, 1: 0, 2: 6, 3: 0}
+    built = _config(ckpt, tmp_path / "swapped", {"layer_types": ["full_attention", "sliding_attention"] * 2})
+    (tmp_path / "planted").mkdir()
+    model = _decoder(tmp_path / "planted", built, graph)
+    found = rx.audit(model, ckpt / "config.json", effects=False).findings
+    assert sorted(f["text"] for f in found if f["name"] == "window") == [
+        "layers 0, 2 attend to every key where the config gives them a window of 6 key slots (sliding_attention in "
+        "layer_types)",
+        "layers 1, 3 attend to a window of 6 key slots where the config gives them every key (full_attention in "
+        "layer_types)"]  # fmt: skip
+    if graph == "gqa":  # the builder's way: GroupQueryAttention's local_window_size, here 6 on every layer
+        proto = onnx.load(str(model))
+        for node in proto.graph.node:
+            if node.op_type == "GroupQueryAttention":
+                node.attribute.append(onnx.helper.make_attribute("local_window_size", 6))
+        onnx.save(proto, str(model))
+        assert windows.observed(rx_load(model)) == {0: 6, 1: 6, 2: 6, 3: 6}
+
+
+def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The builder's form: GroupQueryAttention rotating (do_rotary) with rotary_interleaved set on a Llama config."""
+    from tests.audits.planted import CASES, write_config
+
+    case = next(c for c in CASES if c.name == "exact-gqa-llama3")
+    config = write_config(tmp_path, case.config)
+    model = case.build(tmp_path / "model.onnx", rx.from_hf_config(config)[0])
+    _pairs_interleaved(model)
+    (found,) = rx.audit(model, config).findings
+    assert found["name"] == "pairing" and "(rotary_interleaved=1)" in found["text"], found
+    out = tmp_path / "fixed.onnx"
+    grafted = rx.graft(model, config, out, trust="config")
+    assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
+    paired = {r["replaced_by"] for r in grafted.replaced if "node" in r}
+    assert paired == {"rotary_interleaved=0 (the config's pairing)"}, grafted.replaced
+    assert main(["graft", str(model), "--hf-config", str(config), "--trust", "config", "--out",
+                 str(tmp_path / "cli.onnx")]) == 0  # fmt: skip
+    assert ": rotary_interleaved=0 (the config's pairing)" in capsys.readouterr().out
 
 
 def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(tmp_path: Path,

@@ -30,9 +30,10 @@ from tests.decoder.tiny import CONFIGS
 # SmolLM3's leave some layers unrotated: each site is checked against the encoding of the layers reading it.
 CASES = [(name, form) for name in CONFIGS for form in FORMS if (name, form) != ("gemma2", "tensorrt")]
 # Fast tier: BLOOM in every form, a RoPE decoder of each site kind the forms make (fused operator, gathered table), and
-# the per-layer decoders (two encodings; layers without RoPE) in one form each
+# the per-layer decoders (two encodings; layers without RoPE; gpt-oss's sinks, windows and YaRN untruncated) in one
+# form each
 FAST = {("bloom", form) for form in FORMS} | {("phi3-longrope", "gqa"), ("llama", "decomposed"), ("gemma3", "fused"),
-                                              ("smollm3-nope", "decomposed")}  # fmt: skip
+                                              ("smollm3-nope", "decomposed"), ("gpt_oss", "gqa")}  # fmt: skip
 
 
 def _decoder(folder: Path, ckpt: Path, graph: str) -> Path:
@@ -85,7 +86,7 @@ def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
 
 
 # The graft proof's float64 recompute takes each layer's own encoding: every architecture's own decoder passes it.
-PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3")
+PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3", "gpt_oss")
 
 
 @pytest.mark.parametrize("name", tiered(list(CONFIGS), lambda n: n in PROVEN_FAST), ids=list(CONFIGS))

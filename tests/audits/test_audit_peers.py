@@ -101,3 +101,32 @@ def test_a_per_layer_model_is_audited_and_grafted_per_layer(tmp_path: Path) -> N
     assert grafted["proven"] and grafted["tables"] == 2 and grafted["decoder"]["grafted"]["passed"], grafted
     # the dynamo export refuses a call after 8184 cached entries itself (its GatherND): the proof says so
     assert "refuses the call 'last position'" in rows["torch.onnx.export (dynamo)"]["graft"]["refused"]
+
+
+def test_gpt_oss_is_audited_as_its_exporters_write_it(tmp_path: Path) -> None:
+    """gpt-oss (YaRN x32 with truncate false, sinks, 128-token windows on even layers, experts) by the builder, dynamo
+    and TorchScript: only float32 rounding is found (transformers 5.23 reads ``truncate: false``; the builder never
+    truncates), the builder's windows are right, and what refuses to be proven says where.
+    """  # noqa: D205
+    gpt_oss = "yarn x32 untruncated, sinks, windows, experts (gpt-oss)"
+    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
+               str(tmp_path), "--schedules", gpt_oss]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["source"]: r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
+    assert all("error" not in r for r in rows.values()), rows
+    builder, dynamo, script = (rows[s] for s in ("onnxruntime-genai builder", "torch.onnx.export (dynamo)",
+                                                 "torch.onnx.export (TorchScript)"))  # fmt: skip
+    # the builder's GroupQueryAttention (local_window_size 128 on layer 0 only: no window finding) cannot run with
+    # the audit's empty cache (capacity 0 < window 128), so graft refuses
+    assert builder["sites"] == ["GroupQueryAttention do_rotary"]
+    assert builder["finding_names"] == ["cannot-run", "float32-angles"], builder["findings"]
+    assert "local_window_size (128)" in builder["graft"]["refused"]
+    for row in (dynamo, script):
+        assert row["sites"] == ["computed cos/sin"] and row["finding_names"] == ["float32-angles"], row["findings"]
+        assert 1e-4 < row["max_abs"] < 1e-2
+    # dynamo's export refuses a call after 131064 cached entries itself (its sliding-window mask's GatherND)
+    assert "refuses the call 'last position'" in dynamo["graft"]["refused"]
+    assert "GatherND" in dynamo["graft"]["refused"]
+    grafted = script["graft"]
+    assert grafted["proven"] and grafted["after"] == "exact" and grafted["decoder"]["grafted"]["passed"], grafted

@@ -1,0 +1,130 @@
+"""Sliding windows per layer, read from the graph where it says them, against the config's layer types.
+
+A window is an attention mask, not a rotary site: nothing of it is probed, only read. Two places say it:
+- a GroupQueryAttention's ``local_window_size`` attribute (onnxruntime-genai's builder; -1: every key), per node,
+  the node naming its layer;
+- ropeexport's masks: the window constant ``i - j < window`` reads (an int64 scalar named ``.../window``), followed
+  down the mask to the attention nodes that take it (a Softmax, or a fused attention: their names give the layers;
+  the walk stops at a product, past which the mask is the attention's output);
+  a layer whose attention takes no windowed mask attends to every key.
+Checked only where the config says windows per layer type (``layer_types`` with ``sliding_attention``, Gemma 2 / 3,
+gpt-oss, SmolLM3): a sliding layer must see ``sliding_window`` key slots, a full one every key. Not read: a dynamo
+or TorchScript export's masks (transformers builds them from functions; the window is one constant among the
+mask's arithmetic and names no layer), a model without either form (nothing said, no finding).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from ropeexport.audits.layers import layer_finding, layer_of
+from ropeexport.errors import SpecError
+
+ATTENTION = ("Softmax", "GroupQueryAttention", "Attention", "MultiHeadAttention")  # where a mask is used
+# A mask reaches its attention through elementwise ops; past a product it is the attention's output (a Where after
+# the Softmax zeroing fully masked rows leads there), which every later layer reads: the walk stops
+PRODUCTS = ("MatMul", "Gemm", "Einsum")
+
+
+def expected(config_path: Path) -> dict[int, int] | None:
+    """Layer -> the key slots it sees (0: every key), from the config's layer types; None where it says none."""
+    from ropeexport.hf import import_layers
+
+    try:
+        layers = import_layers(json.loads(config_path.read_text()), str(config_path))
+    except (SpecError, ValueError, OSError):
+        return None  # the audit's own import says what is wrong with the config
+    if "sliding_attention" not in layers.types or not layers.window:
+        return None
+    return {i: layers.window if kind == "sliding_attention" else 0 for i, kind in enumerate(layers.types)}
+
+
+def _int_attr(node: ir.Node, name: str) -> int | None:
+    attr = node.attributes.get(name)
+    return None if attr is None else int(attr.value)
+
+
+def observed(model: ir.Model) -> dict[int, int]:
+    """Layer -> the key slots its attention sees (0: every key), where the graph says it (module doc); {} if not."""
+    nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
+    seen: dict[int, int] = {}
+    gqa = [n for n in nodes if n.op_type == "GroupQueryAttention"]
+    if any((_int_attr(n, "local_window_size") or -1) >= 0 for n in gqa):  # the attribute says the windows
+        for node in gqa:
+            layer, size = layer_of(node.name or "", node.metadata_props), _int_attr(node, "local_window_size")
+            if layer is not None:
+                seen[layer] = 0 if size is None or size < 0 else size
+        return seen
+    consumers: dict[int, list[ir.Node]] = {}
+    for node in nodes:
+        for value in node.inputs:
+            if value is not None:
+                consumers.setdefault(id(value), []).append(node)
+    attended = {i for n in nodes if n.op_type in ATTENTION for i in [layer_of(n.name or "", n.metadata_props)]
+                if i is not None}  # fmt: skip
+    for value in _window_constants(model, nodes):
+        window = int(np.asarray(value.const_value.numpy()).reshape(()))  # type: ignore[union-attr]
+        for layer in _readers(value, consumers):
+            seen[layer] = window
+    if not seen:
+        return {}
+    return {i: seen.get(i, 0) for i in attended}
+
+
+def _window_constants(model: ir.Model, nodes: list[ir.Node]) -> list[ir.Value]:
+    """The int64 scalars named ``.../window`` (initializers and Constants' outputs) of the main graph."""
+    found = [v for v in model.graph.initializers.values() if v.name and v.name.rsplit("/", 1)[-1] == "window"]
+    found += [n.outputs[0] for n in nodes if n.op_type == "Constant" and (n.outputs[0].name or "").endswith("/window")]
+    return [v for v in found if v.const_value is not None and v.const_value.size == 1
+            and v.const_value.dtype == ir.DataType.INT64]  # fmt: skip
+
+
+def _readers(value: ir.Value, consumers: dict[int, list[ir.Node]]) -> set[int]:
+    """The layers of the attention nodes the value's mask reaches (the walk stops at each)."""
+    layers: set[int] = set()
+    queue, done = deque([value]), {id(value)}
+    while queue:
+        for node in consumers.get(id(queue.popleft()), []):
+            if node.op_type in ATTENTION:
+                layer = layer_of(node.name or "", node.metadata_props)
+                if layer is not None:
+                    layers.add(layer)
+                continue
+            if node.op_type in PRODUCTS:
+                continue
+            for out in node.outputs:
+                if id(out) not in done:
+                    done.add(id(out))
+                    queue.append(out)
+    return layers
+
+
+def _slots(window: int) -> str:
+    return f"a window of {window} key slots" if window else "every key"
+
+
+def window_findings(model: ir.Model, config_path: Path | None) -> list[dict[str, Any]]:
+    """``window`` findings: the layers whose attention sees another window than the config gives them, grouped by
+    (what the graph says, what the config says); each with ``sites`` [] (no rotary site).
+    """  # noqa: D205
+    want = None if config_path is None else expected(config_path)
+    if want is None:
+        return []
+    have = observed(model)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for layer, window in sorted(have.items()):
+        if layer in want and want[layer] != window:
+            groups.setdefault((window, want[layer]), []).append(layer)
+    out = []
+    for (window, wanted), layers in groups.items():
+        kind = "sliding_attention" if wanted else "full_attention"
+        template = (f"{{who}} attend{{s}} to {_slots(window)} where the config gives {{them}} {_slots(wanted)} "
+                    f"({kind} in layer_types)")  # fmt: skip
+        out.append(layer_finding("window", template, "", layers) | {"sites": []})
+    return out

@@ -1,0 +1,124 @@
+"""The peers' per-layer bugs of issue 27, planted into ropeexport's own decoders (the ``FAULTS`` rows of
+``tests/audits/test_audit_layers.py`` that name a peer), audited, grafted and proven: the table of what the audit says.
+
+    python tools/planted_peer_bugs.py --out tools/figures
+
+Writes ``planted-peer-bugs.json`` and ``planted-peer-bugs.md``: per bug, the peer, the finding (name and words), its
+effect on the logits (max |logits - logits with the finding's sites repaired| / max |logit| on 8 tokens ending where
+it is worst, the model's own graph), and the graft: proven (the grafted model audits exact and its logits match the
+float64 recompute of the whole decoder within 1e-4 of the logit scale), or graft's refusal. Tiny random checkpoints
+(``tests/decoder/tiny.py``), nothing downloaded; the same rows the tests assert.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+NOT_PLANTED = [
+    ("vLLM #27414 (LongRoPE switch mid-generation: random tokens)",
+     "not planted: a serving-time cache bug. The keys cached before the switch keep the short factors' rotation; a "
+     "graph is a function of (tokens, cache, positions) and every call's own tables are right, so no exported graph "
+     "carries it (the audit checks each call length's tables, the proof's calls start from caches rotated as float64 "
+     "rotates them)"),
+]  # fmt: skip
+
+
+def run_one(fault: Any, work: Path) -> dict[str, Any]:
+    """One row: the fault planted, audited, grafted (trusting the config) and proven."""
+    import ropeexport as rx
+    from tests.audits.test_audit_layers import _planted
+    from tests.decoder.tiny import checkpoint
+
+    made: dict[str, Path] = {}
+
+    def tiny(name: str) -> Path:
+        if name not in made:
+            made[name] = checkpoint(work / "checkpoints" / name, name)
+        return made[name]
+
+    start = time.perf_counter()
+    model, config, ckpt = _planted(fault, work / fault.case, tiny)
+    result = rx.audit(model, config)
+    found = next((f for f in result.findings if f["name"] == fault.finding), None)
+    row: dict[str, Any] = {"case": fault.case, "peer": fault.peer, "model": fault.name, "verdict": result.verdict,
+                           "findings": [{"name": f["name"], "text": f["text"], "effect": f.get("effect")}
+                                        for f in result.findings],
+                           "named": found is not None}  # fmt: skip
+    out = work / fault.case / "fixed" / "model.onnx"
+    out.parent.mkdir(parents=True)
+    try:
+        grafted = rx.graft(model, config, out, trust="config", checkpoint=ckpt)
+        row["graft"] = {"proven": grafted.proven, "after": grafted.after.verdict if grafted.after else None,
+                        "decoder_passed": (grafted.decoder or {}).get("passed")}  # fmt: skip
+    except rx.errors.SpecError as exc:
+        row["graft"] = {"refused": exc.message}
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def _effect(effect: dict[str, Any] | None) -> str:
+    effect = effect or {}
+    if "relative" in effect:
+        return f"{effect['relative']:.2g} (position {effect['position']})"
+    return f"not measured: {effect.get('not_measured', '')}"
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    """The table (module doc)."""
+    lines = ["# The peers' per-layer bugs, planted and named", "",
+             f"`{command}`; each bug planted into ropeexport's own decoder of a tiny random checkpoint "
+             "(`tests/decoder/tiny.py`), audited against the checkpoint's config (`ropeexport audit`), grafted "
+             "trusting the config and proven against the float64 recompute of the whole decoder (`ropeexport graft "
+             "--trust config --checkpoint`). Effect: max |logits - logits with the finding's sites repaired| / max "
+             "|logit|, 8 tokens ending where the finding is worst. The same rows are asserted by "
+             "`pytest tests/audits/test_audit_layers.py -k planted_layer_fault` (graft and proof: `-m slow`).", "",
+             "| peer's bug | planted (case) | finding (`name`) | effect on the logits | graft |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        found = "<br>".join(f"{f['text']} (`{f['name']}`)" for f in r["findings"])
+        effect = "<br>".join(_effect(f["effect"]) for f in r["findings"])
+        g = r["graft"]
+        if "refused" in g:
+            graft = f"refused: {g['refused']}"
+        else:
+            passed = g["decoder_passed"] or {}
+            judged = ", ".join(f"{k} {'passes' if v else 'FAILS'}" for k, v in passed.items())
+            verdict = "proven" if g["proven"] else "NOT proven"
+            graft = f"{verdict} (audit after: {g['after']}; float64 decoder: {judged})"
+        lines.append(f"| {r['peer']} | {r['model']} (`{r['case']}`) | {found} | {effect} | {graft} |")
+    for peer, why in NOT_PLANTED:
+        lines.append(f"| {peer} | | {why} | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Plant, audit, graft every peer row; write the table. Exit 1 when a bug is not named as its row says."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder for planted-peer-bugs.json and planted-peer-bugs.md")
+    args = parser.parse_args(argv)
+    from tests.audits.test_audit_layers import FAULTS
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="planted-peer-bugs-") as folder:
+        for fault in (f for f in FAULTS if f.peer):
+            rows.append(run_one(fault, Path(folder)))
+            print(f"{fault.case}: {rows[-1]['verdict']}, graft {rows[-1]['graft']}", flush=True)
+    command = "python tools/planted_peer_bugs.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "planted-peer-bugs.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
+    (out / "planted-peer-bugs.md").write_text(markdown(rows, command))
+    return 0 if all(r["named"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
