@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
-from ropeexport.decoder.oracle import decoder_float64, stored_float64
+from ropeexport.decoder.oracle import Feed, Stored64, decoders_float64
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
@@ -27,7 +27,8 @@ from ropeexport.kinds import PositionPiece
 # ulps at the scale (2^-10 ~ 1e-3 relative): its rounding grows with the activations through every layer (seeded
 # tiny presets measure 5e-4 to 7e-4, the tests' random checkpoints with spread weights up to 7e-3).
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
-Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+# Every call of a scenario -> each call's float64 logits over its slots [first, t): the truth, all calls at once.
+Recompute = Callable[[list[Call]], list[np.ndarray]]
 
 
 def _compare(call: Call, runtime: np.ndarray, reference: np.ndarray) -> dict[str, float]:
@@ -116,8 +117,7 @@ def verify_scenario(
     if eager is not None:
         eager.fresh()
     records = []
-    for call in calls:
-        full = truth(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
+    for call, full in zip(calls, truth(calls), strict=True):
         theirs = None
         if eager is not None:
             theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
@@ -145,11 +145,12 @@ def verify_decoder(
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding.
     """  # noqa: D205
-    weights64 = stored_float64(spec, weights)
+    weights64 = Stored64(spec, weights)  # read layer by layer, once per scenario (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
-    def truth(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers)
+    def truth(calls: list[Call]) -> list[np.ndarray]:
+        feeds = [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in calls]
+        return decoders_float64(spec, weights64, feeds, layers)
 
     out = []
     for scenario in chosen if chosen is not None else scenarios(spec):
