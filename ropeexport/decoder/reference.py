@@ -103,6 +103,7 @@ class TransformersReference:
         self._rotary = [(parent, attr, copy.deepcopy(child)) for parent in parents
                         for attr, child in parent.named_children() if "Rotary" in type(child).__name__]  # fmt: skip
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.keeps_last = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.version = transformers.__version__
 
     def describe(self) -> str:
@@ -116,12 +117,19 @@ class TransformersReference:
         for parent, attr, pristine in self._rotary:
             setattr(parent, attr, copy.deepcopy(pristine))
 
-    def logits(self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """float64 logits [b, t, vocab] of the whole sequence, no cache."""
+    def logits(
+        self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray, last: int | None = None
+    ) -> np.ndarray:
+        """float64 logits [b, t, vocab] of the whole sequence, no cache; ``last``: of its last ``last`` slots only
+        (the head, 128256 words wide in Llama 3, then multiplies only those: ``logits_to_keep``).
+        """  # noqa: D205
         torch = self.torch
         kwargs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
                   "use_cache": False}  # fmt: skip
         if self.takes_positions:
             kwargs["position_ids"] = torch.from_numpy(position_ids)
+        if last is not None and self.keeps_last:
+            kwargs["logits_to_keep"] = last
         with torch.no_grad():
-            return self.model(**kwargs).logits.double().numpy()
+            logits = self.model(**kwargs).logits
+        return (logits if last is None else logits[:, -last:]).double().numpy()

@@ -120,7 +120,8 @@ def verify_scenario(
     for call, full in zip(calls, truth(calls), strict=True):
         theirs = None
         if eager is not None:
-            theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
+            slots = call.input_ids.shape[1] - call.first  # the head multiplies only the slots judged
+            theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask, slots)
         records.append(judge_call(call, full, theirs, TOLERANCE[spec.dtype]))
     return {
         "name": scenario.name,
