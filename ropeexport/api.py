@@ -405,7 +405,7 @@ def build_decoder(
     request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
                                                                 max_positions, name))  # fmt: skip
     spec, used = resolve(request)
-    check_buildable(spec, request)
+    check_buildable(spec, request, eager)
     out = _path(out_dir, "out_dir")
     check_tree(out)
     origin = {k: str(Path(v).resolve()) for k, v in (("hf_config", request.hf_config),
