@@ -71,13 +71,15 @@ def config_of(model: str, layers: int | None = None, overrides: dict[str, Any] |
 
 def tensors_of(config: Any) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of every tensor transformers saves for ``config``, in its state dict's order (no memory: the
-    model is built on the meta device). The tied head is not saved, as save_pretrained leaves it out.
+    model is built on the meta device). The tied head is not saved, as save_pretrained leaves it out. Sets the
+    config's ``architectures`` to the model's class, as a saved model's config.json has it.
     """  # noqa: D205
     import torch
     import transformers
 
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
+    config.architectures = [type(model).__name__]  # as a saved model's config.json names it (the builder reads it)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     return [(name, tuple(t.shape)) for name, t in model.state_dict().items() if not (tied and name == "lm_head.weight")]
 
