@@ -3,11 +3,14 @@
 - ``expected(spec)``: {canonical name: shape} of every weight the spec's architecture holds.
 - ``seeded_weights(spec)``: normal draws (projections std 1/sqrt(fan_in), embeddings std 1, norm weights 1 + 0.1 N,
   biases 0.1 N) from numpy's default_rng(0), rounded once to the dtype and held in float64.
-- ``load_checkpoint(spec, folder)``: ``model.safetensors`` or a sharded ``model.safetensors.index.json`` in a local
-  folder (never downloaded). Every tensor is checked before anything is built: a missing, unexpected, mis-shaped or
-  non-finite tensor, one past the fp16 range in an fp16 build, a shard outside the folder or not a safetensors file,
-  is a one-line CheckpointError naming it. Values are kept in float32 (every bf16 / fp16 value is exact there) and
-  rounded once to the artifact dtype when the graph stores them.
+- ``CheckpointWeights(spec, folder)``: ``model.safetensors`` or a sharded ``model.safetensors.index.json`` in a local
+  folder (never downloaded), as a mapping that reads each tensor from its memory-mapped shard when asked for (a
+  build at any size holds one at a time). Every tensor's name and shape is checked from the headers before anything
+  is built (a missing, unexpected or mis-shaped tensor, a shard outside the folder, truncated or not a safetensors
+  file), its values as it is read (non-floating, non-finite, past the fp16 range in an fp16 build): a one-line
+  CheckpointError naming it. Values come as float32 (every bf16 / fp16 value is exact there) and are rounded once to
+  the artifact dtype when the graph stores them. ``load_checkpoint(spec, folder)``: all of them read into a dict.
+  ``vocab_part``: a slice of the embedding or head alone.
 - ``checkpoint_file(folder, name)``: a file of the checkpoint, links followed only within its own tree
   (``own_tree``): the folder itself, or for a snapshot of the transformers cache the whole ``models--ORG--NAME``
   folder, whose ``blobs/`` the snapshot's files link into. A link leaving it (``/etc/passwd``, ``../../elsewhere``),
