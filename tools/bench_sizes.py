@@ -106,16 +106,20 @@ def _free() -> dict[str, int]:
 
 
 def export_only(checkpoint: str, out: str, dtype: str) -> None:
-    """The build's export stage alone (``--runs build``): the request resolved and checked as ``build`` does, then
-    ``decoder.kind.export_decoder`` into ``out`` (a new folder).
+    """The build's export stage alone (``--runs build``): the request resolved and checked as ``build`` does (its
+    memory estimate aside: that is the verification's), then ``decoder.kind.export_decoder`` into ``out`` (a new
+    folder).
     """  # noqa: D205
     sys.path.insert(0, str(ROOT))
-    from ropeexport.decoder.build import DecoderRequest, check_buildable, resolve
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.genai import check_tokenizer
     from ropeexport.decoder.kind import export_decoder, weights_of
+    from ropeexport.decoder.scenarios import check_positions
 
     request = DecoderRequest(checkpoint=checkpoint, dtype=dtype)
     spec, config = resolve(request)
-    check_buildable(spec, request)
+    check_positions(spec, spec.sources.get("position.max_positions"))
+    check_tokenizer(checkpoint)
     folder = Path(out)
     folder.mkdir(parents=True)
     ckpt = Path(checkpoint)
@@ -131,13 +135,17 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
             shutil.rmtree(checkpoint)
         command = [PYTHON, str(ROOT / "tools" / "write_checkpoint.py"), name, str(checkpoint)]
         command += ["--layers", layers] if layers else []
-        written = measure(command, work / f"write-{model.replace(':', '-l')}.log")
+        log = work / f"write-{model.replace(':', '-l')}.log"
+        written = measure(command, log)
         if written["exit"] != 0:
-            raise SystemExit(f"write_checkpoint failed: {(work / 'write.log').read_text()[-2000:]}")
+            raise SystemExit(f"write_checkpoint failed: {log.read_text()[-2000:]}")
+        (checkpoint / "written.json").write_text(json.dumps(written) + "\n")
     config = json.loads((checkpoint / "config.json").read_text())
     out: dict[str, Any] = {"model": model, "dtype": dtype, "checkpoint": str(checkpoint),
                            "checkpoint_bytes": disk(checkpoint), "layers": config["num_hidden_layers"],
                            "runs": {}}  # fmt: skip
+    if (checkpoint / "written.json").exists():  # what writing the checkpoint cost (tools/write_checkpoint.py)
+        out["write_checkpoint"] = json.loads((checkpoint / "written.json").read_text())
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for run in runs:
         target = work / "out" / f"{tag}-{run}"

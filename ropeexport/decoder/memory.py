@@ -21,10 +21,10 @@ buffers), plus ``BASE`` (the interpreter with torch, transformers and onnxruntim
 ``EXPORT_BYTES`` an element) comes first and is gone before the verification's; the larger of the two is the
 estimate.
 
-Measured (peak RSS, the estimate beside it): Llama-3.2-1B's width and vocabulary with 2 layers (384M parameters,
-a bf16 checkpoint), fp32, verified without transformers: 2.7 GiB (4.28 GiB, x1.58); the build alone 2.3 GiB
-(``tools/figures/sizes.md`` holds the 16-layer figures). ``tests/decoder/test_memory.py`` measures a small seeded
-build against it.
+Measured (peak RSS of the process tree, the estimate beside it; ``tools/figures/sizes.md``), bf16 checkpoints, fp32:
+Llama-3.2-1B verified without transformers 5.93 GiB (7.92, x1.34), with it 11.81 GiB (13.22, x1.12); its 2-layer
+shape 2.79 GiB (4.28, x1.53) and 4.30 GiB (5.92, x1.38). The export alone: Llama-3.1-8B in fp16 7.02 GiB (7.34),
+Llama-3.2-1B 1.58 GiB (3.96). ``tests/decoder/test_memory.py`` measures a small seeded build against it.
 
 ``ROPEEXPORT_MEMORY_LIMIT`` (bytes, or a size such as ``8G``: binary units) replaces what ``available()`` finds:
 physical memory, the cgroup's memory limit and ``ulimit -v``, whichever is smallest.
@@ -49,7 +49,7 @@ MARGIN = 1.15
 FP16_WIDENED = 4  # a float32 copy of each fp16 weight: ONNX Runtime's CPU kernels, torch's CPU matmuls
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LOGIT_COPIES = 3
-EXPORT_BYTES = 10  # an element of the tensor in flight: its bf16 read (2), float32 (4), one copy rounded or contiguous
+EXPORT_BYTES = 12  # an element in flight: bf16 read (2), float32 (4), rounded and contiguous copies (2-4 each), a mask
 HEAD_SLICE_BYTES = 256 * MiB  # decoder.oracle's slice of the output head in float64 (+ half as much read in float32)
 
 
