@@ -413,7 +413,7 @@ def build_decoder(
                                                                 max_positions, name),
                                _weights(weight_format, block_size, accuracy_level, symmetric))  # fmt: skip
     spec, used = resolve(request)
-    check_buildable(spec, request)
+    check_buildable(spec, request, eager)
     out = _path(out_dir, "out_dir")
     check_tree(out)
     origin = {k: str(Path(v).resolve()) for k, v in (("hf_config", request.hf_config),

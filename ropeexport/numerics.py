@@ -48,7 +48,14 @@ def _bf16_from_float64(x: np.ndarray) -> np.ndarray:
 
 
 def round_once(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round a float64 array to ``dtype`` ("fp32" | "fp16" | "bf16") once, to nearest, ties to even."""
+    """Round a float64 array to ``dtype`` ("fp32" | "fp16" | "bf16") once, to nearest, ties to even.
+
+    A float32 array (a checkpoint's weights) goes to fp32 / fp16 directly: every float32 is a float64, so the one
+    rounding is the same, without a float64 copy of a tensor that may be a gigabyte; to fp32 it comes back as itself
+    (nothing to round; treat the result as read-only, as every caller does).
+    """
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and dtype in ("fp32", "fp16"):
+        return x.astype(DTYPES[dtype].np_dtype, copy=False)
     x = np.asarray(x, dtype=np.float64)
     if dtype == "bf16":
         return _bf16_from_float64(x.reshape(-1)).reshape(x.shape)  # the bit tricks work on 1-d views

@@ -92,13 +92,14 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     return spec, config
 
 
-def check_buildable(spec: DecoderSpec, request: DecoderRequest) -> None:
+def check_buildable(spec: DecoderSpec, request: DecoderRequest, eager: bool = True) -> None:
     """What a build needs beyond a valid spec, checked before anything is allocated or written (a dry run checks it
     too): room for every scenario in max_positions, memory for the weights (``decoder.memory``: the estimate against
-    this machine's), and a checkpoint's tokenizer files that read. SpecError / CheckpointError name the field.
+    this machine's; ``eager``: with the transformers reference), and a checkpoint's tokenizer files that read.
+    SpecError / CheckpointError name the field.
     """  # noqa: D205
     given = request.max_positions is not None
     check_positions(spec, None if given else spec.sources.get("position.max_positions"))
     field = "checkpoint" if request.checkpoint is not None else "hf_config" if request.hf_config else "preset"
-    check_memory(spec, seeded=request.checkpoint is None, field=field)
+    check_memory(spec, seeded=request.checkpoint is None, field=field, eager=eager)
     check_tokenizer(request.checkpoint)

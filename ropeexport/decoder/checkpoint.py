@@ -3,11 +3,14 @@
 - ``expected(spec)``: {canonical name: shape} of every weight the spec's architecture holds.
 - ``seeded_weights(spec)``: normal draws (projections std 1/sqrt(fan_in), embeddings std 1, norm weights 1 + 0.1 N,
   biases 0.1 N) from numpy's default_rng(0), rounded once to the dtype and held in float64.
-- ``load_checkpoint(spec, folder)``: ``model.safetensors`` or a sharded ``model.safetensors.index.json`` in a local
-  folder (never downloaded). Every tensor is checked before anything is built: a missing, unexpected, mis-shaped or
-  non-finite tensor, one past the fp16 range in an fp16 build, a shard outside the folder or not a safetensors file,
-  is a one-line CheckpointError naming it. Values are kept in float32 (every bf16 / fp16 value is exact there) and
-  rounded once to the artifact dtype when the graph stores them.
+- ``CheckpointWeights(spec, folder)``: ``model.safetensors`` or a sharded ``model.safetensors.index.json`` in a local
+  folder (never downloaded), as a mapping that reads each tensor from its memory-mapped shard when asked for (a
+  build at any size holds one at a time). Every tensor's name and shape is checked from the headers before anything
+  is built (a missing, unexpected or mis-shaped tensor, a shard outside the folder, truncated or not a safetensors
+  file), its values as it is read (non-floating, non-finite, past the fp16 range in an fp16 build): a one-line
+  CheckpointError naming it. Values come as float32 (every bf16 / fp16 value is exact there) and are rounded once to
+  the artifact dtype when the graph stores them. ``load_checkpoint(spec, folder)``: all of them read into a dict.
+  ``vocab_part``: a slice of the embedding or head alone.
 - ``checkpoint_file(folder, name)``: a file of the checkpoint, links followed only within its own tree
   (``own_tree``): the folder itself, or for a snapshot of the transformers cache the whole ``models--ORG--NAME``
   folder, whose ``blobs/`` the snapshot's files link into. A link leaving it (``/etc/passwd``, ``../../elsewhere``),
@@ -128,10 +131,31 @@ def lm_head(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> np.ndarray:
     return weights["embed"].T if spec.tie_embeddings else weights["lm_head"]
 
 
-def layer_weights(weights: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
-    """Layer i's weights without the ``layers.{i}.`` prefix."""
-    prefix = f"layers.{i}."
-    return {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
+class LayerWeights(Mapping[str, np.ndarray]):
+    """Layer i's weights without the ``layers.{i}.`` prefix: a view, each weight read from ``weights`` when asked
+    for (a checkpoint's are read then, one at a time).
+    """  # noqa: D205
+
+    def __init__(self, weights: Mapping[str, np.ndarray], i: int) -> None:
+        prefix = f"layers.{i}."
+        self._weights, self._prefix = weights, prefix
+        self._names = [k[len(prefix) :] for k in weights if k.startswith(prefix)]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._weights[self._prefix + name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def layer_weights(weights: Mapping[str, np.ndarray], i: int) -> LayerWeights:
+    """Layer i's weights without the ``layers.{i}.`` prefix (``LayerWeights``: read as they are asked for)."""
+    return LayerWeights(weights, i)
 
 
 # ---- checkpoint names ------------------------------------------------------------------------------------------------
@@ -288,26 +312,6 @@ def _tensor_files(folder: Path) -> dict[str, Path]:
         return {key: single for key in f.keys()}  # noqa: SIM118
 
 
-def _read(files: Mapping[str, Path], keys: list[str]) -> Iterator[tuple[str, np.ndarray]]:
-    """(key, float32 array) for each key, grouped by file so each shard opens once."""
-    import torch
-
-    by_file: dict[Path, list[str]] = {}
-    for key in keys:
-        by_file.setdefault(files[key], []).append(key)
-    for path, group in by_file.items():
-        with _open(path, path.name) as f:
-            for key in group:
-                try:
-                    tensor = f.get_tensor(key)
-                except Exception as error:  # noqa: BLE001 (a header that promises more bytes than the file has)
-                    first = (str(error).splitlines() or [type(error).__name__])[0]
-                    raise CheckpointError(f"tensor {key!r} cannot be read from {path.name} ({first})") from None
-                if not tensor.is_floating_point():
-                    raise CheckpointError(f"tensor {key!r} is {tensor.dtype}, not a floating-point weight")
-                yield key, tensor.to(torch.float32).numpy()
-
-
 def _fits(spec: DecoderSpec, key: str, value: np.ndarray) -> None:
     """CheckpointError when a value of ``key`` would round to infinity in the spec's dtype (fp16 ends at 65504)."""
     if spec.dtype != "fp16" or value.size == 0:
@@ -337,52 +341,152 @@ def _text_key(key: str) -> str:
     return key
 
 
+class CheckpointWeights(Mapping[str, np.ndarray]):
+    """Every canonical weight of ``spec`` in a checkpoint folder, read from its shard (memory-mapped) when asked for:
+    float32 [in, out] or [out] arrays, as ``load_checkpoint`` gives them. Nothing is held between reads but the last
+    fused tensor (q, k and v of one qkv tensor are read once for the three), so a whole model never is.
+
+    Checked on construction, from the headers alone: every expected tensor present, nothing unexpected, every shape
+    the config's (module doc). Checked on each read: floating point, finite, within fp16 in an fp16 build. A failure
+    is a one-line CheckpointError naming the tensor.
+    """  # noqa: D205
+
+    def __init__(self, spec: DecoderSpec, folder: str | Path) -> None:
+        folder = Path(folder)
+        files = _tensor_files(folder)
+        arch = spec.architecture
+        wanted = _sources(spec)  # checkpoint key -> canonical (or fused group)
+        aliases = {old: new for new, old in arch.aliases.items()}
+
+        def canonical_key(key: str) -> str:
+            key = aliases.get(key, key)
+            if spec.text_of:  # the text model inside a multimodal checkpoint: its keys under the wrapper's prefix
+                key = _text_key(key)
+            if key in wanted or key.startswith(arch.base) or key.startswith("lm_head"):
+                return key
+            return arch.base + key  # checkpoints saved from the body alone (BLOOM's) drop the prefix
+
+        found: dict[str, str] = {}
+        for key in files:
+            name = canonical_key(key)
+            if name in wanted:
+                if name in found:
+                    raise CheckpointError(f"tensors {found[name]!r} and {key!r} are both {name!r}")
+                found[name] = key
+            elif IGNORED.search(key) or (spec.tie_embeddings and name == "lm_head.weight") or (
+                spec.text_of and name.startswith(OTHER_TOWERS)
+            ):  # fmt: skip
+                continue  # a buffer, or the tied head stored anyway (transformers ties it to the embedding)
+            else:
+                raise CheckpointError(f"tensor {key!r} is not a weight of this {arch.model_type} config (unexpected; "
+                                      f"is the config the checkpoint's own?)")  # fmt: skip
+        missing = [k for k in wanted if k not in found]
+        if missing:
+            raise CheckpointError(f"tensor {missing[0]!r} is missing ({len(missing)} of {len(wanted)} expected "
+                                  "tensors absent)")  # fmt: skip
+        self.spec, self.folder, self._files = spec, folder, files
+        # canonical name -> (checkpoint key, its canonical name or fused group), in the order load_checkpoint reads
+        # them (grouped by shard): a model's initializers follow this order, so its bytes do.
+        self._source: dict[str, tuple[str, str]] = {}
+        for key, shape in _shapes(files, [found[k] for k in wanted]):
+            group = wanted[canonical_key(key)]
+            implied = _fused_shape(spec, group)
+            if shape != implied:
+                raise CheckpointError(f"tensor {key!r} has shape {list(shape)}, the config implies {list(implied)}")
+            for name in _split_names(spec, group):
+                self._source[name] = (key, group)
+        self._last: tuple[str, dict[str, np.ndarray]] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        key, group = self._source[name]
+        if self._last is not None and self._last[0] == key:
+            return self._last[1][name]
+        value = _checked(self.spec, key, _read_one(self._files[key], key))
+        parts = _split(self.spec, group, value)
+        self._last = (key, parts) if len(parts) > 1 else None  # a fused tensor: its other parts come next
+        return parts[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of ``embed`` ([n, hidden]) or columns of ``lm_head`` ([hidden, n]), float32, read
+        alone: the float64 truth multiplies by a 128256-word head in slices.
+        """  # noqa: D205
+        if name not in ("embed", "lm_head"):
+            raise KeyError(name)
+        key, _ = self._source[name]
+        value = _checked(self.spec, key, _read_one(self._files[key], key, (start, stop)))
+        return value if name == "embed" else value.T
+
+
+def _split_names(spec: DecoderSpec, group: str) -> tuple[str, ...]:
+    """The canonical names ``_split`` makes of a checkpoint tensor of ``group``, in its order."""
+    stem, _, base = group.rpartition(".")
+    stem = f"{stem}." if stem else ""
+    if base in ("qkv_proj", "qkv_bias"):
+        kind = "proj" if base == "qkv_proj" else "bias"
+        return tuple(f"{stem}{n}_{kind}" for n in "qkv")
+    if base == "gate_up_proj":
+        return (f"{stem}gate_proj", f"{stem}up_proj")
+    return (group,)
+
+
+def _shapes(files: Mapping[str, Path], keys: list[str]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(key, shape) from the headers, grouped by file as the tensors are read (each shard opened once)."""
+    by_file: dict[Path, list[str]] = {}
+    for key in keys:
+        by_file.setdefault(files[key], []).append(key)
+    for path, group in by_file.items():
+        with _open(path, path.name) as f:
+            for key in group:
+                yield key, tuple(int(n) for n in f.get_slice(key).get_shape())
+
+
+def _read_one(path: Path, key: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+    """float32 array of tensor ``key`` in ``path`` (``rows``: only rows [start, stop) of its first axis)."""
+    import torch
+
+    with _open(path, path.name) as f:
+        try:
+            tensor = f.get_tensor(key) if rows is None else f.get_slice(key)[rows[0] : rows[1]]
+        except Exception as error:  # noqa: BLE001 (a header that promises more bytes than the file has)
+            first = (str(error).splitlines() or [type(error).__name__])[0]
+            raise CheckpointError(f"tensor {key!r} cannot be read from {path.name} ({first})") from None
+    if not tensor.is_floating_point():
+        raise CheckpointError(f"tensor {key!r} is {tensor.dtype}, not a floating-point weight")
+    return tensor.to(torch.float32).numpy()
+
+
+def _checked(spec: DecoderSpec, key: str, value: np.ndarray) -> np.ndarray:
+    """``value`` once it is finite and fits the spec's dtype; else a CheckpointError naming ``key``."""
+    bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+    if bad:
+        raise CheckpointError(f"tensor {key!r} holds {bad} non-finite value(s) (NaN or inf)")
+    _fits(spec, key, value)
+    return value
+
+
 def load_checkpoint(spec: DecoderSpec, folder: str | Path) -> dict[str, np.ndarray]:
-    """Every canonical weight of ``spec`` from the checkpoint folder, checked (module doc); float32 arrays."""
-    folder = Path(folder)
-    files = _tensor_files(folder)
-    arch = spec.architecture
-    wanted = _sources(spec)  # checkpoint key -> canonical (or fused group)
-    aliases = {old: new for new, old in arch.aliases.items()}
+    """Every canonical weight of ``spec`` from the checkpoint folder, checked (module doc); float32 arrays, all held.
 
-    def canonical_key(key: str) -> str:
-        key = aliases.get(key, key)
-        if spec.text_of:  # the text model inside a multimodal checkpoint: its keys under the wrapper's prefix
-            key = _text_key(key)
-        if key in wanted or key.startswith(arch.base) or key.startswith("lm_head"):
-            return key
-        return arch.base + key  # checkpoints saved from the body alone (BLOOM's) drop the prefix
+    ``CheckpointWeights`` reads the same weights one at a time (a build at any size).
+    """
+    return dict(CheckpointWeights(spec, folder).items())
 
-    found: dict[str, str] = {}
-    for key in files:
-        name = canonical_key(key)
-        if name in wanted:
-            if name in found:
-                raise CheckpointError(f"tensors {found[name]!r} and {key!r} are both {name!r}")
-            found[name] = key
-        elif IGNORED.search(key) or (spec.tie_embeddings and name == "lm_head.weight") or (
-            spec.text_of and name.startswith(OTHER_TOWERS)
-        ):  # fmt: skip
-            continue  # a buffer, or the tied head stored anyway (transformers ties it to the embedding)
-        else:
-            raise CheckpointError(f"tensor {key!r} is not a weight of this {arch.model_type} config (unexpected; "
-                                  f"is the config the checkpoint's own?)")  # fmt: skip
-    missing = [k for k in wanted if k not in found]
-    if missing:
-        raise CheckpointError(f"tensor {missing[0]!r} is missing ({len(missing)} of {len(wanted)} expected tensors "
-                              "absent)")  # fmt: skip
-    out: dict[str, np.ndarray] = {}
-    for key, value in _read(files, [found[k] for k in wanted]):
-        name = canonical_key(key)
-        shape = _fused_shape(spec, wanted[name])
-        if tuple(value.shape) != shape:
-            raise CheckpointError(f"tensor {key!r} has shape {list(value.shape)}, the config implies {list(shape)}")
-        bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
-        if bad:
-            raise CheckpointError(f"tensor {key!r} holds {bad} non-finite value(s) (NaN or inf)")
-        _fits(spec, key, value)
-        out |= _split(spec, wanted[name], value)
-    return out
+
+def vocab_part(weights: Mapping[str, np.ndarray], name: str, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of ``embed`` [vocab, hidden] or columns of ``lm_head`` [hidden, vocab]; read alone when
+    the weights can (``CheckpointWeights``, ``oracle.Stored64``), else sliced from the held array.
+    """  # noqa: D205
+    part = getattr(weights, "vocab_part", None)
+    if part is not None:
+        return np.asarray(part(name, start, stop))
+    value = weights[name]
+    return value[start:stop] if name == "embed" else value[:, start:stop]
 
 
 def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

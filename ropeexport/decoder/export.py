@@ -16,6 +16,7 @@ written out as transformers does; LayerNormalization with a float32 stash), acti
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,11 +30,19 @@ from ropeexport.components.linear import is_weight, linear
 from ropeexport.components.mlp import joined, mlp
 from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, lm_head
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, expected, geometry, layer_weights, lm_head
 from ropeexport.decoder.parts import Pieces, attention_spec, mlp_spec, norm_spec, position_pieces, weight_format
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.dtypes import DTYPES
-from ropeexport.graph.onnx_io import GraphBuilder, make_model
+from ropeexport.graph.onnx_io import (
+    DATA_FILE,
+    EXTERNAL_DATA_THRESHOLD,
+    ExternalData,
+    GraphBuilder,
+    make_model,
+    save_model,
+    save_streamed,
+)
 from ropeexport.numerics import round_once
 from ropeexport.version import __version__
 
@@ -52,13 +61,20 @@ def cache_names(i: int) -> tuple[str, str, str, str]:
 
 
 def build_decoder_graph(
-    spec: DecoderSpec, weights: Mapping[str, np.ndarray], source: str, pieces: Pieces | None = None
+    spec: DecoderSpec,
+    weights: Mapping[str, np.ndarray],
+    source: str,
+    pieces: Pieces | None = None,
+    sink: ExternalData | None = None,
 ) -> onnx.ModelProto:
     """The decoder with ``weights`` (canonical names, ``decoder.checkpoint``); ``source`` says where they came from.
 
     ``pieces``: per layer its position piece (default ``parts.position_pieces``: each layer's own encoding).
+    ``sink``: the data file each large initializer is written to as it is made (``write_decoder``); the model then
+    holds no weight bytes, and each weight is read from ``weights`` once, stored and let go (a layer's attention
+    projections, or its gate and up projections, are held together while they are joined).
     """
-    g = GraphBuilder(prefix="")
+    g = GraphBuilder(prefix="", sink=sink)
     pieces = position_pieces(spec) if pieces is None else pieces
     position = spec.position_spec()
     opset = OPSETS[spec.graph]
@@ -84,17 +100,22 @@ def build_decoder_graph(
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     for i, layer in enumerate(spec.layers):
-        arrays = layer_weights(weights, i)
-        if isinstance(mlp_of, MoESpec):
+        arrays: Mapping[str, np.ndarray] = layer_weights(weights, i)  # read as asked for: one weight at a time
+        pair: tuple[str, ...] = ()
+        if isinstance(mlp_of, MoESpec):  # the experts as the form stores them (one layer's mixture at a time)
             arrays = to_graph(mlp_of, arrays)
         elif mlp_of.kind == "gated":
-            arrays = joined(arrays)
-        w = {n: stored(f"layers.{i}.{n}", v) for n, v in arrays.items() if n not in BLOCK_NAMES}
+            pair = ("gate_proj", "up_proj", "gate_bias", "up_bias")
+        w = {n: stored(f"layers.{i}.{n}", arrays[n]) for n in arrays if n not in BLOCK_NAMES and n not in pair}
+        if pair:  # gate | up stored as one gate_up_proj, after the layer's other weights
+            gate_up = joined({n: arrays[n] for n in pair if n in arrays})
+            w |= {n: stored(f"layers.{i}.{n}", v) for n, v in gate_up.items()}
+            del gate_up
         past_key, past_value, present_key, present_value = cache_names(i)
         h, x = normed(h, pending, w, "norm1")
         wired = {"hidden": x, "position_ids": "position_ids", "attention_mask": "attention_mask",
                  "past_key": past_key, "past_value": past_value}  # fmt: skip
-        block = {n: v for n, v in arrays.items() if n in BLOCK_NAMES}
+        block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
         out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)
         g.name_output(out["present_value"], present_value)
@@ -143,3 +164,27 @@ def build_decoder_graph(
     }
     contrib = spec.graph == "gqa" or stores.quantized  # GroupQueryAttention, MatMulNBits
     return make_model(graph, opset, metadata, {MICROSOFT: 1} if contrib else None)
+
+
+def weight_bytes(spec: DecoderSpec) -> int:
+    """The bytes of the decoder's weights in its dtype (the tables aside): what decides whether it streams."""
+    return DTYPES[spec.dtype].np_dtype(0).itemsize * sum(math.prod(shape) for shape in expected(spec).values())
+
+
+def write_decoder(
+    spec: DecoderSpec, weights: Mapping[str, np.ndarray], source: str, folder: Path
+) -> tuple[list[str], onnx.ModelProto]:
+    """The decoder written into ``folder``: (file names, the model as written, weights external or inline).
+
+    Past ``EXTERNAL_DATA_THRESHOLD`` of weights (where ``save_model`` would put them in ``model.onnx.data`` anyway)
+    the build streams: each weight is read, rounded once, written to the data file and let go as the graph is made,
+    and the graph proto written alone (``graph.onnx_io.ExternalData``: onnx's own layout, so the files are the
+    bytes ``save_model`` writes for the same model). Below it, the model is made in memory and saved as before.
+    """
+    if weight_bytes(spec) <= EXTERNAL_DATA_THRESHOLD:
+        model = build_decoder_graph(spec, weights, source)
+        return save_model(model, folder), model
+    folder.mkdir(parents=True, exist_ok=True)
+    with ExternalData(folder / DATA_FILE) as sink:
+        model = build_decoder_graph(spec, weights, source, sink=sink)
+        return save_streamed(model, folder, sink), model

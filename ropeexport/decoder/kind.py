@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from ropeexport.components.linear import is_weight
-from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
+from ropeexport.decoder.checkpoint import CheckpointWeights, describe, seeded_weights
 from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
-from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.decoder.export import write_decoder
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
 from ropeexport.decoder.parts import position_pieces, weight_format
 from ropeexport.decoder.report import write_html, write_markdown
@@ -39,7 +41,7 @@ from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.decoder.verify import tolerance, verify_decoder
 from ropeexport.encoding import folder_bytes, interface
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
-from ropeexport.graph.onnx_io import save_model, sha256
+from ropeexport.graph.onnx_io import sha256
 from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, VerifyResult, stored_report, versions
 from ropeexport.report.diff_result import ReportDiff
 from ropeexport.results import JsonObject
@@ -152,6 +154,23 @@ def check_folder(folder: Path) -> tuple[dict[str, Any], DecoderSpec]:
     check_files(folder, manifest["files"])
     spec = DecoderKind().spec_of(folder, manifest)
     return read_record(folder), spec
+
+
+def weights_of(spec: DecoderSpec, checkpoint: Path | None) -> Mapping[str, Any]:
+    """The decoder's weights: a checkpoint's, read one at a time as they are used (``CheckpointWeights``: its
+    headers checked now), or the seeded draws.
+    """  # noqa: D205
+    return CheckpointWeights(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)
+
+
+def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
+                   folder: Path) -> list[str]:  # fmt: skip
+    """The build's export stage, unverified: the model (streamed at any size, ``export.write_decoder``), the
+    onnxruntime-genai package and the checkpoint's tokenizer files written into ``folder``; the file names.
+    """  # noqa: D205
+    files, _ = write_decoder(spec, weights, describe(checkpoint), folder)
+    (folder / CONFIG).write_text(json.dumps(genai_config(spec, config), indent=2) + "\n")
+    return files + [CONFIG, *copy_tokenizer(checkpoint, folder)]
 
 
 def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
@@ -267,15 +286,11 @@ class DecoderKind(Kind):
     def build(self, spec: DecoderSpec, folder: Path, stage: Stage) -> Outcome:
         """Weights, graph, the onnxruntime-genai package, every scenario; decoder.json."""
         stage("export")
-        weights = load_checkpoint(spec, self.checkpoint) if self.checkpoint is not None else seeded_weights(spec)
-        model = build_decoder_graph(spec, weights, describe(self.checkpoint))
-        files = save_model(model, folder)
+        weights = weights_of(spec, self.checkpoint)
+        files = export_decoder(spec, self.config, weights, self.checkpoint, folder)
         # I/O and opset only: the TensorRT verdicts infer shapes over the whole model, weights included (protobuf caps
         # that at 2 GiB); `ropeexport check-trt` takes the folder's model.onnx when they are wanted.
-        facts = interface(model)
-        del model
-        (folder / CONFIG).write_text(json.dumps(genai_config(spec, self.config), indent=2) + "\n")
-        files += [CONFIG, *copy_tokenizer(self.checkpoint, folder)]
+        facts = interface(onnx.load(folder / "model.onnx", load_external_data=False))
         stage("verify")
         report = run_scenarios(spec, self.config, weights, self.checkpoint, folder / "model.onnx", self.eager is not
                                False, self.on_scenario)  # fmt: skip
@@ -298,7 +313,7 @@ class DecoderKind(Kind):
         eager = self.eager
         if eager is None:
             eager = not str(stored.get("references", {}).get("transformers", "")).startswith(NOT_ASKED)
-        weights = load_checkpoint(spec, checkpoint) if checkpoint is not None else seeded_weights(spec)
+        weights = weights_of(spec, checkpoint)
         before = {s.get("name"): s.get("summary") for s in stored.get("scenarios", []) if isinstance(s, dict)}
 
         def shown(result: dict[str, Any]) -> None:

@@ -1,27 +1,30 @@
 """The memory a decoder build holds at its peak, estimated from the spec before anything is allocated.
 
-``estimate(spec, seeded)`` is the figure; ``available()`` what this machine lends; ``check_memory`` refuses a build
-whose estimate does not fit, naming both figures and how to shrink it. The peak is the verification: every weight is
-held at once several times over (bytes a parameter, ``PER_PARAMETER``):
+``estimate(spec, seeded, eager)`` is the figure; ``available()`` what this machine lends; ``check_memory`` refuses a
+build whose estimate does not fit, naming both figures and how to shrink it. A build streams its weights (a
+checkpoint's are read one tensor at a time, written to external data and let go; the float64 truth holds one layer),
+so what scales with the whole model is only what the runtimes hold (bytes a parameter, ``per_parameter``):
 
-- the weights the build holds: seeded draws in float64 (8) or a checkpoint's tensors in float32 (4);
-- the float64 oracle's copy of them, rounded to the dtype (8);
-- four copies in the dtype (4 x 4 or 4 x 2): ONNX Runtime's session, and transformers' eager model, the copy a
-  scenario runs and the next copy while it is made;
-- fp16 only, 14 more (measured): the CPU runs fp16 matmuls on float32 copies (ONNX Runtime packs float32 weights,
-  torch widens them);
+- the weights as built: seeded draws in float64 (8); a checkpoint's, none (read as used);
+- ONNX Runtime's session, the weights in the dtype (4 or 2), for fp16 plus the float32 copies its CPU kernels run
+  on (4);
+- with the transformers reference (``eager``): its model in the dtype (4 or 2; fp16 4 more: torch widens on the
+  CPU), and for seeded weights the float32 state dict it is loaded from and its copy in the dtype, while loading
+  (4 + 4 or 2);
 
-plus each call's activations (``rows`` x ``tokens`` x vocab logits in float64, three times: the oracle's, the
-runtime's widened and transformers'), all of it times ``MARGIN`` (what the allocator keeps of the buffers freed
-before the peak: the export's rounded copies), plus ``BASE`` (the interpreter with torch, transformers and
-onnxruntime imported).
+plus what the verification holds beside them (``resident``): one layer's float64 weights and one slice of the
+output head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus each scenario's activations (``rows`` x
+``tokens`` x vocab logits in float64, three times: the truth, the runtime's widened and transformers'; the truth's
+hidden states for every call of the scenario), all of it times ``MARGIN`` (what the allocator keeps of freed
+buffers), plus ``BASE`` (the interpreter with torch, transformers and onnxruntime imported). The export's peak
+(``export``: the weights as built and the largest tensor in flight, read as bf16 and float32 and made contiguous,
+``EXPORT_BYTES`` an element) comes first and is gone before the verification's; the larger of the two is the
+estimate.
 
-Measured (peak RSS by ``/usr/bin/time``, estimate beside it; llama, seeded unless said, transformers reference on):
-26.3M parameters in 8 layers, vocab 1000: fp32 1315 MiB (estimate 1546, x1.18), fp16 1449 MiB (1720, x1.19); 27.2M
-parameters, most in a 50000-word vocabulary: fp32 1422 MiB (1862, x1.31), fp16 1542 MiB (2041, x1.32), from a
-checkpoint fp32 1318 MiB (1743, x1.32); 13k parameters: 502 MiB (602, x1.20). Past the imports the estimate is 11 to
-13 % above a layer-heavy build's (a real model's shape). ``tests/decoder/test_memory.py`` measures a small build
-against it.
+Measured (peak RSS of the process tree, the estimate beside it; ``tools/figures/sizes.md``), bf16 checkpoints, fp32:
+Llama-3.2-1B verified without transformers 5.93 GiB (7.92, x1.34), with it 11.81 GiB (13.22, x1.12); its 2-layer
+shape 2.79 GiB (4.28, x1.53) and 4.30 GiB (5.92, x1.38). The export alone: Llama-3.1-8B in fp16 7.02 GiB (7.34),
+Llama-3.2-1B 1.58 GiB (3.96). ``tests/decoder/test_memory.py`` measures a small seeded build against it.
 
 ``ROPEEXPORT_MEMORY_LIMIT`` (bytes, or a size such as ``8G``: binary units) replaces what ``available()`` finds:
 physical memory, the cgroup's memory limit and ``ulimit -v``, whichever is smallest.
@@ -43,50 +46,73 @@ ENV = "ROPEEXPORT_MEMORY_LIMIT"
 MiB, GiB = 2**20, 2**30
 BASE = 600 * MiB  # measured 502 MiB: a 13k-parameter decoder's whole build, transformers reference included
 MARGIN = 1.15
-FP16_EXTRA = 14
+FP16_WIDENED = 4  # a float32 copy of each fp16 weight: ONNX Runtime's CPU kernels, torch's CPU matmuls
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LOGIT_COPIES = 3
+EXPORT_BYTES = 12  # an element in flight: bf16 read (2), float32 (4), rounded and contiguous copies (2-4 each), a mask
+HEAD_SLICE_BYTES = 256 * MiB  # decoder.oracle's slice of the output head in float64 (+ half as much read in float32)
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """A build's peak (module doc): ``parameters`` x ``per_parameter`` + ``activations``, times MARGIN, plus BASE."""
+    """A build's peak (module doc): the verification's ``parameters`` x ``per_parameter`` + ``resident`` +
+    ``activations``, or the export's ``export`` if larger, times MARGIN, plus BASE.
+    """  # noqa: D205
 
     parameters: int
     per_parameter: int
     activations: int
+    resident: int = 0
+    export: int = 0
 
     @property
     def total(self) -> int:
         """The estimate in bytes."""
-        return BASE + math.ceil(MARGIN * (self.parameters * self.per_parameter + self.activations))
+        verification = self.parameters * self.per_parameter + self.resident + self.activations
+        return BASE + math.ceil(MARGIN * max(verification, self.export))
 
     def describe(self) -> str:
-        """``about 361 GiB (8.03e+09 parameters x 32 bytes, the weights held four to six times over)``."""
-        return (f"about {size(self.total)} ({self.parameters:.3g} parameters x {self.per_parameter} bytes: the weights "
-                "as built, the float64 oracle's copy, ONNX Runtime's and transformers' copies)")  # fmt: skip
+        """``about 7.2 GiB (1.24e+09 parameters x 4 bytes: ..., plus 848 MiB for the float64 truth's one layer)``."""
+        return (f"about {size(self.total)} ({self.parameters:.3g} parameters x {self.per_parameter} bytes: the "
+                f"weights as built and the runtimes' copies, plus {size(self.resident)} for the float64 truth's one "
+                "layer)")  # fmt: skip
 
 
-def per_parameter(dtype: str, seeded: bool) -> int:
+def per_parameter(dtype: str, seeded: bool, eager: bool = True) -> int:
     """Bytes a parameter at the build's peak (module doc)."""
-    held = 8 if seeded else 4
-    return held + 8 + 4 * DTYPE_BYTES[dtype] + (FP16_EXTRA if dtype == "fp16" else 0)
+    dtype_bytes = DTYPE_BYTES[dtype]
+    widened = FP16_WIDENED if dtype == "fp16" else 0
+    held = 8 if seeded else 0
+    ort = dtype_bytes + widened
+    reference = (dtype_bytes + widened + (4 + dtype_bytes if seeded else 0)) if eager else 0
+    return held + ort + reference
 
 
-def estimate(spec: DecoderSpec, seeded: bool) -> MemoryEstimate:
-    """The peak memory of building ``spec`` (seeded weights, or a checkpoint's); nothing is allocated."""
-    count = sum(math.prod(shape) for shape in expected(spec).values())
+def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstimate:
+    """The peak memory of building ``spec`` (seeded weights, or a checkpoint's; ``eager``: with the transformers
+    reference); nothing is allocated.
+    """  # noqa: D205
+    shapes = expected(spec)
+    count = sum(math.prod(shape) for shape in shapes.values())
+    largest = max(math.prod(shape) for shape in shapes.values())
+    layer = max((sum(math.prod(v) for k, v in shapes.items() if k.startswith(f"layers.{i}.")) for i in
+                 range(spec.num_layers)), default=0)  # fmt: skip
+    head = min(HEAD_SLICE_BYTES, 8 * spec.hidden_size * spec.vocab_size)
+    resident = 8 * layer + head + head // 2
+    export = (8 * count if seeded else 0) + EXPORT_BYTES * largest
     runs = scenarios(spec)
     rows = max(len(s.prompts) for s in runs)
     tokens = max(max(s.prompts) + s.steps for s in runs)
-    # Per call: the logits three times in float64, and one layer's widest activations (the MLP's, the hidden states;
-    # a mixture's portable graph computes every expert for every token: E times the MLP's, and E outputs).
+    calls = max(s.steps + 1 for s in runs)
+    # Per scenario: the logits three times in float64, one layer's widest activations (the MLP's, the hidden states;
+    # a mixture's portable graph computes every expert for every token: E times the MLP's, and E outputs), and the
+    # truth's hidden states of every call.
     inner = 3 * spec.intermediate_size
     if spec.num_experts:
         inner = spec.num_experts * (inner + spec.hidden_size)
     width = LOGIT_COPIES * spec.vocab_size + inner + 8 * spec.hidden_size
-    activations = 8 * rows * tokens * width
-    return MemoryEstimate(count, per_parameter(spec.dtype, seeded), activations)
+    activations = 8 * rows * tokens * (width + calls * spec.hidden_size)
+    return MemoryEstimate(count, per_parameter(spec.dtype, seeded, eager), activations, resident, export)
 
 
 def size(count: int) -> str:
@@ -152,15 +178,18 @@ def available() -> tuple[int | None, str]:
     return min(found) if found else (None, "")
 
 
-def check_memory(spec: DecoderSpec, seeded: bool, field: str) -> MemoryEstimate:
+def check_memory(spec: DecoderSpec, seeded: bool, field: str, eager: bool = True) -> MemoryEstimate:
     """The estimate, after checking it fits ``available()``; else SpecError naming ``field`` (where the config came
     from: `hf_config`, `preset` or `checkpoint`) with both figures and how to shrink the build.
     """  # noqa: D205
-    need = estimate(spec, seeded)
+    need = estimate(spec, seeded, eager)
     have, where = available()
     if have is not None and need.total > have:
         if seeded:
             remedy = "shrink it with `num_layers`, `hidden_size` or `vocab_size` (a tiny model of the same config)"
+        elif eager:
+            remedy = ("a checkpoint is built at its own size: leave out the transformers reference (--no-eager, "
+                      "eager=False) or build it on a machine with more memory")  # fmt: skip
         else:
             remedy = "a checkpoint is built at its own size: build it on a machine with more memory"
         where = where if where.startswith(ENV) else f"{where}; {ENV} overrides it"

@@ -1,16 +1,22 @@
 """The truth for a decoder: a no-cache full recompute in float64 with exact positions.
 
-Every call recomputes the whole sequence so far from the stored weights (``linear.WeightFormat.read64``: the values the
-graph holds), every operation in float64: the same composition of components as ``decoder.export`` over ``spec.layers``,
-each component's float64 twin (``norm64``, ``mlp64`` or ``moe64``, ``attention64``) in place of its graph, each layer
-with its own window and its position piece's float64 twin (RoPE: the complex form at L = max(position_ids) + 1 of the
-whole sequence, so cached keys are never reused under an old regime; a layer without positional encoding: nothing
-rotated). Nothing here reads a graph or a runtime.
+Every call recomputes the whole sequence so far from the stored weights (``linear.WeightFormat.read64``: the values
+the graph holds), every operation in float64: the same composition of components as ``decoder.export`` over
+``spec.layers``, each component's float64 twin (``norm64``, ``mlp64`` or ``moe64``, ``attention64``) in place of its
+graph, each layer with its own window and its position piece's float64 twin (RoPE: the complex form at L =
+max(position_ids) + 1 of the whole sequence, so cached keys are never reused under an old regime; a layer without
+positional encoding: nothing rotated). Nothing here reads a graph or a runtime.
+
+At any size (``decoders_float64``): the calls of a scenario go through the model together, layer by layer, so one
+layer's float64 weights are resident at a time (read as the graph stores them, ``Stored64``), beside each call's
+activations and that layer's keys and values; the embedding is read by the rows the calls use, the output head in
+slices of the vocabulary, and logits are computed only for the slots a call asks for. Each call's arithmetic is the
+one call's alone (the same operations on the same arrays as computing it by itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,12 +26,16 @@ from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mlp import mlp64
 from ropeexport.components.moe import MoESpec, moe64
 from ropeexport.components.norm import norm64
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, lm_head
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, vocab_part
 from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import Pieces, attention_spec, mlp_spec, norm_spec, twins, weight_format
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.kinds import PositionPiece
 from ropeexport.numerics import round_once
+
+# The output head is multiplied in slices of at most this many float64 bytes: Llama 3's 128256 x 2048 head is 2 GiB
+# in float64, 8B's 4 GiB.
+HEAD_SLICE_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -40,13 +50,52 @@ class Routing:
     ties: list[tuple[int, int, int, float]] = field(default_factory=list)
 
 
-def stored_float64(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The weights as the graph stores them, held in float64: projections as the weight format reads them back,
-    everything else rounded once to the dtype.
+class Stored64(Mapping[str, np.ndarray]):
+    """The weights as the graph stores them, in float64, each converted when asked for (module doc): projections as
+    the weight format reads them back, everything else rounded once to the dtype. ``vocab_part`` reads a slice of
+    the embedding or the head alone (a format's ``read64`` of a column slice: every format here stores a
+    projection's output columns independently).
     """  # noqa: D205
-    reads = weight_format(spec)
-    return {k: reads.read64(v) if is_weight(k) else round_once(v, spec.dtype).astype(np.float64)
-            for k, v in weights.items()}  # fmt: skip
+
+    def __init__(self, spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> None:
+        self.spec, self.weights, self.reads = spec, weights, weight_format(spec)
+
+    def _stored(self, name: str, value: np.ndarray) -> np.ndarray:
+        if is_weight(name):
+            return self.reads.read64(value)
+        return round_once(value, self.spec.dtype).astype(np.float64)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._stored(name, self.weights[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.weights)
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+    def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``, as stored."""
+        return self._stored(name, vocab_part(self.weights, name, start, stop))
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One call to recompute: the sequence so far (input_ids, position_ids [b, s]; attention_mask [b, p + s]), the
+    slots whose logits are wanted ([first, s)), and ``past``: per layer the (key, value) [b, KV, p, d] cached before
+    it, given rather than recomputed (None: none).
+    """  # noqa: D205
+
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    attention_mask: np.ndarray
+    first: int = 0
+    past: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def stored_float64(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The weights as the graph stores them, held in float64, all at once (``Stored64``: one at a time)."""
+    return dict(Stored64(spec, weights).items())
 
 
 def decoder_float64(
@@ -74,13 +123,31 @@ def decoder_float64(
     """
     if pieces is None:
         pieces = twins(spec, PositionPiece(rotate64=rotate, bias64=bias))
+    feed = Feed(input_ids, position_ids, attention_mask, 0, past)
+    return decoders_float64(spec, weights64, [feed], pieces, [routing])[0]
+
+
+def decoders_float64(
+    spec: DecoderSpec,
+    weights64: Mapping[str, np.ndarray],
+    feeds: Sequence[Feed],
+    pieces: Pieces,
+    routings: Sequence[Routing | None] | None = None,
+) -> list[np.ndarray]:
+    """Per feed, float64 logits [b, s - first, vocab] of its slots [first, s): ``decoder_float64`` of each, computed
+    layer by layer for all of them (module doc). ``weights64``: ``Stored64`` (or ``stored_float64``) of the
+    decoder's weights; ``pieces``: per layer its position piece (``parts.position_pieces``), None for a layer
+    without one; ``routings``: per feed its ``Routing`` of a mixture of experts (None: the float64 routing).
+    """  # noqa: D205
     if len(pieces) != spec.num_layers:
         raise ValueError(f"pieces holds {len(pieces)} layers, the decoder has {spec.num_layers}")
-    if past is not None and len(past) != spec.num_layers:
-        raise ValueError(f"past holds {len(past)} layers, the decoder has {spec.num_layers}")
+    for feed in feeds:
+        if feed.past is not None and len(feed.past) != spec.num_layers:
+            raise ValueError(f"past holds {len(feed.past)} layers, the decoder has {spec.num_layers}")
     norm_of, mlp_of = norm_spec(spec), mlp_spec(spec)
+    routings = list(routings) if routings is not None else [None] * len(feeds)
 
-    def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int) -> np.ndarray:
+    def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None) -> np.ndarray:
         if not isinstance(mlp_of, MoESpec):
             return mlp64(mlp_of, y, w)
         if routing is None:
@@ -93,33 +160,74 @@ def decoder_float64(
         return out
 
     normed = lambda x, w, name: norm64(norm_of, x, w[f"{name}.weight"], w.get(f"{name}.bias"))  # noqa: E731
-    b = input_ids.shape[0]
-    h = weights64["embed"][input_ids]
+    top = {n: weights64[n] for n in weights64 if not n.startswith("layers.") and n not in ("embed", "lm_head")}
+    hs = [_embedded(weights64, feed.input_ids) for feed in feeds]
     if spec.architecture.embed_scale:
-        h = h * embed_scale(spec).astype(np.float64)
+        hs = [h * embed_scale(spec).astype(np.float64) for h in hs]
     if spec.architecture.embed_norm:
-        h = normed(h, weights64, "embed_norm")
+        hs = [normed(h, top, "embed_norm") for h in hs]
     for i, layer in enumerate(spec.layers):
         _, KV, d = geometry(spec, i)
-        w = layer_weights(weights64, i)
-        x = normed(h, w, "norm1")
-        key, value = (np.zeros((b, KV, 0, d)),) * 2 if past is None else past[i]
-        feeds = {"hidden": x, "position_ids": position_ids, "attention_mask": attention_mask, "past_key": key,
-                 "past_value": value}  # fmt: skip
+        w = dict(layer_weights(weights64, i))  # this layer's weights in float64, read once for every feed
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
-        attended = attention64(attention_spec(spec, i, pieces[i]), feeds, block)["output"]
-        if spec.residual == "sandwich":
-            h = h + normed(attended, w, "norm2")
-            h = h + normed(feedforward(normed(h, w, "norm3"), w, i), w, "norm4")
-        elif spec.residual == "sequential":
-            h = h + attended
-            h = h + feedforward(normed(h, w, "norm2"), w, i)
-        else:  # parallel: the MLP reads its own norm of the layer input, or the attention's (no norm2: GPT-J)
-            y = normed(h, w, "norm2") if "norm2" in layer.norms else x
-            h = h + attended + feedforward(y, w, i)
-    h = normed(h, weights64, "final_norm")
-    logits = linear64(h, lm_head(spec, weights64), weights64.get("lm_head_bias"))
-    if spec.final_softcap:
-        cap = float(round_once(np.array(spec.final_softcap), spec.dtype))
-        logits = cap * np.tanh(logits / cap)
-    return logits
+        attend = attention_spec(spec, i, pieces[i])
+        for j, feed in enumerate(feeds):
+            h = hs[j]
+            x = normed(h, w, "norm1")
+            b = feed.input_ids.shape[0]
+            key, value = (np.zeros((b, KV, 0, d)),) * 2 if feed.past is None else feed.past[i]
+            wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
+                     "past_key": key, "past_value": value}  # fmt: skip
+            attended = attention64(attend, wired, block)["output"]
+            if spec.residual == "sandwich":
+                h = h + normed(attended, w, "norm2")
+                h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j]), w, "norm4")
+            elif spec.residual == "sequential":
+                h = h + attended
+                h = h + feedforward(normed(h, w, "norm2"), w, i, routings[j])
+            else:  # parallel: the MLP reads its own norm of the layer input, or the attention's (no norm2: GPT-J)
+                y = normed(h, w, "norm2") if "norm2" in layer.norms else x
+                h = h + attended + feedforward(y, w, i, routings[j])
+            hs[j] = h
+        del w, block
+    finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]
+    return [_softcapped(spec, logits) for logits in _head(spec, weights64, finals, top.get("lm_head_bias"))]
+
+
+def _embedded(weights64: Mapping[str, np.ndarray], input_ids: np.ndarray) -> np.ndarray:
+    """[b, s, hidden]: the embedding's rows of ``input_ids``; only those rows are read when the weights can."""
+    if not hasattr(weights64, "vocab_part"):
+        return weights64["embed"][input_ids]
+    used, where = np.unique(input_ids, return_inverse=True)
+    rows = np.concatenate([vocab_part(weights64, "embed", int(t), int(t) + 1) for t in used])
+    return rows[where.reshape(input_ids.shape)]
+
+
+def _head(
+    spec: DecoderSpec, weights64: Mapping[str, np.ndarray], hs: list[np.ndarray], bias: np.ndarray | None
+) -> list[np.ndarray]:
+    """Each h [b, s, hidden] times the output head [hidden, vocab] (+ bias): whole when the weights are held,
+    else in slices of at most ``HEAD_SLICE_BYTES`` (each column's dot product is the same either way).
+    """  # noqa: D205
+    name, vocab = ("embed" if spec.tie_embeddings else "lm_head"), spec.vocab_size
+    if not hasattr(weights64, "vocab_part"):
+        head = weights64["embed"].T if spec.tie_embeddings else weights64["lm_head"]
+        return [linear64(h, head, bias) for h in hs]
+    step = max(1, HEAD_SLICE_BYTES // (8 * spec.hidden_size))
+    out = [np.empty((*h.shape[:-1], vocab)) for h in hs]
+    for start in range(0, vocab, step):
+        stop = min(vocab, start + step)
+        part = vocab_part(weights64, name, start, stop)
+        head = part.T if spec.tie_embeddings else part  # [hidden, stop - start]
+        for h, logits in zip(hs, out, strict=True):
+            logits[..., start:stop] = linear64(h, head, None if bias is None else bias[start:stop])
+        del part, head
+    return out
+
+
+def _softcapped(spec: DecoderSpec, logits: np.ndarray) -> np.ndarray:
+    """Gemma 2's final cap * tanh(logits / cap), when the spec has one."""
+    if not spec.final_softcap:
+        return logits
+    cap = float(round_once(np.array(spec.final_softcap), spec.dtype))
+    return cap * np.tanh(logits / cap)

@@ -5,8 +5,9 @@ mapping is then checked, not assumed), or, for seeded weights, from the config w
 names (``weights.to_transformers``, strict). Attention is transformers' eager implementation, in the decoder's dtype.
 
 Every call is a full forward pass over the sequence so far with no cache: transformers 5.x is no cache oracle for
-LongRoPE (Phi-3's ``generate()`` drops its cache at original_max + 1, then decodes one token without one). A fresh
-copy of the model runs each scenario, because its dynamic-NTK module keeps the largest length it has seen.
+LongRoPE (Phi-3's ``generate()`` drops its cache at original_max + 1, then decodes one token without one). Each
+scenario starts from fresh rotary modules, because the dynamic-NTK module keeps the largest length it has seen (the
+weights are loaded once and never copied: a real model's are gigabytes).
 No torch export ever runs in this process on these modules (a dynamo export leaves a fake tensor inside
 transformers' LongRoPE module).
 """
@@ -95,7 +96,14 @@ class TransformersReference:
                 )
         self.pristine = model.eval()
         self.model = self.pristine
+        # The state a forward pass leaves is the rotary modules' (dynamic NTK's and LongRoPE's cached length and
+        # frequencies): a pristine copy of each, under every parent that holds it, is all ``fresh`` restores, so a
+        # scenario never needs a second copy of the weights.
+        parents = [parent for _, parent in model.named_modules(remove_duplicate=False)]
+        self._rotary = [(parent, attr, copy.deepcopy(child)) for parent in parents
+                        for attr, child in parent.named_children() if "Rotary" in type(child).__name__]  # fmt: skip
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.keeps_last = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.version = transformers.__version__
 
     def describe(self) -> str:
@@ -103,15 +111,25 @@ class TransformersReference:
         return f"transformers {self.version} eager ({type(self.pristine).__name__}), no cache"
 
     def fresh(self) -> None:
-        """A pristine copy for the next scenario (dynamic-NTK state reset)."""
-        self.model = copy.deepcopy(self.pristine)
+        """The model as loaded, for the next scenario: every rotary module replaced by a copy of its pristine state
+        (dynamic-NTK and LongRoPE state reset; the weights are never copied).
+        """  # noqa: D205
+        for parent, attr, pristine in self._rotary:
+            setattr(parent, attr, copy.deepcopy(pristine))
 
-    def logits(self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """float64 logits [b, t, vocab] of the whole sequence, no cache."""
+    def logits(
+        self, input_ids: np.ndarray, position_ids: np.ndarray, attention_mask: np.ndarray, last: int | None = None
+    ) -> np.ndarray:
+        """float64 logits [b, t, vocab] of the whole sequence, no cache; ``last``: of its last ``last`` slots only
+        (the head, 128256 words wide in Llama 3, then multiplies only those: ``logits_to_keep``).
+        """  # noqa: D205
         torch = self.torch
         kwargs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
                   "use_cache": False}  # fmt: skip
         if self.takes_positions:
             kwargs["position_ids"] = torch.from_numpy(position_ids)
+        if last is not None and self.keeps_last:
+            kwargs["logits_to_keep"] = last
         with torch.no_grad():
-            return self.model(**kwargs).logits.double().numpy()
+            logits = self.model(**kwargs).logits
+        return (logits if last is None else logits[:, -last:]).double().numpy()

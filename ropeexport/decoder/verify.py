@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
-from ropeexport.decoder.oracle import Routing, decoder_float64, stored_float64
+from ropeexport.decoder.oracle import Feed, Routing, Stored64, decoder_float64, decoders_float64
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
@@ -47,6 +47,9 @@ Flip = tuple[int, int, int]  # (layer, row, slot): a token routed to its (k + 1)
 # that collects them) -> float64 logits [b, t, vocab]
 Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[tuple[int, int, int, float]]],
                      np.ndarray]  # fmt: skip
+# Every call of a scenario -> each call's float64 logits over its slots [first, t): the truth, all calls at once
+# (layer by layer, ``decoder.oracle``).
+Truths = Callable[[list[Call]], list[np.ndarray]]
 # What int4 weights' MatMulNBits may compute the activations in, by accuracy level (``linear.COMPUTE``), beyond the
 # dtype's own rounding: levels 0 and 1 compute in fp32 (the dtype's tolerance holds: the weights are the dequantized
 # values the truth reads); 2 (fp16) and 3 (bf16) may round the activations to that format (ONNX Runtime's x86 CPU
@@ -58,7 +61,6 @@ Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float
 # positional fault below the int8 rounding is not visible: theta 1% off measures 7.5e-2 on tiny Llama (caught at
 # level 0: 2.1e-2 against 1e-4), theta 10% off 4.4e-1 is caught (tests/decoder/test_quantized.py).
 COMPUTED = {"fp16": 2e-2, "bf16": 1.6e-1, "int8": 2.5e-1}
-Plain = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (input_ids, position_ids, mask) -> logits
 
 
 def tolerance(spec: DecoderSpec) -> float:
@@ -188,12 +190,14 @@ def verify_scenario(
     infer: Infer,
     spec: DecoderSpec,
     scenario: Scenario,
-    truth: Recompute,
+    truth: Truths,
     eager: Any | None,
-    unquantized: Plain | None = None,
+    unquantized: Truths | None = None,
+    routed: Recompute | None = None,
 ) -> dict[str, Any]:
     """Run one scenario and judge every call (a mixture of experts' calls against the routing they took;
-    ``unquantized``: a quantized decoder's cost recompute: module doc).
+    ``unquantized``: a quantized decoder's cost recompute; ``routed``: a mixture of experts' recompute of one call
+    with flips, in place of ``truth``: module doc).
     """  # noqa: D205
     calls = run_scenario(infer, spec, scenario)
     if eager is not None:
@@ -201,14 +205,17 @@ def verify_scenario(
     records = []
     flips: frozenset[Flip] = frozenset()
     bound = tolerance(spec)
-    for call in calls:
-        full, flips, taken = _routed(call, truth, bound, flips, bool(spec.num_experts))
+    fulls = truth(calls) if routed is None else [None] * len(calls)
+    costs = unquantized(calls) if unquantized is not None else [None] * len(calls)
+    for call, full, cost in zip(calls, fulls, costs, strict=True):
+        taken: list[dict[str, Any]] = []
+        if routed is not None:  # a call at a time: the flips one call takes carry to the next
+            full, flips, taken = _routed(call, routed, bound, flips, True)
+        assert full is not None
         theirs = None
         if eager is not None:
-            theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
-        cost = None
-        if unquantized is not None:
-            cost = unquantized(call.input_ids, call.position_ids, call.attention_mask)[:, call.first :]
+            slots = call.input_ids.shape[1] - call.first  # the head multiplies only the slots judged
+            theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask, slots)
         records.append(judge_call(call, full, theirs, bound, cost))
         if taken:
             records[-1]["routing_flips"] = taken
@@ -236,25 +243,33 @@ def verify_decoder(
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
     quantized decoder's calls also get their quantization cost (module doc).
     """  # noqa: D205
-    weights64 = stored_float64(spec, weights)
+    weights64 = Stored64(spec, weights)  # read layer by layer, once per scenario (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
-    def truth(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, flips: frozenset[Flip] = frozenset(),
-              bound: float = 0.0, ties: list[tuple[int, int, int, float]] | None = None) -> np.ndarray:  # fmt: skip
-        routing = Routing(flips, bound, ties if ties is not None else []) if spec.num_experts else None
-        return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers, routing=routing)
+    def truths(of: DecoderSpec, held: Stored64) -> Truths:
+        def run(calls: list[Call]) -> list[np.ndarray]:
+            feeds = [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in calls]
+            return decoders_float64(of, held, feeds, layers)
 
-    unquantized: Plain | None = None
+        return run
+
+    routed: Recompute | None = None
+    if spec.num_experts:  # a call at a time, its routing's near ties collected and flips applied (module doc)
+
+        def routed(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, flips: frozenset[Flip] = frozenset(),
+                   bound: float = 0.0, ties: list[tuple[int, int, int, float]] | None = None,
+                   ) -> np.ndarray:  # fmt: skip
+            routing = Routing(flips, bound, ties if ties is not None else [])
+            return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers, routing=routing)
+
+    unquantized: Truths | None = None
     if spec.weight_format:
         plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True)
-        full64 = stored_float64(plain, weights)
-
-        def unquantized(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            return decoder_float64(plain, full64, ids, pos, mask, pieces=layers)
+        unquantized = truths(plain, Stored64(plain, weights))
 
     out = []
     for scenario in chosen if chosen is not None else scenarios(spec):
-        result = verify_scenario(infer, spec, scenario, truth, eager, unquantized)
+        result = verify_scenario(infer, spec, scenario, truths(spec, weights64), eager, unquantized, routed)
         out.append(result)
         if on_scenario is not None:
             on_scenario(result)

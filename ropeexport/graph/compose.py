@@ -84,7 +84,7 @@ def call(
         copy.name = f"{prefix}{tensor.name}"
         if copy.name in taken:
             raise SpecError("prefix", f"{prefix!r} was used already for another piece: {copy.name!r} differs")
-        g.initializers.append(copy)
+        g.add_initializer(copy)  # to g's data file at once when g streams its weights
         held[content], names[tensor.name] = copy.name, copy.name
         _INDEX[g] = (len(g.initializers), held)
         taken.add(copy.name)

@@ -1,0 +1,211 @@
+"""Decoders built streamed (``decoder.export.write_decoder``, ``graph.onnx_io.ExternalData``), from a checkpoint
+``tools/write_checkpoint.py`` writes: tiny sizes here, the real ones in ``tools/bench_sizes.py``.
+
+Streaming is what a build does past 64 MiB of weights; these models are smaller, so the tests lower that threshold
+to 0 (``EXTERNAL_DATA_THRESHOLD`` of ``decoder.export``): the same code path at a size a test can afford.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+import weakref
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+import ropeexport as rx
+import ropeexport.decoder.export as export
+from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.checkpoint import CheckpointWeights, describe, load_checkpoint
+from ropeexport.graph.onnx_io import DATA_FILE, ExternalData
+from tests.clirun import run
+
+pytest.importorskip("transformers", reason="tools/write_checkpoint.py builds the model's names on the meta device")
+
+ROOT = Path(__file__).resolve().parents[2]
+# Qwen3-4B's config (qk norms, tied head, shards) at a test's size.
+TINY = {"hidden_size": 64, "intermediate_size": 96, "vocab_size": 300, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}  # fmt: skip
+
+
+def _tool() -> Any:
+    """tools/write_checkpoint.py as a module."""
+    loaded = importlib.util.spec_from_file_location("write_checkpoint", ROOT / "tools" / "write_checkpoint.py")
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+def write(folder: Path, model: str = "qwen3-4b", layers: int = 2, shard_gb: float = 0.00003, **fields: object) -> Path:
+    """``tools/write_checkpoint.py``'s ``write_checkpoint`` in this process; the checkpoint folder."""
+    _tool().write_checkpoint(model, folder, layers, {**TINY, **fields}, shard_gb=shard_gb)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3-4B-shaped checkpoint in shards, written by the tool's command line as a user runs it."""
+    folder = tmp_path_factory.mktemp("written") / "qwen3-tiny"
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in TINY.items()]
+    command = [sys.executable, str(ROOT / "tools" / "write_checkpoint.py"), "qwen3-4b", str(folder), "--layers", "2",
+               "--shard-gb", "0.00003", *sets]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return folder
+
+
+@pytest.fixture
+def streamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every decoder build streams (module doc)."""
+    monkeypatch.setattr(export, "EXTERNAL_DATA_THRESHOLD", 0)
+
+
+def test_the_written_checkpoint_is_what_transformers_reads(ckpt: Path) -> None:
+    import torch
+    import transformers
+
+    assert len(list(ckpt.glob("model-*-of-*.safetensors"))) > 1  # sharded, with its index
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt))
+    weights = dict(model.named_parameters())
+    assert model.dtype == torch.bfloat16 and model.config.architectures == ["Qwen3ForCausalLM"]
+    assert torch.all(weights["model.norm.weight"] == 1)
+    std = float(weights["model.layers.0.mlp.down_proj.weight"].detach().float().std())
+    assert 0.018 < std < 0.022  # N(0, 0.02^2), rounded to bf16
+    again = write(ckpt.parent / "again")  # the same seed writes the same bytes, in this process as on the command line
+    for shard in ckpt.glob("*.safetensors"):
+        assert (again / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_a_streamed_decoder_builds_verifies_and_verifies_again_where_it_lies(
+    ckpt: Path, tmp_path: Path, streamed: None
+) -> None:
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt)
+    assert result.passed, [s["summary"] for s in result.report["scenarios"]]
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert {"model.onnx", DATA_FILE} <= set(manifest["files"])  # the data file is hashed like every file
+    model = onnx.load(result.path / "model.onnx", load_external_data=False)
+    inline = [t.name for t in model.graph.initializer if len(t.raw_data) >= 1024]
+    assert not inline, inline  # the graph holds no weight bytes
+    # The data's location is relative: the folder moved from the store's work folder into place and still loads.
+    again = rx.verify(result.path)
+    assert [r.passed for r in again] == [True]
+
+
+@pytest.mark.parametrize(("dtype", "graph"), [("fp32", "fused"), ("fp16", "gqa"), ("fp32", "decomposed")])
+def test_streamed_files_are_the_bytes_onnx_writes(ckpt: Path, tmp_path: Path, dtype: str, graph: str) -> None:
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, dtype=dtype, graph=graph))
+    held = export.build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
+    (tmp_path / "held").mkdir()
+    onnx.save_model(held, tmp_path / "held" / "model.onnx", save_as_external_data=True, location=DATA_FILE,
+                    all_tensors_to_one_file=True, size_threshold=1024)  # fmt: skip
+    (tmp_path / "streamed").mkdir()
+    with ExternalData(tmp_path / "streamed" / DATA_FILE) as sink:
+        model = export.build_decoder_graph(spec, CheckpointWeights(spec, ckpt), describe(ckpt), sink=sink)
+        files = export.save_streamed(model, tmp_path / "streamed", sink)
+    assert files == ["model.onnx", DATA_FILE]
+    for name in files:
+        assert (tmp_path / "streamed" / name).read_bytes() == (tmp_path / "held" / name).read_bytes(), name
+
+
+class Watched(Mapping[str, np.ndarray]):
+    """A weights mapping that records, at each read, the bytes of the weights it handed out that are still alive."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.weights = weights
+        self.handed: list[tuple[weakref.ref[np.ndarray], int]] = []
+        self.most = 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        alive = sum(n for ref, n in self.handed if ref() is not None)
+        self.most = max(self.most, alive)
+        value = np.array(self.weights[name])  # an array of its own: alive only while the build holds it
+        self.handed.append((weakref.ref(value), value.nbytes))
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.weights)
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+
+@pytest.mark.parametrize("model", ["qwen3-4b", "llama-3.1-8b"])
+def test_the_export_holds_one_layers_unit_at_a_time(tmp_path: Path, model: str) -> None:
+    folder = write(tmp_path / model, model, layers=6, shard_gb=1.0, vocab_size=4000)
+    spec, _ = resolve(DecoderRequest(checkpoint=folder))
+    weights = Watched(CheckpointWeights(spec, folder))
+    total = sum(weights.weights[n].nbytes for n in weights.weights)
+    largest = max(weights.weights[n].nbytes for n in weights.weights)
+    with ExternalData(tmp_path / DATA_FILE) as sink:
+        graph = export.build_decoder_graph(spec, weights, describe(folder), sink=sink)
+    # Alive beside a read: at most a layer's attention projections (read together for one MatMul) or its gate and
+    # up (joined), never the model. The weights a build held all at once: every one.
+    attention = sum(weights.weights[f"layers.0.{n}_proj"].nbytes for n in "qkvo")
+    assert weights.most <= max(attention, 2 * largest), (weights.most, total)
+    assert weights.most < total / 4
+    assert graph.ByteSize() < 1 << 20  # the graph itself: names, shapes, places
+
+
+def _built(out: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    code, _, err = run(["build", "--artifact", "decoder", "--checkpoint", str(ckpt), "--out", str(out), "--no-eager",
+                        "--name", "tiny", "--quiet"], capsys)  # fmt: skip
+    assert code == 0, err
+    return _hashes(out / "tiny")
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def _cut_mid_tensor(shard: Path) -> None:
+    """Truncate ``shard`` half-way through its largest tensor's bytes."""
+    data = shard.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    begin, end = max((v["data_offsets"] for k, v in header.items() if k != "__metadata__"), key=lambda o: o[1] - o[0])
+    shard.write_bytes(data[: 8 + length + (begin + end) // 2])
+
+
+@pytest.mark.parametrize("fault", ["a shard truncated mid-tensor", "the disk fills while the data is written"])
+def test_a_fault_is_one_line_and_leaves_the_old_decoder(
+    fault: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, streamed: None
+) -> None:
+    import shutil
+
+    folder = shutil.copytree(write(tmp_path / "ckpt"), tmp_path / "qwen3-tiny")
+    out = tmp_path / "out"
+    before = _built(out, folder, capsys)
+    assert DATA_FILE in before
+    if fault == "a shard truncated mid-tensor":
+        shard = sorted(folder.glob("model-*.safetensors"))[-1]
+        _cut_mid_tensor(shard)
+        expect = f"ropeexport: error: --checkpoint: {shard.name} is not a safetensors file"
+    else:
+        place, written = ExternalData._place, []
+
+        def fills(self: ExternalData, tensor: onnx.TensorProto, data: memoryview | bytes) -> onnx.TensorProto:
+            if len(written) == 3:  # a few tensors in: the disk is full
+                raise OSError(errno.ENOSPC, "No space left on device")
+            written.append(tensor.name)
+            return place(self, tensor, data)
+
+        monkeypatch.setattr(ExternalData, "_place", fills)
+        expect = f"ropeexport: error: --out: cannot write {str(out)!r}: No space left on device; nothing was changed"
+    code, _, err = run(["build", "--artifact", "decoder", "--checkpoint", str(folder), "--out", str(out),
+                        "--no-eager", "--name", "tiny", "--quiet"], capsys)  # fmt: skip
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expect), err
+    assert _hashes(out / "tiny") == before  # the old decoder, byte for byte
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "tiny"]  # nothing half-written

@@ -1,0 +1,235 @@
+"""What building a real-size decoder costs: time, peak memory and disk, beside the onnxruntime-genai builder.
+
+The same random-weight checkpoint for both.
+
+    python tools/bench_sizes.py --work /tmp/sizes --out tools/figures                         # Llama-3.2-1B, 16 layers
+    python tools/bench_sizes.py --work /tmp/sizes --model llama-3.2-1b:2 --out tools/figures  # the issue's 384M shape
+    python tools/bench_sizes.py --work /tmp/sizes --model llama-3.1-8b --dtype fp16 --runs build builder --out ...
+
+Each ``--model NAME[:LAYERS]`` gets a checkpoint from ``tools/write_checkpoint.py`` (bf16, kept in ``--work`` and
+reused), then each of ``--runs`` as its own process, one after another (nothing else of ours running):
+- ``build``: the build without verification: ``decoder.kind.export_decoder``, the build's export stage (resolve and
+  check the request, read the checkpoint one tensor at a time, write model.onnx + model.onnx.data, genai_config.json
+  and the tokenizer), as ``python tools/bench_sizes.py --export-only`` runs it;
+- ``verified``: ``ropeexport build --artifact decoder --checkpoint DIR --dtype D --no-eager`` (every scenario against
+  the float64 truth);
+- ``eager``: the same with the transformers reference (its own full copy of the model);
+- ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: a
+  local folder; ``-m DIR`` reads the config without its ``architectures`` and stops).
+
+Peak memory is the largest sum of VmRSS over the process and its children, sampled every 0.1 s from /proc (the
+builder's and ropeexport's figures are taken the same way); disk is the output folder's files (``du``-like, apparent
+sizes). The figures are this machine's and depend on what else runs on it: ``free`` is recorded before each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+RUNS = ("build", "verified", "eager", "builder")
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every descendant, from /proc's children lists."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _rss(pid: int) -> int:
+    """VmRSS of ``pid`` in bytes (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def measure(command: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``command``; wall seconds, exit code and peak RSS of its process tree (module doc)."""
+    peak = [0]
+    with open(log, "w") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+
+        def sample() -> None:
+            while proc.poll() is None:
+                peak[0] = max(peak[0], sum(_rss(p) for p in _tree(proc.pid)))
+                time.sleep(0.1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        code = proc.wait()
+        wall = time.perf_counter() - start
+        sampler.join()
+    return {"command": " ".join(command), "exit": code, "wall_s": round(wall, 1), "peak_rss_bytes": peak[0],
+            "peak_rss_gib": round(peak[0] / 2**30, 2)}  # fmt: skip
+
+
+def disk(folder: Path) -> int:
+    """Bytes of every file under ``folder``."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+
+
+def _free() -> dict[str, int]:
+    """MemAvailable and MemTotal in bytes."""
+    fields = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":")
+            if key in ("MemTotal", "MemAvailable"):
+                fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+def export_only(checkpoint: str, out: str, dtype: str) -> None:
+    """The build's export stage alone (``--runs build``): the request resolved and checked as ``build`` does (its
+    memory estimate aside: that is the verification's), then ``decoder.kind.export_decoder`` into ``out`` (a new
+    folder).
+    """  # noqa: D205
+    sys.path.insert(0, str(ROOT))
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.genai import check_tokenizer
+    from ropeexport.decoder.kind import export_decoder, weights_of
+    from ropeexport.decoder.scenarios import check_positions
+
+    request = DecoderRequest(checkpoint=checkpoint, dtype=dtype)
+    spec, config = resolve(request)
+    check_positions(spec, spec.sources.get("position.max_positions"))
+    check_tokenizer(checkpoint)
+    folder = Path(out)
+    folder.mkdir(parents=True)
+    ckpt = Path(checkpoint)
+    print(export_decoder(spec, config, weights_of(spec, ckpt), ckpt, folder))
+
+
+def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict[str, Any]:
+    """Every run of ``runs`` on one checkpoint (module doc)."""
+    name, _, layers = model.partition(":")
+    checkpoint = work / "checkpoints" / model.replace(":", "-l")
+    if not (checkpoint / "config.json").exists():
+        if checkpoint.exists():
+            shutil.rmtree(checkpoint)
+        command = [PYTHON, str(ROOT / "tools" / "write_checkpoint.py"), name, str(checkpoint)]
+        command += ["--layers", layers] if layers else []
+        log = work / f"write-{model.replace(':', '-l')}.log"
+        written = measure(command, log)
+        if written["exit"] != 0:
+            raise SystemExit(f"write_checkpoint failed: {log.read_text()[-2000:]}")
+        (checkpoint / "written.json").write_text(json.dumps(written) + "\n")
+    config = json.loads((checkpoint / "config.json").read_text())
+    out: dict[str, Any] = {"model": model, "dtype": dtype, "checkpoint": str(checkpoint),
+                           "checkpoint_bytes": disk(checkpoint), "layers": config["num_hidden_layers"],
+                           "runs": {}}  # fmt: skip
+    if (checkpoint / "written.json").exists():  # what writing the checkpoint cost (tools/write_checkpoint.py)
+        out["write_checkpoint"] = json.loads((checkpoint / "written.json").read_text())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for run in runs:
+        target = work / "out" / f"{tag}-{run}"
+        if target.exists():
+            shutil.rmtree(target)
+        cache = work / "cache" / f"{tag}-{run}"
+        shutil.rmtree(cache, ignore_errors=True)
+        if run == "build":
+            command = [PYTHON, str(Path(__file__).resolve()), "--export-only", str(checkpoint), str(target), dtype]
+        elif run in ("verified", "eager"):
+            command = [PYTHON, "-m", "ropeexport", "build", "--artifact", "decoder", "--checkpoint", str(checkpoint),
+                       "--dtype", dtype, "--out", str(target)]  # fmt: skip
+            command += ["--no-eager"] if run == "verified" else []
+        else:
+            command = [PYTHON, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(target),
+                       "-p", dtype, "-e", "cpu", "-c", str(cache)]  # fmt: skip
+        before = _free()
+        result = measure(command, work / f"{tag}-{run}.log", env)
+        result["mem_available_before_gib"] = round(before["MemAvailable"] / 2**30, 1)
+        result["disk_bytes"] = disk(target)
+        result["disk_gib"] = round(result["disk_bytes"] / 2**30, 2)
+        result["log_tail"] = (work / f"{tag}-{run}.log").read_text()[-600:]
+        out["runs"][run] = result
+        print(f"{tag} {run}: {result['wall_s']} s, peak {result['peak_rss_gib']} GiB, disk {result['disk_gib']} GiB, "
+              f"exit {result['exit']}", flush=True)  # fmt: skip
+        shutil.rmtree(cache, ignore_errors=True)
+        if run != "verified":  # keep disk free; the verified folder stays for a look
+            shutil.rmtree(target, ignore_errors=True)
+    return out
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The figures as a table, with the targets' ratios."""
+    lines = ["| model (layers, parameters) | dtype | run | wall (s) | peak RSS (GiB) | disk (GiB) | exit |",
+             "|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    notes = []
+    for r in results:
+        label = f"{r['model']} ({r['layers']} layers)"
+        for run, m in r["runs"].items():
+            lines.append(f"| {label} | {r['dtype']} | {run} | {m['wall_s']} | {m['peak_rss_gib']} | {m['disk_gib']} | "
+                         f"{m['exit']} |")  # fmt: skip
+        build, builder = r["runs"].get("build"), r["runs"].get("builder")
+        if build and builder and builder["exit"] == 0 and build["exit"] == 0:
+            notes.append(f"- {r['model']} {r['dtype']}: ropeexport build / builder: wall "
+                         f"x{build['wall_s'] / builder['wall_s']:.2f} (target <= 2), peak RSS "
+                         f"x{build['peak_rss_bytes'] / builder['peak_rss_bytes']:.2f} (target <= 1.5)")  # fmt: skip
+    return "\n".join(lines + [""] + notes) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (module doc)."""
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--export-only":
+        export_only(*sys.argv[2:5])
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--work", type=Path, required=True, help="checkpoints, outputs and logs")
+    p.add_argument("--model", action="append", help="NAME[:LAYERS] of tools/write_checkpoint.py (default "
+                   "llama-3.2-1b)")  # fmt: skip
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
+    p.add_argument("--out", type=Path, help="folder for sizes.json and sizes.md")
+    args = p.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for model in args.model or ["llama-3.2-1b"]:
+        tag = f"{model.replace(':', '-l')}-{args.dtype}"
+        results.append(bench(model, args.dtype, args.runs, args.work, tag))
+    document = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                            "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)},
+                "python": platform.python_version(), "results": results}  # fmt: skip
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "sizes.json"
+        old = json.loads(path.read_text()) if path.exists() else {}
+        merged = {f"{r['model']}/{r['dtype']}": r for r in old.get("results", [])}
+        for r in results:  # a run adds or replaces its rows; the other models' and runs' stay
+            key = f"{r['model']}/{r['dtype']}"
+            merged[key] = {**r, "runs": {**merged.get(key, {}).get("runs", {}), **r["runs"]}}
+        document["results"] = list(merged.values())
+        path.write_text(json.dumps(document, indent=1) + "\n")
+        (args.out / "sizes.md").write_text(markdown(document["results"]))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

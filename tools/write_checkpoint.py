@@ -1,0 +1,190 @@
+"""A random-weight checkpoint of a real model's config, written straight to safetensors shards, one tensor at a time.
+
+    python tools/write_checkpoint.py llama-3.2-1b /tmp/ckpt/llama-3.2-1b
+    python tools/write_checkpoint.py llama-3.1-8b /tmp/ckpt/llama-3.1-8b --layers 2
+    python tools/write_checkpoint.py qwen3-4b /tmp/ckpt/q --set hidden_size=64 --set vocab_size=300   # tiny (tests)
+
+What a benchmark needs instead of a download: the real sizes (``MODELS``: the config fields of the released
+config.json, made into a config by transformers' ``AutoConfig.for_model`` and saved as it writes it), bf16 tensors
+under the names and shapes transformers' own model of that config has (read from the model built on the meta
+device: no memory), sharded as transformers shards (``model-0000i-of-0000n.safetensors`` past ``--shard-gb``, with
+``model.safetensors.index.json``), and a small word-level tokenizer (the onnxruntime-genai builder saves one; ids
+past its words decode to nothing).
+
+Values: norm weights 1, everything else normal with std 0.02 (the models' ``initializer_range``: activations stay
+of unit scale through any depth), drawn per tensor by torch's generator seeded with (seed, tensor index) in blocks of
+rows and rounded once to bf16 (to nearest even): the same seed writes the same bytes. Memory: one block of rows
+(64 MiB of float32) at a time, whatever the model's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 8192}  # fmt: skip
+# name -> (model_type, the released config.json's fields that matter)
+MODELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama-3.2-1b": ("llama", {
+        "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "rope_parameters": {**_LLAMA3, "factor": 32.0}, "tie_word_embeddings": True,
+        "bos_token_id": 128000, "eos_token_id": 128001}),
+    "llama-3.1-8b": ("llama", {
+        "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "rope_parameters": {**_LLAMA3, "factor": 8.0}, "tie_word_embeddings": False,
+        "bos_token_id": 128000, "eos_token_id": 128001}),
+    "qwen3-4b": ("qwen3", {
+        "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        "tie_word_embeddings": True, "bos_token_id": 151643, "eos_token_id": 151645, "use_sliding_window": False}),
+}  # fmt: skip
+STD = 0.02
+BLOCK_BYTES = 64 * 2**20  # float32 bytes drawn at once
+WORDS = 256  # the tokenizer's words (ids 0-255 read as "t0".."t255"; bos/eos are the config's ids when below)
+
+
+def config_of(model: str, layers: int | None = None, overrides: dict[str, Any] | None = None) -> Any:
+    """transformers' config of ``model`` (``MODELS``), ``layers`` deep, other fields replaced by ``overrides``."""
+    import transformers
+
+    if model not in MODELS:
+        raise SystemExit(f"model: must be one of {', '.join(MODELS)}, got {model!r}")
+    model_type, fields = MODELS[model]
+    fields = {**fields, **(overrides or {})}
+    if layers is not None:
+        fields["num_hidden_layers"] = layers
+    for key in ("bos_token_id", "eos_token_id"):  # a shrunk vocabulary (a tiny test model) has no such ids
+        if fields.get(key) is not None and fields[key] >= fields["vocab_size"]:
+            fields[key] = None
+    return transformers.AutoConfig.for_model(model_type, **fields, dtype="bfloat16")
+
+
+def tensors_of(config: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every tensor transformers saves for ``config``, in its state dict's order (no memory: the
+    model is built on the meta device). The tied head is not saved, as save_pretrained leaves it out. Sets the
+    config's ``architectures`` to the model's class, as a saved model's config.json has it.
+    """  # noqa: D205
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    config.architectures = [type(model).__name__]  # as a saved model's config.json names it (the builder reads it)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    return [(name, tuple(t.shape)) for name, t in model.state_dict().items() if not (tied and name == "lm_head.weight")]
+
+
+def _values(name: str, shape: tuple[int, ...], seed: int) -> Iterator[bytes]:
+    """bf16 bytes of one tensor, in blocks of rows (module doc: norms 1, else N(0, 0.02^2))."""
+    import torch
+
+    if name.endswith("norm.weight"):
+        yield torch.ones(shape, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()
+        return
+    generator = torch.Generator().manual_seed(seed)
+    row = math.prod(shape[1:]) if len(shape) > 1 else 1
+    rows = shape[0] if shape else 1
+    step = max(1, BLOCK_BYTES // (4 * row))
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        block = torch.randn((n, row), generator=generator, dtype=torch.float32).mul_(STD).to(torch.bfloat16)
+        yield block.view(torch.int16).numpy().tobytes()
+
+
+def write_checkpoint(model: str, folder: Path, layers: int | None = None, overrides: dict[str, Any] | None = None,
+                     seed: int = 0, shard_gb: float = 5.0, tokenizer: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Write the checkpoint (module doc) into ``folder`` (created; must not hold one); what was written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if any(folder.glob("*.safetensors")) or (folder / "config.json").exists():
+        raise SystemExit(f"folder: {str(folder)!r} holds a checkpoint already; give an empty folder")
+    config = config_of(model, layers, overrides)
+    tensors = tensors_of(config)
+    limit = int(shard_gb * 1e9)
+    shards: list[list[tuple[int, str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for index, (name, shape) in enumerate(tensors):
+        nbytes = 2 * math.prod(shape)
+        if shards[-1] and size + nbytes > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append((index, name, shape))
+        size += nbytes
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])  # fmt: skip
+    weight_map, total = {}, 0
+    for file, shard in zip(names, shards, strict=True):
+        header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for _, name, shape in shard:
+            nbytes = 2 * math.prod(shape)
+            header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+            weight_map[name] = file
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)  # safetensors pads its header to 8 bytes
+        with open(folder / file, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text)
+            for index, name, shape in shard:
+                for block in _values(name, shape, seed * 1_000_003 + index):
+                    f.write(block)
+        total += offset
+    if len(shards) > 1:
+        index_text = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index_text, indent=2) + "\n")
+    config.save_pretrained(folder)
+    if tokenizer:
+        _tokenizer(config, folder)
+    parameters = sum(math.prod(shape) for _, shape in tensors)
+    return {"model": model, "folder": str(folder), "parameters": parameters, "bytes": total, "files": names,
+            "layers": config.num_hidden_layers}  # fmt: skip
+
+
+def _tokenizer(config: Any, folder: Path) -> None:
+    """A word-level tokenizer of ``WORDS`` words (module doc), saved as transformers saves a fast tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(min(WORDS, config.vocab_size))}
+    unk = next(iter(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=unk)
+    fast.save_pretrained(str(folder))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (module doc)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("model", help=f"one of {', '.join(MODELS)}")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--layers", type=int, help="keep this many layers (default: the model's)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="replace a config field (JSON)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shard-gb", type=float, default=5.0, help="largest shard, in GB (10^9 bytes)")
+    p.add_argument("--no-tokenizer", dest="tokenizer", action="store_false")
+    args = p.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    written = write_checkpoint(args.model, args.folder, args.layers, overrides, args.seed, args.shard_gb,
+                               args.tokenizer)  # fmt: skip
+    print(json.dumps(written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
