@@ -432,6 +432,9 @@ def _split_names(spec: DecoderSpec, group: str) -> tuple[str, ...]:
         return tuple(f"{stem}{n}_{kind}" for n in "qkv")
     if base == "gate_up_proj":
         return (f"{stem}gate_proj", f"{stem}up_proj")
+    if base in ("experts_gate_up_proj", "experts_gate_up_bias"):  # gpt-oss's interleaved gate and up
+        kind = base.rpartition("_")[2]
+        return (f"{stem}experts_gate_{kind}", f"{stem}experts_up_{kind}")
     return (group,)
 
 
