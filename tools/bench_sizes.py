@@ -14,8 +14,8 @@ reused), then each of ``--runs`` as its own process, one after another (nothing 
 - ``verified``: ``ropeexport build --artifact decoder --checkpoint DIR --dtype D --no-eager`` (every scenario against
   the float64 truth);
 - ``eager``: the same with the transformers reference (its own full copy of the model);
-- ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: a
-  local folder; ``-m DIR`` reads the config without its ``architectures`` and stops).
+- ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: the
+  builder's flag for a local folder).
 
 Peak memory is the largest sum of VmRSS over the process and its children, sampled every 0.1 s from /proc (the
 builder's and ropeexport's figures are taken the same way); disk is the output folder's files (``du``-like, apparent
