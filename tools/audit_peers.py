@@ -82,6 +82,12 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                     "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                         "truncate": False, "rope_theta": 150000.0,
                                         "original_max_position_embeddings": 4096}}),
+    # Phi-4-mini's shape: LongRoPE on a partial rotary width (0.75 of head_dim 16: 12 channels, 6 factors a list)
+    "longrope, partial rotary 0.75 (Phi-4-mini)": (
+        "phi3", {"max_position_embeddings": 131072, "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+                 "partial_rotary_factor": 0.75, "pad_token_id": 0,
+                 "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0],
+                                  "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}}),
 }  # fmt: skip
 
 _EXPORT = r"""

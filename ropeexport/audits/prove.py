@@ -309,6 +309,7 @@ class DecoderProof:
                           "models": {label: judged[label][index] for label in models}})  # fmt: skip
         verdicts = {label: all(c["models"][label].get("passed", True) for c in calls) for label in models}
         run = {label: sum("passed" in c["models"][label] for c in calls) for label in models}
+        outside = _outside(calls) if {"original", "grafted"} <= set(models) else None
         return {
             "checkpoint": self.checkpoint,
             "reference": f"float64 recompute of the whole decoder from {self.source} (ropeexport.decoder.oracle), "
@@ -318,7 +319,32 @@ class DecoderProof:
             "calls": calls,
             "passed": verdicts,
             "calls_run": run,
+            **({"outside_encoding": outside} if outside else {}),
         }
+
+
+SAME = 0.25  # two models' errors within 25% of each other on a call: the same miss
+
+
+def _outside(calls: list[dict[str, Any]]) -> str | None:
+    """Where the grafted model fails and the original fails by the same amount on every such call (within ``SAME``),
+    the graft's repair was not what the float64 decoder needed: the difference lies outside the positional encoding
+    (the weights, another op, a checkpoint not the model's). The words saying so, else None.
+    """  # noqa: D205
+    failed = [c["models"] for c in calls if c["models"]["grafted"].get("passed") is False]
+    if not failed:
+        return None
+    for m in failed:
+        before, after = m["original"].get("rel"), m["grafted"]["rel"]
+        if before is None or m["original"].get("passed") is not False:
+            return None
+        if abs(before - after) > SAME * max(before, after):
+            return None
+    worst = max(failed, key=lambda m: m["grafted"]["rel"])
+    return (f"the original and the grafted model miss the float64 decoder by the same amount "
+            f"({worst['original']['rel']:.2g} and {worst['grafted']['rel']:.2g} of the logit scale on the worst call): "
+            "the difference lies outside the positional encoding (the weights, another operation, or a checkpoint "
+            "that is not the one the model was exported from)")  # fmt: skip
 
 
 def _judge(got: np.ndarray, truth: np.ndarray, tolerance: float) -> dict[str, Any]:

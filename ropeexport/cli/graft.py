@@ -89,4 +89,6 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "
                       f"{call['regime']}): {got}")  # fmt: skip
+            if result.decoder.get("outside_encoding"):
+                print(f"  {result.decoder['outside_encoding']}")
     return 0 if result.proven else 1

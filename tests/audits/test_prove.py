@@ -75,6 +75,26 @@ def test_a_graft_is_proven_against_the_whole_decoder(graph: str, phi3: Path, tmp
     assert "whole decoder against float64" in text and "L = original + 1 (positions 57..64, long)" in text
 
 
+@pytest.mark.parametrize("unscaled", [False, True], ids=["positions-right", "positions-wrong-too"])
+def test_a_miss_outside_the_encoding_is_said(unscaled: bool, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A model whose MLP weight is not the checkpoint's fails the float64 decoder before and after the graft: when
+    both miss by the same amount the output says the difference lies outside the positional encoding; when the graft
+    repaired a positional fault too (the original misses by more), it does not.
+    """  # noqa: D205
+    spec, _ = resolve(DecoderRequest(checkpoint=phi3, graph="fused"))
+    weights = dict(load_checkpoint(spec, phi3))
+    weights["layers.0.down_proj"] = weights["layers.0.down_proj"] * 1.5  # not the checkpoint the proof reads
+    if unscaled:
+        spec = spec.replace(position={**spec.position, "scaling": "default", "scaling_params": {}})
+    save_model(build_decoder_graph(spec, weights, str(phi3)), tmp_path / "m")
+    argv = ["graft", str(tmp_path / "m" / "model.onnx"), "--hf-config", str(phi3 / "config.json"), "--out",
+            str(tmp_path / "fixed.onnx"), "--trust", "config", "--checkpoint", str(phi3)]  # fmt: skip
+    assert main(argv) == 1
+    text = capsys.readouterr().out
+    assert "NOT proven" in text
+    assert ("the difference lies outside the positional encoding" in text) is not unscaled, text
+
+
 def test_a_model_with_neither_cache_nor_positions_is_placed_at_zero_only() -> None:
     inputs = [SimpleNamespace(name="input_ids", shape=["b", "s"], type="tensor(int64)"),
               SimpleNamespace(name="attention_mask", shape=["b", "s"], type="tensor(int64)")]  # fmt: skip
