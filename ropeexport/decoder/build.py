@@ -95,7 +95,8 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
 def check_buildable(spec: DecoderSpec, request: DecoderRequest, eager: bool = True) -> None:
     """What a build needs beyond a valid spec, checked before anything is allocated or written (a dry run checks it
     too): room for every scenario in max_positions, memory for the weights (``decoder.memory``: the estimate against
-    this machine's; ``eager``: with the transformers reference), and a checkpoint's tokenizer files that read.
+    this machine's; ``eager``: with the transformers reference), a checkpoint's tokenizer files that read, and its
+    tensors as the headers give them (``CheckpointWeights``: names, shapes, shards; values are checked as read).
     SpecError / CheckpointError name the field.
     """  # noqa: D205
     given = request.max_positions is not None
@@ -103,3 +104,7 @@ def check_buildable(spec: DecoderSpec, request: DecoderRequest, eager: bool = Tr
     field = "checkpoint" if request.checkpoint is not None else "hf_config" if request.hf_config else "preset"
     check_memory(spec, seeded=request.checkpoint is None, field=field, eager=eager)
     check_tokenizer(request.checkpoint)
+    if request.checkpoint is not None:  # its tensors' names, shapes and shards, from the headers alone (no values)
+        from ropeexport.decoder.checkpoint import CheckpointWeights
+
+        CheckpointWeights(spec, request.checkpoint)

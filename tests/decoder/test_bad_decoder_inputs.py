@@ -258,30 +258,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
 ]  # fmt: skip
 
 
-# Faults found only once the build reads the checkpoint's tensors, after the "building ..." line (the checkpoint is
-# read while exporting); every other fault is found before anything is printed.
-BUILDING = {
-    "missing tensor",
-    "extra tensor",
-    "mis-shaped tensor",
-    "non-finite tensor",
-    "integer tensor",
-    "shard outside the folder",
-    "shard file absent",
-    "no weights file",
-    "index nested 100000 deep",
-    "truncated shard",
-    "garbage shard",
-    "shard cut short after its header",
-    "NUL in a shard name",
-    "shard name not a string",
-    "cached shard linked to /etc/passwd",
-    "cached shard linked to ../../elsewhere",
-    "cached shard linked to /dev/zero",
-    "cached shard a FIFO in blobs",
-    "cached single file linked to /etc/passwd",
-    "weight past fp16",
-}
+# Faults in a tensor's values, found as the build reads it (after the "building ..." line: the checkpoint is read
+# while exporting, a tensor at a time); names, shapes and shards are checked from the headers before anything prints.
+BUILDING = {"non-finite tensor", "integer tensor", "weight past fp16"}
 
 
 @pytest.mark.parametrize(("label", "args", "message"), CASES, ids=[c[0] for c in CASES])
