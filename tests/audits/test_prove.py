@@ -193,7 +193,9 @@ def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: in
     """))
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, str(script)], env=os.environ | {"PYTHONPATH": str(root)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    # (SIGINT as a terminal gives it: a suite run in the background of a shell without job control ignores it)
     deadline = time.monotonic() + 300
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]

@@ -83,7 +83,10 @@ def test_a_closed_pipe_during_a_build_still_writes_the_artifact_and_index(tmp_pa
 
 
 def test_ctrl_c_during_start_up_exits_130_with_one_line() -> None:
-    proc = subprocess.Popen([*PY, "build", "--dry-run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal gives it: a suite run in the background of a shell without job control ignores it,
+    # and Python keeps SIGINT ignored when it starts so (the child would never see the Ctrl-C).
+    proc = subprocess.Popen([*PY, "build", "--dry-run"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     time.sleep(0.4)  # the build command is importing torch and onnx (about 2 s): start-up, not work
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
