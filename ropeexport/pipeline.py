@@ -192,7 +192,7 @@ def build(
     with store.draft(spec.name, spec.to_dict(), replace, identity=identity) as draft:
         outcome = kind.build(spec, draft.path, stage)
         stage("report")
-        write_reports(draft.path, outcome.report, kind.renderers())
+        write_reports(draft.path, with_layers(outcome.report, origin), kind.renderers())
         record = dict(outcome.manifest) | identity
         record["build"] = {"origin": dict(origin or {}), "sources": dict(sources or {}),
                            "seconds": round(time.perf_counter() - start, 3)} | record.get("build", {})  # fmt: skip
@@ -212,11 +212,25 @@ def reverify(
     start = time.perf_counter()
     stored = stored_report(folder)
     outcome = kind.verify(spec, folder, manifest, stage or _quiet)
+    build = manifest.get("build")
+    with_layers(outcome.report, build.get("origin") if isinstance(build, Mapping) else None)
     texts = {"report.json": _json_text(outcome.report)} | {
         name: _rendered(render, outcome.report, name) for name, render in kind.renderers().items()
     }
     replace_reports(folder, texts)
     return VerifyResult(folder, outcome.passed, outcome.report, stored, round(time.perf_counter() - start, 2))
+
+
+LAYER_KEYS = ("model_type", "layer_types", "layers", "no_rope_layers")
+
+
+def with_layers(report: dict[str, Any], origin: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``report`` with ``layers``: which layers of the model its config describes use this artifact's encoding (and
+    which use none), when the request said (``requests.from_hf_config``); the reports' headline says it.
+    """  # noqa: D205
+    if isinstance(origin, Mapping) and origin.get("layers"):
+        report["layers"] = {k: origin[k] for k in LAYER_KEYS if k in origin}
+    return report
 
 
 def stored_report(folder: Path) -> dict[str, Any]:

@@ -229,6 +229,15 @@ def headline(report: dict[str, Any]) -> str:
     verified = [str(r.get("name", "?")) for r in items(report, "runtimes") if r.get("status") == "verified"]
     if verified:
         parts.append("verified on " + ", ".join(verified))
+    layers = mapping(report, "layers")
+    if layers.get("layers"):  # a model whose layers differ (``pipeline.with_layers``)
+        kinds = ", ".join(str(k) for k in layers.get("layer_types") or [])
+        used = f"used by layers {layers['layers']}" + (f" ({kinds})" if kinds else "")
+        if layers.get("model_type"):
+            used += f" of the {layers['model_type']} config"
+        if layers.get("no_rope_layers"):
+            used += f"; layers {layers['no_rope_layers']} have no positional encoding"
+        parts.append(used)
     return "; ".join(parts)
 
 

@@ -51,5 +51,15 @@ def test_each_encoding_the_layers_use_is_built_and_says_its_layers(
         manifest = json.loads((out / name / "manifest.json").read_text())
         assert manifest["build"]["origin"] == origin
         assert f"used by layers {layers}" in stdout
+        report = json.loads((out / name / "report.json").read_text())  # the artifact's own report says it too
+        assert report["layers"]["layers"] == layers and report["layers"].get("no_rope_layers") == unrotated
+        for page in ("report.md", "report.html"):
+            text = (out / name / page).read_text()
+            assert f"used by layers {layers}" in text, page
+            assert unrotated is None or f"layers {unrotated} have no positional encoding" in text, page
     html = (out / "index.html").read_text()
     assert all(f"(layers {layers}" in html for layers, _ in built.values())
+    name = next(iter(built))
+    code, _, err = run(["verify", str(out / name)], capsys)  # verified again: the reports keep the layers
+    assert code == 0, err
+    assert f"used by layers {built[name][0]}" in (out / name / "report.md").read_text()
