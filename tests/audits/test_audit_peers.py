@@ -82,16 +82,21 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
     assert "| linear x4 | onnxruntime-genai builder |" in (tmp_path / "audit-peers.md").read_text()
 
 
+def _peer_rows(tmp_path: Path, schedule: str) -> dict[str, dict]:
+    """``tools/audit_peers.py`` run on one schedule: its rows by source (exporter)."""
+    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
+               str(tmp_path), "--schedules", schedule]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["source"]: r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
+
+
 def test_a_per_layer_model_is_audited_and_grafted_per_layer(tmp_path: Path) -> None:
     """Gemma 3's two encodings as torch.onnx.export writes them: each computed site mapped to the layers its readers'
     names (TorchScript) or name scopes (dynamo) say, checked against their own encoding, grafted per layer.
     """  # noqa: D205
     gemma3 = "two encodings: sliding 1e4, global 1e6 linear x8 (Gemma 3)"
-    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
-               str(tmp_path), "--schedules", gemma3]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {r["source"]: r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
+    rows = _peer_rows(tmp_path, gemma3)
     for source in ("torch.onnx.export (dynamo)", "torch.onnx.export (TorchScript)"):
         row = rows[source]
         layers = dict(zip((c[0] for c in row["checked_as"]), row["site_layers"], strict=True))
@@ -109,11 +114,7 @@ def test_gpt_oss_is_audited_as_its_exporters_write_it(tmp_path: Path) -> None:
     truncates), the builder's windows are right, and what refuses to be proven says where.
     """  # noqa: D205
     gpt_oss = "yarn x32 untruncated, sinks, windows, experts (gpt-oss)"
-    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
-               str(tmp_path), "--schedules", gpt_oss]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {r["source"]: r for r in json.loads((tmp_path / "audit-peers.json").read_text())["rows"]}
+    rows = _peer_rows(tmp_path, gpt_oss)
     assert all("error" not in r for r in rows.values()), rows
     builder, dynamo, script = (rows[s] for s in ("onnxruntime-genai builder", "torch.onnx.export (dynamo)",
                                                  "torch.onnx.export (TorchScript)"))  # fmt: skip
