@@ -5,6 +5,7 @@ The same random-weight checkpoint for both.
     python tools/bench_sizes.py --work /tmp/sizes --out tools/figures                         # Llama-3.2-1B, 16 layers
     python tools/bench_sizes.py --work /tmp/sizes --model llama-3.2-1b:2 --out tools/figures  # the issue's 384M shape
     python tools/bench_sizes.py --work /tmp/sizes --model llama-3.1-8b --dtype fp16 --runs build builder --out ...
+    python tools/bench_sizes.py --work /tmp/sizes --model llama-3.1-8b --dtype int4 --out tools/figures  # int4 weights
 
 Each ``--model NAME[:LAYERS]`` gets a checkpoint from ``tools/write_checkpoint.py`` (bf16, kept in ``--work`` and
 reused), then each of ``--runs`` as its own process, one after another (nothing else of ours running):
@@ -16,6 +17,10 @@ reused), then each of ``--runs`` as its own process, one after another (nothing 
 - ``eager``: the same with the transformers reference (its own full copy of the model);
 - ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: the
   builder's flag for a local folder).
+
+``--dtype int4``: fp32 activations, int4 weights (``MatMulNBits``) in both tools at the same settings, the builder's
+defaults for ``-p int4`` (block 32, symmetric, accuracy level 0: ``onnxruntime_genai.models.quantization.quant_config``
+of 0.18): ours ``--dtype fp32 --weight-format int4 --block-size 32 --accuracy-level 0 --symmetric``.
 
 Peak memory is the largest sum of VmRSS over the process and its children, sampled every 0.1 s from /proc (the
 builder's and ropeexport's figures are taken the same way); disk is the output folder's files (``du``-like, apparent
@@ -68,12 +73,24 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def _expendable() -> None:
+    """In the child: the first the kernel kills when memory runs out (a run past this machine's memory must fail
+    alone, never take the machine's other processes with it: an out-of-memory exit is a figure too).
+    """  # noqa: D205
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 def measure(command: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command``; wall seconds, exit code and peak RSS of its process tree (module doc)."""
     peak = [0]
     with open(log, "w") as out:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                preexec_fn=_expendable)
 
         def sample() -> None:
             while proc.poll() is None:
@@ -116,7 +133,7 @@ def export_only(checkpoint: str, out: str, dtype: str) -> None:
     from ropeexport.decoder.kind import export_decoder, weights_of
     from ropeexport.decoder.scenarios import check_positions
 
-    request = DecoderRequest(checkpoint=checkpoint, dtype=dtype)
+    request = DecoderRequest(checkpoint=checkpoint, **_request_fields(dtype))
     spec, config = resolve(request)
     check_positions(spec, spec.sources.get("position.max_positions"))
     check_tokenizer(checkpoint)
@@ -124,6 +141,21 @@ def export_only(checkpoint: str, out: str, dtype: str) -> None:
     folder.mkdir(parents=True)
     ckpt = Path(checkpoint)
     print(export_decoder(spec, config, weights_of(spec, ckpt), ckpt, folder))
+
+
+def _request_fields(dtype: str) -> dict[str, Any]:
+    """DecoderRequest's fields for ``--dtype`` (int4: the builder's ``-p int4`` defaults, module doc)."""
+    if dtype == "int4":
+        return {"dtype": "fp32", "weight_format": "int4", "block_size": 32, "accuracy_level": 0, "symmetric": True}
+    return {"dtype": dtype}
+
+
+def _cli_fields(dtype: str) -> list[str]:
+    """``ropeexport build``'s options for ``--dtype`` (as ``_request_fields``)."""
+    if dtype == "int4":
+        return ["--dtype", "fp32", "--weight-format", "int4", "--block-size", "32", "--accuracy-level", "0",
+                "--symmetric"]  # fmt: skip
+    return ["--dtype", dtype]
 
 
 def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict[str, Any]:
@@ -157,7 +189,7 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
             command = [PYTHON, str(Path(__file__).resolve()), "--export-only", str(checkpoint), str(target), dtype]
         elif run in ("verified", "eager"):
             command = [PYTHON, "-m", "ropeexport", "build", "--artifact", "decoder", "--checkpoint", str(checkpoint),
-                       "--dtype", dtype, "--out", str(target)]  # fmt: skip
+                       *_cli_fields(dtype), "--out", str(target)]  # fmt: skip
             command += ["--no-eager"] if run == "verified" else []
         else:
             command = [PYTHON, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(target),
@@ -204,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, required=True, help="checkpoints, outputs and logs")
     p.add_argument("--model", action="append", help="NAME[:LAYERS] of tools/write_checkpoint.py (default "
                    "llama-3.2-1b)")  # fmt: skip
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16"))
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "int4"),
+                   help="int4: fp32 activations, int4 weights, the builder's -p int4 settings (module doc)")
     p.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
     p.add_argument("--out", type=Path, help="folder for sizes.json and sizes.md")
     args = p.parse_args(argv)

@@ -7,10 +7,11 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 
 - the weights as built: seeded draws in float64 (8); a checkpoint's, none (read as used);
 - ONNX Runtime's session, the weights in the dtype (4 or 2), for fp16 plus the float32 copies its CPU kernels run
-  on (4);
+  on (4); an int4 projection (``--weight-format int4``: ``linear.is_weight``) half a byte and its block's scale
+  (and zero point) twice over, ``INT4_COPIES``: the packed initializer and the copy MatMulNBits' CPU kernel prepacks;
 - with the transformers reference (``eager``): its model in the dtype (4 or 2; fp16 4 more: torch widens on the
-  CPU), and for seeded weights the float32 state dict it is loaded from and its copy in the dtype, while loading
-  (4 + 4 or 2);
+  CPU; int4 projections dequantized into it, the same), and for seeded weights the float32 state dict it is loaded
+  from and its copy in the dtype, while loading (4 + 4 or 2);
 
 plus what the verification holds beside them (``resident``): one layer's float64 weights and one slice of the
 output head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus each scenario's activations (``rows`` x
@@ -37,6 +38,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, is_weight
 from ropeexport.decoder.checkpoint import expected
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
@@ -50,6 +52,7 @@ FP16_WIDENED = 4  # a float32 copy of each fp16 weight: ONNX Runtime's CPU kerne
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
 LOGIT_COPIES = 3
 EXPORT_BYTES = 12  # an element in flight: bf16 read (2), float32 (4), rounded and contiguous copies (2-4 each), a mask
+INT4_COPIES = 2  # MatMulNBits' packed initializer and its CPU kernel's prepacked copy (ORT 1.31 keeps both)
 HEAD_SLICE_BYTES = 256 * MiB  # decoder.oracle's slice of the output head in float64 (+ half as much read in float32)
 
 
@@ -60,7 +63,7 @@ class MemoryEstimate:
     """  # noqa: D205
 
     parameters: int
-    per_parameter: int
+    per_parameter: float
     activations: int
     resident: int = 0
     export: int = 0
@@ -68,12 +71,12 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         """The estimate in bytes."""
-        verification = self.parameters * self.per_parameter + self.resident + self.activations
+        verification = math.ceil(self.parameters * self.per_parameter) + self.resident + self.activations
         return BASE + math.ceil(MARGIN * max(verification, self.export))
 
     def describe(self) -> str:
         """``about 7.2 GiB (1.24e+09 parameters x 4 bytes: ..., plus 848 MiB for the float64 truth's one layer)``."""
-        return (f"about {size(self.total)} ({self.parameters:.3g} parameters x {self.per_parameter} bytes: the "
+        return (f"about {size(self.total)} ({self.parameters:.3g} parameters x {self.per_parameter:.3g} bytes: the "
                 f"weights as built and the runtimes' copies, plus {size(self.resident)} for the float64 truth's one "
                 "layer)")  # fmt: skip
 
@@ -86,6 +89,28 @@ def per_parameter(dtype: str, seeded: bool, eager: bool = True) -> int:
     ort = dtype_bytes + widened
     reference = (dtype_bytes + widened + (4 + dtype_bytes if seeded else 0)) if eager else 0
     return held + ort + reference
+
+
+def int4_bytes(spec: DecoderSpec) -> float:
+    """Bytes ONNX Runtime holds for one int4 weight (``INT4_COPIES`` x (half a byte + the block's scale in the dtype
+    and, asymmetric, its half-byte zero point, shared by ``block_size`` weights)).
+    """  # noqa: D205
+    block = spec.block_size or DEFAULT_BLOCK_SIZE
+    per_block = DTYPE_BYTES[spec.dtype] + (0 if spec.symmetric else 0.5)
+    return INT4_COPIES * (0.5 + per_block / block)
+
+
+def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded: bool, eager: bool) -> float:
+    """Bytes a parameter at the build's peak, averaged over the model (``per_parameter``; int4 projections hold
+    ``int4_bytes`` in ONNX Runtime in place of the dtype's bytes).
+    """  # noqa: D205
+    whole = per_parameter(spec.dtype, seeded, eager)
+    if spec.weight_format != "int4":
+        return whole
+    count = sum(math.prod(shape) for shape in shapes.values())
+    quantized = sum(math.prod(shape) for name, shape in shapes.items() if is_weight(name))
+    ort = DTYPE_BYTES[spec.dtype] + (FP16_WIDENED if spec.dtype == "fp16" else 0)
+    return whole - (ort - int4_bytes(spec)) * quantized / count
 
 
 def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstimate:
@@ -112,7 +137,7 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
         inner = spec.num_experts * (inner + spec.hidden_size)
     width = LOGIT_COPIES * spec.vocab_size + inner + 8 * spec.hidden_size
     activations = 8 * rows * tokens * (width + calls * spec.hidden_size)
-    return MemoryEstimate(count, per_parameter(spec.dtype, seeded, eager), activations, resident, export)
+    return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export)
 
 
 def size(count: int) -> str:

@@ -69,6 +69,26 @@ def test_the_parameter_count_is_llama_3_1_8bs(monkeypatch: pytest.MonkeyPatch) -
     assert streamed.per_parameter == 4 and 37 * 2**30 < streamed.total < 40 * 2**30
 
 
+# (block size, symmetric, ONNX Runtime's bytes a projection weight: two copies of half a byte plus the block's fp32
+# scale and, asymmetric, its half-byte zero point)
+INT4 = [(32, True, 2 * (0.5 + 4 / 32)), (128, True, 2 * (0.5 + 4 / 128)), (32, False, 2 * (0.5 + 4.5 / 32))]
+
+
+@pytest.mark.parametrize(("block", "symmetric", "projection"), INT4)
+def test_an_int4_8b_decoder_is_estimated_at_its_packed_size(block: int, symmetric: bool, projection: float,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # Llama-3.1-8B from a checkpoint, int4, without the transformers reference: the projections (7.5e9 of its 8.03e9
+    # parameters, lm_head with them) at their packed size, the embedding (525M) and the 65 norms' scales in fp32. It
+    # fits this 24 GB machine; in fp32 it does not.
+    monkeypatch.setenv(ENV, "100T")
+    spec = rx.resolve_decoder(preset="llama-3.1-8b", weight_format="int4", block_size=block, symmetric=symmetric)
+    need = estimate(spec, seeded=False, eager=False)
+    floats = 128256 * 4096 + (2 * 32 + 1) * 4096
+    expected = (floats * 4 + (need.parameters - floats) * projection) / need.parameters
+    assert need.per_parameter == pytest.approx(expected, rel=1e-9)
+    assert need.total < 20 * 2**30 < estimate(rx.resolve_decoder(preset="llama-3.1-8b"), False, False).total
+
+
 @pytest.mark.parametrize(
     ("dtype", "seeded", "eager", "count"),
     [("fp32", True, True, 24), ("fp16", True, True, 26), ("fp32", False, True, 8), ("fp16", False, True, 12),

@@ -11,9 +11,13 @@ import errno
 import hashlib
 import importlib.util
 import json
+import os
+import signal
 import struct
 import subprocess
 import sys
+import textwrap
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -209,3 +213,61 @@ def test_a_fault_is_one_line_and_leaves_the_old_decoder(
     assert len(lines) == 1 and lines[0].startswith(expect), err
     assert _hashes(out / "tiny") == before  # the old decoder, byte for byte
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "tiny"]  # nothing half-written
+
+
+def _rebuild_killed_mid_write(out: Path, folder: Path, marker: Path) -> subprocess.Popen[bytes]:
+    """A rebuild of ``tiny`` from ``folder`` into ``out`` (streamed) that stops, writing ``marker``, once three
+    tensors of its external data are written: the moment a kill leaves a half-written model.onnx.data behind.
+    """  # noqa: D205
+    script = marker.with_suffix(".py")
+    script.write_text(textwrap.dedent(f"""
+        import pathlib, time
+        import ropeexport.decoder.export as export
+        from ropeexport.graph.onnx_io import ExternalData
+        export.EXTERNAL_DATA_THRESHOLD = 0
+        place, written = ExternalData._place, []
+        def slow(self, tensor, data):
+            if len(written) == 3:
+                pathlib.Path({str(marker)!r}).write_text(str(self.path))
+                time.sleep(600)
+            written.append(tensor.name)
+            return place(self, tensor, data)
+        ExternalData._place = slow
+        from ropeexport.cli import main
+        raise SystemExit(main(["build", "--artifact", "decoder", "--checkpoint", {str(folder)!r}, "--out",
+                               {str(out)!r}, "--no-eager", "--name", "tiny", "--quiet", "--replace"]))
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the rebuild ended before writing its data: {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("the rebuild never reached its external data")
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.slow
+def test_a_streamed_rebuild_killed_mid_write_leaves_the_old_decoder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], streamed: None
+) -> None:
+    import shutil
+
+    from ropeexport.store import Store
+
+    folder = shutil.copytree(write(tmp_path / "ckpt"), tmp_path / "qwen3-tiny")
+    out = tmp_path / "out"
+    before = _built(out, folder, capsys)
+    proc = _rebuild_killed_mid_write(out, folder, tmp_path / "reached")
+    partial = Path((tmp_path / "reached").read_text())
+    assert partial.exists() and partial.stat().st_size > 0 and out / "tiny" not in partial.parents  # written aside
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -9
+    assert _hashes(out / "tiny") == before  # the verified decoder, byte for byte
+    Store(out).clean()  # what the next writer does first: the dead build's work goes
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json", "tiny"]
+    [result] = rx.verify(out / "tiny")
+    assert result.passed
