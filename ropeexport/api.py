@@ -555,10 +555,11 @@ def resolve_decoder(
     block_size: int = 0,
     accuracy_level: int = 0,
     symmetric: bool = True,
+    eager: bool = True,
 ) -> DecoderSpec:
     """The ``DecoderSpec`` ``build_decoder`` would build, validated, and checked as the build checks it first (its
-    scenarios fit max_positions, its memory estimate fits this machine, the checkpoint's tokenizer reads); nothing is
-    exported, run or written.
+    scenarios fit max_positions, its memory estimate fits this machine, with the transformers reference when
+    ``eager``, as ``build_decoder`` takes it; the checkpoint's tokenizer reads); nothing is exported, run or written.
     """  # noqa: D205
     from ropeexport.decoder.build import check_buildable, resolve
 
@@ -566,5 +567,5 @@ def resolve_decoder(
                                                                 max_positions, name),
                                _weights(weight_format, block_size, accuracy_level, symmetric))  # fmt: skip
     spec = resolve(request)[0]
-    check_buildable(spec, request)
+    check_buildable(spec, request, eager)
     return spec

@@ -141,7 +141,7 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
             spec = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                    preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
                                    max_positions=max_positions, name=getattr(args, "name", None), **sizes,
-                                   **formats)  # fmt: skip
+                                   **formats, eager=args.eager)  # fmt: skip
             check_tree(Path(args.out))  # --out as the build checks it
             weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
             Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                 resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                 preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
                                 max_positions=max_positions, name=getattr(args, "name", None), **sizes,
-                                **weights)  # fmt: skip
+                                **weights, eager=args.eager)  # fmt: skip
     failed, built = 0, []
     for dtype in dtypes:
         for graph in graphs:

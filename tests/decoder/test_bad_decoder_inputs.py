@@ -339,3 +339,26 @@ def test_a_checkpoint_in_the_transformers_cache_layout_builds(shards: bool, tmp_
     assert (folder / "tokenizer.json").read_bytes() == blob.read_bytes()
     report = json.loads((folder / "report.json").read_text())
     assert report["passed"] and report["references"]["transformers"].startswith("transformers")
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["build", "dry run"])
+def test_the_memory_check_before_building_takes_no_eager(
+    dry_run: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A limit between the two estimates: with the transformers reference the checkpoint does not fit, without it it
+    # does, so --no-eager must reach the build (the check before the "building" line once judged every build eager).
+    from ropeexport.api import resolve_decoder
+    from ropeexport.decoder.memory import estimate
+
+    args = _ckpt(tmp_path)
+    monkeypatch.setenv("ROPEEXPORT_MEMORY_LIMIT", "100T")
+    spec = resolve_decoder(checkpoint=args[1])
+    lean, eager = estimate(spec, seeded=False, eager=False).total, estimate(spec, seeded=False).total
+    assert lean < eager
+    monkeypatch.setenv("ROPEEXPORT_MEMORY_LIMIT", str((lean + eager) // 2))
+    extra = ["--dry-run"] if dry_run else []
+    capsys.readouterr()
+    assert main([*DECODER, *args, *extra, "--out", str(tmp_path / "eager")]) == 2
+    assert "building this decoder needs" in capsys.readouterr().err
+    assert main([*DECODER, *args, *extra, "--no-eager", "--out", str(tmp_path / "lean")]) == 0
+    assert (tmp_path / "lean").exists() != dry_run
