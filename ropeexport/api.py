@@ -399,13 +399,15 @@ def build_decoder(
     block_size: int = 0,
     accuracy_level: int = 0,
     symmetric: bool = True,
+    on_stage: pipeline.Stage | None = None,
 ) -> BuildResult:
     """A whole decoder into ``OUT/NAME`` (``ropeexport.decoder``), from ``hf_config``, the checkpoint's own
     config.json, or a preset's config; ``num_layers`` / ``hidden_size`` / ``vocab_size`` shrink it (seeded weights).
     ``weight_format`` "int4": the projections as MatMulNBits blocks of ``block_size`` (0: 32), ``symmetric`` or with
     zero points, at ``accuracy_level`` (0-4; ``components.linear``); "" (default): rounded once to ``dtype``.
     Returns a ``BuildResult`` (``.passed``, ``.path``, ``.report``: every scenario of report.json; an int4 decoder's
-    also carries each call's quantization cost, reported and not judged).
+    also carries each call's quantization cost, reported and not judged). ``on_stage(stage, done, total)`` is told
+    the build's progress: ``export`` per layer, then per scenario its name and its float64 passes per layer.
     """  # noqa: D205
     from ropeexport.decoder.build import check_buildable, resolve
 
@@ -422,7 +424,7 @@ def build_decoder(
         origin["preset"] = preset
     ckpt = None if request.checkpoint is None else Path(request.checkpoint)
     kind = DecoderKind(config=used, checkpoint=ckpt, eager=eager, on_scenario=on_scenario)
-    result = pipeline.build(kind, spec, out, replace, origin, dict(spec.sources))
+    result = pipeline.build(kind, spec, out, replace, origin, dict(spec.sources), stage=on_stage)
     _index(out)  # the tree's index lists the decoder beside the other artifacts
     return result
 

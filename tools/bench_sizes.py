@@ -15,6 +15,9 @@ reused), then each of ``--runs`` as its own process, one after another (nothing 
 - ``verified``: ``ropeexport build --artifact decoder --checkpoint DIR --dtype D --no-eager`` (every scenario against
   the float64 truth);
 - ``eager``: the same with the transformers reference (its own full copy of the model);
+- ``generate``: ``ropeexport generate OUT --prompt-ids 1,..,128 --max-new-tokens 32 --json`` on the ``verified``
+  run's decoder (run it first): serving as ropeexport does, its peak RSS and prefill / decode speed;
+- ``genai``: the same folder, prompt and count served by onnxruntime-genai (``og.Model``, greedy);
 - ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: the
   builder's flag for a local folder).
 
@@ -43,7 +46,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-RUNS = ("build", "verified", "eager", "builder")
+RUNS = ("build", "verified", "eager", "builder", "generate", "genai")
+PROMPT, NEW = 128, 32  # the serving runs' prompt (ids 1..128) and new tokens
 
 
 def _tree(pid: int) -> list[int]:
@@ -143,6 +147,42 @@ def export_only(checkpoint: str, out: str, dtype: str) -> None:
     print(export_decoder(spec, config, weights_of(spec, ckpt), ckpt, folder))
 
 
+# onnxruntime-genai serving a folder: argv DIR IDS NEW; prints the prefill and decode speed as one JSON line.
+GENAI = """
+import json, sys, time
+import numpy as np, onnxruntime_genai as og
+model = og.Model(sys.argv[1])
+ids, new = [int(i) for i in sys.argv[2].split(",")], int(sys.argv[3])
+params = og.GeneratorParams(model)
+params.set_search_options(max_length=len(ids) + new, do_sample=False)
+gen = og.Generator(model, params)
+start = time.perf_counter()
+gen.append_tokens(np.array([ids], dtype=np.int32))
+prefill = time.perf_counter() - start
+steps = []
+while not gen.is_done():
+    t = time.perf_counter()
+    gen.generate_next_token()
+    steps.append(time.perf_counter() - t)
+print(json.dumps({"prefill_tokens_per_second": len(ids) / prefill,
+                  "decode_ms_per_token": 1000 * float(np.median(steps)), "steps": len(steps)}))
+"""
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    """The serving figures of the last JSON object in ``text`` (one line, or indented from a ``{`` line), else {}."""
+    lines = text.strip().splitlines()
+    for start in reversed([i for i, line in enumerate(lines) if line.startswith("{")]):
+        try:
+            found = json.loads("\n".join(lines[start:]))
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            keys = ("prefill_tokens_per_second", "decode_ms_per_token", "steps")
+            return {k: found[k] for k in keys if k in found}
+    return {}
+
+
 def _request_fields(dtype: str) -> dict[str, Any]:
     """DecoderRequest's fields for ``--dtype`` (int4: the builder's ``-p int4`` defaults, module doc)."""
     if dtype == "int4":
@@ -191,6 +231,15 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
             command = [PYTHON, "-m", "ropeexport", "build", "--artifact", "decoder", "--checkpoint", str(checkpoint),
                        *_cli_fields(dtype), "--out", str(target)]  # fmt: skip
             command += ["--no-eager"] if run == "verified" else []
+        elif run in ("generate", "genai"):
+            served = work / "out" / f"{tag}-verified"
+            if not (served / "report.json").exists():
+                raise SystemExit(f"--runs {run} serves the verified run's decoder: run --runs verified first")
+            target = work / "out" / f"{tag}-{run}"  # nothing is written there: its disk figure is 0
+            ids = ",".join(str(i) for i in range(1, PROMPT + 1))
+            command = ([PYTHON, "-m", "ropeexport", "generate", str(served), "--prompt-ids", ids, "--max-new-tokens",
+                        str(NEW), "--json"] if run == "generate" else
+                       [PYTHON, "-c", GENAI, str(served), ids, str(NEW)])  # fmt: skip
         else:
             command = [PYTHON, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(target),
                        "-p", dtype, "-e", "cpu", "-c", str(cache)]  # fmt: skip
@@ -204,6 +253,8 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
         print(f"{tag} {run}: {result['wall_s']} s, peak {result['peak_rss_gib']} GiB, disk {result['disk_gib']} GiB, "
               f"exit {result['exit']}", flush=True)  # fmt: skip
         shutil.rmtree(cache, ignore_errors=True)
+        if run in ("generate", "genai"):  # the speed the run printed last, as one JSON line
+            result["served"] = _last_json((work / f"{tag}-{run}.log").read_text())
         if run != "verified":  # keep disk free; the verified folder stays for a look
             shutil.rmtree(target, ignore_errors=True)
     return out

@@ -16,6 +16,7 @@ failed, 2 on bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -159,6 +160,7 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
 def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     """Build the decoder the flags describe; the exit code of the module doc."""
     from ropeexport.api import build_decoder
+    from ropeexport.cli.progress import BuildProgress
 
     for field in spec_fields:
         if field not in READ and getattr(args, field, None) is not None:
@@ -182,15 +184,16 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     talk = not (args.quiet or args.json)
     if args.dry_run:
         return _plan(args, dtypes, graphs, sizes, max_positions, weights)
+    names: dict[tuple[str, str], str] = {}  # each build's folder name, for its progress lines
     if talk:  # every decoder resolved and checked before the first "building" line: bad input is its one line alone
         from ropeexport.api import resolve_decoder
 
         for dtype in dtypes:
             for graph in graphs:
-                resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
+                names[dtype, graph] = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
                                 preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
                                 max_positions=max_positions, name=getattr(args, "name", None), **sizes,
-                                **weights, eager=args.eager)  # fmt: skip
+                                **weights, eager=args.eager).name  # fmt: skip
     failed, built = 0, []
     for dtype in dtypes:
         for graph in graphs:
@@ -214,21 +217,25 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                 print(f"building {what} decoder into {args.out} (every scenario against float64"
                       f"{' and transformers' if args.eager else ''}):", flush=True)  # fmt: skip
 
-            result = build_decoder(
-                args.out,
-                hf_config=args.hf_config,
-                checkpoint=args.checkpoint,
-                preset=args.preset[0] if args.preset else None,
-                dtype=dtype,
-                graph=graph,
-                max_positions=max_positions,
-                name=getattr(args, "name", None),
-                eager=args.eager,
-                replace=args.replace,
-                on_scenario=shown,
-                **sizes,
-                **weights,
-            )
+            label = names.get((dtype, graph), f"{dtype} {graph} decoder")
+            with BuildProgress(1, enabled=talk) as progress:  # a real size is minutes of export, then of float64
+                result = build_decoder(
+                    args.out,
+                    hf_config=args.hf_config,
+                    checkpoint=args.checkpoint,
+                    preset=args.preset[0] if args.preset else None,
+                    dtype=dtype,
+                    graph=graph,
+                    max_positions=max_positions,
+                    name=getattr(args, "name", None),
+                    eager=args.eager,
+                    replace=args.replace,
+                    on_scenario=shown,
+                    on_stage=functools.partial(progress.stage, label),
+                    **sizes,
+                    **weights,
+                )
+                progress.done(label, None)
             failed += not result.passed
             built.append({"path": str(result.path), "passed": result.passed})
             if args.quiet:

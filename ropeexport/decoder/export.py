@@ -49,6 +49,8 @@ from ropeexport.version import __version__
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ropeexport.pipeline import Stage
+
 
 def embed_scale(spec: DecoderSpec) -> np.ndarray:
     """Gemma's embedding multiplier: sqrt(hidden_size) in float32 (transformers' buffer), cast to the dtype."""
@@ -66,10 +68,12 @@ def build_decoder_graph(
     source: str,
     pieces: Pieces | None = None,
     sink: ExternalData | None = None,
+    stage: Stage | None = None,
 ) -> onnx.ModelProto:
     """The decoder with ``weights`` (canonical names, ``decoder.checkpoint``); ``source`` says where they came from.
 
     ``pieces``: per layer its position piece (default ``parts.position_pieces``: each layer's own encoding).
+    ``stage``: told ``("export", i, num_layers)`` as layer i is reached (a real size takes minutes).
     ``sink``: the data file each large initializer is written to as it is made (``write_decoder``); the model then
     holds no weight bytes, and each weight is read from ``weights`` once, stored and let go (a layer's attention
     projections, or its gate and up projections, are held together while they are joined).
@@ -100,6 +104,8 @@ def build_decoder_graph(
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     for i, layer in enumerate(spec.layers):
+        if stage is not None:
+            stage("export", i, spec.num_layers)
         arrays: Mapping[str, np.ndarray] = layer_weights(weights, i)  # read as asked for: one weight at a time
         pair: tuple[str, ...] = ()
         if isinstance(mlp_of, MoESpec):  # the experts as the form stores them (one layer's mixture at a time)
@@ -172,7 +178,7 @@ def weight_bytes(spec: DecoderSpec) -> int:
 
 
 def write_decoder(
-    spec: DecoderSpec, weights: Mapping[str, np.ndarray], source: str, folder: Path
+    spec: DecoderSpec, weights: Mapping[str, np.ndarray], source: str, folder: Path, stage: Stage | None = None
 ) -> tuple[list[str], onnx.ModelProto]:
     """The decoder written into ``folder``: (file names, the model as written, weights external or inline).
 
@@ -182,9 +188,9 @@ def write_decoder(
     bytes ``save_model`` writes for the same model). Below it, the model is made in memory and saved as before.
     """
     if weight_bytes(spec) <= EXTERNAL_DATA_THRESHOLD:
-        model = build_decoder_graph(spec, weights, source)
+        model = build_decoder_graph(spec, weights, source, stage=stage)
         return save_model(model, folder), model
     folder.mkdir(parents=True, exist_ok=True)
     with ExternalData(folder / DATA_FILE) as sink:
-        model = build_decoder_graph(spec, weights, source, sink=sink)
+        model = build_decoder_graph(spec, weights, source, sink=sink, stage=stage)
         return save_streamed(model, folder, sink), model

@@ -164,17 +164,18 @@ def weights_of(spec: DecoderSpec, checkpoint: Path | None) -> Mapping[str, Any]:
 
 
 def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
-                   folder: Path) -> list[str]:  # fmt: skip
+                   folder: Path, stage: Stage | None = None) -> list[str]:  # fmt: skip
     """The build's export stage, unverified: the model (streamed at any size, ``export.write_decoder``), the
     onnxruntime-genai package and the checkpoint's tokenizer files written into ``folder``; the file names.
     """  # noqa: D205
-    files, _ = write_decoder(spec, weights, describe(checkpoint), folder)
+    files, _ = write_decoder(spec, weights, describe(checkpoint), folder, stage)
     (folder / CONFIG).write_text(json.dumps(genai_config(spec, config), indent=2) + "\n")
     return files + [CONFIG, *copy_tokenizer(checkpoint, folder)]
 
 
 def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
-                  model_path: Path, eager: bool, on_scenario: OnScenario | None) -> dict[str, Any]:  # fmt: skip
+                  model_path: Path, eager: bool, on_scenario: OnScenario | None,
+                  stage: Stage | None = None) -> dict[str, Any]:  # fmt: skip
     """report.json of a decoder: every scenario run on ONNX Runtime (CPU) against float64 and transformers."""
     from ropeexport.decoder.reference import TransformersReference
     from ropeexport.runtimes.ort import OrtRunner
@@ -195,7 +196,7 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     else:
         skipped = "not asked for (--no-eager)"
     start = time.perf_counter()
-    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario)
+    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario, stage=stage)
     return {
         "artifact": "decoder",
         "name": spec.name,
@@ -287,13 +288,13 @@ class DecoderKind(Kind):
         """Weights, graph, the onnxruntime-genai package, every scenario; decoder.json."""
         stage("export")
         weights = weights_of(spec, self.checkpoint)
-        files = export_decoder(spec, self.config, weights, self.checkpoint, folder)
+        files = export_decoder(spec, self.config, weights, self.checkpoint, folder, stage)
         # I/O and opset only: the TensorRT verdicts infer shapes over the whole model, weights included (protobuf caps
         # that at 2 GiB); `ropeexport check-trt` takes the folder's model.onnx when they are wanted.
         facts = interface(onnx.load(folder / "model.onnx", load_external_data=False))
         stage("verify")
         report = run_scenarios(spec, self.config, weights, self.checkpoint, folder / "model.onnx", self.eager is not
-                               False, self.on_scenario)  # fmt: skip
+                               False, self.on_scenario, stage)  # fmt: skip
         report["files"] = {f: sha256(folder / f) for f in files}
         record = {"spec": spec.to_dict(), "sources": dict(spec.sources), "config": dict(self.config),
                   "weights": describe(self.checkpoint),
@@ -320,7 +321,7 @@ class DecoderKind(Kind):
             if self.on_scenario is not None:
                 self.on_scenario({**result, "stored": before.get(result["name"])})
 
-        report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown)
+        report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown, stage)
         report["files"] = {k: v for k, v in manifest["files"].items() if k != RECORD}
         return Outcome(bool(report["passed"]), report)
 

@@ -16,7 +16,7 @@ one call's alone (the same operations on the same arrays as computing it by itse
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,11 +133,13 @@ def decoders_float64(
     feeds: Sequence[Feed],
     pieces: Pieces,
     routings: Sequence[Routing | None] | None = None,
+    on_layer: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
     """Per feed, float64 logits [b, s - first, vocab] of its slots [first, s): ``decoder_float64`` of each, computed
     layer by layer for all of them (module doc). ``weights64``: ``Stored64`` (or ``stored_float64``) of the
     decoder's weights; ``pieces``: per layer its position piece (``parts.position_pieces``), None for a layer
-    without one; ``routings``: per feed its ``Routing`` of a mixture of experts (None: the float64 routing).
+    without one; ``routings``: per feed its ``Routing`` of a mixture of experts (None: the float64 routing);
+    ``on_layer(i)``: told as layer i is reached (a real size takes minutes a pass).
     """  # noqa: D205
     if len(pieces) != spec.num_layers:
         raise ValueError(f"pieces holds {len(pieces)} layers, the decoder has {spec.num_layers}")
@@ -167,6 +169,8 @@ def decoders_float64(
     if spec.architecture.embed_norm:
         hs = [normed(h, top, "embed_norm") for h in hs]
     for i, layer in enumerate(spec.layers):
+        if on_layer is not None:
+            on_layer(i)
         _, KV, d = geometry(spec, i)
         w = dict(layer_weights(weights64, i))  # this layer's weights in float64, read once for every feed
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}

@@ -238,18 +238,24 @@ def verify_decoder(
     eager: Any | None = None,
     chosen: list[Scenario] | None = None,
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
+    stage: Callable[[str, int | None, int | None], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
-    quantized decoder's calls also get their quantization cost (module doc).
+    quantized decoder's calls also get their quantization cost (module doc). ``stage(what, done, total)`` is told
+    each scenario as it starts and each layer of its float64 passes (``SCENARIO: float64``, a quantized decoder's
+    ``SCENARIO: float64 unquantized``, layer i of num_layers).
     """  # noqa: D205
     weights64 = Stored64(spec, weights)  # read layer by layer, once per scenario (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
-    def truths(of: DecoderSpec, held: Stored64) -> Truths:
+    now = [""]  # the scenario in progress, for the stage lines
+
+    def truths(of: DecoderSpec, held: Stored64, label: str = "float64") -> Truths:
         def run(calls: list[Call]) -> list[np.ndarray]:
             feeds = [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in calls]
-            return decoders_float64(of, held, feeds, layers)
+            told = None if stage is None else (lambda i: stage(f"{now[0]}: {label}", i, of.num_layers))
+            return decoders_float64(of, held, feeds, layers, on_layer=told)
 
         return run
 
@@ -265,10 +271,14 @@ def verify_decoder(
     unquantized: Truths | None = None
     if spec.weight_format:
         plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True)
-        unquantized = truths(plain, Stored64(plain, weights))
+        unquantized = truths(plain, Stored64(plain, weights), "float64 unquantized")
 
     out = []
-    for scenario in chosen if chosen is not None else scenarios(spec):
+    runs = chosen if chosen is not None else scenarios(spec)
+    for k, scenario in enumerate(runs):
+        now[0] = scenario.name
+        if stage is not None:
+            stage(scenario.name, k, len(runs))
         result = verify_scenario(infer, spec, scenario, truths(spec, weights64), eager, unquantized, routed)
         out.append(result)
         if on_scenario is not None:

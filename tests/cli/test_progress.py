@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from ropeexport.cli import progress as progress_module
@@ -71,3 +72,25 @@ def test_probe_counts_move_the_artifact_bar_and_the_overall_bar() -> None:
         progress.done("b", None)
     drawn = screen.getvalue()
     assert "a: ort: sweep[0..16383]" in drawn and "3/8" in drawn and "0/2" in drawn
+
+
+@pytest.mark.slow
+def test_a_decoder_build_off_a_terminal_tells_its_layers_and_scenarios(tiny_checkpoint, tmp_path, capsys,
+                                                                       monkeypatch) -> None:  # fmt: skip
+    # A real-size decoder exports for minutes and runs float64 passes for minutes more: off a terminal it says
+    # where it is (every stage here, PLAIN_EVERY set to 0), and stdout keeps its result lines alone.
+    from ropeexport.cli import main
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY", 0.0)
+    ckpt = tiny_checkpoint("llama")
+    capsys.readouterr()
+    code = main(["build", "--artifact", "decoder", "--checkpoint", str(ckpt), "--no-eager", "--out",
+                 str(tmp_path / "out"), "--name", "tiny"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    lines = [line.split("] ", 1)[1] for line in captured.err.splitlines() if line.startswith("[")]
+    assert lines[:3] == ["tiny: export", "tiny: export (0/2)", "tiny: export (1/2)"], lines
+    assert "tiny: verify" in lines and "tiny: decode-64: float64 (1/2)" in lines, lines
+    assert any(line.startswith("tiny: decode-64 (0/") for line in lines), lines
+    assert lines[-1] == "tiny: report"
+    assert all(not line.startswith("[") for line in captured.out.splitlines())
