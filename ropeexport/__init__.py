@@ -1,6 +1,6 @@
 """ropeexport: positional encodings out of PyTorch, into ONNX Runtime and TensorRT, verified position by position.
 
-The Python API (``import ropeexport as rx``; see ``ropeexport.api`` and README "Python API"):
+The Python API (``import ropeexport as rx``; see ``ropeexport.api`` and docs/tutorials/python-api.md):
 ``rx.spec``, ``rx.from_preset``, ``rx.from_hf_config``, ``rx.load_specs`` -> specs; ``rx.export(spec)`` -> an
 ``onnx.ModelProto``; ``rx.build``, ``rx.build_all``, ``rx.verify``, ``rx.diff``, ``rx.check_trt``;
 ``rx.build_decoder`` builds a whole decoder from a transformers config and verifies it by generation;

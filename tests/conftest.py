@@ -6,7 +6,8 @@
 - ``seeded_decoder``: the folder of a tiny seeded Llama-2 decoder (1 layer, hidden 256, vocabulary 128, no
   transformers reference), built and verified once; copy it before changing it.
 
-Tiers: ``pytest -m "not slow"`` is the fast tier for development (README says how long it takes); CI runs every test.
+Tiers: ``pytest -m "not slow"`` is the fast tier for development (docs/how-to/test-suite.md says how long it
+takes); CI runs every test.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The Python API (``import ropeexport as rx``): what it returns, that the CLI's default writes the same bytes as
-before the family-package move, and that README's "Python API" examples run as written."""  # noqa: D205
+"""The Python API (``import ropeexport as rx``): what it returns, that the CLI's default writes the bytes pinned here,
+and that the Python API tutorial's examples (docs/tutorials/python-api.md) run as written."""  # noqa: D205
 
 from __future__ import annotations
 
@@ -138,21 +138,21 @@ def test_export_is_the_cli_artifacts_model(tmp_path: Path) -> None:
     assert on_disk.SerializeToString() == rx.export(spec).SerializeToString()
 
 
-def _readme_api_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+def _tutorial_api_examples() -> list[str]:
+    text = (ROOT / "docs" / "tutorials" / "python-api.md").read_text()
+    section = text.split("\n## Specs, export, build\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-def test_readme_has_python_api_examples() -> None:
-    assert len(_readme_api_examples()) >= 2
+def test_the_tutorial_has_python_api_examples() -> None:
+    assert len(_tutorial_api_examples()) >= 2
 
 
-@pytest.mark.parametrize("index", range(len(_readme_api_examples())))
-def test_readme_python_api_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("index", range(len(_tutorial_api_examples())))
+def test_tutorial_python_api_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # examples write relative paths (out/, ...)
-    code = _readme_api_examples()[index]
-    exec(compile(code, f"README.md Python API example {index + 1}", "exec"), {"__name__": "__readme__"})
+    code = _tutorial_api_examples()[index]
+    exec(compile(code, f"python-api.md example {index + 1}", "exec"), {"__name__": "__docs__"})
 
 
 @pytest.mark.parametrize(

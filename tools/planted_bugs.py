@@ -1,4 +1,4 @@
-"""Run the planted-bug suite: print the detection table (Markdown, for the README) and write it as JSON.
+"""Run the planted-bug suite: print the detection table (Markdown; the docs render the JSON) and write it as JSON.
 
     python tools/planted_bugs.py --out planted.json          # every bug and every correct build (~10 s)
     python tools/planted_bugs.py --only fp16-angles --keep artifacts/   # one bug, keeping the wrong model.onnx

@@ -5,8 +5,8 @@ graph edits) is in ``core``; each family with planted bugs has one module holdin
 This package collects those lists, by name, in ``FAMILY_BUGS``: adding a family's bugs is its module and one line
 there. ``BUGS`` is every bug, family by family in that order.
 
-Used by ``tests/planted/test_planted_bugs.py`` and ``tools/planted_bugs.py`` (the README's detection table). It sits
-above the catalog: nothing in ``ropeexport`` below it imports this package.
+Used by ``tests/planted/test_planted_bugs.py`` and ``tools/planted_bugs.py`` (the docs' detection table,
+docs/status/figures.md). It sits above the catalog: nothing in ``ropeexport`` below it imports this package.
 """
 
 from __future__ import annotations

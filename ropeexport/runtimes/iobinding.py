@@ -44,7 +44,7 @@ def session_options(
     """Session options for timed or served calls: threads fixed, no spinning, ORT_SEQUENTIAL.
 
     - ``intra_op_num_threads`` = ``threads`` (None: ORT's default, one per physical core). Decode-sized calls are
-      often faster on one thread: handing rows to a second thread costs more than it saves (README, "Speed").
+      often faster on one thread: handing rows to a second thread costs more than it saves (docs/status/speed.md).
     - ``inter_op_num_threads`` = 1 and ``ORT_SEQUENTIAL``: an artifact is one chain of nodes, with no independent
       branches for a second pool to run.
     - ``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` = ``"0"`` unless ``spinning``: by

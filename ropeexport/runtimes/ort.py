@@ -16,7 +16,8 @@ def quiet_telemetry(ort: Any) -> None:
 
     ``disable_telemetry_events`` stops the events ORT would send (its Windows ETW provider; elsewhere it has nothing
     to send). What remains on Linux, and no API turns off: ORT 1.31 writes ``~/.cache/Microsoft/DeveloperTools/
-    .onnxruntime/{deviceid,onnxruntime.db}`` on its first session (README, "What a build writes").
+    .onnxruntime/{deviceid,onnxruntime.db}`` on its first session (docs/reference/artifacts.md, "What a build
+    writes outside its output folder").
     """
     global _TELEMETRY_OFF
     if not _TELEMETRY_OFF and hasattr(ort, "disable_telemetry_events"):

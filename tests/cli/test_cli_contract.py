@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ropeexport.cli import COMMANDS, EXIT_SKIPPED, main, make_parser
+from tests.docs.pages import RUN, SHELL, all_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = [sys.executable, "-m", "ropeexport"]
@@ -150,8 +151,8 @@ def test_a_runtime_asked_for_by_name_that_cannot_run_is_not_success(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Every example in the help texts and README runs. Build examples run as --dry-run (inputs they name are created);
-# examples that read a built tree must name artifacts that the build examples beside them create.
+# Every example in the help texts, README and the docs runs. Build examples run as --dry-run (inputs they name are
+# created); examples that read a built tree must name artifacts that the build examples beside them create.
 
 
 def _help_examples() -> list[str]:
@@ -164,16 +165,16 @@ def _help_examples() -> list[str]:
     return lines
 
 
-def _readme_examples() -> list[str]:
-    found, fence = [], None  # fence: the open block's info string (sh, python, ..), None outside a block
-    for raw in (ROOT / "README.md").read_text().splitlines():
-        if raw.lstrip().startswith("```"):  # a fence opens or closes a block: read line by line, never paired by regex
-            fence = raw.strip()[3:].strip() if fence is None else None
-            continue
-        line = raw.strip().removeprefix("$ ")
-        shell = fence in ("", "sh", "console", "bash") or (fence is None and raw.startswith("    "))  # or indented
-        if shell and line.startswith("ropeexport ") and "[" not in line:
-            found.append(line.split(" #")[0].strip())  # synopsis lines with [OPTIONS] are not examples
+def _doc_examples() -> list[str]:
+    """The ``ropeexport`` lines of README's and the docs' shell blocks, but the pages that run whole (``RUN``: their
+    commands run as written in tests/docs); synopsis lines with [OPTIONS] are not examples.
+    """  # noqa: D205
+    found = []
+    for block in (b for b in all_blocks() if b.info in SHELL and b.page not in RUN):
+        for line in block.commands():
+            for part in re.split(r"\s*(?:&&|\|\||;)\s*", line):
+                if part.startswith("ropeexport ") and "[" not in part:
+                    found.append(part)
     return found
 
 
@@ -189,7 +190,7 @@ def _fixtures(folder: Path) -> None:
     }
     (folder / "models" / "qwen2.5-7b" / "config.json").write_text(json.dumps(config))
     (folder / "my-model.toml").write_text('name = "my-model"\nhead_dim = 64\nnum_heads = 4\nmax_positions = 256\n')
-    # README's decoder examples: a checkpoint folder ./my-llama and a config.json (tiny, random weights)
+    # the docs' decoder examples: a checkpoint folder ./my-llama and a config.json (tiny, random weights)
     import torch
     import transformers
 
@@ -209,7 +210,7 @@ def _planned(argv: list[str], cwd: Path) -> list[str]:
 
 @pytest.mark.slow  # every example of the help texts run
 def test_every_example_runs(tmp_path: Path) -> None:
-    examples = list(dict.fromkeys(_help_examples() + _readme_examples()))
+    examples = list(dict.fromkeys(_help_examples() + _doc_examples()))
     assert any(e.startswith("ropeexport build") for e in examples)
     _fixtures(tmp_path)
     built: dict[str, set[str]] = {}

@@ -217,11 +217,11 @@ def test_a_wrong_layer_field_is_named(layers: Any, field: str) -> None:
     assert error.value.field == field, str(error.value)
 
 
-def test_the_readme_example_runs() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("\n## Decoders\n", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_example_runs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "decoders.md").read_text()
+    section = page.split("\n## A model is a list of layers\n", 1)[1].split("\n## ", 1)[0]
     (code,) = [textwrap.dedent(block) for block in re.findall(r"```python\n(.*?)```", section, re.S)]
-    scope: dict[str, Any] = {"__name__": "__readme__"}
-    exec(compile(code, "README.md Decoders example", "exec"), scope)
+    scope: dict[str, Any] = {"__name__": "__docs__"}
+    exec(compile(code, "decoders.md example", "exec"), scope)
     assert [layer.window for layer in scope["mixed"].layers] == [512, 0, 0]
     assert len([t for t in scope["model"].graph.initializer if t.name.endswith("cos_table")]) == 2

@@ -1,6 +1,6 @@
 """The planted-bug suite: every wrong artifact fails verification by its expected checks; correct builds pass.
 
-The table lives in ``ropeexport/planted/``, one module per family (``tools/planted_bugs.py`` prints it as the README's
+The table lives in ``ropeexport/planted/``, one module per family (``tools/planted_bugs.py`` prints it as the docs'
 detection table). Known gaps in verification are strict xfails with the reason: when verification is fixed they XPASS,
 and the mark must go.
 """

@@ -1,0 +1,430 @@
+"""The docs site's generated parts: an MkDocs hook that fills ``<!-- render: WHAT -->`` lines at build time.
+
+Nothing in these parts is copied by hand. ``cli COMMAND`` is that subcommand's ``--help`` as its argparse parser
+prints it (``cli`` alone: the top-level help); ``figure NAME`` is a table rendered from ``tools/figures/NAME.json``
+(or the Markdown the tool wrote beside it, ``figure-md NAME``), each headed by the command that reproduces it and
+the machine and load the JSON records (or a sentence saying it records none); ``presets`` is the preset cards'
+table from ``models/*.toml``. An unknown directive, or a figure whose file is missing, raises: ``mkdocs build
+--strict`` fails rather than publish a page with a hole.
+
+Used by ``mkdocs.yml`` (``hooks:``) and by ``tests/docs/test_site.py``, which renders every page through it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from collections.abc import Callable
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ROOT / "tools" / "figures"
+DIRECTIVE = re.compile(r"^<!-- render: ([a-z-]+)(?: ([A-Za-z0-9._-]+))? -->$", re.M)
+
+
+def _load(name: str) -> dict[str, Any]:
+    path = FIGURES / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"figure {name}: {path} does not exist")
+    return json.loads(path.read_text())
+
+
+def _e(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}e}"
+
+
+def _load_text(load: Any) -> str:
+    """A load average as the JSON has it: [1, 5, 15 min] lists before/after, or one list."""
+    if isinstance(load, dict):
+        parts = [f"{k} {', '.join(f'{x:g}' for x in v)}" for k, v in load.items() if isinstance(v, list)]
+        return "load average (1, 5, 15 min) " + "; ".join(parts)
+    if isinstance(load, list):
+        return "load average (1, 5, 15 min) " + ", ".join(f"{x:g}" for x in load)
+    return ""
+
+
+def _measured(parts: list[str]) -> str:
+    said = [p for p in parts if p]
+    if not said:
+        return "*Machine and load: the JSON records neither.*"
+    return "*Measured on: " + "; ".join(said) + ".*"
+
+
+def _head(command: str | None, measured: str) -> str:
+    lines = []
+    if command:
+        lines.append(f"Reproduce: `{command}`\n")
+    lines.append(measured + "\n")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CLI
+
+
+def cli(command: str | None) -> str:
+    """``ropeexport [COMMAND] --help`` as the parser prints it, at a fixed width (the page must not depend on the
+    terminal that builds it).
+    """  # noqa: D205
+    from ropeexport.cli import main
+
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "116"
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            try:
+                main([*([command] if command else []), "--help"])
+            except SystemExit as done:
+                if done.code not in (0, None):
+                    raise ValueError(f"cli {command}: --help exited {done.code}") from None
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+    return "```text\n" + out.getvalue().rstrip() + "\n```\n"
+
+
+def presets(_: str | None) -> str:
+    """Every preset card: name, encoding, resolved key parameters, source (``ropeexport list --presets --json``)."""
+    from ropeexport.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["list", "--presets", "--json"])
+    cards = json.loads(out.getvalue())
+    lines = ["| preset | resolved parameters | builds | summary | source |", "|---|---|---|---|---|"]
+    for name, card in cards.items():
+        params = ", ".join(f"{k} {v}" for k, v in card["parameters"].items())
+        b = card["builds"]
+        builds = f"{' '.join(b['artifacts'])} {' '.join(b['dtypes'])} {' '.join(b['graphs'])}"
+        source = card["source"]
+        link = f"[{source.split('/')[-1] or source}]({source})" if source.startswith("https://") else source
+        lines.append(f"| `{name}` | {params} | {builds} | {card['summary']} | {link} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Figures from tools/figures/*.json
+
+
+def _foundation(_: str | None) -> str:
+    data = _load("foundation-figures")
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in data["rows"]:
+        rows.setdefault((r["layout"], r["scaling"]), {})[(r["graph"], r["dtype"])] = r
+    lines = ["| layout | scaling | table max ulp (fp32 / fp16 / bf16) | fused fp32 vs float64 | decomposed fp32 vs "
+             "float64 | fused fp16 vs float64 |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for (layout, scaling), by in rows.items():
+        ulps = " / ".join(f"{by[(g, d)]['table_max_ulp']:.4f}" for g, d in (("fused", "fp32"), ("fused", "fp16"),
+                                                                             ("fused", "bf16")) if (g, d) in by)
+        cell = [_e(by[k]["max_abs_vs_float64"]) if k in by else "-"
+                for k in (("fused", "fp32"), ("decomposed", "fp32"), ("fused", "fp16"))]  # fmt: skip
+        lines.append(f"| {layout} | {scaling} | {ulps} | " + " | ".join(cell) + " |")
+    s = data["summary"]
+    passed = sum(r["passed"] for r in data["rows"])
+    lines += ["", f"{passed} of {s['cases']} cases pass at {s['max_positions']} positions; the largest table error is "
+              f"{s['table_max_ulp']:.11f} ulp of the table's dtype; the largest fp32 output error against the "
+              f"float64 oracle is {s['fp32_max_abs_vs_float64']:.2e}."]  # fmt: skip
+    head = _head(f"python tools/foundation_figures.py --max-positions {s['max_positions']} "
+                 "--out tools/figures/foundation-figures.json",
+                 _measured([f"ONNX Runtime ({data['rows'][0]['runtime']}) CPU; bf16 on onnx.reference; the JSON "
+                            "records no machine or load"]))  # fmt: skip
+    return head + "\n" + "\n".join(lines) + "\n"
+
+
+def _encodings(_: str | None) -> str:
+    data = _load("encoding-figures")
+    by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in data["rows"]:
+        by.setdefault((r["encoding"], r["artifact"]), {})[r["dtype"]] = r
+    lines = ["| encoding | artifact | fp32: max abs vs eager / float64 | fp16: max abs vs eager / float64 | guards "
+             "refused |", "|---|---|---|---|---|"]  # fmt: skip
+    for (encoding, artifact), d in sorted(by.items()):
+        cells = [f"{_e(d[t]['max_abs_vs_eager'])} / {_e(d[t]['max_abs_vs_float64'])}" if t in d else "-"
+                 for t in ("fp32", "fp16")]  # fmt: skip
+        guards = "/".join(sorted({d[t]["guards"] for t in d}))
+        lines.append(f"| {encoding} | {artifact} | {cells[0]} | {cells[1]} | {guards} |")
+    s = data["summary"]
+    passed = sum(r["passed"] for r in data["rows"])
+    lines += ["", f"{passed} of {s['artifacts']} pass. The ALiBi `bias` artifact's model.onnx: "
+              + ", ".join(f"{v} bytes at {k} positions" for k, v in s["alibi_bias_bytes"].items()) + "."]
+    head = _head(f"python tools/encoding_figures.py --max-positions {s['max_positions']} "
+                 "--out tools/figures/encoding-figures.json",
+                 _measured(["ONNX Runtime CPU, 8 heads of 64, fused graphs; the JSON records no machine or load"]))
+    return head + "\n" + "\n".join(lines) + "\n"
+
+
+def _bench_measured(data: dict[str, Any]) -> str:
+    c = data["config"]
+    return _measured([f"{c['cpu']}, {c['cpu_count']} CPUs", f"ONNX Runtime {c['onnxruntime']}, torch {c['torch']}",
+                      _load_text(data.get("load_average")),
+                      f"{c['rounds']} alternating rounds"])  # fmt: skip
+
+
+def _ratio(entry: dict[str, Any] | None) -> str:
+    if not entry or entry.get("median_us") is None:
+        return "-"
+    us = entry["median_us"]
+    time = f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} us"
+    iqr = entry.get("ratio_iqr") or [None, None]
+    spread = f"; {iqr[0]:.2f}-{iqr[1]:.2f}" if None not in iqr else ""
+    return f"{entry['ratio']:.2f}x ({time}{spread})"
+
+
+BENCH_ROWS = [("copy_1t", "copy, 1 thread"), ("copy_mt", "copy, 2 threads"), ("ort_floor", "ORT floor graph"),
+              ("fused", "**fused** (ropeexport)"), ("decomposed", "**decomposed** (ropeexport)"),
+              ("peer", "peer: `torch.onnx.export` in ORT"), ("eager", "eager PyTorch"),
+              ("torch_compile", "torch.compile")]  # fmt: skip
+
+
+def _bench_table(scenarios: list[str]) -> Callable[[str | None], str]:
+    def render(_: str | None) -> str:
+        data = _load("bench")
+        present = [s for s in scenarios if s in data["scenarios"]]
+        lines = ["| entry | " + " | ".join(present) + " |", "|---" * (len(present) + 1) + "|"]
+        for key, label in BENCH_ROWS:
+            if any(key in data["scenarios"][s] for s in present):
+                lines.append(f"| {label} | " + " | ".join(_ratio(data["scenarios"][s].get(key)) for s in present)
+                             + " |")  # fmt: skip
+        note = ("Each cell: the median over rounds of (entry / the copy roofline of the same round), the absolute "
+                "median, and the quartiles of the per-round ratio.")
+        return _head(data["command"], _bench_measured(data)) + "\n" + "\n".join(lines) + "\n\n" + note + "\n"
+
+    return render
+
+
+def _targets(_: str | None) -> str:
+    data = _load("bench")
+    lines = ["| target | this run | met? |", "|---|---|---|"]
+    for t in data["targets"]:
+        met = "met" if t["met"] else "**not met**"
+        lines.append(f"| {t['target']} | {t['value']}: {t['detail']} | {met} |")
+    return _head(data["command"], _bench_measured(data)) + "\n" + "\n".join(lines) + "\n"
+
+
+def _guard_cost(_: str | None) -> str:
+    data = _load("guard-cost")
+    lines = ["| scenario | shipped (guarded) | without guards | cost |", "|---|---|---|---|"]
+    for name, s in data["scenarios"].items():
+        shipped, bare = s.get("fused", {}).get("median_us"), s.get("fused_no_guard", {}).get("median_us")
+        if shipped is None or bare is None:
+            continue
+        cost = f"{shipped - bare:+.1f} us ({(shipped / bare - 1) * 100:+.1f}%)"
+        lines.append(f"| {name.removesuffix('-experiments')} | {shipped:.1f} us | {bare:.1f} us | {cost} |")
+    return _head(data["command"], _bench_measured(data)) + "\n" + "\n".join(lines) + "\n"
+
+
+def _build_cost(_: str | None) -> str:
+    data = _load("build-cost")
+    c = data["config"]
+    lines = ["| tables | positions x frequencies | float64 + round once (s) | rope_tables (s) | < 0.5 s |",
+             "|---|---|---:|---:|---|"]  # fmt: skip
+    for r in data["tables"]:
+        lines.append(f"| {r['dtype']} | {r['positions']} x {r['frequencies']} | {r['tables_s']:.3f} | "
+                     f"{r['initializers_s']:.3f} | {'met' if r['met'] else 'not met'} |")  # fmt: skip
+    lines += ["", "| artifact | dtype | max_positions | export (s) | of which tables (s) | save + check (s) "
+              "| total (s) | size (MiB) | files |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for r in data["builds"]:
+        regimes = "-" if r["table_regimes_s"] is None else f"{r['table_regimes_s']:.3f}"
+        lines.append(f"| {r['artifact']} | {r['dtype']} | {r['max_positions']} | {r['export_s']:.3f} | {regimes} | "
+                     f"{r['save_s']:.3f} | {r['total_s']:.3f} | {r['bytes'] / 2**20:.3f} | "
+                     f"{', '.join(r['files'])} |")  # fmt: skip
+    measured = _measured([f"{c['cpu_count']} CPUs", _load_text(data.get("load_average")),
+                          f"median of {c['repeats']} runs"])  # fmt: skip
+    return _head(data["command"], measured) + "\n" + "\n".join(lines) + "\n"
+
+
+def _sizes(_: str | None) -> str:
+    data = _load("sizes")
+    m = data["machine"]
+    lines = ["| checkpoint | layers | dtype | run | wall (s) | peak RSS (GiB) | disk (GiB) | exit |",
+             "|---|---:|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in data["results"]:
+        for run, x in r["runs"].items():
+            lines.append(f"| {r['model']} | {r['layers']} | {r['dtype']} | {run} | {x['wall_s']} | "
+                         f"{x['peak_rss_gib']} | {x['disk_gib']} | {x['exit']} |")  # fmt: skip
+    measured = _measured([f"{m['platform']}, {m['cpus']} CPUs, {m['mem_total_gib']} GiB",
+                          "shared with other work (the JSON records each run's available memory, not the load)"])
+    return _head("python tools/bench_sizes.py --work /tmp/sizes --model llama-3.2-1b --out tools/figures", measured) \
+        + "\n" + "\n".join(lines) + "\n"
+
+
+def _quantized(_: str | None) -> str:
+    data = _load("quantized")
+    out = [_head("python tools/quantized_figures.py --out tools/figures",
+                 _measured([data["machine"], f"ONNX Runtime {data['versions']['onnxruntime']}",
+                            "the JSON records no CPU model or load"]))]  # fmt: skip
+    for size, block in data["checkpoints"].items():
+        c = block["config"]
+        out += [f"**{size}** ({block['parameters'] / 1e6:.1f}M parameters: hidden {c['hidden_size']}, "
+                f"{c['num_hidden_layers']} layers, vocabulary {c['vocab_size']})", "",
+                "| variant | passed | fidelity / its bound | quantization cost (agreement with unquantized) | model | "
+                "build + verify |", "|---|---|---|---|---:|---:|"]  # fmt: skip
+        for label, r in block["variants"].items():
+            cost = f"{r['cost']:.2f} ({r['cost_agreement']})" if "cost" in r else "-"
+            out.append(f"| {label} | {r['passed']} | {r['fidelity']:.1e} / {r['tolerance']:g} | {cost} | "
+                       f"{r['bytes'] / 2**20:.1f} MiB | {r['seconds']} s |")  # fmt: skip
+        out.append("")
+    return "\n".join(out)
+
+
+def _planted(_: str | None) -> str:
+    data = _load("planted")
+    lines = ["| bug | artifact | caught | as expected | worst error |", "|---|---|---|---|---|"]
+    for b in data["bugs"]:
+        worst = b.get("worst") or {}
+        error = worst.get("max_abs", worst.get("error"))
+        where = _e(error, 3) if isinstance(error, float) else (str(error) if error is not None else "runtime raised")
+        lines.append(f"| `{b['name']}`: {b['summary']} | {b['artifact']} | {b['verdict']} | "
+                     f"{'yes' if b['as_expected'] and b['located'] else 'no'} | {where} |")  # fmt: skip
+    caught = sum(b["verdict"] == "caught" and b["as_expected"] for b in data["bugs"])
+    good = sum(c["passed"] for c in data["correct"])
+    env = data["environment"]
+    lines += ["", f"{caught}/{len(data['bugs'])} bugs caught by exactly their expected checks; {good}/"
+              f"{len(data['correct'])} correct builds pass."]  # fmt: skip
+    measured = _measured([f"ONNX Runtime {env['onnxruntime']} CPU, torch {env['torch']}",
+                          "the JSON records no machine or load"])  # fmt: skip
+    return _head("python tools/planted_bugs.py --out planted.json", measured) + "\n" + "\n".join(lines) + "\n"
+
+
+def _decoder_peers(_: str | None) -> str:
+    data = _load("decoder-peers")
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for r in data["rows"]:
+        text = "fails to export" if r.get("rel") is None else f"{r['rel']:.1e}"
+        cells.setdefault((r["config"], r["row"]), {})[r["position"]] = text
+    positions = sorted({r["position"] for r in data["rows"]})
+    lines = ["| config | exporter | " + " | ".join(f"@{p}" for p in positions) + " |",
+             "|---|---|" + "---|" * len(positions)]  # fmt: skip
+    for (config, row), by in cells.items():
+        lines.append(f"| {config} | {row} | " + " | ".join(by.get(p, "-") for p in positions) + " |")
+    v = data["versions"]
+    measured = _measured([data["platform"], f"ONNX Runtime {v['onnxruntime']}, transformers {v['transformers']}, "
+                          f"torch {v['torch']}", "the JSON records no load"])  # fmt: skip
+    note = (f"Each cell: max |logit error| / max |float64 logit| over {data['tokens']} tokens ending at that "
+            f"position, against {data['reference']}.")
+    return _head(data["command"], measured) + "\n" + "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def _cli_startup(_: str | None) -> str:
+    data = _load("cli-startup")
+    trees = list(data["trees"].items())
+    name, last = trees[-1]
+    lines = ["| command | best (s) | median (s) |", "|---|---:|---:|"]
+    for command, t in last.items():
+        lines.append(f"| `ropeexport {command}` | {t['best']:.3f} | {t['median']:.3f} |")
+    measured = _measured([f"Python {data['python']}, best and median of {data['runs']} runs",
+                          "the JSON records no machine or load"])  # fmt: skip
+    return _head("python tools/cli_startup.py --tree . --out tools/figures/cli-startup.json", measured) + "\n" \
+        + "\n".join(lines) + "\n"
+
+
+def _suite(_: str | None) -> str:
+    """The last fresh-clone CI run's pytest summary line (tools/figures/ci-fresh-venv.log)."""
+    log = FIGURES / "ci-fresh-venv.log"
+    if not log.is_file():
+        raise ValueError(f"figure suite: {log} does not exist")
+    summary = [line for line in log.read_text().splitlines() if re.search(r"\d+ passed.* in [\d.]+s", line)]
+    if not summary:
+        raise ValueError("figure suite: no pytest summary line in ci-fresh-venv.log")
+    return (f"Last recorded fresh-clone `.ci/run` (`tools/figures/ci-fresh-venv.log`): `{summary[-1].strip()}`.\n\n"
+            "*Measured on: the project's 2-core CI machine; the log records no load.*\n")
+
+
+def _figure_md(name: str | None) -> str:
+    """The Markdown a tool wrote beside its JSON (tables the tool renders from that JSON), headings demoted, under the
+    machine and load the JSON records.
+    """  # noqa: D205
+    path = FIGURES / f"{name}.md"
+    if not path.is_file():
+        raise ValueError(f"figure-md {name}: {path} does not exist")
+    parts: list[str] = []
+    data = json.loads((FIGURES / f"{name}.json").read_text()) if (FIGURES / f"{name}.json").is_file() else {}
+    machine = data.get("machine")
+    if isinstance(machine, dict):
+        parts.append(", ".join(str(v) for v in machine.values()))
+    elif machine:
+        parts.append(str(machine))
+    if data.get("cpu"):
+        parts.append(f"{data['cpu']}, {data.get('cpu_count', '?')} CPUs")
+    if data.get("platform"):
+        parts.append(str(data["platform"]))
+    for key in ("load_average", "load_average_after"):
+        if key in data:
+            parts.append(("after the run: " if key.endswith("after") else "") + _load_text(data[key]))
+    if not data:
+        parts.append("no JSON beside it; the Markdown says what it records")
+    elif not any(k in data for k in ("load_average", "load_average_after")):
+        parts.append("the JSON records no load")
+    text = re.sub(r"^(#+) ", lambda m: "#" * (len(m.group(1)) + 2) + " ", path.read_text(), flags=re.M)
+    return _measured(parts) + "\n\n" + text.rstrip() + "\n"
+
+
+def _build_times(_: str | None) -> str:
+    data = _load("build-times")
+    m = data["machine"]
+    lines = ["| command | artifacts | wall | CPU (user + system) | load average (1 min) before -> after | exit |",
+             "|---|---:|---:|---:|---|---:|"]  # fmt: skip
+    for r in data["runs"]:
+        load = r["load_average"]
+        lines.append(f"| `{r['command']}` | {r['artifacts']} | {r['wall_s']} s | {r['cpu_s']} s | "
+                     f"{load['before'][0]} -> {load['after'][0]} | {r['exit']} |")  # fmt: skip
+    measured = _measured([f"{m['cpu']}, {m['cpus']} CPUs, {m['platform']}",
+                          "the load average of each run is in the table (a machine shared with other work)"])
+    return _head(data["command"], measured) + "\n" + "\n".join(lines) + "\n"
+
+
+FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
+    "foundation": _foundation,
+    "encodings": _encodings,
+    "bench-rope": _bench_table(["rope-prefill-fp32", "rope-prefill-fp16", "rope-decode-fp32", "rope-decode-fp16"]),
+    "bench-bias": _bench_table(["alibi-bias-fp32", "alibi-bias-fp16", "alibi-scores-fp32", "sinusoidal-apply-fp32",
+                                "sinusoidal-apply-fp16"]),
+    "bench-targets": _targets,
+    "guard-cost": _guard_cost,
+    "build-cost": _build_cost,
+    "build-times": _build_times,
+    "sizes": _sizes,
+    "quantized": _quantized,
+    "planted": _planted,
+    "decoder-peers": _decoder_peers,
+    "cli-startup": _cli_startup,
+    "suite": _suite,
+}
+
+
+def _figure(name: str | None) -> str:
+    if name not in FIGURE_RENDERERS:
+        raise ValueError(f"figure {name!r}: not one of {', '.join(FIGURE_RENDERERS)}")
+    return FIGURE_RENDERERS[name](name)
+
+
+DIRECTIVES: dict[str, Callable[[str | None], str]] = {
+    "cli": cli,
+    "figure": _figure,
+    "figure-md": _figure_md,
+    "presets": presets,
+}
+
+
+def render(markdown: str, where: str = "") -> str:
+    """``markdown`` with every ``<!-- render: WHAT [ARG] -->`` line replaced by what it names (module doc)."""
+
+    def one(match: re.Match[str]) -> str:
+        what, arg = match.group(1), match.group(2)
+        if what not in DIRECTIVES:
+            raise ValueError(f"{where}: unknown directive {what!r}; one of {', '.join(DIRECTIVES)}")
+        return DIRECTIVES[what](arg)
+
+    return DIRECTIVE.sub(one, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs hook: the page's directives rendered."""
+    return render(markdown, page.file.src_path)
