@@ -3,8 +3,8 @@
 Sources (one kind at a time; with none, the embedded default: one preset per encoding family):
   --preset NAME (repeatable) | --all-presets | --hf-config PATH/config.json | --spec FILE | spec-field flags
 Variants: --dtype and --artifact are repeatable, --graph takes fused, decomposed, plugin, tensorrt or
-static-cache (the last two: block forms) or both; other spec-field flags (--max-positions, --theta, ...) override
-every artifact's value.
+static-cache (the last two: block forms), or both (fused and decomposed); a decoder's (--artifact decoder) are fused,
+decomposed, gqa and tensorrt. Other spec-field flags (--max-positions, --theta, ...) override every artifact's value.
 
 Examples:
   ropeexport build                                   # the embedded default into ./ropeexport-out
