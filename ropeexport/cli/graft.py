@@ -1,4 +1,4 @@
-"""``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx``: exact RoPE tables in a foreign model.
+"""``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx|FOLDER``: exact RoPE tables in a model.
 
 Audits the model first (``ropeexport audit``; --spec FILE instead of --hf-config as there), and per layer gives each
 wrong site's readers the exact values of their layers' encoding (a table two encodings share is split, the readers
