@@ -463,7 +463,8 @@ def graft(
     spec_file: str | Path | None = None,
 ) -> GraftResult:
     """``model`` with every wrong rotary site replaced by the exact values of its layers' encoding (``hf_config``'s,
-    or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist) and proven
+    or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist; for a model
+    with genai_config.json beside it, the new onnxruntime-genai folder, written whole: ``audits.package``) and proven
     (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was exported from) its logits are judged
     against the whole decoder's float64 recompute at far positions and across original_max_position_embeddings too.
     Returns a ``GraftResult``.

@@ -23,6 +23,15 @@ from ropeexport.report.html import CSS
 from ropeexport.store import MANIFEST, is_artifact, read_object
 
 INDEX_SCHEMA = "ropeexport.index/1"
+# The index table fits the page (body: at most 1200 px) whatever its rows hold: a 100-character name, a snapshot
+# path, a skipped runtime's reason. Every text cell may break anywhere (a path has no space to break at) and the
+# figures wrap at their spaces, so no column is wider than its longest word allows; measured with headless Chromium
+# at 1,400 px on tests/report/sample_index.py (tools/figures/index-width.md).
+INDEX_CSS = """
+table.index { width: 100%; }
+table.index td { overflow-wrap: anywhere; }
+table.index td.num { white-space: normal; overflow-wrap: normal; }
+"""
 
 
 def artifact_folders(out: Path, damaged: bool = False) -> list[Path]:
@@ -258,12 +267,12 @@ def render_index(index: dict[str, Any]) -> str:
         )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>ropeexport: {index['passed']} of {total} verified</title><style>{CSS}</style></head><body>"
+        f"<title>ropeexport: {index['passed']} of {total} verified</title><style>{CSS}{INDEX_CSS}</style></head><body>"
         f'<div class="banner {state}"><h1>ropeexport artifacts: {index["passed"]} of {total} verified</h1>'
         f"<p>{escape(index['path'])}. Errors are max |artifact - reference| over every probe, runtime and output; "
         f"in parentheses, the worst element's error as a share of what its tolerance allows, max(atol, rtol x "
         f"|expected|): at most 1 passes. Each report has the details.{escape(note + took)}</p></div>"
-        "<table><thead><tr>"
+        '<table class="index"><thead><tr>'
         + "".join(f"<th>{escape(h)}</th>" for h in header)
         + "</tr></thead><tbody>"
         + "".join(rows)

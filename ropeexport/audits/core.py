@@ -6,7 +6,8 @@ ONNX Runtime must load it), the config (the same import as ``build --hf-config``
 (``audit.diagnose``, ``audit.checks``). The result: per site its kind, the nodes that read it, per call length the
 rows compared, the worst error against float64 and its position, the attention factor read from the values, the
 findings (a site that could not be checked says why); verdict ``exact`` (every site exact to its dtype) or
-``findings``.
+``findings``. Each of the model's findings carries its effect on the logits (``audits.effect``), a severity from it
+and the next step (``audits.advice``).
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ class AuditResult:
             lines += ["## Findings, by their effect on the logits", "",
                       "Each finding's sites repaired alone (graft's exact values for their layers) and the model "
                       "called on 8 tokens ending where the finding is worst: max |logits - repaired logits|, and that "
-                      "over max |logit|.", "",
-                      "| finding | sites | logit change | of the logit scale | call |", "|---|---|---:|---:|---|"]
+                      "over max |logit|. Severity: harmless within the bound ropeexport verifies the logits' dtype to "
+                      "(float32 1e-4), minor up to 1e-2 of the logit scale, wrong above.", "",
+                      "| severity | finding | sites | logit change | of the logit scale | call | next |",
+                      "|---|---|---|---:|---:|---|---|"]  # fmt: skip
             for found in self.findings:
                 effect = found.get("effect") or {}
                 sites = ", ".join(str(i) for i in found["sites"]) or "none"
@@ -72,7 +75,9 @@ class AuditResult:
                     change += f"{effect['positions'][0]}..{effect['positions'][1]} {effect['how']}"
                 else:
                     change = f" | | not measured: {effect.get('not_measured', 'not asked')}"
-                lines.append(f"| {found['text']} (`{found['name']}`) | {sites} | {change} |")
+                level = (found.get("severity") or {}).get("level", "")
+                step = (found.get("next") or {}).get("text", "").replace("|", "\\|")
+                lines.append(f"| **{level}** | {found['text']} (`{found['name']}`) | {sites} | {change} | {step} |")
             lines.append("")
         for i, site in enumerate(self.sites):
             users = site["users"]
@@ -207,6 +212,9 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     else:  # each measure runs the model twice; a caller who only wants the names skips them
         for found in result.findings:
             found["effect"] = {"not_measured": "not asked"}
+    from ropeexport.audits.advice import advise
+
+    advise(result.findings, result.sites, result.model, result.config, source)
     return result
 
 

@@ -5,8 +5,9 @@ The call: n = 8 tokens (fewer near the start) whose last sits at the position wh
 (the audit's probes), as ``prove`` places calls: after p = position + 1 - n random cached entries (std 1, the same in
 both models) where the model takes a cache, else at position_ids p .. position where it takes those; a model with
 neither is called on the whole sequence 0 .. position when that is at most ``LONGEST`` tokens. Reported: max
-|logits_original - logits_fixed| over the call, and that over max |logits_original| (the logit scale): a one-ulp
-table difference reads as ~1e-7, a wrong schedule as a sizable part of the scale. A model that cannot be called so, or
+|logits_original - logits_fixed| over the call, and that over max |logits_original| (the logit scale), and the
+logits' element type: a one-ulp table difference reads as ~1e-5 or less, a wrong schedule as a sizable part of the
+scale (``advice`` turns it into a severity). A model that cannot be called so, or
 a finding whose repair graft does not make, says why instead (``not_measured``); the finding stays.
 """  # noqa: D205
 
@@ -26,6 +27,8 @@ TOKENS = 8
 LONGEST = 4096  # the longest whole sequence a model without cache or position_ids is called on
 NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
          "tensor(int32)": np.int32, "tensor(bool)": np.bool_}  # fmt: skip
+DTYPE_NAMES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(bfloat16)": "bfloat16",
+               "tensor(double)": "float64"}  # the output's element type, as the severity names it (``advice``)
 
 
 def measure(source: Path, records: list[dict[str, Any]], encodings: Encodings, sites: list[int],
@@ -39,7 +42,7 @@ def measure(source: Path, records: list[dict[str, Any]], encodings: Encodings, s
     try:
         model, _ = repair(load_model(source), source, records, encodings, sites)
     except SpecError as exc:
-        return {"not_measured": f"its repair is not one graft makes ({exc.message})"}
+        return {"not_measured": f"its repair is not one graft makes ({exc.message})", "unrepairable": exc.message}
     with tempfile.TemporaryDirectory(prefix="ropeexport-effect-") as folder:
         fixed = Path(folder) / "fixed.onnx"
         ir.save(model, fixed, external_data="fixed.onnx.data", size_threshold_bytes=1024)
@@ -51,8 +54,8 @@ def measure(source: Path, records: list[dict[str, Any]], encodings: Encodings, s
         feeds = _feeds(sessions[0], encodings.first, position)
         if isinstance(feeds, str):
             return {"not_measured": feeds}
-        name = next((o.name for o in sessions[0].get_outputs() if o.name == "logits"),
-                    sessions[0].get_outputs()[0].name)  # fmt: skip
+        output = next((o for o in sessions[0].get_outputs() if o.name == "logits"), sessions[0].get_outputs()[0])
+        name = output.name
         try:
             got = [np.asarray(s.run([name], feeds[0], quiet()[1])[0], np.float64) for s in sessions]
         except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
@@ -61,7 +64,8 @@ def measure(source: Path, records: list[dict[str, Any]], encodings: Encodings, s
     scale = float(np.max(np.abs(got[0]), initial=0.0))
     first, last = feeds[1]
     return {"position": position, "positions": [first, last], "output": name, "max_abs": worst, "scale": scale,
-            "relative": worst / scale if scale else worst, "how": feeds[2]}  # fmt: skip
+            "relative": worst / scale if scale else worst, "how": feeds[2],
+            "dtype": DTYPE_NAMES.get(output.type, output.type)}  # fmt: skip
 
 
 def _feeds(session: Any, spec: Any, position: int) -> tuple[dict[str, np.ndarray], tuple[int, int], str] | str:

@@ -22,6 +22,11 @@ models run on the same short call (8 tokens at positions 0 .. 7, an empty cache)
 the dtype's noise where the tables agree there. Given the checkpoint the model was exported from, both models' logits
 are also judged against the float64 recompute of the whole decoder at the first and last positions and on both sides
 of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call.
+
+Written: ``out``, an .onnx file (its external data beside it) moved in after the proof; or, when the model is an
+onnxruntime-genai folder's (genai_config.json beside it) and ``out`` is a folder (no .onnx suffix), that whole folder,
+config and tokenizer files included (``audits.package``), so that onnxruntime-genai loads the grafted model as
+written.
 """
 
 from __future__ import annotations
@@ -40,11 +45,13 @@ from ropeexport.audits.fix import UNREPAIRABLE, repair
 from ropeexport.audits.layers import encodings_for
 from ropeexport.audits.model import load_model, ort_reason, quiet
 from ropeexport.audits.observe import feed, session_feeds
+from ropeexport.audits.package import genai_folder
 from ropeexport.audits.patterns import SiteKind
 from ropeexport.audits.prove import DecoderProof
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
+from ropeexport.version import __version__
 
 TRUSTS = ("model", "config")
 
@@ -60,6 +67,7 @@ class GraftResult:
     short_call: JsonObject = field(default_factory=dict)
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
     decoder: JsonObject | None = None  # audit.prove's record of both models, with a checkpoint
+    genai: JsonObject | None = None  # the onnxruntime-genai folder written (``audits.package``): folder, files
 
     @property
     def proven(self) -> bool:
@@ -75,7 +83,7 @@ class GraftResult:
         return {"path": str(self.path), "proven": self.proven, "replaced": self.replaced,
                 "before": self.before.verdict if self.before else None,
                 "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
-                "changed_schedule": self.changed_schedule, "decoder": self.decoder}  # fmt: skip
+                "changed_schedule": self.changed_schedule, "decoder": self.decoder, "genai": self.genai}  # fmt: skip
 
 
 def graft(
@@ -94,17 +102,25 @@ def graft(
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
     source, target = Path(model), Path(out)
-    check_name(target.name, "out")  # a name the store can hold, said before the audit runs
-    store = Store(target.parent)
-    store.clean(only=target.name)  # an earlier graft to this --out killed mid-commit: what it moved in goes first
-    if target.exists():
-        raise SpecError("out", f"{str(target)!r} exists: give a new file")
-    if target.suffix != ".onnx":
-        raise SpecError("out", f"must name an .onnx file, got {str(target)!r}")
-    if target.with_name(f"{target.name}.data").exists():
-        raise SpecError("out", f"{str(target.with_name(target.name + '.data'))!r} exists (the tables' file of "
-                        f"{target.name}): give a new file")  # fmt: skip
-    loaded = load_model(source)
+    loaded = load_model(source)  # not an ONNX file: said first
+    # a genai folder's model and a folder to write: the whole genai folder (module doc)
+    package = genai_folder(source, target) if target.suffix != ".onnx" else None
+    place = package.folder if package is not None else target  # what the store writes: the folder, or the file
+    if package is not None and (place.exists() or place.is_symlink() or not place.name):
+        raise SpecError("out", f"{str(place)!r} exists: graft writes the onnxruntime-genai folder whole; give a new "
+                        "folder")  # fmt: skip
+    check_name(place.name, "out")  # a name the store can hold, said before the audit runs
+    store = Store(place.parent)
+    store.clean(only=place.name)  # an earlier graft to this --out killed mid-commit: what it moved in goes first
+    if package is None:
+        if target.exists():
+            raise SpecError("out", f"{str(target)!r} exists: give a new file")
+        if target.suffix != ".onnx":
+            raise SpecError("out", f"must name an .onnx file (or a new folder, for a model with genai_config.json "
+                            f"beside it), got {str(target)!r}")  # fmt: skip
+        if target.with_name(f"{target.name}.data").exists():
+            raise SpecError("out", f"{str(target.with_name(target.name + '.data'))!r} exists (the tables' file of "
+                            f"{target.name}): give a new file")  # fmt: skip
     encodings = encodings_for(hf_config, spec_file, loaded)  # bad input said before the audit runs
     before = audit(source, hf_config, spec_file=spec_file, effects=False)
     _refuse_unchecked(before)
@@ -120,19 +136,29 @@ def graft(
         proof.judge(source)
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
     graph, replaced = repair(loaded, source, before.sites, encodings, fixing)
-    result = GraftResult(target, replaced, before, changed_schedule=implied)
+    name = source.name if package is not None else target.name  # genai_config.json names the model by its name
+    path = place / name if package is not None else target
+    result = GraftResult(path, replaced, before, changed_schedule=implied)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
-    # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.
-    with store.draft(target.name, field="out", tree=False) as draft:
-        grafted = draft.path / target.name
-        ir.save(graph, grafted, external_data=f"{target.name}.data", size_threshold_bytes=1024)
+    # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model, or half a genai folder, at ``out``.
+    with store.draft(place.name, field="out", tree=False) as draft:
+        grafted = draft.path / name
+        ir.save(graph, grafted, external_data=f"{name}.data", size_threshold_bytes=1024)
         result.after = audit(grafted, hf_config, spec_file=spec_file, effects=False)
-        result.after.model = str(target)
+        result.after.model = str(result.path)
         result.short_call = _compare(original, _short_outputs(grafted, spec))
         if proof is not None:
             result.decoder = proof.run({"original": source, "grafted": grafted})
-        written = sorted(p.name for p in draft.path.iterdir())
-        draft.commit_files(sorted(written, key=lambda n: n == target.name))  # the model file last
+        if package is None:
+            written = sorted(p.name for p in draft.path.iterdir())
+            draft.commit_files(sorted(written, key=lambda n: n == target.name))  # the model file last
+            return result
+        package.write(draft.path)
+        result.genai = {"folder": str(place), "model": name, "files": sorted(p.name for p in draft.path.iterdir())}
+        record = {"model": str(source), "config": str(hf_config if hf_config is not None else spec_file),
+                  "trust": trust}  # fmt: skip
+        manifest = {"artifact": "graft", "spec": record, "proven": result.proven, "ropeexport_version": __version__}
+        draft.commit(manifest, result.proven, guard_verified=False)  # the folder moved in whole
     return result
 
 

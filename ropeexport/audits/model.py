@@ -64,6 +64,19 @@ def _node_tensors(nodes: Any, where: str) -> Iterator[tuple[onnx.TensorProto, st
                 yield from _tensors(sub, inner)
 
 
+def _every_tensor(proto: onnx.ModelProto) -> list[tuple[onnx.TensorProto, str]]:
+    """Every TensorProto of the model: its graphs' (``_tensors``) and its functions' nodes'."""
+    functions = ((f.node, f" in function {f.domain}:{f.name}") for f in proto.functions)
+    return [*_tensors(proto.graph, ""), *(t for nodes, where in functions for t in _node_tensors(nodes, where))]
+
+
+def external_files(path: Path) -> set[str]:
+    """The names of the files ``path``'s tensors keep their external data in (relative to its folder, as written)."""
+    proto = onnx.load(str(path), load_external_data=False)
+    return {entry.value for tensor, _ in _every_tensor(proto) if tensor.data_location == EXTERNAL
+            for entry in tensor.external_data if entry.key == "location"}  # fmt: skip
+
+
 def _nbytes(tensor: onnx.TensorProto) -> int | None:
     """Bytes the tensor's dims and type take (None: a type of no fixed width, strings)."""
     try:
@@ -109,9 +122,7 @@ def load_model(path: Path) -> ir.Model:
     except Exception as exc:  # protobuf's and onnx's errors for a file that is not ONNX
         raise SpecError("model", f"{str(path)!r} is not an ONNX model ({_first_line(exc)})") from None
     folder = path.resolve().parent
-    functions = ((f.node, f" in function {f.domain}:{f.name}") for f in proto.functions)
-    found = [*_tensors(proto.graph, ""), *(t for nodes, where in functions for t in _node_tensors(nodes, where))]
-    for tensor, what in found:
+    for tensor, what in _every_tensor(proto):
         if tensor.data_location == EXTERNAL:
             _check_external(tensor, what, folder)
     try:

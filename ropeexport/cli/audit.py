@@ -9,7 +9,9 @@ original + 1 for LongRoPE and dynamic NTK) and compares every position with the 
 attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, channels paired
 otherwise, YaRN applied twice, ..) and, where the config says windows per layer type, each layer's attention window
 as the graph says it (a mask's window constant, GroupQueryAttention's local_window_size), and measures
-what each finding does to the logits (its sites repaired alone, 8 tokens ending where it is worst). Where no
+what each finding does to the logits (its sites repaired alone, 8 tokens ending where it is worst), with a severity
+from it (harmless: within the bound ropeexport verifies the logits' dtype to, float32 1e-4 of the logit scale; minor:
+up to 1e-2; wrong: above) and the next step (graft, graft --trust config, re-export, or nothing). Where no
 transformers config is at hand, --spec FILE gives the position spec: one spec's fields (.json or .toml), or per layer
 {"layers": ["local", "global", null, ...], "encodings": {"local": {...}, "global": {...}}}. For a config that describes
 ALiBi (BLOOM, MPT, ..), finds the bias added to the attention scores instead and checks every head's slope and every
@@ -76,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if result.findings:
             print("  findings by their effect on the logits (max |change| / max |logit|, their sites repaired):")
         for found in result.findings:
-            effect = found.get("effect") or {}
-            weight = (f"{effect['relative']:.2g} at position {effect['position']}" if "relative" in effect
-                      else f"not measured: {effect.get('not_measured', '')}")  # fmt: skip
-            print(f"    - {found['text']}: {weight}")
+            print(f"    - {found['text']}")
+            print(f"      {found['severity']['level']}: {found['severity']['text']}")
+            print(f"      next: {found['next']['text']}")
     return 0 if result.verdict == "exact" else 1

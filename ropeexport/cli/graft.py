@@ -1,4 +1,4 @@
-"""``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx``: exact RoPE tables in a foreign model.
+"""``ropeexport graft MODEL.onnx --hf-config config.json --out FIXED.onnx|FOLDER``: exact RoPE tables in a model.
 
 Audits the model first (``ropeexport audit``; --spec FILE instead of --hf-config as there), and per layer gives each
 wrong site's readers the exact values of their layers' encoding (a table two encodings share is split, the readers
@@ -13,6 +13,11 @@ also judged against the float64 recompute of the whole decoder: 8 tokens at posi
 max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
 with a cache input is placed there after random cached entries.
 
+A model with genai_config.json beside it (onnxruntime-genai's builder's, a folder published for onnxruntime-genai) is
+served from its folder: give --out a new folder (no .onnx suffix) and graft writes the whole folder there (the
+grafted model under its own name with its data, genai_config.json, the tokenizer and every other file of the
+original folder), so that og.Model(--out) loads it as written; --out FIXED.onnx writes the model file alone.
+
 An ALiBi model's slopes (the one stored constant with a value per head the bias is computed from) are replaced by
 the config's exact ones.
 
@@ -26,8 +31,9 @@ original before anything is written).
 Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input.
 
 Examples:
-  ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out fixed/model.onnx
-  ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out fixed/model.onnx --trust config --json
+  ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed
+  ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed --trust config --json
+  ropeexport graft exported.onnx --hf-config llama/config.json --out fixed.onnx
   ropeexport graft og-phi3/model.onnx --hf-config phi3/config.json --checkpoint phi3 --out fixed/model.onnx
 
 """
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from ropeexport.api import graft
@@ -51,7 +58,9 @@ def add_parser(sub: Any) -> None:
     source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
                         "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
                         "fields}}")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="FIXED.onnx", help="the grafted model to write (must not exist)")
+    p.add_argument("--out", required=True, metavar="OUT", help="the grafted model to write, FIXED.onnx, or for a "
+                   "model with genai_config.json beside it the new onnxruntime-genai folder (must not "
+                   "exist)")  # fmt: skip
     p.add_argument("--trust", choices=["model", "config"], default="model",
                    help="which to follow when they disagree on the schedule (default model: refuse)")  # fmt: skip
     p.add_argument("--checkpoint", metavar="FOLDER",
@@ -68,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         verdict = "proven" if result.proven else "NOT proven"
         print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {verdict}")
+        if result.genai is not None:
+            print(f"  onnxruntime-genai folder {result.genai['folder']}: {', '.join(result.genai['files'])}")
+        elif (Path(args.model).parent / "genai_config.json").is_file():
+            print("  the model file alone: onnxruntime-genai loads a folder; give --out a new folder to write the "
+                  "whole one")  # fmt: skip
         for item in result.replaced:
             if "node" in item:  # a fused reader re-paired (``pairing``)
                 print(f"  {item['node']}: {item['replaced_by']}")

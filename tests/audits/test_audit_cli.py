@@ -70,7 +70,7 @@ def test_no_effects_names_the_same_findings_without_running_the_model(tmp_path: 
     assert all(f["effect"] == {"not_measured": "not asked"} for f in skipped), skipped
     assert main(["audit", str(model), "--hf-config", str(config), "--no-effects"]) == 1
     printed = capsys.readouterr().out
-    assert "rope_scaling ignored" in printed and "not measured: not asked" in printed, printed
+    assert "rope_scaling ignored" in printed and "unmeasured: not asked" in printed, printed
 
 
 def _text(tmp: Path) -> tuple[Path, Path]:

@@ -302,11 +302,14 @@ def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path,
 
 def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(tmp_path: Path,
                                                                                 tiny_checkpoint) -> None:  # noqa: ANN001
-    effects = {}
+    effects, levels = {}, {}
     for fault in (FAULTS[0], FAULTS[-1]):
         model, config, _ = _planted(fault, tmp_path / fault.case, tiny_checkpoint)
-        effects[fault.case] = rx.audit(model, config).findings[0]["effect"]["relative"]
+        found = rx.audit(model, config).findings[0]
+        effects[fault.case], levels[fault.case] = found["effect"]["relative"], found["severity"]["level"]
     assert effects["sliding-given-global"] > 1e4 * effects["float32-angles-sliding"], effects
+    # and reads so: float32 rounding is harmless, the global table on sliding layers wrong (``audits.advice``)
+    assert levels == {"sliding-given-global": "wrong", "float32-angles-sliding": "harmless"}, (levels, effects)
 
 
 @pytest.mark.slow  # a decoder built, audited, grafted and proven against float64 per fault (~10 s each)

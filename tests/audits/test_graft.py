@@ -152,6 +152,25 @@ def _data_exists(tmp: Path) -> tuple[Path, Path]:
     return made
 
 
+def _genai(tmp: Path, config: object = None) -> tuple[Path, Path]:
+    """A planted model served from its folder (genai_config.json naming it, or ``config``), beside it a tokenizer, a
+    link to a file outside the folder (a Hugging Face snapshot's form), a hidden file, a sub-folder, a manifest of an
+    earlier graft and a stale ``model.onnx.data`` (this model keeps its tables in the file).
+    """  # noqa: D205
+    tmp.mkdir(exist_ok=True)
+    model, hf = _built(tmp, "float32-gqa-llama3")
+    genai = {"model": {"decoder": {"filename": "model.onnx"}, "type": "llama"}} if config is None else config
+    (tmp / "genai_config.json").write_text(json.dumps(genai))
+    (tmp / "tokenizer.json").write_text('{"version": "1.0"}')
+    (tmp.parent / "blob").write_text("merges")
+    (tmp / "merges.txt").symlink_to(tmp.parent / "blob")
+    (tmp / ".lock").write_text("")
+    (tmp / "cache").mkdir()
+    (tmp / "manifest.json").write_text("{}")
+    (tmp / "model.onnx.data").write_text("stale")
+    return model, hf
+
+
 BAD: list[tuple[str, object, list[str], str, str]] = [
     ("out-data-exists", _data_exists, [], "--out", "fixed.onnx.data' exists"),
     ("computed-dynamic", _computed_dynamic, ["--trust", "config", "--out", "{tmp}/fixed.onnx"], "MODEL",
@@ -164,6 +183,10 @@ BAD: list[tuple[str, object, list[str], str, str]] = [
      ["--out", "{tmp}/fixed.onnx", "--checkpoint", "{tmp}/absent"], "--checkpoint", "is not a folder"),
     *((f"ort-refuses-{how}", _ort_refuses(how), [], "MODEL", "ONNX Runtime refuses") for how in ORT_REFUSES),
     ("external-constant-in-if-outside", _longrope_outside, [], "MODEL", "outside the model's folder"),
+    ("genai-out-exists", _genai, ["--out", "{tmp}/cache"], "--out", "exists: graft writes the onnxruntime-genai"),
+    ("genai-config-names-another", lambda t: _genai(t, {"model": {"decoder": {"filename": "other.onnx"}}}),
+     ["--out", "{tmp}/fixed"], "MODEL", "names no file 'model.onnx' (it names other.onnx)"),
+    ("genai-config-not-an-object", lambda t: _genai(t, "{"), ["--out", "{tmp}/fixed"], "MODEL", "names no file"),
 ]  # fmt: skip
 
 
@@ -244,3 +267,25 @@ def test_an_audit_folder_in_a_tree_is_neither_indexed_nor_verified(tmp_path: Pat
     rx.audit(model, config, out=out / "audit1")
     assert [a["name"] for a in write_index(out)["artifacts"]] == ["small"]
     assert [r.path.name for r in rx.verify(out)] == ["small"]
+
+
+def test_a_genai_folders_model_is_grafted_into_a_whole_genai_folder(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """``--out FOLDER``: the folder whole (genai_config.json and the tokenizer as they were, the grafted model under its
+    own name); ``--out FILE.onnx``: the model alone, and a line saying how to get the folder.
+    """  # noqa: D205
+    model, config = _genai(tmp_path / "og")
+    out = tmp_path / "fixed"
+    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    written = sorted([config.name, "genai_config.json", "merges.txt", "model.onnx", "model.onnx.data",
+                      "tokenizer.json"])  # fmt: skip
+    assert f"onnxruntime-genai folder {out}: {', '.join(written)}" in printed, printed
+    assert sorted(p.name for p in out.iterdir()) == sorted([*written, "manifest.json"])  # the store's own manifest
+    for name in ("genai_config.json", "tokenizer.json", "merges.txt"):
+        assert (out / name).read_bytes() == (model.parent / name).read_bytes() and not (out / name).is_symlink()
+    assert (out / "model.onnx.data").read_bytes() != b"stale"  # the grafted model's tables, not the stale file
+    assert json.loads((out / "manifest.json").read_text())["artifact"] == "graft"
+    assert rx.audit(out / "model.onnx", config).verdict == "exact"
+    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(tmp_path / "alone.onnx")]) == 0
+    assert "give --out a new folder to write the whole one" in capsys.readouterr().out
+    assert not (tmp_path / "genai_config.json").exists()

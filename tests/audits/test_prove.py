@@ -156,13 +156,16 @@ def test_the_api_takes_a_checkpoint(phi3: Path, tmp_path: Path) -> None:
     assert result.replaced == [] and result.proven and result.decoder["passed"]["grafted"]
 
 
-# (signal, the exit it gives): SIGKILL ends the process where it is; SIGINT and SIGTERM unwind it (exit 130 / 143)
-INTERRUPTS = [("SIGKILL", -9), ("SIGINT", 130), ("SIGTERM", 143)]
+# (signal, the exit it gives, what --out is): SIGKILL ends the process where it is; SIGINT and SIGTERM unwind it
+# (exit 130 / 143); a model with genai_config.json beside it given a folder: the onnxruntime-genai folder, whole
+INTERRUPTS = [("SIGKILL", -9, "file"), ("SIGINT", 130, "file"), ("SIGTERM", 143, "file"), ("SIGKILL", -9, "folder"),
+              ("SIGTERM", 143, "folder")]  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "code"), INTERRUPTS, ids=[i[0] for i in INTERRUPTS])
-def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: int, phi3: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "code", "form"), INTERRUPTS, ids=[f"{i[0]}-{i[2]}" for i in INTERRUPTS])
+def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: int, form: str, phi3: Path,
+                                                             tmp_path: Path) -> None:  # fmt: skip
     import os
     import signal
     import subprocess
@@ -174,6 +177,9 @@ def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: in
 
     model = _decoder(tmp_path / "planted", phi3, "fused", unscaled=True)
     out = tmp_path / "fixed" / "model.onnx"
+    if form == "folder":
+        (model.parent / "genai_config.json").write_text('{"model": {"decoder": {"filename": "model.onnx"}}}')
+    given = out if form == "file" else out.parent
     marker = tmp_path / "proving"
     script = tmp_path / "graft.py"
     # The proof of the grafted model is where the process is stopped: the grafted file exists by then, unproven.
@@ -189,7 +195,7 @@ def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: in
         prove.DecoderProof.run = run
         from ropeexport.cli import main
         sys.exit(main(["graft", {str(model)!r}, "--hf-config", {str(phi3 / "config.json")!r}, "--out",
-                       {str(out)!r}, "--trust", "config", "--checkpoint", {str(phi3)!r}]))
+                       {str(given)!r}, "--trust", "config", "--checkpoint", {str(phi3)!r}]))
     """))
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, str(script)], env=os.environ | {"PYTHONPATH": str(root)},
@@ -210,3 +216,6 @@ def test_an_interrupted_graft_never_leaves_an_unproven_model(name: str, code: in
     assert not out.exists() and not out.with_name("model.onnx.data").exists()
     Store(out.parent).clean()  # what SIGKILL left, the next writer removes; Ctrl-C and SIGTERM left nothing at all
     assert not out.parent.exists() or [p.name for p in out.parent.iterdir()] == []
+    if form == "folder":  # no half folder: its work folder beside it, removed by the next writer of the name
+        Store(tmp_path).clean(only="fixed")
+        assert not [p.name for p in tmp_path.iterdir() if "fixed" in p.name]

@@ -128,6 +128,9 @@ def test_index_lists_the_decoder_beside_the_artifact(tree: tuple[Path, Path, Pat
         assert f'<a href="./{name}/report.html">{name}</a>' in html
     assert "rope / decoder" in html and f"{worst:.2e} of the logit scale" in html
     assert "Decoder rows" in html
+    manifest = _json(decoder / "manifest.json")  # its build time, as the build recorded it, on its row
+    assert e["build_seconds"] == manifest["build"]["seconds"] > 0
+    assert f'<td class="num">{e["build_seconds"]:.1f} s</td>' in html
 
 
 def test_verify_a_tree_with_a_decoder_verifies_both(tree_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,98 @@
+"""What a finding means for the model, and what to do next: each finding's severity from its measured effect
+(``audits.effect``) and the next step (graft, graft --trust config, re-export, or nothing).
+
+Severity, from r = max |logits - logits with the finding's sites repaired| / max |logit| on the effect's call, against
+t, the bound ropeexport verifies its own decoders' logits to in the model's logit dtype (``decoder.verify.TOLERANCE``:
+1e-4 for float32, 2e-2 for float16 and bfloat16):
+
+- ``harmless``: r <= t. The model is as close to its exact self as a verified decoder is to float64: a 1-ulp float32
+  table error (the builder's float32 angles) moves the logits by ~1e-5 of their scale.
+- ``minor``: t < r <= ``WRONG`` (1% of the logit scale): more than verification allows; it can flip a greedy token
+  only where the top two are that close.
+- ``wrong``: r > max(``WRONG``, t): the logits move by more than 1% of their scale: the model computes another
+  function (a schedule ignored or applied twice moves them by a sizable part of it).
+- ``unmeasured``: no effect was measured (asked not to, or the model cannot be called so: the reason is given).
+
+Next step: a finding graft cannot repair (``fix.UNREPAIRABLE``), or one at a site the audit could not check whole,
+is for the exporter: re-export (``ropeexport build --artifact decoder`` builds a decoder verified against float64).
+A schedule the model implies other than the config's (not ``causes.PRECISION``): which one is right cannot be told
+from the model: graft with ``--trust config`` where the config is the one the model was exported from. A precision
+finding: graft; nothing is needed when it is harmless. The graft command is the model's own (its paths, an --out
+beside it; ``--trust config`` when any of its findings implies another schedule, as graft then needs it).
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ropeexport.audits.causes import PRECISION
+from ropeexport.audits.checks import STRUCTURAL
+from ropeexport.audits.fix import UNREPAIRABLE
+
+WRONG = 1e-2  # a logit change over 1% of the logit scale: the model computes another function
+LEVELS = ("wrong", "minor", "harmless", "unmeasured")  # most severe first
+TOLERANCE_KEY = {"float16": "fp16", "bfloat16": "fp16"}  # a logit dtype's verification bound; any other: fp32's
+REEXPORT = "`ropeexport build --checkpoint CHECKPOINT --artifact decoder` builds one verified against float64"
+
+
+def severity(effect: dict[str, Any]) -> dict[str, Any]:
+    """``{"level", "text"}`` of an effect record (module doc)."""
+    from ropeexport.decoder.verify import TOLERANCE
+
+    if "relative" not in effect:
+        return {"level": "unmeasured", "text": effect.get("not_measured", "not asked")}
+    r, dtype = effect["relative"], effect.get("dtype", "float32")
+    bound = TOLERANCE[TOLERANCE_KEY.get(dtype, "fp32")]
+    output = effect.get("output", "logits")
+    scale = "the logit scale" if output == "logits" else f"the scale of output {output!r}"  # a part of a decoder
+    moved = f"{r:.2g} of {scale} at position {effect['position']}"
+    if r <= bound:
+        return {"level": "harmless", "text": f"{moved}, within the {bound:g} ropeexport verifies {dtype} logits to"}
+    if r <= max(WRONG, bound):
+        return {"level": "minor", "text": f"{moved}: above the {bound:g} ropeexport verifies {dtype} logits to, under "
+                f"{WRONG:g}: can flip a greedy token where the top two are that close"}  # fmt: skip
+    return {"level": "wrong", "text": f"{moved}: over {WRONG:g}, the model computes other outputs, not the same ones "
+            "rounded otherwise"}  # fmt: skip
+
+
+def graft_command(model: str, config: str, source: str, trust: bool) -> str:
+    """The ``ropeexport graft`` line for the audited model: --out beside it (a folder for an onnxruntime-genai
+    folder's model, as graft then writes the whole folder).
+    """  # noqa: D205
+    path = Path(model)
+    if (path.parent / "genai_config.json").is_file():
+        name = f"{path.parent.name or path.resolve().parent.name}-grafted"
+        out = str(path.parent.parent / name) if path.parent.name else f"../{name}"
+    else:
+        out = str(path.with_name(f"{path.stem}-grafted.onnx"))
+    flag = "--hf-config" if source == "hf_config" else "--spec"
+    words = ["ropeexport", "graft", model, flag, config, "--out", out, *(["--trust", "config"] if trust else [])]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def next_step(found: dict[str, Any], level: str, command: str, sites: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"action", "text"}``: what to do about ``found`` (module doc); ``command`` is the model's graft line."""
+    name = found["name"]
+    unchecked = [f["text"] for i in found["sites"] for f in sites[i]["findings"] if f["name"] in STRUCTURAL]
+    why = UNREPAIRABLE.get(name) or (found.get("effect") or {}).get("unrepairable")
+    if unchecked or why:
+        reason = why or f"the audit could not check the site whole ({unchecked[0]})"
+        return {"action": "re-export", "text": f"re-export the model ({reason}); {REEXPORT}"}
+    if name not in PRECISION:
+        return {"action": "graft --trust config", "text": f"if the config is the one the model was exported from: "
+                f"`{command}`; else audit against the right config"}  # fmt: skip
+    if level == "harmless":
+        return {"action": "nothing", "text": f"nothing needed (`{command}` makes it exact)"}
+    return {"action": "graft", "text": f"`{command}`"}
+
+
+def advise(findings: list[dict[str, Any]], sites: list[dict[str, Any]], model: str, config: str,
+           source: str) -> None:  # fmt: skip
+    """Give each finding its ``severity`` and ``next`` step (module doc), in place."""
+    trust = any(f["name"] not in {*PRECISION, *UNREPAIRABLE, *STRUCTURAL, "unidentified-site"} for f in findings)
+    command = graft_command(model, config, source, trust)
+    for found in findings:
+        found["severity"] = severity(found.get("effect") or {})
+        found["next"] = next_step(found, found["severity"]["level"], command, sites)
