@@ -145,12 +145,12 @@ def dynamic_base_frozen(spec: RopeSpec) -> onnx.ModelProto:
     set_initializer(model, "trace_length", np.array(TRACE, np.int64))
     for node in nodes_of(model, "If"):
         branch = next(a.g for a in node.attribute if a.name == "then_branch")
-        rewire(branch, "call_length", "trace_length")
+        rewire(branch, "row_length", "trace_length")
     return model
 
 
 def _longrope_switch(model: onnx.ModelProto) -> onnx.NodeProto:
-    return next(n for n in nodes_of(model, "Greater") if "call_length" in n.input)
+    return next(n for n in nodes_of(model, "Greater") if "row_length" in n.input)
 
 
 def longrope_frozen(trace: int) -> Callable[[RopeSpec], onnx.ModelProto]:
@@ -169,9 +169,9 @@ def longrope_frozen(trace: int) -> Callable[[RopeSpec], onnx.ModelProto]:
 def longrope_length_from_seq(spec: RopeSpec) -> onnx.ModelProto:
     """L taken as the call's sequence length (``x.shape[-2]``), not max(position_ids) + 1: decode calls use short."""
     model = export(spec)
-    add = producer(model, "call_length")
-    add.output[0] = "call_length_unused"
-    insert_before(model, add, [helper.make_node("Shape", ["position_ids"], ["call_length"], start=1, end=2)])
+    add = producer(model, "row_length")
+    add.output[0] = "row_length_unused"
+    insert_before(model, add, [helper.make_node("Shape", ["position_ids"], ["row_length"], start=1, end=2)])
     return prune(model)
 
 
@@ -259,7 +259,7 @@ def key_heads_tiled(spec: RopeSpec) -> onnx.ModelProto:
 def scores_length_from_queries(spec: RopeSpec) -> onnx.ModelProto:
     """The scores graph's L from the query positions alone (the decode step's), ignoring the keys' positions."""
     model = export(spec)
-    both = producer(model, producer(model, "call_length").input[0])  # Max(ReduceMax(query), ReduceMax(key))
+    both = producer(model, producer(model, "row_length").input[0])  # Max(ReduceMax(query), ReduceMax(key))
     del both.input[1:]
     return prune(model)
 

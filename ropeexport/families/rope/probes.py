@@ -1,6 +1,6 @@
 """Verification of a RoPE artifact: tables against float64, and outputs at probe positions against eager and float64.
 
-Probes (each one call; L = max(position_ids) + 1 over the whole call picks a length-dependent schedule's regime):
+Probes (each one call; each row's own L_b = max(position_ids[b]) + 1 picks a length-dependent schedule's regime):
 - ``start`` and ``end`` of the table, rows with different offsets (left padding, KV-cache offsets), decode calls
   (seq 1) at the last position;
 - ``unordered``: rows whose positions are not increasing and whose largest position sits mid-row in one row only,
@@ -158,11 +158,10 @@ def rope_eager(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
     """The eager reference module's outputs in the artifact dtype."""
     module = reference_module(spec)
     pos = torch.from_numpy(feeds["position_ids"])
-    length = int(pos.max()) + 1
 
-    def rotate(x: np.ndarray) -> np.ndarray:
+    def rotate(x: np.ndarray) -> np.ndarray:  # each row at its own L
         with torch.no_grad():
-            return _numpy(module.apply_rotation(to_torch(np.ascontiguousarray(x)), pos, length))
+            return _numpy(module.apply_rotation(to_torch(np.ascontiguousarray(x)), pos))
 
     return {"query_out": _per_head(rotate, feeds["query"]), "key_out": _per_head(rotate, feeds["key"])}
 
