@@ -175,6 +175,17 @@ def longrope_length_from_seq(spec: RopeSpec) -> onnx.ModelProto:
     return prune(model)
 
 
+def length_over_batch(spec: RopeSpec) -> onnx.ModelProto:
+    """One L for the whole batch, max over every row + 1 (vLLM #27414): each row's ReduceMax made to reduce all."""
+    model = export(spec)
+    reduce = producer(model, producer(model, "row_length").input[0])  # ReduceMax(position_ids) over the row axis
+    del reduce.input[1:]  # opset 18+: the axes input
+    kept = [a for a in reduce.attribute if a.name != "axes"]  # opset 17: the axes attribute
+    del reduce.attribute[:]
+    reduce.attribute.extend(kept)
+    return prune(model)
+
+
 def longrope_switch_inclusive(spec: RopeSpec) -> onnx.ModelProto:
     """LongRoPE switching at L >= original instead of L > original (the long factors one length too early)."""
     model = export(spec)
@@ -373,6 +384,22 @@ BUGS: list[PlantedBug] = [
                 {"end", "row-offsets", "decode", "unordered", "above-original", "long-regime-low-positions"}
             )
         },
+    ),
+    PlantedBug(
+        "longrope-length-over-batch",
+        "LongRoPE L = max over the whole batch + 1, not each row's own (a short row batched with a long one)",
+        rope(scaling="longrope"),
+        length_over_batch,
+        checks(*ROPE_OUT),
+        {"probe": frozenset({"row-offsets", "decode", "unordered"})},  # the probes whose rows differ in L
+    ),
+    PlantedBug(
+        "dynamic-ntk-length-over-batch",
+        "dynamic NTK base from the whole batch's L, not each row's own",
+        rope(scaling="dynamic", graph="decomposed"),
+        length_over_batch,
+        checks(*ROPE_OUT),
+        {"probe": frozenset({"row-offsets", "decode", "unordered"})},  # the probes whose rows differ in L
     ),
     PlantedBug(
         "longrope-switch-inclusive",
