@@ -4,7 +4,8 @@ Probes (each one call; each row's own L_b = max(position_ids[b]) + 1 picks a len
 - ``start`` and ``end`` of the table, rows with different offsets (left padding, KV-cache offsets), decode calls
   (seq 1) at the last position;
 - ``unordered``: rows whose positions are not increasing and whose largest position sits mid-row in one row only,
-  so an L taken from the last column or from one row is caught;
+  so an L taken from the last column, from another row or from the whole batch is caught (``row-offsets`` and
+  ``decode`` also hold rows on both sides of a switch below max_positions);
 - where the schedule has ``original_max_position_embeddings``: both sides of it (L = original and original + 1),
   and small positions in a call whose L selects the long regime;
 - a sweep over **every** position 0..max_positions-1. Sweep calls feed one random vector per position, repeated
