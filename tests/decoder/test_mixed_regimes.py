@@ -21,6 +21,7 @@ from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import geometry, seeded_weights
 from ropeexport.decoder.export import build_decoder_graph, cache_names
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
+from ropeexport.decoder.report import _row
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import FORMS
 from ropeexport.decoder.verify import tolerance, verify_decoder
@@ -107,4 +108,5 @@ def test_mixed_regime_scenarios_pass_per_row(name: str, graph: str, tmp_path: Pa
     # keep: the short row reads keys cached before its switch (reported, not judged); the long row is still judged
     partly = [c for c in kept["calls"] if c.get("stale_rows")]
     assert partly and all(c["float64"]["rel"] <= tolerance(spec) for c in partly)
+    assert all(f"ok; regime cost (rows {c['stale_rows']})" in _row(c) for c in partly)  # the report says which
     assert kept["summary"]["regime_cost_rel"] > 1e-3
