@@ -64,7 +64,7 @@ class PositionPiece:
     Compared (and hashed) by identity: it holds graphs. The layers of one position spec share one piece object.
 
     RoPE: ``rotary`` (query [b, H, s, d], key [b, KV, s, d], position_ids [b, s] in; query_out, key_out) and
-    ``rotate64(x [b, h, s, d], position_ids [b, s]) -> float64``, L = max(position_ids) + 1 of the call. A bias
+    ``rotate64(x [b, h, s, d], position_ids [b, s]) -> float64``, row b at L_b = max(position_ids[b]) + 1. A bias
     method: ``bias`` (query_position_ids [b, s], key_position_ids [b, t] in; attention_bias [b, H, s, t]) and
     ``bias64(query positions, key positions) -> float64 [b, H, s, t]`` (-inf where the method masks).
     """

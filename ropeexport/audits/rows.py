@@ -1,7 +1,7 @@
 """Computed sites replaced by the rope family's own rows (what ``graft`` does where cos/sin are computed in the graph).
 
 cos/sin of positions x frequencies, as torch.onnx.export writes them, become the rope family's decomposed rows
-(``families.rope.export.cos_sin_rows``: exact tables gathered by position_ids, a LongRoPE switch on the call length, a
+(``families.rope.export.cos_sin_rows``: exact tables gathered by position_ids, a LongRoPE switch on each row's length, a
 position past the table failing the Gather), widened and shaped as the values they replace (rotate-half or
 interleaved duplication, [b, 1, s, r]); the old computation is pruned (``prune``). Main graph only: ``graft`` refuses a
 computed site inside a subgraph. Dynamic NTK computed in the graph is refused (its values depend on the call length).
@@ -23,12 +23,12 @@ from ropeexport.families.rope.regimes import regime_kind
 def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Evaluator, tag: str = "",
                      readers: set[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """A computed site's cos/sin replaced by the rope family's own rows (``cos_sin_rows``: exact tables gathered by
-    position_ids, a LongRoPE switch on the call length included), widened and shaped as the site's values were.
+    position_ids, a LongRoPE switch on each row's length included), widened and shaped as the site's values were.
 
     ``readers``: the names of the nodes to rewire (the layers of one encoding, where the site's layers need two);
     every reader when None. ``tag`` keeps the names of one site's new nodes apart from another's.
     """  # noqa: D205
-    from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_tables
+    from ropeexport.families.rope.export import cos_sin_rows, rope_tables, row_lengths
     from ropeexport.graph.guard import rename_inputs
     from ropeexport.graph.onnx_io import GraphBuilder
 
@@ -53,7 +53,8 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     piece_spec = spec.replace(artifact="rope", graph="decomposed", dtype=dtype)
     g = GraphBuilder(prefix=f"ropeexport_graft/{tag}")
     tables = rope_tables(g, piece_spec)
-    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    length = row_lengths(g, ["position_ids"], opset) if regime != "static" else None
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     made = []
     for name, rows in zip(("cos", "sin"), cos_sin_rows(g, piece_spec, tables, "position_ids", length)[:2], strict=True):
@@ -68,7 +69,7 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
         elif len(shape) > 3:  # [b, 1, .., s, width]
             rows = g.op("Unsqueeze", [rows, g.const(f"{name}_head_axes", i64(*range(1, len(shape) - 2)))])
         made.append(rows)
-    # the family names a few values itself (call_length, <positions>_rows): prefixed, so two sites' never meet
+    # the family names a few values itself (row_length, <positions>_rows): prefixed, so two sites' never meet
     renamed = {o: f"{g.prefix}{o}" for n in g.nodes for o in n.output if not o.startswith(g.prefix)}
     for node in g.nodes:
         node.input[:] = [renamed.get(i, i) for i in node.input]

@@ -120,9 +120,13 @@ def add_switch(cos: ir.Value, sin: ir.Value, pairs: list[list[tuple[Any, Any]]],
     The nodes it takes are inserted beside each reader, in the reader's own graph.
 
     Readers that take table rows by position (RotaryEmbedding, Gather) get the short and long tables stacked
-    ([2P, w]) and their positions shifted by P when L = max(positions) + 1 > original (the rope family's own rule);
-    GroupQueryAttention, which counts positions itself, gets an ``If`` on its total_sequence_length picking the short
-    or the long table (as onnxruntime-genai's builder writes LongRoPE). Anything else reading the table is refused.
+    ([2P, w]) and each row's positions shifted by P when its own L_b = max(positions[b]) + 1 > original (the rope
+    family's own rule, ``families.rope.regimes``); GroupQueryAttention, which counts positions itself, gets an ``If``
+    on its total_sequence_length picking the short or the long table (as onnxruntime-genai's builder writes
+    LongRoPE). Its one cos/sin cache serves every row of a call, so a batch whose rows sit on both sides of the
+    switch (seqlens_k + 1 on both sides of original) cannot be served there: such a call fails at run time (a
+    Gather named ``..__graft_mixed_regimes_refused`` past its one-row table), never computing one row in the other's
+    regime. Anything else reading the table is refused.
     """
     limit = table_switch(spec)
     assert limit is not None, "needs_switch said the schedule switches"
@@ -141,6 +145,7 @@ def add_switch(cos: ir.Value, sin: ir.Value, pairs: list[list[tuple[Any, Any]]],
                                 "total_sequence_length: graft cannot add the LongRoPE switch to it")  # fmt: skip
             key = name_of(total)
             if key not in made:
+                total = _refuse_mixed(node, total, node.inputs[5], limit, name_of(cos))
                 made[key] = _if_between(node, total, limit, short, long, name_of(cos))
             node.replace_input_with(7, made[key][0])
             node.replace_input_with(8, made[key][1])
@@ -193,11 +198,46 @@ def _if_between(before: ir.Node, total: ir.Value, limit: int, short: list[np.nda
     return pick.outputs[0], pick.outputs[1]
 
 
+def _refuse_mixed(before: ir.Node, total: ir.Value, seqlens: ir.Value | None, limit: int, name: str) -> ir.Value:
+    """``total`` + 0, through a Gather that fails at run time when the rows' lengths seqlens_k + 1 lie on both sides
+    of ``limit`` (module doc of ``add_switch``); inserted before ``before``. ``total`` as it is without seqlens_k.
+    """  # noqa: D205
+    if seqlens is None:
+        return total
+    count = total.dtype.numpy() if total.dtype is not None else np.int32
+    consts = [ir.node("Constant", [], attributes={"value": ir.tensor(np.array(v, np.int64))}) for v in (limit, 1)]
+    zero = ir.node("Constant", [], attributes={"value": ir.tensor(np.zeros(1, count))})  # [1]: index 1 is past it
+    lengths = ir.node("Cast", [seqlens], attributes={"to": ir.DataType.INT64})  # [b]: L_b - 1
+    shortest = ir.node("ReduceMin", [lengths.outputs[0]], attributes={"keepdims": 0})
+    longest = ir.node("ReduceMax", [lengths.outputs[0]], attributes={"keepdims": 0})
+    short = ir.node("Less", [shortest.outputs[0], consts[0].outputs[0]])  # some L_b <= limit
+    below = ir.node("Less", [longest.outputs[0], consts[0].outputs[0]])
+    long = ir.node("Not", [below.outputs[0]])  # some L_b > limit
+    mixed = ir.node("And", [short.outputs[0], long.outputs[0]])
+    index = ir.node("Cast", [mixed.outputs[0]], attributes={"to": ir.DataType.INT64})
+    refused = ir.node("Gather", [zero.outputs[0], index.outputs[0]])  # 0 for one regime, a run-time error for two
+    scalar = ir.node("Squeeze", [refused.outputs[0]])
+    checked = ir.node("Add", [total, scalar.outputs[0]])
+    nodes = [*consts, zero, lengths, shortest, longest, short, below, long, mixed, index, refused, scalar, checked]
+    for i, node in enumerate(nodes):
+        node.outputs[0].name = f"{name}__graft_mixed_{i}"
+        node.name = f"{name}__graft_mixed_{i}"
+    refused.name = f"{name}__graft_mixed_regimes_refused"
+    _insert(before, nodes)
+    return checked.outputs[0]
+
+
 def _shift_rows(before: ir.Node, pos: ir.Value, limit: int, rows: int) -> ir.Value:
-    """``pos`` + rows x (max(pos) + 1 > limit), int64, inserted before ``before``."""
+    """``pos`` + rows x (L_b > limit) per row, L_b = max over the row (the last axis) + 1; int64, inserted before
+    ``before``.
+    """  # noqa: D205
     i64 = lambda v: ir.tensor(np.array(v, np.int64))  # noqa: E731
     nodes = [ir.node("Cast", [pos], attributes={"to": ir.DataType.INT64})]
-    top = ir.node("ReduceMax", [nodes[0].outputs[0]], attributes={"keepdims": 0})
+    # TopK(k=1) over the last axis: each row's max, [.., 1], in every opset from 10 (ReduceMax moved its axes from an
+    # attribute to an input at 18, and the reader's graph may be a subgraph that names no opset)
+    k = ir.node("Constant", [], attributes={"value": i64([1])})
+    top = ir.node("TopK", [nodes[0].outputs[0], k.outputs[0]], attributes={"axis": -1}, num_outputs=2)
+    nodes.append(k)
     consts = [ir.node("Constant", [], attributes={"value": i64(v)}) for v in (1, limit, rows)]
     length = ir.node("Add", [top.outputs[0], consts[0].outputs[0]])
     longer = ir.node("Greater", [length.outputs[0], consts[1].outputs[0]])
@@ -207,6 +247,7 @@ def _shift_rows(before: ir.Node, pos: ir.Value, limit: int, rows: int) -> ir.Val
     nodes += [top, *consts, length, longer, use, offset, shifted]
     for i, node in enumerate(nodes):
         node.outputs[0].name = f"{pos.name}__graft_switch_{i}"
+    top.outputs[1].name = f"{pos.name}__graft_switch_argmax"
     _insert(before, nodes)
     return shifted.outputs[0]
 

@@ -6,7 +6,8 @@ Each probe fixes ``position_ids`` [b, s] and ``attention_mask`` [b, past + s] (i
 - ``left-padded-prefill`` / ``left-padded-decode``: a batch whose rows differ in length, padded on the left (padded
   slots see no key: their output is zeros);
 - ``far-prompt``: a prompt placed at the last positions of the table through position_ids, over a short cache;
-- ``decode-across-range``: one decode row at each of 16 positions spread over 0..max_positions-1;
+- ``decode-across-range``: one decode row at each of 16 positions spread over 0..max_positions-1 (where a schedule
+  switches below max_positions, rows on both sides of the switch in one batch: each row in its own regime);
 - where the schedule has ``original_max_position_embeddings`` below max_positions: a prompt crossing it, and decode
   steps on both sides of it (L = original and original + 1 pick the two regimes).
 Cached keys and values are standard-normal inputs: the block must rotate only the new keys and keep the cache.

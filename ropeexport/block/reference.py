@@ -1,9 +1,9 @@
 """The ``block`` in eager PyTorch, in the artifact dtype: what a transformers-style attention layer computes.
 
 Projections and logits in the dtype, softmax in float32 then back to the dtype (transformers' eager attention),
-the family's reference module for the positions (RoPE: ``families.rope.reference``, L = max(position_ids) + 1 of the
-call), the cache concatenated before the new keys, keys repeated for grouped-query heads, the causal rule
-bottom-right aligned and padded keys hidden; a query that sees no key outputs zeros.
+the family's reference module for the positions (RoPE: ``families.rope.reference``, each row at its own
+L_b = max(position_ids[b]) + 1), the cache concatenated before the new keys, keys repeated for grouped-query heads,
+the causal rule bottom-right aligned and padded keys hidden; a query that sees no key outputs zeros.
 
 Notation as in ``block.export``.
 """

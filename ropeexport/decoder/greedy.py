@@ -1,9 +1,12 @@
 """Greedy generation through an exported decoder: prefill (whole or chunked), then single-token steps, present -> past.
 
 ``run_scenario`` runs one ``scenarios.Scenario`` and returns every call it made (``Call``): the sequence so far, which
-slots the call computed, the logits it returned and the regime it ran in. The cache policy at a regime switch is
-the scenario's (``scenarios`` module doc). Prompt tokens are seeded draws; each next token is the argmax of the last
-real position of its row.
+slots the call computed, the logits it returned and the regime each row ran in: row b's own, of L_b =
+max(position_ids[b]) + 1 over the call's positions (``families.rope.regimes``), so one batch may hold rows in
+different regimes. The cache policy at a regime switch is the scenario's (``scenarios`` module doc), per row: under
+``re-prefill`` a step at which any row's regime differs from the one its cache was built in recomputes the whole
+batch (every row then in its own regime); under ``keep`` only the rows whose regime changed read stale keys. Prompt
+tokens are seeded draws; each next token is the argmax of the last real position of its row.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.scenarios import Scenario, regime
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.dtypes import DTYPES
+from ropeexport.families.rope.regimes import row_lengths
 
 Infer = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -33,18 +37,30 @@ class Call:
     attention_mask: np.ndarray
     first: int
     logits: np.ndarray  # [b, t - first, vocab], as the runtime returned it
-    regime: str  # the regime of this call's L
-    cache_regime: str | None  # the regime the cached keys were rotated in (None: no cache read)
+    regimes: tuple[str, ...]  # per row, the regime of its L_b
+    cache_regimes: tuple[str, ...] | None  # per row, the regime its cached keys were rotated in (None: no cache read)
 
     @property
     def length(self) -> int:
-        """L = max(position_ids) + 1 of this call."""
+        """The longest row's L = max(position_ids) + 1 of this call."""
         return int(self.position_ids[:, self.first :].max()) + 1
 
     @property
+    def regime(self) -> str:
+        """The call's regime: its rows' one regime, or each row's in row order (``long / short``) when they differ."""
+        return self.regimes[0] if len(set(self.regimes)) == 1 else " / ".join(self.regimes)
+
+    @property
+    def stale_rows(self) -> np.ndarray:
+        """bool [b]: the rows that read keys cached under another regime (the ``keep`` policy across a switch)."""
+        if self.cache_regimes is None:
+            return np.zeros(len(self.regimes), bool)
+        return np.array([c != r for c, r in zip(self.cache_regimes, self.regimes, strict=True)])
+
+    @property
     def stale(self) -> bool:
-        """True when the call read keys cached under another regime (the ``keep`` policy across a switch)."""
-        return self.cache_regime is not None and self.cache_regime != self.regime
+        """True when every row read keys cached under another regime: the call is that regime's cost, not judged."""
+        return bool(self.stale_rows.all())
 
 
 def _prompt(spec: DecoderSpec, scenario: Scenario, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
@@ -66,30 +82,33 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
     empty: list[np.ndarray] = [np.zeros((b, KV, 0, d), np_dtype) for _, KV, d in shapes for _ in range(2)]
     calls: list[Call] = []
 
-    def run(first: int, last: int, cache: list[np.ndarray], kind: str, cache_regime: str | None) -> list[np.ndarray]:
+    def regimes_of(positions: np.ndarray) -> tuple[str, ...]:  # each row's regime, of its own L_b
+        return tuple(regime(position, int(length)) for length in row_lengths(positions))
+
+    def run(first: int, last: int, cache: list[np.ndarray], kind: str,
+            cache_regimes: tuple[str, ...] | None) -> list[np.ndarray]:  # fmt: skip
         feeds = {"input_ids": ids[:, first:last], "attention_mask": mask[:, :last], "position_ids": pos[:, first:last]}
         for i in range(spec.num_layers):
             past_key, past_value, _, _ = cache_names(i)
             feeds[past_key], feeds[past_value] = cache[2 * i], cache[2 * i + 1]
         out = infer(feeds)
-        length = int(pos[:, first:last].max()) + 1
         calls.append(Call(len(calls), kind, ids[:, :last].copy(), pos[:, :last].copy(), mask[:, :last].copy(), first,
-                          out["logits"], regime(position, length), cache_regime))  # fmt: skip
+                          out["logits"], regimes_of(pos[:, first:last]), cache_regimes))  # fmt: skip
         return [out[name] for i in range(spec.num_layers) for name in cache_names(i)[2:]]
 
     edges = np.cumsum((0, *scenario.chunks)) if scenario.chunks else np.array([0, ids.shape[1]])
     cache = empty
     for first, last in zip(edges[:-1], edges[1:], strict=True):
         kind = "prefill" if len(edges) == 2 else "chunk"
-        cache = run(int(first), int(last), cache, kind, calls[-1].regime if calls else None)
-    built_in = calls[-1].regime
+        cache = run(int(first), int(last), cache, kind, calls[-1].regimes if calls else None)
+    built_in = calls[-1].regimes
     for _ in range(scenario.steps):
         following = np.argmax(calls[-1].logits[:, -1, :], axis=-1).astype(np.int64)[:, None]  # [b, 1]
         ids = np.concatenate([ids, following], axis=1)
         mask = np.concatenate([mask, np.ones((b, 1), np.int64)], axis=1)
         pos = np.concatenate([pos, pos[:, -1:] + 1], axis=1)
         t = ids.shape[1]
-        now = regime(position, int(pos[:, -1].max()) + 1)
+        now = regimes_of(pos[:, -1:])
         if scenario.policy == "re-prefill" and now != built_in:
             cache = run(0, t, empty, "re-prefill", None)
             built_in = now

@@ -3,9 +3,10 @@
 Every call recomputes the whole sequence so far from the stored weights (``linear.WeightFormat.read64``: the values
 the graph holds), every operation in float64: the same composition of components as ``decoder.export`` over
 ``spec.layers``, each component's float64 twin (``norm64``, ``mlp64`` or ``moe64``, ``attention64``) in place of its
-graph, each layer with its own window and its position piece's float64 twin (RoPE: the complex form at L =
-max(position_ids) + 1 of the whole sequence, so cached keys are never reused under an old regime; a layer without
-positional encoding: nothing rotated). Nothing here reads a graph or a runtime.
+graph, each layer with its own window and its position piece's float64 twin (RoPE: the complex form, each row at its
+own L_b = max(position_ids[b]) + 1 of the whole sequence, so cached keys are never reused under an old regime and a
+row's truth never depends on its batch; a layer without positional encoding: nothing rotated). Nothing here reads a
+graph or a runtime.
 
 At any size (``decoders_float64``): the calls of a scenario go through the model together, layer by layer, so one
 layer's float64 weights are resident at a time (read as the graph stores them, ``Stored64``), beside each call's

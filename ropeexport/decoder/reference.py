@@ -7,7 +7,11 @@ names (``weights.to_transformers``, strict). Attention is transformers' eager im
 Every call is a full forward pass over the sequence so far with no cache: transformers 5.x is no cache oracle for
 LongRoPE (Phi-3's ``generate()`` drops its cache at original_max + 1, then decodes one token without one). Each
 scenario starts from fresh rotary modules, because the dynamic-NTK module keeps the largest length it has seen (the
-weights are loaded once and never copied: a real model's are gigabytes).
+weights are loaded once and never copied: a real model's are gigabytes). Where the schedule's tables depend on the
+length (LongRoPE, dynamic NTK) each batch row is its own forward pass from fresh rotary modules, as that request
+alone would run: transformers takes one length for the whole batch (the longest row's), and its dynamic-NTK module
+keeps the largest length any row reached, where the decoder and the truth give each row its own
+(``families.rope.regimes``).
 No torch export ever runs in this process on these modules (a dynamo export leaves a fake tensor inside
 transformers' LongRoPE module).
 """
@@ -26,6 +30,7 @@ import numpy as np
 from ropeexport.decoder.checkpoint import to_transformers
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import RuntimeUnavailable, SpecError
+from ropeexport.families.rope.regimes import regime_kind
 from ropeexport.hf import text_config
 
 
@@ -76,6 +81,8 @@ class TransformersReference:
         transformers.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()  # its weight-loading bar would land in our output
         self.torch = torch
+        # one forward pass per row where a row's regime depends on its own length (module doc)
+        self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
         auto = transformers.AutoModelForCausalLM
         if checkpoint is not None:
@@ -123,6 +130,12 @@ class TransformersReference:
         """float64 logits [b, t, vocab] of the whole sequence, no cache; ``last``: of its last ``last`` slots only
         (the head, 128256 words wide in Llama 3, then multiplies only those: ``logits_to_keep``).
         """  # noqa: D205
+        if self.per_row and input_ids.shape[0] > 1:  # each row as its own request: fresh rotary state each
+            out = []
+            for i, p, m in zip(input_ids, position_ids, attention_mask, strict=True):
+                self.fresh()  # dynamic NTK keeps the largest L it saw: another row's must not linger
+                out.append(self.logits(i[None], p[None], m[None], last))
+            return np.concatenate(out)
         torch = self.torch
         kwargs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask),
                   "use_cache": False}  # fmt: skip

@@ -1,9 +1,11 @@
 """report.md and report.html of a decoder: the verdict, the facts, then per scenario a summary line and a row per call.
 
-Columns per call: the call (prefill, chunk, decode, re-prefill), its positions and L, the RoPE regime, the max abs
-logit error and its ratio to the logit scale against the float64 truth and against transformers, the next token
-picked by the runtime / float64 / transformers, the float64 top-2 margin, and the verdict (``regime cost`` for a call
-that read keys cached under another regime; ``near tie`` where the top-2 margin is below the measured error). A
+Columns per call: the call (prefill, chunk, decode, re-prefill), its positions and L (the longest row's), the RoPE
+regime (each row's in row order, ``long / short``, when the rows' differ), the max abs logit error and its ratio to
+the logit scale against the float64 truth and against transformers, the next token picked by the runtime / float64 /
+transformers, the float64 top-2 margin, and the verdict (``regime cost`` for a call that read keys cached under
+another regime, ``regime cost (rows ..)`` after the verdict of the other rows where only some did; ``near tie`` where
+the top-2 margin is below the measured error). A
 decoder with int4 weights has one more column before the verdict, its quantization cost (the error over the scale
 against the float64 recompute with the weights unquantized): a second figure, reported beside the positional one
 (the float64 column, judged) and never mixed with it.
@@ -42,9 +44,10 @@ def _e(x: float) -> str:
 def _verdict(call: dict[str, Any]) -> str:
     if call["stale_cache"]:
         return "regime cost"
+    stale = f"; regime cost (rows {call['stale_rows']})" if call.get("stale_rows") else ""
     if call["near_ties"]:
-        return f"near tie (rows {call['near_ties']})"
-    return "ok" if call["passed"] else f"FAIL{' (tokens differ)' if call['diverged_rows'] else ''}"
+        return f"near tie (rows {call['near_ties']}){stale}"
+    return ("ok" if call["passed"] else f"FAIL{' (tokens differ)' if call['diverged_rows'] else ''}") + stale
 
 
 def _header(report: dict[str, Any]) -> list[str]:

@@ -10,6 +10,10 @@ tables change with the length (LongRoPE's switch, dynamic NTK) that crossing onc
   built in, the whole sequence is prefilled again, so every cached key is rotated under the regime in effect;
 - ``keep``: the cache is kept; keys cached before the switch stay rotated under the old regime, and the difference
   from the float64 truth (which re-rotates them) is reported as that regime's cost, not as a failure.
+Each row runs in its own regime, of its own L_b = max(position_ids[b]) + 1 (``families.rope.regimes``); such a schedule
+also gets ``mixed-regimes`` (once per cache policy): one batch whose long row sits past the switch while its short
+row sits before it and crosses it while decoding, each row judged against its own float64 truth (dynamic NTK: rows
+of different L at every call).
 """
 
 from __future__ import annotations
@@ -64,6 +68,12 @@ def scenarios(spec: DecoderSpec) -> list[Scenario]:
         if regime_kind(position) != "static":
             out.append(Scenario("decode-across-switch-keep", (8,), 16, start=limit - 12, policy="keep",
                                 about="the same, the cache kept across the switch"))  # fmt: skip
+            # Row 0 ends its prompt at limit + 3 (past the switch), row 1 at limit - 7 (before it; it crosses at
+            # step 7); the last step sits at limit + 15, inside the decode-across-switch scenarios' reach.
+            mixed = f"rows on both sides of original_max {limit} in one batch, each in its own regime"
+            out.append(Scenario("mixed-regimes", (14, 4), 12, start=limit - 10, about=mixed))
+            out.append(Scenario("mixed-regimes-keep", (14, 4), 12, start=limit - 10, policy="keep",
+                                about=f"{mixed}, the cache kept across the switch"))  # fmt: skip
     windows = sorted({layer.window for layer in spec.layers if layer.window})
     for window in windows[:1] if len(windows) == 1 else windows:  # each window crossed in prefill, then in decode
         if window + 8 + 16 <= top:

@@ -6,7 +6,8 @@ cache (``decoder.reference``), when transformers is installed. Per call: max abs
 scale (max |float64 logit| of the call), the next token each one picks, whether the runtime's agrees with the truth,
 the float64 top-2 margin. A call passes when its error is within ``TOLERANCE[dtype]`` x the scale and its tokens
 agree with the truth, a near tie excepted (a row whose top-2 margin is below the measured error: listed, not counted).
-A call that read keys cached under another regime (the ``keep`` policy) is reported as that regime's cost, not judged.
+Rows that read keys cached under another regime (the ``keep`` policy; per row, each row's regime being its own) are
+reported as that regime's cost, not judged; the call's other rows are judged as usual.
 
 A mixture of experts (gpt-oss) routes each token to its k largest router logits: where the k-th and (k + 1)-th are
 closer than a runtime's error on them (a routing near tie: within the tolerance x the token's largest |router
@@ -73,9 +74,15 @@ def tolerance(spec: DecoderSpec) -> float:
     return max(own, COMPUTED[COMPUTE[spec.accuracy_level]])
 
 
-def _compare(call: Call, runtime: np.ndarray, reference: np.ndarray) -> dict[str, float]:
-    """max abs and relative error of ``runtime`` against ``reference`` on the call's real slots."""
+def _compare(
+    call: Call, runtime: np.ndarray, reference: np.ndarray, rows: np.ndarray | None = None
+) -> dict[str, float]:
+    """max abs and relative error of ``runtime`` against ``reference`` on the call's real slots (of ``rows`` [b]
+    bool only, when given).
+    """  # noqa: D205
     real = call.attention_mask[:, call.first :] != 0  # [b, s]
+    if rows is not None:
+        real = real & rows[:, None]
     diff = np.abs(runtime - reference)[real]
     scale = float(np.abs(reference[real]).max())
     worst = float(diff.max())
@@ -95,7 +102,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
     runtime = np.asarray(call.logits, np.float64)
     rows = np.arange(runtime.shape[0])
     last = _last(call)
-    versus = _compare(call, runtime, truth)
+    stale = call.stale_rows  # [b]: judged on the other rows (module doc)
+    judged = None if call.stale or not stale.any() else ~stale
+    versus = _compare(call, runtime, truth, judged)
     ordered = np.sort(truth[rows, last], axis=-1)
     margins = ordered[:, -1] - ordered[:, -2]
     errors = np.abs(runtime[rows, last] - truth[rows, last]).max(axis=-1)
@@ -109,6 +118,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
         "stale_cache": call.stale,
         "float64": versus,
     }
+    if judged is not None:  # some rows only read stale keys: their error is the regime's cost
+        record["stale_rows"] = [int(r) for r in rows[stale]]
+        record["regime_cost"] = _compare(call, runtime, truth, stale)
     if eager is not None:
         record["transformers"] = _compare(call, runtime, eager)
         record["transformers_vs_float64"] = _compare(call, eager, truth)
@@ -116,8 +128,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
     if unquantized is not None:  # reported, never judged (module doc)
         record["quantization_cost"] = _compare(call, runtime, unquantized)
         picks["unquantized"] = unquantized[rows, last].argmax(-1)
-    ties = [int(r) for r in rows if picks["runtime"][r] != picks["float64"][r] and margins[r] <= errors[r]]
-    differ = [int(r) for r in rows if picks["runtime"][r] != picks["float64"][r] and int(r) not in ties]
+    counted = rows if judged is None else rows[judged]
+    ties = [int(r) for r in counted if picks["runtime"][r] != picks["float64"][r] and margins[r] <= errors[r]]
+    differ = [int(r) for r in counted if picks["runtime"][r] != picks["float64"][r] and int(r) not in ties]
     record["tokens"] = {k: [int(x) for x in v] for k, v in picks.items()}
     record["margin"] = float(margins.min())
     record["near_ties"] = ties
@@ -130,8 +143,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
 def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     judged = [r for r in records if not r["stale_cache"]]
     stale = [r for r in records if r["stale_cache"]]
-    rows = sum(len(r["tokens"]["runtime"]) for r in judged)
-    agree = sum(len(r["tokens"]["runtime"]) - len(r["diverged_rows"]) - len(r["near_ties"]) for r in judged)
+    counted = lambda r: len(r["tokens"]["runtime"]) - len(r.get("stale_rows", ()))  # noqa: E731
+    rows = sum(counted(r) for r in judged)
+    agree = sum(counted(r) - len(r["diverged_rows"]) - len(r["near_ties"]) for r in judged)
     first = next((r["index"] for r in judged if r["diverged_rows"]), None)
     out = {
         "calls": len(records),
@@ -156,9 +170,10 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         out["cost_abs"] = max(r["quantization_cost"]["max_abs"] for r in costed)
         same = sum(int(np.sum(np.equal(r["tokens"]["runtime"], r["tokens"]["unquantized"]))) for r in costed)
         out["cost_agreement"] = f"{same}/{sum(len(r['tokens']['runtime']) for r in costed)}"
-    if stale:
-        out["regime_cost_rel"] = max(r["float64"]["rel"] for r in stale)
-        out["regime_cost_calls"] = len(stale)
+    costs = [r["float64"]["rel"] for r in stale] + [r["regime_cost"]["rel"] for r in records if "regime_cost" in r]
+    if costs:
+        out["regime_cost_rel"] = max(costs)
+        out["regime_cost_calls"] = len(costs)
     return out
 
 

@@ -145,12 +145,12 @@ def dynamic_base_frozen(spec: RopeSpec) -> onnx.ModelProto:
     set_initializer(model, "trace_length", np.array(TRACE, np.int64))
     for node in nodes_of(model, "If"):
         branch = next(a.g for a in node.attribute if a.name == "then_branch")
-        rewire(branch, "call_length", "trace_length")
+        rewire(branch, "row_length", "trace_length")
     return model
 
 
 def _longrope_switch(model: onnx.ModelProto) -> onnx.NodeProto:
-    return next(n for n in nodes_of(model, "Greater") if "call_length" in n.input)
+    return next(n for n in nodes_of(model, "Greater") if "row_length" in n.input)
 
 
 def longrope_frozen(trace: int) -> Callable[[RopeSpec], onnx.ModelProto]:
@@ -169,9 +169,20 @@ def longrope_frozen(trace: int) -> Callable[[RopeSpec], onnx.ModelProto]:
 def longrope_length_from_seq(spec: RopeSpec) -> onnx.ModelProto:
     """L taken as the call's sequence length (``x.shape[-2]``), not max(position_ids) + 1: decode calls use short."""
     model = export(spec)
-    add = producer(model, "call_length")
-    add.output[0] = "call_length_unused"
-    insert_before(model, add, [helper.make_node("Shape", ["position_ids"], ["call_length"], start=1, end=2)])
+    add = producer(model, "row_length")
+    add.output[0] = "row_length_unused"
+    insert_before(model, add, [helper.make_node("Shape", ["position_ids"], ["row_length"], start=1, end=2)])
+    return prune(model)
+
+
+def length_over_batch(spec: RopeSpec) -> onnx.ModelProto:
+    """One L for the whole batch, max over every row + 1 (vLLM #27414): each row's ReduceMax made to reduce all."""
+    model = export(spec)
+    reduce = producer(model, producer(model, "row_length").input[0])  # ReduceMax(position_ids) over the row axis
+    del reduce.input[1:]  # opset 18+: the axes input
+    kept = [a for a in reduce.attribute if a.name != "axes"]  # opset 17: the axes attribute
+    del reduce.attribute[:]
+    reduce.attribute.extend(kept)
     return prune(model)
 
 
@@ -259,7 +270,7 @@ def key_heads_tiled(spec: RopeSpec) -> onnx.ModelProto:
 def scores_length_from_queries(spec: RopeSpec) -> onnx.ModelProto:
     """The scores graph's L from the query positions alone (the decode step's), ignoring the keys' positions."""
     model = export(spec)
-    both = producer(model, producer(model, "call_length").input[0])  # Max(ReduceMax(query), ReduceMax(key))
+    both = producer(model, producer(model, "row_length").input[0])  # Max(ReduceMax(query), ReduceMax(key))
     del both.input[1:]
     return prune(model)
 
@@ -373,6 +384,22 @@ BUGS: list[PlantedBug] = [
                 {"end", "row-offsets", "decode", "unordered", "above-original", "long-regime-low-positions"}
             )
         },
+    ),
+    PlantedBug(
+        "longrope-length-over-batch",
+        "LongRoPE L = max over the whole batch + 1, not each row's own (a short row batched with a long one)",
+        rope(scaling="longrope"),
+        length_over_batch,
+        checks(*ROPE_OUT),
+        {"probe": frozenset({"row-offsets", "decode", "unordered"})},  # the probes whose rows differ in L
+    ),
+    PlantedBug(
+        "dynamic-ntk-length-over-batch",
+        "dynamic NTK base from the whole batch's L, not each row's own",
+        rope(scaling="dynamic", graph="decomposed"),
+        length_over_batch,
+        checks(*ROPE_OUT),
+        {"probe": frozenset({"row-offsets", "decode", "unordered"})},  # the probes whose rows differ in L
     ),
     PlantedBug(
         "longrope-switch-inclusive",

@@ -90,8 +90,11 @@ def gqa_model(
     long: tuple[np.ndarray, np.ndarray] | None = None,
     threshold: int = ORIGINAL,
     head_dim: int = D,
+    batch: int | str = 1,
 ) -> Path:
-    """GroupQueryAttention reading cos/sin caches (with ``long``: an If on the mask length > threshold)."""  # fmt: skip
+    """GroupQueryAttention reading cos/sin caches (with ``long``: an If on the mask length > threshold), ``batch``
+    rows.
+    """  # noqa: D205
     inits = [numpy_helper.from_array(np.array([1], np.int64), "one")]
     nodes = []
     if long is None:
@@ -128,24 +131,26 @@ def gqa_model(
         name="/model/layers.0/attn/GroupQueryAttention", domain="com.microsoft", num_heads=HEADS,
         kv_num_heads=KV, do_rotary=1, rotary_interleaved=0))  # fmt: skip
     inputs = [
-        _io("qkv", TensorProto.FLOAT, [1, "s", (HEADS + 2 * KV) * head_dim]),
-        _io("attention_mask", TensorProto.INT64, [1, "total"]),
-        _io("past_key", TensorProto.FLOAT, [1, KV, "past", head_dim]),
-        _io("past_value", TensorProto.FLOAT, [1, KV, "past", head_dim]),
-        _io("seqlens_k", TensorProto.INT32, [1]),
+        _io("qkv", TensorProto.FLOAT, [batch, "s", (HEADS + 2 * KV) * head_dim]),
+        _io("attention_mask", TensorProto.INT64, [batch, "total"]),
+        _io("past_key", TensorProto.FLOAT, [batch, KV, "past", head_dim]),
+        _io("past_value", TensorProto.FLOAT, [batch, KV, "past", head_dim]),
+        _io("seqlens_k", TensorProto.INT32, [batch]),
         _io("total_sequence_length", TensorProto.INT32, []),
     ]
-    outputs = [_io("attn", TensorProto.FLOAT, [1, "s", HEADS * head_dim])]
+    outputs = [_io("attn", TensorProto.FLOAT, [batch, "s", HEADS * head_dim])]
     return _save(nodes, inputs, outputs, inits, path, {"": 21, "com.microsoft": 1})
 
 
-def rotary23_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:
-    """Opset-23 RotaryEmbedding on the query with caches and position_ids."""
+def rotary23_model(path: Path, cos: np.ndarray, sin: np.ndarray, batch: int | str = 1) -> Path:
+    """Opset-23 RotaryEmbedding on the query with caches and position_ids, ``batch`` rows."""
     nodes = [helper.make_node("RotaryEmbedding", ["query", "cos_cache", "sin_cache", "position_ids"], ["rotated"],
                               num_heads=HEADS)]  # fmt: skip
     inits = [numpy_helper.from_array(cos, "cos_cache"), numpy_helper.from_array(sin, "sin_cache")]
-    inputs = [_io("query", TensorProto.FLOAT, [1, "s", HEADS * D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
-    return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, "s", HEADS * D])], inits, path, {"": 23})
+    inputs = [_io("query", TensorProto.FLOAT, [batch, "s", HEADS * D]),
+              _io("position_ids", TensorProto.INT64, [batch, "s"])]  # fmt: skip
+    outputs = [_io("rotated", TensorProto.FLOAT, [batch, "s", HEADS * D])]
+    return _save(nodes, inputs, outputs, inits, path, {"": 23})
 
 
 def rotary_ms_model(path: Path, cos: np.ndarray, sin: np.ndarray) -> Path:

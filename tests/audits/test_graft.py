@@ -14,8 +14,11 @@ from ropeexport.cli import main
 from ropeexport.families.rope.regimes import frequencies
 from tests.audits.planted import (
     CASES,
+    HEADS,
+    KV,
     ORIGINAL,
     ORT_REFUSES,
+    D,
     P,
     Planted,
     computed_model,
@@ -91,6 +94,56 @@ def test_the_longrope_switch_is_added_where_the_model_has_one_table(reader: str,
     assert replaced["replaced_by"].startswith(how) and replaced["regime_length"] == f"switch at {ORIGINAL}"
     assert replaced["rows"] == P
     assert result.short_call["equal"]  # at 8 tokens the short regime, which the model already had
+
+
+def test_a_grafted_switch_takes_each_rows_regime(tmp_path: Path) -> None:
+    # RotaryEmbedding reads table rows by position: each row's positions shift to the long table by its own L_b, so a
+    # row batched with a row past the switch is rotated as it is alone (the whole-batch rule would shift it too).
+    import numpy as np
+    import onnxruntime as ort
+
+    config = write_config(tmp_path, "longrope")
+    spec = rx.from_hf_config(config)[0]
+    model = rotary23_model(tmp_path / "model.onnx", *tables(spec, ORIGINAL), batch="batch")
+    rx.graft(model, config, tmp_path / "fixed.onnx", trust="config")
+    session = ort.InferenceSession(str(tmp_path / "fixed.onnx"), providers=["CPUExecutionProvider"])
+    positions = np.array([np.arange(8), np.arange(ORIGINAL - 4, ORIGINAL + 4)], np.int64)  # short, then long
+    query = np.random.default_rng(0).standard_normal((2, 8, HEADS * D)).astype(np.float32)
+    (batched,) = session.run(None, {"query": query, "position_ids": positions})
+    for row in range(2):
+        (alone,) = session.run(None, {"query": np.repeat(query[row : row + 1], 2, 0),
+                                      "position_ids": np.repeat(positions[row : row + 1], 2, 0)})  # fmt: skip
+        assert np.array_equal(batched[row], alone[0]), row
+    (shifted,) = session.run(None, {"query": query, "position_ids": positions[[1, 1]]})
+    assert np.abs(batched[0] - shifted[0]).max() > 1e-2  # the short row's rotation really differs under long
+
+
+def test_a_grafted_gqa_switch_refuses_a_mixed_batch_at_run_time(tmp_path: Path) -> None:
+    # GroupQueryAttention takes one cos/sin cache per call: rows on both sides of the switch cannot each get their
+    # own, so the call fails (never one row rotated in the other's regime); a batch in one regime runs.
+    import numpy as np
+    import onnxruntime as ort
+
+    config = write_config(tmp_path, "longrope")
+    spec = rx.from_hf_config(config)[0]
+    model = gqa_model(tmp_path / "model.onnx", *tables(spec, ORIGINAL), batch="batch")
+    rx.graft(model, config, tmp_path / "fixed.onnx", trust="config")
+    session = ort.InferenceSession(str(tmp_path / "fixed.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+
+    def call(lengths: list[int]) -> None:  # one prompt per row, right-padded to the longest
+        s = max(lengths)
+        session.run(None, {"qkv": rng.standard_normal((2, s, (HEADS + 2 * KV) * D)).astype(np.float32),
+                           "attention_mask": np.ones((2, s), np.int64),
+                           "past_key": np.zeros((2, KV, 0, D), np.float32),
+                           "past_value": np.zeros((2, KV, 0, D), np.float32),
+                           "seqlens_k": np.array(lengths, np.int32) - 1,
+                           "total_sequence_length": np.array(s, np.int32)})  # fmt: skip
+
+    call([8, 5])
+    call([ORIGINAL + 4, ORIGINAL + 1])
+    with pytest.raises(Exception, match="mixed_regimes_refused"):
+        call([ORIGINAL + 4, 5])
 
 
 @pytest.mark.parametrize("name", ["alibi-naive-12-heads", "alibi-reversed", "alibi-one-slope-off"])

@@ -2,7 +2,7 @@
 
 The graph calls the family's ``rope`` artifact of the same spec (same layout, schedule, dtype and graph style) as its
 position piece; the eager reference rotates with the family's reference module and the float64 oracle with its
-complex-form oracle, each with the call's L = max(position_ids) + 1, as the piece does.
+complex-form oracle, each row with its own L_b = max(position_ids[b]) + 1, as the piece does.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def rope_of(spec: RopeSpec) -> RopeSpec:
 
 
 def rotate64(spec: RopeSpec, length: int | None = None) -> Rotate64:
-    """The complex-form float64 rotation at L = ``length``, else each call's max(position_ids) + 1."""
-    return lambda x, pos: rope_oracle(spec, x, pos, int(pos.max()) + 1 if length is None else length)
+    """The complex-form float64 rotation at L = ``length``, else each row's own max(position_ids[b]) + 1."""
+    return lambda x, pos: rope_oracle(spec, x, pos, length)
 
 
 def piece(spec: RopeSpec) -> PositionPiece:
@@ -53,19 +53,16 @@ def export_block(spec: RopeSpec) -> onnx.ModelProto:
 
 
 def eager_block(spec: RopeSpec, feeds: Feeds, weights: Weights | None = None, window: int = 0) -> dict[str, np.ndarray]:
-    """The eager block, rotating with the reference module at the call's L (``weights``: a layer's, else seeded)."""
+    """The eager block, rotating with the reference module at each row's L (``weights``: a layer's, else seeded)."""
     module = reference_module(rope_of(spec))
-    length = int(feeds["position_ids"].max()) + 1
-    return block_eager(spec, feeds, lambda x, pos: module.apply_rotation(x, pos, length), None, weights, window)
+    return block_eager(spec, feeds, module.apply_rotation, None, weights, window)
 
 
 def float64_block(
     spec: RopeSpec, feeds: Feeds, weights: Weights | None = None, window: int = 0
 ) -> dict[str, np.ndarray]:
-    """The float64 block, rotating with the complex-form oracle at the call's L."""
-    # L over the whole batch, as the graph computes it (a static-cache call is evaluated row by row)
-    length = int(feeds["position_ids"].max()) + 1
-    return block_float64(spec, feeds, rotate64(spec, length), None, weights, window)
+    """The float64 block, rotating with the complex-form oracle at each row's L, as the graph computes it."""
+    return block_float64(spec, feeds, rotate64(spec), None, weights, window)
 
 
 def block_tables(spec: RopeSpec, model_path: Path) -> list[dict[str, Any]]:

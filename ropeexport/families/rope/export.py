@@ -6,12 +6,17 @@ The fused graph also takes query and key 3-D, [batch, seq, heads * head_dim]: it
 ``num_heads``, which is what the opset-23 operator needs for that form (the ``gqa`` block calls it so).
 
 Tables are initializers ``cos_table`` / ``sin_table`` [regimes * max_positions, rotary_dim / 2]: computed in float64
-(``table_regimes``), rounded once to the table dtype, half width (never duplicated to full width). How a call picks
-its rows, with L = max(position_ids) + 1:
+(``table_regimes``), rounded once to the table dtype, half width (never duplicated to full width). Each batch row picks
+its own regime from its own length L_b = max(position_ids[b]) + 1 (``row_lengths``, [b, 1]): what that request alone
+would have (a row's positions count its real tokens from its first; left padding sits at a position no larger, so it
+never lengthens a row), never the longest row of the batch, so a request's output does not depend on what it is
+batched with (vLLM #27414 is the whole-batch rule in a server). How a row picks its table rows:
 - static schedules: row = position;
-- ``switch`` (longrope): row = position + max_positions when L > original_max_position_embeddings (the long table);
-- ``continuous`` (dynamic NTK): rows of the default table while L <= original, otherwise cos/sin computed in the graph
-  in float64 from L and rounded once (an ``If``, so the short case pays nothing).
+- ``switch`` (longrope): row = position + max_positions when L_b > original_max_position_embeddings (the long
+  table): a [b, 1] offset broadcast over the row;
+- ``continuous`` (dynamic NTK): rows of the default table while L_b <= original, otherwise cos/sin computed in the
+  graph in float64 from L_b and rounded once; the computing branch sits under an ``If`` on the longest row (a batch
+  whose rows are all short pays nothing) and keeps the default rows of every short row (a ``Where`` per row).
 Positions outside [0, max_positions) are mapped to an index past the table, so the lookup itself fails at run time:
 ONNX ``Gather`` would otherwise wrap a negative index to the end of the table.
 """
@@ -42,15 +47,23 @@ def rope_tables(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str]:
     return g.const("cos_table", cos), g.const("sin_table", sin)
 
 
-def call_length(g: GraphBuilder, positions: list[str]) -> str:
-    """L = max over every position input + 1, a scalar int64: the call length that picks a schedule's regime."""
-    maxima = [g.op("ReduceMax", [p], keepdims=0) for p in positions]
+def row_lengths(g: GraphBuilder, positions: list[str], opset: int) -> str:
+    """L_b = max over row b of every position input + 1, int64 [b, 1]: the length that picks row b's regime.
+
+    ``opset``: the graph's (ReduceMax takes its axes from an input since opset 18, an attribute before).
+    """
+    axis = g.shared_const("row_axis", np.array([1], np.int64))
+    reduce = (lambda p: g.op("ReduceMax", [p, axis], keepdims=1)) if opset >= 18 else (
+        lambda p: g.op("ReduceMax", [p], axes=[1], keepdims=1))  # fmt: skip
+    maxima = [reduce(p) for p in positions]  # [b, 1] each
     top = maxima[0] if len(maxima) == 1 else g.op("Max", maxima)
-    return g.op("Add", [top, g.const("one_i64", np.array(1, np.int64))], name="call_length")
+    return g.op("Add", [top, g.const("one_i64", np.array(1, np.int64))], name="row_length")
 
 
 def _row_index(g: GraphBuilder, spec: RopeSpec, length: str | None, pos: str) -> str:
-    """Table rows for ``pos`` [b, s]: shifted to the long table when asked, past the table when invalid."""
+    """Table rows for ``pos`` [b, s]: a row shifted to the long table when its own L_b ([b, 1] ``length``) asks,
+    past the table where a position is invalid.
+    """  # noqa: D205
     P = spec.max_positions
     i64 = lambda v: np.array(v, np.int64)  # noqa: E731
     below = g.op("Less", [pos, g.const(f"{pos}_zero", i64(0))])
@@ -59,35 +72,41 @@ def _row_index(g: GraphBuilder, spec: RopeSpec, length: str | None, pos: str) ->
     rows = pos
     schedule = get_schedule(spec.scaling)
     if schedule.regime == "switch":
-        assert length is not None, "a switched schedule needs the call length"
+        assert length is not None, "a switched schedule needs the row lengths"
         threshold = g.const(f"{pos}_original_length", i64(schedule.threshold(spec.scaling_params)))
-        use_long = g.op("Cast", [g.op("Greater", [length, threshold])], to=TensorProto.INT64)
+        use_long = g.op("Cast", [g.op("Greater", [length, threshold])], to=TensorProto.INT64)  # [b, 1]
         rows = g.op("Add", [pos, g.op("Mul", [use_long, g.const(f"{pos}_table_rows", i64(P))])])
     n_rows = P * (2 if schedule.regime == "switch" else 1)
     return g.op("Where", [bad, g.const(f"{pos}_past_table", i64(n_rows)), rows], name=f"{pos}_rows")
 
 
-def _dynamic_branch(spec: RopeSpec, length: str, pos: str) -> onnx.GraphProto:
-    """If-branch computing cos/sin [b, s, r/2] for dynamic NTK once L > original, in float64, rounded once."""
+def _dynamic_branch(spec: RopeSpec, length: str, pos: str, default: tuple[str, str]) -> onnx.GraphProto:
+    """If-branch computing cos/sin [b, s, r/2] for dynamic NTK once some row's L_b > original: each such row at its
+    own L_b in float64, rounded once; every other row keeps its ``default`` table rows (a Where per row).
+    """  # noqa: D205
     g = GraphBuilder(prefix=f"dyn_{pos}_")
     p = spec.scaling_params
     r, factor, original = spec.rotary_dim, p["factor"], p["original_max_position_embeddings"]
     f64 = lambda v: np.array(v, np.float64)  # noqa: E731
+    last = g.const("last_axis", np.array([-1], np.int64))
+    # A short row's L_b is raised to original (base = theta there) so its unused lanes stay finite.
+    original_length = g.const("original", np.array(original, np.int64))
+    lengths = g.op("Unsqueeze", [g.op("Max", [length, original_length]), last])  # [b, 1, 1]
     # base(L) = theta * (factor * L / original - (factor - 1)) ** (r / (r - 2)); inv_freq_i = base^(-2i/r)
     scaled = g.op(
-        "Mul", [g.op("Cast", [length], to=TensorProto.DOUBLE), g.const("factor_per_len", f64(factor / original))]
+        "Mul", [g.op("Cast", [lengths], to=TensorProto.DOUBLE), g.const("factor_per_len", f64(factor / original))]
     )
     ratio = g.op("Sub", [scaled, g.const("factor_minus_one", f64(factor - 1))])
     power = g.op("Mul", [g.const("base_power", f64(r / (r - 2))), g.op("Log", [ratio])])
-    log_base = g.op("Add", [g.const("log_theta", f64(math.log(spec.theta))), power])
+    log_base = g.op("Add", [g.const("log_theta", f64(math.log(spec.theta))), power])  # [b, 1, 1]
     exponents = g.const("neg_exponents", -np.arange(0, r, 2, dtype=np.float64) / r)  # [r/2]
-    inv_freq = g.op("Exp", [g.op("Mul", [exponents, log_base])])
-    last = g.const("last_axis", np.array([-1], np.int64))
+    inv_freq = g.op("Exp", [g.op("Mul", [exponents, log_base])])  # [b, 1, r/2]: each row its own base
     positions = g.op("Unsqueeze", [g.op("Cast", [pos], to=TensorProto.DOUBLE), last])  # [b, s, 1]
     angles = g.op("Mul", [positions, inv_freq])  # [b, s, r/2] float64
     dtype = DTYPES[spec.dtype].onnx
-    cos = g.op("Cast", [g.op("Cos", [angles])], to=dtype, name=f"dyn_{pos}_cos")
-    sin = g.op("Cast", [g.op("Sin", [angles])], to=dtype, name=f"dyn_{pos}_sin")
+    past = g.op("Unsqueeze", [g.op("Greater", [length, original_length]), last])  # [b, 1, 1]: rows past original
+    cos = g.op("Where", [past, g.op("Cast", [g.op("Cos", [angles])], to=dtype), default[0]], name=f"dyn_{pos}_cos")
+    sin = g.op("Where", [past, g.op("Cast", [g.op("Sin", [angles])], to=dtype), default[1]], name=f"dyn_{pos}_sin")
     outs = [helper.make_tensor_value_info(n, dtype, None) for n in (cos, sin)]
     return helper.make_graph(g.nodes, f"dynamic_ntk_{pos}", [], outs, g.initializers)
 
@@ -95,7 +114,10 @@ def _dynamic_branch(spec: RopeSpec, length: str, pos: str) -> onnx.GraphProto:
 def cos_sin_rows(
     g: GraphBuilder, spec: RopeSpec, tables: tuple[str, str], pos: str, length: str | None
 ) -> tuple[str, str, str | None]:
-    """(cos, sin, rows) for one position input: tables plus rows for a fused node, or per-token [b, s, r/2]."""
+    """(cos, sin, rows) for one position input: tables plus rows for a fused node, or per-token [b, s, r/2].
+
+    ``length``: ``row_lengths`` [b, 1] (None for a static schedule); each row takes its own regime.
+    """
     schedule = get_schedule(spec.scaling)
     cos_table, sin_table = tables
     rows = _row_index(g, spec, length, pos)
@@ -104,7 +126,7 @@ def cos_sin_rows(
             return cos_table, sin_table, rows
         cos = g.op("Gather", [cos_table, rows], name=f"{pos}_cos")
         return cos, g.op("Gather", [sin_table, rows], name=f"{pos}_sin"), None
-    assert length is not None, "a continuous schedule needs the call length"
+    assert length is not None, "a continuous schedule needs the row lengths"
     # The gathers run before the If whichever branch it takes: they are what rejects a bad position.
     cos = g.op("Gather", [cos_table, rows], name=f"{pos}_cos_default")
     sin = g.op("Gather", [sin_table, rows], name=f"{pos}_sin_default")
@@ -117,8 +139,9 @@ def cos_sin_rows(
         [helper.make_tensor_value_info(n, dtype, None) for n in kept],
     )
     threshold = g.const(f"{pos}_original", np.array(schedule.threshold(spec.scaling_params), np.int64))
-    past = g.op("Greater", [length, threshold])
-    branch = _dynamic_branch(spec, length, pos)
+    # ReduceMax without axes reduces every axis in every opset: the longest row, a scalar for the If.
+    past = g.op("Greater", [g.op("ReduceMax", [length], keepdims=0), threshold])
+    branch = _dynamic_branch(spec, length, pos, (cos, sin))
     cos, sin = g.op("If", [past], n_out=2, name=f"{pos}_schedule", then_branch=branch, else_branch=keep)
     return cos, sin, None
 
@@ -180,7 +203,7 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     g = GraphBuilder()
     tables = rope_tables(g, spec)
     regime = get_schedule(spec.scaling).regime
-    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    length = row_lengths(g, ["position_ids"], OPSETS[spec.graph]) if regime != "static" else None
     rows = cos_sin_rows(g, spec, tables, "position_ids", length)  # shared by query and key
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
         _rotate(g, spec, x, heads, rows, f"{x}_out")
@@ -211,13 +234,14 @@ def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
 
     Inputs query [b, num_heads, q_len, d], key [b, num_kv_heads, k_len, d], query_position_ids [b, q_len],
     key_position_ids [b, k_len]; output scores [b, num_heads, q_len, k_len]. With grouped-query attention, query
-    head h meets key head h // (num_heads / num_kv_heads). L for the schedule is max over both position inputs + 1.
+    head h meets key head h // (num_heads / num_kv_heads). Row b's L_b for the schedule is max over both position
+    inputs' row b + 1.
     """
     g = GraphBuilder()
     tables = rope_tables(g, spec)
     positions = ["query_position_ids", "key_position_ids"]
     regime = get_schedule(spec.scaling).regime
-    length = call_length(g, positions) if regime != "static" else None
+    length = row_lengths(g, positions, OPSETS[spec.graph]) if regime != "static" else None
     _rotate(g, spec, "query", spec.num_heads, cos_sin_rows(g, spec, tables, positions[0], length), "query_rotated")
     _rotate(g, spec, "key", spec.num_kv_heads, cos_sin_rows(g, spec, tables, positions[1], length), "key_rotated")
     key = "key_rotated"

@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from ropeexport.families.rope.regimes import row_lengths
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 
 
-def rope_oracle(spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray, length: int | None = None) -> np.ndarray:
+def rope_oracle(
+    spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray, length: int | np.ndarray | None = None
+) -> np.ndarray:
     """Rotate x [b, h, s, d] (any float dtype) in float64 by position_ids [b, s]; float64 [b, h, s, d] out.
 
-    ``length`` is the call's L for length-dependent schedules (default max(position_ids) + 1).
+    ``length``: L for length-dependent schedules, one for every row or one per row [b] (default each row's own,
+    max(position_ids[b]) + 1: ``regimes.row_lengths``).
     """
     schedule = get_schedule(spec.scaling)
     r = spec.rotary_dim
-    length = int(position_ids.max()) + 1 if length is None else length
-    freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, length)
-    rotor = freqs.attention_factor * np.exp(1j * position_ids[..., None] * freqs.inv_freq)[:, None]  # [b, 1, s, r/2]
+    b = position_ids.shape[0]
+    lengths = row_lengths(position_ids) if length is None else np.broadcast_to(np.asarray(length, np.int64), (b,))
+    rotor = np.empty((*position_ids.shape, r // 2), np.complex128)  # [b, s, r/2]
+    for value in np.unique(lengths):  # each row at its own L
+        freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, int(value))
+        rows = lengths == value
+        rotor[rows] = freqs.attention_factor * np.exp(1j * position_ids[rows][..., None] * freqs.inv_freq)
+    rotor = rotor[:, None]  # [b, 1, s, r/2]
     x = np.asarray(x, dtype=np.float64)
     rot = x[..., :r]
     pairs = (rot[..., : r // 2], rot[..., r // 2 :]) if spec.layout == "half" else (rot[..., 0::2], rot[..., 1::2])
@@ -54,8 +63,10 @@ def rope_table_oracle(spec: RopeSpec) -> list[tuple[np.ndarray, np.ndarray]]:
 def rope_scores_oracle(
     spec: RopeSpec, query: np.ndarray, key: np.ndarray, query_position_ids: np.ndarray, key_position_ids: np.ndarray
 ) -> np.ndarray:
-    """float64 logits [b, num_heads, q_len, k_len] of the rotated pair, scaled by 1/sqrt(head_dim)."""
-    length = int(max(query_position_ids.max(), key_position_ids.max())) + 1
+    """float64 logits [b, num_heads, q_len, k_len] of the rotated pair, scaled by 1/sqrt(head_dim); row b at its own
+    L_b = max over both position inputs' row b + 1.
+    """  # noqa: D205
+    length = row_lengths(query_position_ids, key_position_ids)
     q = rope_oracle(spec, query, query_position_ids, length)
     k = np.repeat(rope_oracle(spec, key, key_position_ids, length), spec.num_heads // spec.num_kv_heads, axis=1)
     return np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(spec.head_dim)

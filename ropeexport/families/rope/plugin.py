@@ -15,9 +15,11 @@ and that attribute, never the domain). The tables are the half-width initializer
 [regimes * max_positions, rotary_dim / 2] of the fused graph, computed in float64 and rounded once; the rows come
 from the same helpers as the fused graph, so every schedule picks the same rows:
 - static schedules: rows = positions;
-- ``switch`` (longrope): rows shifted into the long table when L > original_max_position_embeddings;
-- ``continuous`` (dynamic NTK): cos/sin [b, s, r/2] are computed per call (default table or float64 in the graph,
-  rounded once); they are flattened to a [b * s, r/2] table and token t of the flattened batch reads row t.
+- ``switch`` (longrope): a row's rows shifted into the long table when its own L_b = max(position_ids[b]) + 1 >
+  original_max_position_embeddings;
+- ``continuous`` (dynamic NTK): cos/sin [b, s, r/2] are computed per call (each row: default table or float64 in
+  the graph at its own L_b, rounded once); they are flattened to a [b * s, r/2] table and token t of the flattened
+  batch reads row t.
 A position outside [0, max_positions) maps to a row past the table; the plugin writes NaN there (runners reject such
 positions before running, from the metadata).
 """
@@ -28,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ropeexport.families.rope.export import call_length, cos_sin_rows, rope_graph, rope_tables
+from ropeexport.families.rope.export import cos_sin_rows, rope_graph, rope_tables, row_lengths
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
@@ -57,7 +59,7 @@ def build_rope_plugin_graph(spec: RopeSpec) -> onnx.ModelProto:
     g = GraphBuilder()
     tables = rope_tables(g, spec)
     regime = get_schedule(spec.scaling).regime
-    length = call_length(g, ["position_ids"]) if regime != "static" else None
+    length = row_lengths(g, ["position_ids"], OPSET) if regime != "static" else None
     # The fused graph's helpers return (tables, rows) for table schedules, per-token cos/sin otherwise.
     cos, sin, rows = cos_sin_rows(g, spec.replace(graph="fused"), tables, "position_ids", length)
     if rows is None:

@@ -1,10 +1,11 @@
 """Verification of a RoPE artifact: tables against float64, and outputs at probe positions against eager and float64.
 
-Probes (each one call; L = max(position_ids) + 1 over the whole call picks a length-dependent schedule's regime):
+Probes (each one call; each row's own L_b = max(position_ids[b]) + 1 picks a length-dependent schedule's regime):
 - ``start`` and ``end`` of the table, rows with different offsets (left padding, KV-cache offsets), decode calls
   (seq 1) at the last position;
 - ``unordered``: rows whose positions are not increasing and whose largest position sits mid-row in one row only,
-  so an L taken from the last column or from one row is caught;
+  so an L taken from the last column, from another row or from the whole batch is caught (``row-offsets`` and
+  ``decode`` also hold rows on both sides of a switch below max_positions);
 - where the schedule has ``original_max_position_embeddings``: both sides of it (L = original and original + 1),
   and small positions in a call whose L selects the long regime;
 - a sweep over **every** position 0..max_positions-1. Sweep calls feed one random vector per position, repeated
@@ -158,11 +159,10 @@ def rope_eager(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
     """The eager reference module's outputs in the artifact dtype."""
     module = reference_module(spec)
     pos = torch.from_numpy(feeds["position_ids"])
-    length = int(pos.max()) + 1
 
-    def rotate(x: np.ndarray) -> np.ndarray:
+    def rotate(x: np.ndarray) -> np.ndarray:  # each row at its own L
         with torch.no_grad():
-            return _numpy(module.apply_rotation(to_torch(np.ascontiguousarray(x)), pos, length))
+            return _numpy(module.apply_rotation(to_torch(np.ascontiguousarray(x)), pos))
 
     return {"query_out": _per_head(rotate, feeds["query"]), "key_out": _per_head(rotate, feeds["key"])}
 

@@ -45,7 +45,8 @@ class RotaryEmbedding(nn.Module):
     """Eager RoPE for any layout and schedule: ``forward(query, key, *, position_ids) -> (query_out, key_out)``.
 
     query [b, num_heads, s, d], key [b, num_kv_heads, s, d], position_ids int64 [b, s]; outputs keep the input
-    shapes and dtype. Length-dependent schedules (dynamic, longrope) use L = max(position_ids) + 1 of the call.
+    shapes and dtype. Length-dependent schedules (dynamic, longrope) use each row's own L_b = max(position_ids[b]) + 1
+    (``regimes.row_lengths``): a row's output never depends on the other rows of its batch.
     """
 
     def __init__(self, spec: RopeSpec) -> None:
@@ -58,17 +59,33 @@ class RotaryEmbedding(nn.Module):
         s = self.spec
         return self.schedule.frequencies(s.rotary_dim, s.theta, s.scaling_params, seq_len)
 
-    def angles(self, position_ids: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, float]:
-        """float64 angles [b, s, r/2] for these positions, and the attention factor.
+    def angles(
+        self, position_ids: torch.Tensor, length: int | np.ndarray | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """float64 angles [b, s, r/2] for these positions, and the attention factor [b, 1, 1] of each row.
 
-        ``length`` is the call's L for length-dependent schedules (default: max(position_ids) + 1).
+        ``length``: L for length-dependent schedules, one for every row or one per row [b] (default each row's own,
+        max(position_ids[b]) + 1).
         """
         check_positions(position_ids, self.spec.max_positions)
-        freqs = self.frequencies(int(position_ids.max()) + 1 if length is None else length)
-        inv_freq = torch.from_numpy(freqs.inv_freq)  # float64 [r/2]
-        return position_ids.to(torch.float64)[..., None] * inv_freq, freqs.attention_factor
+        positions = position_ids.numpy()
+        b = positions.shape[0]
+        lengths = (
+            regimes.row_lengths(positions) if length is None else np.broadcast_to(np.asarray(length, np.int64), (b,))
+        )
+        angles = torch.empty((*positions.shape, self.spec.rotary_dim // 2), dtype=torch.float64)
+        factor = torch.empty((b, 1, 1), dtype=torch.float64)
+        for value in np.unique(lengths):  # each row at its own L
+            freqs = self.frequencies(int(value))
+            rows = torch.from_numpy(lengths == value)
+            inv_freq = torch.from_numpy(freqs.inv_freq)  # float64 [r/2]
+            angles[rows] = position_ids[rows].to(torch.float64)[..., None] * inv_freq
+            factor[rows] = freqs.attention_factor
+        return angles, factor
 
-    def cos_sin(self, position_ids: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(
+        self, position_ids: torch.Tensor, length: int | np.ndarray | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [b, s, r/2] in the spec dtype, each rounded once from float64."""
         angles, attention = self.angles(position_ids, length)
         dtype = self.spec.dtype
@@ -76,8 +93,10 @@ class RotaryEmbedding(nn.Module):
         sin = to_torch(round_once((torch.sin(angles) * attention).numpy(), dtype))
         return cos, sin
 
-    def apply_rotation(self, x: torch.Tensor, position_ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
-        """x [b, h, s, d] rotated by position_ids [b, s]."""
+    def apply_rotation(
+        self, x: torch.Tensor, position_ids: torch.Tensor, length: int | np.ndarray | None = None
+    ) -> torch.Tensor:
+        """x [b, h, s, d] rotated by position_ids [b, s] (``length`` as ``angles`` takes it)."""
         cos, sin = self.cos_sin(position_ids, length)
         return rotate_pairs(x, cos, sin, self.spec.layout != "half")
 
@@ -97,8 +116,7 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate query and key by their positions (shapes in the class docstring)."""
         self._check(query, key, position_ids)
-        length = int(position_ids.max()) + 1
-        return self.apply_rotation(query, position_ids, length), self.apply_rotation(key, position_ids, length)
+        return self.apply_rotation(query, position_ids), self.apply_rotation(key, position_ids)
 
 
 class ComplexRotaryEmbedding(RotaryEmbedding):
@@ -110,10 +128,12 @@ class ComplexRotaryEmbedding(RotaryEmbedding):
     equivalent interleaved graph.
     """
 
-    def apply_rotation(self, x: torch.Tensor, position_ids: torch.Tensor, length: int | None = None) -> torch.Tensor:
+    def apply_rotation(
+        self, x: torch.Tensor, position_ids: torch.Tensor, length: int | np.ndarray | None = None
+    ) -> torch.Tensor:
         """x [b, h, s, d] rotated as complex numbers: view_as_complex(x) * polar(attention, angles)."""
         angles, attention = self.angles(position_ids, length)
-        freqs_cis = torch.polar(torch.full_like(angles, attention), angles).to(torch.complex64)  # [b, s, r/2]
+        freqs_cis = torch.polar(attention.expand_as(angles).contiguous(), angles).to(torch.complex64)  # [b, s, r/2]
         r = self.spec.rotary_dim
         rot = torch.view_as_complex(x[..., :r].float().reshape(*x.shape[:-1], r // 2, 2))  # [b, h, s, r/2]
         out = torch.view_as_real(rot * freqs_cis[:, None]).flatten(-2).type_as(x)
@@ -145,10 +165,10 @@ def rope_scores(
     """Attention logits of the rotated pair, (R_i q_i) . (R_j k_j) / sqrt(d): [b, num_heads, q_len, k_len].
 
     query [b, num_heads, q_len, d], key [b, num_kv_heads, k_len, d]; query head h meets key head
-    h // (num_heads / num_kv_heads). L = max over both position inputs + 1.
+    h // (num_heads / num_kv_heads). Row b at its own L_b = max over both position inputs' row b + 1.
     """
     spec = module.spec
-    length = int(max(query_position_ids.max(), key_position_ids.max())) + 1
+    length = regimes.row_lengths(query_position_ids.numpy(), key_position_ids.numpy())
     q = module.apply_rotation(query, query_position_ids, length)
     k = module.apply_rotation(key, key_position_ids, length)
     k = k.repeat_interleave(spec.num_heads // spec.num_kv_heads, dim=1)

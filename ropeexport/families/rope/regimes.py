@@ -1,10 +1,16 @@
 """RoPE regimes and exact tables: which call lengths a schedule treats differently, and its float64 cos/sin there.
 
 The one home of both (torch-free): the family's reference tables (``reference.table_regimes``), the audit's
-comparisons and grafts, and the decoder's scenarios read them here. A schedule's frequencies depend on the call length
-L = max(position_ids) + 1 only past original_max_position_embeddings (``schedules``: regime ``switch`` for LongRoPE,
-``continuous`` for dynamic NTK, ``static`` for the rest); below it, and for every static schedule, any L gives the
-same table.
+comparisons and grafts, and the decoder's scenarios read them here. A schedule's frequencies depend on the length
+L only past original_max_position_embeddings (``schedules``: regime ``switch`` for LongRoPE, ``continuous`` for
+dynamic NTK, ``static`` for the rest); below it, and for every static schedule, any L gives the same table.
+
+L is a batch row's own: L_b = max(position_ids[b]) + 1 (``row_lengths``), the length that request alone would have.
+A row's positions count its real tokens from its first (left padding sits at a small position, never past the row's
+last: ``decoder.greedy`` puts it at the row's first, transformers at 1), and a decode call's one position per row is
+that row's last, so L_b is the row's tokens so far whatever the other rows hold. One batch may
+hold rows in different regimes (one past LongRoPE's switch, one before; dynamic NTK rows of different L): each row is
+computed in its own, never in the longest row's (vLLM #27414 is that whole-batch rule in a server).
 
 Precision: angles position x inverse frequency in float64, cos and sin in float64 times the attention factor; a
 caller rounds once to its dtype (``numerics.round_once``). The multiplication order is the one every caller used before
@@ -20,6 +26,11 @@ from typing import Any
 import numpy as np
 
 from ropeexport.families.rope.schedules import Regime, get_schedule
+
+
+def row_lengths(*positions: np.ndarray) -> np.ndarray:
+    """L_b = max over row b of every position array [b, s_i] + 1: int64 [b], each row's own length (module doc)."""
+    return np.max([np.asarray(p).max(axis=1) for p in positions], axis=0).astype(np.int64) + 1
 
 
 def original_length(position: Any) -> int | None:

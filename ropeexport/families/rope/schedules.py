@@ -6,8 +6,8 @@ One registry keyed by name, with Hugging Face transformers' parameter names and 
 
 Regimes:
 - ``static``: one set of frequencies for every call (default, linear, ntk, yarn, llama3).
-- ``switch``: one of two sets, chosen per call by ``L = max(position_ids) + 1 > original_max_position_embeddings``
-  (longrope: short factors below, long factors above).
+- ``switch``: one of two sets, chosen per batch row by ``L = max(position_ids[b]) + 1 >
+  original_max_position_embeddings`` (longrope: short factors below, long factors above; ``regimes``).
 - ``continuous``: the frequencies are a function of ``L`` once it exceeds ``original_max_position_embeddings``
   (dynamic NTK); below it they are the default ones.
 
@@ -141,7 +141,7 @@ class Schedule:
         return dict(sorted(out.items()))
 
     def frequencies(self, rotary_dim: int, theta: float, params: Mapping[str, Any], seq_len: int) -> Frequencies:
-        """Frequencies in effect for a call whose ``max(position_ids) + 1`` is ``seq_len``."""
+        """Frequencies in effect for a row whose ``max(position_ids[b]) + 1`` is ``seq_len``."""
         return self.compute(rotary_dim, theta, params, seq_len)
 
     def threshold(self, params: Mapping[str, Any]) -> int | None:
