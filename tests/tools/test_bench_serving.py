@@ -36,7 +36,7 @@ def positive(x: object) -> bool:
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     out = tmp_path_factory.mktemp("serving")
     argv = ["--quick", "--out", str(out), "--work", str(out / "work")]
-    # ~4 minutes on a quiet machine; 9 with four other workers on its 2 cores
+    # 9 minutes measured with four other workers on the 2 cores (load average 10-14)
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_serving.py"), *argv], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
