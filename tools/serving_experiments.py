@@ -3,9 +3,9 @@
     python tools/bench_serving.py --shapes small --work /tmp/w --out /tmp/serving   # builds the models first
     python tools/serving_experiments.py --work /tmp/w/small --out /tmp/serving/experiments.json
 
-Reads the models ``tools/bench_serving.py`` built under ``--work`` (``ours/*-gqa`` and ``og``) and splits a decode
-step in two, each measured in alternating rounds in one process, reported as og-builder time / ours per round
-(median and quartiles), as tools/bench_serving.py does:
+Reads the models ``tools/bench_serving.py`` built under ``--work`` (``ours/*-decoder-fp32-gqa`` and ``og``) and
+splits a decode step in two, each measured in alternating rounds in one process, reported as og-builder time / ours
+per round (median and quartiles), as tools/bench_serving.py does:
 - ``nodes``: each model's node count in ONNX Runtime's optimized graph (``SessionOptions.optimized_model_filepath``),
   in total, per layer (the median layer's: nodes named ``layers.{i}/`` or reading ``layers.{i}.`` weights) and once
   per call (the rest: embedding, position guard, mask, head);
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     from ropeexport.runtimes.iobinding import session_options
 
     work = Path(args.work)
-    ours_folder = next((work / "ours").glob("*-gqa"))
+    ours_folder = next((work / "ours").glob("*-decoder-fp32-gqa"))  # the fp32 one, not an int4 beside it
     models = {"ours-gqa": ours_folder / "model.onnx", "og-builder": work / "og" / "model.onnx"}
     ours = DecoderSession(ours_folder, threads=args.threads)
     layers = ours.spec.num_layers

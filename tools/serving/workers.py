@@ -7,12 +7,14 @@
 - ``time``: every entry loaded in one process, timed in alternating rounds beside the bytes limit, then each
   entry's logits of the accuracy prompts (after the timing: the accuracy prompts are longer than any timed one);
 - ``memory``: one entry alone, prefill of the largest prompt plus decode steps: the process's peak RSS;
-- ``profile``: ORT's profiler on ropeexport's sessions, per operator type, prefill and decode.
+- ``profile``: ORT's profiler on ropeexport's sessions and the builder's, per operator type, prefill and decode.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import resource
 import statistics
 import sys
@@ -263,15 +265,24 @@ def memory(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile(job: dict[str, Any]) -> dict[str, Any]:
-    """ORT's profiler on one ropeexport session: median per-call microseconds by operator type, prefill and decode."""
+    """ORT's profiler on one session (ours or onnxruntime-genai's): median per-call microseconds by operator type,
+    prefill and decode.
+    """  # noqa: D205
     prefix = str(Path(job["result"]).with_suffix("")) + "-ort"
     engine = open_engine(job["entry"], job["threads"], profile_prefix=prefix)
     n, steps = job["length"], job["steps"]
     engine.generate(prompt(job, n), steps)  # warm-up
     engine.generate(prompt(job, n), steps)
-    events = json.loads(Path(engine.session.session.end_profiling()).read_text())
+    if hasattr(engine, "session"):
+        events = json.loads(Path(engine.session.session.end_profiling()).read_text())
+    else:  # onnxruntime-genai writes its session's profile when the model goes
+        del engine.model
+        gc.collect()
+        events = json.loads(max(Path(prefix).parent.glob(Path(prefix).name + "*.json"), key=os.path.getmtime)
+                            .read_text())  # fmt: skip
     runs = sorted((e["ts"], e["dur"]) for e in events if e.get("name") == "model_run")[-(steps + 1) :]
     per_run: list[dict[str, float]] = [{} for _ in runs]
+    nodes = [0 for _ in runs]
     for e in events:
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
             continue
@@ -279,12 +290,14 @@ def profile(job: dict[str, Any]) -> dict[str, Any]:
             if ts <= e["ts"] <= ts + dur:
                 op = e["args"]["op_name"]
                 per_run[i][op] = per_run[i].get(op, 0.0) + e["dur"]
+                nodes[i] += 1
     out: dict[str, Any] = {}
     for phase, chosen in (("prefill", [0]), ("decode", list(range(1, len(runs))))):
         ops = sorted({op for i in chosen for op in per_run[i]})
         by_op = {op: round(statistics.median(per_run[i].get(op, 0.0) for i in chosen), 1) for op in ops}
         out[phase] = {"model_run_us": round(statistics.median(runs[i][1] for i in chosen), 1),
                       "kernels_us": round(statistics.median(sum(per_run[i].values()) for i in chosen), 1),
+                      "nodes_run": int(statistics.median(nodes[i] for i in chosen)),
                       "by_op_us": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:8])}  # fmt: skip
     out["prompt"], out["steps"] = n, steps
     return out
