@@ -38,7 +38,7 @@ from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
 from ropeexport.audits.fix import UNREPAIRABLE, repair
 from ropeexport.audits.layers import encodings_for
-from ropeexport.audits.model import load_model, ort_reason, quiet
+from ropeexport.audits.model import load_model, ort_reason, quiet, write_model
 from ropeexport.audits.observe import feed, session_feeds
 from ropeexport.audits.patterns import SiteKind
 from ropeexport.audits.prove import DecoderProof
@@ -125,7 +125,7 @@ def graft(
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model at ``out``.
     with store.draft(target.name, field="out", tree=False) as draft:
         grafted = draft.path / target.name
-        ir.save(graph, grafted, external_data=f"{target.name}.data", size_threshold_bytes=1024)
+        write_model(graph, grafted)  # the weights copied from the source's data file block by block
         result.after = audit(grafted, hf_config, spec_file=spec_file, effects=False)
         result.after.model = str(target)
         result.short_call = _compare(original, _short_outputs(grafted, spec))

@@ -26,6 +26,8 @@ by its int4 rounding against the checkpoint; the bound is then the one ``decoder
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +43,38 @@ DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
 _PROJECTION = re.compile(r"layers\.(\d+)[./](?:.*[./])?(?<![a-z_])(qkv|q|k|v|o|gate_up|gate|up|down)_proj(?![a-z])")
 
 
-def nbits_weights(model: Any) -> dict[str, tuple[np.ndarray, int]]:
-    """{weight input name: (float64 [K, N], accuracy_level)} of every 4-bit MatMulNBits node of ``model`` (an
-    ``onnx.ModelProto``) whose packed weight, scales and zero points are initializers: the values it multiplies by
-    (``components.linear.dequantize``). SpecError for one the proof cannot read (another bit width, a ``g_idx``).
+@dataclass(frozen=True)
+class NBits:
+    """A 4-bit MatMulNBits weight as the model holds it: its initializers (packed weight, scales, zero points or "")
+    and attributes. ``read`` dequantizes it (``components.linear.dequantize``), whole or some of its out features.
     """  # noqa: D205
-    from onnx import numpy_helper
 
-    from ropeexport.components.linear import Packed, dequantize
+    weight: str
+    scales: str
+    zero_points: str
+    K: int
+    N: int
+    block_size: int
+    accuracy_level: int
 
-    held = {t.name: t for t in model.graph.initializer}
+    def read(self, tensors: Mapping[str, np.ndarray], columns: tuple[int, int] | None = None) -> np.ndarray:
+        """float64 [K, N] (``columns``: [K, stop - start], out features start .. stop - 1), read from ``tensors``."""
+        from ropeexport.components.linear import Packed, dequantize
+
+        blocks = -(-self.K // self.block_size)
+        start, stop = columns if columns is not None else (0, self.N)
+        packed = tensors[self.weight].reshape(self.N, blocks, self.block_size // 2)[start:stop]
+        scales = tensors[self.scales].reshape(self.N, blocks)[start:stop]
+        zero = tensors[self.zero_points].reshape(self.N, -1)[start:stop] if self.zero_points else None
+        return dequantize(Packed(packed, scales, zero, self.K, self.block_size))
+
+
+def nbits_weights(model: Any) -> dict[str, NBits]:
+    """{weight input name: NBits} of every 4-bit MatMulNBits node of ``model`` (an ``onnx.ModelProto``, its external
+    data loaded or not: nothing is read here) whose packed weight, scales and zero points are initializers. SpecError
+    for one the proof cannot read (another bit width, a ``g_idx``).
+    """  # noqa: D205
+    held = {t.name for t in model.graph.initializer}
     out = {}
     for node in model.graph.node:
         if node.op_type != "MatMulNBits" or node.domain != "com.microsoft":
@@ -62,53 +86,80 @@ def nbits_weights(model: Any) -> dict[str, tuple[np.ndarray, int]]:
                             "the decoder proof reads 4-bit weights in blocks only")  # fmt: skip
         if inputs[1] not in held or inputs[2] not in held or (inputs[3] and inputs[3] not in held):
             continue  # a weight computed in the graph: the checkpoint's values stand
-        packed = numpy_helper.to_array(held[inputs[1]])
-        K, N, block = attributes["K"], attributes["N"], attributes["block_size"]
-        blocks = -(-K // block)
-        zero = numpy_helper.to_array(held[inputs[3]]).reshape(N, -1) if inputs[3] else None
-        scales = numpy_helper.to_array(held[inputs[2]]).reshape(N, blocks)
-        weight = dequantize(Packed(packed.reshape(N, blocks, block // 2), scales, zero, K, block))
-        out[inputs[1]] = (weight, attributes.get("accuracy_level", 0))
+        out[inputs[1]] = NBits(inputs[1], inputs[2], inputs[3], attributes["K"], attributes["N"],
+                               attributes["block_size"], attributes.get("accuracy_level", 0))  # fmt: skip
     return out
 
 
-def held_weights(model: Any, spec: Any) -> tuple[dict[str, np.ndarray], int]:
-    """The projections ``model`` holds as 4-bit MatMulNBits, by the decoder's canonical names (``layers.3.q_proj``,
-    ``lm_head``; a fused q | k | v or gate | up split by the spec's widths), float64 [in, out], and the highest
-    accuracy level among them (0 when there are none). SpecError when one's shape is not the checkpoint's.
+class HeldWeights(Mapping[str, np.ndarray]):
+    """The projections a model holds as 4-bit MatMulNBits by the decoder's canonical names, each dequantized from the
+    model's initializers when asked for (``held_weights``); a fused weight's last read is kept for its other parts.
     """  # noqa: D205
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], parts: dict[str, tuple[NBits, tuple[int, int]]]) -> None:
+        self._tensors, self._parts = tensors, parts
+        self._last: tuple[str, np.ndarray] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        weight, (start, stop) = self._parts[name]
+        if (start, stop) == (0, weight.N):
+            return weight.read(self._tensors)
+        if self._last is None or self._last[0] != weight.weight:
+            self._last = (weight.weight, weight.read(self._tensors))
+        return self._last[1][:, start:stop]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Columns [start, stop) of ``lm_head`` [hidden, vocab], dequantized alone."""
+        weight, _ = self._parts[name]
+        return weight.read(self._tensors, (start, stop))
+
+
+def held_weights(model: Any, spec: Any, folder: Path | None = None) -> tuple[HeldWeights, int]:
+    """The projections ``model`` (an ``onnx.ModelProto``; ``folder``: where its external data lies) holds as 4-bit
+    MatMulNBits, by the decoder's canonical names (``layers.3.q_proj``, ``lm_head``; a fused q | k | v or gate | up
+    split by the spec's widths), read as float64 [in, out] when asked for (``HeldWeights``), and the highest accuracy
+    level among them (0 when there are none). SpecError when one's shape is not the checkpoint's (told from the
+    attributes: nothing is read).
+    """  # noqa: D205
+    from ropeexport.audits.model import Initializers
     from ropeexport.decoder.checkpoint import expected, geometry
 
     shapes = expected(spec)
-    out: dict[str, np.ndarray] = {}
+    parts: dict[str, tuple[NBits, tuple[int, int]]] = {}
     level = 0
-    for name, (weight, accuracy) in nbits_weights(model).items():
+    for name, weight in nbits_weights(model).items():
         found = _PROJECTION.search(name)
         if found is None and "lm_head" not in name:
             continue
-        level = max(level, accuracy)
+        level = max(level, weight.accuracy_level)
         if found is None:
-            parts = {"lm_head": weight}
+            names, cuts = ["lm_head"], []
         else:
             i, kind = int(found.group(1)), found.group(2)
             if kind == "qkv":
                 H, KV, d = geometry(spec, i)
-                parts = dict(zip(("q_proj", "k_proj", "v_proj"), np.split(weight, [H * d, (H + KV) * d], axis=1),
-                                 strict=True))  # fmt: skip
+                names, cuts = [f"layers.{i}.{k}_proj" for k in "qkv"], [H * d, (H + KV) * d]
             elif kind == "gate_up":
-                parts = dict(zip(("gate_proj", "up_proj"), np.split(weight, 2, axis=1), strict=True))
+                names, cuts = [f"layers.{i}.gate_proj", f"layers.{i}.up_proj"], [weight.N // 2]
             else:
-                parts = {f"{kind}_proj": weight}
-            parts = {f"layers.{i}.{k}": v for k, v in parts.items()}
-        for canonical, values in parts.items():
+                names, cuts = [f"layers.{i}.{kind}_proj"], []
+        edges = [0, *(min(c, weight.N) for c in cuts), weight.N]  # np.split's parts: the last takes the rest
+        for canonical, start, stop in zip(names, edges[:-1], edges[1:], strict=True):
+            shape, columns = (weight.K, stop - start), (start, stop)
             if canonical == "lm_head" and spec.tie_embeddings:  # the recompute's head is the embedding's transpose
                 continue
-            if shapes.get(canonical) != values.shape:
-                raise SpecError("model", f"MatMulNBits weight {name!r} holds {canonical} as {list(values.shape)}, the "
+            if shapes.get(canonical) != shape:
+                raise SpecError("model", f"MatMulNBits weight {name!r} holds {canonical} as {list(shape)}, the "
                                 f"checkpoint's is {list(shapes.get(canonical, ()))}: not the checkpoint the model "
                                 "was exported from")  # fmt: skip
-            out[canonical] = values
-    return out, level
+            parts[canonical] = (weight, columns)
+    return HeldWeights(Initializers(model, folder), parts), level
 
 
 def far_calls(position: Any) -> list[tuple[str, int]]:
@@ -158,7 +209,20 @@ class Feeder:
             return "the model takes neither a cache nor position_ids: its tokens always sit at 0 .. n - 1"
         return None
 
-    def feeds(self, ids: np.ndarray, past: int, cache: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    def cache_bytes(self, past: int, n: int = TOKENS) -> int:
+        """Bytes of the cache a call of ``n`` tokens after ``past`` entries gives the model and gets back (its past
+        inputs and present outputs, in their dtype): what placing a far call costs beside the session.
+        """  # noqa: D205
+        from ropeexport.decoder.checkpoint import geometry
+
+        total = 0
+        for layer, kv in self.cached.items():
+            _, KV, d = geometry(self.spec, layer)
+            size = 2 if "float16" in kv["key"].type else 4
+            total += 2 * KV * d * size * (2 * past + n)
+        return total
+
+    def feeds(self, ids: np.ndarray, past: int, cache: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """The session's feeds for ``ids`` [1, n] after ``past`` entries (``cache``: float32 per layer)."""
         n = ids.shape[1]
         feeds = {"input_ids": ids}
@@ -169,8 +233,8 @@ class Feeder:
             feeds["position_ids"] = np.arange(past, past + n, dtype=np.int64).reshape(1, n)
         numpy = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
         for layer, kv in self.cached.items():
-            for j, tail in enumerate(("key", "value")):
-                feeds[kv[tail].name] = cache[layer][j].astype(numpy.get(kv[tail].type, np.float32))
+            for tail, values in zip(("key", "value"), cache[layer], strict=True):
+                feeds[kv[tail].name] = values.astype(numpy.get(kv[tail].type, np.float32), copy=False)
         for name, value in list(feeds.items()):  # integer inputs in the model's own width
             declared = next(i for i in self.session.get_inputs() if i.name == name).type
             if declared == "tensor(int32)":
@@ -178,20 +242,77 @@ class Feeder:
         return feeds
 
 
-class DecoderProof:
-    """The checkpoint read and checked once (bad input raises SpecError before anything is written); ``run`` judges
-    models on the calls of ``far_calls``.
+CACHE_GIB = 4.0  # the most cache a far call may give a model and get back (``Feeder.cache_bytes``), by default
+
+
+class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
+    """Per layer the (key, value) [1, KV, past, d] cached before call ``index``: std 1, drawn when asked for from a
+    generator seeded by the call and the layer (the model and the recompute get the same values), in ``dtype``.
+    The recompute asks for one layer's at a time (float64); the model takes them all at once (float32).
     """  # noqa: D205
 
-    def __init__(self, hf_config: Path, checkpoint: Path, model: Path) -> None:
+    def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32) -> None:
+        self.spec, self.index, self.past, self.dtype = spec, index, past, dtype
+
+    def __getitem__(self, layer: Any) -> Any:
+        from ropeexport.decoder.checkpoint import geometry
+
+        if not isinstance(layer, int) or not 0 <= layer < len(self):
+            raise IndexError(layer)
+        _, KV, d = geometry(self.spec, layer)
+        rng = np.random.default_rng((self.index, layer))
+        k, v = rng.standard_normal((2, 1, KV, self.past, d), dtype=np.float32)
+        return k.astype(self.dtype, copy=False), v.astype(self.dtype, copy=False)
+
+    def __len__(self) -> int:
+        return int(self.spec.num_layers)
+
+
+class ProofWeights(Mapping[str, np.ndarray]):
+    """The recompute's weights, float64, each read when asked for: ``held`` (the model's own int4 projections) where
+    it has them, else the checkpoint's as the graph stores them (``oracle.Stored64``); ``vocab_part`` reads a slice
+    of the embedding or the head alone.
+    """  # noqa: D205
+
+    def __init__(self, stored: Mapping[str, np.ndarray], held: Mapping[str, np.ndarray]) -> None:
+        self.stored, self.held = stored, held
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.held[name] if name in self.held else self.stored[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``."""
+        from ropeexport.decoder.checkpoint import vocab_part
+
+        return vocab_part(self.held if name in self.held else self.stored, name, start, stop)
+
+
+class DecoderProof:
+    """The checkpoint's headers and the model's inputs checked once (bad input raises SpecError before anything is
+    written); ``run`` judges models on the calls of ``far_calls``. Nothing holds the model's or the checkpoint's
+    weights whole: the recompute reads them layer by layer (``ProofWeights``, ``oracle.decoders_float64``), every
+    call's truth in one pass; a model's session is dropped once the model is judged. A call whose cache would pass
+    ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so.
+    """  # noqa: D205
+
+    def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB) -> None:
         from ropeexport.decoder.build import DecoderRequest, resolve
-        from ropeexport.decoder.checkpoint import load_checkpoint
-        from ropeexport.decoder.oracle import stored_float64
+        from ropeexport.decoder.checkpoint import CheckpointWeights
+        from ropeexport.decoder.oracle import Stored64
         from ropeexport.decoder.parts import position_pieces
 
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
+        if not cache_gib > 0:
+            raise SpecError("proof_cache_gib", f"must be a positive number of GiB, got {cache_gib}")
+        self.cache_bytes = int(cache_gib * 2**30)
         self._sessions: dict[str, Any] = {}
         session = self._session(model)  # run() judges this model too: one session, not two
         logits = session.get_outputs()[0]
@@ -206,10 +327,9 @@ class DecoderProof:
                             f"{str(model)!r} gives {width} logits per token: not the checkpoint the model was "
                             "exported from")  # fmt: skip
         Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
-        self.weights64 = stored_float64(self.spec, load_checkpoint(self.spec, checkpoint))
         self.pieces = position_pieces(self.spec)  # per layer its encoding's float64 twin (None: a layer without)
-        held, level = held_weights(_graph_of(model), self.spec)  # int4 projections: the model's own (module doc)
-        self.weights64 |= held
+        held, level = held_weights(_graph_of(model), self.spec, Path(model).resolve().parent)  # module doc
+        self.weights64 = ProofWeights(Stored64(self.spec, CheckpointWeights(self.spec, checkpoint)), held)
         self.tolerance = self._tolerance(level if held else None)
         self.source = (f"the checkpoint, its {len(held)} int4 projections as the model holds them (MatMulNBits, "
                        "dequantized)" if held else "the checkpoint")  # fmt: skip
@@ -237,31 +357,36 @@ class DecoderProof:
                 raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
         return self._sessions[str(path)]
 
-    def _call(self, index: int, past: int) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-        """The ids [1, n] and the cache (per layer key and value [1, KV, past, d], float32) of call ``index``."""
-        from ropeexport.decoder.checkpoint import geometry
-
+    def _call(self, index: int, past: int, dtype: Any = np.float32) -> tuple[np.ndarray, Cache]:
+        """The ids [1, n] and the cache (``Cache``: per layer key and value [1, KV, past, d]) of call ``index``."""
         rng = np.random.default_rng(index)
         ids = rng.integers(0, self.spec.vocab_size, (1, TOKENS)).astype(np.int64)
-        cache = []
-        for layer in range(self.spec.num_layers):  # each layer's own cache geometry
-            _, KV, d = geometry(self.spec, layer)
-            k, v = rng.standard_normal((2, 1, KV, past, d)).astype(np.float32)
-            cache.append((k, v))
-        return ids, cache
+        return ids, Cache(self.spec, index, past, dtype)
 
-    def _truth(self, index: int, past: int, cached: bool) -> np.ndarray:
-        """float64 logits [n, vocab] of call ``index``, with its cache (``cached``) or placed by positions alone."""
-        from ropeexport.decoder.oracle import decoder_float64
+    def _feed(self, index: int, past: int, cached: bool) -> Any:
+        """Call ``index`` as the recompute takes it (``oracle.Feed``), with its cache (``cached``) or placed by
+        positions alone.
+        """  # noqa: D205
+        from ropeexport.decoder.oracle import Feed
 
-        if (index, cached) not in self._truths:
-            ids, cache = self._call(index, past)
-            given = [(k.astype(np.float64), v.astype(np.float64)) for k, v in cache] if cached else None
-            mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
-            pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
-            self._truths[index, cached] = decoder_float64(self.spec, self.weights64, ids, pos, mask, past=given,
-                                                          pieces=self.pieces)[0]  # fmt: skip
-        return self._truths[index, cached]
+        ids, cache = self._call(index, past, np.float64)
+        mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
+        pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
+        return Feed(ids, pos, mask, 0, cache if cached else None)
+
+    def _truth(self, wanted: list[tuple[int, int, bool]]) -> None:
+        """float64 logits [n, vocab] of each call (index, past, cached) not yet recomputed, all in one pass over the
+        weights (``oracle.decoders_float64``: one layer's weights and one layer's cache of each call at a time).
+        """  # noqa: D205
+        from ropeexport.decoder.oracle import decoders_float64
+
+        missing = [(i, p, c) for i, p, c in wanted if (i, c) not in self._truths]
+        if not missing:
+            return
+        feeds = [self._feed(i, p, c) for i, p, c in missing]
+        for (i, _, c), logits in zip(missing, decoders_float64(self.spec, self.weights64, feeds, self.pieces),
+                                     strict=True):  # fmt: skip
+            self._truths[i, c] = logits[0]
 
     def judge(self, path: Path) -> list[dict[str, Any]]:
         """``path`` on every call of ``far_calls``: per call its record (error against float64, verdict) or why it was
@@ -275,14 +400,26 @@ class DecoderProof:
             return self._judged[key]
         session = self._session(path)
         feeder = Feeder(session, self.spec, path)
+        calls = list(enumerate(far_calls(self.spec.position_spec())))
+        why: dict[int, str] = {}
+        for index, (_, past) in calls:
+            reason = feeder.placeable(past)
+            size = feeder.cache_bytes(past)
+            if reason is None and size > self.cache_bytes:
+                reason = (f"its cache ({past} entries of {len(feeder.cached)} layers) would take "
+                          f"{size / 2**30:.1f} GiB as the model's inputs and outputs, more than the proof's "
+                          f"{self.cache_bytes / 2**30:g} GiB (--proof-cache-gib)")  # fmt: skip
+            if reason is not None:
+                why[index] = reason
+        cached = bool(feeder.cached)  # a model placed by position_ids sees no cache
+        self._truth([(index, past, cached) for index, (_, past) in calls if index not in why])
         out: list[dict[str, Any]] = []
-        for index, (name, past) in enumerate(far_calls(self.spec.position_spec())):
-            why = feeder.placeable(past)
-            if why is not None:
-                out.append({"not_run": why})
+        for index, (name, past) in calls:
+            if index in why:
+                out.append({"not_run": why[index]})
                 continue
             ids, cache = self._call(index, past)
-            truth = self._truth(index, past, bool(feeder.cached))  # a model placed by position_ids sees no cache
+            truth = self._truths[index, cached]
             try:
                 got = session.run([feeder.logits], feeder.feeds(ids, past, cache), quiet()[1])[0]
             except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
@@ -296,6 +433,7 @@ class DecoderProof:
                                 "the checkpoint the model was exported from")  # fmt: skip
             out.append(_judge(got.reshape(truth.shape), truth, self.tolerance))
         self._judged[key] = out
+        self._sessions.pop(str(path), None)  # judged: its session (the whole model in memory) is not kept
         return out
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
@@ -361,7 +499,7 @@ def _judge(got: np.ndarray, truth: np.ndarray, tolerance: float) -> dict[str, An
 
 
 def _graph_of(path: Path) -> Any:
-    """The model at ``path`` with its initializers (the MatMulNBits weights are read from them)."""
+    """The model at ``path`` without its external data (``held_weights`` reads the MatMulNBits weights it needs)."""
     import onnx
 
-    return onnx.load(str(path))
+    return onnx.load(str(path), load_external_data=False)
