@@ -112,8 +112,9 @@ def bench(model: str, precisions: list[str], runs: list[str], work: Path, source
             result["mem_available_before_gib"] = round(before["MemAvailable"] / 2**30, 1)
             result["log_tail"] = log.read_text()[-1500:]
             row["runs"][run] = result
+            stopped = " (stopped at the cap)" if result.get("stopped") else ""
             print(f"{model} {precision} {run}: {result['wall_s']} s, peak {result['peak_rss_gib']} GiB, exit "
-                  f"{result['exit']}{' (stopped at the cap)' if result.get('stopped') else ''}", flush=True)  # fmt: skip
+                  f"{result['exit']}{stopped}", flush=True)  # fmt: skip
             shutil.rmtree(grafted.parent, ignore_errors=True)
         out["precisions"][precision] = row
     return out

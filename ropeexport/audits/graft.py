@@ -41,7 +41,7 @@ from ropeexport.audits.layers import encodings_for
 from ropeexport.audits.model import load_model, ort_reason, quiet, write_model
 from ropeexport.audits.observe import feed, session_feeds
 from ropeexport.audits.patterns import SiteKind
-from ropeexport.audits.prove import DecoderProof
+from ropeexport.audits.prove import CACHE_GIB, DecoderProof
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
@@ -85,11 +85,12 @@ def graft(
     trust: str = "model",
     checkpoint: str | Path | None = None,
     spec_file: str | Path | None = None,
+    proof_cache_gib: float = CACHE_GIB,
 ) -> GraftResult:
     """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
     ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
     exported from, against the whole decoder's float64 recompute too: its own config.json where ``spec_file`` is
-    given).
+    given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said).
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
@@ -110,14 +111,14 @@ def graft(
     _refuse_unchecked(before)
     spec = encodings.first
     config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
-    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source)
+    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
                         " give `trust` config to replace them with the config's anyway")  # fmt: skip
-    original = _short_outputs(source, spec)  # the original must run before anything is written
-    if proof is not None:
+    if proof is not None:  # the original must run before anything is written; one session of it at a time
         proof.judge(source)
+    original = _short_outputs(source, spec)
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
     graph, replaced = repair(loaded, source, before.sites, encodings, fixing)
     result = GraftResult(target, replaced, before, changed_schedule=implied)

@@ -11,7 +11,8 @@ model audited again, and both models run on one short call (8 tokens, positions 
 With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are
 also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
 max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
-with a cache input is placed there after random cached entries.
+with a cache input is placed there after random cached entries; a call whose cache (given and given back) would
+take more than --proof-cache-gib is not run, and the report says so (Llama-3.2-1B's last position needs 17 GiB).
 
 An ALiBi model's slopes (the one stored constant with a value per head the bias is computed from) are replaced by
 the config's exact ones.
@@ -57,12 +58,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--checkpoint", metavar="FOLDER",
                    help="the checkpoint the model was exported from: judge both models against the whole decoder's "
                    "float64 recompute at far positions")  # fmt: skip
+    p.add_argument("--proof-cache-gib", type=float, default=4.0, metavar="GIB",
+                   help="with --checkpoint: the most cache a far call may take (default 4); a call needing more is "
+                   "not run")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails."""
-    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec)
+    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
