@@ -30,7 +30,7 @@ from ropeexport.errors import SpecError
 
 TOKENS = 8
 LONGEST = 4096  # the longest whole sequence a model without cache or position_ids is called on
-ORT_TYPES = {ir.DataType.FLOAT: "tensor(float)", ir.DataType.FLOAT16: "tensor(float16)",
+ORT_TYPES: dict[ir.DataType | None, str] = {ir.DataType.FLOAT: "tensor(float)", ir.DataType.FLOAT16: "tensor(float16)",
              ir.DataType.INT64: "tensor(int64)", ir.DataType.INT32: "tensor(int32)", ir.DataType.BOOL: "tensor(bool)"}
 NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
          "tensor(int32)": np.int32, "tensor(bool)": np.bool_}  # fmt: skip

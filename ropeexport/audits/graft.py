@@ -132,6 +132,10 @@ def graft(
         result.short_call = _compare(original, _short_outputs(grafted, spec))
         if proof is not None:
             result.decoder = proof.run({"original": source, "grafted": grafted})
+            if result.decoder.get("outside_encoding"):  # where, read off the grafted model's hidden states
+                where = proof.locate(grafted, "the grafted model")
+                if where is not None:
+                    result.decoder["first_difference"] = where
         written = sorted(p.name for p in draft.path.iterdir())
         draft.commit_files(sorted(written, key=lambda n: n == target.name))  # the model file last
     return result

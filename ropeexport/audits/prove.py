@@ -132,7 +132,7 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
     """  # noqa: D205
 
     def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32) -> None:
-        self.spec, self.index, self.past, self.dtype = spec, index, past, dtype
+        self.spec, self.call, self.past, self.dtype = spec, index, past, dtype
 
     def __getitem__(self, layer: Any) -> Any:
         from ropeexport.decoder.checkpoint import geometry
@@ -140,7 +140,7 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
         if not isinstance(layer, int) or not 0 <= layer < len(self):
             raise IndexError(layer)
         _, KV, d = geometry(self.spec, layer)
-        rng = np.random.default_rng((self.index, layer))
+        rng = np.random.default_rng((self.call, layer))
         k, v = rng.standard_normal((2, 1, KV, self.past, d), dtype=np.float32)
         return k.astype(self.dtype, copy=False), v.astype(self.dtype, copy=False)
 
@@ -315,6 +315,37 @@ class DecoderProof:
         self._judged[key] = out
         self._sessions.pop(str(path), None)  # judged: its session (the whole model in memory) is not kept
         return out
+
+    def locate(self, path: Path, who: str) -> dict[str, Any] | None:
+        """Where ``path`` (judged already, and failed) first departs from the float64 decoder (``audits.locate``), on
+        the call it failed with the fewest cached entries; said of ``who``. None when that cannot be told.
+        """  # noqa: D205
+        from ropeexport.audits.locate import first_difference, model_values
+        from ropeexport.decoder.oracle import decoders_float64
+
+        judged = self._judged.get((str(path), str(Path(path).stat().st_mtime_ns)), [])
+        calls = far_calls(self.spec.position_spec())
+        failed = [(calls[i][1], i) for i, record in enumerate(judged) if record.get("passed") is False]
+        if not failed:
+            return None
+        past, index = min(failed)
+        ids, cache = self._call(index, past)
+        cached: list[bool] = []
+
+        def feeds(session: Any) -> dict[str, np.ndarray]:
+            feeder = Feeder(session, self.spec, path)
+            cached.append(bool(feeder.cached))
+            return feeder.feeds(ids, past, cache)
+
+        values = model_values(Path(path), feeds)
+        if isinstance(values, str):
+            return None
+        stages: list[tuple[Any, np.ndarray]] = []
+        feed = self._feed(index, past, cached[0])
+        decoders_float64(self.spec, self.weights64, [feed], self.pieces,
+                         trace=lambda _, stage, h: stages.append((stage, h)))  # fmt: skip
+        found = first_difference(values, stages, self.tolerance, who)
+        return None if found is None else {"call": calls[index][0], **found}
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
         """Every model on every call (module doc): per call and model the error against float64 and the verdict."""

@@ -95,4 +95,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{call['regime']}): {got}")  # fmt: skip
             if result.decoder.get("outside_encoding"):
                 print(f"  {result.decoder['outside_encoding']}")
+            if result.decoder.get("first_difference"):
+                where = result.decoder["first_difference"]
+                print(f"  on the call {where['call']!r}, {where['text']}")
     return 0 if result.proven else 1
