@@ -182,65 +182,58 @@ def write_model(model: ir.Model, path: Path) -> list[str]:
     ``load_model`` reads it) copied in blocks of ``COPY_BLOCK`` bytes, one in memory written as it is. A tensor of a
     node attribute kept in external data is written inline (a Constant's: tables, never weights).
     """  # noqa: D205
-    from ropeexport.graph.onnx_io import ExternalData, _initializers
+    from ropeexport.graph.onnx_io import ExternalData
 
-    sources: dict[int, tuple[Path, int, int]] = {}  # id of the proto -> (file, offset, length)
-    for graph in (model.graph, *model.graph.subgraphs()):
+    sources: dict[tuple[str, str], tuple[Path, int, int]] = {}  # (graph, initializer) -> (file, offset, length)
+    for where, graph in _graphs(model.graph, ""):
         for value in graph.initializers.values():
-            if isinstance(value.const_value, ir.ExternalTensor):
-                tensor = value.const_value
-                sources[id(value)] = (Path(tensor.path), tensor.offset or 0, tensor.nbytes)
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                sources[where, value.name or ""] = (Path(tensor.path), tensor.offset or 0, tensor.nbytes)
     _inline_attributes(model)
     proto = ir.serde.serialize_model(model)
-    by_name: dict[str, tuple[Path, int, int]] = {}
-    for graph in (model.graph, *model.graph.subgraphs()):
-        for value in graph.initializers.values():
-            if id(value) in sources:
-                by_name[f"{id(graph)}/{value.name}"] = sources[id(value)]
-    places = _places(model, proto, by_name)
     data = path.with_name(f"{path.name}.data")
     with ExternalData(data) as sink:
-        for tensor in _initializers(proto.graph):
-            source = places.get(id(tensor))
-            if source is None:
-                sink.adopt(tensor)
-                continue
-            file, offset, length = source
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            if not sink.takes(length):  # small: inline, as onnx would keep it
-                with open(file, "rb") as f:
-                    f.seek(offset)
-                    tensor.raw_data = f.read(length)
-                continue
-            sink.copy(tensor, file, offset, length, COPY_BLOCK)
+        for where, graph_proto in _graph_protos(proto.graph, ""):  # onnx's order (``onnx_io._initializers``)
+            for tensor in graph_proto.initializer:
+                source = sources.get((where, tensor.name))
+                if source is None:
+                    sink.adopt(tensor)
+                    continue
+                file, offset, length = source
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                if not sink.takes(length):  # small: inline, as onnx would keep it
+                    with open(file, "rb") as f:
+                        f.seek(offset)
+                        tensor.raw_data = f.read(length)
+                    continue
+                sink.copy(tensor, file, offset, length, COPY_BLOCK)
         sink.finish(proto)
     onnx.save_model(proto, path)
     return [path.name, data.name]
 
 
-def _places(model: ir.Model, proto: onnx.ModelProto, by_name: dict[str, tuple[Path, int, int]]) -> dict[int, Any]:
-    """id of each serialized initializer proto whose bytes lie in a file -> (file, offset, length): the model's graphs
-    and the proto's walked side by side (the same nodes in the same order).
-    """  # noqa: D205
-    out: dict[int, Any] = {}
+def _graphs(graph: ir.Graph, where: str) -> Iterator[tuple[str, ir.Graph]]:
+    """(path, graph) of ``graph`` and its subgraphs, depth first in node order (``_graph_protos``' paths)."""
+    yield where, graph
+    for index, node in enumerate(graph):
+        for name, attr in node.attributes.items():
+            held = [attr.value] if attr.type == ir.AttributeType.GRAPH else []
+            held = list(attr.value) if attr.type == ir.AttributeType.GRAPHS else held
+            for k, sub in enumerate(held):
+                yield from _graphs(sub, f"{where}/{index}.{name}.{k}")
 
-    def walk(graph: ir.Graph, graph_proto: onnx.GraphProto) -> None:
-        for tensor in graph_proto.initializer:
-            found = by_name.get(f"{id(graph)}/{tensor.name}")
-            if found is not None:
-                out[id(tensor)] = found
-        for node, node_proto in zip(graph, graph_proto.node, strict=True):
-            protos = {a.name: a for a in node_proto.attribute}
-            for name, attr in node.attributes.items():
-                if attr.type == ir.AttributeType.GRAPH:
-                    walk(attr.value, protos[name].g)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    for sub, sub_proto in zip(attr.value, protos[name].graphs, strict=True):
-                        walk(sub, sub_proto)
 
-    walk(model.graph, proto.graph)
-    return out
+def _graph_protos(graph: onnx.GraphProto, where: str) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """(path, graph) of ``graph`` and its subgraphs, as ``_graphs`` walks the model they were serialized from."""
+    yield where, graph
+    for index, node in enumerate(graph.node):
+        for attr in node.attribute:
+            held = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else []
+            held = list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else held
+            for k, sub in enumerate(held):
+                yield from _graph_protos(sub, f"{where}/{index}.{attr.name}.{k}")
 
 
 def _inline_attributes(model: ir.Model) -> None:
