@@ -158,8 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         document.update({"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                      "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)},
                          "cap_gib": args.cap_gib})  # fmt: skip
-        kept = [r for r in document["results"].get(args.label, []) if r["model"] != args.model]
-        document["results"][args.label] = [*kept, result]
+        rows = document["results"].setdefault(args.label, [])
+        old = next((r for r in rows if r["model"] == args.model), None)
+        if old is None:
+            rows.append(result)
+        else:  # a run adds or replaces its rows; the other runs' stay
+            for precision, row in result["precisions"].items():
+                kept = old["precisions"].setdefault(precision, row)
+                kept["runs"] = {**kept["runs"], **row["runs"]}
         path.write_text(json.dumps(document, indent=1) + "\n")
         (args.out / "audit-sizes.md").write_text(markdown(document))
     return 0
