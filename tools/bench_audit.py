@@ -121,9 +121,19 @@ def bench(model: str, precisions: list[str], runs: list[str], work: Path, source
 
 
 def markdown(document: dict[str, Any]) -> str:
-    """The figures as a table per checkout measured."""
-    lines = ["| ropeexport | model (layers) | precision | model on disk (GiB) | run | wall (s) | peak RSS (GiB) | "
-             "exit |", "|---|---|---|---:|---|---:|---:|---|"]  # fmt: skip
+    """The figures as one table (every checkout measured), with the machine and the commands."""
+    machine = document["machine"]
+    lines = ["# Audit and graft of a real-size model: peak memory and wall", "",
+             f"Machine: {machine['platform']}, {machine['cpus']} CPUs, {machine['mem_total_gib']} GiB, shared with "
+             "other jobs (MemAvailable before each run is in the JSON). Peak RSS: the largest sum of VmRSS over the "
+             "run's process tree, sampled every 0.1 s (anon: its anonymous part, without the pages of mapped "
+             f"files); a run passing {document['cap_gib']} GiB is stopped (`--cap-gib`).", "",
+             "Reproduce (the checkpoint and the builder's models are made on the first run, kept in --work):", "",
+             "    python tools/bench_audit.py --work /tmp/audit-sizes --label after --out tools/figures",
+             "    git worktree add /tmp/before <commit>; python tools/bench_audit.py --work /tmp/audit-sizes "
+             "--source /tmp/before --label 'before (<commit>)' --out tools/figures", "",
+             "| ropeexport | model (layers) | precision | model on disk (GiB) | run | wall (s) | peak RSS (GiB) | "
+             "anon (GiB) | exit |", "|---|---|---|---:|---|---:|---:|---:|---|"]  # fmt: skip
     for label, results in document["results"].items():
         for r in results:
             for precision, row in r["precisions"].items():
@@ -131,7 +141,8 @@ def markdown(document: dict[str, Any]) -> str:
                     code = f"stopped past {document['cap_gib']} GiB" if m.get("stopped") else str(m["exit"])
                     lines.append(f"| {label} | {r['model']} ({r['layers']}) | {precision} | "
                                  f"{row['model_bytes'] / 2**30:.2f} | {run} | {m['wall_s']} | {m['peak_rss_gib']} | "
-                                 f"{code} |")  # fmt: skip
+                                 f"{m.get('peak_anon_gib', '')} | {code} |")  # fmt: skip
+    lines += ["", "Exit 1 of audit: findings; of graft: not proven (the log tail of each run is in the JSON)."]
     return "\n".join(lines) + "\n"
 
 

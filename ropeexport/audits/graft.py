@@ -21,7 +21,14 @@ Proof, written into the result: the grafted model audited again (every site exac
 models run on the same short call (8 tokens at positions 0 .. 7, an empty cache), every output compared: equal to
 the dtype's noise where the tables agree there. Given the checkpoint the model was exported from, both models' logits
 are also judged against the float64 recompute of the whole decoder at the first and last positions and on both sides
-of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call.
+of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call. When both models miss
+by the same amount, the record says the difference lies outside the positional encoding, and where the grafted
+model's hidden states first depart from the float64 recompute (``first_difference``: "layer 1's MLP").
+
+At any size: the model is read without its weights (``audit.model.load_model``: tensors stay in its data file), the
+grafted model's weights are copied from that file block by block (``audit.model.write_model``), the proof's recompute
+runs layer by layer, and ONNX Runtime holds one session of one model at a time: what a graft costs is about one
+session of the model (tools/figures/audit-sizes.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """A foreign decoder's logits against the float64 recompute of the whole model, at far positions and across switches.
 
 The audit checks a model's tables; this checks what its users get. The checkpoint the model was exported from is
-read by ``decoder.checkpoint.load_checkpoint`` (checked against the config) and recomputed by
-``decoder.oracle.decoder_float64``: every operation in float64, exact positions, the RoPE regime of
-L = max(position_ids) + 1. The ONNX model runs in ORT on the same call. A call is n tokens after p cached entries,
-so that its tokens sit at positions p .. p + n - 1:
+read by ``decoder.checkpoint.CheckpointWeights`` (checked against the config from its headers, each tensor read when
+used) and recomputed by ``decoder.oracle.decoders_float64``: every operation in float64, exact positions, the RoPE
+regime of L = max(position_ids) + 1, every call of a model in one pass, layer by layer (one layer's float64 weights
+and one layer's cache of each call resident). The ONNX model runs in ORT on the same call, one model's session at a
+time. A call is n tokens after p cached entries, so that its tokens sit at positions p .. p + n - 1:
 - a model with a cache input gets p random entries per layer (keys as if already rotated; the recompute is given the
-  same ones), an attention_mask of ones over p + n slots, and position_ids p .. p + n - 1 where it takes them;
+  same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n slots, and position_ids
+  p .. p + n - 1 where it takes them; such a call whose cache, given and given back, would pass ``cache_gib``
+  (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run, and says why;
 - a model without a cache input takes position_ids p .. p + n - 1 and an attention_mask over its n tokens;
 - a model with neither only ever sees positions 0 .. n - 1: its far calls are reported as not run, with the reason.
 The cached values are drawn with std 1, so the attention output is led by them and an angle error in the query shows
@@ -18,9 +21,14 @@ margin between its top two is within the error (a near tie).
 
 Where the model holds its projections as 4-bit ``MatMulNBits`` (onnxruntime-genai's ``-p int4``, ropeexport's
 ``weight_format="int4"``), the recompute takes those from the model itself (``held_weights``: dequantized exactly, by
-the layer and projection their names give), the rest from the checkpoint: the model is judged on its own terms, not
-by its int4 rounding against the checkpoint; the bound is then the one ``decoder verify`` gives its accuracy level
-(``decoder.verify.tolerance``: the dtype's at levels 0 and 1, wider where the activations may be int8).
+the layer and projection their names give, each read from the model's data file when its layer is recomputed), the
+rest from the checkpoint: the model is judged on its own terms, not by its int4 rounding against the checkpoint; the
+bound is then the one ``decoder verify`` gives its accuracy level (``decoder.verify.tolerance``: the dtype's at levels
+0 and 1, wider where the activations may be int8).
+
+When two models miss the float64 decoder by the same amount (``_outside``), the difference lies outside the
+positional encoding; ``locate`` then says where a model's hidden states first depart from the recompute's
+(``audits.locate``).
 """
 
 from __future__ import annotations
@@ -122,6 +130,37 @@ class Feeder:
         return feeds
 
 
+class Signature:
+    """A model's inputs and outputs as an ONNX Runtime session lists them (``get_inputs``, ``get_outputs``: name, shape,
+    type), read from its graph without its weights: a model is checked and fed before any session of it exists.
+    """  # noqa: D205
+
+    def __init__(self, path: Path) -> None:
+        from types import SimpleNamespace
+
+        import onnx
+
+        graph = _graph_of(path).graph
+        weights = {t.name for t in graph.initializer}
+
+        def value(info: Any) -> Any:
+            kind = info.type.tensor_type
+            shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in kind.shape.dim]
+            name = onnx.TensorProto.DataType.Name(kind.elem_type).lower()  # ORT's words: tensor(float), tensor(int64)
+            return SimpleNamespace(name=info.name, shape=shape, type=f"tensor({name})")
+
+        self._inputs = [value(i) for i in graph.input if i.name not in weights]
+        self._outputs = [value(o) for o in graph.output]
+
+    def get_inputs(self) -> list[Any]:
+        """The inputs a call feeds (an initializer's overridable input left out, as ORT lists them)."""
+        return self._inputs
+
+    def get_outputs(self) -> list[Any]:
+        """The graph's outputs."""
+        return self._outputs
+
+
 CACHE_GIB = 4.0  # the most cache a far call may give a model and get back (``Feeder.cache_bytes``), by default
 
 
@@ -193,9 +232,8 @@ class DecoderProof:
         if not cache_gib > 0:
             raise SpecError("proof_cache_gib", f"must be a positive number of GiB, got {cache_gib}")
         self.cache_bytes = int(cache_gib * 2**30)
-        self._sessions: dict[str, Any] = {}
-        session = self._session(model)  # run() judges this model too: one session, not two
-        logits = session.get_outputs()[0]
+        declared = Signature(model)  # the model's inputs and outputs, read from its graph: no session yet
+        logits = declared.get_outputs()[0]
         dtype = DTYPES.get(logits.type)
         if dtype is None:
             raise SpecError("model", f"{str(model)!r} gives {logits.type} logits; the decoder proof judges float and "
@@ -206,7 +244,7 @@ class DecoderProof:
             raise SpecError("checkpoint", f"{str(checkpoint)!r} has a vocabulary of {self.spec.vocab_size} tokens but "
                             f"{str(model)!r} gives {width} logits per token: not the checkpoint the model was "
                             "exported from")  # fmt: skip
-        Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
+        Feeder(declared, self.spec, model)  # the inputs are checked now, not after the graft is written
         self.pieces = position_pieces(self.spec)  # per layer its encoding's float64 twin (None: a layer without)
         held, level = held_weights(_graph_of(model), self.spec, Path(model).resolve().parent)  # module doc
         self.weights64 = ProofWeights(Stored64(self.spec, CheckpointWeights(self.spec, checkpoint)), held)
@@ -229,13 +267,10 @@ class DecoderProof:
 
         from ropeexport.audits.model import ort_reason, quiet
 
-        if str(path) not in self._sessions:
-            try:
-                self._sessions[str(path)] = ort.InferenceSession(str(path), quiet()[0],
-                                                                 providers=["CPUExecutionProvider"])  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
-                raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
-        return self._sessions[str(path)]
+        try:
+            return ort.InferenceSession(str(path), quiet()[0], providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
+            raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
 
     def _call(self, index: int, past: int, dtype: Any = np.float32) -> tuple[np.ndarray, Cache]:
         """The ids [1, n] and the cache (``Cache``: per layer key and value [1, KV, past, d]) of call ``index``."""
@@ -278,8 +313,7 @@ class DecoderProof:
         key = (str(path), str(Path(path).stat().st_mtime_ns))
         if key in self._judged:
             return self._judged[key]
-        session = self._session(path)
-        feeder = Feeder(session, self.spec, path)
+        feeder = Feeder(Signature(path), self.spec, path)
         calls = list(enumerate(far_calls(self.spec.position_spec())))
         why: dict[int, str] = {}
         for index, (_, past) in calls:
@@ -293,6 +327,7 @@ class DecoderProof:
                 why[index] = reason
         cached = bool(feeder.cached)  # a model placed by position_ids sees no cache
         self._truth([(index, past, cached) for index, (_, past) in calls if index not in why])
+        session = self._session(path)  # made once the truths are: the two are never resident together
         out: list[dict[str, Any]] = []
         for index, (name, past) in calls:
             if index in why:
@@ -313,8 +348,7 @@ class DecoderProof:
                                 "the checkpoint the model was exported from")  # fmt: skip
             out.append(_judge(got.reshape(truth.shape), truth, self.tolerance))
         self._judged[key] = out
-        self._sessions.pop(str(path), None)  # judged: its session (the whole model in memory) is not kept
-        return out
+        return out  # the session (the whole model in memory) goes with this call
 
     def locate(self, path: Path, who: str) -> dict[str, Any] | None:
         """Where ``path`` (judged already, and failed) first departs from the float64 decoder (``audits.locate``), on

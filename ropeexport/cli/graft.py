@@ -87,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
         if result.decoder is not None:
             print(f"  whole decoder against float64 ({result.decoder['tolerance']['rel']:g} of the logit scale):")
             for call in result.decoder["calls"]:
+                why = {m.get("not_run") for m in call["models"].values()}
+                if len(why) == 1 and None not in why:  # no model was run on it: why, once
+                    print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "
+                          f"{call['regime']}): not run: {why.pop()}")  # fmt: skip
+                    continue
                 got = "; ".join(
                     f"{label} {m['rel']:.2g}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
                     for label, m in call["models"].items()
