@@ -7,8 +7,9 @@ The checkpoint is ``tools/write_checkpoint.py``'s (random bf16, kept in ``--work
 onnxruntime-genai builder's of it (``python -m onnxruntime_genai.models.builder -i CKPT -o OUT -p P -e cpu -c
 CACHE``, for each of ``--precisions``, kept and reused). Then, each as its own process, one after another:
 - ``session``: ONNX Runtime's CPU session of the model and one call of 8 tokens (what serving it costs at least);
-- ``audit``: ``ropeexport audit MODEL`` (with the findings' effects, as a user runs it);
-- ``graft``: ``ropeexport graft MODEL --checkpoint CKPT --out G`` (the whole-decoder proof included); G is deleted.
+- ``audit``: ``ropeexport audit MODEL --hf-config CKPT/config.json`` (with the findings' effects, as a user runs it);
+- ``graft``: ``ropeexport graft MODEL --hf-config CKPT/config.json --checkpoint CKPT --out G`` (the whole-decoder
+  proof included); G is deleted.
 
 ``--source`` runs another checkout's ropeexport (its folder on PYTHONPATH): the figures before a change and after it
 come from the same tool. Peak memory is ``bench_sizes.measure``'s: the largest sum of VmRSS over the process tree,
