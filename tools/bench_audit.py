@@ -144,6 +144,8 @@ def markdown(document: dict[str, Any]) -> str:
                                  f"{row['model_bytes'] / 2**30:.2f} | {run} | {m['wall_s']} | {m['peak_rss_gib']} | "
                                  f"{m.get('peak_anon_gib', '')} | {code} |")  # fmt: skip
     lines += ["", "Exit 1 of audit: findings; of graft: not proven (the log tail of each run is in the JSON)."]
+    if document.get("notes"):  # what the runs said, written beside the figures (``--note``)
+        lines += ["", "What the runs said:", "", *(f"- {note}" for note in document["notes"])]
     return "\n".join(lines) + "\n"
 
 
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", default="this checkout", help="the figures' label for --source (before / after)")
     p.add_argument("--cap-gib", type=float, default=8.0, help="stop a run whose process tree passes this RSS")
     p.add_argument("--out", type=Path, help="folder for audit-sizes.json and audit-sizes.md (rows added)")
+    p.add_argument("--note", action="append", default=[], help="a line on what the runs said (replaces the notes)")
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     result = bench(args.model, args.precisions, args.runs, args.work, args.source.resolve(), args.cap_gib)
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         document.update({"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                      "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)},
                          "cap_gib": args.cap_gib})  # fmt: skip
+        if args.note:
+            document["notes"] = args.note
         rows = document["results"].setdefault(args.label, [])
         old = next((r for r in rows if r["model"] == args.model), None)
         if old is None:
