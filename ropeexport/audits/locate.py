@@ -7,7 +7,8 @@ node of the main graph computes from the call's inputs (the copy holds no weight
 file, beside which it is written for that one session and removed), and recomputed in float64 with the residual
 stream traced (``oracle.decoders_float64``'s ``trace``: after the embedding, after each layer's attention and after
 its MLP; a parallel layer's whole block). A stage is found in the model when one of its values of the stage's size
-([1, n, hidden] in any layout) is within the proof's tolerance of it, relative to the stage's largest value.
+([1, n, hidden] in any layout) is within the dtype's tolerance of it (``decoder verify``'s, even for a quantized
+model: int8 activations show as a departure, of their size), relative to the stage's largest value.
 
 The answer: the last stage found and the stage after it, where the difference first shows ("layer 1's MLP"). A
 model that computes no value for a stage (a fused norm that keeps the sum inside) cannot be seen there: the words then

@@ -378,7 +378,9 @@ class DecoderProof:
         feed = self._feed(index, past, cached[0])
         decoders_float64(self.spec, self.weights64, [feed], self.pieces,
                          trace=lambda _, stage, h: stages.append((stage, h)))  # fmt: skip
-        found = first_difference(values, stages, self.tolerance, who)
+        # Judged at the dtype's bound, not a quantized model's wider one: where the model first stops computing what
+        # the recompute computes (a quantized model's own rounding shows too, at its size).
+        found = first_difference(values, stages, self._tolerance(None), who)
         return None if found is None else {"call": calls[index][0], **found}
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
