@@ -26,8 +26,8 @@ def _source(folder: Path, threshold: int) -> Path:
     rng = np.random.default_rng(0)
     w1, w2 = rng.standard_normal((2, 64, 32)).astype(np.float32)
     b = rng.standard_normal(32).astype(np.float32)
-    then = helper.make_graph([helper.make_node("MatMul", ["x", "W1"], ["m"]), helper.make_node("Add", ["m", "b"], ["t"])],
-                             "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])  # fmt: skip
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["m"]), helper.make_node("Add", ["m", "b"], ["t"])]
+    then = helper.make_graph(nodes, "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
     other = helper.make_graph([helper.make_node("MatMul", ["x", "W2"], ["e"])], "else", [],
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(w2, "W2")])  # fmt: skip
