@@ -12,8 +12,8 @@ model: int8 activations show as a departure, of their size), relative to the sta
 
 The answer: the last stage found and the stage after it, where the difference first shows ("layer 1's MLP"). A
 model that computes no value for a stage (a fused norm that keeps the sum inside) cannot be seen there: the words then
-say the difference shows in that stage or a later one the model does not expose. None when not even the embedding is
-found in the model, or when the model's graph cannot be run so.
+say the difference shows in that stage or a later one the model does not expose. None when the model computes no
+value of the stages' size, or when its graph cannot be run so.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def model_values(path: Path, feeds: Callable[[Any], dict[str, np.ndarray]]) -> d
 def first_difference(values: dict[str, np.ndarray], stages: list[tuple[Any, np.ndarray]], tolerance: float,
                      who: str = "the model") -> dict[str, Any] | None:  # fmt: skip
     """Where the model's ``values`` first depart from the float64 ``stages`` ((``oracle.Stage``, h [1, n, hidden]),
-    in order), judged at ``tolerance`` of each stage's largest value (module doc), said of ``who``; None when not
-    even the first stage is found.
+    in order), judged at ``tolerance`` of each stage's largest value (module doc), said of ``who``; None when no
+    value has the stages' size.
     """  # noqa: D205
     size = stages[0][1].size
     candidates = [np.asarray(v, np.float64).reshape(-1) for v in values.values() if v.size == size]
@@ -85,8 +85,12 @@ def first_difference(values: dict[str, np.ndarray], stages: list[tuple[Any, np.n
         scale = float(np.max(np.abs(truth))) or 1.0
         found.append(float(np.min(np.max(np.abs(held - truth), axis=1))) / scale)
     seen = [i for i, rel in enumerate(found) if rel <= tolerance]
-    if not seen:
-        return None
+    if not seen:  # the first stage already: its nearest value is the figure
+        first = stages[0][0]
+        return {"agrees_through": None, "first_differs": first.words(), "layer": first.layer, "part": first.part,
+                "relative": found[0],
+                "text": f"{who}'s hidden states depart from the float64 recompute already at {first.words()} "
+                f"({found[0]:.2g} of the residual stream's scale there)"}  # fmt: skip
     last = seen[-1]
     agree = stages[last][0].words()
     if last == len(stages) - 1:

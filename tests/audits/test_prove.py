@@ -130,7 +130,7 @@ def test_a_miss_outside_the_encoding_is_said(unscaled: bool, phi3: Path, tmp_pat
 
 
 # (the weight planted, the stage where the grafted model's hidden states must first depart from the float64 decoder)
-PLANTED = [("layers.0.down_proj", "layer 0's MLP"), ("layers.1.down_proj", "layer 1's MLP"),
+PLANTED = [("embed", "the embedding"), ("layers.0.down_proj", "layer 0's MLP"), ("layers.1.down_proj", "layer 1's MLP"),
            ("layers.1.o_proj", "layer 1's attention"), ("layers.1.v_proj", "layer 1's attention")]  # fmt: skip
 
 
@@ -149,10 +149,13 @@ def test_where_the_models_first_differ_is_the_planted_layer(weight: str, stage: 
     assert main([*argv, "--out", str(tmp_path / "fixed.onnx"), "--json"]) == 1
     where = json.loads(capsys.readouterr().out)["decoder"]["first_difference"]
     assert where["first_differs"] == stage and where["call"] == "start", where
+    assert (where["agrees_through"] is None) is (stage == "the embedding"), where
     assert where["relative"] > 1e-3  # the planted change, far past the float32 noise the stages before it agree to
     assert [p.name for p in tmp_path.iterdir() if "locate" in p.name] == []  # the graph's copy is gone
     assert main([*argv, "--out", str(tmp_path / "again.onnx")]) == 1
-    assert f"first depart from it in {stage}" in capsys.readouterr().out
+    first = stage == "the embedding"
+    words = f"depart from the float64 recompute already at {stage}" if first else f"first depart from it in {stage}"
+    assert words in capsys.readouterr().out
 
 
 def test_a_model_with_neither_cache_nor_positions_is_placed_at_zero_only() -> None:
