@@ -10,10 +10,11 @@ its MLP; a parallel layer's whole block). A stage is found in the model when one
 ([1, n, hidden] in any layout) is within the dtype's tolerance of it (``decoder verify``'s, even for a quantized
 model: int8 activations show as a departure, of their size), relative to the stage's largest value.
 
-The answer: the last stage found and the stage after it, where the difference first shows ("layer 1's MLP"). A
-model that computes no value for a stage (a fused norm that keeps the sum inside) cannot be seen there: the words then
-say the difference shows in that stage or a later one the model does not expose. None when the model computes no
-value of the stages' size, or when its graph cannot be run so.
+The answer: the last stage found and the stage after it, where the difference first shows ("layer 1's MLP"), with
+the nearest value's distance from it; the first stage itself when none is found ("already at the embedding"). A
+model that computes no value for a stage (a fused norm that keeps the sum inside) cannot be seen there: a stage not
+found after the last found one may then only hide a later one. None when the model computes no value of the stages'
+size, or when its graph cannot be run so.
 """
 
 from __future__ import annotations
