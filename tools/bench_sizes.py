@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -65,12 +66,14 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _rss(pid: int) -> int:
-    """VmRSS of ``pid`` in bytes (0 when it is gone)."""
+def _rss(pid: int, field: str = "VmRSS") -> int:
+    """``field`` of ``pid``'s /proc status in bytes (VmRSS: everything resident, RssAnon: its anonymous part, what
+    cannot be dropped for a file's; 0 when it is gone).
+    """  # noqa: D205
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -88,17 +91,26 @@ def _expendable() -> None:
         pass
 
 
-def measure(command: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``command``; wall seconds, exit code and peak RSS of its process tree (module doc)."""
-    peak = [0]
+def measure(command: list[str], log: Path, env: dict[str, str] | None = None,
+            cap_bytes: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run ``command``; wall seconds, exit code and peak RSS of its process tree (module doc), and the peak of its
+    anonymous part. ``cap_bytes``: the tree is killed once its RSS passes it (``stopped``: a run the machine could
+    not hold, measured until then).
+    """  # noqa: D205
+    peak, anon, stopped = [0], [0], [False]
     with open(log, "w") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                                preexec_fn=_expendable)
+                                start_new_session=cap_bytes is not None, preexec_fn=_expendable)  # fmt: skip
 
         def sample() -> None:
             while proc.poll() is None:
-                peak[0] = max(peak[0], sum(_rss(p) for p in _tree(proc.pid)))
+                tree = _tree(proc.pid)
+                peak[0] = max(peak[0], sum(_rss(p) for p in tree))
+                anon[0] = max(anon[0], sum(_rss(p, "RssAnon") for p in tree))
+                if cap_bytes is not None and peak[0] > cap_bytes and not stopped[0]:
+                    stopped[0] = True
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own session: the tree, nothing else
                 time.sleep(0.1)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -107,7 +119,8 @@ def measure(command: list[str], log: Path, env: dict[str, str] | None = None) ->
         wall = time.perf_counter() - start
         sampler.join()
     return {"command": " ".join(command), "exit": code, "wall_s": round(wall, 1), "peak_rss_bytes": peak[0],
-            "peak_rss_gib": round(peak[0] / 2**30, 2)}  # fmt: skip
+            "peak_rss_gib": round(peak[0] / 2**30, 2), "peak_anon_gib": round(anon[0] / 2**30, 2),
+            **({"stopped": True} if stopped[0] else {})}  # fmt: skip
 
 
 def disk(folder: Path) -> int:

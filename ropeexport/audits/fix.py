@@ -19,7 +19,6 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.layers import Encodings, Group, layer_of
-from ropeexport.audits.model import materialize
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
 from ropeexport.audits.patterns import Site, SiteKind
 from ropeexport.audits.rows import prune, replace_computed
@@ -161,7 +160,8 @@ def _copy(value: ir.Value, part: dict[str, Any]) -> ir.Value:
 def _computed(model: ir.Model, source: Path, records: list[dict[str, Any]],
               encodings: Encodings) -> tuple[ir.Model, list[dict[str, Any]]]:  # fmt: skip
     """Computed sites replaced by the rope family's rows, per need of their readers (module doc)."""
-    materialize(model)  # read now: the proto round trip forgets their folder
+    # The weights stay where they lie: serialized as references to the source's external data (no bytes), and given
+    # their folder again after the round trip.
     proto = ir.serde.serialize_model(model)
     evaluator, replaced = Evaluator(source), []
     by_name = {n.name: n for n in proto.graph.node}
@@ -189,4 +189,6 @@ def _computed(model: ir.Model, source: Path, records: list[dict[str, Any]],
                                 f"replaced ({exc})") from None  # fmt: skip
             replaced.append(done | ({} if only is None else {"split_for": tag}))
     prune(proto.graph)
-    return ir.serde.deserialize_model(proto), replaced
+    repaired = ir.serde.deserialize_model(proto)
+    ir.external_data.set_base_dir(repaired.graph, source.resolve().parent)
+    return repaired, replaced

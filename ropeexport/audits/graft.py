@@ -21,12 +21,19 @@ Proof, written into the result: the grafted model audited again (every site exac
 models run on the same short call (8 tokens at positions 0 .. 7, an empty cache), every output compared: equal to
 the dtype's noise where the tables agree there. Given the checkpoint the model was exported from, both models' logits
 are also judged against the float64 recompute of the whole decoder at the first and last positions and on both sides
-of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call.
+of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call. When both models miss
+by the same amount, the record says the difference lies outside the positional encoding, and where the grafted
+model's hidden states first depart from the float64 recompute (``first_difference``: "layer 1's MLP").
 
 Written: ``out``, an .onnx file (its external data beside it) moved in after the proof; or, when the model is an
 onnxruntime-genai folder's (genai_config.json beside it) and ``out`` is a folder (no .onnx suffix), that whole folder,
 config and tokenizer files included (``audits.package``), so that onnxruntime-genai loads the grafted model as
 written.
+
+At any size: the model is read without its weights (``audit.model.load_model``: tensors stay in its data file), the
+grafted model's weights are copied from that file block by block (``audit.model.write_model``), the proof's recompute
+runs layer by layer, and ONNX Runtime holds one session of one model at a time: what a graft costs is about one
+session of the model (tools/figures/audit-sizes.md).
 """
 
 from __future__ import annotations
@@ -43,11 +50,11 @@ from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
 from ropeexport.audits.fix import UNREPAIRABLE, repair
 from ropeexport.audits.layers import encodings_for
-from ropeexport.audits.model import load_model, ort_reason, quiet
+from ropeexport.audits.model import load_model, ort_reason, quiet, write_model
 from ropeexport.audits.observe import feed, session_feeds
 from ropeexport.audits.package import genai_folder
 from ropeexport.audits.patterns import SiteKind
-from ropeexport.audits.prove import DecoderProof
+from ropeexport.audits.prove import CACHE_GIB, DecoderProof
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
@@ -93,11 +100,12 @@ def graft(
     trust: str = "model",
     checkpoint: str | Path | None = None,
     spec_file: str | Path | None = None,
+    proof_cache_gib: float = CACHE_GIB,
 ) -> GraftResult:
     """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
     ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
     exported from, against the whole decoder's float64 recompute too: its own config.json where ``spec_file`` is
-    given).
+    given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said).
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
@@ -126,14 +134,14 @@ def graft(
     _refuse_unchecked(before)
     spec = encodings.first
     config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
-    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source)
+    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
                         " give `trust` config to replace them with the config's anyway")  # fmt: skip
-    original = _short_outputs(source, spec)  # the original must run before anything is written
-    if proof is not None:
+    if proof is not None:  # the original must run before anything is written; one session of it at a time
         proof.judge(source)
+    original = _short_outputs(source, spec)
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
     graph, replaced = repair(loaded, source, before.sites, encodings, fixing)
     name = source.name if package is not None else target.name  # genai_config.json names the model by its name
@@ -143,12 +151,16 @@ def graft(
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model, or half a genai folder, at ``out``.
     with store.draft(place.name, field="out", tree=False) as draft:
         grafted = draft.path / name
-        ir.save(graph, grafted, external_data=f"{name}.data", size_threshold_bytes=1024)
+        write_model(graph, grafted)  # the weights copied from the source's data file block by block
         result.after = audit(grafted, hf_config, spec_file=spec_file, effects=False)
         result.after.model = str(result.path)
         result.short_call = _compare(original, _short_outputs(grafted, spec))
         if proof is not None:
             result.decoder = proof.run({"original": source, "grafted": grafted})
+            if result.decoder.get("outside_encoding"):  # where, read off the grafted model's hidden states
+                where = proof.locate(grafted, "the grafted model")
+                if where is not None:
+                    result.decoder["first_difference"] = where
         if package is None:
             written = sorted(p.name for p in draft.path.iterdir())
             draft.commit_files(sorted(written, key=lambda n: n == target.name))  # the model file last

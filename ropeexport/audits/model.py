@@ -15,16 +15,22 @@ itself loaded, so that a kernel asking for a constant input cannot be mistaken f
 
 ``materialize(model)``: every external tensor read into memory. A model handed to ORT as bytes has no folder, and ORT
 would read external data relative to the working directory: nothing is handed over before this.
+
+``Initializers(proto, folder)``: the main graph's initializers of a model read without its external data, each read
+from its file when asked for (checked as ``load_model`` checks it). ``write_model(model, path)``: a model whose
+tensors lie in another model's external data written with its own, copied block by block: what the audit, graft and
+the graft's proof hold of a model is its graph and one tensor at a time, never all its weights.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -146,6 +152,111 @@ def materialize(model: ir.Model) -> None:
                 node.attributes[name] = ir.AttrTensor(name, ir.tensor(attr.value.numpy(), name=attr.value.name))
             elif attr.type == ir.AttributeType.TENSORS and any(isinstance(t, ir.ExternalTensor) for t in attr.value):
                 node.attributes[name] = ir.AttrTensors(name, [ir.tensor(t.numpy(), name=t.name) for t in attr.value])
+
+
+class Initializers(Mapping[str, np.ndarray]):
+    """The main graph's initializers of ``proto`` (an ``onnx.ModelProto``, its external data not loaded: ``folder``
+    holds it), each read when asked for and not kept (module doc).
+    """  # noqa: D205
+
+    def __init__(self, proto: onnx.ModelProto, folder: Path | None) -> None:
+        self._tensors = {t.name: t for t in proto.graph.initializer}
+        self.folder = folder
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        tensor = self._tensors[name]
+        if tensor.data_location != EXTERNAL:
+            return onnx.numpy_helper.to_array(tensor)
+        if self.folder is None:
+            raise SpecError("model", f"initializer {name!r} keeps its values in external data, and the model has no "
+                            "folder to read them from")  # fmt: skip
+        folder = self.folder.resolve()
+        _check_external(tensor, f"initializer {name!r}", folder)
+        copy = onnx.TensorProto()
+        copy.CopyFrom(tensor)  # the graph's own proto keeps no bytes: this copy holds them while they are used
+        onnx.external_data_helper.load_external_data_for_tensor(copy, str(folder))
+        return onnx.numpy_helper.to_array(copy)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
+COPY_BLOCK = 64 * 2**20  # bytes of a tensor copied at once from one data file to another
+
+
+def write_model(model: ir.Model, path: Path) -> list[str]:
+    """``model`` written to ``path`` and ``path.name + ".data"`` (the file names), in onnx's external-data layout
+    (``graph.onnx_io.ExternalData``): a tensor still in its source's external data (``ir.ExternalTensor``, as
+    ``load_model`` reads it) copied in blocks of ``COPY_BLOCK`` bytes, one in memory written as it is. A tensor of a
+    node attribute kept in external data is written inline (a Constant's: tables, never weights).
+    """  # noqa: D205
+    from ropeexport.graph.onnx_io import ExternalData
+
+    sources: dict[tuple[str, str], tuple[Path, int, int]] = {}  # (graph, initializer) -> (file, offset, length)
+    for where, graph in _graphs(model.graph, ""):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                sources[where, value.name or ""] = (Path(tensor.path), tensor.offset or 0, tensor.nbytes)
+    _inline_attributes(model)
+    proto = ir.serde.serialize_model(model)
+    data = path.with_name(f"{path.name}.data")
+    with ExternalData(data) as sink:
+        for where, graph_proto in _graph_protos(proto.graph, ""):  # onnx's order (``onnx_io._initializers``)
+            for tensor in graph_proto.initializer:
+                source = sources.get((where, tensor.name))
+                if source is None:
+                    sink.adopt(tensor)
+                    continue
+                file, offset, length = source
+                del tensor.external_data[:]
+                tensor.data_location = onnx.TensorProto.DEFAULT
+                if not sink.takes(length):  # small: inline, as onnx would keep it
+                    with open(file, "rb") as f:
+                        f.seek(offset)
+                        tensor.raw_data = f.read(length)
+                    continue
+                sink.copy(tensor, file, offset, length, COPY_BLOCK)
+        sink.finish(proto)
+    onnx.save_model(proto, path)
+    return [path.name, data.name]
+
+
+def _graphs(graph: ir.Graph, where: str) -> Iterator[tuple[str, ir.Graph]]:
+    """(path, graph) of ``graph`` and its subgraphs, depth first in node order (``_graph_protos``' paths)."""
+    yield where, graph
+    for index, node in enumerate(graph):
+        for name, attr in node.attributes.items():
+            held = [attr.value] if attr.type == ir.AttributeType.GRAPH else []
+            held = list(attr.value) if attr.type == ir.AttributeType.GRAPHS else held
+            for k, sub in enumerate(held):
+                yield from _graphs(sub, f"{where}/{index}.{name}.{k}")
+
+
+def _graph_protos(graph: onnx.GraphProto, where: str) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """(path, graph) of ``graph`` and its subgraphs, as ``_graphs`` walks the model they were serialized from."""
+    yield where, graph
+    for index, node in enumerate(graph.node):
+        for attr in node.attribute:
+            held = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else []
+            held = list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else held
+            for k, sub in enumerate(held):
+                yield from _graph_protos(sub, f"{where}/{index}.{attr.name}.{k}")
+
+
+def _inline_attributes(model: ir.Model) -> None:
+    """Every node attribute's tensor kept in external data read into memory (``materialize``'s, attributes only)."""
+    functions = [node for f in model.functions.values() for node in f]
+    for node in [*ir.traversal.RecursiveGraphIterator(model.graph), *functions]:
+        for name, attr in list(node.attributes.items()):
+            if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
+                node.attributes[name] = ir.AttrTensor(name, ir.tensor(attr.value.numpy().copy(), name=attr.value.name))
+            elif attr.type == ir.AttributeType.TENSORS and any(isinstance(t, ir.ExternalTensor) for t in attr.value):
+                node.attributes[name] = ir.AttrTensors(name, [ir.tensor(t.numpy().copy(), name=t.name)
+                                                               for t in attr.value])  # fmt: skip
 
 
 def quiet(threads: int | None = None) -> tuple[Any, Any]:

@@ -1,12 +1,15 @@
 """A foreign decoder's logits against the float64 recompute of the whole model, at far positions and across switches.
 
 The audit checks a model's tables; this checks what its users get. The checkpoint the model was exported from is
-read by ``decoder.checkpoint.load_checkpoint`` (checked against the config) and recomputed by
-``decoder.oracle.decoder_float64``: every operation in float64, exact positions, the RoPE regime of
-L = max(position_ids) + 1. The ONNX model runs in ORT on the same call. A call is n tokens after p cached entries,
-so that its tokens sit at positions p .. p + n - 1:
+read by ``decoder.checkpoint.CheckpointWeights`` (checked against the config from its headers, each tensor read when
+used) and recomputed by ``decoder.oracle.decoders_float64``: every operation in float64, exact positions, the RoPE
+regime of L = max(position_ids) + 1, every call of a model in one pass, layer by layer (one layer's float64 weights
+and one layer's cache of each call resident). The ONNX model runs in ORT on the same call, one model's session at a
+time. A call is n tokens after p cached entries, so that its tokens sit at positions p .. p + n - 1:
 - a model with a cache input gets p random entries per layer (keys as if already rotated; the recompute is given the
-  same ones), an attention_mask of ones over p + n slots, and position_ids p .. p + n - 1 where it takes them;
+  same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n slots, and position_ids
+  p .. p + n - 1 where it takes them; such a call whose cache, given and given back, would pass ``cache_gib``
+  (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run, and says why;
 - a model without a cache input takes position_ids p .. p + n - 1 and an attention_mask over its n tokens;
 - a model with neither only ever sees positions 0 .. n - 1: its far calls are reported as not run, with the reason.
 The cached values are drawn with std 1, so the attention output is led by them and an angle error in the query shows
@@ -18,99 +21,34 @@ margin between its top two is within the error (a near tie).
 
 Where the model holds its projections as 4-bit ``MatMulNBits`` (onnxruntime-genai's ``-p int4``, ropeexport's
 ``weight_format="int4"``), the recompute takes those from the model itself (``held_weights``: dequantized exactly, by
-the layer and projection their names give), the rest from the checkpoint: the model is judged on its own terms, not
-by its int4 rounding against the checkpoint; the bound is then the one ``decoder verify`` gives its accuracy level
-(``decoder.verify.tolerance``: the dtype's at levels 0 and 1, wider where the activations may be int8).
+the layer and projection their names give, each read from the model's data file when its layer is recomputed), the
+rest from the checkpoint: the model is judged on its own terms, not by its int4 rounding against the checkpoint; the
+bound is then the one ``decoder verify`` gives its accuracy level (``decoder.verify.tolerance``: the dtype's at levels
+0 and 1, wider where the activations may be int8).
+
+When two models miss the float64 decoder by the same amount (``_outside``), the difference lies outside the
+positional encoding; ``locate`` then says where a model's hidden states first depart from the recompute's
+(``audits.locate``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ropeexport.audits.held import HeldWeights, NBits, held_weights, nbits_weights
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
 
+__all__ = ["Cache", "DecoderProof", "Feeder", "HeldWeights", "NBits", "ProofWeights", "far_calls", "held_weights",
+           "nbits_weights"]
+
 TOKENS = 8
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
-# A MatMulNBits weight's layer and projection in its name: onnxruntime-genai's ``model.layers.3.attn.qkv_proj.MatMul.
-# weight_Q4`` or ropeexport's ``layers.3/block/qkv_proj_Q4``, ``layers.3.gate_up_proj_Q4``.
-_PROJECTION = re.compile(r"layers\.(\d+)[./](?:.*[./])?(?<![a-z_])(qkv|q|k|v|o|gate_up|gate|up|down)_proj(?![a-z])")
-
-
-def nbits_weights(model: Any) -> dict[str, tuple[np.ndarray, int]]:
-    """{weight input name: (float64 [K, N], accuracy_level)} of every 4-bit MatMulNBits node of ``model`` (an
-    ``onnx.ModelProto``) whose packed weight, scales and zero points are initializers: the values it multiplies by
-    (``components.linear.dequantize``). SpecError for one the proof cannot read (another bit width, a ``g_idx``).
-    """  # noqa: D205
-    from onnx import numpy_helper
-
-    from ropeexport.components.linear import Packed, dequantize
-
-    held = {t.name: t for t in model.graph.initializer}
-    out = {}
-    for node in model.graph.node:
-        if node.op_type != "MatMulNBits" or node.domain != "com.microsoft":
-            continue
-        attributes = {a.name: a.i for a in node.attribute}
-        inputs = list(node.input) + [""] * 6
-        if attributes.get("bits", 4) != 4 or inputs[4]:
-            raise SpecError("model", f"MatMulNBits {node.name!r} has {attributes.get('bits')} bits or a g_idx input: "
-                            "the decoder proof reads 4-bit weights in blocks only")  # fmt: skip
-        if inputs[1] not in held or inputs[2] not in held or (inputs[3] and inputs[3] not in held):
-            continue  # a weight computed in the graph: the checkpoint's values stand
-        packed = numpy_helper.to_array(held[inputs[1]])
-        K, N, block = attributes["K"], attributes["N"], attributes["block_size"]
-        blocks = -(-K // block)
-        zero = numpy_helper.to_array(held[inputs[3]]).reshape(N, -1) if inputs[3] else None
-        scales = numpy_helper.to_array(held[inputs[2]]).reshape(N, blocks)
-        weight = dequantize(Packed(packed.reshape(N, blocks, block // 2), scales, zero, K, block))
-        out[inputs[1]] = (weight, attributes.get("accuracy_level", 0))
-    return out
-
-
-def held_weights(model: Any, spec: Any) -> tuple[dict[str, np.ndarray], int]:
-    """The projections ``model`` holds as 4-bit MatMulNBits, by the decoder's canonical names (``layers.3.q_proj``,
-    ``lm_head``; a fused q | k | v or gate | up split by the spec's widths), float64 [in, out], and the highest
-    accuracy level among them (0 when there are none). SpecError when one's shape is not the checkpoint's.
-    """  # noqa: D205
-    from ropeexport.decoder.checkpoint import expected, geometry
-
-    shapes = expected(spec)
-    out: dict[str, np.ndarray] = {}
-    level = 0
-    for name, (weight, accuracy) in nbits_weights(model).items():
-        found = _PROJECTION.search(name)
-        if found is None and "lm_head" not in name:
-            continue
-        level = max(level, accuracy)
-        if found is None:
-            parts = {"lm_head": weight}
-        else:
-            i, kind = int(found.group(1)), found.group(2)
-            if kind == "qkv":
-                H, KV, d = geometry(spec, i)
-                parts = dict(zip(("q_proj", "k_proj", "v_proj"), np.split(weight, [H * d, (H + KV) * d], axis=1),
-                                 strict=True))  # fmt: skip
-            elif kind == "gate_up":
-                parts = dict(zip(("gate_proj", "up_proj"), np.split(weight, 2, axis=1), strict=True))
-            else:
-                parts = {f"{kind}_proj": weight}
-            parts = {f"layers.{i}.{k}": v for k, v in parts.items()}
-        for canonical, values in parts.items():
-            if canonical == "lm_head" and spec.tie_embeddings:  # the recompute's head is the embedding's transpose
-                continue
-            if shapes.get(canonical) != values.shape:
-                raise SpecError("model", f"MatMulNBits weight {name!r} holds {canonical} as {list(values.shape)}, the "
-                                f"checkpoint's is {list(shapes.get(canonical, ()))}: not the checkpoint the model "
-                                "was exported from")  # fmt: skip
-            out[canonical] = values
-    return out, level
-
-
 def far_calls(position: Any) -> list[tuple[str, int]]:
     """(name, p) of each call (module doc): n = TOKENS tokens after p cached entries."""
     top = position.max_positions
@@ -158,7 +96,21 @@ class Feeder:
             return "the model takes neither a cache nor position_ids: its tokens always sit at 0 .. n - 1"
         return None
 
-    def feeds(self, ids: np.ndarray, past: int, cache: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    def cache_bytes(self, past: int, n: int = TOKENS) -> int:
+        """Bytes of the cache a call of ``n`` tokens after ``past`` entries gives the model and gets back (its past
+        inputs and present outputs, in their dtype): what placing a far call costs beside the session.
+        """  # noqa: D205
+        from ropeexport.decoder.checkpoint import geometry
+
+        total = 0
+        for layer, kv in self.cached.items():
+            _, KV, d = geometry(self.spec, layer)
+            size = 2 if "float16" in kv["key"].type else 4
+            total += 2 * KV * d * size * (2 * past + n)
+        return total
+
+    def feeds(self, ids: np.ndarray, past: int, cache: Sequence[tuple[np.ndarray, np.ndarray]],
+              ) -> dict[str, np.ndarray]:  # fmt: skip
         """The session's feeds for ``ids`` [1, n] after ``past`` entries (``cache``: float32 per layer)."""
         n = ids.shape[1]
         feeds = {"input_ids": ids}
@@ -169,8 +121,8 @@ class Feeder:
             feeds["position_ids"] = np.arange(past, past + n, dtype=np.int64).reshape(1, n)
         numpy = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
         for layer, kv in self.cached.items():
-            for j, tail in enumerate(("key", "value")):
-                feeds[kv[tail].name] = cache[layer][j].astype(numpy.get(kv[tail].type, np.float32))
+            for tail, values in zip(("key", "value"), cache[layer], strict=True):
+                feeds[kv[tail].name] = values.astype(numpy.get(kv[tail].type, np.float32), copy=False)
         for name, value in list(feeds.items()):  # integer inputs in the model's own width
             declared = next(i for i in self.session.get_inputs() if i.name == name).type
             if declared == "tensor(int32)":
@@ -178,23 +130,110 @@ class Feeder:
         return feeds
 
 
-class DecoderProof:
-    """The checkpoint read and checked once (bad input raises SpecError before anything is written); ``run`` judges
-    models on the calls of ``far_calls``.
+class Signature:
+    """A model's inputs and outputs as an ONNX Runtime session lists them (``get_inputs``, ``get_outputs``: name, shape,
+    type), read from its graph without its weights: a model is checked and fed before any session of it exists.
     """  # noqa: D205
 
-    def __init__(self, hf_config: Path, checkpoint: Path, model: Path) -> None:
+    def __init__(self, path: Path) -> None:
+        from types import SimpleNamespace
+
+        import onnx
+
+        graph = _graph_of(path).graph
+        weights = {t.name for t in graph.initializer}
+
+        def value(info: Any) -> Any:
+            kind = info.type.tensor_type
+            shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in kind.shape.dim]
+            name = onnx.TensorProto.DataType.Name(kind.elem_type).lower()  # ORT's words: tensor(float), tensor(int64)
+            return SimpleNamespace(name=info.name, shape=shape, type=f"tensor({name})")
+
+        self._inputs = [value(i) for i in graph.input if i.name not in weights]
+        self._outputs = [value(o) for o in graph.output]
+
+    def get_inputs(self) -> list[Any]:
+        """The inputs a call feeds (an initializer's overridable input left out, as ORT lists them)."""
+        return self._inputs
+
+    def get_outputs(self) -> list[Any]:
+        """The graph's outputs."""
+        return self._outputs
+
+
+CACHE_GIB = 4.0  # the most cache a far call may give a model and get back (``Feeder.cache_bytes``), by default
+
+
+class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
+    """Per layer the (key, value) [1, KV, past, d] cached before call ``index``: std 1, drawn when asked for from a
+    generator seeded by the call and the layer (the model and the recompute get the same values), in ``dtype``.
+    The recompute asks for one layer's at a time (float64); the model takes them all at once (float32).
+    """  # noqa: D205
+
+    def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32) -> None:
+        self.spec, self.call, self.past, self.dtype = spec, index, past, dtype
+
+    def __getitem__(self, layer: Any) -> Any:
+        from ropeexport.decoder.checkpoint import geometry
+
+        if not isinstance(layer, int) or not 0 <= layer < len(self):
+            raise IndexError(layer)
+        _, KV, d = geometry(self.spec, layer)
+        rng = np.random.default_rng((self.call, layer))
+        k, v = rng.standard_normal((2, 1, KV, self.past, d), dtype=np.float32)
+        return k.astype(self.dtype, copy=False), v.astype(self.dtype, copy=False)
+
+    def __len__(self) -> int:
+        return int(self.spec.num_layers)
+
+
+class ProofWeights(Mapping[str, np.ndarray]):
+    """The recompute's weights, float64, each read when asked for: ``held`` (the model's own int4 projections) where
+    it has them, else the checkpoint's as the graph stores them (``oracle.Stored64``); ``vocab_part`` reads a slice
+    of the embedding or the head alone.
+    """  # noqa: D205
+
+    def __init__(self, stored: Mapping[str, np.ndarray], held: Mapping[str, np.ndarray]) -> None:
+        self.stored, self.held = stored, held
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.held[name] if name in self.held else self.stored[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
+        """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``."""
+        from ropeexport.decoder.checkpoint import vocab_part
+
+        return vocab_part(self.held if name in self.held else self.stored, name, start, stop)
+
+
+class DecoderProof:
+    """The checkpoint's headers and the model's inputs checked once (bad input raises SpecError before anything is
+    written); ``run`` judges models on the calls of ``far_calls``. Nothing holds the model's or the checkpoint's
+    weights whole: the recompute reads them layer by layer (``ProofWeights``, ``oracle.decoders_float64``), every
+    call's truth in one pass; a model's session is dropped once the model is judged. A call whose cache would pass
+    ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so.
+    """  # noqa: D205
+
+    def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB) -> None:
         from ropeexport.decoder.build import DecoderRequest, resolve
-        from ropeexport.decoder.checkpoint import load_checkpoint
-        from ropeexport.decoder.oracle import stored_float64
+        from ropeexport.decoder.checkpoint import CheckpointWeights
+        from ropeexport.decoder.oracle import Stored64
         from ropeexport.decoder.parts import position_pieces
 
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
-        self._sessions: dict[str, Any] = {}
-        session = self._session(model)  # run() judges this model too: one session, not two
-        logits = session.get_outputs()[0]
+        if not cache_gib > 0:
+            raise SpecError("proof_cache_gib", f"must be a positive number of GiB, got {cache_gib}")
+        self.cache_bytes = int(cache_gib * 2**30)
+        declared = Signature(model)  # the model's inputs and outputs, read from its graph: no session yet
+        logits = declared.get_outputs()[0]
         dtype = DTYPES.get(logits.type)
         if dtype is None:
             raise SpecError("model", f"{str(model)!r} gives {logits.type} logits; the decoder proof judges float and "
@@ -205,11 +244,10 @@ class DecoderProof:
             raise SpecError("checkpoint", f"{str(checkpoint)!r} has a vocabulary of {self.spec.vocab_size} tokens but "
                             f"{str(model)!r} gives {width} logits per token: not the checkpoint the model was "
                             "exported from")  # fmt: skip
-        Feeder(session, self.spec, model)  # the inputs are checked now, not after the graft is written
-        self.weights64 = stored_float64(self.spec, load_checkpoint(self.spec, checkpoint))
+        Feeder(declared, self.spec, model)  # the inputs are checked now, not after the graft is written
         self.pieces = position_pieces(self.spec)  # per layer its encoding's float64 twin (None: a layer without)
-        held, level = held_weights(_graph_of(model), self.spec)  # int4 projections: the model's own (module doc)
-        self.weights64 |= held
+        held, level = held_weights(_graph_of(model), self.spec, Path(model).resolve().parent)  # module doc
+        self.weights64 = ProofWeights(Stored64(self.spec, CheckpointWeights(self.spec, checkpoint)), held)
         self.tolerance = self._tolerance(level if held else None)
         self.source = (f"the checkpoint, its {len(held)} int4 projections as the model holds them (MatMulNBits, "
                        "dequantized)" if held else "the checkpoint")  # fmt: skip
@@ -229,39 +267,41 @@ class DecoderProof:
 
         from ropeexport.audits.model import ort_reason, quiet
 
-        if str(path) not in self._sessions:
-            try:
-                self._sessions[str(path)] = ort.InferenceSession(str(path), quiet()[0],
-                                                                 providers=["CPUExecutionProvider"])  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
-                raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
-        return self._sessions[str(path)]
+        try:
+            return ort.InferenceSession(str(path), quiet()[0], providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
+            raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
 
-    def _call(self, index: int, past: int) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
-        """The ids [1, n] and the cache (per layer key and value [1, KV, past, d], float32) of call ``index``."""
-        from ropeexport.decoder.checkpoint import geometry
-
+    def _call(self, index: int, past: int, dtype: Any = np.float32) -> tuple[np.ndarray, Cache]:
+        """The ids [1, n] and the cache (``Cache``: per layer key and value [1, KV, past, d]) of call ``index``."""
         rng = np.random.default_rng(index)
         ids = rng.integers(0, self.spec.vocab_size, (1, TOKENS)).astype(np.int64)
-        cache = []
-        for layer in range(self.spec.num_layers):  # each layer's own cache geometry
-            _, KV, d = geometry(self.spec, layer)
-            k, v = rng.standard_normal((2, 1, KV, past, d)).astype(np.float32)
-            cache.append((k, v))
-        return ids, cache
+        return ids, Cache(self.spec, index, past, dtype)
 
-    def _truth(self, index: int, past: int, cached: bool) -> np.ndarray:
-        """float64 logits [n, vocab] of call ``index``, with its cache (``cached``) or placed by positions alone."""
-        from ropeexport.decoder.oracle import decoder_float64
+    def _feed(self, index: int, past: int, cached: bool) -> Any:
+        """Call ``index`` as the recompute takes it (``oracle.Feed``), with its cache (``cached``) or placed by
+        positions alone.
+        """  # noqa: D205
+        from ropeexport.decoder.oracle import Feed
 
-        if (index, cached) not in self._truths:
-            ids, cache = self._call(index, past)
-            given = [(k.astype(np.float64), v.astype(np.float64)) for k, v in cache] if cached else None
-            mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
-            pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
-            self._truths[index, cached] = decoder_float64(self.spec, self.weights64, ids, pos, mask, past=given,
-                                                          pieces=self.pieces)[0]  # fmt: skip
-        return self._truths[index, cached]
+        ids, cache = self._call(index, past, np.float64)
+        mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
+        pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
+        return Feed(ids, pos, mask, 0, cache if cached else None)
+
+    def _truth(self, wanted: list[tuple[int, int, bool]]) -> None:
+        """float64 logits [n, vocab] of each call (index, past, cached) not yet recomputed, all in one pass over the
+        weights (``oracle.decoders_float64``: one layer's weights and one layer's cache of each call at a time).
+        """  # noqa: D205
+        from ropeexport.decoder.oracle import decoders_float64
+
+        missing = [(i, p, c) for i, p, c in wanted if (i, c) not in self._truths]
+        if not missing:
+            return
+        feeds = [self._feed(i, p, c) for i, p, c in missing]
+        for (i, _, c), logits in zip(missing, decoders_float64(self.spec, self.weights64, feeds, self.pieces),
+                                     strict=True):  # fmt: skip
+            self._truths[i, c] = logits[0]
 
     def judge(self, path: Path) -> list[dict[str, Any]]:
         """``path`` on every call of ``far_calls``: per call its record (error against float64, verdict) or why it was
@@ -273,16 +313,28 @@ class DecoderProof:
         key = (str(path), str(Path(path).stat().st_mtime_ns))
         if key in self._judged:
             return self._judged[key]
-        session = self._session(path)
-        feeder = Feeder(session, self.spec, path)
+        feeder = Feeder(Signature(path), self.spec, path)
+        calls = list(enumerate(far_calls(self.spec.position_spec())))
+        why: dict[int, str] = {}
+        for index, (_, past) in calls:
+            reason = feeder.placeable(past)
+            size = feeder.cache_bytes(past)
+            if reason is None and size > self.cache_bytes:
+                reason = (f"its cache ({past} entries of {len(feeder.cached)} layers) would take "
+                          f"{size / 2**30:.1f} GiB as the model's inputs and outputs, more than the proof's "
+                          f"{self.cache_bytes / 2**30:g} GiB (--proof-cache-gib)")  # fmt: skip
+            if reason is not None:
+                why[index] = reason
+        cached = bool(feeder.cached)  # a model placed by position_ids sees no cache
+        self._truth([(index, past, cached) for index, (_, past) in calls if index not in why])
+        session = self._session(path)  # made once the truths are: the two are never resident together
         out: list[dict[str, Any]] = []
-        for index, (name, past) in enumerate(far_calls(self.spec.position_spec())):
-            why = feeder.placeable(past)
-            if why is not None:
-                out.append({"not_run": why})
+        for index, (name, past) in calls:
+            if index in why:
+                out.append({"not_run": why[index]})
                 continue
             ids, cache = self._call(index, past)
-            truth = self._truth(index, past, bool(feeder.cached))  # a model placed by position_ids sees no cache
+            truth = self._truths[index, cached]
             try:
                 got = session.run([feeder.logits], feeder.feeds(ids, past, cache), quiet()[1])[0]
             except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
@@ -296,7 +348,40 @@ class DecoderProof:
                                 "the checkpoint the model was exported from")  # fmt: skip
             out.append(_judge(got.reshape(truth.shape), truth, self.tolerance))
         self._judged[key] = out
-        return out
+        return out  # the session (the whole model in memory) goes with this call
+
+    def locate(self, path: Path, who: str) -> dict[str, Any] | None:
+        """Where ``path`` (judged already, and failed) first departs from the float64 decoder (``audits.locate``), on
+        the call it failed with the fewest cached entries; said of ``who``. None when that cannot be told.
+        """  # noqa: D205
+        from ropeexport.audits.locate import first_difference, model_values
+        from ropeexport.decoder.oracle import decoders_float64
+
+        judged = self._judged.get((str(path), str(Path(path).stat().st_mtime_ns)), [])
+        calls = far_calls(self.spec.position_spec())
+        failed = [(calls[i][1], i) for i, record in enumerate(judged) if record.get("passed") is False]
+        if not failed:
+            return None
+        past, index = min(failed)
+        ids, cache = self._call(index, past)
+        cached: list[bool] = []
+
+        def feeds(session: Any) -> dict[str, np.ndarray]:
+            feeder = Feeder(session, self.spec, path)
+            cached.append(bool(feeder.cached))
+            return feeder.feeds(ids, past, cache)
+
+        values = model_values(Path(path), feeds)
+        if isinstance(values, str):
+            return None
+        stages: list[tuple[Any, np.ndarray]] = []
+        feed = self._feed(index, past, cached[0])
+        decoders_float64(self.spec, self.weights64, [feed], self.pieces,
+                         trace=lambda _, stage, h: stages.append((stage, h)))  # fmt: skip
+        # Judged at the dtype's bound, not a quantized model's wider one: where the model first stops computing what
+        # the recompute computes (a quantized model's own rounding shows too, at its size).
+        found = first_difference(values, stages, self._tolerance(None), who)
+        return None if found is None else {"call": calls[index][0], **found}
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
         """Every model on every call (module doc): per call and model the error against float64 and the verdict."""
@@ -361,7 +446,7 @@ def _judge(got: np.ndarray, truth: np.ndarray, tolerance: float) -> dict[str, An
 
 
 def _graph_of(path: Path) -> Any:
-    """The model at ``path`` with its initializers (the MatMulNBits weights are read from them)."""
+    """The model at ``path`` without its external data (``held_weights`` reads the MatMulNBits weights it needs)."""
     import onnx
 
-    return onnx.load(str(path))
+    return onnx.load(str(path), load_external_data=False)

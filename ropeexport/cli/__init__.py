@@ -56,6 +56,7 @@ FLAGS = {
     "spec_file": "--spec",
     "preset": "--preset",
     "hf_config": "--hf-config",
+    "proof_cache_gib": "--proof-cache-gib",
     "trt_version": "--trt-version",
     "runtime": "--runtime",
     "jobs": "--jobs",

@@ -11,7 +11,8 @@ model audited again, and both models run on one short call (8 tokens, positions 
 With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are
 also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
 max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
-with a cache input is placed there after random cached entries.
+with a cache input is placed there after random cached entries; a call whose cache (given and given back) would
+take more than --proof-cache-gib is not run, and the report says so (Llama-3.2-1B's last position needs 17 GiB).
 
 A model with genai_config.json beside it (onnxruntime-genai's builder's, a folder published for onnxruntime-genai) is
 served from its folder: give --out a new folder (no .onnx suffix) and graft writes the whole folder there (the
@@ -66,12 +67,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--checkpoint", metavar="FOLDER",
                    help="the checkpoint the model was exported from: judge both models against the whole decoder's "
                    "float64 recompute at far positions")  # fmt: skip
+    p.add_argument("--proof-cache-gib", type=float, default=4.0, metavar="GIB",
+                   help="with --checkpoint: the most cache a far call may take (default 4); a call needing more is "
+                   "not run")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails."""
-    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec)
+    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -97,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if result.decoder is not None:
             print(f"  whole decoder against float64 ({result.decoder['tolerance']['rel']:g} of the logit scale):")
             for call in result.decoder["calls"]:
+                why = {m.get("not_run") for m in call["models"].values()}
+                if len(why) == 1 and None not in why:  # no model was run on it: why, once
+                    print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "
+                          f"{call['regime']}): not run: {why.pop()}")  # fmt: skip
+                    continue
                 got = "; ".join(
                     f"{label} {m['rel']:.2g}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
                     for label, m in call["models"].items()
@@ -105,4 +114,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{call['regime']}): {got}")  # fmt: skip
             if result.decoder.get("outside_encoding"):
                 print(f"  {result.decoder['outside_encoding']}")
+            if result.decoder.get("first_difference"):
+                where = result.decoder["first_difference"]
+                print(f"  on the call {where['call']!r}, {where['text']}")
     return 0 if result.proven else 1

@@ -81,6 +81,23 @@ class Stored64(Mapping[str, np.ndarray]):
 
 
 @dataclass(frozen=True)
+class Stage:
+    """A point of the residual stream ``decoders_float64`` traces: after the embedding (``layer`` -1), after a layer's
+    attention or its MLP (``part``), or after a parallel layer's whole block (attention and MLP together).
+    """  # noqa: D205
+
+    layer: int
+    part: str  # embedding, attention, mlp, block
+
+    def words(self) -> str:
+        """The stage in words: ``the embedding``, ``layer 3's attention``, ``layer 3's MLP``, ``layer 3``."""
+        if self.layer < 0:
+            return "the embedding"
+        part = {"attention": "'s attention", "mlp": "'s MLP"}.get(self.part, "")
+        return f"layer {self.layer}{part}"
+
+
+@dataclass(frozen=True)
 class Feed:
     """One call to recompute: the sequence so far (input_ids, position_ids [b, s]; attention_mask [b, p + s]), the
     slots whose logits are wanted ([first, s)), and ``past``: per layer the (key, value) [b, KV, p, d] cached before
@@ -135,12 +152,14 @@ def decoders_float64(
     pieces: Pieces,
     routings: Sequence[Routing | None] | None = None,
     on_layer: Callable[[int], None] | None = None,
+    trace: Callable[[int, Stage, np.ndarray], None] | None = None,
 ) -> list[np.ndarray]:
     """Per feed, float64 logits [b, s - first, vocab] of its slots [first, s): ``decoder_float64`` of each, computed
     layer by layer for all of them (module doc). ``weights64``: ``Stored64`` (or ``stored_float64``) of the
     decoder's weights; ``pieces``: per layer its position piece (``parts.position_pieces``), None for a layer
     without one; ``routings``: per feed its ``Routing`` of a mixture of experts (None: the float64 routing);
-    ``on_layer(i)``: told as layer i is reached (a real size takes minutes a pass).
+    ``on_layer(i)``: told as layer i is reached (a real size takes minutes a pass); ``trace(feed, stage, h)``: each
+    feed's residual stream h [b, s, hidden] after each stage (``Stage``), in order.
     """  # noqa: D205
     if len(pieces) != spec.num_layers:
         raise ValueError(f"pieces holds {len(pieces)} layers, the decoder has {spec.num_layers}")
@@ -169,6 +188,9 @@ def decoders_float64(
         hs = [h * embed_scale(spec).astype(np.float64) for h in hs]
     if spec.architecture.embed_norm:
         hs = [normed(h, top, "embed_norm") for h in hs]
+    seen = trace if trace is not None else lambda j, stage, h: None
+    for j, h in enumerate(hs):
+        seen(j, Stage(-1, "embedding"), h)
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
@@ -186,13 +208,18 @@ def decoders_float64(
             attended = attention64(attend, wired, block)["output"]
             if spec.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
+                seen(j, Stage(i, "attention"), h)
                 h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j]), w, "norm4")
+                seen(j, Stage(i, "mlp"), h)
             elif spec.residual == "sequential":
                 h = h + attended
+                seen(j, Stage(i, "attention"), h)
                 h = h + feedforward(normed(h, w, "norm2"), w, i, routings[j])
+                seen(j, Stage(i, "mlp"), h)
             else:  # parallel: the MLP reads its own norm of the layer input, or the attention's (no norm2: GPT-J)
                 y = normed(h, w, "norm2") if "norm2" in layer.norms else x
                 h = h + attended + feedforward(y, w, i, routings[j])
+                seen(j, Stage(i, "block"), h)
             hs[j] = h
         del w, block
     finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]

@@ -61,12 +61,16 @@ class ExternalData:
 
     def _place(self, tensor: TensorProto, data: memoryview | bytes) -> TensorProto:
         """Write ``data`` at the end of the file and point ``tensor`` (no raw bytes) at it."""
-        offset = self._end
         self._file.write(data)
-        self._end += len(data)
+        return self._point(tensor, len(data))
+
+    def _point(self, tensor: TensorProto, length: int) -> TensorProto:
+        """``tensor`` pointed at the ``length`` bytes just written at the end of the file."""
+        offset = self._end
+        self._end += length
         tensor.data_location = TensorProto.EXTERNAL
         del tensor.external_data[:]
-        for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(len(data)))):
+        for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(length))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         return tensor
@@ -81,6 +85,21 @@ class ExternalData:
         tensor.dims.extend(array.shape)
         tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
         return self._place(tensor, array.reshape(-1).view(np.uint8).data)
+
+    def copy(self, tensor: TensorProto, source: Path, offset: int, length: int, block: int) -> TensorProto:
+        """``tensor`` (no raw bytes) pointed at ``length`` bytes copied here from ``source`` at ``offset``, ``block``
+        bytes at a time (another model's data file: nothing of it is held).
+        """  # noqa: D205
+        with open(source, "rb") as f:
+            f.seek(offset)
+            left = length
+            while left:
+                chunk = f.read(min(block, left))
+                if not chunk:
+                    raise ValueError(f"{source.name} ends before the {length} bytes of {tensor.name!r}")
+                self._file.write(chunk)
+                left -= len(chunk)
+        return self._point(tensor, length)
 
     def adopt(self, tensor: TensorProto) -> TensorProto:
         """``tensor`` with its raw bytes moved here (in place; a tensor without raw bytes is left as it is)."""

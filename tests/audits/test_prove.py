@@ -53,6 +53,40 @@ def test_a_right_decoder_passes_every_call(graph: str, phi3: Path, tmp_path: Pat
     assert max(c["models"]["original"]["rel"] for c in proof["calls"]) <= 1e-5
 
 
+# (the budget: the cache of a call after this many entries (None: the default), the calls run)
+BUDGETS = [(None, CALLS), (57, ["start", "L = original", "L = original + 1"]), (56, ["start", "L = original"]),
+           (0, ["start"])]  # fmt: skip
+
+
+@pytest.mark.parametrize(("entries", "run"), BUDGETS, ids=["default", "past-57", "past-56", "no-cache"])
+def test_a_call_whose_cache_passes_the_budget_is_not_run_and_says_so(entries: int | None, run: list[str], phi3: Path,
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    import onnxruntime as ort
+
+    model = _decoder(tmp_path, phi3, "fused", unscaled=False)
+    budget = 4.0
+    if entries is not None:  # exactly the cache of a call after ``entries`` entries: that call runs, one more does not
+        spec = DecoderProof(phi3 / "config.json", phi3, model).spec
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        budget = Feeder(session, spec, model).cache_bytes(entries) / 2**30
+    proof = DecoderProof(phi3 / "config.json", phi3, model, cache_gib=budget).run({"original": model})
+    records = {c["call"]: c["models"]["original"] for c in proof["calls"]}
+    assert [name for name, r in records.items() if "passed" in r] == run and proof["calls_run"]["original"] == len(run)
+    for name in set(CALLS) - set(run):
+        assert "more than the proof's" in records[name]["not_run"] and "--proof-cache-gib" in records[name]["not_run"]
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan"])
+def test_a_bad_cache_budget_is_one_line_and_exit_2(bad: str, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path / "m", phi3, "fused", unscaled=False)
+    capsys.readouterr()
+    code = main(["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--out", str(tmp_path / "g.onnx"),
+                 "--checkpoint", str(phi3), "--proof-cache-gib", bad])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "proof-cache-gib" in err and "positive" in err, err
+    assert not (tmp_path / "g.onnx").exists()
+
+
 @pytest.mark.parametrize("graph", ["fused", "decomposed"])
 def test_a_graft_is_proven_against_the_whole_decoder(graph: str, phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     model = _decoder(tmp_path / "planted", phi3, graph, unscaled=True)
@@ -93,6 +127,35 @@ def test_a_miss_outside_the_encoding_is_said(unscaled: bool, phi3: Path, tmp_pat
     text = capsys.readouterr().out
     assert "NOT proven" in text
     assert ("the difference lies outside the positional encoding" in text) is not unscaled, text
+
+
+# (the weight planted, the stage where the grafted model's hidden states must first depart from the float64 decoder)
+PLANTED = [("embed", "the embedding"), ("layers.0.down_proj", "layer 0's MLP"), ("layers.1.down_proj", "layer 1's MLP"),
+           ("layers.1.o_proj", "layer 1's attention"), ("layers.1.v_proj", "layer 1's attention")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("weight", "stage"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_where_the_models_first_differ_is_the_planted_layer(weight: str, stage: str, phi3: Path, tmp_path: Path,
+                                                            capsys) -> None:  # noqa: ANN001  # fmt: skip
+    """One weight not the checkpoint's (x 1.5): the proof misses by the same amount before and after the graft, and
+    the grafted model's residual stream, against the float64 recompute's, first departs in the planted sublayer.
+    """  # noqa: D205
+    spec, _ = resolve(DecoderRequest(checkpoint=phi3, graph="fused"))
+    weights = dict(load_checkpoint(spec, phi3))
+    weights[weight] = weights[weight] * 1.5
+    save_model(build_decoder_graph(spec, weights, str(phi3)), tmp_path / "m")
+    argv = ["graft", str(tmp_path / "m" / "model.onnx"), "--hf-config", str(phi3 / "config.json"), "--trust",
+            "config", "--checkpoint", str(phi3)]  # fmt: skip
+    assert main([*argv, "--out", str(tmp_path / "fixed.onnx"), "--json"]) == 1
+    where = json.loads(capsys.readouterr().out)["decoder"]["first_difference"]
+    assert where["first_differs"] == stage and where["call"] == "start", where
+    assert (where["agrees_through"] is None) is (stage == "the embedding"), where
+    assert where["relative"] > 1e-3  # the planted change, far past the float32 noise the stages before it agree to
+    assert [p.name for p in tmp_path.iterdir() if "locate" in p.name] == []  # the graph's copy is gone
+    assert main([*argv, "--out", str(tmp_path / "again.onnx")]) == 1
+    first = stage == "the embedding"
+    words = f"depart from the float64 recompute already at {stage}" if first else f"first depart from it in {stage}"
+    assert words in capsys.readouterr().out
 
 
 def test_a_model_with_neither_cache_nor_positions_is_placed_at_zero_only() -> None:
