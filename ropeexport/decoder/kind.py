@@ -196,7 +196,13 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     else:
         skipped = "not asked for (--no-eager)"
     start = time.perf_counter()
-    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario, stage=stage)
+    stored: Mapping[str, Any] | None = None
+    if formats.quantized:  # the int4 projections read back from the model (what it multiplies by), not re-packed
+        from ropeexport.audits.held import held_weights
+
+        stored, _ = held_weights(onnx.load(model_path, load_external_data=False), spec, model_path.parent)
+    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario, stage=stage,
+                             held=stored)  # fmt: skip
     return {
         "artifact": "decoder",
         "name": spec.name,

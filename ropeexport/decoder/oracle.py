@@ -58,8 +58,13 @@ class Stored64(Mapping[str, np.ndarray]):
     projection's output columns independently).
     """  # noqa: D205
 
-    def __init__(self, spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, spec: DecoderSpec, weights: Mapping[str, np.ndarray],
+                 held: Mapping[str, np.ndarray] | None = None) -> None:  # fmt: skip
         self.spec, self.weights, self.reads = spec, weights, weight_format(spec)
+        # ``held``: projections read back from the written model (``audits.held.held_weights``: int4 dequantized as
+        # stored), the same values ``read64`` makes from the checkpoint without quantizing each weight again: what
+        # makes a real-size int4 model's truth take minutes, not hours.
+        self.held = held if held is not None else {}
 
     def _stored(self, name: str, value: np.ndarray) -> np.ndarray:
         if is_weight(name):
@@ -67,6 +72,8 @@ class Stored64(Mapping[str, np.ndarray]):
         return round_once(value, self.spec.dtype).astype(np.float64)
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.held:
+            return self.held[name]
         return self._stored(name, self.weights[name])
 
     def __iter__(self) -> Iterator[str]:
@@ -77,6 +84,9 @@ class Stored64(Mapping[str, np.ndarray]):
 
     def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
         """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``, as stored."""
+        held = self.held
+        if name in held and hasattr(held, "vocab_part"):
+            return np.asarray(held.vocab_part(name, start, stop))
         return self._stored(name, vocab_part(self.weights, name, start, stop))
 
 

@@ -254,14 +254,16 @@ def verify_decoder(
     chosen: list[Scenario] | None = None,
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
     stage: Callable[[str, int | None, int | None], None] | None = None,
+    held: Mapping[str, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
     quantized decoder's calls also get their quantization cost (module doc). ``stage(what, done, total)`` is told
     each scenario as it starts and each layer of its float64 passes (``SCENARIO: float64``, a quantized decoder's
-    ``SCENARIO: float64 unquantized``, layer i of num_layers).
+    ``SCENARIO: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
+    them (``Stored64``), read there instead of quantized again from ``weights``.
     """  # noqa: D205
-    weights64 = Stored64(spec, weights)  # read layer by layer, once per scenario (decoder.oracle)
+    weights64 = Stored64(spec, weights, held)  # read layer by layer, once per scenario (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
     now = [""]  # the scenario in progress, for the stage lines
