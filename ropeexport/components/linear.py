@@ -192,8 +192,11 @@ class WeightFormat:
         K, N = values.shape
         block = self.block_size
         blocks = -(-K // block)
-        padded = np.zeros((blocks * block, N), values.dtype)
-        padded[:K] = values
+        if K % block == 0:  # no padding: the values as they are, in the row-major layout the quantizer reads
+            padded = _row_major(values)
+        else:
+            padded = np.zeros((blocks * block, N), values.dtype)
+            padded[:K] = values
         packed = np.zeros((N, blocks, block // 2), np.uint8)
         scales = np.zeros((N, blocks), values.dtype)
         zero_points = np.zeros((N, (blocks + 1) // 2), np.uint8)
@@ -205,6 +208,22 @@ class WeightFormat:
         if self.quantized:
             return dequantize(self.pack(weight))
         return self.stored(weight).astype(np.float64)
+
+
+def _row_major(values: np.ndarray) -> np.ndarray:
+    """``values`` [i, o] C-contiguous. A checkpoint's weight arrives as the transpose of its [o, i] tensor: torch's
+    blocked transpose copies it about 5x faster than numpy's strided one (0.12 s against 0.66 s for one 4096 x 14336
+    weight), the bulk of an int4 export's time before.
+    """  # noqa: D205
+    if values.flags.c_contiguous:
+        return values
+    if values.T.flags.c_contiguous:
+        try:
+            import torch
+        except ImportError:  # numpy's copy: slower, the same values
+            return np.ascontiguousarray(values)
+        return torch.from_numpy(values.T).t().contiguous().numpy()
+    return np.ascontiguousarray(values)
 
 
 def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None, name: str | None = None) -> str:
