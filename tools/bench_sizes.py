@@ -17,7 +17,8 @@ reused), then each of ``--runs`` as its own process, one after another (nothing 
 - ``eager``: the same with the transformers reference (its own full copy of the model);
 - ``generate``: ``ropeexport generate OUT --prompt-ids 1,..,128 --max-new-tokens 32 --json`` on the ``verified``
   run's decoder (run it first): serving as ropeexport does, its peak RSS and prefill / decode speed;
-- ``genai``: the same folder, prompt and count served by onnxruntime-genai (``og.Model``, greedy);
+- ``genai``: the same folder (or, with nothing verified, the ``build`` run's, kept for it), prompt and count served by
+  onnxruntime-genai (``og.Model``, greedy);
 - ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: the
   builder's flag for a local folder).
 
@@ -196,6 +197,19 @@ def _last_json(text: str) -> dict[str, Any]:
     return {}
 
 
+def _served(work: Path, tag: str, run: str) -> Path:
+    """The decoder folder a serving run serves: the ``verified`` run's; for ``genai`` (which reads no report) the
+    ``build`` run's when nothing was verified (a size whose float64 truth takes hours: served, not verified).
+    """  # noqa: D205
+    found = sorted((work / "out" / f"{tag}-verified").glob("*/report.json"))
+    if found:
+        return found[0].parent
+    built = work / "out" / f"{tag}-build"
+    if run == "genai" and (built / "genai_config.json").exists():
+        return built
+    raise SystemExit(f"--runs {run} serves the verified run's decoder (genai: or the build run's): run it first")
+
+
 def _request_fields(dtype: str) -> dict[str, Any]:
     """DecoderRequest's fields for ``--dtype`` (int4: the builder's ``-p int4`` defaults, module doc)."""
     if dtype == "int4":
@@ -245,9 +259,7 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
                        *_cli_fields(dtype), "--out", str(target)]  # fmt: skip
             command += ["--no-eager"] if run == "verified" else []
         elif run in ("generate", "genai"):
-            served = work / "out" / f"{tag}-verified"
-            if not (served / "report.json").exists():
-                raise SystemExit(f"--runs {run} serves the verified run's decoder: run --runs verified first")
+            served = _served(work, tag, run)
             target = work / "out" / f"{tag}-{run}"  # nothing is written there: its disk figure is 0
             ids = ",".join(str(i) for i in range(1, PROMPT + 1))
             command = ([PYTHON, "-m", "ropeexport", "generate", str(served), "--prompt-ids", ids, "--max-new-tokens",
@@ -268,7 +280,7 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
         shutil.rmtree(cache, ignore_errors=True)
         if run in ("generate", "genai"):  # the speed the run printed last, as one JSON line
             result["served"] = _last_json((work / f"{tag}-{run}.log").read_text())
-        if run != "verified":  # keep disk free; the verified folder stays for a look
+        if run != "verified" and not (run == "build" and "genai" in runs):  # keep disk free; what is served stays
             shutil.rmtree(target, ignore_errors=True)
     return out
 
