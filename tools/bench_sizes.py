@@ -193,7 +193,7 @@ def _last_json(text: str) -> dict[str, Any]:
             continue
         if isinstance(found, dict):
             keys = ("prefill_tokens_per_second", "decode_ms_per_token", "steps")
-            return {k: found[k] for k in keys if k in found}
+            return {k: len(found[k]) if isinstance(found[k], list) else found[k] for k in keys if k in found}
     return {}
 
 
@@ -295,6 +295,15 @@ def markdown(results: list[dict[str, Any]]) -> str:
         for run, m in r["runs"].items():
             lines.append(f"| {label} | {r['dtype']} | {run} | {m['wall_s']} | {m['peak_rss_gib']} | {m['disk_gib']} | "
                          f"{m['exit']} |")  # fmt: skip
+        for run, m in r["runs"].items():
+            if m.get("served"):
+                f = m["served"]
+                notes.append(f"- {r['model']} {r['dtype']} {run}: prefill {f['prefill_tokens_per_second']:.0f} "
+                             f"tokens/s ({PROMPT}-token prompt), decode {f['decode_ms_per_token']:.0f} ms/token "
+                             f"(median of {NEW} new tokens)")  # fmt: skip
+            if m["exit"] == -9:
+                notes.append(f"- {r['model']} {r['dtype']} {run}: killed by the kernel, out of memory, at "
+                             f"{m['peak_rss_gib']} GiB (of {_free()['MemTotal'] / 2**30:.1f} GiB)")  # fmt: skip
         build, builder = r["runs"].get("build"), r["runs"].get("builder")
         if build and builder and builder["exit"] == 0 and build["exit"] == 0:
             notes.append(f"- {r['model']} {r['dtype']}: ropeexport build / builder: wall "
@@ -335,7 +344,10 @@ def main(argv: list[str] | None = None) -> int:
             merged[key] = {**r, "runs": {**merged.get(key, {}).get("runs", {}), **r["runs"]}}
         document["results"] = list(merged.values())
         path.write_text(json.dumps(document, indent=1) + "\n")
-        (args.out / "sizes.md").write_text(markdown(document["results"]))
+        if old.get("load_note"):  # what the rows' machine carried besides (kept with the rows it speaks of)
+            document["load_note"] = old["load_note"]
+        note = f"\n{document['load_note']}\n" if document.get("load_note") else ""
+        (args.out / "sizes.md").write_text(markdown(document["results"]) + note)
     print(markdown(results))
     return 0
 
