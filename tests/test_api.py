@@ -35,11 +35,11 @@ DEFAULT_MODEL_SHA256 = {
 FEATURE_MODEL_SHA256 = {
     "alibi12-attention-fp32-fused": "9aaf24db4e7555af3e27bd3f499d15ed0fce7057698be417e6e2e8d73efb7005",
     "complex-fp32-decomposed": "a51cf3e843d6bf37a17cb7943112a390dc711ee2401b2ec1ffa8334ed3bf1a95",
-    "dynamic-half-fp16-fused": "31f345a7f8f4e708faa067268144f97245384b5910ed7791135ec65f9a88341a",
+    "dynamic-half-fp16-fused": "97159cc908760b0bcde771f0ca3d90e32f0cf7c369f5a092f3e1c00842dd411c",
     "gptj-interleaved-fp16-decomposed": "84591509c32e97ca1df35cd5e9cebafb87be121595c813b07b317bd5c00e2047",
     "kerple-log-scores-fp32-fused": "d56c58c2ffe03483038af434e41732e29bcc34af31264bbd920708c2c2db9f35",
     "llama3-half-fp32-fused": "cb4cde1d80d83646472d8a462f9839ea3f6970cc5439ed98e8703c6d11582b4b",
-    "longrope-half-fp32-decomposed": "5bf72ae898a5c6fba55c09fc6648f7550cd8c490dec9212459db04226947634e",
+    "longrope-half-fp32-decomposed": "8ad06486142f4d0fd86328d3fb5558a830daaf4728bf13b9c6be957b700cbacd",
     "sandwich-bias-fp32-fused": "6effa769cf45318332559918685ddb77f07d70fd0f5a761b8fda01b425fe5a1b",
     "shaw-attention-fp16-decomposed": "244d7d07c19c3ecae9d93e46f48b789ceeec39f58012a0d3efb355bb87f329c8",
     "sinusoidal-apply-fp32-fused": "98334729e4477d8ebb1620c05f4d955f345f742f13542d59f983bd9b801885b1",
