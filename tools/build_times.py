@@ -23,15 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from ropeexport.report import cpu_name
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -70,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(runs[-1], file=sys.stderr, flush=True)
     document = {"tool": "tools/build_times.py", "command": "python tools/build_times.py --out " + str(args.out)
                 + (" --all-presets" if args.all_presets else ""),
-                "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "platform": platform.platform()},
+                "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "platform": platform.platform()},
                 "python": platform.python_version(), "runs": runs}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
