@@ -241,18 +241,21 @@ def _build_cost(_: str | None) -> str:
 
 
 def _sizes(_: str | None) -> str:
+    """The table and notes tools/bench_sizes.py renders from its JSON (served speed, runs the kernel killed, the
+    targets' ratios), under the machine and what else it carried.
+    """  # noqa: D205
+    import importlib.util
+
     data = _load("sizes")
     m = data["machine"]
-    lines = ["| checkpoint | layers | dtype | run | wall (s) | peak RSS (GiB) | disk (GiB) | exit |",
-             "|---|---:|---|---|---:|---:|---:|---:|"]  # fmt: skip
-    for r in data["results"]:
-        for run, x in r["runs"].items():
-            lines.append(f"| {r['model']} | {r['layers']} | {r['dtype']} | {run} | {x['wall_s']} | "
-                         f"{x['peak_rss_gib']} | {x['disk_gib']} | {x['exit']} |")  # fmt: skip
-    measured = _measured([f"{m['platform']}, {m['cpus']} CPUs, {m['mem_total_gib']} GiB",
-                          "shared with other work (the JSON records each run's available memory, not the load)"])
+    found = importlib.util.spec_from_file_location("bench_sizes", ROOT / "tools" / "bench_sizes.py")
+    assert found is not None and found.loader is not None
+    tool = importlib.util.module_from_spec(found)
+    found.loader.exec_module(tool)
+    load = data.get("load_note") or "shared with other work (the JSON records each run's free memory, not the load)"
+    measured = _measured([f"{m['platform']}, {m['cpus']} CPUs, {m['mem_total_gib']} GiB", load])
     return _head("python tools/bench_sizes.py --work /tmp/sizes --model llama-3.2-1b --out tools/figures", measured) \
-        + "\n" + "\n".join(lines) + "\n"
+        + "\n" + tool.markdown(data["results"])
 
 
 def _quantized(_: str | None) -> str:

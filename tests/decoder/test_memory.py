@@ -6,7 +6,6 @@ size) are rows of ``tests/decoder/test_bad_decoder_inputs.py``.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import ropeexport as rx
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.memory import ENV, available, estimate, parse_size, per_parameter
 from ropeexport.errors import SpecError
+from tests.toolmod import tool
 
 pytest.importorskip("transformers", reason="the build's transformers reference is part of what the estimate bounds")
 
@@ -104,11 +104,7 @@ def test_a_real_checkpoint_is_estimated_to_fit_where_it_did_not(tmp_path: Path) 
     # Llama-3.2-1B's full shape from a checkpoint (tools/write_checkpoint.py's config): streamed, with the transformers
     # reference, it fits a 24 GB machine; holding every weight 28 times over (the estimate before streaming) it needed
     # 37 GiB and was refused.
-    loaded = importlib.util.spec_from_file_location("write_checkpoint", ROOT / "tools" / "write_checkpoint.py")
-    assert loaded is not None and loaded.loader is not None
-    tool = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(tool)
-    model_type, fields = tool.MODELS["llama-3.2-1b"]
+    model_type, fields = tool("write_checkpoint").MODELS["llama-3.2-1b"]
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, **fields}))
     spec, _ = resolve(DecoderRequest(hf_config=tmp_path / "config.json"))  # resolved, not checked: seeded it is not
     need = estimate(spec, seeded=False, eager=True)

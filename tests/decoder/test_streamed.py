@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -21,7 +20,6 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -33,6 +31,7 @@ from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import CheckpointWeights, describe, load_checkpoint
 from ropeexport.graph.onnx_io import DATA_FILE, ExternalData
 from tests.clirun import run
+from tests.toolmod import tool
 
 pytest.importorskip("transformers", reason="tools/write_checkpoint.py builds the model's names on the meta device")
 
@@ -42,18 +41,9 @@ TINY = {"hidden_size": 64, "intermediate_size": 96, "vocab_size": 300, "num_atte
         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}  # fmt: skip
 
 
-def _tool() -> Any:
-    """tools/write_checkpoint.py as a module."""
-    loaded = importlib.util.spec_from_file_location("write_checkpoint", ROOT / "tools" / "write_checkpoint.py")
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(module)
-    return module
-
-
 def write(folder: Path, model: str = "qwen3-4b", layers: int = 2, shard_gb: float = 0.00003, **fields: object) -> Path:
     """``tools/write_checkpoint.py``'s ``write_checkpoint`` in this process; the checkpoint folder."""
-    _tool().write_checkpoint(model, folder, layers, {**TINY, **fields}, shard_gb=shard_gb)
+    tool("write_checkpoint").write_checkpoint(model, folder, layers, {**TINY, **fields}, shard_gb=shard_gb)
     return folder
 
 

@@ -4,22 +4,11 @@ and the table's notes (served speed, a run the kernel killed, the targets' ratio
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool() -> Any:
-    loaded = importlib.util.spec_from_file_location("bench_sizes", ROOT / "tools" / "bench_sizes.py")
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(module)
-    return module
-
+from tests.toolmod import tool
 
 # (what a serving run printed, the figures read from it)
 PRINTED = [
@@ -33,16 +22,16 @@ PRINTED = [
 
 @pytest.mark.parametrize(("text", "figures"), PRINTED)
 def test_the_serving_figures_are_read_from_the_runs_output(text: str, figures: dict[str, Any]) -> None:
-    assert _tool()._last_json(text) == figures
+    assert tool("bench_sizes")._last_json(text) == figures
 
 
 def test_int4_is_the_builders_settings_in_both_tools() -> None:
-    tool = _tool()
-    assert tool._request_fields("int4") == {"dtype": "fp32", "weight_format": "int4", "block_size": 32,
+    sizes = tool("bench_sizes")
+    assert sizes._request_fields("int4") == {"dtype": "fp32", "weight_format": "int4", "block_size": 32,
                                             "accuracy_level": 0, "symmetric": True}  # fmt: skip
-    cli = tool._cli_fields("int4")
+    cli = sizes._cli_fields("int4")
     assert cli[cli.index("--weight-format") + 1] == "int4" and cli[cli.index("--block-size") + 1] == "32"
-    assert tool._cli_fields("fp16") == ["--dtype", "fp16"]
+    assert sizes._cli_fields("fp16") == ["--dtype", "fp16"]
 
 
 def test_the_table_notes_served_speed_a_killed_run_and_the_ratios() -> None:
@@ -51,7 +40,7 @@ def test_the_table_notes_served_speed_a_killed_run_and_the_ratios() -> None:
         "build": run, "builder": {**run, "wall_s": 4.0, "peak_rss_bytes": 2**31},
         "genai": {**run, "served": {"prefill_tokens_per_second": 81.0, "decode_ms_per_token": 95.0}},
         "verified": {**run, "exit": -9, "peak_rss_gib": 22.4}}}]  # fmt: skip
-    text = _tool().markdown(results)
+    text = tool("bench_sizes").markdown(results)
     assert "- m int4 genai: prefill 81 tokens/s (128-token prompt), decode 95 ms/token" in text
     assert "- m int4 verified: killed by the kernel, out of memory, at 22.4 GiB" in text
     assert "wall x2.50 (target <= 2), peak RSS x0.50 (target <= 1.5)" in text
