@@ -13,6 +13,15 @@ layer's float64 weights are resident at a time (read as the graph stores them, `
 activations and that layer's keys and values; the embedding is read by the rows the calls use, the output head in
 slices of the vocabulary, and logits are computed only for the slots a call asks for. Each call's arithmetic is the
 one call's alone (the same operations on the same arrays as computing it by itself).
+
+Calls that extend one another (``chained_float64``): a greedy generation's calls each hold the sequence so far, so
+recomputing every call from the start costs the sum of their lengths (a 64-step decode: 37 times its last call). A
+call whose sequence is a prefix of a later call's, under the same tables, has exactly the truth of those slots in the
+later call (causal attention: a slot reads only the slots before it); the later call is computed once and each call
+takes its slots from it. "The same tables" is tested, not assumed: every layer's float64 rotation of the shorter
+call's positions, with the longer call's L_b, must equal it with the shorter's, bit for bit (a LongRoPE switch or a
+dynamic NTK base crossed between them fails it, and the call is recomputed whole: its cached keys are never reused
+under an old regime), and every bias on the shorter call's slots likewise.
 """
 
 from __future__ import annotations
@@ -234,6 +243,73 @@ def decoders_float64(
         del w, block
     finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]
     return [_softcapped(spec, logits) for logits in _head(spec, weights64, finals, top.get("lm_head_bias"))]
+
+
+def extends(spec: DecoderSpec, longer: Feed, shorter: Feed, pieces: Pieces) -> bool:
+    """True when ``shorter``'s whole sequence is the start of ``longer``'s, every layer's float64 position twin gives
+    its slots the same values in both (module doc: bit for bit), and both start from no cache.
+    """  # noqa: D205
+    b, s = shorter.input_ids.shape
+    if longer.past is not None or shorter.past is not None or longer.input_ids.shape[0] != b:
+        return False
+    if longer.input_ids.shape[1] < s or not all(
+        np.array_equal(getattr(longer, name)[:, :s], getattr(shorter, name))
+        for name in ("input_ids", "position_ids", "attention_mask")
+    ):
+        return False
+    rng = np.random.default_rng(0)
+    seen: dict[int, PositionPiece] = {}
+    for i, piece in enumerate(pieces):
+        if piece is None or id(piece) in seen:
+            continue
+        seen[id(piece)] = piece
+        if piece.rotate64 is not None:
+            x = rng.standard_normal((b, 1, longer.input_ids.shape[1], geometry(spec, i)[2]))
+            if not np.array_equal(piece.rotate64(x, longer.position_ids)[:, :, :s],
+                                  piece.rotate64(x[:, :, :s], shorter.position_ids)):  # fmt: skip
+                return False
+        if piece.bias64 is not None:
+            slots = np.maximum(np.cumsum(longer.attention_mask != 0, axis=1) - 1, 0)
+            if not np.array_equal(piece.bias64(longer.position_ids, slots)[:, :, :s, :s],
+                                  piece.bias64(shorter.position_ids, slots[:, :s])):  # fmt: skip
+                return False
+    return True
+
+
+def chained(spec: DecoderSpec, feeds: Sequence[Feed], pieces: Pieces) -> list[list[int]]:
+    """The feeds in runs, each feed after the first of a run extending the one before it (``extends``)."""
+    chains: list[list[int]] = []
+    for j, feed in enumerate(feeds):
+        if chains and extends(spec, feed, feeds[chains[-1][-1]], pieces):
+            chains[-1].append(j)
+        else:
+            chains.append([j])
+    return chains
+
+
+def chained_float64(
+    spec: DecoderSpec,
+    weights64: Mapping[str, np.ndarray],
+    feeds: Sequence[Feed],
+    pieces: Pieces,
+    on_layer: Callable[[int], None] | None = None,
+) -> list[np.ndarray]:
+    """``decoders_float64`` of ``feeds`` (no past, no routing), each run of feeds that extend one another computed
+    once, as its last feed with the first slot any of them asks for (module doc); per feed its logits
+    [b, s - first, vocab].
+    """  # noqa: D205
+    chains = chained(spec, feeds, pieces)
+    runs = []
+    for chain in chains:
+        last = feeds[chain[-1]]
+        first = min(feeds[j].first for j in chain)
+        runs.append(Feed(last.input_ids, last.position_ids, last.attention_mask, first))
+    out: list[np.ndarray] = [np.empty(0)] * len(feeds)
+    for chain, run, logits in zip(chains, runs, decoders_float64(spec, weights64, runs, pieces, on_layer=on_layer),
+                                  strict=True):  # fmt: skip
+        for j in chain:
+            out[j] = logits[:, feeds[j].first - run.first : feeds[j].input_ids.shape[1] - run.first]
+    return out
 
 
 def _embedded(weights64: Mapping[str, np.ndarray], input_ids: np.ndarray) -> np.ndarray:

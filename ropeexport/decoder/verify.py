@@ -1,7 +1,8 @@
 """A decoder verified by generation: every call of every scenario against the float64 truth and transformers.
 
 For each call (``generate.Call``) the logits of the slots it computed, real tokens only, are compared with (a) the
-float64 no-cache recompute (``decoder.oracle``), the truth, and (b) transformers' eager model recomputed without a
+float64 no-cache recompute (``decoder.oracle``; calls that extend one another under the same tables computed once,
+``oracle.chained_float64``), the truth, and (b) transformers' eager model recomputed without a
 cache (``decoder.reference``), when transformers is installed. Per call: max abs error, that error over the logit
 scale (max |float64 logit| of the call), the next token each one picks, whether the runtime's agrees with the truth,
 the float64 top-2 margin. A call passes when its error is within ``TOLERANCE[dtype]`` x the scale and its tokens
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
-from ropeexport.decoder.oracle import Feed, Routing, Stored64, decoder_float64, decoders_float64
+from ropeexport.decoder.oracle import Feed, Routing, Stored64, chained_float64, decoder_float64
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
@@ -272,7 +273,7 @@ def verify_decoder(
         def run(calls: list[Call]) -> list[np.ndarray]:
             feeds = [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in calls]
             told = None if stage is None else (lambda i: stage(f"{now[0]}: {label}", i, of.num_layers))
-            return decoders_float64(of, held, feeds, layers, on_layer=told)
+            return chained_float64(of, held, feeds, layers, on_layer=told)
 
         return run
 
