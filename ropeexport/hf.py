@@ -402,7 +402,12 @@ def _rope(r: _Reader, model_type: str) -> None:
         supported = ", ".join(sorted(ROPE_TYPES))
         raise r.error(f"{prefix}rope_type", f"unsupported scaling type {rope_type!r}; supported: {supported}")
     schedule = ROPE_TYPES[rope_type]
-    r.set("scaling", schedule, f"{prefix}{'rope_type' if 'rope_type' in params else 'type'} {rope_type!r}")
+    key = next((k for k in ("rope_type", "type") if k in params), None)
+    if key is not None:
+        r.set("scaling", schedule, f"{prefix}{key} {rope_type!r}")
+    else:  # nothing in the config names a schedule: say so, not a key that is not there
+        where = f"{scaling[0]} names no rope_type" if scaling else "no rope_scaling / rope_parameters in the config"
+        r.set("scaling", schedule, f"{where} (unscaled)")
     values = {k: v for k, v in params.items() if k not in _SELECTORS}
     if schedule == "default":
         if values:

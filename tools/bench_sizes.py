@@ -19,6 +19,8 @@ reused), then each of ``--runs`` as its own process, one after another (nothing 
   run's decoder (run it first): serving as ropeexport does, its peak RSS and prefill / decode speed;
 - ``genai``: the same folder (or, with nothing verified, the ``build`` run's, kept for it), prompt and count served by
   onnxruntime-genai (``og.Model``, greedy);
+- ``builder-genai``: the ``builder`` run's folder (run it first, in the same command) served by onnxruntime-genai as
+  ``genai`` serves ours: the same prompt and count, the same code;
 - ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: the
   builder's flag for a local folder).
 
@@ -48,7 +50,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-RUNS = ("build", "verified", "eager", "builder", "generate", "genai")
+RUNS = ("build", "verified", "eager", "builder", "generate", "genai", "builder-genai")
 PROMPT, NEW = 128, 32  # the serving runs' prompt (ids 1..128) and new tokens
 
 
@@ -201,6 +203,11 @@ def _served(work: Path, tag: str, run: str) -> Path:
     """The decoder folder a serving run serves: the ``verified`` run's; for ``genai`` (which reads no report) the
     ``build`` run's when nothing was verified (a size whose float64 truth takes hours: served, not verified).
     """  # noqa: D205
+    if run == "builder-genai":
+        theirs = work / "out" / f"{tag}-builder"
+        if not (theirs / "genai_config.json").exists():
+            raise SystemExit("--runs builder-genai serves the builder run's folder: run builder before it")
+        return theirs
     found = sorted((work / "out" / f"{tag}-verified").glob("*/report.json"))
     if found:
         return found[0].parent
@@ -258,7 +265,7 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
             command = [PYTHON, "-m", "ropeexport", "build", "--artifact", "decoder", "--checkpoint", str(checkpoint),
                        *_cli_fields(dtype), "--out", str(target)]  # fmt: skip
             command += ["--no-eager"] if run == "verified" else []
-        elif run in ("generate", "genai"):
+        elif run in ("generate", "genai", "builder-genai"):
             served = _served(work, tag, run)
             target = work / "out" / f"{tag}-{run}"  # nothing is written there: its disk figure is 0
             ids = ",".join(str(i) for i in range(1, PROMPT + 1))
@@ -278,9 +285,10 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
         print(f"{tag} {run}: {result['wall_s']} s, peak {result['peak_rss_gib']} GiB, disk {result['disk_gib']} GiB, "
               f"exit {result['exit']}", flush=True)  # fmt: skip
         shutil.rmtree(cache, ignore_errors=True)
-        if run in ("generate", "genai"):  # the speed the run printed last, as one JSON line
+        if run in ("generate", "genai", "builder-genai"):  # the speed the run printed last, as one JSON line
             result["served"] = _last_json((work / f"{tag}-{run}.log").read_text())
-        if run != "verified" and not (run == "build" and "genai" in runs):  # keep disk free; what is served stays
+        kept = (run == "build" and "genai" in runs) or (run == "builder" and "builder-genai" in runs)
+        if run != "verified" and not kept:  # keep disk free; what is served stays
             shutil.rmtree(target, ignore_errors=True)
     return out
 
@@ -304,6 +312,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
             if m["exit"] == -9:
                 notes.append(f"- {r['model']} {r['dtype']} {run}: killed by the kernel, out of memory, at "
                              f"{m['peak_rss_gib']} GiB (of {_free()['MemTotal'] / 2**30:.1f} GiB)")  # fmt: skip
+        ours, theirs = (r["runs"].get(k, {}).get("served") for k in ("genai", "builder-genai"))
+        if ours and theirs:  # both served by onnxruntime-genai, one after the other (not alternating rounds)
+            notes.append(f"- {r['model']} {r['dtype']}: served by onnxruntime-genai, ropeexport / builder: decode "
+                         f"speed x{theirs['decode_ms_per_token'] / ours['decode_ms_per_token']:.2f}, prefill "
+                         f"x{ours['prefill_tokens_per_second'] / theirs['prefill_tokens_per_second']:.2f} "
+                         "(target >= 1)")  # fmt: skip
         build, builder = r["runs"].get("build"), r["runs"].get("builder")
         if build and builder and builder["exit"] == 0 and build["exit"] == 0:
             notes.append(f"- {r['model']} {r['dtype']}: ropeexport build / builder: wall "
