@@ -129,18 +129,20 @@ def block_tables(model: Any) -> dict[str, BlockTable]:
             continue
         attributes = {a.name: a.i for a in node.attribute}
         inputs = list(node.input) + [""] * 4
-        data = inputs[0]
+        data, rank = inputs[0], None
         if data not in held and data in made and made[data].op_type == "Reshape":
-            data = made[data].input[0]  # the builder's tied table: the LM head's packed weight, rows unchanged
+            reshape = made[data]  # the builder's tied table: the LM head's packed weight, rows unchanged
+            data, rank = reshape.input[0], _length(reshape.input[1], held, made)
         if data not in held or inputs[2] not in held or (inputs[3] and inputs[3] not in held):
             continue  # a table computed in the graph: the checkpoint's embedding stands
         tensor, bits = held[data], attributes.get("bits", 4)
-        rank = len(tensor.dims)
-        axes = (attributes.get("gather_axis", 0), attributes.get("quantize_axis", 1) % max(rank, 1))
-        if tensor.data_type != _UINT8 or bits != 4 or axes[0] != 0 or rank < 2:
+        rank = len(tensor.dims) if rank is None else rank  # the rank of the data the node is fed
+        axes = (attributes.get("gather_axis", 0), attributes.get("quantize_axis", 1))
+        if tensor.data_type != _UINT8 or bits != 4 or rank != 2 or axes[0] != 0 or axes[1] not in (1, -1):
             raise SpecError("model", f"GatherBlockQuantized {node.name!r} holds its table as "
-                            f"{onnx_type(tensor.data_type)} of {bits} bits, gathered along axis {axes[0]}: the "
-                            "decoder proof reads uint8 data of 4-bit values gathered along rows")  # fmt: skip
+                            f"{onnx_type(tensor.data_type)} of {bits} bits, {rank} axes, gathered along axis "
+                            f"{axes[0]} and quantized along axis {axes[1]}: the decoder proof reads uint8 [rows, "
+                            "bytes] of 4-bit values gathered along axis 0 and quantized along axis 1")  # fmt: skip
         rows, width, block = int(tensor.dims[0]), 2 * int(np.prod(tensor.dims[1:])), attributes.get("block_size", 128)
         scales = list(held[inputs[2]].dims)
         if block < 16 or block & (block - 1) or int(np.prod(scales)) != rows * -(-width // block):
@@ -148,6 +150,20 @@ def block_tables(model: Any) -> dict[str, BlockTable]:
                             f"{width} values in blocks of {block}: not a table ONNX Runtime runs")  # fmt: skip
         out["embed"] = BlockTable(data, inputs[2], inputs[3], rows, width, width, block)
     return out
+
+
+def _length(name: str, held: Mapping[str, Any], made: Mapping[str, Any]) -> int | None:
+    """The element count of the 1-D tensor ``name`` (a Reshape's shape: the rank it makes), from its initializer's or
+    its Constant's dims (nothing read); None when it is computed.
+    """  # noqa: D205
+    if name in held and len(held[name].dims) == 1:
+        return int(held[name].dims[0])
+    node = made.get(name)
+    if node is not None and node.op_type == "Constant":
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        if value is not None and len(value.dims) == 1:
+            return int(value.dims[0])
+    return None
 
 
 def onnx_type(code: int) -> str:

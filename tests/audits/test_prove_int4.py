@@ -86,19 +86,14 @@ TABLES = [(64, 32, False, np.float32, True), (80, 32, True, np.float32, False), 
           (256, 128, False, np.float16, True), (40, 16, False, np.float32, False)]  # fmt: skip
 
 
-@pytest.mark.parametrize(("width", "block", "zero", "dtype", "reshaped"), TABLES,
-                         ids=["builder-tied", "zero-points-3-blocks", "fp16-zero-points", "fp16-reshaped",
-                              "short-last-block"])  # fmt: skip
-def test_a_block_quantized_table_is_read_as_onnx_runtime_gathers_it(width: int, block: int, zero: bool, dtype: type,
-                                                                    reshaped: bool) -> None:  # fmt: skip
-    """``held.BlockTable`` against ORT's own GatherBlockQuantized on every row: the same values, bit for bit."""
-    import onnxruntime as ort
+def _table_model(width: int, block: int, zero: bool, dtype: type, reshaped: bool, rows: int = 24,
+                 **attributes: int) -> onnx.ModelProto:  # fmt: skip
+    """One GatherBlockQuantized of ``rows`` random rows by input_ids (a TABLES case; ``attributes`` override the
+    builder's bits=4, gather_axis=0, quantize_axis=1).
+    """  # noqa: D205
     from onnx import TensorProto, helper, numpy_helper
 
-    from ropeexport.audits.model import Initializers
-    from ropeexport.audits.prove import block_tables
-
-    rows, blocks = 24, -(-width // block)
+    blocks = -(-width // block)
     rng = np.random.default_rng(width + block)
     data = rng.integers(0, 256, (rows, width // 2), dtype=np.uint8)
     scales = (rng.standard_normal((rows, blocks)) * 0.05).astype(dtype)
@@ -114,13 +109,29 @@ def test_a_block_quantized_table_is_read_as_onnx_runtime_gathers_it(width: int, 
     if zero:
         inits.append(numpy_helper.from_array(rng.integers(0, 256, (rows, -(-blocks // 2)), dtype=np.uint8), "zero"))
         names.append("zero")
-    nodes.append(helper.make_node("GatherBlockQuantized", names, ["rows"], domain="com.microsoft", bits=4,
-                                  block_size=block, gather_axis=0, quantize_axis=1))  # fmt: skip
+    attributes = {"bits": 4, "block_size": block, "gather_axis": 0, "quantize_axis": 1, **attributes}
+    nodes.append(helper.make_node("GatherBlockQuantized", names, ["rows"], "gbq", domain="com.microsoft",
+                                  **attributes))  # fmt: skip
     out = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
     graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [rows])],
                               [helper.make_tensor_value_info("rows", out, [rows, width])], inits)  # fmt: skip
     opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)  # ORT 1.31 reads IR 10 (onnx writes 14)
+
+
+@pytest.mark.parametrize(("width", "block", "zero", "dtype", "reshaped"), TABLES,
+                         ids=["builder-tied", "zero-points-3-blocks", "fp16-zero-points", "fp16-reshaped",
+                              "short-last-block"])  # fmt: skip
+def test_a_block_quantized_table_is_read_as_onnx_runtime_gathers_it(width: int, block: int, zero: bool, dtype: type,
+                                                                    reshaped: bool) -> None:  # fmt: skip
+    """``held.BlockTable`` against ORT's own GatherBlockQuantized on every row: the same values, bit for bit."""
+    import onnxruntime as ort
+
+    from ropeexport.audits.model import Initializers
+    from ropeexport.audits.prove import block_tables
+
+    rows = 24
+    model = _table_model(width, block, zero, dtype, reshaped, rows)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"input_ids": np.arange(rows, dtype=np.int64)})[0]
     table = block_tables(model)["embed"]
@@ -128,6 +139,21 @@ def test_a_block_quantized_table_is_read_as_onnx_runtime_gathers_it(width: int, 
     held = table.read(Initializers(model, None), 0, rows)
     assert held.shape == (rows, width) and np.array_equal(held, got.astype(np.float64))
     assert np.array_equal(table.read(Initializers(model, None), 5, 9), held[5:9])  # rows read alone
+
+
+# (attributes a table the proof cannot read has, the words of its one line)
+UNREAD = [({"bits": 8}, "of 8 bits"), ({"gather_axis": 1}, "gathered along axis 1"),
+          ({"quantize_axis": 0}, "quantized along axis 0"), ({"block_size": 24}, "blocks of 24")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attributes", "words"), UNREAD, ids=["8-bits", "gather-axis", "quantize-axis", "block"])
+def test_a_table_the_proof_cannot_read_is_refused_with_the_reason(attributes: dict, words: str) -> None:
+    from ropeexport.audits.prove import block_tables
+    from ropeexport.errors import SpecError
+
+    with pytest.raises(SpecError, match="GatherBlockQuantized 'gbq'") as caught:
+        block_tables(_table_model(64, 32, False, np.float32, True, **attributes))
+    assert words in str(caught.value) and "\n" not in str(caught.value)
 
 
 @pytest.mark.slow
