@@ -176,8 +176,8 @@ def onnx_type(code: int) -> str:
 class HeldWeights(Mapping[str, np.ndarray]):
     """The projections a model holds as 4-bit MatMulNBits by the decoder's canonical names, and its embedding where it
     holds a 4-bit table (``tables``), each dequantized from the model's initializers when asked for
-    (``held_weights``); a fused weight's last read is kept for its other parts, a table's packed tensors while it is
-    read row by row.
+    (``held_weights``); a fused weight's last read is kept for its other parts, a table's packed tensors once read
+    (1/16 of its float64 values: the recompute reads it a few rows, or a slice of the tied head, at a time).
     """  # noqa: D205
 
     def __init__(self, tensors: Mapping[str, np.ndarray], parts: dict[str, tuple[NBits, tuple[int, int]]],
