@@ -468,7 +468,8 @@ def graft(
     with genai_config.json beside it, the new onnxruntime-genai folder, written whole: ``audits.package``) and proven
     (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was exported from) its logits are judged
     against the whole decoder's float64 recompute at far positions and across original_max_position_embeddings too,
-    a call whose cache would take more than ``proof_cache_gib`` GiB not run (and said). Returns a ``GraftResult``.
+    a call whose cache would take more than ``proof_cache_gib`` GiB not run (and said: the verdict is then
+    ``partial``, proven up to a position, never ``proven``). Returns a ``GraftResult``.
     """  # noqa: D205
     from ropeexport.audits.graft import graft as _graft
 

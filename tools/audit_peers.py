@@ -216,14 +216,17 @@ def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, A
 
 
 def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
-    """Per model: the worst logit error against float64 over the calls run, the call it was on, pass / fail."""
+    """Per model: the worst logit error against float64 over the calls run, the call it was on, pass / fail (passed:
+    no call run failed; ``verdict`` says whether some were not run: ``audit.prove``).
+    """  # noqa: D205
     out: dict[str, Any] = {"calls": [c["call"] for c in proof["calls"]]}
-    for label, passed in proof["passed"].items():
+    for label, said in proof["verdict"].items():
+        passed = said["verdict"] != "not proven"
         run = [(c["models"][label]["rel"], c["call"]) for c in proof["calls"] if "rel" in c["models"][label]]
         worst = max(run, default=(None, None))
         not_run = sorted({c["models"][label]["not_run"] for c in proof["calls"] if "not_run" in c["models"][label]})
-        out[label] = {"worst_rel": worst[0], "worst_call": worst[1], "passed": passed, "calls_run": len(run),
-                      "not_run": not_run}  # fmt: skip
+        out[label] = {"worst_rel": worst[0], "worst_call": worst[1], "passed": passed, "verdict": said["verdict"],
+                      "calls_run": len(run), "not_run": not_run}  # fmt: skip
     return out
 
 

@@ -57,7 +57,8 @@ def run_one(fault: Any, work: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True)
     try:
         grafted = rx.graft(model, config, out, trust="config", checkpoint=ckpt)
-        row["graft"] = {"proven": grafted.proven, "after": grafted.after.verdict if grafted.after else None,
+        row["graft"] = {"proven": grafted.proven, "text": grafted.text,
+                        "after": grafted.after.verdict if grafted.after else None,
                         "decoder_passed": (grafted.decoder or {}).get("passed")}  # fmt: skip
     except rx.errors.SpecError as exc:
         row["graft"] = {"refused": exc.message}
@@ -92,7 +93,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         else:
             passed = g["decoder_passed"] or {}
             judged = ", ".join(f"{k} {'passes' if v else 'FAILS'}" for k, v in passed.items())
-            verdict = "proven" if g["proven"] else "NOT proven"
+            verdict = g.get("text") or ("proven" if g["proven"] else "NOT proven")  # partial: up to a position
             graft = f"{verdict} (audit after: {g['after']}; float64 decoder: {judged})"
         lines.append(f"| {r['peer']} | {r['model']} (`{r['case']}`) | {found} | {effect} | {graft} |")
     for peer, why in NOT_PLANTED:

@@ -77,17 +77,38 @@ class GraftResult:
     genai: JsonObject | None = None  # the onnxruntime-genai folder written (``audits.package``): folder, files
 
     @property
-    def proven(self) -> bool:
-        """Every site exact after the graft, and (when only precision was repaired) the short call equal to the
-        dtype's noise; a graft that changed the schedule on purpose is not expected to agree with the original.
+    def verdict(self) -> str:
+        """``proven``: every site exact after the graft, (when only precision was repaired) the short call equal to
+        the dtype's noise (a graft that changed the schedule on purpose is not expected to agree with the original),
+        and with a checkpoint every far call run and passed; ``partial``: all that, but a far call not run (its cache
+        over ``proof_cache_gib``, or a model that cannot be placed there: ``audit.prove``), so the model is proven up
+        to a position only; else ``not proven``.
         """  # noqa: D205
         exact = self.after is not None and self.after.verdict == "exact"
-        whole = self.decoder is None or bool(self.decoder["passed"].get("grafted"))
-        return exact and whole and (bool(self.changed_schedule) or bool(self.short_call.get("equal")))
+        if not (exact and (bool(self.changed_schedule) or bool(self.short_call.get("equal")))):
+            return "not proven"
+        if self.decoder is None:
+            return "proven"
+        return str(self.decoder["verdict"]["grafted"]["verdict"])
+
+    @property
+    def proven(self) -> bool:
+        """``verdict`` is proven: never said of a model some far call did not run on."""
+        return self.verdict == "proven"
+
+    @property
+    def text(self) -> str:
+        """The verdict in words: ``proven``, ``NOT proven``, or ``proven up to position P; K far calls not run
+        (cache would need N GiB, over --proof-cache-gib G)``.
+        """  # noqa: D205
+        if self.verdict == "partial" and self.decoder is not None:
+            return str(self.decoder["verdict"]["grafted"]["text"])
+        return "proven" if self.proven else "NOT proven"
 
     def to_dict(self) -> dict[str, object]:
         """The result as plain data."""
-        return {"path": str(self.path), "proven": self.proven, "replaced": self.replaced,
+        return {"path": str(self.path), "proven": self.proven, "verdict": self.verdict, "text": self.text,
+                "replaced": self.replaced,
                 "before": self.before.verdict if self.before else None,
                 "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
                 "changed_schedule": self.changed_schedule, "decoder": self.decoder, "genai": self.genai}  # fmt: skip
@@ -169,7 +190,8 @@ def graft(
         result.genai = {"folder": str(place), "model": name, "files": sorted(p.name for p in draft.path.iterdir())}
         record = {"model": str(source), "config": str(hf_config if hf_config is not None else spec_file),
                   "trust": trust}  # fmt: skip
-        manifest = {"artifact": "graft", "spec": record, "proven": result.proven, "ropeexport_version": __version__}
+        manifest = {"artifact": "graft", "spec": record, "proven": result.proven, "verdict": result.verdict,
+                    "ropeexport_version": __version__}  # fmt: skip
         draft.commit(manifest, result.proven, guard_verified=False)  # the folder moved in whole
     return result
 

@@ -9,9 +9,11 @@ time. A call is n tokens after p cached entries, so that its tokens sit at posit
 - a model with a cache input gets p random entries per layer (keys as if already rotated; the recompute is given the
   same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n slots, and position_ids
   p .. p + n - 1 where it takes them; such a call whose cache, given and given back, would pass ``cache_gib``
-  (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run, and says why;
+  (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run, and says why (the
+  verdict is then ``partial``, never ``proven``: proven up to the last position of the calls run);
 - a model without a cache input takes position_ids p .. p + n - 1 and an attention_mask over its n tokens;
-- a model with neither only ever sees positions 0 .. n - 1: its far calls are reported as not run, with the reason.
+- a model with neither only ever sees positions 0 .. n - 1: its far calls are reported as not run, with the reason
+  (its verdict ``partial`` too).
 The cached values are drawn with std 1, so the attention output is led by them and an angle error in the query shows
 in the logits (a tiny random checkpoint's own activations are small). Calls: 8 tokens at 0, the last token at
 max_positions - 1, and where the schedule has an original_max_position_embeddings, L = original and L = original + 1
@@ -22,9 +24,10 @@ margin between its top two is within the error (a near tie).
 Where the model holds its projections as 4-bit ``MatMulNBits`` (onnxruntime-genai's ``-p int4``, ropeexport's
 ``weight_format="int4"``), the recompute takes those from the model itself (``held_weights``: dequantized exactly, by
 the layer and projection their names give, each read from the model's data file when its layer is recomputed), the
-rest from the checkpoint: the model is judged on its own terms, not by its int4 rounding against the checkpoint; the
-bound is then the one ``decoder verify`` gives its accuracy level (``decoder.verify.tolerance``: the dtype's at levels
-0 and 1, wider where the activations may be int8).
+rest from the checkpoint: the model is judged on its own terms, not by its int4 rounding against the checkpoint (its
+embedding too where it gathers it from a 4-bit ``GatherBlockQuantized`` table: the builder's tied embeddings, whose
+head is then that table's transpose); the bound is then the one ``decoder verify`` gives its accuracy level
+(``decoder.verify.tolerance``: the dtype's at levels 0 and 1, wider where the activations may be int8).
 
 When two models miss the float64 decoder by the same amount (``_outside``), the difference lies outside the
 positional encoding; ``locate`` then says where a model's hidden states first depart from the recompute's
@@ -40,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audits.held import HeldWeights, NBits, held_weights, nbits_weights
+from ropeexport.audits.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
 
-__all__ = ["Cache", "DecoderProof", "Feeder", "HeldWeights", "NBits", "ProofWeights", "far_calls", "held_weights",
-           "nbits_weights"]
+__all__ = ["BlockTable", "Cache", "DecoderProof", "Feeder", "HeldWeights", "NBits", "ProofWeights", "block_tables",
+           "far_calls", "held_weights", "nbits_weights"]
 
 TOKENS = 8
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
@@ -217,7 +220,7 @@ class DecoderProof:
     written); ``run`` judges models on the calls of ``far_calls``. Nothing holds the model's or the checkpoint's
     weights whole: the recompute reads them layer by layer (``ProofWeights``, ``oracle.decoders_float64``), every
     call's truth in one pass; a model's session is dropped once the model is judged. A call whose cache would pass
-    ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so.
+    ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so; the verdict is then partial (``_verdict``).
     """  # noqa: D205
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB) -> None:
@@ -231,7 +234,7 @@ class DecoderProof:
                             "from: config.json and *.safetensors)")  # fmt: skip
         if not cache_gib > 0:
             raise SpecError("proof_cache_gib", f"must be a positive number of GiB, got {cache_gib}")
-        self.cache_bytes = int(cache_gib * 2**30)
+        self.cache_gib, self.cache_bytes = cache_gib, int(cache_gib * 2**30)
         declared = Signature(model)  # the model's inputs and outputs, read from its graph: no session yet
         logits = declared.get_outputs()[0]
         dtype = DTYPES.get(logits.type)
@@ -249,8 +252,7 @@ class DecoderProof:
         held, level = held_weights(_graph_of(model), self.spec, Path(model).resolve().parent)  # module doc
         self.weights64 = ProofWeights(Stored64(self.spec, CheckpointWeights(self.spec, checkpoint)), held)
         self.tolerance = self._tolerance(level if held else None)
-        self.source = (f"the checkpoint, its {len(held)} int4 projections as the model holds them (MatMulNBits, "
-                       "dequantized)" if held else "the checkpoint")  # fmt: skip
+        self.source = _source(held, self.spec.tie_embeddings)
         self.checkpoint = str(checkpoint)
         self._truths: dict[tuple[int, bool], np.ndarray] = {}
         self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -316,13 +318,15 @@ class DecoderProof:
         feeder = Feeder(Signature(path), self.spec, path)
         calls = list(enumerate(far_calls(self.spec.position_spec())))
         why: dict[int, str] = {}
+        needed: dict[int, float] = {}  # GiB of cache a call not run for its size would take
         for index, (_, past) in calls:
             reason = feeder.placeable(past)
             size = feeder.cache_bytes(past)
             if reason is None and size > self.cache_bytes:
                 reason = (f"its cache ({past} entries of {len(feeder.cached)} layers) would take "
-                          f"{size / 2**30:.1f} GiB as the model's inputs and outputs, more than the proof's "
-                          f"{self.cache_bytes / 2**30:g} GiB (--proof-cache-gib)")  # fmt: skip
+                          f"{size / 2**30:.3g} GiB as the model's inputs and outputs, more than the proof's "
+                          f"{self.cache_gib:g} GiB (--proof-cache-gib)")  # fmt: skip
+                needed[index] = size / 2**30
             if reason is not None:
                 why[index] = reason
         cached = bool(feeder.cached)  # a model placed by position_ids sees no cache
@@ -331,7 +335,7 @@ class DecoderProof:
         out: list[dict[str, Any]] = []
         for index, (name, past) in calls:
             if index in why:
-                out.append({"not_run": why[index]})
+                out.append({"not_run": why[index], **({"cache_gib": needed[index]} if index in needed else {})})
                 continue
             ids, cache = self._call(index, past)
             truth = self._truths[index, cached]
@@ -384,7 +388,10 @@ class DecoderProof:
         return None if found is None else {"call": calls[index][0], **found}
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
-        """Every model on every call (module doc): per call and model the error against float64 and the verdict."""
+        """Every model on every call (module doc): per call and model the error against float64 and the verdict;
+        per model ``passed`` (every call run and passed) and ``verdict`` (``_verdict``: proven, partial or not
+        proven, in words).
+        """  # noqa: D205
         position = self.spec.position_spec()
         judged = {label: self.judge(path) for label, path in models.items()}
         calls: list[dict[str, Any]] = []
@@ -392,7 +399,7 @@ class DecoderProof:
             calls.append({"call": name, "positions": [past, past + TOKENS - 1], "L": past + TOKENS,
                           "regime": regime(position, past + TOKENS),
                           "models": {label: judged[label][index] for label in models}})  # fmt: skip
-        verdicts = {label: all(c["models"][label].get("passed", True) for c in calls) for label in models}
+        verdicts = {label: _verdict(calls, label, self.cache_gib) for label in models}
         run = {label: sum("passed" in c["models"][label] for c in calls) for label in models}
         outside = _outside(calls) if {"original", "grafted"} <= set(models) else None
         return {
@@ -402,10 +409,52 @@ class DecoderProof:
             "tolerance": {"rel": self.tolerance, "of": "max |float64 logit| of the call"},
             "tokens": TOKENS,
             "calls": calls,
-            "passed": verdicts,
+            "passed": {label: v["verdict"] == "proven" for label, v in verdicts.items()},
+            "verdict": verdicts,
             "calls_run": run,
             **({"outside_encoding": outside} if outside else {}),
         }
+
+
+def _source(held: HeldWeights, tied: bool) -> str:
+    """Where the recompute's weights come from, in words (module doc)."""
+    parts = []
+    if held.projections:
+        parts.append(f"its {held.projections} int4 projections as the model holds them (MatMulNBits, dequantized)")
+    if "embed" in held.tables:
+        head = " and its head, tied to it" if tied else ""
+        parts.append(f"its embedding{head}, as the model's 4-bit table holds it (GatherBlockQuantized, dequantized)")
+    return ", ".join(["the checkpoint", *parts])
+
+
+def _verdict(calls: list[dict[str, Any]], label: str, budget_gib: float) -> dict[str, Any]:
+    """One model's verdict over the calls (``run``'s records): ``proven`` only when every call ran and passed;
+    ``partial`` when every call run passed but some were not run (a call not run is never counted as passed):
+    ``proven_up_to`` the last position of the calls run, ``not_run`` how many were not, ``cache_gib`` the most cache
+    one of those would take (None when none was held back for its size); else ``not proven``. ``text`` says it.
+    """  # noqa: D205
+    records = [(c, c["models"][label]) for c in calls]
+    ran = [(c, r) for c, r in records if "passed" in r]
+    held_back = [r for _, r in records if "not_run" in r]
+    failed = sum(not r["passed"] for _, r in ran)
+    top = max((c["positions"][1] for c, _ in ran), default=None)
+    sizes = [r["cache_gib"] for r in held_back if "cache_gib" in r]
+    gib = max(sizes, default=None)
+    if held_back:
+        plural = "s" if len(held_back) > 1 else ""
+        why = (f"cache would need {gib:.3g} GiB, over --proof-cache-gib {budget_gib:g}" if gib is not None
+               else held_back[0]["not_run"])  # fmt: skip
+        missing = f"{len(held_back)} far call{plural} not run ({why})"
+    if failed or not ran:
+        verdict = "not proven"
+        text = f"NOT proven: {failed} of {len(ran)} calls run fail" if ran else "NOT proven: no call run"
+        text += f"; {missing}" if held_back else ""
+    elif held_back:
+        verdict, text = "partial", f"proven up to position {top}; {missing}"
+    else:
+        verdict, text = "proven", f"proven (every call, positions up to {top})"
+    return {"verdict": verdict, "text": text, "proven_up_to": top if verdict != "not proven" else None,
+            "not_run": len(held_back), "cache_gib": gib}  # fmt: skip
 
 
 SAME = 0.25  # two models' errors within 25% of each other on a call: the same miss

@@ -1,7 +1,7 @@
 """The ``ropeexport`` command: a thin layer over the library.
 
-Exit codes: 0 ok, 1 verification failed, 2 bad input, 3 verified but a runtime you asked for could not run here,
-130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+Exit codes: 0 ok, 1 verification failed, 2 bad input, 3 verified but part of the check could not run here (a
+runtime you asked for; graft's far calls over --proof-cache-gib), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit", "check the RoPE (or ALiBi) inside a model another tool exported"),
     "graft": ("graft", "replace a foreign model's RoPE tables with exact ones, and prove it"),
 }
-EXIT_SKIPPED = 3  # verified, but a runtime the user asked for by name could not run here (see --allow-skip)
+# verified, but part of the check could not run here: a runtime the user asked for by name (see --allow-skip), or
+# graft's far calls whose cache passes --proof-cache-gib (proven up to a position only)
+EXIT_SKIPPED = 3
 
 
 def subcommand(

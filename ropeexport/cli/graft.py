@@ -29,7 +29,10 @@ could not check whole (a site it could not evaluate, a call length the model ref
 run), and a model ONNX Runtime refuses on the short call or, with --checkpoint, on the proof's calls (both run on the
 original before anything is written).
 
-Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input.
+Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input, 3 proven on
+every call run but a far call not run (its cache over --proof-cache-gib, or a model that takes neither a cache nor
+position_ids): "proven up to position P; K far calls not run (cache would need N GiB, over --proof-cache-gib G)",
+never "proven" for the whole range.
 
 Examples:
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.api import graft
-from ropeexport.cli import subcommand
+from ropeexport.cli import EXIT_SKIPPED, subcommand
 
 
 def add_parser(sub: Any) -> None:
@@ -74,13 +77,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Graft, prove, print; 1 when the proof fails."""
+    """Graft, prove, print; 1 when the proof fails, 3 when it passed on every call run but some were not run."""
     result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        verdict = "proven" if result.proven else "NOT proven"
-        print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {verdict}")
+        print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {result.text}")
         if result.genai is not None:
             print(f"  onnxruntime-genai folder {result.genai['folder']}: {', '.join(result.genai['files'])}")
         elif (Path(args.model).parent / "genai_config.json").is_file():
@@ -117,4 +119,4 @@ def run(args: argparse.Namespace) -> int:
             if result.decoder.get("first_difference"):
                 where = result.decoder["first_difference"]
                 print(f"  on the call {where['call']!r}, {where['text']}")
-    return 0 if result.proven else 1
+    return 0 if result.proven else EXIT_SKIPPED if result.verdict == "partial" else 1

@@ -53,14 +53,17 @@ def test_a_right_decoder_passes_every_call(graph: str, phi3: Path, tmp_path: Pat
     assert max(c["models"]["original"]["rel"] for c in proof["calls"]) <= 1e-5
 
 
-# (the budget: the cache of a call after this many entries (None: the default), the calls run)
-BUDGETS = [(None, CALLS), (57, ["start", "L = original", "L = original + 1"]), (56, ["start", "L = original"]),
-           (0, ["start"])]  # fmt: skip
+# (the budget: the cache of a call after this many entries (None: the default), the calls run, the verdict: a call
+# not run is never counted as passed)
+BUDGETS = [(None, CALLS, "proven (every call, positions up to 255)"),
+           (57, ["start", "L = original", "L = original + 1"], "proven up to position 64; 1 far call not run"),
+           (56, ["start", "L = original"], "proven up to position 63; 2 far calls not run"),
+           (0, ["start"], "proven up to position 7; 3 far calls not run")]  # fmt: skip
 
 
-@pytest.mark.parametrize(("entries", "run"), BUDGETS, ids=["default", "past-57", "past-56", "no-cache"])
-def test_a_call_whose_cache_passes_the_budget_is_not_run_and_says_so(entries: int | None, run: list[str], phi3: Path,
-                                                                     tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize(("entries", "run", "verdict"), BUDGETS, ids=["default", "past-57", "past-56", "no-cache"])
+def test_a_call_whose_cache_passes_the_budget_is_not_run_and_says_so(entries: int | None, run: list[str], verdict: str,
+                                                                     phi3: Path, tmp_path: Path) -> None:  # fmt: skip
     import onnxruntime as ort
 
     model = _decoder(tmp_path, phi3, "fused", unscaled=False)
@@ -74,6 +77,61 @@ def test_a_call_whose_cache_passes_the_budget_is_not_run_and_says_so(entries: in
     assert [name for name, r in records.items() if "passed" in r] == run and proof["calls_run"]["original"] == len(run)
     for name in set(CALLS) - set(run):
         assert "more than the proof's" in records[name]["not_run"] and "--proof-cache-gib" in records[name]["not_run"]
+    said = proof["verdict"]["original"]
+    assert said["text"].startswith(verdict) and proof["passed"]["original"] is (run == CALLS), said
+    assert said["verdict"] == ("proven" if run == CALLS else "partial") and said["not_run"] == len(CALLS) - len(run)
+    if run != CALLS:  # the most cache a call held back would take, against the budget given
+        most = max(r["cache_gib"] for r in records.values() if "not_run" in r)
+        assert said["cache_gib"] == most > budget
+        assert f"(cache would need {most:.3g} GiB, over --proof-cache-gib {budget:g})" in said["text"], said
+
+
+NEITHER = "the model takes neither a cache nor position_ids: its tokens always sit at 0 .. n - 1"
+# (per call: a record as ``judge`` gives it, the verdict, its words)
+VERDICTS = [
+    ([{"passed": True}, {"passed": True}], "proven", "proven (every call, positions up to 255)"),
+    ([{"passed": True}, {"not_run": "x", "cache_gib": 16.25}], "partial",
+     "proven up to position 7; 1 far call not run (cache would need 16.2 GiB, over --proof-cache-gib 4)"),
+    ([{"passed": True}, {"not_run": NEITHER}], "partial", f"proven up to position 7; 1 far call not run ({NEITHER})"),
+    ([{"passed": False}, {"not_run": "x", "cache_gib": 16.25}], "not proven",
+     "NOT proven: 1 of 1 calls run fail; 1 far call not run (cache would need 16.2 GiB, over --proof-cache-gib 4)"),
+    ([{"passed": True}, {"passed": False}], "not proven", "NOT proven: 1 of 2 calls run fail"),
+    ([{"not_run": "x", "cache_gib": 1.0}, {"not_run": "x", "cache_gib": 16.25}], "not proven",
+     "NOT proven: no call run; 2 far calls not run (cache would need 16.2 GiB, over --proof-cache-gib 4)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("records", "verdict", "text"), VERDICTS,
+                         ids=["proven", "cache", "neither", "fails", "fails-no-skip", "none-run"])  # fmt: skip
+def test_a_call_not_run_is_never_counted_as_proven(records: list[dict], verdict: str, text: str) -> None:
+    from ropeexport.audits.prove import _verdict
+
+    calls = [{"positions": p, "models": {"m": r}} for p, r in zip([[0, 7], [248, 255]], records, strict=True)]
+    said = _verdict(calls, "m", 4.0)
+    assert (said["verdict"], said["text"]) == (verdict, text)
+    assert said["proven_up_to"] == {"proven": 255, "partial": 7}.get(verdict)
+
+
+def test_a_graft_proven_short_of_its_far_calls_says_so_and_exits_3(phi3: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The planted model grafted with a budget that holds back the last position: proven up to position 64, never
+    "proven"; exit 3 (verified, but part of the check could not run here), the grafted model written.
+    """  # noqa: D205
+    import onnxruntime as ort
+
+    model = _decoder(tmp_path / "planted", phi3, "fused", unscaled=True)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    budget = Feeder(session, DecoderProof(phi3 / "config.json", phi3, model).spec, model).cache_bytes(57) / 2**30
+    argv = ["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--trust", "config", "--checkpoint",
+            str(phi3), "--proof-cache-gib", str(budget)]  # fmt: skip
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "fixed.onnx"), "--json"]) == 3
+    result = json.loads(capsys.readouterr().out)
+    assert not result["proven"] and result["verdict"] == "partial" and (tmp_path / "fixed.onnx").is_file()
+    assert result["text"].startswith("proven up to position 64; 1 far call not run (cache would need ")
+    assert result["decoder"]["verdict"]["original"]["verdict"] == "not proven"  # LongRoPE ignored: fails where run
+    assert main([*argv, "--out", str(tmp_path / "again.onnx")]) == 3
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(f"replaced, {result['text']}") and ", proven\n" not in head + "\n", head
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan"])
