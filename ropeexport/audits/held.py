@@ -208,6 +208,10 @@ class HeldWeights(Mapping[str, np.ndarray]):
             self._last = (weight.weight, weight.read(self._tensors))
         return self._last[1][:, start:stop]
 
+    def __contains__(self, name: object) -> bool:
+        # Mapping's own asks __getitem__, which dequantizes the whole weight: twice a read, through Stored64
+        return name in self._parts or name in self.tables
+
     def __iter__(self) -> Iterator[str]:
         return iter([*self._parts, *self.tables])
 

@@ -14,9 +14,10 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
   from and its copy in the dtype, while loading (4 + 4 or 2);
 
 plus what the verification holds beside them (``resident``): one layer's float64 weights and one slice of the
-output head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus each scenario's activations (``rows`` x
-``tokens`` x vocab logits in float64, three times: the truth, the runtime's widened and transformers'; the truth's
-hidden states for every call of the scenario), all of it times ``MARGIN`` (what the allocator keeps of freed
+output head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus every scenario's activations, held together
+(each scenario's ``rows`` x ``tokens`` x vocab logits in float64, three times: the truth, the runtime's widened and
+transformers', an int4 decoder's unquantized truth a fourth; the truth's hidden states for every call), all of it
+times ``MARGIN`` (what the allocator keeps of freed
 buffers), plus ``BASE`` (the interpreter with torch, transformers and onnxruntime imported). The export's peak
 (``export``: the weights as built and the largest tensor in flight, read as bf16 and float32 and made contiguous,
 ``EXPORT_BYTES`` an element) comes first and is gone before the verification's; the larger of the two is the
@@ -126,17 +127,20 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     resident = 8 * layer + head + head // 2
     export = (8 * count if seeded else 0) + EXPORT_BYTES * largest
     runs = scenarios(spec)
-    rows = max(len(s.prompts) for s in runs)
-    tokens = max(max(s.prompts) + s.steps for s in runs)
-    calls = max(s.steps + 1 for s in runs)
-    # Per scenario: the logits three times in float64, one layer's widest activations (the MLP's, the hidden states;
-    # a mixture's portable graph computes every expert for every token: E times the MLP's, and E outputs), and the
-    # truth's hidden states of every call.
+    # Every scenario's slots are judged together (``verify.verify_decoder``: one float64 pass for all): their logits
+    # three times in float64 (an int4 decoder's unquantized truth a fourth) and the truth's hidden states of every
+    # call (a call recomputed whole at most); one layer's widest activations of one call at a time (the MLP's, the
+    # hidden states; a mixture's portable graph computes every expert for every token: E times the MLP's, and E
+    # outputs).
+    slots = sum(len(s.prompts) * (max(s.prompts) + s.steps) for s in runs)
+    widest = max(len(s.prompts) * (max(s.prompts) + s.steps) for s in runs)
+    states = sum(len(s.prompts) * (max(s.prompts) + s.steps) * (s.steps + 1) for s in runs)
     inner = 3 * spec.intermediate_size
     if spec.num_experts:
         inner = spec.num_experts * (inner + spec.hidden_size)
-    width = LOGIT_COPIES * spec.vocab_size + inner + 8 * spec.hidden_size
-    activations = 8 * rows * tokens * (width + calls * spec.hidden_size)
+    copies = LOGIT_COPIES + (1 if spec.weight_format else 0)
+    activations = 8 * (slots * copies * spec.vocab_size + widest * (inner + 8 * spec.hidden_size)
+                       + states * spec.hidden_size)  # fmt: skip
     return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export)
 
 

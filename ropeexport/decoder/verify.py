@@ -28,7 +28,7 @@ checkpoint's values exactly), and the next token that recompute picks: reported,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -203,26 +203,23 @@ def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip
 
 
 def verify_scenario(
-    infer: Infer,
     spec: DecoderSpec,
     scenario: Scenario,
-    truth: Truths,
+    calls: list[Call],
+    fulls: Sequence[np.ndarray | None],
     eager: Any | None,
-    unquantized: Truths | None = None,
+    costs: Sequence[np.ndarray | None],
     routed: Recompute | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario and judge every call (a mixture of experts' calls against the routing they took;
-    ``unquantized``: a quantized decoder's cost recompute; ``routed``: a mixture of experts' recompute of one call
-    with flips, in place of ``truth``: module doc).
+    """Judge every call of one scenario (``greedy.run_scenario``'s) against its truth in ``fulls`` (a mixture of
+    experts: None, each call recomputed by ``routed`` with the flips it took, module doc) and, for a quantized
+    decoder, report its cost against ``costs`` (None each otherwise).
     """  # noqa: D205
-    calls = run_scenario(infer, spec, scenario)
     if eager is not None:
         eager.fresh()
     records = []
     flips: frozenset[Flip] = frozenset()
     bound = tolerance(spec)
-    fulls = truth(calls) if routed is None else [None] * len(calls)
-    costs = unquantized(calls) if unquantized is not None else [None] * len(calls)
     for call, full, cost in zip(calls, fulls, costs, strict=True):
         taken: list[dict[str, Any]] = []
         if routed is not None:  # a call at a time: the flips one call takes carry to the next
@@ -259,15 +256,16 @@ def verify_decoder(
 ) -> list[dict[str, Any]]:
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
-    quantized decoder's calls also get their quantization cost (module doc). ``stage(what, done, total)`` is told
-    each scenario as it starts and each layer of its float64 passes (``SCENARIO: float64``, a quantized decoder's
-    ``SCENARIO: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
+    quantized decoder's calls also get their quantization cost (module doc). Every scenario runs, then one float64
+    pass judges all of their calls (a quantized decoder: two). ``stage(what, done, total)`` is told each scenario as
+    it starts and each layer of the float64 passes (``every scenario: float64``, a quantized decoder's ``every
+    scenario: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
     them (``Stored64``), read there instead of quantized again from ``weights``.
     """  # noqa: D205
     weights64 = Stored64(spec, weights, held)  # read layer by layer, once per scenario (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
-    now = [""]  # the scenario in progress, for the stage lines
+    now = [""]  # what the float64 pass computes, for the stage lines
 
     def truths(of: DecoderSpec, held: Stored64, label: str = "float64") -> Truths:
         def run(calls: list[Call]) -> list[np.ndarray]:
@@ -291,13 +289,24 @@ def verify_decoder(
         plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True)
         unquantized = truths(plain, Stored64(plain, weights), "float64 unquantized")
 
-    out = []
+    # Every scenario runs first, then one float64 pass reads each layer's weights once for all of their calls (a
+    # real size's pass is minutes, most of it reading and dequantizing weights; the runtime's logits of every call
+    # are held meanwhile: slots x vocab floats, small beside the weights).
     runs = chosen if chosen is not None else scenarios(spec)
+    ran = []
     for k, scenario in enumerate(runs):
-        now[0] = scenario.name
         if stage is not None:
             stage(scenario.name, k, len(runs))
-        result = verify_scenario(infer, spec, scenario, truths(spec, weights64), eager, unquantized, routed)
+        ran.append(run_scenario(infer, spec, scenario))
+    flat = [call for calls in ran for call in calls]
+    now[0] = "every scenario" if len(runs) > 1 else runs[0].name
+    fulls: list[np.ndarray | None] = [None] * len(flat) if routed is not None else list(truths(spec, weights64)(flat))
+    costs: list[np.ndarray | None] = list(unquantized(flat)) if unquantized is not None else [None] * len(flat)
+    out = []
+    for scenario, calls in zip(runs, ran, strict=True):
+        n = len(calls)
+        result = verify_scenario(spec, scenario, calls, fulls[:n], eager, costs[:n], routed)
+        fulls, costs = fulls[n:], costs[n:]
         out.append(result)
         if on_scenario is not None:
             on_scenario(result)
