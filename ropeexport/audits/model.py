@@ -177,6 +177,9 @@ class Initializers(Mapping[str, np.ndarray]):
         onnx.external_data_helper.load_external_data_for_tensor(copy, str(folder))
         return onnx.numpy_helper.to_array(copy)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors  # Mapping's own reads the tensor's data
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._tensors)
 

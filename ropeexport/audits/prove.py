@@ -202,6 +202,9 @@ class ProofWeights(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         return self.held[name] if name in self.held else self.stored[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.held or name in self.stored  # Mapping's own reads (and dequantizes) the weight
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.stored)
 

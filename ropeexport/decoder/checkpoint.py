@@ -146,6 +146,9 @@ class LayerWeights(Mapping[str, np.ndarray]):
             raise KeyError(name)
         return self._weights[self._prefix + name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # Mapping's own reads the weight
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
@@ -405,6 +408,9 @@ class CheckpointWeights(Mapping[str, np.ndarray]):
         parts = _split(self.spec, group, value)
         self._last = (key, parts) if len(parts) > 1 else None  # a fused tensor: its other parts come next
         return parts[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._source  # Mapping's own reads the tensor
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._source)

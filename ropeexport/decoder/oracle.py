@@ -85,6 +85,9 @@ class Stored64(Mapping[str, np.ndarray]):
             return self.held[name]
         return self._stored(name, self.weights[name])
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.weights  # Mapping's own converts the weight to float64
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.weights)
 
