@@ -16,7 +16,6 @@ folder does, in the same words.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -26,13 +25,11 @@ import numpy as np
 import pytest
 
 from ropeexport.cli import main
+from tests.toolmod import tool
 
 og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder and the engine")
 pytest.importorskip("transformers", reason="transformers (the test extra) makes the checkpoints")
-ROOT = Path(__file__).resolve().parents[2]
-_PEERS = importlib.util.spec_from_file_location("audit_peers", ROOT / "tools" / "audit_peers.py")
-peers = importlib.util.module_from_spec(_PEERS)  # type: ignore[arg-type]
-_PEERS.loader.exec_module(peers)  # type: ignore[union-attr]
+peers = tool("audit_peers")
 
 PROMPT = [5, 17, 33, 42, 99, 100, 7, 8]
 STEPS = 16
