@@ -123,7 +123,8 @@ def test_a_grafted_builder_model_is_served_by_onnxruntime_genai_as_written(
     printed = capsys.readouterr().out
     files = {p.name for p in out.iterdir()}
     assert {"genai_config.json", "model.onnx", "model.onnx.data", "tokenizer.json", "tokenizer_config.json"} <= files
-    assert f"onnxruntime-genai folder {out}: " in printed, printed
+    assert "manifest.json" in files
+    assert f"onnxruntime-genai folder {out}: {', '.join(sorted(files))}\n" in printed, printed  # every file it wrote
     assert (out / "genai_config.json").read_bytes() == (model.parent / "genai_config.json").read_bytes()
     tokens, served, error = _served(out)
     if broken is None:
