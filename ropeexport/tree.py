@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from ropeexport.errors import SpecError
 from ropeexport.pipeline import versions
+from ropeexport.report import words
 from ropeexport.report.html import CSS
 from ropeexport.store import MANIFEST, is_artifact, read_object
 
@@ -143,7 +144,7 @@ def write_index_files(out: Path, index: dict[str, Any]) -> None:
 
 
 def _fmt(value: float | None) -> str:
-    return "raised" if value is None else f"{value:.2e}"
+    return "raised" if value is None else words.error(value)
 
 
 def _size(n: int) -> str:
@@ -165,24 +166,24 @@ def _relative_link(path: str) -> str:
 
 
 def _error_cell(worst: dict[str, Any], ratio: dict[str, Any], reference: str) -> str:
-    """``4.99e-01 (0.12)``: the error next to its share of what the tolerance allows (1 is the limit)."""
+    """``4.99e-01 (0.12 of allowed)``: the error next to its share of what the tolerance allows (1 is the limit)."""
     if reference not in worst:
         return "-"
     share = ratio.get(reference)
-    words = "" if reference not in ratio else " (raised)" if share is None else f" ({share:.2g})"
-    return escape(_fmt(worst.get(reference)) + words)
+    said = "" if reference not in ratio else " (raised)" if share is None else f" ({words.share(share)})"
+    return escape(_fmt(worst.get(reference)) + said)
 
 
 def _relative_cell(entry: dict[str, Any], reference: str) -> str:
-    """A decoder's ``8.88e-07 of the logit scale (0.0089)``: its worst relative error, then its share of the tolerance
-    (transformers is compared with, not judged by).
+    """A decoder's ``8.88e-07 of the logit scale (<0.01 of allowed)``: its worst relative error, then its share of the
+    tolerance (transformers is compared with, not judged by).
     """  # noqa: D205
     rel = entry.get("worst_rel") or {}
     if rel.get(reference) is None:
         return "-"
     share = (entry.get("worst_ratio") or {}).get(reference)
-    words = f" ({share:.2g})" if share is not None else " (not judged)" if reference == "transformers" else ""
-    return escape(f"{_fmt(rel[reference])} of the logit scale{words}")
+    said = f" ({words.share(share)})" if share is not None else " (not judged)" if reference == "transformers" else ""
+    return escape(f"{_fmt(rel[reference])} of the logit scale{said}")
 
 
 def render_index(index: dict[str, Any]) -> str:
@@ -215,7 +216,7 @@ def render_index(index: dict[str, Any]) -> str:
             ran += f"; {counts.get('passed')} of {counts.get('total')} scenarios passed"
             cost = (e.get("quantization_cost") or {}).get("worst_rel")
             if isinstance(cost, (int, float)):  # an int4 decoder's second figure, apart from the judged one
-                ran += f"; quantization cost (not judged): {cost:.1e} of the logit scale"
+                ran += f"; quantization cost (not judged): {words.error(cost)} of the logit scale"
             origin = e["origin"].get("weights") or ""
         seconds = "" if e["build_seconds"] is None else f"{e['build_seconds']:.1f} s"
         ratio = e.get("worst_ratio") or {}

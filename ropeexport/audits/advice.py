@@ -30,6 +30,7 @@ from typing import Any
 from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.fix import UNREPAIRABLE
+from ropeexport.report.words import error
 
 WRONG = 1e-2  # a logit change over 1% of the logit scale: the model computes another function
 LEVELS = ("wrong", "minor", "harmless", "unmeasured")  # most severe first
@@ -47,13 +48,14 @@ def severity(effect: dict[str, Any]) -> dict[str, Any]:
     bound = TOLERANCE[TOLERANCE_KEY.get(dtype, "fp32")]
     output = effect.get("output", "logits")
     scale = "the logit scale" if output == "logits" else f"the scale of output {output!r}"  # a part of a decoder
-    moved = f"{r:.2g} of {scale} at position {effect['position']}"
+    moved = f"{error(r)} of {scale} at position {effect['position']}"
+    limit, wrong = error(bound), error(WRONG)
     if r <= bound:
-        return {"level": "harmless", "text": f"{moved}, within the {bound:g} ropeexport verifies {dtype} logits to"}
+        return {"level": "harmless", "text": f"{moved}, within the {limit} ropeexport verifies {dtype} logits to"}
     if r <= max(WRONG, bound):
-        return {"level": "minor", "text": f"{moved}: above the {bound:g} ropeexport verifies {dtype} logits to, under "
-                f"{WRONG:g}: can flip a greedy token where the top two are that close"}  # fmt: skip
-    return {"level": "wrong", "text": f"{moved}: over {WRONG:g}, the model computes other outputs, not the same ones "
+        return {"level": "minor", "text": f"{moved}: above the {limit} ropeexport verifies {dtype} logits to, under "
+                f"{wrong}: can flip a greedy token where the top two are that close"}  # fmt: skip
+    return {"level": "wrong", "text": f"{moved}: over {wrong}, the model computes other outputs, not the same ones "
             "rounded otherwise"}  # fmt: skip
 
 

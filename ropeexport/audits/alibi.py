@@ -24,6 +24,7 @@ import onnx_ir as ir
 
 from ropeexport.audits.diagnose import LengthCheck, curve, finding
 from ropeexport.audits.patterns.base import ancestors, name_of
+from ropeexport.report.words import error
 
 CAP = 4096  # the longest call evaluated: [1, heads, L, L] float32 at 4096 and 16 heads is 1 GiB
 SLOPE_MATCH = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}  # relative, of a slope read from two values
@@ -91,7 +92,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
                                        f"of {heads} differ, head {first} has {seen[first]:.6g} where "
                                        f"{exact[first]:.6g} is right{why}"))  # fmt: skip
         return probe
-    probe.findings.append(finding("values-off", f"bias off by {max_abs:.2g} at distance {probe.position} with the "
+    probe.findings.append(finding("values-off", f"bias off by {error(max_abs)} at distance {probe.position} with the "
                                    "right slopes (beyond the dtype's rounding of slope x distance)"))  # fmt: skip
     return probe
 

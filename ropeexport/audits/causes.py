@@ -42,6 +42,7 @@ from ropeexport.audits.layers import describe, layer_finding
 from ropeexport.families.rope.regimes import frequencies, switch_length
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.report.words import error
 
 ULP = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7, "float64": 2.0**-52}
 MATCH = 1e-4  # relative agreement of two inverse-frequency vectors that names a cause
@@ -213,7 +214,7 @@ def right_frequencies(m: Measured) -> list[dict[str, str]] | None:
     max_abs, position = m.worst
     if m.factor_off:
         return []
-    where = f"{max_abs:.2g} at position {position}"
+    where = f"{error(max_abs)} at position {position}"
     if m.agrees(m.angles):  # position x frequency in float32 (the frequency too): a few float32 units of the angle
         half = HALF.get(m.dtype)
         if half is not None:
@@ -225,7 +226,7 @@ def right_frequencies(m: Measured) -> list[dict[str, str]] | None:
     worst = int(np.argmax(drift))
     if drift[worst] <= 1e-5:  # a few dozen float32 units: the frequencies themselves computed in float32
         return [finding("float32-frequencies", f"float32 frequencies: {where} (inverse frequencies computed in "
-                        f"float32, dimension {worst} off by {drift[worst]:.2g} relative; angles too)")]  # fmt: skip
+                        f"float32, dimension {worst} off by {error(drift[worst])} relative; angles too)")]  # fmt: skip
     return [finding("values-off", f"values off by {where} with the right frequencies (not float32 rounding)")]
 
 
@@ -351,7 +352,7 @@ def as_measured(m: Measured) -> list[dict[str, str]]:
     max_abs, position = m.worst
     worst = int(np.argmax(np.abs(m.seen - m.inv) / m.inv))
     return [finding("frequencies-differ", f"frequencies differ from the config's {m.spec.scaling}: dimension {worst} "
-                    f"turns at {m.seen[worst]:.6g} rad/position where {m.inv[worst]:.6g} is exact ({max_abs:.2g} at "
+                    f"turns at {m.seen[worst]:.6g} rad/position where {m.inv[worst]:.6g} is exact ({error(max_abs)} at "
                     f"position {position})")]  # fmt: skip
 
 

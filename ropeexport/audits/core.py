@@ -24,6 +24,7 @@ from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
 from ropeexport.audits.sites import SiteKind, find_sites
 from ropeexport.errors import SpecError
+from ropeexport.report.words import error
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, read_object
 from ropeexport.version import __version__
@@ -71,7 +72,7 @@ class AuditResult:
                 effect = found.get("effect") or {}
                 sites = ", ".join(str(i) for i in found["sites"]) or "none"
                 if "max_abs" in effect:
-                    change = f"{effect['max_abs']:.3g} | {effect['relative']:.3g} | positions "
+                    change = f"{error(effect['max_abs'])} | {error(effect['relative'])} | positions "
                     change += f"{effect['positions'][0]}..{effect['positions'][1]} {effect['how']}"
                 else:
                     change = f" | | not measured: {effect.get('not_measured', 'not asked')}"
@@ -98,7 +99,7 @@ class AuditResult:
                           "|---:|---:|---:|---:|---:|:---|"]  # fmt: skip
                 for p in site["probes"]:
                     factor = "" if p["attention_factor"] is None else f"{p['attention_factor']:.6g}"
-                    lines.append(f"| {p['length']} | {p['rows']} | {p['max_abs']:.3g} | {p['position']} | {factor} "
+                    lines.append(f"| {p['length']} | {p['rows']} | {error(p['max_abs'])} | {p['position']} | {factor} "
                                  f"| {'yes' if p['exact'] else 'no'} |")  # fmt: skip
             lines.append("")
         return "\n".join(lines)
@@ -127,7 +128,7 @@ class AuditResult:
                 parts.append(f"<ul>{items}</ul>")
             if not site["probes"]:
                 continue
-            rows = "".join(f"<tr><td>{p['length']}</td><td>{p['rows']}</td><td>{p['max_abs']:.3g}</td>"
+            rows = "".join(f"<tr><td>{p['length']}</td><td>{p['rows']}</td><td>{error(p['max_abs'])}</td>"
                            f"<td>{p['position']}</td><td>{'yes' if p['exact'] else 'no'}</td></tr>"
                            for p in site["probes"])  # fmt: skip
             parts.append("<table><thead><tr><th>call length L</th><th>rows</th><th>max abs error</th>"

@@ -187,12 +187,13 @@ def graft(
             draft.commit_files(sorted(written, key=lambda n: n == target.name))  # the model file last
             return result
         package.write(draft.path)
-        result.genai = {"folder": str(place), "model": name, "files": sorted(p.name for p in draft.path.iterdir())}
         record = {"model": str(source), "config": str(hf_config if hf_config is not None else spec_file),
                   "trust": trust}  # fmt: skip
         manifest = {"artifact": "graft", "spec": record, "proven": result.proven, "verdict": result.verdict,
                     "ropeexport_version": __version__}  # fmt: skip
-        draft.commit(manifest, result.proven, guard_verified=False)  # the folder moved in whole
+        moved = draft.commit(manifest, result.proven, guard_verified=False)  # the folder moved in whole
+        # Listed once it is in place, so the list is what the folder holds: manifest.json included.
+        result.genai = {"folder": str(place), "model": name, "files": sorted(p.name for p in moved.path.iterdir())}
     return result
 
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.report.words import error
+
 
 def _computed(graph: Any) -> list[str]:
     """Every value a node of ``graph`` (an ``onnx.GraphProto``) computes from the graph's inputs, in node order:
@@ -91,7 +93,7 @@ def first_difference(values: dict[str, np.ndarray], stages: list[tuple[Any, np.n
         return {"agrees_through": None, "first_differs": first.words(), "layer": first.layer, "part": first.part,
                 "relative": found[0],
                 "text": f"{who}'s hidden states depart from the float64 recompute already at {first.words()} "
-                f"({found[0]:.2g} of the residual stream's scale there)"}  # fmt: skip
+                f"({error(found[0])} of the residual stream's scale there)"}  # fmt: skip
     last = seen[-1]
     agree = stages[last][0].words()
     if last == len(stages) - 1:
@@ -102,4 +104,4 @@ def first_difference(values: dict[str, np.ndarray], stages: list[tuple[Any, np.n
     return {"agrees_through": agree, "first_differs": stage.words(), "layer": stage.layer, "part": stage.part,
             "relative": rel,
             "text": f"{who}'s hidden states agree with the float64 recompute through {agree} and first depart from "
-            f"it in {stage.words()} ({rel:.2g} of the residual stream's scale there)"}  # fmt: skip
+            f"it in {stage.words()} ({error(rel)} of the residual stream's scale there)"}  # fmt: skip

@@ -46,6 +46,7 @@ import numpy as np
 from ropeexport.audits.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
+from ropeexport.report.words import error
 
 __all__ = ["BlockTable", "Cache", "DecoderProof", "Feeder", "HeldWeights", "NBits", "ProofWeights", "block_tables",
            "far_calls", "held_weights", "nbits_weights"]
@@ -478,8 +479,9 @@ def _outside(calls: list[dict[str, Any]]) -> str | None:
         if abs(before - after) > SAME * max(before, after):
             return None
     worst = max(failed, key=lambda m: m["grafted"]["rel"])
+    before, after = error(worst["original"]["rel"]), error(worst["grafted"]["rel"])
     return (f"the original and the grafted model miss the float64 decoder by the same amount "
-            f"({worst['original']['rel']:.2g} and {worst['grafted']['rel']:.2g} of the logit scale on the worst call): "
+            f"({before} and {after} of the logit scale on the worst call): "
             "the difference lies outside the positional encoding (the weights, another operation, or a checkpoint "
             "that is not the one the model was exported from)")  # fmt: skip
 

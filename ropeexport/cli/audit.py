@@ -41,6 +41,7 @@ from typing import Any
 
 from ropeexport.api import audit
 from ropeexport.cli import subcommand
+from ropeexport.report.words import error
 
 
 def add_parser(sub: Any) -> None:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{result.model}: {len(result.sites)} {what} site(s), {result.verdict}")
         for i, site in enumerate(result.sites):
             worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
-            where = "" if worst is None else f", worst {worst['max_abs']:.3g} at position {worst['position']} " \
+            where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']} " \
                 f"(L = {worst['length']})"  # fmt: skip
             inside = f" inside the {site['graph']}" if site.get("graph") else ""
             print(f"  site {i}: {site['kind']}{inside}, {len(site['users'])} reader(s), {site.get('dtype')}: "

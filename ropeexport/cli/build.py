@@ -450,7 +450,7 @@ def summary_line(report: dict[str, Any], path: Path, seconds: float, kept: Path 
         worst[c["reference"]] = max(worst.get(c["reference"], 0.0), err)
         share = float("inf") if c.get("max_ratio") is None else float(c["max_ratio"])
         ratio[c["reference"]] = max(ratio.get(c["reference"], 0.0), share)
-    errors = ", ".join(f"vs {ref} {err:.2e} ({_share(ratio[ref])})" for ref, err in worst.items())
+    errors = ", ".join(f"vs {ref} {words.error(err)} ({_share(ratio[ref])})" for ref, err in worst.items())
     ran = ",".join(r["name"] for r in report["runtimes"] if r["status"] == "verified") or "no runtime"
     skipped = [r["name"] for r in report["runtimes"] if r["status"] == "skipped"]
     if skipped:

@@ -28,6 +28,7 @@ from ropeexport.cli.options import ascii_int
 from ropeexport.components.linear import BLOCK_SIZES, DEFAULT_BLOCK_SIZE
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.errors import SpecError
+from ropeexport.report.words import error
 
 # Flags the decoder path reads; any other spec-field flag is refused rather than ignored.
 READ = {"artifact", "dtype", "graph", "max_positions", "name"}
@@ -204,12 +205,12 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                     kept = ""
                     if "regime_cost_rel" in s:  # the keep policy's stale calls: reported, never judged
                         kept = (f"; kept cache: {s['regime_cost_calls']} calls not judged, up to "
-                                f"{s['regime_cost_rel']:.1e} (the regime's cost)")  # fmt: skip
+                                f"{error(s['regime_cost_rel'])} (the regime's cost)")  # fmt: skip
                     if "cost_rel" in s:  # an int4 decoder's second figure: reported apart, never judged
-                        kept += (f"; quantization cost {s['cost_rel']:.1e} (agreement {s['cost_agreement']}, not "
+                        kept += (f"; quantization cost {error(s['cost_rel'])} (agreement {s['cost_agreement']}, not "
                                  "judged)")  # fmt: skip
                     print(f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst "
-                          f"{s['worst_rel']:.1e} of the logit scale, agreement {s['agreement']}, positions "
+                          f"{error(s['worst_rel'])} of the logit scale, agreement {s['agreement']}, positions "
                           f"{s['positions'][0]}-{s['positions'][1]}{kept}", flush=True)  # fmt: skip
 
             if talk:
@@ -259,4 +260,4 @@ def _cost_line(report: dict[str, Any]) -> str:
     costs = [s["summary"]["cost_rel"] for s in report.get("scenarios", []) if "cost_rel" in s.get("summary", {})]
     if not costs:
         return ""
-    return f"; quantization cost (not judged): worst {max(costs):.1e} of the logit scale (the weights unquantized)"
+    return f"; quantization cost (not judged): worst {error(max(costs))} of the logit scale (the weights unquantized)"

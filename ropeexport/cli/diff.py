@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ropeexport.api import diff
 from ropeexport.cli import in_flags, subcommand
 from ropeexport.errors import SpecError
 from ropeexport.report.diff import DEFAULT_MAX_GROWTH
+from ropeexport.report.words import error
 
 
 def add_parser(sub: Any) -> None:
@@ -72,14 +74,21 @@ def run(args: argparse.Namespace) -> int:
         width = max([9, *(len(row["metric"]) for row in result.rows)])
         print(f"{'comparison':40s} {'metric':{width}s} {'old':>10s} {'new':>10s} {'growth':>8s}")
         for row in result.rows:
-            fmt = lambda v: "null" if v is None else v if isinstance(v, str) else f"{v:.3g}"  # noqa: E731
-            print(
-                f"{row['comparison']:40s} {row['metric']:{width}s} {fmt(row['old']):>10s} {fmt(row['new']):>10s} "
-                f"{fmt(row['growth']):>8s}"
-            )
+            old, new, grown = _figure(row["old"], error), _figure(row["new"], error), _figure(row["growth"], _growth)
+            print(f"{row['comparison']:40s} {row['metric']:{width}s} {old:>10s} {new:>10s} {grown:>8s}")
         for note in notes:
             print(f"note: {note}")
         for regression in regressions:
             print(f"REGRESSION: {regression}")
         print(f"{len(result.regressions)} regression(s)")
     return 1 if result.regressed else 0
+
+
+def _growth(factor: float) -> str:
+    """A growth factor, new over old, in fixed notation (``1.00`` unchanged, ``2.50`` grown)."""
+    return f"{factor:,.2f}"
+
+
+def _figure(value: Any, shown: Callable[[float], str]) -> str:
+    """A cell of the diff table: ``null`` for a runtime that raised, a text metric as it is, else ``shown``."""
+    return "null" if value is None else value if isinstance(value, str) else shown(value)

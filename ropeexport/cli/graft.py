@@ -51,6 +51,7 @@ from typing import Any
 
 from ropeexport.api import graft
 from ropeexport.cli import EXIT_SKIPPED, subcommand
+from ropeexport.report.words import error
 
 
 def add_parser(sub: Any) -> None:
@@ -98,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
         call = result.short_call
         if call:
             note = " (the schedule was changed on purpose: --trust config)" if result.changed_schedule else ""
-            print(f"  short call ({call['tokens']} tokens) against the original: {call['relative']:.2g} of the output "
-                  f"scale{note}")  # fmt: skip
+            print(f"  short call ({call['tokens']} tokens) against the original: {error(call['relative'])} of the "
+                  f"output scale{note}")  # fmt: skip
         if result.decoder is not None:
-            print(f"  whole decoder against float64 ({result.decoder['tolerance']['rel']:g} of the logit scale):")
+            print(f"  whole decoder against float64 ({error(result.decoder['tolerance']['rel'])} of the logit scale):")
             for call in result.decoder["calls"]:
                 why = {m.get("not_run") for m in call["models"].values()}
                 if len(why) == 1 and None not in why:  # no model was run on it: why, once
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                           f"{call['regime']}): not run: {why.pop()}")  # fmt: skip
                     continue
                 got = "; ".join(
-                    f"{label} {m['rel']:.2g}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
+                    f"{label} {error(m['rel'])}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
                     for label, m in call["models"].items()
                 )
                 print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "

@@ -30,6 +30,7 @@ from typing import Any
 from ropeexport.cli import subcommand
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.decoder.kind import DecoderVerifyResult
+from ropeexport.report.words import error
 from ropeexport.tree import artifact_folders, is_tree
 
 
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _e(x: Any) -> str:
-    return "none" if x is None else f"{x:.1e}"
+    return "none" if x is None else error(x)
 
 
 def scenario_line(result: dict[str, Any]) -> None:

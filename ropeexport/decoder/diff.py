@@ -19,6 +19,7 @@ from typing import Any
 
 from ropeexport.errors import ArtifactError
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.report.words import error
 
 # One ulp of the dtype relative to the logit scale: the least growth of worst_rel that counts.
 NOISE = {"fp32": 2.0**-23, "fp16": 2.0**-10}
@@ -174,7 +175,7 @@ def _scenario(
             row["growth"] = _growth(before, after)
             if after > before * max_growth and after - before > (noise if metric.endswith("rel") else 0.0):
                 factor = after / max(before, 1e-300)
-                change = f"{name} {metric}: {before:.3g} -> {after:.3g} (x{factor:.3g})"
+                change = f"{name} {metric}: {error(before)} -> {error(after)} (x{factor:,.2f})"
                 if metric == "worst_rel":
                     grown = True
                     result.regressions.append(change)

@@ -22,6 +22,8 @@ import re
 from html import escape
 from typing import Any
 
+from ropeexport.report.words import error
+
 HEADER = ["call", "kind", "positions", "L", "regime", "abs err vs f64", "/ scale", "abs err vs transformers",
           "/ scale", "next token (runtime/f64/transformers)", "f64 top-2 margin", "verdict"]  # fmt: skip
 NUMERIC = {0, 3, 5, 6, 7, 8, 10, 11}  # columns right-aligned in report.html (11: the cost column, when there is one)
@@ -35,10 +37,6 @@ PLOT_CAPTION = (
 STALE_COLOR = "#bc4c00"
 CALL_COLOR = "#0969da"
 PANEL_SIZE = (3.2, 2.3)  # inches per scenario panel, three panels to a row: 960 px wide in all
-
-
-def _e(x: float) -> str:
-    return f"{x:.1e}"
 
 
 def _verdict(call: dict[str, Any]) -> str:
@@ -67,9 +65,9 @@ def _cells(call: dict[str, Any]) -> list[str]:
     picks = "/".join(",".join(str(t) for t in tokens[k]) for k in ("runtime", "float64", "transformers") if k in tokens)
     lo, hi = call["positions"]
     where = str(lo) if lo == hi else f"{lo}-{hi}"
-    cost = [_e(call["quantization_cost"]["rel"])] if "quantization_cost" in call else []
-    return [str(call["index"]), call["kind"], where, str(call["L"]), call["regime"], _e(f64["max_abs"]),
-            _e(f64["rel"]), _e(hf["max_abs"]) if hf else "-", _e(hf["rel"]) if hf else "-", picks,
+    cost = [error(call["quantization_cost"]["rel"])] if "quantization_cost" in call else []
+    return [str(call["index"]), call["kind"], where, str(call["L"]), call["regime"], error(f64["max_abs"]),
+            error(f64["rel"]), error(hf["max_abs"]) if hf else "-", error(hf["rel"]) if hf else "-", picks,
             f"{call['margin']:.2e}", *cost, _verdict(call)]  # fmt: skip
 
 
@@ -103,7 +101,7 @@ def _cost(report: dict[str, Any]) -> str:
     if not summaries:
         return "no call measured it"
     agree = [tuple(int(x) for x in s["cost_agreement"].split("/")) for s in summaries]
-    return (f"worst {_e(max(s['cost_rel'] for s in summaries))} of the logit scale, greedy agreement with the "
+    return (f"worst {error(max(s['cost_rel'] for s in summaries))} of the logit scale, greedy agreement with the "
             f"unquantized recompute {sum(a for a, _ in agree)}/{sum(b for _, b in agree)}")  # fmt: skip
 
 
@@ -120,22 +118,22 @@ def _sentence(scenario: dict[str, Any]) -> str:
     return (
         f"{scenario['about']} (batch {scenario['batch']}, cache policy `{scenario['policy']}`). "
         f"Positions {s['positions'][0]}-{s['positions'][1]}, regimes {', '.join(s['regimes'])}; "
-        f"worst error {_e(s['worst_abs'])} ({_e(s['worst_rel'])} of the logit scale); greedy agreement with "
+        f"worst error {error(s['worst_abs'])} ({error(s['worst_rel'])} of the logit scale); greedy agreement with "
         f"float64 {s['agreement']}; first divergence: {s['first_divergence']}; near ties: "
         f"{s['near_ties'] or 'none'}; re-prefills: {s['re_prefills']}."
         + (
             f" Kept cache across the switch: {s['regime_cost_calls']} calls read stale keys, up to "
-            f"{_e(s['regime_cost_rel'])} of the logit scale (the regime's cost)."
+            f"{error(s['regime_cost_rel'])} of the logit scale (the regime's cost)."
             if "regime_cost_rel" in s
             else ""
         )
         + (
-            f" transformers vs float64: worst {_e(s['worst_rel_transformers_vs_float64'])} of the scale."
+            f" transformers vs float64: worst {error(s['worst_rel_transformers_vs_float64'])} of the scale."
             if "worst_rel_transformers_vs_float64" in s
             else ""
         )
         + (
-            f" Quantization cost (not judged): worst {_e(s['cost_rel'])} of the logit scale against the float64 "
+            f" Quantization cost (not judged): worst {error(s['cost_rel'])} of the logit scale against the float64 "
             f"recompute with the weights unquantized, greedy agreement with it {s['cost_agreement']}."
             if "cost_rel" in s
             else ""
@@ -262,10 +260,10 @@ def _failures(report: dict[str, Any]) -> str:
             continue
         failed = [c for c in scenario["calls"] if not c["passed"]]
         s = scenario["summary"]
-        calls = ", ".join(f"{c['index']} ({_verdict(c)}, {_e(c['float64']['rel'])})" for c in failed[:12])
+        calls = ", ".join(f"{c['index']} ({_verdict(c)}, {error(c['float64']['rel'])})" for c in failed[:12])
         more = f" and {len(failed) - 12} more" if len(failed) > 12 else ""
         items.append(
-            f"{scenario['name']}: calls {calls}{more} failed; worst {_e(s['worst_rel'])} of the logit scale, "
+            f"{scenario['name']}: calls {calls}{more} failed; worst {error(s['worst_rel'])} of the logit scale, "
             f"agreement {s['agreement']}, first divergence: {s['first_divergence']}"
         )
     if not items and not report["passed"]:
@@ -301,7 +299,7 @@ def _headline(report: dict[str, Any]) -> str:
     cost = f" Quantization cost (not judged): {_cost(report)}." if _quantized(report) else ""
     return (
         f"{passed} of {len(scenarios)} scenarios passed ({calls} calls) on {report['runtime']}: worst error "
-        f"{_e(worst)} of the logit scale against float64 (tolerance {report['tolerance']['rel']:g}), greedy "
+        f"{error(worst)} of the logit scale against float64 (tolerance {report['tolerance']['rel']:g}), greedy "
         f"agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)}.{cost}"
     )
 

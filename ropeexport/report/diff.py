@@ -23,6 +23,7 @@ from typing import Any
 from ropeexport.errors import ArtifactError
 from ropeexport.report import REPORT_SCHEMA
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.report.words import error
 
 METRICS = ("max_abs", "p99_abs", "mean_abs", "max_ulp")
 DEFAULT_MAX_GROWTH = 2.0
@@ -141,14 +142,14 @@ def diff_reports(
             before, after = o.get(metric), n.get(metric)
             row = {"comparison": label, "metric": metric, "old": before, "new": after, "growth": None}
             if before is not None and after is None:
-                result.regressions.append(f"{label} {metric}: {before:.3g} -> null (the runtime raised)")
+                result.regressions.append(f"{label} {metric}: {error(before)} -> null (the runtime raised)")
             elif before is not None and after is not None:
                 row["growth"] = after / before if before else (None if after else 1.0)
                 if (
                     after > before * max_growth and after - before > o["atol"]
                 ):  # OLD's atol: a looser NEW must not hide growth
                     factor = after / max(before, 1e-300)
-                    result.regressions.append(f"{label} {metric}: {before:.3g} -> {after:.3g} (x{factor:.3g})")
+                    result.regressions.append(f"{label} {metric}: {error(before)} -> {error(after)} (x{factor:,.2f})")
             result.rows.append(row)
     old_checks, new_checks = _checks(old), _checks(new)
     for label, ok in old_checks.items():

@@ -38,6 +38,7 @@ from ropeexport.report.words import (
     compact,
     comparison_label,
     cosine,
+    error,
     failing_items,
     floats,
     headline,
@@ -140,8 +141,9 @@ def _comparisons(report: dict[str, Any]) -> Section:
             Cell(str(c.get("runtime", "?"))),
             Cell(str(c.get("output", "?")), "name"),
         ]
-        cells += [_num(number(c.get("max_abs"))), _num(share(c.get("max_ratio")))]
-        cells += [_num(number(c.get(m))) for m in ("mean_abs", "p99_abs", "max_rel", "p99_rel", "max_ulp")]
+        cells += [_num(error(c.get("max_abs"))), _num(share(c.get("max_ratio")))]
+        cells += [_num(error(c.get(m))) for m in ("mean_abs", "p99_abs", "max_rel", "p99_rel")]
+        cells += [_num(number(c.get("max_ulp")))]
         cells += [_num(cosine(c.get("cosine"))), _num(f"{number(c.get('failures'))} / {number(c.get('elements'))}")]
         cells += [] if shared else [_num(f"{number(c.get('atol'))} / {number(c.get('rtol'))}")]
         cells.append(Cell(worst_location(worst, c.get("max_abs")), "where", (values,) if values else ()))

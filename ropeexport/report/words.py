@@ -93,13 +93,32 @@ def comparison_label(c: dict[str, Any]) -> str:
     return f"{c.get('reference', '?')} vs {c.get('runtime', '?')}: {c.get('output', '?')}"
 
 
+def error(value: Any) -> str:
+    """An error, absolute or relative to a scale, as every report and CLI line prints one: three significant digits
+    in scientific notation (``2.98e-08``, ``2.70e-03``, ``0.00e+00``), so that figures side by side line up and
+    compare at a glance (``0.0027`` beside ``2.98e-08`` does not); ``n/a`` for null (a runtime that raised).
+    """  # noqa: D205
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a" if value is None else str(value)
+    if math.isnan(value) or math.isinf(value):
+        return number(float(value))
+    return f"{value:.2e}"
+
+
 def share(value: Any) -> str:
-    """The worst error as a share of what it may be: ``0.12 of allowed``, ``3.4x allowed`` (fails), ``exact``."""
+    """The worst error as a share of what it may be (1 is the limit), in fixed notation with two decimals:
+    ``0.12 of allowed``, ``<0.01 of allowed`` (a share too small for two decimals, never ``0.00``, which reads as
+    exact), ``3.40x allowed`` (fails), ``exact`` (0).
+    """  # noqa: D205
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "n/a" if value is None else str(value)
     if value == 0:
         return "exact"
-    return f"{value:.2g} of allowed" if value <= 1 else f"{value:.3g}x allowed"
+    if math.isnan(value) or math.isinf(value):
+        return f"{number(float(value))}x allowed"
+    if value > 1:
+        return f"{value:,.2f}x allowed"
+    return "<0.01 of allowed" if value < 0.005 else f"{value:.2f} of allowed"
 
 
 def io_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -182,7 +201,7 @@ def failing_items(report: dict[str, Any]) -> list[str]:
             continue
         sentence = (
             f"{comparison_label(c)}: {number(c.get('failures'))} of {number(c.get('elements'))} elements beyond "
-            f"atol {number(c.get('atol'))} and rtol {number(c.get('rtol'))}; max abs error {number(c.get('max_abs'))}"
+            f"atol {number(c.get('atol'))} and rtol {number(c.get('rtol'))}; max abs error {error(c.get('max_abs'))}"
         )
         where = worst_location(worst)
         values = worst_values(worst)
@@ -290,7 +309,7 @@ def position_summary(curve: dict[str, Any]) -> tuple[str, str]:
         return "", "n/a"
     x, y = max(pairs, key=lambda pair: pair[1] if math.isfinite(pair[1]) else math.inf)
     if y == 0:
-        return "none: every bin exact", number(0.0)
+        return "none: every bin exact", error(0.0)
     ties = sum(1 for _, v in pairs if v == y)
     width = curve.get("bin_width")
     if isinstance(x, int) and isinstance(width, int) and width > 1:
@@ -298,7 +317,7 @@ def position_summary(curve: dict[str, Any]) -> tuple[str, str]:
     else:
         where = f"{x:g}" if isinstance(x, float) else str(x)
     also = f" (first of {ties} bins at this error)" if ties > 1 else ""
-    return f"{curve.get('axis') or 'position'} {where}{also}", number(float(y))
+    return f"{curve.get('axis') or 'position'} {where}{also}", error(float(y))
 
 
 def floats(values: Any) -> list[float]:

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -21,13 +20,11 @@ from typing import Any
 import pytest
 
 from ropeexport.cli import main
+from tests.toolmod import tool
 
 pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder")
 pytest.importorskip("transformers", reason="transformers (the test extra) makes the checkpoints")
-ROOT = Path(__file__).resolve().parents[2]
-_PEERS = importlib.util.spec_from_file_location("audit_peers", ROOT / "tools" / "audit_peers.py")
-peers = importlib.util.module_from_spec(_PEERS)  # type: ignore[arg-type]
-_PEERS.loader.exec_module(peers)  # type: ignore[union-attr]
+peers = tool("audit_peers")
 
 PHI4_SHAPE = {"max_position_embeddings": 8192, "original_max_position_embeddings": 512, "rope_theta": 10000.0,
               "pad_token_id": 0, "hidden_size": 128, "partial_rotary_factor": 0.75,

@@ -330,10 +330,10 @@ def test_a_genai_folders_model_is_grafted_into_a_whole_genai_folder(tmp_path: Pa
     out = tmp_path / "fixed"
     assert main(["graft", str(model), "--hf-config", str(config), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    written = sorted([config.name, "genai_config.json", "merges.txt", "model.onnx", "model.onnx.data",
+    written = sorted([config.name, "genai_config.json", "manifest.json", "merges.txt", "model.onnx", "model.onnx.data",
                       "tokenizer.json"])  # fmt: skip
-    assert f"onnxruntime-genai folder {out}: {', '.join(written)}" in printed, printed
-    assert sorted(p.name for p in out.iterdir()) == sorted([*written, "manifest.json"])  # the store's own manifest
+    assert f"onnxruntime-genai folder {out}: {', '.join(written)}\n" in printed, printed  # every file, the manifest too
+    assert sorted(p.name for p in out.iterdir()) == written
     for name in ("genai_config.json", "tokenizer.json", "merges.txt"):
         assert (out / name).read_bytes() == (model.parent / name).read_bytes() and not (out / name).is_symlink()
     assert (out / "model.onnx.data").read_bytes() != b"stale"  # the grafted model's tables, not the stale file

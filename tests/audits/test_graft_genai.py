@@ -16,7 +16,6 @@ folder does, in the same words.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -26,13 +25,11 @@ import numpy as np
 import pytest
 
 from ropeexport.cli import main
+from tests.toolmod import tool
 
 og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder and the engine")
 pytest.importorskip("transformers", reason="transformers (the test extra) makes the checkpoints")
-ROOT = Path(__file__).resolve().parents[2]
-_PEERS = importlib.util.spec_from_file_location("audit_peers", ROOT / "tools" / "audit_peers.py")
-peers = importlib.util.module_from_spec(_PEERS)  # type: ignore[arg-type]
-_PEERS.loader.exec_module(peers)  # type: ignore[union-attr]
+peers = tool("audit_peers")
 
 PROMPT = [5, 17, 33, 42, 99, 100, 7, 8]
 STEPS = 16
@@ -126,7 +123,8 @@ def test_a_grafted_builder_model_is_served_by_onnxruntime_genai_as_written(
     printed = capsys.readouterr().out
     files = {p.name for p in out.iterdir()}
     assert {"genai_config.json", "model.onnx", "model.onnx.data", "tokenizer.json", "tokenizer_config.json"} <= files
-    assert f"onnxruntime-genai folder {out}: " in printed, printed
+    assert "manifest.json" in files
+    assert f"onnxruntime-genai folder {out}: {', '.join(sorted(files))}\n" in printed, printed  # every file it wrote
     assert (out / "genai_config.json").read_bytes() == (model.parent / "genai_config.json").read_bytes()
     tokens, served, error = _served(out)
     if broken is None:

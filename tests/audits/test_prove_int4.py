@@ -9,7 +9,6 @@ the bound of its accuracy level.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -28,7 +27,6 @@ from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.oracle import stored_float64
 from tests.toolmod import tool
 
-ROOT = Path(__file__).resolve().parents[2]
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 160,
          "max_position_embeddings": 512}  # fmt: skip
@@ -56,9 +54,7 @@ def test_the_builders_int4_model_is_proven_on_its_own_terms(
     extra: list[str], bound: float, original_worst: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder")
-    found = importlib.util.spec_from_file_location("audit_peers", ROOT / "tools" / "audit_peers.py")
-    peers = importlib.util.module_from_spec(found)  # type: ignore[arg-type]
-    found.loader.exec_module(peers)  # type: ignore[union-attr]
+    peers = tool("audit_peers")
     ckpt = peers.checkpoint(tmp_path / "checkpoint", "llama", {"max_position_embeddings": 4096, "rope_theta": 1e4})
     out = tmp_path / "og"
     options = ["--extra_options", *extra] if extra else []

@@ -182,7 +182,7 @@ def test_verify_decoder_folder(case: str, damage: Callable[[Path], None], flags:
         if not had_report:  # nothing stored to show beside it
             assert "(new: not in the stored report)" in line, line
             continue
-        assert f"(stored {scenario['summary']['worst_rel']:.1e})" in line, line
+        assert f"(stored {scenario['summary']['worst_rel']:.2e})" in line, line
         assert f"(stored {scenario['summary']['agreement']})" in line, line
     now = {s["name"]: s["summary"]["worst_rel"] for s in report["scenarios"]}
     if code == 0:

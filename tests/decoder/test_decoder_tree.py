@@ -88,7 +88,7 @@ def test_report_html_escapes_and_marks_failures_and_stale_calls(tree: tuple[Path
     html = write_html(report)
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert '<header class="banner fail">' in html and "What failed" in html
-    assert f"{bad['name']}: calls 2 (FAIL (tokens differ), 5.0e-03)" in html
+    assert f"{bad['name']}: calls 2 (FAIL (tokens differ), 5.00e-03)" in html
     assert html.count('<tr class="skip">') == len(kept["calls"]) - 4  # regime cost rows, not failures
     assert ">regime cost</span>" in html and '<tr class="fail">' in html
     assert _png(html).startswith(b"\x89PNG")

@@ -5,7 +5,6 @@ measured. ``mkdocs build --strict`` fails on a broken link or anchor, a page mis
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -15,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.docs.pages import KNOWN_INFO, ROOT, all_blocks
+from tests.toolmod import tool
 
-_SPEC = importlib.util.spec_from_file_location("docs_site", ROOT / "tools" / "docs_site.py")
-site = importlib.util.module_from_spec(_SPEC)  # type: ignore[arg-type]
-_SPEC.loader.exec_module(site)  # type: ignore[union-attr]
+site = tool("docs_site")
 
 README_LIMIT = 10 * 1024  # bytes: the door, not the house
 

@@ -226,4 +226,4 @@ def test_index_links_only_to_its_own_folders(tmp_path) -> None:
     text = render_index(index)
     hrefs = re.findall(r'href="([^"]*)"', text)
     assert hrefs and all(h.startswith("./") and ":" not in h.split("/")[1] for h in hrefs), hrefs
-    assert "5.00e-01 (0.12)" in text  # the error next to its share of the allowance
+    assert "5.00e-01 (0.12 of allowed)" in text  # the error next to its share of the allowance

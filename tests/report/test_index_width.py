@@ -5,19 +5,15 @@ window scrolls no wider than the window (``tools/index_width.py``, tools/figures
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
 from ropeexport.tree import INDEX_CSS, render_index
 from tests.report.sample_index import sample_index
+from tests.toolmod import tool
 
-ROOT = Path(__file__).resolve().parents[2]
-_TOOL = importlib.util.spec_from_file_location("index_width", ROOT / "tools" / "index_width.py")
-tool = importlib.util.module_from_spec(_TOOL)  # type: ignore[arg-type]
-_TOOL.loader.exec_module(tool)  # type: ignore[union-attr]
+index_width = tool("index_width")
 
 # The columns tools/figures/index-width.md measured: another column is to be measured again before it is added.
 COLUMNS = ["", "artifact", "encoding / kind", "dtype graph", "max positions", "worst |err| vs eager (share of allowed)",
@@ -44,9 +40,9 @@ def test_the_index_table_has_the_measured_columns_and_no_unbounded_cell() -> Non
     assert figures and max(len(w) for t in figures for w in t.split()) <= LONGEST_FIGURE_WORD, figures
 
 
-@pytest.mark.skipif(tool.chromium() is None, reason="no chromium on PATH to lay the page out (apt-get install -y "
-                    "chromium); the CSS test above still holds")  # fmt: skip
+@pytest.mark.skipif(index_width.chromium() is None, reason="no chromium on PATH to lay the page out (apt-get install "
+                    "-y chromium); the CSS test above still holds")  # fmt: skip
 def test_the_sample_index_lays_out_within_1400_px_in_chromium() -> None:
-    widths = tool.measure(render_index(sample_index()), 1400)
+    widths = index_width.measure(render_index(sample_index()), 1400)
     assert widths["document"] <= 1400 and widths["table"] <= 1400, widths
     assert [h for h, _ in widths["columns"]] == COLUMNS
