@@ -1,9 +1,9 @@
 """Where a model's hidden states first depart from the float64 decoder: the residual stream compared stage by stage.
 
 When the original and the grafted model miss the float64 decoder by the same amount, the difference lies outside the
-positional encoding (``prove._outside``); this says where the model first differs. One call of the proof (the first
-the model failed; 8 tokens) is run on a copy of the model's graph that gives as outputs every floating-point value a
-node of the main graph computes from the call's inputs (the copy holds no weights: it reads the model's own data
+positional encoding (``proof_verdict.outside``); this says where the model first differs. One call of the proof (the
+first the model failed; 8 tokens) is run on a copy of the model's graph that gives as outputs every floating-point
+value a node of the main graph computes from the call's inputs (the copy holds no weights: it reads the model's own data
 file, beside which it is written for that one session and removed), and recomputed in float64 with the residual
 stream traced (``oracle.decoders_float64``'s ``trace``: after the embedding, after each layer's attention and after
 its MLP; a parallel layer's whole block). A stage is found in the model when one of its values of the stage's size

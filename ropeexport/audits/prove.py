@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
+from ropeexport.audits.proof_verdict import judge_call, outside, source_words, verdict
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
-from ropeexport.report.words import error
 
 __all__ = ["BlockTable", "Cache", "DecoderProof", "Feeder", "HeldWeights", "NBits", "ProofWeights", "block_tables",
            "far_calls", "held_weights", "nbits_weights"]
@@ -224,7 +224,8 @@ class DecoderProof:
     written); ``run`` judges models on the calls of ``far_calls``. Nothing holds the model's or the checkpoint's
     weights whole: the recompute reads them layer by layer (``ProofWeights``, ``oracle.decoders_float64``), every
     call's truth in one pass; a model's session is dropped once the model is judged. A call whose cache would pass
-    ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so; the verdict is then partial (``_verdict``).
+    ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so; the verdict is then partial
+    (``proof_verdict.verdict``).
     """  # noqa: D205
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB) -> None:
@@ -256,7 +257,7 @@ class DecoderProof:
         held, level = held_weights(_graph_of(model), self.spec, Path(model).resolve().parent)  # module doc
         self.weights64 = ProofWeights(Stored64(self.spec, CheckpointWeights(self.spec, checkpoint)), held)
         self.tolerance = self._tolerance(level if held else None)
-        self.source = _source(held, self.spec.tie_embeddings)
+        self.source = source_words(held, self.spec.tie_embeddings)
         self.checkpoint = str(checkpoint)
         self._truths: dict[tuple[int, bool], np.ndarray] = {}
         self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -354,7 +355,7 @@ class DecoderProof:
                 raise SpecError("checkpoint", f"{str(path)!r} gives logits of shape {list(got.shape)} where the "
                                 f"checkpoint's float64 recompute has {list(truth.shape)}: {self.checkpoint!r} is not "
                                 "the checkpoint the model was exported from")  # fmt: skip
-            out.append(_judge(got.reshape(truth.shape), truth, self.tolerance))
+            out.append(judge_call(got.reshape(truth.shape), truth, self.tolerance))
         self._judged[key] = out
         return out  # the session (the whole model in memory) goes with this call
 
@@ -393,8 +394,8 @@ class DecoderProof:
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
         """Every model on every call (module doc): per call and model the error against float64 and the verdict;
-        per model ``passed`` (every call run and passed) and ``verdict`` (``_verdict``: proven, partial or not
-        proven, in words).
+        per model ``passed`` (every call run and passed) and ``verdict`` (``proof_verdict.verdict``: proven, partial
+        or not proven, in words).
         """  # noqa: D205
         position = self.spec.position_spec()
         judged = {label: self.judge(path) for label, path in models.items()}
@@ -403,9 +404,9 @@ class DecoderProof:
             calls.append({"call": name, "positions": [past, past + TOKENS - 1], "L": past + TOKENS,
                           "regime": regime(position, past + TOKENS),
                           "models": {label: judged[label][index] for label in models}})  # fmt: skip
-        verdicts = {label: _verdict(calls, label, self.cache_gib) for label in models}
+        verdicts = {label: verdict(calls, label, self.cache_gib) for label in models}
         run = {label: sum("passed" in c["models"][label] for c in calls) for label in models}
-        outside = _outside(calls) if {"original", "grafted"} <= set(models) else None
+        apart = outside(calls) if {"original", "grafted"} <= set(models) else None
         return {
             "checkpoint": self.checkpoint,
             "reference": f"float64 recompute of the whole decoder from {self.source} (ropeexport.decoder.oracle), "
@@ -416,87 +417,8 @@ class DecoderProof:
             "passed": {label: v["verdict"] == "proven" for label, v in verdicts.items()},
             "verdict": verdicts,
             "calls_run": run,
-            **({"outside_encoding": outside} if outside else {}),
+            **({"outside_encoding": apart} if apart else {}),
         }
-
-
-def _source(held: HeldWeights, tied: bool) -> str:
-    """Where the recompute's weights come from, in words (module doc)."""
-    parts = []
-    if held.projections:
-        parts.append(f"its {held.projections} int4 projections as the model holds them (MatMulNBits, dequantized)")
-    if "embed" in held.tables:
-        head = " and its head, tied to it" if tied else ""
-        parts.append(f"its embedding{head}, as the model's 4-bit table holds it (GatherBlockQuantized, dequantized)")
-    return ", ".join(["the checkpoint", *parts])
-
-
-def _verdict(calls: list[dict[str, Any]], label: str, budget_gib: float) -> dict[str, Any]:
-    """One model's verdict over the calls (``run``'s records): ``proven`` only when every call ran and passed;
-    ``partial`` when every call run passed but some were not run (a call not run is never counted as passed):
-    ``proven_up_to`` the last position of the calls run, ``not_run`` how many were not, ``cache_gib`` the most cache
-    one of those would take (None when none was held back for its size); else ``not proven``. ``text`` says it.
-    """  # noqa: D205
-    records = [(c, c["models"][label]) for c in calls]
-    ran = [(c, r) for c, r in records if "passed" in r]
-    held_back = [r for _, r in records if "not_run" in r]
-    failed = sum(not r["passed"] for _, r in ran)
-    top = max((c["positions"][1] for c, _ in ran), default=None)
-    sizes = [r["cache_gib"] for r in held_back if "cache_gib" in r]
-    gib = max(sizes, default=None)
-    if held_back:
-        plural = "s" if len(held_back) > 1 else ""
-        why = (f"cache would need {gib:.3g} GiB, over --proof-cache-gib {budget_gib:g}" if gib is not None
-               else held_back[0]["not_run"])  # fmt: skip
-        missing = f"{len(held_back)} far call{plural} not run ({why})"
-    if failed or not ran:
-        verdict = "not proven"
-        text = f"NOT proven: {failed} of {len(ran)} calls run fail" if ran else "NOT proven: no call run"
-        text += f"; {missing}" if held_back else ""
-    elif held_back:
-        verdict, text = "partial", f"proven up to position {top}; {missing}"
-    else:
-        verdict, text = "proven", f"proven (every call, positions up to {top})"
-    return {"verdict": verdict, "text": text, "proven_up_to": top if verdict != "not proven" else None,
-            "not_run": len(held_back), "cache_gib": gib}  # fmt: skip
-
-
-SAME = 0.25  # two models' errors within 25% of each other on a call: the same miss
-
-
-def _outside(calls: list[dict[str, Any]]) -> str | None:
-    """Where the grafted model fails and the original fails by the same amount on every such call (within ``SAME``),
-    the graft's repair was not what the float64 decoder needed: the difference lies outside the positional encoding
-    (the weights, another op, a checkpoint not the model's). The words saying so, else None.
-    """  # noqa: D205
-    failed = [c["models"] for c in calls if c["models"]["grafted"].get("passed") is False]
-    if not failed:
-        return None
-    for m in failed:
-        before, after = m["original"].get("rel"), m["grafted"]["rel"]
-        if before is None or m["original"].get("passed") is not False:
-            return None
-        if abs(before - after) > SAME * max(before, after):
-            return None
-    worst = max(failed, key=lambda m: m["grafted"]["rel"])
-    before, after = error(worst["original"]["rel"]), error(worst["grafted"]["rel"])
-    return (f"the original and the grafted model miss the float64 decoder by the same amount "
-            f"({before} and {after} of the logit scale on the worst call): "
-            "the difference lies outside the positional encoding (the weights, another operation, or a checkpoint "
-            "that is not the one the model was exported from)")  # fmt: skip
-
-
-def _judge(got: np.ndarray, truth: np.ndarray, tolerance: float) -> dict[str, Any]:
-    """One model's logits [n, vocab] on one call against float64 (module doc)."""
-    worst = float(np.max(np.abs(got - truth)))
-    scale = float(np.max(np.abs(truth)))
-    rel = worst / scale if scale else worst
-    ordered = np.sort(truth[-1])
-    margin = float(ordered[-1] - ordered[-2])
-    same = int(got[-1].argmax()) == int(truth[-1].argmax())
-    tie = not same and margin <= float(np.max(np.abs(got[-1] - truth[-1])))
-    return {"max_abs": worst, "rel": rel, "scale": scale, "last_token_same": same, "near_tie": tie,
-            "passed": bool(rel <= tolerance and (same or tie))}  # fmt: skip
 
 
 def _graph_of(path: Path) -> Any:

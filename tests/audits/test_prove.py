@@ -104,10 +104,10 @@ VERDICTS = [
 @pytest.mark.parametrize(("records", "verdict", "text"), VERDICTS,
                          ids=["proven", "cache", "neither", "fails", "fails-no-skip", "none-run"])  # fmt: skip
 def test_a_call_not_run_is_never_counted_as_proven(records: list[dict], verdict: str, text: str) -> None:
-    from ropeexport.audits.prove import _verdict
+    from ropeexport.audits.proof_verdict import verdict as judged
 
     calls = [{"positions": p, "models": {"m": r}} for p, r in zip([[0, 7], [248, 255]], records, strict=True)]
-    said = _verdict(calls, "m", 4.0)
+    said = judged(calls, "m", 4.0)
     assert (said["verdict"], said["text"]) == (verdict, text)
     assert said["proven_up_to"] == {"proven": 255, "partial": 7}.get(verdict)
 
