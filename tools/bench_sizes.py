@@ -357,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
             key = f"{r['model']}/{r['dtype']}"
             merged[key] = {**r, "runs": {**merged.get(key, {}).get("runs", {}), **r["runs"]}}
         document["results"] = list(merged.values())
-        path.write_text(json.dumps(document, indent=1) + "\n")
         if old.get("load_note"):  # what the rows' machine carried besides (kept with the rows it speaks of)
             document["load_note"] = old["load_note"]
+        path.write_text(json.dumps(document, indent=1) + "\n")
         note = f"\n{document['load_note']}\n" if document.get("load_note") else ""
         (args.out / "sizes.md").write_text(markdown(document["results"]) + note)
     print(markdown(results))

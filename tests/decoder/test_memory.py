@@ -69,9 +69,9 @@ def test_the_parameter_count_is_llama_3_1_8bs(monkeypatch: pytest.MonkeyPatch) -
     assert streamed.per_parameter == 4 and 37 * 2**30 < streamed.total < 40 * 2**30
 
 
-# (block size, symmetric, ONNX Runtime's bytes a projection weight: two copies of half a byte plus the block's fp32
-# scale and, asymmetric, its half-byte zero point)
-INT4 = [(32, True, 2 * (0.5 + 4 / 32)), (128, True, 2 * (0.5 + 4 / 128)), (32, False, 2 * (0.5 + 4.5 / 32))]
+# (block size, symmetric, ONNX Runtime's bytes a projection weight: half a byte plus the block's fp32 scale and,
+# asymmetric, its half-byte zero point, held once: the prepacked copy replaces the initializer)
+INT4 = [(32, True, 0.5 + 4 / 32), (128, True, 0.5 + 4 / 128), (32, False, 0.5 + 4.5 / 32)]
 
 
 @pytest.mark.parametrize(("block", "symmetric", "projection"), INT4)
@@ -86,7 +86,9 @@ def test_an_int4_8b_decoder_is_estimated_at_its_packed_size(block: int, symmetri
     floats = 128256 * 4096 + (2 * 32 + 1) * 4096
     expected = (floats * 4 + (need.parameters - floats) * projection) / need.parameters
     assert need.per_parameter == pytest.approx(expected, rel=1e-9)
-    assert need.total < 20 * 2**30 < estimate(rx.resolve_decoder(preset="llama-3.1-8b"), False, False).total
+    # measured 7.98 GiB verified (tools/figures/sizes.md): the estimate above it, within 1.5x as for fp32
+    assert 7.98 * 2**30 < need.total < 1.5 * 7.98 * 2**30 < estimate(rx.resolve_decoder(preset="llama-3.1-8b"),
+                                                                     False, False).total
 
 
 @pytest.mark.parametrize(
