@@ -262,7 +262,7 @@ def verify_decoder(
     scenario: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
     them (``Stored64``), read there instead of quantized again from ``weights``.
     """  # noqa: D205
-    weights64 = Stored64(spec, weights, held)  # read layer by layer, once per scenario (decoder.oracle)
+    weights64 = Stored64(spec, weights, held)  # read layer by layer, once a float64 pass (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
 
     now = [""]  # what the float64 pass computes, for the stage lines
@@ -293,6 +293,8 @@ def verify_decoder(
     # real size's pass is minutes, most of it reading and dequantizing weights; the runtime's logits of every call
     # are held meanwhile: slots x vocab floats, small beside the weights).
     runs = chosen if chosen is not None else scenarios(spec)
+    if not runs:
+        return []
     ran = []
     for k, scenario in enumerate(runs):
         if stage is not None:
