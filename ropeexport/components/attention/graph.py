@@ -338,7 +338,7 @@ def _attend_gqa_padded(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: 
     sink joins each row's max and denominator as exp(sink - max): for a row with a real key the max is a real logit
     and the term is exp(-3.4e38 - max) = 0 (the softmax unchanged; measured to 1 ulp in fp32 against the additive
     mask); for a row whose every logit is -inf the max is the sink, every key weighs exp(-inf) = 0 and the sink's
-    value slot is not a key: the output is exactly 0. Nine nodes fewer per decoder than the full mask and the
+    value slot is not a key: the output is exactly 0. Eleven nodes fewer per decoder than the full mask and the
     per-layer "sees" factor, and one Mul fewer per layer (``tools/bench_serving.py``'s decode step).
     """
     i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
