@@ -136,7 +136,7 @@ def test_linear_twin_reads_the_stored_values(dtype: str) -> None:
 
 
 # (graph form, window)
-ATTENTION = [("fused", 0), ("decomposed", 3), ("tensorrt", 0), ("gqa", 3)]
+ATTENTION = [("fused", 0), ("decomposed", 3), ("tensorrt", 0), ("gqa", 3), ("gqa", 0)]
 
 
 @pytest.mark.parametrize(("graph", "window"), ATTENTION)
@@ -158,6 +158,29 @@ def test_attention_without_positions_matches_its_twin(graph: str, window: int) -
     assert _close(got, attention64(spec, feeds, weights)["output"], "fp32")
     other = AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=8, graph=graph, window=0 if window else 2)
     assert not _close(got, attention64(other, feeds, weights)["output"], "fp32")  # the window is seen
+
+
+# (window, sinks, what hides keys besides GroupQueryAttention's causal rule): only padding, or the full mask
+GQA_PATHS = [(0, False, "padding"), (3, False, "mask"), (0, True, "mask")]
+
+
+@pytest.mark.parametrize(("window", "sinks", "path"), GQA_PATHS)
+def test_gqa_builds_the_full_mask_only_when_something_but_padding_hides_keys(window: int, sinks: bool,
+                                                                              path: str) -> None:  # fmt: skip
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_dim=8, graph="gqa", window=window, sinks=sinks)
+    sizes = {"q_proj": (32, 32), "k_proj": (32, 16), "v_proj": (32, 16), "o_proj": (32, 32)}
+    weights = {n: _stored(RNG.standard_normal(s) / np.sqrt(s[0]), "fp32") for n, s in sizes.items()}
+    weights |= {"sinks": _stored(RNG.standard_normal(4), "fp32")} if sinks else {}
+    nodes = attention_model(spec, weights).graph.node
+    gqa = next(n for n in nodes if n.op_type == "GroupQueryAttention")
+    readers = [n.op_type for n in nodes if gqa.output[0] in n.input]
+    smooth = {a.name: a.i for a in gqa.attribute}.get("smooth_softmax", 0)
+    if path == "padding":  # no [s, t] causal mask, no per-layer factor: the empty rows are zeroed by head_sink
+        assert not any(n.op_type in ("LessOrEqual", "ReduceMax") for n in nodes)
+        assert readers == ["MatMul"] and smooth == 1
+    else:
+        assert any(n.op_type == "LessOrEqual" for n in nodes) and readers == ["Mul"]
+        assert smooth == int(sinks)
 
 
 # (fields, the field the SpecError names)

@@ -62,3 +62,27 @@ def test_the_guard_runs_before_anything_reads_the_positions() -> None:
     # Only the guard's own nodes read the raw input; the rest read the checked copy.
     assert readers and all(n.name.startswith("query_position_ids__guard") for n in readers)
     onnx.checker.check_model(model, full_check=True)
+
+
+def _limit_tests(model: onnx.ModelProto) -> int:
+    """How many nodes compare a position with max_positions (a guard's ``inside``, a piece's clamp)."""
+    limits = {t.name for t in model.graph.initializer if not t.dims and t.data_type == onnx.TensorProto.INT64
+              and int(onnx.numpy_helper.to_array(t)) == P}  # fmt: skip
+    return sum(1 for n in model.graph.node if n.op_type == "Less" and n.input[1] in limits)
+
+
+# (artifact, graph form, range tests per call): a piece on its own keeps its clamp behind its guard; a block that
+# calls it checks position_ids once, its guard superseding the piece's guard and clamp alike.
+RANGE_TESTS = [
+    ("rope", "fused", 2),
+    ("rope", "decomposed", 2),
+    *(("block", form, 1) for form in ("fused", "decomposed", "tensorrt", "static-cache", "gqa")),
+]
+
+
+@pytest.mark.parametrize(("artifact", "graph", "tests"), RANGE_TESTS, ids=[f"{a}-{g}" for a, g, _ in RANGE_TESTS])
+def test_a_composed_graph_tests_the_range_once(artifact: str, graph: str, tests: int) -> None:
+    spec = small("rope", artifact=artifact, graph=graph)
+    model = kind_for(spec).export(spec)
+    assert _limit_tests(model) == tests
+    onnx.checker.check_model(model, full_check=True)

@@ -26,10 +26,21 @@ from .shapes import FULL, QUICK
 TOOL = Path(__file__).resolve().parents[1] / "bench_serving.py"
 
 
-def worker(kind: str, job: dict[str, Any], work: Path, tag: str, timeout: int = 3600) -> dict[str, Any]:
-    """Run one job in its own process (``workers``); its result, or {"error": why} when it died."""
+def worker(
+    kind: str, job: dict[str, Any], work: Path, tag: str, timeout: int = 3600, reuse: bool = False
+) -> dict[str, Any]:
+    """Run one job in its own process (``workers``); its result, or {"error": why} when it died.
+
+    ``reuse``: a result the same job already wrote under ``work`` is read back instead (``--work`` kept): for what
+    is computed, not timed (the dynamo export, the float64 truth), which no change to ours alters.
+    """
     job = job | {"result": str(work / f"{kind}-{tag}.result.json")}
     path = work / f"{kind}-{tag}.job.json"
+    if reuse and path.is_file() and json.loads(path.read_text()) == job and Path(job["result"]).is_file():
+        found = json.loads(Path(job["result"]).read_text())
+        if "error" not in found:
+            print(f"  {kind} {tag}: reused", file=sys.stderr, flush=True)
+            return found
     path.write_text(json.dumps(job))
     Path(job["result"]).unlink(missing_ok=True)
     start = time.perf_counter()
@@ -40,6 +51,11 @@ def worker(kind: str, job: dict[str, Any], work: Path, tag: str, timeout: int = 
         tail = [s for s in (done.stderr or done.stdout).strip().splitlines() if s.strip()]
         return {"error": f"worker died (rc {done.returncode}): {tail[-1][:300] if tail else ''}"}
     return json.loads(Path(job["result"]).read_text())
+
+
+ENTRIES = ("ours-fused", "ours-gqa", "og-builder", "ours-fused@genai", "torch-dynamo", "transformers",
+           "ours-fused-nospin", "ours-gqa-nospin", "ours-int4-fused", "ours-int4-gqa", "og-builder-int4",
+           "ours-int4-a0-gqa")  # every entry, in the order ``entries`` lists them  # fmt: skip
 
 
 def entries(ours: dict[str, Any], og: dict[str, Any], dynamo: dict[str, Any], ckpt: Path) -> list[dict[str, Any]]:
@@ -76,6 +92,7 @@ def entries(ours: dict[str, Any], og: dict[str, Any], dynamo: dict[str, Any], ck
     ]  # fmt: skip
     if "error" in dynamo:
         rows[4]["error"] = dynamo["error"]
+    assert tuple(r["name"] for r in rows) == ENTRIES
     return rows
 
 
@@ -90,17 +107,17 @@ def checkpoint(shape: str, work: Path, sizes: dict[str, Any], args: argparse.Nam
     ours["int4-a0-gqa"] = build_ours(ckpt, work / "ours", "gqa", OWN_INT4)
     og = build_og(ckpt, work / "og") | {"int4": build_og(ckpt, work / "og-int4", "int4")}
     dynamo = worker("export", {"checkpoint": str(ckpt), "threads": args.threads, "out": str(work / "dynamo")}, work,
-                    shape, timeout=1800)  # fmt: skip
+                    shape, timeout=1800, reuse=True)  # fmt: skip
     longest = max(sizes["near"], *sizes["prefill"], *sizes["past"])
     common = {"seed": args.seed, "vocab": made["config"]["vocab_size"], "longest": longest, "threads": args.threads}
     truth_job = common | {"checkpoint": str(ckpt), "ours": ours["fused"]["folder"], "og": og["folder"],
                           "near": sizes["near"], "far": sizes["far"], "tail": sizes["tail"]}  # fmt: skip
-    truth = worker("truth", truth_job, work, shape)
+    truth = worker("truth", truth_job, work, shape, reuse=True)
     # int4: the float64 recompute with the weights the models hold (the builder's are the same values: the same
     # quantizer on the same fp32 weights, RTN block 32 symmetric, checked in the result)
     truth4 = worker("truth", truth_job | {"ours": ours["int4-gqa"]["folder"], "og": og["int4"]["folder"]}, work,
-                    f"{shape}-int4")  # fmt: skip
-    rows = entries(ours, og, dynamo, ckpt)
+                    f"{shape}-int4", reuse=True)  # fmt: skip
+    rows = [e for e in entries(ours, og, dynamo, ckpt) if not args.entries or e["name"] in args.entries]
     live = [e for e in rows if "error" not in e]
     timing = worker("time", common | {"entries": live, "sizes": sizes, "made": made}, work, shape)
     result: dict[str, Any] = {"checkpoint": made, "builds": {"ours": ours, "og": og},
@@ -182,6 +199,8 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of every engine (default 2)")
     parser.add_argument("--rounds", type=int, help="alternating rounds (default 9; quick 3)")
     parser.add_argument("--seed", type=int, default=0, help="weights and prompts seed")
+    parser.add_argument("--entries", nargs="+", metavar="NAME", help="time only these entries (default: every "
+                        f"one; a peer's ratios need the peer too): {', '.join(ENTRIES)}")  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--job", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -191,6 +210,9 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
         return work(args.worker, args.job)
     if not args.out:
         parser.error("--out is required: the folder for serving.json and serving.md")
+    unknown = [n for n in args.entries or () if n not in ENTRIES]
+    if unknown:
+        parser.error(f"--entries: {unknown[0]!r} is not an entry; allowed: {', '.join(ENTRIES)}")
     sizes = asdict(QUICK if args.quick else FULL) | ({"rounds": args.rounds} if args.rounds else {})
     shapes = args.shapes or (["tiny"] if args.quick else ["small", "100m"])
     started, load_before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]

@@ -19,7 +19,9 @@ silently):
 - ``tensorrt``: what TensorRT 10.15 parses (``ropeexport check-trt``): the cache concatenated outside a 4-D opset-23
   ``Attention`` that takes no cache, the mask additive in the dtype (0 or its most negative finite value, never a
   boolean and never ``is_causal``, which TensorRT aligns top-left), rows that see no key multiplied by 0;
-- ``gqa``: ONNX Runtime's ``GroupQueryAttention`` (``_attend_gqa``).
+- ``gqa``: ONNX Runtime's ``GroupQueryAttention``: its own causal rule with the padding alone as
+  ``attention_bias`` and the rows that see no key zeroed by ``head_sink`` (``_attend_gqa_padded``), or, with a
+  window, a bias piece or sinks, the full mask as ``attention_bias`` (``_attend_gqa``).
 The logits' variants (``AttentionSpec``) in every form: ``qk_norm`` (the ``norm`` component over each head of the
 projected query and key, before the rotation); ``scale`` (the ops' scale attribute; the decomposed form's constant);
 ``logit_softcap`` (Attention's and GroupQueryAttention's ``softcap`` attribute, which ONNX Runtime 1.31 CPU applies
@@ -276,34 +278,38 @@ def _attend_static(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str,
     return attended if bias is None else g.op("Mul", [attended, _sees(g, spec, mask)])
 
 
-def _attend_gqa(
-    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
-) -> str:
-    """ONNX Runtime's GroupQueryAttention over the cache; query [b, s, H * d], key and value [b, s, KV * d] in,
-    [b, s, H * d] out.
-
-    Query and key arrive rotated by the family's piece (as in the other forms), fed the 3-D tensors straight from the
-    projection (RotaryEmbedding takes [b, s, heads * d] with its num_heads): GroupQueryAttention's own rotary
-    (do_rotary) positions a first prompt at position_ids[:, 0] + i whatever the other position_ids say (measured on
-    ONNX Runtime 1.31 CPU), so a left-padded prompt would be rotated at the wrong positions. Every row's buffer counts
-    as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule does not cover (padding,
-    a window, a bias) goes in attention_bias [b, 1 | H, s, t]. Keys are stored rotated. past and present may be one
-    buffer [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s; the mask reads p as
-    t - s): how ``decoder.serve`` and onnxruntime-genai run this form. ``sinks`` [H]: its ``head_sink`` input.
-    """  # noqa: D205
-    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+def _seqlens(g: GraphBuilder) -> tuple[str, str]:
+    """GroupQueryAttention's (seqlens_k [b], total_sequence_length) int32: every row's buffer full, t - 1 and t."""
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     t = g.op("Shape", ["attention_mask"], start=1, end=2)  # [1]
     total = g.op("Cast", [g.op("Squeeze", [t, g.const("gqa_axis0", i64(0))])], to=TensorProto.INT32)
     b = g.op("Shape", ["position_ids"], start=0, end=1)  # one for all layers (see _mask)
     last = g.op("Sub", [total, g.const("gqa_one", np.array(1, np.int32))])
-    seqlens = g.op("Expand", [last, b], name="seqlens_k")  # [b] int32: the last slot of each (full) buffer
-    additive = _additive(g, spec, mask, bias)
-    inputs = [q, k, v, "past_key", "past_value", seqlens, total, "", "", "", additive]
+    return g.op("Expand", [last, b], name="seqlens_k"), total  # the last slot of each (full) buffer
+
+
+def _gqa(
+    g: GraphBuilder,
+    spec: AttentionSpec,
+    qkv: tuple[str, str, str],
+    lengths: tuple[str, str],
+    additive: str,
+    sinks: str | None,
+) -> str:
+    """The GroupQueryAttention node over the cache, its present outputs named; its output [b, s, H * d].
+
+    Every row's buffer counts as full (seqlens_k = t - 1, so its causal rule is the bottom-right one); what that rule
+    does not cover goes in ``additive`` (attention_bias [b, 1 | H, s, t]). past and present may be one buffer
+    [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s). ``sinks`` [H]: its
+    ``head_sink`` input, read with ``smooth_softmax``: exp(sink - max) in each row's denominator, the max taken over
+    it (measured on ONNX Runtime 1.31 CPU).
+    """
+    seqlens, total = lengths
+    inputs = [*qkv, "past_key", "past_value", seqlens, total, "", "", "", additive]
     variants: dict[str, Any] = {}
     if spec.logit_softcap:  # after the scale, before attention_bias (measured on ONNX Runtime 1.31 CPU)
         variants["softcap"] = spec.logit_softcap
-    if sinks is not None:  # head_sink: exp(sink - max) in each row's denominator, the max taken over it (measured)
+    if sinks is not None:
         inputs.append(sinks)
         variants["smooth_softmax"] = 1
     attended, present_key, present_value = g.op(
@@ -311,14 +317,60 @@ def _attend_gqa(
         inputs,
         n_out=3,
         name="attention",
-        num_heads=H,
-        kv_num_heads=KV,
+        num_heads=spec.num_heads,
+        kv_num_heads=spec.num_kv_heads,
         scale=_scale(spec),
         domain=MICROSOFT,
         **variants,
     )
     g.name_output(present_key, "present_key")
     g.name_output(present_value, "present_value")
+    return attended
+
+
+def _attend_gqa_padded(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str) -> str:
+    """GroupQueryAttention when only padding hides keys (no window, bias or sinks): [b, s, H * d] out.
+
+    The kernel's own causal rule (bottom-right, every buffer full) is the mask's causal part, so attention_bias
+    carries the padding alone: 0 for a real slot, -inf for a padded one, [b, 1, s, t] (the kernel wants s rows; a
+    [b, 1, 1, t] row is refused). A query that sees no real key (a left-padded prompt's padding) must output zeros:
+    ``head_sink`` = the dtype's most negative finite value with ``smooth_softmax`` does it inside the kernel. The
+    sink joins each row's max and denominator as exp(sink - max): for a row with a real key the max is a real logit
+    and the term is exp(-3.4e38 - max) = 0 (the softmax unchanged; measured to 1 ulp in fp32 against the additive
+    mask); for a row whose every logit is -inf the max is the sink, every key weighs exp(-inf) = 0 and the sink's
+    value slot is not a key: the output is exactly 0. Eleven nodes fewer per decoder than the full mask and the
+    per-layer "sees" factor, and one Mul fewer per layer (``tools/bench_serving.py``'s decode step).
+    """
+    i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
+    real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)  # [b, t]
+    real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, t]
+    # [b, 1, s, 1] from position_ids (every layer reads the same, so ONNX Runtime builds this once per decoder)
+    rows = g.op("Shape", [g.op("Unsqueeze", ["position_ids", g.const("query_rows_axes", i64(1, 3))])])
+    real = g.op("Expand", [real, rows])  # [b, 1, s, t]
+    opened = g.const("mask_open", round_once(np.array(0.0), spec.dtype))
+    closed = g.const("mask_padded", round_once(np.array(-np.inf), spec.dtype))
+    additive = g.op("Where", [real, opened, closed], name="attention_padding")
+    floor = round_once(np.full(spec.num_heads, DTYPES[spec.dtype].finite_min), spec.dtype)
+    return _gqa(g, spec, (q, k, v), _seqlens(g), additive, g.const("empty_row_sink", floor))
+
+
+def _attend_gqa(
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
+) -> str:
+    """ONNX Runtime's GroupQueryAttention over the cache with the full mask (a window, a bias piece or sinks);
+    query [b, s, H * d], key and value [b, s, KV * d] in, [b, s, H * d] out.
+
+    Query and key arrive rotated by the family's piece (as in the other forms), fed the 3-D tensors straight from the
+    projection (RotaryEmbedding takes [b, s, heads * d] with its num_heads): GroupQueryAttention's own rotary
+    (do_rotary) positions a first prompt at position_ids[:, 0] + i whatever the other position_ids say (measured on
+    ONNX Runtime 1.31 CPU), so a left-padded prompt would be rotated at the wrong positions. What the kernel's causal
+    rule (``_gqa``) does not cover (padding, a window, a bias) goes in attention_bias [b, 1 | H, s, t]; the mask reads
+    p as t - s (``_mask``'s shared). How ``decoder.serve`` and onnxruntime-genai run this form.
+    """  # noqa: D205
+    H, d = spec.num_heads, spec.head_dim
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    lengths = _seqlens(g)
+    attended = _gqa(g, spec, (q, k, v), lengths, _additive(g, spec, mask, bias), sinks)
     # 0 where a query sees no key: one Mul per layer by a [b, s, 1] (or, with a per-head bias, [b, s, H * d]) factor
     # that reads only the mask, so ONNX Runtime builds it once for every layer of a decoder.
     sees = g.op("Transpose", [_sees(g, spec, mask)], perm=[0, 2, 1, 3])  # [b, s, 1 | H, 1]
@@ -439,7 +491,7 @@ def attention_model(
     piece's range, none without a piece.
     """
     g = GraphBuilder(prefix="block/")
-    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    H = spec.num_heads
     arrays = dict(weights)
     hidden = int(arrays["q_proj"].shape[0])
     if spec.window and spec.graph == "static-cache":
@@ -461,6 +513,10 @@ def attention_model(
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
         added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
     static = spec.graph == "static-cache"
+    if spec.graph == "gqa" and added is None and not spec.window and not spec.sinks:
+        # GroupQueryAttention's own causal rule covers everything but the padding: no [s, t] mask to build
+        merged = _attend_gqa_padded(g, spec, q, k, v)
+        return _finish(g, spec, merged, stored, hidden, static, rotary, bias, metadata, name)
     mask = _static_mask(g) if static else _mask(g, spec.window, shared=spec.graph == "gqa")
     if added is not None:
         # A key the method itself hides (-inf: the bias's causal rule by position) counts as hidden everywhere, so a
@@ -474,9 +530,8 @@ def attention_model(
     if spec.sinks:  # [H] for GroupQueryAttention's head_sink, else [1, H, 1, 1] against the logits
         shape = (H,) if spec.graph == "gqa" else (1, H, 1, 1)
         sinks = g.const("sinks", round_once(arrays["sinks"].reshape(shape), spec.dtype))
-    merged = None
     if spec.graph == "gqa":
-        merged = _attend_gqa(g, spec, q, k, v, mask, added, sinks)
+        attended = _attend_gqa(g, spec, q, k, v, mask, added, sinks)
     elif static:
         attended = _attend_static(g, spec, q, k, v, mask, added)
     elif spec.graph == "tensorrt":
@@ -485,8 +540,28 @@ def attention_model(
         attended = _attend_fused(g, spec, q, k, v, mask, added, sinks)
     else:
         attended = _attend_decomposed(g, spec, q, k, v, mask, added, sinks)
+    return _finish(g, spec, attended, stored, hidden, static, rotary, bias, metadata, name)
+
+
+def _finish(
+    g: GraphBuilder,
+    spec: AttentionSpec,
+    attended: str,
+    stored: Mapping[str, str],
+    hidden: int,
+    static: bool,
+    rotary: onnx.ModelProto | None,
+    bias: onnx.ModelProto | None,
+    metadata: Mapping[str, str] | None,
+    name: str,
+) -> onnx.ModelProto:
+    """The output projection and the model around the layer: ``attended`` is [b, s, H * d] in the gqa form, else
+    [b, H, s, d].
+    """  # noqa: D205
+    H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
-    if merged is None:
+    merged = attended
+    if spec.graph != "gqa":
         heads_last = g.op("Transpose", [attended], perm=[0, 2, 1, 3])
         merged = g.op("Reshape", [heads_last, g.const("merge", i64(0, 0, H * d))])
     linear(g, merged, stored["o_proj"], stored.get("o_bias"), name="output")

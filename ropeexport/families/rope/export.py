@@ -18,7 +18,8 @@ batched with (vLLM #27414 is the whole-batch rule in a server). How a row picks 
   graph in float64 from L_b and rounded once; the computing branch sits under an ``If`` on the longest row (a batch
   whose rows are all short pays nothing) and keeps the default rows of every short row (a ``Where`` per row).
 Positions outside [0, max_positions) are mapped to an index past the table, so the lookup itself fails at run time:
-ONNX ``Gather`` would otherwise wrap a negative index to the end of the table.
+ONNX ``Gather`` would otherwise wrap a negative index to the end of the table. Called behind a guard of the same
+range (a block, a decoder), that clamp is dropped with the piece's own guard (``graph.guard``): one range test a call.
 """
 
 from __future__ import annotations
