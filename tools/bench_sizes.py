@@ -6,6 +6,8 @@ The same random-weight checkpoint for both.
     python tools/bench_sizes.py --work /tmp/sizes --model llama-3.2-1b:2 --out tools/figures  # the issue's 384M shape
     python tools/bench_sizes.py --work /tmp/sizes --model llama-3.1-8b --dtype fp16 --runs build builder --out ...
     python tools/bench_sizes.py --work /tmp/sizes --model llama-3.1-8b --dtype int4 --out tools/figures  # int4 weights
+    python tools/bench_sizes.py --work /tmp/sizes --dtype int4 --graph gqa --runs build genai builder builder-genai \
+        --out tools/figures  # served by onnxruntime-genai, ours (GroupQueryAttention, as the builder's) and theirs
 
 Each ``--model NAME[:LAYERS]`` gets a checkpoint from ``tools/write_checkpoint.py`` (bf16, kept in ``--work`` and
 reused), then each of ``--runs`` as its own process, one after another (nothing else of ours running):
@@ -142,7 +144,7 @@ def _free() -> dict[str, int]:
     return fields
 
 
-def export_only(checkpoint: str, out: str, dtype: str) -> None:
+def export_only(checkpoint: str, out: str, dtype: str, graph: str = "fused") -> None:
     """The build's export stage alone (``--runs build``): the request resolved and checked as ``build`` does (its
     memory estimate aside: that is the verification's), then ``decoder.kind.export_decoder`` into ``out`` (a new
     folder).
@@ -153,7 +155,7 @@ def export_only(checkpoint: str, out: str, dtype: str) -> None:
     from ropeexport.decoder.kind import export_decoder, weights_of
     from ropeexport.decoder.scenarios import check_positions
 
-    request = DecoderRequest(checkpoint=checkpoint, **_request_fields(dtype))
+    request = DecoderRequest(checkpoint=checkpoint, graph=graph, **_request_fields(dtype))
     spec, config = resolve(request)
     check_positions(spec, spec.sources.get("position.max_positions"))
     check_tokenizer(checkpoint)
@@ -232,8 +234,8 @@ def _cli_fields(dtype: str) -> list[str]:
     return ["--dtype", dtype]
 
 
-def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict[str, Any]:
-    """Every run of ``runs`` on one checkpoint (module doc)."""
+def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: str = "fused") -> dict[str, Any]:
+    """Every run of ``runs`` on one checkpoint (module doc); ``graph``: our decoder's form."""
     name, _, layers = model.partition(":")
     checkpoint = work / "checkpoints" / model.replace(":", "-l")
     if not (checkpoint / "config.json").exists():
@@ -247,7 +249,7 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
             raise SystemExit(f"write_checkpoint failed: {log.read_text()[-2000:]}")
         (checkpoint / "written.json").write_text(json.dumps(written) + "\n")
     config = json.loads((checkpoint / "config.json").read_text())
-    out: dict[str, Any] = {"model": model, "dtype": dtype, "checkpoint": str(checkpoint),
+    out: dict[str, Any] = {"model": model, "dtype": dtype, "graph": graph, "checkpoint": str(checkpoint),
                            "checkpoint_bytes": disk(checkpoint), "layers": config["num_hidden_layers"],
                            "runs": {}}  # fmt: skip
     if (checkpoint / "written.json").exists():  # what writing the checkpoint cost (tools/write_checkpoint.py)
@@ -260,10 +262,11 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
         cache = work / "cache" / f"{tag}-{run}"
         shutil.rmtree(cache, ignore_errors=True)
         if run == "build":
-            command = [PYTHON, str(Path(__file__).resolve()), "--export-only", str(checkpoint), str(target), dtype]
+            command = [PYTHON, str(Path(__file__).resolve()), "--export-only", str(checkpoint), str(target), dtype,
+                       graph]  # fmt: skip
         elif run in ("verified", "eager"):
             command = [PYTHON, "-m", "ropeexport", "build", "--artifact", "decoder", "--checkpoint", str(checkpoint),
-                       *_cli_fields(dtype), "--out", str(target)]  # fmt: skip
+                       *_cli_fields(dtype), "--graph", graph, "--out", str(target)]  # fmt: skip
             command += ["--no-eager"] if run == "verified" else []
         elif run in ("generate", "genai", "builder-genai"):
             served = _served(work, tag, run)
@@ -293,6 +296,18 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str) -> dict
     return out
 
 
+def _key(result: dict[str, Any]) -> str:
+    """``MODEL/DTYPE``, ``/GRAPH`` after it for a form other than fused: the rows a run adds or replaces."""
+    graph = result.get("graph", "fused")
+    return f"{result['model']}/{result['dtype']}" + (f"/{graph}" if graph != "fused" else "")
+
+
+def _form(result: dict[str, Any]) -> str:
+    """The dtype column: ``int4``, ``int4 gqa`` for a form other than fused."""
+    graph = result.get("graph", "fused")
+    return result["dtype"] + (f" {graph}" if graph != "fused" else "")
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
     """The figures as a table, with the targets' ratios."""
     lines = ["| model (layers, parameters) | dtype | run | wall (s) | peak RSS (GiB) | disk (GiB) | exit |",
@@ -301,26 +316,26 @@ def markdown(results: list[dict[str, Any]]) -> str:
     for r in results:
         label = f"{r['model']} ({r['layers']} layers)"
         for run, m in r["runs"].items():
-            lines.append(f"| {label} | {r['dtype']} | {run} | {m['wall_s']} | {m['peak_rss_gib']} | {m['disk_gib']} | "
+            lines.append(f"| {label} | {_form(r)} | {run} | {m['wall_s']} | {m['peak_rss_gib']} | {m['disk_gib']} | "
                          f"{m['exit']} |")  # fmt: skip
         for run, m in r["runs"].items():
             if m.get("served"):
                 f = m["served"]
-                notes.append(f"- {r['model']} {r['dtype']} {run}: prefill {f['prefill_tokens_per_second']:.0f} "
+                notes.append(f"- {r['model']} {_form(r)} {run}: prefill {f['prefill_tokens_per_second']:.0f} "
                              f"tokens/s ({PROMPT}-token prompt), decode {f['decode_ms_per_token']:.0f} ms/token "
                              f"(median of {NEW} new tokens)")  # fmt: skip
             if m["exit"] == -9:
-                notes.append(f"- {r['model']} {r['dtype']} {run}: killed by the kernel, out of memory, at "
+                notes.append(f"- {r['model']} {_form(r)} {run}: killed by the kernel, out of memory, at "
                              f"{m['peak_rss_gib']} GiB (of {_free()['MemTotal'] / 2**30:.1f} GiB)")  # fmt: skip
         ours, theirs = (r["runs"].get(k, {}).get("served") for k in ("genai", "builder-genai"))
         if ours and theirs:  # both served by onnxruntime-genai, one after the other (not alternating rounds)
-            notes.append(f"- {r['model']} {r['dtype']}: served by onnxruntime-genai, ropeexport / builder: decode "
+            notes.append(f"- {r['model']} {_form(r)}: served by onnxruntime-genai, ropeexport / builder: decode "
                          f"speed x{theirs['decode_ms_per_token'] / ours['decode_ms_per_token']:.2f}, prefill "
                          f"x{ours['prefill_tokens_per_second'] / theirs['prefill_tokens_per_second']:.2f} "
                          "(target >= 1)")  # fmt: skip
         build, builder = r["runs"].get("build"), r["runs"].get("builder")
         if build and builder and builder["exit"] == 0 and build["exit"] == 0:
-            notes.append(f"- {r['model']} {r['dtype']}: ropeexport build / builder: wall "
+            notes.append(f"- {r['model']} {_form(r)}: ropeexport build / builder: wall "
                          f"x{build['wall_s'] / builder['wall_s']:.2f} (target <= 2), peak RSS "
                          f"x{build['peak_rss_bytes'] / builder['peak_rss_bytes']:.2f} (target <= 1.5)")  # fmt: skip
     return "\n".join(lines + [""] + notes) + "\n"
@@ -329,7 +344,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Command line (module doc)."""
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--export-only":
-        export_only(*sys.argv[2:5])
+        export_only(*sys.argv[2:6])
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--work", type=Path, required=True, help="checkpoints, outputs and logs")
@@ -338,13 +353,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "int4"),
                    help="int4: fp32 activations, int4 weights, the builder's -p int4 settings (module doc)")
     p.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
+    p.add_argument("--graph", default="fused", choices=("fused", "gqa", "decomposed"),
+                   help="our decoder's graph form (the builder writes GroupQueryAttention: gqa is the like for like)")
     p.add_argument("--out", type=Path, help="folder for sizes.json and sizes.md")
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     results = []
     for model in args.model or ["llama-3.2-1b"]:
-        tag = f"{model.replace(':', '-l')}-{args.dtype}"
-        results.append(bench(model, args.dtype, args.runs, args.work, tag))
+        tag = f"{model.replace(':', '-l')}-{args.dtype}" + (f"-{args.graph}" if args.graph != "fused" else "")
+        results.append(bench(model, args.dtype, args.runs, args.work, tag, args.graph))
     document = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                             "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)},
                 "python": platform.python_version(), "results": results}  # fmt: skip
@@ -352,9 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / "sizes.json"
         old = json.loads(path.read_text()) if path.exists() else {}
-        merged = {f"{r['model']}/{r['dtype']}": r for r in old.get("results", [])}
+        merged = {_key(r): r for r in old.get("results", [])}
         for r in results:  # a run adds or replaces its rows; the other models' and runs' stay
-            key = f"{r['model']}/{r['dtype']}"
+            key = _key(r)
             merged[key] = {**r, "runs": {**merged.get(key, {}).get("runs", {}), **r["runs"]}}
         document["results"] = list(merged.values())
         if old.get("load_note"):  # what the rows' machine carried besides (kept with the rows it speaks of)

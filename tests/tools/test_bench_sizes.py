@@ -46,3 +46,12 @@ def test_the_table_notes_served_speed_a_killed_run_and_the_ratios() -> None:
     assert "- m int4 verified: killed by the kernel, out of memory, at 22.4 GiB" in text
     assert "- m int4: served by onnxruntime-genai, ropeexport / builder: decode speed x0.80, prefill x0.90" in text
     assert "wall x2.50 (target <= 2), peak RSS x0.50 (target <= 1.5)" in text
+
+
+def test_a_form_other_than_fused_is_its_own_row() -> None:
+    sizes = tool("bench_sizes")
+    run = {"wall_s": 1.0, "peak_rss_gib": 1.0, "peak_rss_bytes": 2**30, "disk_gib": 1.0, "exit": 0}
+    fused, gqa = ({"model": "m", "dtype": "int4", "layers": 2, "runs": {"build": run}, **extra}
+                  for extra in ({}, {"graph": "gqa"}))  # fmt: skip
+    assert sizes._key(fused) == "m/int4" and sizes._key(gqa) == "m/int4/gqa"
+    assert "| m (2 layers) | int4 gqa | build |" in sizes.markdown([fused, gqa])
