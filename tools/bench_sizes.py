@@ -26,9 +26,11 @@ reused), then each of ``--runs`` as its own process, one after another (nothing 
 - ``builder``: ``python -m onnxruntime_genai.models.builder -i DIR -o OUT -p PRECISION -e cpu -c CACHE`` (``-i``: the
   builder's flag for a local folder).
 
-``--dtype int4``: fp32 activations, int4 weights (``MatMulNBits``) in both tools at the same settings, the builder's
-defaults for ``-p int4`` (block 32, symmetric, accuracy level 0: ``onnxruntime_genai.models.quantization.quant_config``
-of 0.18): ours ``--dtype fp32 --weight-format int4 --block-size 32 --accuracy-level 0 --symmetric``.
+``--dtype int4``: fp32 activations, int4 weights (``MatMulNBits``) in both tools, block 32, symmetric, the builder's
+defaults for ``-p int4``: ours ``--dtype fp32 --weight-format int4 --block-size 32 --accuracy-level A --symmetric``.
+The builder's CPU model computes at accuracy level 4 (int8 activations: read from its MatMulNBits, onnxruntime-genai
+0.18); ours at ``--accuracy-level`` (default 0, fp32 activations: the level the float64 verification judges at the
+dtype's tolerance); ``--accuracy-level 4`` is the like for like of serving speed, its rows labelled ``a4``.
 
 Peak memory is the largest sum of VmRSS over the process and its children, sampled every 0.1 s from /proc (the
 builder's and ropeexport's figures are taken the same way); disk is the output folder's files (``du``-like, apparent
@@ -144,7 +146,7 @@ def _free() -> dict[str, int]:
     return fields
 
 
-def export_only(checkpoint: str, out: str, dtype: str, graph: str = "fused") -> None:
+def export_only(checkpoint: str, out: str, dtype: str, graph: str = "fused", level: str = "0") -> None:
     """The build's export stage alone (``--runs build``): the request resolved and checked as ``build`` does (its
     memory estimate aside: that is the verification's), then ``decoder.kind.export_decoder`` into ``out`` (a new
     folder).
@@ -155,7 +157,7 @@ def export_only(checkpoint: str, out: str, dtype: str, graph: str = "fused") -> 
     from ropeexport.decoder.kind import export_decoder, weights_of
     from ropeexport.decoder.scenarios import check_positions
 
-    request = DecoderRequest(checkpoint=checkpoint, graph=graph, **_request_fields(dtype))
+    request = DecoderRequest(checkpoint=checkpoint, graph=graph, **_request_fields(dtype, int(level)))
     spec, config = resolve(request)
     check_positions(spec, spec.sources.get("position.max_positions"))
     check_tokenizer(checkpoint)
@@ -219,23 +221,28 @@ def _served(work: Path, tag: str, run: str) -> Path:
     raise SystemExit(f"--runs {run} serves the verified run's decoder (genai: or the build run's): run it first")
 
 
-def _request_fields(dtype: str) -> dict[str, Any]:
-    """DecoderRequest's fields for ``--dtype`` (int4: the builder's ``-p int4`` defaults, module doc)."""
+def _request_fields(dtype: str, level: int = 0) -> dict[str, Any]:
+    """DecoderRequest's fields for ``--dtype`` (int4: the builder's ``-p int4`` block and symmetry at accuracy level
+    ``level``, module doc).
+    """  # noqa: D205
     if dtype == "int4":
-        return {"dtype": "fp32", "weight_format": "int4", "block_size": 32, "accuracy_level": 0, "symmetric": True}
+        return {"dtype": "fp32", "weight_format": "int4", "block_size": 32, "accuracy_level": level, "symmetric": True}
     return {"dtype": dtype}
 
 
-def _cli_fields(dtype: str) -> list[str]:
+def _cli_fields(dtype: str, level: int = 0) -> list[str]:
     """``ropeexport build``'s options for ``--dtype`` (as ``_request_fields``)."""
     if dtype == "int4":
-        return ["--dtype", "fp32", "--weight-format", "int4", "--block-size", "32", "--accuracy-level", "0",
+        return ["--dtype", "fp32", "--weight-format", "int4", "--block-size", "32", "--accuracy-level", str(level),
                 "--symmetric"]  # fmt: skip
     return ["--dtype", dtype]
 
 
-def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: str = "fused") -> dict[str, Any]:
-    """Every run of ``runs`` on one checkpoint (module doc); ``graph``: our decoder's form."""
+def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: str = "fused",
+          level: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Every run of ``runs`` on one checkpoint (module doc); ``graph``: our decoder's form, ``level`` its int4
+    accuracy level.
+    """  # noqa: D205
     name, _, layers = model.partition(":")
     checkpoint = work / "checkpoints" / model.replace(":", "-l")
     if not (checkpoint / "config.json").exists():
@@ -249,7 +256,8 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: 
             raise SystemExit(f"write_checkpoint failed: {log.read_text()[-2000:]}")
         (checkpoint / "written.json").write_text(json.dumps(written) + "\n")
     config = json.loads((checkpoint / "config.json").read_text())
-    out: dict[str, Any] = {"model": model, "dtype": dtype, "graph": graph, "checkpoint": str(checkpoint),
+    out: dict[str, Any] = {"model": model, "dtype": dtype, "graph": graph, "level": level,
+                           "checkpoint": str(checkpoint),
                            "checkpoint_bytes": disk(checkpoint), "layers": config["num_hidden_layers"],
                            "runs": {}}  # fmt: skip
     if (checkpoint / "written.json").exists():  # what writing the checkpoint cost (tools/write_checkpoint.py)
@@ -263,10 +271,10 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: 
         shutil.rmtree(cache, ignore_errors=True)
         if run == "build":
             command = [PYTHON, str(Path(__file__).resolve()), "--export-only", str(checkpoint), str(target), dtype,
-                       graph]  # fmt: skip
+                       graph, str(level)]  # fmt: skip
         elif run in ("verified", "eager"):
             command = [PYTHON, "-m", "ropeexport", "build", "--artifact", "decoder", "--checkpoint", str(checkpoint),
-                       *_cli_fields(dtype), "--graph", graph, "--out", str(target)]  # fmt: skip
+                       *_cli_fields(dtype, level), "--graph", graph, "--out", str(target)]  # fmt: skip
             command += ["--no-eager"] if run == "verified" else []
         elif run in ("generate", "genai", "builder-genai"):
             served = _served(work, tag, run)
@@ -296,16 +304,15 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: 
     return out
 
 
-def _key(result: dict[str, Any]) -> str:
-    """``MODEL/DTYPE``, ``/GRAPH`` after it for a form other than fused: the rows a run adds or replaces."""
-    graph = result.get("graph", "fused")
-    return f"{result['model']}/{result['dtype']}" + (f"/{graph}" if graph != "fused" else "")
-
-
 def _form(result: dict[str, Any]) -> str:
-    """The dtype column: ``int4``, ``int4 gqa`` for a form other than fused."""
-    graph = result.get("graph", "fused")
-    return result["dtype"] + (f" {graph}" if graph != "fused" else "")
+    """The dtype column: ``int4``; ``int4 gqa a4`` for a form other than fused, an accuracy level other than 0."""
+    graph, level = result.get("graph", "fused"), result.get("level", 0)
+    return " ".join([result["dtype"], *([graph] if graph != "fused" else []), *([f"a{level}"] if level else [])])
+
+
+def _key(result: dict[str, Any]) -> str:
+    """``MODEL/DTYPE[/GRAPH][/aLEVEL]`` (``_form``): the rows a run adds or replaces."""
+    return "/".join([result["model"], *_form(result).split()])
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
@@ -344,7 +351,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Command line (module doc)."""
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--export-only":
-        export_only(*sys.argv[2:6])
+        export_only(*sys.argv[2:7])
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--work", type=Path, required=True, help="checkpoints, outputs and logs")
@@ -353,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "int4"),
                    help="int4: fp32 activations, int4 weights, the builder's -p int4 settings (module doc)")
     p.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
+    p.add_argument("--accuracy-level", type=int, default=0, choices=(0, 1, 2, 3, 4),
+                   help="int4: our MatMulNBits' accuracy level (the builder's CPU model: 4; module doc)")
     p.add_argument("--graph", default="fused", choices=("fused", "gqa", "decomposed"),
                    help="our decoder's graph form (the builder writes GroupQueryAttention: gqa is the like for like)")
     p.add_argument("--out", type=Path, help="folder for sizes.json and sizes.md")
@@ -360,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     results = []
     for model in args.model or ["llama-3.2-1b"]:
-        tag = f"{model.replace(':', '-l')}-{args.dtype}" + (f"-{args.graph}" if args.graph != "fused" else "")
-        results.append(bench(model, args.dtype, args.runs, args.work, tag, args.graph))
+        level = args.accuracy_level if args.dtype == "int4" else 0
+        tag = _key({"model": model.replace(":", "-l"), "dtype": args.dtype, "graph": args.graph, "level": level})
+        results.append(bench(model, args.dtype, args.runs, args.work, tag.replace("/", "-"), args.graph, level))
     document = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                             "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)},
                 "python": platform.python_version(), "results": results}  # fmt: skip

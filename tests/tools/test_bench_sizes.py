@@ -29,6 +29,8 @@ def test_int4_is_the_builders_settings_in_both_tools() -> None:
     sizes = tool("bench_sizes")
     assert sizes._request_fields("int4") == {"dtype": "fp32", "weight_format": "int4", "block_size": 32,
                                             "accuracy_level": 0, "symmetric": True}  # fmt: skip
+    assert sizes._request_fields("int4", 4)["accuracy_level"] == 4
+    assert sizes._cli_fields("int4", 4)[sizes._cli_fields("int4", 4).index("--accuracy-level") + 1] == "4"
     cli = sizes._cli_fields("int4")
     assert cli[cli.index("--weight-format") + 1] == "int4" and cli[cli.index("--block-size") + 1] == "32"
     assert sizes._cli_fields("fp16") == ["--dtype", "fp16"]
@@ -51,7 +53,8 @@ def test_the_table_notes_served_speed_a_killed_run_and_the_ratios() -> None:
 def test_a_form_other_than_fused_is_its_own_row() -> None:
     sizes = tool("bench_sizes")
     run = {"wall_s": 1.0, "peak_rss_gib": 1.0, "peak_rss_bytes": 2**30, "disk_gib": 1.0, "exit": 0}
-    fused, gqa = ({"model": "m", "dtype": "int4", "layers": 2, "runs": {"build": run}, **extra}
-                  for extra in ({}, {"graph": "gqa"}))  # fmt: skip
-    assert sizes._key(fused) == "m/int4" and sizes._key(gqa) == "m/int4/gqa"
+    fused, gqa, a4 = ({"model": "m", "dtype": "int4", "layers": 2, "runs": {"build": run}, **extra}
+                      for extra in ({}, {"graph": "gqa"}, {"graph": "gqa", "level": 4}))  # fmt: skip
+    assert [sizes._key(r) for r in (fused, gqa, a4)] == ["m/int4", "m/int4/gqa", "m/int4/gqa/a4"]
     assert "| m (2 layers) | int4 gqa | build |" in sizes.markdown([fused, gqa])
+    assert "| m (2 layers) | int4 gqa a4 | build |" in sizes.markdown([a4])
