@@ -238,8 +238,11 @@ def held_weights(model: Any, spec: Any, folder: Path | None = None) -> tuple[Hel
     """  # noqa: D205
     from ropeexport.audits.model import Initializers
     from ropeexport.decoder.checkpoint import expected, geometry
+    from ropeexport.decoder.parts import head_name
 
     shapes = expected(spec)
+    if head_name(spec) == "lm_head":  # a tied head stored in int4: the embedding's transpose, a projection of its own
+        shapes.setdefault("lm_head", (spec.hidden_size, spec.vocab_size))
     parts: dict[str, tuple[NBits, tuple[int, int]]] = {}
     level = 0
     for name, weight in nbits_weights(model).items():
@@ -261,7 +264,7 @@ def held_weights(model: Any, spec: Any, folder: Path | None = None) -> tuple[Hel
         edges = [0, *(min(c, weight.N) for c in cuts), weight.N]  # np.split's parts: the last takes the rest
         for canonical, start, stop in zip(names, edges[:-1], edges[1:], strict=True):
             shape, columns = (weight.K, stop - start), (start, stop)
-            if canonical == "lm_head" and spec.tie_embeddings:  # the recompute's head is the embedding's transpose
+            if canonical == "lm_head" and head_name(spec) == "embed":  # the recompute's head: the embedding's transpose
                 continue
             if shapes.get(canonical) != shape:
                 raise SpecError("model", f"MatMulNBits weight {name!r} holds {canonical} as {list(shape)}, the "

@@ -31,7 +31,15 @@ from ropeexport.components.mlp import joined, mlp
 from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
 from ropeexport.decoder.checkpoint import BLOCK_NAMES, expected, geometry, layer_weights, lm_head
-from ropeexport.decoder.parts import Pieces, attention_spec, mlp_spec, norm_spec, position_pieces, weight_format
+from ropeexport.decoder.parts import (
+    Pieces,
+    attention_spec,
+    head_name,
+    mlp_spec,
+    norm_spec,
+    position_pieces,
+    weight_format,
+)
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.graph.onnx_io import (
@@ -138,7 +146,7 @@ def build_decoder_graph(
     _, h = normed(h, pending, top, "final_norm")
     if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
         g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing
-    head = stored("lm_head", lm_head(spec, weights)) if not spec.tie_embeddings else None
+    head = stored("lm_head", lm_head(spec, weights)) if head_name(spec) == "lm_head" else None
     if head is None:  # tied: the embedding read transposed, stored once
         head = g.op("Transpose", [embed], perm=[1, 0])
     logits = linear(g, h, head, top.get("lm_head_bias"))

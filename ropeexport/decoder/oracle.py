@@ -38,7 +38,7 @@ from ropeexport.components.moe import MoESpec, moe64
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, vocab_part
 from ropeexport.decoder.export import embed_scale
-from ropeexport.decoder.parts import Pieces, attention_spec, mlp_spec, norm_spec, twins, weight_format
+from ropeexport.decoder.parts import Pieces, attention_spec, head_name, mlp_spec, norm_spec, twins, weight_format
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.kinds import PositionPiece
 from ropeexport.numerics import round_once
@@ -70,6 +70,9 @@ class Stored64(Mapping[str, np.ndarray]):
     def __init__(self, spec: DecoderSpec, weights: Mapping[str, np.ndarray],
                  held: Mapping[str, np.ndarray] | None = None) -> None:  # fmt: skip
         self.spec, self.weights, self.reads = spec, weights, weight_format(spec)
+        # A tied head stored in int4 (``parts.head_name``) is a weight of its own here: the embedding's transpose as
+        # the weight format stores it.
+        self.derived = spec.tie_embeddings and head_name(spec) == "lm_head" and "lm_head" not in weights
         # ``held``: projections read back from the written model (``audits.held.held_weights``: int4 dequantized as
         # stored), the same values ``read64`` makes from the checkpoint without quantizing each weight again: what
         # makes a real-size int4 model's truth take minutes, not hours.
@@ -83,22 +86,27 @@ class Stored64(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.held:
             return self.held[name]
+        if name == "lm_head" and self.derived:
+            return self._stored(name, self.weights["embed"].T)
         return self._stored(name, self.weights[name])
 
     def __contains__(self, name: object) -> bool:
-        return name in self.weights  # Mapping's own converts the weight to float64
+        # Mapping's own converts the weight to float64
+        return name in self.weights or (name == "lm_head" and self.derived)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.weights)
+        return iter([*self.weights, *(["lm_head"] if self.derived else [])])
 
     def __len__(self) -> int:
-        return len(self.weights)
+        return len(self.weights) + self.derived
 
     def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
         """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``, as stored."""
         held = self.held
         if name in held and hasattr(held, "vocab_part"):
             return np.asarray(held.vocab_part(name, start, stop))
+        if name == "lm_head" and self.derived:  # the embedding's rows, transposed: the head's columns
+            return self._stored(name, vocab_part(self.weights, "embed", start, stop).T)
         return self._stored(name, vocab_part(self.weights, name, start, stop))
 
 
@@ -330,16 +338,16 @@ def _head(
     """Each h [b, s, hidden] times the output head [hidden, vocab] (+ bias): whole when the weights are held,
     else in slices of at most ``HEAD_SLICE_BYTES`` (each column's dot product is the same either way).
     """  # noqa: D205
-    name, vocab = ("embed" if spec.tie_embeddings else "lm_head"), spec.vocab_size
+    name, vocab = head_name(spec), spec.vocab_size
     if not hasattr(weights64, "vocab_part"):
-        head = weights64["embed"].T if spec.tie_embeddings else weights64["lm_head"]
+        head = weights64["embed"].T if name == "embed" else weights64["lm_head"]
         return [linear64(h, head, bias) for h in hs]
     step = max(1, HEAD_SLICE_BYTES // (8 * spec.hidden_size))
     out = [np.empty((*h.shape[:-1], vocab)) for h in hs]
     for start in range(0, vocab, step):
         stop = min(vocab, start + step)
         part = vocab_part(weights64, name, start, stop)
-        head = part.T if spec.tie_embeddings else part  # [hidden, stop - start]
+        head = part.T if name == "embed" else part  # [hidden, stop - start]
         for h, logits in zip(hs, out, strict=True):
             logits[..., start:stop] = linear64(h, head, None if bias is None else bias[start:stop])
         del part, head

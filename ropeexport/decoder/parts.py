@@ -27,13 +27,20 @@ Pieces = Sequence[PositionPiece | None]  # per layer its position piece, None: t
 
 
 def weight_format(spec: DecoderSpec) -> WeightFormat:
-    """How the decoder's projections (attention q/k/v/o, the MLP's, lm_head unless tied to the embedding) are
-    stored: rounded once to its dtype, or int4 (MatMulNBits) with its scales in the dtype. lm_head is quantized
+    """How the decoder's projections (attention q/k/v/o, the MLP's, lm_head: a tied one in int4 only, ``head_name``)
+    are stored: rounded once to its dtype, or int4 (MatMulNBits) with its scales in the dtype. lm_head is quantized
     with the rest, as onnxruntime-genai's builder does by default (``-p int4``); the embedding stays in the dtype.
     """  # noqa: D205
     if spec.weight_format == "int4":
         return WeightFormat.int4(spec.dtype, spec.block_size, spec.accuracy_level, spec.symmetric)
     return WeightFormat(spec.dtype)
+
+
+def head_name(spec: DecoderSpec) -> str:
+    """The weight the output head reads: ``lm_head`` [hidden, vocab] (its own, or a tied one stored in int4:
+    ``DecoderSpec.tied_head_int4``), or ``embed`` [vocab, hidden], read transposed in the dtype.
+    """  # noqa: D205
+    return "embed" if spec.tie_embeddings and not spec.tied_head_int4 else "lm_head"
 
 
 def norm_spec(spec: DecoderSpec) -> NormSpec:

@@ -158,6 +158,11 @@ class DecoderSpec:
     block_size: int = 0
     accuracy_level: int = 0
     symmetric: bool = True
+    # Tied embeddings in an int4 decoder: the head stored as the weight format stores a projection (MatMulNBits of the
+    # embedding's transpose, as onnxruntime-genai's builder quantizes a tied head), the embedding still gathered in
+    # ``dtype``. False: the head is the embedding read transposed, in ``dtype`` (int4 decoders built before; a float
+    # MatMul over the whole vocabulary, about half of a Llama-3.2-1B int4 decode step).
+    tied_head_int4: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -213,6 +218,9 @@ class DecoderSpec:
         """``weight_format`` and its int4 settings as ``linear.WeightFormat`` takes them (an int4 block size of 0
         becomes its default, 32); SpecError naming the field otherwise.
         """  # noqa: D205
+        if self.tied_head_int4 and not (self.weight_format == "int4" and self.tie_embeddings):
+            raise SpecError("tied_head_int4", "only an int4 decoder whose head is tied to its embedding stores that "
+                            "head in int4 apart from the embedding")  # fmt: skip
         if self.weight_format == "":
             WeightFormat(self.dtype, "", self.block_size, self.accuracy_level, self.symmetric)  # no int4 settings
             return
@@ -360,6 +368,8 @@ class DecoderSpec:
         if not self.weight_format:  # weights in the dtype: no int4 settings (earlier specs serialize as before)
             for name in ("weight_format", "block_size", "accuracy_level", "symmetric"):
                 del out[name]
+        if not self.tied_head_int4:  # as before the field existed
+            del out["tied_head_int4"]
         out["position"] = dict(self.position)
         if not self.uniform:
             default = self.default_layer().to_dict()

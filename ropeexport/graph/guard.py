@@ -15,8 +15,7 @@ float32 ReduceSum (an empty call has none out of range; TensorRT 8.6 reduces no 
 A graph that calls another artifact (a block its rope piece, a decoder its blocks) would otherwise check the same
 input once per level: a guard of the called piece that reads an input this level already checked, against the same
 range, is dropped, so a decoder checks ``position_ids`` once per call, not three times (and ONNX Runtime runs
-ten nodes instead of thirty each decode step). So is the piece's clamp behind that guard (``_superseded_clamps``):
-the same test again, mapping a bad position past its table, which no bad position reaches any more.
+ten nodes instead of thirty each decode step).
 """
 
 from __future__ import annotations
@@ -118,9 +117,6 @@ def _drop_nested_guards(graph: onnx.GraphProto, checked: str, max_positions: int
             continue  # another range: both checks stay
         steps = ("below", "inside", "beyond", "bad", "bad_f32", "count", "any", "index", "ok")
         dropped |= {f"{p}_{s}": "" for s in steps} | {add.output[0]: checked}
-    nested = {old for old, new in dropped.items() if new}  # the dropped guards' checked positions
-    clamps = _superseded_clamps(graph, nested, constants, producers, max_positions)
-    dropped |= {old: dropped.get(new, new) for old, new in clamps.items()}  # a clamp's rows may be a nested check
     gone = [n for n in graph.node if n.output and all(o in dropped for o in n.output)]
     orphans = {i for n in gone for i in n.input if i in constants}
     kept = [n for n in graph.node if not (n.output and all(o in dropped for o in n.output))]
@@ -130,59 +126,6 @@ def _drop_nested_guards(graph: onnx.GraphProto, checked: str, max_positions: int
         if new:
             rename_inputs(graph, old, new)
     return orphans
-
-
-def _superseded_clamps(
-    graph: onnx.GraphProto,
-    nested: set[str],
-    constants: dict[str, onnx.TensorProto],
-    producers: dict[str, onnx.NodeProto],
-    max_positions: int,
-) -> dict[str, str]:
-    """The range clamps of called pieces that this level's guard makes dead, {value: what its readers read}.
-
-    The value is what a clamp writes; its replacement is "" for a value nothing reads any more.
-
-    A piece maps a position outside [0, max_positions) past its table (``Where(Or(Less(pos, 0), Not(Less(pos,
-    limit))), past, rows)``, rope and the table families) so that its own lookup fails. Once the piece is called
-    behind a guard of the same range (its own guard dropped above), no such position reaches it: the Where always
-    picks ``rows``, and the same test ran twice per call (five nodes per decode step in a decoder). One range test
-    stays: the guard, which fails the call. Only a clamp that read a dropped guard's output goes: an artifact on its
-    own keeps its clamp.
-    """
-
-    def const(name: str) -> int | None:
-        tensor = constants.get(name)
-        return int(numpy_helper.to_array(tensor)) if tensor is not None and not tensor.dims else None
-
-    def made(name: str, op: str) -> onnx.NodeProto | None:
-        node = producers.get(name)
-        return node if node is not None and node.op_type == op else None
-
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
-    out: dict[str, str] = {}
-    for where in graph.node:
-        if where.op_type != "Where":
-            continue
-        bad = made(where.input[0], "Or")
-        below = made(bad.input[0], "Less") if bad is not None else None
-        beyond = made(bad.input[1], "Not") if bad is not None else None
-        inside = made(beyond.input[0], "Less") if beyond is not None else None
-        if bad is None or below is None or beyond is None or inside is None:
-            continue
-        if below.input[0] not in nested or inside.input[0] != below.input[0]:
-            continue
-        if const(below.input[1]) != 0 or const(inside.input[1]) != max_positions:
-            continue
-        out[where.output[0]] = where.input[2]
-        # the test's own values go too, where the clamp was their only reader
-        for node in (bad, below, beyond, inside):
-            if all(readers.get(o, 0) <= 1 for o in node.output):
-                out[node.output[0]] = ""
-    return out
 
 
 def _reads(graph: onnx.GraphProto) -> set[str]:

@@ -83,9 +83,12 @@ def test_int4_decoders_are_faithful_and_report_their_cost_apart(
     model = onnx.load(str(result.path / "model.onnx"), load_external_data=False)
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     layers = spec["num_layers"]
-    # qkv, o, gate | up, down per layer; lm_head unless tied (Gemma: the embedding read transposed, in the dtype)
-    assert len(nbits) == 4 * layers + (0 if spec.get("tie_embeddings") else 1)
+    # qkv, o, gate | up, down per layer; lm_head, a tied one too (Gemma: the embedding's transpose in int4, the
+    # embedding itself gathered in the dtype): no float MatMul over the vocabulary (half a 1B decode step)
+    assert len(nbits) == 4 * layers + 1
+    assert spec.get("tied_head_int4", False) is bool(spec.get("tie_embeddings"))
     assert not any(n.op_type == "MatMul" and "proj" in "".join(n.input) for n in model.graph.node)
+    assert [n.op_type for n in model.graph.node if "embed" in n.input] == ["Gather"]
     assert all({a.name: a.i for a in n.attribute}["block_size"] == block for n in nbits)
     assert all({a.name: a.i for a in n.attribute}.get("accuracy_level", 0) == level for n in nbits)
     embed = next(t for t in model.graph.initializer if t.name == "embed")
@@ -251,3 +254,30 @@ def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict,
     assert projections and set(projections) - {"lm_head"} <= set(held)
     for name in projections:
         np.testing.assert_array_equal(read[name], repacked[name], err_msg=name)
+
+
+# (the build's weights, whether the embedding is tied, tied_head_int4 as resolved, the weight the head reads)
+HEADS = [
+    ({"weight_format": "int4"}, True, True, "lm_head"),
+    ({"weight_format": "int4"}, False, False, "lm_head"),
+    ({}, True, False, "embed"),
+]
+
+
+@pytest.mark.parametrize(("weights", "tied", "quantized", "head"), HEADS)
+def test_a_tied_head_is_stored_in_int4_and_an_older_spec_keeps_its_own(
+    weights: dict[str, Any], tied: bool, quantized: bool, head: str
+) -> None:
+    from ropeexport.decoder.parts import head_name
+    from ropeexport.errors import SpecError
+    from tests.decoder.test_planted import LLAMA
+
+    spec, _ = resolve(DecoderRequest(config={**LLAMA, "tie_word_embeddings": tied}, name="tied", **weights))
+    assert (spec.tied_head_int4, head_name(spec)) == (quantized, head)
+    assert ("tied_head_int4" in spec.to_dict()) is quantized  # written only where set: older specs hash as before
+    if quantized:  # an int4 decoder built before the field (its manifest without it): the head read from the embedding
+        older = DecoderSpec(**{k: v for k, v in spec.to_dict().items() if k != "tied_head_int4"})
+        assert head_name(older) == "embed"
+    else:
+        with pytest.raises(SpecError, match="tied_head_int4"):
+            spec.replace(tied_head_int4=True)
