@@ -46,8 +46,13 @@ def test_the_peers_models_are_audited_and_their_faults_named(tmp_path: Path) -> 
     for source in planted:
         row = rows[bloom, source]
         assert row["finding_names"] == ["alibi-slopes"] and "2^(-8h/12)" in row["findings"][0]
-        assert row["graft"]["proven"] and row["graft"]["trust"] == "config"
+        assert row["graft"]["trust"] == "config"
         assert not row["graft"]["decoder"]["original"]["passed"] and row["graft"]["decoder"]["grafted"]["passed"]
+        # TorchScript's export takes no cache and no position_ids: its far calls cannot be placed, so its graft is
+        # proven up to the calls run only, never called proven (``proof_verdict.verdict``); dynamo's takes a cache
+        partial = script in source
+        assert row["graft"]["proven"] is not partial
+        assert row["graft"]["decoder"]["grafted"]["verdict"] == ("partial" if partial else "proven")
     assert rows["linear x4", script]["finding_names"] == ["float32-angles"]
     assert rows["linear x4", script]["graft"]["proven"]
     assert rows["linear x4", og]["sites"] == ["GroupQueryAttention do_rotary"]
