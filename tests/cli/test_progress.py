@@ -90,7 +90,7 @@ def test_a_decoder_build_off_a_terminal_tells_its_layers_and_scenarios(tiny_chec
     assert code == 0, captured.err
     lines = [line.split("] ", 1)[1] for line in captured.err.splitlines() if line.startswith("[")]
     assert lines[:3] == ["tiny: export", "tiny: export (0/2)", "tiny: export (1/2)"], lines
-    assert "tiny: verify" in lines and "tiny: decode-64: float64 (1/2)" in lines, lines
+    assert "tiny: verify" in lines and "tiny: every scenario: float64 (1/2)" in lines, lines
     assert any(line.startswith("tiny: decode-64 (0/") for line in lines), lines
     assert lines[-1] == "tiny: report"
     assert all(not line.startswith("[") for line in captured.out.splitlines())

@@ -13,8 +13,8 @@ import pytest
 
 from tests.toolmod import tool
 
-BENCH = tool("bench_serving")  # puts tools/ on sys.path: ``serving`` imports below
-import serving.cli as cli  # noqa: E402
+BENCH = tool("bench_serving")  # puts tools/ on sys.path and imports tools/serving, whose cli module is:
+cli = sys.modules["serving.cli"]
 
 
 def test_an_unknown_entry_is_refused_naming_the_allowed_ones(capsys: pytest.CaptureFixture[str]) -> None:
