@@ -167,25 +167,16 @@ def export_only(checkpoint: str, out: str, dtype: str, graph: str = "fused", lev
     print(export_decoder(spec, config, weights_of(spec, ckpt), ckpt, folder))
 
 
-# onnxruntime-genai serving a folder: argv DIR IDS NEW; prints the prefill and decode speed as one JSON line.
-GENAI = """
-import json, sys, time
-import numpy as np, onnxruntime_genai as og
+# onnxruntime-genai serving a folder: argv DIR IDS NEW; prints the prefill and decode speed as one JSON line
+# (``tools/genai_ab.py``'s ``serve``).
+GENAI = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / "tools")!r})
+import onnxruntime_genai as og
+from genai_ab import serve
 model = og.Model(sys.argv[1])
-ids, new = [int(i) for i in sys.argv[2].split(",")], int(sys.argv[3])
-params = og.GeneratorParams(model)
-params.set_search_options(max_length=len(ids) + new, do_sample=False)
-gen = og.Generator(model, params)
-start = time.perf_counter()
-gen.append_tokens(np.array([ids], dtype=np.int32))
-prefill = time.perf_counter() - start
-steps = []
-while not gen.is_done():
-    t = time.perf_counter()
-    gen.generate_next_token()
-    steps.append(time.perf_counter() - t)
-print(json.dumps({"prefill_tokens_per_second": len(ids) / prefill,
-                  "decode_ms_per_token": 1000 * float(np.median(steps)), "steps": len(steps)}))
+prefill, decode, steps = serve(model, [int(i) for i in sys.argv[2].split(",")], int(sys.argv[3]))
+print(json.dumps({{"prefill_tokens_per_second": prefill, "decode_ms_per_token": decode, "steps": steps}}))
 """
 
 

@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 
-def serve(model: Any, ids: list[int], new: int) -> tuple[float, float]:
-    """(prefill tokens/s, median decode ms a token) of one greedy generation."""
+def serve(model: Any, ids: list[int], new: int) -> tuple[float, float, int]:
+    """(prefill tokens/s, median decode ms a token, decode steps) of one greedy generation (``tools/bench_sizes.py``
+    serves with it too).
+    """  # noqa: D205
     import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
@@ -37,7 +39,7 @@ def serve(model: Any, ids: list[int], new: int) -> tuple[float, float]:
         t = time.perf_counter()
         generator.generate_next_token()
         steps.append(time.perf_counter() - t)
-    return len(ids) / prefill, 1000 * float(np.median(steps))
+    return len(ids) / prefill, 1000 * float(np.median(steps)), len(steps)
 
 
 def quartiles(values: list[float]) -> list[float]:
