@@ -136,9 +136,9 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     # call (a call recomputed whole at most); one layer's widest activations of one call at a time (the MLP's, the
     # hidden states; a mixture's portable graph computes every expert for every token: E times the MLP's, and E
     # outputs).
-    slots = sum(len(s.prompts) * (max(s.prompts) + s.steps) for s in runs)
-    widest = max(len(s.prompts) * (max(s.prompts) + s.steps) for s in runs)
-    states = sum(len(s.prompts) * (max(s.prompts) + s.steps) * (s.steps + 1) for s in runs)
+    rows = [len(s.prompts) * (max(s.prompts) + s.steps) for s in runs]  # each scenario's token-rows
+    slots, widest = sum(rows), max(rows)
+    states = sum(n * (s.steps + 1) for n, s in zip(rows, runs, strict=True))
     inner = 3 * spec.intermediate_size
     if spec.num_experts:
         inner = spec.num_experts * (inner + spec.hidden_size)

@@ -11,15 +11,13 @@ import numpy as np
 import pytest
 
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import geometry, seeded_weights
-from ropeexport.decoder.export import cache_names
-from ropeexport.decoder.greedy import Call, run_scenario
+from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.decoder.oracle import Feed, Stored64, chained, chained_float64, decoders_float64, extends
 from ropeexport.decoder.parts import position_pieces
-from ropeexport.decoder.scenarios import scenarios
 from tests.decoder.test_mixed_regimes import DYNAMIC
 from tests.decoder.test_planted import LLAMA, MISTRAL, PHI3
 from tests.decoder.tiny import CONFIGS as TINY
+from tests.toolmod import tool
 
 GEMMA3 = {"model_type": TINY["gemma3"][0], **TINY["gemma3"][1]}
 BLOOM = {"model_type": "bloom", "vocab_size": 96, "n_layer": 2, "hidden_size": 32, "n_head": 4}
@@ -37,26 +35,8 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
 SAME = 1e-12
 
 
-def _calls(spec: Any) -> list[tuple[str, list[Call]]]:
-    """Every scenario's calls, run through a stand-in runtime of seeded logits (the truth reads only the tokens)."""
-    rng = np.random.default_rng(0)
-
-    def infer(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        b, s = feeds["input_ids"].shape
-        out = {"logits": rng.standard_normal((b, s, spec.vocab_size)).astype(np.float32)}
-        for i in range(spec.num_layers):
-            past_key, past_value, present_key, present_value = cache_names(i)
-            _, KV, d = geometry(spec, i)
-            new = np.zeros((b, KV, s, d), np.float32)
-            out[present_key] = np.concatenate([feeds[past_key], new], axis=2)
-            out[present_value] = np.concatenate([feeds[past_value], new], axis=2)
-        return out
-
-    return [(scenario.name, run_scenario(infer, spec, scenario)) for scenario in scenarios(spec)]
-
-
-def _feeds(calls: list[Call]) -> list[Feed]:
-    return [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in calls]
+TRUTH_ROWS = tool("truth_rows")  # every scenario's calls through a stand-in runtime, and their feeds
+_calls, _feeds = TRUTH_ROWS.calls, TRUTH_ROWS.feeds
 
 
 @pytest.fixture(scope="module", params=list(CASES))
