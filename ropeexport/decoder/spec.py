@@ -161,7 +161,7 @@ class DecoderSpec:
     # Tied embeddings in an int4 decoder: the head stored as the weight format stores a projection (MatMulNBits of the
     # embedding's transpose, as onnxruntime-genai's builder quantizes a tied head), the embedding still gathered in
     # ``dtype``. False: the head is the embedding read transposed, in ``dtype`` (int4 decoders built before; a float
-    # MatMul over the whole vocabulary, about half of a Llama-3.2-1B int4 decode step).
+    # MatMul over the whole vocabulary: 27 of the 88 ms of a Llama-3.2-1B int4 decode step at accuracy level 0).
     tied_head_int4: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
