@@ -5,8 +5,9 @@
 Each folder's ``model.onnx`` (ropeexport's decoder or onnxruntime-genai's builder's: both take input_ids,
 attention_mask, optionally position_ids, and past_key_values.*) gets one token after a 128-entry cache, 3 warm-up
 runs, then 10 timed and profiled; per op type the kernel milliseconds a step and the nodes a step, and per
-MatMulNBits output width its microseconds a node. The folders are profiled one after the other, so load that drifts
-between them moves the comparison (``tools/genai_ab.py`` alternates).
+MatMulNBits output width its microseconds a node. Each folder is profiled in a fresh process of its own (the first
+model a process loads runs about 9% slower than later ones: ``tools/genai_ab.py``), one after the other, so load that
+drifts between them moves the comparison (``tools/genai_ab.py`` and ``tools/session_ab.py`` alternate).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import collections
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,14 +79,27 @@ def profile(folder: Path) -> dict[str, Any]:
     }
 
 
+def _profiled_apart(folder: Path) -> dict[str, Any]:
+    """``profile(folder)`` in a fresh process (module doc)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--one", str(folder)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"profiling {folder} failed: {done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line (module doc)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("folders", type=Path, nargs="+")
     p.add_argument("--out", type=Path)
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one folder, one JSON line
     args = p.parse_args(argv)
+    if args.one:
+        print(json.dumps(profile(args.folders[0])))
+        return 0
     before = os.getloadavg()
-    found = [profile(folder) for folder in args.folders]
+    found = [_profiled_apart(folder) for folder in args.folders]
     out = {"command": "python tools/decode_profile.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "load_average": {"before": [round(x, 2) for x in before],
                             "after": [round(x, 2) for x in os.getloadavg()]},

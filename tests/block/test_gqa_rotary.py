@@ -1,8 +1,10 @@
-"""Why the ``gqa`` block form rotates with the rope piece instead of GroupQueryAttention's own do_rotary.
+"""Why the ``gqa`` form lets GroupQueryAttention rotate (do_rotary) only once the cache holds tokens.
 
-ONNX Runtime 1.31's CPU GroupQueryAttention, fed exact cos/sin caches and position_ids, honours position_ids once a
-cache exists, but positions a first prompt at position_ids[:, 0] + i: a left-padded prompt ([0, 0, 0, 1, 2, 3]) is
-rotated at the wrong positions. If a later release changes this, this test says so (and the form can use it).
+ONNX Runtime 1.31's CPU GroupQueryAttention, fed exact cos/sin caches and position_ids, honours position_ids row by
+row once a cache exists (``attention.graph._gqa``'s then-branch relies on it), but rotates a first prompt at
+position_ids[0, 0] + i in every row: a left-padded prompt ([0, 0, 0, 1, 2, 3]), or a batch whose rows start at
+different positions, is rotated at the wrong positions, so a first prompt runs the rope piece's RotaryEmbedding
+nodes instead. If a later release changes this, this test says so (and the form can use it).
 """
 
 from __future__ import annotations
@@ -45,19 +47,29 @@ def _rotated(x: np.ndarray, positions: list[int]) -> np.ndarray:
     return np.concatenate([a * np.cos(angles) - b * np.sin(angles), a * np.sin(angles) + b * np.cos(angles)], -1)
 
 
-@pytest.mark.parametrize(
-    ("past", "positions", "honoured"),
-    [(0, [0, 0, 0, 1, 2, 3], False), (0, [5, 9, 20], False), (0, [5, 6, 7], True), (2, [7, 8], True), (2, [30], True)],
-)
-def test_group_query_attention_rotary_positions(past: int, positions: list[int], honoured: bool) -> None:
+# (cached tokens, position_ids per row, honoured in every row)
+CASES = [
+    (0, [[0, 0, 0, 1, 2, 3]], False),
+    (0, [[5, 9, 20]], False),
+    (0, [[5, 6, 7]], True),
+    (0, [[3, 4, 5], [0, 1, 2]], False),  # a batch's rows starting apart: every row rotated as row 0
+    (2, [[7, 8]], True),
+    (2, [[30]], True),
+    (2, [[30], [3]], True),  # a decode step of a batch: each row at its own position
+]
+
+
+@pytest.mark.parametrize(("past", "positions", "honoured"), CASES)
+def test_group_query_attention_rotary_positions(past: int, positions: list[list[int]], honoured: bool) -> None:
     rng = np.random.default_rng(0)
-    s = len(positions)
-    q, k = (rng.standard_normal((1, s, D)).astype(np.float32) for _ in range(2))
-    cache = np.zeros((1, 1, past, D), np.float32)
-    feeds = {"q": q, "k": k, "v": k, "pk": cache, "pv": cache, "seqlens": np.array([past + s - 1], np.int32),
-             "total": np.array(past + s, np.int32), "pos": np.array([positions], np.int64)}  # fmt: skip
-    stored = _session().run(["present_key"], feeds)[0][0, 0, past:]
-    error = np.abs(stored - _rotated(k[0], positions)).max()
+    b, s = len(positions), len(positions[0])
+    q, k = (rng.standard_normal((b, s, D)).astype(np.float32) for _ in range(2))
+    cache = np.zeros((b, 1, past, D), np.float32)
+    feeds = {"q": q, "k": k, "v": k, "pk": cache, "pv": cache, "seqlens": np.full(b, past + s - 1, np.int32),
+             "total": np.array(past + s, np.int32), "pos": np.array(positions, np.int64)}  # fmt: skip
+    stored = _session().run(["present_key"], feeds)[0][:, 0, past:]
+    error = max(np.abs(stored[i] - _rotated(k[i], row)).max() for i, row in enumerate(positions))
     assert (error < 1e-5) == honoured, error
-    if past == 0 and not honoured:  # what it does instead: the first position, then one per token
-        assert np.abs(stored - _rotated(k[0], [positions[0] + i for i in range(s)])).max() < 1e-5
+    if past == 0 and not honoured:  # what it does instead: row 0's first position, then one per token, in every row
+        first = [positions[0][0] + i for i in range(s)]
+        assert max(np.abs(stored[i] - _rotated(k[i], first)).max() for i in range(b)) < 1e-5

@@ -23,8 +23,11 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("gptj", "tensorrt"),
     ("mistral-window", "tensorrt"),
     ("llama", "gqa"),
+    ("llama-d16", "gqa"),
     ("phi3-longrope", "gqa"),
+    ("phi3-longrope-d16", "gqa"),
     ("mistral-window", "gqa"),
+    ("mistral-window-d16", "gqa"),
     ("llama-dynamic", "gqa"),
     ("bloom", "gqa"),
     ("phi3-partial-longrope", "gqa"),
@@ -74,8 +77,17 @@ def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_pat
     assert not any(p.name.startswith(".building") for p in (tmp_path / "out").iterdir())
 
 
-FP16 = [("phi3-longrope", "fused"), ("gpt_neox", "decomposed"), ("qwen3", "fused"), ("gemma3", "gqa"),
-        ("gemma2", "decomposed"), ("smollm3-nope", "fused"), ("gpt_oss", "gqa"), ("gpt_oss", "decomposed")]
+FP16 = [
+    ("phi3-longrope", "fused"),
+    ("gpt_neox", "decomposed"),
+    ("qwen3", "fused"),
+    ("gemma3", "gqa"),
+    ("llama-d16", "gqa"),
+    ("gemma2", "decomposed"),
+    ("smollm3-nope", "fused"),
+    ("gpt_oss", "gqa"),
+    ("gpt_oss", "decomposed"),
+]
 
 
 @pytest.mark.parametrize(("name", "graph"), tiered(FP16, lambda c: c == FP16[0]), ids=[f"{n}-{g}" for n, g in FP16])
@@ -116,8 +128,7 @@ def test_fp16_gpt_oss_is_judged_against_the_routing_it_took(tmp_path: Path, tiny
         ("llama-llama3", {"prompt-across-switch", "decode-across-switch", "far-positions"}),
     ],
 )
-def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], tmp_path: Path,
-                                                tiny_checkpoint) -> None:  # noqa: ANN001
+def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     result = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), eager=False)
     by_name = {s["name"]: s for s in result.report["scenarios"]}
     assert expected <= set(by_name)

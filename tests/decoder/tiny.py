@@ -16,6 +16,8 @@ _LONGROPE = {"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.3], "long_fac
 # name -> (model_type, config fields): every architecture, each schedule, the structural variants.
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama": ("llama", {**_SMALL, "num_key_value_heads": 2}),
+    # head_dim 16: GroupQueryAttention rotates decode steps itself in the gqa form (``attention.graph._kernel_rotary``)
+    "llama-d16": ("llama", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16}),
     "llama-biases": ("llama", {**_SMALL, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True}),
     "llama-llama3": ("llama", {**_SMALL, "num_key_value_heads": 1, "max_position_embeddings": 512,
                                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -23,11 +25,17 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama-dynamic": ("llama", {**_SMALL, "max_position_embeddings": 128,
                                 "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}),
     "mistral-window": ("mistral", {**_SMALL, "num_key_value_heads": 2, "sliding_window": 6}),
+    "mistral-window-d16": ("mistral", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 6}),
     "qwen2-yarn": ("qwen2", {**_SMALL, "num_key_value_heads": 2, "max_position_embeddings": 256,
                              "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                               "original_max_position_embeddings": 64}}),
     "phi3-longrope": ("phi3", {**_SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "max_position_embeddings": 256,
                                "original_max_position_embeddings": 64, "rope_scaling": _LONGROPE}),
+    "phi3-longrope-d16": ("phi3", {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "pad_token_id": 0,
+                                   "max_position_embeddings": 256, "original_max_position_embeddings": 64,
+                                   "rope_scaling": {"type": "longrope",
+                                                    "short_factor": [1.0 + i / 10 for i in range(8)],
+                                                    "long_factor": [2.0 + i for i in range(8)]}}),
     # Phi-4-mini's shape: partial rotary 0.75 (12 of 16 channels) under LongRoPE, KV heads 12 wide in the cache.
     "phi3-partial-longrope": ("phi3", {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "pad_token_id": 0,
                                        "partial_rotary_factor": 0.75, "max_position_embeddings": 256,

@@ -1,6 +1,7 @@
 """``GroupQueryAttention`` (com.microsoft) with ``do_rotary=1``: its cos_cache / sin_cache inputs (7, 8), tables
 [max_positions, rotary_dim / 2] indexed by the positions it counts itself (onnxruntime-genai's builder; an ``If`` may
-pick between two, as its LongRoPE models do).
+pick between two, as its LongRoPE models do), or by its position_ids input (9) where it has one (ropeexport's gqa
+form once the cache holds tokens).
 
 ONNX Runtime checks the caches only when the operator runs (``cos_cache dimension 1 must be <= head_size / 2 and a
 multiple of 8`` in 1.31: a head_dim 32 model with partial rotary 0.75 has 12-wide caches, and cannot run at all), so
@@ -22,7 +23,10 @@ TOKENS = 8
 def _match(node: ir.Node) -> Match | None:
     if node.op_type != "GroupQueryAttention" or (node.domain or "") != MICROSOFT or not attr(node, "do_rotary"):
         return None
-    return 7, 8, None, bool(attr(node, "rotary_interleaved")), True
+    # position_ids (input 9, ONNX Runtime 1.2x on): the table rows it reads once the cache holds tokens, as
+    # ropeexport's gqa form feeds them (its piece's rows: a LongRoPE row past the switch reads the long table)
+    rows = node.inputs[9] if len(node.inputs) > 9 else None
+    return 7, 8, rows, bool(attr(node, "rotary_interleaved")), True
 
 
 def find(graph: ir.Graph, walk: Walk) -> list[Site]:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -288,6 +289,56 @@ def _seqlens(g: GraphBuilder) -> tuple[str, str]:
     return g.op("Expand", [last, b], name="seqlens_k"), total  # the last slot of each (full) buffer
 
 
+@dataclass(frozen=True)
+class KernelRotary:
+    """The rotation GroupQueryAttention does itself (``do_rotary``) once the cache holds tokens (``_kernel_rotary``).
+
+    ``packed``: the projection [b, s, (H + 2 KV) d] the kernel reads whole; ``tables``: the piece's cos and sin
+    [rows, r/2] and its row per token [b, s] (the same inputs its RotaryEmbedding nodes read); ``interleaved``: the
+    pairs' layout; ``explicit``: the Split and the piece's two RotaryEmbedding nodes, which a first prompt runs.
+    """
+
+    packed: str
+    tables: tuple[str, str, str]
+    interleaved: int
+    explicit: tuple[onnx.NodeProto, ...]
+
+
+def _kernel_rotary(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str) -> KernelRotary | None:
+    """Take the projection's Split and the piece's RotaryEmbedding nodes out of ``g`` for ``_gqa`` to branch on, when
+    GroupQueryAttention can rotate in their place; None (``g`` unchanged) when it cannot.
+
+    It can when the piece rotates query and key with one table by rows (a static or a switched schedule: not dynamic
+    NTK's per-token tables), straight from the projection (no qk_norm between), in a geometry ONNX Runtime 1.31's CPU
+    kernel runs (head_dim a multiple of 16, r/2 a multiple of 8). Decode steps then run three nodes fewer a layer:
+    the Split and two RotaryEmbedding (Llama-3.2-1B int4 decode 0.93x -> 0.99x of the builder's on plain sessions,
+    ``tools/decode_profile.py``).
+    """  # noqa: D205
+    producers = {o: n for n in g.nodes for o in n.output}
+    rotations = [producers.get(q), producers.get(k)]
+    if any(n is None or n.op_type != "RotaryEmbedding" or len(n.input) != 4 for n in rotations):
+        return None  # no rotary piece, a per-token table (dynamic NTK), or nothing rotated here
+    rq, rk = rotations
+    assert rq is not None and rk is not None
+    split = producers.get(rq.input[0])
+    if split is None or split.op_type != "Split" or list(split.output) != [rq.input[0], rk.input[0], v]:
+        return None  # a norm between the projection and the rotation (qk_norm)
+    attributes = [
+        {a.name: helper.get_attribute_value(a) for a in n.attribute if a.name != "num_heads"} for n in rotations
+    ]
+    if list(rq.input[1:]) != list(rk.input[1:]) or attributes[0] != attributes[1]:
+        return None
+    rotary_dim = int(attributes[0].get("rotary_embedding_dim") or spec.head_dim)
+    if spec.head_dim % 16 or (rotary_dim // 2) % 8:
+        return None
+    moved = (split, rq, rk)
+    if any(set(n.input) & {*split.output, q, k} for n in g.nodes if all(n is not m for m in moved)):
+        return None  # another node reads the rotated tensors
+    g.nodes[:] = [n for n in g.nodes if all(n is not m for m in moved)]
+    tables = (rq.input[1], rq.input[2], rq.input[3])
+    return KernelRotary(split.input[0], tables, int(attributes[0].get("interleaved", 0)), moved)
+
+
 def _gqa(
     g: GraphBuilder,
     spec: AttentionSpec,
@@ -295,6 +346,7 @@ def _gqa(
     lengths: tuple[str, str],
     additive: str,
     sinks: str | None,
+    rotary: KernelRotary | None = None,
 ) -> str:
     """The GroupQueryAttention node over the cache, its present outputs named; its output [b, s, H * d].
 
@@ -303,32 +355,53 @@ def _gqa(
     [b, KV, capacity, d] (ONNX Runtime then writes the new keys in place at slot t - s). ``sinks`` [H]: its
     ``head_sink`` input, read with ``smooth_softmax``: exp(sink - max) in each row's denominator, the max taken over
     it (measured on ONNX Runtime 1.31 CPU).
+
+    With ``rotary`` (``_kernel_rotary``), an If on t > s: once the cache holds tokens, the kernel rotates the packed
+    projection itself by the piece's tables at the piece's rows (ONNX Runtime 1.31 CPU honours position_ids then,
+    row by row); a first prompt (t = s) runs the piece's RotaryEmbedding nodes and the kernel without rotation, since
+    there the kernel rotates every row at position_ids[0, 0] + i whatever the other position_ids say
+    (``tests/block/test_gqa_rotary.py``), which a left-padded batch would get wrong.
     """
     seqlens, total = lengths
-    inputs = [*qkv, "past_key", "past_value", seqlens, total, "", "", "", additive]
+    tail = [additive] if sinks is None else [additive, sinks]
     variants: dict[str, Any] = {}
     if spec.logit_softcap:  # after the scale, before attention_bias (measured on ONNX Runtime 1.31 CPU)
         variants["softcap"] = spec.logit_softcap
     if sinks is not None:
-        inputs.append(sinks)
         variants["smooth_softmax"] = 1
-    attended, present_key, present_value = g.op(
-        "GroupQueryAttention",
-        inputs,
-        n_out=3,
-        name="attention",
-        num_heads=spec.num_heads,
-        kv_num_heads=spec.num_kv_heads,
-        scale=_scale(spec),
-        domain=MICROSOFT,
-        **variants,
-    )
+    kernel = {"num_heads": spec.num_heads, "kv_num_heads": spec.num_kv_heads, "scale": _scale(spec), **variants}
+    if rotary is None:
+        inputs = [*qkv, "past_key", "past_value", seqlens, total, "", "", "", *tail]
+        attended, present_key, present_value = g.op("GroupQueryAttention", inputs, n_out=3, name="attention",
+                                                    domain=MICROSOFT, **kernel)  # fmt: skip
+    else:
+        t = g.op("Shape", ["attention_mask"], start=1, end=2)
+        s = g.op("Shape", ["position_ids"], start=1, end=2)
+        cached = g.op("Greater", [t, s], name="cache_holds_tokens")  # [1]: the same for every layer
+        cos, sin, rows = rotary.tables
+        rotating = [rotary.packed, "", "", "past_key", "past_value", seqlens, total, cos, sin, rows, *tail]
+        explicit = [*qkv, "past_key", "past_value", seqlens, total, "", "", "", *tail]
+        branches = {}
+        for label, inputs, extra in (("rotating", rotating, {"do_rotary": 1, "rotary_interleaved": rotary.interleaved}),
+                                     ("explicit", explicit, {})):  # fmt: skip
+            outputs = [f"{g.prefix}attention_{label}_{i}" for i in range(3)]
+            node = helper.make_node("GroupQueryAttention", inputs, outputs, name=f"{g.prefix}attention_{label}_node",
+                                    domain=MICROSOFT, **kernel, **extra)  # fmt: skip
+            nodes = [node] if label == "rotating" else [*rotary.explicit, node]
+            dtype = DTYPES[spec.dtype].onnx
+            values = [helper.make_tensor_value_info(o, dtype, None) for o in outputs]
+            branches[label] = helper.make_graph(nodes, f"{g.prefix}attention_{label}", [], values)
+        attended, present_key, present_value = g.op("If", [cached], n_out=3, name="attention",
+                                                    then_branch=branches["rotating"],
+                                                    else_branch=branches["explicit"])  # fmt: skip
     g.name_output(present_key, "present_key")
     g.name_output(present_value, "present_value")
     return attended
 
 
-def _attend_gqa_padded(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str) -> str:
+def _attend_gqa_padded(
+    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, rotary: KernelRotary | None = None
+) -> str:
     """GroupQueryAttention when only padding hides keys (no window, bias or sinks): [b, s, H * d] out.
 
     The kernel's own causal rule (bottom-right, every buffer full) is the mask's causal part, so attention_bias
@@ -351,11 +424,19 @@ def _attend_gqa_padded(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: 
     closed = g.const("mask_padded", round_once(np.array(-np.inf), spec.dtype))
     additive = g.op("Where", [real, opened, closed], name="attention_padding")
     floor = round_once(np.full(spec.num_heads, DTYPES[spec.dtype].finite_min), spec.dtype)
-    return _gqa(g, spec, (q, k, v), _seqlens(g), additive, g.const("empty_row_sink", floor))
+    return _gqa(g, spec, (q, k, v), _seqlens(g), additive, g.const("empty_row_sink", floor), rotary)
 
 
 def _attend_gqa(
-    g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, mask: str, bias: str | None, sinks: str | None = None
+    g: GraphBuilder,
+    spec: AttentionSpec,
+    q: str,
+    k: str,
+    v: str,
+    mask: str,
+    bias: str | None,
+    sinks: str | None = None,
+    rotary: KernelRotary | None = None,
 ) -> str:
     """ONNX Runtime's GroupQueryAttention over the cache with the full mask (a window, a bias piece or sinks);
     query [b, s, H * d], key and value [b, s, KV * d] in, [b, s, H * d] out.
@@ -370,7 +451,7 @@ def _attend_gqa(
     H, d = spec.num_heads, spec.head_dim
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     lengths = _seqlens(g)
-    attended = _gqa(g, spec, (q, k, v), lengths, _additive(g, spec, mask, bias), sinks)
+    attended = _gqa(g, spec, (q, k, v), lengths, _additive(g, spec, mask, bias), sinks, rotary)
     # 0 where a query sees no key: one Mul per layer by a [b, s, 1] (or, with a per-head bias, [b, s, H * d]) factor
     # that reads only the mask, so ONNX Runtime builds it once for every layer of a decoder.
     sees = g.op("Transpose", [_sees(g, spec, mask)], perm=[0, 2, 1, 3])  # [b, s, 1 | H, 1]
@@ -508,6 +589,7 @@ def attention_model(
     if rotary is not None:  # the gqa form's query and key are 3-D: the fused piece's RotaryEmbedding takes both
         rotated = call(g, rotary, {"query": q, "key": k, "position_ids": "position_ids"}, "rope/")
         q, k = rotated["query_out"], rotated["key_out"]
+    kernel_rotary = _kernel_rotary(g, spec, q, k, v) if spec.graph == "gqa" and rotary is not None else None
     added = None
     if bias is not None:
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
@@ -515,7 +597,7 @@ def attention_model(
     static = spec.graph == "static-cache"
     if spec.graph == "gqa" and added is None and not spec.window and not spec.sinks:
         # GroupQueryAttention's own causal rule covers everything but the padding: no [s, t] mask to build
-        merged = _attend_gqa_padded(g, spec, q, k, v)
+        merged = _attend_gqa_padded(g, spec, q, k, v, kernel_rotary)
         return _finish(g, spec, merged, stored, hidden, static, rotary, bias, metadata, name)
     mask = _static_mask(g) if static else _mask(g, spec.window, shared=spec.graph == "gqa")
     if added is not None:
@@ -531,7 +613,7 @@ def attention_model(
         shape = (H,) if spec.graph == "gqa" else (1, H, 1, 1)
         sinks = g.const("sinks", round_once(arrays["sinks"].reshape(shape), spec.dtype))
     if spec.graph == "gqa":
-        attended = _attend_gqa(g, spec, q, k, v, mask, added, sinks)
+        attended = _attend_gqa(g, spec, q, k, v, mask, added, sinks, kernel_rotary)
     elif static:
         attended = _attend_static(g, spec, q, k, v, mask, added)
     elif spec.graph == "tensorrt":
