@@ -4,13 +4,15 @@
 
 Each folder's ``model.onnx`` (ropeexport's decoder or onnxruntime-genai's builder's; inputs as
 ``tools/decode_profile.py`` feeds them) gets one token after a ``--past``-entry cache of random values. Every round
-times 15 steps of each folder (the median kept), the folders' order rotated every round; each folder's speed is
-reported against the last one's, round by round (> 1: faster than the last), as median and quartiles.
+times 15 steps of each folder (the median kept) after 5 untimed, the folders' order rotated every round; each
+folder's speed is reported against the last one's, round by round (> 1: faster than the last), as median and
+quartiles.
 
-One process holds every session, so the rounds alternate within seconds. The first model a process loads runs its
-steps about 9% slower than any loaded after it (measured: the same folder loaded three times, 0.91 / 1.00 / 1.00),
-so the last folder is loaded once more first, as a throwaway, and never timed. ``--threads``: ONNX Runtime's
-intra-op threads (0: its default; onnxruntime-genai 0.18 serves this machine's decode steps at the one-thread speed).
+Every timing runs in a fresh process holding that one session. Sessions sharing a process are not timed alike on
+this machine (ONNX Runtime 1.31 CPU, 2 cores): the same folder loaded three times into one process ran its decode
+step at 0.91 / 1.00 / 1.00 of the last one's speed, and at 0.85 / 0.95 / 1.00 with glibc's mmap threshold fixed, so
+an in-process A/B measures load order. ``--threads``: ONNX Runtime's intra-op threads (0: its default;
+onnxruntime-genai 0.18 serves this machine's decode steps at about the one-thread speed).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,26 +61,37 @@ def _step_ms(session: Any, feeds: dict[str, np.ndarray]) -> float:
     return 1000 * float(np.median(times))
 
 
+def _timed_apart(folder: Path, threads: int, past: int) -> float:
+    """One timing (``_step_ms``) of ``folder`` in a fresh process (module doc)."""
+    command = [sys.executable, str(Path(__file__).resolve()), str(folder), "--one", "--threads", str(threads),
+               "--past", str(past)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"timing {folder} failed: {done.stderr[-2000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line (module doc)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("folders", type=Path, nargs="+")
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one folder, one timing
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--past", type=int, default=128)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    if args.one:
+        print(_step_ms(*_session(args.folders[0], args.threads, args.past)))
+        return 0
     if len(args.folders) < 2:
         p.error("give two folders or more: each is timed against the last")
-    throwaway = _session(args.folders[-1], args.threads, args.past)  # absorbs the first load's slowness (module doc)
-    sessions = [_session(folder, args.threads, args.past) for folder in args.folders]
-    del throwaway
     before = os.getloadavg()
-    ms: list[list[float]] = [[] for _ in sessions]
+    ms: list[list[float]] = [[] for _ in args.folders]
     for r in range(args.rounds):
-        k = r % len(sessions)
-        for i in [*range(k, len(sessions)), *range(k)]:
-            ms[i].append(_step_ms(*sessions[i]))
+        k = r % len(args.folders)
+        for i in [*range(k, len(args.folders)), *range(k)]:
+            ms[i].append(_timed_apart(args.folders[i], args.threads, args.past))
     last = np.array(ms[-1])
     rows = []
     for folder, times in zip(args.folders, ms, strict=True):
