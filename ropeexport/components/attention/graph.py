@@ -324,7 +324,7 @@ def _kernel_rotary(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str)
     if split is None or split.op_type != "Split" or list(split.output) != [rq.input[0], rk.input[0], v]:
         return None  # a norm between the projection and the rotation (qk_norm)
     attributes = [
-        {a.name: helper.get_attribute_value(a) for a in n.attribute if a.name != "num_heads"} for n in rotations
+        {a.name: helper.get_attribute_value(a) for a in n.attribute if a.name != "num_heads"} for n in (rq, rk)
     ]
     if list(rq.input[1:]) != list(rk.input[1:]) or attributes[0] != attributes[1]:
         return None
