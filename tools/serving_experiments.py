@@ -50,22 +50,36 @@ def optimized_graph(model: Path, threads: int) -> onnx.GraphProto:
         return onnx.load(str(Path(tmp) / "optimized.onnx"), load_external_data=False).graph
 
 
+def _decode_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes a decode step runs: an If with the nodes of its then_branch after it (ropeexport's gqa form branches
+    on t > s, and a decode step, with a cache, takes then_branch), recursively.
+    """  # noqa: D205
+    out = []
+    for node in graph.node:
+        out.append(node)
+        if node.op_type == "If":
+            then = next(a.g for a in node.attribute if a.name == "then_branch")
+            out += _decode_nodes(then)
+    return out
+
+
 def node_counts(graph: onnx.GraphProto, layers: int) -> dict[str, Any]:
-    """Total, per-layer and once-per-call node counts, and the op histogram."""
+    """Total, per-layer and once-per-call node counts of a decode step (``_decode_nodes``), and the op histogram."""
     named, weight = re.compile(r"layers\.(\d+)/"), re.compile(r"layers\.(\d+)\.")
     per_layer, layer_of = Counter(), {}
-    for node in graph.node:  # topological order: a node without a name or weight of its own takes its input's layer
+    nodes = _decode_nodes(graph)
+    for node in nodes:  # topological order: a node without a name or weight of its own takes its input's layer
         found = named.search(node.name) or next((m for i in node.input for m in [weight.search(i)] if m), None)
         layer = int(found.group(1)) if found else next((layer_of[i] for i in node.input if i in layer_of), None)
         if layer is not None:
             per_layer[layer] += 1
             layer_of.update({o: layer for o in node.output})
-    total = len(graph.node)
+    total = len(nodes)
     # ORT keeps one copy of what every layer computes alike (the mask, say), under the first layer's name: a
     # layer's own nodes are the median layer's count, the rest run once per call
     own = float(np.median([per_layer.get(i, 0) for i in range(layers)]))
     return {"optimized_nodes": total, "per_layer": own, "once_per_call": int(total - own * layers),
-            "ops": dict(Counter(n.op_type for n in graph.node).most_common())}  # fmt: skip
+            "ops": dict(Counter(n.op_type for n in nodes).most_common())}  # fmt: skip
 
 
 def step_feeds(session: Any, past: int, kv: int, d: int) -> dict[str, np.ndarray]:
