@@ -9,7 +9,8 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 - ONNX Runtime's session, the weights in the dtype (4 or 2), for fp16 plus the float32 copies its CPU kernels run
   on (4); an int4 projection (``--weight-format int4``: ``linear.is_weight``) half a byte and its block's scale
   (and zero point), once (``INT4_COPIES``: MatMulNBits' CPU kernel prepacks the initializer and lets it go); an
-  embedding gathered from its int4 head (``DecoderSpec.tied_embedding_int4``) the same, not its dtype's bytes;
+  embedding gathered from its int4 head (``DecoderSpec.tied_embedding_int4``) the same, not its dtype's bytes (ORT
+  folds the gather's Reshape of the head's bytes into a table of its own: one more packed copy);
 - with the transformers reference (``eager``): its model in the dtype (4 or 2; fp16 4 more: torch widens on the
   CPU; int4 projections dequantized into it, the same), and for seeded weights the float32 state dict it is loaded
   from and its copy in the dtype, while loading (4 + 4 or 2);
