@@ -12,7 +12,8 @@ The embedding: the builder's int4 model of a checkpoint with tied embeddings (``
 (``com.microsoft.GatherBlockQuantized``, ORT's contrib op: uint8 data two values a byte, low nibble first, blocks
 along the last axis, scales [vocab, blocks], zero points packed like the data or 8 by default); the recompute takes
 its rows from that table (and, tied, its head is that table's transpose), each value (nibble - zero point) x scale
-rounded once to the scales' dtype, as ORT's kernel writes it.
+rounded once to the scales' dtype, as ORT's kernel writes it (``components.linear.gathered64``). ropeexport's own int4
+decoders with tied embeddings gather theirs the same way (``DecoderSpec.tied_embedding_int4``).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class BlockTable:
 
     def read(self, tensors: Mapping[str, np.ndarray], start: int, stop: int) -> np.ndarray:
         """float64 [stop - start, columns]: rows start .. stop - 1 as ORT's kernel gives them (module doc)."""
-        from ropeexport.components.linear import Packed, dequantize
+        from ropeexport.components.linear import Packed, gathered64
 
         blocks = -(-self.width // self.block_size)
         data = tensors[self.data].reshape(self.rows, -1)[start:stop]
@@ -106,10 +107,7 @@ class BlockTable:
         data = np.pad(data, ((0, 0), (0, whole - data.shape[1]))).reshape(-1, blocks, self.block_size // 2)
         scales = tensors[self.scales].reshape(self.rows, blocks)[start:stop]
         zero = tensors[self.zero_points].reshape(self.rows, -1)[start:stop] if self.zero_points else None
-        exact = dequantize(Packed(data, scales, zero, self.columns, self.block_size)).T  # [stop - start, columns]
-        # ORT multiplies in float32 and writes the scales' dtype: (nibble - zero) x scale is exact in float64 (4
-        # bits times a float32 or float16 significand), so one rounding to that dtype gives ORT's value
-        return exact.astype(scales.dtype).astype(np.float64)
+        return gathered64(Packed(data, scales, zero, self.columns, self.block_size))  # as ORT's kernel writes them
 
 
 _UINT8 = 2  # onnx.TensorProto.UINT8: the builder's packed data (int4 / uint4 data types are another layout)

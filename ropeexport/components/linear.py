@@ -6,7 +6,9 @@ multiplies by (``read64``): the twin reads the stored values exactly, so the tru
 its storage. A weight is rounded once to a float dtype (fp32 / fp16: a MatMul), or quantized to int4 blocks
 (``MatMulNBits``, ONNX Runtime's contrib op): packed by ONNX Runtime's own quantizer function (``pack``: the one
 ``onnxruntime.quantization``'s MatMulNBits quantizer calls, round to nearest per block), dequantized back to the
-float64 values the graph holds by ``dequantize`` (nibbles, scales in the activation dtype, zero points).
+float64 values the graph holds by ``dequantize`` (nibbles, scales in the activation dtype, zero points). A tied
+embedding is gathered from an int4 head's own bytes (``gather``: GatherBlockQuantized, as onnxruntime-genai's builder
+does), its rows read back by ``gathered64`` (the dequantized values rounded once to the dtype, as ORT writes them).
 
 An int4 weight's blocks run along the in features of each out column (``block_size`` rows share a scale and, when
 asymmetric, a zero point): columns are quantized independently, so a concatenation of weights along the out axis
@@ -94,6 +96,14 @@ def dequantize(packed: Packed) -> np.ndarray:
     scales = np.asarray(packed.scales, np.float64).reshape(o, blocks)
     values = (q - zero[:, :, None]) * scales[:, :, None]  # [o, n_b, block]
     return values.reshape(o, blocks * packed.block_size)[:, : packed.K].T
+
+
+def gathered64(packed: Packed) -> np.ndarray:
+    """float64 [o, K]: the rows GatherBlockQuantized gathers from ``packed``'s bytes (``gather``), as ONNX Runtime's
+    kernel writes them: (nibble - zero point) x scale, exact in float64 (4 bits times a float32 or float16
+    significand), rounded once to the scales' dtype (ORT multiplies in float32 and writes that dtype).
+    """  # noqa: D205
+    return dequantize(packed).T.astype(packed.scales.dtype).astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -209,6 +219,12 @@ class WeightFormat:
             return dequantize(self.pack(weight))
         return self.stored(weight).astype(np.float64)
 
+    def rows64(self, weight: np.ndarray) -> np.ndarray:
+        """float64 [o, i]: the rows ``gather`` reads from weight [i, o] as stored (int4: ``gathered64``)."""
+        if self.quantized:
+            return gathered64(self.pack(weight))
+        return self.stored(weight).T.astype(np.float64)
+
 
 def _row_major(values: np.ndarray) -> np.ndarray:
     """``values`` [i, o] C-contiguous. A checkpoint's weight arrives as the transpose of its [o, i] tensor: torch's
@@ -241,6 +257,25 @@ def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None, name: 
     if bias is None:
         return g.op("MatMul", [x, weight], name=name)
     return g.op("Add", [g.op("MatMul", [x, weight]), bias], name=name)
+
+
+def gather(g: GraphBuilder, weight: str, ids: str) -> str:
+    """ids [b, s] -> [b, s, i]: rows of the transpose of the int4 ``weight`` [i, o] (``WeightFormat.store``'s name,
+    MatMulNBits' bytes [o, n_b, block_size / 2]) gathered by com.microsoft GatherBlockQuantized from those very bytes
+    reshaped to [o, n_b x block_size / 2] with the same scales and zero points (ORT 1.31 reads MatMulNBits' layout
+    bit for bit; onnxruntime-genai's builder's tied embedding), the padding of the last block sliced off. The float64
+    twin: ``gathered64``.
+    """  # noqa: D205
+    inputs, attributes = _NBITS[g][weight]
+    K, N, block = attributes["K"], attributes["N"], attributes["block_size"]
+    blocks = -(-K // block)
+    table = g.op("Reshape", [weight, g.const(f"{weight}_rows", np.array([N, blocks * block // 2], np.int64))])
+    rows = g.op("GatherBlockQuantized", [table, ids, *inputs], domain=MICROSOFT, bits=4, block_size=block,
+                gather_axis=0, quantize_axis=1)  # fmt: skip
+    if blocks * block == K:
+        return rows
+    ends = [g.const(f"{weight}_rows_{n}", np.array([v], np.int64)) for n, v in (("start", 0), ("end", K), ("axis", -1))]
+    return g.op("Slice", [rows, *ends])
 
 
 def linear64(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:

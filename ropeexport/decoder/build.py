@@ -86,8 +86,8 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     full = request.name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
     spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=request.max_positions,
                        weights=weights)  # fmt: skip
-    if spec.weight_format == "int4" and spec.tie_embeddings:  # the head in int4 too (``DecoderSpec.tied_head_int4``)
-        spec = spec.replace(tied_head_int4=True)
+    if spec.weight_format == "int4" and spec.tie_embeddings:  # the head in int4 too, the embedding gathered from its
+        spec = spec.replace(tied_head_int4=True, tied_embedding_int4=True)  # bytes (``DecoderSpec.tied_head_int4``)
     if request.name is None and spec.weight_format:  # the name carries the weight format (validated, defaults set)
         name = "-".join(x for x in (base, "decoder", label, dtype, weight_label(spec.to_dict()), graph) if x)
         spec = spec.replace(name=name)

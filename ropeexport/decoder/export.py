@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 from ropeexport.components import MICROSOFT
 from ropeexport.components.attention import OPSETS
 from ropeexport.components.attention.graph import attention
-from ropeexport.components.linear import is_weight, linear
+from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import joined, mlp
 from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
@@ -104,8 +104,13 @@ def build_decoder_graph(
         return add_norm(g, norm_of, h, delta, w[f"{name}.weight"], w.get(f"{name}.bias"), opset, fused)
 
     top = {n: stored(n, weights[n]) for n in weights if not n.startswith("layers.") and n not in ("embed", "lm_head")}
-    embed = stored("embed", weights["embed"])
-    h = g.op("Gather", [embed, "input_ids"], axis=0)  # out-of-range ids: ONNX Runtime refuses the call
+    head = embed = ""  # the weights' names as stored
+    if spec.tied_embedding_int4:  # the tied head first: the embedding is gathered from its int4 bytes, stored once
+        head = stored("lm_head", lm_head(spec, weights))
+        h = gather(g, head, "input_ids")
+    else:
+        embed = stored("embed", weights["embed"])
+        h = g.op("Gather", [embed, "input_ids"], axis=0)  # out-of-range ids: ONNX Runtime refuses the call
     if spec.architecture.embed_scale:  # Gemma: times sqrt(hidden), a constant of the dtype
         h = g.op("Mul", [h, g.const("embed_scale", embed_scale(spec))])
     if spec.architecture.embed_norm:
@@ -146,8 +151,9 @@ def build_decoder_graph(
     _, h = normed(h, pending, top, "final_norm")
     if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
         g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing
-    head = stored("lm_head", lm_head(spec, weights)) if head_name(spec) == "lm_head" else None
-    if head is None:  # tied: the embedding read transposed, stored once
+    if not head and head_name(spec) == "lm_head":
+        head = stored("lm_head", lm_head(spec, weights))
+    elif not head:  # tied: the embedding read transposed, stored once
         head = g.op("Transpose", [embed], perm=[1, 0])
     logits = linear(g, h, head, top.get("lm_head_bias"))
     if spec.final_softcap:  # Gemma 2: cap * tanh(logits / cap), in the dtype as transformers computes it

@@ -188,6 +188,8 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
         try:
             if formats.quantized:  # transformers on the weights the model holds (dequantized), as the truth reads them
                 held = {k: formats.read64(v) if is_weight(k) else v for k, v in weights.items()}
+                if spec.tied_embedding_int4:  # the embedding gathered from the int4 head (its tied head: that table)
+                    held["embed"] = formats.rows64(weights["embed"].T)
                 reference = TransformersReference(spec, dict(config), held, None)
             else:
                 reference = TransformersReference(spec, dict(config), weights, checkpoint)

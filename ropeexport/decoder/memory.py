@@ -8,7 +8,9 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 - the weights as built: seeded draws in float64 (8); a checkpoint's, none (read as used);
 - ONNX Runtime's session, the weights in the dtype (4 or 2), for fp16 plus the float32 copies its CPU kernels run
   on (4); an int4 projection (``--weight-format int4``: ``linear.is_weight``) half a byte and its block's scale
-  (and zero point), once (``INT4_COPIES``: MatMulNBits' CPU kernel prepacks the initializer and lets it go);
+  (and zero point), once (``INT4_COPIES``: MatMulNBits' CPU kernel prepacks the initializer and lets it go); an
+  embedding gathered from its int4 head (``DecoderSpec.tied_embedding_int4``) the same, not its dtype's bytes (ORT
+  folds the gather's Reshape of the head's bytes into a table of its own: one more packed copy);
 - with the transformers reference (``eager``): its model in the dtype (4 or 2; fp16 4 more: torch widens on the
   CPU; int4 projections dequantized into it, the same), and for seeded weights the float32 state dict it is loaded
   from and its copy in the dtype, while loading (4 + 4 or 2);
@@ -106,14 +108,15 @@ def int4_bytes(spec: DecoderSpec) -> float:
 
 
 def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded: bool, eager: bool) -> float:
-    """Bytes a parameter at the build's peak, averaged over the model (``per_parameter``; int4 projections hold
-    ``int4_bytes`` in ONNX Runtime in place of the dtype's bytes).
+    """Bytes a parameter at the build's peak, averaged over the model (``per_parameter``; int4 projections, and an
+    embedding gathered from the int4 head, hold ``int4_bytes`` in ONNX Runtime in place of the dtype's bytes).
     """  # noqa: D205
     whole = per_parameter(spec.dtype, seeded, eager)
     if spec.weight_format != "int4":
         return whole
     count = sum(math.prod(shape) for shape in shapes.values())
-    quantized = sum(math.prod(shape) for name, shape in shapes.items() if is_weight(name))
+    quantized = sum(math.prod(shape) for name, shape in shapes.items() if is_weight(name)
+                    or (name == "embed" and spec.tied_embedding_int4))  # gathered from the int4 head: no dtype copy
     ort = DTYPE_BYTES[spec.dtype] + (FP16_WIDENED if spec.dtype == "fp16" else 0)
     return whole - (ort - int4_bytes(spec)) * quantized / count
 

@@ -62,9 +62,10 @@ class Routing:
 
 class Stored64(Mapping[str, np.ndarray]):
     """The weights as the graph stores them, in float64, each converted when asked for (module doc): projections as
-    the weight format reads them back, everything else rounded once to the dtype. ``vocab_part`` reads a slice of
-    the embedding or the head alone (a format's ``read64`` of a column slice: every format here stores a
-    projection's output columns independently).
+    the weight format reads them back, an embedding gathered from its int4 head (``DecoderSpec.tied_embedding_int4``)
+    as that gather reads it (``WeightFormat.rows64``), everything else rounded once to the dtype. ``vocab_part``
+    reads a slice of the embedding or the head alone (a format's ``read64`` of a column slice: every format here
+    stores a projection's output columns independently).
     """  # noqa: D205
 
     def __init__(self, spec: DecoderSpec, weights: Mapping[str, np.ndarray],
@@ -81,6 +82,8 @@ class Stored64(Mapping[str, np.ndarray]):
     def _stored(self, name: str, value: np.ndarray) -> np.ndarray:
         if is_weight(name):
             return self.reads.read64(value)
+        if name == "embed" and self.spec.tied_embedding_int4:  # rows [vocab, hidden] gathered from the int4 head
+            return self.reads.rows64(value.T)
         return round_once(value, self.spec.dtype).astype(np.float64)
 
     def __getitem__(self, name: str) -> np.ndarray:

@@ -29,7 +29,8 @@ Pieces = Sequence[PositionPiece | None]  # per layer its position piece, None: t
 def weight_format(spec: DecoderSpec) -> WeightFormat:
     """How the decoder's projections (attention q/k/v/o, the MLP's, lm_head: a tied one in int4 only, ``head_name``)
     are stored: rounded once to its dtype, or int4 (MatMulNBits) with its scales in the dtype. lm_head is quantized
-    with the rest, as onnxruntime-genai's builder does by default (``-p int4``); the embedding stays in the dtype.
+    with the rest, as onnxruntime-genai's builder does by default (``-p int4``); the embedding stays in the dtype,
+    or, tied, is gathered from the int4 head's bytes (``DecoderSpec.tied_embedding_int4``, ``linear.gather``).
     """  # noqa: D205
     if spec.weight_format == "int4":
         return WeightFormat.int4(spec.dtype, spec.block_size, spec.accuracy_level, spec.symmetric)

@@ -153,16 +153,24 @@ class DecoderSpec:
     swiglu_limit: float = 0.0
     # How the projections are stored (``components.linear.WeightFormat``): "" rounded once to ``dtype`` (the
     # decoders built before int4); "int4" MatMulNBits blocks of ``block_size`` in features (0: 32), ``symmetric`` or
-    # with a zero point per block, run at ``accuracy_level``. The embedding, norms and biases stay in ``dtype``.
+    # with a zero point per block, run at ``accuracy_level``. The embedding (unless ``tied_embedding_int4``), norms and
+    # biases stay in ``dtype``.
     weight_format: str = ""
     block_size: int = 0
     accuracy_level: int = 0
     symmetric: bool = True
     # Tied embeddings in an int4 decoder: the head stored as the weight format stores a projection (MatMulNBits of the
-    # embedding's transpose, as onnxruntime-genai's builder quantizes a tied head), the embedding still gathered in
-    # ``dtype``. False: the head is the embedding read transposed, in ``dtype`` (int4 decoders built before; a float
-    # MatMul over the whole vocabulary: 27 of the 88 ms of a Llama-3.2-1B int4 decode step at accuracy level 0).
+    # embedding's transpose, as onnxruntime-genai's builder quantizes a tied head), the embedding gathered in
+    # ``dtype`` unless ``tied_embedding_int4``. False: the head is the embedding read transposed, in ``dtype`` (int4
+    # decoders built before; a float MatMul over the whole vocabulary: 27 of the 88 ms of a Llama-3.2-1B int4 decode
+    # step at accuracy level 0).
     tied_head_int4: bool = False
+    # With ``tied_head_int4``: the embedding gathered from the head's own int4 bytes (com.microsoft
+    # GatherBlockQuantized of lm_head_Q4 reshaped to [vocab, bytes], the head's scales and zero points: ORT 1.31 reads
+    # MatMulNBits' layout bit for bit, symmetric or not), as onnxruntime-genai's builder does; no embedding in
+    # ``dtype`` is stored (Llama-3.2-1B fp32: its folder 1.73 -> 0.75 GiB, the builder's size). False: the embedding
+    # gathered in ``dtype`` (tied int4 decoders built before).
+    tied_embedding_int4: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -221,6 +229,9 @@ class DecoderSpec:
         if self.tied_head_int4 and not (self.weight_format == "int4" and self.tie_embeddings):
             raise SpecError("tied_head_int4", "only an int4 decoder whose head is tied to its embedding stores that "
                             "head in int4 apart from the embedding")  # fmt: skip
+        if self.tied_embedding_int4 and not self.tied_head_int4:
+            raise SpecError("tied_embedding_int4", "the embedding is gathered from the int4 head's bytes only where "
+                            "the head is stored in int4 (tied_head_int4)")  # fmt: skip
         if self.weight_format == "":
             WeightFormat(self.dtype, "", self.block_size, self.accuracy_level, self.symmetric)  # no int4 settings
             return
@@ -368,8 +379,9 @@ class DecoderSpec:
         if not self.weight_format:  # weights in the dtype: no int4 settings (earlier specs serialize as before)
             for name in ("weight_format", "block_size", "accuracy_level", "symmetric"):
                 del out[name]
-        if not self.tied_head_int4:  # as before the field existed
-            del out["tied_head_int4"]
+        for name in ("tied_head_int4", "tied_embedding_int4"):
+            if not out[name]:  # as before the field existed
+                del out[name]
         out["position"] = dict(self.position)
         if not self.uniform:
             default = self.default_layer().to_dict()

@@ -286,7 +286,8 @@ def verify_decoder(
 
     unquantized: Truths | None = None
     if spec.weight_format:
-        plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True, tied_head_int4=False)
+        plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True, tied_head_int4=False,
+                             tied_embedding_int4=False)  # fmt: skip
         unquantized = truths(plain, Stored64(plain, weights), "float64 unquantized")
 
     # Every scenario runs first, then one float64 pass reads each layer's weights once for all of their calls (a

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from ropeexport.components.linear import BLOCK_SIZES, Packed, WeightFormat, dequantize, linear
+from ropeexport.components.linear import BLOCK_SIZES, Packed, WeightFormat, dequantize, gather, gathered64, linear
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import GraphBuilder, make_model
@@ -110,6 +110,44 @@ def test_columns_are_quantized_apart() -> None:
     parts = [RNG.standard_normal((96, n)) for n in (64, 32, 32)]
     joined = fmt.read64(np.concatenate(parts, axis=1))
     assert np.array_equal(joined, np.concatenate([fmt.read64(p) for p in parts], axis=1))
+
+
+# (in features K, out features N, block size, dtype, symmetric): a tied embedding's table [N, K] gathered from the
+# head's MatMulNBits bytes. Zero points packed two a byte per row with an odd block count (96 / 32: 3 blocks, the
+# last byte half used), a last block short of K (80 / 32, 48 / 128: sliced off), fp16 scales.
+GATHERED = [(64, 24, 32, "fp32", True), (96, 24, 32, "fp32", False), (80, 24, 32, "fp32", False),
+            (48, 24, 128, "fp16", False), (256, 24, 16, "fp16", True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("K", "N", "block", "dtype", "symmetric"), GATHERED)
+def test_gather_reads_the_matmulnbits_bytes_as_rows64_says(K: int, N: int, block: int, dtype: str,
+                                                           symmetric: bool) -> None:  # fmt: skip
+    """GatherBlockQuantized of the head's own bytes (``gather``) gives ``rows64``, bit for bit, in ONNX Runtime: its
+    layout (zero points included) is MatMulNBits'. The same bytes feed the head's MatMulNBits: one copy stored.
+    """  # noqa: D205
+    fmt = WeightFormat.int4(dtype, block, 0, symmetric)
+    weight = RNG.standard_normal((K, N)) / np.sqrt(K)  # the head [K, N]: its transpose the table
+    g = GraphBuilder()
+    head = fmt.store(g, "lm_head", weight)
+    rows, logits = gather(g, head, "ids"), linear(g, "x", head)
+    assert sum(n.op_type == "GatherBlockQuantized" and n.input[2] == "lm_head_scales" for n in g.nodes) == 1
+    elem = DTYPES[dtype].onnx
+    ids = np.array([[3, 0, N - 1, 3, 7]])
+    graph = helper.make_graph(g.nodes, "t", [helper.make_tensor_value_info("ids", 7, [1, 5]),
+                                             helper.make_tensor_value_info("x", elem, [1, K])],
+                              [helper.make_tensor_value_info(rows, elem, None),
+                               helper.make_tensor_value_info(logits, elem, None)], g.initializers)  # fmt: skip
+    session = ort.InferenceSession(make_model(graph, 17, {}, {"com.microsoft": 1}).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])  # fmt: skip
+    got = session.run([rows], {"ids": ids, "x": np.zeros((1, K), DTYPES[dtype].np_dtype)})[0].astype(np.float64)
+    want = fmt.rows64(weight)
+    assert want.shape == (N, K) and np.array_equal(got, want[ids])
+    assert np.array_equal(want, gathered64(fmt.pack(weight)))
+    assert np.array_equal(want, round_once(fmt.read64(weight).T, dtype))  # the head's values, rounded to the dtype
+    packed = fmt.pack(weight)  # another reading of the same bytes is seen: the zero points one off
+    shifted = Packed(packed.weight, packed.scales, np.full_like(packed.scales, 0x77, np.uint8) if symmetric
+                     else packed.zero_points ^ 0x11, K, block)  # fmt: skip
+    assert not np.array_equal(got, gathered64(shifted)[ids])
 
 
 # (fields, the field the SpecError names)

@@ -91,6 +91,23 @@ def test_an_int4_8b_decoder_is_estimated_at_its_packed_size(block: int, symmetri
                                                                      False, False).total
 
 
+def test_a_tied_int4_embedding_gathered_from_the_head_is_counted_at_its_packed_size(tmp_path: Path) -> None:
+    # Llama-3.2-1B int4 (tied embeddings), from a checkpoint without the transformers reference: its embedding is
+    # gathered from the int4 head's bytes (tied_embedding_int4), so every parameter but the 33 norms' scales is held
+    # at the packed size; a spec built before the field keeps its embedding (263M) in fp32, as its model does.
+    model_type, fields = tool("write_checkpoint").MODELS["llama-3.2-1b"]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, **fields}))
+    spec, _ = resolve(DecoderRequest(hf_config=tmp_path / "config.json", weight_format="int4"))
+    assert spec.tied_embedding_int4
+    older = spec.replace(tied_embedding_int4=False)
+    need, before = estimate(spec, seeded=False, eager=False), estimate(older, seeded=False, eager=False)
+    norms, embed, packed = (2 * 16 + 1) * 2048, 128256 * 2048, 0.5 + 4 / 32
+    assert need.per_parameter == pytest.approx((norms * 4 + (need.parameters - norms) * packed) / need.parameters)
+    assert before.per_parameter * need.parameters == pytest.approx(
+        need.per_parameter * need.parameters + embed * (4 - packed))
+    assert need.total < before.total
+
+
 @pytest.mark.parametrize(
     ("dtype", "seeded", "eager", "count"),
     [("fp32", True, True, 24), ("fp16", True, True, 26), ("fp32", False, True, 8), ("fp16", False, True, 12),

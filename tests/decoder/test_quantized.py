@@ -4,7 +4,8 @@ Each built case must verify (its positional fidelity: every call against the flo
 weights the model holds, within ``verify.tolerance``) and report its quantization cost (every call against the
 float64 recompute with the weights unquantized): far above the fidelity bound, never judged. A planted positional
 fault in an int4 model still fails. The folder names its weight format, the graph holds MatMulNBits for every
-projection and lm_head with the embedding in the activation dtype, and ``verify`` of the folder agrees. Served:
+projection and lm_head with the embedding in the activation dtype, or, tied, gathered from the head's int4 bytes (a
+wrong table, or a truth that reads the embedding in the dtype, fails), and ``verify`` of the folder agrees. Served:
 ``rx.generate`` gives the float64 truth's tokens and onnxruntime-genai 0.18 loads the int4 package and generates them.
 """
 
@@ -84,15 +85,21 @@ def test_int4_decoders_are_faithful_and_report_their_cost_apart(
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     layers = spec["num_layers"]
     # qkv, o, gate | up, down per layer; lm_head, a tied one too (Gemma: the embedding's transpose in int4, the
-    # embedding itself gathered in the dtype): no float MatMul over the vocabulary (half a 1B decode step)
+    # embedding gathered from its very bytes): no float MatMul over the vocabulary (half a 1B decode step)
     assert len(nbits) == 4 * layers + 1
-    assert spec.get("tied_head_int4", False) is bool(spec.get("tie_embeddings"))
+    tied = bool(spec.get("tie_embeddings"))
+    assert spec.get("tied_head_int4", False) is tied and spec.get("tied_embedding_int4", False) is tied
     assert not any(n.op_type == "MatMul" and "proj" in "".join(n.input) for n in model.graph.node)
-    assert [n.op_type for n in model.graph.node if "embed" in n.input] == ["Gather"]
     assert all({a.name: a.i for a in n.attribute}["block_size"] == block for n in nbits)
     assert all({a.name: a.i for a in n.attribute}.get("accuracy_level", 0) == level for n in nbits)
-    embed = next(t for t in model.graph.initializer if t.name == "embed")
-    assert numpy_helper.to_array(embed).dtype == np.dtype(dtype.replace("fp", "float"))
+    (gathers,) = [n for n in model.graph.node if n.op_type.startswith("Gather") and n.input[1] == "input_ids"]
+    initializers = {t.name: t for t in model.graph.initializer}
+    if tied:  # the head's scales (and zero points), its bytes reshaped: no embedding in the dtype at all
+        assert gathers.op_type == "GatherBlockQuantized" and gathers.input[2:] == nbits[-1].input[2:]
+        assert "embed" not in initializers
+    else:
+        assert gathers.op_type == "Gather" and gathers.input[0] == "embed"
+        assert numpy_helper.to_array(initializers["embed"]).dtype == np.dtype(dtype.replace("fp", "float"))
 
 
 @pytest.mark.slow
@@ -238,7 +245,7 @@ def test_an_int4_decoder_is_served(key: str, built: dict, tiny_checkpoint: Any, 
 def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict, tiny_checkpoint: Any) -> None:
     # The verification takes each projection from the written model (held_weights), not quantized again from the
     # checkpoint: the same float64 values, bit for bit, for every projection and every layout (q | k | v and
-    # gate | up packed, lm_head, block sizes, zero points).
+    # gate | up packed, lm_head, block sizes, zero points), and a tied embedding from its GatherBlockQuantized table.
     from ropeexport.audits.held import held_weights
     from ropeexport.decoder.checkpoint import CheckpointWeights
     from ropeexport.decoder.oracle import Stored64
@@ -252,11 +259,15 @@ def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict,
     repacked, read = Stored64(spec, weights), Stored64(spec, weights, held)
     projections = [n for n in weights if n.rpartition(".")[2].endswith("_proj") or n == "lm_head"]
     assert projections and set(projections) - {"lm_head"} <= set(held)
-    for name in projections:
+    assert set(held.tables) == ({"embed"} if spec.tied_embedding_int4 else set())
+    for name in [*projections, *held.tables]:
         np.testing.assert_array_equal(read[name], repacked[name], err_msg=name)
+    if spec.tied_embedding_int4:  # rows read alone are the same
+        np.testing.assert_array_equal(read.vocab_part("embed", 3, 9), repacked.vocab_part("embed", 3, 9))
 
 
-# (the build's weights, whether the embedding is tied, tied_head_int4 as resolved, the weight the head reads)
+# (the build's weights, whether the embedding is tied, tied_head_int4 and tied_embedding_int4 as resolved, the
+# weight the head reads)
 HEADS = [
     ({"weight_format": "int4"}, True, True, "lm_head"),
     ({"weight_format": "int4"}, False, False, "lm_head"),
@@ -273,11 +284,53 @@ def test_a_tied_head_is_stored_in_int4_and_an_older_spec_keeps_its_own(
     from tests.decoder.test_planted import LLAMA
 
     spec, _ = resolve(DecoderRequest(config={**LLAMA, "tie_word_embeddings": tied}, name="tied", **weights))
-    assert (spec.tied_head_int4, head_name(spec)) == (quantized, head)
-    assert ("tied_head_int4" in spec.to_dict()) is quantized  # written only where set: older specs hash as before
-    if quantized:  # an int4 decoder built before the field (its manifest without it): the head read from the embedding
-        older = DecoderSpec(**{k: v for k, v in spec.to_dict().items() if k != "tied_head_int4"})
-        assert head_name(older) == "embed"
+    assert (spec.tied_head_int4, spec.tied_embedding_int4, head_name(spec)) == (quantized, quantized, head)
+    for name in ("tied_head_int4", "tied_embedding_int4"):  # written only where set: older specs hash as before
+        assert (name in spec.to_dict()) is quantized
+    if quantized:  # int4 decoders built before each field (manifests without it) keep what they were built as
+        fields = spec.to_dict()
+        older = DecoderSpec(**{k: v for k, v in fields.items() if k != "tied_embedding_int4"})
+        assert (older.tied_head_int4, older.tied_embedding_int4, head_name(older)) == (True, False, "lm_head")
+        oldest = DecoderSpec(**{k: v for k, v in fields.items() if not k.startswith("tied_")})
+        assert head_name(oldest) == "embed" and not oldest.tied_embedding_int4
+        with pytest.raises(SpecError, match=r"^tied_embedding_int4: .*tied_head_int4\)$"):
+            spec.replace(tied_head_int4=False)  # the embedding gathered from a head not stored in int4
     else:
         with pytest.raises(SpecError, match="tied_head_int4"):
             spec.replace(tied_head_int4=True)
+        with pytest.raises(SpecError, match="^tied_embedding_int4: "):
+            spec.replace(tied_embedding_int4=True)
+
+
+# (the case, tied_embedding_int4 of the model and of its truth, the gather's scales' factor, passed): a tied int4
+# decoder whose truth reads the embedding from the head's int4 bytes passes, and one built before the field (the
+# embedding gathered in the dtype) still passes read as built; a truth that reads the dtype embedding of a model that
+# gathers it from the head, or a model's gather reading its scales doubled (its own copy; the head's are right), fails
+# every scenario.
+EMBEDDINGS = [("gathered from the head", True, True, 1.0, True), ("built before the field", False, False, 1.0, True),
+              ("the truth reads the dtype embedding", True, False, 1.0, False),
+              ("the gather's scales doubled", True, True, 2.0, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "built", "read", "factor", "passed"), EMBEDDINGS, ids=[e[0] for e in EMBEDDINGS])
+def test_a_wrong_tied_int4_embedding_is_caught(case: str, built: bool, read: bool, factor: float, passed: bool,
+                                               tmp_path: Path) -> None:  # fmt: skip
+    from ropeexport.decoder.checkpoint import seeded_weights
+    from ropeexport.decoder.parts import position_pieces
+    from tests.decoder.test_planted import LLAMA
+
+    spec, _ = resolve(DecoderRequest(config={**LLAMA, "tie_word_embeddings": True}, name="tied", weight_format="int4",
+                                     max_positions=512))  # fmt: skip
+    assert spec.tied_embedding_int4
+    weights = seeded_weights(spec)
+    model = build_decoder_graph(spec.replace(tied_embedding_int4=built), weights, "seeded")
+    if factor != 1.0:
+        gbq = next(n for n in model.graph.node if n.op_type == "GatherBlockQuantized")
+        scales = next(t for t in model.graph.initializer if t.name == gbq.input[2])
+        model.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(scales) * factor, "planted"))
+        gbq.input[2] = "planted"
+    save_model(model, tmp_path)
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    results = verify_decoder(runner.infer, spec.replace(tied_embedding_int4=read), weights, position_pieces(spec))
+    verdicts = {r["name"]: r["passed"] for r in results}
+    assert set(verdicts.values()) == {passed}, verdicts
