@@ -311,8 +311,8 @@ def _kernel_rotary(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str)
     It can when the piece rotates query and key with one table by rows (a static or a switched schedule: not dynamic
     NTK's per-token tables), straight from the projection (no qk_norm between), in a geometry ONNX Runtime 1.31's CPU
     kernel runs (head_dim a multiple of 16, r/2 a multiple of 8). Decode steps then run three nodes fewer a layer:
-    the Split and two RotaryEmbedding (with the bare branch of ``_gqa``: Llama-3.2-1B int4 served by
-    onnxruntime-genai, decode 0.96x of the builder's before, about 1.0x after; ``docs/status/speed.md``).
+    the Split and two RotaryEmbedding (with the bare branch of ``_gqa``: Llama-3.2-1B int4's decode step at past
+    2048, 0.98x of the builder's before, 1.01x after, ``tools/session_ab.py``; ``docs/status/speed.md``).
     """  # noqa: D205
     producers = {o: n for n in g.nodes for o in n.output}
     rotations = [producers.get(q), producers.get(k)]
