@@ -210,7 +210,8 @@ def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, A
         done = rx.graft(model, config, folder / "model.onnx", trust=trust, checkpoint=ckpt)
     except SpecError as exc:
         return {"refused": str(exc)}
-    return {"trust": trust, "proven": done.proven, "after": done.after.verdict,
+    return {"trust": trust, "proven": done.proven, "verdict": done.verdict, "text": done.text,
+            "after": done.after.verdict,
             "short_call_relative": done.short_call["relative"], "tables": len(done.replaced),
             "decoder": decoder_row(done.decoder)}  # fmt: skip
 
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             grafted = (
                 f"{g['tables']} site value(s) replaced, audit after: {g['after']}, short call vs original "
-                f"{g['short_call_relative']:.1g} (trust {g['trust']}): {'proven' if g['proven'] else 'NOT proven'}"
+                f"{g['short_call_relative']:.1g} (trust {g['trust']}): {g['text']}"
             )
         logits = " -> ".join(_logits(g.get("decoder", {}).get(label)) for label in ("original", "grafted")
                              if label in g.get("decoder", {}))  # fmt: skip
