@@ -16,7 +16,6 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,11 +80,9 @@ def profile(folder: Path) -> dict[str, Any]:
 
 def _profiled_apart(folder: Path) -> dict[str, Any]:
     """``profile(folder)`` in a fresh process (module doc)."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--one", str(folder)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"profiling {folder} failed: {done.stderr[-2000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    from fresh_process import child_json
+
+    return dict(child_json(str(Path(__file__).resolve()), ["--one", str(folder)], f"profiling {folder}"))
 
 
 def main(argv: list[str] | None = None) -> int:

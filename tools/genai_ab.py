@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,12 +54,10 @@ def quartiles(values: list[float]) -> list[float]:
 
 def serve_fresh(folder: Path, prompt: int, new: int) -> tuple[float, float, int]:
     """``serve`` in a fresh process holding only ``folder``'s model, after a warm-up generation (module doc)."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--serve-one", str(folder), "--prompt", str(prompt),
-               "--new", str(new)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"serving {folder} failed: {done.stderr[-2000:]}")
-    prefill, decode, steps = json.loads(done.stdout.strip().splitlines()[-1])
+    from fresh_process import child_json
+
+    args = ["--serve-one", str(folder), "--prompt", str(prompt), "--new", str(new)]
+    prefill, decode, steps = child_json(str(Path(__file__).resolve()), args, f"serving {folder}")
     return prefill, decode, steps
 
 

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,12 +62,10 @@ def _step_ms(session: Any, feeds: dict[str, np.ndarray]) -> float:
 
 def _timed_apart(folder: Path, threads: int, past: int) -> float:
     """One timing (``_step_ms``) of ``folder`` in a fresh process (module doc)."""
-    command = [sys.executable, str(Path(__file__).resolve()), str(folder), "--one", "--threads", str(threads),
-               "--past", str(past)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"timing {folder} failed: {done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    from fresh_process import child_json
+
+    args = [str(folder), "--one", "--threads", str(threads), "--past", str(past)]
+    return float(child_json(str(Path(__file__).resolve()), args, f"timing {folder}"))
 
 
 def main(argv: list[str] | None = None) -> int:
