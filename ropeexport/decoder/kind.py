@@ -286,6 +286,12 @@ class DecoderKind(Kind):
         if CONFIG in manifest["files"]:  # the onnxruntime-genai package must describe this model, not another
             stored = read_artifact_json(inside(folder, CONFIG, CONFIG), CONFIG)
             made = json.loads(json.dumps(genai_config(spec, record["config"])))
+            # session_options say how to run the model, not what it is (a build before 2026-11-27 wrote no thread
+            # count): the manifest's hash holds them as written
+            for config in (stored, made):
+                decoder = config.get("model", {}).get("decoder") if isinstance(config, dict) else None
+                if isinstance(decoder, dict):
+                    decoder.pop("session_options", None)
             key = _first_difference(stored, made)
             if key is not None:
                 raise ArtifactError(f"{CONFIG} {key}", f"is {_at(stored, key)!r} but this decoder's is "

@@ -119,6 +119,11 @@ def _genai(**model: Any) -> Callable[[Path], None]:
     return lambda folder: _edit_json(folder / "genai_config.json", lambda g: g["model"].update(model))
 
 
+def _session_options(options: dict[str, Any]) -> Callable[[Path], None]:
+    return lambda folder: _edit_json(folder / "genai_config.json",
+                                     lambda g: g["model"]["decoder"].update(session_options=options))
+
+
 def _unchanged(folder: Path) -> None:
     pass
 
@@ -148,6 +153,8 @@ VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
      "error: genai_config.json model.context_length: is 1000000 but this decoder's is 4096"),
     ("genai_config.json vocab_size 5, hashes rewritten", _rehashed(_genai(vocab_size=5)), [], 2,
      "error: genai_config.json model.vocab_size: is 5 but this decoder's is 128"),
+    ("genai_config.json session_options of a build before the thread count, hashes rewritten",
+     _rehashed(_session_options({"log_id": "onnxruntime-genai", "provider_options": []})), [], 0, "PASS "),
     ("tolerance flags", _unchanged, ["--atol", "1e-3"], 2, "error: --atol/--rtol: "),
     ("another runtime", _unchanged, ["--runtime", "onnx-reference"], 2, "error: --runtime: "),
     ("a weight scaled, hashes rewritten", _scaled_weight, [], 1, "FAIL "),

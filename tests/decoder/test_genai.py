@@ -61,6 +61,8 @@ def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path:
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["model"]["decoder"]["inputs"]["past_key_names"] == "past_key_values.%d.key"
     assert config["search"]["past_present_share_buffer"] == (graph == "gqa")  # GroupQueryAttention writes in place
+    # ONNX Runtime's thread count (one a physical core), not onnxruntime-genai's half of the logical CPUs; served below
+    assert config["model"]["decoder"]["session_options"]["intra_op_num_threads"] == 0
     prompt, kept = _ours(folder, "keep")
     _, exact = _ours(folder, "re-prefill")
     # An end-of-sequence id that none of the tokens is, so onnxruntime-genai runs every step.
