@@ -1,13 +1,15 @@
 """Where a decode step of a served model spends its time: ONNX Runtime's kernel time by op type, profiled.
 
     python tools/decode_profile.py FOLDER [FOLDER ...] --out tools/figures/decode-profile.json
+    python tools/decode_profile.py FOLDER [FOLDER ...] --prompt 128   # a first prompt of 128 tokens instead
 
 Each folder's ``model.onnx`` (ropeexport's decoder or onnxruntime-genai's builder's: both take input_ids,
-attention_mask, optionally position_ids, and past_key_values.*) gets one token after a 128-entry cache, 3 warm-up
-runs, then 10 timed and profiled; per op type the kernel milliseconds a step and the nodes a step, and per
-MatMulNBits output width its microseconds a node. Each folder is profiled in a fresh process of its own (the first
-model a process loads runs about 9% slower than later ones: ``tools/genai_ab.py``), one after the other, so load that
-drifts between them moves the comparison (``tools/genai_ab.py`` and ``tools/session_ab.py`` alternate).
+attention_mask, optionally position_ids, and past_key_values.*) gets one token after a 128-entry cache (``--prompt
+N``: a first prompt of N tokens, the cache empty), 3 warm-up runs, then 10 timed and profiled; per op type the
+kernel milliseconds a call and the nodes a call, and per MatMulNBits output width its microseconds a node. Each
+folder is profiled in a fresh process of its own (the first model a process loads runs about 9% slower than later
+ones: ``tools/genai_ab.py``), one after the other, so load that drifts between them moves the comparison
+(``tools/genai_ab.py`` and ``tools/session_ab.py`` alternate).
 """
 
 from __future__ import annotations
@@ -27,28 +29,31 @@ import onnxruntime as ort
 PAST, WARM, RUNS = 128, 3, 10
 
 
-def _feeds(session: ort.InferenceSession) -> dict[str, np.ndarray]:
-    """One decode step's inputs by the names both tools use; a cache's symbolic dims as Llama's 8 KV heads of 64."""
+def _feeds(session: ort.InferenceSession, prompt: int = 0) -> dict[str, np.ndarray]:
+    """One decode step's inputs by the names both tools use (``prompt`` > 0: a first prompt of that many tokens, the
+    cache empty); a cache's symbolic dims as Llama's 8 KV heads of 64.
+    """  # noqa: D205
+    past, new = (0, prompt) if prompt else (PAST, 1)
     out: dict[str, np.ndarray] = {}
     for value in session.get_inputs():
         name, dims = value.name, [d if isinstance(d, int) else None for d in value.shape]
         if name == "input_ids":
-            out[name] = np.array([[5]], np.int64)
+            out[name] = np.arange(5, 5 + new, dtype=np.int64)[None]
         elif name == "attention_mask":
-            out[name] = np.ones((1, PAST + 1), np.int64)
+            out[name] = np.ones((1, past + new), np.int64)
         elif name == "position_ids":
-            out[name] = np.array([[PAST]], np.int64)
+            out[name] = np.arange(past, past + new, dtype=np.int64)[None]
         elif "past" in name:
-            out[name] = np.zeros((1, dims[1] or 8, PAST, dims[3] or 64), np.float32)
+            out[name] = np.zeros((1, dims[1] or 8, past, dims[3] or 64), np.float32)
     return out
 
 
-def profile(folder: Path) -> dict[str, Any]:
+def profile(folder: Path, prompt: int = 0) -> dict[str, Any]:
     """The folder's decode step (module doc)."""
     options = ort.SessionOptions()
     options.enable_profiling, options.profile_file_prefix = True, f"/tmp/decode-profile-{os.getpid()}"
     session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
-    feeds = _feeds(session)
+    feeds = _feeds(session, prompt)
     times = []
     for k in range(WARM + RUNS):
         start = time.perf_counter()
@@ -78,11 +83,12 @@ def profile(folder: Path) -> dict[str, Any]:
     }
 
 
-def _profiled_apart(folder: Path) -> dict[str, Any]:
-    """``profile(folder)`` in a fresh process (module doc)."""
+def _profiled_apart(folder: Path, prompt: int) -> dict[str, Any]:
+    """``profile(folder, prompt)`` in a fresh process (module doc)."""
     from fresh_process import child_json
 
-    return dict(child_json(str(Path(__file__).resolve()), ["--one", str(folder)], f"profiling {folder}"))
+    args = ["--one", str(folder), "--prompt", str(prompt)]
+    return dict(child_json(str(Path(__file__).resolve()), args, f"profiling {folder}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,13 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("folders", type=Path, nargs="+")
     p.add_argument("--out", type=Path)
+    p.add_argument("--prompt", type=int, default=0, help="profile a first prompt of this many tokens instead")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one folder, one JSON line
     args = p.parse_args(argv)
     if args.one:
-        print(json.dumps(profile(args.folders[0])))
+        print(json.dumps(profile(args.folders[0], args.prompt)))
         return 0
     before = os.getloadavg()
-    found = [_profiled_apart(folder) for folder in args.folders]
+    found = [_profiled_apart(folder, args.prompt) for folder in args.folders]
     out = {"command": "python tools/decode_profile.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "load_average": {"before": [round(x, 2) for x in before],
                             "after": [round(x, 2) for x in os.getloadavg()]},
