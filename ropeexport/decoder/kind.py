@@ -286,10 +286,11 @@ class DecoderKind(Kind):
         if CONFIG in manifest["files"]:  # the onnxruntime-genai package must describe this model, not another
             stored = read_artifact_json(inside(folder, CONFIG, CONFIG), CONFIG)
             made = json.loads(json.dumps(genai_config(spec, record["config"])))
-            # session_options say how to run the model, not what it is (a build before 2026-11-27 wrote no thread
-            # count): the manifest's hash holds them as written
+            # session_options say how to run the model, not what it is (builds before the thread count wrote none):
+            # the manifest's hash holds them as written
             for config in (stored, made):
-                decoder = config.get("model", {}).get("decoder") if isinstance(config, dict) else None
+                model = config.get("model") if isinstance(config, dict) else None
+                decoder = model.get("decoder") if isinstance(model, dict) else None
                 if isinstance(decoder, dict):
                     decoder.pop("session_options", None)
             key = _first_difference(stored, made)

@@ -155,6 +155,8 @@ VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
      "error: genai_config.json model.vocab_size: is 5 but this decoder's is 128"),
     ("genai_config.json session_options of a build before the thread count, hashes rewritten",
      _rehashed(_session_options({"log_id": "onnxruntime-genai", "provider_options": []})), [], 0, "PASS "),
+    ("genai_config.json model a list, hashes rewritten", _rehashed(lambda f: _edit_json(f / "genai_config.json",
+     lambda g: g.update(model=[]))), [], 2, "error: genai_config.json model: is [] but this decoder's is "),
     ("tolerance flags", _unchanged, ["--atol", "1e-3"], 2, "error: --atol/--rtol: "),
     ("another runtime", _unchanged, ["--runtime", "onnx-reference"], 2, "error: --runtime: "),
     ("a weight scaled, hashes rewritten", _scaled_weight, [], 1, "FAIL "),
