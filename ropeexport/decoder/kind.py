@@ -289,8 +289,8 @@ class DecoderKind(Kind):
             # session_options say how to run the model, not what it is (builds before the thread count wrote none):
             # the manifest's hash holds them as written
             for config in (stored, made):
-                model = config.get("model") if isinstance(config, dict) else None
-                decoder = model.get("decoder") if isinstance(model, dict) else None
+                described = config.get("model") if isinstance(config, dict) else None
+                decoder = described.get("decoder") if isinstance(described, dict) else None
                 if isinstance(decoder, dict):
                     decoder.pop("session_options", None)
             key = _first_difference(stored, made)
