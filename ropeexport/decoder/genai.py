@@ -69,7 +69,7 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
         "decoder": {
             # 0: ONNX Runtime's own count, one thread per physical core. Unset, onnxruntime-genai 0.18 takes half the
             # logical CPUs (at most 16), assuming two hardware threads a core: on a machine without them (this 2-vCPU
-            # host) it decodes on half the cores, 1.7x slower (docs/status/speed.md)
+            # host) it runs on half the cores: decode about 1.6x and prefill 2x slower (docs/status/speed.md)
             "session_options": {"log_id": "onnxruntime-genai", "provider_options": [], "intra_op_num_threads": 0},
             "filename": "model.onnx",
             "head_size": d,
