@@ -206,7 +206,7 @@ def test_yarn_matches_transformers_own_formula(make: Any) -> None:
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["gemma3_text", "gemma3-wrapper"])
 def test_a_tiny_model_of_a_per_layer_config_keeps_its_first_layers(wrapped: bool) -> None:
-    from ropeexport.decoder.spec import from_config, shrink
+    from ropeexport.decoder.config import from_config, shrink
 
     text = config("gemma3_text", num_hidden_layers=12)
     raw = {"model_type": "gemma3", "text_config": text} if wrapped else text
@@ -219,8 +219,8 @@ def test_a_tiny_model_of_a_per_layer_config_keeps_its_first_layers(wrapped: bool
 
 
 def test_a_one_layer_model_keeps_its_layers_window() -> None:
-    from ropeexport.decoder.spec import from_config, shrink
+    from ropeexport.decoder.config import from_config, shrink
 
     spec = from_config(shrink(config("gemma3_text"), num_layers=1, hidden_size=512, vocab_size=256), "tiny")
-    assert spec.layers[0].attention == "sliding" and spec.layers[0].window == 4096
+    assert spec.layers[0].attention.mask == "sliding" and spec.layers[0].window == 4096
     assert spec.layer_position_spec(0).theta == 1e4

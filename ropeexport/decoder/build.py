@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ropeexport.decoder.config import from_config, shrink
 from ropeexport.decoder.genai import check_tokenizer
 from ropeexport.decoder.memory import check_memory
 from ropeexport.decoder.scenarios import check_positions
-from ropeexport.decoder.spec import DecoderSpec, from_config, shrink, weight_label
+from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.errors import SpecError
 from ropeexport.hf import model_name, read_config
 
@@ -86,9 +87,9 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     full = request.name or "-".join(x for x in (base, "decoder", label, dtype, graph) if x)
     spec = from_config(config, full, where, dtype=dtype, graph=graph, max_positions=request.max_positions,
                        weights=weights)  # fmt: skip
-    if spec.weight_format == "int4" and spec.tie_embeddings:  # the head in int4 too, the embedding gathered from its
+    if spec.storage.format == "int4" and spec.tie_embeddings:  # the head in int4 too, the embedding gathered from its
         spec = spec.replace(tied_head_int4=True, tied_embedding_int4=True)  # bytes (``DecoderSpec.tied_head_int4``)
-    if request.name is None and spec.weight_format:  # the name carries the weight format (validated, defaults set)
+    if request.name is None and spec.storage.format:  # the name carries the weight format (validated, defaults set)
         name = "-".join(x for x in (base, "decoder", label, dtype, weight_label(spec.to_dict()), graph) if x)
         spec = spec.replace(name=name)
     return spec, config

@@ -1,4 +1,4 @@
-"""A decoder's weights under canonical names (``decoder.architectures``): seeded, or read from a local checkpoint.
+"""A decoder's weights under canonical names (``ropeexport.architectures``): seeded, or read from a local checkpoint.
 
 - ``expected(spec)``: {canonical name: shape} of every weight the spec's architecture holds.
 - ``seeded_weights(spec)``: normal draws (projections std 1/sqrt(fan_in), embeddings std 1, norm weights 1 + 0.1 N,
@@ -46,16 +46,20 @@ IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
-    """(query heads, key/value heads, head_dim) of layer ``layer``'s attention (its own position spec; the model's
-    for a layer without one, and for ``layer`` None).
-    """  # noqa: D205
-    p = (spec.layer_position_spec(layer) if layer is not None else None) or spec.position_spec()
-    return p.num_heads, int(getattr(p, "num_kv_heads", p.num_heads) or p.num_heads), p.head_dim
+    """(query heads, key/value heads, head_dim) of layer ``layer``'s attention (the default layer's for None)."""
+    return (spec.layers[layer] if layer is not None else spec.default).geometry
+
+
+def _layer_of(canonical: str) -> int | None:
+    """The layer index of a canonical name (``layers.3.q_proj`` -> 3), None for the model's own weights."""
+    if not canonical.startswith("layers."):
+        return None
+    return int(canonical.split(".", 2)[1])
 
 
 def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
-    """Every canonical weight of the spec with its shape ([in, out] for projections)."""
-    arch, hidden, inner, vocab = spec.architecture, spec.hidden_size, spec.intermediate_size, spec.vocab_size
+    """Every canonical weight of the spec with its shape ([in, out] for projections), each layer its own."""
+    arch, hidden, vocab = spec.architecture, spec.hidden_size, spec.vocab_size
     layer_norm = arch.norm == "layer"
     out: dict[str, tuple[int, ...]] = {"embed": (vocab, hidden)}
 
@@ -64,49 +68,46 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         if layer_norm:
             out[f"{name}.bias"] = (hidden,)
 
-    if arch.embed_norm:
+    if arch.has("embed_norm.weight"):
         norm("embed_norm")
-    for i, layer in enumerate(spec.layers):  # each layer's own geometry and norms
-        H, KV, d = geometry(spec, i)
+    for i, layer in enumerate(spec.layers):  # each layer's own geometry, norms and feed-forward
+        H, KV, d = layer.geometry
+        a, ffn, inner = layer.attention, layer.ffn, layer.ffn.inner
         p = f"layers.{i}."
         norm(f"{p}norm1")
         out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d), f"{p}v_proj": (hidden, KV * d)}
         out[f"{p}o_proj"] = (H * d, hidden)
-        if spec.qkv_bias:
+        if a.qkv_bias:
             out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
-        if spec.o_bias:
+        if a.o_bias:
             out[f"{p}o_bias"] = (hidden,)
-        if arch.qk_norm:
+        if a.qk_norm == "rms":
             out |= {f"{p}q_norm": (d,), f"{p}k_norm": (d,)}
-        if arch.sinks:
+        if a.sinks:
             out[f"{p}sinks"] = (H,)
         for slot in ("norm2", "norm3", "norm4"):
             if slot in layer.norms:
                 norm(f"{p}{slot}")
-        if arch.mlp == "moe":
-            out |= _experts(spec, p)
+        if ffn.kind == "moe":
+            E, n, m = ffn.experts, hidden, inner
+            out |= {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
+                    f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n),
+                    f"{p}experts_gate_bias": (E, m), f"{p}experts_up_bias": (E, m),
+                    f"{p}experts_down_bias": (E, n)}  # fmt: skip
             continue
-        if arch.mlp == "gated":
+        if ffn.kind == "gated":
             out[f"{p}gate_proj"] = (hidden, inner)
-            if spec.mlp_bias:
+            if ffn.bias:
                 out[f"{p}gate_bias"] = (inner,)
         out |= {f"{p}up_proj": (hidden, inner), f"{p}down_proj": (inner, hidden)}
-        if spec.mlp_bias:
+        if ffn.bias:
             out |= {f"{p}up_bias": (inner,), f"{p}down_bias": (hidden,)}
     norm("final_norm")
     if not spec.tie_embeddings:
         out["lm_head"] = (hidden, vocab)
-    if arch.lm_head_bias:
+    if arch.has("lm_head_bias"):
         out["lm_head_bias"] = (vocab,)
     return out
-
-
-def _experts(spec: DecoderSpec, p: str) -> dict[str, tuple[int, ...]]:
-    """A mixture's weights (``components.moe``) in layer prefix ``p``."""
-    E, n, m = spec.num_experts, spec.hidden_size, spec.intermediate_size
-    return {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
-            f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n), f"{p}experts_gate_bias": (E, m),
-            f"{p}experts_up_bias": (E, m), f"{p}experts_down_bias": (E, n)}  # fmt: skip
 
 
 def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
@@ -186,7 +187,7 @@ def _sources(spec: DecoderSpec) -> dict[str, str]:
 
 def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np.ndarray]:
     """A checkpoint tensor ([out, in] or [out]) as canonical weights ([in, out] or [out])."""
-    H, KV, d = geometry(spec)
+    H, KV, d = geometry(spec, _layer_of(canonical))
     stem, _, base = canonical.rpartition(".")
     stem = f"{stem}." if stem else ""
     if base in ("qkv_proj", "qkv_bias"):
@@ -210,9 +211,11 @@ def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np
 
 def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
     """The checkpoint shape ([out, in] or [out]) of a canonical name or fused group."""
-    H, KV, d = geometry(spec)
+    i = _layer_of(canonical)
+    H, KV, d = geometry(spec, i)
     base = canonical.rpartition(".")[2]
-    hidden, inner = spec.hidden_size, spec.intermediate_size
+    ffn = (spec.layers[i] if i is not None else spec.default).ffn
+    hidden, inner = spec.hidden_size, ffn.inner
     qkv = 3 * H * d if spec.architecture.fused_qkv == "per-head" else (H + 2 * KV) * d
     if base == "qkv_proj":
         return (qkv, hidden)
@@ -220,7 +223,7 @@ def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
         return (qkv,)
     if base == "gate_up_proj":
         return (2 * inner, hidden)
-    E = spec.num_experts
+    E = ffn.experts
     if base == "experts_gate_up_proj":
         return (E, hidden, 2 * inner)
     if base == "experts_gate_up_bias":
@@ -500,11 +503,11 @@ def vocab_part(weights: Mapping[str, np.ndarray], name: str, start: int, stop: i
 
 def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """{checkpoint key: [out, in] or [out] array} for a transformers model of the same config."""
-    H, KV, d = geometry(spec)
     out = {}
     for key, canonical in _sources(spec).items():
         stem, _, base = canonical.rpartition(".")
         stem = f"{stem}." if stem else ""
+        H, KV, d = geometry(spec, _layer_of(canonical))
         if base in ("qkv_proj", "qkv_bias"):
             kind = "proj" if base == "qkv_proj" else "bias"
             parts = [weights[f"{stem}{n}_{kind}"] for n in "qkv"]

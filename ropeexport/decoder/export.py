@@ -27,10 +27,10 @@ from ropeexport.components import MICROSOFT
 from ropeexport.components.attention import OPSETS
 from ropeexport.components.attention.graph import attention
 from ropeexport.components.linear import gather, is_weight, linear
-from ropeexport.components.mlp import joined, mlp
+from ropeexport.components.mlp import MLPSpec, joined, mlp
 from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, expected, geometry, layer_weights, lm_head
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, expected, layer_weights, lm_head
 from ropeexport.decoder.parts import (
     Pieces,
     attention_spec,
@@ -91,13 +91,13 @@ def build_decoder_graph(
     position = spec.position_spec()
     opset = OPSETS[spec.graph]
     dtype = DTYPES[spec.dtype].onnx
-    norm_of, mlp_of, stores = norm_spec(spec), mlp_spec(spec), weight_format(spec)
+    norm_of, stores = norm_spec(spec), weight_format(spec)
     fused = spec.graph == "gqa" and fusable(norm_of)  # the residual add and the RMSNorm after it as one node
 
     def stored(name: str, values: np.ndarray) -> str:  # projections as the weight format stores them
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
 
-    def feedforward(y: str, w: Mapping[str, str]) -> str:  # the MLP, or the mixture of experts
+    def feedforward(mlp_of: MLPSpec | MoESpec, y: str, w: Mapping[str, str]) -> str:  # the MLP, or the experts
         return moe(g, mlp_of, y, w) if isinstance(mlp_of, MoESpec) else mlp(g, mlp_of, y, w)
 
     def normed(h: str, delta: str | None, w: Mapping[str, str], name: str) -> tuple[str, str]:
@@ -105,7 +105,7 @@ def build_decoder_graph(
 
     top = {n: stored(n, weights[n]) for n in weights if not n.startswith("layers.") and n not in ("embed", "lm_head")}
     head = embed = ""  # the weights' names as stored
-    if spec.tied_embedding_int4:  # the tied head first: the embedding is gathered from its int4 bytes, stored once
+    if spec.storage.tied_embedding_int4:  # the tied head first: the embedding is gathered from its int4 bytes
         head = stored("lm_head", lm_head(spec, weights))
         h = gather(g, head, "input_ids")
     else:
@@ -113,7 +113,7 @@ def build_decoder_graph(
         h = g.op("Gather", [embed, "input_ids"], axis=0)  # out-of-range ids: ONNX Runtime refuses the call
     if spec.architecture.embed_scale:  # Gemma: times sqrt(hidden), a constant of the dtype
         h = g.op("Mul", [h, g.const("embed_scale", embed_scale(spec))])
-    if spec.architecture.embed_norm:
+    if spec.architecture.has("embed_norm.weight"):  # BLOOM: a LayerNorm on the embeddings
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     for i, layer in enumerate(spec.layers):
@@ -121,6 +121,7 @@ def build_decoder_graph(
             stage("export", i, spec.num_layers)
         arrays: Mapping[str, np.ndarray] = layer_weights(weights, i)  # read as asked for: one weight at a time
         pair: tuple[str, ...] = ()
+        mlp_of = mlp_spec(spec, i)
         if isinstance(mlp_of, MoESpec):  # the experts as the form stores them (one layer's mixture at a time)
             arrays = to_graph(mlp_of, arrays)
         elif mlp_of.kind == "gated":
@@ -138,16 +139,16 @@ def build_decoder_graph(
         out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)
         g.name_output(out["present_value"], present_value)
-        if spec.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
+        if layer.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
             attended = norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)
             h, y = normed(h, attended, w, "norm3")
-            pending = norm(g, norm_of, feedforward(y, w), w["norm4.weight"], None, opset)
-        elif spec.residual == "sequential":
+            pending = norm(g, norm_of, feedforward(mlp_of, y, w), w["norm4.weight"], None, opset)
+        elif layer.residual == "sequential":
             h, y = normed(h, out["output"], w, "norm2")
-            pending = feedforward(y, w)
+            pending = feedforward(mlp_of, y, w)
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
-            h, pending = g.op("Add", [h, out["output"]]), feedforward(y, w)
+            h, pending = g.op("Add", [h, out["output"]]), feedforward(mlp_of, y, w)
     _, h = normed(h, pending, top, "final_norm")
     if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
         g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing
@@ -167,8 +168,8 @@ def build_decoder_graph(
         io("position_ids", TensorProto.INT64, ["batch", "seq"]),
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
-    for i in range(spec.num_layers):
-        _, KV, d = geometry(spec, i)
+    for i, layer in enumerate(spec.layers):
+        _, KV, d = layer.geometry
         past_key, past_value, present_key, present_value = cache_names(i)
         inputs += [io(n, dtype, ["batch", KV, "past", d]) for n in (past_key, past_value)]
         outputs += [io(n, dtype, ["batch", KV, "total", d]) for n in (present_key, present_value)]

@@ -116,7 +116,7 @@ def rebuild_spec(record: Mapping[str, Any]) -> DecoderSpec:
     stored = dict(record["spec"])
     sources = record.get("sources")
     try:
-        return DecoderSpec(**stored, sources=dict(sources) if isinstance(sources, dict) else {})
+        return DecoderSpec.from_dict(stored, dict(sources) if isinstance(sources, dict) else {})
     except SpecError as exc:
         raise ArtifactError(f"decoder.json spec.{exc.field}", exc.message) from None
     except TypeError as exc:  # an unknown or missing field
@@ -188,7 +188,7 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
         try:
             if formats.quantized:  # transformers on the weights the model holds (dequantized), as the truth reads them
                 held = {k: formats.read64(v) if is_weight(k) else v for k, v in weights.items()}
-                if spec.tied_embedding_int4:  # the embedding gathered from the int4 head (its tied head: that table)
+                if spec.storage.tied_embedding_int4:  # the embedding gathered from the int4 head (its tied head)
                     held["embed"] = formats.rows64(weights["embed"].T)
                 reference = TransformersReference(spec, dict(config), held, None)
             else:

@@ -33,8 +33,8 @@ from ropeexport.kinds import ArtifactKind, Feeds, Probe
 def _weights(decoder: DecoderSpec, checkpoint: Path, layer: int) -> dict[str, np.ndarray]:
     if not 0 <= layer < decoder.num_layers:
         raise SpecError("layer", f"must be in [0, {decoder.num_layers - 1}] (the checkpoint's layers), got {layer}")
-    arch = decoder.architecture
-    if arch.qk_norm or decoder.attn_scale or decoder.attn_softcap or arch.sinks:
+    a = decoder.layers[layer].attention
+    if a.qk_norm or a.scale or a.softcap or a.sinks:
         # The block artifact's attention has no q/k norms, logit scale, cap or sinks: it would not be this model's.
         raise SpecError("layer", f"a {decoder.model_type} layer (q/k norms, its logit scale, cap or sinks) is not a "
                         "block artifact yet; build the whole decoder (--artifact decoder)")  # fmt: skip

@@ -102,8 +102,8 @@ def int4_bytes(spec: DecoderSpec) -> float:
     """Bytes ONNX Runtime holds for one int4 weight (``INT4_COPIES`` x (half a byte + the block's scale in the dtype
     and, asymmetric, its half-byte zero point, shared by ``block_size`` weights)).
     """  # noqa: D205
-    block = spec.block_size or DEFAULT_BLOCK_SIZE
-    per_block = DTYPE_BYTES[spec.dtype] + (0 if spec.symmetric else 0.5)
+    block = spec.storage.block_size or DEFAULT_BLOCK_SIZE
+    per_block = DTYPE_BYTES[spec.dtype] + (0 if spec.storage.symmetric else 0.5)
     return INT4_COPIES * (0.5 + per_block / block)
 
 
@@ -112,11 +112,11 @@ def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded
     embedding gathered from the int4 head, hold ``int4_bytes`` in ONNX Runtime in place of the dtype's bytes).
     """  # noqa: D205
     whole = per_parameter(spec.dtype, seeded, eager)
-    if spec.weight_format != "int4":
+    if spec.storage.format != "int4":
         return whole
     count = sum(math.prod(shape) for shape in shapes.values())
     quantized = sum(math.prod(shape) for name, shape in shapes.items() if is_weight(name)
-                    or (name == "embed" and spec.tied_embedding_int4))  # gathered from the int4 head: no dtype copy
+                    or (name == "embed" and spec.storage.tied_embedding_int4))  # gathered from int4: no dtype copy
     ort = DTYPE_BYTES[spec.dtype] + (FP16_WIDENED if spec.dtype == "fp16" else 0)
     return whole - (ort - int4_bytes(spec)) * quantized / count
 
@@ -142,10 +142,11 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     rows = [len(s.prompts) * (max(s.prompts) + s.steps) for s in runs]  # each scenario's token-rows
     slots, widest = sum(rows), max(rows)
     states = sum(n * (s.steps + 1) for n, s in zip(rows, runs, strict=True))
-    inner = 3 * spec.intermediate_size
-    if spec.num_experts:
-        inner = spec.num_experts * (inner + spec.hidden_size)
-    copies = LOGIT_COPIES + (1 if spec.weight_format else 0)
+    inner = 0
+    for each in spec.layers:  # the widest layer's feed-forward
+        ffn = each.ffn
+        inner = max(inner, ffn.experts * (3 * ffn.inner + spec.hidden_size) if ffn.kind == "moe" else 3 * ffn.inner)
+    copies = LOGIT_COPIES + (1 if spec.storage.format else 0)
     activations = 8 * (slots * copies * spec.vocab_size + widest * (inner + 8 * spec.hidden_size)
                        + states * spec.hidden_size)  # fmt: skip
     return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export)

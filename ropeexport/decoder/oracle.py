@@ -36,7 +36,7 @@ from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mlp import mlp64
 from ropeexport.components.moe import MoESpec, moe64
 from ropeexport.components.norm import norm64
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, geometry, layer_weights, vocab_part
+from ropeexport.decoder.checkpoint import BLOCK_NAMES, layer_weights, vocab_part
 from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import Pieces, attention_spec, head_name, mlp_spec, norm_spec, twins, weight_format
 from ropeexport.decoder.spec import DecoderSpec
@@ -82,7 +82,7 @@ class Stored64(Mapping[str, np.ndarray]):
     def _stored(self, name: str, value: np.ndarray) -> np.ndarray:
         if is_weight(name):
             return self.reads.read64(value)
-        if name == "embed" and self.spec.tied_embedding_int4:  # rows [vocab, hidden] gathered from the int4 head
+        if name == "embed" and self.spec.storage.tied_embedding_int4:  # rows [vocab, hidden] from the int4 head
             return self.reads.rows64(value.T)
         return round_once(value, self.spec.dtype).astype(np.float64)
 
@@ -199,10 +199,12 @@ def decoders_float64(
     for feed in feeds:
         if feed.past is not None and len(feed.past) != spec.num_layers:
             raise ValueError(f"past holds {len(feed.past)} layers, the decoder has {spec.num_layers}")
-    norm_of, mlp_of = norm_spec(spec), mlp_spec(spec)
+    norm_of = norm_spec(spec)
+    mlps = [mlp_spec(spec, i) for i in range(spec.num_layers)]
     routings = list(routings) if routings is not None else [None] * len(feeds)
 
     def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None) -> np.ndarray:
+        mlp_of = mlps[layer]
         if not isinstance(mlp_of, MoESpec):
             return mlp64(mlp_of, y, w)
         if routing is None:
@@ -219,7 +221,7 @@ def decoders_float64(
     hs = [_embedded(weights64, feed.input_ids) for feed in feeds]
     if spec.architecture.embed_scale:
         hs = [h * embed_scale(spec).astype(np.float64) for h in hs]
-    if spec.architecture.embed_norm:
+    if spec.architecture.has("embed_norm.weight"):
         hs = [normed(h, top, "embed_norm") for h in hs]
     seen = trace if trace is not None else lambda j, stage, h: None
     for j, h in enumerate(hs):
@@ -227,7 +229,7 @@ def decoders_float64(
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
-        _, KV, d = geometry(spec, i)
+        _, KV, d = layer.geometry
         w = dict(layer_weights(weights64, i))  # this layer's weights in float64, read once for every feed
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         attend = attention_spec(spec, i, pieces[i])
@@ -239,12 +241,12 @@ def decoders_float64(
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             attended = attention64(attend, wired, block)["output"]
-            if spec.residual == "sandwich":
+            if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)
                 h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j]), w, "norm4")
                 seen(j, Stage(i, "mlp"), h)
-            elif spec.residual == "sequential":
+            elif layer.residual == "sequential":
                 h = h + attended
                 seen(j, Stage(i, "attention"), h)
                 h = h + feedforward(normed(h, w, "norm2"), w, i, routings[j])
@@ -278,7 +280,7 @@ def extends(spec: DecoderSpec, longer: Feed, shorter: Feed, pieces: Pieces) -> b
             continue
         seen[id(piece)] = piece
         if piece.rotate64 is not None:
-            x = rng.standard_normal((b, 1, longer.input_ids.shape[1], geometry(spec, i)[2]))
+            x = rng.standard_normal((b, 1, longer.input_ids.shape[1], spec.layers[i].attention.head_dim))
             if not np.array_equal(piece.rotate64(x, longer.position_ids)[:, :, :s],
                                   piece.rotate64(x[:, :, :s], shorter.position_ids)):  # fmt: skip
                 return False

@@ -1,25 +1,25 @@
 """A decoder's layers as components: the component specs each layer is built from, and the position pieces.
 
-The architecture row (``decoder.architectures``) and the spec name the components: ``norm`` (the row's RMSNorm or
-LayerNorm at the spec's eps), ``mlp`` (gated or plain, the spec's activation; or ``moe``, a mixture of experts),
-``linear`` (the weight format) and, per layer, ``attention`` (the model's geometry, the layer's own window and position
-piece: ``spec.layers``). ``decoder.export`` composes their graphs over the layers; ``decoder.oracle`` composes their
-float64 twins the same way. A layer's position piece is its encoding's family piece (``kinds.PositionPiece``: graph and
-float64 twin), built once per distinct position spec and shared by every layer that has that spec (its tables are stored
-once).
+Each ``LayerSpec`` (``ropeexport.architectures.layers``) names its components; this turns them into the specs the
+graph builders and their float64 twins take, in the decoder's dtype and graph form: ``norm`` (the architecture's norm
+at the spec's eps), ``mlp`` (gated or plain) or ``moe`` (a mixture of experts), ``linear`` (the weight format) and
+``attention`` (the layer's geometry, mask, variants and position piece). ``decoder.export`` composes their graphs over
+the layers; ``decoder.oracle`` composes their float64 twins the same way. A layer's position piece is its encoding's
+family piece (``kinds.PositionPiece``: graph and float64 twin), built once per distinct position spec and shared by
+every layer that has that spec (its tables are stored once).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ropeexport.architectures.base import NORMS
 from ropeexport.catalog import kind_for
 from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
 from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
-from ropeexport.decoder.checkpoint import geometry
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.kinds import PositionPiece
 
@@ -30,45 +30,44 @@ def weight_format(spec: DecoderSpec) -> WeightFormat:
     """How the decoder's projections (attention q/k/v/o, the MLP's, lm_head: a tied one in int4 only, ``head_name``)
     are stored: rounded once to its dtype, or int4 (MatMulNBits) with its scales in the dtype. lm_head is quantized
     with the rest, as onnxruntime-genai's builder does by default (``-p int4``); the embedding stays in the dtype,
-    or, tied, is gathered from the int4 head's bytes (``DecoderSpec.tied_embedding_int4``, ``linear.gather``).
+    or, tied, is gathered from the int4 head's bytes (``Storage.tied_embedding_int4``, ``linear.gather``).
     """  # noqa: D205
-    if spec.weight_format == "int4":
-        return WeightFormat.int4(spec.dtype, spec.block_size, spec.accuracy_level, spec.symmetric)
-    return WeightFormat(spec.dtype)
+    return spec.weight_format()
 
 
 def head_name(spec: DecoderSpec) -> str:
     """The weight the output head reads: ``lm_head`` [hidden, vocab] (its own, or a tied one stored in int4:
-    ``DecoderSpec.tied_head_int4``), or ``embed`` [vocab, hidden], read transposed in the dtype.
+    ``Storage.tied_head_int4``), or ``embed`` [vocab, hidden], read transposed in the dtype.
     """  # noqa: D205
-    return "embed" if spec.tie_embeddings and not spec.tied_head_int4 else "lm_head"
+    return "embed" if spec.tie_embeddings and not spec.storage.tied_head_int4 else "lm_head"
 
 
 def norm_spec(spec: DecoderSpec) -> NormSpec:
     """Every norm of the decoder (embedding, layers, final): the architecture's kind at the spec's eps."""
-    arch = spec.architecture
-    return NormSpec(arch.norm, spec.norm_eps, spec.dtype, offset=arch.norm_offset, wide=arch.norm_wide)
+    kind, offset, wide = NORMS[spec.architecture.norm]
+    return NormSpec(kind, spec.norm_eps, spec.dtype, offset=offset, wide=wide)
 
 
-def mlp_spec(spec: DecoderSpec) -> MLPSpec | MoESpec:
-    """Every layer's MLP: the architecture's kind with the spec's activation and inner width; a mixture of experts
-    (``moe`` rows) with the spec's experts, computed by ONNX Runtime's MoE kernel in the gqa form (its contrib form).
+def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec:
+    """Layer i's feed-forward: gated or plain with its activation and inner width; a mixture of experts computed by
+    ONNX Runtime's MoE kernel in the gqa form (its contrib form), by ONNX ops elsewhere.
     """  # noqa: D205
-    if spec.architecture.mlp == "moe":
+    ffn = spec.layers[i].ffn
+    if ffn.kind == "moe":
         kernel = "contrib" if spec.graph == "gqa" else "portable"
-        return MoESpec(spec.num_experts, spec.experts_per_token, spec.intermediate_size, spec.swiglu_alpha,
-                       spec.swiglu_limit, spec.dtype, kernel)  # fmt: skip
-    return MLPSpec(spec.architecture.mlp, spec.act, spec.intermediate_size, spec.dtype)
+        return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel)
+    return MLPSpec(ffn.kind, ffn.act, ffn.inner, spec.dtype)
 
 
 def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> AttentionSpec:
-    """Layer i's attention: the model's geometry, the layer's window, ``piece`` (its position piece, or None)."""
-    H, KV, d = geometry(spec, i)
-    arch = spec.architecture
-    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=arch.norm_offset) if arch.qk_norm else None
-    return AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=d, dtype=spec.dtype, graph=spec.graph,
-                         window=spec.layer(i).window, position=piece, qk_norm=qk_norm, scale=spec.attn_scale,
-                         logit_softcap=spec.attn_softcap, sinks=arch.sinks, weights=weight_format(spec))  # fmt: skip
+    """Layer i's attention: its geometry, window and variants, ``piece`` (its position piece, or None)."""
+    a = spec.layers[i].attention
+    _, offset, _ = NORMS[spec.architecture.norm]
+    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset) if a.qk_norm == "rms" else None
+    return AttentionSpec(num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
+                         dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
+                         qk_norm=qk_norm, scale=a.scale, logit_softcap=a.softcap, sinks=a.sinks,
+                         weights=weight_format(spec))  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

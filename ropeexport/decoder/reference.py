@@ -39,7 +39,7 @@ def unexpressed(spec: DecoderSpec, config: Mapping[str, Any]) -> str | None:
     config says per layer (``layer_types``, ``no_rope_layers``, the encoding per layer type), so a spec whose layers
     differ from those (set through the API) has no config there.
     """  # noqa: D205
-    from ropeexport.decoder.spec import from_config
+    from ropeexport.decoder.config import from_config
 
     try:
         said = from_config(config, spec.name, dtype=spec.dtype, graph=spec.graph,

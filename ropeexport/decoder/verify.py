@@ -70,9 +70,10 @@ def tolerance(spec: DecoderSpec) -> float:
     from ropeexport.components.linear import COMPUTE
 
     own = TOLERANCE[spec.dtype]
-    if spec.weight_format != "int4" or COMPUTE[spec.accuracy_level] == "fp32":
+    storage = spec.storage
+    if storage.format != "int4" or COMPUTE[storage.accuracy_level] == "fp32":
         return own
-    return max(own, COMPUTED[COMPUTE[spec.accuracy_level]])
+    return max(own, COMPUTED[COMPUTE[storage.accuracy_level]])
 
 
 def _compare(
@@ -276,7 +277,8 @@ def verify_decoder(
         return run
 
     routed: Recompute | None = None
-    if spec.num_experts:  # a call at a time, its routing's near ties collected and flips applied (module doc)
+    if any(layer.ffn.kind == "moe" for layer in spec.layers):
+        # a call at a time, its routing's near ties collected and flips applied (module doc)
 
         def routed(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, flips: frozenset[Flip] = frozenset(),
                    bound: float = 0.0, ties: list[tuple[int, int, int, float]] | None = None,
@@ -285,7 +287,7 @@ def verify_decoder(
             return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers, routing=routing)
 
     unquantized: Truths | None = None
-    if spec.weight_format:
+    if spec.storage.format:
         plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True, tied_head_int4=False,
                              tied_embedding_int4=False)  # fmt: skip
         unquantized = truths(plain, Stored64(plain, weights), "float64 unquantized")

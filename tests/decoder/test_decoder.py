@@ -174,10 +174,10 @@ def test_weights_round_trip_to_transformers_names(name: str, tmp_path: Path) -> 
 
 
 def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
-    # An architecture row added to decoder/architectures.py without a tiny transformers config here is never built
+    # An architecture added to ropeexport/architectures/ without a tiny transformers config here is never built
     # from a real checkpoint nor compared with transformers: adding one is its row, its config in tests/decoder/tiny.py
     # (and a case above), and its pinned model bytes (tests/pinned).
-    from ropeexport.decoder.architectures import ARCHITECTURES
+    from ropeexport.architectures import ARCHITECTURES
     from tests.decoder.tiny import CONFIGS
 
     assert {model_type for model_type, _ in CONFIGS.values()} == set(ARCHITECTURES)

@@ -146,7 +146,7 @@ VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
     ("decoder.json weights edited, hashes rewritten", _rehashed(_weights_in_decoder_json), [], 2,
      "error: decoder.json weights: "),
     ("decoder.json spec with an unknown field, hashes rewritten", _rehashed(_unknown_spec_field), [], 2,
-     "error: decoder.json spec: "),
+     "error: decoder.json spec.heads: is not a decoder field"),
     ("decoder.json eos_token_id edited, hashes rewritten", _rehashed(_eos_in_decoder_json), [], 2,
      "error: genai_config.json model.eos_token_id: "),
     ("genai_config.json context_length 1e6, hashes rewritten", _rehashed(_genai(context_length=10**6)), [], 2,

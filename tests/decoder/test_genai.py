@@ -34,7 +34,7 @@ CASES = [("llama", "fused"), ("llama", "gqa"), ("phi3-longrope", "fused"), ("lla
 
 def _ours(folder: Path, policy: str) -> tuple[list[int], list[int]]:
     """(prompt, greedy tokens) of ropeexport's own loop on the built model."""
-    spec = DecoderSpec(**json.loads((folder / "decoder.json").read_text())["spec"])
+    spec = DecoderSpec.from_dict(json.loads((folder / "decoder.json").read_text())["spec"])
     runner = OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"])
     calls = run_scenario(runner.infer, spec, Scenario("genai", (PROMPT,), STEPS, policy=policy))
     return calls[0].input_ids[0, :PROMPT].tolist(), [int(c.logits[0, -1].argmax()) for c in calls]

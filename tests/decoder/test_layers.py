@@ -14,12 +14,14 @@ import json
 import re
 import textwrap
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import onnx
 import pytest
 
+from ropeexport.architectures.layers import AttentionLayer, FeedForward
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import expected, seeded_weights
 from ropeexport.decoder.export import build_decoder_graph
@@ -35,7 +37,10 @@ LLAMA = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "nu
          "num_hidden_layers": 3, "intermediate_size": 48, "vocab_size": 96, "max_position_embeddings": 256}  # fmt: skip
 BLOOM = {"model_type": "bloom", "hidden_size": 32, "n_head": 4, "n_layer": 2, "vocab_size": 96}
 SLIDING = {"attention": "sliding", "window": 6}
+ATTENTION, MLP = AttentionLayer(4, 2, 8), FeedForward("gated", "silu", 48)  # LLAMA's layers, as objects
 LOCAL = {**SLIDING, "position": {"theta": 1e4}}  # Gemma 3's local layers: theta 10000, a window
+MOE = {"mlp": "moe", "num_experts": 4, "experts_per_token": 2, "router": "topk_softmax", "swiglu_alpha": 1.702,
+       "swiglu_limit": 7.0}  # fmt: skip
 GLOBAL = {"position": {"theta": 1e6, "scaling": "linear", "scaling_params": {"factor": 8.0}}}  # its global ones
 
 # (label, config, per layer the fields where it differs from the model's default layer (a "position" table: the
@@ -47,6 +52,14 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], tuple[str, ...]]] =
     ("theta per layer, windows on the local ones (Gemma 3's pattern)", LLAMA, [LOCAL, GLOBAL, LOCAL],
      ("fused", "gqa")),
     ("ALiBi with a layer without it", BLOOM, [{"position": None}, {}], ("fused",)),
+    # What a layer holds beyond its position and window (``architectures.layers``), each in the graph and its twin:
+    ("layer 1 with 2 heads of 16 (Gemma 4's per-layer head_dim)", LLAMA,
+     [{}, {"position": {"num_heads": 2, "num_kv_heads": 1, "head_dim": 16}}, {}], ("fused", "gqa", "decomposed")),
+    ("a logit scale, a cap and a parallel residual, each on one layer", LLAMA,
+     [{"attn_scale": 0.5}, {"attn_softcap": 20.0}, {"residual": "parallel"}], ("fused", "gqa")),
+    ("experts on layer 1 only (Llama 4's pattern)", LLAMA, [{}, MOE, {}], ("fused", "gqa")),
+    ("q/k norms on layer 0, sinks on layer 1", LLAMA, [{"qk_norm": "rms"}, {"sinks": True}, {}],
+     ("fused", "decomposed")),
 ]  # fmt: skip
 PARAMS = [(label, config, layers, graph) for label, config, layers, forms in CASES for graph in forms]
 
@@ -77,9 +90,12 @@ def test_mixed_layers_pass_their_float64_truth(
     weights = seeded_weights(spec)
     model = build_decoder_graph(spec, weights, "seeded")
     assert _failed(spec, model, weights, tmp_path / "mixed") == set(), label
-    # The same weights with every layer the default one: the truth of the layers tells them apart.
-    uniform = build_decoder_graph(spec.replace(layers=()), weights, "seeded")
-    assert _failed(spec, uniform, weights, tmp_path / "uniform"), f"{label}: the layers changed nothing"
+    # The same weights with every layer the default one: the truth of the layers tells them apart (where the
+    # default layers hold the same weights; a layer of another shape is told apart by its weights already).
+    same = {layer.geometry for layer in spec.layers} == {spec.default.geometry}
+    if same and expected(spec) == expected(spec.replace(layers=())):
+        uniform = build_decoder_graph(spec.replace(layers=()), weights, "seeded")
+        assert _failed(spec, uniform, weights, tmp_path / "uniform"), f"{label}: the layers changed nothing"
     # Each layer calls its own piece or none; a table is stored once per distinct position spec.
     piece = "/rope/" if spec.position["encoding"] == "rope" else "/bias/"
     calling = {n.name.split("/")[0] for n in model.graph.node if piece in n.name}
@@ -91,7 +107,7 @@ def test_mixed_layers_pass_their_float64_truth(
         assert len(tables) == len(spec.position_specs()), tables
     # The model embeds the spec: a mixed one reads back as itself.
     meta = {p.key: p.value for p in model.metadata_props}
-    assert DecoderSpec(**json.loads(meta["ropeexport.spec"])) == spec
+    assert DecoderSpec.from_dict(json.loads(meta["ropeexport.spec"])) == spec
 
 
 def test_transformers_reference_is_skipped_with_the_reason(tmp_path: Path) -> None:
@@ -151,8 +167,10 @@ ROUND_TRIPS = [
     ("no positions on layer 1", [{}, {"position": None}, {}], [{}, {"position": None}, {}]),
     ("one sliding layer", [None, SLIDING, {}], [{}, SLIDING, {}]),
     ("another theta", [{}, {}, {"position": {"theta": 5e5}}], "theta"),
-    ("LayerSpec objects", [LayerSpec(None), LayerSpec(None, "sliding", 2), LayerSpec(None)],
+    ("LayerSpec objects", [LayerSpec(ATTENTION, MLP), LayerSpec(replace(ATTENTION, mask="sliding", window=2), MLP),
+                           LayerSpec(ATTENTION, MLP)],
      [{"position": None}, {"position": None, "attention": "sliding", "window": 2}, {"position": None}]),
+    ("another head_dim (Gemma 4's global layers)", [{}, {"position": {"head_dim": 16}}, {}], "head_dim"),
 ]  # fmt: skip
 
 
@@ -162,10 +180,12 @@ def test_a_mixed_spec_round_trips(label: str, layers: list[Any], stored: list[di
     data = spec.to_dict()
     if stored == "theta":  # a changed position is written whole
         assert data["layers"][:2] == [{}, {}] and data["layers"][2]["position"] == {**spec.position, "theta": 5e5}
+    elif stored == "head_dim":  # the layer's attention takes its encoding's head_dim, both written
+        assert data["layers"][1]["head_dim"] == 16 and data["layers"][1]["position"]["head_dim"] == 16
     else:
         assert data["layers"] == stored, label
     assert list(data)[-1] == "layers"  # after every field a uniform spec has, in their order
-    again = DecoderSpec(**json.loads(json.dumps(data)))
+    again = DecoderSpec.from_dict(json.loads(json.dumps(data)))
     assert again == spec and again.digest_text() == spec.digest_text()
     record = json.loads(json.dumps({"spec": data, "sources": dict(spec.sources)}, indent=2, default=list))
     assert rebuild_spec(record) == spec  # decoder.json, as verify reads it
@@ -200,8 +220,12 @@ REFUSED = [
     ([{}, {}, {"heads": 2}], "layers[2].heads"),
     ([{}, {}], "layers"),
     ([{}, 7, {}], "layers[1]"),
-    (_bad_position(num_heads=2), "layers[1].position.num_heads"),
-    (_bad_position(head_dim=4), "layers[1].position.head_dim"),
+    ([{}, {"num_heads": 2, "position": {"num_heads": 4}}, {}], "layers[1].position.num_heads"),
+    ([{}, {"head_dim": 16, "position": {"head_dim": 4}}, {}], "layers[1].position.head_dim"),
+    ([{}, {"num_heads": 3}, {}], "layers[1].num_kv_heads"),
+    ([{}, {"attention": "chunked", "window": 8}, {}], "layers[1].attention"),
+    ([{}, {"kv_from": 0}, {}], "layers[1].kv_from"),
+    ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
     (_bad_position(max_positions=128), "layers[1].position.max_positions"),
     (_bad_position(theta="x"), "layers[1].position.theta"),
     (_bad_position(scaling="dynamic", scaling_params={"factor": 2.0, "original_max_position_embeddings": 128}),

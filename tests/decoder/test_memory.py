@@ -98,7 +98,7 @@ def test_a_tied_int4_embedding_gathered_from_the_head_is_counted_at_its_packed_s
     model_type, fields = tool("write_checkpoint").MODELS["llama-3.2-1b"]
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, **fields}))
     spec, _ = resolve(DecoderRequest(hf_config=tmp_path / "config.json", weight_format="int4"))
-    assert spec.tied_embedding_int4
+    assert spec.storage.tied_embedding_int4
     older = spec.replace(tied_embedding_int4=False)
     need, before = estimate(spec, seeded=False, eager=False), estimate(older, seeded=False, eager=False)
     norms, embed, packed = (2 * 16 + 1) * 2048, 128256 * 2048, 0.5 + 4 / 32

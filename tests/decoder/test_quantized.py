@@ -207,14 +207,14 @@ def test_an_int4_decoder_is_served(key: str, built: dict, tiny_checkpoint: Any, 
     og = pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the serving engine")
     folder = tmp_path / "copy"
     shutil.copytree(built[key].path, folder)  # the package's eos is changed below: the built folder stays whole
-    spec = DecoderSpec(**json.loads((folder / "decoder.json").read_text())["spec"])
+    spec = DecoderSpec.from_dict(json.loads((folder / "decoder.json").read_text())["spec"])
     steps = 24
     calls = run_scenario(OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"]).infer, spec,
                          Scenario("served", (8,), steps, policy="keep"))  # fmt: skip
     prompt = calls[0].input_ids[0].tolist()
     ours = [int(c.logits[0, -1].argmax()) for c in calls]  # the prefill's pick, then one per step
     assert rx.generate(folder, prompt_ids=prompt, max_new_tokens=steps + 1).tokens == ours
-    if spec.accuracy_level == 0:  # fp32 arithmetic: every token is the float64 truth's on the dequantized weights
+    if spec.storage.accuracy_level == 0:  # fp32 arithmetic: every token the float64 truth's on the dequantized weights
         weights64 = stored_float64(spec, load_checkpoint(spec, tiny_checkpoint(key.split("-")[0])))
         position = spec.position_spec()
         piece = kind_for(position).piece(position)
@@ -252,17 +252,17 @@ def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict,
     from ropeexport.decoder.spec import DecoderSpec
 
     result = built[key]
-    spec = DecoderSpec(**result.report["spec"])
+    spec = DecoderSpec.from_dict(result.report["spec"])
     weights = CheckpointWeights(spec, tiny_checkpoint(key.split("-")[0]))
     model = onnx.load(str(result.path / "model.onnx"), load_external_data=False)
     held, _ = held_weights(model, spec, result.path)
     repacked, read = Stored64(spec, weights), Stored64(spec, weights, held)
     projections = [n for n in weights if n.rpartition(".")[2].endswith("_proj") or n == "lm_head"]
     assert projections and set(projections) - {"lm_head"} <= set(held)
-    assert set(held.tables) == ({"embed"} if spec.tied_embedding_int4 else set())
+    assert set(held.tables) == ({"embed"} if spec.storage.tied_embedding_int4 else set())
     for name in [*projections, *held.tables]:
         np.testing.assert_array_equal(read[name], repacked[name], err_msg=name)
-    if spec.tied_embedding_int4:  # rows read alone are the same
+    if spec.storage.tied_embedding_int4:  # rows read alone are the same
         np.testing.assert_array_equal(read.vocab_part("embed", 3, 9), repacked.vocab_part("embed", 3, 9))
 
 
@@ -284,15 +284,17 @@ def test_a_tied_head_is_stored_in_int4_and_an_older_spec_keeps_its_own(
     from tests.decoder.test_planted import LLAMA
 
     spec, _ = resolve(DecoderRequest(config={**LLAMA, "tie_word_embeddings": tied}, name="tied", **weights))
-    assert (spec.tied_head_int4, spec.tied_embedding_int4, head_name(spec)) == (quantized, quantized, head)
+    storage = spec.storage
+    assert (storage.tied_head_int4, storage.tied_embedding_int4, head_name(spec)) == (quantized, quantized, head)
     for name in ("tied_head_int4", "tied_embedding_int4"):  # written only where set: older specs hash as before
         assert (name in spec.to_dict()) is quantized
     if quantized:  # int4 decoders built before each field (manifests without it) keep what they were built as
         fields = spec.to_dict()
-        older = DecoderSpec(**{k: v for k, v in fields.items() if k != "tied_embedding_int4"})
-        assert (older.tied_head_int4, older.tied_embedding_int4, head_name(older)) == (True, False, "lm_head")
-        oldest = DecoderSpec(**{k: v for k, v in fields.items() if not k.startswith("tied_")})
-        assert head_name(oldest) == "embed" and not oldest.tied_embedding_int4
+        older = DecoderSpec.from_dict({k: v for k, v in fields.items() if k != "tied_embedding_int4"})
+        said = (older.storage.tied_head_int4, older.storage.tied_embedding_int4, head_name(older))
+        assert said == (True, False, "lm_head")
+        oldest = DecoderSpec.from_dict({k: v for k, v in fields.items() if not k.startswith("tied_")})
+        assert head_name(oldest) == "embed" and not oldest.storage.tied_embedding_int4
         with pytest.raises(SpecError, match=r"^tied_embedding_int4: .*tied_head_int4\)$"):
             spec.replace(tied_head_int4=False)  # the embedding gathered from a head not stored in int4
     else:
@@ -321,7 +323,7 @@ def test_a_wrong_tied_int4_embedding_is_caught(case: str, built: bool, read: boo
 
     spec, _ = resolve(DecoderRequest(config={**LLAMA, "tie_word_embeddings": True}, name="tied", weight_format="int4",
                                      max_positions=512))  # fmt: skip
-    assert spec.tied_embedding_int4
+    assert spec.storage.tied_embedding_int4
     weights = seeded_weights(spec)
     model = build_decoder_graph(spec.replace(tied_embedding_int4=built), weights, "seeded")
     if factor != 1.0:

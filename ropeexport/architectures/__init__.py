@@ -1,0 +1,65 @@
+"""Every decoder architecture, listed once: one folder per transformers ``model_type``, one line here.
+
+Torch-free. A folder ``architectures/<model_type>/`` holds that type's ``ARCHITECTURE`` (``base.Architecture``: its
+checkpoint names, its config hook, its layer builder); a type that keeps another's body imports it from that type's
+folder. ``ARCHITECTURES`` maps each model type to its architecture, in catalog order; ``architecture(config)`` is the
+one of a config's ``model_type`` (an unknown one is a SpecError listing those built).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import import_module
+from typing import Any
+
+from ropeexport.architectures.base import Architecture
+from ropeexport.errors import SpecError
+
+# One line per architecture (its folder's module): what ``ARCHITECTURES`` holds, in this order.
+PACKAGES = (
+    "ropeexport.architectures.llama",
+    "ropeexport.architectures.mistral",
+    "ropeexport.architectures.smollm3",
+    "ropeexport.architectures.qwen2",
+    "ropeexport.architectures.qwen3",
+    "ropeexport.architectures.phi3",
+    "ropeexport.architectures.gemma2",
+    "ropeexport.architectures.gpt_neox",
+    "ropeexport.architectures.gptj",
+    "ropeexport.architectures.bloom",
+    "ropeexport.architectures.gpt_oss",
+    "ropeexport.architectures.gemma3_text",
+)
+
+
+def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
+    """{model_type: its architecture} of ``packages``, each a module with ``ARCHITECTURE``; a type listed twice, or
+    a module whose ARCHITECTURE is not an ``Architecture``, is an error (never one silently shadowing another).
+    """  # noqa: D205
+    out: dict[str, Architecture] = {}
+    for package in packages:
+        arch = getattr(import_module(package), "ARCHITECTURE", None)
+        if not isinstance(arch, Architecture):
+            raise TypeError(f"{package}.ARCHITECTURE must be an architectures.base.Architecture, got {arch!r}")
+        if arch.model_type in out:
+            raise ValueError(f"{package}: model_type {arch.model_type!r} is already listed")
+        out[arch.model_type] = arch
+    return out
+
+
+ARCHITECTURES = load(PACKAGES)
+
+
+def architecture(config: Mapping[str, Any], where: str = "config.json") -> Architecture:
+    """The architecture of a config's model_type; an unknown one is a SpecError listing those built."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):  # a list (["llama"]) is not even hashable
+        raise SpecError(f"{where}: model_type", f"must be a string naming the architecture, got {model_type!r}; "
+                        f"built: {', '.join(ARCHITECTURES)}")  # fmt: skip
+    if model_type not in ARCHITECTURES:
+        raise SpecError(
+            f"{where}: model_type",
+            f"{model_type!r} has no decoder architecture here; built: {', '.join(ARCHITECTURES)} "
+            "(the encoding alone: build its block or rope artifact)",
+        )
+    return ARCHITECTURES[model_type]

@@ -1,0 +1,293 @@
+"""A decoder layer as what it computes: ``LayerSpec``, its attention, feed-forward, norms and residual form, and
+its positional encoding or none. Torch- and onnx-free, validated on construction.
+
+transformers 5 says a model per layer (``layer_types``, nested ``rope_parameters``), and the models of 2026 differ per
+layer in more than the window: Llama 4 (experts on every other layer, no RoPE and a query temperature on every 4th,
+chunked attention on the rest), Gemma 4 (head_dim 256 on sliding layers, 512 on global ones, key/value shared across
+layers), DeepSeek (dense first layers, latent attention). So each layer holds its own:
+
+- ``AttentionLayer``: heads, key/value heads and head_dim of this layer; its ``kind`` (``standard``; latent attention
+  will be a sibling component); its mask (``full``, ``sliding`` W or ``chunked`` C); the q/k norm; the logit scale,
+  soft cap and sinks; its biases; keys and values computed here or shared from layer j (``kv_from``).
+- ``FeedForward``: ``gated``, ``plain`` or ``moe`` (a mixture of experts with its ``router`` kind), its activation,
+  inner width and bias.
+- ``position``: the encoding's spec fields (``ropeexport.hf`` imports them) or None: no positional encoding (NoPE).
+- ``norms`` and ``residual``: the norm slots the layer reads, in its residual form.
+
+Which of these a decoder can build today is said in one place (``unbuilt``): a layer may describe what is not built
+(chunked attention, shared key/value, latent attention), and building it is then one line naming the field.
+
+Serialized (``to_dict``): one flat table under the names a decoder's spec uses for its model-wide settings
+(``decoder.json``: ``intermediate_size``, ``attn_scale``, ``num_experts``, ...), so a layer that differs from the
+model's default layer is written as the fields where it differs (``{"attention": "sliding", "window": 4}``,
+``{"position": null}``), exactly as the decoders built before layers had components.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ropeexport.errors import SpecError
+from ropeexport.specs import require_choice, require_int
+
+MASKS = ("full", "sliding", "chunked")  # chunked: key slot j seen by query i iff j // C == i // C (and causal)
+ATTENTION_KINDS = ("standard", "latent")  # latent: multi-head latent attention (DeepSeek), a sibling component
+QK_NORMS = ("", "rms", "l2")  # rms: Qwen3's and Gemma 3's RMSNorm per head; l2: Llama 4's weightless L2 norm
+FEEDFORWARDS = ("gated", "plain", "moe")
+FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
+# A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
+# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen).
+ROUTERS = ("topk_softmax",)
+RESIDUALS = ("sequential", "parallel", "shared", "sandwich")
+# A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
+# MLP (post_attention_layernorm in Llama's names); Gemma's sandwich: norm1 before attention, norm2 on its output,
+# norm3 before the MLP, norm4 on its output. GPT-J's shared residual has norm1 only.
+NORMS = ("norm1", "norm2", "norm3", "norm4")
+PAIR = NORMS[:2]
+RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS}
+GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
+
+
+def plain(value: Any, field_name: str) -> Any:
+    """``value`` as plain JSON data (lists, not tuples): what decoder.json gives back, so a spec round-trips."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as error:
+        raise SpecError(field_name, f"must be plain data (numbers, strings, lists, tables): {error}") from None
+
+
+def _number(name: str, value: Any, zero: str, positive: bool = False) -> float:
+    """A finite number >= 0 (> 0 with ``positive``), as float; SpecError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SpecError(name, f"must be a finite number >= 0 ({zero}), got {value!r}")
+    if positive and not value:
+        raise SpecError(name, f"must be a finite number > 0 ({zero}), got {value!r}")
+    return float(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(name, f"must be true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One layer's attention (its graph and float64 twin: ``components.attention``).
+
+    Geometry: ``num_heads`` query heads, ``num_kv_heads`` key/value heads (dividing them), ``head_dim``. ``mask``:
+    ``full`` (causal), ``sliding`` (key slot j seen by query slot i only if i - j < ``window``) or ``chunked`` (only
+    within the same chunk of ``window`` slots). ``qk_norm``: a norm of each query and key head before the rotation.
+    The logits: q . k * ``scale`` (0: 1 / sqrt(head_dim)), ``softcap`` c > 0: c * tanh(l / c), ``sinks``: one learned
+    logit per query head in the softmax. ``kv_from``: the layer whose keys and values this one reads (None: its own).
+    """
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    kind: str = "standard"
+    mask: str = "full"
+    window: int = 0
+    qk_norm: str = ""
+    scale: float = 0.0
+    softcap: float = 0.0
+    sinks: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    kv_from: int | None = None
+
+    def __post_init__(self) -> None:
+        heads = require_int("num_heads", self.num_heads, 1, 4096)
+        kv = require_int("num_kv_heads", self.num_kv_heads, 1, heads)
+        if heads % kv:
+            raise SpecError("num_kv_heads", f"must divide num_heads ({heads}), got {kv}")
+        object.__setattr__(self, "num_heads", heads)
+        object.__setattr__(self, "num_kv_heads", kv)
+        object.__setattr__(self, "head_dim", require_int("head_dim", self.head_dim, 1, 65536))
+        require_choice("attention_kind", self.kind, ATTENTION_KINDS)
+        require_choice("attention", self.mask, MASKS)
+        window = require_int("window", self.window, 0)
+        if self.mask != "full" and not window:
+            raise SpecError("window", f"a {self.mask} layer needs a window of at least 1 (the key slots it sees)")
+        if self.mask == "full" and window:
+            raise SpecError("window", f"a full layer has no window (0), got {window}; say attention='sliding'")
+        object.__setattr__(self, "window", window)
+        require_choice("qk_norm", self.qk_norm, QK_NORMS)
+        object.__setattr__(self, "scale", _number("attn_scale", self.scale, "0: 1 / sqrt(head_dim)"))
+        object.__setattr__(self, "softcap", _number("attn_softcap", self.softcap, "0: no cap"))
+        for name in ("sinks", "qkv_bias", "o_bias"):
+            _flag(name, getattr(self, name))
+        if self.kv_from is not None:
+            object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
+
+
+@dataclass(frozen=True)
+class FeedForward:
+    """One layer's feed-forward: ``gated`` (down(act(gate x) * up x)), ``plain`` (down(act(up x))) or ``moe``.
+
+    ``inner``: the inner width (each expert's in a mixture). A mixture (``components.moe``): ``experts`` experts,
+    ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert gpt-oss's clamped SwiGLU of gain
+    ``swiglu_alpha`` and clamp ``swiglu_limit``.
+    """
+
+    kind: str
+    act: str
+    inner: int
+    bias: bool = False
+    experts: int = 0
+    top_k: int = 0
+    router: str = ""
+    swiglu_alpha: float = 0.0
+    swiglu_limit: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_choice("mlp", self.kind, FEEDFORWARDS)
+        require_choice("act", self.act, FORMULAS)
+        object.__setattr__(self, "inner", require_int("intermediate_size", self.inner, 1, 2**20))
+        _flag("mlp_bias", self.bias)
+        names = ("num_experts", "experts_per_token", "router", "swiglu_alpha", "swiglu_limit")
+        values = (self.experts, self.top_k, self.router, self.swiglu_alpha, self.swiglu_limit)
+        if self.kind != "moe":
+            named = next((n for n, v in zip(names, values, strict=True) if v), None)
+            if named is not None:
+                raise SpecError(named, f"must be 0 (or empty): a {self.kind} MLP is not a mixture of experts")
+            return
+        experts = require_int("num_experts", self.experts, 1, 2**12)
+        object.__setattr__(self, "experts", experts)
+        object.__setattr__(self, "top_k", require_int("experts_per_token", self.top_k, 1, experts))
+        require_choice("router", self.router, ROUTERS)
+        for name in ("swiglu_alpha", "swiglu_limit"):
+            value = _number(name, getattr(self, name), "a mixture's clamped SwiGLU", positive=True)
+            object.__setattr__(self, name, value)
+
+
+# The wire names of each component's fields (``LayerSpec.to_dict``): decoder.json's names for the same settings.
+ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "head_dim": "head_dim",
+                  "kind": "attention_kind", "mask": "attention", "window": "window", "qk_norm": "qk_norm",
+                  "scale": "attn_scale", "softcap": "attn_softcap", "sinks": "sinks", "qkv_bias": "qkv_bias",
+                  "o_bias": "o_bias", "kv_from": "kv_from"}  # fmt: skip
+FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
+                    "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
+                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit"}  # fmt: skip
+LAYER_WIRE = ("position", "norms", "residual")
+WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One decoder layer: its ``attention``, its ``ffn``, its ``position`` (the encoding's spec fields, or None: no
+    positional encoding) and the ``norms`` it reads in its ``residual`` form (``sequential``, ``parallel`` (attention
+    and MLP read their own norm of the layer input), ``shared`` (one norm, GPT-J) or ``sandwich`` (a norm before and
+    after each of attention and MLP, Gemma)).
+
+    Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, num_kv_heads, past, head_dim].
+    """  # noqa: D205
+
+    attention: AttentionLayer
+    ffn: FeedForward
+    position: Mapping[str, object] | None = None
+    norms: tuple[str, ...] = PAIR
+    residual: str = "sequential"
+    # the wire's fields of this layer (``to_dict``), made once (frozen: nothing it reads changes)
+    _wire: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attention, AttentionLayer):
+            raise SpecError("attention", f"must be an AttentionLayer, got {type(self.attention).__name__}")
+        if not isinstance(self.ffn, FeedForward):
+            raise SpecError("ffn", f"must be a FeedForward, got {type(self.ffn).__name__}")
+        if self.position is not None:
+            if not isinstance(self.position, Mapping):
+                raise SpecError("position", f"must be a table of the encoding's fields, or None for no positional "
+                                f"encoding; got {self.position!r}")  # fmt: skip
+            object.__setattr__(self, "position", plain(dict(self.position), "position"))
+        require_choice("residual", self.residual, RESIDUALS)
+        norms = self.norms
+        if isinstance(norms, str) or not isinstance(norms, (list, tuple)):
+            raise SpecError("norms", f"must be a list of norm slots ({', '.join(NORMS)}), got {norms!r}")
+        for name in norms:
+            require_choice("norms", name, NORMS)
+        if len(set(norms)) != len(norms):
+            raise SpecError("norms", f"names a slot twice: {list(norms)}")
+        object.__setattr__(self, "norms", tuple(norms))
+
+    @property
+    def geometry(self) -> tuple[int, int, int]:
+        """(query heads, key/value heads, head_dim) of this layer's attention."""
+        a = self.attention
+        return a.num_heads, a.num_kv_heads, a.head_dim
+
+    @property
+    def window(self) -> int:
+        """The key slots a sliding layer sees (0: not sliding)."""
+        return self.attention.window if self.attention.mask == "sliding" else 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The layer as one flat table of plain data (module doc: decoder.json's names)."""
+        if not self._wire:
+            out: dict[str, object] = {"position": None if self.position is None else dict(self.position),
+                                      "attention": self.attention.mask, "window": self.attention.window,
+                                      "norms": list(self.norms), "residual": self.residual}  # fmt: skip
+            for name, wire in ATTENTION_WIRE.items():
+                out.setdefault(wire, getattr(self.attention, name))
+            for name, wire in FEEDFORWARD_WIRE.items():
+                out[wire] = getattr(self.ffn, name)
+            self._wire.update(out)
+        return dict(self._wire)
+
+    def diff(self, other: LayerSpec) -> dict[str, object]:
+        """The wire fields where this layer differs from ``other`` (``{}``: the same layer)."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return {k: v for k, v in mine.items() if v != theirs[k]}
+
+    def with_fields(self, changes: Mapping[str, object], where: str = "layers") -> LayerSpec:
+        """The layer with ``changes`` (wire names, ``WIRE``) applied; SpecError names ``where.field``.
+
+        A new ``position`` without a new geometry brings its own heads and head_dim (a layer's attention has its
+        position's geometry).
+        """
+        unknown = next((k for k in changes if k not in WIRE), None)
+        if unknown is not None:
+            raise SpecError(f"{where}.{unknown}", f"is not a layer field; a layer has {', '.join(WIRE)}")
+        # any values: the components' constructors validate them, naming the field at fault
+        attention: dict[str, Any] = {name: changes[wire] for name, wire in ATTENTION_WIRE.items() if wire in changes}
+        position = changes.get("position", self.position)
+        if "position" in changes and isinstance(position, Mapping):
+            for name in GEOMETRY:
+                if name not in attention and name in position:
+                    attention[name] = position[name]
+            if "num_kv_heads" not in attention and "num_heads" in attention and "num_kv_heads" not in position:
+                attention["num_kv_heads"] = attention["num_heads"]  # one key/value head per query head
+        ffn: dict[str, Any] = {name: changes[wire] for name, wire in FEEDFORWARD_WIRE.items() if wire in changes}
+        try:
+            made_attention = replace(self.attention, **attention) if attention else self.attention
+        except SpecError as exc:
+            raise SpecError(f"{where}.{exc.field}", exc.message) from None
+        try:
+            made_ffn = replace(self.ffn, **ffn) if ffn else self.ffn
+        except SpecError as exc:
+            raise SpecError(f"{where}.{exc.field}", exc.message) from None
+        layer: dict[str, Any] = {k: changes[k] for k in LAYER_WIRE if k in changes}
+        try:
+            return replace(self, attention=made_attention, ffn=made_ffn, **layer)
+        except SpecError as exc:
+            raise SpecError(f"{where}.{exc.field}", exc.message) from None
+
+
+def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
+    """(the wire field, why) of the first thing ``layer`` describes that no decoder graph builds yet; None if built."""
+    a = layer.attention
+    if a.kind != "standard":
+        return "attention_kind", f"{a.kind} attention is described but not built (no component computes it yet)"
+    if a.mask == "chunked":
+        return "attention", "chunked attention (Llama 4) is described but not built in any form yet"
+    if a.kv_from is not None:
+        return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
+    if a.qk_norm == "l2":
+        return "qk_norm", "Llama 4's L2 q/k norm is described but not built yet"
+    return None
+

@@ -1,0 +1,159 @@
+"""A decoder's spec from a transformers config: ``from_config``, and ``shrink`` (a tiny model of a real config).
+
+The config's architecture (``ropeexport.architectures``) reads its model-wide fields (``Architecture.layout``) and
+builds its default layer; ``ropeexport.hf`` reads its encoding per layer (``import_layers``: layer types, windows,
+no-RoPE layers, the scaling per type); each layer that differs from the default one is written as the fields where
+it does (``DecoderSpec.layers``). ``shrink`` applies the size overrides that make a tiny test model of a real config
+(``--num-layers``, ``--hidden-size``, ``--vocab-size``) to the config itself, so the transformers reference is built
+from the same numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from ropeexport.architectures import architecture
+from ropeexport.decoder.spec import DEFAULT_ALIBI_LENGTH, DecoderSpec
+from ropeexport.errors import SpecError
+from ropeexport.hf import LAYER_TYPES, TEXT_CONFIGS, Layers, import_layers, text_config
+from ropeexport.specs import require_int
+
+_HEADS = ("num_attention_heads", "n_head")
+_HIDDEN = ("hidden_size", "n_embd", "n_embed")
+_LAYERS = ("num_hidden_layers", "n_layer")
+
+
+def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    return next((k for k in keys if config.get(k) is not None), None)
+
+
+def shrink(
+    config: Mapping[str, Any],
+    num_layers: int | None = None,
+    hidden_size: int | None = None,
+    vocab_size: int | None = None,
+) -> dict[str, Any]:
+    """A copy of ``config`` with fewer layers, a narrower width or a smaller vocabulary (a tiny model of a real
+    config): head_dim kept, heads = hidden_size / head_dim, the query-per-KV-head ratio kept (at least one KV head),
+    the MLP scaled by the same factor. The positional encoding's schedule is untouched.
+    """  # noqa: D205
+    out: dict[str, Any] = copy.deepcopy(dict(config))
+    wrapper = out.get("model_type")
+    if isinstance(out.get("text_config"), Mapping) and isinstance(wrapper, str) and wrapper in TEXT_CONFIGS:
+        out["text_config"] = shrink(out["text_config"], num_layers, hidden_size, vocab_size)
+        return out
+    if num_layers is not None:
+        key = _first(out, _LAYERS) or "num_hidden_layers"
+        old_count, out[key] = out.get(key), require_int("num_layers", num_layers, 1, 1024)
+        for per_layer in ("layer_types", "no_rope_layers"):  # the first layers of the model, as they are
+            value = out.get(per_layer)
+            if isinstance(value, list) and len(value) == old_count and num_layers <= len(value):
+                out[per_layer] = value[:num_layers]
+    if vocab_size is not None:
+        out["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
+        # Special ids past the new vocabulary mean nothing (and an absent one takes the class default: Phi-3's pad
+        # is 32000), so they are cleared unless they fit.
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if not (isinstance(out.get(key), int) and out[key] < vocab_size):
+                out[key] = None
+    if hidden_size is None:
+        return out
+    new = require_int("hidden_size", hidden_size, 1, 2**17)
+    hidden_key, heads_key = _first(out, _HIDDEN), _first(out, _HEADS)
+    if hidden_key is None or heads_key is None:
+        raise SpecError("hidden_size", "the config names no hidden size or head count to shrink")
+    old, heads = int(out[hidden_key]), int(out[heads_key])
+    head_dim = int(out.get("head_dim") or old // heads)
+    if new % head_dim:
+        raise SpecError(
+            "hidden_size", f"must be a multiple of head_dim ({head_dim}) to keep the rotary width, got {new}"
+        )
+    new_heads = new // head_dim
+    if out.get("num_key_value_heads"):
+        kv = max(1, new_heads // max(1, heads // int(out["num_key_value_heads"])))
+        while new_heads % kv:  # the largest count at most the kept ratio that divides the heads
+            kv -= 1
+        out["num_key_value_heads"] = kv
+    out[hidden_key], out[heads_key] = new, new_heads
+    for key in ("intermediate_size", "n_inner"):
+        if out.get(key):
+            out[key] = max(1, round(int(out[key]) * new / old))
+    return out
+
+
+def from_config(
+    config: Mapping[str, Any],
+    name: str,
+    where: str = "config.json",
+    dtype: str = "fp32",
+    graph: str = "fused",
+    max_positions: int | None = None,
+    weights: Mapping[str, Any] | None = None,
+) -> DecoderSpec:
+    """The decoder of a transformers config (after ``shrink``, if any); SpecError names the key at fault.
+
+    ``weights``: how the projections are stored (``weight_format`` and its int4 settings; default: in the dtype).
+    Per layer (``hf.import_layers``): its type's encoding, or none on a no-RoPE layer, and its type's attention (a
+    sliding layer sees ``sliding_window`` key slots). The model's own ``position`` is its full-attention layers'
+    encoding (the first layer's when every layer slides): what scenarios, regimes and the context length follow.
+    """
+    found = config.get("model_type")
+    wrapper = found if isinstance(found, str) and found in TEXT_CONFIGS else ""  # a list is not even hashable
+    config, where = text_config(config, where)
+    layout, sources = architecture(config, where).layout(config, where)
+    if wrapper:
+        layout["text_of"], sources["text_of"] = wrapper, "model_type (the text model of a multimodal checkpoint)"
+    layers = import_layers(config, where)
+    default = next((layers.encodings[t] for t in layers.types if t == "full_attention"), None)
+    default = default or layers.encodings[layers.types[0]]
+    length = require_int("max_positions", max_positions, 1) if max_positions is not None else None
+
+    def fields_of(imported_fields: Mapping[str, Any]) -> dict[str, Any]:
+        position = dict(imported_fields)
+        if length is not None:
+            position["max_positions"] = length
+        if "max_positions" not in position:  # BLOOM's config names no length (ALiBi extrapolates): its training one
+            position["max_positions"] = DEFAULT_ALIBI_LENGTH
+        return position
+
+    position = fields_of(default.fields)
+    imported_sources = dict(default.sources)
+    if "max_positions" not in default.fields and length is None:
+        imported_sources["max_positions"] = (
+            f"default ({DEFAULT_ALIBI_LENGTH}, BLOOM's training length; --max-positions)"
+        )
+    sources |= {f"position.{k}": v for k, v in imported_sources.items()}
+    per_layer = _layers_of(layers, layout, position, fields_of)
+    if per_layer:
+        sources["layers"] = "; ".join(f"{k} <- {v}" for k, v in layers.sources.items())
+    fields = {"name": name, "dtype": dtype, "graph": graph, "position": position, "layers": per_layer, **layout,
+              **dict(weights or {})}  # fmt: skip
+    return DecoderSpec.from_dict(fields, sources)
+
+
+def _layers_of(layers: Layers, layout: Mapping[str, Any], position: Mapping[str, Any],
+               fields_of: Any) -> tuple[Mapping[str, object] | None, ...]:  # fmt: skip
+    """Per layer the fields where it differs from the model's default layer (``DecoderSpec.layers``), or () when
+    every layer is the default one (a config of one encoding and one attention: the decoders built before layers).
+    """  # noqa: D205
+    if set(layers.types) == {"full_attention"} and all(layers.rotated):
+        return ()
+    out: list[Mapping[str, object] | None] = []
+    for i, kind in enumerate(layers.types):
+        layer: dict[str, object] = {}
+        imported = layers.encoding(i)
+        if imported is None:
+            layer["position"] = None
+        elif fields_of(imported.fields) != position:
+            layer["position"] = fields_of(imported.fields)
+        sliding = LAYER_TYPES[kind] == "sliding" and layers.window
+        if sliding:
+            layer |= {"attention": "sliding", "window": layers.window}
+        elif layout.get("sliding_window"):
+            layer |= {"attention": "full", "window": 0}
+        out.append(layer)
+    if all(not layer for layer in out):
+        return ()
+    return tuple(out)
