@@ -20,10 +20,12 @@ import tomllib
 
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
+
+# The forms of an encoding artifact, and those only a block has: named once, in ``ropeexport.forms``.
+from ropeexport.forms import BLOCK_FORMS as BLOCK_FORMS
+from ropeexport.forms import GRAPHS as GRAPHS
 from ropeexport.inputs import check_depth, loads_json, read_text
 
-GRAPHS = ("fused", "decomposed")
-BLOCK_FORMS = ("tensorrt", "static-cache", "gqa")  # graph styles only a block has (its KV cache forms)
 # Positions are exact in float32 up to 2**24; past that an in-graph position cast would round.
 MAX_TABLE_POSITIONS = 2**24
 MAX_TABLE_ENTRIES = 2**27  # float64 work of ~4 GiB at build time; 1M positions x 64 frequencies fits

@@ -24,7 +24,6 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT
-from ropeexport.components.attention import OPSETS
 from ropeexport.components.attention.graph import attention
 from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
@@ -42,6 +41,7 @@ from ropeexport.decoder.parts import (
 )
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.dtypes import DTYPES
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import (
     DATA_FILE,
     EXTERNAL_DATA_THRESHOLD,
@@ -89,10 +89,13 @@ def build_decoder_graph(
     g = GraphBuilder(prefix="", sink=sink)
     pieces = position_pieces(spec) if pieces is None else pieces
     position = spec.position_spec()
-    opset = OPSETS[spec.graph]
+    form = FORMS[spec.graph]
+    opset = form.opset
+    positions = spec.positions  # the model's position input (``ropeexport.positions``)
+    rows = positions.name  # the [b, s] rows every layer reads: the input itself, one axis
     dtype = DTYPES[spec.dtype].onnx
     norm_of, stores = norm_spec(spec), weight_format(spec)
-    fused = spec.graph == "gqa" and fusable(norm_of)  # the residual add and the RMSNorm after it as one node
+    fused = form.fused_norms and fusable(norm_of)  # the residual add and the RMSNorm after it as one node
 
     def stored(name: str, values: np.ndarray) -> str:  # projections as the weight format stores them
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
@@ -133,7 +136,7 @@ def build_decoder_graph(
             del gate_up
         past_key, past_value, present_key, present_value = cache_names(i)
         h, x = normed(h, pending, w, "norm1")
-        wired = {"hidden": x, "position_ids": "position_ids", "attention_mask": "attention_mask",
+        wired = {"hidden": x, "position_ids": rows, "attention_mask": "attention_mask",
                  "past_key": past_key, "past_value": past_value}  # fmt: skip
         block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
         out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
@@ -165,7 +168,7 @@ def build_decoder_graph(
     inputs = [
         io("input_ids", TensorProto.INT64, ["batch", "seq"]),
         io("attention_mask", TensorProto.INT64, ["batch", "total"]),
-        io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+        io(positions.name, TensorProto.INT64, positions.dims),
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
     for i, layer in enumerate(spec.layers):
@@ -179,11 +182,11 @@ def build_decoder_graph(
         "ropeexport.artifact": "decoder",
         "ropeexport.spec": spec.digest_text(),
         "ropeexport.max_positions": str(position.max_positions),
-        "ropeexport.position_inputs": "position_ids",
+        "ropeexport.position_inputs": positions.name,
         "ropeexport.weights": source,
         "ropeexport.version": __version__,
     }
-    contrib = spec.graph == "gqa" or stores.quantized  # GroupQueryAttention, MatMulNBits
+    contrib = form.contrib or stores.quantized  # GroupQueryAttention, MatMulNBits
     return make_model(graph, opset, metadata, {MICROSOFT: 1} if contrib else None)
 
 

@@ -26,6 +26,7 @@ from ropeexport.decoder.checkpoint import checkpoint_file, geometry
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import CheckpointError, SpecError
+from ropeexport.forms import FORMS
 from ropeexport.inputs import check_regular_file, read_json, read_text
 
 CONFIG = "genai_config.json"
@@ -87,7 +88,7 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
             "outputs": {"logits": "logits", "present_key_names": present_key, "present_value_names": present_value},
         },
     }
-    shared = spec.graph == "gqa"
+    shared = FORMS[spec.graph].shared_buffer
     search = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "max_length": model["context_length"],
               "min_length": 0, "past_present_share_buffer": shared, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
               "repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "diversity_penalty": 0.0,

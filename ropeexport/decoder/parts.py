@@ -21,6 +21,7 @@ from ropeexport.components.mlp import MLPSpec
 from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.forms import FORMS
 from ropeexport.kinds import PositionPiece
 
 Pieces = Sequence[PositionPiece | None]  # per layer its position piece, None: the layer has no positional encoding
@@ -54,7 +55,7 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec:
     """  # noqa: D205
     ffn = spec.layers[i].ffn
     if ffn.kind == "moe":
-        kernel = "contrib" if spec.graph == "gqa" else "portable"
+        kernel = FORMS[spec.graph].moe_kernel
         return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel)
     return MLPSpec(ffn.kind, ffn.act, ffn.inner, spec.dtype)
 

@@ -39,6 +39,7 @@ from ropeexport.decoder.scenarios import regime
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
+from ropeexport.forms import FORMS
 from ropeexport.runtimes.iobinding import PROVIDERS, load_onnxruntime, session_options
 
 if TYPE_CHECKING:  # tokenizers loads when a prompt is first given as text
@@ -148,7 +149,7 @@ class DecoderSession:
         _, self._kv, self._d = geometry(spec)
         # GroupQueryAttention writes the new keys into the buffer it reads when past and present are one buffer: no
         # per-step copy of the cache. The other forms' present is a concatenation, written into a second buffer.
-        self.shared = spec.graph == "gqa"
+        self.shared = FORMS[spec.graph].shared_buffer
         self._capacity, self.length, self.offset, self._source = 0, 0, 0, 0
         self._buffers: list[list[np.ndarray]] = []
         self._mask = np.ones((1, 0), np.int64)

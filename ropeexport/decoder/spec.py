@@ -32,11 +32,14 @@ from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat
 from ropeexport.errors import SpecError
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.forms import DECODER_FORMS
+from ropeexport.forms import FORMS as ALL_FORMS
 from ropeexport.hf import TEXT_CONFIGS
+from ropeexport.positions import ONE_AXIS, PositionInputs
 from ropeexport.specs import NAME_PATTERN, require_choice, require_int
 
 PositionSpec = RopeSpec | AlibiSpec  # a decoder's encoding (the two it takes), as its layers' block spec
-FORMS = ("fused", "decomposed", "tensorrt", "gqa")  # the block forms whose I/O a decoder layer can take as is
+FORMS = DECODER_FORMS  # the block forms whose I/O a decoder layer can take as is (``ropeexport.forms``)
 DTYPES = ("fp32", "fp16")  # ONNX Runtime's CPU kernels run no bf16 Attention or MatMul
 POLICIES = ("re-prefill", "keep")
 DEFAULT_ALIBI_LENGTH = 2048
@@ -274,6 +277,11 @@ class DecoderSpec:
                 out.append(position)
         return out
 
+    @property
+    def positions(self) -> PositionInputs:
+        """The model's position input: ``position_ids`` [batch, seq] (one axis) for every encoding a decoder takes."""
+        return ONE_AXIS
+
     def weight_format(self) -> WeightFormat:
         """How the projections are stored (``storage``, in the dtype)."""
         return self.storage.weight_format(self.dtype)
@@ -302,9 +310,7 @@ class DecoderSpec:
         if s.format != "int4":
             raise SpecError("weight_format", f"must be int4, or empty for weights in the dtype ({self.dtype}); got "
                             f"{s.format!r}")  # fmt: skip
-        if self.graph == "tensorrt":
-            raise SpecError("weight_format", "int4 (MatMulNBits, an ONNX Runtime contrib op) is not parsed by "
-                            "TensorRT; use the fused, decomposed or gqa form")  # fmt: skip
+        ALL_FORMS[self.graph].check("int4", True, "weight_format")
         made = WeightFormat.int4(self.dtype, s.block_size or DEFAULT_BLOCK_SIZE, s.accuracy_level, s.symmetric)
         object.__setattr__(self, "storage", dataclasses.replace(s, block_size=made.block_size,
                                                                 accuracy_level=made.accuracy_level))  # fmt: skip
@@ -345,9 +351,7 @@ class DecoderSpec:
             raise SpecError(f"{prefix}norms", f"must be {list(RESIDUAL_NORMS[layer.residual])} in a {layer.residual} "
                             "residual (other norms per layer are not built yet)")  # fmt: skip
         a = layer.attention
-        if a.softcap and self.graph == "tensorrt":  # TensorRT's Attention has no softcap attribute
-            raise SpecError("graph", "tensorrt cannot cap attention logits (attn_softcap, Gemma 2); use decomposed, "
-                            "the form TensorRT parses with the cap written out")  # fmt: skip
+        ALL_FORMS[self.graph].check("softcap", a.softcap, "graph")  # TensorRT's Attention has no softcap
         if layer.ffn.kind == "moe" and self.storage.format:
             # [E, n, m] expert weights: MatMulNBits holds 2-D weights; ORT's QMoE is not built
             raise SpecError("weight_format", f"int4 is not built for {self.model_type}'s experts (a mixture of "

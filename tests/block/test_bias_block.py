@@ -14,6 +14,7 @@ import ropeexport as rx
 from ropeexport.block.probes import block_feeds, counted_block_probes
 from ropeexport.catalog import kind_for
 from ropeexport.components.attention import graph as block_export
+from ropeexport.components.attention import masks
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import verify_artifact
 from tests.block.planted import causal_only, probes_that_see, top_left_mask
@@ -72,7 +73,7 @@ def test_planted_alibi_block_bugs_fail_verification(
     bug: str, caught_by: set[str], graph: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = _spec("alibi", graph=graph)
-    original_mask = block_export._mask
+    original_mask = masks.causal_mask
     if bug.startswith("key positions"):
 
         def slots(g: object) -> str:
@@ -83,9 +84,9 @@ def test_planted_alibi_block_bugs_fail_verification(
 
         monkeypatch.setattr(block_export, "_key_positions", slots)
     elif bug.startswith("attention_mask"):
-        monkeypatch.setattr(block_export, "_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
+        monkeypatch.setattr(masks, "causal_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
     else:
-        monkeypatch.setattr(block_export, "_mask", top_left_mask)
+        monkeypatch.setattr(masks, "causal_mask", top_left_mask)
     kind = kind_for(spec)
     model = kind.export(spec)
     save_model(model, tmp_path)

@@ -18,6 +18,8 @@ import ropeexport as rx
 from ropeexport.block.probes import block_feeds, block_probes
 from ropeexport.catalog import kind_for
 from ropeexport.components.attention import graph as block_export
+from ropeexport.components.attention import masks
+from ropeexport.components.attention import static as static_form
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.graph.onnx_io import save_model
@@ -145,11 +147,11 @@ def test_planted_block_bugs_fail_verification(
     bug: str, caught_by: set[str], graph: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = _spec("longrope", graph=graph)
-    original_mask, original_call = block_export._mask, block_export.call
+    original_mask, original_call = masks.causal_mask, block_export.call
     if bug.startswith("top-left"):
-        monkeypatch.setattr(block_export, "_mask", top_left_mask)
+        monkeypatch.setattr(masks, "causal_mask", top_left_mask)
     elif bug.startswith("attention_mask"):
-        monkeypatch.setattr(block_export, "_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
+        monkeypatch.setattr(masks, "causal_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
     elif bug.startswith("keys cached"):
 
         def unrotated_key(g, rotary, inputs, prefix):  # type: ignore[no-untyped-def]
@@ -204,7 +206,7 @@ def test_static_cache_writes_at_cache_length_and_ignores_leftovers() -> None:
 
 def test_static_cache_planted_write_at_zero_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = _spec("longrope", graph="static-cache")
-    original = block_export._attend_static
+    original = static_form._attend_static
 
     def write_at_zero(g, spec, q, k, v, mask, bias):  # type: ignore[no-untyped-def]
         result = original(g, spec, q, k, v, mask, bias)
@@ -214,7 +216,7 @@ def test_static_cache_planted_write_at_zero_fails(tmp_path: Path, monkeypatch: p
                 node.input[2] = zero  # every row's new key written at slot 0, over its cache
         return result
 
-    monkeypatch.setattr(block_export, "_attend_static", write_at_zero)
+    monkeypatch.setattr(static_form, "_attend_static", write_at_zero)
     kind = kind_for(spec)
     save_model(kind.export(spec), tmp_path)
     assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed

@@ -19,12 +19,13 @@ from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
+from ropeexport.forms import FORMS
 from ropeexport.kinds import PositionPiece
 from ropeexport.specs import require_choice, require_int
 
-# Each graph form's opset: Attention (with its cache inputs) since 23, TensorScatter since 24; the decomposed form
-# stays on 17 (primitives only). The gqa form adds ONNX Runtime's contrib domain (``components.MICROSOFT``).
-OPSETS = {"fused": 23, "decomposed": 17, "tensorrt": 23, "static-cache": 24, "gqa": 23}
+# Each graph form's opset (``forms.FORMS``): Attention (with its cache inputs) since 23, TensorScatter since 24; the
+# decomposed form stays on 17 (primitives only). The gqa form adds ONNX Runtime's contrib domain.
+OPSETS = {name: form.opset for name, form in FORMS.items()}
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class AttentionSpec:
         if self.num_heads % self.num_kv_heads:
             raise SpecError("num_kv_heads", f"must divide num_heads ({self.num_heads}), got {self.num_kv_heads}")
         require_choice("dtype", self.dtype, tuple(DTYPES))
-        require_choice("graph", self.graph, tuple(OPSETS))
+        require_choice("graph", self.graph, tuple(FORMS))
+        form = FORMS[self.graph]
         require_int("window", self.window, 0)
         if self.position is not None and not isinstance(self.position, PositionPiece):
             raise SpecError("position", f"must be a kinds.PositionPiece or None, got {type(self.position).__name__}")
@@ -78,19 +80,13 @@ class AttentionSpec:
         _require_scalar("scale", self.scale, "0: 1 / sqrt(head_dim)")
         if not isinstance(self.sinks, bool):
             raise SpecError("sinks", f"must be True or False, got {self.sinks!r}")
-        if self.logit_softcap and self.graph == "tensorrt":  # TensorRT's Attention takes no softcap (ops-10.15)
-            raise SpecError("logit_softcap", "is not offered in the tensorrt form (TensorRT's Attention takes no "
-                            "softcap); use decomposed, which TensorRT parses, or fused or gqa")  # fmt: skip
+        form.check("softcap", self.logit_softcap, "logit_softcap")
         if self.weights is not None:
             if not isinstance(self.weights, WeightFormat) or self.weights.dtype != self.dtype:
                 raise SpecError("weights", f"must be a linear.WeightFormat in the layer's dtype ({self.dtype}) or "
                                 f"None, got {self.weights!r}")  # fmt: skip
-            if self.weights.quantized and self.graph == "tensorrt":
-                raise SpecError("weights", "int4 (MatMulNBits, an ONNX Runtime contrib op) is not parsed by TensorRT; "
-                                "use the fused, decomposed or gqa form")  # fmt: skip
-        if self.sinks and self.graph == "static-cache":
-            # Attention reads the static buffer in place; a sink slot beside it would copy the whole buffer per call.
-            raise SpecError("sinks", "are not offered in the static-cache form; use fused, decomposed, tensorrt or gqa")
+            form.check("int4", self.weights.quantized, "weights")
+        form.check("sinks", self.sinks, "sinks")
 
     @property
     def weight_format(self) -> WeightFormat:
