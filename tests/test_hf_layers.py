@@ -151,7 +151,7 @@ BAD = [
     ("llama4-chunked-layers-named", lambda: config("llama4_text", num_hidden_layers=4),
      "layer_types[0]: 'chunked_attention' is not built: Llama 4's chunked attention"),
     ("cohere2-layer-types-not-imported", lambda: config("cohere2", num_hidden_layers=4),
-     "layer_types: not imported for 'cohere2' (ropeexport reads layer types for qwen2"),
+     "layer_types: not imported for 'cohere2' (ropeexport reads layer types for gemma2"),
     ("llama-no-rope-layers-not-imported", lambda: config("llama", num_hidden_layers=2, no_rope_layers=[1, 0]),
      "no_rope_layers: not imported for 'llama' (ropeexport reads no-RoPE layers for smollm3)"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},

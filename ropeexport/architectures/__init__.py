@@ -13,6 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from ropeexport.architectures.base import Architecture
+from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
 from ropeexport.errors import SpecError
 
 # One line per architecture (its folder's module): what ``ARCHITECTURES`` holds, in this order.
@@ -48,6 +49,24 @@ def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
 
 
 ARCHITECTURES = load(PACKAGES)
+# Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's type.
+TEXT_CONFIGS = {wrapper: arch.model_type for arch in ARCHITECTURES.values() for wrapper in arch.wrappers}
+
+
+def config_hook(model_type: str) -> ConfigHook | None:
+    """How ``ropeexport.hf`` reads ``model_type``'s encoding: its architecture's hook, a wrapper's, or its line in
+    ``hooks.ENCODING_TYPES``; None for a type ropeexport does not know.
+    """  # noqa: D205
+    if model_type in ARCHITECTURES:
+        return ARCHITECTURES[model_type].config_hook
+    if model_type in TEXT_CONFIGS:
+        return ConfigHook(model_type, text_model=TEXT_CONFIGS[model_type])
+    return ENCODING_TYPES.get(model_type)
+
+
+def known_types() -> list[str]:
+    """Every model type whose encoding ropeexport reads, sorted (wrappers aside: their text model's is read)."""
+    return sorted({*ARCHITECTURES, *ENCODING_TYPES})
 
 
 def architecture(config: Mapping[str, Any], where: str = "config.json") -> Architecture:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.architectures.layers import RESIDUAL_NORMS, AttentionLayer, FeedForward, LayerSpec
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_int
@@ -155,6 +156,13 @@ class Architecture:
     layer_fields: Mapping[str, object] = field(default_factory=dict)
     read: Reader | None = None  # a config hook of its own; None: ``read_layout``
     layer: Builder = standard_layer
+    hook: ConfigHook | None = None  # how its config says its encoding per layer; None: RoPE in halves, theta 1e4
+    wrappers: tuple[str, ...] = ()  # multimodal model types whose ``text_config`` is this type's (Gemma 3's gemma3)
+
+    @property
+    def config_hook(self) -> ConfigHook:
+        """How ``ropeexport.hf`` reads this type's encoding per layer (``hooks.ConfigHook``)."""
+        return self.hook if self.hook is not None else ConfigHook(self.model_type)
 
     @property
     def mlp(self) -> str:

@@ -185,7 +185,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "no_rope_layers: holds 3 entries, the model has 1 layers"),
     ("layer types transformers does not read", lambda t: _config(t, layer_types=["sliding_attention"],
                                                                  sliding_window=4),
-     "layer_types: not imported for 'llama' (ropeexport reads layer types for qwen2"),
+     "layer_types: not imported for 'llama' (ropeexport reads layer types for gemma2"),
     ("latent attention", lambda t: _config(t, kv_lora_rank=64), "kv_lora_rank: is not supported"),
     ("unknown activation", lambda t: _config(t, hidden_act="gelu_10"), "hidden_act: activation 'gelu_10'"),
     ("missing size", lambda t: _config(t, intermediate_size=None), "intermediate_size: missing"),

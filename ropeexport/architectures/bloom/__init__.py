@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ropeexport.architectures.base import Architecture, Keys
+from ropeexport.architectures.hooks import ConfigHook
 
 ARCHITECTURE = Architecture(
     "bloom",
@@ -32,4 +33,5 @@ ARCHITECTURE = Architecture(
     norm="layer",
     fused_qkv="per-head",
     layer_fields={"mlp": "plain"},
+    hook=ConfigHook("bloom", encoding="alibi"),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.architectures.llama import BODY, KEYS, NAMES
 
 NAMES2 = {**NAMES, "layers.{i}.norm3.weight": "model.layers.{i}.pre_feedforward_layernorm.weight",
@@ -21,4 +22,5 @@ ARCHITECTURE = replace(
     norm="rms_gemma",
     residual="sandwich",
     embed_scale=True,
+    hook=ConfigHook("gemma2", reads_layer_types=True, pattern="alternating"),  # even layers sliding, odd ones full
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ropeexport.architectures.base import MOE_KEYS
+from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.architectures.llama import BODY, KEYS, NAMES
 
 ARCHITECTURE = replace(
@@ -27,4 +28,7 @@ ARCHITECTURE = replace(
                  reads=MOE_KEYS),  # fmt: skip
     norm="rms_wide",
     layer_fields={"sinks": True, "mlp": "moe", "router": "topk_softmax"},
+    hook=ConfigHook("gpt_oss", default_theta=150_000.0, reads_layer_types=True, pattern="alternating",
+                    theta_required="missing: gpt_oss's transformers config fills in YaRN x32 at theta 150000 when "
+                    "absent; write the model's own rope_parameters into the config"),  # fmt: skip
 )

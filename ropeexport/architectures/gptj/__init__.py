@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ropeexport.architectures.base import Architecture, Keys
+from ropeexport.architectures.hooks import interleaved
 
 ARCHITECTURE = Architecture(
     "gptj",
@@ -29,4 +30,5 @@ ARCHITECTURE = Architecture(
     norm="layer",
     residual="shared",
     layer_fields={"mlp": "plain"},
+    hook=interleaved("gptj", "rotate_every_two"),
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.architectures.llama import BODY, KEYS
 
-ARCHITECTURE = replace(BODY, model_type="qwen2", keys=replace(KEYS, qkv_bias=True))
+ARCHITECTURE = replace(BODY, model_type="qwen2", keys=replace(KEYS, qkv_bias=True),
+                       hook=ConfigHook("qwen2", reads_layer_types=True))  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.architectures.llama import BODY, KEYS, NAMES
 
 ARCHITECTURE = replace(
@@ -13,4 +14,5 @@ ARCHITECTURE = replace(
            "layers.{i}.k_norm": "model.layers.{i}.self_attn.k_norm.weight"},  # fmt: skip
     keys=replace(KEYS, qkv_bias=("attention_bias", False), o_bias=("attention_bias", False)),
     layer_fields={"qk_norm": "rms"},
+    hook=ConfigHook("qwen3", reads_layer_types=True),
 )

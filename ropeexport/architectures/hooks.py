@@ -1,0 +1,96 @@
+"""How a transformers ``model_type``'s config says its positional encoding, per layer: ``ConfigHook``. Torch-free.
+
+``ropeexport.hf`` reads every config through the hook of its model type: a type with a decoder architecture holds
+its hook in its own folder (``Architecture.hook``); a type ropeexport knows only for its encoding (its rope, ALiBi or
+T5 artifacts, and audits of other tools' exports) has a line in ``ENCODING_TYPES`` here. A type in neither is an
+error naming the known ones: ropeexport never guesses a pairing.
+
+What a hook says, each read from the type's transformers code (the modeling file's rotate_half and its config
+class's ``__post_init__``): the encoding (``rope``, ``alibi``, ``t5``); RoPE's channel pairing (``half``: (i, i + d/2),
+``interleaved``: (2i, 2i + 1)) and where that is seen; the theta its config class defaults to; which per-layer keys
+its code reads (``layer_types``, ``no_rope_layers``: a config of another type holding one is refused, never read as
+every layer full and rotated); the layer pattern it derives when the config names none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_HALF = "rotate_half pairs (i, i + d/2)"
+_PAIRS = "interleaved pairs (2i, 2i+1)"
+PATTERNS = ("", "alternating", "every-nth")  # a config without layer_types: all full; even layers sliding; N-1 of N
+
+
+@dataclass(frozen=True)
+class ConfigHook:
+    """One model type's reading of its encoding (module doc).
+
+    ``encoding``: ``rope``, ``alibi`` or ``t5``; ``alibi_key`` (Falcon: ``alibi``) makes a RoPE type ALiBi where
+    its config sets that key true, ``alibi_in`` (MPT: ``attn_config``) reads the switch inside that object.
+    ``pairing`` / ``pairing_why``: RoPE's channel pairs and where the code says so. ``default_theta``: the config
+    class's rope_theta when the config has none; ``theta_required``: the error to raise instead (gpt-oss fills in a
+    whole YaRN setting). ``shared_rope_key``: the rotary key is one head shared by every query head, rotating only
+    ``qk_rope_head_dim`` channels (latent attention). ``multi_query``: Falcon's one key head under ``multi_query``.
+    ``reads_layer_types`` / ``reads_no_rope_layers``: the per-layer keys its code reads. ``pattern``: the layers its
+    config class derives without layer_types (``PATTERNS``; ``every-nth``: every ``pattern_every``-th layer full,
+    the rest sliding, the interval from ``pattern_key`` if set); ``no_rope_interval``: no RoPE on every N-th layer
+    unless ``no_rope_layers`` says otherwise (``no_rope_layer_interval`` overrides it). ``local_theta``: 4.x Gemma 3's
+    ``rope_local_base_freq`` (the sliding layers' theta) is read. ``text_model``: a multimodal wrapper whose text
+    model's config is its ``text_config`` (of that type).
+    """
+
+    model_type: str
+    encoding: str = "rope"
+    pairing: str = "half"
+    pairing_why: str = _HALF
+    default_theta: float = 10_000.0
+    theta_required: str = ""
+    shared_rope_key: bool = False
+    multi_query: bool = False
+    alibi_key: str = ""
+    alibi_in: str = ""
+    reads_layer_types: bool = False
+    reads_no_rope_layers: bool = False
+    pattern: str = ""
+    pattern_key: str = ""
+    pattern_every: int = 0
+    no_rope_interval: int = 0
+    local_theta: bool = False
+    text_model: str = ""
+
+    @property
+    def per_layer(self) -> bool:
+        """Whether the type's config says its layers apart even without layer_types or no_rope_layers."""
+        return bool(self.pattern or self.no_rope_interval)
+
+    @property
+    def layout(self) -> tuple[str, str]:
+        """RoPE's (layout, why): the spec's ``layout`` field and the words a provenance line gives it."""
+        return self.pairing, f"{self.model_type}: {self.pairing_why}"
+
+
+def interleaved(model_type: str, why: str, shared_rope_key: bool = False) -> ConfigHook:
+    """The hook of a RoPE type whose pairs are (2i, 2i + 1), ``why`` the code that says so."""
+    return ConfigHook(model_type, pairing="interleaved", pairing_why=f"{_PAIRS} ({why})",
+                      shared_rope_key=shared_rope_key)  # fmt: skip
+
+
+# The model types ropeexport reads only for their encoding (no decoder architecture): one line each.
+ENCODING_TYPES: dict[str, ConfigHook] = {
+    h.model_type: h
+    for h in (
+        *(ConfigHook(t) for t in ("mixtral", "qwen2_moe", "qwen3_moe", "phi", "phimoe", "gemma", "starcoder2",
+                                  "olmo", "olmo2", "stablelm", "granite", "granitemoe", "nemotron", "persimmon")),
+        ConfigHook("falcon", alibi_key="alibi", multi_query=True),  # Falcon 7B/40B use RoPE; Falcon-RW uses ALiBi
+        interleaved("codegen", "rotate_every_two"),
+        interleaved("deepseek_v2", "view_as_complex", shared_rope_key=True),
+        interleaved("deepseek_v3", "view_as_complex", shared_rope_key=True),
+        interleaved("cohere", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
+        interleaved("cohere2", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
+        interleaved("glm", "repeat_interleave cos/sin"),
+        interleaved("glm4", "repeat_interleave cos/sin"),
+        interleaved("helium", "repeat_interleave cos/sin"),
+        ConfigHook("mpt", encoding="alibi", alibi_in="attn_config"),
+        *(ConfigHook(t, encoding="t5") for t in ("t5", "mt5", "umt5")),  # umt5: the same buckets, a table per layer
+    )
+}  # fmt: skip

@@ -1,0 +1,345 @@
+"""A config's positional encoding per layer: ``import_layers`` -> ``Layers`` (layer types, no-RoPE layers, the
+window, the scaling per layer type), each read as the model type's transformers code reads it (its hook:
+``ropeexport.architectures.config_hook``), a key that type does not read refused rather than ignored.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS, config_hook
+from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
+from ropeexport.errors import SpecError
+from ropeexport.hf.encoding import _import_one, describe
+from ropeexport.hf.reader import Imported, _Reader
+
+# transformers' layer types -> the attention a decoder layer of that type has.
+LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
+
+
+# Layer types of other models: refused by name, never read as full attention.
+OTHER_LAYER_TYPES = {
+    "chunked_attention": "Llama 4's chunked attention",
+    "linear_attention": "linear attention (Qwen3-Next's gated delta rule)",
+    "conv": "convolution layers (LFM2)",
+    "mamba": "state-space layers",
+}
+
+
+
+def _name(r: _Reader) -> str:
+    """The config's model_type, as the reader has it."""
+    return str(r.config.get("model_type"))
+
+
+def _reading(attribute: str) -> list[str]:
+    """The model types whose hook reads a per-layer key (``ConfigHook.reads_layer_types`` and the like), sorted."""
+    hooks = [a.config_hook for a in ARCHITECTURES.values()] + list(ENCODING_TYPES.values())
+    return sorted(h.model_type for h in hooks if getattr(h, attribute))
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A config's positional encoding, per layer.
+
+    ``types``: each layer's transformers layer type (``LAYER_TYPES``); ``rotated``: False for a layer with no
+    positional encoding (SmolLM3's every fourth layer); ``encodings``: per layer type, the encoding its layers use
+    (``Imported``; one entry per type, the same fields where the types share one); ``window``: the key slots a
+    sliding layer sees (0: no layer slides); ``sources``: where the types, the no-RoPE layers and the window came
+    from. ``config`` is the text model's config (a ``gemma3`` wrapper's ``text_config``), ``where`` says so.
+    """
+
+    model_type: str
+    types: tuple[str, ...]
+    rotated: tuple[bool, ...]
+    encodings: Mapping[str, Imported]
+    window: int
+    sources: Mapping[str, str]
+    config: Mapping[str, Any]
+    where: str
+
+    def encoding(self, i: int) -> Imported | None:
+        """Layer i's encoding, None for a layer without one."""
+        return self.encodings[self.types[i]] if self.rotated[i] else None
+
+    def groups(self) -> list[tuple[Imported, tuple[str, ...], tuple[int, ...]]]:
+        """The distinct encodings in layer order, each with the layer types and the layers that use it."""
+        out: list[tuple[Imported, list[str], list[int]]] = []
+        for i, kind in enumerate(self.types):
+            imported = self.encoding(i)
+            if imported is None:
+                continue
+            group = next((g for g in out if g[0].fields == imported.fields), None)
+            if group is None:
+                group = (imported, [], [])
+                out.append(group)
+            if kind not in group[1]:
+                group[1].append(kind)
+            group[2].append(i)
+        return [(imported, tuple(kinds), tuple(layers)) for imported, kinds, layers in out]
+
+    def unrotated(self) -> tuple[int, ...]:
+        """The layers with no positional encoding."""
+        return tuple(i for i, rotated in enumerate(self.rotated) if not rotated)
+
+    def only(self) -> Imported:
+        """The one encoding every rotated layer uses; SpecError naming the layer types when they differ."""
+        return self.one_encoding("one spec holds one: build --hf-config builds one artifact per encoding, a decoder "
+                                 "takes them all")
+
+    def one_encoding(self, why: str) -> Imported:
+        """The one encoding every rotated layer uses; else a SpecError naming the layer types and their encodings,
+        then ``why`` (what the caller needs one encoding for).
+        """  # noqa: D205
+        groups = self.groups()
+        if len(groups) == 1:
+            return groups[0][0]
+        if not groups:
+            raise SpecError(f"{self.where}: no_rope_layers", "leaves no layer with RoPE: there is nothing to export")
+        told = "; ".join(f"{'/'.join(kinds)} (layers {spans(layers)}): {describe(imported)}"
+                         for imported, kinds, layers in groups)  # fmt: skip
+        raise SpecError(f"{self.where}: layer_types", f"the layer types use different encodings ({told}); {why}")
+
+
+def spans(layers: tuple[int, ...] | list[int]) -> str:
+    """Layer indices as runs: (0, 1, 2, 4, 6, 7) -> '0-2, 4, 6-7'."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def text_config(config: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str]:
+    """The text model's config and where it is: a multimodal wrapper's ``text_config`` (``TEXT_CONFIGS``), else the
+    config itself.
+    """  # noqa: D205
+    wrapper = config.get("model_type")
+    if not isinstance(wrapper, str) or wrapper not in TEXT_CONFIGS:
+        return config, where
+    inner = config.get("text_config")
+    if not isinstance(inner, Mapping):
+        raise SpecError(f"{where}: text_config", f"must be the text model's config (an object) in a {wrapper} "
+                        f"config, got {inner!r}")  # fmt: skip
+    expected = TEXT_CONFIGS[wrapper]
+    if inner.get("model_type", expected) != expected:
+        raise SpecError(f"{where}: text_config.model_type", f"must be {expected!r} in a {wrapper} config, got "
+                        f"{inner.get('model_type')!r}")  # fmt: skip
+    return {**inner, "model_type": expected}, f"{where}: text_config"
+
+
+def _layer_count(r: _Reader) -> int:
+    found = r.get("num_hidden_layers", "n_layer", "num_layers")
+    if found is None:
+        raise r.error("num_hidden_layers", "missing: a per-layer setting needs the layer count")
+    return r.integer(*found)
+
+
+def _per_layer_list(r: _Reader, key: str, count: int) -> list[Any]:
+    value = r.config[key]
+    if isinstance(value, str) or not isinstance(value, list):
+        raise r.error(key, f"must be a list with one entry per layer, got {type(value).__name__}")
+    if len(value) != count:
+        found = r.get("num_hidden_layers", "n_layer", "num_layers")
+        raise r.error(key, f"holds {len(value)} entries, the model has {count} layers "
+                      f"({found[0] if found else 'num_hidden_layers'})")  # fmt: skip
+    return value
+
+
+def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tuple[tuple[str, ...], str]:
+    """Each layer's type and where the list came from (``layer_types``, the model type's pattern, or full)."""
+    config = r.config
+    if config.get("layer_types") is not None:
+        assert count is not None
+        types = _per_layer_list(r, "layer_types", count)
+        for i, kind in enumerate(types):  # a kind of layer not built is named first (Llama 4's chunked attention)
+            if isinstance(kind, str) and kind in OTHER_LAYER_TYPES:
+                raise r.error(f"layer_types[{i}]", f"{kind!r} is not built: {OTHER_LAYER_TYPES[kind]}")
+        if not (hook and hook.reads_layer_types) and any(t != "full_attention" for t in types):
+            # Never read as all-full: Cohere 2, EXAONE 4 and others give their layer types meanings of their own.
+            raise r.error("layer_types", f"not imported for {_name(r)!r} (ropeexport reads layer types for "
+                          f"{', '.join(_reading('reads_layer_types'))}): refused rather than taking every layer "
+                          "as full attention")  # fmt: skip
+        for i, kind in enumerate(types):
+            if not isinstance(kind, str) or kind not in LAYER_TYPES:
+                raise r.error(f"layer_types[{i}]", f"unknown layer type {kind!r}; allowed: {', '.join(LAYER_TYPES)}")
+        return tuple(types), "layer_types"
+    if count is None:
+        return (), "one encoding for every layer"
+    if hook is not None and hook.pattern == "every-nth":
+        found = r.get(hook.pattern_key)
+        pattern = hook.pattern_every if found is None else r.integer(*found)
+        source = hook.pattern_key if found else (f"transformers' default {hook.pattern_key} {hook.pattern_every} "
+                                                 f"({hook.model_type})")  # fmt: skip
+        return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(count)), source
+    if hook is not None and hook.pattern == "alternating":
+        return (tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(count)),
+                f"transformers' {hook.model_type} pattern (even layers sliding)")  # fmt: skip
+    if config.get("use_sliding_window") and config.get("sliding_window") is not None:
+        # Qwen2/3 before layer_types: windows on the layers from max_window_layers on (transformers' derivation).
+        found = r.get("max_window_layers")
+        first = 0 if found is None else found[1]
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise r.error("max_window_layers", f"must be a layer count >= 0, got {first!r}")
+        return (tuple("sliding_attention" if i >= first else "full_attention" for i in range(count)),
+                "use_sliding_window with max_window_layers (layers from it on slide)")  # fmt: skip
+    return ("full_attention",) * count, "no layer_types: every layer full attention"
+
+
+def _rotated(r: _Reader, hook: ConfigHook | None, count: int | None) -> tuple[tuple[bool, ...], str]:
+    """Per layer, whether it uses RoPE (``no_rope_layers``: 1 = RoPE, as SmolLM3 and Llama 4 write it)."""
+    if r.config.get("no_rope_layers") is not None:
+        assert count is not None
+        flags = _per_layer_list(r, "no_rope_layers", count)
+        if not (hook and hook.reads_no_rope_layers) and not all(f == 1 for f in flags):
+            raise r.error("no_rope_layers", f"not imported for {_name(r)!r} (ropeexport reads no-RoPE layers for "
+                          f"{', '.join(_reading('reads_no_rope_layers'))}): refused rather than rotating every "
+                          "layer")  # fmt: skip
+        for i, flag in enumerate(flags):
+            if flag not in (0, 1) or isinstance(flag, float):
+                raise r.error(f"no_rope_layers[{i}]", f"must be 1 (the layer uses RoPE) or 0 (it does not), got "
+                              f"{flag!r}")  # fmt: skip
+        return tuple(bool(f) for f in flags), "no_rope_layers (1 = RoPE, 0 = none)"
+    if count is not None and hook is not None and hook.no_rope_interval:
+        found = r.get("no_rope_layer_interval")
+        interval = hook.no_rope_interval if found is None else r.integer(*found)
+        source = "no_rope_layer_interval" if found else f"transformers' default no_rope_layer_interval {interval}"
+        return tuple((i + 1) % interval != 0 for i in range(count)), source
+    return (True,) * (count or 1), "every layer"
+
+
+def _window(r: _Reader, model_type: str, types: tuple[str, ...]) -> tuple[int, str]:
+    """The key slots a sliding layer sees: sliding_window, where the config turns windows on."""
+    if "sliding_attention" not in types:
+        return 0, "no sliding layer"
+    if r.config.get("use_sliding_window") is False:
+        # Qwen2/3 and SmolLM3 with windows off and sliding layer types: transformers' eager masks follow layer_types
+        # (Qwen's config has dropped the window, and its mask then fails; SmolLM3 windows eager attention but not
+        # flash attention). The config says two things: refused rather than one picked.
+        raise r.error("use_sliding_window", f"is false while layer_types has sliding layers (sliding_window "
+                      f"{r.config.get('sliding_window')!r}): transformers' {model_type} reads them two ways; make "
+                      "layer_types all full_attention, or set use_sliding_window true")  # fmt: skip
+    found = r.get("sliding_window")
+    if found is None:
+        raise r.error("sliding_window", "missing: layer_types has sliding layers, which need their window")
+    return r.integer(*found), found[0]
+
+
+def _type_configs(
+    r: _Reader, hook: ConfigHook | None, kinds: tuple[str, ...]
+) -> tuple[dict[str, Mapping[str, Any]], str, dict[str, dict[str, str]]]:
+    """Per layer type, a flat config for ``_import_one`` (its scaling dict that type's), where they came from, and
+    per type the flat config's keys to name as the whole config's (``_relabel``).
+
+    5.x configs nest ``rope_parameters`` by layer type; 4.x Gemma 3 configs give the sliding layers
+    ``rope_local_base_freq`` and the global ones ``rope_theta`` and ``rope_scaling``; a flat scaling dict applies to
+    every type.
+    """  # noqa: D205
+    config = r.config
+    found = config.get("rope_parameters")
+    is_nested = isinstance(found, Mapping) and bool(found) and all(isinstance(v, Mapping) for v in found.values())
+    nested: Mapping[str, Mapping[str, Any]] = found if is_nested and isinstance(found, Mapping) else {}
+    local = config.get("rope_local_base_freq")
+    if not is_nested:
+        if not (hook and hook.local_theta):
+            if local is not None:
+                raise r.error("rope_local_base_freq", f"is Gemma 3's sliding-layer theta; not read for {_name(r)!r}")
+            return dict.fromkeys(kinds, config), "one scaling dict for every layer type", {}
+        # 4.x Gemma 3, as transformers converts it: the scaling dict and rope_theta are the global layers', the
+        # sliding ones take rope_local_base_freq (each with Gemma 3's default when absent).
+        theta = 10_000.0 if local is None else r.number("rope_local_base_freq", local)
+        base = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_parameters", "rope_theta")}
+        sliding = base | {"rope_theta": theta}
+        full = dict(config) | {"rope_theta": config.get("rope_theta", 1_000_000.0)}
+        local_source = "rope_local_base_freq" if local is not None else "transformers' Gemma 3 default local theta 1e4"
+        renamed = {"sliding_attention": {"rope_theta": local_source}}
+        if config.get("rope_theta") is None:
+            renamed["full_attention"] = {"rope_theta": "transformers' Gemma 3 default global theta 1e6"}
+        return ({"sliding_attention": sliding, "full_attention": full},
+                "rope_local_base_freq (sliding) and rope_theta / rope_scaling (full): 4.x Gemma 3 keys", renamed)
+    if "layer_types" not in config and not (hook and hook.pattern):
+        raise r.error("rope_parameters", f"holds one setting per layer type ({', '.join(nested)}) but the config "
+                      "names no layer_types: which layer is which type is unknown")  # fmt: skip
+    unknown = next((k for k in nested if k not in LAYER_TYPES), None)
+    if unknown is not None:
+        raise r.error(f"rope_parameters.{unknown}", f"is not a layer type; allowed: {', '.join(LAYER_TYPES)}")
+    missing = next((k for k in dict.fromkeys(kinds) if k not in nested), None)
+    if missing is not None:
+        layer = kinds.index(missing)
+        raise r.error(f"rope_parameters.{missing}", f"missing: layer {layer} is a {missing} layer and "
+                      f"rope_parameters has only {', '.join(nested)}")  # fmt: skip
+    if local is not None:
+        local_type = nested.get("sliding_attention", {})
+        if local_type.get("rope_theta") not in (None, local):
+            raise r.error("rope_local_base_freq", f"({local!r}) contradicts rope_parameters.sliding_attention."
+                          f"rope_theta ({local_type.get('rope_theta')!r}): 4.x and 5.x keys disagree")  # fmt: skip
+    if config.get("rope_scaling") is not None and config["rope_scaling"] != nested:
+        raise r.error("rope_scaling", "and rope_parameters (nested by layer type) are both set and differ: 4.x and "
+                      "5.x keys disagree")  # fmt: skip
+    if config.get("rope_theta") is not None:
+        global_type = nested.get("full_attention", {})
+        if global_type.get("rope_theta") not in (None, config["rope_theta"]):
+            raise r.error("rope_theta", f"({config['rope_theta']!r}) contradicts rope_parameters.full_attention."
+                          f"rope_theta ({global_type.get('rope_theta')!r}): 4.x and 5.x keys disagree")  # fmt: skip
+    base = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_parameters", "rope_local_base_freq")}
+    configs: dict[str, Mapping[str, Any]] = {k: base | {"rope_parameters": dict(nested[k])} for k in nested}
+    renamed = {k: {"rope_parameters.": f"rope_parameters.{k}."} for k in nested}
+    return configs, "rope_parameters, nested by layer type", renamed
+
+
+def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Layers:
+    """A transformers config's positional encoding per layer (``Layers``); SpecError names the key at fault.
+
+    Reads ``layer_types`` (or the model type's pattern), ``no_rope_layers`` (SmolLM3, Llama 4), ``sliding_window``,
+    and the scaling per layer type: ``rope_parameters`` nested by type (5.x), or Gemma 3's 4.x
+    ``rope_local_base_freq``. A ``gemma3`` wrapper is read through its ``text_config``.
+    """
+    if not isinstance(config, Mapping):
+        raise SpecError(where, "is not a transformers config (not a JSON object)")
+    config, where = text_config(config, where)
+    model_type = config.get("model_type")
+    r = _Reader(config, where)
+    hook = config_hook(model_type) if isinstance(model_type, str) else None
+    per_layer = any(config.get(k) is not None for k in ("layer_types", "no_rope_layers"))
+    per_layer = per_layer or bool(hook and hook.per_layer)
+    has_count = r.get("num_hidden_layers", "n_layer", "num_layers") is not None
+    count = _layer_count(r) if per_layer or has_count else None  # None: one entry stands for every layer
+    name = model_type if isinstance(model_type, str) else ""
+    types, types_source = _layer_types(r, hook, count)
+    rotated, rotated_source = _rotated(r, hook, count)
+    if not types:
+        types = ("full_attention",)
+    window, window_source = _window(r, name, types)
+    configs, scaling_source, renamed = _type_configs(r, hook, types)
+    encodings = {}
+    for kind, flat in configs.items():
+        imported = _import_one(flat, where)
+        encodings[kind] = _relabel(imported, renamed.get(kind, {}))
+    sources = {"layer_types": types_source, "rotated": rotated_source, "window": window_source,
+               "scaling": scaling_source}  # fmt: skip
+    return Layers(str(model_type), types, rotated, encodings, window, sources, config, where)
+
+
+def _relabel(imported: Imported, renamed: Mapping[str, str]) -> Imported:
+    """``imported`` with its sources saying which key of the whole config gave each value (``renamed``: the flat
+    config's key -> the config's, e.g. rope_parameters. -> rope_parameters.full_attention.).
+    """  # noqa: D205
+    sources = dict(imported.sources)
+    for old, new in renamed.items():
+        # A key prefix ("rope_parameters.") is renamed wherever it appears; a whole key only where it is the source.
+        sources = {f: s.replace(old, new) if old.endswith(".") else (new if s == old else s)
+                   for f, s in sources.items()}  # fmt: skip
+    return Imported(imported.model_type, imported.fields, sources)
+
+
+def import_config(config: Mapping[str, Any], where: str = "config.json") -> Imported:
+    """Map a transformers config (a dict) to spec fields with their sources; SpecError names any field at fault.
+
+    A config whose layers use different encodings (Gemma 3's sliding and global layers) is a SpecError naming them:
+    ``import_layers`` reads it per layer.
+    """
+    return import_layers(config, where).only()
