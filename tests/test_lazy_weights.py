@@ -14,8 +14,8 @@ import pytest
 from ropeexport.audits.held import HeldWeights, NBits
 from ropeexport.audits.prove import ProofWeights
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import LayerWeights
 from ropeexport.decoder.oracle import Stored64
+from ropeexport.decoder.weights import LayerWeights
 from tests.decoder.test_planted import LLAMA
 
 

@@ -22,8 +22,8 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ropeexport.decoder.build import DecoderRequest, resolve  # noqa: E402
-from ropeexport.decoder.checkpoint import geometry, seeded_weights  # noqa: E402
 from ropeexport.decoder.export import build_decoder_graph, cache_names  # noqa: E402
+from ropeexport.decoder.weights import geometry, seeded_weights  # noqa: E402
 from ropeexport.graph.onnx_io import save_model  # noqa: E402
 
 CONFIG = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,

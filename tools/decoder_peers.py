@@ -56,7 +56,7 @@ TOKENS, SEED, REL_TOL, WRONG_REL = 16, 1234, 1e-4, 1e-2
 def setup(card: str) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """(spec, shrunk transformers config, seeded weights) of a model card: identical in every process."""
     from ropeexport.decoder.build import DecoderRequest, resolve
-    from ropeexport.decoder.checkpoint import seeded_weights
+    from ropeexport.decoder.weights import seeded_weights
 
     config = tomllib.loads((ROOT / "models" / f"{card}.toml").read_text())["config"]
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]

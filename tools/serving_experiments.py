@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
     from serving.engines import Genai
 
-    from ropeexport.decoder.checkpoint import geometry
     from ropeexport.decoder.serve import DecoderSession
+    from ropeexport.decoder.weights import geometry
     from ropeexport.runtimes.iobinding import session_options
 
     work = Path(args.work)

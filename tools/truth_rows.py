@@ -22,13 +22,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ropeexport.decoder.checkpoint import geometry  # noqa: E402
 from ropeexport.decoder.export import cache_names  # noqa: E402
 from ropeexport.decoder.greedy import Call, run_scenario  # noqa: E402
 from ropeexport.decoder.memory import ENV  # noqa: E402
 from ropeexport.decoder.oracle import Feed, chained  # noqa: E402
 from ropeexport.decoder.parts import position_pieces  # noqa: E402
 from ropeexport.decoder.scenarios import scenarios  # noqa: E402
+from ropeexport.decoder.weights import geometry  # noqa: E402
 
 
 def calls(spec: Any) -> list[tuple[str, list[Call]]]:

@@ -235,8 +235,8 @@ def held_weights(model: Any, spec: Any, folder: Path | None = None) -> tuple[Hel
     attributes and the initializers' shapes: nothing is read).
     """  # noqa: D205
     from ropeexport.audits.model import Initializers
-    from ropeexport.decoder.checkpoint import expected, geometry
     from ropeexport.decoder.parts import head_name
+    from ropeexport.decoder.weights import expected, geometry
 
     shapes = expected(spec)
     if head_name(spec) == "lm_head":  # a tied head stored in int4: the embedding's transpose, a projection of its own

@@ -104,7 +104,7 @@ class Feeder:
         """Bytes of the cache a call of ``n`` tokens after ``past`` entries gives the model and gets back (its past
         inputs and present outputs, in their dtype): what placing a far call costs beside the session.
         """  # noqa: D205
-        from ropeexport.decoder.checkpoint import geometry
+        from ropeexport.decoder.weights import geometry
 
         total = 0
         for layer, kv in self.cached.items():
@@ -178,7 +178,7 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
         self.spec, self.call, self.past, self.dtype = spec, index, past, dtype
 
     def __getitem__(self, layer: Any) -> Any:
-        from ropeexport.decoder.checkpoint import geometry
+        from ropeexport.decoder.weights import geometry
 
         if not isinstance(layer, int) or not 0 <= layer < len(self):
             raise IndexError(layer)
@@ -214,7 +214,7 @@ class ProofWeights(Mapping[str, np.ndarray]):
 
     def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
         """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``."""
-        from ropeexport.decoder.checkpoint import vocab_part
+        from ropeexport.decoder.weights import vocab_part
 
         return vocab_part(self.held if name in self.held else self.stored, name, start, stop)
 

@@ -133,7 +133,7 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
           max_positions: int | None, formats: dict[str, Any]) -> int:  # fmt: skip
     """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
     from ropeexport.api import resolve_decoder
-    from ropeexport.decoder.checkpoint import describe
+    from ropeexport.decoder.weights import describe
     from ropeexport.store import Store
     from ropeexport.tree import check_tree
 

@@ -29,7 +29,6 @@ from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
 from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, expected, layer_weights, lm_head
 from ropeexport.decoder.parts import (
     Pieces,
     attention_spec,
@@ -40,6 +39,7 @@ from ropeexport.decoder.parts import (
     weight_format,
 )
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import BLOCK_NAMES, expected, layer_weights, lm_head
 from ropeexport.dtypes import DTYPES
 from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import (

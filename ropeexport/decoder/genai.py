@@ -22,9 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ropeexport.decoder.checkpoint import checkpoint_file, geometry
+from ropeexport.decoder.checkpoint import checkpoint_file
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import geometry
 from ropeexport.errors import CheckpointError, SpecError
 from ropeexport.forms import FORMS
 from ropeexport.inputs import check_regular_file, read_json, read_text

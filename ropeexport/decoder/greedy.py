@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ropeexport.decoder.checkpoint import geometry
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.scenarios import Scenario, regime
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import geometry
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.regimes import row_lengths
 

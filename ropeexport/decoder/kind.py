@@ -30,7 +30,7 @@ from typing import Any
 import onnx
 
 from ropeexport.components.linear import is_weight
-from ropeexport.decoder.checkpoint import CheckpointWeights, describe, seeded_weights
+from ropeexport.decoder.checkpoint import CheckpointWeights
 from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
 from ropeexport.decoder.export import write_decoder
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
@@ -39,6 +39,7 @@ from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.decoder.verify import tolerance, verify_decoder
+from ropeexport.decoder.weights import describe, seeded_weights
 from ropeexport.encoding import folder_bytes, interface
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import sha256

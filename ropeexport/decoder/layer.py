@@ -22,8 +22,9 @@ from onnx import helper
 
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, describe, layer_weights, load_checkpoint
+from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import BLOCK_NAMES, describe, layer_weights
 from ropeexport.dtypes import DTYPES
 from ropeexport.encoding import EncodingKind
 from ropeexport.errors import ArtifactError, SpecError

@@ -43,9 +43,9 @@ import re
 from dataclasses import dataclass
 
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, is_weight
-from ropeexport.decoder.checkpoint import expected
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import expected
 from ropeexport.errors import SpecError
 
 ENV = "ROPEEXPORT_MEMORY_LIMIT"

@@ -36,10 +36,10 @@ from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mlp import mlp64
 from ropeexport.components.moe import MoESpec, moe64
 from ropeexport.components.norm import norm64
-from ropeexport.decoder.checkpoint import BLOCK_NAMES, layer_weights, vocab_part
 from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import Pieces, attention_spec, head_name, mlp_spec, norm_spec, twins, weight_format
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import BLOCK_NAMES, layer_weights, vocab_part
 from ropeexport.kinds import PositionPiece
 from ropeexport.numerics import round_once
 

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ropeexport.decoder.checkpoint import geometry
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.scenarios import regime
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
+from ropeexport.decoder.weights import geometry
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.forms import FORMS

@@ -33,7 +33,8 @@ import numpy as np
 import ropeexport as rx
 from ropeexport.architectures import ARCHITECTURES
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import seeded_weights, to_transformers
+from ropeexport.decoder.checkpoint import to_transformers
+from ropeexport.decoder.weights import seeded_weights
 from ropeexport.hf import import_config
 
 config, out = sys.argv[1], sys.argv[2]

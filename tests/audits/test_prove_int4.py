@@ -22,9 +22,9 @@ from ropeexport.audits.prove import held_weights
 from ropeexport.cli import main
 from ropeexport.components.linear import is_weight
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.oracle import stored_float64
+from ropeexport.decoder.weights import seeded_weights
 from tests.toolmod import tool
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,

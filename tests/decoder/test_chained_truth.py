@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.decoder.oracle import Feed, Stored64, chained, chained_float64, decoders_float64, extends
 from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.weights import seeded_weights
 from tests.decoder.test_mixed_regimes import DYNAMIC
 from tests.decoder.test_planted import LLAMA, MISTRAL, PHI3
 from tests.decoder.tiny import CONFIGS as TINY

@@ -22,9 +22,9 @@ import pytest
 from onnx import numpy_helper
 
 import ropeexport as rx
-from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.kind import DecoderVerifyResult, rebuild_spec
+from ropeexport.decoder.weights import seeded_weights
 from ropeexport.graph.onnx_io import save_model, sha256
 from tests.clirun import run
 from tests.report.sample_report import minimal_report

@@ -33,8 +33,8 @@ CASES = [
 
 def _decoder(name: str, folder: Path) -> onnx.ModelProto:
     from ropeexport.decoder.build import DecoderRequest, resolve
-    from ropeexport.decoder.checkpoint import describe, seeded_weights
     from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.weights import describe, seeded_weights
 
     hf_config(name).save_pretrained(folder)
     spec, _ = resolve(DecoderRequest(hf_config=folder / "config.json", graph="gqa"))

@@ -23,12 +23,12 @@ import pytest
 
 from ropeexport.architectures.layers import AttentionLayer, FeedForward
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import expected, seeded_weights
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.kind import rebuild_spec, run_scenarios
 from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.spec import DecoderSpec, LayerSpec
 from ropeexport.decoder.verify import verify_decoder
+from ropeexport.decoder.weights import expected, seeded_weights
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes.ort import OrtRunner

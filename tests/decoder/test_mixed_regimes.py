@@ -18,13 +18,13 @@ import pytest
 
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import geometry, seeded_weights
 from ropeexport.decoder.export import build_decoder_graph, cache_names
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
 from ropeexport.decoder.report import _row
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import FORMS
 from ropeexport.decoder.verify import tolerance, verify_decoder
+from ropeexport.decoder.weights import geometry, seeded_weights
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes.ort import OrtRunner

@@ -14,9 +14,9 @@ import pytest
 
 from ropeexport.catalog import kind_for
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.verify import verify_decoder
+from ropeexport.decoder.weights import seeded_weights
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes.ort import OrtRunner
 

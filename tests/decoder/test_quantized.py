@@ -317,8 +317,8 @@ EMBEDDINGS = [("gathered from the head", True, True, 1.0, True), ("built before 
 @pytest.mark.parametrize(("case", "built", "read", "factor", "passed"), EMBEDDINGS, ids=[e[0] for e in EMBEDDINGS])
 def test_a_wrong_tied_int4_embedding_is_caught(case: str, built: bool, read: bool, factor: float, passed: bool,
                                                tmp_path: Path) -> None:  # fmt: skip
-    from ropeexport.decoder.checkpoint import seeded_weights
     from ropeexport.decoder.parts import position_pieces
+    from ropeexport.decoder.weights import seeded_weights
     from tests.decoder.test_planted import LLAMA
 
     spec, _ = resolve(DecoderRequest(config={**LLAMA, "tie_word_embeddings": True}, name="tied", weight_format="int4",

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import seeded_weights
 from ropeexport.decoder.greedy import Call
 from ropeexport.decoder.oracle import Routing, decoder_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.verify import _routed, judge_call
+from ropeexport.decoder.weights import seeded_weights
 
 CONFIG = {"model_type": "gpt_oss", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
           "head_dim": 8, "num_hidden_layers": 2, "intermediate_size": 48, "vocab_size": 96, "num_local_experts": 4,

@@ -28,7 +28,8 @@ import pytest
 import ropeexport as rx
 import ropeexport.decoder.export as export
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.checkpoint import CheckpointWeights, describe, load_checkpoint
+from ropeexport.decoder.checkpoint import CheckpointWeights, load_checkpoint
+from ropeexport.decoder.weights import describe
 from ropeexport.graph.onnx_io import DATA_FILE, ExternalData
 from tests.clirun import run
 from tests.toolmod import tool

@@ -100,8 +100,9 @@ def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: 
 
 def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
     from ropeexport.decoder.build import DecoderRequest, resolve
-    from ropeexport.decoder.checkpoint import describe, load_checkpoint, seeded_weights
+    from ropeexport.decoder.checkpoint import load_checkpoint
     from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.weights import describe, seeded_weights
 
     got = {}
     for name, (config, ckpt) in tiny_checkpoints.items():

@@ -1,0 +1,163 @@
+"""A decoder's weights under canonical names (``ropeexport.architectures``): which it has, seeded draws, and views.
+
+- ``expected(spec)``: {canonical name: shape} of every weight the spec holds, each layer its own (its geometry, its
+  feed-forward, its norms).
+- ``seeded_weights(spec)``: normal draws (projections std 1/sqrt(fan_in), embeddings std 1, norm weights 1 + 0.1 N,
+  biases 0.1 N) from numpy's default_rng(0), rounded once to the dtype and held in float64.
+- ``layer_weights(weights, i)``: layer i's weights without their prefix, read as asked for; ``vocab_part``: a slice of
+  the embedding or head alone; ``lm_head``: the output projection (the embedding's transpose when tied).
+
+A checkpoint's weights under the same names: ``decoder.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.block.projections import rounded_float64
+from ropeexport.decoder.spec import DecoderSpec
+
+SEED = 0
+
+
+# A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
+BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
+               "sinks")  # fmt: skip
+
+
+def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head_dim) of layer ``layer``'s attention (the default layer's for None)."""
+    return (spec.layers[layer] if layer is not None else spec.default).geometry
+
+
+def _layer_of(canonical: str) -> int | None:
+    """The layer index of a canonical name (``layers.3.q_proj`` -> 3), None for the model's own weights."""
+    if not canonical.startswith("layers."):
+        return None
+    return int(canonical.split(".", 2)[1])
+
+
+def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
+    """Every canonical weight of the spec with its shape ([in, out] for projections), each layer its own."""
+    arch, hidden, vocab = spec.architecture, spec.hidden_size, spec.vocab_size
+    layer_norm = arch.norm == "layer"
+    out: dict[str, tuple[int, ...]] = {"embed": (vocab, hidden)}
+
+    def norm(name: str) -> None:
+        out[f"{name}.weight"] = (hidden,)
+        if layer_norm:
+            out[f"{name}.bias"] = (hidden,)
+
+    if arch.has("embed_norm.weight"):
+        norm("embed_norm")
+    for i, layer in enumerate(spec.layers):  # each layer's own geometry, norms and feed-forward
+        H, KV, d = layer.geometry
+        a, ffn, inner = layer.attention, layer.ffn, layer.ffn.inner
+        p = f"layers.{i}."
+        norm(f"{p}norm1")
+        out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d), f"{p}v_proj": (hidden, KV * d)}
+        out[f"{p}o_proj"] = (H * d, hidden)
+        if a.qkv_bias:
+            out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
+        if a.o_bias:
+            out[f"{p}o_bias"] = (hidden,)
+        if a.qk_norm == "rms":
+            out |= {f"{p}q_norm": (d,), f"{p}k_norm": (d,)}
+        if a.sinks:
+            out[f"{p}sinks"] = (H,)
+        for slot in ("norm2", "norm3", "norm4"):
+            if slot in layer.norms:
+                norm(f"{p}{slot}")
+        if ffn.kind == "moe":
+            E, n, m = ffn.experts, hidden, inner
+            out |= {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
+                    f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n),
+                    f"{p}experts_gate_bias": (E, m), f"{p}experts_up_bias": (E, m),
+                    f"{p}experts_down_bias": (E, n)}  # fmt: skip
+            continue
+        if ffn.kind == "gated":
+            out[f"{p}gate_proj"] = (hidden, inner)
+            if ffn.bias:
+                out[f"{p}gate_bias"] = (inner,)
+        out |= {f"{p}up_proj": (hidden, inner), f"{p}down_proj": (inner, hidden)}
+        if ffn.bias:
+            out |= {f"{p}up_bias": (inner,), f"{p}down_bias": (hidden,)}
+    norm("final_norm")
+    if not spec.tie_embeddings:
+        out["lm_head"] = (hidden, vocab)
+    if arch.has("lm_head_bias"):
+        out["lm_head_bias"] = (vocab,)
+    return out
+
+
+def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
+    """Seeded draws for every expected weight (float64 holding dtype values); the same bytes on every build."""
+    rng = np.random.default_rng(SEED)
+    out = {}
+    for name, shape in expected(spec).items():
+        if name == "embed" or name.endswith("sinks"):  # a sink is a logit: of the logits' order
+            values = rng.standard_normal(shape)
+        elif name.endswith((".weight", "_norm")):  # a norm's scale
+            values = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif "bias" in name:
+            values = 0.1 * rng.standard_normal(shape)
+        else:  # a projection [in, out] (an expert's [E, in, out]): std 1/sqrt(in)
+            values = rng.standard_normal(shape) / math.sqrt(shape[-2])
+        out[name] = rounded_float64(values, spec.dtype)
+    return out
+
+
+def lm_head(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """[hidden, vocab]: the output projection, the embedding's transpose when tied."""
+    return weights["embed"].T if spec.tie_embeddings else weights["lm_head"]
+
+
+class LayerWeights(Mapping[str, np.ndarray]):
+    """Layer i's weights without the ``layers.{i}.`` prefix: a view, each weight read from ``weights`` when asked
+    for (a checkpoint's are read then, one at a time).
+    """  # noqa: D205
+
+    def __init__(self, weights: Mapping[str, np.ndarray], i: int) -> None:
+        prefix = f"layers.{i}."
+        self._weights, self._prefix = weights, prefix
+        self._names = [k[len(prefix) :] for k in weights if k.startswith(prefix)]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._weights[self._prefix + name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # Mapping's own reads the weight
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def layer_weights(weights: Mapping[str, np.ndarray], i: int) -> LayerWeights:
+    """Layer i's weights without the ``layers.{i}.`` prefix (``LayerWeights``: read as they are asked for)."""
+    return LayerWeights(weights, i)
+
+
+def vocab_part(weights: Mapping[str, np.ndarray], name: str, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of ``embed`` [vocab, hidden] or columns of ``lm_head`` [hidden, vocab]; read alone when
+    the weights can (``CheckpointWeights``, ``oracle.Stored64``), else sliced from the held array.
+    """  # noqa: D205
+    part = getattr(weights, "vocab_part", None)
+    if part is not None:
+        return np.asarray(part(name, start, stop))
+    value = weights[name]
+    return value[start:stop] if name == "embed" else value[:, start:stop]
+
+
+def describe(source: Any) -> str:
+    """The report's words for where the weights came from."""
+    return "seeded (numpy default_rng(0))" if source is None else f"checkpoint {str(Path(source).resolve())!r}"
