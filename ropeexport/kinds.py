@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -38,8 +38,7 @@ from ropeexport.specs import SpecBase
 if TYPE_CHECKING:  # annotations only: the catalog imports this module and specs load without onnx or torch
     import onnx
 
-    from ropeexport.runtimes.base import Runner
-    from ropeexport.verification.compare import Tolerance
+    from ropeexport.tolerances import Tolerance
 
 Feeds = dict[str, np.ndarray]
 # The position inputs of every pair artifact (bias, scores, attention): graphs, probes and oracles share the names.
@@ -77,6 +76,15 @@ class PositionPiece:
 
 S = TypeVar("S", bound=SpecBase)  # the family's spec class (RopeSpec, AlibiSpec, ...)
 Outputs = dict[str, np.ndarray]
+
+
+class Infers(Protocol):
+    """What a kind's ``properties`` stage calls: a runner's ``infer(feeds) -> outputs`` (``runtimes.base.Runner``)."""
+
+    def infer(self, feeds: Feeds) -> Outputs:
+        """The model's outputs by name for ``feeds`` (checked against the model first)."""
+        ...
+
 Record = dict[str, Any]  # one check's record in report.json (a table check, a guard, a property)
 
 
@@ -99,7 +107,7 @@ class ArtifactKind(Generic[S]):
     tables: Callable[[S, Path], list[Record]] | None = None
     guards: Callable[[S], list[tuple[str, Feeds]]] | None = None
     curve: Callable[[Probe, str], tuple[str, np.ndarray]] | None = None
-    properties: Callable[[S, Runner], list[Record]] | None = None
+    properties: Callable[[S, Infers], list[Record]] | None = None
     tolerance: Callable[[S], Tolerance] | None = None
     piece: Callable[[S], PositionPiece] | None = None
 

@@ -22,7 +22,7 @@ import numpy as np
 from ropeexport.block.projections import hidden_size, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.kinds import Feeds, Probe
-from ropeexport.verification.compare import TOLERANCES, Tolerance
+from ropeexport.tolerances import TOLERANCES, Tolerance
 
 
 def _probe(name: str, position_ids: Any, attention_mask: Any) -> Probe:

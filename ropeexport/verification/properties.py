@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.kinds import Feeds, Probe
-from ropeexport.runtimes.base import Runner
+from ropeexport.kinds import Feeds, Infers, Probe
 from ropeexport.verification.compare import TOLERANCES
 
 
@@ -36,7 +35,7 @@ def shift_invariance(feeds_fn: Any, output: str, regime: Any = None) -> Any:
     Without it every shift is one regime.
     """
 
-    def check(spec: Any, runner: Runner) -> list[dict[str, Any]]:
+    def check(spec: Any, runner: Infers) -> list[dict[str, Any]]:
         P = spec.max_positions
         if P < 3:
             return []

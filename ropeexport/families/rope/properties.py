@@ -17,13 +17,13 @@ import numpy as np
 
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.schedules import get_schedule
-from ropeexport.runtimes.base import Runner
+from ropeexport.kinds import Infers
 from ropeexport.verification.properties import close as _close
 
 DECAY_POINTS = 512  # distances sampled for the decay curve (log-spaced, plus 0..63)
 
 
-def _rope_call(spec: Any, runner: Runner, query: np.ndarray, key: np.ndarray, positions: np.ndarray) -> dict:
+def _rope_call(spec: Any, runner: Infers, query: np.ndarray, key: np.ndarray, positions: np.ndarray) -> dict:
     """Run the rope artifact: query/key [1, 1, s, d] broadcast over heads, positions [s]."""
     dtype = DTYPES[spec.dtype].np_dtype
     s, d = positions.size, spec.head_dim
@@ -35,7 +35,7 @@ def _rope_call(spec: Any, runner: Runner, query: np.ndarray, key: np.ndarray, po
     return runner.infer(feeds)
 
 
-def rope_properties(spec: Any, runner: Runner) -> list[dict[str, Any]]:
+def rope_properties(spec: Any, runner: Infers) -> list[dict[str, Any]]:
     """The RoPE claims above, measured on a ``rope`` artifact."""
     P, d, r = spec.max_positions, spec.head_dim, spec.rotary_dim
     rng = np.random.default_rng(7)
