@@ -82,6 +82,8 @@ def test_api_names_are_functions_and_not_shadowed_by_modules() -> None:
         if name != "__version__":
             assert callable(getattr(rx, name)), name
             assert not (ROOT / "ropeexport" / f"{name}.py").exists() and not (ROOT / "ropeexport" / name).is_dir()
+            # nor a module of the api package (``import ropeexport.api.build`` would replace ropeexport.api.build)
+            assert not (ROOT / "ropeexport" / "api" / f"{name}.py").exists(), name
 
 
 @pytest.mark.parametrize(
