@@ -3,10 +3,10 @@
 Specs come from ``spec``, ``from_preset``, ``from_hf_config`` or ``load_specs``; ``export`` turns one into an
 ``onnx.ModelProto``; ``build`` exports, runs, verifies and reports one into ``OUT/NAME``; ``build_all`` builds many
 and writes the tree's index; ``verify``, ``diff`` and ``check_trt`` read what a build wrote. ``build_decoder``
-builds a whole decoder-only model (a transformers config, a local checkpoint or a preset) and verifies it by greedy
-generation against a float64 recompute; ``generate`` / ``open_decoder`` serve a built decoder (greedy, ONNX Runtime,
-IO binding, a preallocated cache); ``audit`` / ``graft`` check and repair the positional encoding of models other
-tools exported.
+builds the whole decoder-only model a ``DecoderRequest`` asks for (``rx.DecoderRequest``: a transformers config, a
+local checkpoint or a preset, sizes, dtype, form, weight format) and verifies it by greedy generation against a
+float64 recompute; ``generate`` / ``open_decoder`` serve a built decoder (greedy, ONNX Runtime, IO binding, a
+preallocated cache); ``audit`` / ``graft`` check and repair the positional encoding of models other tools exported.
 Every function's result is a typed object (``BuildResult``, ``VerifyResult``, ``ReportDiff``, ...: ``passed``,
 ``path``, ``to_dict()``, and true when it passed). Errors are ``ropeexport.errors.InputError`` (bad input,
 ``SpecError`` among them) or ``OutputError`` (a disk that cannot be written), each naming the field at fault

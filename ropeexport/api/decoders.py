@@ -1,74 +1,112 @@
 """Decoders from the API: ``build_decoder`` (a whole decoder-only model, built and verified by generation against a
-float64 recompute), ``resolve_decoder`` (the spec it would build, checked, nothing written), ``build_layer_block``
-(one checkpoint layer's block), ``generate`` / ``open_decoder`` (greedy generation with a built decoder).
+float64 recompute), ``resolve_decoder`` (the spec it would build, checked, nothing written), both taking one
+``DecoderRequest`` (``rx.DecoderRequest``: what is asked); ``build_layer_block`` (one checkpoint layer's block);
+``generate`` / ``open_decoder`` (greedy generation with a built decoder).
 """  # noqa: D205
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ropeexport import pipeline
 from ropeexport.api.shared import Tolerance, _encoding_kind, _index, _path
 from ropeexport.decoder.kind import DecoderKind
+from ropeexport.decoder.request import DecoderRequest, request_from
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.errors import SpecError
 from ropeexport.pipeline import BuildResult
 from ropeexport.tree import check_tree
 
 if TYPE_CHECKING:  # loaded when first used: ONNX Runtime sessions and transformers stay out of import time
-    from ropeexport.decoder.build import DecoderRequest
     from ropeexport.decoder.serve import DecoderSession, Generation
+
+OnScenario = Callable[[dict[str, object]], None]
 
 
 def build_decoder(
-    out_dir: str | Path,
-    hf_config: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    preset: str | None = None,
-    dtype: str = "fp32",
-    graph: str = "fused",
-    num_layers: int | None = None,
-    hidden_size: int | None = None,
-    vocab_size: int | None = None,
-    max_positions: int | None = None,
-    name: str | None = None,
-    eager: bool = True,
+    request: DecoderRequest | str | Path | None = None,
+    out_dir: str | Path | None = None,
+    *,
     replace: bool = False,
-    on_scenario: Callable[[dict[str, object]], None] | None = None,
-    weight_format: str = "",
-    block_size: int = 0,
-    accuracy_level: int = 0,
-    symmetric: bool = True,
+    on_scenario: OnScenario | None = None,
     on_stage: pipeline.Stage | None = None,
+    **fields: object,
 ) -> BuildResult:
-    """A whole decoder into ``OUT/NAME`` (``ropeexport.decoder``), from ``hf_config``, the checkpoint's own
-    config.json, or a preset's config; ``num_layers`` / ``hidden_size`` / ``vocab_size`` shrink it (seeded weights).
-    ``weight_format`` "int4": the projections as MatMulNBits blocks of ``block_size`` (0: 32), ``symmetric`` or with
-    zero points, at ``accuracy_level`` (0-4; ``components.linear``); "" (default): rounded once to ``dtype``.
+    """A whole decoder, as ``request`` asks (``rx.DecoderRequest``: its config, weights, sizes, dtype, graph form,
+    weight format), built into ``out_dir/NAME`` (``ropeexport.decoder``) and verified by greedy generation against
+    a float64 recompute (and transformers, with ``request.eager``).
+
     Returns a ``BuildResult`` (``.passed``, ``.path``, ``.report``: every scenario of report.json; an int4 decoder's
-    also carries each call's quantization cost, reported and not judged). ``on_stage(stage, done, total)`` is told
-    the build's progress: ``export`` per layer, then per scenario its name and its float64 passes per layer.
+    also carries each call's quantization cost, reported and not judged). ``replace``: rebuild over a decoder of
+    another spec at NAME. ``on_scenario(result)`` sees each scenario as it finishes; ``on_stage(stage, done, total)``
+    is told the build's progress: ``export`` per layer, then per scenario its name and its float64 passes per layer.
+    The older form, ``build_decoder(out_dir, hf_config=..., dtype=..., eager=..., ...)`` (the request's fields as
+    keywords), still works.
     """  # noqa: D205
     from ropeexport.decoder.build import check_buildable, resolve
 
-    request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
-                                                                max_positions, name),
-                               _weights(weight_format, block_size, accuracy_level, symmetric))  # fmt: skip
+    request, out_given = _request_and_out(request, out_dir, fields)
     spec, used = resolve(request)
-    check_buildable(spec, request, eager)
-    out = _path(out_dir, "out_dir")
+    check_buildable(spec, request)
+    out = _path(out_given, "out_dir")
     check_tree(out)
-    origin = {k: str(Path(v).resolve()) for k, v in (("hf_config", request.hf_config),
-                                                      ("checkpoint", request.checkpoint)) if v is not None}  # fmt: skip
-    if preset is not None:
-        origin["preset"] = preset
     ckpt = None if request.checkpoint is None else Path(request.checkpoint)
-    kind = DecoderKind(config=used, checkpoint=ckpt, eager=eager, on_scenario=on_scenario)
-    result = pipeline.build(kind, spec, out, replace, origin, dict(spec.sources), stage=on_stage)
+    kind = DecoderKind(config=used, checkpoint=ckpt, eager=request.eager, on_scenario=on_scenario)
+    result = pipeline.build(kind, spec, out, replace, request.origin(), dict(spec.sources), stage=on_stage)
     _index(out)  # the tree's index lists the decoder beside the other artifacts
     return result
+
+
+def resolve_decoder(request: DecoderRequest | None = None, **fields: object) -> DecoderSpec:
+    """The ``DecoderSpec`` ``build_decoder(request, ...)`` would build, validated, and checked as the build checks it
+    first (its scenarios fit max_positions, its memory estimate fits this machine, with the transformers reference
+    when ``request.eager``; the checkpoint's tokenizer reads); nothing is exported, run or written.
+
+    The older form, ``resolve_decoder(hf_config=..., dtype=..., ...)`` (the request's fields as keywords), still
+    works.
+    """  # noqa: D205
+    from ropeexport.decoder.build import check_buildable, resolve
+
+    if request is None:
+        request = request_from(fields, "rx.resolve_decoder")
+    else:
+        _no_fields_beside(request, fields)
+    spec = resolve(request)[0]
+    check_buildable(spec, request)
+    return spec
+
+
+def _request_and_out(
+    request: object, out_dir: str | Path | None, fields: Mapping[str, object]
+) -> tuple[DecoderRequest, str | Path]:
+    """(request, out_dir) of ``build_decoder``'s arguments: ``(request, out_dir)``, or the older
+    ``(out_dir, **fields)``; a mix of the two is a SpecError naming what to change.
+    """  # noqa: D205
+    if isinstance(request, DecoderRequest):
+        _no_fields_beside(request, fields)
+        if out_dir is None:
+            raise SpecError("out_dir", "is missing: rx.build_decoder(request, out_dir)")
+        return request, out_dir
+    if request is not None and (out_dir is not None or not isinstance(request, (str, Path))):
+        raise SpecError("request", f"must be an rx.DecoderRequest (rx.build_decoder(request, out_dir)), got "
+                        f"{type(request).__name__}; the older form takes the output folder first and the rest as "
+                        "keywords")  # fmt: skip
+    out = request if request is not None else out_dir
+    if out is None:
+        raise SpecError("out_dir", "is missing: rx.build_decoder(request, out_dir)")
+    return request_from(fields, "rx.build_decoder"), out
+
+
+def _no_fields_beside(request: object, fields: Mapping[str, object]) -> None:
+    """A request given whole takes no field beside it (which of the two would hold?); else SpecError."""
+    if not isinstance(request, DecoderRequest):
+        raise SpecError("request", f"must be an rx.DecoderRequest, got {type(request).__name__}")
+    if fields:
+        name = sorted(fields)[0]
+        raise SpecError(name, f"is given beside a DecoderRequest: put it in the request "
+                        f"(dataclasses.replace(request, {name}=...))")  # fmt: skip
 
 
 def build_layer_block(
@@ -126,72 +164,3 @@ def open_decoder(folder: str | Path, threads: int | None = None) -> DecoderSessi
     from ropeexport.decoder.serve import DecoderSession
 
     return DecoderSession(_path(folder, "path"), threads)
-
-
-# A decoder's form and sizes as the API takes them: dtype, graph, num_layers, hidden_size, vocab_size, max_positions,
-# name (``DecoderRequest``'s fields in its order).
-_Form = tuple[str, str, int | None, int | None, int | None, int | None, str | None]
-
-
-def _decoder_request(
-    hf_config: str | Path | None,
-    checkpoint: str | Path | None,
-    preset: str | None,
-    sizes_and_form: _Form,
-    weights: Mapping[str, Any] | None = None,
-) -> DecoderRequest:
-    """The ``decoder.build.DecoderRequest`` of the API's arguments: paths checked, a preset's config read from its
-    card.
-    """  # noqa: D205
-    from ropeexport.decoder.build import DecoderRequest
-    from ropeexport.presets import get_preset
-
-    config = None
-    if preset is not None:
-        for other, given in (("hf_config", hf_config), ("checkpoint", checkpoint)):
-            if given is not None:  # a checkpoint brings its own config.json: two configs would disagree
-                raise SpecError("preset", f"cannot be combined with `{other}`: give one config")
-        card = get_preset(preset)
-        if card.config is None:
-            raise SpecError("preset", f"{preset!r} is a spec card without a transformers config; a decoder needs one")
-        config = dict(card.config)
-    hf = None if hf_config is None else _path(hf_config, "hf_config")
-    ckpt = None if checkpoint is None else _path(checkpoint, "checkpoint")
-    return DecoderRequest(hf, ckpt, config, *sizes_and_form, base=preset, **dict(weights or {}))
-
-
-def _weights(weight_format: str, block_size: int, accuracy_level: int, symmetric: bool) -> dict[str, Any]:
-    """How a decoder's projections are stored, as ``DecoderRequest`` takes it (validated by the spec)."""
-    return {"weight_format": weight_format, "block_size": block_size, "accuracy_level": accuracy_level,
-            "symmetric": symmetric}  # fmt: skip
-
-
-def resolve_decoder(
-    hf_config: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    preset: str | None = None,
-    dtype: str = "fp32",
-    graph: str = "fused",
-    num_layers: int | None = None,
-    hidden_size: int | None = None,
-    vocab_size: int | None = None,
-    max_positions: int | None = None,
-    name: str | None = None,
-    weight_format: str = "",
-    block_size: int = 0,
-    accuracy_level: int = 0,
-    symmetric: bool = True,
-    eager: bool = True,
-) -> DecoderSpec:
-    """The ``DecoderSpec`` ``build_decoder`` would build, validated, and checked as the build checks it first (its
-    scenarios fit max_positions, its memory estimate fits this machine, with the transformers reference when
-    ``eager``, as ``build_decoder`` takes it; the checkpoint's tokenizer reads); nothing is exported, run or written.
-    """  # noqa: D205
-    from ropeexport.decoder.build import check_buildable, resolve
-
-    request = _decoder_request(hf_config, checkpoint, preset, (dtype, graph, num_layers, hidden_size, vocab_size,
-                                                                max_positions, name),
-                               _weights(weight_format, block_size, accuracy_level, symmetric))  # fmt: skip
-    spec = resolve(request)[0]
-    check_buildable(spec, request, eager)
-    return spec
