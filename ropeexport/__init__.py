@@ -3,10 +3,11 @@
 The Python API (``import ropeexport as rx``; see ``ropeexport.api`` and docs/tutorials/python-api.md):
 ``rx.spec``, ``rx.from_preset``, ``rx.from_hf_config``, ``rx.load_specs`` -> specs; ``rx.export(spec)`` -> an
 ``onnx.ModelProto``; ``rx.build``, ``rx.build_all``, ``rx.verify``, ``rx.diff``, ``rx.check_trt``;
-``rx.build_decoder`` builds a whole decoder from a transformers config and verifies it by generation;
-``rx.generate`` / ``rx.open_decoder`` serve one (greedy generation in ONNX Runtime); ``rx.audit`` / ``rx.graft``
-check and repair models other tools exported. The spec and result types are exported too (``rx.SpecBase``,
-``rx.DecoderSpec``, ``rx.BuildResult``, ...); every result of a check follows ``rx.Result``.
+``rx.build_decoder(rx.DecoderRequest(...), out_dir)`` builds a whole decoder from a transformers config and verifies
+it by generation; ``rx.generate`` / ``rx.open_decoder`` serve one (greedy generation in ONNX Runtime); ``rx.audit`` /
+``rx.graft`` check and repair models other tools exported. The spec, request and result types are exported too
+(``rx.SpecBase``, ``rx.DecoderSpec``, ``rx.DecoderRequest``, ``rx.BuildResult``, ...); every result of a check follows
+``rx.Result``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ _HOMES = {
     "SpecBase": "ropeexport.specs",
     "DecoderSpec": "ropeexport.decoder.spec",
     "LayerSpec": "ropeexport.decoder.spec",
+    "DecoderRequest": "ropeexport.decoder.request",  # what a decoder build is asked for
     # results (``Result`` is the protocol they share)
     "Result": "ropeexport.results",
     "BuildResult": "ropeexport.pipeline",
@@ -81,6 +83,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
     from ropeexport.audits.core import AuditResult  # noqa: F401
     from ropeexport.audits.graft import GraftResult  # noqa: F401
     from ropeexport.decoder.kind import DecoderVerifyResult  # noqa: F401
+    from ropeexport.decoder.request import DecoderRequest  # noqa: F401
     from ropeexport.decoder.serve import DecoderSession, Generation  # noqa: F401
     from ropeexport.decoder.spec import DecoderSpec, LayerSpec  # noqa: F401
     from ropeexport.pipeline import BuildResult, VerifyResult  # noqa: F401

@@ -18,6 +18,10 @@ guarantees, for every kind of artifact (encoding artifacts, blocks, decoders, au
 - **Hashes and manifest.** ``manifest.json`` lists every file of the folder with its sha256 (the reports aside:
   ``verify`` rewrites them); reading a folder back checks each file is inside it, no link, and unchanged.
 - **Disk failures are one line.** A full or read-only disk is an ``OutputError`` saying nothing was changed.
+
+This module is the writer (``Store``, ``Draft``: names checked, drafts swapped in). Its parts: ``ropeexport.locks``
+(the per-name and index locks), ``ropeexport.leftovers`` (what dead writers left, recognised and removed) and
+``ropeexport.manifest`` (a folder read back: manifest, files inside, hashes; its names are importable from here too).
 """
 
 from __future__ import annotations
@@ -25,37 +29,66 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import os
-import re
 import shutil
-import stat
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.errors import ArtifactError, InputError, OutputError, SpecError
+from ropeexport import leftovers
+from ropeexport.errors import InputError, OutputError, SpecError
 from ropeexport.graph.onnx_io import sha256
-from ropeexport.inputs import read_json, read_text
+from ropeexport.leftovers import COMMIT_SIGNATURE
+from ropeexport.locks import NameLock, index_lock
+from ropeexport.manifest import (
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    REPORTS,
+    check_files,
+    inside,
+    is_artifact,
+    is_damaged_artifact,
+    is_verified,
+    read_artifact_json,
+    read_manifest,
+    read_object,
+    read_text_safely,
+)
 from ropeexport.specs import NAME_PATTERN
 
-MANIFEST = "manifest.json"
-MANIFEST_SCHEMA = "ropeexport.manifest/1"
-REPORTS = ("report.json", "report.md", "report.html")  # rewritten by `verify`: never hashed
+# The store's names, and the reading-back names (``ropeexport.manifest``) importers of the store have always found
+# here.
+__all__ = [
+    "CLEANER_WAIT",
+    "FAILED",
+    "MANIFEST",
+    "MANIFEST_SCHEMA",
+    "RESERVED",
+    "REPORTS",
+    "WRITE_ERRORS",
+    "Committed",
+    "Draft",
+    "Store",
+    "check_files",
+    "check_name",
+    "first_difference",
+    "flat",
+    "inside",
+    "is_artifact",
+    "is_verified",
+    "read_artifact_json",
+    "read_manifest",
+    "read_object",
+    "read_text_safely",
+    "replace_reports",
+]
+
 FAILED = "_failed"
 RESERVED = ("index.json", "index.html")  # the tree's own files
 # Failures of the output folder itself (full, read-only, gone): reported as one line, never as a traceback.
 WRITE_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
-# A work folder (tempfile.mkdtemp's 8-character suffix) or an old artifact set aside by a two-rename swap.
-LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>building|old)\.(?P<pid>\d+)\.[a-z0-9_]{8}$")
-LEGACY_LEFTOVER = re.compile(r"^\.building-(?P<name>.+)$")  # decoder work folders of ropeexport before the store
-LOCK = re.compile(r"^\.(?P<name>.+)\.lock$")
-COMMITTING = re.compile(r"^\.(?P<name>.+)\.committing$")  # a file output's commit in progress (``commit_files``)
-COMMIT_SIGNATURE = "ropeexport commit 1"  # the first line of a commit marker: a file of the user's is never one
-INDEX_TEMP = re.compile(r"^\.index\.(json|html)\.[a-z0-9_]{8}$")  # an index write that died (``tree``)
 
 
 def check_name(name: Any, field: str = "name") -> str:
@@ -85,118 +118,6 @@ def first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | No
     """The first (sorted) dotted key whose value differs between two specs, or None when they are equal."""
     a, b = flat(old), flat(new)
     return next((k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)), None)
-
-
-# -- reading a folder back ------------------------------------------------------------------------------------------
-
-
-def read_object(path: Path, field: str) -> dict[str, Any] | None:
-    """A JSON object from a regular file (a FIFO or device is never opened); None for anything else."""
-    try:
-        data = read_json(path, field)
-    except InputError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def read_artifact_json(path: Path, field: str) -> Any:
-    """A JSON file of an artifact (``inputs.read_json``: a regular file of sane size, strict JSON); ArtifactError
-    when it does not read: the artifact is damaged, the input is not wrong.
-    """  # noqa: D205
-    try:
-        return read_json(path, field)
-    except InputError as exc:
-        raise ArtifactError(exc.field, exc.message) from None
-
-
-def _damaged_artifact(folder: Path) -> bool:
-    """A folder (no link) ropeexport wrote whose manifest does not read as one: what the index lists as damaged."""
-    return folder.is_dir() and not folder.is_symlink() and any(
-        (folder / name).exists() or (folder / name).is_symlink() for name in (MANIFEST, "decoder.json")
-    )
-
-
-def read_text_safely(path: Path) -> str:
-    """A small text file of ours ("" when it does not read as one: a FIFO is never opened)."""
-    try:
-        return read_text(path, path.name, max_bytes=2**16)
-    except InputError:
-        return ""
-
-
-def is_artifact(folder: Path) -> bool:
-    """A folder (no link) holding a ropeexport manifest.json (its schema says so: another tool's does not count)."""
-    if folder.is_symlink() or not folder.is_dir():
-        return False
-    manifest = read_object(folder / MANIFEST, MANIFEST)
-    return manifest is not None and manifest.get("schema") == MANIFEST_SCHEMA
-
-
-def is_verified(folder: Path) -> bool:
-    """An artifact whose last verification passed (its report.json says so)."""
-    report = read_object(folder / "report.json", "report.json")
-    return is_artifact(folder) and report is not None and report.get("passed") is True
-
-
-def inside(folder: Path, name: Any, field: str) -> Path:
-    """``folder / name`` for a plain relative name that stays inside ``folder`` and is no link; else ArtifactError.
-
-    A manifest names files by relative paths; ``../x``, an absolute path or a link would make verify read (and
-    reveal, through a matching or failing hash) files the artifact does not own.
-    """
-    if not isinstance(name, str) or not name or name.startswith(("/", "\\")) or "\\" in name or "\0" in name:
-        raise ArtifactError(field, f"{name!r} is not a relative file name inside the artifact folder")
-    parts = Path(name).parts
-    if Path(name).is_absolute() or any(p in ("..", "") for p in parts):
-        raise ArtifactError(field, f"{name!r} leaves the artifact folder; only names inside it are allowed")
-    current = folder
-    for part in parts:
-        current = current / part
-        if current.is_symlink():
-            raise ArtifactError(field, f"{str(current)!r} is a symbolic link; an artifact's files are its own")
-    path = folder / name
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except ValueError:
-        raise ArtifactError(field, f"{name!r} resolves outside the artifact folder") from None
-    return path
-
-
-def read_manifest(folder: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The manifest of an artifact folder with its schema, common fields and ``required`` ones; else ArtifactError."""
-    if folder.is_symlink():
-        raise ArtifactError("path", f"{str(folder)!r} is a symbolic link; give the artifact folder itself")
-    if not folder.is_dir():
-        raise ArtifactError("path", f"{str(folder)!r} is not a folder")
-    path = folder / MANIFEST
-    if not path.exists() and not path.is_symlink():
-        raise ArtifactError("path", f"{str(folder)!r} has no readable manifest.json: not a ropeexport artifact (or "
-                            "written by a ropeexport before 0.2 that kept none: build it again)")  # fmt: skip
-    inside(folder, MANIFEST, MANIFEST)
-    manifest = read_artifact_json(path, MANIFEST)
-    if not isinstance(manifest, dict):
-        raise ArtifactError(MANIFEST, "must be a JSON object")
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        raise ArtifactError(MANIFEST, f"schema {manifest.get('schema')!r} is not {MANIFEST_SCHEMA!r}")
-    missing = [f for f in ("schema", "name", "artifact", "spec", "files", *required) if f not in manifest]
-    if missing:
-        raise ArtifactError(MANIFEST, f"missing field(s) {', '.join(missing)}")
-    files = manifest["files"]
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        raise ArtifactError(MANIFEST, "files must map each file to its sha256")
-    if not isinstance(manifest["spec"], dict):
-        raise ArtifactError(MANIFEST, "spec must be a table of fields")
-    return manifest
-
-
-def check_files(folder: Path, files: Mapping[str, str], record: str = "the manifest") -> None:
-    """Every file ``record`` lists is inside the folder, no link, and has its recorded sha256; else ArtifactError."""
-    for name, digest in files.items():
-        path = inside(folder, name, f"files.{name}")
-        if not path.is_file():
-            raise ArtifactError(f"files.{name}", f"{str(path)!r} is missing")
-        if sha256(path) != digest:
-            raise ArtifactError(f"files.{name}", f"sha256 differs from {record}: the file changed after it was built")
 
 
 def replace_reports(folder: Path, texts: Mapping[str, str]) -> None:
@@ -270,66 +191,6 @@ def _swap_in(work: Path, target: Path) -> None:
         aside.rename(target)
         raise
     shutil.rmtree(aside, ignore_errors=True)
-
-
-class _Lock:
-    """``.NAME.lock`` held with flock; released by unlinking it while held (so a stale file never lingers)."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.path = root / f".{name}.lock"
-        self.fd: int | None = None
-
-    def take(self, wait: float = 0.0) -> bool:
-        """True when this process now holds the lock; False when another one holds it (for ``wait`` seconds).
-
-        A lock path that is not a regular file (a link, a folder planted there) is an InputError naming it.
-        """
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
-                    raise InputError("out_dir", f"{str(self.path)!r} is not a lock file of ropeexport's (a link or "
-                                     "a folder): remove it") from None  # fmt: skip
-                raise
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device opened without blocking
-                os.close(fd)
-                raise InputError("out_dir", f"{str(self.path)!r} is not a lock file of ropeexport's: remove it")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.05)
-                continue
-            try:  # the file we locked must still be the one at the path (a releaser may have unlinked it)
-                same = os.fstat(fd).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self.fd = fd
-                with contextlib.suppress(OSError):  # the pid is for the message only: a full disk must not stop it
-                    os.ftruncate(fd, 0)
-                    os.write(fd, f"{os.getpid()}\n".encode())
-                return True
-            os.close(fd)
-
-    def owner(self) -> str:
-        """The pid the holder wrote, for the message (best effort)."""
-        try:
-            return self.path.read_text().strip() or "?"
-        except OSError:
-            return "?"
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        os.close(self.fd)
-        self.fd = None
 
 
 @dataclass
@@ -479,7 +340,7 @@ class Store:
             raise SpecError("out_dir", f"{str(target)!r} is a symbolic link; ropeexport replaces only its own "
                             "folders")  # fmt: skip
         if target.exists() and not is_artifact(target) and not (ours is not None and ours(target)):
-            if not _damaged_artifact(target):
+            if not is_damaged_artifact(target):
                 raise SpecError("out_dir", f"{str(target)!r} exists and is not a ropeexport artifact; choose another "
                                 f"`out_dir` or `{field}`")  # fmt: skip
             if not replace:
@@ -504,102 +365,24 @@ class Store:
         return target
 
     def clean(self, holding: str | None = None, only: str | None = None) -> list[str]:
-        """Remove what writers that died (kill -9, power loss) left in the root; the names removed.
+        """Remove what writers that died left in the root (``ropeexport.leftovers``); the names removed.
 
-        A work folder, an aside folder, a commit marker or a lock file of NAME is a leftover when no process holds
-        NAME's lock (or this process does: ``holding``). An old artifact set aside by a two-rename swap whose NAME
-        is gone is put back, never removed. ``only``: look at NAME's leftovers alone (a folder that is not a
-        ropeexport tree, such as an audit's or a graft's output folder: nothing else in it is ours to judge).
+        ``holding``: the name this process holds the lock of (its leftovers are removed too); ``only``: look at
+        NAME's leftovers alone (a folder that is not a ropeexport tree, such as an audit's or a graft's output
+        folder: nothing else in it is ours to judge).
         """
-        if not self.root.is_dir():
-            return []
-        by_name: dict[str, list[Path]] = {}
-        temps: list[Path] = []
-        for path in self.root.iterdir():
-            match = (LOCK.match(path.name) or LEFTOVER.match(path.name) or LEGACY_LEFTOVER.match(path.name)
-                     or COMMITTING.match(path.name))  # fmt: skip
-            if match is not None and (only is None or match.group("name") == only):
-                by_name.setdefault(match.group("name"), []).append(path)
-            elif only is None and INDEX_TEMP.match(path.name):
-                temps.append(path)
-        removed = []
-        for name, paths in sorted(by_name.items()):
-            lock = None
-            if name != holding:
-                lock = _Lock(self.root, name)
-                try:
-                    if not lock.take():
-                        continue  # a live writer of NAME: its work is not a leftover
-                except InputError:
-                    continue  # NAME's lock path is not a lock file: its writer refuses it in one line, not us
-            try:
-                for path in sorted(paths, key=lambda p: p.name):
-                    removed += self._clean_one(name, path)
-            finally:
-                if lock is not None:
-                    lock.release()
-        if temps:
-            with self.index_lock():  # an index write in progress holds it: what is left is a dead write's
-                for path in temps:
-                    if path.is_file() and not path.is_symlink():
-                        path.unlink(missing_ok=True)
-                        removed.append(path.name)
-        return removed
+        return leftovers.clean(self.root, holding, only)
 
-    def _clean_one(self, name: str, path: Path) -> list[str]:
-        if LOCK.match(path.name):
-            return []  # released (unlinked) with the lock itself
-        if COMMITTING.match(path.name):
-            return self._unfinished_commit(name, path) if path.is_file() and not path.is_symlink() else []
-        if path.is_symlink() or not path.is_dir():
-            return []
-        match = LEFTOVER.match(path.name)
-        if match is None and not ((path / MANIFEST).exists() or (path / "decoder.json").exists()):
-            return []  # a ".building-NAME" folder that is not an earlier ropeexport's decoder work: not ours
-        if match is not None and match.group("what") == "old":
-            if not (self.root / name).exists() and is_artifact(path):
-                path.rename(self.root / name)  # a swap died between its two renames: the artifact goes back
-            return []  # an aside folder is removed only by the swap that made it (it may be the only copy)
-        shutil.rmtree(path, ignore_errors=True)
-        return [] if path.exists() else [path.name]
-
-    def _unfinished_commit(self, name: str, marker: Path) -> list[str]:
-        """The files a ``commit_files`` that died had moved in before its last one: removed (module doc)."""
-        lines = read_text_safely(marker).splitlines()
-        if not lines or lines[0] != COMMIT_SIGNATURE:
-            return []  # not a marker ropeexport wrote: left as it is
-        removed = []
-        names = lines[1:]
-        if names and not (self.root / names[-1]).exists():
-            for line in names:
-                if line == name or (line.startswith(name + ".") and "/" not in line and "\0" not in line):
-                    path = self.root / line
-                    if path.is_file() and not path.is_symlink():
-                        path.unlink()
-                        removed.append(line)
-        marker.unlink(missing_ok=True)
-        return removed
-
-    @contextlib.contextmanager
-    def index_lock(self, wait: float = 120.0) -> Iterator[None]:
-        """The tree's index lock (``.index.lock``), waited for: index rewrites one at a time, each from the folders
-        present then, so none drops another's artifact.
-        """  # noqa: D205
-        lock = _Lock(self.root, "index")
-        if not lock.take(wait=wait):
-            raise OutputError("out_dir", f"another ropeexport process kept {str(lock.path)!r} for {wait:.0f} s: the "
-                              "index was not rewritten; run 'ropeexport verify' on the tree to index it")  # fmt: skip
-        try:
-            yield
-        finally:
-            lock.release()
+    def index_lock(self, wait: float = 120.0) -> contextlib.AbstractContextManager[None]:
+        """The tree's index lock, waited for (``locks.index_lock``)."""
+        return index_lock(self.root, wait)
 
     @contextlib.contextmanager
     def reading(self, name: str) -> Iterator[None]:
         """NAME's lock held while an artifact is verified again (its reports rewritten): no writer replaces the
         folder meanwhile, and two verifications of it do not run at once.
         """  # noqa: D205
-        lock = _Lock(self.root, name)
+        lock = NameLock(self.root, name)
         try:
             taken = lock.take(wait=CLEANER_WAIT)
         except OSError as exc:
@@ -648,7 +431,7 @@ class Store:
         created = [p for p in (self.root, *self.root.parents) if not p.exists()]  # removed again on failure
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            lock = _Lock(self.root, name)
+            lock = NameLock(self.root, name)
             taken = lock.take(wait=CLEANER_WAIT)
         except OSError as exc:
             self._unmake(created)

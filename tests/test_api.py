@@ -3,6 +3,7 @@ and that the Python API tutorial's examples (docs/tutorials/python-api.md) run a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -82,6 +83,8 @@ def test_api_names_are_functions_and_not_shadowed_by_modules() -> None:
         if name != "__version__":
             assert callable(getattr(rx, name)), name
             assert not (ROOT / "ropeexport" / f"{name}.py").exists() and not (ROOT / "ropeexport" / name).is_dir()
+            # nor a module of the api package (``import ropeexport.api.build`` would replace ropeexport.api.build)
+            assert not (ROOT / "ropeexport" / "api" / f"{name}.py").exists(), name
 
 
 @pytest.mark.parametrize(
@@ -200,3 +203,95 @@ def test_verify_refuses_a_tree_with_a_damaged_manifest(tmp_path: Path) -> None:
 def test_a_skipped_runtime_is_visible_on_the_result(tmp_path: Path) -> None:
     result = rx.build(rx.spec("alibi", num_heads=2, max_positions=32), tmp_path, runtimes=["ort", "trt"])
     assert "trt" in result.skipped and result.skipped["trt"]  # with the reason; passed covers the others
+
+
+# One value per DecoderRequest field, each not its default: every field must reach ``decoder.build.resolve`` through
+# every form of the API, with nothing else changed, so that adding a field to the request is all the API needs. A
+# field added without a line here fails test_every_request_field_has_a_sample.
+SAMPLES: dict[str, object] = {
+    "hf_config": Path("config.json"),
+    "checkpoint": Path("ckpt"),
+    "preset": "llama-2-7b",
+    "config": {"model_type": "llama"},
+    "dtype": "fp16",
+    "graph": "decomposed",
+    "num_layers": 2,
+    "hidden_size": 64,
+    "vocab_size": 100,
+    "max_positions": 512,
+    "name": "mine",
+    "weight_format": "int4",
+    "block_size": 64,
+    "accuracy_level": 4,
+    "symmetric": False,
+    "eager": False,
+}
+CALLS = {
+    "build_decoder(request, out_dir)": lambda fields, out: rx.build_decoder(rx.DecoderRequest(**fields), out),
+    "build_decoder(out_dir, **fields)": lambda fields, out: rx.build_decoder(out, **fields),
+    "build_decoder(out_dir=, **fields)": lambda fields, out: rx.build_decoder(out_dir=out, **fields),
+    "resolve_decoder(request)": lambda fields, out: rx.resolve_decoder(rx.DecoderRequest(**fields)),
+    "resolve_decoder(**fields)": lambda fields, out: rx.resolve_decoder(**fields),
+}
+
+
+class _Reached(Exception):
+    """Raised by the stand-in for ``resolve``: the request got there, and nothing is built."""
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The requests ``decoder.build.resolve`` is handed (each call then stops with ``_Reached``)."""
+    import ropeexport.decoder.build
+
+    seen: list[object] = []
+
+    def stand_in(request: object) -> None:
+        seen.append(request)
+        raise _Reached
+
+    monkeypatch.setattr(ropeexport.decoder.build, "resolve", stand_in)
+    return seen
+
+
+def test_every_request_field_has_a_sample() -> None:
+    fields = {f.name: f.default for f in dataclasses.fields(rx.DecoderRequest)}
+    assert sorted(SAMPLES) == sorted(fields)
+    assert all(SAMPLES[name] != default for name, default in fields.items())
+
+
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("field", sorted(SAMPLES))
+def test_every_request_field_reaches_resolve(field: str, call: str, resolved: list[object], tmp_path: Path) -> None:
+    with pytest.raises(_Reached):
+        CALLS[call]({field: SAMPLES[field]}, tmp_path / "out")
+    assert resolved == [rx.DecoderRequest(**{field: SAMPLES[field]})]  # that field, and every other at its default
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda tmp: rx.build_decoder(rx.DecoderRequest(preset="llama-2-7b"), tmp, eager=False), "eager"),
+        (lambda tmp: rx.resolve_decoder(rx.DecoderRequest(preset="llama-2-7b"), dtype="fp16"), "dtype"),
+        (lambda tmp: rx.build_decoder(rx.DecoderRequest(preset="llama-2-7b")), "out_dir"),
+        (lambda tmp: rx.build_decoder(tmp, tmp / "config.json"), "request"),  # the older form's rest by keyword
+        (lambda tmp: rx.build_decoder({"preset": "llama-2-7b"}, tmp), "request"),
+        (lambda tmp: rx.resolve_decoder("config.json"), "request"),
+        (lambda tmp: rx.build_decoder(tmp, presets="llama-2-7b"), "presets"),
+        (lambda tmp: rx.resolve_decoder(preset="llama-2-7b", num_layers="two"), "num_layers"),
+    ],
+)
+def test_decoder_calls_refuse_what_they_cannot_mean(call: object, field: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        call(tmp_path / "out")  # type: ignore[operator]
+    assert info.value.field == field, str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_older_keyword_form_resolves_the_same_spec() -> None:
+    fields: dict[str, object] = {"preset": "llama-2-7b", "num_layers": 1, "hidden_size": 256, "vocab_size": 128,
+                                 "dtype": "fp16", "graph": "gqa", "eager": False}  # fmt: skip
+    spec = rx.resolve_decoder(rx.DecoderRequest(**fields))  # type: ignore[arg-type]
+    assert spec == rx.resolve_decoder(**fields)
+    assert spec.name == "llama-2-7b-decoder-l1-h256-v128-fp16-gqa"

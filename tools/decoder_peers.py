@@ -61,7 +61,7 @@ def setup(card: str) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     config = tomllib.loads((ROOT / "models" / f"{card}.toml").read_text())["config"]
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     hidden = 256 if 256 % head_dim == 0 else 2 * head_dim
-    request = DecoderRequest(config=config, num_layers=2, hidden_size=hidden, vocab_size=512, base=card)
+    request = DecoderRequest(preset=card, num_layers=2, hidden_size=hidden, vocab_size=512)
     spec, used = resolve(request)
     return spec, used, seeded_weights(spec)
 

@@ -16,6 +16,7 @@ failed, 2 on bad input (nothing written).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 
 from ropeexport.cli.options import ascii_int
 from ropeexport.components.linear import BLOCK_SIZES, DEFAULT_BLOCK_SIZE
+from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.errors import SpecError
 from ropeexport.report.words import error
@@ -122,15 +124,31 @@ def _int(field: str, value: Any) -> int | None:
     return None if value is None else ascii_int(value, field)
 
 
-def _weights(args: argparse.Namespace) -> dict[str, Any]:
-    """The weight-format flags as ``build_decoder`` takes them (the spec validates them)."""
-    return {"weight_format": args.weight_format or "", "block_size": _int("block_size", args.block_size) or 0,
-            "accuracy_level": _int("accuracy_level", args.accuracy_level) or 0,
-            "symmetric": True if args.symmetric is None else args.symmetric}  # fmt: skip
+def request_of(args: argparse.Namespace) -> DecoderRequest:
+    """The decoder build the flags ask for, at the first --dtype and --graph: the one place a build flag becomes a
+    ``DecoderRequest`` field (a new build option is a flag in ``add_flags`` and a line here). Each --dtype x --graph
+    build is this request with those two replaced.
+    """  # noqa: D205
+    return DecoderRequest(
+        hf_config=args.hf_config,
+        checkpoint=args.checkpoint,
+        preset=args.preset[0] if args.preset else None,
+        dtype=(args.dtype or ["fp32"])[0],
+        graph=(args.graph or ["fused"])[0],
+        num_layers=_int("num_layers", args.num_layers),
+        hidden_size=_int("hidden_size", args.hidden_size),
+        vocab_size=_int("vocab_size", args.vocab_size),
+        max_positions=_int("max_positions", getattr(args, "max_positions", None)),
+        name=getattr(args, "name", None),
+        weight_format=args.weight_format or "",
+        block_size=_int("block_size", args.block_size) or 0,
+        accuracy_level=_int("accuracy_level", args.accuracy_level) or 0,
+        symmetric=True if args.symmetric is None else args.symmetric,
+        eager=args.eager,
+    )
 
 
-def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes: dict[str, Any],
-          max_positions: int | None, formats: dict[str, Any]) -> int:  # fmt: skip
+def _plan(args: argparse.Namespace, requests: list[DecoderRequest]) -> int:
     """``--dry-run``: each decoder resolved and validated, where it would go and its scenarios; nothing written."""
     from ropeexport.api import resolve_decoder
     from ropeexport.decoder.weights import describe
@@ -138,17 +156,13 @@ def _plan(args: argparse.Namespace, dtypes: list[str], graphs: list[str], sizes:
     from ropeexport.tree import check_tree
 
     plan = []
-    for dtype in dtypes:
-        for graph in graphs:
-            spec = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
-                                   preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
-                                   max_positions=max_positions, name=getattr(args, "name", None), **sizes,
-                                   **formats, eager=args.eager)  # fmt: skip
-            check_tree(Path(args.out))  # --out as the build checks it
-            weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
-            Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
-            plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
-                         "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
+    for request in requests:
+        spec = resolve_decoder(request)
+        check_tree(Path(args.out))  # --out as the build checks it
+        weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
+        Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
+        plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
+                     "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
     if args.json:
         print(json.dumps({"decoders": plan}, indent=2))
     else:
@@ -179,75 +193,54 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     dtypes, graphs = list(dict.fromkeys(args.dtype or ["fp32"])), list(dict.fromkeys(args.graph or ["fused"]))
     if getattr(args, "name", None) is not None and len(dtypes) * len(graphs) > 1:
         raise SpecError("name", "names one folder: give one --dtype and one --graph with it")
-    sizes: dict[str, Any] = {f: _int(f, getattr(args, f)) for f in ("num_layers", "hidden_size", "vocab_size")}
-    max_positions = _int("max_positions", getattr(args, "max_positions", None))
-    weights = _weights(args)
+    first = request_of(args)
+    requests = [dataclasses.replace(first, dtype=dtype, graph=graph) for dtype in dtypes for graph in graphs]
     talk = not (args.quiet or args.json)
     if args.dry_run:
-        return _plan(args, dtypes, graphs, sizes, max_positions, weights)
-    names: dict[tuple[str, str], str] = {}  # each build's folder name, for its progress lines
+        return _plan(args, requests)
+    names: list[str] = []  # each build's folder name, for its progress lines
     if talk:  # every decoder resolved and checked before the first "building" line: bad input is its one line alone
         from ropeexport.api import resolve_decoder
 
-        for dtype in dtypes:
-            for graph in graphs:
-                names[dtype, graph] = resolve_decoder(hf_config=args.hf_config, checkpoint=args.checkpoint,
-                                preset=args.preset[0] if args.preset else None, dtype=dtype, graph=graph,
-                                max_positions=max_positions, name=getattr(args, "name", None), **sizes,
-                                **weights, eager=args.eager).name  # fmt: skip
+        names = [resolve_decoder(request).name for request in requests]
+
+    def shown(result: dict[str, Any]) -> None:
+        if talk:
+            s = result["summary"]
+            kept = ""
+            if "regime_cost_rel" in s:  # the keep policy's stale calls: reported, never judged
+                kept = (f"; kept cache: {s['regime_cost_calls']} calls not judged, up to "
+                        f"{error(s['regime_cost_rel'])} (the regime's cost)")  # fmt: skip
+            if "cost_rel" in s:  # an int4 decoder's second figure: reported apart, never judged
+                kept += (f"; quantization cost {error(s['cost_rel'])} (agreement {s['cost_agreement']}, not "
+                         "judged)")  # fmt: skip
+            print(f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst "
+                  f"{error(s['worst_rel'])} of the logit scale, agreement {s['agreement']}, positions "
+                  f"{s['positions'][0]}-{s['positions'][1]}{kept}", flush=True)  # fmt: skip
+
     failed, built = 0, []
-    for dtype in dtypes:
-        for graph in graphs:
+    for index, request in enumerate(requests):
+        if talk:
+            what = f"{request.dtype} {request.weight_format + ' ' if request.weight_format else ''}{request.graph}"
+            print(f"building {what} decoder into {args.out} (every scenario against float64"
+                  f"{' and transformers' if request.eager else ''}):", flush=True)  # fmt: skip
 
-            def shown(result: dict[str, Any]) -> None:
-                if talk:
-                    s = result["summary"]
-                    kept = ""
-                    if "regime_cost_rel" in s:  # the keep policy's stale calls: reported, never judged
-                        kept = (f"; kept cache: {s['regime_cost_calls']} calls not judged, up to "
-                                f"{error(s['regime_cost_rel'])} (the regime's cost)")  # fmt: skip
-                    if "cost_rel" in s:  # an int4 decoder's second figure: reported apart, never judged
-                        kept += (f"; quantization cost {error(s['cost_rel'])} (agreement {s['cost_agreement']}, not "
-                                 "judged)")  # fmt: skip
-                    print(f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst "
-                          f"{error(s['worst_rel'])} of the logit scale, agreement {s['agreement']}, positions "
-                          f"{s['positions'][0]}-{s['positions'][1]}{kept}", flush=True)  # fmt: skip
-
-            if talk:
-                what = f"{dtype} {weights['weight_format'] + ' ' if weights['weight_format'] else ''}{graph}"
-                print(f"building {what} decoder into {args.out} (every scenario against float64"
-                      f"{' and transformers' if args.eager else ''}):", flush=True)  # fmt: skip
-
-            label = names.get((dtype, graph), f"{dtype} {graph} decoder")
-            with BuildProgress(1, enabled=talk) as progress:  # a real size is minutes of export, then of float64
-                result = build_decoder(
-                    args.out,
-                    hf_config=args.hf_config,
-                    checkpoint=args.checkpoint,
-                    preset=args.preset[0] if args.preset else None,
-                    dtype=dtype,
-                    graph=graph,
-                    max_positions=max_positions,
-                    name=getattr(args, "name", None),
-                    eager=args.eager,
-                    replace=args.replace,
-                    on_scenario=shown,
-                    on_stage=functools.partial(progress.stage, label),
-                    **sizes,
-                    **weights,
-                )
-                progress.done(label, None)
-            failed += not result.passed
-            built.append({"path": str(result.path), "passed": result.passed})
-            if args.quiet:
-                print(result.path)
-            elif not args.json:
-                verdict = "verified" if result.passed else "FAILED"
-                print(f"{verdict}: {result.path} (report.html there; index: {Path(args.out) / 'index.html'})"
-                      f"{_cost_line(result.report)}")  # fmt: skip
-                if result.kept is not None:
-                    print(f"  a verified decoder was there: it stays at {result.kept}; this failed build is kept "
-                          f"apart at {result.path}")  # fmt: skip
+        label = names[index] if names else f"{request.dtype} {request.graph} decoder"
+        with BuildProgress(1, enabled=talk) as progress:  # a real size is minutes of export, then of float64
+            result = build_decoder(request, args.out, replace=args.replace, on_scenario=shown,
+                                   on_stage=functools.partial(progress.stage, label))  # fmt: skip
+            progress.done(label, None)
+        failed += not result.passed
+        built.append({"path": str(result.path), "passed": result.passed})
+        if args.quiet:
+            print(result.path)
+        elif not args.json:
+            verdict = "verified" if result.passed else "FAILED"
+            print(f"{verdict}: {result.path} (report.html there; index: {Path(args.out) / 'index.html'})"
+                  f"{_cost_line(result.report)}")  # fmt: skip
+            if result.kept is not None:
+                print(f"  a verified decoder was there: it stays at {result.kept}; this failed build is kept "
+                      f"apart at {result.path}")  # fmt: skip
     if args.json:
         print(json.dumps({"out": str(Path(args.out).resolve()), "built": built}, indent=2))
     if failed and not args.quiet:

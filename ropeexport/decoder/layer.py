@@ -108,7 +108,7 @@ def layer_block(
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise SpecError("layer", f"must be an integer, got {layer!r}")
     checkpoint = Path(checkpoint)
-    decoder, _ = resolve(DecoderRequest(hf_config, checkpoint, dtype=dtype, graph=graph))
+    decoder, _ = resolve(DecoderRequest(hf_config=hf_config, checkpoint=checkpoint, dtype=dtype, graph=graph))
     weights = _weights(decoder, checkpoint, layer)
     base = decoder.name.split("-decoder-")[0]
     own = decoder.layer_position_spec(layer)  # the layer's own encoding (Gemma 3: its type's), never the model's
@@ -128,7 +128,8 @@ def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
     if not checkpoint.is_dir():
         raise SpecError("checkpoint", f"{str(checkpoint)!r}, the folder this block's weights were read from, no "
                         "longer exists")  # fmt: skip
-    decoder, _ = resolve(DecoderRequest(origin.get("hf_config"), checkpoint, dtype=spec.dtype, graph=spec.graph))
+    decoder, _ = resolve(DecoderRequest(hf_config=origin.get("hf_config"), checkpoint=checkpoint, dtype=spec.dtype,
+                                         graph=spec.graph))
     layer = int(origin["layer"])
     return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.layer(layer).window,
                       str(origin["weights"]))  # fmt: skip

@@ -79,10 +79,10 @@ def test_the_catalog_lists_only_family_folders() -> None:
 def test_only_the_catalog_and_what_sits_above_it_know_the_families() -> None:
     # Below the catalog nothing may look a family up: the pipeline, verification, runtimes and report are handed a
     # kind. The modules allowed to import the catalog are the ones that turn user input into specs and kinds.
-    above = {"ropeexport.api", "ropeexport.batch", "ropeexport.requests", "ropeexport.presets", "ropeexport.encoding",
+    above = {"ropeexport.batch", "ropeexport.requests", "ropeexport.presets", "ropeexport.encoding",
              "ropeexport.artifacts"}  # fmt: skip
-    above |= {m for m in MODULES if m.startswith(("ropeexport.cli", "ropeexport.planted", "ropeexport.decoder",
-                                                  "ropeexport.audits"))}  # fmt: skip
+    above |= {m for m in MODULES if m.startswith(("ropeexport.api", "ropeexport.cli", "ropeexport.planted",
+                                                  "ropeexport.decoder", "ropeexport.audits"))}  # fmt: skip
     users = {m for m, deps in GRAPH.items() if "ropeexport.catalog" in deps}
     assert users <= above, f"unexpected catalog users: {sorted(users - above)}"
     for stage in ("ropeexport.pipeline", "ropeexport.verification.core", "ropeexport.report", "ropeexport.tree"):
@@ -139,3 +139,17 @@ def test_no_private_name_is_imported_across_packages() -> None:
                 crossings += [f"{module} <- {node.module}.{a.name}" for a in node.names
                               if a.name.startswith("_") and not a.name.startswith("__")]  # fmt: skip
     assert not crossings, crossings
+
+
+# The modules over 500 lines when the rule came (issue 38), each at its size then: being split, none may grow. Any
+# other module of ropeexport/ stays at 500 lines or under (house style: a long module is asking to be split by
+# concept).
+LONG = {"ropeexport/hf.py": 821, "ropeexport/components/attention/graph.py": 706,
+        "ropeexport/decoder/checkpoint.py": 539}  # fmt: skip
+MAX_LINES = 500
+
+
+def test_no_module_is_over_500_lines() -> None:
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    over = {m: n for m, n in sizes.items() if n > LONG.get(m, MAX_LINES)}
+    assert not over, f"modules over {MAX_LINES} lines (or grown past their size in LONG): {over}"

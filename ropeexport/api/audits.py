@@ -1,0 +1,65 @@
+"""Models other tools exported, from the API: ``audit`` (every rotary site checked at every position) and
+``graft`` (exact tables grafted in, and proven). Their modules load when first called: onnx-ir and ONNX Runtime
+sessions stay out of import time.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ropeexport.api.shared import _path
+
+if TYPE_CHECKING:
+    from ropeexport.audits.core import AuditResult
+    from ropeexport.audits.graft import GraftResult
+
+
+def audit(
+    model: str | Path,
+    hf_config: str | Path | None = None,
+    out: str | Path | None = None,
+    threads: int = 2,
+    spec_file: str | Path | None = None,
+    effects: bool = True,
+) -> AuditResult:
+    """Every rotary site of a foreign ONNX ``model`` against the encoding of the layers that read it at every
+    position (``ropeexport.audits``): ``hf_config``'s (a transformers config.json), or ``spec_file``'s (a position
+    spec, per layer where they differ; exactly one of the two); each finding's effect on the logits measured unless
+    ``effects`` is False (it runs the model twice per finding: ``{"not_measured": "not asked"}`` instead). With
+    ``out``, audit.json, audit.md and audit.html written there. Returns an ``AuditResult``.
+    """  # noqa: D205
+    from ropeexport.audits.core import audit as _audit
+    from ropeexport.audits.core import write
+
+    config = None if hf_config is None else _path(hf_config, "hf_config")
+    spec = None if spec_file is None else _path(spec_file, "spec_file")
+    result = _audit(_path(model, "model"), config, threads, spec, effects)
+    if out is not None:
+        write(result, _path(out, "out_dir"))
+    return result
+
+
+def graft(
+    model: str | Path,
+    hf_config: str | Path | None,
+    out: str | Path,
+    trust: str = "model",
+    checkpoint: str | Path | None = None,
+    spec_file: str | Path | None = None,
+    proof_cache_gib: float = 4.0,
+) -> GraftResult:
+    """``model`` with every wrong rotary site replaced by the exact values of its layers' encoding (``hf_config``'s,
+    or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist; for a model
+    with genai_config.json beside it, the new onnxruntime-genai folder, written whole: ``audits.package``) and proven
+    (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was exported from) its logits are judged
+    against the whole decoder's float64 recompute at far positions and across original_max_position_embeddings too,
+    a call whose cache would take more than ``proof_cache_gib`` GiB not run (and said: the verdict is then
+    ``partial``, proven up to a position, never ``proven``). Returns a ``GraftResult``.
+    """  # noqa: D205
+    from ropeexport.audits.graft import graft as _graft
+
+    folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
+    config = None if hf_config is None else _path(hf_config, "hf_config")
+    spec = None if spec_file is None else _path(spec_file, "spec_file")
+    return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec, proof_cache_gib)

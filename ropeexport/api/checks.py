@@ -1,0 +1,143 @@
+"""What a build wrote, checked from the API: ``verify`` (hashes, then every check again), ``diff`` (two reports,
+comparison by comparison) and ``check_trt`` (a model against TensorRT's ONNX parser, node by node, no GPU).
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import onnx
+
+from ropeexport import artifacts, pipeline
+from ropeexport.api.shared import Tolerance, _index, _names, _path, _tolerance
+from ropeexport.decoder.kind import DecoderKind
+from ropeexport.errors import ArtifactError, InputError, SpecError, renamed
+from ropeexport.pipeline import VerifyResult
+from ropeexport.report.diff import DEFAULT_MAX_GROWTH
+from ropeexport.report.diff_result import ReportDiff
+from ropeexport.runtimes import check_runtime_names
+from ropeexport.store import MANIFEST, Store, check_files, read_manifest
+from ropeexport.tree import is_tree
+from ropeexport.trt.compat import CompatResult
+from ropeexport.trt.compat import check_trt as _check_trt
+
+
+def _checked(
+    folder: Path, names: list[str] | None, tolerances: tuple[dict[str, float], dict[str, float]],
+    on_scenario: Callable[[dict[str, object]], None] | None,
+) -> tuple[pipeline.Kind, dict[str, object], object]:  # fmt: skip
+    """(kind, manifest, spec) of an artifact folder whose files match their hashes and spec; else InputError."""
+    manifest = read_manifest(folder)
+    kind = artifacts.kind_of(manifest, runtimes=names or ["ort"], atol=tolerances[0], rtol=tolerances[1],
+                             on_scenario=on_scenario)  # fmt: skip
+    if isinstance(kind, DecoderKind):  # refused before anything runs, not after the other artifacts of a tree
+        if names and any(r != "ort" for r in names):
+            raise SpecError("runtime", f"a decoder is re-verified on ort only (its CPUExecutionProvider), got "
+                            f"{names}; verify the other folders of a tree one by one to use another runtime")
+        if any(tolerances):
+            raise SpecError("atol/rtol", "a decoder's tolerance is fixed per dtype (relative to the logit scale); "
+                            "give neither")  # fmt: skip
+    check_files(folder, manifest["files"])
+    return kind, manifest, kind.spec_of(folder, manifest)
+
+
+def verify(
+    path: str | Path,
+    runtimes: Sequence[str] | None = None,
+    atol: Tolerance = None,
+    rtol: Tolerance = None,
+    on_done: Callable[[VerifyResult, float], None] | None = None,
+    on_scenario: Callable[[dict[str, object]], None] | None = None,
+) -> list[VerifyResult]:
+    """Check the hashes of an artifact folder, or of every artifact in a tree, then verify each again here.
+
+    One result per artifact (one for a folder), each with ``passed``, ``path``, the fresh ``report`` and ``stored``,
+    the report it replaced. In a tree, every manifest and hash is checked before anything is verified (a damaged
+    file: an InputError naming the artifact and the file, and nothing re-verified); the tree's index is rewritten
+    after. ``on_done(result, seconds)`` is called as each artifact finishes.
+
+    A decoder folder gives a ``DecoderVerifyResult`` (``scenarios``: each scenario's numbers now beside the stored
+    ones); ``on_scenario(result)`` sees each scenario as it finishes. It takes no ``atol`` / ``rtol`` and no runtime
+    but ``ort``.
+    """
+    folder = _path(path, "path")
+    names = _names(runtimes, "runtimes")
+    if names is not None:
+        names = check_runtime_names(names)
+    tolerances = _tolerance(atol, "atol"), _tolerance(rtol, "rtol")
+    report = on_done or (lambda result, seconds: None)
+    one = (folder / MANIFEST).exists() or (folder / "decoder.json").exists()
+    listed = [] if one else artifacts.artifact_folders(folder, damaged=True)
+    folders = listed or [folder]
+    results: list[VerifyResult] = []
+    with contextlib.ExitStack() as held:
+        # Each folder's lock is held from its check to its fresh reports: no build replaces it meanwhile, and no
+        # second verification of it runs at once.
+        checked = []
+        for each in folders:
+            try:
+                held.enter_context(Store(each.resolve().parent).reading(each.name))
+                checked.append((each, *_checked(each, names, tolerances, on_scenario)))
+            except InputError as exc:
+                if not listed:
+                    raise
+                raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
+        for each, kind, manifest, spec in checked:
+            began = time.perf_counter()
+            result = pipeline.reverify(kind, each, manifest, spec)
+            if isinstance(kind, DecoderKind):
+                result = kind.result(result)
+            results.append(result)
+            report(result, time.perf_counter() - began)
+    tree = folder if listed else folder.resolve().parent
+    if listed or is_tree(tree):  # the tree's index must not keep the old verdict
+        _index(tree)
+    return results
+
+
+def diff(
+    old: str | Path, new: str | Path, max_growth: float = DEFAULT_MAX_GROWTH, across: Sequence[str] = ()
+) -> ReportDiff:
+    """Compare two reports (report.json files or artifact folders) comparison by comparison.
+
+    The result's ``regressed`` is true when a check that passed now fails, a comparison vanished, an error metric
+    grew by more than ``max_growth`` times (and its atol), a tolerance was loosened, or the specs differ in a field
+    not named in ``across`` (compare a fused with a decomposed artifact with ``across=["graph"]``).
+
+    Two decoder reports (or folders) are compared scenario by scenario (``ropeexport.decoder.diff``: worst error over
+    the logit scale, greedy agreement, first divergence, near ties, verdicts); reports of two kinds (a decoder's and
+    a rope artifact's) are an ArtifactError.
+    """
+    if isinstance(max_growth, bool) or not isinstance(max_growth, (int, float)) or not 1 <= max_growth < float("inf"):
+        raise SpecError("max_growth", f"must be a finite number >= 1, got {max_growth!r}")
+    old_kind, old_report = artifacts.load_report(_path(old, "old"), "old")
+    new_kind, new_report = artifacts.load_report(_path(new, "new"), "new")
+    if type(old_kind) is not type(new_kind):
+        kinds = new_report.get("artifact"), old_report.get("artifact")
+        raise ArtifactError("new", f"is a {kinds[0]} report but OLD is a {kinds[1]} report: diff compares two "
+                            "reports of one kind (two decoders, or two artifacts)")  # fmt: skip
+    across = _names(across, "across") or []
+    known = old_kind.diff_fields(old_report) | new_kind.diff_fields(new_report)
+    unknown = [f for f in across if f not in known]
+    if unknown:
+        raise SpecError(
+            "across", f"{unknown[0]!r} is not a spec field of these reports; allowed: {', '.join(sorted(known))}"
+        )
+    return old_kind.diff(old_report, new_report, float(max_growth), list(across))
+
+
+def check_trt(model: onnx.ModelProto | str | Path, version: str) -> CompatResult:
+    """Whether TensorRT ``version``'s ONNX parser takes ``model`` (a ModelProto or a path), node by node, no GPU.
+
+    The result's ``compatible`` is the verdict and ``reasons`` names each offending node.
+    """
+    if not isinstance(model, (onnx.ModelProto, str, Path)):
+        raise SpecError("model", f"must be an onnx.ModelProto or a path, got {type(model).__name__}")
+    if not isinstance(version, str):  # 10.10 as a float is 10.1: only the string says which release
+        raise SpecError("trt_version", f"must be a string such as '10.15', got {version!r}")
+    if isinstance(model, (str, Path)):
+        model = _path(model, "model")
+    return _check_trt(model, version)
