@@ -22,7 +22,7 @@ from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
 from ropeexport.audits.layers import Encodings, encodings_for, layer_finding, model_layers, render
 from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
-from ropeexport.audits.sites import SiteKind, find_sites
+from ropeexport.audits.sites import SiteKind, find_sites, refuse_unread
 from ropeexport.errors import SpecError
 from ropeexport.report.words import error
 from ropeexport.results import JsonObject
@@ -145,12 +145,19 @@ class AuditResult:
         return "".join(parts) + "</body></html>\n"
 
 
+def inside(site: dict[str, Any]) -> str:
+    """`` inside the If 'x' then_branch``, `` inside function local:Rot``: where a site's record says it lies."""
+    words = f" inside the {site['graph']}" if site.get("graph") else ""
+    functions = site.get("functions") or []
+    return words + (f" inside function{'s' if len(functions) > 1 else ''} {', '.join(functions)}" if functions else "")
+
+
 def _values(site: dict[str, Any]) -> str:
     """What a site reads: ``cos `a`, sin `b``` (an ALiBi site: ``bias `a```), and the subgraph they are in."""
-    inside = f" inside the {site['graph']}" if site.get("graph") else ""
+    inside_ = inside(site)
     if SiteKind(site["kind"]) is SiteKind.ALIBI:
-        return f"bias `{site['cos']}`{inside}"
-    return f"cos `{site['cos']}`, sin `{site['sin']}`{inside}"
+        return f"bias `{site['cos']}`{inside_}"
+    return f"cos `{site['cos']}`, sin `{site['sin']}`{inside_}"
 
 
 def _layers(site: dict[str, Any]) -> str:
@@ -185,9 +192,12 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     encodings.check_count(named)
     spec = encodings.first
     sites = find_sites(graph, spec.encoding)
+    if spec.encoding == "rope":
+        refuse_unread(graph, sites)
     if not sites and spec.encoding == "rope":
         raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "
-                        "GroupQueryAttention with do_rotary, RotaryEmbedding, or Cos/Sin of positions)")  # fmt: skip
+                        "GroupQueryAttention with do_rotary, RotaryEmbedding, or Cos/Sin of positions, in the main "
+                        "graph, its subgraphs or its model-local functions)")  # fmt: skip
     refused = refusal(path)
     if refused is not None:
         raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {refused}")

@@ -5,8 +5,9 @@ checked: initializers and sparse initializers of the main graph and of every sub
 bodies, at any depth), tensor attributes of every node (a Constant's ``value`` or ``sparse_value``, ..) and the nodes of
 model-local functions. External data must name a file inside the model's folder (no ``..``, no absolute path, no link
 out), that file must exist, and its offset and length must fit it with length = the product of the dims x the item
-size. Anything else is a ``SpecError`` naming the tensor, before anything is read; onnx-ir then holds the model, its
-tensors read lazily from the model's folder.
+size. Anything else is a ``SpecError`` naming the tensor, before anything is read; every call of a model-local
+function is then inlined for reading (``audits.functions``: what runs inside one is read as the rest); onnx-ir then
+holds the model, its tensors read lazily from the model's folder.
 
 ``refusal(path)``: whether ONNX Runtime loads the model at all (an opset it does not know, a cycle, an operator of an
 unknown domain), in ORT's own words. Checked on the graph without its weights (initializers become inputs of the same
@@ -119,8 +120,10 @@ def _check_external(tensor: onnx.TensorProto, what: str, folder: Path) -> None:
                         "refused")  # fmt: skip
 
 
-def load_model(path: Path) -> ir.Model:
-    """``path`` as onnx-ir holds it, every tensor's external data checked first (module doc)."""
+def load_model(path: Path, inline: bool = True) -> ir.Model:
+    """``path`` as onnx-ir holds it, every tensor's external data checked first (module doc); with ``inline``, every
+    call of a model-local function inlined for reading (``audits.functions``).
+    """  # noqa: D205
     if not path.is_file():
         raise SpecError("model", f"{str(path)!r} is not a file")
     try:
@@ -131,6 +134,10 @@ def load_model(path: Path) -> ir.Model:
     for tensor, what in _every_tensor(proto):
         if tensor.data_location == EXTERNAL:
             _check_external(tensor, what, folder)
+    if inline:
+        from ropeexport.audits.functions import inline as inline_functions
+
+        proto = inline_functions(proto)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:  # onnx-ir refuses what it cannot hold (sparse attributes, ..)

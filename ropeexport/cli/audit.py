@@ -2,7 +2,8 @@
 
 Finds every rotary site of a model built by any tool (onnxruntime-genai's builder, Optimum, torch.onnx.export,
 ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), tables gathered by
-position, cos/sin computed in the graph; in the main graph and inside every If branch and Loop / Scan body.
+position, cos/sin computed in the graph; in the main graph, inside every If branch and Loop / Scan body, and inside
+every model-local function (read inlined where it is called, nested ones too).
 Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and original /
 original + 1 for LongRoPE and dynamic NTK) and compares every position with the schedule of the layers that read it
 (its readers' names say which) in float64; names what differs (scaling ignored, switch not taken, float32 angles,
@@ -22,7 +23,8 @@ the model refuses (checked at the longest it takes), a GroupQueryAttention ONNX 
 
 Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
 that does not describe the model, external data outside the model's folder or not fitting its file, a model ONNX
-Runtime refuses to load).
+Runtime refuses to load, a place the audit does not read: a model-local function it cannot inline, an operator's
+built-in rotary other than GroupQueryAttention's).
 
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
@@ -61,6 +63,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when anything differs."""
+    from ropeexport.audits.core import inside
+
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -71,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
             worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
             where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']} " \
                 f"(L = {worst['length']})"  # fmt: skip
-            inside = f" inside the {site['graph']}" if site.get("graph") else ""
-            print(f"  site {i}: {site['kind']}{inside}, {len(site['users'])} reader(s), {site.get('dtype')}: "
+            print(f"  site {i}: {site['kind']}{inside(site)}, {len(site['users'])} reader(s), {site.get('dtype')}: "
                   f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
             for finding in site["findings"]:
                 print(f"    - {finding['text']}")
