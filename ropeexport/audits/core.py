@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
-from ropeexport.audits.layers import Encodings, encodings_for, layer_finding, model_layers, render
+from ropeexport.audits.layers import Encodings, describe, encodings_for, layer_finding, model_layers, render
 from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
 from ropeexport.audits.sites import SiteKind, find_sites, refuse_unread
@@ -214,6 +214,8 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
         raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (a term added to the "
                         "attention scores, before a Softmax or as a fused Attention's bias, computed from "
                         "attention_mask or position_ids and constants)")  # fmt: skip
+    if spec.encoding == "rope":
+        enough_positions(result.sites, encodings, graph)
     from ropeexport.audits.windows import window_findings
 
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
@@ -227,6 +229,32 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
 
     advise(result.findings, result.sites, result.model, result.config, source)
     return result
+
+
+def enough_positions(sites: list[dict[str, Any]], encodings: Encodings, graph: Any) -> None:
+    """A SpecError where an encoding's max_positions is too few for the rows compared to tell its schedule from a
+    neighbour's in the dtype a site stores (``audits.neighbours``): an "exact" that could not fail is never said.
+    """  # noqa: D205
+    from ropeexport.audits.layers import DECLARED
+    from ropeexport.audits.neighbours import smallest_positions
+
+    for site in sites:
+        if site["dtype"] is None or not site["probes"]:
+            continue
+        for group in (g for g in encodings.groups if g.label in site.get("checked_as", [])):
+            spec = group.spec
+            needed, neighbour = smallest_positions(spec, site["dtype"])
+            if spec.max_positions >= needed:
+                continue
+            rows = "row 0" if spec.max_positions == 1 else f"rows 0 .. {spec.max_positions - 1}"
+            declared = graph.metadata_props.get(DECLARED) is not None
+            field = "model" if declared else encodings.field
+            what = (f"its {DECLARED} metadata" if declared else "the config's max_position_embeddings"
+                    if encodings.field == "hf_config" else "the spec's max_positions")  # fmt: skip
+            raise SpecError(field, f"max_positions {spec.max_positions} ({what}) is too few to judge {site['dtype']} "
+                            f"tables: {rows} of {describe(spec)} and of {neighbour} (1% apart) agree within two "
+                            f"units of {site['dtype']}, so either would be exact; the audit needs at least "
+                            f"{needed} positions to tell them apart")  # fmt: skip
 
 
 def merge(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ the model refuses (checked at the longest it takes), a GroupQueryAttention ONNX 
 Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
 that does not describe the model, external data outside the model's folder or not fitting its file, a model ONNX
 Runtime refuses to load, a place the audit does not read: a model-local function it cannot inline, an operator's
-built-in rotary other than GroupQueryAttention's).
+built-in rotary other than GroupQueryAttention's; a max_positions too few for the rows compared to tell the config's
+schedule from one with theta or factor 1% off, in the dtype the tables are stored in: the line says the fewest).
 
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
