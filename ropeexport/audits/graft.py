@@ -164,7 +164,7 @@ def graft(
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
                         " give `trust` config to replace them with the config's anyway")  # fmt: skip
     if proof is not None:  # the original must run before anything is written; one session of it at a time
-        proof.judge(source)
+        _refuse_unprovable(proof, proof.judge(source))
     original = _short_outputs(source, spec)
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
     model_, records, fixing, functions = _what_to_repair(loaded, source, before.sites, fixing)
@@ -235,6 +235,23 @@ def _what_to_repair(loaded: ir.Model, source: Path, sites: list[JsonObject],
     for node in ir.traversal.RecursiveGraphIterator(loaded.graph):  # the reading's own bookkeeping, not written
         node.metadata_props.pop(FROM, None)
     return loaded, sites, fixing, {"inlined": names, "why": f"a site graft repairs lies inside {', '.join(inside)}"}
+
+
+def _refuse_unprovable(proof: DecoderProof, judged: list[JsonObject]) -> None:
+    """A SpecError when the float64 recompute's logits cannot show a position error on some call
+    (``proof_verdict.unprovable``): they are the same for the grafted model, whose weights are the original's, so
+    the proof would be "cannot prove" whatever the graft does. Said before anything is written.
+    """  # noqa: D205
+    from ropeexport.audits.prove import far_calls
+
+    calls = far_calls(proof.spec.position_spec())
+    found = [(calls[i][0], r["cannot_prove"]) for i, r in enumerate(judged) if "cannot_prove" in r]
+    if found:
+        names = ", ".join(repr(name) for name, _ in found)
+        raise SpecError("checkpoint", f"cannot prove: on the calls {names} {found[0][1]} (the recompute of "
+                        f"{proof.source}): a position error cannot show in them, and the grafted model would be "
+                        "judged against the same logits; graft without --checkpoint, or check the model's head "
+                        "(its scales, its weights)")  # fmt: skip
 
 
 def _refuse_unchecked(before: AuditResult) -> None:

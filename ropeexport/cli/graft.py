@@ -31,10 +31,12 @@ could not check whole (a site it could not evaluate, a call length the model ref
 run), and a model ONNX Runtime refuses on the short call or, with --checkpoint, on the proof's calls (both run on the
 original before anything is written).
 
-Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input, 3 proven on
-every call run but a far call not run (its cache over --proof-cache-gib, or a model that takes neither a cache nor
-position_ids): "proven up to position P; K far calls not run (cache would need N GiB, over --proof-cache-gib G)",
-never "proven" for the whole range.
+Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input (nothing
+written; with --checkpoint also "cannot prove": the float64 recompute's logits on some call are not finite or all one
+value, a tied int4 head whose scales are 0 say, so no position error could show in them), 3 proven on every call run
+but a far call not run (its cache over --proof-cache-gib, or a model that takes neither a cache nor position_ids):
+"proven up to position P; K far calls not run (cache would need N GiB, over --proof-cache-gib G)", never "proven"
+for the whole range.
 
 Examples:
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed
@@ -118,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{call['regime']}): not run: {why.pop()}")  # fmt: skip
                     continue
                 got = "; ".join(
-                    f"{label} {error(m['rel'])}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
+                    f"{label} {error(m['rel'])}{'' if m['passed'] else ' FAIL'}" if "rel" in m
+                    else f"{label} cannot prove ({m['cannot_prove']})" if "cannot_prove" in m else f"{label} not run"
                     for label, m in call["models"].items()
                 )
                 print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "

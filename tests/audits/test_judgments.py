@@ -1,20 +1,26 @@
 """Judgments that can fail: an audit whose compared rows cannot tell the config's schedule from a neighbour's is
-refused (saying how many positions it needs).
+refused (saying how many positions it needs), and a graft proof whose float64 logits cannot show a position error is
+"cannot prove", never "proven".
 
 The outside check's cases, rebuilt: a theta-5e5 spec with max_positions 1 against a theta-1e4 model with 4096-row
-tables audited "exact" and grafted "proven" (row 0 is the same for every theta).
+tables audited "exact" and grafted "proven" (row 0 is the same for every theta); ``graft --checkpoint`` of a tied int4
+model whose head scales are 0 (every logit 0) said "proven".
 """  # noqa: D205
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import numpy_helper
 
 import ropeexport as rx
 from ropeexport.audits.neighbours import smallest_positions
+from ropeexport.audits.proof_verdict import judge_call, verdict
 from ropeexport.cli import main
 from tests.audits.planted import HEADS, KV, D, P, gqa_model, rotary_ms_model, tables, write_config
 
@@ -97,3 +103,72 @@ def test_the_fewest_positions_tell_every_neighbour_apart_and_one_fewer_does_not(
     near = dict(neighbours(spec))
     assert all(told_apart(spec, other, needed, dtype) for other in near.values())
     assert not told_apart(spec, near[words], needed - 1, dtype)
+
+
+def _int4_tied(tmp: Path, ckpt: Path, scales: float | None) -> Path:
+    """ropeexport's own int4 decoder of a tied checkpoint (its embedding gathered from the LM head's 4-bit table),
+    the head's scales multiplied by ``scales`` (None: as built).
+    """  # noqa: D205
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.graph.onnx_io import save_model
+
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="fused", weight_format="int4"))
+    save_model(build_decoder_graph(spec, load_checkpoint(spec, ckpt), str(ckpt)), tmp / "built")
+    path = tmp / "built" / "model.onnx"
+    if scales is not None:
+        model = onnx.load(str(path))
+        (head,) = [t for t in model.graph.initializer if t.name == "lm_head_scales"]
+        head.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(head) * np.float32(scales), head.name))
+        onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize(("scales", "code"), [(None, 0), (0.0, 2)], ids=["as-built", "head-scales-0"])
+def test_a_proof_whose_logits_cannot_show_a_position_error_is_never_proven(scales: float | None, code: int,
+                                                                          tmp_path: Path, capsys,
+                                                                          tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("llama-biases")  # tie_word_embeddings
+    model = _int4_tied(tmp_path, ckpt, scales)
+    out = tmp_path / "fixed.onnx"
+    argv = ["graft", str(model), "--hf-config", str(ckpt / "config.json"), "--checkpoint", str(ckpt), "--out",
+            str(out), "--json"]  # fmt: skip
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    if code == 0:  # the control: the same model as built is proven on its own int4 terms
+        assert json.loads(captured.out)["proven"]
+        return
+    err = captured.err.strip()
+    assert err.count("\n") == 0 and err.startswith("ropeexport: error: --checkpoint: cannot prove: "), err
+    assert "every float64 logit is 0" in err and not out.exists()
+    from ropeexport.audits.prove import DecoderProof
+
+    judged = DecoderProof(ckpt / "config.json", ckpt, model).run({"original": model})  # the API: its verdict
+    said = judged["verdict"]["original"]
+    assert said["verdict"] == "cannot prove" and said["text"].startswith("CANNOT prove")
+    assert not judged["passed"]["original"]
+
+
+TRUTH = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]])
+# (case, float64 logits, the model's logits, cannot_prove's words or None)
+CALLS: list[tuple[str, np.ndarray, np.ndarray, str | None]] = [
+    ("all-zero", np.zeros((2, 3)), np.zeros((2, 3)), "every float64 logit is 0"),
+    ("constant", np.full((2, 3), 1.5), np.full((2, 3), 1.5), "every float64 logit is 1.5"),
+    ("not-finite", TRUTH * np.array([1.0, np.nan, 1.0]), TRUTH, "the float64 logits are not finite"),
+    ("infinite", TRUTH + np.array([0.0, np.inf, 0.0]), TRUTH, "not finite"),
+    ("ordinary", TRUTH, TRUTH, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "truth", "got", "words"), CALLS, ids=[c[0] for c in CALLS])
+def test_a_call_that_cannot_show_an_error_is_never_passed(case: str, truth: np.ndarray, got: np.ndarray,
+                                                          words: str | None) -> None:  # fmt: skip
+    record: dict[str, Any] = judge_call(got, truth, 1e-4)
+    calls = [{"call": "start", "positions": [0, 7], "models": {"m": record}}]
+    said = verdict(calls, "m", 4.0)
+    if words is None:
+        assert record["passed"] and said["verdict"] == "proven"
+        return
+    assert record["passed"] is False and words in record["cannot_prove"]
+    assert said["verdict"] == "cannot prove" and said["proven_up_to"] is None and words in said["text"]
