@@ -41,23 +41,43 @@ class AuditResult:
     layers: JsonObject = field(default_factory=dict)  # ``Encodings.to_dict``: each encoding and its layers
     findings: list[JsonObject] = field(default_factory=list)  # the model's findings, by their effect (``merge``)
     source: str = "hf_config"  # what ``config`` is: a transformers config, or a ``spec_file``
+    fail_on: str = "minor"  # the gate's level (``advice.fails``)
 
     @property
     def verdict(self) -> str:
         """``exact`` when every site is exact to its dtype and the model has no finding, else ``findings``."""
         return "exact" if all(s["exact"] for s in self.sites) and not self.findings else "findings"
 
+    @property
+    def gate(self) -> JsonObject:
+        """The CI gate at ``fail_on`` (``advice.fails``): ``passed`` when the model is exact, or when every finding is
+        below that level (a site that is not exact with no finding to weigh fails); ``failing`` and ``passing``: the
+        findings' names on each side, each with its level.
+        """  # noqa: D205
+        from ropeexport.audits.advice import fails
+
+        level = lambda f: (f.get("severity") or {}).get("level", "unmeasured")  # noqa: E731
+        failing = [f for f in self.findings if fails(level(f), self.fail_on)]
+        passing = [f for f in self.findings if not fails(level(f), self.fail_on)]
+        unweighed = self.verdict != "exact" and not self.findings  # never passed for want of a finding
+        return {"fail_on": self.fail_on, "passed": not failing and not unweighed,
+                "failing": [{"name": f["name"], "level": level(f)} for f in failing],
+                "passing": [{"name": f["name"], "level": level(f)} for f in passing]}  # fmt: skip
+
     def to_dict(self) -> dict[str, object]:
         """audit.json's content."""
         return {"ropeexport_version": __version__, "model": self.model, self.source: self.config,
-                "verdict": self.verdict, "spec": self.spec, "layers": self.layers, "findings": self.findings,
-                "sites": self.sites}  # fmt: skip
+                "verdict": self.verdict, "gate": self.gate, "spec": self.spec, "layers": self.layers,
+                "findings": self.findings, "sites": self.sites}  # fmt: skip
 
     def markdown(self) -> str:
         """The report as Markdown: the verdict, then one section per site."""
         spec = self.spec
+        gate = self.gate
         lines = [f"# ropeexport audit: {self.verdict}", "",
                  f"- model: `{self.model}`", f"- config: `{self.config}` ({_describe(spec)})",
+                 f"- gate (--fail-on {gate['fail_on']}): {'passed' if gate['passed'] else 'failed'}"
+                 + (f"; every finding below {gate['fail_on']}" if gate["passed"] and self.findings else ""),
                  "- reference: the config's schedule (ALiBi: slopes) in float64; exact = within the stored dtype's "
                  "rounding", ""]  # fmt: skip
         if self.findings:
@@ -180,11 +200,15 @@ def _describe(spec: dict[str, Any]) -> str:
 
 
 def audit(model: str | Path, hf_config: str | Path | None = None, threads: int = 2,
-          spec_file: str | Path | None = None, effects: bool = True) -> AuditResult:  # fmt: skip
+          spec_file: str | Path | None = None, effects: bool = True,
+          fail_on: str = "minor") -> AuditResult:  # fmt: skip
     """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) or ``spec_file`` (a position
     spec, per layer where they differ: ``audits.layers``) (module doc); ``effects``: each finding's effect on the
-    logits measured (``audits.effect``).
+    logits measured (``audits.effect``); ``fail_on``: the level the result's gate fails at (``advice.fails``).
     """  # noqa: D205
+    from ropeexport.audits.advice import check_fail_on
+
+    check_fail_on(fail_on)
     path = Path(model)
     graph = load_model(path)
     encodings = encodings_for(hf_config, spec_file, graph)
@@ -204,7 +228,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     evaluator = Evaluator(path, threads)
     source = "hf_config" if hf_config is not None else "spec_file"
     result = AuditResult(str(path), str(hf_config if hf_config is not None else spec_file), spec.to_dict(),
-                         layers=encodings.to_dict(), source=source)  # fmt: skip
+                         layers=encodings.to_dict(), source=source, fail_on=fail_on)  # fmt: skip
     for site in sites:
         record = check_site(site, encodings, evaluator) if spec.encoding == "rope" else (
             check_bias_site(site, spec, evaluator))  # fmt: skip

@@ -21,11 +21,17 @@ key position's bias against the paper's slopes for the config's head count.
 A site that cannot be checked is a finding, never skipped: values that change with a Loop's iteration, a call length
 the model refuses (checked at the longest it takes), a GroupQueryAttention ONNX Runtime will not run with its caches.
 
-Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
-that does not describe the model, external data outside the model's folder or not fitting its file, a model ONNX
-Runtime refuses to load, a place the audit does not read: a model-local function it cannot inline, an operator's
-built-in rotary other than GroupQueryAttention's; a max_positions too few for the rows compared to tell the config's
-schedule from one with theta or factor 1% off, in the dtype the tables are stored in: the line says the fewest).
+A CI gate: --fail-on LEVEL (harmless, minor or wrong; default minor) exits 1 on a finding of that level or above,
+and on one whose effect is unmeasured (--no-effects, or a model the effect's call cannot run); a model whose findings
+all lie below it exits 0 and says so. audit.json carries each finding's level (severity.level) and the gate (gate:
+fail_on, passed, failing, passing).
+
+Exit codes: 0 every site exact to its dtype, or every finding below --fail-on, 1 a finding at --fail-on or above, or
+unmeasured, 2 bad input (not an ONNX file, no rotary site, a config that does not describe the model, external data
+outside the model's folder or not fitting its file, a model ONNX Runtime refuses to load, a place the audit does not
+read: a model-local function it cannot inline, an operator's built-in rotary other than GroupQueryAttention's; a
+max_positions too few for the rows compared to tell the config's schedule from one with theta or factor 1% off, in the
+dtype the tables are stored in: the line says the fewest).
 
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
@@ -33,6 +39,7 @@ Examples:
   ropeexport audit bloom/model.onnx --hf-config bloom/config.json
   ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
   ropeexport audit big/model.onnx --hf-config big/config.json --no-effects
+  ropeexport audit llama/model.onnx --hf-config llama/config.json --fail-on wrong
 
 """
 
@@ -59,14 +66,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-effects", dest="effects", action="store_false", help="do not measure each finding's effect "
-                   "on the logits (two model runs per finding; the findings are the same)")  # fmt: skip
+                   "on the logits (two model runs per finding; the findings are the same; each is then unmeasured, "
+                   "and fails the gate)")  # fmt: skip
+    p.add_argument("--fail-on", choices=["harmless", "minor", "wrong"], default="minor",
+                   help="exit 1 on a finding of this level or above, or of unmeasured effect (default minor: any "
+                   "finding beyond the tolerance; harmless ones exit 0 and say so)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    """Audit, print, write; 1 when anything differs."""
+    """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
     from ropeexport.audits.core import inside
 
-    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects)
+    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
+                   fail_on=args.fail_on)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -86,4 +98,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"    - {found['text']}")
             print(f"      {found['severity']['level']}: {found['severity']['text']}")
             print(f"      next: {found['next']['text']}")
-    return 0 if result.verdict == "exact" else 1
+        gate = result.gate
+        if result.findings and gate["passed"]:
+            print(f"  gate (--fail-on {gate['fail_on']}): passed, every finding below {gate['fail_on']} "
+                  f"({', '.join(f['level'] for f in gate['passing'])}): exit 0")  # fmt: skip
+        elif result.findings:
+            failing = ", ".join(f"{f['name']} ({f['level']})" for f in gate["failing"])
+            print(f"  gate (--fail-on {gate['fail_on']}): failed on {failing}")
+    return 0 if result.gate["passed"] else 1
