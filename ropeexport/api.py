@@ -441,10 +441,8 @@ def audit(
     """Every rotary site of a foreign ONNX ``model`` against the encoding of the layers that read it at every
     position (``ropeexport.audits``): ``hf_config``'s (a transformers config.json), or ``spec_file``'s (a position
     spec, per layer where they differ; exactly one of the two); each finding's effect on the logits measured unless
-    ``effects`` is False (it runs the model twice per finding: ``{"not_measured": "not asked"}`` instead). With
-    ``out``, audit.json, audit.md and audit.html written there. Returns an ``AuditResult``; its ``gate`` fails on a
-    finding at ``fail_on`` (``harmless``, ``minor`` or ``wrong``) or above, and on one whose effect is unmeasured
-    (``audits.advice``).
+    ``effects`` is False (it runs the model twice per finding: ``{"not_measured": "not asked"}`` instead); with
+    ``out``, audit.json, audit.md, audit.html written there. An ``AuditResult``, its ``gate`` at ``fail_on`` (advice).
     """  # noqa: D205
     from ropeexport.audits.core import audit as _audit
     from ropeexport.audits.core import write
