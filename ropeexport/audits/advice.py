@@ -13,6 +13,10 @@ t, the bound ropeexport verifies its own decoders' logits to in the model's logi
   function (a schedule ignored or applied twice moves them by a sizable part of it).
 - ``unmeasured``: no effect was measured (asked not to, or the model cannot be called so: the reason is given).
 
+A gate (``audit --fail-on LEVEL``, ``rx.audit(fail_on=...)``) fails on a finding at LEVEL or above (harmless < minor
+< wrong) and on every unmeasured one; the default, ``minor``, fails on any finding beyond the tolerance t and passes
+a model whose findings are all harmless, saying so.
+
 Next step: a finding graft cannot repair (``fix.UNREPAIRABLE``), or one at a site the audit could not check whole,
 is for the exporter: re-export (``ropeexport build --artifact decoder`` builds a decoder verified against float64).
 A schedule the model implies other than the config's (not ``causes.PRECISION``): which one is right cannot be told
@@ -34,6 +38,8 @@ from ropeexport.report.words import error
 
 WRONG = 1e-2  # a logit change over 1% of the logit scale: the model computes another function
 LEVELS = ("wrong", "minor", "harmless", "unmeasured")  # most severe first
+FAIL_ON = ("harmless", "minor", "wrong")  # ``--fail-on``: the least severe level that fails a gate
+DEFAULT_FAIL_ON = "minor"  # any finding beyond the tolerance fails; a harmless one passes, and says so
 TOLERANCE_KEY = {"float16": "fp16", "bfloat16": "fp16"}  # a logit dtype's verification bound; any other: fp32's
 REEXPORT = "`ropeexport build --checkpoint CHECKPOINT --artifact decoder` builds one verified against float64"
 
@@ -57,6 +63,23 @@ def severity(effect: dict[str, Any]) -> dict[str, Any]:
                 f"{wrong}: can flip a greedy token where the top two are that close"}  # fmt: skip
     return {"level": "wrong", "text": f"{moved}: over {wrong}, the model computes other outputs, not the same ones "
             "rounded otherwise"}  # fmt: skip
+
+
+def check_fail_on(fail_on: str) -> None:
+    """A SpecError unless ``fail_on`` is one of ``FAIL_ON``."""
+    if fail_on not in FAIL_ON:
+        from ropeexport.errors import SpecError
+
+        raise SpecError("fail_on", f"must be one of {', '.join(FAIL_ON)}, got {fail_on!r}")
+
+
+def fails(level: str, fail_on: str) -> bool:
+    """A finding of ``level`` fails a gate at ``fail_on`` (module doc): at or above that level, or ``unmeasured`` (a
+    finding whose effect is not known is never passed as harmless).
+    """  # noqa: D205
+    if level not in FAIL_ON:
+        return True
+    return FAIL_ON.index(level) >= FAIL_ON.index(fail_on)
 
 
 def graft_command(model: str, config: str, source: str, trust: bool) -> str:

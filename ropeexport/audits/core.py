@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
-from ropeexport.audits.layers import Encodings, encodings_for, layer_finding, model_layers, render
+from ropeexport.audits.layers import Encodings, describe, encodings_for, layer_finding, model_layers, render
 from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
-from ropeexport.audits.sites import SiteKind, find_sites
+from ropeexport.audits.sites import SiteKind, find_sites, refuse_unread
 from ropeexport.errors import SpecError
 from ropeexport.report.words import error
 from ropeexport.results import JsonObject
@@ -41,23 +41,43 @@ class AuditResult:
     layers: JsonObject = field(default_factory=dict)  # ``Encodings.to_dict``: each encoding and its layers
     findings: list[JsonObject] = field(default_factory=list)  # the model's findings, by their effect (``merge``)
     source: str = "hf_config"  # what ``config`` is: a transformers config, or a ``spec_file``
+    fail_on: str = "minor"  # the gate's level (``advice.fails``)
 
     @property
     def verdict(self) -> str:
         """``exact`` when every site is exact to its dtype and the model has no finding, else ``findings``."""
         return "exact" if all(s["exact"] for s in self.sites) and not self.findings else "findings"
 
+    @property
+    def gate(self) -> JsonObject:
+        """The CI gate at ``fail_on`` (``advice.fails``): ``passed`` when the model is exact, or when every finding is
+        below that level (a site that is not exact with no finding to weigh fails); ``failing`` and ``passing``: the
+        findings' names on each side, each with its level.
+        """  # noqa: D205
+        from ropeexport.audits.advice import fails
+
+        level = lambda f: (f.get("severity") or {}).get("level", "unmeasured")  # noqa: E731
+        failing = [f for f in self.findings if fails(level(f), self.fail_on)]
+        passing = [f for f in self.findings if not fails(level(f), self.fail_on)]
+        unweighed = self.verdict != "exact" and not self.findings  # never passed for want of a finding
+        return {"fail_on": self.fail_on, "passed": not failing and not unweighed,
+                "failing": [{"name": f["name"], "level": level(f)} for f in failing],
+                "passing": [{"name": f["name"], "level": level(f)} for f in passing]}  # fmt: skip
+
     def to_dict(self) -> dict[str, object]:
         """audit.json's content."""
         return {"ropeexport_version": __version__, "model": self.model, self.source: self.config,
-                "verdict": self.verdict, "spec": self.spec, "layers": self.layers, "findings": self.findings,
-                "sites": self.sites}  # fmt: skip
+                "verdict": self.verdict, "gate": self.gate, "spec": self.spec, "layers": self.layers,
+                "findings": self.findings, "sites": self.sites}  # fmt: skip
 
     def markdown(self) -> str:
         """The report as Markdown: the verdict, then one section per site."""
         spec = self.spec
+        gate = self.gate
         lines = [f"# ropeexport audit: {self.verdict}", "",
                  f"- model: `{self.model}`", f"- config: `{self.config}` ({_describe(spec)})",
+                 f"- gate (--fail-on {gate['fail_on']}): {'passed' if gate['passed'] else 'failed'}"
+                 + (f"; every finding below {gate['fail_on']}" if gate["passed"] and self.findings else ""),
                  "- reference: the config's schedule (ALiBi: slopes) in float64; exact = within the stored dtype's "
                  "rounding", ""]  # fmt: skip
         if self.findings:
@@ -145,12 +165,19 @@ class AuditResult:
         return "".join(parts) + "</body></html>\n"
 
 
+def inside(site: dict[str, Any]) -> str:
+    """`` inside the If 'x' then_branch``, `` inside function local:Rot``: where a site's record says it lies."""
+    words = f" inside the {site['graph']}" if site.get("graph") else ""
+    functions = site.get("functions") or []
+    return words + (f" inside function{'s' if len(functions) > 1 else ''} {', '.join(functions)}" if functions else "")
+
+
 def _values(site: dict[str, Any]) -> str:
     """What a site reads: ``cos `a`, sin `b``` (an ALiBi site: ``bias `a```), and the subgraph they are in."""
-    inside = f" inside the {site['graph']}" if site.get("graph") else ""
+    inside_ = inside(site)
     if SiteKind(site["kind"]) is SiteKind.ALIBI:
-        return f"bias `{site['cos']}`{inside}"
-    return f"cos `{site['cos']}`, sin `{site['sin']}`{inside}"
+        return f"bias `{site['cos']}`{inside_}"
+    return f"cos `{site['cos']}`, sin `{site['sin']}`{inside_}"
 
 
 def _layers(site: dict[str, Any]) -> str:
@@ -173,11 +200,15 @@ def _describe(spec: dict[str, Any]) -> str:
 
 
 def audit(model: str | Path, hf_config: str | Path | None = None, threads: int = 2,
-          spec_file: str | Path | None = None, effects: bool = True) -> AuditResult:  # fmt: skip
+          spec_file: str | Path | None = None, effects: bool = True,
+          fail_on: str = "minor") -> AuditResult:  # fmt: skip
     """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) or ``spec_file`` (a position
     spec, per layer where they differ: ``audits.layers``) (module doc); ``effects``: each finding's effect on the
-    logits measured (``audits.effect``).
+    logits measured (``audits.effect``); ``fail_on``: the level the result's gate fails at (``advice.fails``).
     """  # noqa: D205
+    from ropeexport.audits.advice import check_fail_on
+
+    check_fail_on(fail_on)
     path = Path(model)
     graph = load_model(path)
     encodings = encodings_for(hf_config, spec_file, graph)
@@ -185,16 +216,19 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     encodings.check_count(named)
     spec = encodings.first
     sites = find_sites(graph, spec.encoding)
+    if spec.encoding == "rope":
+        refuse_unread(graph, sites)
     if not sites and spec.encoding == "rope":
         raise SpecError("model", f"{str(path)!r} has no rotary position encoding ropeexport can find (no "
-                        "GroupQueryAttention with do_rotary, RotaryEmbedding, or Cos/Sin of positions)")  # fmt: skip
+                        "GroupQueryAttention with do_rotary, RotaryEmbedding, or Cos/Sin of positions, in the main "
+                        "graph, its subgraphs or its model-local functions)")  # fmt: skip
     refused = refusal(path)
     if refused is not None:
         raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {refused}")
     evaluator = Evaluator(path, threads)
     source = "hf_config" if hf_config is not None else "spec_file"
     result = AuditResult(str(path), str(hf_config if hf_config is not None else spec_file), spec.to_dict(),
-                         layers=encodings.to_dict(), source=source)  # fmt: skip
+                         layers=encodings.to_dict(), source=source, fail_on=fail_on)  # fmt: skip
     for site in sites:
         record = check_site(site, encodings, evaluator) if spec.encoding == "rope" else (
             check_bias_site(site, spec, evaluator))  # fmt: skip
@@ -204,6 +238,8 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
         raise SpecError("model", f"{str(path)!r} has no ALiBi bias ropeexport can find (a term added to the "
                         "attention scores, before a Softmax or as a fused Attention's bias, computed from "
                         "attention_mask or position_ids and constants)")  # fmt: skip
+    if spec.encoding == "rope":
+        enough_positions(result.sites, encodings, graph)
     from ropeexport.audits.windows import window_findings
 
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
@@ -217,6 +253,32 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
 
     advise(result.findings, result.sites, result.model, result.config, source)
     return result
+
+
+def enough_positions(sites: list[dict[str, Any]], encodings: Encodings, graph: Any) -> None:
+    """A SpecError where an encoding's max_positions is too few for the rows compared to tell its schedule from a
+    neighbour's in the dtype a site stores (``audits.neighbours``): an "exact" that could not fail is never said.
+    """  # noqa: D205
+    from ropeexport.audits.layers import DECLARED
+    from ropeexport.audits.neighbours import smallest_positions
+
+    for site in sites:
+        if site["dtype"] is None or not site["probes"]:
+            continue
+        for group in (g for g in encodings.groups if g.label in site.get("checked_as", [])):
+            spec = group.spec
+            needed, neighbour = smallest_positions(spec, site["dtype"])
+            if spec.max_positions >= needed:
+                continue
+            rows = "row 0" if spec.max_positions == 1 else f"rows 0 .. {spec.max_positions - 1}"
+            declared = graph.metadata_props.get(DECLARED) is not None
+            field = "model" if declared else encodings.field
+            what = (f"its {DECLARED} metadata" if declared else "the config's max_position_embeddings"
+                    if encodings.field == "hf_config" else "the spec's max_positions")  # fmt: skip
+            raise SpecError(field, f"max_positions {spec.max_positions} ({what}) is too few to judge {site['dtype']} "
+                            f"tables: {rows} of {describe(spec)} and of {neighbour} (1% apart) agree within two "
+                            f"units of {site['dtype']}, so either would be exact; the audit needs at least "
+                            f"{needed} positions to tell them apart")  # fmt: skip
 
 
 def merge(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:

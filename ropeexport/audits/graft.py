@@ -49,11 +49,12 @@ from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
 from ropeexport.audits.fix import UNREPAIRABLE, repair
+from ropeexport.audits.functions import FROM, original_scope, words
 from ropeexport.audits.layers import encodings_for
 from ropeexport.audits.model import load_model, ort_reason, quiet, write_model
 from ropeexport.audits.observe import feed, session_feeds
 from ropeexport.audits.package import genai_folder
-from ropeexport.audits.patterns import SiteKind
+from ropeexport.audits.patterns import Site, SiteKind
 from ropeexport.audits.prove import CACHE_GIB, DecoderProof
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
@@ -75,6 +76,7 @@ class GraftResult:
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
     decoder: JsonObject | None = None  # audit.prove's record of both models, with a checkpoint
     genai: JsonObject | None = None  # the onnxruntime-genai folder written (``audits.package``): folder, files
+    functions: JsonObject | None = None  # the model's local functions: ``kept`` as they were, or ``inlined`` (why)
 
     @property
     def verdict(self) -> str:
@@ -111,7 +113,8 @@ class GraftResult:
                 "replaced": self.replaced,
                 "before": self.before.verdict if self.before else None,
                 "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
-                "changed_schedule": self.changed_schedule, "decoder": self.decoder, "genai": self.genai}  # fmt: skip
+                "changed_schedule": self.changed_schedule, "decoder": self.decoder, "genai": self.genai,
+                "functions": self.functions}  # fmt: skip
 
 
 def graft(
@@ -161,13 +164,14 @@ def graft(
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
                         " give `trust` config to replace them with the config's anyway")  # fmt: skip
     if proof is not None:  # the original must run before anything is written; one session of it at a time
-        proof.judge(source)
+        _refuse_unprovable(proof, proof.judge(source))
     original = _short_outputs(source, spec)
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
-    graph, replaced = repair(loaded, source, before.sites, encodings, fixing)
+    model_, records, fixing, functions = _what_to_repair(loaded, source, before.sites, fixing)
+    graph, replaced = repair(model_, source, records, encodings, fixing)
     name = source.name if package is not None else target.name  # genai_config.json names the model by its name
     path = place / name if package is not None else target
-    result = GraftResult(path, replaced, before, changed_schedule=implied)
+    result = GraftResult(path, replaced, before, changed_schedule=implied, functions=functions)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model, or half a genai folder, at ``out``.
     with store.draft(place.name, field="out", tree=False) as draft:
@@ -197,6 +201,57 @@ def graft(
     return result
 
 
+
+
+def _what_to_repair(loaded: ir.Model, source: Path, sites: list[JsonObject],
+                    fixing: list[int]) -> tuple[ir.Model, list[JsonObject], list[int], JsonObject | None]:  # fmt: skip
+    """The model graft repairs and writes, the site records as they name its parts, the sites to repair among them,
+    and what becomes of the model's local functions (None: it has none). The audit reads a model's functions inlined
+    (``audits.functions``); where no site graft repairs lies inside one, the model is repaired as it was written, its
+    functions kept as they were (the records of the sites inside them, exact, left out; each subgraph found again in
+    the graph before inlining: ``functions.original_scope``); else the inlined model is written, and said.
+    """  # noqa: D205
+    original = load_model(source, inline=False)
+    if not original.functions:
+        return loaded, sites, fixing, None
+    names = sorted(words(key) for key in original.functions)
+    inside = sorted({f for i in fixing for f in sites[i].get("functions", [])})
+    records: list[JsonObject] = []
+    chosen: list[int] = []
+    for index, record in enumerate(sites):
+        if inside:
+            break
+        if record.get("functions"):
+            continue  # exact (a site to repair inside a function would have inlined the model): left as it is
+        scope = original_scope(Site.from_dict(record).scope, loaded, original)
+        if scope is None:  # a subgraph the two graphs do not agree on: the inlined model is what graft can repair
+            inside = [f"the {record.get('graph')} (not found again before inlining)"]
+            break
+        if index in fixing:
+            chosen.append(len(records))
+        records.append(record | ({"scope": [list(step) for step in scope]} if "scope" in record else {}))
+    if not inside:
+        return original, records, chosen, {"kept": names}
+    for node in ir.traversal.RecursiveGraphIterator(loaded.graph):  # the reading's own bookkeeping, not written
+        node.metadata_props.pop(FROM, None)
+    return loaded, sites, fixing, {"inlined": names, "why": f"a site graft repairs lies inside {', '.join(inside)}"}
+
+
+def _refuse_unprovable(proof: DecoderProof, judged: list[JsonObject]) -> None:
+    """A SpecError when the float64 recompute's logits cannot show a position error on some call
+    (``proof_verdict.unprovable``): they are the same for the grafted model, whose weights are the original's, so
+    the proof would be "cannot prove" whatever the graft does. Said before anything is written.
+    """  # noqa: D205
+    from ropeexport.audits.prove import far_calls
+
+    calls = far_calls(proof.spec.position_spec())
+    found = [(calls[i][0], r["cannot_prove"]) for i, r in enumerate(judged) if "cannot_prove" in r]
+    if found:
+        names = ", ".join(repr(name) for name, _ in found)
+        raise SpecError("checkpoint", f"cannot prove: on the calls {names} {found[0][1]} (the recompute of "
+                        f"{proof.source}): a position error cannot show in them, and the grafted model would be "
+                        "judged against the same logits; graft without --checkpoint, or check the model's head "
+                        "(its scales, its weights)")  # fmt: skip
 
 
 def _refuse_unchecked(before: AuditResult) -> None:

@@ -5,13 +5,18 @@ checked: initializers and sparse initializers of the main graph and of every sub
 bodies, at any depth), tensor attributes of every node (a Constant's ``value`` or ``sparse_value``, ..) and the nodes of
 model-local functions. External data must name a file inside the model's folder (no ``..``, no absolute path, no link
 out), that file must exist, and its offset and length must fit it with length = the product of the dims x the item
-size. Anything else is a ``SpecError`` naming the tensor, before anything is read; onnx-ir then holds the model, its
-tensors read lazily from the model's folder.
+size. Anything else is a ``SpecError`` naming the tensor, before anything is read; every call of a model-local
+function is then inlined for reading (``audits.functions``: what runs inside one is read as the rest); onnx-ir then
+holds the model, its tensors read lazily from the model's folder.
 
 ``refusal(path)``: whether ONNX Runtime loads the model at all (an opset it does not know, a cycle, an operator of an
-unknown domain), in ORT's own words. Checked on the graph without its weights (initializers become inputs of the same
-type and shape, other external tensors zeros): cheap for a model of any size; only when that is refused is the model
-itself loaded, so that a kernel asking for a constant input cannot be mistaken for a refusal.
+unknown domain, an initializer whose bytes are not what its dims claim, shapes its operators refuse), in ORT's own
+words. Checked on the graph without its large weights (a main-graph initializer over 1 MiB whose bytes fit its dims
+becomes an input of the same type and shape; every smaller tensor, and any whose bytes do not fit its dims, is
+handed over as stored, so that ORT's shape inference reads the shapes, scales and tables it checks; larger tensors
+elsewhere become zeros): cheap for a model of any size; only when that is refused is the model itself loaded, so
+that a kernel asking for a constant input cannot be mistaken for a refusal. A check ORT makes only on a large
+weight's values, at load, is not made here.
 
 ``materialize(model)``: every external tensor read into memory. A model handed to ORT as bytes has no folder, and ORT
 would read external data relative to the working directory: nothing is handed over before this.
@@ -119,8 +124,10 @@ def _check_external(tensor: onnx.TensorProto, what: str, folder: Path) -> None:
                         "refused")  # fmt: skip
 
 
-def load_model(path: Path) -> ir.Model:
-    """``path`` as onnx-ir holds it, every tensor's external data checked first (module doc)."""
+def load_model(path: Path, inline: bool = True) -> ir.Model:
+    """``path`` as onnx-ir holds it, every tensor's external data checked first (module doc); with ``inline``, every
+    call of a model-local function inlined for reading (``audits.functions``).
+    """  # noqa: D205
     if not path.is_file():
         raise SpecError("model", f"{str(path)!r} is not a file")
     try:
@@ -131,6 +138,10 @@ def load_model(path: Path) -> ir.Model:
     for tensor, what in _every_tensor(proto):
         if tensor.data_location == EXTERNAL:
             _check_external(tensor, what, folder)
+    if inline:
+        from ropeexport.audits.functions import inline as inline_functions
+
+        proto = inline_functions(proto)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:  # onnx-ir refuses what it cannot hold (sparse attributes, ..)
@@ -291,21 +302,53 @@ def refusal(path: Path) -> str | None:
         return ort_reason(exc)
 
 
+SKELETON_BYTES = 1 << 20  # a tensor up to this size is handed to ORT as stored in ``refusal``'s skeleton
+
+
 def _skeleton(path: Path) -> onnx.ModelProto:
-    """The model without its weights: main-graph initializers as typed inputs, other external tensors zeros."""
+    """The model without its weights: each main-graph initializer over ``SKELETON_BYTES`` whose bytes fit its dims a
+    typed input of its shape; every other tensor as stored (shapes, scales and zero points, small tables; a tensor
+    whose bytes do not fit its dims: what ORT refuses to load), external ones up to that size read in, larger ones
+    inside subgraphs, attributes and functions zeros of their size.
+    """  # noqa: D205
     proto = onnx.load(str(path), load_external_data=False)
+    folder = path.resolve().parent
     graph = proto.graph
     declared = {i.name for i in graph.input}
+    kept = []
     for tensor in graph.initializer:
-        if tensor.name not in declared:
+        if _nbytes(tensor) is None or (_nbytes(tensor) or 0) <= SKELETON_BYTES or not _fits(tensor):
+            kept.append(tensor)
+        elif tensor.name not in declared:
             graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    held = [onnx.TensorProto() for _ in kept]
+    for copy, tensor in zip(held, kept, strict=True):
+        copy.CopyFrom(tensor)
     del graph.initializer[:]
-    for tensor, _ in _tensors(graph, ""):
-        if tensor.data_location == EXTERNAL:
+    graph.initializer.extend(held)
+    for tensor, what in _every_tensor(proto):
+        if tensor.data_location != EXTERNAL:
+            continue
+        if (_nbytes(tensor) or 0) <= SKELETON_BYTES:
+            _check_external(tensor, what, folder)  # load_model has; a caller that did not is not read outside
+            onnx.external_data_helper.load_external_data_for_tensor(tensor, str(folder))
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
-            tensor.raw_data = bytes(_nbytes(tensor) or 0)
+            continue
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        tensor.raw_data = bytes(_nbytes(tensor) or 0)
     return proto
+
+
+def _fits(tensor: onnx.TensorProto) -> bool:
+    """The bytes a tensor holds are those its dims and type take (external data: ``_check_external`` says so)."""
+    if tensor.data_location == EXTERNAL:
+        return True
+    if tensor.HasField("raw_data"):
+        return len(tensor.raw_data) == _nbytes(tensor)
+    typed = (tensor.float_data, tensor.int32_data, tensor.int64_data, tensor.double_data, tensor.uint64_data)
+    return sum(len(field) for field in typed) == math.prod(tensor.dims)
 
 
 def ort_reason(exc: BaseException) -> str:

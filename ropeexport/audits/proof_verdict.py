@@ -1,8 +1,13 @@
 """A graft proof's judgements, in records and words.
 
 One model's logits on one call against the float64 recompute (``judge_call``), a model's verdict over every call
-(``verdict``: proven, partial or not proven; a call not run is never counted as passed), the finding that both models
-miss by the same amount (``outside``), and where the recompute's weights come from (``source_words``).
+(``verdict``: proven, partial, cannot prove or not proven; a call not run is never counted as passed), the finding
+that both models miss by the same amount (``outside``), and where the recompute's weights come from
+(``source_words``).
+
+A call whose float64 logits cannot show a position error (``unprovable``: not finite, or every logit of the call the
+same value, 0 included: a head whose scales are 0) proves nothing: it is ``cannot_prove`` with the reason, never
+passed, and a model none of whose calls fails but some cannot prove is ``cannot prove``, never ``proven``.
 ``prove.DecoderProof`` runs the calls; nothing here runs a model.
 """
 
@@ -36,7 +41,8 @@ def verdict(calls: list[dict[str, Any]], label: str, budget_gib: float) -> dict[
     records = [(c, c["models"][label]) for c in calls]
     ran = [(c, r) for c, r in records if "passed" in r]
     held_back = [r for _, r in records if "not_run" in r]
-    failed = sum(not r["passed"] for _, r in ran)
+    unproven = [(c, r) for c, r in ran if "cannot_prove" in r]
+    failed = sum(not r["passed"] for _, r in ran if "cannot_prove" not in r)
     top = max((c["positions"][1] for c, _ in ran), default=None)
     sizes = [r["cache_gib"] for r in held_back if "cache_gib" in r]
     gib = max(sizes, default=None)
@@ -49,11 +55,16 @@ def verdict(calls: list[dict[str, Any]], label: str, budget_gib: float) -> dict[
         verdict = "not proven"
         text = f"NOT proven: {failed} of {len(ran)} calls run fail" if ran else "NOT proven: no call run"
         text += f"; {missing}" if held_back else ""
+    elif unproven:
+        call, record = unproven[0]
+        verdict = "cannot prove"
+        text = (f"CANNOT prove: on {len(unproven)} of {len(ran)} calls run (first {call['call']!r}) "
+                f"{record['cannot_prove']}: a position error cannot show in them")  # fmt: skip
     elif held_back:
         verdict, text = "partial", f"proven up to position {top}; {missing}"
     else:
         verdict, text = "proven", f"proven (every call, positions up to {top})"
-    return {"verdict": verdict, "text": text, "proven_up_to": top if verdict != "not proven" else None,
+    return {"verdict": verdict, "text": text, "proven_up_to": top if verdict in ("proven", "partial") else None,
             "not_run": len(held_back), "cache_gib": gib}  # fmt: skip
 
 
@@ -65,7 +76,8 @@ def outside(calls: list[dict[str, Any]]) -> str | None:
     the graft's repair was not what the float64 decoder needed: the difference lies outside the positional encoding
     (the weights, another op, a checkpoint not the model's). The words saying so, else None.
     """  # noqa: D205
-    failed = [c["models"] for c in calls if c["models"]["grafted"].get("passed") is False]
+    failed = [c["models"] for c in calls
+              if c["models"]["grafted"].get("passed") is False and "cannot_prove" not in c["models"]["grafted"]]
     if not failed:
         return None
     for m in failed:
@@ -82,8 +94,20 @@ def outside(calls: list[dict[str, Any]]) -> str | None:
             "that is not the one the model was exported from)")  # fmt: skip
 
 
+def unprovable(truth: np.ndarray) -> str | None:
+    """Why float64 logits [n, vocab] cannot show a position error (module doc), or None."""
+    if not np.all(np.isfinite(truth)):
+        return "the float64 logits are not finite"
+    if truth.size and np.all(truth == truth.flat[0]):
+        return f"every float64 logit is {float(truth.flat[0]):g}"
+    return None
+
+
 def judge_call(got: np.ndarray, truth: np.ndarray, tolerance: float) -> dict[str, Any]:
     """One model's logits [n, vocab] on one call against float64 (module doc)."""
+    why = unprovable(truth)
+    if why is not None:
+        return {"passed": False, "cannot_prove": why}
     worst = float(np.max(np.abs(got - truth)))
     scale = float(np.max(np.abs(truth)))
     rel = worst / scale if scale else worst

@@ -368,7 +368,8 @@ class DecoderProof:
 
         judged = self._judged.get((str(path), str(Path(path).stat().st_mtime_ns)), [])
         calls = far_calls(self.spec.position_spec())
-        failed = [(calls[i][1], i) for i, record in enumerate(judged) if record.get("passed") is False]
+        failed = [(calls[i][1], i) for i, record in enumerate(judged)
+                  if record.get("passed") is False and "cannot_prove" not in record]
         if not failed:
             return None
         past, index = min(failed)

@@ -7,6 +7,9 @@ every pattern of the encoding runs on each graph in the list's order, claiming v
 If whose outputs are a site (the builder's LongRoPE caches, ropeexport's dynamic NTK) is no site of its own. Values
 read from two graphs (an outer table read by a RotaryEmbedding inside a branch too) are one site with every reader.
 
+A model's local functions are read inlined (``audits.model.load_model``, ``audits.functions``): a site inside one is
+found as any other, and says which (``Site.functions``).
+
 A site's scope is the deepest graph its values are computed in (``Site.scope``: the path of subgraphs; ``where``
 says it in words). Values computed from a Loop or Scan body's own inputs (its iteration count, a carried or scanned
 value) change from one iteration to the next and cannot be evaluated outside the loop: the site is ``blocked`` with
@@ -20,11 +23,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-from ropeexport.audits.layers import site_layers
+from ropeexport.audits.functions import origins
+from ropeexport.audits.layers import reader_nodes, site_layers
 from ropeexport.audits.patterns import Site, SiteKind, Step, Walk, for_encoding
 from ropeexport.audits.patterns.base import ancestors
+from ropeexport.errors import SpecError
 
-__all__ = ["Site", "SiteKind", "find_sites", "find_value", "graphs", "scope_graphs"]
+__all__ = ["Site", "SiteKind", "find_sites", "find_value", "graphs", "refuse_unread", "scope_graphs"]
 
 
 def graphs(model: ir.Model) -> Iterator[tuple[tuple[Step, ...], str, ir.Graph]]:
@@ -96,4 +101,23 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
             out.append(site)
     for site in out:
         site.layers = site_layers(site)
+        made = [v.producer() for v in site.values if v is not None]
+        site.functions = tuple(origins([*reader_nodes(site), *(n for n in made if n is not None)]))
     return out
+
+
+def refuse_unread(model: ir.Model, sites: list[Site]) -> None:
+    """A SpecError naming the first node (at any depth) that rotates in a way no pattern reads: an operator with
+    ``do_rotary`` set that is no site's reader (com.microsoft Attention, SparseAttention, PagedAttention: their
+    built-in rotary; GroupQueryAttention's is a site). The audit says nothing of a rotation it has not read.
+    """  # noqa: D205
+    read = {id(node) for site in sites for node in reader_nodes(site)}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        rotary = node.attributes.get("do_rotary")
+        if rotary is None or rotary.type != ir.AttributeType.INT or not rotary.value or id(node) in read:
+            continue
+        where = node.graph.name if node.graph is not None and node.graph is not model.graph else ""
+        inside = f" (in subgraph {where!r})" if where else ""
+        raise SpecError("model", f"{node.domain or 'ai.onnx'} {node.op_type} {node.name!r}{inside} rotates with its "
+                        f"built-in rotary (do_rotary={rotary.value}), which the audit does not read: no verdict on a "
+                        "rotation it has not read")  # fmt: skip

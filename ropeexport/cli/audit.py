@@ -2,7 +2,8 @@
 
 Finds every rotary site of a model built by any tool (onnxruntime-genai's builder, Optimum, torch.onnx.export,
 ropeexport): GroupQueryAttention with do_rotary, RotaryEmbedding (com.microsoft or opset 23), tables gathered by
-position, cos/sin computed in the graph; in the main graph and inside every If branch and Loop / Scan body.
+position, cos/sin computed in the graph; in the main graph, inside every If branch and Loop / Scan body, and inside
+every model-local function (read inlined where it is called, nested ones too).
 Evaluates each site's cos/sin with ONNX Runtime at the schedule's call lengths (max_positions, and original /
 original + 1 for LongRoPE and dynamic NTK) and compares every position with the schedule of the layers that read it
 (its readers' names say which) in float64; names what differs (scaling ignored, switch not taken, float32 angles,
@@ -20,9 +21,17 @@ key position's bias against the paper's slopes for the config's head count.
 A site that cannot be checked is a finding, never skipped: values that change with a Loop's iteration, a call length
 the model refuses (checked at the longest it takes), a GroupQueryAttention ONNX Runtime will not run with its caches.
 
-Exit codes: 0 every site exact to its dtype, 1 findings, 2 bad input (not an ONNX file, no rotary site, a config
-that does not describe the model, external data outside the model's folder or not fitting its file, a model ONNX
-Runtime refuses to load).
+A CI gate: --fail-on LEVEL (harmless, minor or wrong; default minor) exits 1 on a finding of that level or above,
+and on one whose effect is unmeasured (--no-effects, or a model the effect's call cannot run); a model whose findings
+all lie below it exits 0 and says so. audit.json carries each finding's level (severity.level) and the gate (gate:
+fail_on, passed, failing, passing).
+
+Exit codes: 0 every site exact to its dtype, or every finding below --fail-on, 1 a finding at --fail-on or above, or
+unmeasured, 2 bad input (not an ONNX file, no rotary site, a config that does not describe the model, external data
+outside the model's folder or not fitting its file, a model ONNX Runtime refuses to load, a place the audit does not
+read: a model-local function it cannot inline, an operator's built-in rotary other than GroupQueryAttention's; a
+max_positions too few for the rows compared to tell the config's schedule from one with theta or factor 1% off, in the
+dtype the tables are stored in: the line says the fewest).
 
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
@@ -30,6 +39,7 @@ Examples:
   ropeexport audit bloom/model.onnx --hf-config bloom/config.json
   ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
   ropeexport audit big/model.onnx --hf-config big/config.json --no-effects
+  ropeexport audit llama/model.onnx --hf-config llama/config.json --fail-on wrong
 
 """
 
@@ -56,12 +66,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="write audit.json, audit.md and audit.html into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-effects", dest="effects", action="store_false", help="do not measure each finding's effect "
-                   "on the logits (two model runs per finding; the findings are the same)")  # fmt: skip
+                   "on the logits (two model runs per finding; the findings are the same; each is then unmeasured, "
+                   "and fails the gate)")  # fmt: skip
+    p.add_argument("--fail-on", choices=["harmless", "minor", "wrong"], default="minor",
+                   help="exit 1 on a finding of this level or above, or of unmeasured effect (default minor: any "
+                   "finding beyond the tolerance; harmless ones exit 0 and say so)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    """Audit, print, write; 1 when anything differs."""
-    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects)
+    """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
+    from ropeexport.audits.core import inside
+
+    result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
+                   fail_on=args.fail_on)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -71,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
             worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
             where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']} " \
                 f"(L = {worst['length']})"  # fmt: skip
-            inside = f" inside the {site['graph']}" if site.get("graph") else ""
-            print(f"  site {i}: {site['kind']}{inside}, {len(site['users'])} reader(s), {site.get('dtype')}: "
+            print(f"  site {i}: {site['kind']}{inside(site)}, {len(site['users'])} reader(s), {site.get('dtype')}: "
                   f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
             for finding in site["findings"]:
                 print(f"    - {finding['text']}")
@@ -82,4 +98,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"    - {found['text']}")
             print(f"      {found['severity']['level']}: {found['severity']['text']}")
             print(f"      next: {found['next']['text']}")
-    return 0 if result.verdict == "exact" else 1
+        gate = result.gate
+        if result.findings and gate["passed"]:
+            print(f"  gate (--fail-on {gate['fail_on']}): passed, every finding below {gate['fail_on']} "
+                  f"({', '.join(f['level'] for f in gate['passing'])}): exit 0")  # fmt: skip
+        elif result.findings:
+            failing = ", ".join(f"{f['name']} ({f['level']})" for f in gate["failing"])
+            print(f"  gate (--fail-on {gate['fail_on']}): failed on {failing}")
+    return 0 if result.gate["passed"] else 1

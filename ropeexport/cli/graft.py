@@ -5,14 +5,16 @@ wrong site's readers the exact values of their layers' encoding (a table two enc
 of each rewired to their own; a layer without RoPE gets an identity table). It replaces every constant rotary table
 (GroupQueryAttention's or RotaryEmbedding's caches, an If's LongRoPE branches, tables inside If branches and Loop
 bodies) with the config's schedule in float64 rounded once to the table's dtype, keeping every node (same runtime,
-same execution providers); cos/sin computed in the graph from position_ids (torch.onnx.export's form) become exact
-tables gathered by position_ids (a LongRoPE switch on the call length included). Then proves the result: the grafted
-model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to the dtype's noise.
-With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both models' logits are
-also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the last at
-max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides); a model
-with a cache input is placed there after random cached entries; a call whose cache (given and given back) would
-take more than --proof-cache-gib is not run, and the report says so (Llama-3.2-1B's last position needs 17 GiB).
+same execution providers; a model's local functions kept as they were unless a site it repairs lies inside one: then
+the model is written inlined, and said); cos/sin computed in the graph from position_ids (torch.onnx.export's form)
+become exact tables gathered by position_ids (a LongRoPE switch on the call length included). Then proves the
+result: the grafted model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to
+the dtype's noise. With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both
+models' logits are also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the
+last at max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides);
+a model with a cache input is placed there after random cached entries; a call whose cache (given and given back)
+would take more than --proof-cache-gib is not run, and the report says so (Llama-3.2-1B's last position needs
+17 GiB).
 
 A model with genai_config.json beside it (onnxruntime-genai's builder's, a folder published for onnxruntime-genai) is
 served from its folder: give --out a new folder (no .onnx suffix) and graft writes the whole folder there (the
@@ -29,10 +31,12 @@ could not check whole (a site it could not evaluate, a call length the model ref
 run), and a model ONNX Runtime refuses on the short call or, with --checkpoint, on the proof's calls (both run on the
 original before anything is written).
 
-Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input, 3 proven on
-every call run but a far call not run (its cache over --proof-cache-gib, or a model that takes neither a cache nor
-position_ids): "proven up to position P; K far calls not run (cache would need N GiB, over --proof-cache-gib G)",
-never "proven" for the whole range.
+Exit codes: 0 grafted and proven, 1 grafted but not proven (the report says what failed), 2 bad input (nothing
+written; with --checkpoint also "cannot prove": the float64 recompute's logits on some call are not finite or all one
+value, a tied int4 head whose scales are 0 say, so no position error could show in them), 3 proven on every call run
+but a far call not run (its cache over --proof-cache-gib, or a model that takes neither a cache nor position_ids):
+"proven up to position P; K far calls not run (cache would need N GiB, over --proof-cache-gib G)", never "proven"
+for the whole range.
 
 Examples:
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed
@@ -95,6 +99,12 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"  {item['cos']} / {item['sin']}: {item['rows']} rows, {item['dtype']}, regime of L = "
                   f"{item['regime_length']}")  # fmt: skip
+        functions = result.functions or {}
+        if functions.get("kept"):
+            print(f"  model-local functions kept as they were: {', '.join(functions['kept'])}")
+        elif functions.get("inlined"):
+            print(f"  model-local functions inlined in the written model ({functions['why']}): "
+                  f"{', '.join(functions['inlined'])}")  # fmt: skip
         print(f"  audit after: {result.after.verdict if result.after else 'not run'}")
         call = result.short_call
         if call:
@@ -110,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{call['regime']}): not run: {why.pop()}")  # fmt: skip
                     continue
                 got = "; ".join(
-                    f"{label} {error(m['rel'])}{'' if m['passed'] else ' FAIL'}" if "rel" in m else f"{label} not run"
+                    f"{label} {error(m['rel'])}{'' if m['passed'] else ' FAIL'}" if "rel" in m
+                    else f"{label} cannot prove ({m['cannot_prove']})" if "cannot_prove" in m else f"{label} not run"
                     for label, m in call["models"].items()
                 )
                 print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "

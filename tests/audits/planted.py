@@ -342,7 +342,24 @@ def _unknown_domain(model: onnx.ModelProto) -> None:
     model.opset_import.append(helper.make_opsetid("x.unknown", 1))
 
 
-ORT_REFUSES = {"opset-1000": _opset_1000, "cyclic-graph": _cycle, "unknown-domain": _unknown_domain}
+def _scales_claim_1024x(model: onnx.ModelProto) -> None:
+    """An int4 projection (MatMulNBits) of the model's first input whose scales tensor claims 1024 x its bytes: its
+    dims say [32 x 1024] floats, its raw data holds 32 (the outside check's int4 model ONNX Runtime refuses to load).
+    """  # noqa: D205
+    k, n, block = 128, 8, 32
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.integers(0, 256, (n, k // block, block // 2), dtype=np.uint8), "proj_Q4")
+    scales = numpy_helper.from_array((rng.standard_normal(n * k // block) * 0.01).astype(np.float32), "proj_scales")
+    scales.dims[0] *= 1024
+    model.graph.initializer.extend([weight, scales])
+    first = model.graph.input[0].name
+    model.graph.node.append(helper.make_node("MatMulNBits", [first, "proj_Q4", "proj_scales"], ["proj"], name="proj",
+                                             domain="com.microsoft", K=k, N=n, bits=4, block_size=block))  # fmt: skip
+    model.graph.output.append(_io("proj", TensorProto.FLOAT, None))
+
+
+ORT_REFUSES = {"opset-1000": _opset_1000, "cyclic-graph": _cycle, "unknown-domain": _unknown_domain,
+               "int4-scales-claim-1024x-bytes": _scales_claim_1024x}  # fmt: skip
 
 
 def ort_refused(path: Path, how: str) -> Path:

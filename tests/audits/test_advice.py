@@ -85,16 +85,18 @@ def test_the_graft_command_writes_beside_the_model(tmp_path: Path) -> None:
     assert line.endswith(f"--out '{tmp_path}/og model-grafted'"), line  # a folder: graft writes the genai folder
 
 
-# (planted layer fault of test_audit_layers, the severity and next step of its finding on the command line)
+# (planted layer fault of test_audit_layers, the severity and next step of its finding on the command line, the exit
+# code: a harmless finding passes the default gate, --fail-on minor: test_fail_on.py)
 PLANTED = [
-    ("sliding-given-global", "wrong", "next: if the config is the one the model was exported from: `ropeexport graft"),
-    ("float32-angles-sliding", "harmless", "next: nothing needed (`ropeexport graft"),
+    ("sliding-given-global", "wrong", "next: if the config is the one the model was exported from: `ropeexport graft",
+     1),
+    ("float32-angles-sliding", "harmless", "next: nothing needed (`ropeexport graft", 0),
 ]
 
 
 @pytest.mark.slow  # a decoder built and audited per case (test_audit_layers checks the levels in the fast tier)
-@pytest.mark.parametrize(("case", "level", "step"), PLANTED, ids=[p[0] for p in PLANTED])
-def test_audit_prints_and_writes_each_findings_severity_and_next_step(case: str, level: str, step: str,
+@pytest.mark.parametrize(("case", "level", "step", "code"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_audit_prints_and_writes_each_findings_severity_and_next_step(case: str, level: str, step: str, code: int,
                                                                       tmp_path: Path, capsys,
                                                                       tiny_checkpoint) -> None:  # noqa: ANN001
     from tests.audits.test_audit_layers import FAULTS, _planted
@@ -103,7 +105,7 @@ def test_audit_prints_and_writes_each_findings_severity_and_next_step(case: str,
     model, config, _ = _planted(fault, tmp_path, tiny_checkpoint)
     out = tmp_path / "report"
     capsys.readouterr()
-    assert main(["audit", str(model), "--hf-config", str(config), "--out", str(out)]) == 1
+    assert main(["audit", str(model), "--hf-config", str(config), "--out", str(out)]) == code
     printed = capsys.readouterr().out
     assert f"\n      {level}: " in printed and step in printed, printed
     (found,) = json.loads((out / "audit.json").read_text())["findings"]

@@ -46,7 +46,9 @@ class Site:
     ``inputs``: the model inputs they depend on (none: constants).
     ``scope``: where the values live: () the main graph, else the path of subgraphs to the deepest one they are
     computed in (``where`` says it in words); ``blocked``: why they cannot be evaluated (they change with a Loop's
-    iteration), or None. ``layers``: the layers whose nodes read it (None: no reader names one). ``values`` (cos,
+    iteration), or None. ``layers``: the layers whose nodes read it (None: no reader names one); ``functions``: the
+    model-local functions its readers or the nodes making its values were inlined from (``audits.functions``: a
+    model's functions are read inlined), outermost first, or (). ``values`` (cos,
     sin, positions) and ``readers`` are the graph's own objects, for the walk and the reader checks; ``order`` (tier,
     index of the anchoring node) orders sites within a graph.
     """
@@ -64,6 +66,7 @@ class Site:
     blocked: str | None = None
     order: tuple[int, int] = (0, 0)
     layers: tuple[int, ...] | None = None  # the layers whose nodes read it (``audits.layers``); None: not told
+    functions: tuple[str, ...] = ()  # the model-local functions its readers or values were inlined from
     values: tuple[ir.Value | None, ...] = field(default=(), repr=False, compare=False)
     readers: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
 
@@ -75,6 +78,8 @@ class Site:
                                   "layers": None if self.layers is None else list(self.layers)}  # fmt: skip
         if self.scope:
             out |= {"graph": self.where, "scope": [list(step) for step in self.scope]}
+        if self.functions:
+            out["functions"] = list(self.functions)
         return out
 
     @classmethod
@@ -84,7 +89,8 @@ class Site:
         return cls(SiteKind(record["kind"]), record["cos"], record["sin"], list(record["users"]),
                    record["interleaved"], record["table"], list(record["inputs"]), record["positions"], scope,
                    record.get("graph", ""),
-                   layers=None if record.get("layers") is None else tuple(record["layers"]))  # fmt: skip
+                   layers=None if record.get("layers") is None else tuple(record["layers"]),
+                   functions=tuple(record.get("functions", ())))  # fmt: skip
 
 
 @dataclass
