@@ -56,7 +56,11 @@ def kinds() -> dict[tuple[str, str], ArtifactKind]:
         specs = encodings()
         for package in FAMILIES:
             cls = importlib.import_module(f"{package}.spec").SPEC
-            table: Mapping[str, ArtifactKind] = importlib.import_module(f"{package}.kinds").KINDS
+            module = importlib.import_module(f"{package}.kinds")
+            table: dict[str, ArtifactKind] = dict(module.KINDS)
+            positions = getattr(module, "POSITIONS", None)
+            if positions is not None:  # the family offers its positions: the block kind is the block's to make
+                table["block"] = importlib.import_module("ropeexport.block.kinds").block_kind(cls.encoding, positions)
             if set(table) != set(cls.artifacts):
                 raise ValueError(f"{package}.kinds has {sorted(table)}, its spec lists {sorted(cls.artifacts)}")
             for artifact in cls.artifacts:  # the spec's order: its first artifact is the default

@@ -75,7 +75,10 @@ class PositionPiece:
 
 
 S = TypeVar("S", bound=SpecBase)  # the family's spec class (RopeSpec, AlibiSpec, ...)
+EagerRotate = Callable[..., Any]  # rotate(x [b, h, s, d] tensor, position_ids [b, s]) -> rotated, in the dtype
+EagerBias = Callable[..., Any]  # bias(query positions [b, s], key positions [b, t]) -> [b, H, s, t], in the dtype
 Outputs = dict[str, np.ndarray]
+Record = dict[str, Any]  # one check's record in report.json (a table check, a guard, a property)
 
 
 class Infers(Protocol):
@@ -85,7 +88,24 @@ class Infers(Protocol):
         """The model's outputs by name for ``feeds`` (checked against the model first)."""
         ...
 
-Record = dict[str, Any]  # one check's record in report.json (a table check, a guard, a property)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Positions(Generic[S]):
+    """What a family hands the model-level artifacts (the ``block`` artifact, a decoder's layers) for a block spec of
+    its encoding: ``piece(spec)``, its position piece (graph and float64 twin); ``eager(spec)`` and ``float64(spec)``,
+    its eager and float64 rotation or bias alone (no graph built), as (rotate, bias), one of them None;
+    ``tables(spec, model_path)``, the piece's stored tables
+    checked inside a model that calls it (optional); ``counted``: a bias whose keys' positions are counted over the
+    real tokens (its probes say so). ``ropeexport.block`` makes the ``block`` kind from it: no family imports the
+    block.
+    """  # noqa: D205
+
+    piece: Callable[[S], PositionPiece]
+    eager: Callable[[S], tuple[EagerRotate | None, EagerBias | None]]
+    float64: Callable[[S], tuple[Callable[..., np.ndarray] | None, Callable[..., np.ndarray] | None]]
+    tables: Callable[[S, Path], list[Record]] | None = None
+    counted: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,8 @@ import ropeexport as rx
 from ropeexport.block.oracle import block_float64
 from ropeexport.block.probes import STATIC_SPARE
 from ropeexport.catalog import kind_for
-from ropeexport.families.rope.block import rope_of, rotate64
 from ropeexport.families.rope.oracle import rope_oracle
+from ropeexport.families.rope.positions import rope_of, rotate64
 from ropeexport.kinds import Probe
 from tests.cases import ORIGINAL, small_spec
 

@@ -89,6 +89,14 @@ def test_only_the_catalog_and_what_sits_above_it_know_the_families() -> None:
         assert not any(m.startswith("ropeexport.families") for m in _closure(stage)), stage
 
 
+def test_no_family_imports_the_block() -> None:
+    # The block is a model-level artifact made from a family's positions (``kinds.Positions``, ``block.kinds``): a
+    # family offers them and never reaches up into the block that composes them.
+    reaching = sorted(m for m in MODULES if m.startswith("ropeexport.families") and any(
+        d.startswith("ropeexport.block") for d in GRAPH[m]))  # fmt: skip
+    assert not reaching, f"families importing ropeexport.block: {reaching}"
+
+
 @pytest.mark.parametrize("family", sorted(p.name for p in FAMILIES.iterdir() if (p / "oracle.py").exists()))
 def test_no_oracle_imports_an_exporter(family: str) -> None:
     # The float64 oracle is the independent reference: sharing code with the graph builder would let one bug pass

@@ -1,4 +1,4 @@
-"""ALiBi: ``bias``, ``scores``, ``attention`` and ``block`` artifacts."""
+"""ALiBi: ``bias``, ``scores``, ``attention`` artifacts, and ``block`` (``ropeexport.block``, from POSITIONS)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,6 @@ from ropeexport.families.alibi.oracle import alibi_oracle, check_slopes
 from ropeexport.families.alibi.reference import alibi_bias
 from ropeexport.families.bias.kinds import bias_kinds
 
-KINDS = bias_kinds(
+KINDS, POSITIONS = bias_kinds(
     "alibi", alibi_bias_nodes, alibi_bias, alibi_oracle, tables=check_slopes, single_pass=alibi_single_pass
 )

@@ -1,11 +1,12 @@
-"""The ``bias``, ``scores``, ``attention`` and ``block`` kinds of an additive-bias method, made from its pieces."""
+"""The ``bias``, ``scores`` and ``attention`` kinds of an additive-bias method, made from its pieces, and its
+positions (what ``ropeexport.block`` makes its ``block`` kind from).
+"""  # noqa: D205
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from ropeexport.families.bias.block import block_kind
 from ropeexport.families.bias.export import (
     BiasFn,
     SinglePassFn,
@@ -13,6 +14,7 @@ from ropeexport.families.bias.export import (
     build_bias_graph,
     build_scores_graph,
 )
+from ropeexport.families.bias.positions import bias_positions
 from ropeexport.families.bias.probes import (
     EagerBias,
     OracleBias,
@@ -23,7 +25,7 @@ from ropeexport.families.bias.probes import (
     make_oracle,
     pair_curve,
 )
-from ropeexport.kinds import ArtifactKind, Feeds
+from ropeexport.kinds import ArtifactKind, Feeds, Positions
 from ropeexport.verification.properties import shift_invariance
 
 OUTPUTS = {"bias": "attention_bias", "scores": "scores", "attention": "output"}
@@ -42,8 +44,8 @@ def bias_kinds(
     guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None,
     tables: Callable[[Any, Any], list[dict[str, Any]]] | None = None,
     single_pass: SinglePassFn | None = None,
-) -> dict[str, ArtifactKind]:
-    """One method's bias subgraph, eager bias and float64 bias -> its four artifact kinds, by artifact.
+) -> tuple[dict[str, ArtifactKind], Positions[Any]]:
+    """One method's bias subgraph, eager bias and float64 bias -> its artifact kinds by artifact, and its positions.
 
     ``guards(spec)`` gives out-of-range calls the graph itself must reject (for methods with a table to index).
     ``single_pass`` builds the finished bias in one pass where it can (see ``families.bias.export``).
@@ -68,5 +70,4 @@ def bias_kinds(
             curve=pair_curve,
             properties=shift_invariance(bias_feeds, OUTPUTS[artifact]),
         )
-    kinds["block"] = block_kind(encoding, graph_bias, eager_bias, oracle_bias, tables, single_pass)
-    return kinds
+    return kinds, bias_positions(graph_bias, eager_bias, oracle_bias, tables, single_pass)

@@ -7,4 +7,4 @@ from ropeexport.families.kerple.export import kerple_bias_nodes
 from ropeexport.families.kerple.oracle import kerple_oracle
 from ropeexport.families.kerple.reference import kerple_bias
 
-KINDS = bias_kinds("kerple", kerple_bias_nodes, kerple_bias, kerple_oracle)
+KINDS, POSITIONS = bias_kinds("kerple", kerple_bias_nodes, kerple_bias, kerple_oracle)

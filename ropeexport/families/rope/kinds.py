@@ -1,12 +1,13 @@
-"""RoPE's artifact kinds: ``rope`` (rotated query and key), ``scores`` (logits of the rotated pair), ``block``."""
+"""RoPE's artifact kinds: ``rope`` (rotated query and key), ``scores`` (logits of the rotated pair); its positions
+(``POSITIONS``: what ``ropeexport.block`` makes its ``block`` kind from).
+"""  # noqa: D205
 
 from __future__ import annotations
 
-from ropeexport.block.probes import block_curve, block_feeds, block_locate, block_probes, block_tolerance
-from ropeexport.families.rope import block as b
 from ropeexport.families.rope import probes as v
 from ropeexport.families.rope.export import build_rope_graph, build_rope_scores_graph
 from ropeexport.families.rope.plugin import build_rope_plugin_graph
+from ropeexport.families.rope.positions import POSITIONS
 from ropeexport.families.rope.properties import regime, rope_properties
 from ropeexport.kinds import ArtifactKind
 from ropeexport.verification.properties import shift_invariance
@@ -27,22 +28,6 @@ KINDS = {
         curve=v.rope_curve,
         properties=rope_properties,
     ),
-    "block": ArtifactKind(
-        encoding="rope",
-        artifact="block",
-        summary="an attention layer with a KV cache: hidden in, query and key rotated by the rope piece, output and "
-        "present",
-        export=b.export_block,
-        probes=block_probes,
-        feeds=block_feeds,
-        eager=b.eager_block,
-        oracle=b.float64_block,
-        locate=block_locate,
-        tables=b.block_tables,
-        curve=block_curve,
-        tolerance=block_tolerance,
-        piece=b.piece,
-    ),
     "scores": ArtifactKind(
         encoding="rope",
         artifact="scores",
@@ -59,3 +44,5 @@ KINDS = {
         properties=shift_invariance(v.scores_feeds, "scores", regime),
     ),
 }
+
+__all__ = ["KINDS", "POSITIONS"]

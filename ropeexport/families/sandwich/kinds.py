@@ -8,4 +8,4 @@ from ropeexport.families.sandwich.export import sandwich_bias_nodes
 from ropeexport.families.sandwich.oracle import sandwich_oracle
 from ropeexport.families.sandwich.reference import sandwich_bias
 
-KINDS = bias_kinds("sandwich", sandwich_bias_nodes, sandwich_bias, sandwich_oracle, guards=bias_guards)
+KINDS, POSITIONS = bias_kinds("sandwich", sandwich_bias_nodes, sandwich_bias, sandwich_oracle, guards=bias_guards)

@@ -7,4 +7,4 @@ from ropeexport.families.t5.export import t5_bias_nodes
 from ropeexport.families.t5.oracle import t5_oracle
 from ropeexport.families.t5.reference import t5_bias
 
-KINDS = bias_kinds("t5", t5_bias_nodes, t5_bias, t5_oracle)
+KINDS, POSITIONS = bias_kinds("t5", t5_bias_nodes, t5_bias, t5_oracle)
