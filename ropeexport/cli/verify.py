@@ -18,7 +18,7 @@ float64 truth with the same bound; each scenario's worst error is shown beside t
 evaluator, is an independent second runtime for small decoders; it has no kernel for ONNX Runtime's contrib ops
 (the gqa form, int4 weights): the verdict names each such op, and the exit is 3.
 
-  ropeexport verify decoders/llama-decoder-fp32-fused --runtime ort --runtime onnx-reference
+  ropeexport verify ropeexport-out/my-llama-decoder-fp32-fused --runtime ort --runtime onnx-reference
 
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
 but a runtime named with --runtime could not run here (--allow-skip accepts that).

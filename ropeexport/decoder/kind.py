@@ -47,8 +47,8 @@ from ropeexport.graph.onnx_io import sha256
 from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, VerifyResult, stored_report, versions
 from ropeexport.report.diff_result import ReportDiff
 from ropeexport.results import JsonObject
-from ropeexport.runtimes import check_runtime_names
 from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields
+from ropeexport.runtimes import check_runtime_names
 from ropeexport.store import MANIFEST_SCHEMA, check_files, inside, read_artifact_json, read_manifest
 from ropeexport.version import __version__
 

@@ -43,7 +43,8 @@ def unsupported_ops(model: onnx.ModelProto, new_ops: list[type]) -> list[str]:
     from onnx.reference.ops import load_op
 
     opsets = {o.domain or "": o.version for o in model.opset_import}
-    known = {(f.domain, f.name) for f in model.functions} | {(op.op_domain, op.__name__) for op in new_ops}
+    handed = {(getattr(op, "op_domain", ""), op.__name__) for op in new_ops}  # an OpRun class: its domain and op
+    known = {(f.domain, f.name) for f in model.functions} | handed
     nodes = list(_nodes(model.graph)) + [n for f in model.functions for n in _nodes(onnx.GraphProto(node=f.node))]
     missing: set[str] = set()
     for given, op_type in sorted({(n.domain, n.op_type) for n in nodes} - known):  # each op once, not each node

@@ -84,7 +84,7 @@ class OrtRunner(Runner):
         options.log_severity_level = 4  # errors reach the caller as exceptions; the guard probes expect some
         # Idle ORT threads spin by default and steal cores from whatever runs next (the eager reference here).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = open_session(self.model_path, options, providers)
+        self.session = open_session(Path(model_path), options, providers)
         self.version = ort.__version__
         self.providers = self.session.get_providers()
 
