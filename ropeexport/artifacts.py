@@ -25,11 +25,12 @@ from ropeexport.tree import damaged_entry, index_dict, write_index_files
 
 def kinds(**settings: Any) -> list[Kind]:
     """Every kind, in claiming order; ``settings`` go to the kinds that take them (runtimes, atol, rtol: encoding
-    artifacts and blocks; eager, on_scenario: decoders).
+    artifacts and blocks; runtimes, eager, on_scenario: decoders).
     """  # noqa: D205
     encoding = {k: v for k, v in settings.items() if k in ("runtimes", "atol", "rtol")}
-    decoder = {k: v for k, v in settings.items() if k in ("eager", "on_scenario")}
-    return [LayerBlockKind(**encoding), DecoderKind(eager=decoder.get("eager"), on_scenario=decoder.get("on_scenario")),
+    decoder = {k: v for k, v in settings.items() if k in ("runtimes", "eager", "on_scenario")}
+    return [LayerBlockKind(**encoding), DecoderKind(eager=decoder.get("eager"), on_scenario=decoder.get("on_scenario"),
+                                                    runtimes=decoder.get("runtimes") or ["ort"]),
             EncodingKind(**encoding)]  # fmt: skip
 
 

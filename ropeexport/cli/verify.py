@@ -12,8 +12,13 @@ A folder inside a tree (its parent has a ropeexport index.json) refreshes the tr
 the index never shows a verdict older than the report it links to.
 
 A decoder folder (written by build --artifact decoder) is checked against the sha256 its manifest lists, then
-every scenario runs again on ONNX Runtime (CPU); each scenario's worst error is shown beside the stored one
-(--atol / --rtol do not apply: a decoder's tolerance is fixed per dtype).
+every scenario runs again on each --runtime (default ort: ONNX Runtime's CPU provider), each judged against the
+float64 truth with the same bound; each scenario's worst error is shown beside the one stored for that runtime
+(--atol / --rtol do not apply: a decoder's tolerance is fixed per dtype). onnx-reference, the ONNX spec's own
+evaluator, is an independent second runtime for small decoders; it has no kernel for ONNX Runtime's contrib ops
+(the gqa form, int4 weights): the verdict names each such op, and the exit is 3.
+
+  ropeexport verify ropeexport-out/my-llama-decoder-fp32-fused --runtime ort --runtime onnx-reference
 
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
 but a runtime named with --runtime could not run here (--allow-skip accepts that).
@@ -30,6 +35,7 @@ from typing import Any
 from ropeexport.cli import subcommand
 from ropeexport.cli.options import add_tolerance_flags, tolerances
 from ropeexport.decoder.kind import DecoderVerifyResult
+from ropeexport.decoder.runs import RuntimeVerdict
 from ropeexport.report.words import error
 from ropeexport.tree import artifact_folders, is_tree
 
@@ -43,7 +49,8 @@ def add_parser(sub: Any) -> None:
         action="append",
         default=None,
         metavar="NAME",
-        help="runtime to verify on: ort (default) or onnx-reference (repeatable)",
+        help="runtime to verify on (repeatable): ort (default), onnx-reference or trt; every kind of artifact, "
+        "decoders included",
     )
     p.add_argument(
         "--allow-skip",
@@ -82,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
         print(folder.resolve() / "index.html")
     if not all(r.passed for r in results):
         return 1
-    results = [r for r in results if not isinstance(r, DecoderVerifyResult)]  # ORT's CPU provider: never skipped
-    return skipped_exit(results, args.runtime, args.allow_skip) if results else 0
+    return skipped_exit(results, args.runtime, args.allow_skip)
 
 
 def _e(x: Any) -> str:
@@ -99,28 +105,50 @@ def scenario_line(result: dict[str, Any]) -> None:
     else:
         rel += f" (stored {_e(stored.get('worst_rel'))})"
         agreement += f" (stored {stored.get('agreement')})"
+    runtime = result.get("runtime")
+    prefix = "" if runtime in (None, "ort") else f"[{runtime}] "
     print(
-        f"  {result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst {rel} of the logit scale, "
+        f"  {prefix}{result['name']:<27} {'ok  ' if result['passed'] else 'FAIL'} worst {rel} of the logit scale, "
         f"agreement {agreement}, positions {s['positions'][0]}-{s['positions'][1]}{new}",
         flush=True,
     )
 
 
 def decoder_summary_line(result: DecoderVerifyResult, seconds: float) -> str:
-    """A re-verified decoder's verdict: worst error now and stored, agreement, where it ran; then its path."""
-    report, rows = result.report, result.scenarios
+    """A re-verified decoder's verdict: worst error now and stored, agreement, where it ran; a line per further runtime
+    (its verdict, or why it did not run); then its path.
+    """  # noqa: D205
+    report, verdicts = result.report, result.runtimes
+    ran = [v for v in verdicts if v.ran]
+    first = ran[0] if ran else None
+    rows = first.scenarios if first else []
+    head = (f"{'PASS' if result.passed else 'FAIL'} {report['name']}: {_figures(rows, str(report['runtime']))}; "
+            f"transformers: {report['references']['transformers']}" + _failed(first))  # fmt: skip
+    if result.dropped:
+        head += f"; stored but no longer run: {', '.join(result.dropped)}"
+    lines = [f"{head} ({seconds:.1f}s)"]
+    for verdict in verdicts:
+        if verdict is first:
+            continue
+        said = f"{'PASS' if verdict.passed else 'FAIL'} {_figures(verdict.scenarios, verdict.device)}{_failed(verdict)}"
+        lines.append(f"  {verdict.name}: " + (said if verdict.ran else f"skipped: {verdict.reason}"))
+    return "\n".join([*lines, f"  -> {result.path}"])
+
+
+def _figures(rows: list[dict[str, Any]], device: str) -> str:
+    """One runtime's worst error (and the stored one), scenario count and agreement, and where it ran."""
     worst = max((r["worst_rel"] for r in rows), default=0.0)
     stored = [r["stored_worst_rel"] for r in rows if r["stored_worst_rel"] is not None]
     agree = [tuple(int(x) for x in r["agreement"].split("/")) for r in rows]
-    head = (
-        f"{'PASS' if result.passed else 'FAIL'} {report['name']}: worst {_e(worst)} of the logit scale vs float64"
-        + (f" (stored {_e(max(stored))})" if stored else "")
-        + f" over {len(rows)} scenarios, agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)} on "
-        f"{report['runtime']}; transformers: {report['references']['transformers']}"
-    )
-    failed = [r["name"] for r in rows if not r["passed"]]
-    if failed:
-        head += f"; failed: {', '.join(failed)}"
-    if result.dropped:
-        head += f"; stored but no longer run: {', '.join(result.dropped)}"
-    return f"{head} ({seconds:.1f}s)\n  -> {result.path}"
+    return (f"worst {_e(worst)} of the logit scale vs float64" + (f" (stored {_e(max(stored))})" if stored else "")
+            + f" over {len(rows)} scenarios, agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)} on "
+            + device)  # fmt: skip
+
+
+def _failed(verdict: RuntimeVerdict | None) -> str:
+    """``; failed: ...`` naming a runtime's failed scenarios, ``; raised: ...`` when it raised on a valid call."""
+    if verdict is None:
+        return ""
+    failed = [r["name"] for r in verdict.scenarios if not r["passed"]]
+    return (f"; failed: {', '.join(failed)}" if failed else "") + (f"; raised: {verdict.reason}" if verdict.reason
+                                                                    else "")  # fmt: skip

@@ -12,8 +12,9 @@ A decoder folder (``OUT/NAME/``), written through the store like every artifact:
 fields, the spec in decoder.json and in the manifest equal to the one the (hashed) model embeds, the weights' source
 too, and genai_config.json equal to what this spec and config make (its context length and vocabulary are the
 model's). Then the weights are drawn again (seeded) or read from the checkpoint folder named, and every scenario runs
-again in ONNX Runtime (CPU) against the float64 truth and transformers (when the build asked for it and transformers
-is installed here; else skipped with the reason).
+again on each runtime asked for (``runtimes``; default ``ort``, ONNX Runtime's CPU provider; ``decoder.runs``)
+against the float64 truth and transformers (when the build asked for it and transformers is installed here; else
+skipped with the reason).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ropeexport.decoder.export import write_decoder
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
 from ropeexport.decoder.parts import position_pieces, weight_format
 from ropeexport.decoder.report import write_html, write_markdown
+from ropeexport.decoder.runs import RuntimeVerdict, by_runtime, index_runtimes, rows, run_on
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.decoder.verify import tolerance, verify_decoder
@@ -47,6 +49,7 @@ from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, VerifyResult, st
 from ropeexport.report.diff_result import ReportDiff
 from ropeexport.results import JsonObject
 from ropeexport.reverify import check_model, embedded_spec, metadata, same_fields
+from ropeexport.runtimes import check_runtime_names
 from ropeexport.store import MANIFEST_SCHEMA, check_files, inside, read_artifact_json, read_manifest
 from ropeexport.version import __version__
 
@@ -60,38 +63,40 @@ OnScenario = Callable[[dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class DecoderVerifyResult(VerifyResult):
-    """A re-verified decoder: per scenario its numbers now beside the stored ones (``scenarios``)."""
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        """Runtimes that could not run here: none (a decoder runs on ONNX Runtime's CPU provider, always present)."""
-        return {}
+    """A re-verified decoder: per runtime and scenario its numbers now beside the stored ones (``runtimes``);
+    ``scenarios`` are the first runtime's that ran. ``skipped`` (the runtimes that could not run here) is every
+    result's: the CLI's exit 3.
+    """  # noqa: D205
 
     @property
     def scenarios(self) -> list[JsonObject]:
-        """Per scenario re-run: name, passed, worst_rel and agreement now, and the stored ones (None if not stored)."""
-        before = {s["name"]: s for s in self.stored.get("scenarios", []) if isinstance(s, dict) and "name" in s}
-        rows = []
-        for s in self.report["scenarios"]:
-            old = before.get(s["name"])
-            summary = (old or {}).get("summary") or {}
-            rows.append({
-                "name": s["name"],
-                "passed": s["passed"],
-                "worst_rel": s["summary"]["worst_rel"],
-                "agreement": s["summary"]["agreement"],
-                "stored_passed": None if old is None else old.get("passed"),
-                "stored_worst_rel": None if old is None else summary.get("worst_rel"),
-                "stored_agreement": None if old is None else summary.get("agreement"),
-            })  # fmt: skip
-        return rows
+        """Per scenario re-run on the first runtime that ran: name, passed, worst_rel and agreement now, and the stored
+        ones of that runtime (None where the stored report has none).
+        """  # noqa: D205
+        ran = [r for r in self.runtimes if r.ran]
+        return ran[0].scenarios if ran else []
+
+    @property
+    def runtimes(self) -> list[RuntimeVerdict]:
+        """Every runtime asked for (and the fallback, when none of them ran), in order (``decoder.runs``)."""
+        now, before = by_runtime(self.report), by_runtime(self.stored)
+        out = []
+        for record in self.report.get("runtimes", []):
+            name = str(record["name"])
+            ran = record["status"] == "verified"
+            out.append(RuntimeVerdict(name, ran, ran and bool(record.get("passed")), str(record.get("device", "")),
+                                      str(record.get("reason", record.get("error", ""))),
+                                      rows(now.get(name, []), before.get(name, [])) if ran else []))  # fmt: skip
+        return out
 
     @property
     def dropped(self) -> list[str]:
-        """Scenarios of the stored report this ropeexport no longer runs."""
-        now = {s["name"] for s in self.report["scenarios"]}
-        stored = [s.get("name") for s in self.stored.get("scenarios", []) if isinstance(s, dict)]
-        return [str(name) for name in stored if name not in now]
+        """Scenarios of the stored report (of the first runtime that ran) this ropeexport no longer runs."""
+        ran = [r.name for r in self.runtimes if r.ran]
+        if not ran:
+            return []
+        now = {s.get("name") for s in by_runtime(self.report).get(ran[0], [])}
+        return [str(s.get("name")) for s in by_runtime(self.stored).get(ran[0], []) if s.get("name") not in now]
 
 
 def checkpoint_of(weights: str) -> Path | None:
@@ -175,14 +180,16 @@ def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mappin
 
 
 def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
-                  model_path: Path, eager: bool, on_scenario: OnScenario | None,
-                  stage: Stage | None = None) -> dict[str, Any]:  # fmt: skip
-    """report.json of a decoder: every scenario run on ONNX Runtime (CPU) against float64 and transformers."""
+                  model_path: Path, eager: bool, on_scenario: OnScenario | None, stage: Stage | None = None,
+                  runtimes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """report.json of a decoder: every scenario run on each of ``runtimes`` (default ``ort``: ONNX Runtime's CPU
+    provider) against float64 and transformers (``decoder.runs``). The report's ``scenarios`` and ``runtime`` are the
+    first verified runtime's; ``runtimes`` holds one record per runtime; ``passed``: some runtime ran and every one
+    that ran passed.
+    """  # noqa: D205
     from ropeexport.decoder.reference import TransformersReference
-    from ropeexport.runtimes.ort import OrtRunner
 
     pieces = position_pieces(spec)  # each layer's position piece: the float64 truth rotates with its twin
-    runner = OrtRunner(model_path, providers=["CPUExecutionProvider"])
     reference, skipped = None, None
     formats = weight_format(spec)
     if eager:
@@ -204,21 +211,31 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
         from ropeexport.audits.held import held_weights
 
         stored, _ = held_weights(onnx.load(model_path, load_external_data=False), spec, model_path.parent)
-    results = verify_decoder(runner.infer, spec, weights, pieces, reference, on_scenario=on_scenario, stage=stage,
-                             held=stored)  # fmt: skip
+    names = runtimes or ["ort"]
+    several = len(names) > 1
+
+    def verify(name: str, infer: Any) -> list[dict[str, Any]]:
+        told = None if on_scenario is None else (lambda r: on_scenario({**r, "runtime": name}))
+        staged = stage if stage is None or not several else (lambda what, *n: stage(f"{name}: {what}", *n))
+        return verify_decoder(infer, spec, weights, pieces, reference, on_scenario=told, stage=staged, held=stored)
+
+    records = run_on(names, model_path, verify)
+    ran = [r for r in records if r["status"] == "verified"]
+    first = ran[0] if ran else None
     return {
         "artifact": "decoder",
         "name": spec.name,
         "ropeexport": __version__,
         "spec": spec.to_dict(),
         "weights": describe(checkpoint),
-        "runtime": runner.describe(),
+        "runtime": first["device"] if first else "none: no runtime could run the model here",
+        "runtimes": [{k: v for k, v in r.items() if not (r is first and k == "scenarios")} for r in records],
         "references": references(spec, reference.describe() if reference is not None else f"skipped: {skipped}"),
         "weight_format": formats.describe(),
         "tolerance": {"rel": tolerance(spec), "of": SCALE},
-        "passed": all(s["passed"] for s in results),
+        "passed": bool(ran) and all(r["passed"] for r in ran),
         "seconds": round(time.perf_counter() - start, 2),
-        "scenarios": results,
+        "scenarios": first["scenarios"] if first else [],
     }
 
 
@@ -247,15 +264,20 @@ def _max_of(summaries: list[dict[str, Any]], key: str) -> float | None:
 class DecoderKind(Kind):
     """Decoders (module doc). For a build: ``config`` (the transformers config the spec was resolved from, shrunk)
     and ``checkpoint`` (None: seeded weights). ``eager``: compare with transformers (None when verifying: as the
-    build did). ``on_scenario`` sees each scenario's result as it finishes (when verifying, with ``stored``: the
-    stored report's summary of that scenario, None when it has none).
+    build did). ``on_scenario`` sees each scenario's result as it finishes, ``runtime`` naming its runtime (when
+    verifying, with ``stored``: the stored report's summary of that scenario on that runtime, None when it has none).
+    ``runtimes``: what the scenarios run on, by registry name (``decoder.runs``; a build's: ``ort``).
     """  # noqa: D205
 
     config: Mapping[str, Any] = field(default_factory=dict)
     checkpoint: Path | None = None
     eager: bool | None = True
     on_scenario: OnScenario | None = None
+    runtimes: list[str] = field(default_factory=lambda: ["ort"])
     name: str = "decoder"
+
+    def __post_init__(self) -> None:
+        self.runtimes = check_runtime_names(self.runtimes or ["ort"])
 
     def owns(self, manifest: Mapping[str, Any]) -> bool:
         """A manifest whose artifact is ``decoder``."""
@@ -310,7 +332,7 @@ class DecoderKind(Kind):
         facts = interface(onnx.load(folder / "model.onnx", load_external_data=False))
         stage("verify")
         report = run_scenarios(spec, self.config, weights, self.checkpoint, folder / "model.onnx", self.eager is not
-                               False, self.on_scenario, stage)  # fmt: skip
+                               False, self.on_scenario, stage, self.runtimes)  # fmt: skip
         report["files"] = {f: sha256(folder / f) for f in files}
         record = {"spec": spec.to_dict(), "sources": dict(spec.sources), "config": dict(self.config),
                   "weights": describe(self.checkpoint),
@@ -331,13 +353,16 @@ class DecoderKind(Kind):
         if eager is None:
             eager = not str(stored.get("references", {}).get("transformers", "")).startswith(NOT_ASKED)
         weights = weights_of(spec, checkpoint)
-        before = {s.get("name"): s.get("summary") for s in stored.get("scenarios", []) if isinstance(s, dict)}
+        before = {runtime: {s.get("name"): s.get("summary") for s in stored_scenarios}
+                  for runtime, stored_scenarios in by_runtime(stored).items()}  # fmt: skip
 
-        def shown(result: dict[str, Any]) -> None:
+        def shown(result: dict[str, Any]) -> None:  # beside the stored numbers of the same runtime
             if self.on_scenario is not None:
-                self.on_scenario({**result, "stored": before.get(result["name"])})
+                old = before.get(result["runtime"], {})
+                self.on_scenario({**result, "stored": old.get(result["name"])})
 
-        report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown, stage)
+        report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown, stage,
+                               self.runtimes)  # fmt: skip
         report["files"] = {k: v for k, v in manifest["files"].items() if k != RECORD}
         return Outcome(bool(report["passed"]), report)
 
@@ -403,7 +428,7 @@ class DecoderKind(Kind):
             "bytes": folder_bytes(folder, manifest.get("files") or {}),
             "build_seconds": build.get("seconds"),
             "origin": {"weights": manifest.get("weights")},
-            "runtimes": [{"name": "ort", "status": "verified", "device": str(report.get("runtime"))}],
+            "runtimes": index_runtimes(report),
             "versions": manifest.get("versions") or {"ropeexport": report.get("ropeexport")},
         } | quantized  # fmt: skip
 

@@ -92,7 +92,36 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
     if _quantized(report):
         facts[3:3] = [("weight format", str(report.get("weight_format", spec.get("weight_format"))))]
         facts.append(("quantization cost", f"{report['references']['unquantized']}; {_cost(report)}"))
+    records = _records(report)
+    if len(records) > 1 or any(r.get("status") != "verified" for r in records):  # several runtimes, or one skipped
+        at = [label for label, _ in facts].index("runtime") + 1
+        facts[at:at] = [(f"on {r.get('name')}", _on(r)) for r in records]
     return facts
+
+
+def _records(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """report.json's per-runtime records (``decoder.runs``); none in a report written before decoders took several."""
+    records = report.get("runtimes")
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def _on(record: dict[str, Any]) -> str:
+    """One runtime's verdict in words: passed or FAILED where it ran (its worst error and agreement), else why not."""
+    if record.get("status") != "verified":
+        return f"skipped: {record.get('reason', '')}"
+    verdict = ("passed" if record.get("passed") else "FAILED") + (" (fallback: no runtime named could run)"
+                                                                  if record.get("fallback") else "")  # fmt: skip
+    if record.get("error"):
+        return f"{verdict} on {record.get('device')}: raised {record['error']}"
+    worst = record.get("worst_rel")
+    return (f"{verdict} on {record.get('device')}: worst {error(worst) if worst is not None else 'none'} of the logit "
+            f"scale, greedy agreement {record.get('agreement')}")  # fmt: skip
+
+
+def _further(report: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(runtime, its scenarios) of every verified runtime after the first (whose scenarios are the report's)."""
+    ran = [r for r in _records(report) if r.get("status") == "verified"]
+    return [(str(r.get("name")), [s for s in r.get("scenarios") or [] if isinstance(s, dict)]) for r in ran[1:]]
 
 
 def _cost(report: dict[str, Any]) -> str:
@@ -146,17 +175,19 @@ def write_markdown(report: dict[str, Any]) -> str:
     lines = [f"# {report['name']}: {'PASSED' if report['passed'] else 'FAILED'}", ""]
     lines += [f"- {label}: {text}" for label, text in _facts(report)]
     lines += [f"- {_rule(report)}", ""]
-    for scenario in report["scenarios"]:
-        lines += [
-            f"## {scenario['name']}: {'passed' if scenario['passed'] else 'FAILED'}",
-            "",
-            _sentence(scenario),
-            "",
-            "| " + " | ".join(_header(report)) + " |",
-            "|" + "---|" * len(_header(report)),
-            *(_row(c) for c in scenario["calls"]),
-            "",
-        ]
+    for runtime, scenarios in [("", report["scenarios"]), *_further(report)]:
+        on = f" on {runtime}" if runtime else ""
+        for scenario in scenarios:
+            lines += [
+                f"## {scenario['name']}{on}: {'passed' if scenario['passed'] else 'FAILED'}",
+                "",
+                _sentence(scenario),
+                "",
+                "| " + " | ".join(_header(report)) + " |",
+                "|" + "---|" * len(_header(report)),
+                *(_row(c) for c in scenario["calls"]),
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -254,18 +285,20 @@ def error_figure(report: dict[str, Any]) -> bytes:
 
 def _failures(report: dict[str, Any]) -> str:
     """The failed scenarios and their failed calls (empty when the report passed)."""
-    items = []
-    for scenario in report["scenarios"]:
-        if scenario["passed"]:
-            continue
-        failed = [c for c in scenario["calls"] if not c["passed"]]
-        s = scenario["summary"]
-        calls = ", ".join(f"{c['index']} ({_verdict(c)}, {error(c['float64']['rel'])})" for c in failed[:12])
-        more = f" and {len(failed) - 12} more" if len(failed) > 12 else ""
-        items.append(
-            f"{scenario['name']}: calls {calls}{more} failed; worst {error(s['worst_rel'])} of the logit scale, "
-            f"agreement {s['agreement']}, first divergence: {s['first_divergence']}"
-        )
+    items = [f"{r.get('name')}: {_on(r)}" for r in _records(report) if r.get("error")]
+    for runtime, scenarios in [("", report["scenarios"]), *_further(report)]:
+        for scenario in scenarios:
+            if scenario["passed"]:
+                continue
+            failed = [c for c in scenario["calls"] if not c["passed"]]
+            s = scenario["summary"]
+            calls = ", ".join(f"{c['index']} ({_verdict(c)}, {error(c['float64']['rel'])})" for c in failed[:12])
+            more = f" and {len(failed) - 12} more" if len(failed) > 12 else ""
+            items.append(
+                f"{scenario['name']}{f' on {runtime}' if runtime else ''}: calls {calls}{more} failed; worst "
+                f"{error(s['worst_rel'])} of the logit scale, agreement {s['agreement']}, first divergence: "
+                f"{s['first_divergence']}"
+            )
     if not items and not report["passed"]:
         items = ["The report does not say it passed, and names no failed scenario."]
     if not items:
@@ -297,10 +330,14 @@ def _headline(report: dict[str, Any]) -> str:
     calls = sum(len(s["calls"]) for s in scenarios)
     passed = sum(bool(s["passed"]) for s in scenarios)
     cost = f" Quantization cost (not judged): {_cost(report)}." if _quantized(report) else ""
+    records = _records(report)
+    ran = [r for r in records if r.get("status") == "verified"]
+    others = [r for r in records if not (ran and r is ran[0])]  # the headline's figures are the first's that ran
     return (
         f"{passed} of {len(scenarios)} scenarios passed ({calls} calls) on {report['runtime']}: worst error "
         f"{error(worst)} of the logit scale against float64 (tolerance {report['tolerance']['rel']:g}), greedy "
         f"agreement {sum(a for a, _ in agree)}/{sum(b for _, b in agree)}.{cost}"
+        + "".join(f" On {r.get('name')}: {_on(r)}." for r in others)
     )
 
 
@@ -322,13 +359,15 @@ def write_html(report: dict[str, Any]) -> str:
                       PLOT_CAPTION)
         + "</section>",
     ]
-    for scenario in report["scenarios"]:
-        verdict = "passed" if scenario["passed"] else "FAILED"
-        anchor = "scenario-" + re.sub(r"[^A-Za-z0-9_-]", "-", str(scenario["name"]))
-        parts.append(
-            f'<section id="{anchor}"><h2>{_html(scenario["name"])}: {verdict}</h2>'
-            f"<p>{_html(_sentence(scenario))}</p>{_table(scenario, _header(report))}</section>"
-        )
+    for runtime, scenarios in [("", report["scenarios"]), *_further(report)]:
+        on = f" on {runtime}" if runtime else ""
+        for scenario in scenarios:
+            verdict = "passed" if scenario["passed"] else "FAILED"
+            anchor = "scenario-" + re.sub(r"[^A-Za-z0-9_-]", "-", f"{scenario['name']}{on}".replace(" on ", "-on-"))
+            parts.append(
+                f'<section id="{anchor}"><h2>{_html(scenario["name"] + on)}: {verdict}</h2>'
+                f"<p>{_html(_sentence(scenario))}</p>{_table(scenario, _header(report))}</section>"
+            )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

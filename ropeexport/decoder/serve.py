@@ -40,7 +40,8 @@ from ropeexport.decoder.weights import geometry
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.forms import FORMS
-from ropeexport.runtimes.iobinding import PROVIDERS, load_onnxruntime, session_options
+from ropeexport.runtimes.iobinding import PROVIDERS, session_options
+from ropeexport.runtimes.ort import open_session
 
 if TYPE_CHECKING:  # tokenizers loads when a prompt is first given as text
     from tokenizers import Tokenizer
@@ -134,13 +135,8 @@ class DecoderSession:
         self.config: dict[str, Any] = record["config"]
         self.position = spec.position_spec()
         self.max_positions = int(self.position.max_positions)
-        ort = load_onnxruntime()
         options = session_options(threads, profile_prefix=profile_prefix, spinning=spinning)
-        try:
-            self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=PROVIDERS)
-        except Exception as exc:  # ORT raises its own exception types for missing kernels
-            message = (str(exc).splitlines() or [""])[0]
-            raise RuntimeUnavailable(f"onnxruntime {ort.__version__} cannot load the model: {message}") from None
+        self.session = open_session(folder / "model.onnx", options, PROVIDERS)  # the options as built, unchanged
         self.binding = self.session.io_binding()
         self._bound: dict[str, tuple[int, tuple[int, ...]]] = {}  # what the binding holds: name -> (address, shape)
         # A decode step's token and position live in these two arrays, bound once: a step rebinds only the mask.

@@ -1,4 +1,9 @@
-"""Runtimes by name. A runtime that cannot run here raises RuntimeUnavailable with the reason; the others still work."""
+"""Runtimes by name. A runtime that cannot run here raises RuntimeUnavailable with the reason; the others still work.
+
+Every kind of artifact is verified through this table, decoders included: adding a runtime is one entry here and
+its runner (``base.Runner``: ``infer(feeds) -> outputs``, ``describe()``), and ``--runtime NAME`` then reaches it
+for every kind (docs/how-to/add-a-runtime.md).
+"""
 
 from __future__ import annotations
 
@@ -9,25 +14,26 @@ from ropeexport.errors import SpecError
 from ropeexport.runtimes.base import Runner
 
 
-def _ort(path: Path) -> Runner:
-    from ropeexport.runtimes.ort import OrtRunner
+def _ort(path: Path, cpu_only: bool) -> Runner:
+    from ropeexport.runtimes.ort import CPU, OrtRunner
 
-    return OrtRunner(path)
+    return OrtRunner(path, providers=[CPU] if cpu_only else None)
 
 
-def _reference(path: Path) -> Runner:
+def _reference(path: Path, cpu_only: bool) -> Runner:
     from ropeexport.runtimes.onnx_reference import OnnxReferenceRunner
 
-    return OnnxReferenceRunner(path)
+    return OnnxReferenceRunner(path)  # numpy on the host: it has no device to choose
 
 
-def _trt(path: Path) -> Runner:
+def _trt(path: Path, cpu_only: bool) -> Runner:
     from ropeexport.trt.runner import TrtRunner
 
-    return TrtRunner(path)
+    return TrtRunner(path)  # named on purpose: TensorRT is a GPU runtime, cpu_only is no choice it has
 
 
-RUNTIMES: dict[str, Callable[[Path], Runner]] = {"ort": _ort, "onnx-reference": _reference, "trt": _trt}
+# name -> open(model path, cpu_only) -> Runner (module doc)
+RUNTIMES: dict[str, Callable[[Path, bool], Runner]] = {"ort": _ort, "onnx-reference": _reference, "trt": _trt}
 
 
 def check_runtime_names(names: list[str]) -> list[str]:
@@ -38,7 +44,12 @@ def check_runtime_names(names: list[str]) -> list[str]:
     return names
 
 
-def open_runner(name: str, model_path: str | Path) -> Runner:
-    """Open the named runtime on a model; unknown names list the valid ones."""
+def open_runner(name: str, model_path: str | Path, *, cpu_only: bool = False) -> Runner:
+    """Open the named runtime on a model; unknown names list the valid ones.
+
+    ``cpu_only``: a runtime that picks a GPU device by itself where one is present (``ort``: the CUDA provider) stays
+    on the host CPU; a kind whose bounds were measured there asks for it (decoders: ``decoder.runs``). A runtime that
+    is a GPU runtime by name (``trt``) is what was asked for and is unaffected.
+    """
     check_runtime_names([name])
-    return RUNTIMES[name](Path(model_path))
+    return RUNTIMES[name](Path(model_path), cpu_only)

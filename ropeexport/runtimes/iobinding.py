@@ -14,24 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from ropeexport.errors import RuntimeUnavailable
 from ropeexport.runtimes.base import FeedChecker, Runner
-from ropeexport.runtimes.ort import quiet_telemetry
+from ropeexport.runtimes.ort import CPU, load_onnxruntime, open_session
 
 if TYPE_CHECKING:
     import onnxruntime
 
-PROVIDERS = ["CPUExecutionProvider"]  # outputs are numpy arrays in host memory: a GPU would need device buffers
-
-
-def load_onnxruntime() -> Any:
-    """The onnxruntime module, its telemetry off; RuntimeUnavailable when it is not installed."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise RuntimeUnavailable("onnxruntime is not installed (pip install 'ropeexport[cpu]')") from None
-    quiet_telemetry(ort)
-    return ort
+PROVIDERS = [CPU]  # outputs are numpy arrays in host memory: a GPU would need device buffers
 
 
 def session_options(
@@ -116,11 +105,7 @@ class IoBindingRunner(Runner):
             self.checker = FeedChecker(onnx.load(str(model), load_external_data=False)) if check else None
             source = str(model)
         options = options if options is not None else session_options(threads)
-        try:
-            self.session = ort.InferenceSession(source, options, providers=PROVIDERS)
-        except Exception as exc:  # ORT raises its own exception types for missing kernels
-            message = (str(exc).splitlines() or [""])[0]
-            raise RuntimeUnavailable(f"onnxruntime {ort.__version__} cannot load the model: {message}") from None
+        self.session = open_session(source, options, PROVIDERS)
         self.version = ort.__version__
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]

@@ -158,7 +158,8 @@ VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
     ("genai_config.json model a list, hashes rewritten", _rehashed(lambda f: _edit_json(f / "genai_config.json",
      lambda g: g.update(model=[]))), [], 2, "error: genai_config.json model: is [] but this decoder's is "),
     ("tolerance flags", _unchanged, ["--atol", "1e-3"], 2, "error: --atol/--rtol: "),
-    ("another runtime", _unchanged, ["--runtime", "onnx-reference"], 2, "error: --runtime: "),
+    ("an unknown runtime", _unchanged, ["--runtime", "tensorrt"], 2,
+     "error: --runtime: unknown runtime 'tensorrt'; allowed: ort, onnx-reference, trt"),
     ("a weight scaled, hashes rewritten", _scaled_weight, [], 1, "FAIL "),
     ("built with another theta, hashes rewritten", _other_theta, [], 1, "FAIL "),
 ]  # fmt: skip
