@@ -225,6 +225,7 @@ SAMPLES: dict[str, object] = {
     "accuracy_level": 4,
     "symmetric": False,
     "eager": False,
+    "runtimes": ("onnx-reference",),
 }
 CALLS = {
     "build_decoder(request, out_dir)": lambda fields, out: rx.build_decoder(rx.DecoderRequest(**fields), out),

@@ -53,7 +53,8 @@ def build_decoder(
     out = _path(out_given, "out_dir")
     check_tree(out)
     ckpt = None if request.checkpoint is None else Path(request.checkpoint)
-    kind = DecoderKind(config=used, checkpoint=ckpt, eager=request.eager, on_scenario=on_scenario)
+    kind = DecoderKind(config=used, checkpoint=ckpt, eager=request.eager, on_scenario=on_scenario,
+                       runtimes=list(request.runtimes))
     result = pipeline.build(kind, spec, out, replace, request.origin(), dict(spec.sources), stage=on_stage)
     _index(out)  # the tree's index lists the decoder beside the other artifacts
     return result

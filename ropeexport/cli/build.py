@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropeexport.catalog import encodings, spec_from_dict
-from ropeexport.cli import EXIT_SKIPPED, decoder, subcommand
-from ropeexport.cli.options import add_tolerance_flags, ascii_float, ascii_int, tolerances
+from ropeexport.cli import decoder, subcommand
+from ropeexport.cli.options import add_tolerance_flags, ascii_float, ascii_int, runtimes_of, skipped_exit, tolerances
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
 from ropeexport.dtypes import DTYPES
@@ -51,7 +51,6 @@ from ropeexport.requests import (
     from_spec_file,
     with_overrides,
 )
-from ropeexport.runtimes import check_runtime_names
 
 if TYPE_CHECKING:  # the pipeline loads torch and onnx: imported when a build runs, so --help stays fast
     from ropeexport.batch import Job
@@ -59,7 +58,6 @@ if TYPE_CHECKING:  # the pipeline loads torch and onnx: imported when a build ru
 
 # Fields with their own syntax: --scaling-param KEY=VALUE (repeatable) fills scaling_params.
 SPECIAL_FIELDS = ("scaling_params",)
-SERVING_RUNTIMES = ("ort", "trt")  # --runtime all
 
 
 def spec_fields() -> dict[str, str]:
@@ -167,7 +165,9 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="NAME",
         help="runtime to verify on (repeatable): ort (default), trt, onnx-reference, or all (ort and trt; "
-        "a runtime that cannot run here is reported as skipped with the reason)",
+        "a runtime that cannot run here is reported as skipped with the reason); with --artifact decoder and no "
+        "--graph, the first runtime's own form (ort: gqa, onnx-reference: fused, trt: tensorrt), and a form it does "
+        "not run is refused",
     )
     p.add_argument(
         "--allow-skip",
@@ -292,18 +292,6 @@ def _jobs_count(value: str) -> int:
     return jobs
 
 
-def _runtimes(args: argparse.Namespace) -> list[str]:
-    names: list[str] = []
-    for name in args.runtime or ["ort"]:
-        for one in SERVING_RUNTIMES if name == "all" else (name,):
-            if one not in names:
-                names.append(one)
-    try:
-        return check_runtime_names(names)
-    except SpecError as exc:
-        raise SpecError("--runtime", f"{exc.message}, all") from None
-
-
 def print_resolved(job: Job) -> None:
     """The spec a config resolved to, each field with the config key (or default) it came from."""
     print(f"resolved {job.name} from {job.origin.get('hf_config')}:")
@@ -330,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     if decoder.wants_decoder(args):
         return decoder.run(args, spec_fields())
     workers = _jobs_count(args.jobs)
-    runtimes = _runtimes(args)
+    runtimes = runtimes_of(args)
     atol, rtol = tolerances(args)
     jobs = jobs_from_args(args)
     out = Path(args.out)
@@ -387,33 +375,6 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         return 1
     return skipped_exit(results, args.runtime, args.allow_skip)
-
-
-def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) -> int:
-    """0, or EXIT_SKIPPED (with one line on stderr) when a runtime named with --runtime could not run here.
-
-    The default runtime (no --runtime) may fall back without failing; a runtime asked for by name, or through
-    ``all``, is a promise a green exit must keep: a CI that asks for TensorRT must not pass without it.
-    """
-    if asked is None:
-        return 0
-    skipped: dict[str, str] = {}
-    for result in results:
-        for r in result.report["runtimes"]:
-            if r["status"] == "skipped":
-                skipped.setdefault(r["name"], r.get("reason", ""))
-    if not skipped:
-        return 0
-    what = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
-    if allow_skip:
-        print(f"ropeexport: note: requested runtime(s) skipped (--allow-skip): {what}", file=sys.stderr)
-        return 0
-    print(
-        f"ropeexport: requested runtime(s) could not run here: {what}; exit {EXIT_SKIPPED} "
-        "(verified on the others; --allow-skip accepts this)",
-        file=sys.stderr,
-    )
-    return EXIT_SKIPPED
 
 
 def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -> int:

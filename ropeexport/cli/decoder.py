@@ -25,12 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ropeexport.cli.options import ascii_int
+from ropeexport.cli.options import ascii_int, runtimes_of, skipped_exit
 from ropeexport.components.linear import BLOCK_SIZES, DEFAULT_BLOCK_SIZE
 from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.errors import SpecError
 from ropeexport.report.words import error
+from ropeexport.runtimes.capabilities import form_for
 
 # Flags the decoder path reads; any other spec-field flag is refused rather than ignored.
 READ = {"artifact", "dtype", "graph", "max_positions", "name"}
@@ -124,6 +125,11 @@ def _int(field: str, value: Any) -> int | None:
     return None if value is None else ascii_int(value, field)
 
 
+def _default_graph(args: argparse.Namespace) -> str:
+    """The form without --graph: the one the first --runtime runs best (its capability record), else fused."""
+    return form_for(runtimes_of(args)[0]) if args.runtime else "fused"
+
+
 def request_of(args: argparse.Namespace) -> DecoderRequest:
     """The decoder build the flags ask for, at the first --dtype and --graph: the one place a build flag becomes a
     ``DecoderRequest`` field (a new build option is a flag in ``add_flags`` and a line here). Each --dtype x --graph
@@ -134,7 +140,7 @@ def request_of(args: argparse.Namespace) -> DecoderRequest:
         checkpoint=args.checkpoint,
         preset=args.preset[0] if args.preset else None,
         dtype=(args.dtype or ["fp32"])[0],
-        graph=(args.graph or ["fused"])[0],
+        graph=(args.graph or [_default_graph(args)])[0],
         num_layers=_int("num_layers", args.num_layers),
         hidden_size=_int("hidden_size", args.hidden_size),
         vocab_size=_int("vocab_size", args.vocab_size),
@@ -145,6 +151,7 @@ def request_of(args: argparse.Namespace) -> DecoderRequest:
         accuracy_level=_int("accuracy_level", args.accuracy_level) or 0,
         symmetric=True if args.symmetric is None else args.symmetric,
         eager=args.eager,
+        runtimes=tuple(runtimes_of(args)),
     )
 
 
@@ -184,13 +191,13 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
     if args.spec or args.all_presets or len(args.preset) > 1:
         raise SpecError("artifact", "decoder takes one source: --hf-config, --checkpoint or one --preset")
     refused = {"--scaling-param": args.scaling_param, "--atol": args.atol, "--rtol": args.rtol,
-               "--allow-skip": args.allow_skip, "--jobs": args.jobs != "1",
-               "--runtime": args.runtime not in (None, ["ort"])}  # fmt: skip
+               "--jobs": args.jobs != "1"}  # fmt: skip
     for flag, given in refused.items():
         if given:
-            raise SpecError(flag, "is not read with --artifact decoder (it verifies on ONNX Runtime CPU, with its own "
-                            "bound per dtype); see 'ropeexport build --help'")  # fmt: skip
-    dtypes, graphs = list(dict.fromkeys(args.dtype or ["fp32"])), list(dict.fromkeys(args.graph or ["fused"]))
+            raise SpecError(flag, "is not read with --artifact decoder (it verifies with its own bound per dtype); see "
+                            "'ropeexport build --help'")  # fmt: skip
+    dtypes = list(dict.fromkeys(args.dtype or ["fp32"]))
+    graphs = list(dict.fromkeys(args.graph or [_default_graph(args)]))
     if getattr(args, "name", None) is not None and len(dtypes) * len(graphs) > 1:
         raise SpecError("name", "names one folder: give one --dtype and one --graph with it")
     first = request_of(args)
@@ -218,7 +225,7 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                   f"{error(s['worst_rel'])} of the logit scale, agreement {s['agreement']}, positions "
                   f"{s['positions'][0]}-{s['positions'][1]}{kept}", flush=True)  # fmt: skip
 
-    failed, built = 0, []
+    failed, built, results = 0, [], []
     for index, request in enumerate(requests):
         if talk:
             what = f"{request.dtype} {request.weight_format + ' ' if request.weight_format else ''}{request.graph}"
@@ -231,6 +238,7 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
                                    on_stage=functools.partial(progress.stage, label))  # fmt: skip
             progress.done(label, None)
         failed += not result.passed
+        results.append(result)
         built.append({"path": str(result.path), "passed": result.passed})
         if args.quiet:
             print(result.path)
@@ -245,7 +253,8 @@ def run(args: argparse.Namespace, spec_fields: dict[str, str]) -> int:
         print(json.dumps({"out": str(Path(args.out).resolve()), "built": built}, indent=2))
     if failed and not args.quiet:
         print(f"{failed} decoder(s) FAILED verification", file=sys.stderr)
-    return 1 if failed else 0
+        return 1
+    return skipped_exit(results, args.runtime, args.allow_skip)
 
 
 def _cost_line(report: dict[str, Any]) -> str:

@@ -4,9 +4,28 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Any
 
+from ropeexport.cli import EXIT_SKIPPED
 from ropeexport.errors import SpecError
+
+SERVING_RUNTIMES = ("ort", "trt")  # --runtime all
+
+
+def runtimes_of(args: argparse.Namespace) -> list[str]:
+    """The runtimes ``--runtime`` names (repeatable; ``all``: ort and trt), in order, each once (default: ort)."""
+    from ropeexport.runtimes import check_runtime_names  # the registry loads the runners' module only when asked
+
+    names: list[str] = []
+    for name in args.runtime or ["ort"]:
+        for one in SERVING_RUNTIMES if name == "all" else (name,):
+            if one not in names:
+                names.append(one)
+    try:
+        return check_runtime_names(names)
+    except SpecError as exc:
+        raise SpecError("--runtime", f"{exc.message}, all") from None
 
 
 def add_tolerance_flags(parser: argparse.ArgumentParser) -> None:
@@ -72,3 +91,30 @@ def int_flag(field: str) -> Any:
 
     parse.__name__ = "integer"
     return parse
+
+
+def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) -> int:
+    """0, or EXIT_SKIPPED (with one line on stderr) when a runtime named with --runtime could not run here.
+
+    The default runtime (no --runtime) may fall back without failing; a runtime asked for by name, or through
+    ``all``, is a promise a green exit must keep: a CI that asks for TensorRT must not pass without it.
+    """
+    if asked is None:
+        return 0
+    skipped: dict[str, str] = {}
+    for result in results:
+        for r in result.report["runtimes"]:
+            if r["status"] == "skipped":
+                skipped.setdefault(r["name"], r.get("reason", ""))
+    if not skipped:
+        return 0
+    what = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
+    if allow_skip:
+        print(f"ropeexport: note: requested runtime(s) skipped (--allow-skip): {what}", file=sys.stderr)
+        return 0
+    print(
+        f"ropeexport: requested runtime(s) could not run here: {what}; exit {EXIT_SKIPPED} "
+        "(verified on the others; --allow-skip accepts this)",
+        file=sys.stderr,
+    )
+    return EXIT_SKIPPED

@@ -63,7 +63,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Verify and print the verdict (one line per artifact for a tree, then the index's path)."""
     from ropeexport.api import verify
-    from ropeexport.cli.build import skipped_exit, summary_line
+    from ropeexport.cli.build import summary_line
+    from ropeexport.cli.options import skipped_exit
 
     atol, rtol = tolerances(args)
     folder = Path(args.folder)

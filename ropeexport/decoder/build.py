@@ -18,8 +18,10 @@ from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import check_positions
 from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.errors import SpecError
+from ropeexport.forms import FORMS
 from ropeexport.hf import model_name, read_config
 from ropeexport.presets import get_preset
+from ropeexport.runtimes.capabilities import CAPABILITIES, runs
 
 __all__ = ["GROUPED", "DecoderRequest", "check_buildable", "resolve"]  # DecoderRequest: where it was first imported
 
@@ -88,9 +90,14 @@ def check_buildable(spec: DecoderSpec, request: DecoderRequest) -> None:
     too): room for every scenario in max_positions, memory for the weights (``decoder.memory``: the estimate against
     this machine's; ``request.eager``: with the transformers reference), a checkpoint's tokenizer files that read,
     and its tensors as the headers give them (``CheckpointWeights``: names, shapes, shards; values are checked as
-    read).
+    read); every runtime asked for runs the spec's form and weights (``runtimes.capabilities``).
     SpecError / CheckpointError name the field.
     """  # noqa: D205
+    for runtime in request.runtimes:
+        why = runs(runtime, spec.graph, spec.storage.format == "int4")
+        if why is not None:
+            forms = [f for f in CAPABILITIES[runtime].forms if FORMS[f].decoder]
+            raise SpecError("runtime", f"{why}; build a decoder for it with --graph {' or '.join(forms)}")
     given = request.max_positions is not None
     check_positions(spec, None if given else spec.sources.get("position.max_positions"))
     field = next((f for f in ("checkpoint", "hf_config", "config") if getattr(request, f) is not None), "preset")

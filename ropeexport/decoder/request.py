@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from ropeexport.decoder.spec import DTYPES, FORMS
 from ropeexport.errors import SpecError
+from ropeexport.runtimes.capabilities import CAPABILITIES
 from ropeexport.specs import require_bool, require_choice, require_int
 
 # The request's sources of a transformers config, in the order a conflict is reported (the first one given wins).
@@ -49,7 +50,10 @@ class DecoderRequest:
     - ``weight_format``: "" (default: the projections rounded once to ``dtype``) or "int4" (MatMulNBits blocks of
       ``block_size``, 0 = 32, ``symmetric`` (default True) or with a zero point per block, at ``accuracy_level``
       0-4, default 0: ``components.linear.WeightFormat``),
-    - ``eager``: also compare with the transformers reference (default True; its memory is counted first).
+    - ``eager``: also compare with the transformers reference (default True; its memory is counted first),
+    - ``runtimes``: what every scenario runs on (default ``("ort",)``: ONNX Runtime's CPU provider), by registry
+      name; each must run ``graph`` (its capability record, ``runtimes.capabilities``: a form it cannot run is
+      refused before anything is built, with why); one that cannot run here is skipped with the reason (exit 3).
 
     A bad value is one SpecError naming the field (``str(err)``: ``"dtype: must be one of fp32, fp16; got 'bf16'"``).
     Paths are kept as ``Path``s and integral numbers as ints. ``dataclasses.replace(request, dtype="fp16")`` is a
@@ -72,6 +76,7 @@ class DecoderRequest:
     accuracy_level: int = 0
     symmetric: bool = True
     eager: bool = True
+    runtimes: tuple[str, ...] = ("ort",)
 
     def __post_init__(self) -> None:
         given = [s for s in ("hf_config", "checkpoint", "config") if getattr(self, s) is not None]
@@ -101,6 +106,12 @@ class DecoderRequest:
             self._set(field, require_int(field, getattr(self, field), 0))
         for field in ("symmetric", "eager"):
             self._set(field, require_bool(field, getattr(self, field)))
+        runtimes = self.runtimes
+        if isinstance(runtimes, str) or not isinstance(runtimes, (list, tuple)) or not runtimes:
+            raise SpecError("runtimes", f"must be a list of runtimes ({', '.join(CAPABILITIES)}), got {runtimes!r}")
+        for name in runtimes:
+            require_choice("runtimes", name, tuple(CAPABILITIES))
+        self._set("runtimes", tuple(dict.fromkeys(runtimes)))
 
     def _set(self, field: str, value: object) -> None:
         object.__setattr__(self, field, value)  # frozen: normalised once, while it is being made

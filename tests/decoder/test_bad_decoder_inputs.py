@@ -194,7 +194,12 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("another spec flag", lambda t: [*_config(t), "--theta", "5"], "theta: is not read with --artifact decoder"),
     ("bf16", lambda t: [*_config(t), "--dtype", "bf16"], "dtype: must be one of fp32, fp16"),
     ("static-cache form", lambda t: [*_config(t), "--graph", "static-cache"], "graph: must be one of fused"),
-    ("another runtime", lambda t: [*_config(t), "--runtime", "trt"], "--runtime: is not read with --artifact decoder"),
+    # a runtime asked for must run the form and the weights (its capability record): refused before anything is built
+    ("a form the runtime does not run", lambda t: [*_config(t), "--runtime", "onnx-reference", "--graph", "gqa"],
+     "runtime: onnx-reference does not run the gqa form"),
+    ("int4 on a runtime without contrib ops", lambda t: [*_config(t), "--runtime", "trt", "--graph", "decomposed",
+                                                         "--weight-format", "int4"],
+     "runtime: trt does not run int4 weights"),
     ("a tolerance", lambda t: [*_config(t), "--atol", "1"], "--atol: is not read with --artifact decoder"),
     ("two artifacts", lambda t: [*_config(t), "--artifact", "block"], "artifact: decoder is built on its own"),
     ("two presets", lambda t: ["--preset", "llama-2-7b", "--preset", "mistral-7b"], "artifact: decoder takes one"),

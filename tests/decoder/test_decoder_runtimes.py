@@ -297,3 +297,32 @@ def test_a_report_from_before_several_runtimes_reads_as_orts() -> None:
                         {"name": "trt", "status": "verified", "scenarios": [{"name": "s"}]}],
            "scenarios": [{"name": "decode-64"}]}  # fmt: skip
     assert by_runtime(now) == {"ort": [{"name": "decode-64"}], "trt": [{"name": "s"}]}
+
+
+# A build for runtimes (``build --artifact decoder --runtime``): the form is --graph, else the first runtime's own
+# (``runtimes.capabilities``); every scenario runs on each runtime named; one that cannot run here is exit 3 with the
+# folder written and ORT's verdict. (flags, the form built, the exit, each runtime's status)
+BUILDS = [
+    (["--runtime", "onnx-reference"], "fused", 0, {"onnx-reference": "verified"}),
+    (["--runtime", "ort", "--runtime", "onnx-reference", "--graph", "decomposed"], "decomposed", 0,
+     {"ort": "verified", "onnx-reference": "verified"}),
+    (["--runtime", "trt"], "tensorrt", 3, {"trt": "skipped"}),
+    (["--runtime", "trt", "--allow-skip"], "tensorrt", 0, {"trt": "skipped"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "form", "code", "statuses"), BUILDS, ids=[" ".join(b[0]) for b in BUILDS])
+def test_a_build_for_runtimes_takes_their_form_and_runs_on_them(
+    flags: list[str], form: str, code: int, statuses: dict[str, str], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 1, "intermediate_size": 48, "vocab_size": 64, "max_position_embeddings": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    got, out, err = run(["build", "--hf-config", str(tmp_path / "config.json"), "--artifact", "decoder", "--no-eager",
+                         "--out", str(tmp_path / "out"), "--quiet", *flags], capsys)  # fmt: skip
+    assert got == code, err
+    folder = Path(out.strip().splitlines()[-1])
+    report = json.loads((folder / "report.json").read_text())
+    assert report["spec"]["graph"] == form and folder.name.endswith(form)
+    assert {r["name"]: r["status"] for r in report["runtimes"] if r["name"] in statuses} == statuses

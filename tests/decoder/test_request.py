@@ -87,6 +87,7 @@ FLAG_FIELDS = [
     (["--accuracy-level", "4"], "accuracy_level", 4),
     (["--no-symmetric"], "symmetric", False),
     (["--no-eager"], "eager", False),
+    (["--runtime", "onnx-reference"], "runtimes", ("onnx-reference",)),
 ]
 LIBRARY_ONLY = {"config"}
 
