@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -118,6 +119,11 @@ def first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | No
     """The first (sorted) dotted key whose value differs between two specs, or None when they are equal."""
     a, b = flat(old), flat(new)
     return next((k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)), None)
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write JSON in the mapping's own (reading) order: manifest.json, report.json."""
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def replace_reports(folder: Path, texts: Mapping[str, str]) -> None:
@@ -253,8 +259,6 @@ class Draft:
         goes to ``_failed/NAME`` instead (module doc), unless ``guard_verified`` is False (a report folder, which is
         replaced whatever it says).
         """
-        from ropeexport.report import write_json
-
         record = {"schema": MANIFEST_SCHEMA, "name": self.name} | dict(manifest)
         record["files"] = self.hash_files()
         write_json(self.path / MANIFEST, record)

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.audits.held import HeldWeights, NBits
 from ropeexport.audits.prove import ProofWeights
 from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.held import HeldWeights, NBits
 from ropeexport.decoder.oracle import Stored64
 from ropeexport.decoder.weights import LayerWeights
 from tests.decoder.test_planted import LLAMA

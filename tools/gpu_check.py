@@ -234,8 +234,8 @@ def trt_stage() -> dict[str, Any]:
     from ropeexport.families.rope.export import build_rope_graph
     from ropeexport.families.rope.plugin import build_rope_plugin_graph
     from ropeexport.graph.onnx_io import save_model
+    from ropeexport.runtimes.trt import TrtRunner
     from ropeexport.trt import plugin as trt_plugin
-    from ropeexport.trt.runner import TrtRunner
 
     stage: dict[str, Any] = {"status": "ran", "tensorrt": tensorrt.__version__, "artifacts": []}
     for dtype in CHECKED_DTYPES:

@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
 from ropeexport.errors import SpecError
-
-EXTERNAL = onnx.TensorProto.EXTERNAL
+from ropeexport.graph.initializers import EXTERNAL, check_external, nbytes
 
 
 def _tensors(graph: onnx.GraphProto, where: str) -> Iterator[tuple[onnx.TensorProto, str]]:
@@ -88,42 +86,6 @@ def external_files(path: Path) -> set[str]:
             for entry in tensor.external_data if entry.key == "location"}  # fmt: skip
 
 
-def _nbytes(tensor: onnx.TensorProto) -> int | None:
-    """Bytes the tensor's dims and type take (None: a type of no fixed width, strings)."""
-    try:
-        bits = ir.DataType(tensor.data_type).bitwidth
-    except (TypeError, ValueError):
-        return None
-    return math.ceil(math.prod(tensor.dims) * bits / 8)
-
-
-def _check_external(tensor: onnx.TensorProto, what: str, folder: Path) -> None:
-    entries = {entry.key: entry.value for entry in tensor.external_data}
-    location = entries.get("location", "")
-    where = (folder / location).resolve()
-    if not location or not where.is_relative_to(folder):
-        raise SpecError("model", f"{what} reads external data {location!r}, outside the model's folder "
-                        f"{str(folder)!r}: refused")  # fmt: skip
-    if not where.is_file():
-        raise SpecError("model", f"{what} reads external data {location!r}, which does not exist")
-    try:
-        offset, length = int(entries.get("offset", 0)), entries.get("length")
-        length = None if length is None else int(length)
-    except ValueError:
-        raise SpecError("model", f"{what} gives its external data an offset or length that is not a whole number "
-                        f"({entries.get('offset')!r}, {entries.get('length')!r})") from None  # fmt: skip
-    needed, size = _nbytes(tensor), where.stat().st_size
-    if needed is None:
-        raise SpecError("model", f"{what} keeps {onnx.TensorProto.DataType.Name(tensor.data_type)} values in external "
-                        "data, which have no fixed width: refused")  # fmt: skip
-    if offset < 0 or (length is not None and length != needed):
-        raise SpecError("model", f"{what} says its external data is {length} bytes at offset {offset}, but dims "
-                        f"{list(tensor.dims)} of its type take {needed} bytes: refused")  # fmt: skip
-    if offset + needed > size:
-        raise SpecError("model", f"{what} reads {needed} bytes at offset {offset} of {location!r}, which has {size}: "
-                        "refused")  # fmt: skip
-
-
 def load_model(path: Path, inline: bool = True) -> ir.Model:
     """``path`` as onnx-ir holds it, every tensor's external data checked first (module doc); with ``inline``, every
     call of a model-local function inlined for reading (``audits.functions``).
@@ -137,7 +99,7 @@ def load_model(path: Path, inline: bool = True) -> ir.Model:
     folder = path.resolve().parent
     for tensor, what in _every_tensor(proto):
         if tensor.data_location == EXTERNAL:
-            _check_external(tensor, what, folder)
+            check_external(tensor, what, folder)
     if inline:
         from ropeexport.audits.functions import inline as inline_functions
 
@@ -163,39 +125,6 @@ def materialize(model: ir.Model) -> None:
                 node.attributes[name] = ir.AttrTensor(name, ir.tensor(attr.value.numpy(), name=attr.value.name))
             elif attr.type == ir.AttributeType.TENSORS and any(isinstance(t, ir.ExternalTensor) for t in attr.value):
                 node.attributes[name] = ir.AttrTensors(name, [ir.tensor(t.numpy(), name=t.name) for t in attr.value])
-
-
-class Initializers(Mapping[str, np.ndarray]):
-    """The main graph's initializers of ``proto`` (an ``onnx.ModelProto``, its external data not loaded: ``folder``
-    holds it), each read when asked for and not kept (module doc).
-    """  # noqa: D205
-
-    def __init__(self, proto: onnx.ModelProto, folder: Path | None) -> None:
-        self._tensors = {t.name: t for t in proto.graph.initializer}
-        self.folder = folder
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        tensor = self._tensors[name]
-        if tensor.data_location != EXTERNAL:
-            return onnx.numpy_helper.to_array(tensor)
-        if self.folder is None:
-            raise SpecError("model", f"initializer {name!r} keeps its values in external data, and the model has no "
-                            "folder to read them from")  # fmt: skip
-        folder = self.folder.resolve()
-        _check_external(tensor, f"initializer {name!r}", folder)
-        copy = onnx.TensorProto()
-        copy.CopyFrom(tensor)  # the graph's own proto keeps no bytes: this copy holds them while they are used
-        onnx.external_data_helper.load_external_data_for_tensor(copy, str(folder))
-        return onnx.numpy_helper.to_array(copy)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tensors  # Mapping's own reads the tensor's data
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
 
 
 COPY_BLOCK = 64 * 2**20  # bytes of a tensor copied at once from one data file to another
@@ -317,7 +246,7 @@ def _skeleton(path: Path) -> onnx.ModelProto:
     declared = {i.name for i in graph.input}
     kept = []
     for tensor in graph.initializer:
-        if _nbytes(tensor) is None or (_nbytes(tensor) or 0) <= SKELETON_BYTES or not _fits(tensor):
+        if nbytes(tensor) is None or (nbytes(tensor) or 0) <= SKELETON_BYTES or not _fits(tensor):
             kept.append(tensor)
         elif tensor.name not in declared:
             graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
@@ -329,15 +258,15 @@ def _skeleton(path: Path) -> onnx.ModelProto:
     for tensor, what in _every_tensor(proto):
         if tensor.data_location != EXTERNAL:
             continue
-        if (_nbytes(tensor) or 0) <= SKELETON_BYTES:
-            _check_external(tensor, what, folder)  # load_model has; a caller that did not is not read outside
+        if (nbytes(tensor) or 0) <= SKELETON_BYTES:
+            check_external(tensor, what, folder)  # load_model has; a caller that did not is not read outside
             onnx.external_data_helper.load_external_data_for_tensor(tensor, str(folder))
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
             continue
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
-        tensor.raw_data = bytes(_nbytes(tensor) or 0)
+        tensor.raw_data = bytes(nbytes(tensor) or 0)
     return proto
 
 
@@ -346,7 +275,7 @@ def _fits(tensor: onnx.TensorProto) -> bool:
     if tensor.data_location == EXTERNAL:
         return True
     if tensor.HasField("raw_data"):
-        return len(tensor.raw_data) == _nbytes(tensor)
+        return len(tensor.raw_data) == nbytes(tensor)
     typed = (tensor.float_data, tensor.int32_data, tensor.int64_data, tensor.double_data, tensor.uint64_data)
     return sum(len(field) for field in typed) == math.prod(tensor.dims)
 

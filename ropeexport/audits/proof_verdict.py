@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audits.held import HeldWeights
+from ropeexport.decoder.held import HeldWeights
 from ropeexport.report.words import error
 
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audits.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.audits.proof_verdict import judge_call, outside, source_words, verdict
+from ropeexport.decoder.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
 

@@ -208,7 +208,7 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     start = time.perf_counter()
     stored: Mapping[str, Any] | None = None
     if formats.quantized:  # the int4 projections read back from the model (what it multiplies by), not re-packed
-        from ropeexport.audits.held import held_weights
+        from ropeexport.decoder.held import held_weights
 
         stored, _ = held_weights(onnx.load(model_path, load_external_data=False), spec, model_path.parent)
     names = runtimes or ["ort"]

@@ -74,7 +74,7 @@ class Stored64(Mapping[str, np.ndarray]):
         # A tied head stored in int4 (``parts.head_name``) is a weight of its own here: the embedding's transpose as
         # the weight format stores it.
         self.derived = spec.tie_embeddings and head_name(spec) == "lm_head" and "lm_head" not in weights
-        # ``held``: projections read back from the written model (``audits.held.held_weights``: int4 dequantized as
+        # ``held``: projections read back from the written model (``decoder.held.held_weights``: int4 dequantized as
         # stored), the same values ``read64`` makes from the checkpoint without quantizing each weight again: what
         # makes a real-size int4 model's truth take minutes, not hours.
         self.held = held if held is not None else {}

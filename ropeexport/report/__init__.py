@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ropeexport.store import write_json
 from ropeexport.verification.core import Verification
 
 REPORT_SCHEMA = "ropeexport.report/2"
@@ -88,11 +89,6 @@ def report_dict(
         "environment": environment(versions),
         "model": model or {},
     }
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON in the dict's own (reading) order."""
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def failed_page(report: dict[str, Any], name: str, exc: Exception) -> str:

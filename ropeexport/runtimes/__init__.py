@@ -27,7 +27,7 @@ def _reference(path: Path, cpu_only: bool) -> Runner:
 
 
 def _trt(path: Path, cpu_only: bool) -> Runner:
-    from ropeexport.trt.runner import TrtRunner
+    from ropeexport.runtimes.trt import TrtRunner
 
     return TrtRunner(path)  # named on purpose: TensorRT is a GPU runtime, cpu_only is no choice it has
 

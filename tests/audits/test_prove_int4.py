@@ -160,7 +160,7 @@ def test_the_builders_tied_int4_embedding_is_read_from_its_table(tmp_path: Path,
     checkpoint's embedding instead (the table not read, as before) it was NOT proven, departing at the embedding. A
     wrong scale planted in the table (the head's own left right) is caught: the tied recompute cannot match both.
     """  # noqa: D205
-    import ropeexport.audits.held as held_module
+    import ropeexport.decoder.held as held_module
     from ropeexport.audits.prove import DecoderProof
 
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the builder")

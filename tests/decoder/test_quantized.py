@@ -246,8 +246,8 @@ def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict,
     # The verification takes each projection from the written model (held_weights), not quantized again from the
     # checkpoint: the same float64 values, bit for bit, for every projection and every layout (q | k | v and
     # gate | up packed, lm_head, block sizes, zero points), and a tied embedding from its GatherBlockQuantized table.
-    from ropeexport.audits.held import held_weights
     from ropeexport.decoder.checkpoint import CheckpointWeights
+    from ropeexport.decoder.held import held_weights
     from ropeexport.decoder.oracle import Stored64
     from ropeexport.decoder.spec import DecoderSpec
 

@@ -14,7 +14,7 @@ from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.runtimes import open_runner
-from ropeexport.trt.runner import PAIR_DIM_CAP, profile_shapes
+from ropeexport.runtimes.trt import PAIR_DIM_CAP, profile_shapes
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
 

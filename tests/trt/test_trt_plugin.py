@@ -259,7 +259,7 @@ def test_plugin_is_in_tensorrt_registry() -> None:
 )
 def test_plugin_engine_matches_eager(layout: str, scaling: str, dtype: str, tmp_path: Path) -> None:
     _skip_if_interpreted()
-    from ropeexport.trt.runner import TrtRunner
+    from ropeexport.runtimes.trt import TrtRunner
 
     trt_plugin.register()
     spec = RopeSpec(**small_spec(layout=layout, scaling=scaling, dtype=dtype))

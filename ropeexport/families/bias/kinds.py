@@ -26,7 +26,7 @@ from ropeexport.families.bias.probes import (
     pair_curve,
 )
 from ropeexport.kinds import ArtifactKind, Feeds, Positions
-from ropeexport.verification.properties import shift_invariance
+from ropeexport.properties import shift_invariance
 
 OUTPUTS = {"bias": "attention_bias", "scores": "scores", "attention": "output"}
 SUMMARIES = {

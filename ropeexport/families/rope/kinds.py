@@ -10,7 +10,7 @@ from ropeexport.families.rope.plugin import build_rope_plugin_graph
 from ropeexport.families.rope.positions import POSITIONS
 from ropeexport.families.rope.properties import regime, rope_properties
 from ropeexport.kinds import ArtifactKind
-from ropeexport.verification.properties import shift_invariance
+from ropeexport.properties import shift_invariance
 
 KINDS = {
     "rope": ArtifactKind(

@@ -18,7 +18,7 @@ import numpy as np
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.kinds import Infers
-from ropeexport.verification.properties import close as _close
+from ropeexport.properties import close as _close
 
 DECAY_POINTS = 512  # distances sampled for the decay curve (log-spaced, plus 0..63)
 

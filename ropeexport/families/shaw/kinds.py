@@ -7,7 +7,7 @@ from ropeexport.families.shaw import oracle as o
 from ropeexport.families.shaw import probes as v
 from ropeexport.families.shaw.export import build_shaw_attention_graph, build_shaw_scores_graph
 from ropeexport.kinds import ArtifactKind
-from ropeexport.verification.properties import shift_invariance
+from ropeexport.properties import shift_invariance
 
 KINDS = {
     "scores": ArtifactKind(

@@ -7,7 +7,7 @@ from ropeexport.families.transformer_xl import oracle as o
 from ropeexport.families.transformer_xl import probes as v
 from ropeexport.families.transformer_xl.export import build_transformer_xl_scores_graph
 from ropeexport.kinds import ArtifactKind
-from ropeexport.verification.properties import shift_invariance
+from ropeexport.properties import shift_invariance
 
 KINDS = {
     "scores": ArtifactKind(

@@ -4,8 +4,9 @@
 ``audit.prove`` takes them from the model itself where it can (onnxruntime-genai's ``-p int4``, ropeexport's
 ``weight_format="int4"``): the model is judged on its own terms, not by its int4 rounding against the checkpoint.
 Their layer and projection come from their names; each is dequantized exactly (``components.linear.dequantize``)
-when asked for, from the model's initializers read one at a time (``audits.model.Initializers``): a model's weights
-are never held whole.
+when asked for, from the model's initializers read one at a time (``graph.initializers.Initializers``): a model's
+weights are never held whole. One home for the proof (``audits.prove``) and a decoder's verification
+(``decoder.kind``), below both.
 
 The embedding: the builder's int4 model of a checkpoint with tied embeddings (``shared_embeddings``, its default for
 ``tie_word_embeddings``) gathers its token rows from the LM head's own packed weight, reshaped to [vocab, bytes]
@@ -26,7 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.decoder.parts import head_name
+from ropeexport.decoder.weights import expected, geometry
 from ropeexport.errors import SpecError
+from ropeexport.graph.initializers import Initializers
 
 # A MatMulNBits weight's layer and projection in its name: onnxruntime-genai's ``model.layers.3.attn.qkv_proj.MatMul.
 # weight_Q4`` or ropeexport's ``layers.3/block/qkv_proj_Q4``, ``layers.3.gate_up_proj_Q4``.
@@ -234,10 +238,6 @@ def held_weights(model: Any, spec: Any, folder: Path | None = None) -> tuple[Hel
     the MatMulNBits (0 when there are none). SpecError when one's shape is not the checkpoint's (told from the
     attributes and the initializers' shapes: nothing is read).
     """  # noqa: D205
-    from ropeexport.audits.model import Initializers
-    from ropeexport.decoder.parts import head_name
-    from ropeexport.decoder.weights import expected, geometry
-
     shapes = expected(spec)
     if head_name(spec) == "lm_head":  # a tied head stored in int4: the embedding's transpose, a projection of its own
         shapes.setdefault("lm_head", (spec.hidden_size, spec.vocab_size))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.kinds import Feeds, Infers, Probe
-from ropeexport.verification.compare import TOLERANCES
+from ropeexport.tolerances import TOLERANCES
 
 
 def close(a: np.ndarray, b: np.ndarray, dtype: str, scale: float = 1.0) -> tuple[bool, float]:
