@@ -27,7 +27,8 @@ from ropeexport.positions import ONE_AXIS, PositionInputs
 from ropeexport.runtimes.ort import OrtRunner
 
 CONFIG = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "num_hidden_layers": 4, "intermediate_size": 96, "vocab_size": 96, "max_position_embeddings": 512}  # fmt: skip
+          "num_hidden_layers": 4, "intermediate_size": 96, "vocab_size": 96,
+          "max_position_embeddings": 512}  # fmt: skip
 LOCAL = {"attention": "sliding", "window": 8}
 
 
