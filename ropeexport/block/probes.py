@@ -21,6 +21,7 @@ import numpy as np
 
 from ropeexport.block.projections import hidden_size, kv_heads
 from ropeexport.dtypes import DTYPES
+from ropeexport.forms import FORMS
 from ropeexport.kinds import Feeds, Probe
 from ropeexport.tolerances import TOLERANCES, Tolerance
 
@@ -39,7 +40,7 @@ def _static(spec: Any, probes: list[Probe]) -> list[Probe]:
 
     Plus ``ragged-cache-decode``: rows holding 2, 5 and 9 tokens in one batch (a server's rows differ in length).
     """
-    if spec.graph != "static-cache":
+    if not FORMS[spec.graph].static:
         return probes
     out = []
     for p in probes:
@@ -127,7 +128,7 @@ def block_feeds(spec: Any, probe: Probe, rng: np.random.Generator) -> Feeds:
     """
     pos = probe.positions["position_ids"]
     b, s = pos.shape
-    static = spec.graph == "static-cache"
+    static = FORMS[spec.graph].static
     mask = probe.extras.get("attention_mask", np.ones((b, s + (STATIC_SPARE if static else 0)), np.int64))
     dtype = DTYPES[spec.dtype].np_dtype
 
