@@ -123,8 +123,8 @@ def test_a_block_quantized_table_is_read_as_onnx_runtime_gathers_it(width: int, 
     """``held.BlockTable`` against ORT's own GatherBlockQuantized on every row: the same values, bit for bit."""
     import onnxruntime as ort
 
-    from ropeexport.audits.model import Initializers
     from ropeexport.audits.prove import block_tables
+    from ropeexport.graph.initializers import Initializers
 
     rows = 24
     model = _table_model(width, block, zero, dtype, reshaped, rows)

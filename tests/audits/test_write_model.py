@@ -15,8 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ropeexport.audits import model as audit_model
-from ropeexport.audits.model import Initializers, load_model, write_model
+from ropeexport.audits.model import load_model, write_model
 from ropeexport.errors import SpecError
+from ropeexport.graph.initializers import Initializers
 
 
 def _source(folder: Path, threshold: int) -> Path:
