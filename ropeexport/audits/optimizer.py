@@ -172,11 +172,21 @@ def _matched(before: list[Rotation], after: list[Rotation]) -> list[tuple[Rotati
     has none after. A rotation after that none before became is alone.
     """  # noqa: D205
     pairs: list[tuple[Rotation | None, Rotation | None]] = []
-    for old in before:
-        same = next((new for new in after if new.kind == old.kind), after[0] if after else None)
-        pairs.append((old, same))
-    used = {id(new) for _, new in pairs}
+    used: set[int] = set()
+    for old in before:  # one not yet taken first, then of the same kind, then with the same tables, then in order
+        ranked = sorted(after, key=lambda new: (id(new) in used, new.kind != old.kind, not _same_tables(old, new)))
+        chosen = ranked[0] if ranked else None
+        used |= {id(chosen)} if chosen is not None else set()
+        pairs.append((old, chosen))
     return pairs + [(None, new) for new in after if id(new) not in used]
+
+
+def _same_tables(old: Rotation, new: Rotation) -> bool:
+    """Both rotations' tables are constants of the same values."""
+    if old.cos is None or new.cos is None or old.sin is None or new.sin is None:
+        return False
+    same = old.cos.shape == new.cos.shape and old.sin.shape == new.sin.shape
+    return same and bool(np.array_equal(old.cos, new.cos) and np.array_equal(old.sin, new.sin))
 
 
 def _table_change(old: Rotation, new: Rotation) -> str | None:

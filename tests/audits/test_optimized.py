@@ -291,9 +291,11 @@ def test_verify_says_what_the_optimizer_did(seeded_decoder: Path, tmp_path: Path
     assert code == 0 and "optimizer (level all, CPU provider): no rotation changed" in out, out
     stored = json.loads((decoder / "report.json").read_text())["optimizer"]
     assert stored["checked"] and not stored["changed"] and stored["sites_before"] >= stored["sites_after"] >= 1
-    built = rx.build(rx.spec("rope", max_positions=256), tmp_path / "enc")  # an encoding artifact's verify too
-    verified = rx.verify(built.path)
-    assert verified[0].report["optimizer"]["checked"], verified[0].report["optimizer"]
+    # an encoding artifact's verify too: rotated queries and keys, two sites whose readers name no layer
+    built = rx.build(rx.spec("rope", artifact="scores", max_positions=256), tmp_path / "enc")
+    said = rx.verify(built.path)[0].report["optimizer"]
+    assert said["checked"] and not said["changed"], said
+    assert said["text"].endswith("no rotation changed (2 rotary sites -> 2)"), said["text"]
 
 
 def test_verify_names_another_rotation_and_leaves_a_large_model(tmp_path: Path,
