@@ -94,6 +94,15 @@ def _worst(report: Mapping[str, Any], key: str) -> dict[str, float | None]:
     return worst
 
 
+def optimizer_check(model: Path) -> dict[str, Any]:
+    """What ONNX Runtime's optimizer (level all, CPU provider) did to the model's rotations (``audits.optimizer.check``:
+    the line ``verify`` prints); the probes above ran that optimized graph, as every ONNX Runtime session does.
+    """  # noqa: D205
+    from ropeexport.audits.optimizer import check
+
+    return check(model)
+
+
 def folder_bytes(folder: Path, names: Any) -> dict[str, int]:
     """{"model": bytes of the listed model.* files present (model.onnx, its .data, an engine), "folder": every file}."""
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -173,6 +182,7 @@ class EncodingKind(Kind):
         """Every probe again on this machine's runtimes."""
         verification, facts = self._run(spec, self.kind_for_manifest(spec, manifest), folder, stage)
         report = report_dict(spec, verification, versions(), dict(manifest["files"]), facts)
+        report["optimizer"] = optimizer_check(folder / "model.onnx")  # what the runtime's rewrite did to rotations
         return Outcome(verification.passed, report)
 
     def renderers(self) -> dict[str, Renderer]:

@@ -23,19 +23,25 @@ def audit(
     spec_file: str | Path | None = None,
     effects: bool = True,
     fail_on: str = "minor",
+    optimized: str | None = None,
+    optimized_model: str | Path | None = None,
 ) -> AuditResult:
     """Every rotary site of a foreign ONNX ``model`` against the encoding of the layers that read it at every
     position (``ropeexport.audits``): ``hf_config``'s (a transformers config.json), or ``spec_file``'s (a position
     spec, per layer where they differ; exactly one of the two); each finding's effect on the logits measured unless
     ``effects`` is False (it runs the model twice per finding: ``{"not_measured": "not asked"}`` instead); with
     ``out``, audit.json, audit.md, audit.html written there. An ``AuditResult``, its ``gate`` at ``fail_on`` (advice).
+    ``optimized`` (``basic``, ``extended`` or ``all``, ONNX Runtime's default): the graph ONNX Runtime's CPU provider
+    runs at that level audited too, with what its optimizer did to each rotation (``result.optimized``); or
+    ``optimized_model``: such a graph saved elsewhere (a GPU provider's session), audited in its place.
     """  # noqa: D205
     from ropeexport.audits.core import audit as _audit
     from ropeexport.audits.core import write
 
     config = None if hf_config is None else _path(hf_config, "hf_config")
     spec = None if spec_file is None else _path(spec_file, "spec_file")
-    result = _audit(_path(model, "model"), config, threads, spec, effects, fail_on)
+    given = None if optimized_model is None else _path(optimized_model, "optimized_model")
+    result = _audit(_path(model, "model"), config, threads, spec, effects, fail_on, optimized, given)
     if out is not None:
         write(result, _path(out, "out_dir"))
     return result

@@ -24,6 +24,7 @@ from ropeexport.audits.diagnose import compare, finding
 from ropeexport.audits.layers import Encodings, describe, layer_finding
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
 from ropeexport.audits.patterns import Site, SiteKind, pattern_of
+from ropeexport.audits.patterns.base import attr
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import probe_lengths
 
@@ -148,10 +149,16 @@ def pairing(site: Site, spec: Any) -> dict[str, str] | None:
     if attribute is None or site.interleaved is None or spec.layout not in ("half", "interleaved"):
         return None
     want = spec.layout == "interleaved"
-    if site.interleaved == want:
+    # each reader says its own pairing: readers of one table that disagree (an optimizer's fusion that dropped the
+    # attribute, beside a reader that kept it) are judged by the ones that pair otherwise than the config
+    said = [(r.name or r.op_type, bool(attr(r, attribute))) for r in site.readers] or [("", bool(site.interleaved))]
+    wrong = [name for name, interleaved in said if interleaved != want]
+    if not wrong:
         return None
-    return finding("pairing", f"channels paired as {_PAIRS[site.interleaved]} ({attribute}="
-                   f"{int(site.interleaved)}) where the config pairs {_PAIRS[want]}")  # fmt: skip
+    named = ", ".join(repr(n) for n in wrong[:3]) + (" .." if len(wrong) > 3 else "")
+    some = "" if len(wrong) == len(said) else f" in {len(wrong)} of its {len(said)} readers ({named})"
+    return finding("pairing", f"channels paired as {_PAIRS[not want]} ({attribute}={int(not want)}){some} where the "
+                   f"config pairs {_PAIRS[want]}")  # fmt: skip
 
 
 def _partial(spec: Any, seen: int) -> dict[str, str] | None:

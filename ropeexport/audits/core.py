@@ -42,11 +42,15 @@ class AuditResult:
     findings: list[JsonObject] = field(default_factory=list)  # the model's findings, by their effect (``merge``)
     source: str = "hf_config"  # what ``config`` is: a transformers config, or a ``spec_file``
     fail_on: str = "minor"  # the gate's level (``advice.fails``)
+    optimized: JsonObject | None = None  # ONNX Runtime's optimized graph audited too (``audits.optimized``), if asked
 
     @property
     def verdict(self) -> str:
-        """``exact`` when every site is exact to its dtype and the model has no finding, else ``findings``."""
-        return "exact" if all(s["exact"] for s in self.sites) and not self.findings else "findings"
+        """``exact`` when every site is exact to its dtype and the model has no finding (nor its optimized graph, when
+        audited), else ``findings``.
+        """  # noqa: D205
+        optimized = self.optimized is None or self.optimized["verdict"] == "exact"
+        return "exact" if all(s["exact"] for s in self.sites) and not self.findings and optimized else "findings"
 
     @property
     def gate(self) -> JsonObject:
@@ -59,16 +63,23 @@ class AuditResult:
         level = lambda f: (f.get("severity") or {}).get("level", "unmeasured")  # noqa: E731
         failing = [f for f in self.findings if fails(level(f), self.fail_on)]
         passing = [f for f in self.findings if not fails(level(f), self.fail_on)]
-        unweighed = self.verdict != "exact" and not self.findings  # never passed for want of a finding
-        return {"fail_on": self.fail_on, "passed": not failing and not unweighed,
-                "failing": [{"name": f["name"], "level": level(f)} for f in failing],
-                "passing": [{"name": f["name"], "level": level(f)} for f in passing]}  # fmt: skip
+        unweighed = not all(s["exact"] for s in self.sites) and not self.findings  # never passed for want of one
+        failed = [{"name": f["name"], "level": level(f)} for f in failing]
+        passed = [{"name": f["name"], "level": level(f)} for f in passing]
+        ok = not failing and not unweighed
+        if self.optimized is not None:  # the optimized graph's gate, its findings marked as its own
+            inner = self.optimized["gate"]
+            ok = ok and bool(inner["passed"])
+            failed += [f | {"graph": "optimized"} for f in inner["failing"]]
+            passed += [f | {"graph": "optimized"} for f in inner["passing"]]
+        return {"fail_on": self.fail_on, "passed": ok, "failing": failed, "passing": passed}
 
     def to_dict(self) -> dict[str, object]:
         """audit.json's content."""
-        return {"ropeexport_version": __version__, "model": self.model, self.source: self.config,
-                "verdict": self.verdict, "gate": self.gate, "spec": self.spec, "layers": self.layers,
-                "findings": self.findings, "sites": self.sites}  # fmt: skip
+        out: dict[str, object] = {"ropeexport_version": __version__, "model": self.model, self.source: self.config,
+                                  "verdict": self.verdict, "gate": self.gate, "spec": self.spec,
+                                  "layers": self.layers, "findings": self.findings, "sites": self.sites}  # fmt: skip
+        return out if self.optimized is None else out | {"optimized": self.optimized}
 
     def markdown(self) -> str:
         """The report as Markdown: the verdict, then one section per site."""
@@ -122,6 +133,13 @@ class AuditResult:
                     lines.append(f"| {p['length']} | {p['rows']} | {error(p['max_abs'])} | {p['position']} | {factor} "
                                  f"| {'yes' if p['exact'] else 'no'} |")  # fmt: skip
             lines.append("")
+        if self.optimized is not None:  # what the optimizer did, then its graph's report, one heading level down
+            from ropeexport.audits.optimized import section
+
+            inner = AuditResult(self.optimized["model"] or "(ONNX Runtime's optimized graph)", self.config, spec,
+                                self.optimized["sites"], self.layers, self.optimized["findings"], self.source,
+                                self.fail_on).markdown().split("\n")  # fmt: skip
+            lines += section(self.optimized) + [f"#{line}" if line.startswith("#") else line for line in inner[4:]]
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -162,6 +180,10 @@ class AuditResult:
             data = base64.b64encode(png).decode("ascii")
             parts.append(f"<figure><img alt='worst error against position, site {i}' "
                          f"src='data:image/png;base64,{data}'></figure>")  # fmt: skip
+        if self.optimized is not None:
+            from ropeexport.audits.optimized import html
+
+            parts.append(html(self.optimized))
         return "".join(parts) + "</body></html>\n"
 
 
@@ -200,15 +222,19 @@ def _describe(spec: dict[str, Any]) -> str:
 
 
 def audit(model: str | Path, hf_config: str | Path | None = None, threads: int = 2,
-          spec_file: str | Path | None = None, effects: bool = True,
-          fail_on: str = "minor") -> AuditResult:  # fmt: skip
+          spec_file: str | Path | None = None, effects: bool = True, fail_on: str = "minor",
+          optimized: str | None = None, optimized_model: str | Path | None = None) -> AuditResult:  # fmt: skip
     """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) or ``spec_file`` (a position
     spec, per layer where they differ: ``audits.layers``) (module doc); ``effects``: each finding's effect on the
-    logits measured (``audits.effect``); ``fail_on``: the level the result's gate fails at (``advice.fails``).
+    logits measured (``audits.effect``); ``fail_on``: the level the result's gate fails at (``advice.fails``);
+    ``optimized`` (a level: basic, extended, all) or ``optimized_model`` (a graph ONNX Runtime saved elsewhere): that
+    optimized graph audited too (``audits.optimized``).
     """  # noqa: D205
     from ropeexport.audits.advice import check_fail_on
+    from ropeexport.audits.optimized import check_request
 
     check_fail_on(fail_on)
+    check_request(optimized, optimized_model)
     path = Path(model)
     graph = load_model(path)
     encodings = encodings_for(hf_config, spec_file, graph)
@@ -252,6 +278,12 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     from ropeexport.audits.advice import advise
 
     advise(result.findings, result.sites, result.model, result.config, source)
+    if optimized is not None or optimized_model is not None:
+        from ropeexport.audits.optimized import attach
+
+        given = None if optimized_model is None else Path(optimized_model)
+        again = lambda p: audit(p, hf_config, threads, spec_file, effects, fail_on)  # noqa: E731
+        result.optimized = attach(path, optimized, given, again, threads, result.findings, encodings)
     return result
 
 

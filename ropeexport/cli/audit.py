@@ -21,6 +21,16 @@ key position's bias against the paper's slopes for the config's head count.
 A site that cannot be checked is a finding, never skipped: values that change with a Loop's iteration, a call length
 the model refuses (checked at the longest it takes), a GroupQueryAttention ONNX Runtime will not run with its caches.
 
+What runs is not what was exported: an ONNX Runtime session rewrites the graph before it runs it. --optimized
+[LEVEL] (basic, extended or all; all by default, ONNX Runtime's own default) saves the graph its CPU provider builds
+at that level and audits it too, like any model, saying per layer what the optimizer did to each rotation: nothing,
+a new form of the same rotation (a RotaryEmbedding fused into GroupQueryAttention's do_rotary, a pattern fused into
+RotaryEmbedding, tables folded into constants, identical sites merged), or another rotation (channels paired
+otherwise, another width, other table values, a layer left unrotated). A GPU provider's fusions are not seen here:
+a graph such a session saved (optimized_model_filepath) is audited with --optimized-model FILE. The verdict is exact
+only when both graphs are, and the gate fails when either's does; a finding only the optimized graph has is the
+optimizer's, and says what to do about it.
+
 A CI gate: --fail-on LEVEL (harmless, minor or wrong; default minor) exits 1 on a finding of that level or above,
 and on one whose effect is unmeasured (--no-effects, or a model the effect's call cannot run); a model whose findings
 all lie below it exits 0 and says so. audit.json carries each finding's level (severity.level) and the gate (gate:
@@ -31,7 +41,8 @@ unmeasured, 2 bad input (not an ONNX file, no rotary site, a config that does no
 outside the model's folder or not fitting its file, a model ONNX Runtime refuses to load, a place the audit does not
 read: a model-local function it cannot inline, an operator's built-in rotary other than GroupQueryAttention's; a
 max_positions too few for the rows compared to tell the config's schedule from one with theta or factor 1% off, in the
-dtype the tables are stored in: the line says the fewest).
+dtype the tables are stored in: the line says the fewest; with --optimized, an optimized graph ONNX Runtime will not
+build or the audit cannot read, named as that graph).
 
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
@@ -40,6 +51,8 @@ Examples:
   ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
   ropeexport audit big/model.onnx --hf-config big/config.json --no-effects
   ropeexport audit llama/model.onnx --hf-config llama/config.json --fail-on wrong
+  ropeexport audit gptj/model.onnx --hf-config gptj/config.json --optimized
+  ropeexport audit gptj/model.onnx --hf-config gptj/config.json --optimized-model gptj-cuda-optimized.onnx
 
 """
 
@@ -71,6 +84,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fail-on", choices=["harmless", "minor", "wrong"], default="minor",
                    help="exit 1 on a finding of this level or above, or of unmeasured effect (default minor: any "
                    "finding beyond the tolerance; harmless ones exit 0 and say so)")  # fmt: skip
+    runs = p.add_mutually_exclusive_group()
+    runs.add_argument("--optimized", nargs="?", const="all", choices=["basic", "extended", "all"], metavar="LEVEL",
+                      help="audit the graph ONNX Runtime runs too: its CPU provider's optimized graph at LEVEL (basic, "
+                      "extended or all; default all, ONNX Runtime's own default), and say per layer what the "
+                      "optimizer did to each rotation")  # fmt: skip
+    runs.add_argument("--optimized-model", metavar="FILE", help="audit this optimized graph too, saved elsewhere by "
+                      "an ONNX Runtime session (optimized_model_filepath; a GPU provider's fusions are seen only "
+                      "there)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from ropeexport.audits.core import inside
 
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
-                   fail_on=args.fail_on)  # fmt: skip
+                   fail_on=args.fail_on, optimized=args.optimized, optimized_model=args.optimized_model)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -98,11 +119,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"    - {found['text']}")
             print(f"      {found['severity']['level']}: {found['severity']['text']}")
             print(f"      next: {found['next']['text']}")
+        if result.optimized is not None:
+            from ropeexport.audits.optimized import lines
+
+            print("\n".join(lines(result.optimized)))
         gate = result.gate
-        if result.findings and gate["passed"]:
+        findings = result.findings or (result.optimized or {}).get("findings")
+        if findings and gate["passed"]:
             print(f"  gate (--fail-on {gate['fail_on']}): passed, every finding below {gate['fail_on']} "
                   f"({', '.join(f['level'] for f in gate['passing'])}): exit 0")  # fmt: skip
-        elif result.findings:
-            failing = ", ".join(f"{f['name']} ({f['level']})" for f in gate["failing"])
+        elif findings:
+            failing = ", ".join(f"{f['name']} ({f['level']}{', optimized graph' if f.get('graph') else ''})"
+                                for f in gate["failing"])
             print(f"  gate (--fail-on {gate['fail_on']}): failed on {failing}")
     return 0 if result.gate["passed"] else 1

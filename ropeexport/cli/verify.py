@@ -20,6 +20,12 @@ evaluator, is an independent second runtime for small decoders; it has no kernel
 
   ropeexport verify ropeexport-out/my-llama-decoder-fp32-fused --runtime ort --runtime onnx-reference
 
+Every artifact's line is followed by one saying what ONNX Runtime's optimizer (level all, its default, on the CPU
+provider) did to its rotations: nothing, a new form for the same rotation (a fusion, tables folded), or another
+rotation (channels paired otherwise, another width, other table values, a layer left unrotated); the probes ran that
+optimized graph, as every ONNX Runtime session does. report.json keeps it (optimizer); it does not change the
+verdict. A model whose folder holds over 1 GiB is not optimized here: `ropeexport audit --optimized` checks it.
+
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
 but a runtime named with --runtime could not run here (--allow-skip accepts that).
 
@@ -75,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
             print(decoder_summary_line(result, seconds))
         else:
             print(summary_line(result.report, result.path, seconds))
+        optimizer = result.report.get("optimizer")
+        if isinstance(optimizer, dict) and optimizer.get("text"):
+            print(f"  {optimizer['text']}")
 
     # the raw text: "" is an error, not "."
     results = verify(args.folder, args.runtime, atol, rtol, on_done=done, on_scenario=scenario_line)

@@ -42,7 +42,7 @@ from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.decoder.verify import tolerance, verify_decoder
 from ropeexport.decoder.weights import describe, seeded_weights
-from ropeexport.encoding import folder_bytes, interface
+from ropeexport.encoding import folder_bytes, interface, optimizer_check
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import sha256
 from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, VerifyResult, stored_report, versions
@@ -364,6 +364,7 @@ class DecoderKind(Kind):
         report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown, stage,
                                self.runtimes)  # fmt: skip
         report["files"] = {k: v for k, v in manifest["files"].items() if k != RECORD}
+        report["optimizer"] = optimizer_check(folder / "model.onnx")  # what ONNX Runtime's rewrite did to rotations
         return Outcome(bool(report["passed"]), report)
 
     def result(self, verified: VerifyResult) -> DecoderVerifyResult:

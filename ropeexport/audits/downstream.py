@@ -1,0 +1,39 @@
+"""Where a value goes: the nodes that compute with it, past the nodes that only carry it.
+
+A table lookup one layer's nodes made may serve every layer: ONNX Runtime's optimizer merges identical subexpressions
+(common subexpression elimination, on at every level from ``basic``), so in the graph it runs, ropeexport's decomposed
+decoder looks each table up once, with layer 0's Gather, and every layer's rotation multiplies by that lookup. Which
+layers read the site is then said by the nodes the lookup reaches, not by the lookup's own name
+(``layers.site_layers``).
+"""  # noqa: D205
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import onnx_ir as ir
+
+from ropeexport.audits.patterns.base import is_constant
+from ropeexport.audits.patterns.computed import CARRIERS
+
+
+def consumers(values: Iterable[ir.Value | None]) -> list[ir.Node]:
+    """The nodes using ``values``, each followed forward through carrier nodes (``patterns.computed.CARRIERS``: one
+    data input, the others constants or shapes) to the nodes that compute with it, in the order first met.
+    """  # noqa: D205
+    found: dict[int, ir.Node] = {}
+    seen: set[int] = set()
+    stack = [v for v in values if v is not None]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        for use in value.uses():
+            node = use.node
+            others = [v for i, v in enumerate(node.inputs) if i != use.idx]
+            if node.op_type in CARRIERS and all(is_constant(v) for v in others):
+                stack.extend(node.outputs)
+            else:
+                found.setdefault(id(node), node)
+    return list(found.values())
