@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ropeexport.audits.optimizer import check
 from ropeexport.decoder.kind import DecoderKind
 from ropeexport.decoder.layer import LayerBlockKind
 from ropeexport.encoding import EncodingKind
@@ -29,9 +30,11 @@ def kinds(**settings: Any) -> list[Kind]:
     """  # noqa: D205
     encoding = {k: v for k, v in settings.items() if k in ("runtimes", "atol", "rtol")}
     decoder = {k: v for k, v in settings.items() if k in ("runtimes", "eager", "on_scenario")}
-    return [LayerBlockKind(**encoding), DecoderKind(eager=decoder.get("eager"), on_scenario=decoder.get("on_scenario"),
-                                                    runtimes=decoder.get("runtimes") or ["ort"]),
-            EncodingKind(**encoding)]  # fmt: skip
+    # every verify says what ONNX Runtime's optimizer did to the rotations: the audit's reading, handed down
+    return [LayerBlockKind(**encoding, optimizer=check),
+            DecoderKind(eager=decoder.get("eager"), on_scenario=decoder.get("on_scenario"),
+                        runtimes=decoder.get("runtimes") or ["ort"], optimizer=check),
+            EncodingKind(**encoding, optimizer=check)]  # fmt: skip
 
 
 def kind_of(manifest: Mapping[str, Any], **settings: Any) -> Kind:

@@ -42,7 +42,7 @@ from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.decoder.verify import tolerance, verify_decoder
 from ropeexport.decoder.weights import describe, seeded_weights
-from ropeexport.encoding import folder_bytes, interface, optimizer_check
+from ropeexport.encoding import folder_bytes, interface
 from ropeexport.errors import ArtifactError, RuntimeUnavailable, SpecError
 from ropeexport.graph.onnx_io import sha256
 from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, VerifyResult, stored_report, versions
@@ -273,6 +273,7 @@ class DecoderKind(Kind):
     checkpoint: Path | None = None
     eager: bool | None = True
     on_scenario: OnScenario | None = None
+    optimizer: Callable[[Path], dict[str, Any]] | None = None  # as ``EncodingKind.optimizer``
     runtimes: list[str] = field(default_factory=lambda: ["ort"])
     name: str = "decoder"
 
@@ -364,7 +365,8 @@ class DecoderKind(Kind):
         report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown, stage,
                                self.runtimes)  # fmt: skip
         report["files"] = {k: v for k, v in manifest["files"].items() if k != RECORD}
-        report["optimizer"] = optimizer_check(folder / "model.onnx")  # what ONNX Runtime's rewrite did to rotations
+        if self.optimizer is not None:  # what ONNX Runtime's rewrite did to rotations (``EncodingKind.optimizer``)
+            report["optimizer"] = self.optimizer(folder / "model.onnx")
         return Outcome(bool(report["passed"]), report)
 
     def result(self, verified: VerifyResult) -> DecoderVerifyResult:
