@@ -157,3 +157,42 @@ def test_no_module_is_over_500_lines() -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     over = {m: n for m, n in sizes.items() if n > MAX_LINES}
     assert not over, f"modules over {MAX_LINES} lines: {over}"
+
+
+def _layers() -> list[tuple[str, tuple[str, ...]]]:
+    """The layer order docs/explanation/architecture.md gives, top first: (layer, module prefixes)."""
+    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
+    section = page.split("## Imports point one way", 1)[1]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    out = []
+    for line in block.strip().splitlines():
+        name, _, prefixes = line.partition(":")
+        out.append((name.strip(), tuple(p.strip() for p in prefixes.split(","))))
+    return out
+
+
+def _layer_of(module: str, layers: list[tuple[str, tuple[str, ...]]]) -> int | None:
+    """The index of the layer whose longest prefix names ``module`` (None: no layer names it)."""
+    best: tuple[int, int] | None = None
+    for i, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (i, len(prefix))
+    return None if best is None else best[0]
+
+
+def test_imports_point_down_the_layers_the_docs_give() -> None:
+    layers = _layers()
+    assert len(layers) >= 8, layers
+    placed = {m: _layer_of(m, layers) for m in MODULES}
+    assert not [m for m, i in placed.items() if i is None], "modules in no layer of architecture.md"
+    upward = sorted(f"{m} ({layers[placed[m]][0]}) -> {d} ({layers[placed[d]][0]})"  # type: ignore[index]
+                    for m, deps in GRAPH.items() for d in deps if placed[d] < placed[m])  # type: ignore[operator]
+    assert not upward, f"imports upward: {upward}"
+
+
+def test_every_architecture_folder_is_in_the_catalog() -> None:
+    from ropeexport import architectures
+
+    folders = {p.name for p in (PACKAGE / "architectures").iterdir() if (p / "__init__.py").exists()}
+    assert {f"ropeexport.architectures.{f}" for f in folders} == set(architectures.PACKAGES)
