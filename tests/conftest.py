@@ -8,14 +8,49 @@
 
 Tiers: ``pytest -m "not slow"`` is the fast tier for development (docs/how-to/test-suite.md says how long it
 takes); CI runs every test.
+
+Signals: SIGINT and SIGTERM stop the whole run (``pytest_configure`` below). A test that runs the CLI in-process
+(``tests.clirun``, ``ropeexport.cli.main``) hands the signal back to these handlers once the artifact in flight has
+unwound, so the suite stops there too instead of counting one call's exit 130 or 143 and carrying on.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
+
+# signal -> the handler it had before the run (restored when the run ends)
+_BEFORE: dict[int, Any] = {}
+
+
+def _stop_the_run(signum: int, frame: FrameType | None) -> None:
+    """SIGINT or SIGTERM: a KeyboardInterrupt, on which pytest ends the run (teardowns run, the summary says so)."""
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: the test run stops")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Own SIGINT and SIGTERM where they have Python's defaults (a signal ignored stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    # SIGTERM's default ends pytest at once, with no summary and its subprocesses left running; SIGINT's is a
+    # KeyboardInterrupt already, but a handler of the suite's own is what ropeexport.cli.main hands a signal back to.
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(signum) == default:
+            _BEFORE[signum] = default
+            signal.signal(signum, _stop_the_run)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put back the handlers ``pytest_configure`` replaced."""
+    while _BEFORE:
+        signum, before = _BEFORE.popitem()
+        signal.signal(signum, before)
 
 
 @pytest.fixture(scope="session")
