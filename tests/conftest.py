@@ -6,8 +6,9 @@
 - ``seeded_decoder``: the folder of a tiny seeded Llama-2 decoder (1 layer, hidden 256, vocabulary 128, no
   transformers reference), built and verified once; copy it before changing it.
 
-Tiers: ``pytest -m "not slow"`` is the fast tier for development (docs/how-to/test-suite.md says how long it
-takes); CI runs every test.
+Tiers (docs/how-to/test-suite.md): ``pytest -m fast`` is the loop run after every edit (specs, registries, graph
+builds, components against their float64 twins); ``-m "not slow"`` adds the rest but the long-running tests; CI runs
+every test. ``pytest_collection_modifyitems`` below refuses a fast test that is also slow or asks for a whole decoder.
 
 Signals: SIGINT and SIGTERM stop the whole run (``pytest_configure`` below). A test that runs the CLI in-process
 (``tests.clirun``, ``ropeexport.cli.main``) hands the signal back to these handlers once the artifact in flight has
@@ -51,6 +52,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     while _BEFORE:
         signum, before = _BEFORE.popitem()
         signal.signal(signum, before)
+
+
+# Fixtures that build or load a whole decoder: never in the fast tier, whose minute they would take alone.
+DECODER_FIXTURES = ("tiny_checkpoint", "seeded_decoder")
+
+
+def tier_faults(item: pytest.Item) -> list[str]:
+    """Why ``item`` may not be in the fast tier (empty when it may, or when it is not marked fast)."""
+    if item.get_closest_marker("fast") is None:
+        return []
+    faults = []
+    if item.get_closest_marker("slow") is not None:
+        faults.append("marked both fast and slow")
+    # fixturenames is the whole closure: a module fixture that asks for a decoder counts too
+    wanted = [f for f in DECODER_FIXTURES if f in getattr(item, "fixturenames", ())]
+    if wanted:
+        faults.append(f"marked fast but builds a whole decoder ({', '.join(wanted)})")
+    return faults
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse the run, before any test starts, when a fast test breaks the tier's rules (``tier_faults``)."""
+    wrong = [f"{item.nodeid}: {fault}" for item in items for fault in tier_faults(item)]
+    if wrong:
+        raise pytest.UsageError("the fast tier's rules (docs/how-to/test-suite.md) are broken:\n" + "\n".join(wrong))
 
 
 @pytest.fixture(scope="session")
