@@ -17,8 +17,9 @@ import pytest
 
 from tests.clirun import run
 
+# Run alone (no folder to watch) it has nothing to report to.
 pytestmark = pytest.mark.skipif("ROPEEXPORT_TEST_SIGNAL_DIR" not in os.environ,
-                                reason="run by tests/cli/test_signals.py, which names the folder it watches")  # fmt: skip
+                                reason="run by tests/cli/test_signals.py, which names the folder it watches")
 WATCHED = Path(os.environ.get("ROPEEXPORT_TEST_SIGNAL_DIR", "."))
 
 

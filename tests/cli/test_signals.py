@@ -37,10 +37,11 @@ def test_a_signal_during_an_in_process_cli_run_stops_the_suite(name: str, swallo
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(INNER)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=_python_defaults)  # fmt: skip
+    assert proc.stdout is not None
     try:
         deadline = time.monotonic() + 300
         while not (tmp_path / "reached").exists():
-            assert proc.poll() is None, f"the inner suite ended before its build exported: {proc.stdout.read()}"  # type: ignore[union-attr]
+            assert proc.poll() is None, f"the inner suite ended before its build exported: {proc.stdout.read()}"
             assert time.monotonic() < deadline, "the inner suite's build never reached its export"
             time.sleep(0.05)
         proc.send_signal(getattr(signal, name))
