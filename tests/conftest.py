@@ -6,16 +6,77 @@
 - ``seeded_decoder``: the folder of a tiny seeded Llama-2 decoder (1 layer, hidden 256, vocabulary 128, no
   transformers reference), built and verified once; copy it before changing it.
 
-Tiers: ``pytest -m "not slow"`` is the fast tier for development (docs/how-to/test-suite.md says how long it
-takes); CI runs every test.
+Tiers (docs/how-to/test-suite.md): ``pytest -m fast`` is the loop run after every edit (specs, registries, graph
+builds, components against their float64 twins); ``-m "not slow"`` adds the rest but the long-running tests; CI runs
+every test. ``pytest_collection_modifyitems`` below refuses a fast test that is also slow or asks for a whole decoder.
+
+Signals: SIGINT and SIGTERM stop the whole run (``pytest_configure`` below). A test that runs the CLI in-process
+(``tests.clirun``, ``ropeexport.cli.main``) hands the signal back to these handlers once the artifact in flight has
+unwound, so the suite stops there too instead of counting one call's exit 130 or 143 and carrying on.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
+
+# signal -> the handler it had before the run (restored when the run ends)
+_BEFORE: dict[int, Any] = {}
+
+
+def _stop_the_run(signum: int, frame: FrameType | None) -> None:
+    """SIGINT or SIGTERM: a KeyboardInterrupt, on which pytest ends the run (teardowns run, the summary says so)."""
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: the test run stops")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Own SIGINT and SIGTERM where they have Python's defaults (a signal ignored stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    # SIGTERM's default ends pytest at once, with no summary and its subprocesses left running; SIGINT's is a
+    # KeyboardInterrupt already, but a handler of the suite's own is what ropeexport.cli.main hands a signal back to.
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(signum) == default:
+            _BEFORE[signum] = default
+            signal.signal(signum, _stop_the_run)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put back the handlers ``pytest_configure`` replaced."""
+    while _BEFORE:
+        signum, before = _BEFORE.popitem()
+        signal.signal(signum, before)
+
+
+# Fixtures that build or load a whole decoder: never in the fast tier, whose minute they would take alone.
+DECODER_FIXTURES = ("tiny_checkpoint", "seeded_decoder")
+
+
+def tier_faults(item: pytest.Item) -> list[str]:
+    """Why ``item`` may not be in the fast tier (empty when it may, or when it is not marked fast)."""
+    if item.get_closest_marker("fast") is None:
+        return []
+    faults = []
+    if item.get_closest_marker("slow") is not None:
+        faults.append("marked both fast and slow")
+    # fixturenames is the whole closure: a module fixture that asks for a decoder counts too
+    wanted = [f for f in DECODER_FIXTURES if f in getattr(item, "fixturenames", ())]
+    if wanted:
+        faults.append(f"marked fast but builds a whole decoder ({', '.join(wanted)})")
+    return faults
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse the run, before any test starts, when a fast test breaks the tier's rules (``tier_faults``)."""
+    wrong = [f"{item.nodeid}: {fault}" for item in items for fault in tier_faults(item)]
+    if wrong:
+        raise pytest.UsageError("the fast tier's rules (docs/how-to/test-suite.md) are broken:\n" + "\n".join(wrong))
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ from ropeexport.catalog import spec_from_dict
 from ropeexport.errors import SpecError
 from ropeexport.hf import import_config, model_name, read_config
 
+pytestmark = pytest.mark.fast  # specs: transformers configs read field by field, bad keys named
+
 PHI3_SHORT = [1.0 + 0.01 * i for i in range(48)]
 PHI3_LONG = [1.0 + 0.5 * i for i in range(48)]
 LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}

@@ -15,6 +15,8 @@ from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.hf import describe, import_config, import_layers, spans
 
+pytestmark = pytest.mark.fast  # specs: per-layer encodings read from configs
+
 transformers = pytest.importorskip("transformers")
 
 

@@ -17,6 +17,8 @@ import pytest
 from ropeexport.dtypes import DTYPES
 from ropeexport.numerics import round_once, ulp_distance
 
+pytestmark = pytest.mark.fast  # round-once and ulp arithmetic the twins rest on
+
 
 @dataclass(frozen=True)
 class Fmt:

@@ -8,6 +8,8 @@ from ropeexport.catalog import spec_from_dict
 from ropeexport.errors import SpecError
 from ropeexport.presets import get_preset, parse_card, presets
 
+pytestmark = pytest.mark.fast  # specs: every preset card resolved and validated
+
 # Published values each card must resolve to (from the sources the cards cite).
 EXPECTED = {
     "llama-2-7b": {

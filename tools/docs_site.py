@@ -383,6 +383,31 @@ def _build_times(_: str | None) -> str:
     return _head(data["command"], measured) + "\n" + "\n".join(lines) + "\n"
 
 
+FAST_TIER_COMMAND = ("(nproc; grep -m1 'model name' /proc/cpuinfo; uptime; /usr/bin/time -f '%e s wall' "
+                     ".venv/bin/python -m pytest -q -p no:cacheprovider -m fast; uptime) > tools/figures/fast-tier.log "
+                     "2>&1")
+
+
+def _fast_tier(_: str | None) -> str:
+    """The last recorded ``pytest -m fast`` (tools/figures/fast-tier.log, as ``FAST_TIER_COMMAND`` writes it): its
+    summary line, its wall time, the CPUs and the load average before and after.
+    """  # noqa: D205
+    log = FIGURES / "fast-tier.log"
+    if not log.is_file():
+        raise ValueError(f"figure fast-tier: {log} does not exist")
+    lines = log.read_text().splitlines()
+    summary = [line.strip() for line in lines if re.search(r"\d+ passed.* in [\d.]+s", line)]
+    wall = [line.strip() for line in lines if re.fullmatch(r"[\d.]+ s wall", line.strip())]
+    loads = [re.sub(r".*load average: ", "", line).strip() for line in lines if "load average:" in line]
+    if not (summary and wall and len(loads) == 2 and lines[0].strip().isdigit()):
+        raise ValueError("figure fast-tier: fast-tier.log lacks the CPU count, a summary line, the wall time or the "
+                         "two uptime lines FAST_TIER_COMMAND writes")  # fmt: skip
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "CPU not recorded")
+    measured = _measured([f"{lines[0].strip()} CPUs ({cpu})", f"load average (1, 5, 15 min) {loads[0]} before, "
+                          f"{loads[1]} after"])  # fmt: skip
+    return _head(FAST_TIER_COMMAND, measured) + f"\n`{summary[-1]}`, {wall[-1]} (interpreter start-up included).\n"
+
+
 FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
     "foundation": _foundation,
     "encodings": _encodings,
@@ -399,6 +424,7 @@ FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
     "decoder-peers": _decoder_peers,
     "cli-startup": _cli_startup,
     "suite": _suite,
+    "fast-tier": _fast_tier,
 }
 
 

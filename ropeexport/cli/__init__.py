@@ -194,10 +194,6 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the process is so that it unwinds as Ctrl-C does: a write in flight is removed."""
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise Terminated()
-
-
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     """The KeyboardInterrupt (or Terminated) ``exc`` was raised from, if any (its chain of causes and contexts)."""
     seen: set[int] = set()
@@ -216,36 +212,81 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     return 143 if terminated else 130
 
 
+class _Signals:
+    """Ctrl-C (SIGINT) and SIGTERM while ``main`` runs: ``with _Signals(): ...`` on the main thread.
+
+    Each signal unwinds the work as Ctrl-C does (KeyboardInterrupt; SIGTERM as ``Terminated``): the artifact in
+    flight removes its work folder on the way out, and ``main`` says "interrupted" or "terminated" and returns 130 or
+    143. That is all a process sees (``entry``, or a script calling ``main``): it has Python's own handlers, and
+    docs/reference/exit-codes.md holds.
+
+    A caller that installed a handler of its own for the signal gets the signal back once the work has unwound and
+    the caller's handlers are in place again: its handler is called then, and decides what happens next (the test
+    suite's raises, so a SIGTERM stops the whole suite instead of becoming one in-process call's exit 143). A handler
+    that returns lets ``main`` return its code. A signal the caller ignores or left to the system (SIGINT as
+    ``SIG_IGN`` in a job started in the background, or ``SIG_DFL``) is not taken over; SIGTERM always is, as before.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []  # the signals that arrived while main ran, in order
+        self.previous: dict[int, Any] = {}  # signal -> the caller's handler, restored on the way out
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+            return self
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(signum)
+            if signum == signal.SIGINT and not callable(previous):
+                continue  # ignored or the system's: Ctrl-C keeps doing what the caller chose
+            self.previous[signum] = previous
+            signal.signal(signum, self._unwind)
+        return self
+
+    def _unwind(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def __exit__(self, *_: object) -> None:
+        for signum, previous in self.previous.items():
+            if previous is not None:  # None: a handler not set from Python, which cannot be put back
+                signal.signal(signum, previous)
+        for signum in dict.fromkeys(self.received):
+            handler = self.previous.get(signum)
+            # Python's own SIGINT handler only raises the KeyboardInterrupt main has just turned into exit 130.
+            if callable(handler) and handler is not signal.default_int_handler:
+                handler(signum, None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, run the subcommand, map errors to exit codes (the module docstring lists them)."""
+    """Parse, run the subcommand, map errors to exit codes (the module docstring lists them).
+
+    A signal that arrives meanwhile ends the work (130 or 143); where the caller has a handler of its own for it,
+    that handler is then called (``_Signals``).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
     sys.stdout = _PipeSafeStdout(stdout)
-    previous = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
-        signal.signal(signal.SIGTERM, _terminate)
-    try:
-        # Everything, start-up imports included, runs inside this try: Ctrl-C at any moment exits 130, one line.
-        command = _command(argv)
-        args = make_parser(command if command in COMMANDS else "").parse_args(argv)
-        return int(args.run(args))
-    except RopeExportError as exc:
-        sys.stderr.write(f"ropeexport: error: {error_line(exc)}\n")
-        return 2
-    except KeyboardInterrupt as exc:  # finished artifacts are whole and indexed; the one in flight left nothing
-        return _interrupted(exc)
-    except Exception as exc:
-        # Ctrl-C while a C extension initialises (numpy, torch at start-up) surfaces as an ImportError ("initialization
-        # failed") whose cause is the KeyboardInterrupt: an interruption all the same.
-        interrupt = _interrupt_behind(exc)
-        if interrupt is None:
-            raise
-        return _interrupted(interrupt)
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
-        sys.stdout.flush()
-        sys.stdout = stdout
+    with _Signals():
+        try:
+            # Everything, start-up imports included, runs inside this try: Ctrl-C at any moment exits 130, one line.
+            command = _command(argv)
+            args = make_parser(command if command in COMMANDS else "").parse_args(argv)
+            return int(args.run(args))
+        except RopeExportError as exc:
+            sys.stderr.write(f"ropeexport: error: {error_line(exc)}\n")
+            return 2
+        except KeyboardInterrupt as exc:  # finished artifacts are whole and indexed; the one in flight left nothing
+            return _interrupted(exc)
+        except Exception as exc:
+            # Ctrl-C while a C extension initialises (numpy, torch at start-up) surfaces as an ImportError
+            # ("initialization failed") whose cause is the KeyboardInterrupt: an interruption all the same.
+            interrupt = _interrupt_behind(exc)
+            if interrupt is None:
+                raise
+            return _interrupted(interrupt)
+        finally:
+            sys.stdout.flush()
+            sys.stdout = stdout
 
 
 def entry() -> None:

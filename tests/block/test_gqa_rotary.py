@@ -14,6 +14,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+pytestmark = pytest.mark.fast  # one GroupQueryAttention node on hand-made positions
+
 ort = pytest.importorskip("onnxruntime")
 D, P = 16, 64  # do_rotary needs head_size % 16 == 0 on the CPU kernel
 

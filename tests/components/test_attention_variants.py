@@ -29,6 +29,8 @@ from ropeexport.errors import SpecError
 from ropeexport.numerics import round_once
 from ropeexport.verification.compare import TOLERANCES
 
+pytestmark = pytest.mark.fast  # attention variants against their float64 twins
+
 H, KV, D, N = 4, 2, 8, 32  # query heads, key/value heads, head_dim, hidden
 WINDOW = 3
 

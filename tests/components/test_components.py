@@ -25,6 +25,8 @@ from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import GraphBuilder, make_model
 from ropeexport.numerics import round_once
 
+pytestmark = pytest.mark.fast  # components against their float64 twins
+
 TOL = {"fp32": 2e-6, "fp16": 2e-3}  # relative to the output's scale
 RNG = np.random.default_rng(0)
 

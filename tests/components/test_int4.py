@@ -21,6 +21,8 @@ from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import GraphBuilder, make_model
 from ropeexport.numerics import round_once
 
+pytestmark = pytest.mark.fast  # the int4 linear against its float64 twin
+
 RNG = np.random.default_rng(7)
 
 # Max |ORT - x @ read64(W)| over max |x @ read64(W)|, by what the accuracy level lets the kernel compute in. fp32

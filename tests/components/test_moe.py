@@ -13,6 +13,8 @@ from ropeexport.graph.onnx_io import GraphBuilder
 from ropeexport.numerics import round_once
 from tests.components.test_components import TOL, _run, _stored
 
+pytestmark = pytest.mark.fast  # mixture of experts against its float64 twin
+
 E, K, N, M, T = 6, 2, 16, 12, 10  # experts, chosen, hidden, inner width, tokens
 
 

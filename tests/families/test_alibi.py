@@ -30,11 +30,13 @@ def paper_slopes(n: int) -> list[float]:
     return power_of_two(closest) + paper_slopes(2 * closest)[0::2][: n - closest]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("heads", range(1, 129))
 def test_slopes_follow_the_paper_recipe(heads: int) -> None:
     np.testing.assert_allclose(alibi_slopes(heads), paper_slopes(heads), rtol=1e-14, atol=0)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(("heads", "first_slopes"), [(8, [1 / 2, 1 / 4, 1 / 8]), (16, [2**-0.5, 1 / 2, 2**-1.5])])
 def test_power_of_two_slopes_are_the_geometric_sequence(heads: int, first_slopes: list[float]) -> None:
     # The paper: for 8 heads the slopes are 1/2, 1/4, ..., 1/256; for 16 heads 1/sqrt(2), 1/2, ...
@@ -42,12 +44,14 @@ def test_power_of_two_slopes_are_the_geometric_sequence(heads: int, first_slopes
     assert alibi_slopes(heads)[-1] == pytest.approx(2.0**-8)
 
 
+@pytest.mark.fast
 def test_non_power_of_two_takes_every_other_slope_of_the_doubled_set() -> None:
     # 12 heads: the 8 slopes 2^-1..2^-8, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 (odd entries of the 16-head set).
     expected = [2.0**-k for k in range(1, 9)] + [2.0 ** -(k + 0.5) for k in range(4)]
     np.testing.assert_allclose(alibi_slopes(12), expected, rtol=1e-15)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("causal", [True, False])
 def test_eager_bias_is_minus_m_times_distance(causal: bool) -> None:
     spec = AlibiSpec(num_heads=6, causal=causal, max_positions=64)
@@ -141,6 +145,7 @@ def test_positions_past_max_positions_raise_in_the_runner(tmp_path: Path) -> Non
             runner.infer({"query_position_ids": np.array([[-1]]), "key_position_ids": np.array([[0]])})
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
@@ -172,6 +177,7 @@ def test_slope_scale_scales_the_bias_and_is_verified(tmp_path: Path) -> None:
     assert result.passed and result.report["tables"][0]["max_ulp"] <= 0.5
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("artifact", ["bias", "scores", "attention"])
@@ -204,6 +210,7 @@ def test_single_pass_is_bit_identical_to_the_general_path(artifact: str, causal:
     assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
+@pytest.mark.fast
 def test_biases_the_clamp_could_change_take_the_general_path() -> None:
     from ropeexport.catalog import kind_for
 

@@ -19,6 +19,8 @@ from ropeexport.tensors import to_torch
 from ropeexport.verification.compare import TOLERANCES
 from tests.cases import MAX_POSITIONS, ORIGINAL, POSITION_CALLS, ROTARY, SCHEDULE_PARAMS, small_spec
 
+pytestmark = pytest.mark.fast  # graph builds: every layout x schedule x form on 256 positions
+
 # The case table: every layout x schedule x graph style x dtype ORT runs on the CPU.
 CASES = [
     pytest.param(layout, scaling, graph, dtype, id=f"{layout}-{scaling}-{graph}-{dtype}")

@@ -26,6 +26,8 @@ from ropeexport.errors import RuntimeInputError
 from ropeexport.families.rope.reference import ComplexRotaryEmbedding, RotaryEmbedding, reference_module
 from ropeexport.families.rope.spec import RopeSpec
 
+pytestmark = pytest.mark.fast  # RoPE's identities on the eager module, small tables
+
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 NUMPY = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 

@@ -24,6 +24,8 @@ from ropeexport.families.rope.positions import rope_of, rotate64
 from ropeexport.kinds import Probe
 from tests.cases import ORIGINAL, small_spec
 
+pytestmark = pytest.mark.fast  # RoPE's per-row regimes against float64, 256 positions
+
 # Row 0 past the switch (L = ORIGINAL + 10), row 1 before it (L = 6), row 2 further past it (L = ORIGINAL + 46).
 PROMPTS = np.array([np.arange(ORIGINAL + 4, ORIGINAL + 10), np.arange(6), np.arange(ORIGINAL + 40, ORIGINAL + 46)])
 # A block's decode rows at those L, over a cache of 5 tokens.

@@ -20,6 +20,8 @@ from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import SCHEDULES, Frequencies, get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 
+pytestmark = pytest.mark.fast  # registry: every frequency schedule against its closed form
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Closed forms, one frequency at a time.
 

@@ -17,6 +17,8 @@ from ropeexport.errors import SpecError
 from ropeexport.graph.compose import call, model_around, opset_imports
 from ropeexport.graph.onnx_io import GraphBuilder
 
+pytestmark = pytest.mark.fast  # graph builds: every kind as a piece of a bigger graph, small tables
+
 SMALL = {"max_positions": 64, "num_heads": 4, "head_dim": 16}
 CASES = [(e, a, g) for (e, a) in sorted(kinds()) for g in ("fused", "decomposed")]
 

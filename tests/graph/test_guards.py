@@ -12,6 +12,8 @@ from ropeexport.graph.guard import guard_node_name
 from ropeexport.kinds import Probe
 from tests.test_every_kind import small
 
+pytestmark = pytest.mark.fast  # graph builds: every kind's range guard, small tables
+
 ort = pytest.importorskip("onnxruntime")
 
 CASES = [

@@ -55,11 +55,13 @@ def _closure(module: str) -> set[str]:
     return seen
 
 
+@pytest.mark.fast
 def test_no_import_cycle_counting_lazy_imports() -> None:
     cycles = sorted(m for m in MODULES if m in _closure(m))
     assert not cycles, f"modules on an import cycle: {cycles}"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family", sorted(p.name for p in FAMILIES.iterdir() if (p / "spec.py").exists()))
 def test_every_family_folder_is_in_the_catalog_with_its_stages(family: str) -> None:
     package = f"ropeexport.families.{family}"
@@ -71,11 +73,13 @@ def test_every_family_folder_is_in_the_catalog_with_its_stages(family: str) -> N
     assert {"spec", "reference", "export", "oracle", "kinds"} <= stages, f"{family} lacks stages: {sorted(stages)}"
 
 
+@pytest.mark.fast
 def test_the_catalog_lists_only_family_folders() -> None:
     for package in catalog.FAMILIES:
         assert (ROOT / package.replace(".", "/") / "spec.py").is_file(), package
 
 
+@pytest.mark.fast
 def test_only_the_catalog_and_what_sits_above_it_know_the_families() -> None:
     # Below the catalog nothing may look a family up: the pipeline, verification, runtimes and report are handed a
     # kind. The modules allowed to import the catalog are the ones that turn user input into specs and kinds.
@@ -97,6 +101,7 @@ def test_no_family_imports_the_block() -> None:
     assert not reaching, f"families importing ropeexport.block: {reaching}"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("family", sorted(p.name for p in FAMILIES.iterdir() if (p / "oracle.py").exists()))
 def test_no_oracle_imports_an_exporter(family: str) -> None:
     # The float64 oracle is the independent reference: sharing code with the graph builder would let one bug pass

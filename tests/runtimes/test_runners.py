@@ -14,6 +14,8 @@ from ropeexport.runtimes import open_runner
 from tests.cases import MAX_POSITIONS, small_spec
 from tests.families.test_rope_export import feeds_for
 
+pytestmark = pytest.mark.fast  # registry: the runtimes and their refusals, on small tables
+
 GRAPHS = [
     pytest.param({"graph": g, "scaling": s}, id=f"{g}-{s}")
     for g in ("fused", "decomposed")

@@ -5,6 +5,8 @@ import pytest
 
 from ropeexport.verification.compare import Comparison
 
+pytestmark = pytest.mark.fast  # the comparison rule, on hand-made arrays
+
 
 def compare(actual: list[float], expected: list[float], atol: float = 1e-5, rtol: float = 1e-5) -> Comparison:
     c = Comparison("float64", "ort", "y", "fp32", atol, rtol)
