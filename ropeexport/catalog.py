@@ -3,10 +3,10 @@
 A family is a package ``ropeexport/families/<name>/`` with one module per stage: ``spec.py`` (the spec class as
 ``SPEC``; torch-free), ``reference.py`` (eager PyTorch), ``export.py`` (the ONNX graph and the piece a bigger graph
 calls), ``oracle.py`` (float64, never importing the exporter), ``probes.py`` (the positions verification feeds) and
-``kinds.py`` (``KINDS = {artifact: ArtifactKind}``, the wiring). Adding a family is its folder, one line in
+``recipes.py`` (``RECIPES = {artifact: Recipe}``, the wiring). Adding a family is its folder, one line in
 ``FAMILIES``, its tests and its docs.
 
-Specs load on import (they need only numpy); a family's kinds, which pull in torch and onnx, load the first time
+Specs load on import (they need only numpy); a family's recipes, which pull in torch and onnx, load the first time
 any kind is asked for. Everything below this module (pipeline, verification, runtimes, report) is handed a kind and
 never looks one up, so no import points upward.
 """
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropeexport.errors import SpecError
-from ropeexport.kinds import ArtifactKind
+from ropeexport.recipes import Recipe
 from ropeexport.specs import SpecBase
 
 # One line per family: its package. The order is the order of `ropeexport list` and of the build's flags.
@@ -36,7 +36,7 @@ FAMILIES: tuple[str, ...] = (
 )
 
 _SPECS: dict[str, type[SpecBase]] = {}
-_KINDS: dict[tuple[str, str], ArtifactKind] = {}
+_RECIPES: dict[tuple[str, str], Recipe] = {}
 
 
 def encodings() -> dict[str, type[SpecBase]]:
@@ -50,31 +50,32 @@ def encodings() -> dict[str, type[SpecBase]]:
     return _SPECS
 
 
-def kinds() -> dict[tuple[str, str], ArtifactKind]:
-    """Every artifact kind by (encoding, artifact); each must be one the family's spec class lists."""
-    if not _KINDS:
+def recipes() -> dict[tuple[str, str], Recipe]:
+    """Every recipe by (encoding, artifact); each must be an artifact the family's spec class lists."""
+    if not _RECIPES:
         specs = encodings()
         for package in FAMILIES:
             cls = importlib.import_module(f"{package}.spec").SPEC
-            module = importlib.import_module(f"{package}.kinds")
-            table: dict[str, ArtifactKind] = dict(module.KINDS)
+            module = importlib.import_module(f"{package}.recipes")
+            table: dict[str, Recipe] = dict(module.RECIPES)
             positions = getattr(module, "POSITIONS", None)
-            if positions is not None:  # the family offers its positions: the block kind is the block's to make
-                table["block"] = importlib.import_module("ropeexport.block.kinds").block_kind(cls.encoding, positions)
+            if positions is not None:  # the family offers its positions: the block's recipe is the block's to make
+                block = importlib.import_module("ropeexport.block.recipe")
+                table["block"] = block.block_recipe(cls.encoding, positions)
             if set(table) != set(cls.artifacts):
-                raise ValueError(f"{package}.kinds has {sorted(table)}, its spec lists {sorted(cls.artifacts)}")
+                raise ValueError(f"{package}.recipes has {sorted(table)}, its spec lists {sorted(cls.artifacts)}")
             for artifact in cls.artifacts:  # the spec's order: its first artifact is the default
-                kind = table[artifact]
-                if (kind.encoding, kind.artifact) != (cls.encoding, artifact):
-                    raise ValueError(f"{package}.kinds[{artifact!r}] is {kind.encoding}/{kind.artifact}")
-                _KINDS[(cls.encoding, artifact)] = kind
-        assert set(e for e, _ in _KINDS) == set(specs)
-    return _KINDS
+                recipe = table[artifact]
+                if (recipe.encoding, recipe.artifact) != (cls.encoding, artifact):
+                    raise ValueError(f"{package}.recipes[{artifact!r}] is {recipe.encoding}/{recipe.artifact}")
+                _RECIPES[(cls.encoding, artifact)] = recipe
+        assert set(e for e, _ in _RECIPES) == set(specs)
+    return _RECIPES
 
 
-def kind_for(spec: Any) -> ArtifactKind:
-    """The kind a spec builds; an artifact its encoding lacks is a SpecError listing the ones it has."""
-    table = kinds()
+def recipe_for(spec: Any) -> Recipe:
+    """The recipe of what a spec builds; an artifact its encoding lacks is a SpecError listing the ones it has."""
+    table = recipes()
     try:
         return table[(spec.encoding, spec.artifact)]
     except KeyError:

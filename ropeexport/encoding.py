@@ -1,7 +1,7 @@
-"""The kind of the encoding artifacts (rope, apply, bias, scores, attention, block): one family's ``ArtifactKind``
+"""The kind of the encoding artifacts (rope, apply, bias, scores, attention, block): one family's ``Recipe``
 run by the shared verification, reported by ``ropeexport.report``.
 
-``build``: export (``ArtifactKind.export``) -> ``model.onnx`` -> verification on the runtimes asked for
+``build``: export (``Recipe.export``) -> ``model.onnx`` -> verification on the runtimes asked for
 (``verification.core``: every probe against eager and float64, table checks, guards, properties) -> report.json ->
 the Polygraphy reference inputs and outputs (hashed: TensorRT is later compared against them) -> the TensorRT engine
 when a GPU built one. ``verify``: the model read back defensively, the spec rebuilt from the manifest and checked
@@ -19,11 +19,11 @@ from typing import Any
 
 import onnx
 
-from ropeexport.catalog import encodings, kind_for, spec_from_dict
+from ropeexport.catalog import encodings, recipe_for, spec_from_dict
 from ropeexport.errors import ArtifactError
 from ropeexport.graph.onnx_io import save_model, sha256
-from ropeexport.kinds import ArtifactKind
 from ropeexport.pipeline import Kind, Outcome, Renderer, Stage, versions
+from ropeexport.recipes import Recipe
 from ropeexport.report import REPORT_SCHEMA, renderers, report_dict
 from ropeexport.report.diff import check_report, diff_reports
 from ropeexport.report.diff_result import ReportDiff
@@ -104,14 +104,14 @@ def folder_bytes(folder: Path, names: Any) -> dict[str, int]:
 @dataclass
 class EncodingKind(Kind):
     """Encoding artifacts (module doc). ``runtimes``, ``atol`` and ``rtol`` are the verification's settings;
-    ``artifact_kind`` picks the family's ArtifactKind of a spec (and, when verifying, of a manifest: a checkpoint
+    ``recipe_of`` picks the family's Recipe of a spec (and, when verifying, of a manifest: a checkpoint
     layer's block carries its weights through its origin, ``decoder.layer``).
     """  # noqa: D205
 
     runtimes: list[str] = field(default_factory=lambda: ["ort"])
     atol: dict[str, float] = field(default_factory=dict)
     rtol: dict[str, float] = field(default_factory=dict)
-    artifact_kind: Callable[[Any], ArtifactKind] | None = None
+    recipe_of: Callable[[Any], Recipe] | None = None
     name: str = "encoding"
     # what ONNX Runtime's optimizer did to the model's rotations, added to a verify's report (``artifacts.kinds``
     # hands in ``audits.optimizer.check``: the audit sits above this kind); None: not looked at
@@ -120,9 +120,9 @@ class EncodingKind(Kind):
     def __post_init__(self) -> None:
         self.runtimes = check_runtime_names(self.runtimes or ["ort"])
 
-    def kind_of(self, spec: Any) -> ArtifactKind:
+    def kind_of(self, spec: Any) -> Recipe:
         """The family's kind of ``spec`` (or the one given at construction)."""
-        return self.artifact_kind(spec) if self.artifact_kind is not None else kind_for(spec)
+        return self.recipe_of(spec) if self.recipe_of is not None else recipe_for(spec)
 
     # -- build and verify -----------------------------------------------------------------------------------------
 
@@ -145,7 +145,7 @@ class EncodingKind(Kind):
         check_embedded_spec(model, manifest)
         return spec_from_dict(manifest["spec"], "manifest.json spec")
 
-    def _run(self, spec: Any, kind: ArtifactKind, folder: Path, stage: Stage) -> tuple[Any, dict[str, Any]]:
+    def _run(self, spec: Any, kind: Recipe, folder: Path, stage: Stage) -> tuple[Any, dict[str, Any]]:
         verification = verify_artifact(spec, kind, folder / "model.onnx", self.runtimes, atol=self.atol,
                                        rtol=self.rtol, stage=stage)  # fmt: skip
         saved = onnx.load(str(folder / "model.onnx"), load_external_data=False)
@@ -167,14 +167,14 @@ class EncodingKind(Kind):
             manifest["tensorrt"] = json.loads(engine_info.read_text())
         return Outcome(verification.passed, report, manifest)
 
-    def kind_for_manifest(self, spec: Any, manifest: Mapping[str, Any]) -> ArtifactKind:
+    def recipe_for_manifest(self, spec: Any, manifest: Mapping[str, Any]) -> Recipe:
         """The family's kind that verifies a built artifact (a checkpoint layer's block overrides it)."""
         del manifest
         return self.kind_of(spec)
 
     def verify(self, spec: Any, folder: Path, manifest: Mapping[str, Any], stage: Stage) -> Outcome:
         """Every probe again on this machine's runtimes."""
-        verification, facts = self._run(spec, self.kind_for_manifest(spec, manifest), folder, stage)
+        verification, facts = self._run(spec, self.recipe_for_manifest(spec, manifest), folder, stage)
         report = report_dict(spec, verification, versions(), dict(manifest["files"]), facts)
         if self.optimizer is not None:  # what the runtime's rewrite did to rotations (the line verify prints)
             report["optimizer"] = self.optimizer(folder / "model.onnx")

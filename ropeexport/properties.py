@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.kinds import Feeds, Infers, Probe
+from ropeexport.recipes import Feeds, Infers, Probe
 from ropeexport.tolerances import TOLERANCES
 
 

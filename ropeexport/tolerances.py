@@ -1,7 +1,7 @@
 """Tolerances: how far an artifact's output may be from its reference, per dtype, each with why it has its size.
 
 The one home of ``Tolerance`` and ``TOLERANCES`` (shared machinery: a family's kind names its own tolerance through
-``kinds.ArtifactKind.tolerance``, verification judges by it).
+``kinds.Recipe.tolerance``, verification judges by it).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ropeexport import build
-from ropeexport.catalog import encodings, kind_for, kinds
+from ropeexport.catalog import encodings, recipe_for, recipes
 from tests.cases import tiered
 
 # Small sizes, applied to whichever of these fields an encoding has.
@@ -24,7 +24,7 @@ SMALL = {
 encodings()  # registers every family
 CASES = [
     pytest.param(encoding, artifact, dtype, graph, id=f"{encoding}-{artifact}-{dtype}-{graph}")
-    for (encoding, artifact) in sorted(kinds())
+    for (encoding, artifact) in sorted(recipes())
     for dtype in ("fp32", "fp16")
     for graph in ("fused", "decomposed")
 ]
@@ -53,4 +53,4 @@ def test_every_encoding_lists_only_registered_artifacts() -> None:
     for name, cls in encodings().items():
         assert cls.artifacts, name
         for artifact in cls.artifacts:
-            assert kind_for(small(name, artifact=artifact)).artifact == artifact
+            assert recipe_for(small(name, artifact=artifact)).artifact == artifact

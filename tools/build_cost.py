@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 from ropeexport.catalog import (
-    kind_for,  # noqa: E402
+    recipe_for,  # noqa: E402
     spec_from_dict,  # noqa: E402
 )
 from ropeexport.families.rope.export import rope_tables  # noqa: E402
@@ -111,7 +111,7 @@ def table_cost(positions: int, repeats: int) -> list[dict[str, Any]]:
 def build_cost(make: Callable[[int, str], Any], label: str, dtype: str, positions: int, repeats: int) -> dict:
     """Median export and save seconds, and the files' total bytes, for one spec."""
     spec = make(positions, dtype)
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     exports, saves, totals = [], [], []
     size = files = None
     for _ in range(repeats):

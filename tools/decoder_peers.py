@@ -150,14 +150,14 @@ def compare(got: np.ndarray, truth: np.ndarray) -> dict[str, Any]:
 
 def measure(card: str, exporters: list[str]) -> list[dict[str, Any]]:
     """Every row of one config (eager in this process, which never exports; each exporter in a subprocess)."""
-    from ropeexport.catalog import kind_for
+    from ropeexport.catalog import recipe_for
     from ropeexport.decoder.export import build_decoder_graph, cache_names
     from ropeexport.decoder.oracle import decoder_float64, stored_float64
     from ropeexport.decoder.reference import TransformersReference
     from ropeexport.graph.onnx_io import save_model
 
     spec, used, weights = setup(card)
-    piece = kind_for(spec.position_spec()).piece(spec.position_spec())
+    piece = recipe_for(spec.position_spec()).piece(spec.position_spec())
     w64 = stored_float64(spec, weights)
     kv, head_dim = spec.position["num_kv_heads"], spec.position["head_dim"]
     empty = np.zeros((1, kv, 0, head_dim), np.float32)

@@ -27,7 +27,7 @@ from onnx import numpy_helper  # noqa: E402
 from ropeexport import build  # noqa: E402
 from ropeexport.catalog import (
     encodings,  # noqa: E402
-    kinds,  # noqa: E402
+    recipes,  # noqa: E402
 )
 
 SIZES = {"num_heads": 8, "head_dim": 64, "d_model": 512, "num_kv_heads": 0}
@@ -55,7 +55,7 @@ def main() -> None:
     rows = []
     print("| encoding | artifact | dtype | passed | max abs vs eager | max abs vs float64 | guards | s |")
     print("|---|---|---|---|---|---|---|---|")
-    for encoding, artifact in sorted(kinds()):
+    for encoding, artifact in sorted(recipes()):
         for dtype in ("fp32", "fp16"):
             spec = _spec(encoding, artifact=artifact, dtype=dtype, max_positions=args.max_positions)
             start = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python tools/trt_verdicts.py --out tools/trt-verdicts.json
 
-Builds one fp32 artifact of every kind (every (encoding, artifact) in ``ropeexport.catalog.kinds()``, fused and
+Builds one fp32 artifact of every kind (every (encoding, artifact) in ``ropeexport.catalog.recipes()``, fused and
 decomposed graph) with ``ropeexport.build`` into a temporary folder, plus the RoPE schedules whose graphs
 differ (dynamic NTK's in-graph float64 branch, LongRoPE's switched tables), then runs ``check_trt`` on each
 ``model.onnx`` at TensorRT 8.6, 10.13, 10.15 and 11 (``--versions`` to choose others). A cell reads ``compatible``
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ropeexport import build  # noqa: E402
 from ropeexport.catalog import (
-    kinds,  # noqa: E402
+    recipes,  # noqa: E402
     spec_from_dict,  # noqa: E402
 )
 from ropeexport.trt import HEADLINE_VERSIONS, check_trt  # noqa: E402
@@ -49,7 +49,7 @@ CITATION = re.compile(r" \((?:onnx-tensorrt|NVIDIA|TensorRT|ONNX|policy)[^()]*(?
 def rows() -> list[dict[str, Any]]:
     """Every spec the table covers: {label, fields}."""
     out = []
-    for encoding, artifact in sorted(kinds()):
+    for encoding, artifact in sorted(recipes()):
         for graph in ("fused", "decomposed"):
             fields = {"encoding": encoding, "artifact": artifact, "graph": graph, "dtype": "fp32", **SMALL}
             name = f"{encoding}-{artifact}-{graph}"

@@ -133,7 +133,7 @@ def build_layer_block(
     hf = None if hf_config is None else _path(hf_config, "hf_config")
     spec, kind, origin = layer_block(_path(checkpoint, "checkpoint"), layer, dtype, graph, name, hf)
     base = _encoding_kind(runtimes, atol, rtol)
-    block = LayerBlockKind(base.runtimes, base.atol, base.rtol, artifact_kind=lambda _: kind, source=origin["weights"])
+    block = LayerBlockKind(base.runtimes, base.atol, base.rtol, recipe_of=lambda _: kind, source=origin["weights"])
     result = pipeline.build(block, spec, out, replace, origin)
     _index(out)  # as the CLI's builds end: the tree lists the new block
     return result

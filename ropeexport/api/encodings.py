@@ -15,7 +15,7 @@ from ropeexport import pipeline
 from ropeexport.api.shared import Tolerance, _a_spec, _encoding_kind, _index, _names, _path
 from ropeexport.batch import Job, OnDone, OnStage, Settings
 from ropeexport.batch import build_all as _build_batch
-from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.catalog import recipe_for, spec_from_dict
 from ropeexport.errors import SpecError
 from ropeexport.pipeline import BuildResult
 from ropeexport.presets import Request
@@ -76,7 +76,7 @@ def load_specs(path: str | Path) -> list[SpecBase]:
 
 def export(spec: SpecBase) -> onnx.ModelProto:
     """The artifact's ONNX model, in memory (tables in float64, rounded once); nothing is run or written."""
-    return kind_for(_a_spec(spec)).export(spec)
+    return recipe_for(_a_spec(spec)).export(spec)
 
 
 def build(

@@ -11,5 +11,5 @@ Stages, as in a family: ``projections`` (seeded projections, float64 rounded onc
 component's graph, ``components.attention``, with the family's piece called through ``graph.compose``, as an
 artifact), ``reference`` (eager PyTorch), ``oracle`` (float64: the component's twin with the family's oracle),
 ``probes`` (prefill, decode at cache offsets, chunked prefill, left padding, far positions, regime
-switches). RoPE's ``block`` kind wires them (``families/rope/kinds.py``).
+switches). RoPE's ``block`` kind wires them (``families/rope/recipes.py``).
 """

@@ -17,7 +17,7 @@ from ropeexport.components import MICROSOFT
 from ropeexport.components.attention import OPSETS, AttentionSpec
 from ropeexport.components.attention.graph import INPUTS, OUTPUTS, attention_model
 from ropeexport.graph.onnx_io import artifact_metadata
-from ropeexport.kinds import PositionPiece
+from ropeexport.recipes import PositionPiece
 
 __all__ = ["INPUTS", "MICROSOFT", "OPSETS", "OUTPUTS", "block_attention", "build_block_graph"]
 

@@ -16,7 +16,7 @@ from ropeexport.block.projections import block_weights, kv_heads
 from ropeexport.block.static import is_static, per_row
 from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.attention.float64 import Bias64, Rotate64, attention64, visible
-from ropeexport.kinds import Feeds
+from ropeexport.recipes import Feeds
 
 __all__ = ["Bias64", "Rotate64", "block_float64", "visible"]
 

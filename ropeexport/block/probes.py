@@ -22,7 +22,7 @@ import numpy as np
 from ropeexport.block.projections import hidden_size, kv_heads
 from ropeexport.dtypes import DTYPES
 from ropeexport.forms import FORMS
-from ropeexport.kinds import Feeds, Probe
+from ropeexport.recipes import Feeds, Probe
 from ropeexport.tolerances import TOLERANCES, Tolerance
 
 

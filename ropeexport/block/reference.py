@@ -20,8 +20,8 @@ import torch
 from ropeexport.block.projections import block_weights, kv_heads
 from ropeexport.block.static import is_static, per_row
 from ropeexport.dtypes import DTYPES
-from ropeexport.kinds import Feeds
 from ropeexport.numerics import round_once
+from ropeexport.recipes import Feeds
 from ropeexport.tensors import to_torch
 
 # rotate(x [b, heads, s, d] in the dtype, position_ids [b, s]) -> x rotated, in the dtype

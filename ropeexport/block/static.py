@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.kinds import Feeds
+from ropeexport.recipes import Feeds
 
 Block = Callable[[Feeds], dict[str, np.ndarray]]
 

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
-from ropeexport.catalog import encodings, kinds, spec_from_dict
+from ropeexport.catalog import encodings, recipes, spec_from_dict
 from ropeexport.cli import subcommand
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.schedules import SCHEDULES
@@ -35,7 +35,7 @@ def _encoding(name: str, cls: type[SpecBase]) -> dict[str, Any]:
     fields = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(cls) if f.name != "name"}
     out: dict[str, Any] = {
         "summary": (cls.__doc__ or "").strip().splitlines()[0],
-        "artifacts": {a: kinds()[(name, a)].summary for a in cls.artifacts if (name, a) in kinds()},
+        "artifacts": {a: recipes()[(name, a)].summary for a in cls.artifacts if (name, a) in recipes()},
         "graphs": list(GRAPHS),
         "dtypes": list(DTYPES),
         "fields": {k: (dict(v) if isinstance(v, dict) else v) for k, v in fields.items()},

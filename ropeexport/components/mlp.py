@@ -25,7 +25,7 @@ from ropeexport.specs import require_choice, require_int
 if TYPE_CHECKING:
     from ropeexport.graph.onnx_io import GraphBuilder
 
-KINDS = ("gated", "plain")
+RECIPES = ("gated", "plain")
 ACTIVATIONS = ("silu", "relu", "gelu", "gelu_tanh")  # gelu: the erf form; gelu_tanh: the tanh approximation
 
 
@@ -39,7 +39,7 @@ class MLPSpec:
     dtype: str = "fp32"
 
     def __post_init__(self) -> None:
-        require_choice("mlp", self.kind, KINDS)
+        require_choice("mlp", self.kind, RECIPES)
         require_choice("act", self.act, ACTIVATIONS)
         require_int("intermediate_size", self.inner, 1)
         require_choice("dtype", self.dtype, tuple(DTYPES))

@@ -26,7 +26,7 @@ from ropeexport.specs import require_choice
 if TYPE_CHECKING:
     from ropeexport.graph.onnx_io import GraphBuilder
 
-KINDS = ("rms", "layer")
+RECIPES = ("rms", "layer")
 # offset 0: Llama's RMSNorm (weight * normed, the normed cast to the dtype first); 1: Gemma's (normed * (1 + weight),
 # multiplied in float32 and cast after). Gemma's checkpoints store w with 1 + w the gain, so its weight is near 0.
 OFFSETS = (0.0, 1.0)
@@ -45,7 +45,7 @@ class NormSpec:
     wide: bool = False  # the weight's product in float32, then cast (gpt-oss); always so with an offset
 
     def __post_init__(self) -> None:
-        require_choice("norm", self.kind, KINDS)
+        require_choice("norm", self.kind, RECIPES)
         require_choice("dtype", self.dtype, tuple(DTYPES))
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
             raise SpecError("norm_eps", f"must be a number in (0, 1), got {self.eps!r}")

@@ -5,7 +5,7 @@ dtype and form asked for. The layer's q/k/v/o projections and biases are read an
 (``decoder.checkpoint``), and its sliding window comes along. The block kind is the family's own with those weights in
 its export, eager reference and float64 oracle (and, where the model's width is not heads x head_dim, hidden
 inputs of the model's width): the pipeline builds and verifies it like any block. The manifest's ``origin``
-records the checkpoint and the layer, so ``verify`` reads the same weights again (``kind_for_origin``).
+records the checkpoint and the layer, so ``verify`` reads the same weights again (``recipe_for_origin``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeGuard
 import numpy as np
 from onnx import helper
 
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.spec import DecoderSpec
@@ -28,7 +28,7 @@ from ropeexport.decoder.weights import BLOCK_NAMES, describe, layer_weights
 from ropeexport.dtypes import DTYPES
 from ropeexport.encoding import EncodingKind
 from ropeexport.errors import ArtifactError, SpecError
-from ropeexport.kinds import ArtifactKind, Feeds, Probe
+from ropeexport.recipes import Feeds, Probe, Recipe
 
 
 def _weights(decoder: DecoderSpec, checkpoint: Path, layer: int) -> dict[str, np.ndarray]:
@@ -57,7 +57,7 @@ def _takes_weights(stage: Callable[..., dict[str, np.ndarray]]) -> TypeGuard[_We
     return {"weights", "window"} <= set(inspect.signature(stage).parameters)
 
 
-def layer_kind(kind: ArtifactKind, weights: Mapping[str, np.ndarray], window: int, source: str) -> ArtifactKind:
+def layer_recipe(kind: Recipe, weights: Mapping[str, np.ndarray], window: int, source: str) -> Recipe:
     """``kind`` (an encoding's block kind) with ``weights`` in every stage; ``source`` goes in the model metadata."""
     width = int(weights["q_proj"].shape[0])
     eager, oracle = kind.eager, kind.oracle
@@ -103,7 +103,7 @@ def layer_block(
     graph: str = "fused",
     name: str | None = None,
     hf_config: str | Path | None = None,
-) -> tuple[Any, ArtifactKind, dict[str, Any]]:
+) -> tuple[Any, Recipe, dict[str, Any]]:
     """(block spec, its kind with the layer's weights, the manifest origin) of one checkpoint layer."""
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise SpecError("layer", f"must be an integer, got {layer!r}")
@@ -118,11 +118,11 @@ def layer_block(
     origin = {"checkpoint": str(checkpoint.resolve()), "layer": layer, "weights": source}
     if hf_config is not None:
         origin["hf_config"] = str(Path(hf_config).resolve())
-    kind = layer_kind(kind_for(position), weights, decoder.layer(layer).window, source)
+    kind = layer_recipe(recipe_for(position), weights, decoder.layer(layer).window, source)
     return position, kind, origin
 
 
-def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
+def recipe_for_origin(spec: Any, origin: Mapping[str, Any]) -> Recipe:
     """The kind a manifest's spec and origin stand for when it names a checkpoint layer (``verify`` again)."""
     checkpoint = Path(str(origin["checkpoint"]))
     if not checkpoint.is_dir():
@@ -131,7 +131,7 @@ def kind_for_origin(spec: Any, origin: Mapping[str, Any]) -> ArtifactKind:
     decoder, _ = resolve(DecoderRequest(hf_config=origin.get("hf_config"), checkpoint=checkpoint, dtype=spec.dtype,
                                          graph=spec.graph))
     layer = int(origin["layer"])
-    return layer_kind(kind_for(spec), _weights(decoder, checkpoint, layer), decoder.layer(layer).window,
+    return layer_recipe(recipe_for(spec), _weights(decoder, checkpoint, layer), decoder.layer(layer).window,
                       str(origin["weights"]))  # fmt: skip
 
 
@@ -172,6 +172,6 @@ class LayerBlockKind(EncodingKind):
                                 "again")  # fmt: skip
         return super().spec_of(folder, manifest)
 
-    def kind_for_manifest(self, spec: Any, manifest: Mapping[str, Any]) -> ArtifactKind:
+    def recipe_for_manifest(self, spec: Any, manifest: Mapping[str, Any]) -> Recipe:
         """The family's block kind with the weights of the layer the manifest's origin names, read again."""
-        return kind_for_origin(spec, _origin(manifest))
+        return recipe_for_origin(spec, _origin(manifest))

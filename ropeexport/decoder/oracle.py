@@ -40,8 +40,8 @@ from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import Pieces, attention_spec, head_name, mlp_spec, norm_spec, twins, weight_format
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import BLOCK_NAMES, layer_weights, vocab_part
-from ropeexport.kinds import PositionPiece
 from ropeexport.numerics import round_once
+from ropeexport.recipes import PositionPiece
 
 # The output head is multiplied in slices of at most this many float64 bytes: Llama 3's 128256 x 2048 head is 2 GiB
 # in float64, 8B's 4 GiB.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ropeexport.architectures.base import NORMS
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
@@ -22,7 +22,7 @@ from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.forms import FORMS
-from ropeexport.kinds import PositionPiece
+from ropeexport.recipes import PositionPiece
 
 Pieces = Sequence[PositionPiece | None]  # per layer its position piece, None: the layer has no positional encoding
 
@@ -82,7 +82,7 @@ def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:
             continue
         piece = next((p for s, p in built if s == position), None)
         if piece is None:
-            piece = kind_for(position).piece_of(position)
+            piece = recipe_for(position).piece_of(position)
             built.append((position, piece))
         out.append(piece)
     return out

@@ -38,7 +38,7 @@ from ropeexport.decoder.oracle import Feed, Routing, Stored64, chained_float64, 
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.kinds import PositionPiece
+from ropeexport.recipes import PositionPiece
 
 # Max abs logit error over the call's logit scale. fp32: the target of the decoder work (1e-4). fp16: twenty of its
 # ulps at the scale (2^-10 ~ 1e-3 relative): its rounding grows with the activations through every layer (seeded

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.verification.core import Verification, verify_artifact
 
@@ -56,7 +56,7 @@ def checks(*outputs: str, tables: bool = False, guards: tuple[str, ...] = ()) ->
 
 def export(spec: Any) -> onnx.ModelProto:
     """The correct artifact of a spec (what ``build`` writes)."""
-    return kind_for(spec).export(spec)
+    return recipe_for(spec).export(spec)
 
 
 def nodes_of(model: onnx.ModelProto, op_type: str) -> list[onnx.NodeProto]:
@@ -218,7 +218,7 @@ class Detection:
 def _verify(spec: Any, model: onnx.ModelProto, directory: Path) -> tuple[Verification | None, str | None]:
     save_model(model, Path(directory))  # checked by onnx: a planted bug is still a valid model
     try:
-        return verify_artifact(spec, kind_for(spec), Path(directory) / "model.onnx", ["ort"]), None
+        return verify_artifact(spec, recipe_for(spec), Path(directory) / "model.onnx", ["ort"]), None
     except Exception as exc:  # verification must return a verdict; record what escaped instead of crashing the suite
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 

@@ -1,6 +1,6 @@
 """Verification of any artifact: run it on its kind's probes with each runtime, compare with eager and float64.
 
-The artifact kind (handed in; ``catalog.kind_for`` finds it) supplies the probes, feeds, eager reference, float64
+The artifact kind (handed in; ``catalog.recipe_for`` finds it) supplies the probes, feeds, eager reference, float64
 oracle, the locator of an element and optional table checks; this module only opens runtimes, runs, and folds errors
 into Comparisons.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from ropeexport.errors import RuntimeUnavailable, SpecError
-from ropeexport.kinds import ArtifactKind, Feeds, Probe
+from ropeexport.recipes import Feeds, Probe, Recipe
 from ropeexport.runtimes import open_runner
 from ropeexport.runtimes.base import Runner
 from ropeexport.verification.compare import TOLERANCES, Comparison, Tolerance
@@ -118,7 +118,7 @@ def _open(names: list[str], model_path: Path) -> Iterator[tuple[str, Runner | No
 
 def verify_artifact(
     spec: Any,
-    kind: ArtifactKind,
+    kind: Recipe,
     model_path: Path,
     runtimes: list[str],
     seed: int = 0,

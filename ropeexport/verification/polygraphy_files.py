@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.kinds import ArtifactKind
+from ropeexport.recipes import Recipe
 
 RUNNER = "ropeexport-eager"
 
 
-def save_polygraphy_reference(spec: Any, kind: ArtifactKind, folder: Path, seed: int = 0) -> list[str]:
+def save_polygraphy_reference(spec: Any, kind: Recipe, folder: Path, seed: int = 0) -> list[str]:
     """Write ``folder/polygraphy/{inputs,reference}.json``; returns their paths relative to ``folder``."""
     from polygraphy.comparator import RunResults
     from polygraphy.comparator.struct import IterationResult

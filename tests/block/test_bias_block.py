@@ -12,7 +12,7 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.block.probes import block_feeds, counted_block_probes
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.components.attention import graph as block_export
 from ropeexport.components.attention import masks
 from ropeexport.graph.onnx_io import save_model
@@ -87,7 +87,7 @@ def test_planted_alibi_block_bugs_fail_verification(
         monkeypatch.setattr(masks, "causal_mask", lambda g, *a, **k: causal_only(g, original_mask, *a, **k))
     else:
         monkeypatch.setattr(masks, "causal_mask", top_left_mask)
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     model = kind.export(spec)
     save_model(model, tmp_path)
     assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed, bug

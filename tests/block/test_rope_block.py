@@ -16,7 +16,7 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.block.probes import block_feeds, block_probes
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.components.attention import graph as block_export
 from ropeexport.components.attention import masks
 from ropeexport.components.attention import static as static_form
@@ -175,7 +175,7 @@ def test_planted_block_bugs_fail_verification(
             return original_call(g, rotary, inputs | {"position_ids": pos}, prefix)
 
         monkeypatch.setattr(block_export, "call", slot_positions)
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     model = kind.export(spec)
     save_model(model, tmp_path)
     verification = verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"])
@@ -217,7 +217,7 @@ def test_static_cache_planted_write_at_zero_fails(tmp_path: Path, monkeypatch: p
         return result
 
     monkeypatch.setattr(static_form, "_attend_static", write_at_zero)
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     save_model(kind.export(spec), tmp_path)
     assert not verify_artifact(spec, kind, tmp_path / "model.onnx", ["ort"]).passed
 
@@ -231,5 +231,5 @@ def test_any_nonzero_mask_value_is_a_real_token(graph: str) -> None:
     twos = dict(feeds, attention_mask=feeds["attention_mask"] * 2)
     np.testing.assert_array_equal(session.run(None, twos)[0], session.run(None, feeds)[0])
     np.testing.assert_allclose(
-        kind_for(spec).oracle(spec, twos)["output"], kind_for(spec).oracle(spec, feeds)["output"]
+        recipe_for(spec).oracle(spec, twos)["output"], recipe_for(spec).oracle(spec, feeds)["output"]
     )

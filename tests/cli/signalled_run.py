@@ -25,17 +25,17 @@ WATCHED = Path(os.environ.get("ROPEEXPORT_TEST_SIGNAL_DIR", "."))
 
 def test_an_in_process_build_waits_for_the_signal(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from ropeexport.catalog import kind_for, kinds
+    from ropeexport.catalog import recipe_for, recipes
     from ropeexport.families.rope.spec import RopeSpec
 
-    kind = kind_for(RopeSpec())
+    kind = recipe_for(RopeSpec())
 
     def export(spec: RopeSpec) -> object:
         (WATCHED / "reached").write_text("exporting, inside the build's work folder")
         time.sleep(600)  # the signal lands here
         return kind.export(spec)
 
-    monkeypatch.setitem(kinds(), ("rope", "rope"), dataclasses.replace(kind, export=export))
+    monkeypatch.setitem(recipes(), ("rope", "rope"), dataclasses.replace(kind, export=export))
     small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--quiet"]
     code, _, err = run(["build", *small, "--out", str(WATCHED / "out")], capsys)
     (WATCHED / "returned").write_text(f"exit {code}: {err}")

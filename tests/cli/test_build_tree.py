@@ -183,10 +183,10 @@ def test_list_presets_shows_key_parameters_and_sources(capsys) -> None:
 def test_an_interrupted_batch_leaves_whole_folders_and_an_index_of_them(tmp_path: Path, capsys, monkeypatch) -> None:
     import dataclasses
 
-    from ropeexport.catalog import kind_for, kinds
+    from ropeexport.catalog import recipe_for, recipes
     from ropeexport.families.rope.spec import RopeSpec
 
-    kind = kind_for(RopeSpec())
+    kind = recipe_for(RopeSpec())
     calls = []
 
     def export(spec):
@@ -195,7 +195,7 @@ def test_an_interrupted_batch_leaves_whole_folders_and_an_index_of_them(tmp_path
             raise KeyboardInterrupt  # Ctrl-C during the second artifact's export
         return kind.export(spec)
 
-    monkeypatch.setitem(kinds(), ("rope", "rope"), dataclasses.replace(kind, export=export))
+    monkeypatch.setitem(recipes(), ("rope", "rope"), dataclasses.replace(kind, export=export))
     out = tmp_path / "out"
     small = ["--head-dim", "16", "--num-heads", "2", "--max-positions", "64", "--dtype", "fp32", "--dtype", "fp16"]
     code, _, err = run(["build", *small, "--out", str(out), "--quiet"], capsys)

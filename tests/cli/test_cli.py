@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ropeexport.catalog import kind_for, kinds
+from ropeexport.catalog import recipe_for, recipes
 from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.spec import RopeSpec
 from tests.clirun import run
@@ -255,9 +255,9 @@ def test_rebuild_replaces_an_existing_artifact(tmp_path: Path, capsys) -> None:
 
 def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys, monkeypatch) -> None:
     # An exporter with a bug (it builds the interleaved rotation for a half-layout spec) must be caught.
-    kind = kind_for(RopeSpec())
+    kind = recipe_for(RopeSpec())
     wrong = dataclasses.replace(kind, export=lambda spec: build_rope_graph(spec.replace(layout="interleaved")))
-    monkeypatch.setitem(kinds(), ("rope", "rope"), wrong)
+    monkeypatch.setitem(recipes(), ("rope", "rope"), wrong)
     code, _, err = run(["build", *SMALL, "--name", "bad", "--out", str(tmp_path)], capsys)
     assert code == 1 and "FAILED" in err
     report = json.loads((tmp_path / "bad" / "report.json").read_text())
@@ -361,12 +361,12 @@ def test_top_level_keys_are_shared_by_every_artifact(tmp_path: Path, capsys) -> 
 
 
 def test_a_build_that_fails_midway_leaves_no_folder_it_created(tmp_path: Path, monkeypatch) -> None:
-    kind = kind_for(RopeSpec())
+    kind = recipe_for(RopeSpec())
 
     def broken(spec: RopeSpec) -> None:
         raise RuntimeError("exporter crashed")
 
-    monkeypatch.setitem(kinds(), ("rope", "rope"), dataclasses.replace(kind, export=broken))
+    monkeypatch.setitem(recipes(), ("rope", "rope"), dataclasses.replace(kind, export=broken))
     from ropeexport import build
 
     with pytest.raises(RuntimeError):

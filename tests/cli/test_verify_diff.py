@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ropeexport import build
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.rope.spec import RopeSpec
 from tests.clirun import run
@@ -187,7 +187,7 @@ def test_properties_catch_a_broken_norm(tmp_path: Path) -> None:
         if t.name in ("cos_table", "sin_table"):
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.01), t.name))
     save_model(model, tmp_path)
-    result = verify_artifact(SPEC, kind_for(SPEC), tmp_path / "model.onnx", ["ort"])
+    result = verify_artifact(SPEC, recipe_for(SPEC), tmp_path / "model.onnx", ["ort"])
     names = {p["name"]: p["passed"] for p in result.properties}
     assert names["norm preservation"] is False and names["long-term decay"] is False
     assert onnx.load(str(tmp_path / "model.onnx")) is not None

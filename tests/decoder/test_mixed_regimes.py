@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.export import build_decoder_graph, cache_names
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
@@ -99,7 +99,7 @@ def test_mixed_regime_scenarios_pass_per_row(name: str, graph: str, tmp_path: Pa
     position = spec.position_spec()
     chosen = [s for s in scenarios(spec) if s.name.startswith("mixed-regimes")]
     assert [s.policy for s in chosen] == ["re-prefill", "keep"]
-    results = {r["name"]: r for r in verify_decoder(runner.infer, spec, weights, kind_for(position).piece(position),
+    results = {r["name"]: r for r in verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position),
                                                     chosen=chosen)}  # fmt: skip
     assert all(r["passed"] for r in results.values()), {n: r["summary"] for n, r in results.items()}
     again, kept = results["mixed-regimes"], results["mixed-regimes-keep"]

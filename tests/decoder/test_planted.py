@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.verify import verify_decoder
@@ -59,6 +59,6 @@ def test_planted_decoder_mistake_fails(
     save_model(build_decoder_graph(wrong(spec), weights, "seeded"), tmp_path)
     position = spec.position_spec()
     runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
-    results = verify_decoder(runner.infer, spec, weights, kind_for(position).piece(position))
+    results = verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position))
     failed = {r["name"] for r in results if not r["passed"]}
     assert caught_by <= failed, f"{label}: failed only {sorted(failed)}"

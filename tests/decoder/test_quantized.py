@@ -22,7 +22,7 @@ import pytest
 from onnx import numpy_helper
 
 import ropeexport as rx
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.cli import main
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import load_checkpoint
@@ -135,7 +135,7 @@ def test_a_wrong_theta_in_an_int4_model_still_fails(level: int, factor: float, c
     save_model(build_decoder_graph(wrong, weights, "planted"), tmp_path)
     position = spec.position_spec()
     runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
-    results = verify_decoder(runner.infer, spec, weights, kind_for(position).piece(position))
+    results = verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position))
     failed = {r["name"] for r in results if not r["passed"]}
     assert caught_by <= failed, failed
     assert all(r["summary"]["cost_rel"] > 0 for r in results)  # the cost is still reported, apart
@@ -217,7 +217,7 @@ def test_an_int4_decoder_is_served(key: str, built: dict, tiny_checkpoint: Any, 
     if spec.storage.accuracy_level == 0:  # fp32 arithmetic: every token the float64 truth's on the dequantized weights
         weights64 = stored_float64(spec, load_checkpoint(spec, tiny_checkpoint(key.split("-")[0])))
         position = spec.position_spec()
-        piece = kind_for(position).piece(position)
+        piece = recipe_for(position).piece(position)
         sequence = list(prompt)
         for token in ours:
             ids = np.array([sequence])

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import ropeexport as rx
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.cli import main
 from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.greedy import run_scenario as verified_loop
@@ -67,7 +67,7 @@ def _truth(folder: Path, ckpt: Path, prompt: list[int], offset: int, count: int)
     """Greedy tokens of the float64 no-cache recompute: every step recomputes the whole sequence."""
     session = DecoderSession(folder)
     spec, position = session.spec, session.position
-    piece = kind_for(position).piece(position)
+    piece = recipe_for(position).piece(position)
     weights64 = stored_float64(spec, load_checkpoint(spec, ckpt))
     sequence, new = list(prompt), []
     for _ in range(count):

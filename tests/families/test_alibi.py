@@ -183,11 +183,11 @@ def test_slope_scale_scales_the_bias_and_is_verified(tmp_path: Path) -> None:
 @pytest.mark.parametrize("artifact", ["bias", "scores", "attention"])
 def test_single_pass_is_bit_identical_to_the_general_path(artifact: str, causal: bool, dtype: str) -> None:
     """The one-pass bias drops the clamp, Expand and the [b, H, q, k] Where, and changes no bit."""
-    from ropeexport.catalog import kind_for
+    from ropeexport.catalog import recipe_for
     from ropeexport.families.alibi.export import alibi_bias_nodes
 
     spec = AlibiSpec(artifact=artifact, num_heads=12, head_dim=16, causal=causal, max_positions=4096, dtype=dtype)
-    fast = kind_for(spec).export(spec)
+    fast = recipe_for(spec).export(spec)
     builder = {"bias": "build_bias_graph", "scores": "build_scores_graph", "attention": "build_attention_graph"}
     import ropeexport.families.bias.export as attention
 
@@ -212,7 +212,7 @@ def test_single_pass_is_bit_identical_to_the_general_path(artifact: str, causal:
 
 @pytest.mark.fast
 def test_biases_the_clamp_could_change_take_the_general_path() -> None:
-    from ropeexport.catalog import kind_for
+    from ropeexport.catalog import recipe_for
 
     for spec in (
         AlibiSpec(dtype="fp16", num_heads=8, max_positions=131072),  # 0.5 x 131071 is past fp16's 65504
@@ -220,5 +220,5 @@ def test_biases_the_clamp_could_change_take_the_general_path() -> None:
         AlibiSpec(num_heads=4, slope_scale=1e-46, max_positions=64),  # float32 slopes round to 0: 0 x inf is NaN
         AlibiSpec(num_heads=1, slope_scale=3.4844912295785354e39, max_positions=26),  # float32 product overflows
     ):
-        ops = [n.op_type for n in kind_for(spec).export(spec).graph.node]
+        ops = [n.op_type for n in recipe_for(spec).export(spec).graph.node]
         assert "Max" in ops, spec  # the clamp to the finite range stays where it can act

@@ -18,10 +18,10 @@ import pytest
 import ropeexport as rx
 from ropeexport.block.oracle import block_float64
 from ropeexport.block.probes import STATIC_SPARE
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.families.rope.positions import rope_of, rotate64
-from ropeexport.kinds import Probe
+from ropeexport.recipes import Probe
 from tests.cases import ORIGINAL, small_spec
 
 pytestmark = pytest.mark.fast  # RoPE's per-row regimes against float64, 256 positions
@@ -81,7 +81,7 @@ def _rows_alone(session: ort.InferenceSession, feeds: dict[str, np.ndarray], b: 
 @pytest.mark.parametrize(("artifact", "scaling", "graph"), CASES, ids=["-".join(c) for c in CASES])
 def test_each_row_takes_its_own_regime(artifact: str, scaling: str, graph: str) -> None:
     spec = _spec(artifact, scaling, graph)
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     feeds = kind.feeds(spec, _probe(artifact, graph), np.random.default_rng(0))
     session = ort.InferenceSession(kind.export(spec).SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]

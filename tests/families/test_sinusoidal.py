@@ -13,7 +13,7 @@ import torch
 from onnx import numpy_helper
 
 from ropeexport import build
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.errors import RuntimeInputError, SpecError
 from ropeexport.families.sinusoidal.export import build_apply_graph, build_scores_graph
 from ropeexport.families.sinusoidal.probes import check_tables
@@ -131,7 +131,7 @@ WRONG = [
 def test_wrong_artifact_fails_verification(tmp_path: Path, built: dict, claimed: dict) -> None:
     path = _export(build_apply_graph(SinusoidalSpec(**(SMALL | built))), tmp_path)
     assert not verify_artifact(
-        SinusoidalSpec(**(SMALL | claimed)), kind_for(SinusoidalSpec(**(SMALL | claimed))), path, ["ort"]
+        SinusoidalSpec(**(SMALL | claimed)), recipe_for(SinusoidalSpec(**(SMALL | claimed))), path, ["ort"]
     ).passed
 
 
@@ -140,7 +140,7 @@ def test_rows_shifted_by_one_fail_verification(tmp_path: Path) -> None:
     model = build_apply_graph(spec)
     table = next(t for t in model.graph.initializer if t.name == "pe_table")
     table.CopyFrom(numpy_helper.from_array(np.roll(numpy_helper.to_array(table), 1, axis=0), "pe_table"))
-    assert not verify_artifact(spec, kind_for(spec), _export(model, tmp_path), ["ort"]).passed
+    assert not verify_artifact(spec, recipe_for(spec), _export(model, tmp_path), ["ort"]).passed
 
 
 def _apply_feeds(pos: list[int]) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from safetensors.numpy import save_file
 
 from ropeexport import build
-from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.catalog import recipe_for, spec_from_dict
 from ropeexport.errors import RuntimeInputError, SpecError
 from ropeexport.families.transformer_xl.export import build_transformer_xl_scores_graph
 from ropeexport.families.transformer_xl.probes import check_tables
@@ -161,10 +161,10 @@ def test_scores_depend_only_on_distance(tmp_path: Path, causal: bool) -> None:
 def test_verification_catches_other_weights_and_mask(tmp_path: Path) -> None:
     spec = TransformerXLSpec(**SMALL)
     assert not verify_artifact(
-        spec.replace(seed=1), kind_for(spec.replace(seed=1)), _export(spec, tmp_path / "seed"), ["ort"]
+        spec.replace(seed=1), recipe_for(spec.replace(seed=1)), _export(spec, tmp_path / "seed"), ["ort"]
     ).passed
     assert not verify_artifact(
-        spec.replace(causal=False), kind_for(spec.replace(causal=False)), _export(spec, tmp_path / "mask"), ["ort"]
+        spec.replace(causal=False), recipe_for(spec.replace(causal=False)), _export(spec, tmp_path / "mask"), ["ort"]
     ).passed
 
 

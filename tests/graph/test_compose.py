@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 import ropeexport as rx
-from ropeexport.catalog import kind_for, kinds
+from ropeexport.catalog import recipe_for, recipes
 from ropeexport.errors import SpecError
 from ropeexport.graph.compose import call, model_around, opset_imports
 from ropeexport.graph.onnx_io import GraphBuilder
@@ -20,7 +20,7 @@ from ropeexport.graph.onnx_io import GraphBuilder
 pytestmark = pytest.mark.fast  # graph builds: every kind as a piece of a bigger graph, small tables
 
 SMALL = {"max_positions": 64, "num_heads": 4, "head_dim": 16}
-CASES = [(e, a, g) for (e, a) in sorted(kinds()) for g in ("fused", "decomposed")]
+CASES = [(e, a, g) for (e, a) in sorted(recipes()) for g in ("fused", "decomposed")]
 
 
 def _spec(encoding: str, artifact: str, graph: str) -> object:
@@ -36,7 +36,7 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 def _feeds(spec: object) -> tuple[dict[str, np.ndarray], list[str]]:
     """The kind's own first probe call (every kind knows its contract), and its position inputs."""
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     probe = kind.probes(spec)[0][0]
     return kind.feeds(spec, probe, np.random.default_rng(0)), list(probe.positions)
 

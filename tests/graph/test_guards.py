@@ -7,9 +7,9 @@ import numpy as np
 import onnx
 import pytest
 
-from ropeexport.catalog import kind_for, kinds
+from ropeexport.catalog import recipe_for, recipes
 from ropeexport.graph.guard import guard_node_name
-from ropeexport.kinds import Probe
+from ropeexport.recipes import Probe
 from tests.test_every_kind import small
 
 pytestmark = pytest.mark.fast  # graph builds: every kind's range guard, small tables
@@ -18,14 +18,14 @@ ort = pytest.importorskip("onnxruntime")
 
 CASES = [
     pytest.param(encoding, artifact, graph, id=f"{encoding}-{artifact}-{graph}")
-    for (encoding, artifact) in sorted(kinds())
+    for (encoding, artifact) in sorted(recipes())
     for graph in ("fused", "decomposed")
 ]
 P = 96  # tests.test_every_kind.SMALL's max_positions
 
 
 def _session(spec: object) -> tuple[object, list[str]]:
-    model = kind_for(spec).export(spec)
+    model = recipe_for(spec).export(spec)
     positions = [i.name for i in model.graph.input if i.name.endswith("position_ids")]
     options = ort.SessionOptions()
     options.log_severity_level = 4  # the refusals below are expected: keep ORT's own error log quiet
@@ -33,7 +33,7 @@ def _session(spec: object) -> tuple[object, list[str]]:
 
 
 def _feeds(spec: object, positions: list[str], values: dict[str, list[int]]) -> dict[str, np.ndarray]:
-    kind = kind_for(spec)
+    kind = recipe_for(spec)
     probe = Probe("guard", {n: np.array([values.get(n, [0, 1, 2])], np.int64) for n in positions})
     return kind.feeds(spec, probe, np.random.default_rng(0))
 
@@ -59,7 +59,7 @@ def test_plain_onnxruntime_refuses_positions_outside_the_range(encoding: str, ar
 
 def test_the_guard_runs_before_anything_reads_the_positions() -> None:
     spec = small("alibi", artifact="bias")
-    model = kind_for(spec).export(spec)
+    model = recipe_for(spec).export(spec)
     readers = [n for n in model.graph.node if "query_position_ids" in n.input]
     # Only the guard's own nodes read the raw input; the rest read the checked copy.
     assert readers and all(n.name.startswith("query_position_ids__guard") for n in readers)
@@ -87,6 +87,6 @@ RANGE_TESTS = [
 @pytest.mark.parametrize(("artifact", "graph", "tests"), RANGE_TESTS, ids=[f"{a}-{g}" for a, g, _ in RANGE_TESTS])
 def test_a_composed_graph_tests_the_range_once(artifact: str, graph: str, tests: int) -> None:
     spec = small("rope", artifact=artifact, graph=graph)
-    model = kind_for(spec).export(spec)
+    model = recipe_for(spec).export(spec)
     assert _limit_tests(model) == tests
     onnx.checker.check_model(model, full_check=True)

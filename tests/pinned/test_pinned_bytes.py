@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import ropeexport as rx
-from ropeexport.catalog import encodings, kinds, spec_from_dict
+from ropeexport.catalog import encodings, recipes, spec_from_dict
 from ropeexport.defaults import FEATURE_SPECS
 from ropeexport.graph.onnx_io import save_model
 
@@ -62,7 +62,7 @@ def test_the_default_build_writes_the_pinned_models(tmp_path: Path) -> None:
 
 def test_every_kind_writes_its_pinned_model(tmp_path: Path) -> None:
     got = {}
-    for encoding, artifact in sorted(kinds()):
+    for encoding, artifact in sorted(recipes()):
         forms = ["fused", "decomposed"] + (["tensorrt", "static-cache", "gqa"] if artifact == "block" else [])
         forms += ["plugin"] if artifact == "rope" else []
         for dtype in ("fp32", "fp16"):

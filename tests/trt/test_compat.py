@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ropeexport.catalog import kinds, spec_from_dict
+from ropeexport.catalog import recipes, spec_from_dict
 from ropeexport.cli import _Parser, error_line
 from ropeexport.cli import check_trt as check_trt_cli
 from ropeexport.errors import RopeExportError, SpecError
@@ -41,7 +41,7 @@ REDUCEMAX_86 = (
 
 def export(**fields: Any) -> onnx.ModelProto:
     spec = spec_from_dict(fields)
-    return kinds()[(spec.encoding, spec.artifact)].export(spec)
+    return recipes()[(spec.encoding, spec.artifact)].export(spec)
 
 
 def by_node(result: Any) -> dict[str, dict[str, str]]:
@@ -306,7 +306,7 @@ def test_unknown_version_is_a_spec_error_listing_the_known_ones(text: str) -> No
 @pytest.mark.slow  # every kind exported and checked node by node (a minute)
 def test_every_kind_uses_only_operators_the_table_records() -> None:
     """Coverage of the table: no artifact kind meets 'not in ropeexport's TensorRT support table'."""
-    for (encoding, artifact), _ in sorted(kinds().items()):
+    for (encoding, artifact), _ in sorted(recipes().items()):
         for graph in ("fused", "decomposed"):
             model = export(encoding=encoding, artifact=artifact, graph=graph, max_positions=64)
             for version in VERSIONS:

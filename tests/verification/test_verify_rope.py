@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ropeexport.catalog import kind_for
+from ropeexport.catalog import recipe_for
 from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.probes import rope_probes
 from ropeexport.families.rope.spec import RopeSpec
@@ -18,7 +18,7 @@ from tests.cases import ORIGINAL, small_spec
 
 def verify(built: RopeSpec, claimed: RopeSpec, tmp_path: Path, model: onnx.ModelProto | None = None):
     save_model(model or build_rope_graph(built), tmp_path)
-    return verify_artifact(claimed, kind_for(claimed), tmp_path / "model.onnx", ["ort"])
+    return verify_artifact(claimed, recipe_for(claimed), tmp_path / "model.onnx", ["ort"])
 
 
 def test_correct_artifact_passes_with_every_contract_field(tmp_path: Path) -> None:

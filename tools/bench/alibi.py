@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.catalog import recipe_for, spec_from_dict
 from ropeexport.families.alibi.export import alibi_bias_nodes
 from ropeexport.families.alibi.reference import alibi_bias
 from ropeexport.families.bias.export import build_bias_graph
@@ -73,7 +73,7 @@ def alibi_scenario(ctx: Context, artifact: str, dtype: str) -> dict[str, Any]:
     models = {}
     for graph in ("fused", "decomposed"):
         spec = alibi_spec(cfg, dtype, graph, artifact)
-        model = models[graph] = kind_for(spec).export(spec)
+        model = models[graph] = recipe_for(spec).export(spec)
         info = {
             "initializer_bytes": initializer_bytes(model),
             "initializers": {t.name: list(t.dims) for t in model.graph.initializer},
@@ -103,7 +103,7 @@ def alibi_experiments(ctx: Context, dtype: str) -> dict[str, Any]:
     feeds = alibi_feeds(cfg, "bias", dtype, np.random.default_rng(0))
     outputs = {"attention_bias": ((a["batch"], a["heads"], a["q"], a["k"]), np.dtype(NP_DTYPES[dtype]))}
     spec = alibi_spec(cfg, dtype, "fused", "bias")
-    model = kind_for(spec).export(spec)
+    model = recipe_for(spec).export(spec)
     # The general path every additive-bias method takes (clamp, Cast, Expand, mask: four full-size passes); the ALiBi
     # bias artifact ships its single pass instead wherever the clamp cannot act.
     general = build_bias_graph(spec, alibi_bias_nodes)
@@ -134,7 +134,7 @@ def alibi_storage(cfg: dict) -> dict[str, Any]:
     slopes = {}
     for p in (cfg["max_positions"], 32 * cfg["max_positions"]):
         spec = alibi_spec(cfg, "fp32", "fused", "bias", p)
-        model = kind_for(spec).export(spec)
+        model = recipe_for(spec).export(spec)
         sizes[p] = initializer_bytes(model)
         slopes[p] = [list(t.dims) for t in model.graph.initializer if t.name == "neg_slopes"]
     heads = cfg["alibi"]["heads"]

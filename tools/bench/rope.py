@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.catalog import recipe_for, spec_from_dict
 
 from .context import NP_DTYPES, Context
 from .peers import HFRotary, torch_entries
@@ -63,7 +63,7 @@ def rope_scenario(ctx: Context, phase: str, dtype: str) -> dict[str, Any]:
     models: dict[str, onnx.ModelProto | bytes] = {}
     for graph in ("fused", "decomposed"):
         spec = rope_spec(cfg, dtype, graph)
-        model = models[graph] = kind_for(spec).export(spec)
+        model = models[graph] = recipe_for(spec).export(spec)
         what = {"fused": "opset-23 RotaryEmbedding + range guard", "decomposed": "opset-17 primitives"}[graph]
         info = {"initializer_bytes": initializer_bytes(model), "nodes": len(model.graph.node)}
         entries.append(ort_entry(graph, f"ropeexport {what} (ORT, IO binding)", model, feeds, args, info=info))
@@ -91,7 +91,7 @@ def rope_experiments(ctx: Context, phase: str, dtype: str) -> dict[str, Any]:
     feeds = rope_feeds(cfg, phase, dtype, np.random.default_rng(0))
     outputs = same_shapes(feeds, {"query_out": "query", "key_out": "key"})
     spec = rope_spec(cfg, dtype, "fused")
-    model = kind_for(spec).export(spec)
+    model = recipe_for(spec).export(spec)
     bare = without_guards(model)
     entries = roofline_entries(feeds, outputs, args) + [floor_entry(feeds, outputs, args)]
     entries.append(ort_entry("fused", "shipped fused artifact (IO binding)", model, feeds, args))
@@ -114,7 +114,7 @@ def rope_experiments(ctx: Context, phase: str, dtype: str) -> dict[str, Any]:
         )
     )
     if dtype == "fp16":
-        model32 = kind_for(rope_spec(cfg, "fp32", "fused")).export(rope_spec(cfg, "fp32", "fused"))
+        model32 = recipe_for(rope_spec(cfg, "fp32", "fused")).export(rope_spec(cfg, "fp32", "fused"))
         what = "fp16 in/out, Cast -> fp32 RotaryEmbedding (fp32 tables) -> Cast (not the shipped numerics)"
         entries.append(ort_entry("fp32_compute", what, fp16_via_fp32(model32), feeds, args))
         bare32 = fp16_via_fp32(without_guards(model32))

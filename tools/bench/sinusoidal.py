@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ropeexport.catalog import kind_for, spec_from_dict
+from ropeexport.catalog import recipe_for, spec_from_dict
 from ropeexport.families.sinusoidal.reference import SinusoidalEmbedding
 
 from .context import NP_DTYPES, Context
@@ -46,7 +46,7 @@ def sinusoidal_scenario(ctx: Context, dtype: str) -> dict[str, Any]:
                 "graph": graph,
             }
         )
-        model = models[graph] = kind_for(spec).export(spec)
+        model = models[graph] = recipe_for(spec).export(spec)
         info = {"initializer_bytes": initializer_bytes(model), "nodes": len(model.graph.node)}
         what = f"ropeexport sinusoidal apply ({graph}; Gather + Add; ORT, IO binding)"
         entries.append(ort_entry(graph, what, model, feeds, args, info=info))

@@ -98,14 +98,14 @@ def export(job: dict[str, Any]) -> dict[str, Any]:
 
 def truth(job: dict[str, Any]) -> dict[str, Any]:
     """float64 logits [tail, vocab] of the near and far prompts (npz), and genai's cos/sin table rows' errors."""
-    from ropeexport.catalog import kind_for
+    from ropeexport.catalog import recipe_for
     from ropeexport.decoder.checkpoint import load_checkpoint
     from ropeexport.decoder.kind import check_folder
     from ropeexport.decoder.oracle import decoder_float64, stored_float64
 
     _, spec = check_folder(Path(job["ours"]))
     position = spec.position_spec()
-    piece = kind_for(position).piece(position)
+    piece = recipe_for(position).piece(position)
     weights64 = stored_float64(spec, load_checkpoint(spec, job["checkpoint"]))
     out: dict[str, Any] = {}
     arrays = {}

@@ -20,7 +20,7 @@ import numpy as np
 from ropeexport.components.attention.spec import AttentionSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
-from ropeexport.kinds import Feeds
+from ropeexport.recipes import Feeds
 
 # rotate(x [b, heads, s, d] float64, position_ids [b, s]) -> float64
 Rotate64 = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -20,7 +20,7 @@ from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
-from ropeexport.kinds import PositionPiece
+from ropeexport.recipes import PositionPiece
 from ropeexport.specs import require_choice, require_int
 
 # Each graph form's opset (``forms.FORMS``): Attention (with its cache inputs) since 23, TensorScatter since 24; the

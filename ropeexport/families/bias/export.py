@@ -25,8 +25,8 @@ from onnx import TensorProto, helper
 
 from ropeexport.dtypes import DTYPES
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
-from ropeexport.kinds import KPOS, QPOS
 from ropeexport.numerics import round_once
+from ropeexport.recipes import KPOS, QPOS
 
 BiasFn = Callable[[GraphBuilder, Any, str, str], str]
 SinglePassFn = Callable[[GraphBuilder, Any, str, str], "str | None"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ropeexport.families.bias.export import BiasFn, SinglePassFn, build_bias_graph
 from ropeexport.families.bias.probes import EagerBias, OracleBias
-from ropeexport.kinds import PositionPiece, Positions
+from ropeexport.recipes import PositionPiece, Positions
 from ropeexport.specs import BLOCK_FORMS
 
 PIECE_PREFIX = "bias/"  # the bias piece's names inside the block (ALiBi's slopes: bias/neg_slopes)

@@ -21,7 +21,7 @@ import torch
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.bias.reference import attention_with_bias, scores_with_bias
 from ropeexport.families.bias.spec import BiasSpec
-from ropeexport.kinds import KPOS, QPOS, Feeds, Probe
+from ropeexport.recipes import KPOS, QPOS, Feeds, Probe
 from ropeexport.tensors import to_torch
 
 BIAS_CALL = 8192  # keys per decode call for the bias artifact

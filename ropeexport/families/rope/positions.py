@@ -19,7 +19,7 @@ from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.families.rope.probes import check_tables
 from ropeexport.families.rope.reference import reference_module
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.kinds import PositionPiece, Positions
+from ropeexport.recipes import PositionPiece, Positions
 from ropeexport.specs import BLOCK_FORMS
 
 Rotate64 = Callable[[np.ndarray, np.ndarray], np.ndarray]  # x [b, h, s, d], position_ids [b, s] -> float64

@@ -30,8 +30,8 @@ from ropeexport.families.bias.probes import pair_extras
 from ropeexport.families.rope.oracle import rope_oracle, rope_scores_oracle, rope_table_oracle
 from ropeexport.families.rope.reference import reference_module, rope_scores
 from ropeexport.families.rope.spec import RopeSpec
-from ropeexport.kinds import Feeds, Probe
 from ropeexport.numerics import ulp_distance
+from ropeexport.recipes import Feeds, Probe
 from ropeexport.tensors import to_torch
 
 CALL_ELEMENTS = 2**22  # input elements per sweep call (query and key; 16 MiB in fp32)

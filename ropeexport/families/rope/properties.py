@@ -17,8 +17,8 @@ import numpy as np
 
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.schedules import get_schedule
-from ropeexport.kinds import Infers
 from ropeexport.properties import close as _close
+from ropeexport.recipes import Infers
 
 DECAY_POINTS = 512  # distances sampled for the decay curve (log-spaced, plus 0..63)
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ropeexport.families.shaw.reference import shaw_weights
 from ropeexport.families.shaw.spec import ShawSpec
-from ropeexport.kinds import KPOS, QPOS, Feeds
+from ropeexport.recipes import KPOS, QPOS, Feeds
 
 
 def shaw_oracle(spec: ShawSpec, feeds: Feeds) -> dict[str, np.ndarray]:

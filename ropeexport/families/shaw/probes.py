@@ -20,7 +20,7 @@ import torch
 from ropeexport.families.bias.probes import KPOS, QPOS, bias_feeds, bias_locate, bias_probes
 from ropeexport.families.shaw.reference import shaw_attention, shaw_scores
 from ropeexport.families.shaw.spec import ShawSpec
-from ropeexport.kinds import Feeds, Probe
+from ropeexport.recipes import Feeds, Probe
 from ropeexport.tensors import to_torch
 
 CHUNK = 512  # keys per sweep call

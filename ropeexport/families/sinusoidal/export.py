@@ -26,8 +26,8 @@ from ropeexport.dtypes import DTYPES
 from ropeexport.families.sinusoidal.reference import input_scale, stored_table
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
-from ropeexport.kinds import KPOS, QPOS
 from ropeexport.numerics import round_once
+from ropeexport.recipes import KPOS, QPOS
 
 OPSETS = {"fused": 23, "decomposed": 17}
 

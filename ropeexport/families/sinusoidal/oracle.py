@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
-from ropeexport.kinds import KPOS, QPOS, Feeds
+from ropeexport.recipes import KPOS, QPOS, Feeds
 
 
 def pe_angles(positions: np.ndarray, width: int, base: float) -> np.ndarray:

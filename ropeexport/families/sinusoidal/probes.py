@@ -36,7 +36,7 @@ from ropeexport.families.bias.probes import pair_extras, pair_windows
 from ropeexport.families.sinusoidal.oracle import pe_angles, pe_oracle
 from ropeexport.families.sinusoidal.reference import SinusoidalEmbedding, sinusoidal_scores
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
-from ropeexport.kinds import KPOS, QPOS, Feeds, Probe
+from ropeexport.recipes import KPOS, QPOS, Feeds, Probe
 from ropeexport.tensors import to_torch
 
 SWEEP_ELEMENTS = 2**24  # x elements the apply sweep may feed in all (a few seconds of eager + float64 on 2 cores)

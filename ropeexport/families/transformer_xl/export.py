@@ -35,8 +35,8 @@ from ropeexport.dtypes import DTYPES
 from ropeexport.families.transformer_xl.reference import relative_table, stored_weights
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
-from ropeexport.kinds import KPOS, QPOS
 from ropeexport.numerics import round_once
+from ropeexport.recipes import KPOS, QPOS
 
 OPSETS = {"fused": 23, "decomposed": 17}
 

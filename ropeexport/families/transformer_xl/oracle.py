@@ -10,7 +10,7 @@ import numpy as np
 
 from ropeexport.families.transformer_xl.reference import stored_weights
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec
-from ropeexport.kinds import KPOS, QPOS, Feeds
+from ropeexport.recipes import KPOS, QPOS, Feeds
 
 
 def relative_oracle(distances: np.ndarray, d_model: int) -> np.ndarray:

@@ -31,8 +31,8 @@ from ropeexport.families.bias.probes import bias_probes
 from ropeexport.families.transformer_xl.oracle import projected_oracle
 from ropeexport.families.transformer_xl.reference import TransformerXLScores, stored_weights
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec, learned_weights
-from ropeexport.kinds import KPOS, QPOS, Feeds, Probe
 from ropeexport.numerics import ulp_distance
+from ropeexport.recipes import KPOS, QPOS, Feeds, Probe
 from ropeexport.tensors import to_torch
 
 TABLE_MAX_ULP = 0.5  # rounded once to nearest: never more than half a unit in the last place

@@ -12,7 +12,7 @@ import numpy as np
 
 from ropeexport.families.tupe.reference import tupe_weights
 from ropeexport.families.tupe.spec import TupeSpec
-from ropeexport.kinds import KPOS, QPOS, Feeds
+from ropeexport.recipes import KPOS, QPOS, Feeds
 
 
 def t5_bucket_float64(relative_position: np.ndarray, num_buckets: int, max_distance: int, bidir: bool) -> np.ndarray:

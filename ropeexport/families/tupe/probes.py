@@ -26,8 +26,8 @@ from onnx import numpy_helper
 from ropeexport.families.bias.probes import KPOS, QPOS, bias_feeds, bias_locate, bias_probes
 from ropeexport.families.tupe.reference import tupe_scores, tupe_weights
 from ropeexport.families.tupe.spec import TupeSpec
-from ropeexport.kinds import Feeds, Probe
 from ropeexport.numerics import ulp_distance
+from ropeexport.recipes import Feeds, Probe
 from ropeexport.tensors import to_torch
 
 CHUNK = 512  # positions per sweep call

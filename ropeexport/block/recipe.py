@@ -25,7 +25,7 @@ from ropeexport.block.probes import (
     counted_block_probes,
 )
 from ropeexport.block.reference import block_eager
-from ropeexport.kinds import ArtifactKind, Feeds, Positions
+from ropeexport.recipes import Feeds, Positions, Recipe
 
 SUMMARY = {False: "an attention layer with a KV cache: hidden in, query and key rotated by the rope piece, output and "
                   "present",
@@ -34,7 +34,7 @@ SUMMARY = {False: "an attention layer with a KV cache: hidden in, query and key 
 Weights = Mapping[str, np.ndarray]  # a layer's q/k/v/o projections and biases ([in, out]), as block.export takes them
 
 
-def block_kind(encoding: str, positions: Positions[Any]) -> ArtifactKind[Any]:
+def block_recipe(encoding: str, positions: Positions[Any]) -> Recipe[Any]:
     """The block kind of ``encoding``, from the positions its family offers."""
 
     def export(spec: Any) -> Any:
@@ -51,7 +51,7 @@ def block_kind(encoding: str, positions: Positions[Any]) -> ArtifactKind[Any]:
         return block_float64(spec, feeds, rotate, bias, weights, window)
 
     bias = positions.counted
-    return ArtifactKind(encoding=encoding, artifact="block", summary=SUMMARY[bias], export=export,
+    return Recipe(encoding=encoding, artifact="block", summary=SUMMARY[bias], export=export,
                         probes=counted_block_probes if bias else block_probes, feeds=block_feeds, eager=eager,
                         oracle=oracle, locate=block_locate, tables=positions.tables, curve=block_curve,
                         tolerance=block_tolerance, piece=positions.piece)  # fmt: skip

@@ -1,8 +1,8 @@
-"""An artifact kind: the functions of one family's stages that export, feed and check one artifact.
+"""A recipe: the functions of one family's stages that export, feed and check one of its artifacts (``Recipe``).
 
-Each family's ``kinds.py`` builds a ``KINDS = {artifact: ArtifactKind}`` table from plain functions of its stage
+Each family's ``recipes.py`` builds a ``RECIPES = {artifact: Recipe}`` table from plain functions of its stage
 modules (export, eager reference, float64 oracle, probes); ``catalog`` collects them. The pipeline (``pipeline``) and
-verification (``verification.core``) are handed a kind and only ever call through it, so a stage never reaches into
+verification (``verification.core``) are handed a recipe and only ever call through it, so a stage never reaches into
 another and nothing below the catalog looks a family up.
 
 Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {output name: array}):
@@ -18,7 +18,7 @@ Function shapes (``F`` = feeds, a {input name: numpy array} dict; ``O`` = {outpu
 - ``tolerance(spec) -> verification.compare.Tolerance``: the kind's own default in place of the dtype's, for
   outputs whose rounding grows with the spec (a block's projections sum hidden_size products) (optional)
 - ``piece(spec) -> PositionPiece``: the family's position piece of a block spec (graph and float64 twin), for the
-  model-level graphs that compose it with their own weights (a decoder's layers) (block kinds only)
+  model-level graphs that compose it with their own weights (a decoder's layers) (block recipes only)
 - ``properties(spec, runner) -> [dict]``: the encoding's mathematical claims measured on the artifact through a
   runner (relative invariance, norm preservation, decay, shift invariance...), each {name, passed, summary, ...}
 """
@@ -109,10 +109,10 @@ class Positions(Generic[S]):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArtifactKind(Generic[S]):
-    """The functions that export, feed, and check one artifact kind of one encoding (shapes in the module doc).
+class Recipe(Generic[S]):
+    """The functions that export, feed, and check one artifact of one encoding (shapes in the module doc).
 
-    Keyword-only: a kind reads as a table of named stages, and a stage added later cannot shift the others.
+    Keyword-only: a recipe reads as a table of named stages, and a stage added later cannot shift the others.
     """
 
     encoding: str

@@ -9,11 +9,11 @@ from ropeexport.families.rope.export import build_rope_graph, build_rope_scores_
 from ropeexport.families.rope.plugin import build_rope_plugin_graph
 from ropeexport.families.rope.positions import POSITIONS
 from ropeexport.families.rope.properties import regime, rope_properties
-from ropeexport.kinds import ArtifactKind
 from ropeexport.properties import shift_invariance
+from ropeexport.recipes import Recipe
 
-KINDS = {
-    "rope": ArtifactKind(
+RECIPES = {
+    "rope": Recipe(
         encoding="rope",
         artifact="rope",
         summary="query and key rotated by position_ids",
@@ -28,7 +28,7 @@ KINDS = {
         curve=v.rope_curve,
         properties=rope_properties,
     ),
-    "scores": ArtifactKind(
+    "scores": Recipe(
         encoding="rope",
         artifact="scores",
         summary="attention logits of the rotated query and key",
@@ -45,4 +45,4 @@ KINDS = {
     ),
 }
 
-__all__ = ["KINDS", "POSITIONS"]
+__all__ = ["RECIPES", "POSITIONS"]

@@ -6,11 +6,11 @@ from ropeexport.families.bias.probes import bias_feeds, bias_guards, bias_locate
 from ropeexport.families.transformer_xl import oracle as o
 from ropeexport.families.transformer_xl import probes as v
 from ropeexport.families.transformer_xl.export import build_transformer_xl_scores_graph
-from ropeexport.kinds import ArtifactKind
 from ropeexport.properties import shift_invariance
+from ropeexport.recipes import Recipe
 
-KINDS = {
-    "scores": ArtifactKind(
+RECIPES = {
+    "scores": Recipe(
         encoding="transformer-xl",
         artifact="scores",
         summary="((q + u) . k + (q + v) . W_R R_(i-j)) / sqrt(head_dim), -inf after the query when causal",

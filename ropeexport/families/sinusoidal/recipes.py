@@ -6,10 +6,10 @@ from ropeexport.families.bias.probes import query_curve
 from ropeexport.families.sinusoidal import oracle as o
 from ropeexport.families.sinusoidal import probes as v
 from ropeexport.families.sinusoidal.export import build_apply_graph, build_scores_graph
-from ropeexport.kinds import ArtifactKind
+from ropeexport.recipes import Recipe
 
-KINDS = {
-    "apply": ArtifactKind(
+RECIPES = {
+    "apply": Recipe(
         encoding="sinusoidal",
         artifact="apply",
         summary="y = x (* sqrt(d_model) with scale_input) + PE[position_ids]",
@@ -23,7 +23,7 @@ KINDS = {
         guards=v.apply_guards,
         curve=v.apply_curve,
     ),
-    "scores": ArtifactKind(
+    "scores": Recipe(
         encoding="sinusoidal",
         artifact="scores",
         summary="(q + PE_i) . (k + PE_j) / sqrt(head_dim), a head_dim-wide table added to every head",

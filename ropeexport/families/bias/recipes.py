@@ -25,8 +25,8 @@ from ropeexport.families.bias.probes import (
     make_oracle,
     pair_curve,
 )
-from ropeexport.kinds import ArtifactKind, Feeds, Positions
 from ropeexport.properties import shift_invariance
+from ropeexport.recipes import Feeds, Positions, Recipe
 
 OUTPUTS = {"bias": "attention_bias", "scores": "scores", "attention": "output"}
 SUMMARIES = {
@@ -36,7 +36,7 @@ SUMMARIES = {
 }
 
 
-def bias_kinds(
+def bias_recipes(
     encoding: str,
     graph_bias: BiasFn,
     eager_bias: EagerBias,
@@ -44,7 +44,7 @@ def bias_kinds(
     guards: Callable[[Any], list[tuple[str, Feeds]]] | None = None,
     tables: Callable[[Any, Any], list[dict[str, Any]]] | None = None,
     single_pass: SinglePassFn | None = None,
-) -> tuple[dict[str, ArtifactKind], Positions[Any]]:
+) -> tuple[dict[str, Recipe], Positions[Any]]:
     """One method's bias subgraph, eager bias and float64 bias -> its artifact kinds by artifact, and its positions.
 
     ``guards(spec)`` gives out-of-range calls the graph itself must reject (for methods with a table to index).
@@ -55,7 +55,7 @@ def bias_kinds(
     kinds = {}
     for artifact, builder in builders.items():
         export = lambda spec, b=builder: b(spec, graph_bias, single_pass)  # noqa: E731
-        kinds[artifact] = ArtifactKind(
+        kinds[artifact] = Recipe(
             encoding=encoding,
             artifact=artifact,
             summary=SUMMARIES[artifact],

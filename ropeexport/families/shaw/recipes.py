@@ -6,11 +6,11 @@ from ropeexport.families.bias.probes import pair_curve
 from ropeexport.families.shaw import oracle as o
 from ropeexport.families.shaw import probes as v
 from ropeexport.families.shaw.export import build_shaw_attention_graph, build_shaw_scores_graph
-from ropeexport.kinds import ArtifactKind
 from ropeexport.properties import shift_invariance
+from ropeexport.recipes import Recipe
 
-KINDS = {
-    "scores": ArtifactKind(
+RECIPES = {
+    "scores": Recipe(
         encoding="shaw",
         artifact="scores",
         summary="q . (k + a^K_clip(j-i)) / sqrt(d), a^K shared by heads",
@@ -23,7 +23,7 @@ KINDS = {
         curve=pair_curve,
         properties=shift_invariance(v.shaw_feeds, "scores"),
     ),
-    "attention": ArtifactKind(
+    "attention": Recipe(
         encoding="shaw",
         artifact="attention",
         summary="softmax(scores) . (v + a^V_clip(j-i)) (fused: ONNX Attention plus the value-side term)",

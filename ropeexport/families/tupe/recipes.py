@@ -6,10 +6,10 @@ from ropeexport.families.bias.probes import query_curve
 from ropeexport.families.tupe import oracle as o
 from ropeexport.families.tupe import probes as v
 from ropeexport.families.tupe.export import build_tupe_scores_graph
-from ropeexport.kinds import ArtifactKind
+from ropeexport.recipes import Recipe
 
-KINDS = {
-    "scores": ArtifactKind(
+RECIPES = {
+    "scores": Recipe(
         encoding="tupe",
         artifact="scores",
         summary="q . k / sqrt(2d) + (p_i U^Q) . (p_j U^K) / sqrt(2d) + b(bucket(j - i))",

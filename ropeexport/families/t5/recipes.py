@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ropeexport.families.bias.kinds import bias_kinds
+from ropeexport.families.bias.recipes import bias_recipes
 from ropeexport.families.t5.export import t5_bias_nodes
 from ropeexport.families.t5.oracle import t5_oracle
 from ropeexport.families.t5.reference import t5_bias
 
-KINDS, POSITIONS = bias_kinds("t5", t5_bias_nodes, t5_bias, t5_oracle)
+RECIPES, POSITIONS = bias_recipes("t5", t5_bias_nodes, t5_bias, t5_oracle)
