@@ -69,7 +69,7 @@ FAMILIES = [
      [("sliding_attention", "0-4", "theta 10000, unscaled"), ("full_attention", "5", "theta 1e+06, unscaled")], "",
      4096),
     ("gpt-oss-yarn-untruncated", lambda: config("gpt_oss", num_hidden_layers=4),
-     [("sliding_attention/full_attention", "0-3", "theta 150000 with yarn x32")], "", 128),
+     [("sliding_attention/full_attention", "0-3", "theta 150000 with yarn x32 (untruncated)")], "", 128),
     ("qwen3-uniform", lambda: config("qwen3", num_hidden_layers=3),
      [("full_attention", "0-2", "theta 10000, unscaled")], "", 0),
     ("phi4-mini-partial-longrope", lambda: config("phi3", num_hidden_layers=2, hidden_size=3072, num_attention_heads=24,

@@ -169,20 +169,10 @@ class Encodings:
 
 
 def describe(spec: Any) -> str:
-    """An encoding in the field's words: ``theta 1e+06 with linear x8``, ``theta 10000, unscaled``, ``ALiBi``."""
-    if spec.encoding == "alibi":
-        return f"ALiBi, {spec.num_heads} heads"
-    words = f"theta {spec.theta:g}"
-    params = dict(spec.scaling_params)
-    if spec.scaling == "default":
-        words += ", unscaled"
-    else:
-        words += f" with {spec.scaling}" + (f" x{params['factor']:g}" if "factor" in params else "")
-    if spec.scaling == "yarn" and params.get("truncate") is False:
-        words += " (untruncated)"
-    if spec.rotary_dim and spec.rotary_dim != spec.head_dim:
-        words += f", {spec.rotary_dim} of {spec.head_dim} channels rotated"
-    return words
+    """An encoding in the field's words (``hf.describe``: the one description of an encoding)."""
+    from ropeexport.hf import describe as words
+
+    return words(spec)
 
 
 def _checked(spec: Any, model: ir.Model | None, field: str) -> Any:

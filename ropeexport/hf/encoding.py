@@ -322,19 +322,33 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
     r.set("rotary_dim", rotary, f"int(head_dim x {fraction[0]}) as transformers computes it")
 
 
-def describe(imported: Imported) -> str:
-    """An encoding in the field's words: 'theta 1e+06 with linear x8', 'theta 10000, unscaled', 'ALiBi'."""
-    fields = imported.fields
-    if fields.get("encoding") != "rope":
+def describe(encoding: Imported | Mapping[str, Any] | Any) -> str:
+    """An encoding in the field's words: ``theta 1e+06 with linear x8``, ``theta 10000, unscaled``, ``ALiBi, 32
+    heads``: the one description of an encoding, for a config's ``Imported`` fields, a table of spec fields or a spec
+    (the audit's findings and the import's errors alike).
+    """  # noqa: D205
+    if isinstance(encoding, Imported):
+        fields: Mapping[str, Any] = encoding.fields
+    elif isinstance(encoding, Mapping):
+        fields = encoding
+    else:
+        fields = encoding.to_dict()
+    if fields.get("encoding") == "alibi":
+        return f"ALiBi, {fields.get('num_heads')} heads"
+    if fields.get("encoding", "rope") != "rope":
         return str(fields.get("encoding"))
     words = f"theta {fields['theta']:g}"
     params = fields.get("scaling_params") or {}
-    if fields.get("scaling", "default") == "default":
+    scaling = fields.get("scaling", "default")
+    if scaling == "default":
         words += ", unscaled"
     elif "factor" in params:
-        words += f" with {fields['scaling']} x{params['factor']:g}"
+        words += f" with {scaling} x{params['factor']:g}"
     else:
-        words += f" with {fields['scaling']}"
-    if fields.get("rotary_dim"):
-        words += f", {fields['rotary_dim']} of {fields['head_dim']} channels rotated"
+        words += f" with {scaling}"
+    if scaling == "yarn" and params.get("truncate") is False:
+        words += " (untruncated)"
+    rotary = fields.get("rotary_dim")
+    if rotary and rotary != fields.get("head_dim"):
+        words += f", {rotary} of {fields['head_dim']} channels rotated"
     return words
