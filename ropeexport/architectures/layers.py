@@ -37,6 +37,12 @@ from ropeexport.specs import require_choice, require_int
 MASKS = ("full", "sliding", "chunked")  # chunked: key slot j seen by query i iff j // C == i // C (and causal)
 ATTENTION_KINDS = ("standard", "latent")  # latent: multi-head latent attention (DeepSeek), a sibling component
 QK_NORMS = ("", "rms", "l2")  # rms: Qwen3's and Gemma 3's RMSNorm per head; l2: Llama 4's weightless L2 norm
+QK_NORM_OVER = ("head", "projection")  # each head's d values (Qwen3, Gemma 3), or the whole projection (OLMo 2/3)
+# Position-dependent query scales, by what they compute (``LayerSpec.query_scale``: {"kind": ..., its parameters}):
+# ``log_floor`` Ministral 3's q * (1 + beta * log(1 + floor(pos / original))); ``temperature`` Llama 4's NoPE layers'
+# q * (log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1).
+QUERY_SCALES = {"log_floor": ("beta", "original_max_position_embeddings"),
+                "temperature": ("floor_scale", "attn_scale")}  # fmt: skip
 FEEDFORWARDS = ("gated", "plain", "moe")
 FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
 # A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
@@ -83,7 +89,9 @@ class AttentionLayer:
     ``full`` (causal), ``sliding`` (key slot j seen by query slot i only if i - j < ``window``) or ``chunked`` (only
     within the same chunk of ``window`` slots). ``qk_norm``: a norm of each query and key head before the rotation.
     The logits: q . k * ``scale`` (0: 1 / sqrt(head_dim)), ``softcap`` c > 0: c * tanh(l / c), ``sinks``: one learned
-    logit per query head in the softmax. ``kv_from``: the layer whose keys and values this one reads (None: its own).
+    logit per query head in the softmax. ``qk_norm_over``: the norm over each head or the whole projection. ``gate``:
+    the output times a sigmoid gate of the layer input (Qwen3-Next, Qwen3.5). ``kv_from``: the layer whose keys and
+    values this one reads (None: its own).
     """
 
     num_heads: int
@@ -93,11 +101,13 @@ class AttentionLayer:
     mask: str = "full"
     window: int = 0
     qk_norm: str = ""
+    qk_norm_over: str = "head"
     scale: float = 0.0
     softcap: float = 0.0
     sinks: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
+    gate: bool = False
     kv_from: int | None = None
 
     def __post_init__(self) -> None:
@@ -117,9 +127,10 @@ class AttentionLayer:
             raise SpecError("window", f"a full layer has no window (0), got {window}; say attention='sliding'")
         object.__setattr__(self, "window", window)
         require_choice("qk_norm", self.qk_norm, QK_NORMS)
+        require_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
         object.__setattr__(self, "scale", _number("attn_scale", self.scale, "0: 1 / sqrt(head_dim)"))
         object.__setattr__(self, "softcap", _number("attn_softcap", self.softcap, "0: no cap"))
-        for name in ("sinks", "qkv_bias", "o_bias"):
+        for name in ("sinks", "qkv_bias", "o_bias", "gate"):
             _flag(name, getattr(self, name))
         if self.kv_from is not None:
             object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
@@ -168,12 +179,12 @@ class FeedForward:
 # The wire names of each component's fields (``LayerSpec.to_dict``): decoder.json's names for the same settings.
 ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "head_dim": "head_dim",
                   "kind": "attention_kind", "mask": "attention", "window": "window", "qk_norm": "qk_norm",
-                  "scale": "attn_scale", "softcap": "attn_softcap", "sinks": "sinks", "qkv_bias": "qkv_bias",
-                  "o_bias": "o_bias", "kv_from": "kv_from"}  # fmt: skip
+                  "qk_norm_over": "qk_norm_over", "scale": "attn_scale", "softcap": "attn_softcap", "sinks": "sinks",
+                  "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
                     "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit"}  # fmt: skip
-LAYER_WIRE = ("position", "norms", "residual")
+LAYER_WIRE = ("position", "norms", "residual", "query_scale")
 WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
 
 
@@ -182,7 +193,8 @@ class LayerSpec:
     """One decoder layer: its ``attention``, its ``ffn``, its ``position`` (the encoding's spec fields, or None: no
     positional encoding) and the ``norms`` it reads in its ``residual`` form (``sequential``, ``parallel`` (attention
     and MLP read their own norm of the layer input), ``shared`` (one norm, GPT-J) or ``sandwich`` (a norm before and
-    after each of attention and MLP, Gemma)).
+    after each of attention and MLP, Gemma)). ``query_scale``: a scale of the query that follows its position
+    (``QUERY_SCALES``: {"kind": ..., its parameters}), or None.
 
     Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, num_kv_heads, past, head_dim].
     """  # noqa: D205
@@ -192,6 +204,7 @@ class LayerSpec:
     position: Mapping[str, object] | None = None
     norms: tuple[str, ...] = PAIR
     residual: str = "sequential"
+    query_scale: Mapping[str, object] | None = None
     # the wire's fields of this layer (``to_dict``), made once (frozen: nothing it reads changes)
     _wire: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -206,6 +219,8 @@ class LayerSpec:
                                 f"encoding; got {self.position!r}")  # fmt: skip
             object.__setattr__(self, "position", plain(dict(self.position), "position"))
         require_choice("residual", self.residual, RESIDUALS)
+        if self.query_scale is not None:
+            object.__setattr__(self, "query_scale", _query_scale(self.query_scale))
         norms = self.norms
         if isinstance(norms, str) or not isinstance(norms, (list, tuple)):
             raise SpecError("norms", f"must be a list of norm slots ({', '.join(NORMS)}), got {norms!r}")
@@ -229,9 +244,11 @@ class LayerSpec:
     def to_dict(self) -> dict[str, object]:
         """The layer as one flat table of plain data (module doc: decoder.json's names)."""
         if not self._wire:
+            scale = None if self.query_scale is None else dict(self.query_scale)
             out: dict[str, object] = {"position": None if self.position is None else dict(self.position),
                                       "attention": self.attention.mask, "window": self.attention.window,
-                                      "norms": list(self.norms), "residual": self.residual}  # fmt: skip
+                                      "norms": list(self.norms), "residual": self.residual,
+                                      "query_scale": scale}  # fmt: skip
             for name, wire in ATTENTION_WIRE.items():
                 out.setdefault(wire, getattr(self.attention, name))
             for name, wire in FEEDFORWARD_WIRE.items():
@@ -289,5 +306,26 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
     if a.qk_norm == "l2":
         return "qk_norm", "Llama 4's L2 q/k norm is described but not built yet"
+    if a.qk_norm and a.qk_norm_over != "head":
+        return "qk_norm_over", "a q/k norm over the whole projection (OLMo 2/3) is described but not built yet"
+    if a.gate:
+        return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
+    if layer.query_scale is not None:
+        return "query_scale", f"a {layer.query_scale['kind']} query scale is described but not built yet"
     return None
+
+
+def _query_scale(value: object) -> dict[str, object]:
+    """A query scale as plain data, its kind and parameters checked (``QUERY_SCALES``)."""
+    if not isinstance(value, Mapping):
+        raise SpecError("query_scale", f"must be a table {{kind, parameters}} or None, got {value!r}")
+    kind = value.get("kind")
+    require_choice("query_scale.kind", kind, tuple(QUERY_SCALES))
+    wanted = QUERY_SCALES[str(kind)]
+    unknown = next((k for k in value if k != "kind" and k not in wanted), None)
+    if unknown is not None:
+        raise SpecError(f"query_scale.{unknown}", f"is not a parameter of {kind}; it has {', '.join(wanted)}")
+    for name in wanted:
+        _number(f"query_scale.{name}", value.get(name), f"{kind}'s {name}", positive=True)
+    return dict(plain(dict(value), "query_scale"))
 

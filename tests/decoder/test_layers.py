@@ -226,6 +226,13 @@ REFUSED = [
     ([{}, {"attention": "chunked", "window": 8}, {}], "layers[1].attention"),
     ([{}, {"kv_from": 0}, {}], "layers[1].kv_from"),
     ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
+    # described, not built: each named
+    ([{}, {"attn_gate": True}, {}], "layers[1].attn_gate"),
+    ([{"qk_norm": "rms", "qk_norm_over": "projection"}, {}, {}], "layers[0].qk_norm_over"),
+    ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16384}}],
+     "layers[2].query_scale"),
+    ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),
+    ([{}, {"attention_kind": "latent"}, {}], "layers[1].attention_kind"),
     (_bad_position(max_positions=128), "layers[1].position.max_positions"),
     (_bad_position(theta="x"), "layers[1].position.theta"),
     (_bad_position(scaling="dynamic", scaling_params={"factor": 2.0, "original_max_position_embeddings": 128}),
