@@ -41,9 +41,7 @@ FLAT = True  # query, key and value as [b, s, heads * d] (True) or [b, heads, s,
 
 def attend(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, added: str | None,
            arrays: Mapping[str, np.ndarray]) -> str:  # fmt: skip
-    """Attention over the cache of query, key and value (rotated), with ``added`` a bias piece's [b, H, s, t] (or
-    None); [b, s, H * d] out when ``FLAT``, else [b, H, s, d].
-    """  # noqa: D205
+    """The ``gqa`` lowering (``graph.Lowering``: query, key and value rotated in, [b, s, H * d] out)."""
     rotary = _kernel_rotary(g, spec, q, k, v)  # None: the kernel cannot rotate in the piece's place
     if added is None and not spec.window and not spec.sinks:
         # GroupQueryAttention's own causal rule covers everything but the padding: no [s, t] mask to build

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -59,6 +60,26 @@ from ropeexport.numerics import round_once
 
 INPUTS = ("hidden", "position_ids", "attention_mask", "past_key", "past_value")
 OUTPUTS = ("output", "present_key", "present_value")
+
+
+class Lowering(Protocol):
+    """A form's lowering: a module with ``FORM`` (the form it lowers, named in ``ropeexport.forms``), ``FLAT`` (query,
+    key and value as [b, s, heads * d] when True, else [b, heads, s, d]) and ``attend``.
+    """  # noqa: D205
+
+    FORM: str
+    FLAT: bool
+
+    def attend(self, g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, added: str | None,
+               arrays: Mapping[str, np.ndarray]) -> str:  # fmt: skip
+        """Attention over the cache of query, key and value (rotated: the piece has run), with ``added`` a bias
+        piece's [b, H, s, t] or None and ``arrays`` the layer's weights (its sinks); [b, s, H * d] out when ``FLAT``,
+        else [b, H, s, d]. The lowering builds its own mask (``masks``) and writes ``present_key`` /
+        ``present_value``.
+        """  # noqa: D205
+        ...
+
+
 # Each form's lowering (``ropeexport.forms`` names them; each module says which it lowers).
 LOWERINGS: dict[str, ModuleType] = {m.FORM: m for m in (fused, decomposed, tensorrt, static, gqa)}
 

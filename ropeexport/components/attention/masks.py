@@ -151,6 +151,15 @@ def visible(g: GraphBuilder, spec: AttentionSpec, mask: str, added: str | None) 
     return g.op("And", [mask, finite], name="attention_open")  # [b, H, s, t]
 
 
+def cache_mask(g: GraphBuilder, spec: AttentionSpec, added: str | None,
+               arrays: Mapping[str, np.ndarray]) -> tuple[str, str | None]:  # fmt: skip
+    """What a lowering over a growing cache (fused, decomposed, tensorrt) applies: the causal rule with the window
+    and the padding, a bias piece's hidden keys hidden too (bool [b, 1 | H, s, t]), and the sinks as [1, H, 1, 1].
+    """  # noqa: D205
+    mask = visible(g, spec, causal_mask(g, spec.window), added)
+    return mask, sinks_const(g, spec, arrays, (1, spec.num_heads, 1, 1))
+
+
 def sinks_const(g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray],
                 shape: tuple[int, ...]) -> str | None:  # fmt: skip
     """The sinks (weight ``sinks`` [H]) as a constant of ``shape`` in the dtype, or None when the spec has none."""

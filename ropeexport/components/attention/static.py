@@ -33,9 +33,7 @@ FLAT = False  # query, key and value as [b, s, heads * d] (True) or [b, heads, s
 
 def attend(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, added: str | None,
            arrays: Mapping[str, np.ndarray]) -> str:  # fmt: skip
-    """Attention over the cache of query, key and value (rotated), with ``added`` a bias piece's [b, H, s, t] (or
-    None); [b, s, H * d] out when ``FLAT``, else [b, H, s, d].
-    """  # noqa: D205
+    """The ``static-cache`` lowering (``graph.Lowering``: query, key and value rotated in, [b, H, s, d] out)."""
     mask = visible(g, spec, masks.static_mask(g), added)
     return _attend_static(g, spec, q, k, v, mask, added)
 

@@ -18,8 +18,6 @@ from ropeexport.components.attention.masks import (
     additive,
     attributes,
     sees,
-    sinks_const,
-    visible,
     zero_slot,
 )
 from ropeexport.components.attention.spec import AttentionSpec
@@ -34,11 +32,8 @@ FLAT = False  # query, key and value as [b, s, heads * d] (True) or [b, heads, s
 
 def attend(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, added: str | None,
            arrays: Mapping[str, np.ndarray]) -> str:  # fmt: skip
-    """Attention over the cache of query, key and value (rotated), with ``added`` a bias piece's [b, H, s, t] (or
-    None); [b, s, H * d] out when ``FLAT``, else [b, H, s, d].
-    """  # noqa: D205
-    mask = visible(g, spec, masks.causal_mask(g, spec.window), added)
-    sinks = sinks_const(g, spec, arrays, (1, spec.num_heads, 1, 1))
+    """The ``tensorrt`` lowering (``graph.Lowering``: query, key and value rotated in, [b, H, s, d] out)."""
+    mask, sinks = masks.cache_mask(g, spec, added, arrays)
     return _attend_tensorrt(g, spec, q, k, v, mask, added, sinks)
 
 
