@@ -234,3 +234,25 @@ def test_a_view_reads_the_dict_it_wraps_not_a_copy() -> None:
     assert view.scenarios[0].summary.worst_rel == 0.5
     with pytest.raises(AttributeError):
         view.passed = False  # type: ignore[misc]
+
+
+# (case, the view, the fields asked about, the object, the fields it lacks)
+LACKS: list[tuple[str, type[View], tuple[str, ...], dict[str, Any], list[str]]] = [
+    ("every field held", DecoderReport, ("name", "passed"), {"name": "d", "passed": True}, []),
+    ("one missing", DecoderReport, ("name", "passed", "seconds"), {"name": "d", "passed": True}, ["seconds"]),
+    ("a field the view names apart from its key", views.CallRecord, ("length",), {"L": 12}, []),
+    ("none asked: every field", DecoderReport, (), {}, list(DecoderReport.fields())),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("case", "view", "names", "data", "lacking"), LACKS, ids=[c[0] for c in LACKS])
+def test_lacks_names_the_fields_an_object_does_not_hold(case: str, view: type[View], names: tuple[str, ...],
+                                                         data: dict[str, Any], lacking: list[str]) -> None:  # fmt: skip
+    assert view(data).lacks(*names) == lacking
+
+
+@pytest.mark.fast
+def test_lacks_refuses_a_name_that_is_no_field() -> None:
+    with pytest.raises(AttributeError, match="^DecoderReport has no field 'worst'; its fields: artifact, name, "):
+        DecoderReport({}).lacks("worst")

@@ -101,6 +101,14 @@ class View:
             return [field.view(item, f"{path}[{i}]", self.source) for i, item in enumerate(value)]  # type: ignore[return-value]
         return field.view(value, path, self.source)  # type: ignore[return-value]
 
+    def lacks(self, *names: str) -> list[str]:
+        """Which of the fields ``names`` (attribute names; every field when none given) this object does not hold."""
+        fields = type(self).fields()
+        unknown = [n for n in names if n not in fields]
+        if unknown:
+            raise AttributeError(f"{type(self).__name__} has no field {unknown[0]!r}; its fields: {', '.join(fields)}")
+        return [n for n in names or fields if fields[n].key not in self._data]
+
     @classmethod
     def fields(cls) -> dict[str, Field[Any]]:
         """{attribute name: Field} of every field this view declares (its bases' too)."""
