@@ -57,11 +57,12 @@ class ComparisonRecord(View):
     mean_abs = Field[float | None]("mean_abs", NUMBER, "Mean |actual - expected|.", nullable=True)
     p99_abs = Field[float | None]("p99_abs", NUMBER, "99th percentile of |actual - expected| (histogram bins).",
                                   nullable=True)  # fmt: skip
-    max_rel = Field[float | None]("max_rel", NUMBER, "Largest |actual - expected| / |expected|.", nullable=True)
-    mean_rel = Field[float | None]("mean_rel", NUMBER, "Mean relative error.", nullable=True)
+    max_rel = Field[float | None]("max_rel", NUMBER, "Largest |actual - expected| / |expected|, where |expected| >= "
+                                  "atol.", nullable=True)  # fmt: skip
+    mean_rel = Field[float | None]("mean_rel", NUMBER, "Mean relative error (the same elements).", nullable=True)
     p99_rel = Field[float | None]("p99_rel", NUMBER, "99th percentile of the relative error.", nullable=True)
-    max_ulp = Field[float | None]("max_ulp", NUMBER, "Largest distance in units in the last place of the dtype.",
-                                  nullable=True)  # fmt: skip
+    max_ulp = Field[float | None]("max_ulp", NUMBER, "Largest error in units in the last place of the dtype at "
+                                  "max(|expected|, 1).", nullable=True)  # fmt: skip
     max_ratio = Field[float | None]("max_ratio", NUMBER, "The worst element's error over its allowance (1: the "
                                     "limit).", nullable=True)  # fmt: skip
     cosine = Field[float | None]("cosine", NUMBER, "Cosine similarity of actual and expected; None when either is "
