@@ -1,13 +1,13 @@
 """The typed report views (``ropeexport.report.views``) against the reports ropeexport's writers make.
 
-``test_every_field_reads_what_the_writers_write`` builds tiny artifacts once (a RoPE artifact verified on ORT and the
-ONNX reference with TensorRT skipped, then verified again; a Transformer-XL artifact; the encoding of a config that
-names its layers; an int4 LongRoPE decoder with transformers as a reference, verified again on the ONNX reference
-alone; an fp16 mixture of experts; the seeded decoder verified again on two runtimes), adds what the writers give on
-failure (a table of the wrong shape, a comparison whose call raised, a runtime that raised), and reads every field of
-every view on each: nothing raises, each value has its declared type, and every field the writers write only
-sometimes is seen written at least once (a key renamed in a writer fails there, not as a silent None). The other tests
-hold what a view does with what it reads.
+``test_every_field_reads_what_the_writers_write`` builds tiny artifacts of each kind once (a RoPE artifact verified on
+ORT and the ONNX reference with TensorRT skipped, then verified again; a Transformer-XL artifact; the encoding of a
+config that names its layers; a checkpoint layer's block; an int4 LongRoPE decoder with transformers as a reference,
+verified again on the ONNX reference alone; an fp16 mixture of experts; the seeded decoder verified again on two
+runtimes), adds what the writers give on failure (a table of the wrong shape, a comparison whose call raised, a runtime
+that raised), and reads every field of every view on each: nothing raises, each value has its declared type, and every
+field the writers write only sometimes is seen written at least once (a key renamed in a writer fails there, not as a
+silent None). The other tests hold what a view does with what it reads.
 """
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def written(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Any, seed
     layered = rx.build_all([spec_from_dict(j.fields) for j in jobs], out / "layers",
                            provenance=[(j.origin, j.sources) for j in jobs])  # fmt: skip
     found += [r.encoding_report for r in layered]
+    # a checkpoint layer's block (the third kind of artifact folder: an encoding's report, its block's probes)
+    found.append(rx.build_layer_block(tiny_checkpoint("llama"), out / "block", layer=1).encoding_report)
     # decoders: int4 LongRoPE with transformers (the quantization cost, regime costs, stale rows), verified again on
     # the ONNX reference alone (skipped: ORT's fallback); an fp16 mixture of experts (routing flips); the seeded
     # decoder verified on two runtimes (the second's own scenarios, the rows beside the stored ones)
