@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ropeexport.report import failed_page, write_reports
 from ropeexport.report.diff_result import ReportDiff
+from ropeexport.report.views import DecoderReport, EncodingReport
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, read_object, replace_reports
 from ropeexport.version import __version__
@@ -122,6 +123,18 @@ class _Verified:
 
     def __bool__(self) -> bool:
         return self.passed
+
+    @property
+    def encoding_report(self) -> EncodingReport:
+        """``report`` read through its typed view (``report.views``): an encoding artifact's (ArtifactError on a
+        decoder's).
+        """  # noqa: D205
+        return EncodingReport(self.report)
+
+    @property
+    def decoder_report(self) -> DecoderReport:
+        """``report`` read through its typed view (``report.views``): a decoder's (ArtifactError on another's)."""
+        return DecoderReport(self.report)
 
     @property
     def skipped(self) -> dict[str, str]:

@@ -113,7 +113,7 @@ def test_build_verify_diff_round_trip(tmp_path: Path) -> None:
     spec = rx.spec("rope", head_dim=32, num_heads=2, max_positions=256, scaling="linear", scaling_params={"factor": 2})
     result = rx.build(spec, tmp_path / "out", atol=1e-5)
     assert result.passed and result.path == tmp_path / "out" / spec.name
-    assert result.report["spec"]["scaling_params"] == {"factor": 2.0}
+    assert result.encoding_report.spec["scaling_params"] == {"factor": 2.0}
     again = rx.verify(result.path)
     assert [r.passed for r in again] == [True]
     diff = rx.diff(result.path, again[0].path)

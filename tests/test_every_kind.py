@@ -42,9 +42,10 @@ def small(encoding: str, **fields: object) -> object:
 def test_every_kind_builds_and_verifies(tmp_path: Path, encoding: str, artifact: str, dtype: str, graph: str) -> None:
     spec = small(encoding, artifact=artifact, dtype=dtype, graph=graph)
     result = build(spec, tmp_path)
-    failing = [c for c in result.report["comparisons"] if not c["passed"]]
-    assert result.passed, failing or result.report["tables"] or result.report["guards"]
-    assert {c["reference"] for c in result.report["comparisons"]} == {"eager", "float64"}
+    report = result.encoding_report
+    failing = [c.data for c in report.comparisons if not c.passed]
+    assert result.passed, failing or [t.data for t in report.tables] or [g.data for g in report.guards]
+    assert {c.reference for c in report.comparisons} == {"eager", "float64"}
     manifest = (result.path / "manifest.json").read_text()
     assert f'"artifact": "{artifact}"' in manifest
 

@@ -147,7 +147,7 @@ def test_a_killed_rebuild_leaves_a_verifiable_artifact(verified: Path, tmp_path:
     assert _hidden(out) == []
     [result] = rx.verify(out / "small")
     assert result.passed
-    assert result.report["spec"]["theta"] == theta
+    assert result.encoding_report.spec["theta"] == theta
     assert not (out / FAILED).exists()
 
 

@@ -44,8 +44,8 @@ imported = import_config(json.load(open(config)))
 keys = sorted(to_transformers(spec, seeded_weights(spec)))
 print(json.dumps({"passed": result.passed, "catalog": list(ARCHITECTURES)[-1], "layer": spec.layers[1].to_dict(),
                   "theta": imported.fields["theta"], "layout": imported.sources["layout"], "keys": keys,
-                  "transformers": result.report["references"]["transformers"],
-                  "scenarios": [s["name"] for s in result.report["scenarios"] if s["passed"]]}))
+                  "transformers": result.decoder_report.references.transformers,
+                  "scenarios": [s.name for s in result.decoder_report.scenarios if s.passed]}))
 """
 
 

@@ -36,10 +36,11 @@ def _spec(method: str = "alibi", **fields: object) -> object:
                          ids=["-".join(c) for c in CASES])  # fmt: skip
 def test_bias_block_builds_and_verifies(method: str, graph: str, dtype: str, tmp_path: Path) -> None:
     result = rx.build(_spec(method, graph=graph, dtype=dtype), tmp_path)
-    assert result.passed, [c["worst"] for c in result.report["comparisons"] if not c["passed"]]
+    report = result.encoding_report
+    assert result.passed, [c.worst.data for c in report.comparisons if not c.passed]
     if method == "alibi":
-        assert [t["name"] for t in result.report["tables"]] == ["neg_slopes"]  # the piece's float32 slopes, checked
-    names = {p["name"] for p in result.report["probes"]}
+        assert [t.name for t in report.tables] == ["neg_slopes"]  # the piece's float32 slopes, checked
+    names = {p.name for p in report.probes}
     assert {"long-cache-decode", "decode-across-range-padded", "left-padded-prefill"} <= names
     assert "far-prompt" not in names  # a prompt at far positions over a short cache means nothing for ALiBi
 

@@ -60,12 +60,13 @@ FAST = {("longrope", "half", "fused", "fp32"), ("longrope", "half", "gqa", "fp32
 def test_block_builds_and_verifies(scaling: str, layout: str, graph: str, dtype: str, tmp_path: Path) -> None:
     spec = _spec(scaling, layout=layout, graph=graph, dtype=dtype)
     result = rx.build(spec, tmp_path)
-    failing = [(c["probe"], c["output"], c["reference"]) for c in result.report["comparisons"] if not c["passed"]]
-    assert result.passed, failing or result.report["guards"] or result.report["tables"]
-    outputs = {c["output"] for c in result.report["comparisons"]}
+    report = result.encoding_report
+    failing = [(c.worst.probe, c.output, c.reference) for c in report.comparisons if not c.passed]
+    assert result.passed, failing or [g.data for g in report.guards] or [t.data for t in report.tables]
+    outputs = {c.output for c in report.comparisons}
     assert outputs == {"output", "present_key", "present_value"}
-    assert {t["name"] for t in result.report["tables"]} == {"cos_table", "sin_table"}
-    assert all(g["passed"] for g in result.report["guards"]) and result.report["guards"]
+    assert {t.name for t in report.tables} == {"cos_table", "sin_table"}
+    assert all(g.passed for g in report.guards) and report.guards
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,7 @@ def test_tensorrt_is_a_block_form_only() -> None:
 def test_bf16_block_verifies_on_the_reference_evaluator(tmp_path: Path) -> None:
     result = rx.build(_spec("default", dtype="bf16", graph="decomposed", max_positions=32), tmp_path)
     assert result.passed
-    assert [r["name"] for r in result.report["runtimes"] if r["status"] == "verified"] == ["onnx-reference"]
+    assert [r.name for r in result.encoding_report.runtimes if r.status == "verified"] == ["onnx-reference"]
 
 
 def _session(spec: object) -> ort.InferenceSession:

@@ -11,6 +11,7 @@ import pytest
 from ropeexport.catalog import recipe_for, recipes
 from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.report.views import EncodingReport, read_report
 from tests.clirun import run
 
 SMALL = ["--head-dim", "16", "--num-heads", "4", "--num-kv-heads", "2", "--max-positions", "128"]
@@ -209,11 +210,11 @@ def test_build_from_flags_writes_the_artifact_contract(tmp_path: Path, capsys) -
     assert [o["name"] for o in manifest["outputs"]] == ["query_out", "key_out"]
     assert {"ropeexport", "torch", "onnx", "onnxruntime"} <= set(manifest["versions"])
     assert set(manifest["files"]) == {"model.onnx", "polygraphy/inputs.json", "polygraphy/reference.json"}
-    report = json.loads((folder / "report.json").read_text())
-    assert report["passed"] is True
-    for c in report["comparisons"]:
-        assert {"reference", "runtime", "output", "max_abs", "max_rel", "max_ulp", "passed"} <= set(c)
-    assert {c["reference"] for c in report["comparisons"]} == {"eager", "float64"}
+    report = read_report(folder, EncodingReport)
+    assert report.passed is True
+    for c in report.comparisons:
+        assert not c.lacks("reference", "runtime", "output", "max_abs", "max_rel", "max_ulp", "passed")
+    assert {c.reference for c in report.comparisons} == {"eager", "float64"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folder left behind"
 
 
@@ -260,8 +261,8 @@ def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys
     monkeypatch.setitem(recipes(), ("rope", "rope"), wrong)
     code, _, err = run(["build", *SMALL, "--name", "bad", "--out", str(tmp_path)], capsys)
     assert code == 1 and "FAILED" in err
-    report = json.loads((tmp_path / "bad" / "report.json").read_text())
-    assert report["passed"] is False and any(not c["passed"] for c in report["comparisons"])
+    report = read_report(tmp_path / "bad", EncodingReport)
+    assert report.passed is False and any(not c.passed for c in report.comparisons)
 
 
 def test_list_json_names_every_schedule_and_param(capsys) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ropeexport.cli import COMMANDS, EXIT_SKIPPED, main, make_parser
+from ropeexport.report.views import EncodingReport, read_report
 from tests.docs.pages import RUN, SHELL, all_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,8 +138,8 @@ def test_a_runtime_asked_for_by_name_that_cannot_run_is_not_success(
         has_trt = False
     small = ["build", "--encoding", "alibi", "--num-heads", "2", "--head-dim", "4", "--max-positions", "16"]
     code = main([*small, "--runtime", "ort", "--runtime", "trt", "--out", str(tmp_path / "a")])
-    report = json.loads(next((tmp_path / "a").glob("*/report.json")).read_text())
-    skipped = [r for r in report["runtimes"] if r["status"] == "skipped"]
+    report = read_report(next((tmp_path / "a").glob("*/report.json")), EncodingReport)
+    skipped = [r for r in report.runtimes if r.status == "skipped"]
     err = capsys.readouterr().err
     if skipped:
         assert code == EXIT_SKIPPED

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ropeexport.report.views import EncodingReport, read_report
 from tests.clirun import run
 
 transformers = pytest.importorskip("transformers")
@@ -51,8 +52,8 @@ def test_each_encoding_the_layers_use_is_built_and_says_its_layers(
         manifest = json.loads((out / name / "manifest.json").read_text())
         assert manifest["build"]["origin"] == origin
         assert f"used by layers {layers}" in stdout
-        report = json.loads((out / name / "report.json").read_text())  # the artifact's own report says it too
-        assert report["layers"]["layers"] == layers and report["layers"].get("no_rope_layers") == unrotated
+        used = read_report(out / name, EncodingReport).layers  # the artifact's own report says it too
+        assert used is not None and used.layers == layers and used.no_rope_layers == unrotated
         for page in ("report.md", "report.html"):
             text = (out / name / page).read_text()
             assert f"used by layers {layers}" in text, page

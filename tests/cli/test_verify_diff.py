@@ -11,6 +11,7 @@ from ropeexport import build
 from ropeexport.catalog import recipe_for
 from ropeexport.families.alibi.spec import AlibiSpec
 from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.report.views import EncodingReport, PropertyRecord, read_report
 from tests.clirun import run
 
 SPEC = RopeSpec(head_dim=16, rotary_dim=12, num_heads=4, num_kv_heads=2, max_positions=256)
@@ -34,15 +35,15 @@ def test_verify_an_untouched_artifact_passes_and_rewrites_reports(artifact: Path
     (artifact / "report.json").write_text("{}")
     code, out, _ = run(["verify", str(artifact)], capsys)
     assert code == 0 and out.startswith("PASS")
-    report = json.loads((artifact / "report.json").read_text())
-    assert report["schema"] == "ropeexport.report/2" and report["passed"] is True
+    report = read_report(artifact, EncodingReport)
+    assert report.schema == "ropeexport.report/2" and report.passed is True
     assert (artifact / "report.md").stat().st_size > 0 and (artifact / "report.html").stat().st_size > 0
 
 
 def test_verify_with_a_too_tight_tolerance_fails_with_exit_1(artifact: Path, capsys) -> None:
     code, out, _ = run(["verify", str(artifact), "--atol", "query_out:0", "--rtol", "query_out:0"], capsys)
-    report = json.loads((artifact / "report.json").read_text())
-    failing = {c["output"] for c in report["comparisons"] if not c["passed"]}
+    report = read_report(artifact, EncodingReport)
+    failing = {c.output for c in report.comparisons if not c.passed}
     # The fused kernel differs from eager and float64 in the last bit somewhere; key_out keeps its tolerance.
     assert code == 1 and out.startswith("FAIL") and failing == {"query_out"}
 
@@ -142,23 +143,23 @@ def test_diff_rejects_other_schemas_and_non_reports(built: Path, tmp_path: Path,
 
 
 def test_report_carries_metrics_curves_properties_and_environment(built: Path) -> None:
-    report = json.loads((built / "report.json").read_text())
-    for c in report["comparisons"]:
-        assert c["p99_abs"] <= c["max_abs"] * 1.26 + 1e-30 and c["mean_abs"] <= c["max_abs"]
-        assert c["cosine"] > 0.999999 and sum(c["histogram"]["counts"]) + c["histogram"]["zeros"] == c["elements"]
-    curves = report["positions"]
-    assert len(curves) == 4 and all(cv["axis"] == "position" for cv in curves)
-    assert curves[0]["x"][0] == 0 and curves[0]["x"][-1] == SPEC.max_positions - 1
-    names = {p["name"]: p for p in report["properties"]}
+    report = read_report(built, EncodingReport)
+    for c in report.comparisons:
+        assert c.p99_abs <= c.max_abs * 1.26 + 1e-30 and c.mean_abs <= c.max_abs
+        assert c.cosine > 0.999999 and sum(c.histogram.counts) + c.histogram.zeros == c.elements
+    curves = report.positions
+    assert len(curves) == 4 and all(cv.axis == "position" for cv in curves)
+    assert curves[0].x[0] == 0 and curves[0].x[-1] == SPEC.max_positions - 1
+    names = {p.name: p for p in report.properties}
     assert {"relative invariance", "norm preservation", "partial rotation tail untouched", "long-term decay"} <= set(
         names
     )
-    assert all(p["passed"] for p in names.values())
-    decay = names["long-term decay"]["curve"]
-    assert decay["y"][0] == pytest.approx(1.0, abs=1e-5) and max(decay["x"]) == SPEC.max_positions - 1
-    env = report["environment"]
+    assert all(p.passed for p in names.values())
+    decay = names["long-term decay"].curve
+    assert decay.y[0] == pytest.approx(1.0, abs=1e-5) and max(decay.x) == SPEC.max_positions - 1
+    env = report.environment
     assert {"python", "torch", "onnx", "onnxruntime", "tensorrt", "cpu", "gpu"} <= set(env)
-    assert len(report["spec_sha256"]) == 64
+    assert len(report.spec_sha256) == 64
 
 
 def test_polygraphy_reference_loads_with_polygraphy(built: Path) -> None:
@@ -188,16 +189,16 @@ def test_properties_catch_a_broken_norm(tmp_path: Path) -> None:
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.01), t.name))
     save_model(model, tmp_path)
     result = verify_artifact(SPEC, recipe_for(SPEC), tmp_path / "model.onnx", ["ort"])
-    names = {p["name"]: p["passed"] for p in result.properties}
+    names = {p.name: p.passed for p in map(PropertyRecord, result.properties)}
     assert names["norm preservation"] is False and names["long-term decay"] is False
     assert onnx.load(str(tmp_path / "model.onnx")) is not None
 
 
 def test_bias_artifacts_report_distance_curves_and_shift_invariance(tmp_path: Path) -> None:
     result = build(AlibiSpec(artifact="scores", num_heads=4, head_dim=8, max_positions=512), tmp_path)
-    assert {c["axis"] for c in result.report["positions"]} == {"distance i-j"}
-    shift = [p for p in result.report["properties"] if p["name"] == "shift invariance"]
-    assert shift and shift[0]["passed"] is True
+    assert {c.axis for c in result.encoding_report.positions} == {"distance i-j"}
+    shift = [p for p in result.encoding_report.properties if p.name == "shift invariance"]
+    assert shift and shift[0].passed is True
 
 
 def test_verify_refuses_a_manifest_spec_that_is_not_the_models(artifact: Path, capsys) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ropeexport.cli import main  # noqa: E402
+from ropeexport.report.views import DecoderReport, read_report
 from tests.decoder.tiny import checkpoint
 
 torch = pytest.importorskip("torch")
@@ -347,8 +348,8 @@ def test_a_checkpoint_in_the_transformers_cache_layout_builds(shards: bool, tmp_
     assert main([*DECODER, "--checkpoint", str(snapshot), "--out", str(out), "--quiet"]) == 0
     folder = out / "tiny-decoder-fp32-fused"  # the model's name from the cache path (models--org--tiny)
     assert (folder / "tokenizer.json").read_bytes() == blob.read_bytes()
-    report = json.loads((folder / "report.json").read_text())
-    assert report["passed"] and report["references"]["transformers"].startswith("transformers")
+    report = read_report(folder, DecoderReport)
+    assert report.passed and report.references.transformers.startswith("transformers")
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["build", "dry run"])

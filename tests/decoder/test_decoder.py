@@ -53,25 +53,24 @@ FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemm
 def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph)
-    report = result.report
-    failing = [(s["name"], c["index"], c["float64"]["rel"]) for s in report["scenarios"] for c in s["calls"]
-               if not c["passed"]]  # fmt: skip
+    report = result.decoder_report
+    failing = [(s.name, c.index, c.float64.rel) for s in report.scenarios for c in s.calls if not c.passed]
     assert result.passed, failing
-    assert report["references"]["transformers"].startswith("transformers")
-    for scenario in report["scenarios"]:
-        summary = scenario["summary"]
-        assert summary["worst_rel"] <= 1e-4, (scenario["name"], summary)
+    assert report.references.transformers.startswith("transformers")
+    for scenario in report.scenarios:
+        summary = scenario.summary
+        assert summary.worst_rel <= 1e-4, (scenario.name, summary.data)
         # transformers runs the same weights in fp32 with float32 angles: within the same bound at short positions
         # (its own drift grows with the position, so far positions are compared with the truth below)
-        if "regime_cost_rel" not in summary and summary["positions"][1] < 4096:
-            assert summary["worst_rel_transformers"] <= 1e-4, (scenario["name"], summary)
-        if summary["positions"][1] >= 2**16:  # far positions: the exact tables beat transformers' fp32 angles
-            assert summary["worst_rel"] * 10 < summary["worst_rel_transformers_vs_float64"], summary
-    names = {s["name"] for s in report["scenarios"]}
+        if summary.regime_cost_rel is None and summary.positions[1] < 4096:
+            assert summary.worst_rel_transformers <= 1e-4, (scenario.name, summary.data)
+        if summary.positions[1] >= 2**16:  # far positions: the exact tables beat transformers' fp32 angles
+            assert summary.worst_rel * 10 < summary.worst_rel_transformers_vs_float64, summary.data
+    names = {s.name for s in report.scenarios}
     assert {"decode-64", "chunked-prefill", "left-padded"} <= names
-    windows = {layer["window"] for layer in report["spec"].get("layers", []) if layer.get("window")}
+    windows = {layer["window"] for layer in report.spec.get("layers", []) if layer.get("window")}
     assert {f"across-window-{w}" for w in windows} <= names  # every window crossed in prefill and in decode
-    assert sum(len(s["calls"]) for s in report["scenarios"] if s["name"] == "decode-64") == 65
+    assert sum(len(s.calls) for s in report.scenarios if s.name == "decode-64") == 65
     files = {p.name for p in result.path.iterdir()}
     assert {"model.onnx", "decoder.json", "report.json", "report.md"} <= files
     assert not any(p.name.startswith(".building") for p in (tmp_path / "out").iterdir())
@@ -94,9 +93,10 @@ FP16 = [
 def test_fp16_decoder_passes_its_bound(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, dtype="fp16")
-    assert result.passed, [(s["name"], s["summary"]["worst_rel"]) for s in result.report["scenarios"]]
-    assert result.report["tolerance"]["rel"] == 2e-2
-    worst = max(s["summary"]["worst_rel"] for s in result.report["scenarios"])
+    report = result.decoder_report
+    assert result.passed, [(s.name, s.summary.worst_rel) for s in report.scenarios]
+    assert report.tolerance.rel == 2e-2
+    worst = max(s.summary.worst_rel for s in report.scenarios)
     assert 1e-5 < worst <= 2e-2  # fp16 rounding is there, and within the bound
 
 
@@ -107,16 +107,17 @@ def test_fp16_gpt_oss_is_judged_against_the_routing_it_took(tmp_path: Path, tiny
     # tie taken the other way, within it, and so is every later call (the flipped token sits in their cache).
     result = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint("gpt_oss"), graph="decomposed",
                               dtype="fp16", eager=False)  # fmt: skip
-    assert result.passed, [(s["name"], s["summary"]["worst_rel"]) for s in result.report["scenarios"]]
-    flipped = [(s["name"], c) for s in result.report["scenarios"] for c in s["calls"] if c.get("routing_flips")]
+    report = result.decoder_report
+    assert result.passed, [(s.name, s.summary.worst_rel) for s in report.scenarios]
+    flipped = [(s.name, c) for s in report.scenarios for c in s.calls if c.routing_flips]
     assert flipped, "no call needed its near ties taken the other way (the case this test was written for)"
     for name, call in flipped:
-        for flip in call["routing_flips"]:
-            assert flip["margin"] is not None and flip["margin"] < 2e-2 * 8, (name, call["index"], flip)
-        assert call["float64"]["rel"] <= 2e-2
-    first = min(c["index"] for n, c in flipped if n == "decode-64")
-    later = [c for n, c in flipped if n == "decode-64" and c["index"] > first]
-    assert later and all(c["routing_flips"] for c in later)  # the flip stays in the cache of every later call
+        for flip in call.routing_flips or []:
+            assert flip.margin is not None and flip.margin < 2e-2 * 8, (name, call.index, flip.data)
+        assert call.float64.rel <= 2e-2
+    first = min(c.index for n, c in flipped if n == "decode-64")
+    later = [c for n, c in flipped if n == "decode-64" and c.index > first]
+    assert later and all(c.routing_flips for c in later)  # the flip stays in the cache of every later call
 
 
 @pytest.mark.parametrize(
@@ -130,18 +131,19 @@ def test_fp16_gpt_oss_is_judged_against_the_routing_it_took(tmp_path: Path, tiny
 )
 def test_schedules_get_their_crossing_scenarios(name: str, expected: set[str], tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     result = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), eager=False)
-    by_name = {s["name"]: s for s in result.report["scenarios"]}
+    report = result.decoder_report
+    by_name = {s.name: s for s in report.scenarios}
     assert expected <= set(by_name)
-    crossing = by_name["decode-across-switch"]["summary"]
-    limit = result.report["spec"]["position"]["scaling_params"]["original_max_position_embeddings"]
-    assert crossing["positions"][0] < limit <= crossing["positions"][1]
+    crossing = by_name["decode-across-switch"].summary
+    limit = report.spec["position"]["scaling_params"]["original_max_position_embeddings"]
+    assert crossing.positions[0] < limit <= crossing.positions[1]
     if "decode-across-switch-keep" in expected:
         # re-prefill: every call exact; keep: the cached keys of the old regime cost far more than the target
-        assert by_name["decode-across-switch"]["summary"]["re_prefills"] >= 1
-        kept = by_name["decode-across-switch-keep"]["summary"]
-        assert kept["re_prefills"] == 0 and kept["regime_cost_calls"] > 0
-        assert kept["regime_cost_rel"] > 1e-3, kept
-        assert by_name["decode-across-switch-keep"]["passed"]  # reported as the regime's cost, not a failure
+        assert by_name["decode-across-switch"].summary.re_prefills >= 1
+        kept = by_name["decode-across-switch-keep"].summary
+        assert kept.re_prefills == 0 and kept.regime_cost_calls > 0
+        assert kept.regime_cost_rel > 1e-3, kept.data
+        assert by_name["decode-across-switch-keep"].passed  # reported as the regime's cost, not a failure
 
 
 def test_sharded_checkpoint_loads_like_a_single_file(tmp_path: Path) -> None:
@@ -189,10 +191,11 @@ def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, ti
     # Gemma 3 4B-27B ship as gemma3: the text model's weights under language_model., a vision tower beside them.
     ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph="fused")
-    assert result.passed, [(s["name"], s["summary"]["worst_rel"]) for s in result.report["scenarios"]]
-    assert result.report["spec"]["text_of"] == WRAPPED[name][0]
-    assert "ForConditionalGeneration" in result.report["references"]["transformers"]  # transformers loads the whole
-    assert max(s["summary"]["worst_rel_transformers"] for s in result.report["scenarios"]) <= 1e-4
+    report = result.decoder_report
+    assert result.passed, [(s.name, s.summary.worst_rel) for s in report.scenarios]
+    assert report.spec["text_of"] == WRAPPED[name][0]
+    assert "ForConditionalGeneration" in report.references.transformers  # transformers loads the whole
+    assert max(s.summary.worst_rel_transformers for s in report.scenarios) <= 1e-4
     assert rx.verify(result.path)[0].passed  # decoder.json says where the text model sits in the checkpoint
     # a tensor of the text model the config does not have is still refused, vision tensors are passed over
     from safetensors.numpy import load_file, save_file

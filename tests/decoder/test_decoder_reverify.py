@@ -26,6 +26,7 @@ from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.kind import DecoderVerifyResult, rebuild_spec
 from ropeexport.decoder.weights import seeded_weights
 from ropeexport.graph.onnx_io import save_model, sha256
+from ropeexport.report.views import DecoderReport, ScenarioRecord, ScenarioRerun, read_report
 from tests.clirun import run
 from tests.report.sample_report import minimal_report
 
@@ -168,7 +169,7 @@ VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
 @pytest.mark.parametrize(("case", "damage", "flags", "code", "text"), VERIFY_CASES, ids=[c[0] for c in VERIFY_CASES])
 def test_verify_decoder_folder(case: str, damage: Callable[[Path], None], flags: list[str], code: int, text: str,
                                decoder: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    stored = _json(decoder / "report.json")
+    stored = read_report(decoder, DecoderReport)
     damage(decoder)
     had_report = (decoder / "report.json").exists()
     manifest = decoder / "manifest.json"
@@ -182,23 +183,23 @@ def test_verify_decoder_folder(case: str, damage: Callable[[Path], None], flags:
         assert (decoder / "report.md").read_text() == ""  # nothing re-verified, nothing rewritten
         return
     assert err == "" and text in out
-    report = _json(decoder / "report.json")
-    assert report["passed"] is (code == 0) and report["files"] == files
+    report = read_report(decoder, DecoderReport)
+    assert report.passed is (code == 0) and report.files == files
     assert (decoder / "report.md").read_text().startswith("# ")
-    names = [s["name"] for s in stored["scenarios"]]
-    assert [s["name"] for s in report["scenarios"]] == names
-    for scenario in stored["scenarios"]:  # every scenario's line shows its stored worst error and agreement
-        line = next(x for x in out.splitlines() if x.strip().startswith(scenario["name"] + " "))
+    names = [s.name for s in stored.scenarios]
+    assert [s.name for s in report.scenarios] == names
+    for scenario in stored.scenarios:  # every scenario's line shows its stored worst error and agreement
+        line = next(x for x in out.splitlines() if x.strip().startswith(scenario.name + " "))
         if not had_report:  # nothing stored to show beside it
             assert "(new: not in the stored report)" in line, line
             continue
-        assert f"(stored {scenario['summary']['worst_rel']:.2e})" in line, line
-        assert f"(stored {scenario['summary']['agreement']})" in line, line
-    now = {s["name"]: s["summary"]["worst_rel"] for s in report["scenarios"]}
+        assert f"(stored {scenario.summary.worst_rel:.2e})" in line, line
+        assert f"(stored {scenario.summary.agreement})" in line, line
+    now = {s.name: s.summary.worst_rel for s in report.scenarios}
     if code == 0:
-        assert now == pytest.approx({s["name"]: s["summary"]["worst_rel"] for s in stored["scenarios"]}, rel=0.1)
+        assert now == pytest.approx({s.name: s.summary.worst_rel for s in stored.scenarios}, rel=0.1)
     else:  # the failing scenarios say FAIL on their line, and their error is far past the stored one
-        failed = [s["name"] for s in report["scenarios"] if not s["passed"]]
+        failed = [s.name for s in report.scenarios if not s.passed]
         assert failed and all(f"  {name}" in out and max(now[name], 1e-4) == now[name] for name in failed), out
         assert any(line.split()[1] == "FAIL" for line in out.splitlines() if line.startswith("  "))
 
@@ -211,12 +212,12 @@ def test_verify_api_compares_with_the_stored_report(decoder: Path) -> None:
     (result,) = rx.verify(decoder, on_scenario=seen.append)
     assert isinstance(result, DecoderVerifyResult) and result.passed and result.skipped == {}
     assert result.dropped == ["retired"]
-    first, *rest = result.scenarios
-    assert first["stored_worst_rel"] is None and seen[0]["stored"] is None
-    assert all(r["stored_passed"] is True and r["stored_worst_rel"] > 0 for r in rest)
-    assert [s["name"] for s in seen] == [r["name"] for r in result.scenarios]
-    assert result.stored["scenarios"][0]["name"] == "retired"  # the report it replaced, as it was
-    assert _json(decoder / "report.json")["scenarios"][0]["name"] != "retired"
+    first, *rest = [ScenarioRerun(row) for row in result.scenarios]
+    assert first.stored_worst_rel is None and seen[0]["stored"] is None  # on_scenario's own key: the stored summary
+    assert all(r.stored_passed is True and r.stored_worst_rel > 0 for r in rest)
+    assert [ScenarioRecord(s).name for s in seen] == [ScenarioRerun(r).name for r in result.scenarios]
+    assert DecoderReport(result.stored).scenarios[0].name == "retired"  # the report it replaced, as it was
+    assert read_report(decoder, DecoderReport).scenarios[0].name != "retired"
 
 
 def test_verify_a_checkpoint_decoder_needs_its_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -225,7 +226,7 @@ def test_verify_a_checkpoint_decoder_needs_its_checkpoint(tmp_path: Path, capsys
     folder = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, eager=False).path
     code, out, err = run(["verify", str(folder)], capsys)
     lines = [line for line in out.splitlines() if line.startswith("  ") and "(stored " in line]
-    assert code == 0 and len(lines) == len(_json(folder / "report.json")["scenarios"]), (out, err)
+    assert code == 0 and len(lines) == len(read_report(folder, DecoderReport).scenarios), (out, err)
     ckpt.rename(tmp_path / "moved")
     code, out, err = run(["verify", str(folder)], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1, err
@@ -308,7 +309,7 @@ def test_diff_decoder_reports_as_json_and_through_the_api(built: Path, tmp_path:
     (tmp_path / "new.json").write_text(json.dumps(new))
     code, out, _ = run(["diff", str(built / "report.json"), str(tmp_path / "new.json"), "--json"], capsys)
     data = json.loads(out)
-    first = new["scenarios"][0]["name"]
+    first = DecoderReport(new).scenarios[0].name
     assert code == 1 and data["regressed"] is True and len(data["regressions"]) == 1
     assert data["regressions"][0].startswith(f"{first} worst_rel: ")
     row = next(r for r in data["rows"] if r["comparison"] == first and r["metric"] == "worst_rel")

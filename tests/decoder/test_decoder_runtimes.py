@@ -26,6 +26,7 @@ import ropeexport as rx
 from ropeexport.decoder.kind import DecoderVerifyResult
 from ropeexport.decoder.runs import RuntimeVerdict, by_runtime, run_on
 from ropeexport.errors import RuntimeUnavailable
+from ropeexport.report.views import DecoderReport, DecoderRuntimeRecord, ScenarioRecord, ScenarioRerun, read_report
 from ropeexport.runtimes import RUNTIMES
 from ropeexport.runtimes.base import Runner
 from tests.cases import tiered
@@ -71,8 +72,9 @@ CASES = [Case(name, "fused") for name in CONFIGS] + [
 FAST = {("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", "")}
 
 
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+def _scenarios_by_runtime(report: DecoderReport) -> dict[str, list[ScenarioRecord]]:
+    """``decoder.runs.by_runtime`` of the report, each scenario read through its view."""
+    return {name: [ScenarioRecord(s) for s in found] for name, found in by_runtime(dict(report.data)).items()}
 
 
 def _flags(runtimes: tuple[str, ...] | list[str]) -> list[str]:
@@ -88,29 +90,29 @@ def test_verify_decoder_on_each_runtime(case: Case, tmp_path: Path, tiny_checkpo
     capsys.readouterr()  # what making the checkpoint printed (transformers' progress bars)
     code, out, err = run(["verify", str(built.path), *_flags(case.runtimes)], capsys)
     assert code == case.code, (out, err)
-    report = _json(built.path / "report.json")
-    records = {r["name"]: r for r in report["runtimes"]}
+    report = read_report(built.path, DecoderReport)
+    records = {r.name: r for r in report.runtimes}
     ran = [name for name in (*case.runtimes, "ort") if name not in case.skipped]  # ort: the fallback, if it ran
     assert list(records) == list(dict.fromkeys([*case.runtimes, *ran])), records
-    assert {n: r["status"] for n, r in records.items()} == {n: "skipped" if n in case.skipped else "verified"
-                                                            for n in records}  # fmt: skip
-    assert records.get("ort", {}).get("fallback", False) is ("ort" not in case.runtimes)
-    scenarios = by_runtime(report)
-    names = [s["name"] for s in report["scenarios"]]
+    assert {n: r.status for n, r in records.items()} == {n: "skipped" if n in case.skipped else "verified"
+                                                         for n in records}  # fmt: skip
+    assert (records["ort"].fallback if "ort" in records else False) is ("ort" not in case.runtimes)
+    scenarios = _scenarios_by_runtime(report)
+    names = [s.name for s in report.scenarios]
     assert names and set(scenarios) == set(dict.fromkeys(ran))
     for name in dict.fromkeys(ran):  # each runtime that ran: every scenario, generated and judged on its own
         record = records[name]
-        assert record["device"].startswith(DEVICE[name]) and record["passed"] is True, record
-        assert [s["name"] for s in scenarios[name]] == names
-        assert all(s["passed"] for s in scenarios[name]) and record["worst_rel"] <= report["tolerance"]["rel"]
-        assert record["worst_rel"] == max(s["summary"]["worst_rel"] for s in scenarios[name])
+        assert record.device.startswith(DEVICE[name]) and record.passed is True, record.data
+        assert [s.name for s in scenarios[name]] == names
+        assert all(s.passed for s in scenarios[name]) and record.worst_rel <= report.tolerance.rel
+        assert record.worst_rel == max(s.summary.worst_rel for s in scenarios[name])
     if len(scenarios) == 2:  # two implementations, two sets of logits: the second runtime really ran
-        worst = [[s["summary"]["worst_rel"] for s in scenarios[n]] for n in BOTH]
+        worst = [[s.summary.worst_rel for s in scenarios[n]] for n in BOTH]
         assert worst[0] != worst[1]
-        assert f"  onnx-reference: PASS worst {records['onnx-reference']['worst_rel']:.2e}" in out
-    assert report["passed"] is True  # the runtimes that ran passed; one that could not run is exit 3, not a pass
+        assert f"  onnx-reference: PASS worst {records['onnx-reference'].worst_rel:.2e}" in out
+    assert report.passed is True  # the runtimes that ran passed; one that could not run is exit 3, not a pass
     for name in case.skipped:
-        reason = records[name]["reason"]
+        reason = records[name].reason
         assert reason.startswith("onnx.reference ") and all(op in reason for op in case.ops), reason
         assert f"  {name}: skipped: {reason}" in out
         assert err.count("\n") == 1 and f"could not run here: {name}: {reason}; exit 3" in err, err
@@ -148,14 +150,14 @@ def test_a_runtime_that_cannot_run_is_exit_3_unless_allowed(flags: list[str], co
     shutil.copytree(gqa_decoder, folder)
     got, out, err = run(["verify", str(folder), *flags], capsys)
     assert got == code, (out, err)
-    report = _json(folder / "report.json")
-    assert {r["name"]: r["status"] for r in report["runtimes"]} == statuses
+    report = read_report(folder, DecoderReport)
+    assert {r.name: r.status for r in report.runtimes} == statuses
     assert out.startswith("  decode-64 ") and "PASS " in out  # ORT's verdict: the decoder is right where it ran
     if "--allow-skip" in flags:
         assert err.startswith("ropeexport: note: requested runtime(s) skipped (--allow-skip): onnx-reference: ")
     elif code == 3:
-        skipped = next(r for r in report["runtimes"] if r["status"] == "skipped")
-        assert f"could not run here: {skipped['name']}: {skipped['reason']}; exit 3" in err, err
+        skipped = next(r for r in report.runtimes if r.status == "skipped")
+        assert f"could not run here: {skipped.name}: {skipped.reason}; exit 3" in err, err
     else:
         assert err == ""
 
@@ -167,18 +169,18 @@ def test_a_wrong_decoder_fails_on_each_runtime(seeded_decoder: Path, tmp_path: P
     _scaled_weight(folder)  # a valid model computing something else, its hashes rewritten
     code, out, err = run(["verify", str(folder), *_flags(BOTH)], capsys)
     assert code == 1 and err == "", (out, err)
-    report = _json(folder / "report.json")
-    assert report["passed"] is False
-    assert [(r["name"], r["passed"]) for r in report["runtimes"]] == [("ort", False), ("onnx-reference", False)]
+    report = read_report(folder, DecoderReport)
+    assert report.passed is False
+    assert [(r.name, r.passed) for r in report.runtimes] == [("ort", False), ("onnx-reference", False)]
     assert out.startswith("  decode-64                   FAIL") and "  [onnx-reference] decode-64" in out
     assert "\nFAIL " in out and "\n  onnx-reference: FAIL worst " in out
-    for scenarios in by_runtime(report).values():  # each runtime judged against the truth, each failing it
-        assert any(not s["passed"] for s in scenarios)
+    for scenarios in _scenarios_by_runtime(report).values():  # each runtime judged against the truth, each failing it
+        assert any(not s.passed for s in scenarios)
     assert "## decode-64 on onnx-reference: FAILED" in (folder / "report.md").read_text()
 
 
-def _without_seconds(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != "seconds"} for r in report["runtimes"]]
+def _without_seconds(report: DecoderReport) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.data.items() if k != "seconds"} for r in report.runtimes]
 
 
 @pytest.mark.parametrize("which", ["seeded fused", "gqa"])
@@ -191,21 +193,22 @@ def test_the_api_says_what_the_cli_says(which: str, seeded_decoder: Path, gqa_de
     code, out, err = run(["verify", str(by_cli), *_flags(BOTH)], capsys)
     [result] = rx.verify(by_api, runtimes=list(BOTH))
     assert isinstance(result, DecoderVerifyResult)
-    cli, api = _json(by_cli / "report.json"), _json(by_api / "report.json")
-    assert result.report == api and result.passed is api["passed"] is cli["passed"] is True
+    cli, api = read_report(by_cli, DecoderReport), read_report(by_api, DecoderReport)
+    assert result.report == api.data and result.passed is api.passed is cli.passed is True
     assert code == (3 if result.skipped else 0) and result.skipped == {
-        r["name"]: r["reason"] for r in cli["runtimes"] if r["status"] == "skipped"}  # fmt: skip
+        r.name: r.reason for r in cli.runtimes if r.status == "skipped"}  # fmt: skip
     # the same runtimes, verdicts and reasons; the same numbers (ORT's CPU provider and onnx.reference are
     # deterministic on one machine: two runs of one model give the same logits)
     assert _without_seconds(api) == _without_seconds(cli)
-    assert by_runtime(api) == by_runtime(cli)
+    assert by_runtime(dict(api.data)) == by_runtime(dict(cli.data))
     verdicts = result.runtimes
     assert all(isinstance(v, RuntimeVerdict) for v in verdicts)
     assert [(v.name, v.ran, v.passed) for v in verdicts] == [
-        (r["name"], r["status"] == "verified", r.get("passed") is True) for r in cli["runtimes"]]  # fmt: skip
+        (r.name, r.status == "verified", r.passed is True) for r in cli.runtimes]  # fmt: skip
     for v in verdicts:  # per runtime, each scenario beside what the stored report held for that same runtime
-        assert [row["name"] for row in v.scenarios] == ([s["name"] for s in by_runtime(cli)[v.name]] if v.ran else [])
-        assert all(row["worst_rel"] == row["stored_worst_rel"] for row in v.scenarios) if v.name == "ort" else True
+        rows = [ScenarioRerun(row) for row in v.scenarios]
+        assert [row.name for row in rows] == ([s.name for s in _scenarios_by_runtime(cli)[v.name]] if v.ran else [])
+        assert all(row.worst_rel == row.stored_worst_rel for row in rows) if v.name == "ort" else True
     if result.skipped:
         assert "could not run here: onnx-reference: " + result.skipped["onnx-reference"] in err
 
@@ -276,17 +279,17 @@ def test_runs_record_each_runtime(case: str, names: list[str], runners: dict[str
                                   expected: list[tuple[str, str, Any]], monkeypatch: pytest.MonkeyPatch,
                                   tmp_path: Path) -> None:  # fmt: skip
     _registered(monkeypatch, **runners)
-    records = run_on(names, tmp_path / "model.onnx", _scenarios)
-    got = [(r["name"], r["status"], r.get("passed", r.get("reason"))) for r in records]
+    records = [DecoderRuntimeRecord(r) for r in run_on(names, tmp_path / "model.onnx", _scenarios)]
+    got = [(r.name, r.status, r.reason if r.passed is None else r.passed) for r in records]
     assert [g[:2] for g in got] == [e[:2] for e in expected]
     for (_, status, said), (_, _, want) in zip(got, expected, strict=True):
         assert said == want if status == "verified" else str(said).startswith(str(want))
     for record in records:
-        if record["status"] == "verified" and record["passed"]:
-            assert record["worst_rel"] == 2e-6 and record["agreement"] == "6/6" and len(record["scenarios"]) == 2
-        if record.get("error"):  # what the runtime raised, one line; its scenarios dropped
-            assert record["error"] == "ValueError: bad kernel" and record["scenarios"] == []
-    assert any(r.get("fallback") for r in records) is ("fallback" in case or "instead" in case)
+        if record.status == "verified" and record.passed:
+            assert record.worst_rel == 2e-6 and record.agreement == "6/6" and len(record.scenarios) == 2
+        if record.error:  # what the runtime raised, one line; its scenarios dropped
+            assert record.error == "ValueError: bad kernel" and record.scenarios == []
+    assert any(r.fallback for r in records) is ("fallback" in case or "instead" in case)
 
 
 def test_a_report_from_before_several_runtimes_reads_as_orts() -> None:
@@ -323,6 +326,6 @@ def test_a_build_for_runtimes_takes_their_form_and_runs_on_them(
                          "--out", str(tmp_path / "out"), "--quiet", *flags], capsys)  # fmt: skip
     assert got == code, err
     folder = Path(out.strip().splitlines()[-1])
-    report = json.loads((folder / "report.json").read_text())
-    assert report["spec"]["graph"] == form and folder.name.endswith(form)
-    assert {r["name"]: r["status"] for r in report["runtimes"] if r["name"] in statuses} == statuses
+    report = read_report(folder, DecoderReport)
+    assert report.spec["graph"] == form and folder.name.endswith(form)
+    assert {r.name: r.status for r in report.runtimes if r.name in statuses} == statuses

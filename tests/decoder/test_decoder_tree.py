@@ -21,6 +21,7 @@ import ropeexport as rx
 from ropeexport.artifacts import write_index
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.errors import ArtifactError, SpecError
+from ropeexport.report.views import DecoderReport, ScenarioRecord, read_report
 from tests.clirun import run
 
 # The fields every ordinary artifact's index line has had; a decoder in the tree must not change them.
@@ -60,16 +61,16 @@ def _png(html: str) -> bytes:
 
 def test_report_html_has_the_verdict_the_scenarios_and_the_plot(tree: tuple[Path, Path, Path]) -> None:
     _, decoder, _ = tree
-    report = _json(decoder / "report.json")
+    report = read_report(decoder, DecoderReport)
     html = (decoder / "report.html").read_text()
-    assert f"<h1>PASS: {report['name']}</h1>" in html and '<header class="banner pass">' in html
-    for scenario in report["scenarios"]:
-        assert f"<h2>{scenario['name']}: passed</h2>" in html
-    assert html.count("<tr") - html.count("<thead><tr>") >= sum(len(s["calls"]) for s in report["scenarios"])
+    assert f"<h1>PASS: {report.name}</h1>" in html and '<header class="banner pass">' in html
+    for scenario in report.scenarios:
+        assert f"<h2>{scenario.name}: passed</h2>" in html
+    assert html.count("<tr") - html.count("<thead><tr>") >= sum(len(s.calls) for s in report.scenarios)
     assert "What failed" not in html and "Plot left out" not in html
     assert _png(html).startswith(b"\x89PNG\r\n\x1a\n")
     assert "logit scale" in html and 'href="../index.html"' in html and "<script" not in html
-    assert (decoder / "report.md").read_text() == write_markdown(report)
+    assert (decoder / "report.md").read_text() == write_markdown(dict(report.data))
 
 
 def test_report_html_escapes_and_marks_failures_and_stale_calls(tree: tuple[Path, Path, Path]) -> None:
@@ -88,8 +89,8 @@ def test_report_html_escapes_and_marks_failures_and_stale_calls(tree: tuple[Path
     html = write_html(report)
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert '<header class="banner fail">' in html and "What failed" in html
-    assert f"{bad['name']}: calls 2 (FAIL (tokens differ), 5.00e-03)" in html
-    assert html.count('<tr class="skip">') == len(kept["calls"]) - 4  # regime cost rows, not failures
+    assert f"{ScenarioRecord(bad).name}: calls 2 (FAIL (tokens differ), 5.00e-03)" in html
+    assert html.count('<tr class="skip">') == len(ScenarioRecord(kept).calls) - 4  # regime cost rows, not failures
     assert ">regime cost</span>" in html and '<tr class="fail">' in html
     assert _png(html).startswith(b"\x89PNG")
     assert html == write_html(report)  # the same report gives the same page, figure included
@@ -101,7 +102,7 @@ def test_index_lists_the_decoder_beside_the_artifact(tree: tuple[Path, Path, Pat
     entries = {e["name"]: e for e in index["artifacts"]}
     assert set(entries) == {decoder.name, bloom.name} and index["passed"] == 2 and index["failed"] == 0
     assert list(entries[bloom.name]) == ENTRY_KEYS  # the ordinary line is unchanged
-    report = _json(decoder / "report.json")
+    report = read_report(decoder, DecoderReport)
     e = entries[decoder.name]
     assert {k: e[k] for k in ("encoding", "artifact", "dtype", "graph", "passed", "status", "path", "report")} == {
         "encoding": "rope",
@@ -114,13 +115,13 @@ def test_index_lists_the_decoder_beside_the_artifact(tree: tuple[Path, Path, Pat
         "report": f"{decoder.name}/report.html",
     }
     assert set(ENTRY_KEYS) <= set(e)
-    worst = max(s["summary"]["worst_rel"] for s in report["scenarios"])
+    worst = max(s.summary.worst_rel for s in report.scenarios)
     assert e["worst_rel"] == {"float64": worst} and "logit scale" in e["worst_rel_of"]  # no transformers: --no-eager
-    assert e["worst_ratio"]["float64"] == pytest.approx(worst / report["tolerance"]["rel"])
-    assert e["worst_max_abs"]["float64"] == max(s["summary"]["worst_abs"] for s in report["scenarios"])
-    assert e["max_positions"] == report["spec"]["position"]["max_positions"]
-    assert e["scenarios"] == {"passed": len(report["scenarios"]), "total": len(report["scenarios"])}
-    model = sum((decoder / f).stat().st_size for f in report["files"] if f.startswith("model."))
+    assert e["worst_ratio"]["float64"] == pytest.approx(worst / report.tolerance.rel)
+    assert e["worst_max_abs"]["float64"] == max(s.summary.worst_abs for s in report.scenarios)
+    assert e["max_positions"] == report.spec["position"]["max_positions"]
+    assert e["scenarios"] == {"passed": len(report.scenarios), "total": len(report.scenarios)}
+    model = sum((decoder / f).stat().st_size for f in report.files if f.startswith("model."))
     assert e["bytes"]["model"] == model > 0 and e["bytes"]["folder"] > model
 
     html = (out / "index.html").read_text()

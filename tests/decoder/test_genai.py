@@ -70,7 +70,7 @@ def test_onnxruntime_genai_generates_our_tokens(name: str, graph: str, tmp_path:
     (folder / "genai_config.json").write_text(json.dumps(config))
     served = _genai(folder, prompt, STEPS + 1)
     assert served == kept
-    switched = {c["regime"] for s in result.report["scenarios"] if s["name"] == "decode-64" for c in s["calls"]}
+    switched = {c.regime for s in result.decoder_report.scenarios if s.name == "decode-64" for c in s.calls}
     if len(switched) == 1:  # one regime over the whole generation: both loops are the exact one
         assert served == exact
 
@@ -89,7 +89,7 @@ def test_the_checkpoints_tokenizer_files_are_packaged(tmp_path: Path) -> None:
     (ckpt / "vocab.json").unlink()
     (ckpt / "merges.txt").symlink_to("tokenizer_config.json")  # a link within the folder: followed, its file copied
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, eager=False)
-    files = result.report["files"]
+    files = result.decoder_report.files
     assert {"genai_config.json", "tokenizer.json", "tokenizer_config.json", "merges.txt"} <= set(files)
     assert (result.path / "tokenizer.json").read_bytes() == (ckpt / "tokenizer.json").read_bytes()
     assert not (result.path / "merges.txt").is_symlink() and (result.path / "merges.txt").read_text() == "{}"
@@ -132,5 +132,5 @@ def test_onnxruntime_genai_re_prefilled_across_the_longrope_switch_is_the_float6
     config["model"]["eos_token_id"] = next(t for t in range(config["model"]["vocab_size"]) if t not in kept + exact)
     (folder / "genai_config.json").write_text(json.dumps(config))
     assert _genai_re_prefilled(folder, prompt, STEPS + 1, 64) == exact
-    decode = next(s for s in result.report["scenarios"] if s["name"] == "decode-64")
-    assert decode["passed"] and {c["regime"] for c in decode["calls"]} == {"short", "long"}
+    decode = next(s for s in result.decoder_report.scenarios if s.name == "decode-64")
+    assert decode.passed and {c.regime for c in decode.calls} == {"short", "long"}

@@ -29,7 +29,7 @@ def test_checkpoint_layer_block_builds_and_verifies_again(name: str, graph: str,
                                                           tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
     result = rx.build_layer_block(ckpt, tmp_path / "out", layer=1, graph=graph)
-    assert result.passed, [c["worst"] for c in result.report["comparisons"] if not c["passed"]]
+    assert result.passed, [c.worst.data for c in result.encoding_report.comparisons if not c.passed]
     origin = json.loads((result.path / "manifest.json").read_text())["build"]["origin"]
     assert origin["layer"] == 1 and origin["checkpoint"] == str(ckpt.resolve())
     props = {

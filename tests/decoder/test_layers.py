@@ -31,6 +31,7 @@ from ropeexport.decoder.verify import verify_decoder
 from ropeexport.decoder.weights import expected, seeded_weights
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import DecoderReport, ScenarioRecord
 from ropeexport.runtimes.ort import OrtRunner
 
 LLAMA = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -78,7 +79,8 @@ def _mixed(config: dict[str, Any], layers: list[Any], graph: str = "fused") -> t
 def _failed(spec: DecoderSpec, model: onnx.ModelProto, weights: Any, folder: Path) -> set[str]:
     save_model(model, folder)
     runner = OrtRunner(folder / "model.onnx", providers=["CPUExecutionProvider"])
-    return {r["name"] for r in verify_decoder(runner.infer, spec, weights, position_pieces(spec)) if not r["passed"]}
+    results = [ScenarioRecord(r) for r in verify_decoder(runner.infer, spec, weights, position_pieces(spec))]
+    return {r.name for r in results if not r.passed}
 
 
 @pytest.mark.parametrize(("label", "config", "layers", "graph"), PARAMS, ids=[f"{p[0]}-{p[3]}" for p in PARAMS])
@@ -114,13 +116,13 @@ def test_transformers_reference_is_skipped_with_the_reason(tmp_path: Path) -> No
     spec, used = _mixed(LLAMA, CASES[0][2])
     weights = seeded_weights(spec)
     save_model(build_decoder_graph(spec, weights, "seeded"), tmp_path)
-    report = run_scenarios(spec, used, weights, None, tmp_path / "model.onnx", True, None)
-    assert report["passed"]
-    assert report["references"]["transformers"] == (
+    report = DecoderReport(run_scenarios(spec, used, weights, None, tmp_path / "model.onnx", True, None))
+    assert report.passed
+    assert report.references.transformers == (
         "skipped: transformers' llama config cannot express per-layer position (layers 1 differ from the model's "
         "default layer)"
     )
-    assert report["spec"]["layers"] == [{}, {"position": None}, {}]
+    assert report.spec["layers"] == [{}, {"position": None}, {}]
 
 
 SMOLLM3 = {**LLAMA, "model_type": "smollm3", "num_hidden_layers": 4, "pad_token_id": 0, "no_rope_layers": [1, 0, 1, 0],
@@ -144,12 +146,11 @@ def test_a_configs_layers_are_built_and_judged(config: dict[str, Any], layers: l
     assert spec.to_dict().get("layers", ()) == layers
     weights = seeded_weights(spec)
     save_model(build_decoder_graph(spec, weights, "seeded"), tmp_path)
-    report = run_scenarios(spec, used, weights, None, tmp_path / "model.onnx", True, None)
-    assert report["passed"], [s["name"] for s in report["scenarios"] if not s["summary"]["passed"]]
+    report = DecoderReport(run_scenarios(spec, used, weights, None, tmp_path / "model.onnx", True, None))
+    assert report.passed, [s.name for s in report.scenarios if not s.passed]
     # transformers reads the same layers from the same config: it stands as the reference, and agrees
-    assert report["references"]["transformers"].startswith("transformers"), report["references"]
-    near = {s["name"]: s["summary"]["worst_rel_transformers"] for s in report["scenarios"]
-            if s["summary"]["positions"][1] < 4096}  # fmt: skip
+    assert report.references.transformers.startswith("transformers"), report.references.data
+    near = {s.name: s.summary.worst_rel_transformers for s in report.scenarios if s.summary.positions[1] < 4096}
     assert max(near.values()) <= 1e-4, near
     if layers:
         uniform = build_decoder_graph(spec.replace(layers=()), weights, "seeded")

@@ -27,6 +27,7 @@ from ropeexport.decoder.verify import tolerance, verify_decoder
 from ropeexport.decoder.weights import geometry, seeded_weights
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import ScenarioRecord
 from ropeexport.runtimes.ort import OrtRunner
 from tests.decoder.test_planted import LLAMA, PHI3
 
@@ -99,14 +100,14 @@ def test_mixed_regime_scenarios_pass_per_row(name: str, graph: str, tmp_path: Pa
     position = spec.position_spec()
     chosen = [s for s in scenarios(spec) if s.name.startswith("mixed-regimes")]
     assert [s.policy for s in chosen] == ["re-prefill", "keep"]
-    results = {r["name"]: r for r in verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position),
-                                                    chosen=chosen)}  # fmt: skip
-    assert all(r["passed"] for r in results.values()), {n: r["summary"] for n, r in results.items()}
+    verified = verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position), chosen=chosen)
+    results = {r.name: r for r in map(ScenarioRecord, verified)}
+    assert all(r.passed for r in results.values()), {n: r.summary.data for n, r in results.items()}
     again, kept = results["mixed-regimes"], results["mixed-regimes-keep"]
-    assert any(" / " in regime for regime in again["summary"]["regimes"])  # rows in different regimes in one call
-    assert again["summary"]["re_prefills"] >= 1 and "regime_cost_rel" not in again["summary"]
+    assert any(" / " in regime for regime in again.summary.regimes)  # rows in different regimes in one call
+    assert again.summary.re_prefills >= 1 and again.summary.regime_cost_rel is None
     # keep: the short row reads keys cached before its switch (reported, not judged); the long row is still judged
-    partly = [c for c in kept["calls"] if c.get("stale_rows")]
-    assert partly and all(c["float64"]["rel"] <= tolerance(spec) for c in partly)
-    assert all(f"ok; regime cost (rows {c['stale_rows']})" in _row(c) for c in partly)  # the report says which
-    assert kept["summary"]["regime_cost_rel"] > 1e-3
+    partly = [c for c in kept.calls if c.stale_rows]
+    assert partly and all(c.float64.rel <= tolerance(spec) for c in partly)
+    assert all(f"ok; regime cost (rows {c.stale_rows})" in _row(dict(c.data)) for c in partly)  # the report says which
+    assert kept.summary.regime_cost_rel > 1e-3

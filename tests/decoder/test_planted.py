@@ -18,6 +18,7 @@ from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.verify import verify_decoder
 from ropeexport.decoder.weights import seeded_weights
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import ScenarioRecord
 from ropeexport.runtimes.ort import OrtRunner
 
 _LONGROPE = {"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 4.0, 5.0]}
@@ -60,5 +61,5 @@ def test_planted_decoder_mistake_fails(
     position = spec.position_spec()
     runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
     results = verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position))
-    failed = {r["name"] for r in results if not r["passed"]}
+    failed = {r.name for r in map(ScenarioRecord, results) if not r.passed}
     assert caught_by <= failed, f"{label}: failed only {sorted(failed)}"

@@ -34,14 +34,14 @@ PRESETS = {
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_preset_decoder_verifies(preset: str, tmp_path: Path) -> None:
     result = rx.build_decoder(tmp_path, preset=preset, num_layers=1, hidden_size=PRESETS[preset], vocab_size=256)
-    report = result.report
-    assert result.passed, [(s["name"], s["summary"]) for s in report["scenarios"] if not s["passed"]]
-    assert report["references"]["transformers"].startswith("transformers"), report["references"]
-    top = report["spec"]["position"]["max_positions"]
-    reached = max(s["summary"]["positions"][1] for s in report["scenarios"])
-    if report["spec"]["position"]["encoding"] == "rope":
+    report = result.decoder_report
+    assert result.passed, [(s.name, s.summary.data) for s in report.scenarios if not s.passed]
+    assert report.references.transformers.startswith("transformers"), report.references.data
+    top = report.spec["position"]["max_positions"]
+    reached = max(s.summary.positions[1] for s in report.scenarios)
+    if report.spec["position"]["encoding"] == "rope":
         assert reached == top - 1
-    for scenario in report["scenarios"]:
-        summary = scenario["summary"]
-        if summary["positions"][1] < 4096 and "regime_cost_rel" not in summary:
-            assert summary["worst_rel_transformers"] <= 1e-4, (scenario["name"], summary)
+    for scenario in report.scenarios:
+        summary = scenario.summary
+        if summary.positions[1] < 4096 and summary.regime_cost_rel is None:
+            assert summary.worst_rel_transformers <= 1e-4, (scenario.name, summary.data)

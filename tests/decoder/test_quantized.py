@@ -33,6 +33,7 @@ from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.verify import TOLERANCE, tolerance, verify_decoder
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import ScenarioRecord
 from ropeexport.runtimes.ort import OrtRunner
 
 # (tiny checkpoint, dtype, graph, block size, accuracy level, symmetric, the folder name's weight label): a uniform
@@ -64,20 +65,20 @@ def test_int4_decoders_are_faithful_and_report_their_cost_apart(
     name: str, dtype: str, graph: str, block: int, level: int, symmetric: bool, label: str, built: dict
 ) -> None:
     result = built[f"{name}-{dtype}-{label}"]
-    report = result.report
-    assert result.passed, [(s["name"], s["summary"]) for s in report["scenarios"] if not s["passed"]]
+    report = result.decoder_report
+    assert result.passed, [(s.name, s.summary.data) for s in report.scenarios if not s.passed]
     assert result.path.name.endswith(f"-{dtype}-{label}-{graph}")
-    spec = report["spec"]
+    spec = report.spec
     assert (spec["weight_format"], spec["block_size"], spec["accuracy_level"], spec["symmetric"]) == (
         "int4", block, level, symmetric)
-    bound = report["tolerance"]["rel"]
+    bound = report.tolerance.rel
     assert bound == (TOLERANCE[dtype] if level == 0 else 0.25)
-    for scenario in report["scenarios"]:
-        s = scenario["summary"]
-        assert s["worst_rel"] <= bound  # the fidelity figure, judged
-        assert s["cost_rel"] > 10 * TOLERANCE[dtype]  # the cost figure, reported: int4 rounding, far above it
-        assert all("quantization_cost" in call and "unquantized" in call["tokens"] for call in scenario["calls"])
-    assert "unquantized" in report["references"] and "dequantized" in report["references"]["float64"]
+    for scenario in report.scenarios:
+        s = scenario.summary
+        assert s.worst_rel <= bound  # the fidelity figure, judged
+        assert s.cost_rel > 10 * TOLERANCE[dtype]  # the cost figure, reported: int4 rounding, far above it
+        assert all(c.quantization_cost is not None and c.tokens.unquantized is not None for c in scenario.calls)
+    assert report.references.unquantized is not None and "dequantized" in report.references.float64
     md = (result.path / "report.md").read_text()
     assert "quantization cost / scale (not judged)" in md and "weight format: int4 (MatMulNBits" in md
     # The graph: every projection and lm_head a MatMulNBits of the asked block size; the embedding in the dtype.
@@ -111,9 +112,9 @@ def test_the_index_and_verify_carry_both_figures(built: dict, capsys: pytest.Cap
     assert row["quantization_cost"]["worst_rel"] > 1e-2 > row["worst_rel"]["float64"]
     assert "quantization cost (not judged)" in (result.path.parent / "index.html").read_text()
     (again,) = rx.verify(result.path)
-    assert again.passed and again.report["tolerance"] == result.report["tolerance"]
-    before = {s["name"]: s["summary"]["cost_rel"] for s in result.report["scenarios"]}
-    assert {s["name"]: s["summary"]["cost_rel"] for s in again.report["scenarios"]} == before  # the same weights
+    assert again.passed and again.decoder_report.tolerance.data == result.decoder_report.tolerance.data
+    before = {s.name: s.summary.cost_rel for s in result.decoder_report.scenarios}
+    assert {s.name: s.summary.cost_rel for s in again.decoder_report.scenarios} == before  # the same weights
 
 
 # (accuracy level, theta's factor in the graph, the scenarios that must fail): at level 0 the bound is fp32's and 1%
@@ -135,10 +136,11 @@ def test_a_wrong_theta_in_an_int4_model_still_fails(level: int, factor: float, c
     save_model(build_decoder_graph(wrong, weights, "planted"), tmp_path)
     position = spec.position_spec()
     runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
-    results = verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position))
-    failed = {r["name"] for r in results if not r["passed"]}
+    verified = verify_decoder(runner.infer, spec, weights, recipe_for(position).piece(position))
+    results = [ScenarioRecord(r) for r in verified]
+    failed = {r.name for r in results if not r.passed}
     assert caught_by <= failed, failed
-    assert all(r["summary"]["cost_rel"] > 0 for r in results)  # the cost is still reported, apart
+    assert all(r.summary.cost_rel > 0 for r in results)  # the cost is still reported, apart
 
 
 def test_the_tolerance_follows_the_accuracy_level(tiny_checkpoint: Any) -> None:
@@ -252,7 +254,7 @@ def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict,
     from ropeexport.decoder.spec import DecoderSpec
 
     result = built[key]
-    spec = DecoderSpec.from_dict(result.report["spec"])
+    spec = DecoderSpec.from_dict(result.decoder_report.spec)
     weights = CheckpointWeights(spec, tiny_checkpoint(key.split("-")[0]))
     model = onnx.load(str(result.path / "model.onnx"), load_external_data=False)
     held, _ = held_weights(model, spec, result.path)
@@ -334,5 +336,5 @@ def test_a_wrong_tied_int4_embedding_is_caught(case: str, built: bool, read: boo
     save_model(model, tmp_path)
     runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
     results = verify_decoder(runner.infer, spec.replace(tied_embedding_int4=read), weights, position_pieces(spec))
-    verdicts = {r["name"]: r["passed"] for r in results}
+    verdicts = {ScenarioRecord(r).name: ScenarioRecord(r).passed for r in results}
     assert set(verdicts.values()) == {passed}, verdicts

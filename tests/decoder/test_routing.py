@@ -16,6 +16,7 @@ from ropeexport.decoder.oracle import Routing, decoder_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.verify import _routed, judge_call
 from ropeexport.decoder.weights import seeded_weights
+from ropeexport.report.views import CallRecord
 
 CONFIG = {"model_type": "gpt_oss", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
           "head_dim": 8, "num_hidden_layers": 2, "intermediate_size": 48, "vocab_size": 96, "num_local_experts": 4,
@@ -55,14 +56,15 @@ def test_a_runtime_that_took_a_near_tie_the_other_way_is_judged_against_that_rou
         layer, row, slot, margin = tie
         flip = (layer, row, slot)
         call = _call(ids, pos, mask, truth(ids, pos, mask, frozenset({flip})))
-        if not judge_call(call, plain, None, TOLERANCE)["passed"]:
+        if not CallRecord(judge_call(call, plain, None, TOLERANCE)).passed:
             break
     else:
         pytest.fail(f"no near tie's flip moves the logits past {TOLERANCE} of their scale: {ties}")
     full, kept, records = _routed(call, truth, TOLERANCE, frozenset(), routed=True)
     assert kept == {flip}
     assert records == [{"layer": layer, "row": row, "slot": slot, "margin": margin}]
-    assert judge_call(call, full, None, 1e-12)["passed"]  # that routing's truth is the runtime's logits exactly
+    # that routing's truth is the runtime's logits exactly
+    assert CallRecord(judge_call(call, full, None, 1e-12)).passed
     # the next call starts from the flips kept: found again at once, with no search
     again, kept_again, _ = _routed(call, truth, TOLERANCE, kept, routed=True)
     assert kept_again == kept and np.array_equal(again, full)
@@ -74,7 +76,7 @@ def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> Non
     free = next((1, 0, s) for s in range(39, 0, -1) if (1, 0, s) not in tied)  # layer 1: a token far from a tie
     runtime = truth(ids, pos, mask, frozenset({free}))
     call = _call(ids, pos, mask, runtime)
-    assert not judge_call(call, truth(ids, pos, mask), None, TOLERANCE)["passed"]
+    assert not CallRecord(judge_call(call, truth(ids, pos, mask), None, TOLERANCE)).passed
     full, kept, _ = _routed(call, truth, TOLERANCE, frozenset(), routed=True)
     assert free not in kept
-    assert not judge_call(call, full, None, TOLERANCE)["passed"]
+    assert not CallRecord(judge_call(call, full, None, TOLERANCE)).passed

@@ -86,7 +86,7 @@ def test_a_streamed_decoder_builds_verifies_and_verifies_again_where_it_lies(
     ckpt: Path, tmp_path: Path, streamed: None
 ) -> None:
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt)
-    assert result.passed, [s["summary"] for s in result.report["scenarios"]]
+    assert result.passed, [s.summary.data for s in result.decoder_report.scenarios]
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert {"model.onnx", DATA_FILE} <= set(manifest["files"])  # the data file is hashed like every file
     model = onnx.load(result.path / "model.onnx", load_external_data=False)

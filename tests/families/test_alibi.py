@@ -85,8 +85,8 @@ def test_export_runs_in_ort_and_verifies(tmp_path: Path, artifact: str, dtype: s
         artifact=artifact, dtype=dtype, graph=graph, causal=causal, num_heads=12, head_dim=16, max_positions=1024
     )
     result = build(spec, tmp_path)
-    assert result.passed, [c for c in result.report["comparisons"] if not c["passed"]]
-    assert {c["reference"] for c in result.report["comparisons"]} == {"eager", "float64"}
+    assert result.passed, [c.data for c in result.encoding_report.comparisons if not c.passed]
+    assert {c.reference for c in result.encoding_report.comparisons} == {"eager", "float64"}
     if graph == "fused" and artifact == "attention":
         import onnx
 
@@ -174,7 +174,7 @@ def test_slope_scale_scales_the_bias_and_is_verified(tmp_path: Path) -> None:
     finite = torch.isfinite(plain)
     assert torch.allclose(scaled[finite], plain[finite] * 0.125, rtol=1e-6)
     result = build(spec, tmp_path)
-    assert result.passed and result.report["tables"][0]["max_ulp"] <= 0.5
+    assert result.passed and result.encoding_report.tables[0].max_ulp <= 0.5
 
 
 @pytest.mark.fast

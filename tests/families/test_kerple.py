@@ -95,9 +95,9 @@ CASES = [
 def test_export_verifies_on_ort(tmp_path: Path, kernel: str, artifact: str, dtype: str, graph: str) -> None:
     spec = KerpleSpec(**SMALL, kernel=kernel, artifact=artifact, dtype=dtype, graph=graph)
     result = build(spec, tmp_path)
-    assert result.passed, result.report["comparisons"]
-    assert {c["reference"] for c in result.report["comparisons"]} == {"eager", "float64"}
-    assert all(c["runtime"] == "ort" and c["elements"] > 0 for c in result.report["comparisons"])
+    assert result.passed, [c.data for c in result.encoding_report.comparisons]
+    assert {c.reference for c in result.encoding_report.comparisons} == {"eager", "float64"}
+    assert all(c.runtime == "ort" and c.elements > 0 for c in result.encoding_report.comparisons)
 
 
 @pytest.mark.parametrize("kernel", ["log", "power"])

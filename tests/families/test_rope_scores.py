@@ -24,8 +24,8 @@ CASES = [
 def test_scores_artifact_verifies(tmp_path: Path, layout: str, scaling: str, graph: str, dtype: str) -> None:
     spec = RopeSpec(**small_spec(artifact="scores", layout=layout, scaling=scaling, graph=graph, dtype=dtype))
     result = build(spec, tmp_path)
-    assert result.passed, [c for c in result.report["comparisons"] if not c["passed"]]
-    assert all(g["passed"] for g in result.report["guards"]) and len(result.report["guards"]) == 4
+    assert result.passed, [c.data for c in result.encoding_report.comparisons if not c.passed]
+    assert all(g.passed for g in result.encoding_report.guards) and len(result.encoding_report.guards) == 4
 
 
 def test_scores_equal_the_literal_dot_product_of_rotated_vectors(tmp_path: Path) -> None:

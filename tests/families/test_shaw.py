@@ -131,8 +131,8 @@ def test_export_runs_in_ort_and_verifies(tmp_path: Path, artifact: str, dtype: s
         artifact=artifact, dtype=dtype, graph=graph, causal=causal, num_heads=4, head_dim=16, clip=5, max_positions=128
     )
     result = build(spec, tmp_path)
-    assert result.passed, [c for c in result.report["comparisons"] if not c["passed"]]
-    assert {c["reference"] for c in result.report["comparisons"]} == {"eager", "float64"}
+    assert result.passed, [c.data for c in result.encoding_report.comparisons if not c.passed]
+    assert {c.reference for c in result.encoding_report.comparisons} == {"eager", "float64"}
     model = onnx.load(str(result.path / "model.onnx"))
     assert model.opset_import[0].version == (23 if graph == "fused" else 17)
     ops = {n.op_type for n in model.graph.node}
@@ -181,7 +181,7 @@ def test_weights_file_is_used(tmp_path: Path) -> None:
     assert result.passed
     got = session(result.path).run(None, feeds(q, k, QPOS, KPOS))[0][0]
     np.testing.assert_allclose(got, literal_scores(q[0], k[0], rows.tolist(), QPOS, KPOS, K, True), atol=1e-5)
-    assert result.report["spec"]["weights"] == str(path)
+    assert result.encoding_report.spec["weights"] == str(path)
 
 
 @pytest.mark.parametrize(

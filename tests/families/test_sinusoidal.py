@@ -20,6 +20,7 @@ from ropeexport.families.sinusoidal.probes import check_tables
 from ropeexport.families.sinusoidal.reference import SinusoidalEmbedding, sinusoid_table
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import TableRecord
 from ropeexport.runtimes import open_runner
 from ropeexport.verification.core import verify_artifact
 from tests.cases import tiered
@@ -112,9 +113,9 @@ def test_export_ort_verifies(tmp_path: Path, artifact: str, dtype: str, graph: s
     spec = SinusoidalSpec(**SMALL, artifact=artifact, dtype=dtype, graph=graph, scale_input=scaled)
     result = build(spec, tmp_path)
     assert result.passed, result.report
-    report = result.report
-    assert all(t["passed"] and t["max_ulp"] <= 0.5 for t in report["tables"])
-    assert {c["reference"] for c in report["comparisons"]} == {"eager", "float64"}
+    report = result.encoding_report
+    assert all(t.passed and t.max_ulp <= 0.5 for t in report.tables)
+    assert {c.reference for c in report.comparisons} == {"eager", "float64"}
     model = onnx.load(str(result.path / "model.onnx"))
     assert next(o.version for o in model.opset_import if o.domain == "") == (23 if graph == "fused" else 17)
 
@@ -218,5 +219,5 @@ def test_table_check_catches_one_element_one_ulp_off(tmp_path: Path, row: int) -
     values = numpy_helper.to_array(table).copy()
     values[row, 3] = np.nextafter(values[row, 3], np.float32(np.inf))  # 1 ulp: 0.5 to 1.5 ulp from float64
     table.CopyFrom(numpy_helper.from_array(values, "pe_table"))
-    (check,) = check_tables(spec, _export(model, tmp_path))
-    assert not check["passed"] and check["worst_row"] == row and check["max_ulp"] > 0.5
+    (check,) = map(TableRecord, check_tables(spec, _export(model, tmp_path)))
+    assert not check.passed and check.worst_row == row and check.max_ulp > 0.5

@@ -158,9 +158,9 @@ CASES = [(a, d, g) for a in ("bias", "scores", "attention") for d in ("fp32", "f
 def test_export_verifies_on_ort(tmp_path: Path, artifact: str, dtype: str, graph: str) -> None:
     spec = T5Spec(**SMALL, artifact=artifact, dtype=dtype, graph=graph)
     result = build(spec, tmp_path)
-    assert result.passed, result.report["comparisons"]
-    assert {c["reference"] for c in result.report["comparisons"]} == {"eager", "float64"}
-    assert all(c["runtime"] == "ort" and c["elements"] > 0 for c in result.report["comparisons"])
+    assert result.passed, [c.data for c in result.encoding_report.comparisons]
+    assert {c.reference for c in result.encoding_report.comparisons} == {"eager", "float64"}
+    assert all(c.runtime == "ort" and c.elements > 0 for c in result.encoding_report.comparisons)
 
 
 @pytest.mark.parametrize("artifact", ["bias", "scores", "attention"])

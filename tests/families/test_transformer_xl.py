@@ -22,6 +22,7 @@ from ropeexport.families.transformer_xl.probes import check_tables
 from ropeexport.families.transformer_xl.reference import TransformerXLScores, relative_embedding
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import TableRecord
 from ropeexport.runtimes import open_runner
 from ropeexport.verification.core import verify_artifact
 from tests.cases import tiered
@@ -137,8 +138,9 @@ def test_export_ort_verifies(tmp_path: Path, causal: bool, dtype: str, graph: st
     spec = TransformerXLSpec(num_heads=2, head_dim=16, max_positions=300, causal=causal, dtype=dtype, graph=graph)
     result = build(spec, tmp_path)
     assert result.passed, result.report
-    assert {t["name"] for t in result.report["tables"]} == {"r_w_bias", "r_r_bias", "r_head_table"}
-    assert all(t["passed"] and t["max_ulp"] <= 0.5 for t in result.report["tables"])
+    tables = result.encoding_report.tables
+    assert {t.name for t in tables} == {"r_w_bias", "r_r_bias", "r_head_table"}
+    assert all(t.passed and t.max_ulp <= 0.5 for t in tables)
     model = onnx.load(str(result.path / "model.onnx"))
     assert next(o.version for o in model.opset_import if o.domain == "") == (23 if graph == "fused" else 17)
     assert len(numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "r_head_table"))) == (
@@ -258,6 +260,6 @@ def test_table_check_catches_one_element_one_ulp_off(tmp_path: Path, distance: i
     values[row, 1, 2] = np.nextafter(values[row, 1, 2], np.float32(np.inf))  # 1 ulp: 0.5 to 1.5 ulp from float64
     table.CopyFrom(numpy_helper.from_array(values, "r_head_table"))
     save_model(model, tmp_path)
-    checks = {c["name"]: c for c in check_tables(spec, tmp_path / "model.onnx")}
-    assert checks["r_w_bias"]["passed"] and checks["r_r_bias"]["passed"]
-    assert not checks["r_head_table"]["passed"] and checks["r_head_table"]["worst_distance"] == distance
+    checks = {c.name: c for c in map(TableRecord, check_tables(spec, tmp_path / "model.onnx"))}
+    assert checks["r_w_bias"].passed and checks["r_r_bias"].passed
+    assert not checks["r_head_table"].passed and checks["r_head_table"].worst_distance == distance

@@ -203,12 +203,12 @@ def test_export_runs_in_ort_and_verifies(tmp_path: Path, dtype: str, graph: str,
         max_distance=40,
     )
     result = build(spec, tmp_path)
-    report = result.report
-    assert result.passed, [c for c in report["comparisons"] if not c["passed"]]
-    assert {c["reference"] for c in report["comparisons"]} == {"eager", "float64"}
-    assert [t["name"] for t in report["tables"]] == ["pos_query_table", "pos_key_table"]
-    assert all(t["passed"] and t["shape"] == [200, 64] for t in report["tables"])
-    assert len(report["guards"]) == 4 and all(g["passed"] for g in report["guards"])
+    report = result.encoding_report
+    assert result.passed, [c.data for c in report.comparisons if not c.passed]
+    assert {c.reference for c in report.comparisons} == {"eager", "float64"}
+    assert [t.name for t in report.tables] == ["pos_query_table", "pos_key_table"]
+    assert all(t.passed and t.shape == [200, 64] for t in report.tables)
+    assert len(report.guards) == 4 and all(g.passed for g in report.guards)
     model = onnx.load(str(result.path / "model.onnx"))
     assert model.opset_import[0].version == (23 if graph == "fused" else 17)
     stored = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}

@@ -13,6 +13,7 @@ import pytest
 
 from ropeexport.report import plots
 from ropeexport.report.html import render_html
+from ropeexport.report.views import EncodingReport
 from tests.report.sample_report import HOSTILE, built_rope_report, degraded_reports, sample_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -95,7 +96,7 @@ def test_passing_report() -> None:
     assert '<header class="banner pass"><h1>PASS: rope-half-default-fp32-fused</h1>' in text
     assert 'id="failures"' not in text
     # error by position (one axis), a histogram per comparison, the decay curve
-    assert len(page.images) == 1 + len(report["comparisons"]) + 1
+    assert len(page.images) == 1 + len(EncodingReport(report).comparisons) + 1
     assert text.count("data:image/png;base64,") == len(page.images)
     assert "fail" not in page.row_classes
     assert "TensorRT is not installed (pip install tensorrt)" in text
@@ -143,16 +144,17 @@ def test_degraded_reports_render(case: str, report: dict[str, Any]) -> None:
 def test_real_report(real_report: dict[str, Any]) -> None:
     text = render_html(real_report)
     page = check_page(text)
-    assert f"<h1>PASS: {real_report['name']}</h1>" in text
-    assert text.count('<span class="badge pass">PASS</span>') >= len(real_report["comparisons"])
+    report = EncodingReport(real_report)
+    assert f"<h1>PASS: {report.name}</h1>" in text
+    assert text.count('<span class="badge pass">PASS</span>') >= len(report.comparisons)
     # Error by position, and its share of the allowance (the tolerance envelope as y = 1) where the curves carry it.
-    curves = real_report.get("positions") or []
-    plotted = bool(curves) + any(c.get("max_ratio") for c in curves)
-    plotted += sum("histogram" in c for c in real_report["comparisons"])
-    plotted += sum("curve" in p for p in real_report.get("properties", []))
+    curves = report.positions
+    plotted = bool(curves) + any(c.max_ratio for c in curves)
+    plotted += sum(not c.lacks("histogram") for c in report.comparisons)
+    plotted += sum(p.curve is not None for p in report.properties)
     assert len(page.images) == plotted
-    if real_report.get("schema") == "ropeexport.report/2":
-        assert plotted >= 1 + len(real_report["comparisons"])  # error by position and every histogram
+    if report.schema == "ropeexport.report/2":
+        assert plotted >= 1 + len(report.comparisons)  # error by position and every histogram
 
 
 # ---- plots ----

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ropeexport.report.markdown import md, render_markdown
+from ropeexport.report.views import EncodingReport
 from ropeexport.report.words import cosine, number, worst_location
 from tests.report.sample_report import HOSTILE, built_rope_report, degraded_reports, sample_report
 
@@ -116,7 +117,7 @@ def test_passing_report_verdict_first_and_no_failures() -> None:
     assert text.splitlines()[0] == "# ✅ PASS: rope-half-default-fp32-fused"
     assert "## What failed" not in text and "❌" not in text
     rows = table_after(text, "## Comparisons")
-    assert len(rows) - 1 == len(report["comparisons"])
+    assert len(rows) - 1 == len(EncodingReport(report).comparisons)
     assert rows[0][-2:] == ["worst at", "result"]
     assert rows[1][:3] == ["eager", "ort", "query_out"] and rows[1][-1] == "✅ PASS"
     assert "probe sweep\\[0..2047\\], batch 0, head 1, position 1510, channel 22" in rows[1]
@@ -141,7 +142,7 @@ def test_failing_report_calls_out_failures_before_the_tables() -> None:
     assert "position 2047" in bullets[0] and "actual 1.5, expected 1.19" in bullets[0]
     assert "the runtime raised on probe decode: RuntimeError:" in bullets[1]
     rows = table_after(text, "## Comparisons")
-    assert len(rows) - 1 == len(report["comparisons"])
+    assert len(rows) - 1 == len(EncodingReport(report).comparisons)
     raised = rows[4]
     assert raised[3:7] == ["n/a"] * 4 and raised[-1] == "❌ FAIL"  # null metrics, not a crash or a zero
     assert "| norm preservation | ❌ FAIL |" in text
@@ -174,9 +175,10 @@ def test_missing_verdict_is_a_fail_with_a_reason() -> None:
 
 def test_real_report(real_report: dict[str, Any]) -> None:
     text = render_markdown(real_report)
-    assert text.splitlines()[0] == f"# ✅ PASS: {md(real_report['name'])}"
+    report = EncodingReport(real_report)
+    assert text.splitlines()[0] == f"# ✅ PASS: {md(report.name)}"
     rows = table_after(text, "## Comparisons")
-    assert len(rows) - 1 == len(real_report["comparisons"]) == 4  # {eager, float64} x {query_out, key_out}
+    assert len(rows) - 1 == len(report.comparisons) == 4  # {eager, float64} x {query_out, key_out}
     assert all(row[-1] == "✅ PASS" for row in rows[1:])
     assert "## Tables" in text and "## Guards" in text and "## Environment" in text
     assert_tables_well_formed(text)

@@ -56,9 +56,9 @@ def test_without_tensorrt_the_runner_says_why(tmp_path: Path) -> None:
 @pytest.mark.skipif(HAVE_TRT and _gpu(), reason="TensorRT and a GPU are present: the real tests below run instead")
 def test_build_for_trt_reports_it_skipped_and_verifies_elsewhere(tmp_path: Path) -> None:
     result = build(RopeSpec(head_dim=8, num_heads=2, max_positions=32), tmp_path, runtimes=["trt"])
-    runtimes = {r["name"]: r for r in result.report["runtimes"]}
-    assert runtimes["trt"]["status"] == "skipped" and "TensorRT" in runtimes["trt"]["reason"]
-    assert runtimes["onnx-reference"]["status"] == "verified" and result.passed
+    runtimes = {r.name: r for r in result.encoding_report.runtimes}
+    assert runtimes["trt"].status == "skipped" and "TensorRT" in runtimes["trt"].reason
+    assert runtimes["onnx-reference"].status == "verified" and result.passed
     assert "tensorrt" not in json.loads((result.path / "manifest.json").read_text())
 
 
@@ -68,8 +68,8 @@ def test_build_for_trt_reports_it_skipped_and_verifies_elsewhere(tmp_path: Path)
 @pytest.mark.parametrize("graph", ["decomposed", "fused"])
 def test_trt_engine_builds_verifies_and_is_recorded(tmp_path: Path, graph: str) -> None:
     result = build(RopeSpec(head_dim=64, num_heads=8, max_positions=4096, graph=graph), tmp_path, runtimes=["trt"])
-    runtimes = {r["name"]: r for r in result.report["runtimes"]}
-    assert runtimes["trt"]["status"] == "verified", runtimes["trt"]
+    runtimes = {r.name: r for r in result.encoding_report.runtimes}
+    assert runtimes["trt"].status == "verified", runtimes["trt"].data
     assert result.passed
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["tensorrt"]["tensorrt"] and manifest["tensorrt"]["gpu"]

@@ -275,7 +275,8 @@ def test_plugin_graph_builds_and_verifies_without_tensorrt(tmp_path: Path, scali
     from tests.cases import small_spec
 
     result = build(RopeSpec(**small_spec(graph="plugin", scaling=scaling)), tmp_path)
-    runtimes = {r["name"]: r for r in result.report["runtimes"]}
-    assert result.passed and runtimes["ort"]["status"] == "skipped"
-    assert runtimes["onnx-reference"]["status"] == "verified"
-    assert all(g["passed"] for g in result.report["guards"]) and result.report["guards"]
+    report = result.encoding_report
+    runtimes = {r.name: r for r in report.runtimes}
+    assert result.passed and runtimes["ort"].status == "skipped"
+    assert runtimes["onnx-reference"].status == "verified"
+    assert all(g.passed for g in report.guards) and report.guards

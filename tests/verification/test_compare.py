@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ropeexport.report.views import ComparisonRecord, CurveRecord, WorstElement
 from ropeexport.verification.compare import Comparison
 
 pytestmark = pytest.mark.fast  # the comparison rule, on hand-made arrays
@@ -42,15 +43,16 @@ def test_element_rule(actual: list[float], expected: list[float], passes: bool) 
 def test_worst_element_is_located_and_reported() -> None:
     c = compare([1.0, 2.5, 3.0], [1.0, 2.0, 3.0])
     assert not c.passed and c.failures == 1
-    assert c.worst["index"] == [0, 0, 0, 1] and c.worst["actual"] == 2.5 and c.worst["expected"] == 2.0
-    assert c.to_dict()["max_abs"] == 0.5
+    worst = WorstElement(c.worst)
+    assert worst.location["index"] == [0, 0, 0, 1] and worst.actual == 2.5 and worst.expected == 2.0
+    assert ComparisonRecord(c.to_dict()).max_abs == 0.5
 
 
 def test_a_runtime_error_fails_the_comparison_with_its_reason() -> None:
     c = Comparison("eager", "ort", "y", "fp32", 1e-5, 1e-5)
     c.fail("probe-1", "RuntimeError: boom")
-    d = c.to_dict()
-    assert not c.passed and d["max_abs"] is None and d["worst"]["error"] == "RuntimeError: boom"
+    d = ComparisonRecord(c.to_dict())
+    assert not c.passed and d.max_abs is None and d.worst.error == "RuntimeError: boom"
 
 
 def test_broadcast_expectation_collapses_only_when_the_output_agrees_across_the_axis() -> None:
@@ -63,7 +65,7 @@ def test_broadcast_expectation_collapses_only_when_the_output_agrees_across_the_
     differs[0, 3, 0, 1] = 2.5  # one head wrong: the full comparison must run and find it
     c = Comparison("eager", "ort", "y", "fp32", 1e-5, 1e-5)
     c.update("p", differs, expected, lambda index: {"head": index[1]})
-    assert not c.passed and c.failures == 1 and c.worst["head"] == 3
+    assert not c.passed and c.failures == 1 and WorstElement(c.worst).location["head"] == 3
 
 
 @pytest.mark.parametrize(("actual", "expected", "passes"), CASES)
@@ -71,7 +73,7 @@ def test_share_of_allowance_is_above_one_exactly_where_an_element_fails(
     actual: list[float], expected: list[float], passes: bool
 ) -> None:
     c = compare(actual, expected)
-    ratio = c.to_dict()["max_ratio"]
+    ratio = ComparisonRecord(c.to_dict()).max_ratio
     assert (ratio is not None and ratio <= 1) == passes
 
 
@@ -82,6 +84,8 @@ def test_masked_positions_leave_no_point_on_the_error_curve() -> None:
     c = Comparison("float64", "ort", "bias", "fp32", 1e-5, 1e-5)
     distance = np.array([[[[0, -1, -2]]]])
     c.update("p", actual, expected, lambda index: {}, ("distance i-j", distance))
-    curve = c.curve()
-    assert curve is not None and curve["x"] == [0]
-    assert curve["max_abs"][0] == pytest.approx(2e-6) and curve["max_ratio"][0] == pytest.approx(0.2)
+    made = c.curve()
+    assert made is not None
+    curve = CurveRecord(made)
+    assert curve.x == [0]
+    assert curve.max_abs[0] == pytest.approx(2e-6) and curve.max_ratio[0] == pytest.approx(0.2)

@@ -12,6 +12,7 @@ from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.probes import rope_probes
 from ropeexport.families.rope.spec import RopeSpec
 from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import ComparisonRecord, GuardRecord, PropertyRecord, TableRecord
 from ropeexport.verification.core import verify_artifact
 from tests.cases import ORIGINAL, small_spec
 
@@ -29,9 +30,9 @@ def test_correct_artifact_passes_with_every_contract_field(tmp_path: Path) -> No
         (r, o) for r in ("eager", "float64") for o in ("query_out", "key_out")
     }
     for c in result.comparisons:
-        d = c.to_dict()
-        assert d["passed"] and d["runtime"] == "ort" and d["max_ulp"] >= 0 and d["elements"] > 0
-    assert all(t["passed"] and t["max_ulp"] <= 0.5 for t in result.tables)
+        d = ComparisonRecord(c.to_dict())
+        assert d.passed and d.runtime == "ort" and d.max_ulp >= 0 and d.elements > 0
+    assert all(t.passed and t.max_ulp <= 0.5 for t in map(TableRecord, result.tables))
     assert result.coverage["sweep"].startswith("every position")
 
 
@@ -63,7 +64,7 @@ def test_positions_off_by_one_fail(tmp_path: Path) -> None:
     assert not result.passed
     failing = [c for c in result.comparisons if not c.passed]
     assert failing and all(c.max_abs > 1e-2 for c in failing)
-    assert not any(t["passed"] for t in result.tables)
+    assert not any(t.passed for t in map(TableRecord, result.tables))
 
 
 def test_angles_rounded_to_fp16_before_cos_fail(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_graph_without_range_guard_fails_verification(tmp_path: Path) -> None:
     result = verify(spec, spec, tmp_path, model)
     assert not result.passed
     # -1 wraps to the last row and returns numbers; 256 fails in the table's Gather, which is no range guard either.
-    assert [g["case"] for g in result.guards if not g["passed"]] == ["position -1", "position 256"]
+    assert [g.case for g in map(GuardRecord, result.guards) if not g.passed] == ["position -1", "position 256"]
 
 
 def test_nan_where_outputs_cancel_fails(tmp_path: Path) -> None:
@@ -176,6 +177,6 @@ def test_a_valid_dynamic_schedule_passes_at_any_length(tmp_path: Path, max_posit
     params = {"factor": 2.0, "original_max_position_embeddings": max_positions // 2}
     spec = RopeSpec(head_dim=16, num_heads=2, max_positions=max_positions, scaling="dynamic", scaling_params=params)
     result = verify(spec, spec, tmp_path)
-    decay = next(p for p in result.properties if p["name"] == "long-term decay")
-    assert decay["passed"], decay["summary"]
+    decay = next(p for p in map(PropertyRecord, result.properties) if p.name == "long-term decay")
+    assert decay.passed, decay.summary
     assert result.passed
