@@ -141,17 +141,19 @@ _PAIRS = {False: "halves (i, i + r/2: rotate_half)", True: "interleaved pairs (2
 def pairing(site: Site, spec: Any) -> dict[str, str] | None:
     """The ``pairing`` finding of a fused reader that pairs the rotated channels otherwise than the config: halves
     (rotate_half, transformers' Llama and most models) against interleaved pairs (GPT-J, the complex form). The
-    tables are the same either way; only the reader's attribute tells (``site.interleaved``). A computed site pairs
-    by its graph's slicing, which the audit does not read: no finding either way.
+    tables are the same either way; only the reader's attribute tells (``site.interleaved``), or for a decomposed
+    rotation its graph's slicing, read by running it (``audits.rotations``).
     """  # noqa: D205
     attribute = PAIRING.get(site.kind)
-    if attribute is None or site.interleaved is None or spec.layout not in ("half", "interleaved"):
+    read = attribute is None and bool(site.rotations)  # a decomposed rotation's pairing, read by running it
+    if (attribute is None and not read) or site.interleaved is None or spec.layout not in ("half", "interleaved"):
         return None
     want = spec.layout == "interleaved"
     if site.interleaved == want:
         return None
-    return finding("pairing", f"channels paired as {_PAIRS[site.interleaved]} ({attribute}="
-                   f"{int(site.interleaved)}) where the config pairs {_PAIRS[want]}")  # fmt: skip
+    how = "read from its rotations" if read else f"{attribute}={int(site.interleaved)}"
+    return finding("pairing", f"channels paired as {_PAIRS[site.interleaved]} ({how}) where the config pairs "
+                   f"{_PAIRS[want]}")  # fmt: skip
 
 
 def _partial(spec: Any, seen: int) -> dict[str, str] | None:

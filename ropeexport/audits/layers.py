@@ -86,8 +86,14 @@ def reader_nodes(site: Any) -> list[ir.Node]:
 
 
 def site_layers(site: Any) -> tuple[int, ...] | None:
-    """The layers whose nodes read ``site`` (module doc), None when no reader names one."""
-    found = {layer_of(n.name or "", n.metadata_props) for n in reader_nodes(site)} - {None}
+    """The layers whose nodes read ``site`` (module doc): those of the rotations that use it where they were read
+    (``audits.uses``), else of its readers; None when none names one.
+    """  # noqa: D205
+    rotations = getattr(site, "rotations", None)
+    if rotations:
+        found = {r.layer for r in rotations} - {None}
+    else:
+        found = {layer_of(n.name or "", n.metadata_props) for n in reader_nodes(site)} - {None}
     return tuple(sorted(i for i in found if i is not None)) or None
 
 
