@@ -35,7 +35,8 @@ from ropeexport.audits.layers import layer_of
 from ropeexport.audits.patterns.base import is_constant
 
 # Nodes a cos/sin passes through to the Mul that uses it: one data input, the rest constants (``computed.forward``);
-# a Neg too, which turns the rotation the other way (``Rotation.sign``)
+# a Neg too, which turns the rotation the other way (``Rotation.sign``); and a Concat of one value with itself (the
+# halves or pairs duplicated to the rotated width, as graft writes them)
 CARRIERS = {"Mul", "Div", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Transpose", "CastLike",
             "Neg"}  # fmt: skip
 # Nodes that only move, slice or negate x's channels (x is traced back through them to its root)
@@ -87,9 +88,10 @@ def _carried(sources: Iterable[ir.Value]) -> dict[int, tuple[ir.Value, ir.Node |
             value, entry, sign = stack.pop()
             for use in value.uses():
                 node = use.node
-                if node.op_type not in CARRIERS or not node.outputs:
+                doubled = node.op_type == "Concat" and all(v is value for v in node.inputs)  # cat(f, f): halves
+                if (node.op_type not in CARRIERS and not doubled) or not node.outputs:
                     continue
-                if not all(is_constant(v) for i, v in enumerate(node.inputs) if i != use.idx):
+                if not doubled and not all(is_constant(v) for i, v in enumerate(node.inputs) if i != use.idx):
                     continue  # a Mul with a tensor: a product of the rotation, not a carrier
                 first = entry if entry is not None else node
                 turned = -sign if node.op_type == "Neg" else sign
@@ -166,7 +168,7 @@ def _merge(muls: list[ir.Node], x: ir.Value) -> ir.Value | None:
     if merged is None:
         return None
     while True:  # a partial rotation's untouched channels concatenated back, pairs reshaped back to channels
-        uses = merged.uses()
+        uses = list(merged.uses())
         if len(uses) != 1 or uses[0].node.op_type not in ("Concat", "Reshape", "Identity"):
             return merged
         node = uses[0].node
@@ -196,19 +198,14 @@ def _subgraph(x: ir.Value, ops: tuple[ir.Value, ir.Value], y: ir.Value) -> list[
             return None  # a graph input other than x: not a rotation of x alone
         if id(node) in taken:
             continue
-        if any(True for _ in _subgraphs(node)):
-            return None
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+            return None  # an If or a Loop in the way: not a rotation cut out whole
         taken[id(node)] = node
         stack.extend(v for v in node.inputs if v is not None)
-    graph = y.producer().graph if y.producer() is not None else None  # type: ignore[union-attr]
+    made = y.producer()
+    graph = made.graph if made is not None else None
     order = {id(n): i for i, n in enumerate(graph)} if graph is not None else {}
     return sorted(taken.values(), key=lambda n: order.get(id(n), 0))
-
-
-def _subgraphs(node: ir.Node) -> Iterable[Any]:
-    for attr in node.attributes.values():
-        if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-            yield attr
 
 
 def _width_guesses(x: ir.Value, nodes: list[ir.Node]) -> list[int]:
@@ -293,8 +290,8 @@ def _canonical(x: ir.Value, ops: tuple[ir.Value, ir.Value], y: ir.Value,
                nodes: list[ir.Node]) -> tuple[list[Any] | None, list[Any]]:  # fmt: skip
     """The rotation's nodes as NodeProtos with canonical names (x, m0, m1, y, v0, v1, ..) and its constants."""
     names = {id(x): "x", id(ops[0]): "m0", id(ops[1]): "m1", id(y): "y"}
-    consts = []
-    protos = []
+    consts: list[Any] = []
+    protos: list[Any] = []
     for node in nodes:
         for value in node.inputs:
             if value is None or id(value) in names:
@@ -366,6 +363,7 @@ def find_rotations(model: ir.Model, sources: list[ir.Value]) -> list[Rotation]:
                 continue
             first_is_cos, pairing, sign, width = read
             cos, sin = ops if first_is_cos else ops[::-1]
+            assert cos is not None and sin is not None, "a Mul's operands are values"
             (cos_src, _, cos_sign, _), (sin_src, _, sin_sign, _) = carried[id(cos)], carried[id(sin)]
             if cos_sign != 1:
                 continue  # cos negated on its way: no rotation of x (minus one), not read
@@ -410,7 +408,7 @@ def role_of(value: ir.Value) -> str | None:
     seen: set[int] = set()
     frontier = [value]
     for _ in range(ROLE_DEPTH):
-        following = []
+        following: list[ir.Value] = []
         for current in frontier:
             if current.is_graph_output() and "key" in (current.name or "").lower():
                 return "k"

@@ -77,6 +77,9 @@ def by_use(model: ir.Model, sites: list[Site]) -> list[Site]:
             site.rotations = uses[0]
             site.interleaved = uses[0][0].pairing == "interleaved"
             others += uses[1:]
+            if (mine or uses[1:]) and not site.table:  # its values are read otherwise too: its own readers only
+                entries = {id(n): n for r in uses[0] for e in r.entries for n in e}.values()
+                site.users, site.only = sorted({n.name or n.op_type for n in entries}), True
         out.append(site)
     taken: dict[int, int] = {}  # id(entry node) -> how many uses read through it
     for group in others:
