@@ -39,16 +39,16 @@ class Measure:
                  threads: int | None = None) -> None:  # fmt: skip
         self.source, self.encodings, self.threads = source, encodings, threads
         self.plan: Plan | str = plan(source, encodings.first, worst, windows)
-        self._original: dict[Place, np.ndarray] | str | None = None
+        self._original: list[dict[Place, np.ndarray]] | str | None = None
 
-    def original(self) -> dict[Place, np.ndarray] | str:
+    def original(self) -> list[dict[Place, np.ndarray]] | str:
         """The original's windows (run on first use), or why it does not run."""
         if self._original is None:
             assert not isinstance(self.plan, str)
             self._original = self._run(self.source)
         return self._original
 
-    def _run(self, path: Path) -> dict[Place, np.ndarray] | str:
+    def _run(self, path: Path) -> list[dict[Place, np.ndarray]] | str:
         assert not isinstance(self.plan, str)
         try:
             return run(path, self.plan, self.encodings.first, self.threads)

@@ -112,9 +112,9 @@ class Feeder:
         empty = [(np.zeros((1, geometry(self.spec, i)[1], 0, geometry(self.spec, i)[2]), np.float32),) * 2
                  for i in sorted(self.cached)]  # fmt: skip
         ids = np.ones((1, TOKENS), np.int64)
-        got = session.run(None, self.feeds(ids, 0, empty))  # type: ignore[arg-type]
+        got = session.run(None, self.feeds(ids, 0, empty))
         for layer, index in back.items():
-            length = np.asarray(got[index]).shape[2]  # type: ignore[index]
+            length = np.asarray(got[index]).shape[2]
             if length < TOKENS:
                 self.kept[layer] = length
 

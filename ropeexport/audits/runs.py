@@ -3,13 +3,14 @@
 The plan (``plan``): a prompt of seeded random ids filling the context the config declares (E positions) up to its
 last n = 8 tokens, fed in chunks, each call given as cache what the model gave back from the call before (its
 ``present`` outputs: the keys it rotated itself, a sliding layer's window as it keeps it); then ``DRAWS`` draws of n
-random tokens at positions E - n .. E - 1, each from that same cache. Scored (``Place``): the 8-token windows ending
-at each power of two, at each switch of the schedule (L = original and original + 1), at each attention window's
-edge, at the positions the findings are worst, at more spread evenly over the prompt (every window of it where their
-logits take at most ``SCORED_BYTES``; ``SPREAD`` at least), and at the far end (each draw): the logits there, per
-window. The windows at a switch end a call of the prompt, so that the call's length there is its own (a model
-switching on the call's length, as LongRoPE does, is on the short side of its switch at L = original and on the long
-side one past it, as a user's prompt of that length puts it).
+random tokens at positions E - n .. E - 1, each from that same cache; ``PROMPTS`` such prompts where the context is
+at most ``LONGEST`` tokens (a long context's prefill is the cost: one prompt there). Scored (``Place``): the 8-token
+windows ending at each power of two, at each switch of the schedule (L = original and original + 1), at each
+attention window's edge, at the positions the findings are worst, at more spread evenly over the prompt (every window
+of it where their logits take at most ``SCORED_BYTES``; ``SPREAD`` at least), and at the far end (each draw): the
+logits there, per window. The windows at a switch end a call of the prompt, so that the call's length there is its
+own (a model switching on the call's length, as LongRoPE does, is on the short side of its switch at L = original
+and on the long side one past it, as a user's prompt of that length puts it).
 
 Random cached entries are what this replaces: keys "as if already rotated" by nobody make a translation of q and k
 alike look like a wrong model (it cancels in q.k), and, drawn with std 1, they lead the attention where the model's
@@ -38,6 +39,7 @@ from ropeexport.audits.prove import CACHE_GIB, Signature
 
 TOKENS = 8
 DRAWS = 4  # continuations at the far end, each from the one prefilled cache
+PROMPTS = 3  # prompts run where the context is at most LONGEST tokens (one past it)
 SPREAD = 32  # windows scored evenly over the prompt at least, beside the powers of two and the named places
 SCORED_BYTES = 2**27  # more, up to every window of the prompt, while their logits take no more than this per model
 LONGEST = 4096  # the longest whole sequence a model without a cache of its own is run on
@@ -72,18 +74,21 @@ class Plan:
     chunk: int
     places: list[Place] = field(default_factory=list)
     short: str | None = None
+    prompts: int = 1  # prompts run, each to the far end with its own draws
     vocab: int = 2
     caches: dict[str, str] = field(default_factory=dict)  # cache input -> the output giving it back
     inputs: dict[str, Any] = field(default_factory=dict)  # name -> (shape, type) as declared
 
     def how(self) -> str:
         """The plan in words."""
+        each = f"{self.prompts} prompts" if self.prompts > 1 else "one prompt"
         if self.mode == "cache":
             words = (f"as users run it: its own cache from a prefill of {self.reach - TOKENS} tokens (calls of up to "
-                     f"{min(self.chunk, self.reach - TOKENS)}, one ending at each window scored), {DRAWS} draws of "
-                     f"{TOKENS} tokens at positions {self.reach - TOKENS}..{self.reach - 1}")  # fmt: skip
+                     f"{min(self.chunk, self.reach - TOKENS)}), {DRAWS} draws of {TOKENS} tokens at positions "
+                     f"{self.reach - TOKENS}..{self.reach - 1}; {each}")  # fmt: skip
         else:
-            words = f"as users run it: whole sequences of {self.reach} tokens ({DRAWS} draws of the last {TOKENS})"
+            words = (f"as users run it: whole sequences of {self.reach} tokens ({DRAWS} draws of the last {TOKENS}); "
+                     f"{each}")  # fmt: skip
         return words + (f"; {self.short}" if self.short else "")
 
 
@@ -153,7 +158,8 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
             places.append(Place(f"position {position} (where the table is worst)", position))
     far = "the far end" if short is None else "the end of what was run"
     places += [Place(f"{far} (draw {k})", reach - 1, k) for k in range(DRAWS)]
-    return Plan(mode, reach, chunk, places, short, int(vocab), given_back, inputs)
+    prompts = PROMPTS if reach <= LONGEST else 1  # a long context's prefill is the cost: one prompt there
+    return Plan(mode, reach, chunk, places, short, prompts, int(vocab), given_back, inputs)
 
 
 def _entry_bytes(declared: tuple[Any, str], spec: Any) -> int:
@@ -164,15 +170,15 @@ def _entry_bytes(declared: tuple[Any, str], spec: Any) -> int:
     return int(heads) * int(width) * np.dtype(NUMPY.get(kind, np.float32)).itemsize
 
 
-def _ids(plan: Plan) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The prompt [reach - n] and the draws [n] each: seeded, the same for every model."""
-    rng = np.random.default_rng(0)
+def _ids(plan: Plan, index: int = 0) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Prompt ``index``'s ids [reach - n] and its draws [n] each: seeded, the same for every model."""
+    rng = np.random.default_rng(index)
     prompt = rng.integers(0, max(plan.vocab, 2), plan.reach - TOKENS)
     return prompt, [rng.integers(0, max(plan.vocab, 2), TOKENS) for _ in range(DRAWS)]
 
 
-def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> dict[Place, np.ndarray]:
-    """``path`` run by ``plan``: each place's logits [n, vocab] (float32)."""
+def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> list[dict[Place, np.ndarray]]:
+    """``path`` run by ``plan``, once per prompt: each place's logits [n, vocab] (float32)."""
     import onnxruntime as ort
 
     from ropeexport.audits.model import quiet
@@ -181,11 +187,10 @@ def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> dict[P
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     logits_name = "logits" if "logits" in names else names[0]
-    prompt, draws = _ids(plan)
-    got: dict[Place, np.ndarray] = {}
     inside = [p for p in plan.places if p.draw is None]
+    draw_places = {p.draw: p for p in plan.places if p.draw is not None}
 
-    def call(ids: np.ndarray, start: int, past: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def call(ids: np.ndarray, start: int, past: dict[str, np.ndarray]) -> np.ndarray:
         n = len(ids)
         feeds: dict[str, np.ndarray] = {"input_ids": ids.reshape(1, n)}
         if "attention_mask" in plan.inputs:
@@ -195,40 +200,45 @@ def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> dict[P
         feeds |= past
         for name, value in list(feeds.items()):
             feeds[name] = value.astype(NUMPY.get(plan.inputs[name][1], value.dtype), copy=False)
-        return dict(zip(names, session.run(None, feeds, run_options), strict=True))
+        out = dict(zip(names, session.run(None, feeds, run_options), strict=True))
+        past.clear()
+        past.update({n: out[back] for n, back in plan.caches.items()})  # what it gave back: the next call's
+        logits = np.asarray(out[logits_name])
+        return logits.reshape(-1, logits.shape[-1])
 
-    def keep(logits: np.ndarray, start: int) -> None:
-        rows = np.asarray(logits).reshape(-1, logits.shape[-1])
+    def keep(got: dict[Place, np.ndarray], rows: np.ndarray, start: int) -> None:
         for place in inside:
             lo, hi = max(place.first, start), min(place.last + 1, start + len(rows))
             if lo < hi:
                 held = got.setdefault(place, np.zeros((place.last + 1 - place.first, rows.shape[1]), np.float32))
                 held[lo - place.first : hi - place.first] = rows[lo - start : hi - start]
 
-    if plan.mode == "whole":
-        for k, draw in enumerate(draws):
-            ids = np.concatenate([prompt, draw])
-            out = call(ids, 0, {n: _empty(plan.inputs[n], spec) for n in plan.inputs if _is_cache(n, plan)})
-            if k == 0:
-                keep(out[logits_name], 0)
-            got[next(p for p in plan.places if p.draw == k)] = np.asarray(out[logits_name]).reshape(
-                -1, plan.vocab if out[logits_name].shape[-1] == plan.vocab else out[logits_name].shape[-1])[-TOKENS:]
-        return got
-    past = {n: _empty(plan.inputs[n], spec) for n in plan.caches}
-    seen = 0
-    stops = sorted({p.last + 1 for p in inside if p.stop})  # L there is the window's own (a switch's sides)
-    while seen < len(prompt):
-        stop = next((b for b in stops if b > seen), len(prompt))
-        ids = prompt[seen : min(stop, seen + plan.chunk)]
-        out = call(ids, seen, past)
-        keep(out[logits_name], seen)
-        past = {n: out[back] for n, back in plan.caches.items()}
-        seen += len(ids)
-    for k, draw in enumerate(draws):
-        out = call(draw, seen, past)
-        logits = np.asarray(out[logits_name])
-        got[next(p for p in plan.places if p.draw == k)] = logits.reshape(-1, logits.shape[-1])[-TOKENS:]
-    return got
+    runs = []
+    for k in range(plan.prompts):
+        prompt, draws = _ids(plan, k)
+        got: dict[Place, np.ndarray] = {}
+        if plan.mode == "whole":
+            for d, draw in enumerate(draws):
+                empty = {n: _empty(plan.inputs[n], spec) for n in plan.inputs if _is_cache(n, plan)}
+                rows = call(np.concatenate([prompt, draw]), 0, empty)
+                if d == 0:
+                    keep(got, rows, 0)
+                got[draw_places[d]] = rows[-TOKENS:]
+            runs.append(got)
+            continue
+        past = {n: _empty(plan.inputs[n], spec) for n in plan.caches}
+        seen = 0
+        stops = sorted({p.last + 1 for p in inside if p.stop})  # L there is the window's own (a switch's sides)
+        while seen < len(prompt):
+            stop = next((b for b in stops if b > seen), len(prompt))
+            ids = prompt[seen : min(stop, seen + plan.chunk)]
+            keep(got, call(ids, seen, past), seen)
+            seen += len(ids)
+        prefilled = dict(past)
+        for d, draw in enumerate(draws):  # each from the one prefilled cache
+            got[draw_places[d]] = call(draw, seen, dict(prefilled))[-TOKENS:]
+        runs.append(got)
+    return runs
 
 
 def _is_cache(name: str, plan: Plan) -> bool:
@@ -244,14 +254,21 @@ def _empty(declared: tuple[Any, str], spec: Any) -> np.ndarray:
     return np.zeros((1, heads, 0, width), NUMPY.get(kind, np.float32))
 
 
-def compare(plan: Plan, first: dict[Place, np.ndarray], second: dict[Place, np.ndarray]) -> dict[str, Any]:
-    """Per place max |first - second| and that over max |first| (the logit scale there); the worst place."""
-    places = []
+def compare(plan: Plan, first: list[dict[Place, np.ndarray]], second: list[dict[Place, np.ndarray]],
+            ) -> dict[str, Any]:  # fmt: skip
+    """Per place max |first - second| and that over max |first| (the logit scale there), the worst prompt's; the
+    worst place.
+    """  # noqa: D205
+    places: list[dict[str, Any]] = []
     for place in plan.places:
-        a, b = np.asarray(first[place], np.float64), np.asarray(second[place], np.float64)
-        worst, scale = float(np.max(np.abs(a - b), initial=0.0)), float(np.max(np.abs(a), initial=0.0))
+        found = []
+        for one, two in zip(first, second, strict=True):
+            a, b = np.asarray(one[place], np.float64), np.asarray(two[place], np.float64)
+            worst, scale = float(np.max(np.abs(a - b), initial=0.0)), float(np.max(np.abs(a), initial=0.0))
+            found.append((worst / scale if scale else worst, worst, scale))
+        relative, worst, scale = max(found)
         places.append({"name": place.name, "positions": [place.first, place.last], "max_abs": worst,
-                       "scale": scale, "relative": worst / scale if scale else worst})  # fmt: skip
+                       "scale": scale, "relative": relative})  # fmt: skip
     top = max(places, key=lambda p: p["relative"])
     return {"position": top["positions"][1], "positions": top["positions"], "max_abs": top["max_abs"],
             "scale": top["scale"], "relative": top["relative"], "at": top["name"], "places": places,
