@@ -187,9 +187,9 @@ def test_a_table_shifted_on_one_layer_for_q_and_k_alike_is_a_harmless_translatio
     checkpoint = tiny_checkpoint("gemma3")
     planted = plant(clean("gemma3", form), tmp_path / "model.onnx", form, "shift-qk", 2, _width(checkpoint))
     (found,) = [f for f in rx.audit(planted, checkpoint / "config.json").findings if f["name"] == "position-offset"]
+    assert found["severity"]["level"] == "harmless" and found["effect"]["relative"] < 1e-5, found["severity"]
     assert found["text"].startswith("global layer 2: positions offset by -1 (row p holds position p-1); the query and "
                                     "the key alike: a translation"), found["text"]  # fmt: skip
-    assert found["severity"]["level"] == "harmless" and found["effect"]["relative"] < 1e-5, found
     assert found["next"]["action"] == "graft --trust config"  # which table is right cannot be told from the model
 
 
