@@ -17,8 +17,11 @@ alike look like a wrong model (it cancels in q.k), and, drawn with std 1, they l
 own keys would not, so that what a fault does where users meet it was not what was measured.
 
 A model that takes no cache, or gives none back, is run as such a model is: on the whole sequence, each draw one
-call, up to ``LONGEST`` tokens. A context whose cache (given and given back) would pass ``CACHE_GIB`` is run as far
-as it fits; a plan that stops short of the far end says why (``Plan.short``). Chunks are sized so that one chunk's
+call, up to ``LONGEST`` tokens. A context whose cache (given and given back) would pass ``CACHE_GIB``, or whose
+prefill would take more than ``FLOPS`` floating-point operations (2 per weight per token, and the attention's: by
+that count Llama-3.2-1B's 16384 tokens would take 6e13, its budget is about 2000 tokens; not run here), is run as far
+as it fits; a plan that stops short of the
+far end says why (``Plan.short``), and what it measured is a lower bound. Chunks are sized so that one chunk's
 attention scores (chunk x context x heads, float32) stay under ``SCORES_BYTES`` (ONNX Runtime's memory arena then
 holds a few times that: 3.3 GiB at the end of a 131072-token prefill of a tiny Qwen3 in 256-token calls, 240 s on
 2 CPUs; with the arena off the same prefill takes four times as long).
@@ -44,6 +47,7 @@ SPREAD = 32  # windows scored evenly over the prompt at least, beside the powers
 SCORED_BYTES = 2**27  # more, up to every window of the prompt, while their logits take no more than this per model
 LONGEST = 4096  # the longest whole sequence a model without a cache of its own is run on
 SCORES_BYTES = 2**29  # one prefill chunk's attention scores, at most
+FLOPS = 5e12  # a prefill's floating-point operations, at most (a tiny model's 131072 tokens: 4.4e12, 240 s on 2 CPUs)
 NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
          "tensor(int32)": np.int32, "tensor(bool)": np.bool_}  # fmt: skip
 
@@ -139,6 +143,13 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
             short = (f"a cache of {end - TOKENS} entries would take {per_entry * (end - TOKENS) / 2**30:.3g} GiB "
                      f"given and given back (at most {CACHE_GIB:g}): run to position {reach - 1}, positions {reach} .. "
                      f"{end - 1} not run")  # fmt: skip
+    work = _work(path, spec, max(1, len(cached) // 2))
+    if work(reach) > FLOPS:  # the prefill's cost: as far as the budget takes it
+        fits = next(t for t in range(reach, TOKENS - 1, -max(1, reach // 256)) if work(t) <= FLOPS or t <= TOKENS)
+        fits = max(TOKENS * 2, fits)
+        short = (f"a prefill to position {end - 1} would take about {work(end):.2g} floating-point operations (at most "
+                 f"{FLOPS:.0e}): run to position {fits - 1}, positions {fits} .. {end - 1} not run")  # fmt: skip
+        reach = min(reach, fits)
     chunk = TOKENS
     while chunk < 1024 and 2 * chunk * reach * heads * 4 <= SCORES_BYTES:
         chunk *= 2
@@ -160,6 +171,18 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
     places += [Place(f"{far} (draw {k})", reach - 1, k) for k in range(DRAWS)]
     prompts = PROMPTS if reach <= LONGEST else 1  # a long context's prefill is the cost: one prompt there
     return Plan(mode, reach, chunk, places, short, prompts, int(vocab), given_back, inputs)
+
+
+def _work(path: Path, spec: Any, layers: int) -> Any:
+    """Floating-point operations of a prefill of t tokens, as a function of t: 2 per weight per token, and each
+    layer's attention, 4 per head channel per pair of positions (q.k and the weighted values, over t^2 / 2 pairs).
+    """  # noqa: D205
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = sum(int(np.prod(t.dims)) for t in graph.initializer if len(t.dims) >= 2)
+    width = int(getattr(spec, "num_heads", 1) or 1) * int(getattr(spec, "head_dim", 1) or 1)
+    return lambda t: 2.0 * weights * t + 2.0 * layers * width * float(t) * float(t)
 
 
 def _entry_bytes(declared: tuple[Any, str], spec: Any) -> int:
