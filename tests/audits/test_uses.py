@@ -273,3 +273,27 @@ def test_float32_angles_of_a_qwen3_yarn_export_weigh_what_they_weigh_as_users_ru
     assert done.proven, done.text
     use = done.decoder["use"] if done.decoder else {}
     assert independent / 2 <= use["relative"] <= 2 * independent, (use, independent)
+
+
+@pytest.mark.parametrize(("budget", "level"), [("FLOPS", "unmeasured"), ("CACHE_GIB", "unmeasured"), (None, "harmless")])
+def test_a_run_short_of_the_far_end_is_never_called_harmless(budget: str | None, level: str, clean, tiny_checkpoint,
+                                                             tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Float32 angles on Gemma 3's sliding layers are harmless as users run the model to its far end; where the run
+    stops short of it (its prefill over the work budget, or its cache over the memory one), the effect says so and
+    the level is unmeasured: nothing is said of positions not run.
+    """  # noqa: D205
+    from tests.audits.test_audit_layers import _float32_angles
+
+    model = save_as(clean("gemma3", "fused"), tmp_path / "model.onnx")
+    _float32_angles(model)
+    if budget == "FLOPS":
+        monkeypatch.setattr("ropeexport.audits.runs.FLOPS", 1e8)
+    elif budget == "CACHE_GIB":
+        monkeypatch.setattr("ropeexport.audits.runs.CACHE_GIB", 2**-12)
+    (found,) = rx.audit(model, tiny_checkpoint("gemma3") / "config.json").findings
+    assert found["severity"]["level"] == level, found
+    effect = found["effect"]
+    if budget is None:
+        assert "short" not in effect and effect["places"][-1]["positions"] == [504, 511], effect["places"][-1]
+    else:
+        assert effect["up_to"] < 511 and "not run" in effect["short"] and "not known past it" in found["severity"]["text"]
