@@ -293,6 +293,16 @@ def compare(plan: Plan, first: list[dict[Place, np.ndarray]], second: list[dict[
         places.append({"name": place.name, "positions": [place.first, place.last], "max_abs": worst,
                        "scale": scale, "relative": relative})  # fmt: skip
     top = max(places, key=lambda p: p["relative"])
+    # kept in the record: every named place (switches, window edges, the worst table row, the draws), the powers of
+    # two, and the 16 worst of the windows spread over the prompt (thousands of them, for a long context)
+    spread = sorted((p for p in places if not _named(p["name"], p["positions"][1])), key=lambda p: -p["relative"])
+    kept = [p for p in places if _named(p["name"], p["positions"][1]) or p in spread[:16]]
     return {"position": top["positions"][1], "positions": top["positions"], "max_abs": top["max_abs"],
-            "scale": top["scale"], "relative": top["relative"], "at": top["name"], "places": places,
+            "scale": top["scale"], "relative": top["relative"], "at": top["name"], "places": kept,
+            "windows": len(places),
             "how": plan.how(), **({"short": plan.short, "up_to": plan.reach - 1} if plan.short else {})}  # fmt: skip
+
+
+def _named(name: str, last: int) -> bool:
+    """A place scored for what it is (a switch, an edge, a draw, a power of two), not one of the spread windows."""
+    return not name.startswith("position ") or "(" in name or (last + 1) & last == 0
