@@ -1,7 +1,8 @@
 """What a finding means for the model, and what to do next: each finding's severity from its measured effect
 (``audits.effect``) and the next step (graft, graft --trust config, re-export, or nothing).
 
-Severity, from r = max |logits - logits with the finding's sites repaired| / max |logit| on the effect's call, against
+Severity, from r = max |logits - logits with the finding's sites repaired| / max |logit| on the worst window of the
+model's run as users run it (``effect``, ``runs``: its own cache, to the far end of its context), against
 t, the bound ropeexport verifies its own decoders' logits to in the model's logit dtype (``decoder.verify.TOLERANCE``:
 1e-4 for float32, 2e-2 for float16 and bfloat16):
 
@@ -11,7 +12,9 @@ t, the bound ropeexport verifies its own decoders' logits to in the model's logi
   only where the top two are that close.
 - ``wrong``: r > max(``WRONG``, t): the logits move by more than 1% of their scale: the model computes another
   function (a schedule ignored or applied twice moves them by a sizable part of it).
-- ``unmeasured``: no effect was measured (asked not to, or the model cannot be called so: the reason is given).
+- ``unmeasured``: no effect was measured (asked not to, or the model cannot be run so: the reason is given), or the
+  run stopped short of the far end (its cache over the budget) with r <= t there: harmless is not said of positions
+  not run (over t, the level stands: a lower bound).
 
 A gate (``audit --fail-on LEVEL``, ``rx.audit(fail_on=...)``) fails on a finding at LEVEL or above (harmless < minor
 < wrong) and on every unmeasured one; the default, ``minor``, fails on any finding beyond the tolerance t and passes
@@ -56,6 +59,11 @@ def severity(effect: dict[str, Any]) -> dict[str, Any]:
     scale = "the logit scale" if output == "logits" else f"the scale of output {output!r}"  # a part of a decoder
     moved = f"{error(r)} of {scale} at position {effect['position']}"
     limit, wrong = error(bound), error(WRONG)
+    if effect.get("short"):  # run short of the far end: a lower bound, never called harmless
+        if r <= bound:
+            return {"level": "unmeasured", "text": f"{moved}, within the {limit} ropeexport verifies {dtype} logits "
+                    f"to up to position {effect['up_to']} only ({effect['short']}): not known past it"}  # fmt: skip
+        moved += f" (at least: {effect['short']})"
     if r <= bound:
         return {"level": "harmless", "text": f"{moved}, within the {limit} ropeexport verifies {dtype} logits to"}
     if r <= max(WRONG, bound):

@@ -142,13 +142,20 @@ _PAIRS = {False: "halves (i, i + r/2: rotate_half)", True: "interleaved pairs (2
 def pairing(site: Site, spec: Any) -> dict[str, str] | None:
     """The ``pairing`` finding of a fused reader that pairs the rotated channels otherwise than the config: halves
     (rotate_half, transformers' Llama and most models) against interleaved pairs (GPT-J, the complex form). The
-    tables are the same either way; only the reader's attribute tells (``site.interleaved``). A computed site pairs
-    by its graph's slicing, which the audit does not read: no finding either way.
+    tables are the same either way; only the reader's attribute tells (``site.interleaved``), or for a decomposed
+    rotation its graph's slicing, read by running it (``audits.rotations``).
     """  # noqa: D205
     attribute = PAIRING.get(site.kind)
-    if attribute is None or site.interleaved is None or spec.layout not in ("half", "interleaved"):
+    read = attribute is None and bool(site.rotations)  # a decomposed rotation's pairing, read by running it
+    if (attribute is None and not read) or site.interleaved is None or spec.layout not in ("half", "interleaved"):
         return None
     want = spec.layout == "interleaved"
+    if read:
+        if site.interleaved == want:
+            return None
+        return finding("pairing", f"channels paired as {_PAIRS[site.interleaved]} (read from its rotations) where the "
+                       f"config pairs {_PAIRS[want]}")  # fmt: skip
+    assert attribute is not None  # a fused reader's attribute (``read`` is the decomposed rotations')
     # each reader says its own pairing: readers of one table that disagree (an optimizer's fusion that dropped the
     # attribute, beside a reader that kept it) are judged by the ones that pair otherwise than the config
     said = [(r.name or r.op_type, bool(attr(r, attribute))) for r in site.readers] or [("", bool(site.interleaved))]

@@ -93,10 +93,12 @@ class AuditResult:
                  "rounding", ""]  # fmt: skip
         if self.findings:
             lines += ["## Findings, by their effect on the logits", "",
-                      "Each finding's sites repaired alone (graft's exact values for their layers) and the model "
-                      "called on 8 tokens ending where the finding is worst: max |logits - repaired logits|, and that "
-                      "over max |logit|. Severity: harmless within the bound ropeexport verifies the logits' dtype to "
-                      "(float32 1e-4), minor up to 1e-2 of the logit scale, wrong above.", "",
+                      "Each finding's sites repaired alone (graft's exact values for their layers) and both models "
+                      "run as users run them (their own cache from their own prefill to the far end of the context, "
+                      "every switch and window edge scored, several draws at the end): max |logits - repaired logits| "
+                      "over max |logit| in the worst 8-token window. Severity: harmless within the bound ropeexport "
+                      "verifies the logits' dtype to (float32 1e-4), minor up to 1e-2 of the logit scale, wrong "
+                      "above.", "",
                       "| severity | finding | sites | logit change | of the logit scale | call | next |",
                       "|---|---|---|---:|---:|---|---|"]  # fmt: skip
             for found in self.findings:
@@ -104,7 +106,8 @@ class AuditResult:
                 sites = ", ".join(str(i) for i in found["sites"]) or "none"
                 if "max_abs" in effect:
                     change = f"{error(effect['max_abs'])} | {error(effect['relative'])} | positions "
-                    change += f"{effect['positions'][0]}..{effect['positions'][1]} {effect['how']}"
+                    change += f"{effect['positions'][0]}..{effect['positions'][1]} ({effect.get('at', '')}), "
+                    change += effect["how"]
                 else:
                     change = f" | | not measured: {effect.get('not_measured', 'not asked')}"
                 level = (found.get("severity") or {}).get("level", "")
@@ -266,12 +269,15 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
                         "attention_mask or position_ids and constants)")  # fmt: skip
     if spec.encoding == "rope":
         enough_positions(result.sites, encodings, graph)
+    from ropeexport.audits.uses import name_layers, translations
     from ropeexport.audits.windows import window_findings
 
+    translations(result.sites)  # a position offset of q and k alike: a translation, said so
+    name_layers(result.sites)
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
     if effects:
-        weigh(result, path, encodings)
+        weigh(result, path, encodings, threads)
     else:  # each measure runs the model twice; a caller who only wants the names skips them
         for found in result.findings:
             found["effect"] = {"not_measured": "not asked"}
@@ -348,12 +354,15 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
     return [found | {"sites": []}]
 
 
-def weigh(result: AuditResult, path: Path, encodings: Encodings) -> None:
-    """Each finding's effect on the logits (``audits.effect``), the findings then ranked by it (unmeasured last)."""
-    from ropeexport.audits.effect import measure
+def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | None = None) -> None:
+    """Each finding's effect on the logits as users run the model (``audits.effect``), the findings then ranked by it
+    (unmeasured last). The run is planned once for every finding's worst position and the model's attention windows.
+    """  # noqa: D205
+    from ropeexport.audits.effect import Measure
     from ropeexport.audits.fix import UNREPAIRABLE
 
     last = int(encodings.first.max_positions) - 1
+    weighed: list[tuple[dict[str, Any], int]] = []
     for found in result.findings:
         if found["name"] in UNREPAIRABLE:
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
@@ -364,9 +373,19 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings) -> None:
                                "to put in"}  # fmt: skip
             continue
         probes = [p for s in sites for p in s["probes"] if not p["exact"]]
-        position = max(probes, key=lambda p: p["max_abs"])["position"] if probes else last
-        found["effect"] = measure(path, result.sites, encodings, found["sites"], position)
+        weighed.append((found, max(probes, key=lambda p: p["max_abs"])["position"] if probes else last))
+    if weighed:
+        measure = Measure(path, encodings, [position for _, position in weighed], _windows(path), threads)
+        for found, _ in weighed:
+            found["effect"] = measure.finding(result.sites, found["sites"], found["name"])
     result.findings.sort(key=lambda f: -f["effect"].get("relative", -1.0))
+
+
+def _windows(path: Path) -> list[int]:
+    """The attention windows the model's layers read (``windows.observed``): their edges are scored."""
+    from ropeexport.audits.windows import observed
+
+    return sorted({w for w in observed(load_model(path)).values() if w})
 
 
 def _an_audit(folder: Path) -> bool:

@@ -63,18 +63,26 @@ def _readers(chain: list[ir.Graph], record: dict[str, Any], values: tuple[ir.Val
 
 
 def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodings: Encodings,
-           fixing: list[int]) -> tuple[ir.Model, list[dict[str, Any]]]:  # fmt: skip
+           fixing: list[int], names: set[str] | None = None) -> tuple[ir.Model, list[dict[str, Any]]]:  # fmt: skip
     """``model`` with the sites ``records[i]`` for i in ``fixing`` repaired (module doc): the model, and what was
     replaced. ``records`` holds every site of the audit: the needs of a table's other readers decide whether it is
-    replaced in place or split.
+    replaced in place or split. ``names``: the findings repaired (None: every one); a rotation pairing its channels
+    otherwise is rebuilt only when ``pairing`` is among them (its values alone are put right otherwise).
     """  # noqa: D205
+    from ropeexport.audits.checks import PAIRING
+
     replaced: list[dict[str, Any]] = []
     tables: dict[tuple[Any, ...], dict[str, Any]] = {}
     computed: list[dict[str, Any]] = []
+    rebuilt: list[dict[str, Any]] = []  # rotations that pair their channels otherwise (``rerotate``)
     for index, record in enumerate(records):
         fixed = index in fixing
         if fixed and any(f["name"] == "unidentified-site" for f in record["findings"]):
             continue  # nothing known to repair it with
+        paired = any(f["name"] == "pairing" for f in record["findings"]) and (names is None or "pairing" in names)
+        if fixed and paired and SiteKind(record["kind"]) not in PAIRING:  # a decomposed rotation's own slicing
+            rebuilt.append(record)
+            continue
         chain = scope_graphs(model, Site.from_dict(record).scope)
         if SiteKind(record["kind"]) is SiteKind.ALIBI:
             if fixed:
@@ -88,8 +96,9 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
             continue
         cos, sin = find_value(chain, record["cos"]), find_value(chain, record["sin"])
         assert cos is not None and sin is not None, record  # the audit found them in this very file
-        entry = tables.setdefault((id(cos), id(sin)), {"cos": cos, "sin": sin, "site": record, "parts": {}})
-        repair_pairs = fixed and any(f["name"] == "pairing" for f in record["findings"])
+        sign = int(record.get("sign", 1))  # a table its rotations read turned the other way is another use of it
+        entry = tables.setdefault((id(cos), id(sin), sign), {"cos": cos, "sin": sin, "site": record, "parts": {}})
+        repair_pairs = fixed and paired
         for node in _readers(chain, record, (cos, sin)):
             need = need_of(record, node, encodings)
             if repair_pairs and need is not None:
@@ -98,9 +107,16 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
             part["nodes"].append(node)
             part["fix"] |= fixed
     switched: set[int] = set()
+    # a table read in another place by another site (the sin table as one layer's cos: ``audits.uses``) is never
+    # replaced in place: the repaired readers get their own copy
+    held: dict[int, int] = {}
+    for entry in tables.values():
+        for value in (entry["cos"], entry["sin"]):
+            held[id(value)] = held.get(id(value), 0) + 1
     for entry in tables.values():
         parts = list(entry["parts"].values())
-        if len(parts) == 1 and parts[0]["fix"]:
+        apart = held[id(entry["cos"])] > 1 or held[id(entry["sin"])] > 1 or entry["site"].get("only")
+        if len(parts) == 1 and parts[0]["fix"] and not apart:
             replaced += _replace(parts[0], entry["cos"], entry["sin"], switched)
             continue
         for part in (p for p in parts if p["fix"]):
@@ -113,10 +129,36 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
         for value in (entry["cos"], entry["sin"]):
             if not value.uses() and value.graph is not None and value.name in value.graph.initializers:
                 value.graph.initializers.pop(value.name)
+    if rebuilt:
+        model, more = _rebuilt(model, source, rebuilt, encodings)
+        replaced += more
     if computed:
         model, more = _computed(model, source, computed, encodings)
         replaced += more
     return model, replaced
+
+
+def _rebuilt(model: ir.Model, source: Path, records: list[dict[str, Any]],
+             encodings: Encodings) -> tuple[ir.Model, list[dict[str, Any]]]:  # fmt: skip
+    """The rotations of ``records`` (use-read sites pairing otherwise than their layers' config) rebuilt as the
+    config's, with exact values (``rerotate``).
+    """  # noqa: D205
+    from ropeexport.audits.rerotate import rebuild, rotations_of
+
+    found = [rotations_of(model, record) for record in records]
+    proto = ir.serde.serialize_model(model)
+    replaced = []
+    for k, (record, rotations) in enumerate(zip(records, found, strict=True)):
+        need = need_of(record, None, encodings) if not record.get("layers") or not encodings.per_layer else (
+            encodings.of(record["layers"][0]))  # fmt: skip
+        if need is None:
+            raise SpecError("model", f"the rotations reading {record['cos']!r} are layers with no RoPE in the config: "
+                            "graft does not rebuild them")  # fmt: skip
+        replaced.append(rebuild(proto, record, rotations, need.spec, f"rotation{k}/"))
+    prune(proto.graph)
+    repaired = ir.serde.deserialize_model(proto)
+    ir.external_data.set_base_dir(repaired.graph, source.resolve().parent)
+    return repaired, replaced
 
 
 def _pair(node: ir.Node, interleaved: bool) -> dict[str, Any]:
@@ -127,10 +169,17 @@ def _pair(node: ir.Node, interleaved: bool) -> dict[str, Any]:
 
 
 def _replace(part: dict[str, Any], cos: ir.Value, sin: ir.Value, switched: set[int]) -> list[dict[str, Any]]:
-    """The table pair (``cos``, ``sin``) given what ``part``'s readers need."""
+    """The table pair (``cos``, ``sin``) given what ``part``'s readers need; a sin its rotations apply negated
+    (``Site.sign``) stored negated, so that they apply the exact one.
+    """  # noqa: D205
     site, need = dict(part["site"]) | {"cos": cos.name, "sin": sin.name}, part["need"]
     if need is not None:
-        return replace_tables(site, cos, sin, need.spec, switched)
+        done = replace_tables(site, cos, sin, need.spec, switched)
+        if site.get("sign", 1) == -1:
+            for tensor, setter in tables_of(sin):
+                setter(ir.tensor(-tensor.numpy(), name=tensor.name))
+            done = [d | {"sign": "stored negated: its rotations turn the other way"} for d in done]
+        return done
     for value, fill in ((cos, 1.0), (sin, 0.0)):
         for tensor, setter in tables_of(value):
             array = tensor.numpy()
@@ -177,11 +226,17 @@ def _computed(model: ir.Model, source: Path, records: list[dict[str, Any]],
         else:
             need = needs[0] if needs else need_of(record, None, encodings)
             parts[_key(need)] = (need, set())
+        if record.get("shared"):  # a use of values other rotations read through the same node (``audits.uses``)
+            raise SpecError("model", f"the rotations reading {record['cos']!r} as cos and {record['sin']!r} as sin "
+                            f"reach them through {record['shared']!r}, which other rotations read through too: graft "
+                            "cannot rewire them alone")  # fmt: skip
         for tag, (need, names) in parts.items():
             if need is None:
                 raise SpecError("model", f"the computed site reading {record['cos']!r} is read by layers with no RoPE "
                                 "in the config: graft makes no identity rotation of computed cos/sin")  # fmt: skip
             only = None if len(parts) == 1 else names
+            if record.get("only"):  # its values are read by other sites' rotations too: its readers alone rewired
+                only = set(record["users"]) if only is None else only & set(record["users"])
             try:
                 done = replace_computed(proto, record, need.spec, evaluator, f"{k}/{tag}/", only)
             except (CallRefused, NotEvaluated) as exc:

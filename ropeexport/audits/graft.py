@@ -23,7 +23,11 @@ the dtype's noise where the tables agree there. Given the checkpoint the model w
 are also judged against the float64 recompute of the whole decoder at the first and last positions and on both sides
 of original_max_position_embeddings (``audit.prove``); the grafted model must pass every call. When both models miss
 by the same amount, the record says the difference lies outside the positional encoding, and where the grafted
-model's hidden states first depart from the float64 recompute (``first_difference``: "layer 1's MLP").
+model's hidden states first depart from the float64 recompute (``first_difference``: "layer 1's MLP"). The proof
+also runs both models as their users run them (``effect.between``: each its own cache from its own prefill, to the
+far end of the context, every switch and window edge scored, several draws at the end) and reports the original's
+difference from the grafted model on those same runs (``decoder.use``): the far calls' random cached entries
+understate what float32 angles cost there (Qwen3 YaRN: 2.4e-05 of the logit scale on them, 3.6e-04 so).
 
 Written: ``out``, an .onnx file (its external data beside it) moved in after the proof; or, when the model is an
 onnxruntime-genai folder's (genai_config.json beside it) and ``out`` is a folder (no .onnx suffix), that whole folder,
@@ -48,6 +52,7 @@ import onnx_ir as ir
 from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
 from ropeexport.audits.core import AuditResult, audit
+from ropeexport.audits.effect import between
 from ropeexport.audits.fix import UNREPAIRABLE, repair
 from ropeexport.audits.functions import FROM, original_scope, words
 from ropeexport.audits.layers import encodings_for
@@ -182,6 +187,8 @@ def graft(
         result.short_call = _compare(original, _short_outputs(grafted, spec))
         if proof is not None:
             result.decoder = proof.run({"original": source, "grafted": grafted})
+            # the original's error on the runs its users make, the same runs as the grafted model's (``effect``)
+            result.decoder["use"] = between(grafted, source, encodings)
             if result.decoder.get("outside_encoding"):  # where, read off the grafted model's hidden states
                 where = proof.locate(grafted, "the grafted model")
                 if where is not None:

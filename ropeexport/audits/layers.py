@@ -87,15 +87,20 @@ def reader_nodes(site: Any) -> list[ir.Node]:
 
 
 def site_layers(site: Any) -> tuple[int, ...] | None:
-    """The layers whose nodes read ``site`` (module doc), None when no reader names one. A table lookup (Gather) that
-    names its layer serves every layer whose nodes compute with what it looked up (``audits.downstream``: ONNX
-    Runtime's optimizer leaves one lookup per table for the whole model).
+    """The layers whose nodes read ``site`` (module doc): those of the rotations that use it where they were read
+    (``audits.uses``), else of its readers, where a table lookup (Gather) that names its layer serves every layer whose
+    nodes compute with what it looked up (``audits.downstream``: ONNX Runtime's optimizer leaves one lookup per table
+    for the whole model); None when none names one.
     """  # noqa: D205
-    readers = reader_nodes(site)
-    found = {layer_of(n.name or "", n.metadata_props) for n in readers} - {None}
-    if found and readers and all(n.op_type == "Gather" for n in readers):  # one layer's lookup may serve them all
-        reached = consumers(o for n in readers for o in n.outputs)
-        found |= {layer_of(n.name or "", n.metadata_props) for n in reached} - {None}
+    rotations = getattr(site, "rotations", None)
+    if rotations:
+        found = {r.layer for r in rotations} - {None}
+    else:
+        readers = reader_nodes(site)
+        found = {layer_of(n.name or "", n.metadata_props) for n in readers} - {None}
+        if found and readers and all(n.op_type == "Gather" for n in readers):  # one layer's lookup may serve them all
+            reached = consumers(o for n in readers for o in n.outputs)
+            found |= {layer_of(n.name or "", n.metadata_props) for n in reached} - {None}
     return tuple(sorted(i for i in found if i is not None)) or None
 
 

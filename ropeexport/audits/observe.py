@@ -137,7 +137,7 @@ class Evaluator:
         """  # noqa: D205
         cos, sin, *rows = self.raw(site, length)
         dtype = str(cos.dtype)
-        cos, sin = _rows(cos, site, length, width), _rows(sin, site, length, width)
+        cos, sin = _rows(cos, site, length, width), _rows(sin, site, length, width) * site.sign  # as applied
         if rows:  # the rows the operator reads for positions 0 .. L - 1 (a row past the table ends what is read)
             index = np.asarray(rows[0]).reshape(-1)[:length].astype(np.int64)
             inside = int(np.argmax(index >= len(cos))) if np.any(index >= len(cos)) else len(index)

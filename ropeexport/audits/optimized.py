@@ -53,31 +53,11 @@ def attach(path: Path, level: str | None, given: Path | None, again: Callable[[P
             inner = again(target)
         except SpecError as exc:  # the optimized graph read as any model: what stops it names that graph
             raise SpecError(exc.field, f"{how}: {exc.message}") from None
-        for found in inner.findings:
-            _prompt(found, target, inner.sites, encodings)
         compared = compare(path, target)
     ran = runtime() if given is None else {"onnxruntime": None, "provider": None}
     findings = [_judged(f, level, {e["name"]: e.get("next") for e in exported}) for f in inner.findings]
     return {"level": level, "model": None if given is None else str(given), **ran, "verdict": inner.verdict,
             "gate": inner.gate, **compared, "sites": inner.sites, "findings": findings}  # fmt: skip
-
-
-def _prompt(found: dict[str, Any], model: Path, sites: list[dict[str, Any]], encodings: Any) -> None:
-    """``found``'s effect, where it was measured, also on a prompt (8 tokens from position 0, empty cache), the worse
-    of the two kept (its severity with it): a rewrite may touch one path of a graph only (ropeexport's gqa form rotates
-    a prompt with RotaryEmbedding and a step after cached tokens in GroupQueryAttention), and the audit's own call,
-    after cached entries, takes the other.
-    """  # noqa: D205
-    from ropeexport.audits.advice import severity
-    from ropeexport.audits.effect import TOKENS, measure
-
-    effect = found.get("effect") or {}
-    if "relative" not in effect:
-        return
-    prompt = measure(model, sites, encodings, found["sites"], min(TOKENS, int(encodings.first.max_positions)) - 1)
-    if prompt.get("relative", -1.0) > effect["relative"]:
-        found["effect"] = prompt | {"instead_of": {k: effect[k] for k in ("position", "relative", "how")}}
-        found["severity"] = severity(found["effect"])
 
 
 def _judged(found: dict[str, Any], level: str | None, exported: dict[str, Any]) -> dict[str, Any]:

@@ -88,11 +88,35 @@ class Feeder:
                             or any(len(kv) != 2 for kv in self.cached.values())):  # fmt: skip
             raise SpecError("model", f"{str(path)!r} has cache inputs for layers {sorted(self.cached)}, the config "
                             f"has {spec.num_layers} layers (each needs a .key and a .value)")  # fmt: skip
+        self.kept: dict[int, int] = {}  # layer -> the entries it keeps of its cache (``keeps``)
         self.mask = "attention_mask" in inputs
         self.positions = "position_ids" in inputs
         self.dtype = DTYPES.get(session.get_outputs()[0].type)
         self.logits = next((o.name for o in session.get_outputs() if o.name == "logits"),
                            session.get_outputs()[0].name)  # fmt: skip
+
+    def keeps(self, session: Any) -> None:
+        """The layers that keep only a window of their cache (a sliding layer of transformers' dynamo export gives
+        back its last window - 1 entries, and refuses a call given more): read from one call of ``TOKENS`` tokens on an
+        empty cache, whose ``present`` of such a layer is shorter than the call. The far calls then give each such
+        layer the last entries of its cache only, as the model's own cache would hold them; the float64 recompute
+        masks the rest by the same window.
+        """  # noqa: D205
+        outputs = {o.name: i for i, o in enumerate(self.session.get_outputs())}
+        back = {layer: next((i for n, i in outputs.items() if "present" in n and _layer_key(n) == (layer, "key")),
+                            None) for layer in self.cached}  # fmt: skip
+        if not self.cached or any(i is None for i in back.values()):
+            return
+        from ropeexport.decoder.weights import geometry
+
+        empty = [(np.zeros((1, geometry(self.spec, i)[1], 0, geometry(self.spec, i)[2]), np.float32),) * 2
+                 for i in sorted(self.cached)]  # fmt: skip
+        ids = np.ones((1, TOKENS), np.int64)
+        got = session.run(None, self.feeds(ids, 0, empty))
+        for layer, index in back.items():
+            length = np.asarray(got[index]).shape[2]
+            if length < TOKENS:
+                self.kept[layer] = length
 
     def placeable(self, past: int) -> str | None:
         """Why a call after ``past`` entries cannot be fed, or None."""
@@ -126,12 +150,21 @@ class Feeder:
         numpy = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
         for layer, kv in self.cached.items():
             for tail, values in zip(("key", "value"), cache[layer], strict=True):
+                if layer in self.kept:  # a sliding layer given what it keeps itself: its window's last entries
+                    values = values[:, :, max(0, values.shape[2] - self.kept[layer]) :]
                 feeds[kv[tail].name] = values.astype(numpy.get(kv[tail].type, np.float32), copy=False)
         for name, value in list(feeds.items()):  # integer inputs in the model's own width
             declared = next(i for i in self.session.get_inputs() if i.name == name).type
             if declared == "tensor(int32)":
                 feeds[name] = value.astype(np.int32)
         return feeds
+
+
+def _layer_key(name: str) -> tuple[int, str] | None:
+    """(layer, ``key`` / ``value``) a cache input or output names."""
+    numbers = re.findall(r"\d+", name)
+    tail = name.rsplit(".", 1)[-1].lower()
+    return (int(numbers[0]), tail) if numbers and tail in ("key", "value") else None
 
 
 class Signature:
@@ -337,6 +370,7 @@ class DecoderProof:
         cached = bool(feeder.cached)  # a model placed by position_ids sees no cache
         self._truth([(index, past, cached) for index, (_, past) in calls if index not in why])
         session = self._session(path)  # made once the truths are: the two are never resident together
+        feeder.keeps(session)
         out: list[dict[str, Any]] = []
         for index, (name, past) in calls:
             if index in why:

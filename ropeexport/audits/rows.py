@@ -64,6 +64,8 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
             pair = g.op("Unsqueeze", [rows, g.const(f"{name}_pair_axis", i64(-1))])
             both = g.op("Concat", [pair, pair], axis=-1)
             rows = g.op("Reshape", [both, g.const(f"{name}_pair_shape", i64(0, 0, 2 * w))])
+        if name == "sin" and site.get("sign", 1) == -1:  # its rotations turn the other way: they apply minus it
+            rows = g.op("Neg", [rows])
         if len(shape) == 2:  # [s, width]: the first batch row
             rows = g.op("Squeeze", [rows, g.const(f"{name}_batch_axis", i64(0))])
         elif len(shape) > 3:  # [b, 1, .., s, width]

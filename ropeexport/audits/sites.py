@@ -88,7 +88,7 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
     for _, _, graph in found:
         sites = [site for pattern in for_encoding(encoding) for site in pattern.find(graph, walk)]
         for site in sorted(sites, key=lambda s: s.order):
-            key = (site.kind, *(id(v) for v in site.values))
+            key = (site.kind, site.interleaved, *(id(v) for v in site.values))
             if key in seen:  # the same values read from another graph: one site, every reader
                 seen[key].users += site.users
                 seen[key].readers += site.readers
@@ -99,6 +99,10 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
             reads = [loop_inputs[i] for i in ancestors(site.values) if i in loop_inputs]
             site.blocked = None if not reads else f"{sorted(reads)[0]} (it changes from one iteration to the next)"
             out.append(site)
+    if encoding == "rope":  # cos and sin as the rotations use them, per layer (``audits.uses``)
+        from ropeexport.audits.uses import by_use
+
+        out = by_use(model, out)
     for site in out:
         site.layers = site_layers(site)
         made = [v.producer() for v in site.values if v is not None]

@@ -126,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(f"    {call['call']} (positions {call['positions'][0]}..{call['positions'][1]}, "
                       f"{call['regime']}): {got}")  # fmt: skip
+            use = result.decoder.get("use") or {}
+            if "relative" in use:  # the original on the runs its users make, against the grafted model
+                print(f"  as users run them ({use['how'].removeprefix('as users run it: ')}): the original differs "
+                      f"from the grafted model by {error(use['relative'])} of the logit scale at {use['at']} "
+                      f"(positions {use['positions'][0]}..{use['positions'][1]})")  # fmt: skip
+            elif use:
+                print(f"  as users run them: not run ({use['not_measured']})")
             if result.decoder.get("outside_encoding"):
                 print(f"  {result.decoder['outside_encoding']}")
             if result.decoder.get("first_difference"):

@@ -63,7 +63,7 @@ def test_no_effects_names_the_same_findings_without_running_the_model(tmp_path: 
     def run_not(*_: object) -> None:
         raise AssertionError("--no-effects measured an effect")
 
-    monkeypatch.setattr("ropeexport.audits.effect.measure", run_not)
+    monkeypatch.setattr("ropeexport.audits.effect.Measure.finding", run_not)
     assert main(["audit", str(model), "--hf-config", str(config), "--json", "--no-effects"]) == 1
     skipped = json.loads(capsys.readouterr().out)["findings"]
     assert [f["text"] for f in skipped] == [f["text"] for f in measured]

@@ -4,9 +4,11 @@ model whose findings are all harmless, saying so; an unmeasured finding always f
 finding's level and the gate.
 
 The models are Gemma 3's tiny decoder with one fault planted per level (``test_audit_layers``' planted faults, and
-its sliding table at theta 10003): float32 angles (harmless: 1.7e-6 of the logit scale), theta 10003 (minor:
-1.2e-3), the sliding layers given the global layers' table (wrong: 0.75), a rotated layer left unrotated (not
-measured: graft adds no rotation).
+its sliding table at theta 10100): float32 angles (harmless: ~1e-6 of the logit scale), theta 10100 (minor:
+1.0e-3), the sliding layers given the global layers' table (wrong), a rotated layer left unrotated (not measured: graft
+adds no rotation). The effects are measured as users run the model (``audits.runs``): theta 10003, the minor case
+when they were measured after random cached entries (1.2e-3), is harmless so (2.6e-5: the sliding layers see 6
+positions, over which 0.03% of theta turns no angle far).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ def test_a_finding_fails_the_gate_at_or_above_its_level(level: str, gate: str, e
     assert fails(level, gate) is expected
 
 
-def _theta_10003(model: Path) -> None:
-    """Gemma 3's sliding table (its layers' theta 10000) at theta 10003, rounded once: a minor effect."""
+def _theta_10100(model: Path) -> None:
+    """Gemma 3's sliding table (its layers' theta 10000) at theta 10100, rounded once: a minor effect."""
     proto = onnx.load(str(model))
     for tensor in proto.graph.initializer:
         if tensor.name in ("layers.0/rope/cos_table", "layers.0/rope/sin_table"):
             rows, width = tensor.dims
-            inv = 10003.0 ** (-np.arange(width, dtype=np.float64) / width)
+            inv = 10100.0 ** (-np.arange(width, dtype=np.float64) / width)
             angles = np.outer(np.arange(rows, dtype=np.float64), inv)
             table = np.cos(angles) if "cos" in tensor.name else np.sin(angles)
             tensor.CopyFrom(numpy_helper.from_array(table.astype(np.float32), tensor.name))
@@ -51,7 +53,7 @@ def _theta_10003(model: Path) -> None:
 
 FAULT = {f.case: f for f in FAULTS}
 PLANTED = {"harmless": FAULT["float32-angles-sliding"],
-           "minor": replace(FAULT["float32-angles-sliding"], case="theta-10003-sliding", plant=_theta_10003),
+           "minor": replace(FAULT["float32-angles-sliding"], case="theta-10100-sliding", plant=_theta_10100),
            "wrong": FAULT["sliding-given-global"], "unmeasured": FAULT["rotated-layer-unrotated"]}  # fmt: skip
 # (the planted finding's level, --fail-on (None: the default), extra flags, exit code, a phrase of stdout)
 GATES: list[tuple[str, str | None, list[str], int, str]] = [

@@ -48,7 +48,12 @@ class Site:
     computed in (``where`` says it in words); ``blocked``: why they cannot be evaluated (they change with a Loop's
     iteration), or None. ``layers``: the layers whose nodes read it (None: no reader names one); ``functions``: the
     model-local functions its readers or the nodes making its values were inlined from (``audits.functions``: a
-    model's functions are read inlined), outermost first, or (). ``values`` (cos,
+    model's functions are read inlined), outermost first, or (). Read by use (``audits.uses``): ``sign`` -1 where
+    the rotations reading it turn the other way (rotate(x) = (x2, -x1)), so that what they apply is minus its sin;
+    ``roles``: per layer, whether its rotations rotate the query, the key or both (``q``, ``k``); ``only``: the
+    site's readers are the only nodes graft may rewire (its values are read otherwise by other sites' rotations);
+    ``shared``: a node on the way to its rotations that other rotations read through too (graft cannot rewire it
+    alone). ``values`` (cos,
     sin, positions) and ``readers`` are the graph's own objects, for the walk and the reader checks; ``order`` (tier,
     index of the anchoring node) orders sites within a graph.
     """
@@ -67,6 +72,11 @@ class Site:
     order: tuple[int, int] = (0, 0)
     layers: tuple[int, ...] | None = None  # the layers whose nodes read it (``audits.layers``); None: not told
     functions: tuple[str, ...] = ()  # the model-local functions its readers or values were inlined from
+    sign: int = 1  # -1: its rotations apply minus its sin (``audits.uses``)
+    roles: dict[int, tuple[str, ...]] = field(default_factory=dict)  # layer -> ``q`` / ``k`` its rotations rotate
+    only: bool = False  # graft rewires its readers only (other sites read its values otherwise)
+    shared: str | None = None  # a node on the way to its rotations that other rotations read through too
+    rotations: list[Any] = field(default_factory=list, repr=False, compare=False)  # ``rotations.Rotation``
     values: tuple[ir.Value | None, ...] = field(default=(), repr=False, compare=False)
     readers: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
 
@@ -80,6 +90,14 @@ class Site:
             out |= {"graph": self.where, "scope": [list(step) for step in self.scope]}
         if self.functions:
             out["functions"] = list(self.functions)
+        if self.sign != 1:
+            out["sign"] = self.sign
+        if self.roles:
+            out["roles"] = {str(layer): list(roles) for layer, roles in sorted(self.roles.items())}
+        if self.only:
+            out["only"] = True
+        if self.shared:
+            out["shared"] = self.shared
         return out
 
     @classmethod
@@ -90,7 +108,8 @@ class Site:
                    record["interleaved"], record["table"], list(record["inputs"]), record["positions"], scope,
                    record.get("graph", ""),
                    layers=None if record.get("layers") is None else tuple(record["layers"]),
-                   functions=tuple(record.get("functions", ())))  # fmt: skip
+                   functions=tuple(record.get("functions", ())), sign=int(record.get("sign", 1)),
+                   only=bool(record.get("only", False)), shared=record.get("shared"))  # fmt: skip
 
 
 @dataclass
@@ -194,8 +213,8 @@ Match = tuple[int, int, "ir.Value | None", bool, bool]
 
 
 def operator_sites(graph: ir.Graph, walk: Walk, kind: SiteKind, match: Callable[[ir.Node], Match | None]) -> list[Site]:
-    """Sites of one fused operator, one per distinct (cos, sin, positions) it reads, and every value computing them
-    claimed. ``match(node)`` gives the ``Match`` of a node of the operator, None for any other node.
+    """Sites of one fused operator, one per distinct (cos, sin, positions, pairing) it reads, and every value computing
+    them claimed. ``match(node)`` gives the ``Match`` of a node of the operator, None for any other node.
     """  # noqa: D205
     sites: dict[tuple[int, ...], Site] = {}
     read: list[ir.Value] = []
@@ -209,7 +228,7 @@ def operator_sites(graph: ir.Graph, walk: Walk, kind: SiteKind, match: Callable[
         if cos is None or sin is None:
             continue  # a GroupQueryAttention with do_rotary but no caches: ORT refuses it; not ours to judge
         read += [cos, sin] + ([rows] if rows is not None else [])
-        key = (id(cos), id(sin), id(rows))
+        key = (id(cos), id(sin), id(rows), interleaved)  # a layer paired otherwise is a site of its own
         if key not in sites:
             sites[key] = Site(kind, name_of(cos), name_of(sin), interleaved=interleaved, table=table,
                               inputs=model_inputs(walk.root, [cos, sin, rows]),
