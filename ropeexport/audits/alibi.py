@@ -97,7 +97,7 @@ def compare_bias(spec: Any, rows: np.ndarray, length: int, dtype: str) -> Length
     return probe
 
 
-def probe_lengths(spec: Any) -> list[int]:
+def check_lengths(spec: Any) -> list[int]:
     """ALiBi has one regime: L = max_positions, capped at CAP (a [b, heads, L, L] bias is evaluated whole)."""
     return [int(min(spec.max_positions, CAP))]
 

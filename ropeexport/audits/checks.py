@@ -26,7 +26,7 @@ from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
 from ropeexport.audits.patterns import Site, SiteKind, pattern_of
 from ropeexport.audits.patterns.base import attr
 from ropeexport.errors import SpecError
-from ropeexport.families.rope.regimes import probe_lengths
+from ropeexport.families.rope.regimes import check_lengths
 
 STRUCTURAL = ("not-evaluated", "call-refused", "cannot-run")  # findings about the model, not its schedule
 READER_TOKENS = 8  # the call a reader is run on alone
@@ -111,7 +111,7 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = ""
     width = spec.rotary_dim // 2
     try:
         evaluate = lambda n: evaluator.evaluate(site, n, width)  # noqa: E731
-        for length, (cos, sin, dtype) in _each_length(site, probe_lengths(spec), evaluate, evaluator, record):
+        for length, (cos, sin, dtype) in _each_length(site, check_lengths(spec), evaluate, evaluator, record):
             if cos.shape[-1] != width and _partial(spec, cos.shape[-1]) is not None:
                 record["findings"].append(_partial(spec, cos.shape[-1]))
                 return _close(record)
@@ -278,7 +278,7 @@ def _reader_refusal(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, st
 
 def check_bias_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, Any] | None:
     """An ALiBi candidate's record, or None when its values are only an attention mask (``alibi``)."""
-    from ropeexport.audits.alibi import bias_rows, compare_bias, is_mask, probe_lengths
+    from ropeexport.audits.alibi import bias_rows, check_lengths, compare_bias, is_mask
 
     record = new_record(site)
     if site.blocked:
@@ -286,7 +286,7 @@ def check_bias_site(site: Site, spec: Any, evaluator: Evaluator) -> dict[str, An
         return record
     try:
         raw_of = lambda n: evaluator.raw(site, n)[0]  # noqa: E731
-        for length, raw in _each_length(site, probe_lengths(spec), raw_of, evaluator, record):
+        for length, raw in _each_length(site, check_lengths(spec), raw_of, evaluator, record):
             if is_mask(np.asarray(raw, np.float64)):
                 return None  # an attention mask (only zeros and large negatives), not a position encoding
             rows = bias_rows(raw, spec.num_heads, length)

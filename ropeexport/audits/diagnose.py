@@ -1,6 +1,6 @@
 """A site's observed cos/sin against the config's schedule in float64, and the fault named in the field's words.
 
-Every comparison is made per call length L (``families.rope.regimes.probe_lengths``: the regimes a schedule has), on
+Every comparison is made per call length L (``families.rope.regimes.check_lengths``: the regimes a schedule has), on
 rows 0 .. L - 1:
 - error: max |observed - exact| over cos and sin, with its position; exact to the dtype when within one unit in the
   last place of the stored dtype (times the attention factor, for factors above 1);

@@ -17,7 +17,7 @@ import onnx_ir as ir
 from ropeexport.audits.causes import estimate_frequencies
 from ropeexport.audits.patterns.base import name_of
 from ropeexport.errors import SpecError
-from ropeexport.families.rope.regimes import exact_tables, frequencies, probe_lengths, table_switch
+from ropeexport.families.rope.regimes import check_lengths, exact_tables, frequencies, table_switch
 from ropeexport.numerics import round_once
 
 DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -65,7 +65,7 @@ def exact_rounded(spec: Any, length: int, rows: int, dtype: str) -> tuple[np.nda
 
 def regime_length(spec: Any, table: np.ndarray, sin: np.ndarray) -> int:
     """The call length whose regime ``table`` is nearest to (its frequencies read from its values)."""
-    lengths = probe_lengths(spec)[:2]
+    lengths = check_lengths(spec)[:2]
     if len(lengths) == 1:
         return spec.max_positions
     seen = estimate_frequencies(table.astype(np.float64), sin.astype(np.float64))

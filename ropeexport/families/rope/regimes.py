@@ -88,7 +88,7 @@ def regime_lengths(spec: Any) -> list[int]:
     return lengths
 
 
-def probe_lengths(spec: Any) -> list[int]:
+def check_lengths(spec: Any) -> list[int]:
     """Call lengths that see every regime up to max_positions: [P], or [original, original + 1, P] when the schedule
     changes below P (both sides of the switch, and the longest call).
     """  # noqa: D205
