@@ -30,6 +30,7 @@ PACKAGES = (
     "ropeexport.architectures.bloom",
     "ropeexport.architectures.gpt_oss",
     "ropeexport.architectures.gemma3_text",
+    "ropeexport.architectures.cohere2",
 )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 _HALF = "rotate_half pairs (i, i + d/2)"
 _PAIRS = "interleaved pairs (2i, 2i+1)"
 PATTERNS = ("", "alternating", "every-nth")  # a config without layer_types: all full; even layers sliding; N-1 of N
+ROPE_ON = ("", "sliding", "sliding-if-windowed")  # which layers rotate: every one, or the sliding ones (class doc)
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,16 @@ class ConfigHook:
     ``reads_layer_types`` / ``reads_no_rope_layers``: the per-layer keys its code reads. ``pattern``: the layers its
     config class derives without layer_types (``PATTERNS``; ``every-nth``: every ``pattern_every``-th layer full,
     the rest sliding, the interval from ``pattern_key`` if set); ``no_rope_interval``: no RoPE on every N-th layer
-    unless ``no_rope_layers`` says otherwise (``no_rope_layer_interval`` overrides it). ``local_theta``: 4.x Gemma 3's
-    ``rope_local_base_freq`` (the sliding layers' theta) is read. ``text_model``: a multimodal wrapper whose text
-    model's config is its ``text_config`` (of that type).
+    unless ``no_rope_layers`` says otherwise (``no_rope_layer_interval`` overrides it). ``rope_on``: which layers
+    rotate (``ROPE_ON``: every one; ``sliding``, the sliding layers only (Cohere 2: its attention rotates only where
+    it has a window); ``sliding-if-windowed``, the sliding layers only where the config has a ``sliding_window``,
+    every layer where it has none (EXAONE 4)). ``local_theta``: 4.x Gemma 3's ``rope_local_base_freq`` (the sliding
+    layers' theta) is read. ``head_dim_derived``: the config class sets head_dim to hidden_size / heads whatever the
+    config says (Cohere 2), so a ``head_dim`` that differs is refused. ``default_partial``: the
+    ``partial_rotary_factor`` the config class fills in when the config has none (GLM-4: 0.5). ``flat_scaling_on``:
+    the layer type a flat (4.x) ``rope_scaling`` and ``rope_theta`` apply to, the other types taking the default
+    schedule at ``default_theta`` (OLMo 3's ``convert_rope_params_to_dict``). ``text_model``: a multimodal wrapper
+    whose text model's config is its ``text_config`` (of that type).
     """
 
     model_type: str
@@ -56,12 +64,20 @@ class ConfigHook:
     pattern_every: int = 0
     no_rope_interval: int = 0
     local_theta: bool = False
+    rope_on: str = ""
+    head_dim_derived: bool = False
+    default_partial: float = 0.0
+    flat_scaling_on: str = ""
     text_model: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rope_on not in ROPE_ON:
+            raise ValueError(f"{self.model_type}: rope_on must be one of {ROPE_ON}, got {self.rope_on!r}")
 
     @property
     def per_layer(self) -> bool:
         """Whether the type's config says its layers apart even without layer_types or no_rope_layers."""
-        return bool(self.pattern or self.no_rope_interval)
+        return bool(self.pattern or self.no_rope_interval or self.rope_on)
 
     @property
     def layout(self) -> tuple[str, str]:
@@ -86,7 +102,6 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
         interleaved("deepseek_v2", "view_as_complex", shared_rope_key=True),
         interleaved("deepseek_v3", "view_as_complex", shared_rope_key=True),
         interleaved("cohere", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
-        interleaved("cohere2", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
         interleaved("glm", "repeat_interleave cos/sin"),
         interleaved("glm4", "repeat_interleave cos/sin"),
         interleaved("helium", "repeat_interleave cos/sin"),

@@ -160,6 +160,8 @@ def build_decoder_graph(
     elif not head:  # tied: the embedding read transposed, stored once
         head = g.op("Transpose", [embed], perm=[1, 0])
     logits = linear(g, h, head, top.get("lm_head_bias"))
+    if spec.logit_scale:  # Cohere 2: logits * logit_scale, in the dtype as transformers computes it
+        logits = g.op("Mul", [logits, g.const("logit_scale", round_once(np.array(spec.logit_scale), spec.dtype))])
     if spec.final_softcap:  # Gemma 2: cap * tanh(logits / cap), in the dtype as transformers computes it
         cap = g.const("final_softcap", round_once(np.array(spec.final_softcap), spec.dtype))
         logits = g.op("Mul", [g.op("Tanh", [g.op("Div", [logits, cap])]), cap])

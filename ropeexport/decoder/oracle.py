@@ -258,7 +258,8 @@ def decoders_float64(
             hs[j] = h
         del w, block
     finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]
-    return [_softcapped(spec, logits) for logits in _head(spec, weights64, finals, top.get("lm_head_bias"))]
+    return [_softcapped(spec, _scaled(spec, logits)) for logits in _head(spec, weights64, finals,
+                                                                         top.get("lm_head_bias"))]
 
 
 def extends(spec: DecoderSpec, longer: Feed, shorter: Feed, pieces: Pieces) -> bool:
@@ -357,6 +358,13 @@ def _head(
             logits[..., start:stop] = linear64(h, head, None if bias is None else bias[start:stop])
         del part, head
     return out
+
+
+def _scaled(spec: DecoderSpec, logits: np.ndarray) -> np.ndarray:
+    """Cohere 2's logits * logit_scale (the scale as the graph holds it, rounded once to the dtype), when set."""
+    if not spec.logit_scale:
+        return logits
+    return logits * float(round_once(np.array(spec.logit_scale), spec.dtype))
 
 
 def _softcapped(spec: DecoderSpec, logits: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ WIRE = (("name", False), ("model_type", False), ("num_layers", False), ("hidden_
         ("vocab_size", False), ("intermediate_size", False), ("norm_eps", False), ("act", False),
         ("residual", False), ("position", False), ("qkv_bias", False), ("o_bias", False), ("mlp_bias", False),
         ("tie_embeddings", False), ("sliding_window", False), ("dtype", False), ("graph", False),
-        ("attn_scale", True), ("attn_softcap", True), ("final_softcap", True), ("text_of", True),
+        ("attn_scale", True), ("attn_softcap", True), ("final_softcap", True), ("logit_scale", True), ("text_of", True),
         ("num_experts", True), ("experts_per_token", True), ("swiglu_alpha", True), ("swiglu_limit", True),
         ("weight_format", True), ("block_size", True), ("accuracy_level", True), ("symmetric", True),
         ("tied_head_int4", True), ("tied_embedding_int4", True))  # fmt: skip
@@ -114,6 +114,7 @@ class DecoderSpec:
     graph: str = "fused"
     tie_embeddings: bool = False
     final_softcap: float = 0.0  # cap * tanh(logits / cap) on the output logits (Gemma 2); 0: none
+    logit_scale: float = 0.0  # the output logits times this, in the dtype (Cohere 2's logit_scale); 0: none (1)
     # "" or the multimodal wrapper whose text model this is (``hf.TEXT_CONFIGS``: "gemma3"): its checkpoint holds the
     # text model's weights under the wrapper's prefix beside other towers' tensors
     text_of: str = ""
@@ -138,6 +139,10 @@ class DecoderSpec:
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 <= cap < float("inf"):
             raise SpecError("final_softcap", f"must be a finite number >= 0 (0: none), got {cap!r}")
         object.__setattr__(self, "final_softcap", float(cap))
+        scale = self.logit_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < float("inf"):
+            raise SpecError("logit_scale", f"must be a finite number >= 0 (0: none), got {scale!r}")
+        object.__setattr__(self, "logit_scale", float(scale))
         if not isinstance(self.default, LayerSpec):
             raise SpecError("default", f"must be a LayerSpec, got {type(self.default).__name__}")
         self._check_storage()
@@ -180,7 +185,8 @@ class DecoderSpec:
                    vocab_size=data["vocab_size"], norm_eps=data["norm_eps"], default=default, layers=layers,
                    num_layers=data["num_layers"], dtype=data["dtype"], graph=data["graph"],
                    tie_embeddings=_boolean("tie_embeddings", data["tie_embeddings"]),
-                   final_softcap=data.get("final_softcap", 0.0), text_of=data.get("text_of", ""), storage=storage,
+                   final_softcap=data.get("final_softcap", 0.0), logit_scale=data.get("logit_scale", 0.0),
+                   text_of=data.get("text_of", ""), storage=storage,
                    sources=dict(sources or {}))  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
@@ -193,7 +199,8 @@ class DecoderSpec:
             "name": self.name, "model_type": self.model_type, "num_layers": self.num_layers,
             "hidden_size": self.hidden_size, "vocab_size": self.vocab_size, "norm_eps": self.norm_eps,
             "tie_embeddings": self.tie_embeddings, "sliding_window": d.window, "dtype": self.dtype,
-            "graph": self.graph, "final_softcap": self.final_softcap, "text_of": self.text_of,
+            "graph": self.graph, "final_softcap": self.final_softcap, "logit_scale": self.logit_scale,
+            "text_of": self.text_of,
             **{k: v for k, v in self.storage.to_dict().items()},
         }  # fmt: skip
         for name in ("intermediate_size", "act", "residual", "position", "qkv_bias", "o_bias", "mlp_bias",
@@ -393,7 +400,8 @@ class DecoderSpec:
 
 
 # What an absent optional field of decoder.json means (the decoders written before it existed).
-_ZERO: dict[str, object] = {"attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "text_of": "",
+_ZERO: dict[str, object] = {"attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "logit_scale": 0.0,
+                            "text_of": "",
                             "num_experts": 0, "experts_per_token": 0, "swiglu_alpha": 0.0, "swiglu_limit": 0.0}
 _STORAGE_FIELD = dict(zip(STORAGE, ("format", "block_size", "accuracy_level", "symmetric", "tied_head_int4",
                                     "tied_embedding_int4"), strict=True))  # fmt: skip

@@ -45,7 +45,8 @@ def _layer_of(canonical: str) -> int | None:
 def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
     """Every canonical weight of the spec with its shape ([in, out] for projections), each layer its own."""
     arch, hidden, vocab = spec.architecture, spec.hidden_size, spec.vocab_size
-    layer_norm = arch.norm == "layer"
+    # a LayerNorm's bias where the checkpoint has one (Cohere 2's LayerNorms have none)
+    layer_norm = arch.norm == "layer" and arch.has("final_norm.bias")
     out: dict[str, tuple[int, ...]] = {"embed": (vocab, hidden)}
 
     def norm(name: str) -> None:
@@ -59,15 +60,17 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         H, KV, d = layer.geometry
         a, ffn, inner = layer.attention, layer.ffn, layer.ffn.inner
         p = f"layers.{i}."
-        norm(f"{p}norm1")
+        if "norm1" in layer.norms:
+            norm(f"{p}norm1")
         out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d), f"{p}v_proj": (hidden, KV * d)}
         out[f"{p}o_proj"] = (H * d, hidden)
         if a.qkv_bias:
             out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
         if a.o_bias:
             out[f"{p}o_bias"] = (hidden,)
-        if a.qk_norm == "rms":
-            out |= {f"{p}q_norm": (d,), f"{p}k_norm": (d,)}
+        if a.qk_norm == "rms":  # over each head's d, or the whole projection (OLMo 3)
+            wide = a.qk_norm_over == "projection"
+            out |= {f"{p}q_norm": (H * d if wide else d,), f"{p}k_norm": (KV * d if wide else d,)}
         if a.sinks:
             out[f"{p}sinks"] = (H,)
         for slot in ("norm2", "norm3", "norm4"):

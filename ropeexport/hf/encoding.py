@@ -198,7 +198,11 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
         r.set("head_dim", r.integer(*found), "qk_rope_head_dim (the rotated part of each head)")
         r.set("num_kv_heads", 1, f"{model_type}'s rotary key k_pe is one head shared by every query head")
     else:
-        head_dim, source = r.head_dim(heads_key, heads)
+        head_dim, source = r.head_dim(heads_key, heads, explicit=() if hook.head_dim_derived else ("head_dim",))
+        said = r.get("head_dim")
+        if hook.head_dim_derived and said is not None and said[1] != head_dim:
+            raise r.error("head_dim", f"({said[1]!r}) is not {source} ({head_dim}): transformers' {model_type} "
+                          "config sets head_dim to that whatever the config says")  # fmt: skip
         r.set("head_dim", head_dim, source)
         kv = r.get("num_key_value_heads", "num_kv_heads")
         if hook.multi_query and config.get("multi_query") and not config.get("new_decoder_architecture"):
@@ -214,7 +218,7 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
     scaling = _scaling_dict(r)
     params: Mapping[str, Any] = scaling[1] if scaling else {}
     prefix = f"{scaling[0]}." if scaling else ""
-    _rotary_dim(r, params, prefix)
+    _rotary_dim(r, params, prefix, hook)
     theta = (
         (f"{prefix}rope_theta", params["rope_theta"])
         if params.get("rope_theta") is not None
@@ -295,7 +299,7 @@ def _extended_length(values: Mapping[str, Any], schedule: str) -> int | None:
     return int(round(factor * original))
 
 
-def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
+def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str, hook: ConfigHook) -> None:
     head_dim: int = r.fields["head_dim"]
     explicit = r.get("rotary_dim")
     if explicit is not None:
@@ -305,6 +309,8 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
         fraction: tuple[str, Any] | None = (f"{prefix}partial_rotary_factor", params["partial_rotary_factor"])
     else:
         fraction = r.get("partial_rotary_factor", "rotary_pct")
+    if fraction is None and hook.default_partial:
+        fraction = (f"transformers' default partial_rotary_factor for {hook.model_type}", hook.default_partial)
     if fraction is None:
         # 0 is the spec's "all of head_dim": it follows a --head-dim override instead of keeping the config's width.
         r.set("rotary_dim", 0, "head_dim (every channel rotates)")

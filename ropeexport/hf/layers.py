@@ -190,8 +190,12 @@ def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tupl
     return ("full_attention",) * count, "no layer_types: every layer full attention"
 
 
-def _rotated(r: _Reader, hook: ConfigHook | None, count: int | None) -> tuple[tuple[bool, ...], str]:
-    """Per layer, whether it uses RoPE (``no_rope_layers``: 1 = RoPE, as SmolLM3 and Llama 4 write it)."""
+def _rotated(
+    r: _Reader, hook: ConfigHook | None, count: int | None, types: tuple[str, ...]
+) -> tuple[tuple[bool, ...], str]:
+    """Per layer, whether it uses RoPE (``no_rope_layers``: 1 = RoPE, as SmolLM3 and Llama 4 write it; or the
+    model type's rule, ``ConfigHook.rope_on``: Cohere 2 and EXAONE 4 rotate their sliding layers only).
+    """  # noqa: D205
     if r.config.get("no_rope_layers") is not None:
         assert count is not None
         flags = _per_layer_list(r, "no_rope_layers", count)
@@ -203,7 +207,15 @@ def _rotated(r: _Reader, hook: ConfigHook | None, count: int | None) -> tuple[tu
             if flag not in (0, 1) or isinstance(flag, float):
                 raise r.error(f"no_rope_layers[{i}]", f"must be 1 (the layer uses RoPE) or 0 (it does not), got "
                               f"{flag!r}")  # fmt: skip
-        return tuple(bool(f) for f in flags), "no_rope_layers (1 = RoPE, 0 = none)"
+        if not (hook and hook.rope_on):  # a rule of the type's own decides (all 1: the key says nothing)
+            return tuple(bool(f) for f in flags), "no_rope_layers (1 = RoPE, 0 = none)"
+    if hook is not None and hook.rope_on:
+        if hook.rope_on == "sliding-if-windowed" and r.config.get("sliding_window") is None:
+            # EXAONE 4: ``if self.sliding_window is None or self.is_sliding`` rotates every layer without a window
+            return (True,) * len(types), f"every layer ({hook.model_type} without sliding_window)"
+        return (tuple(t == "sliding_attention" for t in types),
+                f"the sliding layers only ({hook.model_type}'s attention rotates where it has a window; the full "
+                "layers have no positional encoding)")  # fmt: skip
     if count is not None and hook is not None and hook.no_rope_interval:
         found = r.get("no_rope_layer_interval")
         interval = hook.no_rope_interval if found is None else r.integer(*found)
@@ -310,9 +322,9 @@ def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Laye
     count = _layer_count(r) if per_layer or has_count else None  # None: one entry stands for every layer
     name = model_type if isinstance(model_type, str) else ""
     types, types_source = _layer_types(r, hook, count)
-    rotated, rotated_source = _rotated(r, hook, count)
     if not types:
         types = ("full_attention",)
+    rotated, rotated_source = _rotated(r, hook, count, types)
     window, window_source = _window(r, name, types)
     configs, scaling_source, renamed = _type_configs(r, hook, types)
     encodings = {}

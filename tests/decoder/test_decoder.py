@@ -42,6 +42,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("gpt_oss", "decomposed"),
     ("gpt_oss", "tensorrt"),
     ("gpt_oss", "gqa"),
+    ("cohere2", "gqa"),
 ]
 
 
@@ -86,6 +87,7 @@ FP16 = [
     ("smollm3-nope", "fused"),
     ("gpt_oss", "gqa"),
     ("gpt_oss", "decomposed"),
+    ("cohere2", "gqa"),
 ]
 
 

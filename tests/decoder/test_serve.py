@@ -46,6 +46,7 @@ CASES = {
     "window": ("mistral-window", "fused", 9, 0, 12),  # sliding window 6
     "neox-partial": ("gpt_neox", "fused", 5, 100, 10),
     "alibi": ("bloom", "fused", 8, 0, 12),
+    "cohere2-to-the-end": ("cohere2", "gqa", 7, 236, 12),  # windows of 6, a layer without RoPE; the last at 254
 }
 
 

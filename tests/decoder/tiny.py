@@ -78,6 +78,11 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                             "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
                                                 "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0,
                                                 "original_max_position_embeddings": 64}}),
+    # Cohere 2: layers 0-2 slide over 6 slots with interleaved RoPE, layer 3 global without RoPE (every 4th); one
+    # LayerNorm per layer read by attention and MLP (the shared residual); logits times 0.25; the head tied.
+    "cohere2": ("cohere2", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 6,
+                            "max_position_embeddings": 256, "logit_scale": 0.25, "pad_token_id": 0,
+                            "bos_token_id": 1, "eos_token_id": 2}),
 }  # fmt: skip
 
 
