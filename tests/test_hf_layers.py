@@ -76,6 +76,12 @@ FAMILIES = [
     ("cohere2-pattern-without-layer-types", lambda: config("cohere2", num_hidden_layers=6, layer_types=None,
                                                            sliding_window_pattern=3),
      [("sliding_attention", "0-1, 3-4", "theta 10000, unscaled")], "2, 5", 4096),
+    # GLM-4: half of each head rotated (its config class's partial_rotary_factor 0.5, written or not), pairs
+    ("glm4-partial-half", lambda: config("glm4", num_hidden_layers=2),
+     [("full_attention", "0-1", "theta 10000, unscaled, 64 of 128 channels rotated")], "", 0),
+    ("glm4-partial-default", lambda: config("glm4", num_hidden_layers=2, rope_parameters={"rope_type": "default",
+                                                                                          "rope_theta": 1e4}),
+     [("full_attention", "0-1", "theta 10000, unscaled, 64 of 128 channels rotated")], "", 0),
     ("qwen3-uniform", lambda: config("qwen3", num_hidden_layers=3),
      [("full_attention", "0-2", "theta 10000, unscaled")], "", 0),
     ("phi4-mini-partial-longrope", lambda: config("phi3", num_hidden_layers=2, hidden_size=3072, num_attention_heads=24,
@@ -167,6 +173,8 @@ BAD = [
      "no_rope_layers: not imported for 'cohere2' (ropeexport reads no-RoPE layers for smollm3)"),
     ("llama-no-rope-layers-not-imported", lambda: config("llama", num_hidden_layers=2, no_rope_layers=[1, 0]),
      "no_rope_layers: not imported for 'llama' (ropeexport reads no-RoPE layers for smollm3)"),
+    ("glm4-partial-said-two-ways", lambda: config("glm4", num_hidden_layers=2, partial_rotary_factor=0.25),
+     "partial_rotary_factor: (0.25) contradicts rope_parameters.partial_rotary_factor (0.5): 4.x and 5.x keys"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
 ]  # fmt: skip

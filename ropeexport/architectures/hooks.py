@@ -103,7 +103,6 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
         interleaved("deepseek_v3", "view_as_complex", shared_rope_key=True),
         interleaved("cohere", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
         interleaved("glm", "repeat_interleave cos/sin"),
-        interleaved("glm4", "repeat_interleave cos/sin"),
         interleaved("helium", "repeat_interleave cos/sin"),
         ConfigHook("mpt", encoding="alibi", alibi_in="attn_config"),
         *(ConfigHook(t, encoding="t5") for t in ("t5", "mt5", "umt5")),  # umt5: the same buckets, a table per layer

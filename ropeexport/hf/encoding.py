@@ -305,8 +305,13 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str, hook: Config
     if explicit is not None:
         r.set("rotary_dim", r.integer(*explicit), "rotary_dim")
         return
+    top = r.get("partial_rotary_factor")
     if params.get("partial_rotary_factor") is not None:
-        fraction: tuple[str, Any] | None = (f"{prefix}partial_rotary_factor", params["partial_rotary_factor"])
+        said = params["partial_rotary_factor"]
+        if top is not None and top[1] != said:
+            raise r.error("partial_rotary_factor", f"({top[1]!r}) contradicts {prefix}partial_rotary_factor "
+                          f"({said!r}): 4.x and 5.x keys disagree")  # fmt: skip
+        fraction: tuple[str, Any] | None = (f"{prefix}partial_rotary_factor", said)
     else:
         fraction = r.get("partial_rotary_factor", "rotary_pct")
     if fraction is None and hook.default_partial:

@@ -43,6 +43,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("gpt_oss", "tensorrt"),
     ("gpt_oss", "gqa"),
     ("cohere2", "gqa"),
+    ("glm4", "gqa"),
 ]
 
 
@@ -88,6 +89,7 @@ FP16 = [
     ("gpt_oss", "gqa"),
     ("gpt_oss", "decomposed"),
     ("cohere2", "gqa"),
+    ("glm4", "fused"),
 ]
 
 

@@ -45,6 +45,7 @@ CASES = [
     ("gemma3", "fp32", "decomposed", 128, 0, False, "int4-b128-asym"),
     ("qwen3", "fp32", "gqa", 16, 4, True, "int4-b16-a4"),
     ("cohere2", "fp16", "fused", 32, 0, True, "int4-b32"),
+    ("glm4", "fp32", "gqa", 32, 0, True, "int4-b32"),
 ]
 
 

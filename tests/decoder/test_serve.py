@@ -46,7 +46,8 @@ CASES = {
     "window": ("mistral-window", "fused", 9, 0, 12),  # sliding window 6
     "neox-partial": ("gpt_neox", "fused", 5, 100, 10),
     "alibi": ("bloom", "fused", 8, 0, 12),
-    "cohere2-to-the-end": ("cohere2", "gqa", 7, 236, 12),  # windows of 6, a layer without RoPE; the last at 254
+    "cohere2-to-the-end": ("cohere2", "gqa", 7, 237, 12),  # windows of 6, a layer without RoPE; reaches 255 of 256
+    "glm4-partial-interleaved": ("glm4", "fused", 6, 238, 12),  # half of each head rotated in pairs; reaches 255
 }
 
 

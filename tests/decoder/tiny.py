@@ -83,6 +83,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "cohere2": ("cohere2", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 6,
                             "max_position_embeddings": 256, "logit_scale": 0.25, "pad_token_id": 0,
                             "bos_token_id": 1, "eos_token_id": 2}),
+    # GLM-4: its four RMSNorms a layer (the sandwich), q/k/v biases, fused gate_up, interleaved RoPE pairs on the first
+    # 8 of each head's 16 channels (partial_rotary_factor 0.5 by default), GQA.
+    "glm4": ("glm4", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
+                      "pad_token_id": 0, "eos_token_id": 2}),
 }  # fmt: skip
 
 
