@@ -82,6 +82,12 @@ FAMILIES = [
     ("glm4-partial-default", lambda: config("glm4", num_hidden_layers=2, rope_parameters={"rope_type": "default",
                                                                                           "rope_theta": 1e4}),
      [("full_attention", "0-1", "theta 10000, unscaled, 64 of 128 channels rotated")], "", 0),
+    # EXAONE 4 ("LLLG"): RoPE on the local layers only; without a sliding_window every layer is global and rotates
+    ("exaone4-lllg", lambda: config("exaone4", num_hidden_layers=8),
+     [("sliding_attention", "0-2, 4-6", "theta 10000, unscaled")], "3, 7", 4096),
+    ("exaone4-no-window-every-layer-rotates", lambda: config("exaone4", num_hidden_layers=4, sliding_window=None,
+                                                             layer_types=["full_attention"] * 4),
+     [("full_attention", "0-3", "theta 10000, unscaled")], "", 0),
     ("qwen3-uniform", lambda: config("qwen3", num_hidden_layers=3),
      [("full_attention", "0-2", "theta 10000, unscaled")], "", 0),
     ("phi4-mini-partial-longrope", lambda: config("phi3", num_hidden_layers=2, hidden_size=3072, num_attention_heads=24,
@@ -175,6 +181,9 @@ BAD = [
      "no_rope_layers: not imported for 'llama' (ropeexport reads no-RoPE layers for smollm3)"),
     ("glm4-partial-said-two-ways", lambda: config("glm4", num_hidden_layers=2, partial_rotary_factor=0.25),
      "partial_rotary_factor: (0.25) contradicts rope_parameters.partial_rotary_factor (0.5): 4.x and 5.x keys"),
+    ("exaone4-pattern-a-string", lambda: config("exaone4", num_hidden_layers=4, layer_types=None,
+                                                sliding_window_pattern="LLLG"),
+     "sliding_window_pattern: must be an integer, got 'LLLG'"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
 ]  # fmt: skip

@@ -32,6 +32,7 @@ PACKAGES = (
     "ropeexport.architectures.gemma3_text",
     "ropeexport.architectures.cohere2",
     "ropeexport.architectures.glm4",
+    "ropeexport.architectures.exaone4",
 )
 
 

@@ -48,13 +48,15 @@ FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (g
 # A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
 # those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen).
 ROUTERS = ("topk_softmax",)
-RESIDUALS = ("sequential", "parallel", "shared", "sandwich")
+RESIDUALS = ("sequential", "parallel", "shared", "sandwich", "post")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
 # MLP (post_attention_layernorm in Llama's names); Gemma's sandwich: norm1 before attention, norm2 on its output,
-# norm3 before the MLP, norm4 on its output. GPT-J's shared residual has norm1 only.
+# norm3 before the MLP, norm4 on its output. GPT-J's shared residual has norm1 only; the post residual (OLMo 2/3,
+# EXAONE 4) has the sandwich's outer two, norm2 on the attention's output and norm4 on the MLP's, none before either.
 NORMS = ("norm1", "norm2", "norm3", "norm4")
 PAIR = NORMS[:2]
-RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS}
+RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS,
+                  "post": (NORMS[1], NORMS[3])}
 GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
 
 
@@ -192,8 +194,8 @@ WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
 class LayerSpec:
     """One decoder layer: its ``attention``, its ``ffn``, its ``position`` (the encoding's spec fields, or None: no
     positional encoding) and the ``norms`` it reads in its ``residual`` form (``sequential``, ``parallel`` (attention
-    and MLP read their own norm of the layer input), ``shared`` (one norm, GPT-J) or ``sandwich`` (a norm before and
-    after each of attention and MLP, Gemma)). ``query_scale``: a scale of the query that follows its position
+    and MLP read their own norm of the layer input), ``shared`` (one norm, GPT-J), ``sandwich`` (a norm before and
+    after each of attention and MLP, Gemma) or ``post`` (a norm after each, none before: OLMo 2/3, EXAONE 4)). ``query_scale``: a scale of the query that follows its position
     (``QUERY_SCALES``: {"kind": ..., its parameters}), or None.
 
     Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, num_kv_heads, past, head_dim].
@@ -306,8 +308,6 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
     if a.qk_norm == "l2":
         return "qk_norm", "Llama 4's L2 q/k norm is described but not built yet"
-    if a.qk_norm and a.qk_norm_over != "head":
-        return "qk_norm_over", "a q/k norm over the whole projection (OLMo 2/3) is described but not built yet"
     if a.gate:
         return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
     if layer.query_scale is not None:

@@ -135,7 +135,11 @@ def build_decoder_graph(
             w |= {n: stored(f"layers.{i}.{n}", v) for n, v in gate_up.items()}
             del gate_up
         past_key, past_value, present_key, present_value = cache_names(i)
-        h, x = normed(h, pending, w, "norm1")
+        if "norm1" in layer.norms:
+            h, x = normed(h, pending, w, "norm1")
+        else:  # the post residual: attention reads the residual stream itself
+            h = h if pending is None else g.op("Add", [h, pending])
+            x = h
         wired = {"hidden": x, "position_ids": rows, "attention_mask": "attention_mask",
                  "past_key": past_key, "past_value": past_value}  # fmt: skip
         block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
@@ -149,6 +153,9 @@ def build_decoder_graph(
         elif layer.residual == "sequential":
             h, y = normed(h, out["output"], w, "norm2")
             pending = feedforward(mlp_of, y, w)
+        elif layer.residual == "post":  # OLMo 2/3, EXAONE 4: each branch normed on its way out only
+            h = g.op("Add", [h, norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)])
+            pending = norm(g, norm_of, feedforward(mlp_of, h, w), w["norm4.weight"], None, opset)
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
             h, pending = g.op("Add", [h, out["output"]]), feedforward(mlp_of, y, w)

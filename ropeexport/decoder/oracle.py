@@ -235,7 +235,7 @@ def decoders_float64(
         attend = attention_spec(spec, i, pieces[i])
         for j, feed in enumerate(feeds):
             h = hs[j]
-            x = normed(h, w, "norm1")
+            x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
             key, value = (np.zeros((b, KV, 0, d)),) * 2 if feed.past is None else feed.past[i]
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
@@ -245,6 +245,11 @@ def decoders_float64(
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)
                 h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j]), w, "norm4")
+                seen(j, Stage(i, "mlp"), h)
+            elif layer.residual == "post":
+                h = h + normed(attended, w, "norm2")
+                seen(j, Stage(i, "attention"), h)
+                h = h + normed(feedforward(h, w, i, routings[j]), w, "norm4")
                 seen(j, Stage(i, "mlp"), h)
             elif layer.residual == "sequential":
                 h = h + attended

@@ -63,12 +63,12 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec:
 def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> AttentionSpec:
     """Layer i's attention: its geometry, window and variants, ``piece`` (its position piece, or None)."""
     a = spec.layers[i].attention
-    _, offset, _ = NORMS[spec.architecture.norm]
-    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset) if a.qk_norm == "rms" else None
+    _, offset, wide = NORMS[spec.architecture.norm]  # the model's RMSNorm (OLMo 3's times the weight in float32)
+    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset, wide=wide) if a.qk_norm == "rms" else None
     return AttentionSpec(num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
                          dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
-                         qk_norm=qk_norm, scale=a.scale, logit_softcap=a.softcap, sinks=a.sinks,
-                         weights=weight_format(spec))  # fmt: skip
+                         qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
+                         sinks=a.sinks, weights=weight_format(spec))  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -44,6 +44,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("gpt_oss", "gqa"),
     ("cohere2", "gqa"),
     ("glm4", "gqa"),
+    ("exaone4", "gqa"),
 ]
 
 
@@ -90,6 +91,7 @@ FP16 = [
     ("gpt_oss", "decomposed"),
     ("cohere2", "gqa"),
     ("glm4", "fused"),
+    ("exaone4", "gqa"),
 ]
 
 

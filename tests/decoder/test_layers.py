@@ -61,6 +61,9 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], tuple[str, ...]]] =
     ("experts on layer 1 only (Llama 4's pattern)", LLAMA, [{}, MOE, {}], ("fused", "gqa")),
     ("q/k norms on layer 0, sinks on layer 1", LLAMA, [{"qk_norm": "rms"}, {"sinks": True}, {}],
      ("fused", "decomposed")),
+    ("norms after attention and MLP only (EXAONE 4), and a q/k norm over the whole projection (OLMo 3)", LLAMA,
+     [{"residual": "post", "norms": ["norm2", "norm4"]}, {"qk_norm": "rms", "qk_norm_over": "projection"}, {}],
+     ("fused", "gqa", "decomposed")),
 ]  # fmt: skip
 PARAMS = [(label, config, layers, graph) for label, config, layers, forms in CASES for graph in forms]
 
@@ -218,6 +221,8 @@ REFUSED = [
     ([{}, {}, {"attention": "sliding"}], "layers[2].window"),
     ([{}, {}, {"attention": "local", "window": 2}], "layers[2].attention"),
     ([{"norms": ["norm1"]}, {}, {}], "layers[0].norms"),
+    ([{"residual": "post"}, {}, {}], "layers[0].norms"),  # the post residual's norms are norm2 and norm4
+    ([{}, {"qk_norm": "rms", "qk_norm_over": "rows"}, {}], "layers[1].qk_norm_over"),
     ([{}, {}, {"heads": 2}], "layers[2].heads"),
     ([{}, {}], "layers"),
     ([{}, 7, {}], "layers[1]"),
@@ -229,7 +234,6 @@ REFUSED = [
     ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
     # described, not built: each named
     ([{}, {"attn_gate": True}, {}], "layers[1].attn_gate"),
-    ([{"qk_norm": "rms", "qk_norm_over": "projection"}, {}, {}], "layers[0].qk_norm_over"),
     ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16384}}],
      "layers[2].query_scale"),
     ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),

@@ -46,6 +46,7 @@ CASES = [
     ("qwen3", "fp32", "gqa", 16, 4, True, "int4-b16-a4"),
     ("cohere2", "fp16", "fused", 32, 0, True, "int4-b32"),
     ("glm4", "fp32", "gqa", 32, 0, True, "int4-b32"),
+    ("exaone4", "fp32", "fused", 32, 0, True, "int4-b32"),
 ]
 
 

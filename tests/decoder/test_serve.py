@@ -48,6 +48,7 @@ CASES = {
     "alibi": ("bloom", "fused", 8, 0, 12),
     "cohere2-to-the-end": ("cohere2", "gqa", 7, 237, 12),  # windows of 6, a layer without RoPE; reaches 255 of 256
     "glm4-partial-interleaved": ("glm4", "fused", 6, 238, 12),  # half of each head rotated in pairs; reaches 255
+    "exaone4-to-the-end": ("exaone4", "gqa", 7, 237, 12),  # local layers with RoPE, a global one without; 255
 }
 
 

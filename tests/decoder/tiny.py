@@ -87,6 +87,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     # 8 of each head's 16 channels (partial_rotary_factor 0.5 by default), GQA.
     "glm4": ("glm4", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
                       "pad_token_id": 0, "eos_token_id": 2}),
+    # EXAONE 4 ("LLLG"): layers 0-2 local over 6 slots with RoPE, layer 3 global without; norms after attention and
+    # after the MLP only; q/k RMSNorms per head.
+    "exaone4": ("exaone4", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 6,
+                            "max_position_embeddings": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}),
 }  # fmt: skip
 
 

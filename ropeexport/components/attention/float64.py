@@ -63,8 +63,13 @@ def attention64(
     b, s, _ = x.shape
     pos = feeds["position_ids"]
     heads = lambda y, n: y.reshape(b, s, n, d).transpose(0, 2, 1, 3)  # noqa: E731
-    q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
-    if spec.qk_norm is not None:  # each head over d, before the rotation (Qwen3, Gemma 3)
+    if spec.qk_norm is not None and spec.qk_norm_over == "projection":  # over H * d, before the heads (OLMo 3)
+        q_flat, k_flat = norm64(spec.qk_norm, project(x, "q"), w["q_norm"]), norm64(spec.qk_norm, project(x, "k"),
+                                                                                    w["k_norm"])  # fmt: skip
+        q, k, v = heads(q_flat, H), heads(k_flat, KV), heads(project(x, "v"), KV)
+    else:
+        q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
+    if spec.qk_norm is not None and spec.qk_norm_over == "head":  # each head over d, before the rotation (Qwen3)
         q, k = norm64(spec.qk_norm, q, w["q_norm"]), norm64(spec.qk_norm, k, w["k_norm"])
     if rotate is not None:
         q, k = rotate(q, pos), rotate(k, pos)

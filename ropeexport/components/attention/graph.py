@@ -141,6 +141,10 @@ def _qk_norms(
     d, out = spec.head_dim, []
     for x, name, heads in ((q, "q", spec.num_heads), (k, "k", spec.num_kv_heads)):
         weight = g.const(f"{name}_norm", round_once(arrays[f"{name}_norm"], spec.dtype))
+        if spec.qk_norm_over == "projection":  # [b, s, heads * d] as it is: one norm over the whole projection
+            assert flat, "a norm over the projection reads it before the heads are split"
+            out.append(norm(g, spec.qk_norm, x, weight, None, FORMS[spec.graph].opset))
+            continue
         if flat:  # [b, s, heads * d] -> [b, s, heads, d]: the norm reads the last axis
             x = g.op("Reshape", [x, g.const(f"{name}_norm_heads", i64(0, 0, heads, d))])
         x = norm(g, spec.qk_norm, x, weight, None, FORMS[spec.graph].opset)
@@ -176,8 +180,14 @@ def attention_model(
     FORMS[spec.graph].check("window", spec.window, "graph")
     check_weights(spec, arrays)
     lowering = LOWERINGS[spec.graph]
-    q, k, v = _qkv(g, spec, arrays, flat=lowering.FLAT)
-    q, k = _qk_norms(g, spec, arrays, q, k, flat=lowering.FLAT)  # each head normalized before the rotation
+    # a norm over the whole projection (OLMo 3) reads it before the heads are split
+    over_projection = spec.qk_norm is not None and spec.qk_norm_over == "projection"
+    flat = lowering.FLAT or over_projection
+    q, k, v = _qkv(g, spec, arrays, flat=flat)
+    q, k = _qk_norms(g, spec, arrays, q, k, flat=flat)  # each head (or the projection) normalized before the rotation
+    if flat and not lowering.FLAT:
+        H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        q, k, v = _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
     stored = {"o_proj": spec.weight_format.store(g, "o_proj", arrays["o_proj"])}
     if "o_bias" in arrays:
         stored["o_bias"] = g.const("o_bias", round_once(arrays["o_bias"], spec.dtype))

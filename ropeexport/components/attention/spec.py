@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ropeexport.architectures.layers import QK_NORM_OVER
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
@@ -38,7 +39,9 @@ class AttentionSpec:
 
     The logits of query head h against key slot j, in this order (transformers' eager attention for each model):
     ``qk_norm`` an RMSNorm over head_dim of every query and key head after the projection, before the rotation
-    (weights ``q_norm`` / ``k_norm`` [head_dim]; Qwen3's ``offset`` 0, Gemma 3's 1); l = q . k * ``scale`` (0:
+    (weights ``q_norm`` / ``k_norm`` [head_dim]; Qwen3's ``offset`` 0, Gemma 3's 1), or with ``qk_norm_over``
+    ``projection`` one RMSNorm over the whole query projection and one over the key's (weights [H * head_dim] and
+    [KV * head_dim]; OLMo 2/3's, its ``wide`` product); l = q . k * ``scale`` (0:
     1 / sqrt(head_dim); Gemma: query_pre_attn_scalar ** -0.5); ``logit_softcap`` c > 0: l = c * tanh(l / c) (Gemma 2);
     then the position bias, the mask, and the softmax, with ``sinks`` one more logit per query head in it (weight
     ``sinks`` [num_heads]: it joins the denominator and attends to nothing; gpt-oss).
@@ -52,6 +55,7 @@ class AttentionSpec:
     window: int = 0
     position: PositionPiece | None = None
     qk_norm: NormSpec | None = None  # an RMSNorm of each query and key head before the rotation
+    qk_norm_over: str = "head"  # each head's d values, or the whole projection (H * d, KV * d: OLMo 2/3)
     logit_softcap: float = 0.0  # cap * tanh(logits / cap) after the scale, before the bias and the mask; 0: none
     sinks: bool = False  # one learned logit per query head that takes part in the softmax and attends to nothing
     scale: float = 0.0  # the logits' scale; 0: 1 / sqrt(head_dim)
@@ -76,6 +80,7 @@ class AttentionSpec:
                 raise SpecError("qk_norm", f"must be an RMSNorm NormSpec (kind 'rms') or None, got {self.qk_norm!r}")
             if self.qk_norm.dtype != self.dtype:
                 raise SpecError("qk_norm", f"its dtype must be the layer's ({self.dtype}), got {self.qk_norm.dtype}")
+        require_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
         _require_scalar("logit_softcap", self.logit_softcap, "0: no cap")
         _require_scalar("scale", self.scale, "0: 1 / sqrt(head_dim)")
         if not isinstance(self.sinks, bool):
@@ -105,8 +110,11 @@ def check_weights(spec: AttentionSpec, weights: Mapping[str, Any]) -> None:
     or holds a variant's weight the spec does not ask for (a checkpoint's q_norm read by a spec without ``qk_norm``
     would be silently ignored otherwise).
     """  # noqa: D205
-    wanted = {"q_norm": ("qk_norm", spec.head_dim, spec.qk_norm is not None),
-              "k_norm": ("qk_norm", spec.head_dim, spec.qk_norm is not None),
+    wide = spec.qk_norm_over == "projection"  # one weight over the whole projection: heads x head_dim
+    q_width, k_width = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim) if wide else (
+        spec.head_dim, spec.head_dim)
+    wanted = {"q_norm": ("qk_norm", q_width, spec.qk_norm is not None),
+              "k_norm": ("qk_norm", k_width, spec.qk_norm is not None),
               "sinks": ("sinks", spec.num_heads, spec.sinks)}  # fmt: skip
     for name, (field, length, asked) in wanted.items():
         if not asked:
