@@ -39,6 +39,15 @@ def gemma3_4x(**changes: Any) -> dict[str, Any]:
     return config("gemma3_text", **(keys | changes))
 
 
+def olmo3_4x() -> dict[str, Any]:
+    """An OLMo 3 config with 4.x keys: rope_theta and a flat rope_scaling (transformers gives them the full layers)."""
+    return config("olmo3", num_hidden_layers=4, max_position_embeddings=256, rope_parameters=None, rope_theta=1e4,
+                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
+
+
+NESTED = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+          "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
+OLMO3_YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192, "rope_theta": 5e5}
 SLIDING_26 = "0-4, 6-10, 12-16, 18-22, 24-25"
 # (id, config, [(layer types, layers, encoding in words)], no-RoPE layers, window)
 FAMILIES = [
@@ -88,6 +97,17 @@ FAMILIES = [
     ("exaone4-no-window-every-layer-rotates", lambda: config("exaone4", num_hidden_layers=4, sliding_window=None,
                                                              layer_types=["full_attention"] * 4),
      [("full_attention", "0-3", "theta 10000, unscaled")], "", 0),
+    # OLMo 3: every 4th layer full; YaRN on the full layers only, the sliding ones unscaled
+    ("olmo3-default", lambda: config("olmo3", num_hidden_layers=4),
+     [("sliding_attention/full_attention", "0-3", "theta 500000, unscaled")], "", 4096),
+    ("olmo3-5x-yarn-on-full", lambda: config("olmo3", num_hidden_layers=8, max_position_embeddings=65536,
+                                             rope_parameters={"sliding_attention": NESTED["sliding_attention"],
+                                                              "full_attention": OLMO3_YARN}),
+     [("sliding_attention", "0-2, 4-6", "theta 10000, unscaled"),
+      ("full_attention", "3, 7", "theta 500000 with yarn x8")], "", 4096),
+    ("olmo3-4x-rope-scaling-on-full-only", lambda: olmo3_4x(),
+     [("sliding_attention", "0-2", "theta 500000, unscaled"), ("full_attention", "3", "theta 10000 with yarn x4")],
+     "", 4096),
     ("qwen3-uniform", lambda: config("qwen3", num_hidden_layers=3),
      [("full_attention", "0-2", "theta 10000, unscaled")], "", 0),
     ("phi4-mini-partial-longrope", lambda: config("phi3", num_hidden_layers=2, hidden_size=3072, num_attention_heads=24,
@@ -123,8 +143,17 @@ def test_4x_and_5x_gemma3_keys_import_the_same_encodings() -> None:
     assert new.encodings["full_attention"].sources["theta"] == "rope_parameters.full_attention.rope_theta"
 
 
-NESTED = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-          "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
+def test_olmo3s_4x_keys_import_as_transformers_converts_them() -> None:
+    # transformers' own conversion of the same keys (the nested dict its config writes): the sliding layers at its
+    # default theta 500000, unscaled; the full ones at the config's theta with its YaRN
+    raw = olmo3_4x()
+    converted = transformers.AutoConfig.for_model("olmo3", **{k: v for k, v in raw.items() if k != "model_type"})
+    old, new = import_layers(raw), import_layers(converted.to_dict())
+    assert old.types == new.types
+    assert {k: v.fields for k, v in old.encodings.items()} == {k: v.fields for k, v in new.encodings.items()}
+    assert "default rope_theta 500000" in old.encodings["sliding_attention"].sources["theta"]
+
+
 # (id, config, the words the one-line error must hold: the key, then what is allowed or wrong)
 BAD = [
     ("layer-types-too-short", lambda: config("gemma3_text", num_hidden_layers=4, layer_types=["full_attention"] * 3),
@@ -184,6 +213,9 @@ BAD = [
     ("exaone4-pattern-a-string", lambda: config("exaone4", num_hidden_layers=4, layer_types=None,
                                                 sliding_window_pattern="LLLG"),
      "sliding_window_pattern: must be an integer, got 'LLLG'"),
+    ("olmo3-flat-rope-parameters", lambda: config("olmo3", num_hidden_layers=4, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e4}),
+     "rope_parameters: is one flat setting; transformers' olmo3 reads rope_parameters nested by layer type"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
 ]  # fmt: skip

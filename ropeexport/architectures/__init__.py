@@ -33,6 +33,7 @@ PACKAGES = (
     "ropeexport.architectures.cohere2",
     "ropeexport.architectures.glm4",
     "ropeexport.architectures.exaone4",
+    "ropeexport.architectures.olmo3",
 )
 
 

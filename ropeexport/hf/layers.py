@@ -171,10 +171,11 @@ def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tupl
     if count is None:
         return (), "one encoding for every layer"
     if hook is not None and hook.pattern == "every-nth":
-        found = r.get(hook.pattern_key)
+        found = r.get(hook.pattern_key) if hook.pattern_key else None  # OLMo 3's interval is fixed: no key
         pattern = hook.pattern_every if found is None else r.integer(*found)
-        source = hook.pattern_key if found else (f"transformers' default {hook.pattern_key} {hook.pattern_every} "
-                                                 f"({hook.model_type})")  # fmt: skip
+        source = hook.pattern_key if found else (f"transformers' default {hook.pattern_key or 'pattern'} "
+                                                 f"{hook.pattern_every} ({hook.model_type}: every "
+                                                 f"{hook.pattern_every}th layer full)")  # fmt: skip
         return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(count)), source
     if hook is not None and hook.pattern == "alternating":
         return (tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(count)),
@@ -256,6 +257,8 @@ def _type_configs(
     is_nested = isinstance(found, Mapping) and bool(found) and all(isinstance(v, Mapping) for v in found.values())
     nested: Mapping[str, Mapping[str, Any]] = found if is_nested and isinstance(found, Mapping) else {}
     local = config.get("rope_local_base_freq")
+    if not is_nested and hook is not None and hook.flat_scaling_on:
+        return _flat_on_one_type(r, hook, kinds)
     if not is_nested:
         if not (hook and hook.local_theta):
             if local is not None:
@@ -301,6 +304,30 @@ def _type_configs(
     configs: dict[str, Mapping[str, Any]] = {k: base | {"rope_parameters": dict(nested[k])} for k in nested}
     renamed = {k: {"rope_parameters.": f"rope_parameters.{k}."} for k in nested}
     return configs, "rope_parameters, nested by layer type", renamed
+
+
+def _flat_on_one_type(
+    r: _Reader, hook: ConfigHook, kinds: tuple[str, ...]
+) -> tuple[dict[str, Mapping[str, Any]], str, dict[str, dict[str, str]]]:
+    """``_type_configs`` of a type whose config class gives a 4.x ``rope_scaling`` and ``rope_theta`` to one layer
+    type only (``ConfigHook.flat_scaling_on``), the others the default schedule at its default theta: OLMo 3's
+    ``convert_rope_params_to_dict``, whose first ``kwargs.pop("rope_theta", ...)`` takes the config's theta for the
+    full layers and leaves the sliding ones the class default (500000). A flat ``rope_parameters`` it would merge
+    into the nested dict unread: refused.
+    """  # noqa: D205
+    config, own = r.config, hook.flat_scaling_on
+    flat = config.get("rope_parameters")
+    if isinstance(flat, Mapping) and flat:
+        raise r.error("rope_parameters", f"is one flat setting; transformers' {hook.model_type} reads rope_parameters "
+                      f"nested by layer type ({', '.join(LAYER_TYPES)}) and a 4.x rope_scaling as its {own} layers' "
+                      "only: nest it, or write it as rope_scaling")  # fmt: skip
+    others = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_parameters", "rope_theta")}
+    others["rope_theta"] = hook.default_theta
+    why = (f"transformers' {hook.model_type} default rope_theta {hook.default_theta:g} (its 4.x conversion gives the "
+           f"config's rope_theta and rope_scaling to the {own} layers only)")  # fmt: skip
+    configs: dict[str, Mapping[str, Any]] = {k: config if k == own else others for k in dict.fromkeys(kinds)}
+    renamed = {k: {"rope_theta": why} for k in configs if k != own}
+    return configs, f"rope_scaling and rope_theta for the {own} layers, the default for the others", renamed
 
 
 def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Layers:

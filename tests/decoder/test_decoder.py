@@ -45,6 +45,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("cohere2", "gqa"),
     ("glm4", "gqa"),
     ("exaone4", "gqa"),
+    ("olmo3", "gqa"),
 ]
 
 
@@ -92,6 +93,7 @@ FP16 = [
     ("cohere2", "gqa"),
     ("glm4", "fused"),
     ("exaone4", "gqa"),
+    ("olmo3", "gqa"),
 ]
 
 

@@ -47,6 +47,7 @@ CASES = [
     ("cohere2", "fp16", "fused", 32, 0, True, "int4-b32"),
     ("glm4", "fp32", "gqa", 32, 0, True, "int4-b32"),
     ("exaone4", "fp32", "fused", 32, 0, True, "int4-b32"),
+    ("olmo3", "fp16", "gqa", 32, 0, True, "int4-b32"),
 ]
 
 

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import ropeexport as rx
-from ropeexport.catalog import recipe_for
 from ropeexport.cli import main
 from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.greedy import run_scenario as verified_loop
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
+from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.scenarios import Scenario, threshold
 from ropeexport.decoder.serve import DecoderSession
 from ropeexport.errors import SpecError
@@ -49,6 +49,7 @@ CASES = {
     "cohere2-to-the-end": ("cohere2", "gqa", 7, 237, 12),  # windows of 6, a layer without RoPE; reaches 255 of 256
     "glm4-partial-interleaved": ("glm4", "fused", 6, 238, 12),  # half of each head rotated in pairs; reaches 255
     "exaone4-to-the-end": ("exaone4", "gqa", 7, 237, 12),  # local layers with RoPE, a global one without; 255
+    "olmo3-two-encodings": ("olmo3", "gqa", 7, 237, 12),  # unscaled sliding layers, a YaRN full one; reaches 255
 }
 
 
@@ -69,14 +70,14 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Any) -> dic
 def _truth(folder: Path, ckpt: Path, prompt: list[int], offset: int, count: int) -> list[int]:
     """Greedy tokens of the float64 no-cache recompute: every step recomputes the whole sequence."""
     session = DecoderSession(folder)
-    spec, position = session.spec, session.position
-    piece = recipe_for(position).piece(position)
+    spec = session.spec
+    pieces = position_pieces(spec)  # each layer its own encoding's (OLMo 3's two), None where it has none
     weights64 = stored_float64(spec, load_checkpoint(spec, ckpt))
     sequence, new = list(prompt), []
     for _ in range(count):
         ids = np.array([sequence])
         pos = np.arange(offset, offset + len(sequence))[None]
-        logits = decoder_float64(spec, weights64, ids, pos, np.ones_like(ids), piece.rotate64, piece.bias64)
+        logits = decoder_float64(spec, weights64, ids, pos, np.ones_like(ids), pieces=pieces)
         new.append(int(logits[0, -1].argmax()))
         sequence.append(new[-1])
     return new

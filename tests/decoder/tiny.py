@@ -91,6 +91,12 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     # after the MLP only; q/k RMSNorms per head.
     "exaone4": ("exaone4", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 6,
                             "max_position_embeddings": 256, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}),
+    # OLMo 3: layers 0-2 slide over 6 slots, unscaled at theta 500000; layer 3 full with YaRN x4 (over 64 positions)
+    # at theta 1e4 (its 4.x rope_scaling and rope_theta, which transformers gives the full layers only); norms after
+    # attention and MLP only, q/k norms over the whole projections, each RMSNorm times its weight in float32.
+    "olmo3": ("olmo3", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 6,
+                        "max_position_embeddings": 256, "rope_theta": 1e4, "pad_token_id": 0, "eos_token_id": 2,
+                        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}}),
 }  # fmt: skip
 
 
