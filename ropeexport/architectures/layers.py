@@ -195,8 +195,9 @@ class LayerSpec:
     """One decoder layer: its ``attention``, its ``ffn``, its ``position`` (the encoding's spec fields, or None: no
     positional encoding) and the ``norms`` it reads in its ``residual`` form (``sequential``, ``parallel`` (attention
     and MLP read their own norm of the layer input), ``shared`` (one norm, GPT-J), ``sandwich`` (a norm before and
-    after each of attention and MLP, Gemma) or ``post`` (a norm after each, none before: OLMo 2/3, EXAONE 4)). ``query_scale``: a scale of the query that follows its position
-    (``QUERY_SCALES``: {"kind": ..., its parameters}), or None.
+    after each of attention and MLP, Gemma) or ``post`` (a norm after each, none before: OLMo 2/3, EXAONE 4)).
+    ``query_scale``: a scale of the query that follows its position (``QUERY_SCALES``: {"kind": ..., its
+    parameters}), or None.
 
     Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, num_kv_heads, past, head_dim].
     """  # noqa: D205
