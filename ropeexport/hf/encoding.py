@@ -214,7 +214,7 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
     scaling = _scaling_dict(r)
     params: Mapping[str, Any] = scaling[1] if scaling else {}
     prefix = f"{scaling[0]}." if scaling else ""
-    _rotary_dim(r, params, prefix)
+    _rotary_dim(r, params, prefix, hook)
     theta = (
         (f"{prefix}rope_theta", params["rope_theta"])
         if params.get("rope_theta") is not None
@@ -240,7 +240,7 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
     else:  # nothing in the config names a schedule: say so, not a key that is not there
         where = f"{scaling[0]} names no rope_type" if scaling else "no rope_scaling / rope_parameters in the config"
         r.set("scaling", schedule, f"{where} (unscaled)")
-    values = {k: v for k, v in params.items() if k not in _SELECTORS}
+    values = {k: v for k, v in params.items() if k not in (*_SELECTORS, *hook.rope_extra_keys)}
     if schedule == "default":
         if values:
             raise r.error(f"{prefix}{sorted(values)[0]}", "is not a parameter of the default (unscaled) schedule")
@@ -295,7 +295,7 @@ def _extended_length(values: Mapping[str, Any], schedule: str) -> int | None:
     return int(round(factor * original))
 
 
-def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
+def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str, hook: ConfigHook) -> None:
     head_dim: int = r.fields["head_dim"]
     explicit = r.get("rotary_dim")
     if explicit is not None:
@@ -305,6 +305,8 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
         fraction: tuple[str, Any] | None = (f"{prefix}partial_rotary_factor", params["partial_rotary_factor"])
     else:
         fraction = r.get("partial_rotary_factor", "rotary_pct")
+    if fraction is None and hook.default_rotary_fraction:  # its config class sets one when the config has none
+        fraction = (f"transformers' default partial_rotary_factor for {hook.model_type}", hook.default_rotary_fraction)
     if fraction is None:
         # 0 is the spec's "all of head_dim": it follows a --head-dim override instead of keeping the config's width.
         r.set("rotary_dim", 0, "head_dim (every channel rotates)")
