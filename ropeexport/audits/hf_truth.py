@@ -130,9 +130,11 @@ class TransformersTruth:
         import torch
         import transformers
 
+        # experts (a mixture's) through transformers' eager loop: its default grouped_mm takes no float64
         with torch.device("cpu"):
             model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(self.checkpoint), dtype=torch.float64, attn_implementation="eager").eval()  # fmt: skip
+                str(self.checkpoint), dtype=torch.float64, attn_implementation="eager",
+                experts_implementation="eager").eval()  # fmt: skip
         patched = [patch_rotary(module, self.specs, name) for name, module in model.named_modules()
                    if _is_text_rotary(name, module)]  # fmt: skip
         if not patched:
