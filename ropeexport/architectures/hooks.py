@@ -124,8 +124,9 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
         ConfigHook("lfm2", default_theta=1_000_000.0, reads_layer_types=True, other_layers=("conv",),
                    attention_index_key="full_attn_idxs"),
         # Gemma 3n text (Gemma3nTextConfig: every 5th layer full, the rest sliding; per layer type rope_parameters,
-        # default_theta global 1e6)
-        ConfigHook("gemma3n_text", default_theta=1_000_000.0, reads_layer_types=True, pattern="every-nth",
-                   pattern_every=5),
+        # its default_theta one per type, global 1e6 and local 1e4: refused rather than one taken for both)
+        ConfigHook("gemma3n_text", reads_layer_types=True, pattern="every-nth", pattern_every=5,
+                   theta_required="Gemma 3n's thetas default per layer type (full 1e6, sliding 1e4): give each "
+                   "layer type's rope_theta in rope_parameters"),
     )
 }  # fmt: skip
