@@ -308,7 +308,8 @@ class DecoderProof:
                 why[index] = how
                 continue
             # the cache given and given back: p entries and the call's (cache), the whole sequence's (whole), its own
-            size = feeder.cache_bytes(past) if how == "cache" else feeder.cache_bytes(0, past + TOKENS)
+            fed = {"cache": (past, TOKENS), "whole": (0, past + TOKENS)}.get(how, (0, TOKENS))
+            size = feeder.cache_bytes(*fed)
             if size > self.cache_bytes:
                 why[index] = (f"its cache ({past} entries of {len(feeder.cached)} layers) would take "
                               f"{size / 2**30:.3g} GiB as the model's inputs and outputs, more than the proof's "
