@@ -47,6 +47,12 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     if axis is None or shape[-1] not in (w, 2 * w) or axis != len(shape) - 2:
         raise SpecError("model", f"the computed site reading {site['cos']!r} has values of shape {shape}: graft "
                         "expects [.., positions, width]")  # fmt: skip
+    # [a, b, s, width] with a > 1 at batch 1: one table per position axis (Qwen3.5's three, expanded from one
+    # position_ids for text and recomposed after), each the same rows: the rows are expanded to every axis
+    axes = shape[0] if len(shape) == 4 and shape[0] > 1 and shape[1] == 1 else 0
+    if axes and not all(np.array_equal(cos_raw[0], cos_raw[k]) for k in range(axes)):
+        raise SpecError("model", f"the computed site reading {site['cos']!r} has {axes} position axes whose values "
+                        "differ on a call of text positions: graft writes one table for all of them")  # fmt: skip
     flat = cos_raw.reshape(-1, shape[-1])[:probe]
     layout = "none" if shape[-1] == w else "half" if np.array_equal(flat[:, :w], flat[:, w:]) else "interleaved"
     dtype = DTYPE_NAMES.get(str(cos_raw.dtype), "fp32")
@@ -66,7 +72,10 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
             rows = g.op("Reshape", [both, g.const(f"{name}_pair_shape", i64(0, 0, 2 * w))])
         if name == "sin" and site.get("sign", 1) == -1:  # its rotations turn the other way: they apply minus it
             rows = g.op("Neg", [rows])
-        if len(shape) == 2:  # [s, width]: the first batch row
+        if axes:  # [b, s, width] -> [axes, b, s, width]
+            rows = g.op("Unsqueeze", [rows, g.const(f"{name}_axes_axis", i64(0))])
+            rows = g.op("Expand", [rows, g.const(f"{name}_axes_shape", i64(axes, 1, 1, 1))])
+        elif len(shape) == 2:  # [s, width]: the first batch row
             rows = g.op("Squeeze", [rows, g.const(f"{name}_batch_axis", i64(0))])
         elif len(shape) > 3:  # [b, 1, .., s, width]
             rows = g.op("Unsqueeze", [rows, g.const(f"{name}_head_axes", i64(*range(1, len(shape) - 2)))])
