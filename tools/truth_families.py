@@ -28,6 +28,7 @@ def family_row(family: str, work: Path) -> dict[str, Any]:
     """One family end to end (module doc)."""
     import ropeexport as rx
     from ropeexport.audits.prove import DecoderProof
+    from ropeexport.errors import SpecError
     from tests.audits.hybrids import FAMILIES, export, write_checkpoint
     from tests.audits.uses_planted import plant
 
@@ -50,12 +51,19 @@ def family_row(family: str, work: Path) -> dict[str, Any]:
     grafted = work / "grafted.onnx"
     for stale in (grafted, grafted.with_name("grafted.onnx.data")):
         stale.unlink(missing_ok=True)
-    done = rx.graft(model, config, grafted, checkpoint=ckpt)
-    decoder = done.decoder or {}
-    row["graft"] = {"verdict": done.verdict, "text": done.text, "truth": done.truth,
-                    "truth_words": decoder.get("truth", {}).get("words"), "placed": decoder.get("truth", {}).get("how"),
-                    "after": done.after.verdict if done.after else None,
-                    "calls": [_call(c) for c in decoder.get("calls", [])]}  # fmt: skip
+    try:
+        done = rx.graft(model, config, grafted, checkpoint=ckpt)
+    except SpecError as exc:  # recorded, not hidden: the row says why graft refused
+        row["graft"] = {"refused": str(exc), "calls": []}
+    else:
+        decoder = done.decoder or {}
+        use = decoder.get("use") or {}
+        row["graft"] = {"verdict": done.verdict, "text": done.text, "truth": done.truth,
+                        "truth_words": decoder.get("truth", {}).get("words"),
+                        "placed": decoder.get("truth", {}).get("how"),
+                        "after": done.after.verdict if done.after else None,
+                        "use": use.get("relative", use.get("not_measured")),
+                        "calls": [_call(c) for c in decoder.get("calls", [])]}  # fmt: skip
     planted = plant(model, work / "planted" / "model.onnx", "computed", "swap", layer, width)
     found = rx.audit(planted, config)
     proof = DecoderProof(config, ckpt, planted).run({"planted": planted})
@@ -101,14 +109,17 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         sites = "; ".join(f"{s['kind']} ({s['layers']})" for s in r["audit"]["sites"])
         audit = r["audit"]["verdict"] + "".join(f"<br>{f['text']} ({f['level']})" for f in r["audit"]["findings"])
         g = r["graft"]
+        if "refused" in g:
+            grafted = f"refused: {g['refused']}"
+        else:
+            grafted = f"audit after: {g['after']}; {g['text']} against {g['truth_words']}"
         far = g["calls"][-1]["models"] if g["calls"] else {}
         logits = " -> ".join(f"{far[k]['rel']:.2g}" for k in ("original", "grafted") if k in far and "rel" in far[k])
         p = r["planted"]
         named = "<br>".join(f"{f['text']} ({f['level']})" for f in p["findings"] if f["name"] != "float32-angles")
         worst = max((c["models"]["planted"].get("rel", 0.0) for c in p["calls"]), default=0.0)
-        lines.append(f"| {r['family']} ({r['model_type']}) | {sites} | {audit} | audit after: {g['after']}; "
-                     f"{g['text']} against {g['truth_words']} | {logits} | {named} | {p['proof']} "
-                     f"({worst:.2g}) |")  # fmt: skip
+        lines.append(f"| {r['family']} ({r['model_type']}) | {sites} | {audit} | {grafted} | {logits} | {named} "
+                     f"| {p['proof']} ({worst:.2g}) |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
