@@ -153,7 +153,7 @@ def test_a_family_ropeexport_does_not_build_is_audited_per_layer_grafted_and_pro
     checkpoint, model = family(name)
     assert isinstance(model, Path), f"dynamo refused {name}: {model}"
     config = checkpoint / "config.json"
-    audited = rx.audit(model, config)
+    audited = rx.audit(model, config, effects=False)  # the effects as users run them: test_uses measures those
     read = sorted({int(k) for s in audited.sites for k in s["roles"]})
     assert read == list(rotated), audited.sites  # each rotated layer's q and k rotations read, no other layer's
     assert all(sorted(r) == ["k", "q"] for s in audited.sites for r in s["roles"].values()), audited.sites
@@ -166,7 +166,7 @@ def test_a_family_ropeexport_does_not_build_is_audited_per_layer_grafted_and_pro
                for m in (c["models"] for c in done.decoder["calls"])), done.decoder["calls"]  # fmt: skip
     # one layer's cos and sin exchanged where its rotations use them: named on that layer, and the proof fails
     planted = plant(model, tmp_path / "planted" / "model.onnx", "computed", "swap", layer, width)
-    found = [f for f in rx.audit(planted, config).findings if f["name"] == "cos-sin-exchanged"]
+    found = [f for f in rx.audit(planted, config, effects=False).findings if f["name"] == "cos-sin-exchanged"]
     assert len(found) == 1 and found[0]["layers"] == [layer], found
     proof = DecoderProof(config, checkpoint, planted).run({"planted": planted})
     assert proof["truth"]["kind"] == "transformers" and proof["verdict"]["planted"]["verdict"] == "not proven"
