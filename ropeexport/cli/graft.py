@@ -94,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        against = f" against {result.decoder['truth']['words']}" if result.decoder is not None else ""
-        print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {result.text}{against}")
+        print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {result.text}")
         if result.genai is not None:
             print(f"  onnxruntime-genai folder {result.genai['folder']}: {', '.join(result.genai['files'])}")
         elif (Path(args.model).parent / "genai_config.json").is_file():
