@@ -85,7 +85,8 @@ class TransformersTruth:
             raise SpecError("checkpoint", f"{str(checkpoint)!r}: transformers {transformers.__version__} cannot read "
                             f"its config ({str(exc).splitlines()[0]}), and ropeexport builds no decoder of its model "
                             "type: there is no truth to prove it against") from None  # fmt: skip
-        model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+        causal_lms: Any = MODEL_FOR_CAUSAL_LM_MAPPING  # a lazy mapping: config class -> model class
+        model_class = causal_lms.get(type(config), None)
         if model_class is None:
             raise SpecError("checkpoint", f"{str(checkpoint)!r}: transformers {transformers.__version__} has no "
                             f"causal language model for model type {config.model_type!r}")  # fmt: skip
@@ -247,7 +248,7 @@ def float64_throughout() -> Iterator[None]:
 
     functional = torch.nn.functional
     torch.Tensor.float, torch.Tensor.to = keep_float, keep_to  # type: ignore[method-assign,assignment]
-    functional.softmax = keep_softmax  # type: ignore[assignment]
+    functional.softmax = keep_softmax
     try:
         yield
     finally:

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.proof_verdict import judge_call, outside, verdict
-from ropeexport.audits.truth import HOWS, TOKENS, Cache, Call, OracleTruth, ProofWeights, Truth, call_ids
+from ropeexport.audits.truth import HOWS, KINDS, TOKENS, Cache, Call, OracleTruth, ProofWeights, Truth, call_ids
 from ropeexport.decoder.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
@@ -227,8 +227,6 @@ class DecoderProof:
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB,
                  truth: str = "auto") -> None:  # fmt: skip
-        from ropeexport.audits.truth import choose
-
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
@@ -415,6 +413,24 @@ PLACED = {
     "positions": lambda p: f"{TOKENS} tokens at positions {p} .. {p} + {TOKENS - 1} by position_ids, no cached entry",
     "whole": lambda p: f"the whole sequence 0 .. {p} + {TOKENS - 1} fed to both, the last {TOKENS} judged",
 }
+
+
+def choose(kind: str, hf_config: Path, checkpoint: Path, model: Path, dtype: str, graph: Any) -> Truth:
+    """The truth of ``kind`` (``auto``: the oracle where ropeexport builds the checkpoint's model type as a decoder,
+    else transformers' model where transformers knows it; module doc); SpecError naming the field otherwise.
+    """  # noqa: D205
+    from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS
+    from ropeexport.hf import read_config
+
+    if kind not in ("auto", *KINDS):
+        raise SpecError("truth", f"must be one of auto, {', '.join(KINDS)}, got {kind!r}")
+    model_type = read_config(hf_config).get("model_type")
+    built = model_type in ARCHITECTURES or model_type in TEXT_CONFIGS
+    if kind == "oracle" or (kind == "auto" and built):
+        return OracleTruth(hf_config, checkpoint, model, dtype, graph)
+    from ropeexport.audits.hf_truth import TransformersTruth
+
+    return TransformersTruth(hf_config, checkpoint, dtype)
 
 
 def _graph_of(path: Path) -> Any:

@@ -1,6 +1,6 @@
 """The proof's truth: the float64 logits a foreign decoder is judged against (``audits.prove``), and which one is used.
 
-One protocol (``Truth``), two truths, chosen by the checkpoint's model type (``choose``):
+One protocol (``Truth``), two truths, chosen by the checkpoint's model type (``prove.choose``):
 - ``OracleTruth``: ropeexport's own float64 decoder (``decoder.oracle.decoders_float64`` over
   ``resolve(DecoderRequest(...))``), for every model type ropeexport builds as a decoder (``architectures.PACKAGES``
   and their multimodal wrappers). It reads the checkpoint layer by layer and can be given cached entries.
@@ -33,7 +33,7 @@ from ropeexport.errors import SpecError
 TOKENS = 8  # the tokens of a call judged
 WHOLE = 4096  # the longest sequence a ``whole`` call feeds (the truth's eager attention is quadratic in it)
 HOWS = ("cache", "positions", "whole")
-KINDS = ("oracle", "transformers")  # ``choose``'s truths; "auto": the oracle where ropeexport builds the type
+KINDS = ("oracle", "transformers")  # ``prove.choose``'s truths; "auto": the oracle where ropeexport builds the type
 
 
 @dataclass(frozen=True)
@@ -193,21 +193,3 @@ class OracleTruth:
 
         found = decoders_float64(self.spec, self.weights64, [self.feed(c) for c in calls], self.pieces)
         return [logits[0] for logits in found]
-
-
-def choose(kind: str, hf_config: Path, checkpoint: Path, model: Path, dtype: str, graph: Any) -> Truth:
-    """The truth of ``kind`` (``auto``: the oracle where ropeexport builds the checkpoint's model type as a decoder,
-    else transformers' model where transformers knows it; module doc); SpecError naming the field otherwise.
-    """  # noqa: D205
-    from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS
-    from ropeexport.hf import read_config
-
-    if kind not in ("auto", *KINDS):
-        raise SpecError("truth", f"must be one of auto, {', '.join(KINDS)}, got {kind!r}")
-    model_type = read_config(hf_config).get("model_type")
-    built = model_type in ARCHITECTURES or model_type in TEXT_CONFIGS
-    if kind == "oracle" or (kind == "auto" and built):
-        return OracleTruth(hf_config, checkpoint, model, dtype, graph)
-    from ropeexport.audits.hf_truth import TransformersTruth
-
-    return TransformersTruth(hf_config, checkpoint, dtype)
