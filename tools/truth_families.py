@@ -99,13 +99,17 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
              "heads), exported by torch.onnx dynamo without a cache (states start empty on every call); the proof "
              "judges against transformers' own model in float64, eager, no cache, exact float64 angles per layer "
              "type, its calls placed by position_ids (8 tokens at 0..7 and at 4088..4095). Logits: max |logits - "
-             "truth| / max |truth logit|, tolerance 1e-4.", "",
-             "| family | rotary sites (layers) | audit | graft: audit after, proof | logits at 4088..4095: original "
-             "-> grafted | one layer's cos/sin exchanged: audit | its proof (logits at the far end) |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "truth| / max |truth logit|, tolerance 1e-4. As users run them: the original against the grafted model "
+             "on the runs of `audits/effect.py` (graft's `decoder.use`), or why not measured. Export: seconds of the "
+             "dynamo export on this run's machine (2 shared cores, other runs beside it).", "",
+             "| family | export (s) | rotary sites (layers) | audit | graft: audit after, proof | logits at "
+             "4088..4095: original -> grafted | as users run them | one layer's cos/sin exchanged: audit | its proof "
+             "(logits, worst call) |",
+             "|---|---:|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         if "export_error" in r:
-            lines.append(f"| {r['family']} ({r['model_type']}) | dynamo refused: {r['export_error']} | | | | | |")
+            lines.append(f"| {r['family']} ({r['model_type']}) | {r['export_s']} | dynamo refused: "
+                         f"{r['export_error']} | | | | | | |")  # fmt: skip
             continue
         sites = "; ".join(f"{s['kind']} ({s['layers']})" for s in r["audit"]["sites"])
         audit = r["audit"]["verdict"] + "".join(f"<br>{f['text']} ({f['level']})" for f in r["audit"]["findings"])
@@ -119,9 +123,17 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         p = r["planted"]
         named = "<br>".join(f"{f['text']} ({f['level']})" for f in p["findings"] if f["name"] != "float32-angles")
         worst = max((c["models"]["planted"].get("rel", 0.0) for c in p["calls"]), default=0.0)
-        lines.append(f"| {r['family']} ({r['model_type']}) | {sites} | {audit} | {grafted} | {logits} | {named} "
-                     f"| {p['proof']} ({worst:.2g}) |")  # fmt: skip
+        use = g.get("use")
+        used = f"{use:.2g}" if isinstance(use, float) else f"not measured: {use}" if use else ""
+        lines.append(f"| {r['family']} ({r['model_type']}) | {r['export_s'] or 'reused'} | {sites} | {audit} "
+                     f"| {grafted} | {logits} | {used} | {named} | {p['proof']} ({worst:.2g}) |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def rerender(out: Path) -> None:
+    """``truth-families.md`` written again from the JSON beside it (the page's words changed, not the figures)."""
+    data = json.loads((out / "truth-families.json").read_text())
+    (out / "truth-families.md").write_text(markdown(data["rows"], data["command"]))
 
 
 def main(argv: list[str] | None = None) -> int:
