@@ -116,6 +116,24 @@ FAMILIES = [
                                                       "rope_type": "longrope", "rope_theta": 10000.0,
                                                       "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}),
      [("full_attention", "0-1", "theta 10000 with longrope x32, 96 of 128 channels rotated")], "", 0),
+    # The hybrids of 2026 (issue 41 item 6): their layers without attention carry no encoding, read as such
+    ("qwen3_5-linear-attention-quarter-rotated", lambda: config("qwen3_5_text", num_hidden_layers=8),
+     [("full_attention", "3, 7", "theta 10000, unscaled, 64 of 256 channels rotated")], "0-2, 4-6", 0),
+    ("qwen3_5-interval-and-mrope-keys", lambda: config("qwen3_5_text", num_hidden_layers=4, layer_types=None,
+                                                      full_attention_interval=2, rope_parameters={
+                                                          "rope_type": "default", "rope_theta": 1e7,
+                                                          "mrope_section": [11, 11, 10], "mrope_interleaved": True}),
+     [("full_attention", "1, 3", "theta 1e+07, unscaled, 64 of 256 channels rotated")], "0, 2", 0),
+    ("granite4-mamba-layers", lambda: config("granitemoehybrid", num_hidden_layers=4, position_embedding_type="rope",
+                                             layer_types=["linear_attention", "full_attention"] * 2),
+     [("full_attention", "1, 3", "theta 10000, unscaled")], "0, 2", 0),
+    ("lfm2-conv-layers", lambda: config("lfm2", num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2),
+     [("full_attention", "1, 3", "theta 1e+06, unscaled")], "0, 2", 0),
+    ("lfm2-full-attn-idxs", lambda: config("lfm2", num_hidden_layers=5, layer_types=None, full_attn_idxs=[2, 4]),
+     [("full_attention", "2, 4", "theta 1e+06, unscaled")], "0-1, 3", 0),
+    ("gemma3n-two-encodings", lambda: config("gemma3n_text", num_hidden_layers=10),
+     [("sliding_attention", "0-3, 5-8", "theta 10000, unscaled"), ("full_attention", "4, 9",
+                                                                    "theta 1e+06, unscaled")], "", 512),
 ]  # fmt: skip
 
 
@@ -218,6 +236,19 @@ BAD = [
      "rope_parameters: is one flat setting; transformers' olmo3 reads rope_parameters nested by layer type"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
+    ("granite4-without-rope", lambda: config("granitemoehybrid", num_hidden_layers=2, position_embedding_type=None),
+     "position_embedding_type: is None: this granitemoehybrid model has no positional encoding"),
+    ("conv-layers-outside-lfm2", lambda: config("qwen3", num_hidden_layers=2, layer_types=["conv", "full_attention"]),
+     "layer_types[0]: 'conv' is not built: convolution layers (LFM2)"),
+    ("linear-attention-outside-its-hybrids", lambda: config("qwen3", num_hidden_layers=2,
+                                                            layer_types=["linear_attention", "full_attention"]),
+     "layer_types[0]: 'linear_attention' is not built"),
+    ("lfm2-attention-index-out-of-range", lambda: config("lfm2", num_hidden_layers=2, layer_types=None,
+                                                         full_attn_idxs=[0, 5]),
+     "full_attn_idxs: must list layer indices in 0..1, got [0, 5]"),
+    ("gemma3n-theta-of-one-type-missing", lambda: config("gemma3n_text", num_hidden_layers=5, rope_parameters={
+        "sliding_attention": {"rope_type": "default"}, "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
+     "rope_parameters: Gemma 3n's thetas default per layer type"),
 ]  # fmt: skip
 
 

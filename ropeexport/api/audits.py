@@ -55,6 +55,7 @@ def graft(
     checkpoint: str | Path | None = None,
     spec_file: str | Path | None = None,
     proof_cache_gib: float = 4.0,
+    truth: str = "auto",
 ) -> GraftResult:
     """``model`` with every wrong rotary site replaced by the exact values of its layers' encoding (``hf_config``'s,
     or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist; for a model
@@ -62,11 +63,13 @@ def graft(
     (``ropeexport.audits.graft``); with ``checkpoint`` (the folder the model was exported from) its logits are judged
     against the whole decoder's float64 recompute at far positions and across original_max_position_embeddings too,
     a call whose cache would take more than ``proof_cache_gib`` GiB not run (and said: the verdict is then
-    ``partial``, proven up to a position, never ``proven``). Returns a ``GraftResult``.
+    ``partial``, proven up to a position, never ``proven``); ``truth``: what they are judged against (``auto``:
+    ropeexport's float64 decoder where it builds the model type, else transformers' model in float64, eager, exact
+    float64 angles per layer type; ``oracle`` / ``transformers`` forces one). Returns a ``GraftResult``.
     """  # noqa: D205
     from ropeexport.audits.graft import graft as _graft
 
     folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
     config = None if hf_config is None else _path(hf_config, "hf_config")
     spec = None if spec_file is None else _path(spec_file, "spec_file")
-    return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec, proof_cache_gib)
+    return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec, proof_cache_gib, truth)

@@ -9,7 +9,9 @@ What a hook says, each read from the type's transformers code (the modeling file
 class's ``__post_init__``): the encoding (``rope``, ``alibi``, ``t5``); RoPE's channel pairing (``half``: (i, i + d/2),
 ``interleaved``: (2i, 2i + 1)) and where that is seen; the theta its config class defaults to; which per-layer keys
 its code reads (``layer_types``, ``no_rope_layers``: a config of another type holding one is refused, never read as
-every layer full and rotated); the layer pattern it derives when the config names none.
+every layer full and rotated); the layer pattern it derives when the config names none; the layer types it builds
+without attention (a hybrid's linear attention, convolution or state-space layers: layers without a positional
+encoding, never read as attention).
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ class ConfigHook:
     the layer type a flat (4.x) ``rope_scaling`` and ``rope_theta`` apply to, the other types taking the default
     schedule at ``default_theta`` (OLMo 3's ``convert_rope_params_to_dict``). ``text_model``: a multimodal wrapper
     whose text model's config is its ``text_config`` (of that type).
+
+    Hybrids: ``other_layers``, the layer types its code builds without attention (no positional encoding on them);
+    ``pattern_other``, the type ``every-nth`` gives the layers that are not full (sliding unless said);
+    ``attention_index_key``, a config key listing the attention layers where there is no layer_types (the rest are
+    ``other_layers[0]``; absent too: every layer attention, as the config class derives it); ``position_key``, the
+    config key that switches RoPE on (its value ``rope``; anything else is a model with no positional encoding,
+    refused by name); ``rope_extra_keys``, keys of the scaling dict its code reads outside the schedule (refused
+    elsewhere as parameters of no schedule).
     """
 
     model_type: str
@@ -69,6 +79,11 @@ class ConfigHook:
     default_partial: float = 0.0
     flat_scaling_on: str = ""
     text_model: str = ""
+    other_layers: tuple[str, ...] = ()
+    pattern_other: str = "sliding_attention"
+    attention_index_key: str = ""
+    position_key: str = ""
+    rope_extra_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rope_on not in ROPE_ON:
@@ -77,7 +92,7 @@ class ConfigHook:
     @property
     def per_layer(self) -> bool:
         """Whether the type's config says its layers apart even without layer_types or no_rope_layers."""
-        return bool(self.pattern or self.no_rope_interval or self.rope_on)
+        return bool(self.pattern or self.no_rope_interval or self.rope_on or self.attention_index_key)
 
     @property
     def layout(self) -> tuple[str, str]:
@@ -106,5 +121,24 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
         interleaved("helium", "repeat_interleave cos/sin"),
         ConfigHook("mpt", encoding="alibi", alibi_in="attn_config"),
         *(ConfigHook(t, encoding="t5") for t in ("t5", "mt5", "umt5")),  # umt5: the same buckets, a table per layer
+        # Hybrids of 2026 (transformers 5.23 code, cited per field), read for audits and proofs only:
+        # Qwen3.5 text (Qwen3_5TextConfig.__post_init__: layer_types from full_attention_interval 4, the rest
+        # linear_attention; partial_rotary_factor 0.25 set by default; Qwen3_5TextRotaryEmbedding reads mrope_section
+        # and mrope_interleaved, which recompose the three position axes: one axis for text, so no change)
+        ConfigHook("qwen3_5_text", reads_layer_types=True, pattern="every-nth", pattern_key="full_attention_interval",
+                   pattern_every=4, pattern_other="linear_attention", other_layers=("linear_attention",),
+                   rope_extra_keys=("mrope_section", "mrope_interleaved"), default_partial=0.25),
+        # Granite 4 (GraniteMoeHybridConfig: layer_types default all linear_attention, the Mamba2 mixer; RoPE only
+        # where position_embedding_type is "rope": GraniteMoeHybridModel.rotary_emb)
+        ConfigHook("granitemoehybrid", reads_layer_types=True, other_layers=("linear_attention",),
+                   position_key="position_embedding_type"),
+        # LFM2 (Lfm2Config: layer_types from full_attn_idxs, the rest conv; default_theta 1e6)
+        ConfigHook("lfm2", default_theta=1_000_000.0, reads_layer_types=True, other_layers=("conv",),
+                   attention_index_key="full_attn_idxs"),
+        # Gemma 3n text (Gemma3nTextConfig: every 5th layer full, the rest sliding; per layer type rope_parameters,
+        # its default_theta one per type, global 1e6 and local 1e4: refused rather than one taken for both)
+        ConfigHook("gemma3n_text", reads_layer_types=True, pattern="every-nth", pattern_every=5,
+                   theta_required="Gemma 3n's thetas default per layer type (full 1e6, sliding 1e4): give each "
+                   "layer type's rope_theta in rope_parameters"),
     )
 }  # fmt: skip

@@ -79,7 +79,7 @@ class GraftResult:
     after: AuditResult | None = None
     short_call: JsonObject = field(default_factory=dict)
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
-    decoder: JsonObject | None = None  # audit.prove's record of both models, with a checkpoint
+    decoder: JsonObject | None = None  # audit.prove's record of both models, with a checkpoint (its ``truth`` named)
     genai: JsonObject | None = None  # the onnxruntime-genai folder written (``audits.package``): folder, files
     functions: JsonObject | None = None  # the model's local functions: ``kept`` as they were, or ``inlined`` (why)
 
@@ -112,9 +112,17 @@ class GraftResult:
             return str(self.decoder["verdict"]["grafted"]["text"])
         return "proven" if self.proven else "NOT proven"
 
+    @property
+    def truth(self) -> str | None:
+        """The truth the proof judged against: ``oracle`` (ropeexport's float64 decoder) or ``transformers``
+        (transformers' model in float64: ``audits.truth``); None without a checkpoint.
+        """  # noqa: D205
+        return None if self.decoder is None else str(self.decoder["truth"]["kind"])
+
     def to_dict(self) -> dict[str, object]:
         """The result as plain data."""
         return {"path": str(self.path), "proven": self.proven, "verdict": self.verdict, "text": self.text,
+                "truth": self.truth,
                 "replaced": self.replaced,
                 "before": self.before.verdict if self.before else None,
                 "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
@@ -130,11 +138,14 @@ def graft(
     checkpoint: str | Path | None = None,
     spec_file: str | Path | None = None,
     proof_cache_gib: float = CACHE_GIB,
+    truth: str = "auto",
 ) -> GraftResult:
     """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
     ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
     exported from, against the whole decoder's float64 recompute too: its own config.json where ``spec_file`` is
-    given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said).
+    given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said). ``truth``: what
+    the proof judges against (``audits.truth``: ``auto``, ropeexport's float64 decoder where it builds the model type,
+    else transformers' model in float64; ``oracle`` or ``transformers`` forces one).
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
@@ -163,7 +174,7 @@ def graft(
     _refuse_unchecked(before)
     spec = encodings.first
     config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
-    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib)
+    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib, truth)
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"

@@ -205,7 +205,8 @@ def _rows(array: np.ndarray, site: Site, length: int, width: int) -> np.ndarray:
     if site.table:
         return a.reshape(-1, a.shape[-1]) if a.ndim >= 2 else a.reshape(-1, 1)
     while a.ndim > 2:  # [b, (1,) s, w]: the first of each leading axis until [s, w]
-        a = a[0]
+        # [b, s, 1, w] (Gemma 3n's cos, unsqueezed for q in [b, s, heads, d]): its head axis first
+        a = a[..., 0, :] if a.shape[-2] == 1 and a.shape[-3] > 1 else a[0]
     if a.shape[-1] == 2 * width:
         halves, pairs = a[:, :width], a[:, 0::2]
         if site.interleaved is not True and np.array_equal(halves, a[:, width:]):

@@ -1,19 +1,27 @@
-"""A foreign decoder's logits against the float64 recompute of the whole model, at far positions and across switches.
+"""A foreign decoder's logits against a float64 truth of the whole model, at far positions and across switches.
 
-The audit checks a model's tables; this checks what its users get. The checkpoint the model was exported from is
-read by ``decoder.checkpoint.CheckpointWeights`` (checked against the config from its headers, each tensor read when
-used) and recomputed by ``decoder.oracle.decoders_float64``: every operation in float64, exact positions, the RoPE
-regime of L = max(position_ids) + 1, every call of a model in one pass, layer by layer (one layer's float64 weights
-and one layer's cache of each call resident). The ONNX model runs in ORT on the same call, one model's session at a
-time. A call is n tokens after p cached entries, so that its tokens sit at positions p .. p + n - 1:
-- a model with a cache input gets p random entries per layer (keys as if already rotated; the recompute is given the
-  same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n slots, and position_ids
-  p .. p + n - 1 where it takes them; such a call whose cache, given and given back, would pass ``cache_gib``
-  (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run, and says why (the
-  verdict is then ``partial``, never ``proven``: proven up to the last position of the calls run);
+The audit checks a model's tables; this checks what its users get. The truth (``audits.truth``) is ropeexport's own
+float64 decoder for a model type it builds as a decoder: the checkpoint the model was exported from read by
+``decoder.checkpoint.CheckpointWeights`` (checked against the config from its headers, each tensor read when used)
+and recomputed by ``decoder.oracle.decoders_float64``: every operation in float64, exact positions, the RoPE regime
+of L = max(position_ids) + 1, every call of a model in one pass, layer by layer (one layer's float64 weights and one
+layer's cache of each call resident). For any other model type transformers knows (Qwen3.5, Granite 4, LFM2,
+Gemma 3n, ...) it is transformers' own model of the checkpoint in float64, eager, no cache, with exact float64
+angles per layer type (``audits.hf_truth``). Each verdict names its truth (``truth`` in the record). The ONNX model
+runs in ORT on the same call, one model's session at a time. A call's n tokens sit at positions p .. p + n - 1:
+- against the oracle, a model with a cache input gets p random entries per layer (keys as if already rotated; the
+  recompute is given the same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n
+  slots, and position_ids p .. p + n - 1 where it takes them; such a call whose cache, given and given back, would
+  pass ``cache_gib`` (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run,
+  and says why (the verdict is then ``partial``, never ``proven``: proven up to the last position of the calls run);
+- against transformers, which runs without a cache and so never sees random entries, no model is fed any: the n
+  tokens are placed by position_ids p .. p + n - 1 after no entry (a cache input gets an empty one), or, for a model
+  without position_ids, the whole sequence 0 .. p + n - 1 is fed to both and its last n tokens judged
+  (``truth.WHOLE`` tokens at most);
 - a model without a cache input takes position_ids p .. p + n - 1 and an attention_mask over its n tokens;
-- a model with neither only ever sees positions 0 .. n - 1: its far calls are reported as not run, with the reason
-  (its verdict ``partial`` too).
+- a model with neither only ever sees positions 0 .. n - 1 against the oracle: its far calls are reported as not run,
+  with the reason (its verdict ``partial`` too).
+Each call's record says how it was placed (``placed``: cache, positions or whole).
 The cached values are drawn with std 1, so the attention output is led by them and an angle error in the query shows
 in the logits (a tiny random checkpoint's own activations are small). Calls: 8 tokens at 0, the last token at
 max_positions - 1, and where the schedule has an original_max_position_embeddings, L = original and L = original + 1
@@ -29,21 +37,22 @@ embedding too where it gathers it from a 4-bit ``GatherBlockQuantized`` table: t
 head is then that table's transpose); the bound is then the one ``decoder verify`` gives its accuracy level
 (``decoder.verify.tolerance``: the dtype's at levels 0 and 1, wider where the activations may be int8).
 
-When two models miss the float64 decoder by the same amount (``_outside``), the difference lies outside the
-positional encoding; ``locate`` then says where a model's hidden states first depart from the recompute's
-(``audits.locate``).
+When two models miss the truth by the same amount (``_outside``), the difference lies outside the positional
+encoding; ``locate`` then says where a model's hidden states first depart from the oracle's recompute
+(``audits.locate``; not against the transformers truth, which keeps no stages).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ropeexport.audits.proof_verdict import judge_call, outside, source_words, verdict
+from ropeexport.audits.proof_verdict import judge_call, outside, verdict
+from ropeexport.audits.truth import HOWS, KINDS, TOKENS, Cache, Call, OracleTruth, ProofWeights, Truth, call_ids
 from ropeexport.decoder.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime
@@ -51,8 +60,9 @@ from ropeexport.families.rope.regimes import original_length, regime
 __all__ = ["BlockTable", "Cache", "DecoderProof", "Feeder", "HeldWeights", "NBits", "ProofWeights", "block_tables",
            "far_calls", "held_weights", "nbits_weights"]
 
-TOKENS = 8
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
+
+
 def far_calls(position: Any) -> list[tuple[str, int]]:
     """(name, p) of each call (module doc): n = TOKENS tokens after p cached entries."""
     top = position.max_positions
@@ -138,15 +148,18 @@ class Feeder:
         return total
 
     def feeds(self, ids: np.ndarray, past: int, cache: Sequence[tuple[np.ndarray, np.ndarray]],
-              ) -> dict[str, np.ndarray]:  # fmt: skip
-        """The session's feeds for ``ids`` [1, n] after ``past`` entries (``cache``: float32 per layer)."""
+              start: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """The session's feeds for ``ids`` [1, n] after ``past`` entries (``cache``: float32 per layer), at positions
+        from ``start`` (default ``past``: a call placed after no entry may sit anywhere, ``truth`` module doc).
+        """  # noqa: D205
         n = ids.shape[1]
         feeds = {"input_ids": ids}
         slots = past + n if self.cached else n
+        first = past if start is None else start
         if self.mask:
             feeds["attention_mask"] = np.ones((1, slots), np.int64)
         if self.positions:
-            feeds["position_ids"] = np.arange(past, past + n, dtype=np.int64).reshape(1, n)
+            feeds["position_ids"] = np.arange(first, first + n, dtype=np.int64).reshape(1, n)
         numpy = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
         for layer, kv in self.cached.items():
             for tail, values in zip(("key", "value"), cache[layer], strict=True):
@@ -201,72 +214,19 @@ class Signature:
 CACHE_GIB = 4.0  # the most cache a far call may give a model and get back (``Feeder.cache_bytes``), by default
 
 
-class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
-    """Per layer the (key, value) [1, KV, past, d] cached before call ``index``: std 1, drawn when asked for from a
-    generator seeded by the call and the layer (the model and the recompute get the same values), in ``dtype``.
-    The recompute asks for one layer's at a time (float64); the model takes them all at once (float32).
-    """  # noqa: D205
-
-    def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32) -> None:
-        self.spec, self.call, self.past, self.dtype = spec, index, past, dtype
-
-    def __getitem__(self, layer: Any) -> Any:
-        from ropeexport.decoder.weights import geometry
-
-        if not isinstance(layer, int) or not 0 <= layer < len(self):
-            raise IndexError(layer)
-        _, KV, d = geometry(self.spec, layer)
-        rng = np.random.default_rng((self.call, layer))
-        k, v = rng.standard_normal((2, 1, KV, self.past, d), dtype=np.float32)
-        return k.astype(self.dtype, copy=False), v.astype(self.dtype, copy=False)
-
-    def __len__(self) -> int:
-        return int(self.spec.num_layers)
-
-
-class ProofWeights(Mapping[str, np.ndarray]):
-    """The recompute's weights, float64, each read when asked for: ``held`` (the model's own int4 projections) where
-    it has them, else the checkpoint's as the graph stores them (``oracle.Stored64``); ``vocab_part`` reads a slice
-    of the embedding or the head alone.
-    """  # noqa: D205
-
-    def __init__(self, stored: Mapping[str, np.ndarray], held: Mapping[str, np.ndarray]) -> None:
-        self.stored, self.held = stored, held
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.held[name] if name in self.held else self.stored[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.held or name in self.stored  # Mapping's own reads (and dequantizes) the weight
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.stored)
-
-    def __len__(self) -> int:
-        return len(self.stored)
-
-    def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
-        """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``."""
-        from ropeexport.decoder.weights import vocab_part
-
-        return vocab_part(self.held if name in self.held else self.stored, name, start, stop)
-
-
 class DecoderProof:
     """The checkpoint's headers and the model's inputs checked once (bad input raises SpecError before anything is
-    written); ``run`` judges models on the calls of ``far_calls``. Nothing holds the model's or the checkpoint's
-    weights whole: the recompute reads them layer by layer (``ProofWeights``, ``oracle.decoders_float64``), every
+    written); ``run`` judges models on the calls of ``far_calls`` against the truth (``audits.truth``: ropeexport's
+    float64 decoder for a model type it builds, transformers' model in float64 otherwise; ``truth`` forces one).
+    Nothing holds the model's or the checkpoint's weights whole but the transformers truth, and that one only while
+    its calls run: the oracle truth reads them layer by layer (``ProofWeights``, ``oracle.decoders_float64``), every
     call's truth in one pass; a model's session is dropped once the model is judged. A call whose cache would pass
     ``cache_gib`` (``Feeder.cache_bytes``) is not run, and says so; the verdict is then partial
     (``proof_verdict.verdict``).
     """  # noqa: D205
 
-    def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB) -> None:
-        from ropeexport.decoder.build import DecoderRequest, resolve
-        from ropeexport.decoder.checkpoint import CheckpointWeights
-        from ropeexport.decoder.oracle import Stored64
-        from ropeexport.decoder.parts import position_pieces
-
+    def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB,
+                 truth: str = "auto") -> None:  # fmt: skip
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
@@ -279,28 +239,19 @@ class DecoderProof:
         if dtype is None:
             raise SpecError("model", f"{str(model)!r} gives {logits.type} logits; the decoder proof judges float and "
                             "float16 ones")  # fmt: skip
-        self.spec, _ = resolve(DecoderRequest(hf_config=hf_config, checkpoint=checkpoint, dtype=dtype))
+        self.truth: Truth = choose(truth, Path(hf_config), Path(checkpoint), Path(model), dtype, _graph_of(model))
+        self.spec = self.truth.spec
         width = (logits.shape or [None])[-1]
         if isinstance(width, int) and width != self.spec.vocab_size:
             raise SpecError("checkpoint", f"{str(checkpoint)!r} has a vocabulary of {self.spec.vocab_size} tokens but "
                             f"{str(model)!r} gives {width} logits per token: not the checkpoint the model was "
                             "exported from")  # fmt: skip
         Feeder(declared, self.spec, model)  # the inputs are checked now, not after the graft is written
-        self.pieces = position_pieces(self.spec)  # per layer its encoding's float64 twin (None: a layer without)
-        held, level = held_weights(_graph_of(model), self.spec, Path(model).resolve().parent)  # module doc
-        self.weights64 = ProofWeights(Stored64(self.spec, CheckpointWeights(self.spec, checkpoint)), held)
-        self.tolerance = self._tolerance(level if held else None)
-        self.source = source_words(held, self.spec.tie_embeddings)
+        self.tolerance = self.truth.tolerance
+        self.source = self.truth.source
         self.checkpoint = str(checkpoint)
-        self._truths: dict[tuple[int, bool], np.ndarray] = {}
+        self._truths: dict[tuple[int, str], np.ndarray] = {}
         self._judged: dict[tuple[str, str], list[dict[str, Any]]] = {}
-
-    def _tolerance(self, level: int | None) -> float:
-        """``decoder verify``'s bound for the spec, with int4 weights run at ``level`` (None: weights in the dtype)."""
-        from ropeexport.decoder.verify import tolerance
-
-        spec = self.spec if level is None else self.spec.replace(weight_format="int4", accuracy_level=level)
-        return tolerance(spec)
 
     def _session(self, path: Path) -> Any:
         import onnxruntime as ort
@@ -312,40 +263,31 @@ class DecoderProof:
         except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
             raise SpecError("model", f"ONNX Runtime refuses {str(path)!r}: {ort_reason(exc)}") from None
 
-    def _call(self, index: int, past: int, dtype: Any = np.float32) -> tuple[np.ndarray, Cache]:
-        """The ids [1, n] and the cache (``Cache``: per layer key and value [1, KV, past, d]) of call ``index``."""
-        rng = np.random.default_rng(index)
-        ids = rng.integers(0, self.spec.vocab_size, (1, TOKENS)).astype(np.int64)
-        return ids, Cache(self.spec, index, past, dtype)
+    def _call(self, index: int, past: int, how: str) -> Call:
+        """Call ``index`` as ``how`` places it (``truth.Call``)."""
+        return Call(index, past, how, call_ids(self.spec.vocab_size, index, past, how))
 
-    def _feed(self, index: int, past: int, cached: bool) -> Any:
-        """Call ``index`` as the recompute takes it (``oracle.Feed``), with its cache (``cached``) or placed by
-        positions alone.
+    def _truth(self, wanted: list[Call]) -> None:
+        """float64 logits [n, vocab] of each call not yet computed, all in one go (the oracle: one pass over the
+        weights; transformers: one load of the model).
         """  # noqa: D205
-        from ropeexport.decoder.oracle import Feed
+        missing = [c for c in wanted if (c.index, c.how) not in self._truths]
+        if missing:
+            for call, logits in zip(missing, self.truth.logits(missing), strict=True):
+                self._truths[call.index, call.how] = logits
 
-        ids, cache = self._call(index, past, np.float64)
-        mask = np.ones((1, past + TOKENS if cached else TOKENS), np.int64)
-        pos = np.arange(past, past + TOKENS, dtype=np.int64).reshape(1, TOKENS)
-        return Feed(ids, pos, mask, 0, cache if cached else None)
-
-    def _truth(self, wanted: list[tuple[int, int, bool]]) -> None:
-        """float64 logits [n, vocab] of each call (index, past, cached) not yet recomputed, all in one pass over the
-        weights (``oracle.decoders_float64``: one layer's weights and one layer's cache of each call at a time).
+    def _feeds(self, feeder: Feeder, call: Call) -> dict[str, np.ndarray]:
+        """The model's feeds for ``call``: after its random cached entries, placed by position_ids after none (an
+        empty cache where the model has one), or the whole sequence after none.
         """  # noqa: D205
-        from ropeexport.decoder.oracle import decoders_float64
-
-        missing = [(i, p, c) for i, p, c in wanted if (i, c) not in self._truths]
-        if not missing:
-            return
-        feeds = [self._feed(i, p, c) for i, p, c in missing]
-        for (i, _, c), logits in zip(missing, decoders_float64(self.spec, self.weights64, feeds, self.pieces),
-                                     strict=True):  # fmt: skip
-            self._truths[i, c] = logits[0]
+        if call.how == "cache":
+            return feeder.feeds(call.ids, call.past, Cache(self.spec, call.index, call.past))
+        empty = Cache(self.spec, call.index, 0)
+        return feeder.feeds(call.ids, 0, empty, start=call.past if call.how == "positions" else 0)
 
     def judge(self, path: Path) -> list[dict[str, Any]]:
-        """``path`` on every call of ``far_calls``: per call its record (error against float64, verdict) or why it was
-        not run. A call ONNX Runtime refuses, or logits of another shape than the recompute's, is a SpecError: the
+        """``path`` on every call of ``far_calls``: per call its record (error against the truth, verdict) or why it
+        was not run. A call ONNX Runtime refuses, or logits of another shape than the truth's, is a SpecError: the
         proof cannot judge the model (``graft`` asks this of the original before it writes anything).
         """  # noqa: D205
         from ropeexport.audits.model import ort_reason, quiet
@@ -357,80 +299,87 @@ class DecoderProof:
         calls = list(enumerate(far_calls(self.spec.position_spec())))
         why: dict[int, str] = {}
         needed: dict[int, float] = {}  # GiB of cache a call not run for its size would take
+        placed: dict[int, Call] = {}
         for index, (_, past) in calls:
-            reason = feeder.placeable(past)
-            size = feeder.cache_bytes(past)
-            if reason is None and size > self.cache_bytes:
-                reason = (f"its cache ({past} entries of {len(feeder.cached)} layers) would take "
-                          f"{size / 2**30:.3g} GiB as the model's inputs and outputs, more than the proof's "
-                          f"{self.cache_gib:g} GiB (--proof-cache-gib)")  # fmt: skip
+            how = self.truth.placement(bool(feeder.cached), feeder.positions, past)
+            if how not in HOWS:
+                why[index] = how
+                continue
+            # the cache given and given back: p entries and the call's (cache), the whole sequence's (whole), its own
+            fed = {"cache": (past, TOKENS), "whole": (0, past + TOKENS)}.get(how, (0, TOKENS))
+            size = feeder.cache_bytes(*fed)
+            if size > self.cache_bytes:
+                why[index] = (f"its cache ({past} entries of {len(feeder.cached)} layers) would take "
+                              f"{size / 2**30:.3g} GiB as the model's inputs and outputs, more than the proof's "
+                              f"{self.cache_gib:g} GiB (--proof-cache-gib)")  # fmt: skip
                 needed[index] = size / 2**30
-            if reason is not None:
-                why[index] = reason
-        cached = bool(feeder.cached)  # a model placed by position_ids sees no cache
-        self._truth([(index, past, cached) for index, (_, past) in calls if index not in why])
+                continue
+            placed[index] = self._call(index, past, how)
+        self._truth(list(placed.values()))
         session = self._session(path)  # made once the truths are: the two are never resident together
-        feeder.keeps(session)
+        if any(c.how == "cache" for c in placed.values()):
+            feeder.keeps(session)
         out: list[dict[str, Any]] = []
         for index, (name, past) in calls:
             if index in why:
                 out.append({"not_run": why[index], **({"cache_gib": needed[index]} if index in needed else {})})
                 continue
-            ids, cache = self._call(index, past)
-            truth = self._truths[index, cached]
+            call = placed[index]
+            truth = self._truths[index, call.how]
             try:
-                got = session.run([feeder.logits], feeder.feeds(ids, past, cache), quiet()[1])[0]
+                got = session.run([feeder.logits], self._feeds(feeder, call), quiet()[1])[0]
             except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
-                raise SpecError("model", f"{str(path)!r} refuses the call {name!r} ({TOKENS} tokens after {past} "
-                                f"cached entries; ONNX Runtime: {ort_reason(exc)}): the decoder proof cannot judge "
+                raise SpecError("model", f"{str(path)!r} refuses the call {name!r} ({PLACED[call.how](past)}; "
+                                f"ONNX Runtime: {ort_reason(exc)}): the decoder proof cannot judge "
                                 "it") from None  # fmt: skip
             got = np.asarray(got, np.float64)
+            if call.how == "whole" and got.ndim == 3:  # [1, p + n, vocab]: its last n tokens are judged
+                got = got[:, -TOKENS:]
             if got.size != truth.size:
                 raise SpecError("checkpoint", f"{str(path)!r} gives logits of shape {list(got.shape)} where the "
-                                f"checkpoint's float64 recompute has {list(truth.shape)}: {self.checkpoint!r} is not "
-                                "the checkpoint the model was exported from")  # fmt: skip
-            out.append(judge_call(got.reshape(truth.shape), truth, self.tolerance))
+                                f"truth has {list(truth.shape)}: {self.checkpoint!r} is not the checkpoint the model "
+                                "was exported from")  # fmt: skip
+            out.append({**judge_call(got.reshape(truth.shape), truth, self.tolerance), "placed": call.how})
         self._judged[key] = out
         return out  # the session (the whole model in memory) goes with this call
 
     def locate(self, path: Path, who: str) -> dict[str, Any] | None:
         """Where ``path`` (judged already, and failed) first departs from the float64 decoder (``audits.locate``), on
-        the call it failed with the fewest cached entries; said of ``who``. None when that cannot be told.
+        the call it failed with the fewest cached entries; said of ``who``. None when that cannot be told (the
+        transformers truth keeps no stages to compare with).
         """  # noqa: D205
         from ropeexport.audits.locate import first_difference, model_values
         from ropeexport.decoder.oracle import decoders_float64
 
+        if not isinstance(self.truth, OracleTruth):
+            return None
         judged = self._judged.get((str(path), str(Path(path).stat().st_mtime_ns)), [])
         calls = far_calls(self.spec.position_spec())
-        failed = [(calls[i][1], i) for i, record in enumerate(judged)
-                  if record.get("passed") is False and "cannot_prove" not in record]
+        failed = [(calls[i][1], i, r["placed"]) for i, r in enumerate(judged)
+                  if r.get("passed") is False and "cannot_prove" not in r]  # fmt: skip
         if not failed:
             return None
-        past, index = min(failed)
-        ids, cache = self._call(index, past)
-        cached: list[bool] = []
+        past, index, how = min(failed)
+        call = self._call(index, past, how)
 
         def feeds(session: Any) -> dict[str, np.ndarray]:
-            feeder = Feeder(session, self.spec, path)
-            cached.append(bool(feeder.cached))
-            return feeder.feeds(ids, past, cache)
+            return self._feeds(Feeder(session, self.spec, path), call)
 
         values = model_values(Path(path), feeds)
         if isinstance(values, str):
             return None
         stages: list[tuple[Any, np.ndarray]] = []
-        feed = self._feed(index, past, cached[0])
-        decoders_float64(self.spec, self.weights64, [feed], self.pieces,
+        decoders_float64(self.spec, self.truth.weights64, [self.truth.feed(call)], self.truth.pieces,
                          trace=lambda _, stage, h: stages.append((stage, h)))  # fmt: skip
         # Judged at the dtype's bound, not a quantized model's wider one: where the model first stops computing what
         # the recompute computes (a quantized model's own rounding shows too, at its size).
-        found = first_difference(values, stages, self._tolerance(None), who)
+        found = first_difference(values, stages, self.truth.bound(None), who)
         return None if found is None else {"call": calls[index][0], **found}
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
-        """Every model on every call (module doc): per call and model the error against float64 and the verdict;
+        """Every model on every call (module doc): per call and model the error against the truth and the verdict;
         per model ``passed`` (every call run and passed) and ``verdict`` (``proof_verdict.verdict``: proven, partial
-        or not proven, in words).
+        or not proven, in words, naming the truth); ``truth`` says which truth judged and how calls were placed.
         """  # noqa: D205
         position = self.spec.position_spec()
         judged = {label: self.judge(path) for label, path in models.items()}
@@ -439,14 +388,16 @@ class DecoderProof:
             calls.append({"call": name, "positions": [past, past + TOKENS - 1], "L": past + TOKENS,
                           "regime": regime(position, past + TOKENS),
                           "models": {label: judged[label][index] for label in models}})  # fmt: skip
-        verdicts = {label: verdict(calls, label, self.cache_gib) for label in models}
+        verdicts = {label: verdict(calls, label, self.cache_gib) | {"truth": self.truth.kind} for label in models}
         run = {label: sum("passed" in c["models"][label] for c in calls) for label in models}
         apart = outside(calls) if {"original", "grafted"} <= set(models) else None
+        hows = sorted({r["placed"] for c in calls for r in c["models"].values() if "placed" in r})
         return {
             "checkpoint": self.checkpoint,
-            "reference": f"float64 recompute of the whole decoder from {self.source} (ropeexport.decoder.oracle), "
-            "exact positions, the regime of L = max(position_ids) + 1",
-            "tolerance": {"rel": self.tolerance, "of": "max |float64 logit| of the call"},
+            "truth": {"kind": self.truth.kind, "words": self.truth.words, "placed": hows,
+                      "how": "; ".join(f"{h}: {PLACED[h]('p')}" for h in hows)},  # fmt: skip
+            "reference": self.truth.reference,
+            "tolerance": {"rel": self.tolerance, "of": "max |truth logit| of the call"},
             "tokens": TOKENS,
             "calls": calls,
             "passed": {label: v["verdict"] == "proven" for label, v in verdicts.items()},
@@ -454,6 +405,32 @@ class DecoderProof:
             "calls_run": run,
             **({"outside_encoding": apart} if apart else {}),
         }
+
+
+# How a call is placed (``truth`` module doc), in words, for p its first judged position.
+PLACED = {
+    "cache": lambda p: f"{TOKENS} tokens after {p} random cached entries, the truth given the same",
+    "positions": lambda p: f"{TOKENS} tokens at positions {p} .. {p} + {TOKENS - 1} by position_ids, no cached entry",
+    "whole": lambda p: f"the whole sequence 0 .. {p} + {TOKENS - 1} fed to both, the last {TOKENS} judged",
+}
+
+
+def choose(kind: str, hf_config: Path, checkpoint: Path, model: Path, dtype: str, graph: Any) -> Truth:
+    """The truth of ``kind`` (``auto``: the oracle where ropeexport builds the checkpoint's model type as a decoder,
+    else transformers' model where transformers knows it; module doc); SpecError naming the field otherwise.
+    """  # noqa: D205
+    from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS
+    from ropeexport.hf import read_config
+
+    if kind not in ("auto", *KINDS):
+        raise SpecError("truth", f"must be one of auto, {', '.join(KINDS)}, got {kind!r}")
+    model_type = read_config(hf_config).get("model_type")
+    built = model_type in ARCHITECTURES or model_type in TEXT_CONFIGS
+    if kind == "oracle" or (kind == "auto" and built):
+        return OracleTruth(hf_config, checkpoint, model, dtype, graph)
+    from ropeexport.audits.hf_truth import TransformersTruth
+
+    return TransformersTruth(hf_config, checkpoint, dtype)
 
 
 def _graph_of(path: Path) -> Any:

@@ -39,6 +39,9 @@ from ropeexport.audits.patterns.base import is_constant
 # halves or pairs duplicated to the rotated width, as graft writes them)
 CARRIERS = {"Mul", "Div", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Transpose", "CastLike",
             "Neg"}  # fmt: skip
+# Nodes that pick or place values of one cos/sin (Qwen3.5's multimodal recomposition of its three position axes:
+# select, slice, scatter) carry it when every other input is a constant or computed from shapes alone (``_static``)
+SELECTS = {"Gather", "Slice", "ScatterElements", "ScatterND"}
 # Nodes that only move, slice or negate x's channels (x is traced back through them to its root)
 CHANNELS = {"Slice", "Split", "Neg", "Concat", "Reshape", "Unsqueeze", "Squeeze", "Identity"}
 # Nodes that combine the products into y (and carry y on: a partial rotation's Concat with its untouched channels)
@@ -89,9 +92,11 @@ def _carried(sources: Iterable[ir.Value]) -> dict[int, tuple[ir.Value, ir.Node |
             for use in value.uses():
                 node = use.node
                 doubled = node.op_type == "Concat" and all(v is value for v in node.inputs)  # cat(f, f): halves
-                if (node.op_type not in CARRIERS and not doubled) or not node.outputs:
+                if node.op_type in SELECTS and node.outputs and _selects(node, source, sign, out):
+                    pass  # every data input carried from this source, the rest static: a carrier (``SELECTS``)
+                elif (node.op_type not in CARRIERS and not doubled) or not node.outputs:
                     continue
-                if not doubled and not all(is_constant(v) for i, v in enumerate(node.inputs) if i != use.idx):
+                elif not doubled and not all(is_constant(v) for i, v in enumerate(node.inputs) if i != use.idx):
                     continue  # a Mul with a tensor: a product of the rotation, not a carrier
                 first = entry if entry is not None else node
                 turned = -sign if node.op_type == "Neg" else sign
@@ -99,6 +104,29 @@ def _carried(sources: Iterable[ir.Value]) -> dict[int, tuple[ir.Value, ir.Node |
                     out[id(node.outputs[0])] = (source, first, turned, node.outputs[0])
                     stack.append((node.outputs[0], first, turned))
     return out
+
+
+def _selects(node: ir.Node, source: ir.Value, sign: int, carried: dict[int, Any]) -> bool:
+    """Whether ``node`` (one of ``SELECTS``) only picks or places values carried from ``source`` with ``sign``: every
+    input carried so, or static (``_static``), at least its first (the data) carried.
+    """  # noqa: D205
+    inputs = [v for v in node.inputs if v is not None]
+    mine = [id(v) in carried and carried[id(v)][0] is source and carried[id(v)][2] == sign for v in inputs]
+    return bool(inputs) and mine[0] and all(m or _static(v) for m, v in zip(mine, inputs, strict=True))
+
+
+def _static(value: ir.Value, depth: int = 16) -> bool:
+    """Whether ``value`` is a constant or computed from constants and tensor shapes alone (an index a scatter
+    computes from its operands' shapes), within ``depth`` nodes.
+    """  # noqa: D205
+    if is_constant(value):
+        return True
+    producer = value.producer()
+    if producer is None or depth == 0:
+        return False
+    if producer.op_type == "Shape":
+        return True
+    return all(v is None or _static(v, depth - 1) for v in producer.inputs)
 
 
 def root(value: ir.Value) -> ir.Value | None:

@@ -44,9 +44,16 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     cos_raw = evaluator.raw(Site.from_dict(site), probe)[0]
     shape, w = list(cos_raw.shape), spec.rotary_dim // 2
     axis = next((i for i, n in enumerate(shape) if n == probe), None)
-    if axis is None or shape[-1] not in (w, 2 * w) or axis != len(shape) - 2:
+    heads_last = len(shape) == 4 and axis == 1 and shape[2] == 1  # [b, s, 1, width]: Gemma 3n's q is [b, s, h, d]
+    if axis is None or shape[-1] not in (w, 2 * w) or (axis != len(shape) - 2 and not heads_last):
         raise SpecError("model", f"the computed site reading {site['cos']!r} has values of shape {shape}: graft "
                         "expects [.., positions, width]")  # fmt: skip
+    # [a, b, s, width] with a > 1 at batch 1: one table per position axis (Qwen3.5's three, expanded from one
+    # position_ids for text and recomposed after), each the same rows: the rows are expanded to every axis
+    axes = shape[0] if len(shape) == 4 and shape[0] > 1 and shape[1] == 1 else 0
+    if axes and not all(np.array_equal(cos_raw[0], cos_raw[k]) for k in range(axes)):
+        raise SpecError("model", f"the computed site reading {site['cos']!r} has {axes} position axes whose values "
+                        "differ on a call of text positions: graft writes one table for all of them")  # fmt: skip
     flat = cos_raw.reshape(-1, shape[-1])[:probe]
     layout = "none" if shape[-1] == w else "half" if np.array_equal(flat[:, :w], flat[:, w:]) else "interleaved"
     dtype = DTYPE_NAMES.get(str(cos_raw.dtype), "fp32")
@@ -66,7 +73,12 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
             rows = g.op("Reshape", [both, g.const(f"{name}_pair_shape", i64(0, 0, 2 * w))])
         if name == "sin" and site.get("sign", 1) == -1:  # its rotations turn the other way: they apply minus it
             rows = g.op("Neg", [rows])
-        if len(shape) == 2:  # [s, width]: the first batch row
+        if heads_last:  # [b, s, width] -> [b, s, 1, width]
+            rows = g.op("Unsqueeze", [rows, g.const(f"{name}_heads_axis", i64(2))])
+        elif axes:  # [b, s, width] -> [axes, b, s, width]
+            rows = g.op("Unsqueeze", [rows, g.const(f"{name}_axes_axis", i64(0))])
+            rows = g.op("Expand", [rows, g.const(f"{name}_axes_shape", i64(axes, 1, 1, 1))])
+        elif len(shape) == 2:  # [s, width]: the first batch row
             rows = g.op("Squeeze", [rows, g.const(f"{name}_batch_axis", i64(0))])
         elif len(shape) > 3:  # [b, 1, .., s, width]
             rows = g.op("Unsqueeze", [rows, g.const(f"{name}_head_axes", i64(*range(1, len(shape) - 2)))])

@@ -10,11 +10,14 @@ the model is written inlined, and said); cos/sin computed in the graph from posi
 become exact tables gathered by position_ids (a LongRoPE switch on the call length included). Then proves the
 result: the grafted model audited again, and both models run on one short call (8 tokens, positions 0..7): equal to
 the dtype's noise. With --checkpoint (the folder the model was exported from: config.json and *.safetensors), both
-models' logits are also judged against the float64 recompute of the whole decoder: 8 tokens at positions 0..7, the
-last at max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides);
-a model with a cache input is placed there after random cached entries; a call whose cache (given and given back)
-would take more than --proof-cache-gib is not run, and the report says so (Llama-3.2-1B's last position needs
-17 GiB).
+models' logits are also judged against a float64 truth of the whole decoder: 8 tokens at positions 0..7, the last
+at max_positions - 1, and L = original_max_position_embeddings and one past it (a LongRoPE switch's two sides). The
+truth (--truth auto) is ropeexport's own float64 decoder for a model type it builds as a decoder, where a model with
+a cache input is placed after random cached entries; for any other type transformers knows (Qwen3.5, Granite 4,
+LFM2, Gemma 3n, ...) it is transformers' model in float64, eager, no cache, with exact float64 angles per layer type,
+and the calls are placed by position_ids after no cached entry (or fed whole, for a model without position_ids).
+Each verdict names its truth. A call whose cache (given and given back) would take more than --proof-cache-gib is
+not run, and the report says so (Llama-3.2-1B's last position needs 17 GiB).
 
 A model with genai_config.json beside it (onnxruntime-genai's builder's, a folder published for onnxruntime-genai) is
 served from its folder: give --out a new folder (no .onnx suffix) and graft writes the whole folder there (the
@@ -78,12 +81,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--proof-cache-gib", type=float, default=4.0, metavar="GIB",
                    help="with --checkpoint: the most cache a far call may take (default 4); a call needing more is "
                    "not run")  # fmt: skip
+    p.add_argument("--truth", choices=["auto", "oracle", "transformers"], default="auto",
+                   help="with --checkpoint: what the logits are judged against (default auto: ropeexport's float64 "
+                   "decoder where it builds the model type, else transformers' model in float64)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails, 3 when it passed on every call run but some were not run."""
-    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib)
+    result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib,
+                   args.truth)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -112,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  short call ({call['tokens']} tokens) against the original: {error(call['relative'])} of the "
                   f"output scale{note}")  # fmt: skip
         if result.decoder is not None:
-            print(f"  whole decoder against float64 ({error(result.decoder['tolerance']['rel'])} of the logit scale):")
+            truth = result.decoder["truth"]
+            print(f"  whole decoder against {truth['words']} ({error(result.decoder['tolerance']['rel'])} of the "
+                  f"logit scale; {truth['how']}):")  # fmt: skip
             for call in result.decoder["calls"]:
                 why = {m.get("not_run") for m in call["models"].values()}
                 if len(why) == 1 and None not in why:  # no model was run on it: why, once

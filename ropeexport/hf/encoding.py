@@ -244,7 +244,7 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
     else:  # nothing in the config names a schedule: say so, not a key that is not there
         where = f"{scaling[0]} names no rope_type" if scaling else "no rope_scaling / rope_parameters in the config"
         r.set("scaling", schedule, f"{where} (unscaled)")
-    values = {k: v for k, v in params.items() if k not in _SELECTORS}
+    values = {k: v for k, v in params.items() if k not in (*_SELECTORS, *hook.rope_extra_keys)}
     if schedule == "default":
         if values:
             raise r.error(f"{prefix}{sorted(values)[0]}", "is not a parameter of the default (unscaled) schedule")

@@ -156,27 +156,32 @@ def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tupl
     if config.get("layer_types") is not None:
         assert count is not None
         types = _per_layer_list(r, "layer_types", count)
+        others = hook.other_layers if hook else ()  # a hybrid's layers without attention: no encoding, read so
         for i, kind in enumerate(types):  # a kind of layer not built is named first (Llama 4's chunked attention)
-            if isinstance(kind, str) and kind in OTHER_LAYER_TYPES:
+            if isinstance(kind, str) and kind in OTHER_LAYER_TYPES and kind not in others:
                 raise r.error(f"layer_types[{i}]", f"{kind!r} is not built: {OTHER_LAYER_TYPES[kind]}")
         if not (hook and hook.reads_layer_types) and any(t != "full_attention" for t in types):
             # Never read as all-full: Cohere 2, EXAONE 4 and others give their layer types meanings of their own.
             raise r.error("layer_types", f"not imported for {_name(r)!r} (ropeexport reads layer types for "
                           f"{', '.join(_reading('reads_layer_types'))}): refused rather than taking every layer "
                           "as full attention")  # fmt: skip
+        allowed = (*LAYER_TYPES, *others)
         for i, kind in enumerate(types):
-            if not isinstance(kind, str) or kind not in LAYER_TYPES:
-                raise r.error(f"layer_types[{i}]", f"unknown layer type {kind!r}; allowed: {', '.join(LAYER_TYPES)}")
+            if not isinstance(kind, str) or kind not in allowed:
+                raise r.error(f"layer_types[{i}]", f"unknown layer type {kind!r}; allowed: {', '.join(allowed)}")
         return tuple(types), "layer_types"
     if count is None:
         return (), "one encoding for every layer"
+    if hook is not None and hook.attention_index_key:
+        return _indexed_types(r, hook, count)
     if hook is not None and hook.pattern == "every-nth":
         found = r.get(hook.pattern_key) if hook.pattern_key else None  # OLMo 3's interval is fixed: no key
         pattern = hook.pattern_every if found is None else r.integer(*found)
         source = hook.pattern_key if found else (f"transformers' default {hook.pattern_key or 'pattern'} "
                                                  f"{hook.pattern_every} ({hook.model_type}: every "
                                                  f"{hook.pattern_every}th layer full)")  # fmt: skip
-        return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(count)), source
+        other = hook.pattern_other
+        return tuple(other if (i + 1) % pattern else "full_attention" for i in range(count)), source
     if hook is not None and hook.pattern == "alternating":
         return (tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(count)),
                 f"transformers' {hook.model_type} pattern (even layers sliding)")  # fmt: skip
@@ -189,6 +194,22 @@ def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tupl
         return (tuple("sliding_attention" if i >= first else "full_attention" for i in range(count)),
                 "use_sliding_window with max_window_layers (layers from it on slide)")  # fmt: skip
     return ("full_attention",) * count, "no layer_types: every layer full attention"
+
+
+def _indexed_types(r: _Reader, hook: ConfigHook, count: int) -> tuple[tuple[str, ...], str]:
+    """Layer types from a list of the attention layers' indices (LFM2's ``full_attn_idxs``), the rest the hook's
+    first layer without attention; no list: every layer attention (the config class's default).
+    """  # noqa: D205
+    key = hook.attention_index_key
+    found = r.get(key)
+    if found is None:
+        return ("full_attention",) * count, f"no layer_types or {key}: every layer attention ({hook.model_type})"
+    indices = found[1]
+    if not isinstance(indices, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count
+                                            for i in indices):  # fmt: skip
+        raise r.error(key, f"must list layer indices in 0..{count - 1}, got {indices!r}")
+    other = hook.other_layers[0]
+    return tuple("full_attention" if i in indices else other for i in range(count)), f"{key} (the rest {other})"
 
 
 def _rotated(
@@ -223,6 +244,14 @@ def _rotated(
         source = "no_rope_layer_interval" if found else f"transformers' default no_rope_layer_interval {interval}"
         return tuple((i + 1) % interval != 0 for i in range(count)), source
     return (True,) * (count or 1), "every layer"
+
+
+def _rope_switched_on(r: _Reader, hook: ConfigHook) -> None:
+    """A SpecError unless the config's RoPE switch (``ConfigHook.position_key``) says ``rope``."""
+    value = r.config.get(hook.position_key)
+    if value != "rope":
+        raise r.error(hook.position_key, f"is {value!r}: this {hook.model_type} model has no positional encoding "
+                      "(its code rotates only where it is 'rope'); there is nothing to audit or export")  # fmt: skip
 
 
 def _window(r: _Reader, model_type: str, types: tuple[str, ...]) -> tuple[int, str]:
@@ -352,8 +381,15 @@ def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Laye
     if not types:
         types = ("full_attention",)
     rotated, rotated_source = _rotated(r, hook, count, types)
+    if hook is not None and hook.position_key:
+        _rope_switched_on(r, hook)
+    others = hook.other_layers if hook else ()
+    if any(kind in others for kind in types):  # a hybrid's layers without attention carry no positional encoding
+        rotated = tuple(on and kind not in others for on, kind in zip(rotated, types, strict=True))
+        rotated_source += f"; {'/'.join(k for k in others if k in types)} layers: no attention, no encoding"
     window, window_source = _window(r, name, types)
-    configs, scaling_source, renamed = _type_configs(r, hook, types)
+    kinds = tuple(kind for kind in types if kind not in others)
+    configs, scaling_source, renamed = _type_configs(r, hook, kinds or ("full_attention",))
     encodings = {}
     for kind, flat in configs.items():
         imported = _import_one(flat, where)

@@ -1,0 +1,256 @@
+"""transformers' own model as the proof's truth (``audits.truth``), for a model type ropeexport does not build.
+
+The checkpoint is loaded by transformers (``AutoModelForCausalLM``) in float64 with ``attn_implementation="eager"``
+and run with ``use_cache=False``: every call is what transformers computes from the call's tokens and position_ids
+alone, no state carried (a hybrid's convolution or recurrent state starts empty, as on a first call). Calls are
+placed by position_ids, or fed whole where the ONNX model takes none (``truth`` module doc).
+
+Two things transformers computes below float64 even in a float64 model are put right while the truth runs:
+- angles: each rotary module computes ``position_ids.float() * inv_freq`` in float32 (an angle error of about
+  6e-8 x position rad). Every text rotary module (a ``*RotaryEmbedding`` that is not a vision one) gets a forward
+  whose cos/sin are the cos/sin of float64 positions times float64 inverse frequencies, per layer type where the
+  module takes one (Gemma 3n's sliding / full), times the schedule's attention factor, in the regime of
+  L = max(position_ids) + 1. The inverse frequencies come from ropeexport's own schedule code
+  (``families.rope.regimes.frequencies``) for the encoding ropeexport reads from the config for that layer type
+  (``hf.import_layers``): the proof runs after the audit has read the config, so this always applies; transformers'
+  rope init is not recomputed. Before a module is patched its own output on positions 0..63 is compared with the
+  patch's: a module laying out cos/sin otherwise (interleaved copies, another shape) is refused, never replaced.
+- downcasts: code written for half-precision models upcasts to float32 (RMSNorm's ``.to(torch.float32)``, attention's
+  ``softmax(..., dtype=torch.float32)``, ``.float()`` in gated delta rules and Mamba scans), in a float64 model a
+  downcast of about 1e-7 of the logits. While the truth runs (``float64_throughout``), ``Tensor.float``,
+  ``Tensor.to`` and ``softmax`` keep a float64 tensor in float64.
+
+The whole model is held in float64 (8 bytes a parameter, where the oracle truth reads layer by layer): loaded for the
+calls and dropped after them, before any ONNX Runtime session of the model exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ropeexport.audits.truth import TOKENS, WHOLE, Call
+from ropeexport.errors import SpecError
+
+CHECK_ROWS = 64  # positions a rotary module's own cos/sin are compared at before it is patched
+CHECK_TOLERANCE = 1e-4  # float32 angles there are within 4e-6 rad; a layout that differs is off by O(1)
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One layer's attention geometry: (heads, KV heads, head_dim)."""
+
+    geometry: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the proof reads of the model (``truth.Truth.spec``): the config's sizes and the encoding whose far calls
+    are run (the layer type whose encoding reaches furthest).
+    """  # noqa: D205
+
+    vocab_size: int
+    num_layers: int
+    tie_embeddings: bool
+    layers: tuple[LayerShape, ...]
+    position: Any
+
+    def position_spec(self) -> Any:
+        """The encoding whose far calls are run (``prove.far_calls``)."""
+        return self.position
+
+
+class TransformersTruth:
+    """transformers' model of the checkpoint in float64 (module doc)."""
+
+    kind = "transformers"
+
+    def __init__(self, hf_config: Path, checkpoint: Path, dtype: str) -> None:
+        import transformers
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        from ropeexport.audits.layers import from_config
+        from ropeexport.decoder.verify import TOLERANCE
+        from ropeexport.hf import import_layers, read_config
+
+        self.checkpoint = Path(checkpoint)
+        try:
+            config = transformers.AutoConfig.from_pretrained(str(checkpoint))
+        except (ValueError, KeyError, OSError) as exc:
+            raise SpecError("checkpoint", f"{str(checkpoint)!r}: transformers {transformers.__version__} cannot read "
+                            f"its config ({str(exc).splitlines()[0]}), and ropeexport builds no decoder of its model "
+                            "type: there is no truth to prove it against") from None  # fmt: skip
+        causal_lms: Any = MODEL_FOR_CAUSAL_LM_MAPPING  # a lazy mapping: config class -> model class
+        model_class = causal_lms.get(type(config), None)
+        if model_class is None:
+            raise SpecError("checkpoint", f"{str(checkpoint)!r}: transformers {transformers.__version__} has no "
+                            f"causal language model for model type {config.model_type!r}")  # fmt: skip
+        self.model_class = model_class.__name__
+        self.layers = import_layers(read_config(hf_config), str(hf_config))  # per layer type, as the audit reads it
+        encodings = from_config(Path(hf_config))
+        self.specs: dict[str, Any] = {}  # layer type -> its RoPE spec (ropeexport's reading of the config)
+        for i, kind in enumerate(self.layers.types):
+            group = encodings.of(i)
+            if group is not None and kind not in self.specs:
+                self.specs[kind] = group.spec
+        if not self.specs or any(s.encoding != "rope" for s in self.specs.values()):
+            raise SpecError("hf_config", f"{str(hf_config)!r}: the transformers truth patches RoPE angles; this "
+                            "config's layers have no RoPE")  # fmt: skip
+        heads = config.num_attention_heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        furthest = max(self.specs.values(), key=lambda s: s.max_positions)
+        count = int(config.num_hidden_layers)
+        self.spec = ModelShape(int(config.vocab_size), count, bool(getattr(config, "tie_word_embeddings", False)),
+                               (LayerShape((heads, kv, head_dim)),) * count, furthest)  # fmt: skip
+        self.tolerance = TOLERANCE[dtype]
+        self.source = "the checkpoint"
+        self.words = f"transformers' {self.model_class} in float64, eager, exact float64 angles per layer type"
+        self.reference = (f"{self.words} (transformers {transformers.__version__}, no cache; inverse frequencies from "
+                          "ropeexport's schedule of each layer type's encoding, the regime of L = max(position_ids) "
+                          "+ 1; float32 downcasts kept in float64)")  # fmt: skip
+
+    def placement(self, cached: bool, positions: bool, past: int) -> str:
+        """``positions`` where the model takes position_ids (or the call starts at 0), else ``whole`` up to
+        ``WHOLE`` tokens; never ``cache``: transformers runs without one, so random entries are never fed.
+        """  # noqa: D205
+        if positions or not past:
+            return "positions"
+        if past + TOKENS <= WHOLE:
+            return "whole"
+        return (f"the model takes no position_ids, and the whole sequence ({past + TOKENS} tokens) is longer than the "
+                f"{WHOLE} the transformers truth feeds whole")  # fmt: skip
+
+    def load(self) -> Any:
+        """The model in float64, eager, its rotary modules patched (module doc)."""
+        import torch
+        import transformers
+
+        # experts (a mixture's) through transformers' eager loop: its default grouped_mm takes no float64
+        with torch.device("cpu"):
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(self.checkpoint), dtype=torch.float64, attn_implementation="eager",
+                experts_implementation="eager").eval()  # fmt: skip
+        patched = [patch_rotary(module, self.specs, name) for name, module in model.named_modules()
+                   if _is_text_rotary(name, module)]  # fmt: skip
+        if not patched:
+            raise SpecError("checkpoint", f"transformers' {self.model_class} has no rotary embedding module to give "
+                            "exact angles: the truth would keep its float32 angles")  # fmt: skip
+        return model
+
+    def logits(self, calls: list[Call]) -> list[np.ndarray]:
+        """Every call through the model (module doc): float64 logits [n, vocab] of its last n tokens."""
+        import torch
+
+        model = self.load()
+        out = []
+        with torch.no_grad(), float64_throughout():
+            for call in calls:
+                if call.how == "cache":
+                    raise ValueError("the transformers truth runs without a cache: no call is placed after entries")
+                ids = torch.from_numpy(call.ids)
+                n = ids.shape[1]
+                start = 0 if call.how == "whole" else call.past
+                positions = torch.arange(start, start + n, dtype=torch.int64).reshape(1, n)
+                got = model(input_ids=ids, position_ids=positions, attention_mask=torch.ones(1, n, dtype=torch.int64),
+                            use_cache=False).logits  # fmt: skip
+                out.append(got[0, -TOKENS:].to(torch.float64).numpy().copy())
+        del model  # the whole model in float64: gone before the ONNX model's session is made
+        return out
+
+
+def _is_text_rotary(name: str, module: Any) -> bool:
+    """A rotary embedding module of the text model (a vision tower's is not patched: its positions are a grid's)."""
+    kind = type(module).__name__
+    return kind.endswith("RotaryEmbedding") and "vision" not in kind.lower() and "visual" not in name
+
+
+def patch_rotary(module: Any, specs: dict[str, Any], name: str) -> str:
+    """Give ``module`` a forward of exact float64 angles (module doc), after checking its own output agrees with it;
+    ``name`` is its place in the model. Returns the name.
+    """  # noqa: D205
+    import inspect
+
+    import torch
+
+    takes_type = "layer_type" in inspect.signature(module.forward).parameters
+    if not takes_type and len(specs) > 1:
+        raise SpecError("checkpoint", f"{name} ({type(module).__name__}) computes one table, but the config's layer "
+                        f"types have {len(specs)} encodings: which one it serves cannot be told")  # fmt: skip
+    kinds = list(specs) if takes_type else [None]
+
+    def spec_of(layer_type: str | None) -> Any:
+        if layer_type is None:
+            return next(iter(specs.values()))
+        if layer_type not in specs:
+            raise SpecError("checkpoint", f"{name} is asked for layer type {layer_type!r}, which the config gives no "
+                            f"RoPE (its encodings: {', '.join(specs)})")  # fmt: skip
+        return specs[layer_type]
+
+    def exact(x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> tuple[Any, Any]:
+        from ropeexport.families.rope.regimes import frequencies
+
+        positions = position_ids
+        if positions.ndim == 3:  # Qwen3.5's (3, b, s) axes: equal for text, so its recomposition changes nothing
+            if not bool((positions == positions[:1]).all()):
+                raise SpecError("checkpoint", f"{name} is given position axes that differ (vision positions): the "
+                                "transformers truth patches text positions only")  # fmt: skip
+            positions = positions[0]
+        inv, factor = frequencies(spec_of(layer_type), int(positions.max()) + 1)  # float64 [r/2], float
+        angles = positions.to(torch.float64)[..., None] * torch.from_numpy(inv)  # [b, s, r/2], float64
+        both = torch.cat((angles, angles), dim=-1)  # rotate_half's layout: the same angle on i and i + r/2
+        return (both.cos() * factor).to(x.dtype), (both.sin() * factor).to(x.dtype)
+
+    probe = torch.zeros(1, dtype=torch.float64)
+    rows = torch.arange(CHECK_ROWS, dtype=torch.int64).reshape(1, CHECK_ROWS)
+    for kind in kinds:
+        args = (probe, rows) if kind is None else (probe, rows, kind)
+        with torch.no_grad():
+            own = module(*args)
+            ours = exact(*args)
+        for label, a, b in zip(("cos", "sin"), own, ours, strict=True):
+            if tuple(a.shape[-2:]) != tuple(b.shape[-2:]) or float((a.double() - b).abs().max()) > CHECK_TOLERANCE:
+                raise SpecError("checkpoint", f"{name} ({type(module).__name__}{f', {kind}' if kind else ''}) gives "
+                                f"a {label} table other than the config's encoding in rotate_half's layout (shape "
+                                f"{list(a.shape)}, the patch's {list(b.shape)}): the transformers truth does not "
+                                "replace it with a wrong one")  # fmt: skip
+    module.forward = exact
+    return name
+
+
+@contextmanager
+def float64_throughout() -> Iterator[None]:
+    """``Tensor.float``, ``Tensor.to`` and ``softmax`` keep a float64 tensor in float64 (module doc), while inside."""
+    import torch
+
+    f32, f64 = torch.float32, torch.float64
+    float_, to, softmax = torch.Tensor.float, torch.Tensor.to, torch.nn.functional.softmax
+
+    def keep_float(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self if self.dtype == f64 else float_(self, *args, **kwargs)
+
+    def keep_to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if self.dtype == f64:
+            args = tuple(f64 if a is f32 else a for a in args)
+            if kwargs.get("dtype") is f32:
+                kwargs["dtype"] = f64
+        return to(self, *args, **kwargs)
+
+    def keep_softmax(input: torch.Tensor, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> torch.Tensor:
+        if dtype is f32 and input.dtype == f64:
+            dtype = None
+        return softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    functional = torch.nn.functional
+    torch.Tensor.float, torch.Tensor.to = keep_float, keep_to  # type: ignore[method-assign,assignment]
+    functional.softmax = keep_softmax
+    try:
+        yield
+    finally:
+        torch.Tensor.float, torch.Tensor.to = float_, to  # type: ignore[method-assign]
+        functional.softmax = softmax
