@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     args = parser.parse_args(argv)
     rows = []
-    for i, family in enumerate(args.families):
+    for family in args.families:
         folder = Path(args.work) / f"f{list(FAMILIES).index(family)}"
         folder.mkdir(parents=True, exist_ok=True)
         rows.append(family_row(family, folder))

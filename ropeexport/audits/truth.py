@@ -21,14 +21,12 @@ A call neither can place is not run, and says why (the verdict is then partial, 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-
-from ropeexport.errors import SpecError
 
 TOKENS = 8  # the tokens of a call judged
 WHOLE = 4096  # the longest sequence a ``whole`` call feeds (the truth's eager attention is quadratic in it)
