@@ -16,27 +16,14 @@ from typing import Any
 
 from ropeexport.architectures.base import Architecture, Keys, read_layout
 from ropeexport.architectures.hooks import ConfigHook
+from ropeexport.architectures.llama import NAMES as LLAMA_NAMES
 from ropeexport.errors import SpecError
 
 LOGIT_SCALE = 0.0625  # Cohere2Config's default logit_scale
 
-NAMES = {
-    "embed": "model.embed_tokens.weight",
-    "layers.{i}.norm1.weight": "model.layers.{i}.input_layernorm.weight",
-    "layers.{i}.q_proj": "model.layers.{i}.self_attn.q_proj.weight",
-    "layers.{i}.k_proj": "model.layers.{i}.self_attn.k_proj.weight",
-    "layers.{i}.v_proj": "model.layers.{i}.self_attn.v_proj.weight",
-    "layers.{i}.o_proj": "model.layers.{i}.self_attn.o_proj.weight",
-    "layers.{i}.q_bias": "model.layers.{i}.self_attn.q_proj.bias",
-    "layers.{i}.k_bias": "model.layers.{i}.self_attn.k_proj.bias",
-    "layers.{i}.v_bias": "model.layers.{i}.self_attn.v_proj.bias",
-    "layers.{i}.o_bias": "model.layers.{i}.self_attn.o_proj.bias",
-    "layers.{i}.gate_proj": "model.layers.{i}.mlp.gate_proj.weight",
-    "layers.{i}.up_proj": "model.layers.{i}.mlp.up_proj.weight",
-    "layers.{i}.down_proj": "model.layers.{i}.mlp.down_proj.weight",
-    "final_norm.weight": "model.norm.weight",
-    "lm_head": "lm_head.weight",
-}
+# llama's checkpoint names but one LayerNorm a layer (no norm2) and an MLP without biases
+DROPPED = ("layers.{i}.norm2.weight", "layers.{i}.gate_bias", "layers.{i}.up_bias", "layers.{i}.down_bias")
+NAMES = {k: v for k, v in LLAMA_NAMES.items() if k not in DROPPED}
 
 
 def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -56,13 +43,21 @@ ARCHITECTURE = Architecture(
     "cohere2",
     base="model.",
     names=NAMES,
-    keys=Keys(eps=("layer_norm_eps",), qkv_bias=("attention_bias", False), o_bias=("attention_bias", False),
-              tie_default=True),  # fmt: skip
+    keys=Keys(
+        eps=("layer_norm_eps",), qkv_bias=("attention_bias", False), o_bias=("attention_bias", False), tie_default=True
+    ),  # fmt: skip
     norm="layer",
     residual="shared",
     read=read,
-    hook=ConfigHook("cohere2", pairing="interleaved",
-                    pairing_why="interleaved pairs (2i, 2i+1) (its rotate_half takes x[..., ::2], x[..., 1::2])",
-                    reads_layer_types=True, pattern="every-nth", pattern_key="sliding_window_pattern",
-                    pattern_every=4, rope_on="sliding", head_dim_derived=True),  # fmt: skip
+    hook=ConfigHook(
+        "cohere2",
+        pairing="interleaved",
+        pairing_why="interleaved pairs (2i, 2i+1) (its rotate_half takes x[..., ::2], x[..., 1::2])",
+        reads_layer_types=True,
+        pattern="every-nth",
+        pattern_key="sliding_window_pattern",
+        pattern_every=4,
+        rope_on="sliding",
+        head_dim_derived=True,
+    ),  # fmt: skip
 )
