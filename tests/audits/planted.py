@@ -197,6 +197,51 @@ def alibi_model(path: Path, slopes: np.ndarray) -> Path:
     return _save(nodes, inputs, [_io("probs", TensorProto.FLOAT, [1, heads, "s", "t"])], inits, path, {"": 17})
 
 
+def alibi_lengths_model(path: Path, slopes: np.ndarray) -> Path:
+    """mobius-onnx's BLOOM form: no attention_mask, no position_ids; the query and key positions are Ranges over the
+    lengths of input_ids and of the cache (their Shapes, never their values), the bias -|q - k| x slopes [heads, 1, 1]
+    plus a causal mask (Where q >= k: 0, else -inf), added to q.k scores [1, heads, s, t] before the Softmax.
+    """  # noqa: D205
+    heads = len(slopes)
+    inits = [numpy_helper.from_array(slopes.astype(np.float32).reshape(heads, 1, 1), "slopes"),
+             numpy_helper.from_array(np.array([1], np.int64), "at1"),
+             numpy_helper.from_array(np.array([2], np.int64), "at2"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "open"),
+             numpy_helper.from_array(np.array(-np.inf, np.float32), "shut")]  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Gather", ["ids_shape", "at1"], ["s_1"], axis=0),
+        helper.make_node("Shape", ["past_key"], ["past_shape"]),
+        helper.make_node("Gather", ["past_shape", "at2"], ["p_1"], axis=0),
+        helper.make_node("Squeeze", ["s_1", "axis0"], ["s"]),
+        helper.make_node("Squeeze", ["p_1", "axis0"], ["p"]),
+        helper.make_node("Add", ["s", "p"], ["t"]),
+        helper.make_node("Range", ["zero", "s", "one"], ["q_from_zero"]),
+        helper.make_node("Add", ["q_from_zero", "p"], ["q_pos"]),
+        helper.make_node("Range", ["zero", "t", "one"], ["k_pos"]),
+        helper.make_node("Unsqueeze", ["q_pos", "at1"], ["q_col"]),  # [s, 1]
+        helper.make_node("Unsqueeze", ["k_pos", "axis0"], ["k_row"]),  # [1, t]
+        helper.make_node("Sub", ["q_col", "k_row"], ["distance"]),
+        helper.make_node("Abs", ["distance"], ["far"]),
+        helper.make_node("Neg", ["far"], ["near_first"]),
+        helper.make_node("Cast", ["near_first"], ["near_first_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["slopes", "near_first_f"], ["alibi"]),  # [heads, s, t]
+        helper.make_node("GreaterOrEqual", ["q_col", "k_row"], ["causal"]),
+        helper.make_node("Where", ["causal", "open", "shut"], ["mask"]),
+        helper.make_node("Add", ["alibi", "mask"], ["bias"]),
+        helper.make_node("Transpose", ["key"], ["key_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["query", "key_t"], ["scores"]),
+        helper.make_node("Add", ["scores", "bias"], ["biased"]),
+        helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
+    ]
+    inputs = [_io("input_ids", TensorProto.INT64, [1, "s"]), _io("past_key", TensorProto.FLOAT, [1, heads, "p", 8]),
+              _io("query", TensorProto.FLOAT, [1, heads, "s", 8]), _io("key", TensorProto.FLOAT, [1, heads, "t", 8])]
+    return _save(nodes, inputs, [_io("probs", TensorProto.FLOAT, [1, heads, "s", "t"])], inits, path, {"": 21})
+
+
 def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -> Path:
     """cos/sin computed from position_ids as transformers' dynamo export writes them, rotate-half applied to q.
 
@@ -480,11 +525,12 @@ def _rotary23(path: Path, spec: RopeSpec) -> Path:
     return rotary23_model(path, *tables(spec, P))
 
 
-def _alibi(change: Callable[[np.ndarray], np.ndarray] = lambda m: m) -> Callable[[Path, Any], Path]:
+def _alibi(change: Callable[[np.ndarray], np.ndarray] = lambda m: m,
+           form: Callable[[Path, np.ndarray], Path] = alibi_model) -> Callable[[Path, Any], Path]:  # fmt: skip
     def build(path: Path, spec: Any) -> Path:
         from ropeexport.families.alibi.reference import spec_slopes
 
-        return alibi_model(path, change(spec_slopes(spec)))
+        return form(path, change(spec_slopes(spec)))
 
     return build
 
@@ -597,6 +643,10 @@ CASES = [
     Planted("exact-alibi-8-heads", "alibi8", _alibi(), None),
     Planted("alibi-naive-12-heads", "alibi12", _alibi(_naive), "ALiBi slopes wrong for 12 heads"),
     Planted("alibi-reversed", "alibi8", _alibi(lambda m: m[::-1].copy()), "in reverse head order"),
+    # mobius-onnx's form: positions from the lengths of input_ids and the cache (their Shapes), no mask input
+    Planted("exact-alibi-from-lengths", "alibi12", _alibi(form=alibi_lengths_model), None),
+    Planted("alibi-naive-from-lengths", "alibi12", _alibi(_naive, alibi_lengths_model),
+            "ALiBi slopes wrong for 12 heads"),
     Planted(
         "alibi-one-slope-off",
         "alibi12",
