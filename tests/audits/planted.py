@@ -242,10 +242,12 @@ def alibi_lengths_model(path: Path, slopes: np.ndarray) -> Path:
     return _save(nodes, inputs, [_io("probs", TensorProto.FLOAT, [1, heads, "s", "t"])], inits, path, {"": 21})
 
 
-def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -> Path:
+def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool, lengths: bool = False) -> Path:
     """cos/sin computed from position_ids as transformers' dynamo export writes them, rotate-half applied to q.
 
     ``f32``: positions x inv_freq in float32 (every exporter of transformers models); else in float64, rounded once.
+    ``lengths``: no position_ids input; each token's position is the cache's length plus 0 .. s - 1, from the Shapes
+    of input_ids [1, s] and past_key [1, H, p, D] (Optimum's Gemma and gpt-oss exports).
     """
     compute = TensorProto.FLOAT if f32 else TensorProto.DOUBLE
     dtype = np.float32 if f32 else np.float64
@@ -254,7 +256,22 @@ def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -
              numpy_helper.from_array(np.array(factor, dtype), "attention_scaling"),
              numpy_helper.from_array(np.array([1], np.int64), "axis1"),
              numpy_helper.from_array(np.array([half, half], np.int64), "halves")]  # fmt: skip
+    made: list[onnx.NodeProto] = []
+    if lengths:
+        inits += [numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+                  numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+                  numpy_helper.from_array(np.array(1, np.int64), "step")]  # fmt: skip
+        made = [helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+                helper.make_node("Gather", ["ids_shape", "axis1"], ["s_1"], axis=0),
+                helper.make_node("Shape", ["past_key"], ["past_shape"]),
+                helper.make_node("Gather", ["past_shape", "axis2"], ["p_1"], axis=0),
+                helper.make_node("Squeeze", ["s_1", "axis0"], ["s"]),
+                helper.make_node("Squeeze", ["p_1", "axis0"], ["p"]),
+                helper.make_node("Add", ["p", "s"], ["t"]),
+                helper.make_node("Range", ["p", "t", "step"], ["steps"]),
+                helper.make_node("Unsqueeze", ["steps", "axis0"], ["position_ids"])]  # fmt: skip
     nodes = [
+        *made,
         helper.make_node("Cast", ["position_ids"], ["positions"], to=compute),
         helper.make_node("Unsqueeze", ["positions", "axis1"], ["positions_1"]),  # [1, 1, s]
         helper.make_node("MatMul", ["inv_freq", "positions_1"], ["freqs_t"]),  # [1, half, s]
@@ -276,6 +293,9 @@ def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -
         helper.make_node("Add", ["q_cos", "q_sin"], ["rotated"]),
     ]
     inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    if lengths:
+        inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("input_ids", TensorProto.INT64, [1, "s"]),
+                  _io("past_key", TensorProto.FLOAT, [1, HEADS, "p", D])]  # fmt: skip
     return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, HEADS, "s", D])], inits, path, {"": 21})
 
 
@@ -513,10 +533,10 @@ def _dynamic_frozen(path: Path, spec: RopeSpec) -> Path:
     return gqa_model(path, *tables(spec, spec.max_positions))  # the frequencies of the longest call at every length
 
 
-def _computed(f32: bool) -> Callable[[Path, RopeSpec], Path]:
+def _computed(f32: bool, lengths: bool = False) -> Callable[[Path, RopeSpec], Path]:
     def build(path: Path, spec: RopeSpec) -> Path:
         inv, factor = frequencies(spec, P)
-        return computed_model(path, inv, factor, f32)
+        return computed_model(path, inv, factor, f32, lengths)
 
     return build
 
@@ -629,6 +649,8 @@ CASES = [
     Planted("exact-gqa-longrope", "longrope", _longrope(ORIGINAL), None),
     Planted("float32-gqa-llama3", "llama3", _gqa(f32=True), "float32 angles"),
     Planted("float32-computed-default", "default", _computed(f32=True), "float32 angles"),
+    # no position_ids input: positions from the lengths of input_ids and the cache (Optimum's Gemma, gpt-oss)
+    Planted("float32-computed-from-lengths", "default", _computed(f32=True, lengths=True), "float32 angles"),
     Planted("scaling-ignored-llama3", "llama3", _default_gqa, "rope_scaling ignored"),
     Planted("wrong-factor-linear", "linear", _gqa(factor=2.0), "inverse frequencies 2 x"),
     Planted("yarn-untruncated", "yarn", _gqa(truncate=False), "YaRN correction range not truncated"),
