@@ -299,6 +299,9 @@ def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
         out[label] = {"worst_rel": worst[0], "worst_call": worst[1], "passed": passed, "verdict": said["verdict"],
                       "calls_run": len(run), "not_run": not_run,
                       "per_call": {call: rel for rel, call in run}}  # fmt: skip
+    if proof.get("outside_encoding"):  # both models miss float64 alike: where the grafted one first departs
+        out["outside_encoding"] = True
+        out["first_difference"] = proof.get("first_difference")
     return out
 
 

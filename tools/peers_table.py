@@ -72,7 +72,13 @@ def _verdict(row: dict[str, Any]) -> str:
     if "skipped" in graft:
         proof = graft.get("decoder", {}).get("original", {})
         return f"audit exact; whole-decoder proof of the original: {proof.get('verdict', '-')}"
-    return f"audit {row['verdict']}; graft {graft.get('verdict')} ({graft.get('tables')} table site(s) replaced)"
+    said = f"audit {row['verdict']}; graft {graft.get('verdict')} ({graft.get('tables')} table site(s) replaced)"
+    decoder = graft.get("decoder", {})
+    if decoder.get("outside_encoding"):
+        where = (decoder.get("first_difference") or {}).get("text")
+        said += ": both models miss float64 alike, the difference lies outside the positional encoding" + (
+            f" ({where})" if where else "")  # fmt: skip
+    return said
 
 
 def row_line(row: dict[str, Any]) -> str:
