@@ -404,11 +404,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--effects", nargs="*", choices=list(SCHEDULES), default=None,
                         help="the schedules whose findings' effects the audit measures (default: every one; none "
                              "given: none; graft's proof still runs both models as users run them)")
+    parser.add_argument("--no-use", action="store_true",
+                        help="graft's proof does not run the two models as users run them (two more prefills to the "
+                             "far end; the audit's effect of a precision finding is the same comparison): recorded "
+                             "as not run")
     parser.add_argument("--name", default="audit-peers", help="the figure's file stem (default: audit-peers)")
     parser.add_argument("--merge", action="store_true",
                         help="keep NAME.json's rows of the schedule x source pairs not run now (a table filled in "
                              "several runs)")
     args = parser.parse_args(argv)
+    if args.no_use:  # graft's ``between`` (audits/effect.py), replaced for this run only: said in each row
+        import ropeexport.audits.graft as grafting
+
+        grafting.between = lambda *_, **__: {"not_measured": "not run (--no-use: the audit's effect measures the "
+                                                              "same runs)"}  # fmt: skip
     work, rows = Path(args.work), []
     tools = {"mobius": args.mobius, "optimum": args.optimum_python}
     measured = set(SCHEDULES if args.effects is None else args.effects)

@@ -3,9 +3,10 @@
 cos/sin of positions x frequencies, as torch.onnx.export writes them, become the rope family's decomposed rows
 (``families.rope.export.cos_sin_rows``: exact tables gathered by position_ids, a LongRoPE switch on each row's length, a
 position past the table failing the Gather; a model without position_ids whose site reads the lengths of input_ids and
-its cache gathers by past length + 0 .. s - 1, as it computes them itself), widened and shaped as the values they replace (rotate-half or
-interleaved duplication, [b, 1, s, r]); the old computation is pruned (``prune``). Main graph only: ``graft`` refuses a
-computed site inside a subgraph. Dynamic NTK computed in the graph is refused (its values depend on the call length).
+its cache gathers by past length + 0 .. s - 1, as it computes them itself), widened and shaped as the values they
+replace (rotate-half or interleaved duplication, [b, 1, s, r]); the old computation is pruned (``prune``). Main graph
+only: ``graft`` refuses a computed site inside a subgraph. Dynamic NTK computed in the graph is refused (its values
+depend on the call length).
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ reshapes and Wheres) that make them, a value computed from the attention mask or
 no ``sin``). An input read only through ``Shape`` is read for its length, not its values: a bias whose positions are
 Ranges over the lengths of input_ids and of the cache alone (mobius-onnx's BLOOM, which takes no mask and no
 position_ids) is computed from positions too; a value that also reads an input by value is judged as before, every
-input it reads a position input. The anchors: each ``Softmax``'s input (attention written out), the float mask of an opset-23
-``Attention`` (input 3) and the ``attention_bias`` of a com.microsoft ``GroupQueryAttention`` (input 10): fused
-attention adds them to q.k itself (ropeexport's fused, tensorrt and gqa decoders carry BLOOM's bias there). One bias
-read by every layer is one candidate; a candidate another is computed from (the bias inside a bias + mask sum) is
-dropped. Whether a candidate is a mask, ALiBi, or neither is for its values to say (``audit.alibi``).
+input it reads a position input. The anchors: each ``Softmax``'s input (attention written out), the float mask of
+an opset-23 ``Attention`` (input 3) and the ``attention_bias`` of a com.microsoft ``GroupQueryAttention`` (input 10):
+fused attention adds them to q.k itself (ropeexport's fused, tensorrt and gqa decoders carry BLOOM's bias there).
+One bias read by every layer is one candidate; a candidate another is computed from (the bias inside a bias + mask
+sum) is dropped. Whether a candidate is a mask, ALiBi, or neither is for its values to say (``audit.alibi``).
 """  # noqa: D205
 
 from __future__ import annotations
