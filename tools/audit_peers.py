@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -444,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(audit_row(row | {"source": label}, path, ckpt, folder, name in measured))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python tools/audit_peers.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python tools/audit_peers.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    rows = [r | {"command": command} for r in rows]  # the run each row came from (--merge keeps rows of several)
     commands = [command]
     if args.merge and (out / f"{args.name}.json").is_file():
         before = json.loads((out / f"{args.name}.json").read_text())

@@ -120,7 +120,10 @@ def claim(rows: list[dict[str, Any]]) -> list[str]:
 
 def render(record: dict[str, Any]) -> str:
     """The page (module doc) from ``tools/audit_peers.py``'s JSON."""
-    commands = record.get("commands") or [record["command"]]
+    said = [r["command"] for r in record["rows"] if "command" in r]
+    if len(said) < len(record["rows"]):  # rows of runs that did not record their command: every run's
+        said += record.get("commands") or [record["command"]]
+    commands = list(dict.fromkeys(said))
     lines = ["# The peers of 2026: audited, grafted and proven", "",
              "Reproduced by (each run filled the rows of its schedules and sources, `--merge` keeping the rest):", ""]
     lines += [f"- `{c}`" for c in commands]
