@@ -33,6 +33,7 @@ earlier run of that figure that this run does not redo:
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -448,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/audit_peers.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     rows = [r | {"command": command} for r in rows]  # the run each row came from (--merge keeps rows of several)
     commands = [command]
+    lock = open(out / f".{args.name}.lock", "w")  # noqa: SIM115 - held until written: runs merging at once wait
+    fcntl.flock(lock, fcntl.LOCK_EX)
     if args.merge and (out / f"{args.name}.json").is_file():
         before = json.loads((out / f"{args.name}.json").read_text())
         done = {(r["schedule"], r["source"]) for r in rows}
