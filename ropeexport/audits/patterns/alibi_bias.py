@@ -38,7 +38,8 @@ def _reads(value: ir.Value, inputs: dict[int, str]) -> tuple[set[str], set[str]]
     """  # noqa: D205
     by_value: set[str] = set()
     by_length: set[str] = set()
-    stack, seen = [value], set()
+    stack: list[ir.Value | None] = [value]
+    seen: set[int] = set()
     while stack:
         current = stack.pop()
         if current is None or id(current) in seen:
