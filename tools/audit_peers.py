@@ -116,10 +116,13 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
     # 8 of 16 here, pairs interleaved)
     "default, 4096-token windows (Mistral 7B v0.1)": ("mistral", {"max_position_embeddings": 32768,
                                                                   "rope_theta": 10000.0, "sliding_window": 4096}),
+    # (neither has grouped keys: num_key_value_heads is set to the head count their attention builds, as BLOOM's)
     "default, partial rotary 0.25 (Pythia, GPT-NeoX)": ("gpt_neox", {"max_position_embeddings": 2048,
-                                                                     "rotary_pct": 0.25, "rotary_emb_base": 10000}),
+                                                                     "rotary_pct": 0.25, "rotary_emb_base": 10000,
+                                                                     "num_key_value_heads": 4}),
     "default, rotary_dim 8 of 16 interleaved (GPT-J)": ("gptj", {"n_positions": 2048, "rotary_dim": 8,
-                                                                 "intermediate_size": 256}),
+                                                                 "intermediate_size": 256,
+                                                                 "num_key_value_heads": 4}),
 }  # fmt: skip
 
 _EXPORT = r"""
