@@ -3,8 +3,8 @@ reshapes and Wheres) that make them, a value computed from the attention mask or
 (never from input_ids or an activation) is a candidate bias, a site of kind ``ALiBi bias`` (``cos`` names the value;
 no ``sin``). An input read only through ``Shape`` is read for its length, not its values: a bias whose positions are
 Ranges over the lengths of input_ids and of the cache alone (mobius-onnx's BLOOM, which takes no mask and no
-position_ids) is computed from positions too, when it is a float value the graph types (a shape vector made from
-those lengths, as Reshape and Expand take, is not a bias); a value that also reads an input by value is judged as
+position_ids) is computed from positions too, unless the graph types it as other than float (a shape vector made
+from those lengths, as Reshape and Expand take, is not a bias); a value that also reads an input by value is judged as
 before, every input it reads a position input. The anchors: each ``Softmax``'s input (attention written out), the
 float mask of an opset-23 ``Attention`` (input 3) and the ``attention_bias`` of a com.microsoft
 ``GroupQueryAttention`` (input 10): fused attention adds them to q.k itself (ropeexport's fused, tensorrt and gqa
@@ -74,8 +74,8 @@ def find(graph: ir.Graph, walk: Walk) -> list[Site]:
         if by_value:  # read by value: every input it reads, lengths included, must be a position input
             reads = by_value | by_length
             return sorted(reads) if all(name.endswith(POSITIONAL) for name in reads) else None
-        if value.dtype not in FLOATS:  # from lengths alone, only a float value is a bias (not a shape being made)
-            return None
+        if value.dtype is not None and value.dtype not in FLOATS:  # from lengths alone, a value typed as anything
+            return None  # but float is no bias (an int64 shape vector being made for a Reshape or Expand)
         return sorted(by_length) or None  # positions from lengths alone (module doc)
 
     for user in graph:
