@@ -21,7 +21,9 @@ The 2026 peers, when asked (``--sources``; ``tools/peer_exports.py``): mobius-on
 CKPT OUT``, float32) and optimum-onnx 0.1.0 on transformers 4.57 (its own venv, ``--optimum-python``; the
 checkpoint's config said in the 4.x form). Graft's proof then also records the original against the grafted model as
 users run them (each its own cache from its own prefill to the far end: ``use``), and the audit's effects can be
-limited to some schedules (``--effects``: a 131072-position prefill is minutes on 2 CPUs). ``--name`` writes
+limited to some schedules (``--effects``: a 131072-position prefill is minutes on 2 CPUs), and graft's own two such
+prefills skipped (``--no-use``, said in each row: for a precision finding the audit's effect is that comparison).
+``--name`` writes
 another figure (``audit-peers-2026``: ``tools/peers_table.py`` renders its page), ``--merge`` keeps the rows of an
 earlier run of that figure that this run does not redo:
 
