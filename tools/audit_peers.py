@@ -16,12 +16,31 @@ fake tensors in transformers' modules). A source that fails to export is recorde
 experts (gpt-oss) is loaded with ``experts_implementation="batched_mm"``, a kernel transformers ships: its default
 (grouped_mm) exports with neither exporter (dynamo: no ONNX function for transformers.grouped_mm_fallback; TorchScript:
 aten::histc not in opset 17), and its eager loop over the experts hit is data-dependent (torch.export refuses it).
+
+The 2026 peers, when asked (``--sources``; ``tools/peer_exports.py``): mobius-onnx 0.1.0 (``mobius build --config
+CKPT OUT``, float32) and optimum-onnx 0.1.0 on transformers 4.57 (its own venv, ``--optimum-python``; the
+checkpoint's config said in the 4.x form). Graft's proof then also records the original against the grafted model as
+users run them (each its own cache from its own prefill to the far end: ``use``), and the audit's effects can be
+limited to some schedules (``--effects``: a 131072-position prefill is minutes on 2 CPUs), and graft's own two such
+prefills skipped (``--no-use``, said in each row: for a precision finding the audit's effect is that comparison).
+``--name`` writes
+another figure (``audit-peers-2026``: ``tools/peers_table.py`` renders its page), ``--merge`` keeps the rows of an
+earlier run of that figure that this run does not redo:
+
+    python tools/audit_peers.py --work /tmp/ap26 --out tools/figures --name audit-peers-2026 --merge \
+        --sources "mobius-onnx 0.1.0" "optimum-onnx 0.1.0 (transformers 4.57)" \
+        --optimum-python /work/optimum-venv/bin/python --schedules "yarn x4 + q/k norms (Qwen3)"
 """  # noqa: D205
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import os
+import platform
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -30,6 +49,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from peer_exports import MOBIUS, OPTIMUM, legacy_checkpoint, mobius_command, optimum_command  # noqa: E402
 
 # vocab_size differs from intermediate_size on purpose: onnxruntime-genai 0.18's builder takes any Linear with
 # vocab_size outputs for the LM head (has_lm_head), so a model whose MLP is as wide as its vocabulary gets its logits
@@ -53,7 +75,10 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                                   "rope_scaling": {"type": "longrope",
                                                    "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0],
                                                    "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 24.0, 32.0]}}),
-    "alibi (BLOOM, 12 heads)": ("bloom", {"hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 12}),
+    # BLOOM's MLP is 4 x hidden whatever intermediate_size says (and GPT-J's, n_inner being null): the field is set to
+    # what the model builds, as mobius-onnx reads it (TINY's 128 made its weights mismatch the checkpoint's)
+    "alibi (BLOOM, 12 heads)": ("bloom", {"hidden_size": 96, "num_attention_heads": 12, "num_key_value_heads": 12,
+                                          "intermediate_size": 384}),
     # The 2026 families (Qwen3, Gemma 2 and SmolLM3 with layer types; SmolLM3's every 4th layer without RoPE):
     "yarn x4 + q/k norms (Qwen3)": ("qwen3", {"max_position_embeddings": 131072, "head_dim": 16,
                                              "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
@@ -88,6 +113,18 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                  "partial_rotary_factor": 0.75, "pad_token_id": 0,
                  "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0],
                                   "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}}),
+    # The other families ropeexport and mobius-onnx both build, at their real parameters: Mistral 7B v0.1 (4096-token
+    # windows over 32768), Pythia (a quarter of each head rotated, NeoX pairing), GPT-J (rotary_dim 64 of 256 there:
+    # 8 of 16 here, pairs interleaved)
+    "default, 4096-token windows (Mistral 7B v0.1)": ("mistral", {"max_position_embeddings": 32768,
+                                                                  "rope_theta": 10000.0, "sliding_window": 4096}),
+    # (neither has grouped keys: num_key_value_heads is set to the head count their attention builds, as BLOOM's)
+    "default, partial rotary 0.25 (Pythia, GPT-NeoX)": ("gpt_neox", {"max_position_embeddings": 2048,
+                                                                     "rotary_pct": 0.25, "rotary_emb_base": 10000,
+                                                                     "num_key_value_heads": 4}),
+    "default, rotary_dim 8 of 16 interleaved (GPT-J)": ("gptj", {"n_positions": 2048, "rotary_dim": 8,
+                                                                 "intermediate_size": 256,
+                                                                 "num_key_value_heads": 4}),
 }  # fmt: skip
 
 _EXPORT = r"""
@@ -147,6 +184,8 @@ with torch.no_grad():
                       input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"])
 """
 SOURCES = ("onnxruntime-genai builder", "torch.onnx.export (dynamo)", "torch.onnx.export (TorchScript)")
+# The 2026 peers (tools/peer_exports.py), run only when asked (--sources): CI installs neither
+ALL_SOURCES = (*SOURCES, MOBIUS, OPTIMUM)
 
 
 def checkpoint(folder: Path, model_type: str, fields: dict[str, Any]) -> Path:
@@ -168,24 +207,49 @@ def checkpoint(folder: Path, model_type: str, fields: dict[str, Any]) -> Path:
     return folder
 
 
-def export(source: str, ckpt: Path, out: Path) -> tuple[Path | None, str | None, float]:
-    """(model path, failure reason, seconds) of one source's export."""
+def export(source: str, ckpt: Path, out: Path, tools: dict[str, str | None] | None = None,
+           ) -> tuple[Path | None, str | None, float]:  # fmt: skip
+    """(model path, failure reason, seconds) of one source's export; ``tools``: the mobius command and the optimum
+    environment's python (``peer_exports``), where given.
+    """  # noqa: D205
+    tools = tools or {}
     out.mkdir(parents=True, exist_ok=True)
+    model = out / "model.onnx"
     if source == "onnxruntime-genai builder":
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out),
                    "-p", "fp32", "-e", "cpu", "-c", str(out / "cache")]  # fmt: skip
-        model = out / "model.onnx"
+    elif source == MOBIUS:
+        given = mobius_command(ckpt, out, tools.get("mobius"))
+        if isinstance(given, str):
+            return None, given, 0.0
+        command = given
+    elif source == OPTIMUM:
+        given = optimum_command(legacy_checkpoint(ckpt, out.parent / f"{out.name}-legacy"), out, tools.get("optimum"))
+        if isinstance(given, str):
+            return None, given, 0.0
+        command = given
     else:
-        model = out / "model.onnx"
         script = _EXPORT if source == SOURCES[1] else _TORCHSCRIPT
         command = [sys.executable, "-c", script, str(ckpt), str(model)]
+    done_mark = out / "exported.json"  # written after a whole export: a later run with the same --work reuses it
+    if model.is_file() and done_mark.is_file():
+        return model, None, float(json.loads(done_mark.read_text())["seconds"])
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     seconds = round(time.perf_counter() - start, 1)
     if done.returncode != 0 or not model.is_file():
-        lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
-        return None, (lines[-1] if lines else f"exit {done.returncode}")[:300], seconds
+        return None, failure(done.stderr or done.stdout, done.returncode), seconds
+    done_mark.write_text(json.dumps({"command": command, "seconds": seconds}) + "\n")
     return model, None, seconds
+
+
+def failure(text: str, code: int) -> str:
+    """An export's reason in one line: the exception's last line (the last line naming an error or exception;
+    else the last line; else the exit code).
+    """  # noqa: D205
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Exit)\b|^Error", line)]
+    return ((named or lines or [f"exit {code}"])[-1])[:300]
 
 
 def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, Any]:
@@ -210,10 +274,23 @@ def graft_row(model: Path, ckpt: Path, result: Any, folder: Path) -> dict[str, A
         done = rx.graft(model, config, folder / "model.onnx", trust=trust, checkpoint=ckpt)
     except SpecError as exc:
         return {"refused": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - recorded: one row's crash is a result, the others still run
+        return {"refused": f"graft failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     return {"trust": trust, "proven": done.proven, "verdict": done.verdict, "text": done.text,
             "after": done.after.verdict,
             "short_call_relative": done.short_call["relative"], "tables": len(done.replaced),
-            "decoder": decoder_row(done.decoder)}  # fmt: skip
+            "decoder": decoder_row(done.decoder), "use": use_row((done.decoder or {}).get("use"))}  # fmt: skip
+
+
+def use_row(use: dict[str, Any] | None) -> dict[str, Any]:
+    """graft's record of the original against the grafted model as users run them (``effect.between``: each its own
+    cache from its own prefill to the far end): the worst window, and the worst of the draws at the far end.
+    """  # noqa: D205
+    if not use or "relative" not in use:
+        return {"not_measured": (use or {}).get("not_measured", "no checkpoint")}
+    far = [p["relative"] for p in use.get("places", []) if p["name"].startswith("the far end")]
+    return {"worst": use["relative"], "worst_at": use.get("at"), "far_end": max(far, default=None),
+            "how": use.get("how"), "windows": use.get("windows"), **({"short": use["short"]} if "short" in use else {})}
 
 
 def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
@@ -227,8 +304,18 @@ def decoder_row(proof: dict[str, Any]) -> dict[str, Any]:
         worst = max(run, default=(None, None))
         not_run = sorted({c["models"][label]["not_run"] for c in proof["calls"] if "not_run" in c["models"][label]})
         out[label] = {"worst_rel": worst[0], "worst_call": worst[1], "passed": passed, "verdict": said["verdict"],
-                      "calls_run": len(run), "not_run": not_run}  # fmt: skip
+                      "calls_run": len(run), "not_run": not_run,
+                      "per_call": {call: rel for rel, call in run}}  # fmt: skip
+    if proof.get("outside_encoding"):  # both models miss float64 alike: where the grafted one first departs
+        out["outside_encoding"] = True
+        out["first_difference"] = proof.get("first_difference")
     return out
+
+
+def far_end(effect: dict[str, Any] | None) -> float | None:
+    """The worst of an effect's draws at the far end of the context (``runs.plan``'s last places), or None."""
+    far = [p["relative"] for p in (effect or {}).get("places", []) if p["name"].startswith("the far end")]
+    return max(far, default=None)
 
 
 def _effect(found: dict[str, Any]) -> str:
@@ -247,8 +334,10 @@ def _logits(model: dict[str, Any]) -> str:
     return text + (f"; far calls not run: {'; '.join(model['not_run'])}" if model["not_run"] else "")
 
 
-def audit_row(row: dict[str, Any], model: Path, ckpt: Path, folder: Path) -> dict[str, Any]:
-    """``row`` with the audit of ``model`` against its checkpoint's config, and its graft (``graft_row``)."""
+def audit_row(row: dict[str, Any], model: Path, ckpt: Path, folder: Path, effects: bool = True) -> dict[str, Any]:
+    """``row`` with the audit of ``model`` against its checkpoint's config (each finding's effect measured unless
+    ``effects`` is False), and its graft (``graft_row``).
+    """  # noqa: D205
     import time
 
     import ropeexport as rx
@@ -256,7 +345,7 @@ def audit_row(row: dict[str, Any], model: Path, ckpt: Path, folder: Path) -> dic
     name, source = row["schedule"], row["source"]
     start = time.perf_counter()
     try:
-        result = rx.audit(model, ckpt / "config.json")
+        result = rx.audit(model, ckpt / "config.json", effects=effects)
     except Exception as exc:  # noqa: BLE001 - recorded: a site audit cannot read is a result too
         print(f"{name} / {source}: audit failed: {exc}", flush=True)
         return row | {"error": f"audit: {exc}"}
@@ -265,7 +354,8 @@ def audit_row(row: dict[str, Any], model: Path, ckpt: Path, folder: Path) -> dic
     row = row | {"verdict": result.verdict, "sites": [s["kind"] for s in result.sites], "max_abs": worst,
                  "site_layers": [s.get("layers") for s in result.sites],
                  "checked_as": [s.get("checked_as") for s in result.sites],
-                 "effects": [{"name": f["name"], "text": f["text"], "effect": f.get("effect")}
+                 "effects": [{"name": f["name"], "text": f["text"], "effect": f.get("effect"),
+                              "far_end": far_end(f.get("effect")), "level": (f.get("severity") or {}).get("level")}
                              for f in result.findings],
                  "findings": sorted({f["text"] for s in result.sites for f in s["findings"]}),
                  "finding_names": sorted({f["name"] for s in result.sites for f in s["findings"]}),
@@ -312,16 +402,40 @@ def main(argv: list[str] | None = None) -> int:
     """Checkpoints, exports, audits; write the table (module doc)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", required=True, help="checkpoints and exports go here (reused when present)")
-    parser.add_argument("--out", required=True, help="folder for audit-peers.json and audit-peers.md")
+    parser.add_argument("--out", required=True, help="folder for NAME.json and NAME.md")
     parser.add_argument("--schedules", nargs="+", choices=list(SCHEDULES), default=list(SCHEDULES))
+    parser.add_argument("--sources", nargs="+", choices=ALL_SOURCES, default=list(SOURCES),
+                        help="the exporters run (default: the builder, dynamo and TorchScript)")
+    parser.add_argument("--mobius", help="the mobius executable to run (default: python -m mobius, if installed)")
+    parser.add_argument("--optimum-python", help="the python of a venv holding optimum-onnx 0.1.0")
+    parser.add_argument("--effects", nargs="*", choices=list(SCHEDULES), default=None,
+                        help="the schedules whose findings' effects the audit measures (default: every one; none "
+                             "given: none; graft's proof still runs both models as users run them)")
+    parser.add_argument("--no-use", action="store_true",
+                        help="graft's proof does not run the two models as users run them (two more prefills to the "
+                             "far end; the audit's effect of a precision finding is the same comparison): recorded "
+                             "as not run")
+    parser.add_argument("--name", default="audit-peers", help="the figure's file stem (default: audit-peers)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep NAME.json's rows of the schedule x source pairs not run now (a table filled in "
+                             "several runs)")
     args = parser.parse_args(argv)
+    if args.no_use:  # graft's ``between`` (audits/effect.py), replaced for this run only: said in each row
+        import ropeexport.audits.graft as grafting
+
+        grafting.between = lambda *_, **__: {"not_measured": "not run (--no-use: the audit's effect measures the "
+                                                              "same runs)"}  # fmt: skip
     work, rows = Path(args.work), []
+    tools = {"mobius": args.mobius, "optimum": args.optimum_python}
+    measured = set(SCHEDULES if args.effects is None else args.effects)
+    load_before = [round(x, 2) for x in os.getloadavg()]
     for name in args.schedules:
         i = list(SCHEDULES).index(name)  # a schedule's folder is the same whichever others are asked for
         model_type, fields = SCHEDULES[name]
         ckpt = checkpoint(work / f"s{i}" / "checkpoint", model_type, fields)
-        for j, source in enumerate(SOURCES):
-            model, error, seconds = export(source, ckpt, work / f"s{i}" / f"x{j}")
+        for source in args.sources:
+            j = ALL_SOURCES.index(source)  # a source's folder too
+            model, error, seconds = export(source, ckpt, work / f"s{i}" / f"x{j}", tools)
             row: dict[str, Any] = {"schedule": name, "source": source, "export_s": seconds}
             if model is None:
                 rows.append(row | {"error": error})
@@ -333,13 +447,30 @@ def main(argv: list[str] | None = None) -> int:
                     (f"{source}, power-of-two slopes planted", plant_slopes(model, ckpt, work / f"s{i}" / f"x{j}p"))
                 )
             for label, path in variants:
-                rows.append(
-                    audit_row(row | {"source": label}, path, ckpt, work / f"s{i}" / f"{path.parent.name}-grafted")
-                )
+                folder = work / f"s{i}" / f"{path.parent.name}-grafted"
+                rows.append(audit_row(row | {"source": label}, path, ckpt, folder, name in measured))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python tools/audit_peers.py " + " ".join(sys.argv[1:])
-    (out / "audit-peers.json").write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
+    command = "python tools/audit_peers.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    rows = [r | {"command": command} for r in rows]  # the run each row came from (--merge keeps rows of several)
+    commands = [command]
+    lock = open(out / f".{args.name}.lock", "w")  # noqa: SIM115 - held until written: runs merging at once wait
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if args.merge and (out / f"{args.name}.json").is_file():
+        before = json.loads((out / f"{args.name}.json").read_text())
+        done = {(r["schedule"], r["source"]) for r in rows}
+        kept = [r for r in before["rows"] if (r["schedule"], r["source"]) not in done]
+        rows = sorted(kept + rows, key=_order)
+        commands = [c for c in before.get("commands", [before.get("command")]) if c] + commands
+    record = {"command": commands[-1], "commands": commands, "rows": rows,
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
+              "load_average": {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}}  # fmt: skip
+    (out / f"{args.name}.json").write_text(json.dumps(record, indent=2) + "\n")
+    if args.name != "audit-peers":  # the 2026 page's table (tools/peers_table.py)
+        from peers_table import render
+
+        (out / f"{args.name}.md").write_text(render(record))
+        return 0
     lines = ["# ropeexport audit on models other tools exported", "", f"`{command}`; tiny random checkpoints "
              "(2 layers, SmolLM3 and Gemma 3 4; head_dim 16) of each schedule's real parameters and lengths; sites: "
              "each with the encoding it was checked as and the layers whose nodes read it; tables = max |cos/sin - "
@@ -374,8 +505,14 @@ def main(argv: list[str] | None = None) -> int:
                              if label in g.get("decoder", {}))  # fmt: skip
         lines.append(f"| {r['schedule']} | {r['source']} | {kinds} | {r['verdict']} | {r['max_abs']:.2g} | {found} "
                      f"| {grafted} | {logits} |")  # fmt: skip
-    (out / "audit-peers.md").write_text("\n".join(lines) + "\n")
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     return 0
+
+
+def _order(row: dict[str, Any]) -> tuple[int, int, str]:
+    """A row's place in the table: its schedule's, then its source's, then planted variants after."""
+    source = next((k for k, s in enumerate(ALL_SOURCES) if row["source"].startswith(s)), len(ALL_SOURCES))
+    return list(SCHEDULES).index(row["schedule"]), source, row["source"]
 
 
 if __name__ == "__main__":

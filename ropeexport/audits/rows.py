@@ -2,9 +2,11 @@
 
 cos/sin of positions x frequencies, as torch.onnx.export writes them, become the rope family's decomposed rows
 (``families.rope.export.cos_sin_rows``: exact tables gathered by position_ids, a LongRoPE switch on each row's length, a
-position past the table failing the Gather), widened and shaped as the values they replace (rotate-half or
-interleaved duplication, [b, 1, s, r]); the old computation is pruned (``prune``). Main graph only: ``graft`` refuses a
-computed site inside a subgraph. Dynamic NTK computed in the graph is refused (its values depend on the call length).
+position past the table failing the Gather; a model without position_ids whose site reads the lengths of input_ids and
+its cache gathers by past length + 0 .. s - 1, as it computes them itself), widened and shaped as the values they
+replace (rotate-half or interleaved duplication, [b, 1, s, r]); the old computation is pruned (``prune``). Main graph
+only: ``graft`` refuses a computed site inside a subgraph. Dynamic NTK computed in the graph is refused (its values
+depend on the call length).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     if regime == "continuous":
         raise SpecError("model", f"the computed site reading {site['cos']!r} follows dynamic NTK, whose cos/sin "
                         "depend on the call length: graft does not replace it (yet)")  # fmt: skip
-    if "position_ids" not in site["inputs"]:
+    past = _cache_input(site)
+    if "position_ids" not in site["inputs"] and past is None:
         reads = ", ".join(site["inputs"]) or "constants only"
         raise SpecError("model", f"the computed site reading {site['cos']!r} is not computed from a position_ids "
                         f"input (it reads {reads}): graft cannot feed it")  # fmt: skip
@@ -61,10 +64,11 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     g = GraphBuilder(prefix=f"ropeexport_graft/{tag}")
     tables = rope_tables(g, piece_spec)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
-    length = row_lengths(g, ["position_ids"], opset) if regime != "static" else None
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    positions = "position_ids" if past is None else _lengths_positions(g, past)
+    length = row_lengths(g, [positions], opset) if regime != "static" else None
     made = []
-    for name, rows in zip(("cos", "sin"), cos_sin_rows(g, piece_spec, tables, "position_ids", length)[:2], strict=True):
+    for name, rows in zip(("cos", "sin"), cos_sin_rows(g, piece_spec, tables, positions, length)[:2], strict=True):
         if layout == "half":  # [b, s, w] -> [b, s, 2w]: f | f
             rows = g.op("Concat", [rows, rows], axis=-1)
         elif layout == "interleaved":  # f0 f0 f1 f1 ..
@@ -103,6 +107,31 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
                 node.input[:] = [new if name == old else name for name in node.input]
     return {"cos": site["cos"], "sin": site["sin"], "rows": int(spec.max_positions), "dtype": str(cos_raw.dtype),
             "regime_length": None, "layout": layout, "replaced_by": "the rope family's gathered rows"}  # fmt: skip
+
+
+def _cache_input(site: dict[str, Any]) -> str | None:
+    """The cache input a site without position_ids takes its positions from, or None: a site reading input_ids and
+    cache inputs only (Optimum's Gemma and gpt-oss exports compute each token's position as the cache's length plus
+    0 .. s - 1, from the lengths of the two); one reading position_ids, or anything else, has none.
+    """  # noqa: D205
+    reads = list(site.get("inputs", []))
+    caches = [name for name in reads if "past" in name or "cache" in name]
+    if "position_ids" in reads or not caches or set(reads) - {"input_ids", *caches}:
+        return None
+    return caches[0]
+
+
+def _lengths_positions(g: Any, past: str) -> str:
+    """int64 [1, s]: past length + 0 .. s - 1, from the lengths of input_ids [b, s] and of ``past`` [b, kv, p, d]:
+    each token's position as a model without position_ids computes it (``_cache_input``).
+    """  # noqa: D205
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    zero = g.const("lengths_axis0", i64(0))
+    s = g.op("Squeeze", [g.op("Gather", [g.op("Shape", ["input_ids"]), g.const("lengths_at1", i64(1))], axis=0),
+                         zero])  # fmt: skip
+    p = g.op("Squeeze", [g.op("Gather", [g.op("Shape", [past]), g.const("lengths_at2", i64(2))], axis=0), zero])
+    steps = g.op("Range", [p, g.op("Add", [p, s]), g.const("lengths_step", np.array(1, np.int64))])
+    return g.op("Unsqueeze", [steps, zero])  # [1, s]
 
 
 def prune(graph: Any) -> None:

@@ -197,10 +197,57 @@ def alibi_model(path: Path, slopes: np.ndarray) -> Path:
     return _save(nodes, inputs, [_io("probs", TensorProto.FLOAT, [1, heads, "s", "t"])], inits, path, {"": 17})
 
 
-def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -> Path:
+def alibi_lengths_model(path: Path, slopes: np.ndarray) -> Path:
+    """mobius-onnx's BLOOM form: no attention_mask, no position_ids; the query and key positions are Ranges over the
+    lengths of input_ids and of the cache (their Shapes, never their values), the bias -|q - k| x slopes [heads, 1, 1]
+    plus a causal mask (Where q >= k: 0, else -inf), added to q.k scores [1, heads, s, t] before the Softmax.
+    """  # noqa: D205
+    heads = len(slopes)
+    inits = [numpy_helper.from_array(slopes.astype(np.float32).reshape(heads, 1, 1), "slopes"),
+             numpy_helper.from_array(np.array([1], np.int64), "at1"),
+             numpy_helper.from_array(np.array([2], np.int64), "at2"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "open"),
+             numpy_helper.from_array(np.array(-np.inf, np.float32), "shut")]  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Gather", ["ids_shape", "at1"], ["s_1"], axis=0),
+        helper.make_node("Shape", ["past_key"], ["past_shape"]),
+        helper.make_node("Gather", ["past_shape", "at2"], ["p_1"], axis=0),
+        helper.make_node("Squeeze", ["s_1", "axis0"], ["s"]),
+        helper.make_node("Squeeze", ["p_1", "axis0"], ["p"]),
+        helper.make_node("Add", ["s", "p"], ["t"]),
+        helper.make_node("Range", ["zero", "s", "one"], ["q_from_zero"]),
+        helper.make_node("Add", ["q_from_zero", "p"], ["q_pos"]),
+        helper.make_node("Range", ["zero", "t", "one"], ["k_pos"]),
+        helper.make_node("Unsqueeze", ["q_pos", "at1"], ["q_col"]),  # [s, 1]
+        helper.make_node("Unsqueeze", ["k_pos", "axis0"], ["k_row"]),  # [1, t]
+        helper.make_node("Sub", ["q_col", "k_row"], ["distance"]),
+        helper.make_node("Abs", ["distance"], ["far"]),
+        helper.make_node("Neg", ["far"], ["near_first"]),
+        helper.make_node("Cast", ["near_first"], ["near_first_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["slopes", "near_first_f"], ["alibi"]),  # [heads, s, t]
+        helper.make_node("GreaterOrEqual", ["q_col", "k_row"], ["causal"]),
+        helper.make_node("Where", ["causal", "open", "shut"], ["mask"]),
+        helper.make_node("Add", ["alibi", "mask"], ["bias"]),
+        helper.make_node("Transpose", ["key"], ["key_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["query", "key_t"], ["scores"]),
+        helper.make_node("Add", ["scores", "bias"], ["biased"]),
+        helper.make_node("Softmax", ["biased"], ["probs"], axis=-1),
+    ]
+    inputs = [_io("input_ids", TensorProto.INT64, [1, "s"]), _io("past_key", TensorProto.FLOAT, [1, heads, "p", 8]),
+              _io("query", TensorProto.FLOAT, [1, heads, "s", 8]), _io("key", TensorProto.FLOAT, [1, heads, "t", 8])]
+    return _save(nodes, inputs, [_io("probs", TensorProto.FLOAT, [1, heads, "s", "t"])], inits, path, {"": 21})
+
+
+def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool, lengths: bool = False) -> Path:
     """cos/sin computed from position_ids as transformers' dynamo export writes them, rotate-half applied to q.
 
     ``f32``: positions x inv_freq in float32 (every exporter of transformers models); else in float64, rounded once.
+    ``lengths``: no position_ids input; each token's position is the cache's length plus 0 .. s - 1, from the Shapes
+    of input_ids [1, s] and past_key [1, H, p, D] (Optimum's Gemma and gpt-oss exports).
     """
     compute = TensorProto.FLOAT if f32 else TensorProto.DOUBLE
     dtype = np.float32 if f32 else np.float64
@@ -209,7 +256,22 @@ def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -
              numpy_helper.from_array(np.array(factor, dtype), "attention_scaling"),
              numpy_helper.from_array(np.array([1], np.int64), "axis1"),
              numpy_helper.from_array(np.array([half, half], np.int64), "halves")]  # fmt: skip
+    made: list[onnx.NodeProto] = []
+    if lengths:
+        inits += [numpy_helper.from_array(np.array([2], np.int64), "axis2"),
+                  numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+                  numpy_helper.from_array(np.array(1, np.int64), "step")]  # fmt: skip
+        made = [helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+                helper.make_node("Gather", ["ids_shape", "axis1"], ["s_1"], axis=0),
+                helper.make_node("Shape", ["past_key"], ["past_shape"]),
+                helper.make_node("Gather", ["past_shape", "axis2"], ["p_1"], axis=0),
+                helper.make_node("Squeeze", ["s_1", "axis0"], ["s"]),
+                helper.make_node("Squeeze", ["p_1", "axis0"], ["p"]),
+                helper.make_node("Add", ["p", "s"], ["t"]),
+                helper.make_node("Range", ["p", "t", "step"], ["steps"]),
+                helper.make_node("Unsqueeze", ["steps", "axis0"], ["position_ids"])]  # fmt: skip
     nodes = [
+        *made,
         helper.make_node("Cast", ["position_ids"], ["positions"], to=compute),
         helper.make_node("Unsqueeze", ["positions", "axis1"], ["positions_1"]),  # [1, 1, s]
         helper.make_node("MatMul", ["inv_freq", "positions_1"], ["freqs_t"]),  # [1, half, s]
@@ -231,6 +293,9 @@ def computed_model(path: Path, inv_freq: np.ndarray, factor: float, f32: bool) -
         helper.make_node("Add", ["q_cos", "q_sin"], ["rotated"]),
     ]
     inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("position_ids", TensorProto.INT64, [1, "s"])]
+    if lengths:
+        inputs = [_io("query", TensorProto.FLOAT, [1, HEADS, "s", D]), _io("input_ids", TensorProto.INT64, [1, "s"]),
+                  _io("past_key", TensorProto.FLOAT, [1, HEADS, "p", D])]  # fmt: skip
     return _save(nodes, inputs, [_io("rotated", TensorProto.FLOAT, [1, HEADS, "s", D])], inits, path, {"": 21})
 
 
@@ -468,10 +533,10 @@ def _dynamic_frozen(path: Path, spec: RopeSpec) -> Path:
     return gqa_model(path, *tables(spec, spec.max_positions))  # the frequencies of the longest call at every length
 
 
-def _computed(f32: bool) -> Callable[[Path, RopeSpec], Path]:
+def _computed(f32: bool, lengths: bool = False) -> Callable[[Path, RopeSpec], Path]:
     def build(path: Path, spec: RopeSpec) -> Path:
         inv, factor = frequencies(spec, P)
-        return computed_model(path, inv, factor, f32)
+        return computed_model(path, inv, factor, f32, lengths)
 
     return build
 
@@ -480,11 +545,12 @@ def _rotary23(path: Path, spec: RopeSpec) -> Path:
     return rotary23_model(path, *tables(spec, P))
 
 
-def _alibi(change: Callable[[np.ndarray], np.ndarray] = lambda m: m) -> Callable[[Path, Any], Path]:
+def _alibi(change: Callable[[np.ndarray], np.ndarray] = lambda m: m,
+           form: Callable[[Path, np.ndarray], Path] = alibi_model) -> Callable[[Path, Any], Path]:  # fmt: skip
     def build(path: Path, spec: Any) -> Path:
         from ropeexport.families.alibi.reference import spec_slopes
 
-        return alibi_model(path, change(spec_slopes(spec)))
+        return form(path, change(spec_slopes(spec)))
 
     return build
 
@@ -583,6 +649,8 @@ CASES = [
     Planted("exact-gqa-longrope", "longrope", _longrope(ORIGINAL), None),
     Planted("float32-gqa-llama3", "llama3", _gqa(f32=True), "float32 angles"),
     Planted("float32-computed-default", "default", _computed(f32=True), "float32 angles"),
+    # no position_ids input: positions from the lengths of input_ids and the cache (Optimum's Gemma, gpt-oss)
+    Planted("float32-computed-from-lengths", "default", _computed(f32=True, lengths=True), "float32 angles"),
     Planted("scaling-ignored-llama3", "llama3", _default_gqa, "rope_scaling ignored"),
     Planted("wrong-factor-linear", "linear", _gqa(factor=2.0), "inverse frequencies 2 x"),
     Planted("yarn-untruncated", "yarn", _gqa(truncate=False), "YaRN correction range not truncated"),
@@ -597,6 +665,10 @@ CASES = [
     Planted("exact-alibi-8-heads", "alibi8", _alibi(), None),
     Planted("alibi-naive-12-heads", "alibi12", _alibi(_naive), "ALiBi slopes wrong for 12 heads"),
     Planted("alibi-reversed", "alibi8", _alibi(lambda m: m[::-1].copy()), "in reverse head order"),
+    # mobius-onnx's form: positions from the lengths of input_ids and the cache (their Shapes), no mask input
+    Planted("exact-alibi-from-lengths", "alibi12", _alibi(form=alibi_lengths_model), None),
+    Planted("alibi-naive-from-lengths", "alibi12", _alibi(_naive, alibi_lengths_model),
+            "ALiBi slopes wrong for 12 heads"),
     Planted(
         "alibi-one-slope-off",
         "alibi12",

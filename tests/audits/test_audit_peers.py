@@ -7,6 +7,7 @@ rope_parameters of a transformers 5 config. Every graft is proven against the fl
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -136,3 +137,42 @@ def test_gpt_oss_is_audited_as_its_exporters_write_it(tmp_path: Path) -> None:
     assert "GatherND" in dynamo["graft"]["refused"]
     grafted = script["graft"]
     assert grafted["proven"] and grafted["after"] == "exact" and grafted["decoder"]["grafted"]["passed"], grafted
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mobius") is None,
+                    reason="mobius-onnx is not installed (CI does not install it: pip install -c constraints.txt "
+                           "mobius-onnx==0.1.0)")  # fmt: skip
+def test_mobius_exports_are_audited_grafted_and_proven(tmp_path: Path) -> None:
+    """mobius-onnx 0.1.0 (``mobius build --config``), run where it is installed; CI does not install it, so there
+    this test is skipped and CI's time stays as it was. Its Gemma 3: an opset-23 RotaryEmbedding per encoding, each
+    read by the layers the config gives it, float32 tables only, grafted and proven against the float64 recompute;
+    its BLOOM (no attention_mask, no position_ids: ALiBi from the lengths of input_ids and the cache) audits exact;
+    its Gemma 2 cannot be exported (mobius 0.1.0 reads no query_pre_attn_scalar): recorded, not patched.
+    """  # noqa: D205
+    gemma3 = "two encodings: sliding 1e4, global 1e6 linear x8 (Gemma 3)"
+    gemma2 = "default + soft caps, windows (Gemma 2)"
+    bloom = "alibi (BLOOM, 12 heads)"
+    mobius = "mobius-onnx 0.1.0"
+    command = [sys.executable, str(ROOT / "tools" / "audit_peers.py"), "--work", str(tmp_path / "work"), "--out",
+               str(tmp_path), "--name", "audit-peers-2026", "--sources", mobius, "--schedules", gemma3, gemma2,
+               bloom]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["source"] + " / " + r["schedule"]: r
+            for r in json.loads((tmp_path / "audit-peers-2026.json").read_text())["rows"]}  # fmt: skip
+    assert "query_pre_attn_scalar" in rows[f"{mobius} / {gemma2}"]["error"]
+    row = rows[f"{mobius} / {gemma3}"]
+    layers = dict(zip((c[0] for c in row["checked_as"]), row["site_layers"], strict=True))
+    assert layers == {"sliding": [0, 1, 3], "global": [2]} and set(row["sites"]) == {"RotaryEmbedding (opset 23)"}
+    assert row["finding_names"] == ["float32-angles"], row["findings"]
+    grafted = row["graft"]
+    assert grafted["proven"] and grafted["tables"] == 2 and grafted["after"] == "exact", grafted
+    assert grafted["decoder"]["grafted"]["passed"] and grafted["decoder"]["grafted"]["worst_rel"] <= 1e-5, grafted
+    assert "worst" in grafted["use"] and grafted["use"]["far_end"] is not None, grafted["use"]
+    alibi = rows[f"{mobius} / {bloom}"]
+    assert alibi["sites"] == ["ALiBi bias"] and alibi["verdict"] == "exact", alibi
+    assert alibi["graft"]["decoder"]["original"]["passed"], alibi["graft"]
+    planted = rows[f"{mobius}, power-of-two slopes planted / {bloom}"]
+    assert planted["finding_names"] == ["alibi-slopes"] and planted["graft"]["proven"], planted
+    page = (tmp_path / "audit-peers-2026.md").read_text()
+    assert f"| {gemma2} | {mobius} | could not export:" in page

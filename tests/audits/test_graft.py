@@ -46,7 +46,8 @@ def _longrope_float32(tmp: Path) -> tuple[Path, Path]:
     return gqa_model(tmp / "model.onnx", *short, long=tables(spec, ORIGINAL + 1, f32=True)), config
 
 
-@pytest.mark.parametrize("name", ["float32-gqa-llama3", "longrope-if-float32", "float32-computed-default"])
+@pytest.mark.parametrize("name", ["float32-gqa-llama3", "longrope-if-float32", "float32-computed-default",
+                                  "float32-computed-from-lengths"])  # fmt: skip
 def test_precision_faults_are_grafted_and_proven(name: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     model, config = _longrope_float32(tmp_path) if name.startswith("longrope") else _built(tmp_path, name)
     out = tmp_path / "fixed" / "model.onnx"
@@ -55,7 +56,7 @@ def test_precision_faults_are_grafted_and_proven(name: str, tmp_path: Path, caps
     assert result["proven"] and result["before"] == "findings" and result["after"]["verdict"] == "exact"
     assert result["short_call"]["equal"] and result["short_call"]["relative"] <= 1e-4
     assert len(result["replaced"]) == (2 if name.startswith("longrope") else 1)  # each If branch its own regime
-    if name.endswith("computed-default"):  # cos/sin computed from position_ids: now the family's gathered rows
+    if "computed" in name:  # cos/sin computed from positions (position_ids or lengths): the family's gathered rows
         assert result["replaced"][0]["layout"] == "half"
         assert [s["kind"] for s in result["after"]["sites"]] == ["gathered table"]
     if name.startswith("longrope"):

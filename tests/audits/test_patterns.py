@@ -20,6 +20,7 @@ from ropeexport.audits.patterns import PATTERNS, SiteKind, Walk
 from ropeexport.audits.sites import find_sites
 from tests.audits.planted import (
     CASES,
+    alibi_lengths_model,
     alibi_model,
     gqa_model,
     rotary23_model,
@@ -73,6 +74,13 @@ def _computed(tmp: Path) -> Path:
     )
 
 
+def _alibi_lengths(tmp: Path) -> Path:
+    from ropeexport.families.alibi.reference import spec_slopes
+
+    slopes = spec_slopes(rx.from_hf_config(write_config(tmp, "alibi12"))[0])
+    return alibi_lengths_model(tmp / "alibi-lengths.onnx", slopes)
+
+
 def _alibi(tmp: Path) -> Path:
     from ropeexport.families.alibi.reference import spec_slopes
 
@@ -90,6 +98,7 @@ FORMS: list[tuple[str, Callable[[Path], Path], list[SiteKind]]] = [
     ("computed", _computed, [SiteKind.COMPUTED]),
     ("unidentified", _lonely_cos, [SiteKind.UNIDENTIFIED]),
     ("alibi_bias", _alibi, [SiteKind.ALIBI] * 2),  # the bias and the additive mask: its values drop the mask
+    ("alibi_bias", _alibi_lengths, [SiteKind.ALIBI]),  # positions from the lengths of input_ids and the cache
 ]  # fmt: skip
 
 
