@@ -101,8 +101,8 @@ def _float64(config: Path, ckpt: Path, model: Path, ids: list[int]) -> tuple[np.
 
     proof = DecoderProof(config, ckpt, model)
     n = len(ids)
-    logits = decoder_float64(proof.spec, proof.weights64, np.array([ids]), np.arange(n).reshape(1, n),
-                             np.ones((1, n), np.int64), pieces=proof.pieces)[0]  # fmt: skip
+    logits = decoder_float64(proof.spec, proof.truth.weights64, np.array([ids]), np.arange(n).reshape(1, n),
+                             np.ones((1, n), np.int64), pieces=proof.truth.pieces)[0]  # fmt: skip
     return logits, proof.tolerance
 
 
