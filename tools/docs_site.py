@@ -336,8 +336,12 @@ def _suite(_: str | None) -> str:
     summary = [line for line in log.read_text().splitlines() if re.search(r"\d+ passed.* in [\d.]+s", line)]
     if not summary:
         raise ValueError("figure suite: no pytest summary line in ci-fresh-venv.log")
+    head = log.read_text().splitlines()[0]
+    said = "the project's 2-core CI machine; the log records no load"
+    if head.startswith("#"):  # the run's own first line: what was run, when, on which machine and load
+        said = head.lstrip("# ").strip()
     return (f"Last recorded fresh-clone `.ci/run` (`tools/figures/ci-fresh-venv.log`): `{summary[-1].strip()}`.\n\n"
-            "*Measured on: the project's 2-core CI machine; the log records no load.*\n")
+            f"*Measured on: {said}.*\n")
 
 
 def _figure_md(name: str | None) -> str:
