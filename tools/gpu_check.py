@@ -10,7 +10,8 @@ For each case (layout x dtype x tensor, query and key being separate launches):
 - correctness: the kernel's output against the eager reference module (run on the CPU), per-dtype tolerances;
 - bandwidth: bytes = x read + output written + position ids + the table rows touched (cos and sin), divided by the
   median kernel time (CUDA events around the launch, 5 warm-up launches, 50 timed ones, L2 flushed before each by
-  zeroing a 256 MiB buffer, which also keeps the launch queue ahead of the GPU); the same number of bytes is moved by
+  zeroing a 256 MiB buffer, then a GPU spin of 1e6 cycles queued so the host's launch is never on the clock: the
+  flush alone left it there for small kernels); the same number of bytes is moved by
   a device-to-device copy in the same run (half read, half written) and timed the same way. Target: the kernel
   reaches >= 85% of the copy's bandwidth;
 - torch CUDA eager (table gather + ``rotate_pairs``), timed the same way and checked against the reference.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import platform
@@ -59,6 +61,11 @@ LAYOUTS = ("half", "interleaved")
 TARGET = 0.85
 WARMUP, REPEATS = 5, 50
 FLUSH_BYTES = 256 * 2**20
+# After the flush the GPU spins this many cycles (about 0.5 ms at 2 GHz) before the timed launch: the host's launch
+# of a small kernel (Python checks plus Triton's launcher, tens of microseconds) is then queued before the GPU gets
+# to it, so the events time the kernel and not the host. Without it a 4-microsecond kernel timed 13-89% of copy
+# from one launch configuration to the next, at random (the first H200 run).
+SPIN_CYCLES = 1_000_000
 
 
 def environment() -> dict[str, Any]:
@@ -96,7 +103,8 @@ def median_ms(fn: Callable[[], object], flush: torch.Tensor) -> float:
     torch.cuda.synchronize()
     times = []
     for _ in range(REPEATS):
-        flush.zero_()  # evicts L2, and keeps the GPU busy while the launch below is queued
+        flush.zero_()  # evicts L2
+        torch.cuda._sleep(SPIN_CYCLES)  # keeps the GPU busy while the launch below is queued (SPIN_CYCLES)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -153,9 +161,14 @@ def tensor_case(
     pos: torch.Tensor,
     flush: torch.Tensor,
     block_sizes: list[int | None],
+    warps: list[int | None],
 ) -> dict[str, Any]:
-    """One tensor (query or key) of one layout x dtype: correctness, kernel / copy / eager bandwidth."""
-    from ropeexport.trt.triton_rope import launch_config, rope_triton
+    """One tensor (query or key) of one layout x dtype: correctness, kernel / copy / eager bandwidth.
+
+    The kernel is timed at each launch configuration swept: tokens per program x warps per program (None: the
+    kernel's own choice).
+    """
+    from ropeexport.trt.triton_rope import NUM_WARPS, launch_config, rope_triton
 
     cos, sin = tables
     interleaved = spec.layout == "interleaved"
@@ -175,18 +188,19 @@ def tensor_case(
         "correctness": check(out, want, spec.dtype),
         "kernel": [],
     }
-    for block_s in block_sizes:
+    for block_s, num_warps in itertools.product(block_sizes, warps):
         config = launch_config(x.shape[2], x.shape[3], spec.rotary_dim)
         if block_s is not None:
             config["BLOCK_S"] = block_s
-        launch = functools.partial(
-            rope_triton, x, cos, sin, pos, interleaved=interleaved, rotary_dim=spec.rotary_dim, out=out, block_s=block_s
-        )
+        num_warps = NUM_WARPS if num_warps is None else num_warps
+        launch = functools.partial(rope_triton, x, cos, sin, pos, interleaved=interleaved, rotary_dim=spec.rotary_dim,
+                                   out=out, block_s=block_s, num_warps=num_warps)  # fmt: skip
         ms = median_ms(functools.partial(launch, check=False), flush)  # positions were checked by the first call
         gbs = nbytes / ms / 1e6
         case["kernel"].append(
             {
                 "block_s": config["BLOCK_S"],
+                "num_warps": num_warps,
                 "ms": ms,
                 "gb_per_s": gbs,
                 "fraction_of_copy": gbs / copy_gbs,
@@ -200,7 +214,7 @@ def tensor_case(
     return case
 
 
-def kernel_cases(flush: torch.Tensor, block_sizes: list[int | None]) -> list[dict[str, Any]]:
+def kernel_cases(flush: torch.Tensor, block_sizes: list[int | None], warps: list[int | None]) -> list[dict[str, Any]]:
     """Correctness and bandwidth of the kernel, the copy and torch eager, for every layout x dtype x tensor."""
     results = []
     for layout in LAYOUTS:
@@ -213,13 +227,15 @@ def kernel_cases(flush: torch.Tensor, block_sizes: list[int | None]) -> list[dic
                 want = reference_module(spec)(feeds["query"], feeds["key"], position_ids=feeds["position_ids"])
             pos = feeds["position_ids"].cuda()
             for name, w in zip(("query", "key"), want, strict=True):
-                case = {"tensor": name} | tensor_case(spec, feeds[name].cuda(), w, tables, pos, flush, block_sizes)
+                x = feeds[name].cuda()
+                case = {"tensor": name} | tensor_case(spec, x, w, tables, pos, flush, block_sizes, warps)
                 results.append(case)
                 best = max(case["kernel"], key=lambda k: k["fraction_of_copy"])
                 print(
                     f"{layout:11s} {dtype} {name:5s}: kernel {best['gb_per_s']:7.1f} GB/s "
                     f"({100 * best['fraction_of_copy']:.1f}% of copy {case['copy']['gb_per_s']:.1f} GB/s, "
-                    f"BLOCK_S {best['block_s']}), eager {case['torch_eager']['gb_per_s']:7.1f} GB/s, "
+                    f"BLOCK_S {best['block_s']}, {best['num_warps']} warps), "
+                    f"eager {case['torch_eager']['gb_per_s']:7.1f} GB/s, "
                     f"max err {case['correctness']['max_abs_err']:.3g}"
                 )
     return results
@@ -282,10 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("gpu-check.json"), help="results JSON (default %(default)s)")
     parser.add_argument("--block-s", default="", help="comma-separated tokens per program to sweep (default: auto)")
+    parser.add_argument("--num-warps", default="", help="comma-separated warps per program to sweep (default: auto)")
     parser.add_argument("--require-target", action="store_true", help="exit 1 when a case misses 85%% of copy")
     parser.add_argument("--no-trt", action="store_true", help="skip the TensorRT stage")
     args = parser.parse_args(argv)
     block_sizes: list[int | None] = [int(b) for b in args.block_s.split(",") if b] or [None]
+    warps: list[int | None] = [int(w) for w in args.num_warps.split(",") if w] or [None]
 
     result: dict[str, Any] = {
         "tool": "tools/gpu_check.py",
@@ -303,11 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     result["measured"] = True
     result["method"] = {
-        "timing": f"CUDA events, median of {REPEATS} after {WARMUP} warm-up runs, L2 flushed ({FLUSH_BYTES >> 20} MiB)",
+        "timing": f"CUDA events, median of {REPEATS} after {WARMUP} warm-up runs, L2 flushed "
+                  f"({FLUSH_BYTES >> 20} MiB), then {SPIN_CYCLES} cycles of GPU spin so the launch is queued ahead",
         "bytes": "x read + output written + position_ids + cos/sin rows touched",
         "copy": "torch device-to-device copy of the same number of bytes (half read, half written)",
     }
-    result["kernel"] = kernel_cases(flush, block_sizes)
+    result["kernel"] = kernel_cases(flush, block_sizes, warps)
     result["tensorrt"] = {"status": "skipped", "reason": "--no-trt"} if args.no_trt else trt_stage()
     correct = all(c["correctness"]["correct"] and all(k["correct"] for k in c["kernel"]) for c in result["kernel"])
     correct &= all(a.get("status") != "wrong" for a in result["tensorrt"].get("artifacts", []))

@@ -18,14 +18,14 @@ store, to nearest with ties to even (bfloat16 by hand, ``_round_to``). Eager fp1
 Grid and blocks (for the GPU; the interpreter runs the same code): one program per (batch, head, block of
 ``BLOCK_S`` tokens). x is [b, h, s, d] with unit channel stride, so a program's tile of BLOCK_S tokens x d channels
 is one contiguous run of memory (for a contiguous x): every load and store is coalesced and a warp touches whole
-128-byte lines. ``BLOCK_S`` is sized so that a tile holds about ``TILE_ELEMENTS`` elements (32 tokens at d = 128),
-enough bytes in flight per SM to approach copy bandwidth without spilling registers, and small enough that the
-prefill shape (s = 2048) launches thousands of programs. The grid is flattened into axis 0, token blocks fastest, so
-consecutive programs stream consecutive memory of one head, and neither the 65535 limit of grid axes 1-2 nor a long
-sequence can overflow it. The half layout loads the two halves as two [BLOCK_S, r/2] tiles; the interleaved layout
-loads one [BLOCK_S, r] tile and splits it into even and odd channels in registers (``tl.reshape`` + ``tl.split``), so
-no load is strided. The tables (r values per token against 2 h d of x traffic) are gathered per token; every head
-reads the same rows, which stay in L2 (the prefill tables are 1-2 MiB).
+128-byte lines. ``BLOCK_S`` is sized so that a tile holds about ``TILE_ELEMENTS`` elements (8 tokens at d = 128),
+one warp a program: many small programs keep enough bytes in flight on every SM (the prefill shape, s = 2048,
+launches thousands), and they were the fastest launch on an H200 (``TILE_ELEMENTS``). The grid is flattened into
+axis 0, token blocks fastest, so consecutive programs stream consecutive memory of one head, and neither the 65535
+limit of grid axes 1-2 nor a long sequence can overflow it. The half layout loads the two halves as two
+[BLOCK_S, r/2] tiles; the interleaved layout loads one [BLOCK_S, r] tile and splits it into even and odd channels in
+registers (``tl.reshape`` + ``tl.split``), so no load is strided. The tables (r values per token against 2 h d of x
+traffic) are gathered per token; every head reads the same rows, which stay in L2 (the prefill tables are 1-2 MiB).
 
 Positions outside [0, P): ``rope_triton`` raises before launching (``check=True``, one device sync). The kernel
 itself never reads past the table: an invalid position reads row 0 under a mask and its rotated channels are written
@@ -47,10 +47,13 @@ from ropeexport.errors import RuntimeInputError, RuntimeUnavailable
 from ropeexport.tensors import check_positions
 
 TORCH_TYPES = tuple(d.torch for d in DTYPES.values())  # fp32, fp16, bf16
-# Elements per program tile: 32 tokens x 128 channels (16 KiB of fp32 in, 16 KiB out). The GPU bandwidth target of
-# the later speed issue is to be tuned from here (``block_s`` / ``num_warps`` of ``rope_triton``).
-TILE_ELEMENTS = 4096
-NUM_WARPS = 4
+# Elements per program tile: 8 tokens x 128 channels (4 KiB of fp32 in, 4 KiB out), one warp. Measured on an H200
+# (tools/gpu_check.py --block-s 8,16,32,64 --num-warps 1,2,4,8, tools/figures/gpu-check-h200-sweep.json): over the
+# prefill shape's 8 cases (half / interleaved, fp32 / fp16, query / key) this launch's worst case was 89% of a device
+# copy's bandwidth, the best worst case of the 16 swept; the earlier 32 tokens x 4 warps fell to 75% on interleaved
+# keys.
+TILE_ELEMENTS = 1024
+NUM_WARPS = 1
 
 
 @triton.jit
@@ -149,7 +152,10 @@ def launch_config(seq_len: int, head_dim: int, rotary_dim: int) -> dict[str, int
     block_half = triton.next_power_of_2(half)
     block_tail = triton.next_power_of_2(tail) if tail else 1
     width = 2 * block_half + (block_tail if tail else 0)
-    block_s = max(1, min(triton.next_power_of_2(max(seq_len, 1)), TILE_ELEMENTS // width))
+    fits = max(1, TILE_ELEMENTS // width)
+    # a power of two (tl.arange's rule): rounded down, else a partial rotation's width (20 at d = 16, r = 12) would
+    # ask for 51 tokens once the sequence is longer than that
+    block_s = min(triton.next_power_of_2(max(seq_len, 1)), 1 << (fits.bit_length() - 1))
     return {"BLOCK_S": block_s, "BLOCK_HALF": block_half, "BLOCK_TAIL": block_tail}
 
 

@@ -170,10 +170,13 @@ def test_several_token_blocks_and_strided_input(layout: str) -> None:
 
 
 def test_launch_config_fills_a_tile() -> None:
-    assert launch_config(2048, 128, 128) == {"BLOCK_S": 32, "BLOCK_HALF": 64, "BLOCK_TAIL": 1}
-    assert launch_config(2048, 128, 64)["BLOCK_S"] == 32  # 64 rotated + 64 copied channels per token
+    assert launch_config(2048, 128, 128) == {"BLOCK_S": 8, "BLOCK_HALF": 64, "BLOCK_TAIL": 1}
+    assert launch_config(2048, 128, 64)["BLOCK_S"] == 8  # 64 rotated + 64 copied channels per token
+    assert launch_config(2048, 64, 64)["BLOCK_S"] == 16  # a smaller head: more tokens to the same tile
     assert launch_config(1, 128, 128)["BLOCK_S"] == 1  # decode: one token per program
     assert launch_config(5, 16, 12) == {"BLOCK_S": 8, "BLOCK_HALF": 8, "BLOCK_TAIL": 4}
+    # a tile width that is no power of two (8 + 8 rotated + 4 copied): the tokens per program still are one
+    assert launch_config(2048, 16, 12)["BLOCK_S"] == 32
 
 
 @pytest.mark.parametrize(
