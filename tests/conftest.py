@@ -8,7 +8,8 @@
 
 Tiers (docs/how-to/test-suite.md): ``pytest -m fast`` is the loop run after every edit (specs, registries, graph
 builds, components against their float64 twins); ``-m "not slow"`` adds the rest but the long-running tests; CI runs
-every test. ``pytest_collection_modifyitems`` below refuses a fast test that is also slow or asks for a whole decoder.
+every test. ``pytest_collection_modifyitems`` below refuses a fast test that is also slow or asks for a whole decoder,
+and orders the files longest first by ``tests/durations.json`` (``longest_first``).
 
 Signals: SIGINT and SIGTERM stop the whole run (``pytest_configure`` below). A test that runs the CLI in-process
 (``tests.clirun``, ``ropeexport.cli.main``) hands the signal back to these handlers once the artifact in flight has
@@ -17,6 +18,7 @@ unwound, so the suite stops there too instead of counting one call's exit 130 or
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections.abc import Callable
@@ -72,11 +74,31 @@ def tier_faults(item: pytest.Item) -> list[str]:
     return faults
 
 
+DURATIONS = Path(__file__).with_name("durations.json")  # written by tools/test_durations.py
+
+
+def longest_first(items: list[pytest.Item], seconds: dict[str, float]) -> None:
+    """Sort ``items`` in place: files by ``seconds`` (each file's measured duration), longest first; a file's tests
+    keep their order. A file not measured yet goes first: it may be long, and a short one first costs little.
+
+    pytest-xdist with ``--dist loadfile --no-loadscope-reorder`` hands whole files to its processes in this order,
+    so the long files start first and the last to start are short (the longest-processing-time-first rule).
+    """
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::")[0], index)
+    unmeasured = float("inf")
+    items.sort(key=lambda item: (-seconds.get(path := item.nodeid.split("::")[0], unmeasured), first_seen[path]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse the run, before any test starts, when a fast test breaks the tier's rules (``tier_faults``)."""
+    """Refuse the run, before any test starts, when a fast test breaks the tier's rules (``tier_faults``); order
+    the files longest first (``longest_first``)."""
     wrong = [f"{item.nodeid}: {fault}" for item in items for fault in tier_faults(item)]
     if wrong:
         raise pytest.UsageError("the fast tier's rules (docs/how-to/test-suite.md) are broken:\n" + "\n".join(wrong))
+    if DURATIONS.is_file():
+        longest_first(items, json.loads(DURATIONS.read_text())["seconds"])
 
 
 @pytest.fixture(scope="session")
