@@ -174,3 +174,27 @@ def test_a_prompt_is_judged_by_its_tokens_and_logits(
     row = compare(Greedy("p", [5, 6], [1, 0], _ROWS), tokens, logits, limit)
     assert row["first_difference"] == differs
     assert row["passed"] is passed
+
+
+@pytest.mark.slow
+@needs_node
+def test_the_how_to_snippet_generates_the_decoders_tokens(tmp_path: Path, seeded_decoder: Path) -> None:
+    """docs/how-to/transformers-js.md's Node snippet, as written, on a package: the decoder's greedy tokens."""
+    import re
+    import subprocess
+
+    from ropeexport.decoder.transformersjs_check import node_dir
+
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "transformers-js.md").read_text()
+    (snippet,) = re.findall(r"```js\n(.*?)```", page, flags=re.S)
+    prompt = [int(t) for t in re.search(r"const ids = \[(.*?)\];", snippet)[1].replace("n", "").split(",")]
+    count = int(re.search(r"max_new_tokens: (\d+)", snippet)[1])
+    result = package(seeded_decoder, tmp_path / "pkg")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "node_modules").symlink_to(node_dir() / "node_modules")  # where its import resolves
+    (tmp_path / "run" / "generate.mjs").write_text(snippet)
+    done = subprocess.run(["node", "generate.mjs", str(result.path.resolve())], cwd=tmp_path / "run",
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    served = DecoderSession(seeded_decoder).generate(prompt, count, policy="keep").tokens
+    assert [int(t) for t in done.stdout.split()] == list(served)
