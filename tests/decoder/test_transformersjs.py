@@ -78,6 +78,25 @@ def test_transformersjs_generates_the_decoders_tokens(
 
 @pytest.mark.slow
 @needs_node
+def test_external_data_is_named_and_loaded_as_transformersjs_does(tmp_path: Path) -> None:
+    """A decoder past 64 MiB of weights (model.onnx.data): packaged as onnx/model.onnx_data, config.json naming it."""
+    built = rx.build_decoder(tmp_path / "out", preset="llama-2-7b", num_layers=1, hidden_size=512, vocab_size=16384,
+                             eager=False)  # fmt: skip
+    assert built.passed and (built.path / "model.onnx.data").is_file()
+    result = package(built.path, tmp_path / "pkg")
+    assert result.passed, result.report
+    assert (result.path / "onnx" / "model.onnx_data").is_file()
+    locations = {e.value for t in onnx.load(str(result.path / "onnx" / "model.onnx"), load_external_data=False)
+                 .graph.initializer for e in t.external_data if e.key == "location"}  # fmt: skip
+    assert locations == {"model.onnx_data"}
+    config = json.loads((result.path / "config.json").read_text())
+    assert config["transformers.js_config"] == {"use_external_data_format": {"model.onnx": 1}}
+    engine = next(e for e in result.report["engines"] if e["name"] == "transformers.js")
+    assert engine["status"] == "ran" and all(r["first_difference"] is None for r in engine["prompts"])
+
+
+@pytest.mark.slow
+@needs_node
 def test_without_the_batch_size_name_transformersjs_fails(
     tmp_path: Path, seeded_decoder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
