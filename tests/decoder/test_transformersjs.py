@@ -217,3 +217,37 @@ def test_the_how_to_snippet_generates_the_decoders_tokens(tmp_path: Path, seeded
     assert done.returncode == 0, done.stderr
     served = DecoderSession(seeded_decoder).generate(prompt, count, policy="keep").tokens
     assert [int(t) for t in done.stdout.split()] == list(served)
+
+
+# The browser: onnxruntime-web's WASM backend in Debian's headless Chromium (tools/transformersjs_browser.py). WebGPU
+# is not available on these machines: not run, not claimed.
+BROWSER_CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama", "fused", "fp32", "int4"),
+                 ("gemma3", "fused", "fp32", ""), ("gpt_oss", "fused", "fp32", "")]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "graph", "dtype", "weights"), BROWSER_CASES,
+                         ids=["-".join(filter(None, c)) for c in BROWSER_CASES])  # fmt: skip
+def test_headless_chromium_generates_the_decoders_tokens(
+    name: str, graph: str, dtype: str, weights: str, tmp_path: Path, tiny_checkpoint  # noqa: ANN001
+) -> None:
+    from ropeexport.decoder.kind import check_folder
+    from ropeexport.decoder.transformersjs import suffix
+    from ropeexport.decoder.transformersjs_check import bound, ort_greedy
+    from tests.toolmod import tool
+
+    driver = tool("transformersjs_browser")
+    why = driver.missing()
+    if why is not None:
+        pytest.skip(f"the browser cannot run here: {why}")
+    built = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), graph=graph, dtype=dtype,
+                             weight_format=weights, eager=False)  # fmt: skip
+    result = package(built.path, tmp_path / "web" / name)
+    spec = check_folder(built.path)[1]
+    for ours in ort_greedy(result.path / "onnx" / FILES[dtype, weights], spec):  # both prompts
+        page = driver.run(result.path, ours.prompt, len(ours.tokens), suffix(spec)[0])
+        assert "error" not in page, page["error"]
+        assert "HeadlessChrome" in page["agent"]
+        row = compare(ours, page["tokens"], np.asarray(page["logits"], np.float64), bound(spec))
+        assert row["first_difference"] is None, (ours.name, row)
+        assert row["passed"], (ours.name, row["worst_rel"])
