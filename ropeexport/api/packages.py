@@ -27,6 +27,7 @@ from ropeexport.decoder.transformersjs_check import REFERENCE, check, ort_greedy
 from ropeexport.errors import ArtifactError, InputError, SpecError, renamed
 from ropeexport.graph.onnx_io import sha256
 from ropeexport.manifest import check_files, is_artifact, read_artifact_json, read_manifest, read_object
+from ropeexport.results import JsonObject
 from ropeexport.store import MANIFEST, Store, write_json
 from ropeexport.version import __version__
 
@@ -39,7 +40,7 @@ class PackageResult:
 
     path: Path
     passed: bool
-    report: dict[str, Any]
+    report: JsonObject
     seconds: float = 0.0
     skipped: dict[str, str] = field(default_factory=dict)  # engine -> why it did not run here
 
@@ -97,7 +98,10 @@ def package(decoder: str | Path, out: str | Path, engine: str = ENGINE, replace:
                          _skipped(report))  # fmt: skip
 
 
-def _report(folder: Path, spec: DecoderSpec, source: dict[str, Any], reference: dict[str, Any], start: float) -> dict:
+def _report(
+    folder: Path, spec: DecoderSpec, source: dict[str, Any], reference: dict[str, Any], start: float
+) -> JsonObject:
+    """report.json: the package's check (``transformersjs_check.check``) with what it was checked against."""
     verdict = check(folder, folder / model_file(spec), spec, reference["prompts"])
     return {"schema": "ropeexport.package-report/1", "artifact": ARTIFACT, "engine": ENGINE, "decoder": source,
             "model": model_file(spec), **verdict, "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
