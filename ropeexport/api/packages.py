@@ -28,7 +28,7 @@ from ropeexport.errors import ArtifactError, InputError, SpecError, renamed
 from ropeexport.graph.onnx_io import sha256
 from ropeexport.manifest import check_files, is_artifact, read_artifact_json, read_manifest, read_object
 from ropeexport.results import JsonObject
-from ropeexport.store import MANIFEST, Store, write_json
+from ropeexport.store import MANIFEST, Store, replace_reports, write_json
 from ropeexport.version import __version__
 
 
@@ -126,5 +126,5 @@ def verify_package(folder: str | Path) -> PackageResult:
     source = {k: decoder.get(k) for k in ("name", "path", "model_sha256")}
     with Store(folder.parent).reading(folder.name):
         report = _report(folder, spec, source, reference, start)
-        (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        replace_reports(folder, {"report.json": json.dumps(report, indent=2) + "\n"})  # the old one or the new
     return PackageResult(folder, report["passed"], report, round(time.perf_counter() - start, 2), _skipped(report))
