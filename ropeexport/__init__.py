@@ -38,6 +38,8 @@ _HOMES = {
     "graft": "ropeexport.api",
     "load_specs": "ropeexport.api",
     "open_decoder": "ropeexport.api",
+    "package": "ropeexport.api",
+    "verify_package": "ropeexport.api",
     "resolve_decoder": "ropeexport.api",
     "spec": "ropeexport.api",
     "verify": "ropeexport.api",
@@ -55,6 +57,7 @@ _HOMES = {
     "CompatResult": "ropeexport.trt.compat",
     "AuditResult": "ropeexport.audits.core",
     "GraftResult": "ropeexport.audits.graft",
+    "PackageResult": "ropeexport.api.packages",
     "Generation": "ropeexport.decoder.serve",
     "DecoderSession": "ropeexport.decoder.serve",
 }
@@ -76,10 +79,13 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
         graft,
         load_specs,
         open_decoder,
+        package,
         resolve_decoder,
         spec,
         verify,
+        verify_package,
     )
+    from ropeexport.api.packages import PackageResult  # noqa: F401
     from ropeexport.audits.core import AuditResult  # noqa: F401
     from ropeexport.audits.graft import GraftResult  # noqa: F401
     from ropeexport.decoder.kind import DecoderVerifyResult  # noqa: F401

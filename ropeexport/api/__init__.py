@@ -28,6 +28,7 @@ from ropeexport.api.audits import audit, graft
 from ropeexport.api.checks import check_trt, diff, verify
 from ropeexport.api.decoders import build_decoder, build_layer_block, generate, open_decoder, resolve_decoder
 from ropeexport.api.encodings import build, build_all, export, from_hf_config, from_preset, load_specs, spec
+from ropeexport.api.packages import package, verify_package
 
 # One module per thing a user does (``encodings``, ``checks``, ``decoders``, ``audits``; ``shared``: what they
 # share); no module here is named after a function, or importing it would replace the function on this package.
@@ -46,7 +47,9 @@ __all__ = [
     "graft",
     "load_specs",
     "open_decoder",
+    "package",
     "resolve_decoder",
     "spec",
     "verify",
+    "verify_package",
 ]

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("generate", "greedy generation with a built decoder"),
     "audit": ("audit", "check the RoPE (or ALiBi) inside a model another tool exported"),
     "graft": ("graft", "replace a foreign model's RoPE tables with exact ones, and prove it"),
+    "package": ("package", "write a built decoder as transformers.js loads it, and check its tokens there"),
 }
 # verified, but part of the check could not run here: a runtime the user asked for by name (see --allow-skip), or
 # graft's far calls whose cache passes --proof-cache-gib (proven up to a position only)
@@ -85,6 +86,8 @@ FLAGS = {
     "policy": "--policy",
     "trust": "--trust",
     "out": "--out",
+    "for": "--for",
+    "decoder": "DECODER",
 }
 
 

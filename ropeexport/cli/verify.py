@@ -46,6 +46,15 @@ from ropeexport.report.words import error
 from ropeexport.tree import artifact_folders, is_tree
 
 
+def is_package(folder: Path) -> bool:
+    """True for a folder whose manifest says it is a package ``ropeexport package`` wrote."""
+    from ropeexport.decoder.transformersjs import ARTIFACT
+    from ropeexport.manifest import read_object
+
+    manifest = read_object(folder / "manifest.json", "manifest.json")
+    return manifest is not None and manifest.get("artifact") == ARTIFACT
+
+
 def add_parser(sub: Any) -> None:
     """Register ``verify``."""
     p = subcommand(sub, "verify", __doc__, run)
@@ -74,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
 
     atol, rtol = tolerances(args)
     folder = Path(args.folder)
+    if is_package(folder):  # a transformers.js package: its own check (``ropeexport package``)
+        from ropeexport.api.packages import verify_package
+        from ropeexport.cli.package import print_result
+
+        return print_result(verify_package(folder))
     start = time.perf_counter()
 
     def done(result: Any, seconds: float) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL = ("sh", "bash", "console")
-KNOWN_INFO = (*SHELL, "python", "text", "toml", "json")
+KNOWN_INFO = (*SHELL, "python", "text", "toml", "json", "js")  # js: run by tests/decoder/test_transformersjs.py
 SKIP = re.compile(r"^<!-- docs-test: skip \((.+)\) -->$")
 
 # page -> the folder group its blocks run in (pages of one group share a folder, in this order)

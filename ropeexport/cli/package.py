@@ -1,0 +1,74 @@
+"""``ropeexport package DECODER --for transformers.js --out DIR``: a built decoder as another engine loads it.
+
+DECODER is a decoder folder (``ropeexport build --artifact decoder``), checked against the sha256 its manifest lists.
+DIR receives the folder transformers.js 4.3.1 (``@huggingface/transformers``) loads with
+``AutoModelForCausalLM.from_pretrained``: config.json, generation_config.json, the tokenizer files the decoder has,
+onnx/model.onnx (model_fp16.onnx for fp16, model_q4.onnx / model_q4f16.onnx for int4; external data as
+model.onnx_data), the batch dimension named batch_size as transformers.js sizes its first cache from it. It is written
+whole or not at all, with a manifest.json naming the decoder (its name, folder, model sha256 and spec) and every file's
+sha256, and reference.json: the decoder's own greedy tokens on two prompts (12 tokens at position 0, and a long one).
+
+The package is then run and its tokens compared with the decoder's: in ONNX Runtime (Python), and in transformers.js
+itself in Node (onnxruntime-node, CPU) through tools/transformersjs/generate.mjs, tokens equal and each step's logits
+within twice the decoder's tolerance of the logit scale. Without node or the npm packages (``npm ci`` in
+tools/transformersjs) that engine is skipped with the reason and the exit is 3. ``ropeexport verify DIR`` checks the
+hashes and runs the same comparison again.
+
+Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), a
+DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a package.
+
+Examples:
+  ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
+  ropeexport verify web/llama
+
+Exit codes: 0 written and checked; 1 written, the tokens differ; 2 bad input; 3 written, transformers.js could not
+run here.
+
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ropeexport.cli import EXIT_SKIPPED, subcommand
+from ropeexport.decoder.transformersjs import ENGINES
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``package``."""
+    p = subcommand(sub, "package", __doc__, run)
+    p.add_argument("decoder", metavar="DECODER", help="a decoder folder written by ropeexport build --artifact decoder")
+    p.add_argument("--for", dest="engine", choices=ENGINES, required=True, help="the engine: transformers.js")
+    p.add_argument("--out", required=True, metavar="DIR", help="the package's folder (new, or a package to rewrite)")
+    p.add_argument("--replace", action="store_true", help="replace a package at DIR made from another decoder")
+
+
+def print_result(result: Any) -> int:
+    """One line per engine and prompt; the exit code (0 passed, 1 failed, 3 an engine skipped)."""
+    report = result.report
+    print(f"{'PASS' if result.passed else 'FAIL'} {report['engine']} package of {report['decoder']['name']} "
+          f"({report['model']}, bound {report['bound']:.1e} of the logit scale, {result.seconds:.1f}s)")  # fmt: skip
+    for engine in report["engines"]:
+        if engine["status"] == "skipped":
+            print(f"  {engine['name']}: skipped: {engine['reason']}")
+            continue
+        for row in engine["prompts"]:
+            worst = "" if row["worst_rel"] is None else f", worst logit error {row['worst_rel']:.2e}"
+            same = ("same tokens" if row["first_difference"] is None
+                    else f"tokens differ at step {row['first_difference']}")  # fmt: skip
+            print(f"  {engine['name']}: {row['name']} ({row['prompt_tokens']}-token prompt, {len(row['expected'])} "
+                  f"steps): {'ok  ' if row['passed'] else 'FAIL'} {same}{worst}")  # fmt: skip
+        if engine.get("reason"):
+            print(f"  {engine['name']}: raised: {engine['reason']}")
+    print(f"  -> {result.path}")
+    if not result.passed:
+        return 1
+    return EXIT_SKIPPED if result.skipped else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the package and print the check (module doc)."""
+    from ropeexport.api.packages import package
+
+    return print_result(package(args.decoder, args.out, args.engine, args.replace))

@@ -1,0 +1,151 @@
+"""The transformers.js package of a decoder: the folder ``@huggingface/transformers`` 4.3.1 loads as it is.
+
+transformers.js (``AutoModelForCausalLM.from_pretrained(folder)``) reads, from a model folder:
+
+- ``config.json``: ``model_type`` picks the model class (its ``models/registry.js``) and the names of the cache
+  inputs (``configs.js``: ``past_key_values.{i}.key/value``, ours); ``num_hidden_layers``, ``num_key_value_heads``,
+  ``head_dim`` and ``hidden_size`` are its normalized config. ``transformers.js_config.use_external_data_format``
+  says which model files have external data and in how many chunks.
+- ``generation_config.json``: bos, eos and pad ids (greedy is its default).
+- the tokenizer files, when the checkpoint had them (``tokenizer.json``, ``tokenizer_config.json``, ...).
+- ``onnx/model{suffix}.onnx``: the suffix names the dtype asked for (``utils/dtypes.js``): ``""`` fp32,
+  ``_fp16`` fp16, ``_q4`` int4 weights with fp32 activations, ``_q4f16`` int4 weights with fp16 activations.
+  External data is ``onnx/model{suffix}.onnx_data`` (``utils/model-loader.js``), its location inside the model
+  written so.
+
+The first call's empty cache is sized from each cache input's shape in the model's input metadata
+(``modeling_utils.js: addPastKeyValues``): the symbolic dimension named ``batch_size`` becomes the batch, numbers stay,
+every other symbolic dimension becomes 0. Ours is named ``batch``: the packaged graph is the decoder's with that one
+dimension renamed (inputs and outputs; nothing else changes, so per-layer cache shapes, sliding windows, sinks and
+experts are the decoder's own). Left as ``batch``, transformers.js feeds a batch of 0 and ONNX Runtime's Attention
+refuses the call.
+
+What it cannot load is refused by name before anything is written (``refusal``): a ``model_type`` transformers.js
+4.3.1 has no causal-LM class for (glm4, exaone4), and a decoder in bf16 (none is built: ``decoder.spec.DTYPES``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from ropeexport.decoder.genai import TOKENIZER_FILES, _token
+from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.weights import geometry
+from ropeexport.errors import SpecError
+from ropeexport.graph.onnx_io import DATA_FILE
+
+ENGINE = "transformers.js"
+ENGINES = (ENGINE,)  # what ``package --for`` takes
+ARTIFACT = "transformers.js-package"  # the manifest's artifact: what ``verify`` recognises a package by
+VERSION = "4.3.1"  # the transformers.js whose source this layout was read from, and the one the tests run
+# transformers.js 4.3.1's causal-LM classes (models/registry.js) for the model types ropeexport builds.
+LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "bloom",
+          "gpt_oss", "smollm3", "olmo3", "cohere2")  # fmt: skip
+BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
+OUR_BATCH = "batch"
+
+
+def suffix(spec: DecoderSpec) -> tuple[str, str]:
+    """(transformers.js's dtype name, the model file's suffix) of the decoder: fp32 "", fp16 _fp16, int4 _q4/_q4f16."""
+    int4 = spec.storage.format == "int4"
+    dtype = ("q4" if spec.dtype == "fp32" else "q4f16") if int4 else spec.dtype
+    return dtype, "" if dtype == "fp32" else f"_{dtype}"
+
+
+def model_file(spec: DecoderSpec) -> str:
+    """The model's path inside the package: ``onnx/model{suffix}.onnx``."""
+    return f"onnx/model{suffix(spec)[1]}.onnx"
+
+
+def refusal(spec: DecoderSpec) -> str | None:
+    """Why transformers.js 4.3.1 cannot load the decoder (one sentence), or None when it can."""
+    if spec.model_type not in LOADED:
+        return (f"transformers.js {VERSION} has no causal-LM class for model_type {spec.model_type!r} (it loads "
+                f"{', '.join(LOADED)})")  # fmt: skip
+    if spec.dtype not in ("fp32", "fp16"):
+        return f"transformers.js runs fp32, fp16, q4 and q4f16 models; this decoder is {spec.dtype}"
+    return None
+
+
+def package_config(spec: DecoderSpec, config: Mapping[str, Any], external: bool) -> dict[str, Any]:
+    """config.json: the checkpoint's config (its text config, for a multimodal wrapper) with every field
+    transformers.js reads set from the decoder's spec (a shrunk decoder has fewer layers than its checkpoint), and
+    ``transformers.js_config`` naming the model's external data when it has some.
+    """  # noqa: D205
+    text = config.get("text_config")
+    base = dict(text) if isinstance(text, Mapping) and text.get("model_type") == spec.model_type else dict(config)
+    H, KV, d = geometry(spec, 0)
+    out: dict[str, Any] = {**base, "model_type": spec.model_type, "num_hidden_layers": spec.num_layers,
+                           "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": d,
+                           "hidden_size": spec.hidden_size, "vocab_size": spec.vocab_size}  # fmt: skip
+    # gptj and bloom name the same fields their own way (configs.js: n_head, n_layer, n_embd)
+    if spec.model_type in ("gptj", "bloom"):
+        out |= {"n_head": H, "n_layer": spec.num_layers}
+    if spec.model_type == "gptj":
+        out["n_embd"] = spec.hidden_size
+    if external:
+        out["transformers.js_config"] = {"use_external_data_format": {Path(model_file(spec)).name: 1}}
+    return out
+
+
+def generation_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]:
+    """generation_config.json: the special ids that lie in the vocabulary (greedy is transformers.js's default)."""
+    out = {}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = _token(config, key, spec.vocab_size)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def write_model(decoder: Path, spec: DecoderSpec, into: Path) -> bool:
+    """The decoder's model.onnx written as the package's model file (its batch dimension renamed ``batch_size``, its
+    external data renamed ``model{suffix}.onnx_data`` and copied as it is); whether it has external data.
+    """  # noqa: D205
+    model = onnx.load(str(decoder / "model.onnx"), load_external_data=False)  # the weights stay on disk
+    renamed = 0
+    for value in (*model.graph.input, *model.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param == OUR_BATCH:
+                dim.dim_param = BATCH
+                renamed += 1
+    if not renamed:
+        raise SpecError("decoder", f"{str(decoder / 'model.onnx')!r} has no dimension named {OUR_BATCH!r}: not a "
+                        "decoder this ropeexport built")  # fmt: skip
+    target = into / model_file(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = f"{target.name}_data"
+    external = False
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                if entry.value != DATA_FILE:
+                    raise SpecError("decoder", f"its model names external data {entry.value!r}, not {DATA_FILE!r}")
+                entry.value, external = data, True
+    target.write_bytes(model.SerializeToString(deterministic=True))
+    if external:
+        shutil.copyfile(decoder / DATA_FILE, target.parent / data)
+    return external
+
+
+def write_package(decoder: Path, spec: DecoderSpec, record: Mapping[str, Any], into: Path) -> list[str]:
+    """Every file of the package written into ``into`` (module doc); their names, relative to it."""
+    config = record.get("config")
+    config = config if isinstance(config, Mapping) else {}
+    external = write_model(decoder, spec, into)
+    names = [model_file(spec)] + ([f"{model_file(spec)}_data"] if external else [])
+    for name, data in (("config.json", package_config(spec, config, external)),
+                       ("generation_config.json", generation_config(spec, config))):  # fmt: skip
+        (into / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        names.append(name)
+    for name in TOKENIZER_FILES:  # copied into the decoder from its checkpoint at build time, hashed there
+        if (decoder / name).is_file():
+            shutil.copyfile(decoder / name, into / name)
+            names.append(name)
+    return names
