@@ -46,6 +46,8 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("glm4", "gqa"),
     ("exaone4", "gqa"),
     ("olmo3", "gqa"),
+    ("qwen3_moe", "gqa"),
+    ("qwen3_moe-norm", "gqa"),
 ]
 
 
@@ -94,6 +96,7 @@ FP16 = [
     ("glm4", "fused"),
     ("exaone4", "gqa"),
     ("olmo3", "gqa"),
+    ("qwen3_moe", "gqa"),
 ]
 
 
