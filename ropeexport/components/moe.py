@@ -3,12 +3,15 @@
 Each token's router logits l = x W_r + b_r [E]; its k largest pick the experts, weighted by the ``router``: the
 softmax of those k logits (``topk_softmax``: gpt-oss, and Qwen3-MoE with ``norm_topk_prob``), or the softmax over all
 E logits taken at those k, not renormalized (``softmax_topk``: Qwen3-MoE without it; ``Qwen3MoeTopKRouter`` takes
-the softmax in float32, so the graph does too). Expert e computes gpt-oss's clamped SwiGLU on its own projections:
-gate = min(x W_g + b_g, limit), up = clip(x W_u + b_u, -limit, limit), h = (up + 1) * gate * sigmoid(alpha * gate),
-y_e = h W_d + b_d; the token's output
-is sum over its k experts of weight_e * y_e (transformers' ``GptOssMLP``; the checkpoint interleaves gate and up
-columns in one ``gate_up_proj`` [E, n, 2m], ``to_graph`` says how each form stores them). A ``gated`` expert is a
-gated MLP instead, y_e = (act(x W_g) * x W_u) W_d, biases only where the model has them (``Qwen3MoeExperts``).
+the softmax in float32, so the graph does too), or (``topk_sigmoid``: Llama 4's ``Llama4Router``) each chosen
+expert fed the token times the sigmoid of its logit (the input scaled, not the output; the sigmoid in float32, as
+transformers takes it), the others fed 0 (a gated expert without biases gives 0 for it). A ``shared`` expert (Llama
+4's ``shared_expert``, a gated MLP ``shared`` wide) adds its output for every token. Expert e computes gpt-oss's
+clamped SwiGLU on its own projections: gate = min(x W_g + b_g, limit), up = clip(x W_u + b_u, -limit, limit),
+h = (up + 1) * gate * sigmoid(alpha * gate), y_e = h W_d + b_d; the token's output is sum over its k experts of
+weight_e * y_e (transformers' ``GptOssMLP``; the checkpoint interleaves gate and up columns in one ``gate_up_proj``
+[E, n, 2m], ``to_graph`` says how each form stores them). A ``gated`` expert is a gated MLP instead,
+y_e = (act(x W_g) * x W_u) W_d, biases only where the model has them (``Qwen3MoeExperts``).
 
 Two graphs of the same definition:
 
@@ -44,7 +47,7 @@ from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT
 from ropeexport.components.linear import linear, linear64
-from ropeexport.components.mlp import activation, activation64
+from ropeexport.components.mlp import MLPSpec, activation, activation64, mlp, mlp64
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.numerics import round_once
@@ -54,7 +57,8 @@ if TYPE_CHECKING:
     from ropeexport.graph.onnx_io import GraphBuilder
 
 KERNELS = ("portable", "contrib")
-ROUTERS = ("topk_softmax", "softmax_topk")  # ``architectures.layers.ROUTERS``: what each computes
+# ``architectures.layers.ROUTERS`` names the first two for a layer; topk_sigmoid (Llama 4) is a component only so far
+ROUTERS = ("topk_softmax", "softmax_topk", "topk_sigmoid")
 EXPERTS = ("clamped_swiglu", "gated")
 ACTS = ("silu", "relu", "gelu", "gelu_tanh")  # a gated expert's activation (``components.mlp``)
 # Canonical weight names of one layer's mixture (``decoder.architectures``), as the twin reads them.
@@ -68,8 +72,9 @@ class MoESpec:
 
     ``expert``: ``clamped_swiglu`` (gpt-oss) with ``alpha``, the sigmoid's gain (1.702), and ``limit``, the clamp of
     gate (above) and up (both sides), 7.0 in gpt-oss; or ``gated``, a gated MLP of ``act`` (alpha and limit 0).
-    ``bias``: the router and experts have biases. ``kernel``: ``portable`` or ``contrib`` (module doc); ``dtype``: the
-    activations'.
+    ``bias``: the router and experts have biases. ``shared``: the inner width of a shared gated expert every token
+    takes (0: none; weights ``shared_gate_proj`` / ``shared_up_proj`` [n, shared], ``shared_down_proj``).
+    ``kernel``: ``portable`` or ``contrib`` (module doc); ``dtype``: the activations'.
     """
 
     experts: int
@@ -83,6 +88,7 @@ class MoESpec:
     expert: str = "clamped_swiglu"
     act: str = "silu"
     bias: bool = True
+    shared: int = 0
 
     def __post_init__(self) -> None:
         require_int("num_experts", self.experts, 1)
@@ -91,6 +97,11 @@ class MoESpec:
         require_choice("router", self.router, ROUTERS)
         require_choice("expert", self.expert, EXPERTS)
         require_choice("act", self.act, ACTS)
+        require_int("shared_intermediate_size", self.shared, 0)
+        if self.router == "topk_sigmoid" and (self.expert != "gated" or self.bias):
+            # an expert fed 0 must give 0: only a gated expert without biases does (transformers' Llama4TextExperts)
+            raise SpecError("router", "topk_sigmoid feeds the unchosen experts 0: it takes gated experts without "
+                            "biases")  # fmt: skip
         for name, value in (("swiglu_alpha", self.alpha), ("swiglu_limit", self.limit)):
             if self.expert == "gated":
                 if value:
@@ -107,8 +118,8 @@ class MoESpec:
         ``softmax_topk`` in fp16 (ONNX Runtime 1.31's CPU MoE in fp16 with normalize_routing_weights 0 returns
         zeros: measured, tests/components/test_moe.py; the portable graph computes it instead).
         """  # noqa: D205
-        if self.router == "softmax_topk" and self.dtype == "fp16":
-            return False
+        if self.router == "softmax_topk" and self.dtype == "fp16" or self.router == "topk_sigmoid" or self.shared:
+            return False  # ONNX Runtime's MoE weighs the experts' outputs, and has no shared expert
         return self.kernel == "contrib" and (self.expert == "clamped_swiglu" or self.act == "silu")
 
 
@@ -122,7 +133,10 @@ def to_graph(spec: MoESpec, arrays: Mapping[str, np.ndarray]) -> dict[str, np.nd
     ``experts_gate_up_bias`` [E, 2m], ``experts_down_proj`` [E, n, m], ``experts_down_bias`` [E, n].
     Only transposes and concatenations: every stored value is the checkpoint's.
     """
-    out = {k: v for k, v in arrays.items() if not k.startswith("experts_")}
+    out = {k: v for k, v in arrays.items() if not k.startswith(("experts_", "shared_"))}
+    if spec.shared:  # the shared expert's gate | up as one [n, 2s] (``mlp.joined``), then its down [s, n]
+        out["shared_gate_up_proj"] = np.concatenate([arrays["shared_gate_proj"], arrays["shared_up_proj"]], axis=1)
+        out["shared_down_proj"] = arrays["shared_down_proj"]
     gate, up = arrays["experts_gate_proj"], arrays["experts_up_proj"]  # [E, n, m] each
     # in this order (gate_up, its bias, down, its bias): the model's initializers follow it, so its bytes do
     if not spec.contrib:
@@ -164,6 +178,10 @@ def moe(g: GraphBuilder, spec: MoESpec, x: str, w: Mapping[str, str]) -> str:
     if spec.router == "topk_softmax":
         top, chosen = g.op("TopK", [logits, k], n_out=2, axis=-1)
         weights = g.op("Softmax", [top], axis=-1)  # [b, s, k]: the softmax of the k chosen logits
+    elif spec.router == "topk_sigmoid":  # the sigmoid of each chosen logit in float32 (as Llama4Router takes it)
+        top, chosen = g.op("TopK", [logits, k], n_out=2, axis=-1)
+        weights = g.op("Sigmoid", [g.op("Cast", [top], to=TensorProto.FLOAT)])
+        weights = g.op("Cast", [weights], to=DTYPES[spec.dtype].onnx) if spec.dtype != "fp32" else weights
     else:  # softmax_topk: the softmax over all E in float32 (as transformers takes it), its k largest as they are
         probs = g.op("Softmax", [g.op("Cast", [logits], to=TensorProto.FLOAT)], axis=-1)  # [b, s, E]
         top, chosen = g.op("TopK", [probs, k], n_out=2, axis=-1)
@@ -174,6 +192,8 @@ def moe(g: GraphBuilder, spec: MoESpec, x: str, w: Mapping[str, str]) -> str:
     per_expert = g.op("Unsqueeze", [g.op("Transpose", [g.op("Flatten", [spread], axis=2)], perm=[1, 0]),
                                     g.shared_const("moe_last", np.array([-1], np.int64))])  # [E, T, 1]  # fmt: skip
     tokens = g.op("Reshape", [x, g.shared_const("moe_tokens", np.array([1, -1, 0], np.int64))])  # [1, T, n]
+    if spec.router == "topk_sigmoid":  # each expert's input scaled by its weight (0 where not chosen): [E, T, n]
+        tokens = g.op("Mul", [tokens, per_expert])
     both = linear(g, tokens, w["experts_gate_up_proj"], w.get("experts_gate_up_bias"))  # [E, T, 2m]
     half = g.shared_const("moe_split", np.array([spec.inner] * 2, np.int64))
     gate, up = g.op("Split", [both, half], n_out=2, axis=-1)
@@ -185,9 +205,14 @@ def moe(g: GraphBuilder, spec: MoESpec, x: str, w: Mapping[str, str]) -> str:
         glu = g.op("Mul", [gate, g.op("Sigmoid", [g.op("Mul", [gate, c("alpha", spec.alpha)])])])
         hidden = g.op("Mul", [g.op("Add", [up, c("one", 1.0)]), glu])  # [E, T, m]
     out = linear(g, hidden, w["experts_down_proj"], w.get("experts_down_bias"))  # [E, T, n]
-    summed = g.op("ReduceSum", [g.op("Mul", [out, per_expert]), g.shared_const("moe_first", np.array([0], np.int64))],
-                  keepdims=0)  # [T, n]  # fmt: skip
-    return g.op("Reshape", [summed, g.op("Shape", [x])])
+    weighed = out if spec.router == "topk_sigmoid" else g.op("Mul", [out, per_expert])  # inputs already scaled
+    summed = g.op("ReduceSum", [weighed, g.shared_const("moe_first", np.array([0], np.int64))], keepdims=0)  # [T, n]
+    mixed = g.op("Reshape", [summed, g.op("Shape", [x])])
+    if not spec.shared:
+        return mixed
+    shared = mlp(g, MLPSpec("gated", spec.act, spec.shared, spec.dtype), x,
+                 {"gate_up_proj": w["shared_gate_up_proj"], "down_proj": w["shared_down_proj"]})  # fmt: skip
+    return g.op("Add", [shared, mixed])
 
 
 def _scalar(value: float, onnx_dtype: int) -> TensorProto:
@@ -204,6 +229,8 @@ def route64(spec: MoESpec, logits: np.ndarray, flips: Collection[int] = ()) -> t
     for token in flips:
         chosen[token, -1] = order[token, spec.top_k]
     top = np.take_along_axis(logits, chosen, axis=-1)
+    if spec.router == "topk_sigmoid":
+        return chosen, 1.0 / (1.0 + np.exp(-top))
     if spec.router == "softmax_topk":
         e = np.exp(logits - logits.max(axis=-1, keepdims=True))
         return chosen, np.take_along_axis(e, chosen, axis=-1) / e.sum(axis=-1, keepdims=True)
@@ -257,5 +284,11 @@ def moe64(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Coll
     out = np.zeros_like(tokens)
     for e in np.unique(chosen):
         rows, slot = np.nonzero(chosen == e)
-        out[rows] += weights[rows, slot, None] * expert64(spec, tokens[rows], w, int(e))
+        if spec.router == "topk_sigmoid":  # the input scaled (module doc)
+            out[rows] += expert64(spec, weights[rows, slot, None] * tokens[rows], w, int(e))
+        else:
+            out[rows] += weights[rows, slot, None] * expert64(spec, tokens[rows], w, int(e))
+    if spec.shared:
+        shared = {name: w[f"shared_{name}"] for name in ("gate_proj", "up_proj", "down_proj")}
+        out += mlp64(MLPSpec("gated", spec.act, spec.shared), tokens, shared)
     return out.reshape(x.shape)
