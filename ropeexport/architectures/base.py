@@ -296,6 +296,10 @@ def _experts(config: Mapping[str, Any], where: str, fields: dict[str, Any], sour
     """A mixture's fields: the expert count, the experts per token and (``swiglu``) the clamped SwiGLU's alpha and
     limit.
     """  # noqa: D205
+    named = {k: config[k] for k in MOE_KEYS if config.get(k) is not None}
+    if len(set(map(str, named.values()))) > 1:  # transformers maps one onto the other: which is read is a guess
+        raise SpecError(f"{where}: {MOE_KEYS[1]}", f"contradicts {MOE_KEYS[0]} ({named[MOE_KEYS[1]]!r} vs "
+                        f"{named[MOE_KEYS[0]]!r}): give one expert count")  # fmt: skip
     for name, keys in (("num_experts", MOE_KEYS), ("experts_per_token", ("num_experts_per_tok",))):
         key = next((k for k in keys if config.get(k) is not None), None)
         if key is None:

@@ -185,6 +185,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "quantization_config: is not supported by the decoder artifact: quantized weights (gpt-oss ships MXFP4"),
     ("Qwen3-MoE choosing more experts than it has", lambda t: _config(t, **(QMOE | {"num_experts_per_tok": 5})),
      "num_experts_per_tok: must be at most the experts (4), got 5"),
+    ("Qwen3-MoE with two expert counts", lambda t: _config(t, **QMOE, num_local_experts=8),
+     "num_experts: contradicts num_local_experts (4 vs 8): give one expert count"),
     ("Qwen3-MoE's dense layer outside the model", lambda t: _config(t, **QMOE, mlp_only_layers=[0, 3]),
      "mlp_only_layers: names layer 3, outside the 1 layers (0 to 0)"),
     ("Qwen3-MoE's sparse step 0", lambda t: _config(t, **QMOE, decoder_sparse_step=0),
