@@ -51,10 +51,10 @@ NORMS = {"rms": ("rms", 0.0, False), "rms_gemma": ("rms", 1.0, False), "rms_wide
 # A config key whose presence (with a value that changes the computation) no architecture here expresses, unless the
 # architecture's ``Keys.reads`` says it reads it.
 REFUSED_KEYS = {
-    "num_local_experts": "a mixture of experts outside gpt-oss",
-    "num_experts": "a mixture of experts outside gpt-oss",
+    "num_local_experts": "a mixture of experts outside gpt-oss and qwen3_moe",
+    "num_experts": "a mixture of experts outside gpt-oss and qwen3_moe",
     "n_routed_experts": "a mixture of experts",
-    "moe_intermediate_size": "a mixture of experts",
+    "moe_intermediate_size": "a mixture of experts outside qwen3_moe",
     "quantization_config": "quantized weights (gpt-oss ships MXFP4 experts): dequantize them into a float checkpoint",
     "kv_lora_rank": "multi-head latent attention",
     "q_lora_rank": "multi-head latent attention",
@@ -100,6 +100,9 @@ class Keys:
 
 Reader = Callable[["Architecture", Mapping[str, Any], str], tuple[dict[str, Any], dict[str, str]]]
 Builder = Callable[["Architecture", Mapping[str, Any]], LayerSpec]
+# (config, where, the model-wide fields) -> per layer the wire fields where its feed-forward differs from the default
+# layer's (Qwen3-MoE's dense layers among sparse ones), and {what: the config keys it came from}
+Changes = Callable[[Mapping[str, Any], str, Mapping[str, Any]], tuple[list[dict[str, object]], dict[str, str]]]
 
 
 def standard_layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
@@ -124,7 +127,8 @@ def standard_layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
     if kind == "moe":
         moe = {"experts": fields.get("num_experts", 0), "top_k": fields.get("experts_per_token", 0),
                "router": extra.pop("router", ""), "swiglu_alpha": fields.get("swiglu_alpha", 0.0),
-               "swiglu_limit": fields.get("swiglu_limit", 0.0)}  # fmt: skip
+               "swiglu_limit": fields.get("swiglu_limit", 0.0),
+               "expert": extra.pop("expert", "clamped_swiglu")}  # fmt: skip
     ffn = FeedForward(kind, fields["act"], fields["intermediate_size"], fields.get("mlp_bias", False), **moe)
     residual = fields["residual"]
     layer = LayerSpec(attention, ffn, position, RESIDUAL_NORMS.get(residual, ()), residual)
@@ -141,7 +145,8 @@ class Architecture:
     tensor. ``fused_qkv``: how a fused projection splits, ``contiguous`` ([q; k; v] rows, Phi-3) or ``per-head``
     ([H, 3, d] rows, GPT-NeoX and BLOOM). ``norm``: every norm of the model (``NORMS``). ``embed_scale``: the
     embeddings times sqrt(hidden_size), rounded to the dtype (Gemma). ``residual``: the layers' residual form unless
-    the config hook says otherwise.
+    the config hook says otherwise. ``changes``: what differs per layer beyond its encoding and window, read from the
+    config (``Changes``; None: nothing).
     """  # noqa: D205
 
     model_type: str
@@ -158,6 +163,7 @@ class Architecture:
     layer: Builder = standard_layer
     hook: ConfigHook | None = None  # how its config says its encoding per layer; None: RoPE in halves, theta 1e4
     wrappers: tuple[str, ...] = ()  # multimodal model types whose ``text_config`` is this type's (Gemma 3's gemma3)
+    changes: Changes | None = None
 
     @property
     def config_hook(self) -> ConfigHook:
@@ -268,7 +274,7 @@ def read_layout(
     fields["sliding_window"] = window or 0
     sources["sliding_window"] = "sliding_window" if window else "none"
     if arch.mlp == "moe":
-        _experts(config, where, fields, sources)
+        _experts(config, where, fields, sources, arch.layer_fields.get("expert", "clamped_swiglu") == "clamped_swiglu")
     if keys.scale_key:
         scalar = config.get(keys.scale_key)
         if scalar is None:
@@ -285,8 +291,15 @@ def read_layout(
     return fields, sources
 
 
-def _experts(config: Mapping[str, Any], where: str, fields: dict[str, Any], sources: dict[str, str]) -> None:
-    """A mixture's fields: the expert count, the experts per token and the clamped SwiGLU's alpha and limit."""
+def _experts(config: Mapping[str, Any], where: str, fields: dict[str, Any], sources: dict[str, str],
+             swiglu: bool = True) -> None:  # fmt: skip
+    """A mixture's fields: the expert count, the experts per token and (``swiglu``) the clamped SwiGLU's alpha and
+    limit.
+    """  # noqa: D205
+    named = {k: config[k] for k in MOE_KEYS if config.get(k) is not None}
+    if len(set(map(str, named.values()))) > 1:  # transformers maps one onto the other: which is read is a guess
+        raise SpecError(f"{where}: {MOE_KEYS[1]}", f"contradicts {MOE_KEYS[0]} ({named[MOE_KEYS[1]]!r} vs "
+                        f"{named[MOE_KEYS[0]]!r}): give one expert count")  # fmt: skip
     for name, keys in (("num_experts", MOE_KEYS), ("experts_per_token", ("num_experts_per_tok",))):
         key = next((k for k in keys if config.get(k) is not None), None)
         if key is None:
@@ -295,6 +308,8 @@ def _experts(config: Mapping[str, Any], where: str, fields: dict[str, Any], sour
     if fields["experts_per_token"] > fields["num_experts"]:
         raise SpecError(f"{where}: num_experts_per_tok", f"must be at most the experts ({fields['num_experts']}), "
                         f"got {fields['experts_per_token']}")  # fmt: skip
+    if not swiglu:  # gated experts (Qwen3-MoE): no gain or clamp to read
+        return
     for key, default in SWIGLU_DEFAULTS.items():
         value = config.get(key)
         if value is None:

@@ -110,7 +110,7 @@ def interleaved(model_type: str, why: str, shared_rope_key: bool = False) -> Con
 ENCODING_TYPES: dict[str, ConfigHook] = {
     h.model_type: h
     for h in (
-        *(ConfigHook(t) for t in ("mixtral", "qwen2_moe", "qwen3_moe", "phi", "phimoe", "gemma", "starcoder2",
+        *(ConfigHook(t) for t in ("mixtral", "qwen2_moe", "phi", "phimoe", "gemma", "starcoder2",
                                   "olmo", "olmo2", "stablelm", "granite", "granitemoe", "nemotron", "persimmon")),
         ConfigHook("falcon", alibi_key="alibi", multi_query=True),  # Falcon 7B/40B use RoPE; Falcon-RW uses ALiBi
         interleaved("codegen", "rotate_every_two"),

@@ -46,8 +46,13 @@ QUERY_SCALES = {"log_floor": ("beta", "original_max_position_embeddings"),
 FEEDFORWARDS = ("gated", "plain", "moe")
 FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
 # A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
-# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen).
-ROUTERS = ("topk_softmax",)
+# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen: Qwen3-MoE's norm_topk_prob);
+# ``softmax_topk`` the k largest of the softmax over all E, weighed by those probabilities as they are (Qwen3-MoE
+# without norm_topk_prob: the k weights sum to less than 1).
+ROUTERS = ("topk_softmax", "softmax_topk")
+# A mixture's experts, by what each computes: ``clamped_swiglu`` gpt-oss's (biases, a gain and a clamp); ``gated``
+# the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE), biases only with ``mlp_bias``.
+EXPERTS = ("clamped_swiglu", "gated")
 RESIDUALS = ("sequential", "parallel", "shared", "sandwich", "post")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
 # MLP (post_attention_layernorm in Llama's names); Gemma's sandwich: norm1 before attention, norm2 on its output,
@@ -143,8 +148,9 @@ class FeedForward:
     """One layer's feed-forward: ``gated`` (down(act(gate x) * up x)), ``plain`` (down(act(up x))) or ``moe``.
 
     ``inner``: the inner width (each expert's in a mixture). A mixture (``components.moe``): ``experts`` experts,
-    ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert gpt-oss's clamped SwiGLU of gain
-    ``swiglu_alpha`` and clamp ``swiglu_limit``.
+    ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert an ``expert`` (``EXPERTS``): gpt-oss's
+    clamped SwiGLU of gain ``swiglu_alpha`` and clamp ``swiglu_limit``, or a gated MLP of ``act`` (no gain or clamp).
+    ``expert`` is read in a mixture only.
     """
 
     kind: str
@@ -156,6 +162,7 @@ class FeedForward:
     router: str = ""
     swiglu_alpha: float = 0.0
     swiglu_limit: float = 0.0
+    expert: str = "clamped_swiglu"
 
     def __post_init__(self) -> None:
         require_choice("mlp", self.kind, FEEDFORWARDS)
@@ -173,9 +180,20 @@ class FeedForward:
         object.__setattr__(self, "experts", experts)
         object.__setattr__(self, "top_k", require_int("experts_per_token", self.top_k, 1, experts))
         require_choice("router", self.router, ROUTERS)
+        require_choice("expert", self.expert, EXPERTS)
+        if self.expert == "gated":  # no gain or clamp: a value would be silently unused
+            named = next((n for n in ("swiglu_alpha", "swiglu_limit") if getattr(self, n)), None)
+            if named is not None:
+                raise SpecError(named, "must be 0: a gated expert has no gain or clamp (clamped_swiglu's)")
+            return
         for name in ("swiglu_alpha", "swiglu_limit"):
             value = _number(name, getattr(self, name), "a mixture's clamped SwiGLU", positive=True)
             object.__setattr__(self, name, value)
+
+    @property
+    def moe_bias(self) -> bool:
+        """Whether a mixture's router and experts have biases: gpt-oss's clamped experts do, gated ones with bias."""
+        return self.expert == "clamped_swiglu" or self.bias
 
 
 # The wire names of each component's fields (``LayerSpec.to_dict``): decoder.json's names for the same settings.
@@ -185,7 +203,7 @@ ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "hea
                   "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
-                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit"}  # fmt: skip
+                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "expert": "expert"}  # fmt: skip
 LAYER_WIRE = ("position", "norms", "residual", "query_scale")
 WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
 

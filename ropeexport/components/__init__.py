@@ -7,7 +7,8 @@ composition of their twins. Each twin is written from the definition and never c
   the stored values back; today fp32 / fp16 rounded once, MatMul [+ bias]); the one place that decides it.
 - ``norm``: RMSNorm / LayerNorm, and a residual add fused with the norm after it (the gqa form).
 - ``mlp``: gated / plain, and the activations written out from their formulas.
-- ``moe``: a top-k mixture of clamped-SwiGLU experts (gpt-oss), in ONNX ops or ONNX Runtime's MoE kernel.
+- ``moe``: a top-k mixture of experts (gpt-oss's clamped SwiGLU, Qwen3-MoE's gated SiLU; their routers), in ONNX
+  ops or ONNX Runtime's MoE kernel.
 - ``attention``: one attention layer over a KV cache (projections, the family's position piece or none, the mask
   rule, attention in the fused / decomposed / tensorrt / static-cache / gqa forms), from a typed ``AttentionSpec``.
 

@@ -17,6 +17,10 @@
   a FIFO or a device is refused: the single file and the shards are read the same way.
 - ``to_transformers(spec, weights)``: the same weights under the checkpoint names and layouts (fused projections
   joined again), for a transformers model built from the config (the eager reference of a seeded decoder).
+
+A checkpoint that stores each expert of a mixture apart (Qwen3-MoE's ``mlp.experts.{e}.gate_proj.weight``: a name
+with ``{e}``) is read as the canonical [E, in, out] tensor, its E tensors stacked when it is asked for (``EXPERT``
+marks one expert's part, ``layers.3.experts_gate_proj@5``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ropeexport.errors import CheckpointError, SpecError
 from ropeexport.inputs import read_json
 
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
+EXPERT = "@"  # canonical@e: expert e's part of a mixture's canonical [E, ...] tensor, stored apart
 # Buffers some checkpoints carry (rotary caches, causal-mask constants): not weights, read by nothing.
 IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.(masked_)?bias|\.attention\.(masked_)?bias)$")
 
@@ -49,13 +54,17 @@ def _sources(spec: DecoderSpec) -> dict[str, str]:
     out = {}
     for i in range(spec.num_layers):
         for canonical, key in arch.names.items():
-            if "{i}" in canonical:
+            if "{e}" in key:  # one tensor per expert (module doc)
+                for e in range(spec.layers[i].ffn.experts):
+                    out[key.format(i=i, e=e)] = f"{canonical.format(i=i)}{EXPERT}{e}"
+            elif "{i}" in canonical:
                 out[key.format(i=i)] = canonical.format(i=i)
     out |= {key: canonical for canonical, key in arch.names.items() if "{i}" not in canonical}
     fused = {"qkv_proj": ("q_proj",), "qkv_bias": ("q_bias",), "gate_up_proj": ("gate_proj",),
              "experts_gate_up_proj": ("experts_gate_proj",), "experts_gate_up_bias": ("experts_gate_bias",)}
 
     def needed(canonical: str) -> bool:
+        canonical = canonical.partition(EXPERT)[0]
         base = canonical.rsplit(".", 1)[-1] if canonical.startswith("layers.") else canonical
         stem = canonical[: len(canonical) - len(base)]
         return any(f"{stem}{part}" in wanted for part in fused.get(base, (base,))) or canonical in wanted
@@ -65,6 +74,8 @@ def _sources(spec: DecoderSpec) -> dict[str, str]:
 
 def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np.ndarray]:
     """A checkpoint tensor ([out, in] or [out]) as canonical weights ([in, out] or [out])."""
+    if EXPERT in canonical:  # one expert's [out, in] (or [out]): its part of [E, in, out], stacked when read
+        return {canonical: value.T if value.ndim == 2 else value}
     H, KV, d = geometry(spec, _layer_of(canonical))
     stem, _, base = canonical.rpartition(".")
     stem = f"{stem}." if stem else ""
@@ -89,6 +100,9 @@ def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np
 
 def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
     """The checkpoint shape ([out, in] or [out]) of a canonical name or fused group."""
+    if EXPERT in canonical:  # one expert's part of [E, in, out] (or [E, out])
+        shape = expected(spec)[canonical.partition(EXPERT)[0]][1:]
+        return tuple(reversed(shape))
     i = _layer_of(canonical)
     H, KV, d = geometry(spec, i)
     base = canonical.rpartition(".")[2]
@@ -279,10 +293,31 @@ class CheckpointWeights(Mapping[str, np.ndarray]):
                 raise CheckpointError(f"tensor {key!r} has shape {list(shape)}, the config implies {list(implied)}")
             for name in _split_names(spec, group):
                 self._source[name] = (key, group)
+        # a mixture's experts stored apart (module doc): canonical -> its E parts in expert order, placed where its
+        # first part is read
+        self._parts: dict[str, tuple[str, str]] = {}
+        self._stacked: dict[str, list[str]] = {}
+        source: dict[str, tuple[str, str]] = {}
+        for name, where in self._source.items():
+            if EXPERT not in name:
+                source[name] = where
+                continue
+            canonical = name.partition(EXPERT)[0]
+            self._parts[name] = where
+            self._stacked.setdefault(canonical, []).append(name)
+            source.setdefault(canonical, where)
+        for parts in self._stacked.values():
+            parts.sort(key=lambda part: int(part.partition(EXPERT)[2]))
+        self._source = source
         self._last: tuple[str, dict[str, np.ndarray]] | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
-        key, group = self._source[name]
+        if name in self._stacked:  # [E, in, out]: each expert's tensor read in turn
+            return np.stack([self._read(part, self._parts[part]) for part in self._stacked[name]])
+        return self._read(name, self._source[name])
+
+    def _read(self, name: str, where: tuple[str, str]) -> np.ndarray:
+        key, group = where
         if self._last is not None and self._last[0] == key:
             return self._last[1][name]
         value = _checked(self.spec, key, _read_one(self._files[key], key))
@@ -372,6 +407,11 @@ def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dic
     """{checkpoint key: [out, in] or [out] array} for a transformers model of the same config."""
     out = {}
     for key, canonical in _sources(spec).items():
+        if EXPERT in canonical:  # one expert's [out, in] of the stacked [E, in, out]
+            stacked, _, e = canonical.partition(EXPERT)
+            part = weights[stacked][int(e)]
+            out[key] = part.T if part.ndim == 2 else part
+            continue
         stem, _, base = canonical.rpartition(".")
         stem = f"{stem}." if stem else ""
         H, KV, d = geometry(spec, _layer_of(canonical))

@@ -128,6 +128,14 @@ def from_config(
     per_layer = _layers_of(layers, layout, position, fields_of)
     if per_layer:
         sources["layers"] = "; ".join(f"{k} <- {v}" for k, v in layers.sources.items())
+    arch = architecture(config, where)
+    if arch.changes is not None:  # what else differs per layer (its feed-forward), read by the architecture
+        changes, said = arch.changes(config, where, layout)
+        if any(changes):
+            base = per_layer or tuple({} for _ in changes)
+            per_layer = tuple({**(a or {}), **b} for a, b in zip(base, changes, strict=True))
+            line = "; ".join(f"{k} <- {v}" for k, v in said.items())
+            sources["layers"] = f"{sources['layers']}; {line}" if "layers" in sources else line
     fields = {"name": name, "dtype": dtype, "graph": graph, "position": position, "layers": per_layer, **layout,
               **dict(weights or {})}  # fmt: skip
     return DecoderSpec.from_dict(fields, sources)

@@ -56,7 +56,8 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec:
     ffn = spec.layers[i].ffn
     if ffn.kind == "moe":
         kernel = FORMS[spec.graph].moe_kernel
-        return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel)
+        return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel,
+                       router=ffn.router, expert=ffn.expert, act=ffn.act, bias=ffn.moe_bias)  # fmt: skip
     return MLPSpec(ffn.kind, ffn.act, ffn.inner, spec.dtype)
 
 

@@ -96,6 +96,8 @@ class TransformersReference:
             state = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
                      for k, v in to_transformers(spec, weights).items()}  # fmt: skip
             missing, unexpected = model.load_state_dict(state, strict=False)
+            if missing and unexpected:  # checkpoint names its modules convert on load (Qwen3-MoE's experts apart)
+                model, missing, unexpected = _converted(auto, hf_config, state, dtype)
             missing = [k for k in missing if not k.endswith("lm_head.weight") or not spec.tie_embeddings]
             if missing or unexpected:
                 raise RuntimeError(
@@ -146,3 +148,21 @@ class TransformersReference:
         with torch.no_grad():
             logits = self.model(**kwargs).logits
         return (logits if last is None else logits[:, -last:]).double().numpy()
+
+
+def _converted(auto: Any, hf_config: Any, state: Mapping[str, Any], dtype: Any) -> tuple[Any, list[str], list[str]]:
+    """(model, missing, unexpected) of ``state`` under its checkpoint names, loaded as transformers loads a checkpoint
+    (``from_pretrained`` of a temporary folder: its own conversion of names and layouts, e.g. Qwen3-MoE's experts
+    stored apart into one fused tensor).
+    """  # noqa: D205
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    with tempfile.TemporaryDirectory(prefix="ropeexport-reference-") as folder:
+        hf_config.save_pretrained(folder)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(Path(folder) / "model.safetensors"),
+                  metadata={"format": "pt"})  # fmt: skip
+        model, info = auto.from_pretrained(folder, attn_implementation="eager", dtype=dtype, local_files_only=True,
+                                           output_loading_info=True)  # fmt: skip
+    return model, sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))

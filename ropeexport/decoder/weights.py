@@ -82,6 +82,9 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
                     f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n),
                     f"{p}experts_gate_bias": (E, m), f"{p}experts_up_bias": (E, m),
                     f"{p}experts_down_bias": (E, n)}  # fmt: skip
+            if not ffn.moe_bias:  # gated experts without mlp_bias (Qwen3-MoE): no router or expert biases
+                for name in ("router_bias", "experts_gate_bias", "experts_up_bias", "experts_down_bias"):
+                    del out[f"{p}{name}"]
             continue
         if ffn.kind == "gated":
             out[f"{p}gate_proj"] = (hidden, inner)

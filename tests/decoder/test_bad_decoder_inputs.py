@@ -61,6 +61,11 @@ OSS = {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2
                            "original_max_position_embeddings": 32}}  # fmt: skip
 
 
+# A tiny Qwen3-MoE config's own keys (with _config's sizes): 4 experts 24 wide, 2 a token.
+QMOE = {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+        "num_key_value_heads": 2}  # fmt: skip
+
+
 def _no_config(tmp: Path) -> str:
     (tmp / "empty").mkdir()
     return str(tmp / "empty")
@@ -178,6 +183,20 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "swiglu_limit: must be a positive number, got -7.0"),
     ("gpt-oss's MXFP4 experts", lambda t: _config(t, **OSS, quantization_config={"quant_method": "mxfp4"}),
      "quantization_config: is not supported by the decoder artifact: quantized weights (gpt-oss ships MXFP4"),
+    ("Qwen3-MoE choosing more experts than it has", lambda t: _config(t, **(QMOE | {"num_experts_per_tok": 5})),
+     "num_experts_per_tok: must be at most the experts (4), got 5"),
+    ("Qwen3-MoE with two expert counts", lambda t: _config(t, **QMOE, num_local_experts=8),
+     "num_experts: contradicts num_local_experts (4 vs 8): give one expert count"),
+    ("Qwen3-MoE's dense layer outside the model", lambda t: _config(t, **QMOE, mlp_only_layers=[0, 3]),
+     "mlp_only_layers: names layer 3, outside the 1 layers (0 to 0)"),
+    ("Qwen3-MoE's sparse step 0", lambda t: _config(t, **QMOE, decoder_sparse_step=0),
+     "decoder_sparse_step: must be a positive integer, got 0"),
+    ("Qwen3-MoE's norm_topk_prob not a flag", lambda t: _config(t, **QMOE, norm_topk_prob="yes"),
+     "norm_topk_prob: must be true or false, got 'yes'"),
+    ("Qwen3-MoE sliding on every layer", lambda t: _config(t, **QMOE, use_sliding_window=True, sliding_window=4),
+     "use_sliding_window: is not built for qwen3_moe"),
+    ("Qwen3-MoE in int4", lambda t: [*_config(t, **QMOE), "--weight-format", "int4"],
+     "weight_format: int4 is not built for qwen3_moe's experts"),
     ("layer types not one per layer", lambda t: _config(t, model_type="qwen2", layer_types=["full_attention"] * 2),
      "layer_types: holds 2 entries, the model has 1 layers"),
     ("chunked attention layers", lambda t: _config(t, model_type="qwen2", layer_types=["chunked_attention"]),

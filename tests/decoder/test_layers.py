@@ -133,6 +133,10 @@ SMOLLM3 = {**LLAMA, "model_type": "smollm3", "num_hidden_layers": 4, "pad_token_
            "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 2}  # fmt: skip
 QWEN2_4X = {**LLAMA, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}
 WINDOW = {"attention": "sliding", "window": 6}
+# Qwen3-MoE: layers 1 and 3 sparse (decoder_sparse_step 2), 2 dense by mlp_only_layers, the router not renormalized
+QWEN3_MOE = {**LLAMA, "model_type": "qwen3_moe", "num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 24, "decoder_sparse_step": 2, "mlp_only_layers": [2]}  # fmt: skip
+DENSE = {"mlp": "gated", "intermediate_size": 48, "num_experts": 0, "experts_per_token": 0, "router": ""}
 # (label, config, the layers the config implies, as to_dict writes them)
 FROM_CONFIG = [
     ("smollm3: no RoPE on layers 1 and 3, windows on 2 and 3", SMOLLM3,
@@ -140,6 +144,8 @@ FROM_CONFIG = [
     ("qwen2 4.x keys: windows from max_window_layers on", QWEN2_4X,
      [{}, {**WINDOW, "window": 5}, {**WINDOW, "window": 5}]),
     ("qwen2 with windows off: every layer attends fully", {**QWEN2_4X, "use_sliding_window": False}, ()),
+    ("qwen3_moe: dense layers 0 and 2 among sparse ones, softmax_topk", QWEN3_MOE,
+     [DENSE, {"router": "softmax_topk"}, DENSE, {"router": "softmax_topk"}]),
 ]  # fmt: skip
 
 
@@ -156,7 +162,10 @@ def test_a_configs_layers_are_built_and_judged(config: dict[str, Any], layers: l
     near = {s.name: s.summary.worst_rel_transformers for s in report.scenarios if s.summary.positions[1] < 4096}
     assert max(near.values()) <= 1e-4, near
     if layers:
-        uniform = build_decoder_graph(spec.replace(layers=()), weights, "seeded")
+        plain: Any = ()  # every layer the default one; where that needs other weights (dense layers made sparse),
+        if expected(spec.replace(layers=())) != expected(spec):  # the same layers with the default router
+            plain = [{k: v for k, v in layer.items() if not (k == "router" and v)} for layer in layers]
+        uniform = build_decoder_graph(spec.replace(layers=plain), weights, "seeded")
         assert _failed(spec, uniform, weights, tmp_path / "uniform"), "the config's layers changed nothing"
 
 

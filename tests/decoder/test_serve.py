@@ -50,6 +50,7 @@ CASES = {
     "glm4-partial-interleaved": ("glm4", "fused", 6, 238, 12),  # half of each head rotated in pairs; reaches 255
     "exaone4-to-the-end": ("exaone4", "gqa", 7, 237, 12),  # local layers with RoPE, a global one without; 255
     "olmo3-two-encodings": ("olmo3", "gqa", 7, 237, 12),  # unscaled sliding layers, a YaRN full one; reaches 255
+    "qwen3-moe-to-the-end": ("qwen3_moe", "gqa", 7, 237, 12),  # dense and sparse layers, ORT's MoE; reaches 255
 }
 
 

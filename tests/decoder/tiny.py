@@ -97,6 +97,16 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "olmo3": ("olmo3", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "sliding_window": 6,
                         "max_position_embeddings": 256, "rope_theta": 1e4, "pad_token_id": 0, "eos_token_id": 2,
                         "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}}),
+    # Qwen3-MoE: 4 experts 24 wide, 2 per token, weighed by the softmax over all 4 as it is (norm_topk_prob false, the
+    # config class's default); layers 1 and 3 sparse (decoder_sparse_step 2), 0 dense by the step and 2 by
+    # mlp_only_layers (the dense MLP 48 wide); q/k RMSNorms per head, GQA.
+    "qwen3_moe": ("qwen3_moe", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
+                                "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                                "decoder_sparse_step": 2, "mlp_only_layers": [2], "max_position_embeddings": 256}),
+    # Qwen3-MoE as released (Qwen3-30B-A3B): every layer sparse, the k weights renormalized (norm_topk_prob true).
+    "qwen3_moe-norm": ("qwen3_moe", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 4,
+                                     "num_experts_per_tok": 2, "moe_intermediate_size": 24, "norm_topk_prob": True,
+                                     "max_position_embeddings": 256}),
 }  # fmt: skip
 
 
