@@ -125,6 +125,15 @@ def _int(field: str, value: Any) -> int | None:
     return None if value is None else ascii_int(value, field)
 
 
+def _block_size(value: Any) -> int:
+    """--block-size as given (0 when absent: the request's default); a given 0 is refused, not read as the default."""
+    size = _int("block_size", value)
+    if size == 0:
+        raise SpecError("block_size", f"must be one of {', '.join(map(str, BLOCK_SIZES))}; got 0 (omit --block-size "
+                        f"for {DEFAULT_BLOCK_SIZE})")  # fmt: skip
+    return size or 0
+
+
 def _default_graph(args: argparse.Namespace) -> str:
     """The form without --graph: the one the first --runtime runs best (its capability record), else fused."""
     return form_for(runtimes_of(args)[0]) if args.runtime else "fused"
@@ -147,7 +156,7 @@ def request_of(args: argparse.Namespace) -> DecoderRequest:
         max_positions=_int("max_positions", getattr(args, "max_positions", None)),
         name=getattr(args, "name", None),
         weight_format=args.weight_format or "",
-        block_size=_int("block_size", args.block_size) or 0,
+        block_size=_block_size(args.block_size),
         accuracy_level=_int("accuracy_level", args.accuracy_level) or 0,
         symmetric=True if args.symmetric is None else args.symmetric,
         eager=args.eager,
