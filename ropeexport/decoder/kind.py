@@ -312,6 +312,9 @@ class DecoderKind(Kind):
         checkpoint_of(record["weights"])  # checked with everything else, before any artifact of a tree runs
         if CONFIG in manifest["files"]:  # the onnxruntime-genai package must describe this model, not another
             stored = read_artifact_json(inside(folder, CONFIG, CONFIG), CONFIG)
+            if not isinstance(stored, dict):  # a list (say) has no fields to name the first difference by
+                raise ArtifactError(CONFIG, f"must be a JSON object (onnxruntime-genai's config), got a "
+                                    f"{type(stored).__name__}: build the decoder again to write it")  # fmt: skip
             made = json.loads(json.dumps(genai_config(spec, record["config"])))
             # session_options say how to run the model, not what it is (builds before the thread count wrote none):
             # the manifest's hash holds them as written
