@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
+from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site, dtype_of
 from ropeexport.audits.layers import Encodings, describe, encodings_for, layer_finding, model_layers, render
 from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
@@ -195,11 +195,6 @@ def inside(site: dict[str, Any]) -> str:
     words = f" inside the {site['graph']}" if site.get("graph") else ""
     functions = site.get("functions") or []
     return words + (f" inside function{'s' if len(functions) > 1 else ''} {', '.join(functions)}" if functions else "")
-
-
-def dtype_of(site: dict[str, Any]) -> str:
-    """The dtype a site's tables are stored in, or why none was read (a site not evaluated has none: not ``None``)."""
-    return str(site["dtype"]) if site.get("dtype") else "dtype not read (not evaluated)"
 
 
 def _dtype_words(site: dict[str, Any]) -> str:

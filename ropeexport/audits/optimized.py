@@ -124,7 +124,7 @@ def _spans(layers: list[int]) -> str:
 
 def lines(record: dict[str, Any]) -> list[str]:
     """What the CLI prints about the optimized graph: what the optimizer did, its sites and its findings."""
-    from ropeexport.audits.core import dtype_of
+    from ropeexport.audits.checks import dtype_of
     from ropeexport.report.words import error
 
     head = record["text"] if record["model"] is not None else (

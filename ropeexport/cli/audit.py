@@ -96,7 +96,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
-    from ropeexport.audits.core import dtype_of, inside
+    from ropeexport.audits.checks import dtype_of
+    from ropeexport.audits.core import inside
 
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
                    fail_on=args.fail_on, optimized=args.optimized, optimized_model=args.optimized_model)  # fmt: skip
