@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ropeexport.cli.options import ascii_int, runtimes_of, skipped_exit
+from ropeexport.cli.options import ascii_int, resolved_lines, runtimes_of, skipped_exit
 from ropeexport.components.linear import BLOCK_SIZES, DEFAULT_BLOCK_SIZE
 from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import scenarios
@@ -177,13 +177,22 @@ def _plan(args: argparse.Namespace, requests: list[DecoderRequest]) -> int:
         check_tree(Path(args.out))  # --out as the build checks it
         weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
         Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
+        given = {"dtype": args.dtype, "graph": args.graph, "name": getattr(args, "name", None)}
+        chosen = {k: f"--{k}" if v else f"ropeexport default (no --{k})" for k, v in given.items()}
+        chosen["model_type"] = spec.sources.get("model_type", "model_type")
+        for key in ("num_layers", "hidden_size", "vocab_size", "max_positions"):  # a flag over the config's value
+            if getattr(args, key, None) is not None:
+                where = "position.max_positions" if key == "max_positions" else key
+                chosen[where] = f"--{key.replace('_', '-')} (over the config's {spec.sources.get(where, key)})"
         plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
+                     "sources": dict(spec.sources) | chosen,
                      "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
     if args.json:
         print(json.dumps({"decoders": plan}, indent=2))
     else:
         for item in plan:
             print(f"{item['path']}: {', '.join(item['scenarios'])}")
+            print("\n".join(resolved_lines(item["spec"], item["sources"])))  # each value and where it came from
         print(f"{len(plan)} decoder(s) (dry run: nothing written)")
     return 0
 
