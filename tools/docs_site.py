@@ -425,7 +425,38 @@ def _fast_tier(_: str | None) -> str:
     return _head(FAST_TIER_COMMAND, measured) + f"\n`{summary[-1]}`, {wall[-1]} (interpreter start-up included).\n"
 
 
+TIERS = ("fast", "not slow", "slow")
+TIER_COUNTS_COMMAND = ("(git describe --always --dirty; for m in 'fast' 'not slow' 'slow'; do echo \"== $m\"; "
+                       ".venv/bin/python -m pytest -q -p no:cacheprovider --collect-only -m \"$m\" | tail -1; done) > "
+                       "tools/figures/tier-counts.log 2>&1")  # fmt: skip
+
+
+def _tier_counts(_: str | None) -> str:
+    """How many tests each tier holds, as pytest collected them (tools/figures/tier-counts.log, written by
+    ``TIER_COUNTS_COMMAND``): counted by a tool, never typed (issue 43, item 2: a typed count went stale).
+    """  # noqa: D205
+    log = FIGURES / "tier-counts.log"
+    if not log.is_file():
+        raise ValueError(f"figure tier-counts: {log} does not exist")
+    lines = log.read_text().splitlines()
+    counts = {}
+    for head, line in zip(lines[1:], lines[2:], strict=False):
+        found = re.match(r"(\d+)/(\d+) tests collected", line.strip())
+        if head.startswith("== ") and found:
+            counts[head[3:]] = (int(found.group(1)), int(found.group(2)))
+    if not lines or set(counts) != set(TIERS):
+        raise ValueError("figure tier-counts: tier-counts.log lacks the commit or a tier's collection line "
+                         "TIER_COUNTS_COMMAND writes")  # fmt: skip
+    rows = ["| tier | tests | of all |", "|---|---|---|"]
+    rows += [f"| `-m \"{t}\"` | {counts[t][0]:,} | {counts[t][1]:,} |" for t in TIERS]
+    counted = _measured([f"pytest's collection at {lines[0].strip()} (-dirty: that commit's working tree); no test "
+                         "runs, so the machine and its load do not change the counts"])  # fmt: skip
+    head = _head(TIER_COUNTS_COMMAND, counted)
+    return head + "\n" + "\n".join(rows) + "\n"
+
+
 FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
+    "tier-counts": _tier_counts,
     "foundation": _foundation,
     "encodings": _encodings,
     "bench-rope": _bench_table(["rope-prefill-fp32", "rope-prefill-fp16", "rope-decode-fp32", "rope-decode-fp16"]),
