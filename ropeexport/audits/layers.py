@@ -245,8 +245,8 @@ def from_spec_file(path: Path, model: ir.Model | None = None) -> Encodings:
         try:
             fields = spec_from_dict(encodings[name], f"spec_file encodings.{name}")
         except SpecError as exc:  # a field of one entry: named by its path in the file, not as a flag
-            path = exc.field if exc.field.startswith("spec_file") else f"encodings.{name}.{exc.field}"
-            raise SpecError("spec_file", f"{where}: {path.removeprefix('spec_file ')}: {exc.message}") from None
+            at = exc.field if exc.field.startswith("spec_file") else f"encodings.{name}.{exc.field}"
+            raise SpecError("spec_file", f"{where}: {at.removeprefix('spec_file ')}: {exc.message}") from None
         spec = _checked(fields, model, "spec_file")
         groups.append(Group(name, spec, tuple(i for i, n in enumerate(names) if n == name)))
     if not groups:

@@ -171,7 +171,7 @@ def _plan(args: argparse.Namespace, requests: list[DecoderRequest]) -> int:
     from ropeexport.store import Store
     from ropeexport.tree import check_tree
 
-    plan = []
+    plan: list[dict[str, Any]] = []
     for request in requests:
         spec = resolve_decoder(request)
         check_tree(Path(args.out))  # --out as the build checks it

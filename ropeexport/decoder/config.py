@@ -170,7 +170,8 @@ def check_config(spec: DecoderSpec, config: Mapping[str, Any], where: str = "dec
     length and weight storage: the settings a build takes beside the config).
     """  # noqa: D205
     built = spec.to_dict()
-    storage = {k: built[k] for k in ("weight_format", "block_size", "accuracy_level", "symmetric") if k in built}
+    settings = ("weight_format", "block_size", "accuracy_level", "symmetric")
+    storage: dict[str, Any] = {k: built[k] for k in settings if k in built}
     try:
         made = from_config(config, spec.name, dtype=spec.dtype, graph=spec.graph,
                            max_positions=spec.position_spec().max_positions, weights=storage).to_dict()  # fmt: skip

@@ -95,10 +95,10 @@ def _import_one(config: Mapping[str, Any], where: str) -> Imported:
         _rope(r, hook)
     else:
         known = known_types()
-        why = missing(config, tuple(ARCHITECTURES))  # the feature by name (multi-axis RoPE, a wrapper's text_config)
+        lacks = missing(config, tuple(ARCHITECTURES))  # the feature by name (multi-axis RoPE, a wrapper's text_config)
         raise r.error(
             "model_type",
-            f"unknown model type {model_type!r}{f': {why}' if why else ''}: ropeexport does not guess a positional "
+            f"unknown model type {model_type!r}{f': {lacks}' if lacks else ''}: ropeexport does not guess a positional "
             f"encoding (or a RoPE layout); known: {', '.join(known)}; for another model write a `spec_file`",
         )
     return Imported(model_type, r.fields, r.sources)
