@@ -5,8 +5,8 @@ Is the builder's export wrong, or ropeexport's recompute (graft --checkpoint sai
 For each tiny random checkpoint (``tests.decoder.tiny``: weights spread, std ~0.2, so a wrong operation shows; a
 word-level tokenizer beside them, as the builder wants one) the builder exports fp32 for the CPU, and its model runs
 in ONNX Runtime on 8 tokens at positions 0..7 with an empty cache; transformers' own model of the checkpoint runs the
-same ids in float64 (eager attention). Printed: max |logit difference| / max |logit| per checkpoint, and whether the
-builder's MLP, norm, embedding and head weights equal the checkpoint's. ropeexport's own decoder of the same
+same ids in float64 (eager attention). Printed: max |logit difference| / max |logit| per checkpoint, and the tensor the
+builder's lm_head MatMul reads (the final norm's output in a right export). ropeexport's own decoder of the same
 checkpoint is compared with transformers by ``ropeexport build --checkpoint DIR --artifact decoder`` (its report's
 worst_rel_transformers).
 
@@ -82,7 +82,22 @@ def main(argv: list[str]) -> int:
             ref = model(torch.tensor([IDS])).logits.numpy()
         print(f"{name}: builder fp32 vs transformers float64, {len(IDS)} tokens at positions 0..{len(IDS) - 1}: "
               f"max |d| / max |logit| = {np.abs(got - ref).max() / np.abs(ref).max():.3e}")
+        print(f"  the builder's logits are computed from: {_head_input(out)}")
     return 0
+
+
+def _head_input(folder: Path) -> str:
+    """The tensor the builder's lm_head MatMul reads (it should be the final norm's output)."""
+    import onnx
+
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    made = {o: node for node in graph.node for o in node.output}
+    head = made["logits"]
+    while head.op_type != "MatMul" and head.input:  # through a Cast or a Reshape, if any
+        head = made[head.input[0]]
+    return f"{head.input[0]!r} (the {head.name} node's first input)"
+
+
 
 
 if __name__ == "__main__":
