@@ -82,7 +82,6 @@ class Preset:
         graphs: Sequence[str] | None = None,
     ) -> list[Request]:
         """One request per (artifact, dtype, graph): the card's lists unless replaced."""
-        given = artifacts or dtypes or graphs
         return expand(
             self.imported(),
             self.name,
@@ -90,7 +89,8 @@ class Preset:
             dtypes or self.dtypes,
             graphs or self.graphs,
             origin={"preset": self.name, "source": self.source},
-            chosen_by="command line, else the preset's [build] lists" if given else "the preset's [build] lists",
+            chosen_by={k: f"--{k}" if given else f"the preset's [build] {k}s (no --{k})"
+                       for k, given in (("artifact", artifacts), ("dtype", dtypes), ("graph", graphs))},  # fmt: skip
         )
 
     def key_parameters(self) -> dict[str, Any]:
@@ -121,11 +121,12 @@ def expand(
     dtypes: Sequence[str],
     graphs: Sequence[str],
     origin: Mapping[str, Any],
-    chosen_by: str = "the preset's [build] lists",
+    chosen_by: str | Mapping[str, str] = "the preset's [build] lists",
 ) -> list[Request]:
     """Requests named ``MODEL-ARTIFACT-DTYPE-GRAPH`` for every combination (the lists are checked by the spec).
 
-    ``chosen_by`` says where the lists came from, for the provenance of artifact, dtype and graph.
+    ``chosen_by`` says where the lists came from, for the provenance of artifact, dtype and graph: one source for
+    the three, or one each (``{"dtype": "--dtype"}``: which branch applied, not the rule).
     """
     if "block" in artifacts and imported.model_type in LATENT_ATTENTION:
         # The spec holds MLA's decoupled RoPE part (a 64-wide key shared by heads); a plain attention layer built
@@ -136,7 +137,8 @@ def expand(
             "build its rope or scores artifact",
         )
     out = []
-    variant = {"name": f"{model}-ARTIFACT-DTYPE-GRAPH", "artifact": chosen_by, "dtype": chosen_by, "graph": chosen_by}
+    each = {k: chosen_by for k in ("artifact", "dtype", "graph")} if isinstance(chosen_by, str) else dict(chosen_by)
+    variant = {"name": f"{model}-ARTIFACT-DTYPE-GRAPH", **each}
     for artifact, dtype, graph in itertools.product(artifacts, dtypes, graphs):
         fields = imported.fields | {
             "name": f"{model}-{artifact}-{dtype}-{graph}",

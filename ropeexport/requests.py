@@ -65,7 +65,9 @@ def from_hf_config(
             dtypes or ["fp32"],
             graphs or ["fused"],
             origin=origin,
-            chosen_by="--artifact/--dtype/--graph, else the encoding's first artifact, fp32, fused",
+            chosen_by={"artifact": "--artifact" if artifacts else "the encoding's first artifact (no --artifact)",
+                       "dtype": "--dtype" if dtypes else "default fp32 (no --dtype)",
+                       "graph": "--graph" if graphs else "default fused (no --graph)"},  # fmt: skip
         )
     return out
 

@@ -52,6 +52,15 @@ def require_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def require_dtype(value: Any, choices: tuple[str, ...], int4: str) -> str:
+    """One of the dtypes ``choices``; else SpecError listing them, and for ``int4`` (what onnxruntime-genai's builder
+    takes as ``-p int4``) where int4 is asked for instead (``int4``: the sentence saying it).
+    """  # noqa: D205
+    if value == "int4":
+        raise SpecError("dtype", f"must be one of {', '.join(choices)}; got 'int4': {int4}")
+    return require_choice("dtype", value, choices)
+
+
 @dataclass(frozen=True)
 class SpecBase:
     """Fields every artifact has. Subclasses add their encoding's fields and ``_validate``.
@@ -74,7 +83,8 @@ class SpecBase:
 
     def __post_init__(self) -> None:
         self._put("artifact", require_choice("artifact", self.artifact or self.artifacts[0], self.artifacts))
-        self._put("dtype", require_choice("dtype", self.dtype, tuple(DTYPES)))
+        self._put("dtype", require_dtype(self.dtype, tuple(DTYPES), "int4 stores a decoder's projections "
+                                         "(--artifact decoder with `weight_format` int4); tables keep a float dtype"))
         self._put("graph", require_choice("graph", self.graph, self.graphs))
         self._put("max_positions", require_int("max_positions", self.max_positions, 1, MAX_TABLE_POSITIONS))
         self._validate()

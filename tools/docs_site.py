@@ -1,4 +1,7 @@
-"""The docs site's generated parts: an MkDocs hook that fills ``<!-- render: WHAT -->`` lines at build time.
+"""The docs' generated parts, committed in each page and rendered afresh by the MkDocs hook.
+
+Each sits between ``<!-- render: WHAT -->`` and ``<!-- end render -->`` (as ``cog`` does, so a page reads whole in
+the repository), is rewritten by ``python tools/docs_site.py`` and checked by ``tests/docs/test_generated.py``.
 
 Nothing in these parts is copied by hand. ``cli COMMAND`` is that subcommand's ``--help`` as its argparse parser
 prints it (``cli`` alone: the top-level help); ``figure NAME`` is a table rendered from ``tools/figures/NAME.json``
@@ -8,6 +11,10 @@ table from ``models/*.toml``. An unknown directive, or a figure whose file is mi
 --strict`` fails rather than publish a page with a hole.
 
 Used by ``mkdocs.yml`` (``hooks:``) and by ``tests/docs/test_site.py``, which renders every page through it.
+
+After a change to what a section renders from (a parser's help, a preset card, a figure's JSON, a decoder family's
+row), and after a merge: ``python tools/docs_site.py`` rewrites every stale section (``--check``: lists them, exit 1,
+writes nothing). A new marker needs no end line: the command adds it.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import io
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -24,6 +32,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "tools" / "figures"
 DIRECTIVE = re.compile(r"^<!-- render: ([a-z-]+)(?: ([A-Za-z0-9._-]+))? -->$", re.M)
+END = "<!-- end render -->"
+# A marker and, when committed, the section after it up to its end line (a new marker has none yet).
+SECTION = re.compile(r"^(<!-- render: ([a-z-]+)(?: ([A-Za-z0-9._-]+))? -->)$(?:\n.*?^<!-- end render -->$)?",
+                     re.M | re.S)  # fmt: skip
+COMMAND = "python tools/docs_site.py"  # what rewrites the committed sections (run it from the checkout)
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -412,7 +425,38 @@ def _fast_tier(_: str | None) -> str:
     return _head(FAST_TIER_COMMAND, measured) + f"\n`{summary[-1]}`, {wall[-1]} (interpreter start-up included).\n"
 
 
+TIERS = ("fast", "not slow", "slow")
+TIER_COUNTS_COMMAND = ("(git describe --always --dirty; for m in 'fast' 'not slow' 'slow'; do echo \"== $m\"; "
+                       ".venv/bin/python -m pytest -q -p no:cacheprovider --collect-only -m \"$m\" | tail -1; done) > "
+                       "tools/figures/tier-counts.log 2>&1")  # fmt: skip
+
+
+def _tier_counts(_: str | None) -> str:
+    """How many tests each tier holds, as pytest collected them (tools/figures/tier-counts.log, written by
+    ``TIER_COUNTS_COMMAND``): counted by a tool, never typed (issue 43, item 2: a typed count went stale).
+    """  # noqa: D205
+    log = FIGURES / "tier-counts.log"
+    if not log.is_file():
+        raise ValueError(f"figure tier-counts: {log} does not exist")
+    lines = log.read_text().splitlines()
+    counts = {}
+    for head, line in zip(lines[1:], lines[2:], strict=False):
+        found = re.match(r"(\d+)/(\d+) tests collected", line.strip())
+        if head.startswith("== ") and found:
+            counts[head[3:]] = (int(found.group(1)), int(found.group(2)))
+    if not lines or set(counts) != set(TIERS):
+        raise ValueError("figure tier-counts: tier-counts.log lacks the commit or a tier's collection line "
+                         "TIER_COUNTS_COMMAND writes")  # fmt: skip
+    rows = ["| tier | tests | of all |", "|---|---|---|"]
+    rows += [f"| `-m \"{t}\"` | {counts[t][0]:,} | {counts[t][1]:,} |" for t in TIERS]
+    counted = _measured([f"pytest's collection at {lines[0].strip()} (-dirty: that commit's working tree); no test "
+                         "runs, so the machine and its load do not change the counts"])  # fmt: skip
+    head = _head(TIER_COUNTS_COMMAND, counted)
+    return head + "\n" + "\n".join(rows) + "\n"
+
+
 FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
+    "tier-counts": _tier_counts,
     "foundation": _foundation,
     "encodings": _encodings,
     "bench-rope": _bench_table(["rope-prefill-fp32", "rope-prefill-fp16", "rope-decode-fp32", "rope-decode-fp16"]),
@@ -446,18 +490,60 @@ DIRECTIVES: dict[str, Callable[[str | None], str]] = {
 }
 
 
+def _made(what: str, arg: str | None, where: str) -> str:
+    if what not in DIRECTIVES:
+        raise ValueError(f"{where}: unknown directive {what!r}; one of {', '.join(DIRECTIVES)}")
+    return DIRECTIVES[what](arg)
+
+
 def render(markdown: str, where: str = "") -> str:
-    """``markdown`` with every ``<!-- render: WHAT [ARG] -->`` line replaced by what it names (module doc)."""
+    """``markdown`` with every ``<!-- render: WHAT [ARG] -->`` section (the marker, and its committed text up to its
+    end line) replaced by what it names, rendered now (module doc): what the site shows.
+    """  # noqa: D205
+    return SECTION.sub(lambda m: _made(m.group(2), m.group(3), where), markdown)
 
-    def one(match: re.Match[str]) -> str:
-        what, arg = match.group(1), match.group(2)
-        if what not in DIRECTIVES:
-            raise ValueError(f"{where}: unknown directive {what!r}; one of {', '.join(DIRECTIVES)}")
-        return DIRECTIVES[what](arg)
 
-    return DIRECTIVE.sub(one, markdown)
+def regenerate(markdown: str, where: str = "") -> str:
+    """``markdown`` with every section's text between its marker and its end line rendered now: what is committed."""
+    return SECTION.sub(lambda m: f"{m.group(1)}\n\n{_made(m.group(2), m.group(3), where).rstrip()}\n\n{END}",
+                       markdown)  # fmt: skip
+
+
+def pages() -> list[Path]:
+    """Every page that holds a generated section: README and docs/**/*.md."""
+    found = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [p for p in found if DIRECTIVE.search(p.read_text())]
+
+
+def stale() -> dict[Path, str]:
+    """{page: its text with every section rendered now} for each page whose committed sections differ."""
+    out = {}
+    for page in pages():
+        text = page.read_text()
+        fresh = regenerate(text, str(page.relative_to(ROOT)))
+        if fresh != text:
+            out[page] = fresh
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``python tools/docs_site.py [--check]``: rewrite the stale sections (module doc); 1 with --check when any."""
+    if any(a not in ("--check",) for a in argv):
+        print(f"usage: {COMMAND} [--check]", file=sys.stderr)
+        return 2
+    changed = stale()
+    for page, text in changed.items():
+        print(f"{'stale' if argv else 'rewrote'}: {page.relative_to(ROOT)}")
+        if not argv:
+            page.write_text(text)
+    return 1 if argv and changed else 0
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """MkDocs hook: the page's directives rendered."""
+    """MkDocs hook: the page's sections rendered."""
     return render(markdown, page.file.src_path)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # run as a script from the checkout: ropeexport imported from it
+    sys.exit(main(sys.argv[1:]))

@@ -14,6 +14,7 @@ from typing import Any
 
 from ropeexport.architectures.base import Architecture
 from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
+from ropeexport.architectures.missing import missing
 from ropeexport.errors import SpecError
 
 # One line per architecture (its folder's module): what ``ARCHITECTURES`` holds, in this order.
@@ -81,9 +82,9 @@ def architecture(config: Mapping[str, Any], where: str = "config.json") -> Archi
         raise SpecError(f"{where}: model_type", f"must be a string naming the architecture, got {model_type!r}; "
                         f"built: {', '.join(ARCHITECTURES)}")  # fmt: skip
     if model_type not in ARCHITECTURES:
-        raise SpecError(
-            f"{where}: model_type",
-            f"{model_type!r} has no decoder architecture here; built: {', '.join(ARCHITECTURES)} "
-            "(the encoding alone: build its block or rope artifact)",
-        )
+        why = missing(config, tuple(ARCHITECTURES))  # the feature by name, and the nearest thing that works
+        # the encoding alone is a way out only where ropeexport.hf reads this type's encoding (else a dead end)
+        alone = " (the encoding alone: build its block or rope artifact)" if config_hook(model_type) else ""
+        raise SpecError(f"{where}: model_type", f"{model_type!r} has no decoder architecture here"
+                        f"{f': {why}' if why else ''}; built: {', '.join(ARCHITECTURES)}{alone}")  # fmt: skip
     return ARCHITECTURES[model_type]

@@ -92,14 +92,19 @@ def fails(level: str, fail_on: str) -> bool:
 
 def graft_command(model: str, config: str, source: str, trust: bool) -> str:
     """The ``ropeexport graft`` line for the audited model: --out beside it (a folder for an onnxruntime-genai
-    folder's model, as graft then writes the whole folder).
+    folder's model, as graft then writes the whole folder), numbered (``-grafted-2``) past names that exist.
     """  # noqa: D205
     path = Path(model)
-    if (path.parent / "genai_config.json").is_file():
-        name = f"{path.parent.name or path.resolve().parent.name}-grafted"
-        out = str(path.parent.parent / name) if path.parent.name else f"../{name}"
-    else:
-        out = str(path.with_name(f"{path.stem}-grafted.onnx"))
+    genai = (path.parent / "genai_config.json").is_file()
+    for n in range(1, 1000):  # a name graft can write: an --out that exists is refused (a graft run before, say)
+        tag = "-grafted" if n == 1 else f"-grafted-{n}"
+        if genai:
+            name = f"{path.parent.name or path.resolve().parent.name}{tag}"
+            out = str(path.parent.parent / name) if path.parent.name else f"../{name}"
+        else:
+            out = str(path.with_name(f"{path.stem}{tag}.onnx"))
+        if not Path(out).exists():
+            break
     flag = "--hf-config" if source == "hf_config" else "--spec"
     words = ["ropeexport", "graft", model, flag, config, "--out", out, *(["--trust", "config"] if trust else [])]
     return " ".join(shlex.quote(w) for w in words)

@@ -32,6 +32,11 @@ STRUCTURAL = ("not-evaluated", "call-refused", "cannot-run")  # findings about t
 READER_TOKENS = 8  # the call a reader is run on alone
 
 
+def dtype_of(site: dict[str, Any]) -> str:
+    """The dtype a site's tables are stored in, or why none was read (a site not evaluated has none: not ``None``)."""
+    return str(site["dtype"]) if site.get("dtype") else "dtype not read (not evaluated)"
+
+
 def new_record(site: Site) -> dict[str, Any]:
     """A site's record before it is checked: ``Site.to_dict`` and the audit's own fields."""
     return site.to_dict() | {"probes": [], "findings": [], "exact": False, "dtype": None}

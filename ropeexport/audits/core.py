@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
+from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site, dtype_of
 from ropeexport.audits.layers import Encodings, describe, encodings_for, layer_finding, model_layers, render
 from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
@@ -121,7 +121,7 @@ class AuditResult:
             lines += [
                 f"## Site {i}: {site['kind']} ({verdict})",
                 "",
-                f"{_values(site)}, read by {shown}{_layers(site)}; dtype {site['dtype']}",
+                f"{_values(site)}, read by {shown}{_layers(site)}; {_dtype_words(site)}",
                 "",
             ]
             if site.get("note"):
@@ -162,7 +162,7 @@ class AuditResult:
         for i, site in enumerate(self.sites):
             verdict = "exact" if site["exact"] else "findings"
             parts.append(f"<h2>Site {i}: {escape(site['kind'])} ({verdict})</h2><p>{escape(_values(site))}, read by "
-                         f"{len(site['users'])} node(s); dtype {escape(str(site['dtype']))}</p>")  # fmt: skip
+                         f"{len(site['users'])} node(s); {escape(_dtype_words(site))}</p>")  # fmt: skip
             if site["findings"]:
                 items = "".join(f"<li><b>{escape(f['text'])}</b> <code>{escape(f['name'])}</code></li>"
                                 for f in site["findings"])  # fmt: skip
@@ -195,6 +195,10 @@ def inside(site: dict[str, Any]) -> str:
     words = f" inside the {site['graph']}" if site.get("graph") else ""
     functions = site.get("functions") or []
     return words + (f" inside function{'s' if len(functions) > 1 else ''} {', '.join(functions)}" if functions else "")
+
+
+def _dtype_words(site: dict[str, Any]) -> str:
+    return f"dtype {site['dtype']}" if site.get("dtype") else dtype_of(site)
 
 
 def _values(site: dict[str, Any]) -> str:
@@ -259,8 +263,14 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     result = AuditResult(str(path), str(hf_config if hf_config is not None else spec_file), spec.to_dict(),
                          layers=encodings.to_dict(), source=source, fail_on=fail_on)  # fmt: skip
     for site in sites:
-        record = check_site(site, encodings, evaluator) if spec.encoding == "rope" else (
-            check_bias_site(site, spec, evaluator))  # fmt: skip
+        try:
+            record = check_site(site, encodings, evaluator) if spec.encoding == "rope" else (
+                check_bias_site(site, spec, evaluator))  # fmt: skip
+        except SpecError as exc:  # the checks name the config; a model that --spec does not fit is the spec's fault
+            if exc.field != "hf_config" or source == "hf_config":
+                raise
+            raise SpecError("spec_file", exc.message.replace("the config does not", "the spec does not").replace(
+                "partial_rotary_factor", "rotary_dim")) from None
         if record is not None:
             result.sites.append(record)
     if not result.sites:

@@ -242,7 +242,12 @@ def from_spec_file(path: Path, model: ir.Model | None = None) -> Encodings:
         raise SpecError("spec_file", f"{where}: encodings.{unused[0]} is used by no layer")
     groups = []
     for name in dict.fromkeys(n for n in names if n is not None):
-        spec = _checked(spec_from_dict(encodings[name], f"spec_file encodings.{name}"), model, "spec_file")
+        try:
+            fields = spec_from_dict(encodings[name], f"spec_file encodings.{name}")
+        except SpecError as exc:  # a field of one entry: named by its path in the file, not as a flag
+            at = exc.field if exc.field.startswith("spec_file") else f"encodings.{name}.{exc.field}"
+            raise SpecError("spec_file", f"{where}: {at.removeprefix('spec_file ')}: {exc.message}") from None
+        spec = _checked(fields, model, "spec_file")
         groups.append(Group(name, spec, tuple(i for i, n in enumerate(names) if n == name)))
     if not groups:
         raise SpecError("spec_file", f"{where}: every layer is null: there is no positional encoding to audit")

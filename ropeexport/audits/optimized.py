@@ -124,6 +124,7 @@ def _spans(layers: list[int]) -> str:
 
 def lines(record: dict[str, Any]) -> list[str]:
     """What the CLI prints about the optimized graph: what the optimizer did, its sites and its findings."""
+    from ropeexport.audits.checks import dtype_of
     from ropeexport.report.words import error
 
     head = record["text"] if record["model"] is not None else (
@@ -132,7 +133,7 @@ def lines(record: dict[str, Any]) -> list[str]:
     for i, site in enumerate(record["sites"]):
         worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
         where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']}"
-        out.append(f"    optimized site {i}: {site['kind']}, {len(site['users'])} reader(s), {site.get('dtype')}: "
+        out.append(f"    optimized site {i}: {site['kind']}, {len(site['users'])} reader(s), {dtype_of(site)}: "
                    f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
         out += [f"      - {f['text']}" for f in site["findings"]]
     for found in record["findings"]:

@@ -96,6 +96,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
+    from ropeexport.audits.checks import dtype_of
     from ropeexport.audits.core import inside
 
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
             where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']} " \
                 f"(L = {worst['length']})"  # fmt: skip
-            print(f"  site {i}: {site['kind']}{inside(site)}, {len(site['users'])} reader(s), {site.get('dtype')}: "
+            print(f"  site {i}: {site['kind']}{inside(site)}, {len(site['users'])} reader(s), {dtype_of(site)}: "
                   f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
             for finding in site["findings"]:
                 print(f"    - {finding['text']}")

@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from ropeexport.catalog import encodings, spec_from_dict
 from ropeexport.cli import decoder, subcommand
-from ropeexport.cli.options import add_tolerance_flags, ascii_float, ascii_int, runtimes_of, skipped_exit, tolerances
+from ropeexport.cli.options import (
+    add_tolerance_flags,
+    ascii_float,
+    ascii_int,
+    resolved_lines,
+    runtimes_of,
+    skipped_exit,
+    tolerances,
+)
 from ropeexport.cli.progress import BuildProgress
 from ropeexport.defaults import DEFAULT_OUT, DEFAULT_PRESETS
 from ropeexport.dtypes import DTYPES
@@ -299,9 +307,7 @@ def print_resolved(job: Job) -> None:
         unrotated = job.origin.get("no_rope_layers")
         print(f"  used by layers {job.origin['layers']} ({', '.join(job.origin['layer_types'])})"
               + (f"; no positional encoding on layers {unrotated}" if unrotated else ""))  # fmt: skip
-    for key, value in job.spec.items():
-        where = job.sources.get(key, "ropeexport default")
-        print(f"  {key} = {json.dumps(value)}  <- {where}")
+    print("\n".join(resolved_lines(job.spec, job.sources)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -386,6 +392,7 @@ def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -
             "exists": (out / j.name).exists(),
             "spec": j.spec,
             "origin": j.origin,
+            "sources": {k: j.sources.get(k, "ropeexport default") for k in j.spec},
         }
         for j in jobs
     ]
@@ -397,6 +404,7 @@ def print_plan(jobs: list[Job], out: Path, runtimes: list[str], as_json: bool) -
         what = f"{spec['encoding']} {spec['artifact']} {spec['dtype']} {spec['graph']}"
         what += f", max_positions {spec['max_positions']}"
         print(f"{item['name']}: {what}{' (replaces the existing folder)' if item['exists'] else ''}")
+        print("\n".join(resolved_lines(spec, item["sources"])))  # each value and where it came from
     print(f"{len(plan)} artifact(s) into {out.resolve()}, verified on {', '.join(runtimes)} (dry run: nothing written)")
     return 0
 

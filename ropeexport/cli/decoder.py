@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ropeexport.cli.options import ascii_int, runtimes_of, skipped_exit
+from ropeexport.cli.options import ascii_int, resolved_lines, runtimes_of, skipped_exit
 from ropeexport.components.linear import BLOCK_SIZES, DEFAULT_BLOCK_SIZE
 from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import scenarios
@@ -125,6 +125,15 @@ def _int(field: str, value: Any) -> int | None:
     return None if value is None else ascii_int(value, field)
 
 
+def _block_size(value: Any) -> int:
+    """--block-size as given (0 when absent: the request's default); a given 0 is refused, not read as the default."""
+    size = _int("block_size", value)
+    if size == 0:
+        raise SpecError("block_size", f"must be one of {', '.join(map(str, BLOCK_SIZES))}; got 0 (omit --block-size "
+                        f"for {DEFAULT_BLOCK_SIZE})")  # fmt: skip
+    return size or 0
+
+
 def _default_graph(args: argparse.Namespace) -> str:
     """The form without --graph: the one the first --runtime runs best (its capability record), else fused."""
     return form_for(runtimes_of(args)[0]) if args.runtime else "fused"
@@ -147,7 +156,7 @@ def request_of(args: argparse.Namespace) -> DecoderRequest:
         max_positions=_int("max_positions", getattr(args, "max_positions", None)),
         name=getattr(args, "name", None),
         weight_format=args.weight_format or "",
-        block_size=_int("block_size", args.block_size) or 0,
+        block_size=_block_size(args.block_size),
         accuracy_level=_int("accuracy_level", args.accuracy_level) or 0,
         symmetric=True if args.symmetric is None else args.symmetric,
         eager=args.eager,
@@ -162,19 +171,28 @@ def _plan(args: argparse.Namespace, requests: list[DecoderRequest]) -> int:
     from ropeexport.store import Store
     from ropeexport.tree import check_tree
 
-    plan = []
+    plan: list[dict[str, Any]] = []
     for request in requests:
         spec = resolve_decoder(request)
         check_tree(Path(args.out))  # --out as the build checks it
         weights = {"weights": describe(None if args.checkpoint is None else Path(args.checkpoint))}
         Store(Path(args.out)).check(spec.name, spec.to_dict(), args.replace, identity=weights)
+        given = {"dtype": args.dtype, "graph": args.graph, "name": getattr(args, "name", None)}
+        chosen = {k: f"--{k}" if v else f"ropeexport default (no --{k})" for k, v in given.items()}
+        chosen["model_type"] = spec.sources.get("model_type", "model_type")
+        for key in ("num_layers", "hidden_size", "vocab_size", "max_positions"):  # a flag over the config's value
+            if getattr(args, key, None) is not None:
+                where = "position.max_positions" if key == "max_positions" else key
+                chosen[where] = f"--{key.replace('_', '-')} (over the config's {spec.sources.get(where, key)})"
         plan.append({"name": spec.name, "path": str(Path(args.out) / spec.name), "spec": spec.to_dict(),
+                     "sources": dict(spec.sources) | chosen,
                      "scenarios": [s.name for s in scenarios(spec)]})  # fmt: skip
     if args.json:
         print(json.dumps({"decoders": plan}, indent=2))
     else:
         for item in plan:
             print(f"{item['path']}: {', '.join(item['scenarios'])}")
+            print("\n".join(resolved_lines(item["spec"], item["sources"])))  # each value and where it came from
         print(f"{len(plan)} decoder(s) (dry run: nothing written)")
     return 0
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from ropeexport.cli import EXIT_SKIPPED
@@ -118,3 +120,13 @@ def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) 
         file=sys.stderr,
     )
     return EXIT_SKIPPED
+
+
+def resolved_lines(fields: Mapping[str, Any], sources: Mapping[str, str]) -> list[str]:
+    """``  key = value  <- source`` for each (dotted) field of a resolved spec: what a dry run shows before a long
+    build. A field no source names is ropeexport's default.
+    """  # noqa: D205
+    from ropeexport.store import flat
+
+    return [f"  {key} = {json.dumps(value, default=list)}  <- {sources.get(key, 'ropeexport default')}"
+            for key, value in flat(fields).items()]  # fmt: skip

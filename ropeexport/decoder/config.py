@@ -16,9 +16,10 @@ from typing import Any
 
 from ropeexport.architectures import architecture
 from ropeexport.decoder.spec import DEFAULT_ALIBI_LENGTH, DecoderSpec
-from ropeexport.errors import SpecError
+from ropeexport.errors import ArtifactError, SpecError
 from ropeexport.hf import LAYER_TYPES, TEXT_CONFIGS, Layers, import_layers, text_config
 from ropeexport.specs import require_int
+from ropeexport.store import flat
 
 _HEADS = ("num_attention_heads", "n_head")
 _HIDDEN = ("hidden_size", "n_embd", "n_embed")
@@ -165,3 +166,30 @@ def _layers_of(layers: Layers, layout: Mapping[str, Any], position: Mapping[str,
     if all(not layer for layer in out):
         return ()
     return tuple(out)
+
+
+def check_config(spec: DecoderSpec, config: Mapping[str, Any], where: str = "decoder.json config") -> None:
+    """The spec this (stored) transformers config makes equal to ``spec``, field by field; else ArtifactError naming
+    the first field that differs.
+
+    ``verify`` reads the config a decoder was built from out of decoder.json, and it feeds the transformers reference
+    and genai_config.json: an edited config (its hash rewritten) must not pass for the one the model was built from,
+    so the spec is made again from it, as ``decoder.build.resolve`` made it (the spec's own name, dtype, graph,
+    length and weight storage: the settings a build takes beside the config).
+    """  # noqa: D205
+    built = spec.to_dict()
+    settings = ("weight_format", "block_size", "accuracy_level", "symmetric")
+    storage: dict[str, Any] = {k: built[k] for k in settings if k in built}
+    try:
+        made = from_config(config, spec.name, dtype=spec.dtype, graph=spec.graph,
+                           max_positions=spec.position_spec().max_positions, weights=storage).to_dict()  # fmt: skip
+    except SpecError as exc:
+        raise ArtifactError(f"{where}.{exc.field}", f"{exc.message} (it no longer makes this decoder's spec)") from None
+    for key in ("tied_head_int4", "tied_embedding_int4"):  # set after the config's spec (``resolve``), for int4 only
+        if key in built:
+            made[key] = built[key]
+    a, b = flat(made), flat(built)
+    for key in sorted(a.keys() | b.keys()):
+        if a.get(key) != b.get(key):
+            raise ArtifactError(where, f"makes {key} {a.get(key)!r} but the model was built with {b.get(key)!r}: "
+                                "it is not the config this decoder was built from")  # fmt: skip

@@ -10,7 +10,8 @@ A decoder folder (``OUT/NAME/``), written through the store like every artifact:
 
 ``verify`` checks, as bad input (ArtifactError, one line): every listed file's sha256 (the store), decoder.json's
 fields, the spec in decoder.json and in the manifest equal to the one the (hashed) model embeds, the weights' source
-too, and genai_config.json equal to what this spec and config make (its context length and vocabulary are the
+too, the spec decoder.json's transformers config makes equal to it (``config.check_config``: an edited rope_theta
+is caught), and genai_config.json equal to what this spec and config make (its context length and vocabulary are the
 model's). Then the weights are drawn again (seeded) or read from the checkpoint folder named, and every scenario runs
 again on each runtime asked for (``runtimes``; default ``ort``, ONNX Runtime's CPU provider; ``decoder.runs``)
 against the float64 truth and transformers (when the build asked for it and transformers is installed here; else
@@ -32,6 +33,7 @@ import onnx
 
 from ropeexport.components.linear import is_weight
 from ropeexport.decoder.checkpoint import CheckpointWeights
+from ropeexport.decoder.config import check_config
 from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
 from ropeexport.decoder.export import write_decoder
 from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
@@ -306,9 +308,13 @@ class DecoderKind(Kind):
         if meta.get("ropeexport.weights") != record["weights"]:
             raise ArtifactError(f"{RECORD} weights", f"is {record['weights']!r} but the model was built from "
                                 f"{meta.get('ropeexport.weights')!r}")  # fmt: skip
+        check_config(spec, record["config"])  # what the transformers reference and genai_config.json are made from
         checkpoint_of(record["weights"])  # checked with everything else, before any artifact of a tree runs
         if CONFIG in manifest["files"]:  # the onnxruntime-genai package must describe this model, not another
             stored = read_artifact_json(inside(folder, CONFIG, CONFIG), CONFIG)
+            if not isinstance(stored, dict):  # a list (say) has no fields to name the first difference by
+                raise ArtifactError(CONFIG, f"must be a JSON object (onnxruntime-genai's config), got a "
+                                    f"{type(stored).__name__}: build the decoder again to write it")  # fmt: skip
             made = json.loads(json.dumps(genai_config(spec, record["config"])))
             # session_options say how to run the model, not what it is (builds before the thread count wrote none):
             # the manifest's hash holds them as written

@@ -20,7 +20,7 @@ from typing import Any, cast
 from ropeexport.decoder.spec import DTYPES, FORMS
 from ropeexport.errors import SpecError
 from ropeexport.runtimes.capabilities import CAPABILITIES
-from ropeexport.specs import require_bool, require_choice, require_int
+from ropeexport.specs import require_bool, require_choice, require_dtype, require_int
 
 # The request's sources of a transformers config, in the order a conflict is reported (the first one given wins).
 SOURCES = ("preset", "config", "hf_config")
@@ -93,7 +93,8 @@ class DecoderRequest:
         if self.config is not None and not isinstance(self.config, Mapping):
             raise SpecError("config", f"must be a mapping (a transformers config's keys), got "
                             f"{type(self.config).__name__}")  # fmt: skip
-        require_choice("dtype", self.dtype, DTYPES)
+        require_dtype(self.dtype, DTYPES, "int4 is how the projections are stored, not a dtype: give `weight_format` "
+                      "int4 (onnxruntime-genai's builder's -p int4), its scales and activations in fp32 or fp16")
         require_choice("graph", self.graph, FORMS)
         for field in SIZES:
             if getattr(self, field) is not None:

@@ -274,6 +274,7 @@ class DecoderSession:
         bad = next((k for k, t in enumerate(ids) if not 0 <= t < vocab), None)
         if bad is not None:
             raise SpecError("prompt_ids", f"id {ids[bad]} (index {bad}) is outside the vocabulary [0, {vocab})")
+        self.fits(len(ids), "prompt_ids")  # the context's fault, not --position-offset's (which may not be given)
         if position_offset and self.position.encoding != "rope":
             raise SpecError("position_offset", f"must be 0 for a {self.position.encoding} decoder: its key positions "
                             "are counted from the attention mask (as BLOOM counts them), so a prompt cannot be placed "
@@ -335,7 +336,19 @@ class DecoderSession:
         if (prompt_ids is None) == (prompt is None):
             raise SpecError("prompt_ids", "give the prompt as token ids (`prompt_ids`) or as text (`prompt`), one of "
                             "them")  # fmt: skip
-        return self.encode(prompt) if prompt is not None else list(prompt_ids or [])
+        if prompt is None:
+            return list(prompt_ids or [])
+        ids = self.encode(prompt)
+        self.fits(len(ids), "prompt")
+        return ids
+
+    def fits(self, count: int, field: str) -> None:
+        """A prompt of ``count`` tokens leaves room in the context for one new token; else SpecError on ``field``."""
+        limit = self.max_positions
+        if count >= limit:
+            raise SpecError(field, f"is {count} tokens: longer than the decoder's context (max_positions {limit}), "
+                            f"which holds a prompt of at most {limit - 1} tokens and one new token; give a shorter "
+                            "prompt")  # fmt: skip
 
     def encode(self, text: str) -> list[int]:
         """``text`` as token ids by the folder's tokenizer."""

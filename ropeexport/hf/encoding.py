@@ -10,8 +10,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ropeexport.architectures import config_hook, known_types
+from ropeexport.architectures import ARCHITECTURES, config_hook, known_types
 from ropeexport.architectures.hooks import ConfigHook
+from ropeexport.architectures.missing import missing
 from ropeexport.errors import SpecError
 from ropeexport.hf.reader import Imported, _Reader
 
@@ -94,10 +95,11 @@ def _import_one(config: Mapping[str, Any], where: str) -> Imported:
         _rope(r, hook)
     else:
         known = known_types()
+        lacks = missing(config, tuple(ARCHITECTURES))  # the feature by name (multi-axis RoPE, a wrapper's text_config)
         raise r.error(
             "model_type",
-            f"unknown model type {model_type!r}: ropeexport does not guess a positional encoding (or a RoPE "
-            f"layout); known: {', '.join(known)}; for another model write a `spec_file`",
+            f"unknown model type {model_type!r}{f': {lacks}' if lacks else ''}: ropeexport does not guess a positional "
+            f"encoding (or a RoPE layout); known: {', '.join(known)}; for another model write a `spec_file`",
         )
     return Imported(model_type, r.fields, r.sources)
 

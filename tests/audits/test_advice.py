@@ -83,6 +83,13 @@ def test_the_graft_command_writes_beside_the_model(tmp_path: Path) -> None:
     (genai / "genai_config.json").write_text("{}")
     line = graft_command(str(genai / "model.onnx"), "c.json", "hf_config", False)
     assert line.endswith(f"--out '{tmp_path}/og model-grafted'"), line  # a folder: graft writes the genai folder
+    # issue 43, item 11: the suggested --out must be a name graft can write (it named a folder that existed)
+    (tmp_path / "og model-grafted").mkdir()
+    line = graft_command(str(genai / "model.onnx"), "c.json", "hf_config", False)
+    assert line.endswith(f"--out '{tmp_path}/og model-grafted-2'"), line
+    (tmp_path / "m-grafted.onnx").write_text("")
+    line = graft_command(str(tmp_path / "m.onnx"), "c.json", "hf_config", False)
+    assert line.endswith(f"--out {tmp_path}/m-grafted-2.onnx"), line
 
 
 # (planted layer fault of test_audit_layers, the severity and next step of its finding on the command line, the exit

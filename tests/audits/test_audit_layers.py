@@ -406,6 +406,14 @@ BAD_SPECS = [
     ("no-encodings", {"layers": LAYERS}, "must hold layers (one encoding name or null per layer)"),
     ("every-layer-null", {"layers": [None] * 6, "encodings": {}}, "encodings must map names"),
     ("bad-field", SLIDING | {"thetta": 1.0}, "unknown field"),
+    # issue 43, item 7: a field of one entry named by its path (it read "theta: must be > 1"), and a spec that does
+    # not fit the model blamed on --spec (it named --hf-config, never given)
+    ("per-layer-bad-field", {"layers": LAYERS, "encodings": {"local": SLIDING | {"theta": 0.5}, "global": GLOBAL}},
+     "--spec: '{spec}': encodings.local.theta: must be > 1, got 0.5"),
+    ("per-layer-unknown-field", {"layers": LAYERS, "encodings": {"local": SLIDING, "global": GLOBAL | {"thetta": 1}}},
+     "--spec: '{spec}': encodings.global.thetta: unknown field for encoding 'rope'"),
+    ("spec-not-fitting-the-model", SLIDING | {"head_dim": 8},
+     "--spec: describes rotary_dim 8 (tables 4 wide) but the model's cos/sin at"),
 ]  # fmt: skip
 
 
@@ -417,7 +425,8 @@ def test_a_bad_spec_file_is_one_line_and_exit_2(case: str, content: Any, words: 
     capsys.readouterr()  # what making the checkpoint wrote
     assert main(["audit", str(model), "--spec", str(spec)]) == 2
     err = capsys.readouterr().err.strip()
-    assert words in err and "\n" not in err, err
+    assert words.format(spec=spec) in err and "\n" not in err, err
+    assert "--hf-config" not in err and ("not describe" not in err or "the spec does not describe" in err), err
 
 
 @pytest.mark.parametrize("argv", [["--spec", "s.json", "--hf-config", "c.json"], []], ids=["both", "neither"])

@@ -76,6 +76,17 @@ def test_a_site_inside_subgraphs_is_found_and_checked_or_reported(case: Nested, 
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_site_line_says_its_dtype_or_why_none(case: Nested, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    # issue 43, item 11: a site that could not be evaluated printed "None" where the dtype goes
+    model, config = _build(tmp_path, case)
+    main(["audit", str(model), "--hf-config", str(config)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  site ")]
+    assert len(lines) == 2 and all("None" not in line for line in lines), lines
+    said = "dtype not read (not evaluated)" if case.finding == "not-evaluated" else "float32"
+    assert f"reader(s), {said}: " in lines[1], lines
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_graft_replaces_inside_subgraphs_or_refuses_in_one_line(case: Nested, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     model, config = _build(tmp_path, case)
     before = sorted(p.name for p in tmp_path.iterdir())

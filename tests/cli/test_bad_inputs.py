@@ -94,6 +94,7 @@ BUILD_CASES: list[tuple[str, Setup, str]] = [
     ("spec-fifo", lambda t: ["build", "--spec", _fifo(t, "s.json")], "not a regular file"),
     ("weights-fifo", lambda t: ["build", "--encoding", "t5", "--num-heads", "2", "--num-buckets", "8", "--weights", _fifo(t, "w.safetensors")], "not a regular file"),
     ("weights-overflow-fp16", lambda t: ["build", "--encoding", "t5", "--num-heads", "2", "--num-buckets", "8", "--dtype", "fp16", "--weights", _fp16_overflow(t)], "overflows fp16"),
+    ("dtype-int4", lambda t: ["build", "--preset", "llama-3.1-8b", "--dtype", "int4"], "got 'int4': int4 stores a decoder's projections (--artifact decoder with --weight-format int4)"),
 ]  # fmt: skip
 
 

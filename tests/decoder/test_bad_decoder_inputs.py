@@ -219,6 +219,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("decoder flag alone", lambda t: ["--checkpoint", str(t)], "--checkpoint: is a decoder flag"),
     ("another spec flag", lambda t: [*_config(t), "--theta", "5"], "theta: is not read with --artifact decoder"),
     ("bf16", lambda t: [*_config(t), "--dtype", "bf16"], "dtype: must be one of fp32, fp16"),
+    # onnxruntime-genai's builder takes `-p int4`: the refusal names the flag that builds int4 (issue 43, item 13)
+    ("int4 as a dtype", lambda t: [*_config(t), "--dtype", "int4"],
+     "dtype: must be one of fp32, fp16; got 'int4': int4 is how the projections are stored, not a dtype: give "
+     "--weight-format int4"),
+    # 0 is the request's default (32), not a size a user asks for (issue 43, item 6: it built block size 32, exit 0)
+    ("int4 block size 0", lambda t: [*_config(t), "--weight-format", "int4", "--block-size", "0"],
+     "block_size: must be one of 16, 32, 64, 128, 256; got 0 (omit --block-size for 32)"),
     ("static-cache form", lambda t: [*_config(t), "--graph", "static-cache"], "graph: must be one of fused"),
     # a runtime asked for must run the form and the weights (its capability record): refused before anything is built
     ("a form the runtime does not run", lambda t: [*_config(t), "--runtime", "onnx-reference", "--graph", "gqa"],

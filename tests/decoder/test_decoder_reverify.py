@@ -116,6 +116,11 @@ def _eos_in_decoder_json(folder: Path) -> None:
     _edit_json(folder / "decoder.json", lambda d: d["config"].update(eos_token_id=5))
 
 
+def _theta_in_decoder_json_config(folder: Path) -> None:  # the config the transformers reference is made from
+    _edit_json(folder / "decoder.json",
+               lambda d: d["config"].update(rope_parameters={"rope_type": "default", "rope_theta": 20000.0}))
+
+
 def _genai(**model: Any) -> Callable[[Path], None]:
     return lambda folder: _edit_json(folder / "genai_config.json", lambda g: g["model"].update(model))
 
@@ -150,8 +155,13 @@ VERIFY_CASES: list[tuple[str, Callable[[Path], None], list[str], int, str]] = [
      "error: decoder.json spec.heads: is not a decoder field"),
     ("decoder.json eos_token_id edited, hashes rewritten", _rehashed(_eos_in_decoder_json), [], 2,
      "error: genai_config.json model.eos_token_id: "),
+    ("decoder.json config rope_theta edited, hashes rewritten", _rehashed(_theta_in_decoder_json_config), [], 2,
+     "error: decoder.json config: makes position.theta 20000.0 but the model was built with 10000.0"),
     ("genai_config.json context_length 1e6, hashes rewritten", _rehashed(_genai(context_length=10**6)), [], 2,
      "error: genai_config.json model.context_length: is 1000000 but this decoder's is 4096"),
+    ("genai_config.json a JSON list, hashes rewritten",
+     _rehashed(lambda f: (f / "genai_config.json").write_text("[1, 2]")), [], 2,
+     "error: genai_config.json: must be a JSON object (onnxruntime-genai's config), got a list"),
     ("genai_config.json vocab_size 5, hashes rewritten", _rehashed(_genai(vocab_size=5)), [], 2,
      "error: genai_config.json model.vocab_size: is 5 but this decoder's is 128"),
     ("genai_config.json session_options of a build before the thread count, hashes rewritten",

@@ -231,6 +231,18 @@ def _edited(built: dict, tmp: Path) -> Path:
     return folder
 
 
+def _genai_list(built: dict, tmp: Path) -> Path:
+    """genai_config.json a JSON list, its hash rewritten: the manifest no longer catches it."""
+    from ropeexport.graph.onnx_io import sha256
+
+    folder = _copy(built, tmp)
+    (folder / "genai_config.json").write_text("[1, 2]")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"] = {name: sha256(folder / name) for name in manifest["files"]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
 def _rope_artifact(built: dict, tmp: Path) -> Path:
     return rx.build(rx.from_preset("llama-3.1-8b")[0], tmp / "tree").path
 
@@ -245,6 +257,14 @@ BAD = [
     ("not-ids", _copy, ["--prompt-ids", "1,x"], "--prompt-ids", "comma-separated integers"),
     ("past-max", _copy, ["--prompt-ids", "1,2", "--position-offset", "2040", "--max-new-tokens", "7"],
      "--max-new-tokens", "reach position 2048"),
+    # no --position-offset given: the context is at fault (issue 43, item 9: it blamed --position-offset)
+    ("prompt-past-context", _copy, ["--prompt-ids", ",".join(["1"] * 3000)], "--prompt-ids",
+     "is 3000 tokens: longer than the decoder's context (max_positions 2048)"),
+    ("prompt-filling-context", _copy, ["--prompt-ids", ",".join(["1"] * 2048)], "--prompt-ids",
+     "holds a prompt of at most 2047 tokens and one new token"),
+    # issue 43, item 8: it read "is None but this decoder's is None"
+    ("genai-config-a-list", _genai_list, [], "genai_config.json", "must be a JSON object (onnxruntime-genai's config), "
+     "got a list"),
     ("offset-past-max", _copy, ["--prompt-ids", "1,2", "--position-offset", "2047"], "--position-offset",
      "past the decoder's last position 2047"),
     ("negative-offset", _copy, ["--prompt-ids", "1", "--position-offset", "-1"], "--position-offset", ">= 0"),

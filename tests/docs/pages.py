@@ -60,10 +60,20 @@ def pages() -> list[str]:
 
 
 def blocks(page: str) -> list[Block]:
-    """Every fenced block of ``page``, in order."""
+    """Every fenced block of ``page``, in order; a generated section's (between ``<!-- render: ... -->`` and
+    ``<!-- end render -->``) are not the page's own: their generator is tested (tools/docs_site.py).
+    """  # noqa: D205
     found: list[Block] = []
     info, start, body, skip, previous = None, 0, [], None, ""
-    for number, raw in enumerate((ROOT / page).read_text().splitlines(), 1):
+    lines = (ROOT / page).read_text().splitlines()
+    generated = set()  # the line numbers of committed generated sections (a new marker without its end has none)
+    for i, raw in enumerate(lines):
+        if raw.startswith("<!-- render: ") and "<!-- end render -->" in lines[i + 1 :]:
+            end = lines.index("<!-- end render -->", i + 1)
+            generated |= set(range(i + 1, end + 2))
+    for number, raw in enumerate(lines, 1):
+        if number in generated:
+            continue
         if raw.lstrip().startswith("```"):
             if info is None:
                 info, start, body = raw.strip()[3:].strip(), number, []

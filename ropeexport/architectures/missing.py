@@ -1,0 +1,56 @@
+"""What a config asks for that no decoder architecture here builds, named by feature: what a refusal says.
+
+Torch-free, reads the config's keys only. ``missing(config)`` is a sentence naming the feature a model type needs
+and ropeexport lacks (multi-axis RoPE, latent attention, a mixture of experts outside gpt-oss, a multimodal wrapper
+whose text model is another type), with the nearest thing that works, or None when nothing is recognised (the
+refusal then lists the types built, as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Qwen-VL's multimodal RoPE: positions of three axes (time, height, width) split over the rotary channels
+# (``mrope_section``); ropeexport's positions are one axis (``positions.PositionInputs`` is where a second lands).
+MULTI_AXIS = ("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
+ONE_AXIS = "qwen2 and qwen3 (the text decoders of Qwen-VL's family, one position axis)"
+# transformers' keys for the experts of a mixture (gpt_oss's num_local_experts is built: ``components.moe``)
+EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _scaling(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key in ("rope_parameters", "rope_scaling"):
+        value = config.get(key)
+        if isinstance(value, Mapping):
+            return value
+    return {}
+
+
+def missing(config: Mapping[str, Any], built: tuple[str, ...]) -> str | None:
+    """The feature ``config`` needs that no architecture of ``built`` (model types) has, with the nearest that works;
+    None when none is recognised.
+    """  # noqa: D205
+    model_type = config.get("model_type")
+    text = config.get("text_config")
+    if model_type in MULTI_AXIS or "mrope_section" in _scaling(config) or (
+        isinstance(text, Mapping) and "mrope_section" in _scaling(text)
+    ):
+        return (f"multi-axis RoPE (Qwen-VL's mrope: positions of 3 axes over mrope_section) is not yet built; the "
+                f"nearest built: {ONE_AXIS}")  # fmt: skip
+    if isinstance(text, Mapping):
+        inner = text.get("model_type")
+        if isinstance(inner, str) and inner in built:
+            return (f"a multimodal wrapper whose text model (text_config, model_type {inner!r}) is built here, but "
+                    f"{model_type!r} is not read as its wrapper yet: give text_config alone as the config (seeded "
+                    "weights; a checkpoint's weights under its text model's prefix are not mapped)")  # fmt: skip
+        return (f"a multimodal wrapper: its text model is text_config (model_type {inner!r}), which has no decoder "
+                "architecture here either")  # fmt: skip
+    if config.get("kv_lora_rank"):
+        return ("multi-head latent attention (kv_lora_rank: DeepSeek's compressed keys and values) is not built; "
+                "no decoder here has it")  # fmt: skip
+    experts = next((k for k in EXPERTS if config.get(k)), None)
+    if experts is not None:
+        return (f"a mixture of experts ({experts} = {config[experts]}) is built only for gpt_oss (its router and "
+                "clamped SwiGLU experts); this model type's experts are not")  # fmt: skip
+    return None

@@ -1,0 +1,64 @@
+"""A config no decoder here builds is refused naming the feature it lacks and the nearest thing that works
+(``architectures.missing``), for the decoder (``architecture``) and for the encoding alone (``hf.import_config``);
+the hint to build the encoding alone is given only where the encoding is read (issue 43, items 3 and 4: Qwen-VL and
+Mistral 3 read "unknown model type", latent attention and experts were never named, and the hint was a dead end
+where the encoding import refused the same config).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ropeexport.architectures import architecture
+from ropeexport.errors import SpecError
+from ropeexport.hf import import_config
+
+SIZES = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+         "intermediate_size": 96, "vocab_size": 128, "max_position_embeddings": 512}  # fmt: skip
+ALONE = "the encoding alone: build its block or rope artifact"
+
+# (case, config, words of the decoder's refusal, words of the encoding's refusal or None when it is read)
+CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
+    ("Qwen2-VL", {"model_type": "qwen2_vl", **SIZES, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+     "multi-axis RoPE (Qwen-VL's mrope: positions of 3 axes over mrope_section) is not yet built; the nearest "
+     "built: qwen2 and qwen3", "unknown model type 'qwen2_vl': multi-axis RoPE"),
+    ("Qwen2.5-VL by its type alone", {"model_type": "qwen2_5_vl", **SIZES}, "multi-axis RoPE", "multi-axis RoPE"),
+    ("Mistral 3", {"model_type": "mistral3", "text_config": {"model_type": "mistral", **SIZES}},
+     "a multimodal wrapper whose text model (text_config, model_type 'mistral') is built here, but 'mistral3' is "
+     "not read as its wrapper yet: give text_config alone as the config", "unknown model type 'mistral3': a "
+     "multimodal wrapper"),
+    ("a wrapper of an unbuilt text model", {"model_type": "llava", "text_config": {"model_type": "vicuna"}},
+     "its text model is text_config (model_type 'vicuna'), which has no decoder architecture here either",
+     "unknown model type 'llava'"),
+    ("DeepSeek-V3", {"model_type": "deepseek_v3", **SIZES, "kv_lora_rank": 16, "q_lora_rank": 24,
+                     "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4},
+     "multi-head latent attention (kv_lora_rank", None),
+    ("Qwen3-MoE", {"model_type": "qwen3_moe", **SIZES, "num_experts": 4, "num_experts_per_tok": 2},
+     "a mixture of experts (num_experts = 4) is built only for gpt_oss", None),
+    ("Mixtral", {"model_type": "mixtral", **SIZES, "num_local_experts": 8, "num_experts_per_tok": 2},
+     "a mixture of experts (num_local_experts = 8) is built only for gpt_oss", None),
+    ("Falcon: nothing recognised, the types built listed", {"model_type": "falcon", **SIZES},
+     "'falcon' has no decoder architecture here; built: llama,", None),
+    ("a made-up type", {"model_type": "baichuan", **SIZES}, "'baichuan' has no decoder architecture here; built:",
+     "unknown model type 'baichuan': ropeexport does not guess"),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("case", "config", "decoder", "encoding"), CASES, ids=[c[0] for c in CASES])
+def test_a_refusal_names_the_missing_feature_and_no_dead_end(case: str, config: dict[str, Any], decoder: str,
+                                                             encoding: str | None) -> None:  # fmt: skip
+    with pytest.raises(SpecError) as refused:
+        architecture(config)
+    said = str(refused.value)
+    assert decoder in said, said
+    if encoding is None:  # the encoding alone is read: the hint to build it works
+        import_config(config)
+        assert ALONE in said, said
+        return
+    with pytest.raises(SpecError) as also:
+        import_config(config)
+    assert encoding in str(also.value), str(also.value)
+    assert ALONE not in said, said  # a dead end: the encoding import refuses this config too
