@@ -1,7 +1,7 @@
 """What a config asks for that no decoder architecture here builds, named by feature: what a refusal says.
 
 Torch-free, reads the config's keys only. ``missing(config)`` is a sentence naming the feature a model type needs
-and ropeexport lacks (multi-axis RoPE, latent attention, a mixture of experts outside gpt-oss, a multimodal wrapper
+and ropeexport lacks (multi-axis RoPE, latent attention, a mixture of experts of another router, a multimodal wrapper
 whose text model is another type), with the nearest thing that works, or None when nothing is recognised (the
 refusal then lists the types built, as before).
 """
@@ -15,8 +15,9 @@ from typing import Any
 # (``mrope_section``); ropeexport's positions are one axis (``positions.PositionInputs`` is where a second lands).
 MULTI_AXIS = ("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
 ONE_AXIS = "qwen2 and qwen3 (the text decoders of Qwen-VL's family, one position axis)"
-# transformers' keys for the experts of a mixture (gpt_oss's num_local_experts is built: ``components.moe``)
+# transformers' keys for the experts of a mixture, and the model types whose mixtures are built (``components.moe``)
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+MIXTURES = ("gpt_oss", "qwen3_moe")
 
 
 def _scaling(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -51,6 +52,7 @@ def missing(config: Mapping[str, Any], built: tuple[str, ...]) -> str | None:
                 "no decoder here has it")  # fmt: skip
     experts = next((k for k in EXPERTS if config.get(k)), None)
     if experts is not None:
-        return (f"a mixture of experts ({experts} = {config[experts]}) is built only for gpt_oss (its router and "
-                "clamped SwiGLU experts); this model type's experts are not")  # fmt: skip
+        have = " and ".join(t for t in MIXTURES if t in built) or "no model type"
+        return (f"a mixture of experts ({experts} = {config[experts]}) is built for {have} (their routers and "
+                "experts); this model type's experts are not")  # fmt: skip
     return None
