@@ -34,6 +34,7 @@ PACKAGES = (
     "ropeexport.architectures.glm4",
     "ropeexport.architectures.exaone4",
     "ropeexport.architectures.olmo3",
+    "ropeexport.architectures.ministral3",
 )
 
 
@@ -53,8 +54,15 @@ def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
 
 
 ARCHITECTURES = load(PACKAGES)
-# Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's type.
-TEXT_CONFIGS = {wrapper: arch.model_type for arch in ARCHITECTURES.values() for wrapper in arch.wrappers}
+# Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's types
+# (``TEXT_TYPES``: Mistral 3's is mistral or ministral3) and the one its config class takes when text_config names none
+# (``TEXT_CONFIGS``: the first architecture in catalog order that declares the wrapper; mistral for mistral3, as
+# transformers' Mistral3Config's default text_config).
+TEXT_TYPES: dict[str, tuple[str, ...]] = {}
+for _arch in ARCHITECTURES.values():
+    for _wrapper in _arch.wrappers:
+        TEXT_TYPES[_wrapper] = (*TEXT_TYPES.get(_wrapper, ()), _arch.model_type)
+TEXT_CONFIGS = {wrapper: types[0] for wrapper, types in TEXT_TYPES.items()}
 
 
 def config_hook(model_type: str) -> ConfigHook | None:

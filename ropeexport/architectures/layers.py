@@ -311,8 +311,11 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "qk_norm", "Llama 4's L2 q/k norm is described but not built yet"
     if a.gate:
         return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
-    if layer.query_scale is not None:
-        return "query_scale", f"a {layer.query_scale['kind']} query scale is described but not built yet"
+    if layer.query_scale is not None and layer.query_scale["kind"] == "temperature":
+        # its formula is built (components.query_scale); transformers' Llama 4 reads cache_position, the cache slot,
+        # where a layer is handed position_ids (they differ in a left-padded row)
+        return "query_scale", ("Llama 4's temperature query scale reads the cache slot (cache_position), which a "
+                               "layer is not handed yet: described but not built")
     return None
 
 

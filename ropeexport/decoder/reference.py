@@ -85,6 +85,8 @@ class TransformersReference:
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
         auto = transformers.AutoModelForCausalLM
+        if checkpoint is not None and spec.text_of and spec.text_of not in _causal_types(transformers):
+            auto = transformers.AutoModelForImageTextToText  # Mistral 3: its model is a ForConditionalGeneration only
         if checkpoint is not None:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip
@@ -146,3 +148,10 @@ class TransformersReference:
         with torch.no_grad():
             logits = self.model(**kwargs).logits
         return (logits if last is None else logits[:, -last:]).double().numpy()
+
+
+def _causal_types(transformers: Any) -> set[str]:
+    """The model types transformers' AutoModelForCausalLM loads (a multimodal wrapper may be one: Gemma 3's gemma3)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
