@@ -46,6 +46,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("glm4", "gqa"),
     ("exaone4", "gqa"),
     ("olmo3", "gqa"),
+    ("ministral3", "gqa"),
 ]
 
 
@@ -94,6 +95,7 @@ FP16 = [
     ("glm4", "fused"),
     ("exaone4", "gqa"),
     ("olmo3", "gqa"),
+    ("ministral3", "gqa"),
 ]
 
 

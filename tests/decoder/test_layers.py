@@ -234,8 +234,10 @@ REFUSED = [
     ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
     # described, not built: each named
     ([{}, {"attn_gate": True}, {}], "layers[1].attn_gate"),
-    ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16384}}],
+    ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192, "attn_scale": 0.1}}],
      "layers[2].query_scale"),
+    ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16.5}}],
+     "layers[2].query_scale.original_max_position_embeddings"),
     ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),
     ([{}, {"attention_kind": "latent"}, {}], "layers[1].attention_kind"),
     (_bad_position(max_positions=128), "layers[1].position.max_positions"),

@@ -50,6 +50,8 @@ CASES = {
     "glm4-partial-interleaved": ("glm4", "fused", 6, 238, 12),  # half of each head rotated in pairs; reaches 255
     "exaone4-to-the-end": ("exaone4", "gqa", 7, 237, 12),  # local layers with RoPE, a global one without; 255
     "olmo3-two-encodings": ("olmo3", "gqa", 7, 237, 12),  # unscaled sliding layers, a YaRN full one; reaches 255
+    # the query scale's step at 128 crossed while decoding (and YaRN's switch at 64 behind it)
+    "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
 }
 
 
