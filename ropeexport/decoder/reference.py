@@ -84,7 +84,7 @@ class TransformersReference:
         # one forward pass per row where a row's regime depends on its own length (module doc)
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
-        auto = transformers.AutoModelForCausalLM
+        auto: Any = transformers.AutoModelForCausalLM
         if checkpoint is not None and spec.text_of and spec.text_of not in _causal_types(transformers):
             auto = transformers.AutoModelForImageTextToText  # Mistral 3: its model is a ForConditionalGeneration only
         if checkpoint is not None:
