@@ -537,6 +537,11 @@ BAD += [
         "rope_scaling.factor: must be a number, list or boolean, got the string '2'",
     ),
     (
+        "gemma4-named-not-built",
+        {"model_type": "gemma4_text", "hidden_size": 128, "num_attention_heads": 2},
+        "model_type: 'gemma4_text': Gemma 4 is not built: its layers' own head_dim",
+    ),
+    (
         "proportional-no-real-frequency",
         {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
          "rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.01, "rope_theta": 1e6}},

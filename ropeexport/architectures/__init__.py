@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from ropeexport.architectures.base import Architecture
-from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
+from ropeexport.architectures.hooks import ENCODING_TYPES, NOT_BUILT_TYPES, ConfigHook
 from ropeexport.errors import SpecError
 
 # One line per architecture (its folder's module): what ``ARCHITECTURES`` holds, in this order.
@@ -87,6 +87,8 @@ def architecture(config: Mapping[str, Any], where: str = "config.json") -> Archi
     if not isinstance(model_type, str):  # a list (["llama"]) is not even hashable
         raise SpecError(f"{where}: model_type", f"must be a string naming the architecture, got {model_type!r}; "
                         f"built: {', '.join(ARCHITECTURES)}")  # fmt: skip
+    if model_type in NOT_BUILT_TYPES:
+        raise SpecError(f"{where}: model_type", f"{model_type!r}: {NOT_BUILT_TYPES[model_type]}")
     if model_type not in ARCHITECTURES:
         raise SpecError(
             f"{where}: model_type",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropeexport.architectures import config_hook, known_types
-from ropeexport.architectures.hooks import ConfigHook
+from ropeexport.architectures.hooks import NOT_BUILT_TYPES, ConfigHook
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import proportional_pairs
 from ropeexport.hf.reader import Imported, _Reader
@@ -94,6 +94,8 @@ def _import_one(config: Mapping[str, Any], where: str) -> Imported:
         _alibi(r, model_type)
     elif hook is not None and hook.encoding == "rope":
         _rope(r, hook)
+    elif model_type in NOT_BUILT_TYPES:
+        raise r.error("model_type", f"{model_type!r}: {NOT_BUILT_TYPES[model_type]}")
     else:
         known = known_types()
         raise r.error(

@@ -189,6 +189,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "swiglu_limit: must be a positive number, got -7.0"),
     ("gpt-oss's MXFP4 experts", lambda t: _config(t, **OSS, quantization_config={"quant_method": "mxfp4"}),
      "quantization_config: is not supported by the decoder artifact: quantized weights (gpt-oss ships MXFP4"),
+    ("Gemma 4 named as not built", lambda t: _config(t, model_type="gemma4_text"),
+     "model_type: 'gemma4_text': Gemma 4 is not built: its layers' own head_dim"),
     ("Ministral 3's query scale without its original length",
      lambda t: _ministral3(t, original_max_position_embeddings=None),
      "rope_parameters.original_max_position_embeddings: missing: rope_parameters.llama_4_scaling_beta (0.1) scales"),
