@@ -420,7 +420,7 @@ BAD = [
             "num_attention_heads": 2,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
-        "unsupported scaling type 'mrope'; supported: default, dynamic, linear, llama3, longrope, su, yarn",
+        "unsupported scaling type 'mrope'; supported: default, dynamic, linear, llama3, longrope, proportional, su, yarn",
     ),
     (
         "unknown-scaling-parameter",
