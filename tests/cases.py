@@ -27,6 +27,7 @@ SCHEDULE_PARAMS: dict[str, dict[str, Any]] = {
         "short_factor": [1.0 + 0.1 * i for i in range(ROTARY // 2)],
         "long_factor": [1.0 + 1.5 * i for i in range(ROTARY // 2)],
     },
+    "proportional": {"partial_rotary_factor": 0.25, "factor": 2.0},  # 1 of 6 pairs rotates, 5 at frequency 0
 }
 
 

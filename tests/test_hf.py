@@ -375,6 +375,15 @@ CASES += [
         },
         {"encoding": "t5", "num_buckets": 32},
     ),
+    (
+        # Gemma 4's global layers' setting as a flat dict: every channel rotates, a quarter of the pairs real
+        "proportional-gemma4-global",
+        {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 4, "head_dim": 512,
+         "max_position_embeddings": 131072,
+         "rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6}},
+        {"encoding": "rope", "layout": "half", "head_dim": 512, "rotary_dim": 512, "theta": 1e6,
+         "scaling": "proportional", "scaling_params": {"factor": 1.0, "partial_rotary_factor": 0.25}},
+    ),
 ]
 
 
@@ -411,7 +420,8 @@ BAD = [
             "num_attention_heads": 2,
             "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         },
-        "unsupported scaling type 'mrope'; supported: default, dynamic, linear, llama3, longrope, su, yarn",
+        "unsupported scaling type 'mrope'; supported: default, dynamic, linear, llama3, longrope, proportional, su, "
+        "yarn",
     ),
     (
         "unknown-scaling-parameter",
@@ -526,6 +536,23 @@ BAD += [
             "rope_scaling": {"type": "linear", "factor": "2"},
         },
         "rope_scaling.factor: must be a number, list or boolean, got the string '2'",
+    ),
+    (
+        "gemma4-named-not-built",
+        {"model_type": "gemma4_text", "hidden_size": 128, "num_attention_heads": 2},
+        "model_type: 'gemma4_text': Gemma 4 is not built: its layers' own head_dim",
+    ),
+    (
+        "proportional-no-real-frequency",
+        {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
+         "rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.01, "rope_theta": 1e6}},
+        "rope_parameters.partial_rotary_factor: 0.01 leaves no real frequency: int(0.01 x head_dim 64 // 2) = 0 pairs",
+    ),
+    (
+        "proportional-share-said-at-the-top",
+        {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 2, "partial_rotary_factor": 0.5,
+         "rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6}},
+        "partial_rotary_factor: is not read by proportional RoPE",
     ),
     (
         "absurd-length",

@@ -131,6 +131,14 @@ FAMILIES = [
      [("full_attention", "1, 3", "theta 1e+06, unscaled")], "0, 2", 0),
     ("lfm2-full-attn-idxs", lambda: config("lfm2", num_hidden_layers=5, layer_types=None, full_attn_idxs=[2, 4]),
      [("full_attention", "2, 4", "theta 1e+06, unscaled")], "0-1, 3", 0),
+    # Ministral 3: YaRN x16 over 16384 (its config class's setting), the query scale's keys beside it unread here
+    ("ministral3-yarn", lambda: config("ministral3", num_hidden_layers=2),
+     [("full_attention", "0-1", "theta 1e+06 with yarn x16")], "", 0),
+    ("mistral3-wrapper", lambda: {"model_type": "mistral3", "text_config": config("ministral3", num_hidden_layers=2)},
+     [("full_attention", "0-1", "theta 1e+06 with yarn x16")], "", 0),
+    ("mistral3-wrapper-of-mistral", lambda: {"model_type": "mistral3", "text_config": {
+        k: v for k, v in config("mistral", num_hidden_layers=2, sliding_window=None).items() if k != "model_type"}},
+     [("full_attention", "0-1", "theta 10000, unscaled")], "", 0),
     ("gemma3n-two-encodings", lambda: config("gemma3n_text", num_hidden_layers=10),
      [("sliding_attention", "0-3, 5-8", "theta 10000, unscaled"), ("full_attention", "4, 9",
                                                                     "theta 1e+06, unscaled")], "", 512),
@@ -234,6 +242,10 @@ BAD = [
     ("olmo3-flat-rope-parameters", lambda: config("olmo3", num_hidden_layers=4, rope_parameters={
         "rope_type": "default", "rope_theta": 1e4}),
      "rope_parameters: is one flat setting; transformers' olmo3 reads rope_parameters nested by layer type"),
+    ("ministral3-without-rope-parameters", lambda: config("ministral3", num_hidden_layers=2, rope_parameters=None),
+     "rope_parameters: missing: transformers' ministral3 config fills in YaRN x16"),
+    ("mistral3-text-of-another-type", lambda: {"model_type": "mistral3", "text_config": config("qwen3")},
+     "text_config.model_type: must be 'mistral' or 'ministral3' in a mistral3 config, got 'qwen3'"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
     ("granite4-without-rope", lambda: config("granitemoehybrid", num_hidden_layers=2, position_embedding_type=None),

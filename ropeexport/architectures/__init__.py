@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from ropeexport.architectures.base import Architecture
-from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
+from ropeexport.architectures.hooks import ENCODING_TYPES, NOT_BUILT_TYPES, ConfigHook
 from ropeexport.architectures.missing import missing
 from ropeexport.errors import SpecError
 
@@ -36,6 +36,7 @@ PACKAGES = (
     "ropeexport.architectures.exaone4",
     "ropeexport.architectures.olmo3",
     "ropeexport.architectures.qwen3_moe",
+    "ropeexport.architectures.ministral3",
 )
 
 
@@ -55,8 +56,15 @@ def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
 
 
 ARCHITECTURES = load(PACKAGES)
-# Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's type.
-TEXT_CONFIGS = {wrapper: arch.model_type for arch in ARCHITECTURES.values() for wrapper in arch.wrappers}
+# Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's types
+# (``TEXT_TYPES``: Mistral 3's is mistral or ministral3) and the one its config class takes when text_config names none
+# (``TEXT_CONFIGS``: the first architecture in catalog order that declares the wrapper; mistral for mistral3, as
+# transformers' Mistral3Config's default text_config).
+TEXT_TYPES: dict[str, tuple[str, ...]] = {}
+for _arch in ARCHITECTURES.values():
+    for _wrapper in _arch.wrappers:
+        TEXT_TYPES[_wrapper] = (*TEXT_TYPES.get(_wrapper, ()), _arch.model_type)
+TEXT_CONFIGS = {wrapper: types[0] for wrapper, types in TEXT_TYPES.items()}
 
 
 def config_hook(model_type: str) -> ConfigHook | None:
@@ -81,6 +89,8 @@ def architecture(config: Mapping[str, Any], where: str = "config.json") -> Archi
     if not isinstance(model_type, str):  # a list (["llama"]) is not even hashable
         raise SpecError(f"{where}: model_type", f"must be a string naming the architecture, got {model_type!r}; "
                         f"built: {', '.join(ARCHITECTURES)}")  # fmt: skip
+    if model_type in NOT_BUILT_TYPES:
+        raise SpecError(f"{where}: model_type", f"{model_type!r}: {NOT_BUILT_TYPES[model_type]}")
     if model_type not in ARCHITECTURES:
         why = missing(config, tuple(ARCHITECTURES))  # the feature by name, and the nearest thing that works
         # the encoding alone is a way out only where ropeexport.hf reads this type's encoding (else a dead end)

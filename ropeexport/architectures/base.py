@@ -131,7 +131,8 @@ def standard_layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
                "expert": extra.pop("expert", "clamped_swiglu")}  # fmt: skip
     ffn = FeedForward(kind, fields["act"], fields["intermediate_size"], fields.get("mlp_bias", False), **moe)
     residual = fields["residual"]
-    layer = LayerSpec(attention, ffn, position, RESIDUAL_NORMS.get(residual, ()), residual)
+    layer = LayerSpec(attention, ffn, position, RESIDUAL_NORMS.get(residual, ()), residual,
+                      query_scale=fields.get("query_scale"))
     return layer.with_fields(extra) if extra else layer
 
 

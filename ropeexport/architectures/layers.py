@@ -43,6 +43,7 @@ QK_NORM_OVER = ("head", "projection")  # each head's d values (Qwen3, Gemma 3), 
 # q * (log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1).
 QUERY_SCALES = {"log_floor": ("beta", "original_max_position_embeddings"),
                 "temperature": ("floor_scale", "attn_scale")}  # fmt: skip
+DIVISORS = ("original_max_position_embeddings", "floor_scale")  # the parameters a position is floor-divided by
 FEEDFORWARDS = ("gated", "plain", "moe")
 FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
 # A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
@@ -329,8 +330,11 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "qk_norm", "Llama 4's L2 q/k norm is described but not built yet"
     if a.gate:
         return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
-    if layer.query_scale is not None:
-        return "query_scale", f"a {layer.query_scale['kind']} query scale is described but not built yet"
+    if layer.query_scale is not None and layer.query_scale["kind"] == "temperature":
+        # its formula is built (components.query_scale); transformers' Llama 4 reads cache_position, the cache slot,
+        # where a layer is handed position_ids (they differ in a left-padded row)
+        return "query_scale", ("Llama 4's temperature query scale reads the cache slot (cache_position), which a "
+                               "layer is not handed yet: described but not built")
     return None
 
 
@@ -346,5 +350,7 @@ def _query_scale(value: object) -> dict[str, object]:
         raise SpecError(f"query_scale.{unknown}", f"is not a parameter of {kind}; it has {', '.join(wanted)}")
     for name in wanted:
         _number(f"query_scale.{name}", value.get(name), f"{kind}'s {name}", positive=True)
+        if name in DIVISORS:  # the position is floor-divided by it: a whole number of positions
+            require_int(f"query_scale.{name}", value.get(name), 1)
     return dict(plain(dict(value), "query_scale"))
 

@@ -9,6 +9,7 @@ composition of their twins. Each twin is written from the definition and never c
 - ``mlp``: gated / plain, and the activations written out from their formulas.
 - ``moe``: a top-k mixture of experts (gpt-oss's clamped SwiGLU, Qwen3-MoE's gated SiLU; their routers), in ONNX
   ops or ONNX Runtime's MoE kernel.
+- ``query_scale``: the query times a factor that follows its position (Ministral 3), from a table rounded once.
 - ``attention``: one attention layer over a KV cache (projections, the family's position piece or none, the mask
   rule, attention in the fused / decomposed / tensorrt / static-cache / gqa forms), from a typed ``AttentionSpec``.
 

@@ -20,6 +20,7 @@ from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
 from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
+from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.forms import FORMS
 from ropeexport.recipes import PositionPiece
@@ -66,10 +67,12 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
     a = spec.layers[i].attention
     _, offset, wide = NORMS[spec.architecture.norm]  # the model's RMSNorm (OLMo 3's times the weight in float32)
     qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset, wide=wide) if a.qk_norm == "rms" else None
+    described = spec.layers[i].query_scale  # its table reaches the model's context length
+    scaled = None if described is None else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype)
     return AttentionSpec(num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
                          dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
                          qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
-                         sinks=a.sinks, weights=weight_format(spec))  # fmt: skip
+                         sinks=a.sinks, weights=weight_format(spec), query_scale=scaled)  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

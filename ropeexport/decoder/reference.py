@@ -84,7 +84,9 @@ class TransformersReference:
         # one forward pass per row where a row's regime depends on its own length (module doc)
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
-        auto = transformers.AutoModelForCausalLM
+        auto: Any = transformers.AutoModelForCausalLM
+        if checkpoint is not None and spec.text_of and spec.text_of not in _causal_types(transformers):
+            auto = transformers.AutoModelForImageTextToText  # Mistral 3: its model is a ForConditionalGeneration only
         if checkpoint is not None:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip
@@ -166,3 +168,8 @@ def _converted(auto: Any, hf_config: Any, state: Mapping[str, Any], dtype: Any) 
         model, info = auto.from_pretrained(folder, attn_implementation="eager", dtype=dtype, local_files_only=True,
                                            output_loading_info=True)  # fmt: skip
     return model, sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
+def _causal_types(transformers: Any) -> set[str]:
+    """The model types transformers' AutoModelForCausalLM loads (a multimodal wrapper may be one: Gemma 3's gemma3)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)

@@ -3,7 +3,8 @@
 A scenario is a greedy generation: prompts (left-padded to the longest; one length per batch row) placed at a first
 position through ``position_ids``, prefilled in one call or in chunks at cache offsets, then single-token decode
 steps, present -> past. Every decoder gets a 64-step decode, a chunked prefill, a left-padded batch of different
-lengths and a prompt placed so the last step sits at max_positions - 1; a schedule with an
+lengths and a prompt placed so the last step sits at max_positions - 1 (and a prompt straddling each step of a layer's
+query scale, Ministral 3's); a schedule with an
 ``original_max_position_embeddings`` also gets a prompt straddling it and decode steps across it, and a schedule whose
 tables change with the length (LongRoPE's switch, dynamic NTK) that crossing once per cache policy:
 - ``re-prefill`` (the default, as onnxruntime-genai does): when a step's regime differs from the one the cache was
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import original_length, regime, regime_kind
@@ -80,7 +82,20 @@ def scenarios(spec: DecoderSpec) -> list[Scenario]:
             out.append(Scenario(f"across-window-{window}", (window + 8,), 16,
                                 about=f"a {window + 8}-token prompt over the {window}-slot window, then 16 steps "
                                 "past it"))  # fmt: skip
+    for step in _query_scale_steps(spec):  # each step of a query scale crossed by a prompt (Ministral 3)
+        crossing = Scenario(f"query-scale-step-{step}", (16,), 8, start=step - 8,
+                            about=f"the prompt straddles the query scale's step at position {step}")  # fmt: skip
+        if step + 16 <= top and not any((o.prompts, o.steps, o.start) == (crossing.prompts, crossing.steps,
+                                                                         crossing.start) for o in out):  # fmt: skip
+            out.append(crossing)
     return out
+
+
+def _query_scale_steps(spec: DecoderSpec) -> list[int]:
+    """The positions where a layer's query scale changes (``components.query_scale``), sorted, each once."""
+    top = spec.position_spec().max_positions
+    described = [layer.query_scale for layer in spec.layers if layer.query_scale is not None]
+    return sorted({p for d in described for p in QueryScaleSpec.of(d, top, spec.dtype).steps() if p >= 8})
 
 
 def positions_needed(spec: DecoderSpec) -> tuple[int, Scenario]:

@@ -52,7 +52,7 @@ WIRE = (("name", False), ("model_type", False), ("num_layers", False), ("hidden_
         ("attn_scale", True), ("attn_softcap", True), ("final_softcap", True), ("logit_scale", True), ("text_of", True),
         ("num_experts", True), ("experts_per_token", True), ("swiglu_alpha", True), ("swiglu_limit", True),
         ("weight_format", True), ("block_size", True), ("accuracy_level", True), ("symmetric", True),
-        ("tied_head_int4", True), ("tied_embedding_int4", True))  # fmt: skip
+        ("tied_head_int4", True), ("tied_embedding_int4", True), ("query_scale", True))  # fmt: skip
 STORAGE = ("weight_format", "block_size", "accuracy_level", "symmetric", "tied_head_int4", "tied_embedding_int4")
 
 
@@ -205,7 +205,7 @@ class DecoderSpec:
         }  # fmt: skip
         for name in ("intermediate_size", "act", "residual", "position", "qkv_bias", "o_bias", "mlp_bias",
                      "attn_scale", "attn_softcap", "num_experts", "experts_per_token", "swiglu_alpha",
-                     "swiglu_limit"):  # fmt: skip
+                     "swiglu_limit", "query_scale"):  # fmt: skip
             values[name] = wide[name]
         out = {}
         for name, optional in WIRE:
@@ -402,7 +402,8 @@ class DecoderSpec:
 # What an absent optional field of decoder.json means (the decoders written before it existed).
 _ZERO: dict[str, object] = {"attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "logit_scale": 0.0,
                             "text_of": "",
-                            "num_experts": 0, "experts_per_token": 0, "swiglu_alpha": 0.0, "swiglu_limit": 0.0}
+                            "num_experts": 0, "experts_per_token": 0, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
+                            "query_scale": None}
 _STORAGE_FIELD = dict(zip(STORAGE, ("format", "block_size", "accuracy_level", "symmetric", "tied_head_int4",
                                     "tied_embedding_int4"), strict=True))  # fmt: skip
 

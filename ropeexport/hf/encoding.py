@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropeexport.architectures import ARCHITECTURES, config_hook, known_types
-from ropeexport.architectures.hooks import ConfigHook
+from ropeexport.architectures.hooks import NOT_BUILT_TYPES, ConfigHook
 from ropeexport.architectures.missing import missing
 from ropeexport.errors import SpecError
+from ropeexport.families.rope.schedules import proportional_pairs
 from ropeexport.hf.reader import Imported, _Reader
 
 # transformers rope types -> ropeexport schedules. "su" is LongRoPE's name in Phi-3's first releases.
@@ -25,6 +26,7 @@ ROPE_TYPES = {
     "llama3": "llama3",
     "longrope": "longrope",
     "su": "longrope",
+    "proportional": "proportional",  # Gemma 4's global layers
 }
 
 
@@ -93,6 +95,8 @@ def _import_one(config: Mapping[str, Any], where: str) -> Imported:
         _alibi(r, model_type)
     elif hook is not None and hook.encoding == "rope":
         _rope(r, hook)
+    elif model_type in NOT_BUILT_TYPES:
+        raise r.error("model_type", f"{model_type!r}: {NOT_BUILT_TYPES[model_type]}")
     else:
         known = known_types()
         lacks = missing(config, tuple(ARCHITECTURES))  # the feature by name (multi-axis RoPE, a wrapper's text_config)
@@ -220,7 +224,11 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
     scaling = _scaling_dict(r)
     params: Mapping[str, Any] = scaling[1] if scaling else {}
     prefix = f"{scaling[0]}." if scaling else ""
-    _rotary_dim(r, params, prefix, hook)
+    named = params.get("rope_type", params.get("type"))
+    if named == "proportional":  # its share of real pairs is the schedule's; every channel rotates
+        _proportional_share(r, params, prefix)
+    else:
+        _rotary_dim(r, params, prefix, hook)
     theta = (
         (f"{prefix}rope_theta", params["rope_theta"])
         if params.get("rope_theta") is not None
@@ -247,6 +255,8 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
         where = f"{scaling[0]} names no rope_type" if scaling else "no rope_scaling / rope_parameters in the config"
         r.set("scaling", schedule, f"{where} (unscaled)")
     values = {k: v for k, v in params.items() if k not in (*_SELECTORS, *hook.rope_extra_keys)}
+    if schedule == "proportional" and params.get("partial_rotary_factor") is not None:
+        values["partial_rotary_factor"] = params["partial_rotary_factor"]
     if schedule == "default":
         if values:
             raise r.error(f"{prefix}{sorted(values)[0]}", "is not a parameter of the default (unscaled) schedule")
@@ -299,6 +309,26 @@ def _extended_length(values: Mapping[str, Any], schedule: str) -> int | None:
     if schedule not in ("yarn", "dynamic") or not isinstance(factor, (int, float)) or not isinstance(original, int):
         return None
     return int(round(factor * original))
+
+
+def _proportional_share(r: _Reader, params: Mapping[str, Any], prefix: str) -> None:
+    """Proportional RoPE (transformers' ``_compute_proportional_rope_parameters``): every channel of the head rotates
+    (rotate-half over all of head_dim), the dict's ``partial_rotary_factor`` the share of pairs with a real frequency
+    (a schedule parameter, not a rotated width); a top-level one, or a ``rotary_dim``, that transformers' proportional
+    code does not read is refused rather than taken for it.
+    """  # noqa: D205
+    for key in ("partial_rotary_factor", "rotary_dim", "rotary_pct"):
+        if r.get(key) is not None:
+            raise r.error(key, f"is not read by proportional RoPE, which takes {prefix}partial_rotary_factor as its "
+                          "share of real frequencies and rotates all of head_dim")  # fmt: skip
+    share = params.get("partial_rotary_factor", 1.0)  # transformers' default (it warns: the linear schedule then)
+    head_dim: int = r.fields["head_dim"]
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise r.error(f"{prefix}partial_rotary_factor", f"must be a number in (0, 1], got {share!r}")
+    if proportional_pairs(head_dim, share) < 1:
+        raise r.error(f"{prefix}partial_rotary_factor", f"{share!r} leaves no real frequency: int({share!r} x head_dim "
+                      f"{head_dim} // 2) = 0 pairs rotate")  # fmt: skip
+    r.set("rotary_dim", 0, "head_dim (proportional RoPE rotates every channel, its zero-frequency pairs unchanged)")
 
 
 def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str, hook: ConfigHook) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS, config_hook
+from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS, TEXT_TYPES, config_hook
 from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
 from ropeexport.errors import SpecError
 from ropeexport.hf.encoding import _import_one, describe
@@ -125,11 +125,12 @@ def text_config(config: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any
     if not isinstance(inner, Mapping):
         raise SpecError(f"{where}: text_config", f"must be the text model's config (an object) in a {wrapper} "
                         f"config, got {inner!r}")  # fmt: skip
-    expected = TEXT_CONFIGS[wrapper]
-    if inner.get("model_type", expected) != expected:
-        raise SpecError(f"{where}: text_config.model_type", f"must be {expected!r} in a {wrapper} config, got "
-                        f"{inner.get('model_type')!r}")  # fmt: skip
-    return {**inner, "model_type": expected}, f"{where}: text_config"
+    found = inner.get("model_type", TEXT_CONFIGS[wrapper])  # none named: the wrapper's config class's default
+    allowed = TEXT_TYPES[wrapper]
+    if not isinstance(found, str) or found not in allowed:
+        raise SpecError(f"{where}: text_config.model_type", f"must be {' or '.join(map(repr, allowed))} in a "
+                        f"{wrapper} config, got {inner.get('model_type')!r}")  # fmt: skip
+    return {**inner, "model_type": found}, f"{where}: text_config"
 
 
 def _layer_count(r: _Reader) -> int:

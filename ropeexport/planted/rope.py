@@ -42,6 +42,7 @@ SCALING: dict[str, dict[str, Any]] = {
         "short_factor": [1.0 + 0.02 * i for i in range(12)],
         "long_factor": [1.0 + 1.5 * i for i in range(12)],
     },
+    "proportional": {"partial_rotary_factor": 0.25, "factor": 1.0},  # Gemma 4's global layers' share
 }
 
 
@@ -103,6 +104,25 @@ def table_rows_shifted(spec: RopeSpec) -> onnx.ModelProto:
 def scaling_ignored(spec: RopeSpec) -> onnx.ModelProto:
     """The scaling block of the config never read: the artifact carries default (unscaled) frequencies."""
     return _claiming(spec, export(spec.replace(scaling="default", scaling_params={})))
+
+
+def proportional_without_zero_tail(spec: RopeSpec) -> onnx.ModelProto:
+    """Gemma 4's proportional share read as a partial rotary width (Megatron-Bridge #4195): p x d channels rotate in
+    pairs (i, i + p*d/2) at theta^(-2i/(p*d)), not every channel in pairs (i, i + d/2) with a zero-frequency tail.
+    """  # noqa: D205
+    params = spec.scaling_params
+    partial = spec.replace(scaling="linear", scaling_params={"factor": max(1.0, params["factor"])},
+                           rotary_dim=int(spec.rotary_dim * params["partial_rotary_factor"]))  # fmt: skip
+    return _claiming(spec, export(partial))
+
+
+def proportional_one_head_dim(spec: RopeSpec) -> onnx.ModelProto:
+    """The proportional table made at half the head_dim (Gemma 4's sliding 256 for its global 512, optimum #2436)."""
+    narrow = get_schedule(spec.scaling).frequencies(spec.rotary_dim // 2, spec.theta, spec.scaling_params, 1)
+    inv = np.zeros(spec.rotary_dim // 2)
+    inv[: narrow.inv_freq.size] = narrow.inv_freq
+    angles = np.arange(spec.max_positions, dtype=np.float64)[:, None] * inv[None, :]  # [P, r/2]
+    return _with_tables(spec, np.cos(angles), np.sin(angles))
 
 
 def attention_factor_dropped(spec: RopeSpec) -> onnx.ModelProto:
@@ -313,6 +333,20 @@ BUGS: list[PlantedBug] = [
         "YaRN (factor 4) spec exported with default frequencies",
         rope(scaling="yarn"),
         scaling_ignored,
+        checks(*ROPE_OUT, tables=True),
+    ),
+    PlantedBug(
+        "proportional-pairs-without-zero-tail",
+        "Gemma 4's proportional RoPE (a quarter of the pairs real) exported as a partial rotary factor",
+        rope(rotary_dim=32, scaling="proportional"),
+        proportional_without_zero_tail,
+        checks(*ROPE_OUT, tables=True),
+    ),
+    PlantedBug(
+        "proportional-one-head-dim",
+        "the proportional table built at half the head_dim (the sliding layers' width for the global ones)",
+        rope(rotary_dim=32, scaling="proportional"),
+        proportional_one_head_dim,
         checks(*ROPE_OUT, tables=True),
     ),
     PlantedBug(

@@ -25,9 +25,9 @@ CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
      "multi-axis RoPE (Qwen-VL's mrope: positions of 3 axes over mrope_section) is not yet built; the nearest "
      "built: qwen2 and qwen3", "unknown model type 'qwen2_vl': multi-axis RoPE"),
     ("Qwen2.5-VL by its type alone", {"model_type": "qwen2_5_vl", **SIZES}, "multi-axis RoPE", "multi-axis RoPE"),
-    ("Mistral 3", {"model_type": "mistral3", "text_config": {"model_type": "mistral", **SIZES}},
-     "a multimodal wrapper whose text model (text_config, model_type 'mistral') is built here, but 'mistral3' is "
-     "not read as its wrapper yet: give text_config alone as the config", "unknown model type 'mistral3': a "
+    ("LLaVA over Llama", {"model_type": "llava", "text_config": {"model_type": "llama", **SIZES}},
+     "a multimodal wrapper whose text model (text_config, model_type 'llama') is built here, but 'llava' is "
+     "not read as its wrapper yet: give text_config alone as the config", "unknown model type 'llava': a "
      "multimodal wrapper"),
     ("a wrapper of an unbuilt text model", {"model_type": "llava", "text_config": {"model_type": "vicuna"}},
      "its text model is text_config (model_type 'vicuna'), which has no decoder architecture here either",

@@ -33,6 +33,7 @@ SCHEDULES = {
     "longrope": {"short_factor": [1.0] * 8, "long_factor": [2.0] * 8, "original_max_position_embeddings": 64},
     "dynamic": {"factor": 4.0, "original_max_position_embeddings": 64},
     "yarn": {"factor": 4.0, "original_max_position_embeddings": 64},
+    "proportional": {"partial_rotary_factor": 0.25},  # Gemma 4's global layers: 2 of 8 pairs real, 6 at frequency 0
 }
 GEOMETRY = {"head_dim": 16, "num_heads": 4, "num_kv_heads": 2, "max_positions": 256}
 LAYOUTS, DTYPES = ("half", "interleaved"), ("fp32", "fp16")
@@ -42,7 +43,7 @@ CASES = [
     (s, layout, graph, dtype)
     for s, layout, graph, dtype in itertools.product(SCHEDULES, LAYOUTS, GRAPHS, DTYPES)
     if (layout == "half" or s in ("default", "longrope"))  # interleaved: a static and a switched schedule
-    and (graph not in ("tensorrt", "static-cache", "gqa") or s in ("default", "longrope", "dynamic"))
+    and (graph not in ("tensorrt", "static-cache", "gqa") or s in ("default", "longrope", "dynamic", "proportional"))
 ]
 
 

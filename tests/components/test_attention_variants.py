@@ -1,4 +1,5 @@
-"""The attention component's variants of the logits (``AttentionSpec``: qk_norm, scale, logit_softcap, sinks).
+"""The attention component's variants of the logits (``AttentionSpec``: qk_norm, scale, logit_softcap, sinks,
+query_scale).
 
 One case table (variant x graph form x dtype) runs the layer's graph in ONNX Runtime on calls with a cache, left
 padding (queries that see no key) and a sliding window, against the float64 twin on the same stored weights, within
@@ -24,6 +25,7 @@ from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.attention.float64 import attention64, visible
 from ropeexport.components.attention.graph import attention_model
 from ropeexport.components.norm import NormSpec
+from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.numerics import round_once
@@ -48,6 +50,9 @@ def _variant(name: str, dtype: str) -> dict[str, Any]:
         "all": {"qk_norm": NormSpec("rms", 1e-6, dtype, offset=1.0), "scale": 0.5, "logit_softcap": 3.0,
                 "sinks": True},
         "all_but_softcap": {"qk_norm": NormSpec("rms", 1e-6, dtype), "scale": 0.5, "sinks": True},  # tensorrt's all
+        # Ministral 3's query scale (steps at positions 2, 4, 6 of the calls'), and Llama 4's formula (offset 1)
+        "query_scale": {"query_scale": QueryScaleSpec("log_floor", 0.5, 2, 0, 16, dtype)},
+        "query_scale_temperature": {"query_scale": QueryScaleSpec("temperature", 0.3, 3, 1, 16, dtype)},
     }  # fmt: skip
     return fields[name]
 
@@ -55,7 +60,8 @@ def _variant(name: str, dtype: str) -> dict[str, Any]:
 # What the variant looks like switched off (the planted mistake the comparison must see).
 WITHOUT = {"qk_norm": {"qk_norm": None}, "qk_norm_gemma": {"qk_norm": "offset 0"}, "scale": {"scale": 0.0},
            "softcap": {"logit_softcap": 0.0}, "sinks": {"sinks": False}, "all": {"sinks": False},
-           "all_but_softcap": {"qk_norm": None}}  # fmt: skip
+           "all_but_softcap": {"qk_norm": None}, "query_scale": {"query_scale": None},
+           "query_scale_temperature": {"query_scale": None}}  # fmt: skip
 FORMS = ("fused", "decomposed", "tensorrt", "gqa", "static-cache")
 # The window: every form with one (the static form takes none: refused there), and gqa without one too, its
 # padding-only path (the kernel's causal rule, the padding in attention_bias, the empty rows zeroed by head_sink).

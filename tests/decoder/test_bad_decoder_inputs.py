@@ -64,6 +64,15 @@ OSS = {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2
 # A tiny Qwen3-MoE config's own keys (with _config's sizes): 4 experts 24 wide, 2 a token.
 QMOE = {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
         "num_key_value_heads": 2}  # fmt: skip
+# A tiny Ministral 3 config (with _config's sizes): YaRN x4 over 32 positions, the query scale's beta 0.1.
+MINISTRAL3 = {"model_type": "ministral3", "rope_parameters": {
+    "rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6, "original_max_position_embeddings": 32,
+    "llama_4_scaling_beta": 0.1}}  # fmt: skip
+
+
+def _ministral3(tmp: Path, **params: object) -> list[str]:
+    rope = {k: v for k, v in {**MINISTRAL3["rope_parameters"], **params}.items() if v is not None}  # type: ignore[dict-item]
+    return _config(tmp, **(MINISTRAL3 | {"rope_parameters": rope}))
 
 
 def _no_config(tmp: Path) -> str:
@@ -197,6 +206,17 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "use_sliding_window: is not built for qwen3_moe"),
     ("Qwen3-MoE in int4", lambda t: [*_config(t, **QMOE), "--weight-format", "int4"],
      "weight_format: int4 is not built for qwen3_moe's experts"),
+    ("Gemma 4 named as not built", lambda t: _config(t, model_type="gemma4_text"),
+     "model_type: 'gemma4_text': Gemma 4 is not built: its layers' own head_dim"),
+    ("Ministral 3's query scale without its original length",
+     lambda t: _ministral3(t, original_max_position_embeddings=None),
+     "rope_parameters.original_max_position_embeddings: missing: rope_parameters.llama_4_scaling_beta (0.1) scales"),
+    ("Ministral 3 without its query scale's beta", lambda t: _ministral3(t, llama_4_scaling_beta=None),
+     "rope_parameters.llama_4_scaling_beta: missing: transformers' ministral3 attention multiplies the query"),
+    ("Ministral 3 with a negative beta", lambda t: _ministral3(t, llama_4_scaling_beta=-0.1),
+     "rope_parameters.llama_4_scaling_beta: must be a finite number >= 0 (0: no query scale), got -0.1"),
+    ("Ministral 3's two context lengths disagree", lambda t: _ministral3(t, max_position_embeddings=64),
+     "rope_parameters.max_position_embeddings: (64) contradicts max_position_embeddings (128)"),
     ("layer types not one per layer", lambda t: _config(t, model_type="qwen2", layer_types=["full_attention"] * 2),
      "layer_types: holds 2 entries, the model has 1 layers"),
     ("chunked attention layers", lambda t: _config(t, model_type="qwen2", layer_types=["chunked_attention"]),

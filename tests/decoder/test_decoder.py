@@ -47,6 +47,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("exaone4", "gqa"),
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),  # qwen3_moe-norm's routing in ORT's MoE: tests/components/test_moe.py (CI time)
+    ("ministral3", "gqa"),
 ]
 
 
@@ -96,6 +97,7 @@ FP16 = [
     ("exaone4", "gqa"),
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),
+    ("ministral3", "gqa"),
 ]
 
 

@@ -64,6 +64,15 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], tuple[str, ...]]] =
     ("norms after attention and MLP only (EXAONE 4), and a q/k norm over the whole projection (OLMo 3)", LLAMA,
      [{"residual": "post", "norms": ["norm2", "norm4"]}, {"qk_norm": "rms", "qk_norm_over": "projection"}, {}],
      ("fused", "gqa", "decomposed")),
+    # Gemma 4's pattern: local layers of head_dim 8, a global one of 2 heads of 16 with proportional RoPE (a quarter
+    # of its pairs real, the rest at frequency 0, rotate-half over all 16)
+    ("a global layer of its own head_dim with proportional RoPE (Gemma 4's pattern)", LLAMA,
+     [LOCAL, {"position": {"num_heads": 2, "num_kv_heads": 1, "head_dim": 16, "theta": 1e6, "scaling": "proportional",
+                           "scaling_params": {"partial_rotary_factor": 0.25}}}, LOCAL], ("fused", "gqa", "decomposed")),
+    # a query scale on one layer (Ministral 3's formula; Llama 4's every 4th layer), its steps at 16, 32, ...
+    ("a query scale on layer 1 only", LLAMA,
+     [{}, {"query_scale": {"kind": "log_floor", "beta": 0.5, "original_max_position_embeddings": 16}}, {}],
+     ("fused", "gqa", "tensorrt")),
 ]  # fmt: skip
 PARAMS = [(label, config, layers, graph) for label, config, layers, forms in CASES for graph in forms]
 
@@ -243,8 +252,10 @@ REFUSED = [
     ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
     # described, not built: each named
     ([{}, {"attn_gate": True}, {}], "layers[1].attn_gate"),
-    ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16384}}],
+    ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192, "attn_scale": 0.1}}],
      "layers[2].query_scale"),
+    ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16.5}}],
+     "layers[2].query_scale.original_max_position_embeddings"),
     ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),
     ([{}, {"attention_kind": "latent"}, {}], "layers[1].attention_kind"),
     (_bad_position(max_positions=128), "layers[1].position.max_positions"),

@@ -34,6 +34,15 @@ LLAMA = {
 }
 PHI3 = {**LLAMA, "model_type": "phi3", "original_max_position_embeddings": 64, "rope_scaling": _LONGROPE}
 MISTRAL = {**LLAMA, "model_type": "mistral", "sliding_window": 6}  # fmt: skip
+# Ministral 3: YaRN x4 over 64 positions and the query scale's steps at 64, 128 and 192
+MINISTRAL3 = {**LLAMA, "model_type": "ministral3", "rope_parameters": {
+    "rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6, "original_max_position_embeddings": 64,
+    "llama_4_scaling_beta": 0.1}}  # fmt: skip
+
+
+def _query_scale(**changes: Any) -> Callable[[Any], Any]:
+    return lambda spec: spec.replace(query_scale=None if changes.get("drop") else {**spec.default.query_scale,
+                                                                                    **changes})
 
 
 def _position(**changes: Any) -> Callable[[Any], Any]:
@@ -48,6 +57,12 @@ CASES: list[tuple[str, dict[str, Any], Callable[[Any], Any], set[str]]] = [
      {"far-positions", "decode-across-switch"}),
     ("interleaved pairs for half pairs", LLAMA, _position(layout="interleaved"), {"decode-64", "chunked-prefill"}),
     ("no sliding window where one is", LLAMA, lambda s: s.replace(sliding_window=4), {"decode-64"}),
+    # Ministral 3's query scale dropped (a Mistral exporter's), its steps over the extended length, or a beta 20% off
+    ("query scale dropped", MINISTRAL3, _query_scale(drop=True),
+     {"far-positions", "query-scale-step-128", "query-scale-step-192", "prompt-across-switch"}),
+    ("query scale over factor x original", MINISTRAL3, _query_scale(original_max_position_embeddings=256),
+     {"far-positions", "query-scale-step-128", "query-scale-step-192"}),
+    ("query scale's beta 20% off", MINISTRAL3, _query_scale(beta=0.12), {"far-positions", "query-scale-step-192"}),
 ]  # fmt: skip
 
 

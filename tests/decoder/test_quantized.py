@@ -48,6 +48,7 @@ CASES = [
     ("glm4", "fp32", "gqa", 32, 0, True, "int4-b32"),
     ("exaone4", "fp32", "fused", 32, 0, True, "int4-b32"),
     ("olmo3", "fp16", "gqa", 32, 0, True, "int4-b32"),
+    ("ministral3", "fp32", "gqa", 16, 0, True, "int4-b16"),
 ]
 
 

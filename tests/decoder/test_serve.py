@@ -51,6 +51,8 @@ CASES = {
     "exaone4-to-the-end": ("exaone4", "gqa", 7, 237, 12),  # local layers with RoPE, a global one without; 255
     "olmo3-two-encodings": ("olmo3", "gqa", 7, 237, 12),  # unscaled sliding layers, a YaRN full one; reaches 255
     "qwen3-moe-to-the-end": ("qwen3_moe", "gqa", 7, 237, 12),  # dense and sparse layers, ORT's MoE; reaches 255
+    # the query scale's step at 128 crossed while decoding (and YaRN's switch at 64 behind it)
+    "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
 }
 
 

@@ -107,6 +107,15 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3_moe-norm": ("qwen3_moe", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 4,
                                      "num_experts_per_tok": 2, "moe_intermediate_size": 24, "norm_topk_prob": True,
                                      "max_position_embeddings": 256}),
+    # Ministral 3: YaRN x4 over 64 positions (its real x16 over 16384) and the query times 1 + 0.1 * log(1 +
+    # floor(pos / 64)): steps at 64, 128 and 192 of its 256 positions; a window of 6 slots on every layer (Mistral's).
+    "ministral3": ("ministral3", {**_SMALL, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
+                                  "sliding_window": 6, "pad_token_id": 0, "eos_token_id": 2,
+                                  "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                                                      "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                                      "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                      "max_position_embeddings": 256,
+                                                      "llama_4_scaling_beta": 0.1}}),
 }  # fmt: skip
 
 
@@ -117,13 +126,21 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
         "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
                           "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
         "mm_tokens_per_image": 4, "image_token_index": 95, "boi_token_index": 93, "eoi_token_index": 94}),
+    # Mistral 3 (Ministral 3 8B's release): a Pixtral vision tower and projector beside the ministral3 text model
+    "mistral3-multimodal": ("mistral3", "ministral3", {
+        "vision_config": {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 48,
+                          "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
+                          "patch_size": 14},
+        "image_token_index": 95, "tie_word_embeddings": False}),
 }  # fmt: skip
 
 
 def hf_config(name: str) -> Any:
     if name in WRAPPED:
         wrapper, text, fields = WRAPPED[name]
-        return transformers.AutoConfig.for_model(wrapper, text_config=CONFIGS[text][1], **fields)
+        text_type, text_fields = CONFIGS[text]  # named: a wrapper's default text type may be another (mistral3's)
+        return transformers.AutoConfig.for_model(wrapper, text_config={"model_type": text_type, **text_fields},
+                                                 **fields)  # fmt: skip
     model_type, fields = CONFIGS[name]
     return transformers.AutoConfig.for_model(model_type, **fields)
 
@@ -133,7 +150,10 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     logits have a scale of order one and a wrong position shows.
     """  # noqa: D205
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(name), attn_implementation="eager")
+    # Mistral 3 has no causal-LM class: its ForConditionalGeneration, as its checkpoints are saved
+    auto = transformers.AutoModelForImageTextToText if name == "mistral3-multimodal" else (
+        transformers.AutoModelForCausalLM)  # fmt: skip
+    model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)

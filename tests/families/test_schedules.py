@@ -117,6 +117,14 @@ def expect_longrope(d: int, theta: float, p: Mapping[str, Any], seq_len: int) ->
     return out, (1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original)))
 
 
+def expect_proportional(d: int, theta: float, p: Mapping[str, Any], seq_len: int) -> tuple[list[float], float]:
+    """Gemma 4 (transformers' ``_compute_proportional_rope_parameters``): int(p * d // 2) real pairs over the whole
+    width's exponent, then zeros, all / factor.
+    """  # noqa: D205
+    real = int(p["partial_rotary_factor"] * d // 2)
+    return [(theta_i(i, d, theta) if i < real else 0.0) / p["factor"] for i in range(d // 2)], 1.0
+
+
 EXPECT: dict[str, Callable[[int, float, Mapping[str, Any], int], tuple[list[float], float]]] = {
     "default": expect_default,
     "linear": expect_linear,
@@ -125,6 +133,7 @@ EXPECT: dict[str, Callable[[int, float, Mapping[str, Any], int], tuple[list[floa
     "yarn": expect_yarn,
     "llama3": expect_llama3,
     "longrope": expect_longrope,
+    "proportional": expect_proportional,
 }
 
 LLAMA31 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -192,7 +201,35 @@ CASES = [
     case("longrope-factor", "longrope", {**LONG16, "factor": 16.0}, dim=32, seq_len=4000),
     case("longrope-attention", "longrope", {**LONG16, "attention_factor": 1.25}, dim=32, seq_len=4000),
     case("longrope-no-extension", "longrope", LONG16, dim=32, max_positions=1024, seq_len=1024),
+    # Gemma 4's global layers: 64 real pairs of 256 at theta 1e6, 192 at frequency 0
+    case("proportional-gemma4", "proportional", {"partial_rotary_factor": 0.25}, dim=512, theta=1e6),
+    case("proportional-factor", "proportional", {"partial_rotary_factor": 0.5, "factor": 8.0}, dim=64),
+    case("proportional-all", "proportional", {"partial_rotary_factor": 1.0}, dim=64),
+    case("proportional-odd-share", "proportional", {"partial_rotary_factor": 0.3}, dim=100),
 ]
+
+
+@pytest.mark.parametrize(("share", "factor", "head_dim"), [(0.25, 1.0, 512), (0.25, 1.0, 256), (0.5, 4.0, 128),
+                                                           (0.3, 1.0, 100)])  # fmt: skip
+def test_proportional_is_transformers_own(share: float, factor: float, head_dim: int) -> None:
+    # transformers 5.23's own function on a Gemma 4 text config's global layers (per_layer_config's head_dim)
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"rope_type": "proportional", "partial_rotary_factor": share, "rope_theta": 1e6, "factor": factor}
+    config = transformers.AutoConfig.for_model("gemma4_text", num_hidden_layers=2, global_head_dim=head_dim,
+                                               layer_types=["sliding_attention", "full_attention"],
+                                               rope_parameters={"sliding_attention": {"rope_type": "default",
+                                                                                      "rope_theta": 1e4},
+                                                                "full_attention": params})  # fmt: skip
+    theirs, attention = ROPE_INIT_FUNCTIONS["proportional"](config.per_layer_config["full_attention"], None,
+                                                            layer_type="full_attention")  # fmt: skip
+    ours = get_schedule("proportional").frequencies(head_dim, 1e6, {"partial_rotary_factor": share,
+                                                                     "factor": factor}, 1)  # fmt: skip
+    theirs64 = theirs.double().numpy()
+    assert attention == ours.attention_factor == 1.0
+    assert np.array_equal(theirs64 == 0, ours.inv_freq == 0)  # the same zero-frequency tail
+    np.testing.assert_allclose(ours.inv_freq, theirs64, rtol=2e-7, atol=0)  # theirs in float32
 
 
 def test_every_schedule_has_a_case() -> None:
@@ -470,6 +507,11 @@ def test_unknown_schedule_lists_every_name() -> None:
             "longrope", {**LONG16, "long_factor": [0.0] * 16}, "scaling_params.long_factor", id="longrope-zero-entry"
         ),
         pytest.param("yarn", {**YARN, "beta_fast": 0.0}, "scaling_params.beta_fast", id="yarn-beta-zero"),
+        # 0.03 x 32 // 2 = 0 pairs: proportional RoPE that rotates nothing (issue 39's bad input)
+        pytest.param("proportional", {"partial_rotary_factor": 0.03}, "scaling_params.partial_rotary_factor",
+                     id="proportional-no-real-frequency"),
+        pytest.param("proportional", {"partial_rotary_factor": 1.5}, "scaling_params.partial_rotary_factor",
+                     id="proportional-share-past-1"),
         pytest.param(
             "yarn",
             {**YARN, "original_max_position_embeddings": 1.5},

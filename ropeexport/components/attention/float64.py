@@ -20,6 +20,7 @@ import numpy as np
 from ropeexport.components.attention.spec import AttentionSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
+from ropeexport.components.query_scale import query_scale64
 from ropeexport.recipes import Feeds
 
 # rotate(x [b, heads, s, d] float64, position_ids [b, s]) -> float64
@@ -73,6 +74,8 @@ def attention64(
         q, k = norm64(spec.qk_norm, q, w["q_norm"]), norm64(spec.qk_norm, k, w["k_norm"])
     if rotate is not None:
         q, k = rotate(q, pos), rotate(k, pos)
+    if spec.query_scale is not None:  # the rotated query times its position's factor (Ministral 3)
+        q = q * query_scale64(spec.query_scale, pos)[:, None, :, None]
     keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), k], axis=2)
     values = np.concatenate([np.asarray(feeds["past_value"], np.float64), v], axis=2)
     mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"], spec.window)  # [b, 1, s, t]

@@ -52,6 +52,7 @@ from ropeexport.components.attention import decomposed, fused, gqa, static, tens
 from ropeexport.components.attention.spec import AttentionSpec, check_weights
 from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
+from ropeexport.components.query_scale import scale_query
 from ropeexport.dtypes import DTYPES
 from ropeexport.forms import FORMS
 from ropeexport.graph.compose import call
@@ -200,6 +201,8 @@ def attention_model(
         wired = {"query": q, "key": k, **{i.name: i.name for i in rotary.graph.input if i.name not in ("query", "key")}}
         rotated = call(g, rotary, wired, "rope/")
         q, k = rotated["query_out"], rotated["key_out"]
+    if spec.query_scale is not None:  # the rotated query times its position's factor (Ministral 3), as transformers
+        q = scale_query(g, spec.query_scale, q, flat=lowering.FLAT)
     added = None
     if bias is not None:
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}

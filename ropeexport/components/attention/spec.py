@@ -18,6 +18,7 @@ from typing import Any
 from ropeexport.architectures.layers import QK_NORM_OVER
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
+from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
@@ -60,6 +61,8 @@ class AttentionSpec:
     sinks: bool = False  # one learned logit per query head that takes part in the softmax and attends to nothing
     scale: float = 0.0  # the logits' scale; 0: 1 / sqrt(head_dim)
     weights: WeightFormat | None = None  # how q/k/v/o are stored (``linear``); None: rounded once to ``dtype``
+    # the rotated query times a factor of its position (``components.query_scale``: Ministral 3); None: none
+    query_scale: QueryScaleSpec | None = None
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -92,6 +95,10 @@ class AttentionSpec:
                                 f"None, got {self.weights!r}")  # fmt: skip
             form.check("int4", self.weights.quantized, "weights")
         form.check("sinks", self.sinks, "sinks")
+        if self.query_scale is not None:
+            if not isinstance(self.query_scale, QueryScaleSpec) or self.query_scale.dtype != self.dtype:
+                raise SpecError("query_scale", f"must be a query_scale.QueryScaleSpec in the layer's dtype "
+                                f"({self.dtype}) or None, got {self.query_scale!r}")  # fmt: skip
 
     @property
     def weight_format(self) -> WeightFormat:

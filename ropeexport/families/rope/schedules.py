@@ -177,6 +177,32 @@ def _dynamic(dim: int, theta: float, params: Mapping[str, Any], seq_len: int) ->
     return Frequencies(default_inv_freq(dim, base), 1.0)
 
 
+def proportional_pairs(dim: int, proportion: float) -> int:
+    """The pairs proportional RoPE rotates: ``int(proportion * dim // 2)``, as transformers writes it (a float floor
+    division, then int: 0.25 x 512 -> 64).
+    """  # noqa: D205
+    return int(proportion * dim // 2)
+
+
+def _proportional(dim: int, theta: float, params: Mapping[str, Any], seq_len: int) -> Frequencies:
+    # Gemma 4's global layers (transformers 5.23 ``_compute_proportional_rope_parameters``): the first
+    # int(p * dim // 2) pairs at theta^(-2i/dim), the exponent over the whole rotated width (not over p * dim, as a
+    # partial rotary factor would), the other pairs at frequency 0 (cos 1, sin 0: those channels pass unchanged), every
+    # frequency / factor; rotate-half pairs (i, i + dim/2) over the whole width.
+    inv = default_inv_freq(dim, theta)
+    inv[proportional_pairs(dim, params["partial_rotary_factor"]) :] = 0.0
+    return Frequencies(inv / params["factor"], 1.0)
+
+
+def _check_proportional(rotary_dim: int, max_positions: int, params: Mapping[str, Any]) -> None:
+    proportion = params["partial_rotary_factor"]
+    if not 0 < proportion <= 1:
+        raise SpecError("scaling_params.partial_rotary_factor", f"must be in (0, 1], got {proportion!r}")
+    if proportional_pairs(rotary_dim, proportion) < 1:
+        raise SpecError("scaling_params.partial_rotary_factor", f"{proportion!r} leaves no real frequency: "
+                        f"int({proportion!r} x {rotary_dim} // 2) = 0 pairs rotate")  # fmt: skip
+
+
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
@@ -366,6 +392,23 @@ register(
         derived={
             "factor": lambda max_positions, p: max(1.0, max_positions / float(p["original_max_position_embeddings"]))
         },
+    )
+)
+
+
+register(
+    Schedule(
+        "proportional",
+        "Gemma 4: the first int(p*d/2) pairs at theta^(-2i/d), the rest frequency 0, all / factor",
+        "static",
+        (
+            Param("partial_rotary_factor", "float", "the share of pairs with a real frequency (Gemma 4: 0.25)",
+                  default=1.0, minimum=0, strict_minimum=True),
+            Param("factor", "float", "frequencies / factor", default=1.0, minimum=0, strict_minimum=True,
+                  maximum=1e4),
+        ),
+        _proportional,
+        check=_check_proportional,
     )
 )
 
