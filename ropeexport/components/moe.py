@@ -302,3 +302,31 @@ def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarra
         y = silu_mlp(tokens[rows], w["experts_gate_proj"][e], w["experts_up_proj"][e], w["experts_down_proj"][e])
         out[rows] += weights[rows, slot, None] * y
     return out.reshape(x.shape)
+
+
+def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x: str, w: Mapping[str, str]) -> str:
+    """x [b, s, n] -> [b, s, n]: ``shared_moe64`` in ONNX ops (the ``portable`` way: every expert on every token, an
+    unchosen one weighted by an exact 0). The router reads x and ``router_proj`` [n, E] in float32, as transformers
+    computes it (``hidden_states.type(torch.float32)``); the routing weights are rounded once to ``dtype`` before they
+    weigh the experts. ``inner``: each routed expert's width m. ``w``: stored names of ``router_proj``,
+    ``router_correction`` [E] (float32), ``experts_gate_up_proj`` [E, n, 2m] (gate columns, then up), ``experts_down_proj`` [E, m, n] and the shared
+    experts' ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n].
+    """  # noqa: D205
+    wide = lambda v: v if dtype == "fp32" else g.op("Cast", [v], to=TensorProto.FLOAT)  # noqa: E731
+    logits = g.op("MatMul", [wide(x), wide(w["router_proj"])])  # [b, s, E] float32
+    spread = grouped_routing(g, router, logits, w["router_correction"])
+    if dtype != "fp32":
+        spread = g.op("Cast", [spread], to=DTYPES[dtype].onnx)
+    per_expert = g.op("Unsqueeze", [g.op("Transpose", [g.op("Flatten", [spread], axis=2)], perm=[1, 0]),
+                                    g.shared_const("moe_last", np.array([-1], np.int64))])  # [E, T, 1]  # fmt: skip
+    tokens = g.op("Reshape", [x, g.shared_const("moe_tokens", np.array([1, -1, 0], np.int64))])  # [1, T, n]
+    both = g.op("MatMul", [tokens, w["experts_gate_up_proj"]])  # [E, T, 2m]
+    gate, up = g.op("Split", [both, g.shared_const("moe_split", np.array([inner] * 2, np.int64))], n_out=2, axis=-1)
+    hidden = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])  # silu(gate) * up
+    out = g.op("MatMul", [hidden, w["experts_down_proj"]])  # [E, T, n]
+    routed = g.op("ReduceSum", [g.op("Mul", [out, per_expert]), g.shared_const("moe_first", np.array([0], np.int64))],
+                  keepdims=0)  # [T, n]  # fmt: skip
+    s_gate, s_up = (g.op("MatMul", [x, w[f"shared_{p}_proj"]]) for p in ("gate", "up"))
+    shared = g.op("MatMul", [g.op("Mul", [g.op("Mul", [s_gate, g.op("Sigmoid", [s_gate])]), s_up]),
+                             w["shared_down_proj"]])  # fmt: skip
+    return g.op("Add", [g.op("Reshape", [routed, g.op("Shape", [x])]), shared])

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.components.moe import GroupedRouter, grouped_route64, grouped_routing, shared_moe64
+from ropeexport.components.moe import GroupedRouter, grouped_route64, grouped_routing, shared_moe, shared_moe64
 from ropeexport.errors import SpecError
+from ropeexport.verification.compare import TOLERANCES
 
 pytestmark = pytest.mark.fast  # a router against its twin
 
@@ -172,3 +173,51 @@ def test_grouped_router_refuses_by_field(fields: dict[str, Any], field: str) -> 
     with pytest.raises(SpecError) as error:
         GroupedRouter(**fields)
     assert error.value.field == field and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_shared_moe_graph_matches_its_twin(dtype: str) -> None:
+    # The portable graph of DeepSeek's mixture in ONNX Runtime against shared_moe64 on the same stored weights (the
+    # router's logits float32 in both: the twin is handed the graph's own float32 rounding of them, near ties checked
+    # absent). The twin without its shared experts, or routed without the correction bias, falls outside.
+    import onnxruntime as ort
+    from onnx import helper
+
+    from ropeexport.dtypes import DTYPES
+    from ropeexport.graph.onnx_io import GraphBuilder, make_model
+    from ropeexport.numerics import round_once
+
+    E, M, MS = 8, 8, 16
+    router = GroupedRouter(E, 3, 4, 2, True, 2.5)
+    rng = np.random.default_rng(31)
+    proj, bias = _router_weights(E, rng)
+    w = {"router_proj": proj, "experts_gate_proj": rng.standard_normal((E, N, M)) / 4,
+         "experts_up_proj": rng.standard_normal((E, N, M)) / 4, "experts_down_proj": rng.standard_normal((E, M, N)) / 3,
+         "shared_gate_proj": rng.standard_normal((N, MS)) / 4, "shared_up_proj": rng.standard_normal((N, MS)) / 4,
+         "shared_down_proj": rng.standard_normal((MS, N)) / 4}  # fmt: skip
+    w = {n: round_once(v, dtype).astype(np.float64) for n, v in w.items()}
+    w["router_correction"] = bias.astype(np.float32).astype(np.float64)
+    g = GraphBuilder(prefix="moe/")
+    stored = {n: g.const(n, round_once(v, dtype)) for n, v in w.items() if n.startswith(("router_proj", "shared_"))}
+    stored["router_correction"] = g.const("router_correction", w["router_correction"].astype(np.float32))
+    gate_up = np.concatenate([w["experts_gate_proj"], w["experts_up_proj"]], -1)
+    stored["experts_gate_up_proj"] = g.const("experts_gate_up_proj", round_once(gate_up, dtype))
+    stored["experts_down_proj"] = g.const("experts_down_proj", round_once(w["experts_down_proj"], dtype))
+    g.op("Identity", [shared_moe(g, router, M, dtype, "x", stored)], name="y")
+    io = lambda n: helper.make_tensor_value_info(n, DTYPES[dtype].onnx, ["b", "s", N])  # noqa: E731
+    model = make_model(helper.make_graph(g.nodes, "moe", [io("x")], [io("y")], g.initializers), 17, {})
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((2, T // 2, N)).astype(DTYPES[dtype].np_dtype)
+    (got,) = session.run(None, {"x": x})
+    logits = (x.reshape(-1, N).astype(np.float32) @ w["router_proj"].astype(np.float32)).astype(np.float64)
+    assert _margin(router, logits, w["router_correction"]) > 1e-4
+    want = shared_moe64(router, x.astype(np.float64), w)
+    # the dtype's tolerance, rtol of each row's largest |value| (the experts' sums round at that size)
+    tolerance = TOLERANCES[dtype]
+    bound = tolerance.atol + tolerance.rtol * np.abs(want).max(-1, keepdims=True)
+    assert np.all(np.abs(got - want) <= bound), float(np.abs(got - want).max())
+    wrongs = {"no shared experts": want - shared_moe64(router, x.astype(np.float64), w | {"experts_down_proj": 0 * w[
+        "experts_down_proj"]}), "no correction bias": shared_moe64(router, x.astype(np.float64),
+                                                                  w | {"router_correction": 0 * bias})}  # fmt: skip
+    for mistake, wrong in wrongs.items():
+        assert not np.all(np.abs(got - wrong) <= bound), mistake
