@@ -310,7 +310,8 @@ def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x
     computes it (``hidden_states.type(torch.float32)``); the routing weights are rounded once to ``dtype`` before they
     weigh the experts. ``inner``: each routed expert's width m. ``w``: stored names of ``router_proj``,
     ``router_correction`` [E] (float32), ``experts_gate_up_proj`` [E, n, 2m] (gate columns, then up),
-    ``experts_down_proj`` [E, m, n] and the shared experts' ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n].
+    ``experts_down_proj`` [E, m, n] and the shared experts' ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s],
+    ``shared_down_proj`` [m_s, n].
     """  # noqa: D205
     wide = lambda v: v if dtype == "fp32" else g.op("Cast", [v], to=TensorProto.FLOAT)  # noqa: E731
     logits = g.op("MatMul", [wide(x), wide(w["router_proj"])])  # [b, s, E] float32
