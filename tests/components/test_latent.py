@@ -206,22 +206,24 @@ def _piece(layout: str, dtype: str) -> Any:
 
 CACHE_KINDS = ("expanded", "latent")
 # (cache, dtype, rope layout): the graph in ONNX Runtime CPU against the twin on the same stored weights.
-GRAPHS = [(c, d, lay) for c, d, lay in itertools.product(CACHE_KINDS, ("fp32", "fp16"), ("interleaved", "half"))
-          if lay == "interleaved" or d == "fp32"]  # fmt: skip
+GRAPHS = [(c, d, lay, form) for c, d, lay, form in itertools.product(CACHE_KINDS, ("fp32", "fp16"),
+                                                                      ("interleaved", "half"), ("decomposed", "fused"))
+          if (lay == "interleaved" or d == "fp32") and not (form == "fused" and c == "latent")]  # fmt: skip
 
 
-@pytest.mark.parametrize(("cache", "dtype", "layout"), GRAPHS, ids=["-".join(c) for c in GRAPHS])
-def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str) -> None:
+@pytest.mark.parametrize(("cache", "dtype", "layout", "form"), GRAPHS, ids=["-".join(c) for c in GRAPHS])
+def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form: str) -> None:
     import onnxruntime as ort
 
     from ropeexport.components.latent.graph import latent_model
 
-    spec = dataclasses.replace(
-        _spec(True, softmax_scale(NOPE + ROPE, YARN), dtype, cache), position=_piece(layout, dtype)
-    )
+    spec = dataclasses.replace(_spec(True, softmax_scale(NOPE + ROPE, YARN), dtype, cache), graph=form,
+                               position=_piece(layout, dtype))  # fmt: skip
     rng = np.random.default_rng(11)
     weights = _weights(spec, rng)
-    session = ort.InferenceSession(latent_model(spec, weights).SerializeToString(), providers=["CPUExecutionProvider"])
+    model = latent_model(spec, weights)
+    assert ("Attention" in {n.op_type for n in model.graph.node}) == (form == "fused")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     assert names == ["output", *(n.replace("past_", "present_") for n in spec.cache_shapes())]
     planted = {"mscale left out": dataclasses.replace(spec, scale=0.0),
@@ -280,6 +282,7 @@ BAD_SPECS = [
     ({"kv_lora_rank": 0}, "kv_lora_rank"),
     ({"cache": "paged"}, "latent_cache"),
     ({"graph": "gqa"}, "graph"),
+    ({"graph": "tensorrt"}, "graph"),
     ({"scale": -1.0}, "attn_scale"),
     ({"norm": NormSpec("layer", 1e-6)}, "norm"),
 ]
@@ -297,6 +300,9 @@ def test_latent_refuses_weights_it_cannot_read() -> None:
 
     spec = _spec()
     weights = _weights(spec, np.random.default_rng(13))
+    with pytest.raises(SpecError) as error:  # the fused form's Attention is built over the expanded cache only
+        latent_model(dataclasses.replace(spec, cache="latent", graph="fused"), weights)
+    assert error.value.field == "graph"
     for changed in ({"kv_b_proj": None}, {"q_a_norm": np.ones(QR + 1)}, {"q_proj": np.ones((N, H * (NOPE + ROPE)))}):
         bad = {n: v for n, v in (weights | changed).items() if v is not None}
         with pytest.raises(SpecError) as error:

@@ -1,4 +1,7 @@
-"""The ``latent`` component's graph: one MLA layer over its cache, in opset-17 primitives (the ``decomposed`` form).
+"""The ``latent`` component's graph: one MLA layer over its cache, in two forms (``LatentSpec.graph``).
+
+``decomposed``: opset-17 primitives, either cache. ``fused`` (the expanded cache only): opset-23 ``Attention``
+reading and writing the cache itself, v of its own width.
 
 Inputs ``hidden`` [b, s, n], ``position_ids`` [b, s], ``attention_mask`` [b, t] and the spec's cache
 (``LatentSpec.cache_shapes``); outputs ``output`` [b, s, n] and the cache grown by s. A rotary piece's inputs beyond
@@ -38,8 +41,6 @@ from ropeexport.graph.compose import call
 from ropeexport.graph.onnx_io import GraphBuilder, make_model
 from ropeexport.numerics import round_once
 
-OPSET = FORMS["decomposed"].opset
-
 
 def _i64(*values: int) -> np.ndarray:
     return np.array(values, np.int64)
@@ -54,7 +55,8 @@ def _heads(g: GraphBuilder, x: str, heads: int, width: int, name: str) -> str:
 def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str]:
     """(q_nope [b, H, s, nope], q_rope [b, H, s, rope]), the query through its LoRA and norm when it has one."""
     if spec.q_lora_rank:
-        low = norm(g, spec.norm, linear(g, "hidden", stored["q_a_proj"]), stored["q_a_norm"], None, OPSET)
+        opset = FORMS[spec.graph].opset
+        low = norm(g, spec.norm, linear(g, "hidden", stored["q_a_proj"]), stored["q_a_norm"], None, opset)
         q = linear(g, low, stored["q_b_proj"])
     else:
         q = linear(g, "hidden", stored["q_proj"])
@@ -85,6 +87,9 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     range guard on position_ids (none without a piece).
     """  # noqa: D205
     hidden = check_weights(spec, weights)
+    if spec.cache == "latent" and spec.graph == "fused":
+        raise SpecError("graph", "the fused form (opset-23 Attention) is built for the expanded cache only; the latent "
+                        "cache is the decomposed form's")  # fmt: skip
     if spec.cache == "latent" and spec.weight_format.quantized:
         raise SpecError("weights", "int4 with the latent cache is not built: the absorbed kv_b_proj halves are read "
                         "by plain MatMuls (use the expanded cache for int4)")  # fmt: skip
@@ -102,7 +107,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     q_nope, q_rope = _query(g, spec, stored)
     compressed = linear(g, "hidden", stored["kv_a_proj"])  # [b, s, r + rope]
     latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1)
-    latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, OPSET)
+    latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
     one_head = g.const("one_head_axis", _i64(1))
     latent = g.op("Unsqueeze", [latent, one_head])  # [b, 1, s, r]
     rope_key = g.op("Unsqueeze", [rope_key, one_head])  # [b, 1, s, rope]: one key slice for every head
@@ -141,13 +146,25 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         k_nope, values = g.op("Split", [kv, g.const("kv_b_split", _i64(nope, v))], n_out=2, axis=-1)
         shape = g.op("Concat", [g.op("Shape", [k_nope], end=3), g.const("rope_width", _i64(rope))], axis=0)
         keys = g.op("Concat", [k_nope, g.op("Expand", [rope_key, shape])], axis=-1)  # [b, H, s, nope + rope]
-        keys = g.op("Concat", [caches[0], keys], axis=2, name="present_key")
-        values = g.op("Concat", [caches[1], values], axis=2, name="present_value")
         query = g.op("Concat", [q_nope, q_rope], axis=-1)
-        logits = g.op("MatMul", [query, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale]))
-        attended = g.op("MatMul", [probs, values])  # [b, H, s, v]
-    attended = g.op("Mul", [attended, sees])
+        if spec.graph == "fused":  # opset-23 Attention: the cache read and written by the op, v its own width
+            attributes = {"scale": spec.logit_scale}
+            if spec.dtype != "fp32":  # the softmax in float32, as transformers' eager attention computes it
+                attributes["softmax_precision"] = TensorProto.FLOAT
+            mask = causal_mask(g, 0, shared=True)
+            attended, present_key, present_value = g.op("Attention", [query, keys, values, mask, *caches], n_out=3,
+                                                        name="attention", **attributes)  # fmt: skip
+            g.name_output(present_key, "present_key")
+            g.name_output(present_value, "present_value")
+            sees = None  # a boolean mask: ONNX Runtime writes zeros for a query that sees no key (tested)
+        else:
+            keys = g.op("Concat", [caches[0], keys], axis=2, name="present_key")
+            values = g.op("Concat", [caches[1], values], axis=2, name="present_value")
+            logits = g.op("MatMul", [query, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
+            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale]))
+            attended = g.op("MatMul", [probs, values])  # [b, H, s, v]
+    if sees is not None:
+        attended = g.op("Mul", [attended, sees])
     merged = g.op("Reshape", [g.op("Transpose", [attended], perm=[0, 2, 1, 3]), g.const("merge", _i64(0, 0, H * v))])
     linear(g, merged, stored["o_proj"], name="output")
     dtype = DTYPES[spec.dtype].onnx
@@ -163,4 +180,4 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         props = {p.key: p.value for p in rotary.metadata_props}
         metadata = {"ropeexport.position_inputs": "position_ids",
                     "ropeexport.max_positions": props["ropeexport.max_positions"]}  # fmt: skip
-    return make_model(graph, OPSET, dict(metadata or {}), {MICROSOFT: 1} if fmt.quantized else None)
+    return make_model(graph, FORMS[spec.graph].opset, dict(metadata or {}), {MICROSOFT: 1} if fmt.quantized else None)

@@ -34,6 +34,7 @@ from ropeexport.recipes import PositionPiece
 from ropeexport.specs import require_choice, require_int
 
 CACHES = ("expanded", "latent")
+GRAPHS = ("decomposed", "fused")  # the forms built (``forms.FORMS``' names); fused: the expanded cache only
 
 
 def softmax_scale(qk_head_dim: int, rope_parameters: Mapping[str, Any]) -> float:
@@ -59,7 +60,8 @@ class LatentSpec:
     """One latent-attention layer over a cache (module doc). ``q_lora_rank`` 0: a plain ``q_proj``. ``scale`` 0:
     (nope + rope) ** -0.5 (give ``softmax_scale``'s value for YaRN). ``norm``: the LoRA norms' RMSNorm (its eps and
     dtype). ``position``: the RoPE piece over query [b, H, s, rope] and key [b, 1, s, rope], or None (no rotation).
-    ``graph``: ``decomposed`` (opset-17 primitives; the only form built so far).
+    ``graph``: ``decomposed`` (opset-17 primitives, either cache) or ``fused`` (opset-23 Attention, the expanded
+    cache); the tensorrt, static-cache and gqa forms are not built (refused by name).
     """  # noqa: D205
 
     num_heads: int
@@ -95,7 +97,7 @@ class LatentSpec:
             )
         require_choice("dtype", self.dtype, tuple(DTYPES))
         require_choice("latent_cache", self.cache, CACHES)
-        require_choice("graph", self.graph, ("decomposed",))
+        require_choice("graph", self.graph, GRAPHS)
         if self.position is not None and (not isinstance(self.position, PositionPiece) or self.position.rotary is None):
             raise SpecError("position", "must be a RoPE PositionPiece (a rotary graph) or None")
         if self.weights is not None and (
