@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -181,6 +182,9 @@ def test_latent_twin_is_transformers_attention(interleaved: bool, q_lora: bool, 
             assert not _within(got, plain["output"][1:] if name == "padded-prompt" else plain["output"], "fp32")
 
 
+CACHE_KINDS = ("expanded", "latent")
+
+
 def _piece(layout: str, dtype: str) -> Any:
     """The rope family's piece over the rope slice: YaRN factor 40 with DeepSeek's mscale pair, max 2560 positions."""
     import ropeexport as rx
@@ -204,30 +208,41 @@ def _piece(layout: str, dtype: str) -> Any:
     return recipe_for(spec).piece_of(spec)
 
 
-CACHE_KINDS = ("expanded", "latent")
-# (cache, dtype, rope layout): the graph in ONNX Runtime CPU against the twin on the same stored weights.
-GRAPHS = [(c, d, lay, form) for c, d, lay, form in itertools.product(CACHE_KINDS, ("fp32", "fp16"),
-                                                                      ("interleaved", "half"), ("decomposed", "fused"))
+# (cache, dtype, rope layout, form, weights): the graph in ONNX Runtime CPU against the twin on the same stored weights
+# (int4: MatMulNBits blocks, the twin reading the dequantized values; the expanded cache's, as the latent refuses it).
+GRAPHS = [(c, d, lay, form, "float") for c, d, lay, form in itertools.product(CACHE_KINDS, ("fp32", "fp16"),
+                                                                              ("interleaved", "half"),
+                                                                              ("decomposed", "fused"))
           if (lay == "interleaved" or d == "fp32") and not (form == "fused" and c == "latent")]  # fmt: skip
+GRAPHS += [("expanded", d, "interleaved", form, "int4") for d in ("fp32", "fp16") for form in ("decomposed", "fused")]
 
 
-@pytest.mark.parametrize(("cache", "dtype", "layout", "form"), GRAPHS, ids=["-".join(c) for c in GRAPHS])
-def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form: str) -> None:
+@pytest.mark.parametrize(("cache", "dtype", "layout", "form", "stored"), GRAPHS, ids=["-".join(c) for c in GRAPHS])
+def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form: str, stored: str) -> None:
     import onnxruntime as ort
 
     from ropeexport.components.latent.graph import latent_model
+    from ropeexport.components.linear import WeightFormat
 
+    fmt = WeightFormat.int4(dtype, block_size=16) if stored == "int4" else None
     spec = dataclasses.replace(_spec(True, softmax_scale(NOPE + ROPE, YARN), dtype, cache), graph=form,
-                               position=_piece(layout, dtype))  # fmt: skip
+                               position=_piece(layout, dtype), weights=fmt)  # fmt: skip
     rng = np.random.default_rng(11)
     weights = _weights(spec, rng)
     model = latent_model(spec, weights)
-    assert ("Attention" in {n.op_type for n in model.graph.node}) == (form == "fused")
+    ops = {n.op_type for n in model.graph.node}
+    assert ("Attention" in ops, "MatMulNBits" in ops) == (form == "fused", stored == "int4")
+    if fmt is not None:  # the twin reads what MatMulNBits multiplies by
+        weights = {n: fmt.read64(w) if n.endswith("_proj") else w for n, w in weights.items()}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     assert names == ["output", *(n.replace("past_", "present_") for n in spec.cache_shapes())]
-    planted = {"mscale left out": dataclasses.replace(spec, scale=0.0),
-               "nope dims rotated too": dataclasses.replace(spec, position=None)}  # fmt: skip
+    piece = spec.position
+    assert piece is not None and piece.rotate64 is not None
+    m = 0.1 * math.log(YARN["factor"]) + 1.0  # YaRN's mscale(40, mscale_all_dim 1)
+    planted = {"mscale left out of the softmax scale": (dataclasses.replace(spec, scale=0.0), None),
+               "mscale on cos/sin as well (the factor squared)": (spec, lambda x, p: m * piece.rotate64(x, p)),
+               "rope slice not rotated": (dataclasses.replace(spec, position=None), None)}  # fmt: skip
     seen = dict.fromkeys(planted, False)
     for name, (pos, mask) in _calls().items():
         feeds = _feeds(spec, pos, mask, rng)
@@ -238,8 +253,8 @@ def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form
             assert _within_rows(got[output].astype(np.float64), value, dtype), (name, output, error)
         if name == "padded-prompt":  # row 0's two padded queries see no key: zeros
             np.testing.assert_array_equal(got["output"][0, :2], 0.0)
-        for mistake, other in planted.items():
-            wrong = latent64(other, feeds, weights)["output"]
+        for mistake, (other, rotate) in planted.items():
+            wrong = latent64(other, feeds, weights, rotate)["output"]
             seen[mistake] |= not _within_rows(got["output"].astype(np.float64), wrong, dtype)
     assert all(seen.values()), seen
 
