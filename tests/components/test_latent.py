@@ -323,3 +323,4 @@ def test_latent_refuses_weights_it_cannot_read() -> None:
         with pytest.raises(SpecError) as error:
             latent_model(spec, bad)
         assert error.value.field == "weights" and "\n" not in str(error.value)
+
