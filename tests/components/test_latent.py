@@ -27,7 +27,8 @@ from ropeexport.verification.compare import TOLERANCES
 
 pytestmark = pytest.mark.fast  # one attention layer against its float64 twin
 
-H, N, NOPE, ROPE, V, R, QR = 4, 32, 8, 4, 6, 12, 10  # heads, hidden, head widths, kv and q LoRA ranks
+# heads, hidden, head widths (nope + rope 16: GroupQueryAttention's head size is a multiple of 8), kv and q LoRA ranks
+H, N, NOPE, ROPE, V, R, QR = 4, 32, 12, 4, 6, 12, 10
 YARN = {"rope_type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0,
         "beta_slow": 1.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}  # fmt: skip
 DEFAULT = {"rope_type": "default", "rope_theta": 10000.0}
@@ -68,13 +69,15 @@ def _rotation(interleaved: bool, factor: float = 1.0) -> Any:
     return rotate
 
 
-def _calls() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _calls(form: str = "decomposed") -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(position_ids [b, s], attention_mask [b, t]) per call: a padded decode, a chunk over a cache at far positions,
-    and a left-padded prompt whose padded queries see no key.
+    and a left-padded prompt whose padded queries see no key. GroupQueryAttention takes s > 1 over a cache in batch
+    1 only.
     """  # noqa: D205
+    rows = 1 if form == "gqa" else 2
     return {
         "padded-decode": (np.array([[4], [6]]), np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7])),
-        "far-chunk": (np.tile(np.arange(2045, 2048), (2, 1)), np.ones((2, 8), np.int64)),
+        "far-chunk": (np.tile(np.arange(2045, 2048), (rows, 1)), np.ones((rows, 8), np.int64)),
         "padded-prompt": (np.array([[0, 0, 0, 1, 2, 3], np.arange(6)]), np.array([[0, 0, 1, 1, 1, 1], [1] * 6])),
     }
 
@@ -212,9 +215,10 @@ def _piece(layout: str, dtype: str) -> Any:
 # (int4: MatMulNBits blocks, the twin reading the dequantized values; the expanded cache's, as the latent refuses it).
 GRAPHS = [(c, d, lay, form, "float") for c, d, lay, form in itertools.product(CACHE_KINDS, ("fp32", "fp16"),
                                                                               ("interleaved", "half"),
-                                                                              ("decomposed", "fused"))
-          if (lay == "interleaved" or d == "fp32") and not (form == "fused" and c == "latent")]  # fmt: skip
-GRAPHS += [("expanded", d, "interleaved", form, "int4") for d in ("fp32", "fp16") for form in ("decomposed", "fused")]
+                                                                              ("decomposed", "fused", "gqa"))
+          if (lay == "interleaved" or d == "fp32") and not (form != "decomposed" and c == "latent")]  # fmt: skip
+GRAPHS += [("expanded", d, "interleaved", form, "int4") for d in ("fp32", "fp16")
+           for form in ("decomposed", "fused", "gqa")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("cache", "dtype", "layout", "form", "stored"), GRAPHS, ids=["-".join(c) for c in GRAPHS])
@@ -231,7 +235,8 @@ def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form
     weights = _weights(spec, rng)
     model = latent_model(spec, weights)
     ops = {n.op_type for n in model.graph.node}
-    assert ("Attention" in ops, "MatMulNBits" in ops) == (form == "fused", stored == "int4")
+    kernel = {"fused": "Attention", "gqa": "GroupQueryAttention"}.get(form)
+    assert (kernel in ops, "MatMulNBits" in ops) == (kernel is not None, stored == "int4")
     if fmt is not None:  # the twin reads what MatMulNBits multiplies by
         weights = {n: fmt.read64(w) if n.endswith("_proj") else w for n, w in weights.items()}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -244,7 +249,7 @@ def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form
                "mscale on cos/sin as well (the factor squared)": (spec, lambda x, p: m * piece.rotate64(x, p)),
                "rope slice not rotated": (dataclasses.replace(spec, position=None), None)}  # fmt: skip
     seen = dict.fromkeys(planted, False)
-    for name, (pos, mask) in _calls().items():
+    for name, (pos, mask) in _calls(form).items():
         feeds = _feeds(spec, pos, mask, rng)
         got = dict(zip(names, session.run(None, feeds), strict=True))
         want = latent64(spec, feeds, weights)
@@ -296,7 +301,7 @@ BAD_SPECS = [
     ({"qk_rope_head_dim": 5}, "qk_rope_head_dim"),
     ({"kv_lora_rank": 0}, "kv_lora_rank"),
     ({"cache": "paged"}, "latent_cache"),
-    ({"graph": "gqa"}, "graph"),
+    ({"graph": "static-cache"}, "graph"),
     ({"graph": "tensorrt"}, "graph"),
     ({"scale": -1.0}, "attn_scale"),
     ({"norm": NormSpec("layer", 1e-6)}, "norm"),
@@ -315,9 +320,10 @@ def test_latent_refuses_weights_it_cannot_read() -> None:
 
     spec = _spec()
     weights = _weights(spec, np.random.default_rng(13))
-    with pytest.raises(SpecError) as error:  # the fused form's Attention is built over the expanded cache only
-        latent_model(dataclasses.replace(spec, cache="latent", graph="fused"), weights)
-    assert error.value.field == "graph"
+    for form in ("fused", "gqa"):  # built over the expanded cache only
+        with pytest.raises(SpecError) as error:
+            latent_model(dataclasses.replace(spec, cache="latent", graph=form), weights)
+        assert error.value.field == "graph"
     for changed in ({"kv_b_proj": None}, {"q_a_norm": np.ones(QR + 1)}, {"q_proj": np.ones((N, H * (NOPE + ROPE)))}):
         bad = {n: v for n, v in (weights | changed).items() if v is not None}
         with pytest.raises(SpecError) as error:

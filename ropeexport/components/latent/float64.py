@@ -42,7 +42,8 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
 
     ``feeds``: hidden [b, s, n], position_ids [b, s], attention_mask [b, t], and the cache (``spec.cache_shapes``:
     past_key / past_value, or past_latent / past_rope_key). Outputs: expanded, present_key [b, H, t, nope + rope] /
-    present_value [b, H, t, v]; latent, present_latent [b, 1, t, r] / present_rope_key [b, 1, t, rope] (rotated).
+    present_value [b, H, t, v] (the gqa form's padded with zeros to nope + rope); latent, present_latent
+    [b, 1, t, r] / present_rope_key [b, 1, t, rope] (rotated).
     ``weights``: the stored values (``spec.shapes``). ``rotate``: the rotation twin, default the piece's ``rotate64``
     (None and no piece: nothing rotated).
     """
@@ -74,10 +75,14 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
         present = {"present_latent": latents, "present_rope_key": rope_keys}
     else:
         new_keys, new_values = expand64(spec, latent, rope_key, w)
+        if spec.graph == "gqa":  # its cache holds values padded with zeros to the key's width (``cache_shapes``)
+            pad = spec.qk_head_dim - spec.v_head_dim
+            new_values = np.concatenate([new_values, np.zeros((*new_values.shape[:3], pad))], axis=-1)
         keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), new_keys], axis=2)
         values = np.concatenate([np.asarray(feeds["past_value"], np.float64), new_values], axis=2)
         past = feeds["past_key"].shape[2]
         present = {"present_key": keys, "present_value": values}
+        values = values[..., : spec.v_head_dim]  # the padding (gqa) read by nothing
     logits = np.einsum("bhid,bhjd->bhij", query, keys) * spec.logit_scale
     logits = np.where(visible(s, past, np.asarray(feeds["attention_mask"])), logits, -np.inf)  # [b, H, s, t]
     top = np.max(logits, axis=-1, keepdims=True)

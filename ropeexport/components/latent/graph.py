@@ -1,7 +1,9 @@
 """The ``latent`` component's graph: one MLA layer over its cache, in two forms (``LatentSpec.graph``).
 
-``decomposed``: opset-17 primitives, either cache. ``fused`` (the expanded cache only): opset-23 ``Attention``
-reading and writing the cache itself, v of its own width.
+``decomposed``: opset-17 primitives, either cache. The expanded cache only: ``fused``, opset-23 ``Attention``
+reading and writing the cache itself, v of its own width; ``gqa``, ONNX Runtime's ``GroupQueryAttention`` (how
+serving runs a decoder), whose one head size makes the cached values padded with zeros to the key's width
+(``LatentSpec.cache_shapes``: the gqa form's cache is that much larger).
 
 Inputs ``hidden`` [b, s, n], ``position_ids`` [b, s], ``attention_mask`` [b, t] and the spec's cache
 (``LatentSpec.cache_shapes``); outputs ``output`` [b, s, n] and the cache grown by s. A rotary piece's inputs beyond
@@ -30,7 +32,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT
+from ropeexport.components.attention import gqa
 from ropeexport.components.attention.masks import causal_mask
+from ropeexport.components.attention.spec import AttentionSpec
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
@@ -80,6 +84,24 @@ def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str) -> tuple[str, str]:
     return weights, sees
 
 
+def _attend_gqa(g: GraphBuilder, spec: LatentSpec, query: str, keys: str, values: str) -> str:
+    """ONNX Runtime's GroupQueryAttention over the expanded cache, [b, H, s, v] out: the values padded with zeros to
+    the key's width (the kernel takes one head size; a zero column adds exactly 0 to every output and is sliced
+    off), query, key and value flattened to [b, s, H (nope + rope)], the ``gqa`` lowering of ``components.attention``
+    with one key/value head per query head, the logit scale and no rotation of its own (the slice is rotated here).
+    """  # noqa: D205
+    H, qk, v = spec.num_heads, spec.qk_head_dim, spec.v_head_dim
+    stand_in = AttentionSpec(num_heads=H, num_kv_heads=H, head_dim=qk, dtype=spec.dtype, graph="gqa",
+                             scale=spec.logit_scale)  # fmt: skip
+    padded = g.op("Pad", [values, g.const("value_pad", _i64(0, 0, 0, 0, 0, 0, 0, qk - v))])  # [b, H, s, qk]
+    flat = lambda x, n: g.op("Reshape", [g.op("Transpose", [x], perm=[0, 2, 1, 3]),  # noqa: E731
+                                         g.const(f"{n}_flat", _i64(0, 0, H * qk))])  # fmt: skip
+    out = gqa.attend(g, stand_in, flat(query, "q"), flat(keys, "k"), flat(padded, "v"), None, {})  # [b, s, H qk]
+    heads = g.op("Reshape", [out, g.const("gqa_heads", _i64(0, 0, H, qk))])
+    narrow = g.op("Slice", [heads, g.const("v_start", _i64(0)), g.const("v_end", _i64(v)), g.const("v_axis", _i64(3))])
+    return g.op("Transpose", [narrow], perm=[0, 2, 1, 3])
+
+
 def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str = "latent_attention",
                  metadata: Mapping[str, str] | None = None) -> onnx.ModelProto:  # fmt: skip
     """The layer as a model of its own (module doc). ``weights``: float64 stored values (``LatentSpec.shapes``),
@@ -87,9 +109,9 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     range guard on position_ids (none without a piece).
     """  # noqa: D205
     hidden = check_weights(spec, weights)
-    if spec.cache == "latent" and spec.graph == "fused":
-        raise SpecError("graph", "the fused form (opset-23 Attention) is built for the expanded cache only; the latent "
-                        "cache is the decomposed form's")  # fmt: skip
+    if spec.cache == "latent" and spec.graph != "decomposed":
+        raise SpecError("graph", f"the {spec.graph} form is built for the expanded cache only; the latent cache is the "
+                        "decomposed form's")  # fmt: skip
     if spec.cache == "latent" and spec.weight_format.quantized:
         raise SpecError("weights", "int4 with the latent cache is not built: the absorbed kv_b_proj halves are read "
                         "by plain MatMuls (use the expanded cache for int4)")  # fmt: skip
@@ -119,7 +141,8 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
                  **{i.name: i.name for i in rotary.graph.input if i.name not in ("query", "key")}}  # fmt: skip
         rotated = call(g, rotary, wired, "rope/")
         q_rope, rope_key = rotated["query_out"], rotated["key_out"]
-    scale = g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))
+    # the logits' scale as a constant of the dtype: the forms that multiply it out (fused and gqa take an attribute)
+    scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
     caches = list(spec.cache_shapes())
     if spec.cache == "latent":
         latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
@@ -139,7 +162,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
                 g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])]),
             ],
         )
-        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale]))
+        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
         kv = _heads(g, linear(g, g.op("Squeeze", [latent, one_head]), stored["kv_b_proj"]), H, nope + v, "kv")
@@ -147,7 +170,10 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         shape = g.op("Concat", [g.op("Shape", [k_nope], end=3), g.const("rope_width", _i64(rope))], axis=0)
         keys = g.op("Concat", [k_nope, g.op("Expand", [rope_key, shape])], axis=-1)  # [b, H, s, nope + rope]
         query = g.op("Concat", [q_nope, q_rope], axis=-1)
-        if spec.graph == "fused":  # opset-23 Attention: the cache read and written by the op, v its own width
+        if spec.graph == "gqa":
+            attended = _attend_gqa(g, spec, query, keys, values)
+            sees = None  # GroupQueryAttention's head_sink zeroes a query that sees no key (``attention.gqa``)
+        elif spec.graph == "fused":  # opset-23 Attention: the cache read and written by the op, v its own width
             attributes = {"scale": spec.logit_scale}
             if spec.dtype != "fp32":  # the softmax in float32, as transformers' eager attention computes it
                 attributes["softmax_precision"] = TensorProto.FLOAT
@@ -161,7 +187,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             keys = g.op("Concat", [caches[0], keys], axis=2, name="present_key")
             values = g.op("Concat", [caches[1], values], axis=2, name="present_value")
             logits = g.op("MatMul", [query, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale]))
+            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
             attended = g.op("MatMul", [probs, values])  # [b, H, s, v]
     if sees is not None:
         attended = g.op("Mul", [attended, sees])

@@ -34,7 +34,7 @@ from ropeexport.recipes import PositionPiece
 from ropeexport.specs import require_choice, require_int
 
 CACHES = ("expanded", "latent")
-GRAPHS = ("decomposed", "fused")  # the forms built (``forms.FORMS``' names); fused: the expanded cache only
+GRAPHS = ("decomposed", "fused", "gqa")  # the forms built (``forms.FORMS``' names); fused, gqa: the expanded cache
 
 
 def softmax_scale(qk_head_dim: int, rope_parameters: Mapping[str, Any]) -> float:
@@ -60,8 +60,9 @@ class LatentSpec:
     """One latent-attention layer over a cache (module doc). ``q_lora_rank`` 0: a plain ``q_proj``. ``scale`` 0:
     (nope + rope) ** -0.5 (give ``softmax_scale``'s value for YaRN). ``norm``: the LoRA norms' RMSNorm (its eps and
     dtype). ``position``: the RoPE piece over query [b, H, s, rope] and key [b, 1, s, rope], or None (no rotation).
-    ``graph``: ``decomposed`` (opset-17 primitives, either cache) or ``fused`` (opset-23 Attention, the expanded
-    cache); the tensorrt, static-cache and gqa forms are not built (refused by name).
+    ``graph``: ``decomposed`` (opset-17 primitives, either cache), ``fused`` (opset-23 Attention) or ``gqa``
+    (GroupQueryAttention, values padded to the key's width), the expanded cache; tensorrt and static-cache are not
+    built (refused by name).
     """  # noqa: D205
 
     num_heads: int
@@ -98,6 +99,9 @@ class LatentSpec:
         require_choice("dtype", self.dtype, tuple(DTYPES))
         require_choice("latent_cache", self.cache, CACHES)
         require_choice("graph", self.graph, GRAPHS)
+        if self.graph == "gqa" and self.qk_head_dim % 8:  # ORT 1.31 CPU: "head_size must be a multiple of 8"
+            raise SpecError("graph", f"the gqa form needs nope + rope a multiple of 8 (GroupQueryAttention's head "
+                            f"size), got {self.qk_head_dim}")  # fmt: skip
         if self.position is not None and (not isinstance(self.position, PositionPiece) or self.position.rotary is None):
             raise SpecError("position", "must be a RoPE PositionPiece (a rotary graph) or None")
         if self.weights is not None and (
@@ -138,8 +142,9 @@ class LatentSpec:
         if self.cache == "latent":
             return {"past_latent": ("batch", 1, "past", self.kv_lora_rank),
                     "past_rope_key": ("batch", 1, "past", self.qk_rope_head_dim)}  # fmt: skip
+        value = self.qk_head_dim if self.graph == "gqa" else self.v_head_dim  # gqa: one head size, values padded
         return {"past_key": ("batch", self.num_heads, "past", self.qk_head_dim),
-                "past_value": ("batch", self.num_heads, "past", self.v_head_dim)}  # fmt: skip
+                "past_value": ("batch", self.num_heads, "past", value)}  # fmt: skip
 
     def cache_bytes_per_token(self) -> int:
         """Bytes one token adds to this layer's cache in the dtype (both caches: ``cache_shapes``' last two axes)."""
