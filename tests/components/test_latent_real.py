@@ -22,12 +22,13 @@ from tests.components.test_latent import CACHE_KINDS, _within_rows
 # 128, YaRN factor 40 over 4096 with mscale = mscale_all_dim = 0.707, max_position_embeddings 163840).
 V2_LITE_ROPE = {"rope_type": "yarn", "factor": 40.0, "mscale": 0.707, "mscale_all_dim": 0.707,
                 "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}  # fmt: skip
-REAL = [(d, c) for d in ("fp32", "fp16") for c in CACHE_KINDS]
+REAL = [(d, c, "decomposed") for d in ("fp32", "fp16") for c in CACHE_KINDS] + [("fp16", "expanded", "fused"),
+                                                                           ("fp16", "expanded", "gqa")]
 
 
 @pytest.mark.slow  # a real layer's width (14M weights) and a 163840-position table: seconds each, alone
-@pytest.mark.parametrize(("dtype", "cache"), REAL, ids=["-".join(c) for c in REAL])
-def test_latent_real_shape_to_max_positions(dtype: str, cache: str) -> None:
+@pytest.mark.parametrize(("dtype", "cache", "form"), REAL, ids=["-".join(c) for c in REAL])
+def test_latent_real_shape_to_max_positions(dtype: str, cache: str, form: str) -> None:
     # One layer of DeepSeek-V2-Lite's shape, random weights of its size, a chunk over a cache at the first positions,
     # at the original context (4096) and at the last four of max_positions (163836-163839): the graph against the
     # twin, the twin with its mscale left out outside the tolerance.
@@ -44,7 +45,7 @@ def test_latent_real_shape_to_max_positions(dtype: str, cache: str) -> None:
                          graph="decomposed")  # fmt: skip
     spec = LatentSpec(num_heads=heads, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                       norm=NormSpec("rms", 1e-6, dtype), scale=softmax_scale(192, V2_LITE_ROPE), dtype=dtype,
-                      cache=cache, position=recipe_for(piece_spec).piece_of(piece_spec))  # fmt: skip
+                      cache=cache, graph=form, position=recipe_for(piece_spec).piece_of(piece_spec))  # fmt: skip
     rng = np.random.default_rng(5)
     weights = {k: (1 + 0.1 * rng.standard_normal(s)) if k.endswith("_norm") else rng.standard_normal(s) / np.sqrt(s[0])
                for k, s in spec.shapes(n).items()}  # fmt: skip
