@@ -93,7 +93,10 @@ class AttentionLayer:
     The logits: q . k * ``scale`` (0: 1 / sqrt(head_dim)), ``softcap`` c > 0: c * tanh(l / c), ``sinks``: one learned
     logit per query head in the softmax. ``qk_norm_over``: the norm over each head or the whole projection. ``gate``:
     the output times a sigmoid gate of the layer input (Qwen3-Next, Qwen3.5). ``kv_from``: the layer whose keys and
-    values this one reads (None: its own).
+    values this one reads (None: its own). A ``latent`` layer (``components.latent``, DeepSeek's MLA): ``head_dim``
+    the rotated slice of each head (qk_rope_head_dim), ``qk_nope_head_dim`` the slice never rotated, ``v_head_dim``
+    the values', ``kv_lora_rank`` the latent's width, ``q_lora_rank`` the query's LoRA (0: a plain q_proj), one
+    key/value head per query head; a standard layer has none of the four (0).
     """
 
     num_heads: int
@@ -111,6 +114,10 @@ class AttentionLayer:
     o_bias: bool = False
     gate: bool = False
     kv_from: int | None = None
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         heads = require_int("num_heads", self.num_heads, 1, 4096)
@@ -136,6 +143,25 @@ class AttentionLayer:
             _flag(name, getattr(self, name))
         if self.kv_from is not None:
             object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
+        self._check_latent()
+
+    def _check_latent(self) -> None:
+        """A latent layer's widths (the class doc); a standard layer's all 0. SpecError naming the field."""
+        names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")
+        if self.kind != "latent":
+            named = next((n for n in names if getattr(self, n)), None)
+            if named is not None:
+                raise SpecError(named, f"must be 0: a {self.kind} attention has no latent (say attention_kind "
+                                "latent)")  # fmt: skip
+            return
+        for name, low in zip(names, (0, 1, 0, 1), strict=True):
+            object.__setattr__(self, name, require_int(name, getattr(self, name), low, 2**16))
+        if self.head_dim % 2:
+            raise SpecError("head_dim", f"a latent layer's head_dim is its rotated slice (qk_rope_head_dim): even, "
+                            f"got {self.head_dim}")  # fmt: skip
+        if self.num_kv_heads != self.num_heads:
+            raise SpecError("num_kv_heads", f"a latent layer rebuilds one key/value head per query head: "
+                            f"{self.num_heads}, got {self.num_kv_heads}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -182,7 +208,9 @@ class FeedForward:
 ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "head_dim": "head_dim",
                   "kind": "attention_kind", "mask": "attention", "window": "window", "qk_norm": "qk_norm",
                   "qk_norm_over": "qk_norm_over", "scale": "attn_scale", "softcap": "attn_softcap", "sinks": "sinks",
-                  "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from"}  # fmt: skip
+                  "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from",
+                  "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                  "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
                     "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit"}  # fmt: skip
