@@ -227,7 +227,8 @@ class LayerSpec:
     ``query_scale``: a scale of the query that follows its position (``QUERY_SCALES``: {"kind": ..., its
     parameters}), or None.
 
-    Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, num_kv_heads, past, head_dim].
+    Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, heads, past, width] per tensor (``cache_shapes``:
+    [b, num_kv_heads, past, head_dim] both for a standard layer).
     """  # noqa: D205
 
     attention: AttentionLayer
@@ -266,6 +267,25 @@ class LayerSpec:
         """(query heads, key/value heads, head_dim) of this layer's attention."""
         a = self.attention
         return a.num_heads, a.num_kv_heads, a.head_dim
+
+    def cache_shapes(self, graph: str = "", cache: str = "expanded") -> tuple[tuple[int, int], tuple[int, int]]:
+        """((heads, width) of the key's cache, of the value's): each cached tensor [b, heads, past, width].
+
+        The one place a decoder reads its cache's geometry from. A standard layer: (num_kv_heads, head_dim) both. A
+        latent layer's ``expanded`` cache: keys (heads, nope + rope), values (heads, v_head_dim), or (heads, nope +
+        rope) in the ``gqa`` form (GroupQueryAttention has one head size: values padded with zeros, as
+        ``components.latent.LatentSpec.cache_shapes`` pads them); its ``latent`` cache: the normed latent (1,
+        kv_lora_rank) and the rotated rope key (1, qk_rope_head_dim). ``graph`` "" (or any other form): the cache
+        as the layer computes it, unpadded (what the float64 recompute holds).
+        """
+        a = self.attention
+        if a.kind != "latent":
+            return (a.num_kv_heads, a.head_dim), (a.num_kv_heads, a.head_dim)
+        require_choice("latent_cache", cache, ("expanded", "latent"))
+        if cache == "latent":
+            return (1, a.kv_lora_rank), (1, a.head_dim)
+        key = a.qk_nope_head_dim + a.head_dim
+        return (a.num_heads, key), (a.num_heads, key if graph == "gqa" else a.v_head_dim)
 
     @property
     def window(self) -> int:
