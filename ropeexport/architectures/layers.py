@@ -46,8 +46,11 @@ QUERY_SCALES = {"log_floor": ("beta", "original_max_position_embeddings"),
 FEEDFORWARDS = ("gated", "plain", "moe")
 FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
 # A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
-# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen).
-ROUTERS = ("topk_softmax",)
+# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen), its experts gpt-oss's clamped
+# SwiGLU; ``grouped`` DeepSeek V3's sigmoid scores with a correction bias, the k best among the ``topk_group`` best of
+# ``n_group`` groups (``components.moe.GroupedRouter``), its experts gated SiLU MLPs beside ``n_shared_experts``
+# shared ones.
+ROUTERS = ("topk_softmax", "grouped")
 RESIDUALS = ("sequential", "parallel", "shared", "sandwich", "post")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
 # MLP (post_attention_layernorm in Llama's names); Gemma's sandwich: norm1 before attention, norm2 on its output,
@@ -58,6 +61,8 @@ PAIR = NORMS[:2]
 RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS,
                   "post": (NORMS[1], NORMS[3])}
 GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
+LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")  # a latent layer's widths' wire names
+GROUPED = ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "n_shared_experts")  # wire names
 
 
 def plain(value: Any, field_name: str) -> Any:
@@ -169,8 +174,11 @@ class FeedForward:
     """One layer's feed-forward: ``gated`` (down(act(gate x) * up x)), ``plain`` (down(act(up x))) or ``moe``.
 
     ``inner``: the inner width (each expert's in a mixture). A mixture (``components.moe``): ``experts`` experts,
-    ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert gpt-oss's clamped SwiGLU of gain
-    ``swiglu_alpha`` and clamp ``swiglu_limit``.
+    ``top_k`` chosen per token by its ``router`` (``ROUTERS``). ``topk_softmax``: each expert gpt-oss's clamped SwiGLU
+    of gain ``swiglu_alpha`` and clamp ``swiglu_limit``. ``grouped`` (DeepSeek V3): ``groups`` groups (n_group), the
+    ``topk_group`` best kept, the weights over their sum when ``norm_topk_prob``, times ``scaling``
+    (routed_scaling_factor); ``shared`` shared experts (n_shared_experts, one gated MLP ``shared`` * inner wide) on
+    every token; no SwiGLU clamp (0).
     """
 
     kind: str
@@ -182,14 +190,20 @@ class FeedForward:
     router: str = ""
     swiglu_alpha: float = 0.0
     swiglu_limit: float = 0.0
+    groups: int = 0
+    topk_group: int = 0
+    norm_topk_prob: bool = False
+    scaling: float = 0.0
+    shared: int = 0
 
     def __post_init__(self) -> None:
         require_choice("mlp", self.kind, FEEDFORWARDS)
         require_choice("act", self.act, FORMULAS)
         object.__setattr__(self, "inner", require_int("intermediate_size", self.inner, 1, 2**20))
         _flag("mlp_bias", self.bias)
-        names = ("num_experts", "experts_per_token", "router", "swiglu_alpha", "swiglu_limit")
-        values = (self.experts, self.top_k, self.router, self.swiglu_alpha, self.swiglu_limit)
+        names = ("num_experts", "experts_per_token", "router", "swiglu_alpha", "swiglu_limit", *GROUPED)
+        values = (self.experts, self.top_k, self.router, self.swiglu_alpha, self.swiglu_limit, self.groups,
+                  self.topk_group, self.norm_topk_prob, self.scaling, self.shared)  # fmt: skip
         if self.kind != "moe":
             named = next((n for n, v in zip(names, values, strict=True) if v), None)
             if named is not None:
@@ -199,9 +213,39 @@ class FeedForward:
         object.__setattr__(self, "experts", experts)
         object.__setattr__(self, "top_k", require_int("experts_per_token", self.top_k, 1, experts))
         require_choice("router", self.router, ROUTERS)
+        if self.router == "grouped":
+            self._check_grouped()
+            return
+        named = next((n for n, v in zip(GROUPED, values[5:], strict=True) if v), None)
+        if named is not None:
+            raise SpecError(named, f"must be 0 (or false): a {self.router} router has no groups or shared experts")
         for name in ("swiglu_alpha", "swiglu_limit"):
             value = _number(name, getattr(self, name), "a mixture's clamped SwiGLU", positive=True)
             object.__setattr__(self, name, value)
+
+    def _check_grouped(self) -> None:
+        """DeepSeek V3's router's fields (``components.moe.GroupedRouter``'s checks, under the config's key names)."""
+        for name in ("swiglu_alpha", "swiglu_limit"):
+            if getattr(self, name):
+                raise SpecError(name, f"must be 0: a grouped router's experts are plain gated SiLU MLPs (no clamped "
+                                f"SwiGLU), got {getattr(self, name)!r}")  # fmt: skip
+        experts = self.experts
+        groups = require_int("n_group", self.groups, 1, experts)
+        if experts % groups:
+            raise SpecError("n_group", f"must divide n_routed_experts ({experts}), got {groups}")
+        if experts // groups < 2:
+            raise SpecError("n_group", f"leaves {experts // groups} expert per group; a group is scored by its two "
+                            "best experts (at most n_routed_experts / 2 groups)")  # fmt: skip
+        kept = require_int("topk_group", self.topk_group, 1, groups)
+        if self.top_k > kept * (experts // groups):
+            raise SpecError("experts_per_token", f"{self.top_k} exceeds the experts of the topk_group ({kept}) groups "
+                            f"kept ({kept * (experts // groups)})")  # fmt: skip
+        object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "topk_group", kept)
+        _flag("norm_topk_prob", self.norm_topk_prob)
+        object.__setattr__(self, "scaling", _number("routed_scaling_factor", self.scaling, "the routed weights' "
+                                                    "factor", positive=True))  # fmt: skip
+        object.__setattr__(self, "shared", require_int("n_shared_experts", self.shared, 0, 2**10))
 
 
 # The wire names of each component's fields (``LayerSpec.to_dict``): decoder.json's names for the same settings.
@@ -213,7 +257,9 @@ ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "hea
                   "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
-                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit"}  # fmt: skip
+                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "groups": "n_group",
+                    "topk_group": "topk_group", "norm_topk_prob": "norm_topk_prob",
+                    "scaling": "routed_scaling_factor", "shared": "n_shared_experts"}  # fmt: skip
 LAYER_WIRE = ("position", "norms", "residual", "query_scale")
 WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
 
@@ -353,6 +399,9 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "attention_kind", f"{a.kind} attention is described but not built (no component computes it yet)"
     if a.mask == "chunked":
         return "attention", "chunked attention (Llama 4) is described but not built in any form yet"
+    if layer.ffn.router == "grouped":
+        return "router", ("DeepSeek's grouped router is built as a component (components.moe.shared_moe) but not "
+                          "composed into a decoder yet")
     if a.kv_from is not None:
         return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
     if a.qk_norm == "l2":
