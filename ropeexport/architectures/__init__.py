@@ -34,6 +34,7 @@ PACKAGES = (
     "ropeexport.architectures.glm4",
     "ropeexport.architectures.exaone4",
     "ropeexport.architectures.olmo3",
+    "ropeexport.architectures.deepseek_v3",
 )
 
 

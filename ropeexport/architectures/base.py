@@ -100,6 +100,9 @@ class Keys:
 
 Reader = Callable[["Architecture", Mapping[str, Any], str], tuple[dict[str, Any], dict[str, str]]]
 Builder = Callable[["Architecture", Mapping[str, Any]], LayerSpec]
+# (config, layer count, where) -> per layer the fields where it differs from the default layer (DeepSeek's dense first
+# layers): what the type says per layer beyond the encoding and window ``hf`` imports
+PerLayer = Callable[[Mapping[str, Any], int, str], list[dict[str, object]]]
 
 
 def standard_layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
@@ -156,6 +159,7 @@ class Architecture:
     layer_fields: Mapping[str, object] = field(default_factory=dict)
     read: Reader | None = None  # a config hook of its own; None: ``read_layout``
     layer: Builder = standard_layer
+    per_layer: PerLayer | None = None  # what the type's config says per layer (``PerLayer``); None: nothing
     hook: ConfigHook | None = None  # how its config says its encoding per layer; None: RoPE in halves, theta 1e4
     wrappers: tuple[str, ...] = ()  # multimodal model types whose ``text_config`` is this type's (Gemma 3's gemma3)
 

@@ -102,7 +102,8 @@ def from_config(
     found = config.get("model_type")
     wrapper = found if isinstance(found, str) and found in TEXT_CONFIGS else ""  # a list is not even hashable
     config, where = text_config(config, where)
-    layout, sources = architecture(config, where).layout(config, where)
+    arch = architecture(config, where)
+    layout, sources = arch.layout(config, where)
     if wrapper:
         layout["text_of"], sources["text_of"] = wrapper, "model_type (the text model of a multimodal checkpoint)"
     layers = import_layers(config, where)
@@ -128,6 +129,14 @@ def from_config(
     per_layer = _layers_of(layers, layout, position, fields_of)
     if per_layer:
         sources["layers"] = "; ".join(f"{k} <- {v}" for k, v in layers.sources.items())
+    if arch.per_layer is not None:  # what the type says per layer beyond encodings and windows (DeepSeek's dense ones)
+        said = arch.per_layer(config, int(layout["num_layers"]), where)
+        merged = [{**dict(mine or {}), **theirs} for mine, theirs in zip(per_layer or [{}] * len(said), said,
+                                                                          strict=True)]  # fmt: skip
+        if any(merged):
+            per_layer = tuple(merged)
+            sources["layers"] = "; ".join(filter(None, (sources.get("layers"), f"{arch.model_type}'s own per layer "
+                                                        "(first_k_dense_replace, intermediate_size)")))  # fmt: skip
     fields = {"name": name, "dtype": dtype, "graph": graph, "position": position, "layers": per_layer, **layout,
               **dict(weights or {})}  # fmt: skip
     return DecoderSpec.from_dict(fields, sources)
