@@ -39,6 +39,10 @@ CASES: list[tuple[str, dict[str, Any], int]] = [
     ("router fields left to transformers' defaults", {"n_group": None, "topk_group": None, "norm_topk_prob": None,
                                                       "routed_scaling_factor": None, "n_routed_experts": 16}, 1),
     ("no renormalization, scaling 1", {"norm_topk_prob": False, "routed_scaling_factor": 1.0}, 1),
+    ("Kimi K2's router shape, shrunk (one group, 8 of 12 experts, scaling 2.827, YaRN x32 with mscale 1.0 pairs)",
+     {"n_group": 1, "topk_group": 1, "n_routed_experts": 12, "num_experts_per_tok": 8, "routed_scaling_factor": 2.827,
+      "rope_parameters": YARN | {"factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+      "max_position_embeddings": 4096}, 1),
 ]  # fmt: skip
 
 
