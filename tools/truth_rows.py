@@ -28,7 +28,7 @@ from ropeexport.decoder.memory import ENV  # noqa: E402
 from ropeexport.decoder.oracle import Feed, chained  # noqa: E402
 from ropeexport.decoder.parts import position_pieces  # noqa: E402
 from ropeexport.decoder.scenarios import scenarios  # noqa: E402
-from ropeexport.decoder.weights import geometry  # noqa: E402
+from ropeexport.decoder.weights import cache_shapes  # noqa: E402
 
 
 def calls(spec: Any) -> list[tuple[str, list[Call]]]:
@@ -40,10 +40,9 @@ def calls(spec: Any) -> list[tuple[str, list[Call]]]:
         out = {"logits": rng.standard_normal((b, s, spec.vocab_size)).astype(np.float32)}
         for i in range(spec.num_layers):
             past_key, past_value, present_key, present_value = cache_names(i)
-            _, KV, d = geometry(spec, i)
-            new = np.zeros((b, KV, s, d), np.float32)
-            out[present_key] = np.concatenate([feeds[past_key], new], axis=2)
-            out[present_value] = np.concatenate([feeds[past_value], new], axis=2)
+            for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
+                                                     cache_shapes(spec, i), strict=True):  # fmt: skip
+                out[present] = np.concatenate([feeds[past], np.zeros((b, heads, s, width), np.float32)], axis=2)
         return out
 
     return [(scenario.name, run_scenario(infer, spec, scenario)) for scenario in scenarios(spec)]

@@ -37,6 +37,7 @@ PACKAGES = (
     "ropeexport.architectures.olmo3",
     "ropeexport.architectures.qwen3_moe",
     "ropeexport.architectures.ministral3",
+    "ropeexport.architectures.deepseek_v3",
 )
 
 

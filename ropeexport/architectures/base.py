@@ -101,7 +101,8 @@ class Keys:
 Reader = Callable[["Architecture", Mapping[str, Any], str], tuple[dict[str, Any], dict[str, str]]]
 Builder = Callable[["Architecture", Mapping[str, Any]], LayerSpec]
 # (config, where, the model-wide fields) -> per layer the wire fields where its feed-forward differs from the default
-# layer's (Qwen3-MoE's dense layers among sparse ones), and {what: the config keys it came from}
+# layer's (Qwen3-MoE's dense layers among sparse ones, DeepSeek's dense first layers), and {what: the config keys it
+# came from}
 Changes = Callable[[Mapping[str, Any], str, Mapping[str, Any]], tuple[list[dict[str, object]], dict[str, str]]]
 
 

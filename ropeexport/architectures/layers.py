@@ -49,10 +49,13 @@ FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (g
 # A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
 # those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen: Qwen3-MoE's norm_topk_prob);
 # ``softmax_topk`` the k largest of the softmax over all E, weighed by those probabilities as they are (Qwen3-MoE
-# without norm_topk_prob: the k weights sum to less than 1).
-ROUTERS = ("topk_softmax", "softmax_topk")
+# without norm_topk_prob: the k weights sum to less than 1); ``grouped`` DeepSeek V3's sigmoid scores with a
+# correction bias, the k best among the ``topk_group`` best of ``n_group`` groups (``components.moe.GroupedRouter``),
+# its experts gated SiLU MLPs beside ``n_shared_experts`` shared ones.
+ROUTERS = ("topk_softmax", "softmax_topk", "grouped")
 # A mixture's experts, by what each computes: ``clamped_swiglu`` gpt-oss's (biases, a gain and a clamp); ``gated``
-# the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE), biases only with ``mlp_bias``.
+# the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE, DeepSeek V3), biases only with
+# ``mlp_bias``.
 EXPERTS = ("clamped_swiglu", "gated")
 RESIDUALS = ("sequential", "parallel", "shared", "sandwich", "post")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
@@ -64,6 +67,8 @@ PAIR = NORMS[:2]
 RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS,
                   "post": (NORMS[1], NORMS[3])}
 GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
+LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")  # a latent layer's widths' wire names
+GROUPED = ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "n_shared_experts")  # wire names
 
 
 def plain(value: Any, field_name: str) -> Any:
@@ -99,7 +104,10 @@ class AttentionLayer:
     The logits: q . k * ``scale`` (0: 1 / sqrt(head_dim)), ``softcap`` c > 0: c * tanh(l / c), ``sinks``: one learned
     logit per query head in the softmax. ``qk_norm_over``: the norm over each head or the whole projection. ``gate``:
     the output times a sigmoid gate of the layer input (Qwen3-Next, Qwen3.5). ``kv_from``: the layer whose keys and
-    values this one reads (None: its own).
+    values this one reads (None: its own). A ``latent`` layer (``components.latent``, DeepSeek's MLA): ``head_dim``
+    the rotated slice of each head (qk_rope_head_dim), ``qk_nope_head_dim`` the slice never rotated, ``v_head_dim``
+    the values', ``kv_lora_rank`` the latent's width, ``q_lora_rank`` the query's LoRA (0: a plain q_proj), one
+    key/value head per query head; a standard layer has none of the four (0).
     """
 
     num_heads: int
@@ -117,6 +125,10 @@ class AttentionLayer:
     o_bias: bool = False
     gate: bool = False
     kv_from: int | None = None
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         heads = require_int("num_heads", self.num_heads, 1, 4096)
@@ -142,6 +154,25 @@ class AttentionLayer:
             _flag(name, getattr(self, name))
         if self.kv_from is not None:
             object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
+        self._check_latent()
+
+    def _check_latent(self) -> None:
+        """A latent layer's widths (the class doc); a standard layer's all 0. SpecError naming the field."""
+        names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")
+        if self.kind != "latent":
+            named = next((n for n in names if getattr(self, n)), None)
+            if named is not None:
+                raise SpecError(named, f"must be 0: a {self.kind} attention has no latent (say attention_kind "
+                                "latent)")  # fmt: skip
+            return
+        for name, low in zip(names, (0, 1, 0, 1), strict=True):
+            object.__setattr__(self, name, require_int(name, getattr(self, name), low, 2**16))
+        if self.head_dim % 2:
+            raise SpecError("head_dim", f"a latent layer's head_dim is its rotated slice (qk_rope_head_dim): even, "
+                            f"got {self.head_dim}")  # fmt: skip
+        if self.num_kv_heads != self.num_heads:
+            raise SpecError("num_kv_heads", f"a latent layer rebuilds one key/value head per query head: "
+                            f"{self.num_heads}, got {self.num_kv_heads}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -151,7 +182,10 @@ class FeedForward:
     ``inner``: the inner width (each expert's in a mixture). A mixture (``components.moe``): ``experts`` experts,
     ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert an ``expert`` (``EXPERTS``): gpt-oss's
     clamped SwiGLU of gain ``swiglu_alpha`` and clamp ``swiglu_limit``, or a gated MLP of ``act`` (no gain or clamp).
-    ``expert`` is read in a mixture only.
+    ``expert`` is read in a mixture only. ``grouped`` (DeepSeek V3, gated experts): ``groups`` groups (n_group), the
+    ``topk_group`` best kept, the weights over their sum when ``norm_topk_prob``, times ``scaling``
+    (routed_scaling_factor); ``shared`` shared experts (n_shared_experts, one gated MLP ``shared`` * inner wide) on
+    every token.
     """
 
     kind: str
@@ -164,14 +198,20 @@ class FeedForward:
     swiglu_alpha: float = 0.0
     swiglu_limit: float = 0.0
     expert: str = "clamped_swiglu"
+    groups: int = 0
+    topk_group: int = 0
+    norm_topk_prob: bool = False
+    scaling: float = 0.0
+    shared: int = 0
 
     def __post_init__(self) -> None:
         require_choice("mlp", self.kind, FEEDFORWARDS)
         require_choice("act", self.act, FORMULAS)
         object.__setattr__(self, "inner", require_int("intermediate_size", self.inner, 1, 2**20))
         _flag("mlp_bias", self.bias)
-        names = ("num_experts", "experts_per_token", "router", "swiglu_alpha", "swiglu_limit")
-        values = (self.experts, self.top_k, self.router, self.swiglu_alpha, self.swiglu_limit)
+        names = ("num_experts", "experts_per_token", "router", "swiglu_alpha", "swiglu_limit", *GROUPED)
+        values = (self.experts, self.top_k, self.router, self.swiglu_alpha, self.swiglu_limit, self.groups,
+                  self.topk_group, self.norm_topk_prob, self.scaling, self.shared)  # fmt: skip
         if self.kind != "moe":
             named = next((n for n, v in zip(names, values, strict=True) if v), None)
             if named is not None:
@@ -181,6 +221,12 @@ class FeedForward:
         object.__setattr__(self, "experts", experts)
         object.__setattr__(self, "top_k", require_int("experts_per_token", self.top_k, 1, experts))
         require_choice("router", self.router, ROUTERS)
+        if self.router == "grouped":
+            self._check_grouped()
+            return
+        named = next((n for n, v in zip(GROUPED, values[5:], strict=True) if v), None)
+        if named is not None:
+            raise SpecError(named, f"must be 0 (or false): a {self.router} router has no groups or shared experts")
         require_choice("expert", self.expert, EXPERTS)
         if self.expert == "gated":  # no gain or clamp: a value would be silently unused
             named = next((n for n in ("swiglu_alpha", "swiglu_limit") if getattr(self, n)), None)
@@ -196,15 +242,47 @@ class FeedForward:
         """Whether a mixture's router and experts have biases: gpt-oss's clamped experts do, gated ones with bias."""
         return self.expert == "clamped_swiglu" or self.bias
 
+    def _check_grouped(self) -> None:
+        """DeepSeek V3's router's fields (``components.moe.GroupedRouter``'s checks, under the config's key names).
+
+        Its experts are gated SiLU MLPs: ``expert`` is set so.
+        """
+        object.__setattr__(self, "expert", "gated")
+        for name in ("swiglu_alpha", "swiglu_limit"):
+            if getattr(self, name):
+                raise SpecError(name, f"must be 0: a grouped router's experts are plain gated SiLU MLPs (no clamped "
+                                f"SwiGLU), got {getattr(self, name)!r}")  # fmt: skip
+        experts = self.experts
+        groups = require_int("n_group", self.groups, 1, experts)
+        if experts % groups:
+            raise SpecError("n_group", f"must divide n_routed_experts ({experts}), got {groups}")
+        if experts // groups < 2:
+            raise SpecError("n_group", f"leaves {experts // groups} expert per group; a group is scored by its two "
+                            "best experts (at most n_routed_experts / 2 groups)")  # fmt: skip
+        kept = require_int("topk_group", self.topk_group, 1, groups)
+        if self.top_k > kept * (experts // groups):
+            raise SpecError("experts_per_token", f"{self.top_k} exceeds the experts of the topk_group ({kept}) groups "
+                            f"kept ({kept * (experts // groups)})")  # fmt: skip
+        object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "topk_group", kept)
+        _flag("norm_topk_prob", self.norm_topk_prob)
+        object.__setattr__(self, "scaling", _number("routed_scaling_factor", self.scaling, "the routed weights' "
+                                                    "factor", positive=True))  # fmt: skip
+        object.__setattr__(self, "shared", require_int("n_shared_experts", self.shared, 0, 2**10))
+
 
 # The wire names of each component's fields (``LayerSpec.to_dict``): decoder.json's names for the same settings.
 ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "head_dim": "head_dim",
                   "kind": "attention_kind", "mask": "attention", "window": "window", "qk_norm": "qk_norm",
                   "qk_norm_over": "qk_norm_over", "scale": "attn_scale", "softcap": "attn_softcap", "sinks": "sinks",
-                  "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from"}  # fmt: skip
+                  "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from",
+                  "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                  "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
-                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "expert": "expert"}  # fmt: skip
+                    "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "expert": "expert",
+                    "groups": "n_group", "topk_group": "topk_group", "norm_topk_prob": "norm_topk_prob",
+                    "scaling": "routed_scaling_factor", "shared": "n_shared_experts"}  # fmt: skip
 LAYER_WIRE = ("position", "norms", "residual", "query_scale")
 WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
 
@@ -218,7 +296,8 @@ class LayerSpec:
     ``query_scale``: a scale of the query that follows its position (``QUERY_SCALES``: {"kind": ..., its
     parameters}), or None.
 
-    Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, num_kv_heads, past, head_dim].
+    Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, heads, past, width] per tensor (``cache_shapes``:
+    [b, num_kv_heads, past, head_dim] both for a standard layer).
     """  # noqa: D205
 
     attention: AttentionLayer
@@ -257,6 +336,25 @@ class LayerSpec:
         """(query heads, key/value heads, head_dim) of this layer's attention."""
         a = self.attention
         return a.num_heads, a.num_kv_heads, a.head_dim
+
+    def cache_shapes(self, graph: str = "", cache: str = "expanded") -> tuple[tuple[int, int], tuple[int, int]]:
+        """((heads, width) of the key's cache, of the value's): each cached tensor [b, heads, past, width].
+
+        The one place a decoder reads its cache's geometry from. A standard layer: (num_kv_heads, head_dim) both. A
+        latent layer's ``expanded`` cache: keys (heads, nope + rope), values (heads, v_head_dim), or (heads, nope +
+        rope) in the ``gqa`` form (GroupQueryAttention has one head size: values padded with zeros, as
+        ``components.latent.LatentSpec.cache_shapes`` pads them); its ``latent`` cache: the normed latent (1,
+        kv_lora_rank) and the rotated rope key (1, qk_rope_head_dim). ``graph`` "" (or any other form): the cache
+        as the layer computes it, unpadded (what the float64 recompute holds).
+        """
+        a = self.attention
+        if a.kind != "latent":
+            return (a.num_kv_heads, a.head_dim), (a.num_kv_heads, a.head_dim)
+        require_choice("latent_cache", cache, ("expanded", "latent"))
+        if cache == "latent":
+            return (1, a.kv_lora_rank), (1, a.head_dim)
+        key = a.qk_nope_head_dim + a.head_dim
+        return (a.num_heads, key), (a.num_heads, key if graph == "gqa" else a.v_head_dim)
 
     @property
     def window(self) -> int:
@@ -324,6 +422,9 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "attention_kind", f"{a.kind} attention is described but not built (no component computes it yet)"
     if a.mask == "chunked":
         return "attention", "chunked attention (Llama 4) is described but not built in any form yet"
+    if layer.ffn.router == "grouped":
+        return "router", ("DeepSeek's grouped router is built as a component (components.moe.shared_moe) but not "
+                          "composed into a decoder yet")
     if a.kv_from is not None:
         return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
     if a.qk_norm == "l2":

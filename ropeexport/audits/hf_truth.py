@@ -47,6 +47,11 @@ class LayerShape:
 
     geometry: tuple[int, int, int]
 
+    def cache_shapes(self, graph: str = "") -> tuple[tuple[int, int], tuple[int, int]]:
+        """((KV heads, head_dim) of the cached key, of the value): ``LayerSpec.cache_shapes`` of a standard layer."""
+        _, kv, d = self.geometry
+        return (kv, d), (kv, d)
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -59,6 +64,7 @@ class ModelShape:
     tie_embeddings: bool
     layers: tuple[LayerShape, ...]
     position: Any
+    graph: str = ""  # the form the cache is shaped for (``LayerSpec.cache_shapes``): "" as computed
 
     def position_spec(self) -> Any:
         """The encoding whose far calls are run (``prove.far_calls``)."""

@@ -117,10 +117,9 @@ class Feeder:
                             None) for layer in self.cached}  # fmt: skip
         if not self.cached or any(i is None for i in back.values()):
             return
-        from ropeexport.decoder.weights import geometry
-
-        empty = [(np.zeros((1, geometry(self.spec, i)[1], 0, geometry(self.spec, i)[2]), np.float32),) * 2
-                 for i in sorted(self.cached)]  # fmt: skip
+        shapes = {i: self.spec.layers[i].cache_shapes(self.spec.graph) for i in self.cached}  # key's, value's
+        empty = [(np.zeros((1, shapes[i][0][0], 0, shapes[i][0][1]), np.float32),
+                  np.zeros((1, shapes[i][1][0], 0, shapes[i][1][1]), np.float32)) for i in sorted(self.cached)]
         ids = np.ones((1, TOKENS), np.int64)
         got = session.run(None, self.feeds(ids, 0, empty))
         for layer, index in back.items():
@@ -138,13 +137,12 @@ class Feeder:
         """Bytes of the cache a call of ``n`` tokens after ``past`` entries gives the model and gets back (its past
         inputs and present outputs, in their dtype): what placing a far call costs beside the session.
         """  # noqa: D205
-        from ropeexport.decoder.weights import geometry
-
         total = 0
         for layer, kv in self.cached.items():
-            _, KV, d = geometry(self.spec, layer)
             size = 2 if "float16" in kv["key"].type else 4
-            total += 2 * KV * d * size * (2 * past + n)
+            shapes = self.spec.layers[layer].cache_shapes(self.spec.graph)  # the key's and value's, each its own
+            width = sum(heads * w for heads, w in shapes)
+            total += width * size * (2 * past + n)
         return total
 
     def feeds(self, ids: np.ndarray, past: int, cache: Sequence[tuple[np.ndarray, np.ndarray]],

@@ -63,13 +63,13 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
         self.spec, self.call, self.past, self.dtype = spec, index, past, dtype
 
     def __getitem__(self, layer: Any) -> Any:
-        from ropeexport.decoder.weights import geometry
-
         if not isinstance(layer, int) or not 0 <= layer < len(self):
             raise IndexError(layer)
-        _, KV, d = geometry(self.spec, layer)
+        (key_heads, key_width), (value_heads, value_width) = self.spec.layers[layer].cache_shapes(self.spec.graph)
         rng = np.random.default_rng((self.call, layer))
-        k, v = rng.standard_normal((2, 1, KV, self.past, d), dtype=np.float32)
+        # key then value from one generator: the draws a standard layer's [2, 1, KV, past, d] gave, in that order
+        k = rng.standard_normal((1, key_heads, self.past, key_width), dtype=np.float32)
+        v = rng.standard_normal((1, value_heads, self.past, value_width), dtype=np.float32)
         return k.astype(self.dtype, copy=False), v.astype(self.dtype, copy=False)
 
     def __len__(self) -> int:
@@ -109,7 +109,8 @@ class Truth(Protocol):
 
     ``kind``: ``oracle`` or ``transformers``; ``words``: the truth in a user's words; ``reference``: the report's
     sentence; ``spec``: the model's shape as the proof reads it (``vocab_size``, ``num_layers``, ``tie_embeddings``,
-    ``layers[i].geometry`` (heads, KV heads, head_dim), ``position_spec()``: the encoding whose far calls are run);
+    ``layers[i].geometry`` (heads, KV heads, head_dim), ``layers[i].cache_shapes(graph)`` and ``graph`` (the cached
+    key's and value's (heads, width)), ``position_spec()``: the encoding whose far calls are run);
     ``source``: where its weights come from; ``tolerance``: the bound of a call's error over the logit scale.
     """
 

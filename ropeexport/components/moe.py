@@ -292,3 +292,136 @@ def moe64(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Coll
         shared = {name: w[f"shared_{name}"] for name in ("gate_proj", "up_proj", "down_proj")}
         out += mlp64(MLPSpec("gated", spec.act, spec.shared), tokens, shared)
     return out.reshape(x.shape)
+
+
+@dataclass(frozen=True)
+class GroupedRouter:
+    """DeepSeek-V3's router (transformers 5.23 ``DeepseekV3TopkRouter``; arXiv:2412.19437 section 2.1.2).
+
+    Per token: scores s = sigmoid(x W_r) [E] (the logits in float32, as transformers computes them); the choice
+    scores s + ``e_score_correction_bias``; the ``experts`` split into ``groups`` groups, each scored by the sum of its
+    two best choice scores; the ``topk_group`` best groups kept; the ``top_k`` best choice scores among their experts
+    chosen; each chosen expert weighted by its s (not the choice score), over their sum when ``norm_topk_prob``
+    (+ 1e-20), times ``scaling`` (``routed_scaling_factor``).
+    """
+
+    experts: int
+    top_k: int
+    groups: int = 1
+    topk_group: int = 1
+    norm_topk_prob: bool = True
+    scaling: float = 1.0
+
+    def __post_init__(self) -> None:
+        require_int("n_routed_experts", self.experts, 1)
+        require_int("num_experts_per_tok", self.top_k, 1, self.experts)
+        require_int("n_group", self.groups, 1, self.experts)
+        if self.experts % self.groups:
+            raise SpecError("n_group", f"must divide n_routed_experts ({self.experts}), got {self.groups}")
+        if self.experts // self.groups < 2:
+            raise SpecError("n_group", f"leaves {self.experts // self.groups} expert per group; a group is scored by "
+                            "its two best experts (at most n_routed_experts / 2 groups)")  # fmt: skip
+        require_int("topk_group", self.topk_group, 1, self.groups)
+        if self.top_k > self.topk_group * (self.experts // self.groups):
+            raise SpecError("num_experts_per_tok", f"{self.top_k} exceeds the experts of the topk_group "
+                            f"({self.topk_group}) groups kept ({self.topk_group * (self.experts // self.groups)})")
+        if not isinstance(self.norm_topk_prob, bool):
+            raise SpecError("norm_topk_prob", f"must be true or false, got {self.norm_topk_prob!r}")
+        value = self.scaling
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise SpecError("routed_scaling_factor", f"must be a finite number > 0, got {value!r}")
+
+
+def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(chosen [T, k], weights [T, k]) of router logits [T, E] and ``e_score_correction_bias`` [E] (float64; the class
+    doc). Ties go to the lower index (group and expert), as ONNX's TopK breaks them.
+    """  # noqa: D205
+    T, E = logits.shape
+    scores = 1.0 / (1.0 + np.exp(-logits))
+    choice = scores + bias
+    per_group = -np.sort(-choice.reshape(T, router.groups, E // router.groups), axis=-1)[..., :2].sum(axis=-1)
+    kept = np.argsort(-per_group, axis=-1, kind="stable")[:, : router.topk_group]  # [T, topk_group]
+    open_ = np.zeros((T, router.groups), bool)
+    np.put_along_axis(open_, kept, True, axis=-1)
+    masked = np.where(np.repeat(open_, E // router.groups, axis=-1), choice, -np.inf)
+    chosen = np.argsort(-masked, axis=-1, kind="stable")[:, : router.top_k]
+    weights = np.take_along_axis(scores, chosen, axis=-1)
+    if router.norm_topk_prob:
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+    return chosen, weights * router.scaling
+
+
+def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: str) -> str:
+    """Router logits [b, s, E] (float32) and the correction bias [E] (float32) -> each expert's weight [b, s, E]
+    (float32, 0 for an expert not chosen): ``grouped_route64`` in ONNX ops (TopK, ScatterElements, GatherElements).
+    """  # noqa: D205
+    E, G = router.experts, router.groups
+    i64 = lambda name, *v: g.shared_const(f"router_{name}", np.array(v, np.int64))  # noqa: E731
+    f32 = lambda name, v: g.shared_const(f"router_{name}", np.array(v, np.float32))  # noqa: E731
+    scores = g.op("Sigmoid", [logits])
+    choice = g.op("Add", [scores, bias])
+    grouped = g.op("Reshape", [choice, i64("grouped", 0, 0, G, E // G)])
+    best_two = g.op("TopK", [grouped, i64("two", 2)], n_out=2, axis=-1)[0]
+    group_scores = g.op("ReduceSum", [best_two, i64("last", -1)], keepdims=0)  # [b, s, G]
+    kept = g.op("TopK", [group_scores, i64("topk_group", router.topk_group)], n_out=2, axis=-1)[1]
+    filled = lambda like, value: g.op("ConstantOfShape", [g.op("Shape", [like])],  # noqa: E731
+                                      value=_scalar(value, TensorProto.FLOAT))  # fmt: skip
+    zeros_g, ones_k = filled(group_scores, 0.0), filled(kept, 1.0)
+    open_groups = g.op("ScatterElements", [zeros_g, kept, ones_k], axis=-1)  # [b, s, G]: 1 for a kept group
+    per_expert = g.op("Expand", [g.op("Unsqueeze", [open_groups, i64("last", -1)]), g.op("Shape", [grouped])])
+    open_ = g.op("Cast", [g.op("Reshape", [per_expert, g.op("Shape", [choice])])], to=TensorProto.BOOL)
+    masked = g.op("Where", [open_, choice, f32("closed", -np.inf)])
+    chosen = g.op("TopK", [masked, i64("k", router.top_k)], n_out=2, axis=-1)[1]
+    weights = g.op("GatherElements", [scores, chosen], axis=-1)  # [b, s, k]
+    if router.norm_topk_prob:
+        total = g.op("Add", [g.op("ReduceSum", [weights, i64("last", -1)], keepdims=1), f32("tiny", 1e-20)])
+        weights = g.op("Div", [weights, total])
+    weights = g.op("Mul", [weights, f32("scaling", router.scaling)])
+    return g.op("ScatterElements", [filled(scores, 0.0), chosen, weights], axis=-1)
+
+
+def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarray]) -> np.ndarray:
+    """float64 x [b, s, n] -> [b, s, n]: DeepSeek's mixture (transformers' ``DeepseekV3MoE``): each token through its
+    chosen experts (``grouped_route64``), each a SiLU-gated MLP (down(silu(gate x) * up x)), weighted, plus the shared
+    experts' MLP (one of inner width n_shared x moe_intermediate_size). Weights: ``router_proj`` [n, E],
+    ``router_correction`` [E], ``experts_gate_proj`` / ``experts_up_proj`` [E, n, m], ``experts_down_proj``
+    [E, m, n], ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n].
+    """  # noqa: D205
+    silu_mlp = lambda y, gate, up, down: (y @ gate) / (1.0 + np.exp(-(y @ gate))) * (y @ up) @ down  # noqa: E731
+    tokens = x.reshape(-1, x.shape[-1])
+    chosen, weights = grouped_route64(router, tokens @ w["router_proj"], w["router_correction"])
+    out = silu_mlp(tokens, w["shared_gate_proj"], w["shared_up_proj"], w["shared_down_proj"])
+    for e in np.unique(chosen):
+        rows, slot = np.nonzero(chosen == e)
+        y = silu_mlp(tokens[rows], w["experts_gate_proj"][e], w["experts_up_proj"][e], w["experts_down_proj"][e])
+        out[rows] += weights[rows, slot, None] * y
+    return out.reshape(x.shape)
+
+
+def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x: str, w: Mapping[str, str]) -> str:
+    """x [b, s, n] -> [b, s, n]: ``shared_moe64`` in ONNX ops (the ``portable`` way: every expert on every token, an
+    unchosen one weighted by an exact 0). The router reads x and ``router_proj`` [n, E] in float32, as transformers
+    computes it (``hidden_states.type(torch.float32)``); the routing weights are rounded once to ``dtype`` before they
+    weigh the experts. ``inner``: each routed expert's width m. ``w``: stored names of ``router_proj``,
+    ``router_correction`` [E] (float32), ``experts_gate_up_proj`` [E, n, 2m] (gate columns, then up),
+    ``experts_down_proj`` [E, m, n] and the shared experts' ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s],
+    ``shared_down_proj`` [m_s, n].
+    """  # noqa: D205
+    wide = lambda v: v if dtype == "fp32" else g.op("Cast", [v], to=TensorProto.FLOAT)  # noqa: E731
+    logits = g.op("MatMul", [wide(x), wide(w["router_proj"])])  # [b, s, E] float32
+    spread = grouped_routing(g, router, logits, w["router_correction"])
+    if dtype != "fp32":
+        spread = g.op("Cast", [spread], to=DTYPES[dtype].onnx)
+    per_expert = g.op("Unsqueeze", [g.op("Transpose", [g.op("Flatten", [spread], axis=2)], perm=[1, 0]),
+                                    g.shared_const("moe_last", np.array([-1], np.int64))])  # [E, T, 1]  # fmt: skip
+    tokens = g.op("Reshape", [x, g.shared_const("moe_tokens", np.array([1, -1, 0], np.int64))])  # [1, T, n]
+    both = g.op("MatMul", [tokens, w["experts_gate_up_proj"]])  # [E, T, 2m]
+    gate, up = g.op("Split", [both, g.shared_const("moe_split", np.array([inner] * 2, np.int64))], n_out=2, axis=-1)
+    hidden = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])  # silu(gate) * up
+    out = g.op("MatMul", [hidden, w["experts_down_proj"]])  # [E, T, n]
+    routed = g.op("ReduceSum", [g.op("Mul", [out, per_expert]), g.shared_const("moe_first", np.array([0], np.int64))],
+                  keepdims=0)  # [T, n]  # fmt: skip
+    s_gate, s_up = (g.op("MatMul", [x, w[f"shared_{p}_proj"]]) for p in ("gate", "up"))
+    shared = g.op("MatMul", [g.op("Mul", [g.op("Mul", [s_gate, g.op("Sigmoid", [s_gate])]), s_up]),
+                             w["shared_down_proj"]])  # fmt: skip
+    return g.op("Add", [g.op("Reshape", [routed, g.op("Shape", [x])]), shared])

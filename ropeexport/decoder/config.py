@@ -103,7 +103,8 @@ def from_config(
     found = config.get("model_type")
     wrapper = found if isinstance(found, str) and found in TEXT_CONFIGS else ""  # a list is not even hashable
     config, where = text_config(config, where)
-    layout, sources = architecture(config, where).layout(config, where)
+    arch = architecture(config, where)
+    layout, sources = arch.layout(config, where)
     if wrapper:
         layout["text_of"], sources["text_of"] = wrapper, "model_type (the text model of a multimodal checkpoint)"
     layers = import_layers(config, where)

@@ -3,7 +3,8 @@
 I/O as Optimum and onnxruntime-genai name it: inputs ``input_ids`` [batch, seq] int64, ``attention_mask``
 [batch, past + seq] int64 (nonzero = a real token; left padding allowed), ``position_ids`` [batch, seq] int64,
 ``past_key_values.{i}.key`` / ``.value`` [batch, num_kv_heads, past, head_dim]; outputs ``logits`` [batch, seq,
-vocab] and ``present.{i}.key`` / ``.value`` [batch, num_kv_heads, past + seq, head_dim] (keys stored rotated).
+vocab] and ``present.{i}.key`` / ``.value`` [batch, num_kv_heads, past + seq, head_dim] (keys stored rotated); each
+layer's shapes its own, ``LayerSpec.cache_shapes`` in the spec's form.
 
 A composition of components (``ropeexport.components``, their specs from ``decoder.parts``) over ``spec.layers``:
 ``norm`` and ``mlp`` (or ``moe``) graphs, projections stored by ``linear``'s weight format, and per layer the
@@ -181,10 +182,11 @@ def build_decoder_graph(
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
     for i, layer in enumerate(spec.layers):
-        _, KV, d = layer.geometry
         past_key, past_value, present_key, present_value = cache_names(i)
-        inputs += [io(n, dtype, ["batch", KV, "past", d]) for n in (past_key, past_value)]
-        outputs += [io(n, dtype, ["batch", KV, "total", d]) for n in (present_key, present_value)]
+        for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
+                                                 layer.cache_shapes(spec.graph), strict=True):  # fmt: skip
+            inputs.append(io(past, dtype, ["batch", heads, "past", width]))
+            outputs.append(io(present, dtype, ["batch", heads, "total", width]))
     graph = helper.make_graph(g.nodes, spec.name, inputs, outputs, g.initializers)
     metadata = {
         "ropeexport.encoding": position.encoding,

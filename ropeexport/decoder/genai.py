@@ -25,7 +25,7 @@ from typing import Any
 from ropeexport.decoder.checkpoint import checkpoint_file
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import geometry
+from ropeexport.decoder.weights import cache_shapes, geometry
 from ropeexport.errors import CheckpointError, SpecError
 from ropeexport.forms import FORMS
 from ropeexport.inputs import check_regular_file, read_json, read_text
@@ -55,6 +55,12 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
     if len(shapes) != 1:
         raise SpecError("layers", f"onnxruntime-genai takes one head geometry for every layer, got {sorted(shapes)}")
     H, KV, d = shapes.pop()
+    # its one head_size and num_key_value_heads say every cached key and value: a cache of any other shape (a latent
+    # layer's: keys nope + rope wide, values v_head_dim) would be allocated wrong, so it is refused here
+    odd = next((i for i in range(spec.num_layers) if set(cache_shapes(spec, i)) != {(KV, d)}), None)
+    if odd is not None:
+        raise SpecError("layers", f"onnxruntime-genai caches [KV, head_size] = [{KV}, {d}] for every key and value; "
+                        f"layer {odd}'s cache is (heads, width) {list(cache_shapes(spec, odd))}")  # fmt: skip
     past_key, past_value, present_key, present_value = (name.replace("0", "%d") for name in cache_names(0))
     vocab = spec.vocab_size
     eos, pad = _token(config, "eos_token_id", vocab), _token(config, "pad_token_id", vocab)

@@ -19,7 +19,7 @@ import numpy as np
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.scenarios import Scenario, regime
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import geometry
+from ropeexport.decoder.weights import cache_shapes
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.regimes import row_lengths
 
@@ -78,8 +78,9 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
     np_dtype = DTYPES[spec.dtype].np_dtype
     ids, mask, pos = _prompt(spec, scenario, np.random.default_rng(seed))
     b = ids.shape[0]
-    shapes = [geometry(spec, i) for i in range(spec.num_layers)]  # each layer's own cache shape
-    empty: list[np.ndarray] = [np.zeros((b, KV, 0, d), np_dtype) for _, KV, d in shapes for _ in range(2)]
+    # each layer's own cache shapes, key then value (a latent layer's differ: ``LayerSpec.cache_shapes``)
+    empty: list[np.ndarray] = [np.zeros((b, heads, 0, width), np_dtype) for i in range(spec.num_layers)
+                               for heads, width in cache_shapes(spec, i)]  # fmt: skip
     calls: list[Call] = []
 
     def regimes_of(positions: np.ndarray) -> tuple[str, ...]:  # each row's regime, of its own L_b

@@ -229,7 +229,7 @@ def decoders_float64(
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
-        _, KV, d = layer.geometry
+        (key_heads, key_width), (value_heads, value_width) = layer.cache_shapes()  # as computed: unpadded
         w = dict(layer_weights(weights64, i))  # this layer's weights in float64, read once for every feed
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         attend = attention_spec(spec, i, pieces[i])
@@ -237,7 +237,8 @@ def decoders_float64(
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
-            key, value = (np.zeros((b, KV, 0, d)),) * 2 if feed.past is None else feed.past[i]
+            key, value = ((np.zeros((b, key_heads, 0, key_width)), np.zeros((b, value_heads, 0, value_width)))
+                          if feed.past is None else feed.past[i])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             attended = attention64(attend, wired, block)["output"]

@@ -36,7 +36,7 @@ from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.scenarios import regime
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
-from ropeexport.decoder.weights import geometry
+from ropeexport.decoder.weights import cache_shapes
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.forms import FORMS
@@ -142,7 +142,8 @@ class DecoderSession:
         # A decode step's token and position live in these two arrays, bound once: a step rebinds only the mask.
         self._token, self._step_position = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
         self._np_dtype = DTYPES[spec.dtype].np_dtype
-        _, self._kv, self._d = geometry(spec)
+        # (heads, width) of each cached tensor, layer by layer, key then value (``LayerSpec.cache_shapes``)
+        self._shapes = [shape for i in range(spec.num_layers) for shape in cache_shapes(spec, i)]
         # GroupQueryAttention writes the new keys into the buffer it reads when past and present are one buffer: no
         # per-step copy of the cache. The other forms' present is a concatenation, written into a second buffer.
         self.shared = FORMS[spec.graph].shared_buffer
@@ -156,23 +157,22 @@ class DecoderSession:
     def reserve(self, capacity: int) -> None:
         """Cache buffers for ``capacity`` tokens, the tokens cached so far kept (nothing happens when large enough).
 
-        Shared (gqa): one [1, KV, capacity, d] array per layer and tensor. Otherwise two flat sets of KV * capacity
-        * d values per layer and tensor: a call reads past from the front of one and writes present into the front
-        of the other.
+        Shared (gqa): one [1, heads, capacity, width] array per layer and tensor (``LayerSpec.cache_shapes``: a
+        latent layer's key and value differ in width). Otherwise two flat sets of heads * capacity * width values per
+        layer and tensor: a call reads past from the front of one and writes present into the front of the other.
         """
         if capacity <= self._capacity:
             return
-        kv, d, n = self._kv, self._d, self.length
-        count = 2 * self.spec.num_layers
+        n, shapes = self.length, self._shapes
         current = self._buffers[self._source] if self._buffers else []
         if self.shared:
-            fresh: list[list[np.ndarray]] = [[np.zeros((1, kv, capacity, d), self._np_dtype) for _ in range(count)]]
+            fresh: list[list[np.ndarray]] = [[np.zeros((1, h, capacity, w), self._np_dtype) for h, w in shapes]]
             for new, old in zip(fresh[0], current, strict=False):
                 new[:, :, :n] = old[:, :, :n]
         else:
-            fresh = [[np.zeros(kv * capacity * d, self._np_dtype) for _ in range(count)] for _ in range(2)]
-            for new, old in zip(fresh[self._source], current, strict=False):
-                new[: kv * n * d] = old[: kv * n * d]
+            fresh = [[np.zeros(h * capacity * w, self._np_dtype) for h, w in shapes] for _ in range(2)]
+            for new, old, (h, w) in zip(fresh[self._source], current, shapes, strict=False):
+                new[: h * n * w] = old[: h * n * w]
         self._buffers = fresh
         self._mask = np.ones((1, capacity), np.int64)
         self._capacity = capacity
@@ -231,13 +231,13 @@ class DecoderSession:
         self._bind_array("position_ids", position_ids)
         self._bind_array("attention_mask", self._mask[:, :total])
         self._bind_array("logits", logits, output=True)
-        kv, d = self._kv, self._d
         for i in range(0 if self.shared else self.spec.num_layers):  # shared: one buffer, bound by reserve
             for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
                 read = self._buffers[self._source][2 * i + j]
                 write = self._buffers[1 - self._source][2 * i + j]
-                self._bind_array(past_name, read[: kv * past * d].reshape(1, kv, past, d))
-                self._bind_array(present_name, write[: kv * total * d].reshape(1, kv, total, d), output=True)
+                h, w = self._shapes[2 * i + j]
+                self._bind_array(past_name, read[: h * past * w].reshape(1, h, past, w))
+                self._bind_array(present_name, write[: h * total * w].reshape(1, h, total, w), output=True)
         self.session.run_with_iobinding(self.binding)
         if not self.shared:
             self._source = 1 - self._source

@@ -26,7 +26,7 @@ from typing import Any
 
 from ropeexport.architectures import ARCHITECTURES
 from ropeexport.architectures.base import Architecture
-from ropeexport.architectures.layers import GEOMETRY, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
+from ropeexport.architectures.layers import GEOMETRY, GROUPED, LATENT_WIRE, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
 from ropeexport.catalog import spec_from_dict
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat
 from ropeexport.errors import SpecError
@@ -51,6 +51,7 @@ WIRE = (("name", False), ("model_type", False), ("num_layers", False), ("hidden_
         ("tie_embeddings", False), ("sliding_window", False), ("dtype", False), ("graph", False),
         ("attn_scale", True), ("attn_softcap", True), ("final_softcap", True), ("logit_scale", True), ("text_of", True),
         ("num_experts", True), ("experts_per_token", True), ("swiglu_alpha", True), ("swiglu_limit", True),
+        *((name, True) for name in LATENT_WIRE), *((name, True) for name in GROUPED),
         ("weight_format", True), ("block_size", True), ("accuracy_level", True), ("symmetric", True),
         ("tied_head_int4", True), ("tied_embedding_int4", True), ("query_scale", True))  # fmt: skip
 STORAGE = ("weight_format", "block_size", "accuracy_level", "symmetric", "tied_head_int4", "tied_embedding_int4")
@@ -205,7 +206,7 @@ class DecoderSpec:
         }  # fmt: skip
         for name in ("intermediate_size", "act", "residual", "position", "qkv_bias", "o_bias", "mlp_bias",
                      "attn_scale", "attn_softcap", "num_experts", "experts_per_token", "swiglu_alpha",
-                     "swiglu_limit", "query_scale"):  # fmt: skip
+                     "swiglu_limit", "query_scale", *LATENT_WIRE, *GROUPED):  # fmt: skip
             values[name] = wide[name]
         out = {}
         for name, optional in WIRE:
@@ -403,7 +404,8 @@ class DecoderSpec:
 _ZERO: dict[str, object] = {"attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "logit_scale": 0.0,
                             "text_of": "",
                             "num_experts": 0, "experts_per_token": 0, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
-                            "query_scale": None}
+                            "query_scale": None, **dict.fromkeys(LATENT_WIRE, 0), "n_group": 0, "topk_group": 0,
+                            "norm_topk_prob": False, "routed_scaling_factor": 0.0, "n_shared_experts": 0}
 _STORAGE_FIELD = dict(zip(STORAGE, ("format", "block_size", "accuracy_level", "symmetric", "tied_head_int4",
                                     "tied_embedding_int4"), strict=True))  # fmt: skip
 

@@ -35,6 +35,14 @@ def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int
     return (spec.layers[layer] if layer is not None else spec.default).geometry
 
 
+def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((heads, width) of layer ``layer``'s cached key, of its value) in the decoder's form (``graph`` None) or
+    ``graph`` ("": as the layer computes it, unpadded): ``LayerSpec.cache_shapes``, each tensor [b, heads, past,
+    width].
+    """  # noqa: D205
+    return spec.layers[layer].cache_shapes(spec.graph if graph is None else graph)
+
+
 def _layer_of(canonical: str) -> int | None:
     """The layer index of a canonical name (``layers.3.q_proj`` -> 3), None for the model's own weights."""
     if not canonical.startswith("layers."):

@@ -55,6 +55,11 @@ def _config(tmp: Path, **fields: object) -> list[str]:
     return ["--hf-config", str(path)]
 
 
+# A tiny DeepSeek V3 config's own keys (with _config's sizes): 8 experts in 2 groups, 2 a token, a query LoRA.
+DEEPSEEK = {"model_type": "deepseek_v3", "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
+            "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8,
+            "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "first_k_dense_replace": 0,
+            "moe_intermediate_size": 16}  # fmt: skip
 # A tiny gpt-oss config's own keys (with _config's sizes): 4 experts, 2 a token, its YaRN written out.
 OSS = {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2,
        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 150000.0,
@@ -190,6 +195,12 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "num_experts_per_tok: must be at most the experts (4), got 5"),
     ("gpt-oss with a negative clamp", lambda t: _config(t, **OSS, swiglu_limit=-7.0),
      "swiglu_limit: must be a positive number, got -7.0"),
+    ("DeepSeek V3's kv_lora_rank without qk_rope_head_dim",
+     lambda t: _config(t, **(DEEPSEEK | {"qk_rope_head_dim": None})), "config.json: qk_rope_head_dim: missing"),
+    ("DeepSeek V3's n_group not dividing its experts", lambda t: _config(t, **(DEEPSEEK | {"n_group": 3})),
+     "config.json: n_group: must divide n_routed_experts (8), got 3"),
+    ("DeepSeek V3 (latent attention not composed into a decoder yet)", lambda t: _config(t, **DEEPSEEK),
+     "attention_kind: latent attention is described but not built"),
     ("gpt-oss's MXFP4 experts", lambda t: _config(t, **OSS, quantization_config={"quant_method": "mxfp4"}),
      "quantization_config: is not supported by the decoder artifact: quantized weights (gpt-oss ships MXFP4"),
     ("Qwen3-MoE choosing more experts than it has", lambda t: _config(t, **(QMOE | {"num_experts_per_tok": 5})),

@@ -257,7 +257,13 @@ REFUSED = [
     ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16.5}}],
      "layers[2].query_scale.original_max_position_embeddings"),
     ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),
-    ([{}, {"attention_kind": "latent"}, {}], "layers[1].attention_kind"),
+    ([{}, {"attention_kind": "latent", "num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+           "v_head_dim": 8}, {}], "layers[1].attention_kind"),
+    # a latent layer's widths (DeepSeek's MLA), checked on construction
+    ([{}, {"attention_kind": "latent", "num_kv_heads": 4}, {}], "layers[1].kv_lora_rank"),
+    ([{}, {"attention_kind": "latent", "kv_lora_rank": 16, "v_head_dim": 8}, {}], "layers[1].num_kv_heads"),
+    ([{}, {"kv_lora_rank": 16}, {}], "layers[1].kv_lora_rank"),  # a standard layer has no latent
+    ([{}, {"v_head_dim": 8}, {}], "layers[1].v_head_dim"),
     (_bad_position(max_positions=128), "layers[1].position.max_positions"),
     (_bad_position(theta="x"), "layers[1].position.theta"),
     (_bad_position(scaling="dynamic", scaling_params={"factor": 2.0, "original_max_position_embeddings": 128}),

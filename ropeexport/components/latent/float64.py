@@ -1,0 +1,93 @@
+"""The ``latent`` component's float64 twin: one MLA layer over either cache, every operation exact to float64.
+
+Written from the definition (``spec`` module doc; DeepSeek-V2 section 2.1), never from the graph, and the same
+function for both caches: a latent cache is expanded through ``kv_b_proj`` here (the keys and values it stands
+for), so the twin of the absorbed graph is the plain attention the absorption rewrites. The rows that see no key
+output zeros, as ``components.attention.float64``.
+
+Notation as in ``components.latent.spec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ropeexport.components.attention.float64 import visible
+from ropeexport.components.latent.spec import LatentSpec, check_weights
+from ropeexport.components.linear import linear64
+from ropeexport.components.norm import norm64
+from ropeexport.recipes import Feeds
+
+# rotate(x [b, heads, s, rope] float64, position_ids [b, s]) -> float64
+Rotate64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def expand64(spec: LatentSpec, latent: np.ndarray, rope_key: np.ndarray,
+             w: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """latent [b, 1, t, r] and rotated rope_key [b, 1, t, rope] -> keys [b, H, t, nope + rope], values [b, H, t, v]:
+    ``kv_b_proj`` of the latent per head, each head's key its nope part beside the one shared rope key.
+    """  # noqa: D205
+    b, _, t, _ = latent.shape
+    H, nope, v = spec.num_heads, spec.qk_nope_head_dim, spec.v_head_dim
+    kv = (latent[:, 0] @ w["kv_b_proj"]).reshape(b, t, H, nope + v).transpose(0, 2, 1, 3)  # [b, H, t, nope + v]
+    shared = np.broadcast_to(rope_key, (b, H, t, spec.qk_rope_head_dim))
+    return np.concatenate([kv[..., :nope], shared], axis=-1), kv[..., nope:]
+
+
+def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
+             rotate: Rotate64 | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    """float64 ``output`` [b, s, n] and the spec's cache outputs of a dynamic call.
+
+    ``feeds``: hidden [b, s, n], position_ids [b, s], attention_mask [b, t], and the cache (``spec.cache_shapes``:
+    past_key / past_value, or past_latent / past_rope_key). Outputs: expanded, present_key [b, H, t, nope + rope] /
+    present_value [b, H, t, v] (the gqa form's padded with zeros to nope + rope); latent, present_latent
+    [b, 1, t, r] / present_rope_key [b, 1, t, rope] (rotated).
+    ``weights``: the stored values (``spec.shapes``). ``rotate``: the rotation twin, default the piece's ``rotate64``
+    (None and no piece: nothing rotated).
+    """
+    check_weights(spec, weights)
+    if rotate is None and spec.position is not None:
+        rotate = spec.position.rotate64
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    H, nope, r = spec.num_heads, spec.qk_nope_head_dim, spec.kv_lora_rank
+    x = np.asarray(feeds["hidden"], np.float64)
+    b, s, _ = x.shape
+    pos = np.asarray(feeds["position_ids"])
+    if spec.q_lora_rank:
+        q = linear64(norm64(spec.norm, linear64(x, w["q_a_proj"]), w["q_a_norm"]), w["q_b_proj"])
+    else:
+        q = linear64(x, w["q_proj"])
+    q = q.reshape(b, s, H, spec.qk_head_dim).transpose(0, 2, 1, 3)  # [b, H, s, nope + rope]
+    q_nope, q_rope = q[..., :nope], q[..., nope:]
+    compressed = linear64(x, w["kv_a_proj"])  # [b, s, r + rope]
+    latent = norm64(spec.norm, compressed[..., :r], w["kv_a_norm"])[:, None]  # [b, 1, s, r]
+    rope_key = compressed[..., r:][:, None]  # [b, 1, s, rope]: one key slice for every head
+    if rotate is not None:
+        q_rope, rope_key = rotate(q_rope, pos), rotate(rope_key, pos)
+    query = np.concatenate([q_nope, q_rope], axis=-1)
+    if spec.cache == "latent":
+        latents = np.concatenate([np.asarray(feeds["past_latent"], np.float64), latent], axis=2)
+        rope_keys = np.concatenate([np.asarray(feeds["past_rope_key"], np.float64), rope_key], axis=2)
+        keys, values = expand64(spec, latents, rope_keys, w)
+        past = feeds["past_latent"].shape[2]
+        present = {"present_latent": latents, "present_rope_key": rope_keys}
+    else:
+        new_keys, new_values = expand64(spec, latent, rope_key, w)
+        if spec.graph == "gqa":  # its cache holds values padded with zeros to the key's width (``cache_shapes``)
+            pad = spec.qk_head_dim - spec.v_head_dim
+            new_values = np.concatenate([new_values, np.zeros((*new_values.shape[:3], pad))], axis=-1)
+        keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), new_keys], axis=2)
+        values = np.concatenate([np.asarray(feeds["past_value"], np.float64), new_values], axis=2)
+        past = feeds["past_key"].shape[2]
+        present = {"present_key": keys, "present_value": values}
+        values = values[..., : spec.v_head_dim]  # the padding (gqa) read by nothing
+    logits = np.einsum("bhid,bhjd->bhij", query, keys) * spec.logit_scale
+    logits = np.where(visible(s, past, np.asarray(feeds["attention_mask"])), logits, -np.inf)  # [b, H, s, t]
+    top = np.max(logits, axis=-1, keepdims=True)
+    sees = np.isfinite(top)
+    e = np.where(np.isfinite(logits), np.exp(logits - np.where(sees, top, 0.0)), 0.0)
+    probs = e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0)
+    attended = (probs @ values).transpose(0, 2, 1, 3).reshape(b, s, H * spec.v_head_dim)
+    return {"output": linear64(attended, w["o_proj"]), **present}
