@@ -139,13 +139,15 @@ def graft(
     spec_file: str | Path | None = None,
     proof_cache_gib: float = CACHE_GIB,
     truth: str = "auto",
+    truth_gib: float | None = None,
 ) -> GraftResult:
     """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
     ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
     exported from, against the whole decoder's float64 recompute too: its own config.json where ``spec_file`` is
     given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said). ``truth``: what
     the proof judges against (``audits.truth``: ``auto``, ropeexport's float64 decoder where it builds the model type,
-    else transformers' model in float64; ``oracle`` or ``transformers`` forces one).
+    else transformers' model in float64; ``oracle`` or ``transformers`` forces one); ``truth_gib``: the most memory
+    transformers' float64 model may take (None: what is available; ``hf_truth.check_size``).
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
@@ -174,7 +176,8 @@ def graft(
     _refuse_unchecked(before)
     spec = encodings.first
     config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
-    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib, truth)
+    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib, truth,
+                                                          truth_gib)  # fmt: skip
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
