@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from ropeexport.architectures.base import Architecture
-from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
+from ropeexport.architectures.hooks import ENCODING_TYPES, ENCODING_WRAPPERS, ConfigHook
 from ropeexport.errors import SpecError
 
 # One line per architecture (its folder's module): what ``ARCHITECTURES`` holds, in this order.
@@ -55,6 +55,8 @@ def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
 ARCHITECTURES = load(PACKAGES)
 # Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's type.
 TEXT_CONFIGS = {wrapper: arch.model_type for arch in ARCHITECTURES.values() for wrapper in arch.wrappers}
+# every wrapper whose text model's encoding ropeexport reads: those it builds (TEXT_CONFIGS) and ENCODING_WRAPPERS
+WRAPPERS = {**ENCODING_WRAPPERS, **TEXT_CONFIGS}
 
 
 def config_hook(model_type: str) -> ConfigHook | None:
@@ -63,8 +65,8 @@ def config_hook(model_type: str) -> ConfigHook | None:
     """  # noqa: D205
     if model_type in ARCHITECTURES:
         return ARCHITECTURES[model_type].config_hook
-    if model_type in TEXT_CONFIGS:
-        return ConfigHook(model_type, text_model=TEXT_CONFIGS[model_type])
+    if model_type in WRAPPERS:
+        return ConfigHook(model_type, text_model=WRAPPERS[model_type])
     return ENCODING_TYPES.get(model_type)
 
 

@@ -142,3 +142,8 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
                    "layer type's rope_theta in rope_parameters"),
     )
 }  # fmt: skip
+
+# Multimodal wrappers of those types, read through their text_config (transformers 5.23: Qwen3_5Config and
+# Gemma3nConfig hold the text model's config as text_config); the wrappers of types ropeexport builds are their
+# architectures' (``Architecture.wrappers``)
+ENCODING_WRAPPERS: dict[str, str] = {"qwen3_5": "qwen3_5_text", "gemma3n": "gemma3n_text"}

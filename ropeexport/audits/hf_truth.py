@@ -95,7 +95,12 @@ class TransformersTruth:
             raise SpecError("checkpoint", f"{str(checkpoint)!r}: transformers {transformers.__version__} has no "
                             f"causal language model for model type {config.model_type!r}")  # fmt: skip
         self.model_class = model_class.__name__
-        self.bytes = check_size(model_class, config, memory_gib)
+        # a multimodal wrapper's checkpoint (qwen3_5, gemma3n): its sizes are its text model's, and the class
+        # transformers maps it to reads the text model's weights (Qwen3.5's causal LM) or is the wrapper itself
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        own = getattr(model_class, "config_class", None)
+        built = config if own is None or isinstance(config, own) else text
+        self.bytes = check_size(model_class, built, memory_gib)
         self.layers = import_layers(read_config(hf_config), str(hf_config))  # per layer type, as the audit reads it
         encodings = from_config(Path(hf_config))
         self.specs: dict[str, Any] = {}  # layer type -> its RoPE spec (ropeexport's reading of the config)
@@ -106,12 +111,14 @@ class TransformersTruth:
         if not self.specs or any(s.encoding != "rope" for s in self.specs.values()):
             raise SpecError("hf_config", f"{str(hf_config)!r}: the transformers truth patches RoPE angles; this "
                             "config's layers have no RoPE")  # fmt: skip
-        heads = config.num_attention_heads
-        kv = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        heads = text.num_attention_heads
+        kv = getattr(text, "num_key_value_heads", None) or heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
         furthest = max(self.specs.values(), key=lambda s: s.max_positions)
-        count = int(config.num_hidden_layers)
-        self.spec = ModelShape(int(config.vocab_size), count, bool(getattr(config, "tie_word_embeddings", False)),
+        count = int(text.num_hidden_layers)
+        tied = getattr(text, "tie_word_embeddings", None)
+        tied = getattr(config, "tie_word_embeddings", False) if tied is None else tied
+        self.spec = ModelShape(int(text.vocab_size), count, bool(tied),
                                (LayerShape((heads, kv, head_dim)),) * count, furthest)  # fmt: skip
         self.tolerance = TOLERANCE[dtype]
         self.source = "the checkpoint"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS, config_hook
+from ropeexport.architectures import ARCHITECTURES, WRAPPERS, config_hook
 from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
 from ropeexport.errors import SpecError
 from ropeexport.hf.encoding import _import_one, describe
@@ -115,17 +115,17 @@ def spans(layers: tuple[int, ...] | list[int]) -> str:
 
 
 def text_config(config: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str]:
-    """The text model's config and where it is: a multimodal wrapper's ``text_config`` (``TEXT_CONFIGS``), else the
-    config itself.
+    """The text model's config and where it is: a multimodal wrapper's ``text_config`` (``architectures.WRAPPERS``),
+    else the config itself.
     """  # noqa: D205
     wrapper = config.get("model_type")
-    if not isinstance(wrapper, str) or wrapper not in TEXT_CONFIGS:
+    if not isinstance(wrapper, str) or wrapper not in WRAPPERS:
         return config, where
     inner = config.get("text_config")
     if not isinstance(inner, Mapping):
         raise SpecError(f"{where}: text_config", f"must be the text model's config (an object) in a {wrapper} "
                         f"config, got {inner!r}")  # fmt: skip
-    expected = TEXT_CONFIGS[wrapper]
+    expected = WRAPPERS[wrapper]
     if inner.get("model_type", expected) != expected:
         raise SpecError(f"{where}: text_config.model_type", f"must be {expected!r} in a {wrapper} config, got "
                         f"{inner.get('model_type')!r}")  # fmt: skip
