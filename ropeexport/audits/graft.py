@@ -61,6 +61,7 @@ from ropeexport.audits.observe import feed, session_feeds
 from ropeexport.audits.package import genai_folder
 from ropeexport.audits.patterns import Site, SiteKind
 from ropeexport.audits.prove import CACHE_GIB, DecoderProof
+from ropeexport.audits.states import state_shape
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
@@ -331,6 +332,10 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     """A short call's inputs: ids and positions as observe feeds them, an integer seqlens / total for GQA."""
     name = value.name or ""
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
+    state = state_shape(name, list(value.shape or []))
+    if state is not None:  # a hybrid's convolution or recurrent state: a first call's, zeros (``audits.states``)
+        assert value.dtype is not None, "a model input declares its element type"
+        return np.zeros(state, value.dtype.numpy())
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
         heads = getattr(spec, "num_kv_heads", None) or spec.num_heads  # an ALiBi spec has one head count
         assert value.dtype is not None, "a model input declares its element type"

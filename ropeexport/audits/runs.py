@@ -116,8 +116,10 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
     signature = Signature(path)
     inputs = {i.name: (i.shape, i.type) for i in signature.get_inputs()}
     outputs = {o.name: o for o in signature.get_outputs()}
-    cached = [n for n, (shape, _) in inputs.items() if len(shape) == 4 and ("past" in n or "cache" in n)]
-    states = [n for n, (shape, _) in inputs.items() if n not in cached and state_shape(n, shape) is not None]
+    states = [n for n, (shape, _) in inputs.items() if state_shape(n, shape) is not None]  # before caches: a
+    # recurrent state is [b, heads, k, v], four axes as a cache's, all fixed but the batch
+    cached = [n for n, (shape, _) in inputs.items()
+              if len(shape) == 4 and ("past" in n or "cache" in n) and n not in states]  # fmt: skip
     other = [n for n in inputs if n not in ("input_ids", "attention_mask", "position_ids", *cached, *states)]
     if "input_ids" not in inputs or other:
         return (f"the model reads input {(other or ['input_ids'])[0]!r}, which a run as users run it cannot feed "
@@ -277,13 +279,13 @@ def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> list[d
 def _is_cache(name: str, plan: Plan) -> bool:
     """A cache input [b, heads, past, d], or a hybrid's state input (``audits.states``)."""
     shape = plan.inputs[name][0]
-    return len(shape) == 4 and ("past" in name or "cache" in name) or state_shape(name, shape) is not None
+    return state_shape(name, shape) is not None or len(shape) == 4 and ("past" in name or "cache" in name)
 
 
 def _empty(declared: tuple[Any, str], spec: Any, name: str = "") -> np.ndarray:
     """An empty cache [1, heads, 0, d] of a cache input; a state input's zeros (``audits.states``)."""
     shape, kind = declared
-    state = None if len(shape) == 4 and ("past" in name or "cache" in name) else state_shape(name, shape)
+    state = state_shape(name, shape)
     if state is not None:
         return np.zeros(state, NUMPY.get(kind, np.float32))
     heads = shape[1] if isinstance(shape[1], int) else int(getattr(spec, "num_kv_heads", 1) or 1)

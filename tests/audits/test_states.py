@@ -23,6 +23,7 @@ from ropeexport.audits.states import layer_tail, state_shape
 from ropeexport.errors import SpecError
 
 V, KV, D, WIDTH, KERNEL = 16, 2, 8, 6, 3
+RECURRENT = ["batch", 2, 4, 4]  # [b, heads, k, v]: four axes, as a cache's, but all fixed past the batch
 
 # (input name, declared shape, the zeros' shape fed, None: not a state input)
 SHAPES: list[tuple[str, list[Any], tuple[int, ...] | None]] = [
@@ -59,15 +60,17 @@ def hybrid(path: Path, state_dims: list[Any]) -> Path:
         helper.make_node("Add", ["past_key_values.1.conv_state", "one"], ["present.1.conv_state"]),
         helper.make_node("Identity", ["past_key_values.0.key"], ["present.0.key"]),
         helper.make_node("Identity", ["past_key_values.0.value"], ["present.0.value"]),
+        helper.make_node("Identity", ["past_key_values.1.recurrent_state"], ["present.1.recurrent_state"]),
     ]
     inits = [numpy_helper.from_array(np.array([V], np.int64), "vocab"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one")]  # fmt: skip
     kv = ["batch", KV, "past", D]
     inputs = [io("input_ids", i64, ["batch", "s"]), io("attention_mask", i64, ["batch", "t"]),
               io("position_ids", i64, ["batch", "s"]), io("past_key_values.0.key", f, kv),
-              io("past_key_values.0.value", f, kv), io("past_key_values.1.conv_state", f, state_dims)]  # fmt: skip
+              io("past_key_values.0.value", f, kv), io("past_key_values.1.conv_state", f, state_dims),
+              io("past_key_values.1.recurrent_state", f, RECURRENT)]  # fmt: skip
     outputs = [io("logits", f, ["batch", "s", V]), io("present.0.key", f, kv), io("present.0.value", f, kv),
-               io("present.1.conv_state", f, state_dims)]  # fmt: skip
+               io("present.1.conv_state", f, state_dims), io("present.1.recurrent_state", f, RECURRENT)]  # fmt: skip
     model = helper.make_model(helper.make_graph(nodes, "hybrid", inputs, outputs, inits),
                               opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
     model.ir_version = 10
@@ -82,7 +85,8 @@ SPEC = SimpleNamespace(num_layers=2, vocab_size=V, max_positions=64, num_heads=K
 def test_the_proof_feeds_a_state_input_zeros_of_its_shape(tmp_path: Path) -> None:
     path = hybrid(tmp_path / "hybrid.onnx", ["batch", WIDTH, KERNEL - 1])
     feeder = Feeder(Signature(path), SPEC, path)
-    assert feeder.states == {"past_key_values.1.conv_state": ((1, WIDTH, KERNEL - 1), "tensor(float)")}
+    assert feeder.states == {"past_key_values.1.conv_state": ((1, WIDTH, KERNEL - 1), "tensor(float)"),
+                             "past_key_values.1.recurrent_state": ((1, 2, 4, 4), "tensor(float)")}
     assert sorted(feeder.cached) == [0]  # the convolution layer holds a state, not a cache
 
 
@@ -100,8 +104,20 @@ def test_a_run_as_users_run_it_carries_the_state_from_call_to_call(tmp_path: Pat
     planned = plan(path, SPEC, [])
     assert not isinstance(planned, str), planned
     assert planned.mode == "cache" and planned.caches["past_key_values.1.conv_state"] == "present.1.conv_state"
+    assert planned.caches["past_key_values.1.recurrent_state"] == "present.1.recurrent_state"
     got = run(path, planned, SPEC, threads=1)[0]
     calls = -(-(planned.reach - 8) // planned.chunk)  # the prefill's calls, each adding 1 to every state entry
     draws = [p for p in planned.places if p.draw is not None]
     for place in draws:  # each draw from the prefilled state: calls x the state's entries, as its logits
         assert np.all(got[place] == calls * WIDTH * (KERNEL - 1)), (got[place][0, 0], calls)
+
+
+def test_grafts_short_call_feeds_a_state_zeros_not_an_empty_cache(tmp_path: Path) -> None:
+    """The short call graft compares both models on: a recurrent state [b, 2, 4, 4] fed as an empty cache [1, 2, 0, 4]
+    would be refused by ONNX Runtime (mobius-onnx's Qwen3.5 was, before states were told apart).
+    """  # noqa: D205
+    from ropeexport.audits.graft import short_call
+
+    path = hybrid(tmp_path / "hybrid.onnx", ["batch", WIDTH, KERNEL - 1])
+    compared = short_call(path, path, SPEC)
+    assert compared["tokens"] == 8 and compared["equal"] and compared["max_abs"] == 0.0

@@ -106,9 +106,10 @@ def _span(node: ir.Node, width: int) -> tuple[int, int] | None:
     parts = [_constant(v) if v is not None else None for v in node.inputs[1:5]]
     if len(parts) < 3 or any(p is None for p in parts[:3]):
         return None
-    starts, ends, axes = (np.asarray(p).reshape(-1) for p in parts[:3])  # type: ignore[arg-type]
+    starts, ends, axes = (np.asarray(p).reshape(-1) for p in parts[:3])
     steps = np.asarray(parts[3]).reshape(-1) if len(parts) > 3 and parts[3] is not None else np.ones(1)
-    if len(axes) != 1 or int(axes[0]) not in (-1, _rank(node.inputs[0]) - 1) or int(steps[0]) != 1:  # type: ignore[arg-type]
+    data = node.inputs[0]
+    if data is None or len(axes) != 1 or int(axes[0]) not in (-1, _rank(data) - 1) or int(steps[0]) != 1:
         return None
     return int(starts[0]), min(int(ends[0]), width)
 
