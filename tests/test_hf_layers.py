@@ -142,6 +142,14 @@ FAMILIES = [
     ("gemma3n-two-encodings", lambda: config("gemma3n_text", num_hidden_layers=10),
      [("sliding_attention", "0-3, 5-8", "theta 10000, unscaled"), ("full_attention", "4, 9",
                                                                     "theta 1e+06, unscaled")], "", 512),
+    # their multimodal wrappers, read through text_config (issue 41: the transformers truth of their checkpoints)
+    ("qwen3_5-wrapper", lambda: {"model_type": "qwen3_5", "text_config": config("qwen3_5_text", num_hidden_layers=8),
+                                 "vision_config": {}},
+     [("full_attention", "3, 7", "theta 10000, unscaled, 64 of 256 channels rotated")], "0-2, 4-6", 0),
+    ("gemma3n-wrapper", lambda: {"model_type": "gemma3n", "text_config": config("gemma3n_text", num_hidden_layers=10),
+                                 "vision_config": {}, "audio_config": {}},
+     [("sliding_attention", "0-3, 5-8", "theta 10000, unscaled"), ("full_attention", "4, 9",
+                                                                    "theta 1e+06, unscaled")], "", 512),
 ]  # fmt: skip
 
 

@@ -391,6 +391,39 @@ def plant_slopes(model: Path, ckpt: Path, folder: Path) -> Path:
     return folder / "model.onnx"
 
 
+def plant_sincos_swap(model: Path, folder: Path) -> Path:
+    """A copy of an exported GPT-J model whose one sin | cos table (``embed_positions``: the float constant [P, r]
+    whose row 0 is zero in its first half, as ``audits.patterns.split_table`` reads it) is stored cos | sin: the
+    graph still splits it sin then cos, so every layer's rotation takes cos for sin.
+    """  # noqa: D205
+    import numpy as np
+    import onnx_ir as ir
+
+    def swapped(array: np.ndarray) -> np.ndarray | None:
+        half = array.shape[-1] // 2 if array.ndim == 2 else 0
+        if not half or not np.issubdtype(array.dtype, np.floating) or np.any(array[0, :half]) or array.shape[0] < 2:
+            return None
+        return np.roll(array, half, axis=1)
+
+    graph, planted = ir.load(model), 0
+    for value in graph.graph.initializers.values():
+        array = value.const_value.numpy()
+        moved = swapped(array)
+        value.const_value = ir.tensor(array if moved is None else moved, name=value.name)  # read now: saved elsewhere
+        planted += moved is not None
+    for node in graph.graph:
+        tensor = node.attributes["value"].value if node.op_type == "Constant" and "value" in node.attributes else None
+        moved = None if tensor is None else swapped(tensor.numpy())
+        if moved is not None:
+            node.attributes["value"] = ir.AttrTensor("value", ir.tensor(moved))
+            planted += 1
+    if not planted:
+        raise ValueError(f"{model}: no sin | cos table (a float [P, r] constant whose row 0 starts with zeros)")
+    folder.mkdir(parents=True, exist_ok=True)
+    ir.save(graph, folder / "model.onnx", external_data="model.onnx.data")
+    return folder / "model.onnx"
+
+
 def spans(layers: list[int]) -> str:
     """Layer indices as runs (``hf.spans``)."""
     from ropeexport.hf import spans as runs
@@ -446,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
                 variants.append(
                     (f"{source}, power-of-two slopes planted", plant_slopes(model, ckpt, work / f"s{i}" / f"x{j}p"))
                 )
+            if model_type == "gptj" and source == OPTIMUM:  # its one sin | cos table, stored the other way round
+                swapped = plant_sincos_swap(model, work / f"s{i}" / f"x{j}s")
+                variants.append((f"{source}, sin and cos halves swapped planted", swapped))
             for label, path in variants:
                 folder = work / f"s{i}" / f"{path.parent.name}-grafted"
                 rows.append(audit_row(row | {"source": label}, path, ckpt, folder, name in measured))

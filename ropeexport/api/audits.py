@@ -56,6 +56,7 @@ def graft(
     spec_file: str | Path | None = None,
     proof_cache_gib: float = 4.0,
     truth: str = "auto",
+    truth_gib: float | None = None,
 ) -> GraftResult:
     """``model`` with every wrong rotary site replaced by the exact values of its layers' encoding (``hf_config``'s,
     or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist; for a model
@@ -65,11 +66,14 @@ def graft(
     a call whose cache would take more than ``proof_cache_gib`` GiB not run (and said: the verdict is then
     ``partial``, proven up to a position, never ``proven``); ``truth``: what they are judged against (``auto``:
     ropeexport's float64 decoder where it builds the model type, else transformers' model in float64, eager, exact
-    float64 angles per layer type; ``oracle`` / ``transformers`` forces one). Returns a ``GraftResult``.
+    float64 angles per layer type; ``oracle`` / ``transformers`` forces one); ``truth_gib``: the most memory
+    transformers' float64 model may take (default: what is available now; over it, refused before loading). Returns a
+    ``GraftResult``.
     """  # noqa: D205
     from ropeexport.audits.graft import graft as _graft
 
     folder = None if checkpoint is None else _path(checkpoint, "checkpoint")
     config = None if hf_config is None else _path(hf_config, "hf_config")
     spec = None if spec_file is None else _path(spec_file, "spec_file")
-    return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec, proof_cache_gib, truth)
+    return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec, proof_cache_gib, truth,
+                  truth_gib)  # fmt: skip

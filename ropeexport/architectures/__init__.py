@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from ropeexport.architectures.base import Architecture
-from ropeexport.architectures.hooks import ENCODING_TYPES, NOT_BUILT_TYPES, ConfigHook
+from ropeexport.architectures.hooks import ENCODING_TYPES, ENCODING_WRAPPERS, NOT_BUILT_TYPES, ConfigHook
 from ropeexport.architectures.missing import missing
 from ropeexport.errors import SpecError
 
@@ -66,6 +66,9 @@ for _arch in ARCHITECTURES.values():
     for _wrapper in _arch.wrappers:
         TEXT_TYPES[_wrapper] = (*TEXT_TYPES.get(_wrapper, ()), _arch.model_type)
 TEXT_CONFIGS = {wrapper: types[0] for wrapper, types in TEXT_TYPES.items()}
+# every wrapper whose text model's encoding ropeexport reads -> the text model's type when text_config names none:
+# those it builds (TEXT_CONFIGS) and ENCODING_WRAPPERS
+WRAPPERS = {**ENCODING_WRAPPERS, **TEXT_CONFIGS}
 
 
 def config_hook(model_type: str) -> ConfigHook | None:
@@ -74,8 +77,8 @@ def config_hook(model_type: str) -> ConfigHook | None:
     """  # noqa: D205
     if model_type in ARCHITECTURES:
         return ARCHITECTURES[model_type].config_hook
-    if model_type in TEXT_CONFIGS:
-        return ConfigHook(model_type, text_model=TEXT_CONFIGS[model_type])
+    if model_type in WRAPPERS:
+        return ConfigHook(model_type, text_model=WRAPPERS[model_type])
     return ENCODING_TYPES.get(model_type)
 
 

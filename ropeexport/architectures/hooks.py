@@ -143,6 +143,11 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
 }  # fmt: skip
 
 
+# Multimodal wrappers of those types, read through their text_config (transformers 5.23: Qwen3_5Config and
+# Gemma3nConfig hold the text model's config as text_config); the wrappers of types ropeexport builds are their
+# architectures' (``Architecture.wrappers``)
+ENCODING_WRAPPERS: dict[str, str] = {"qwen3_5": "qwen3_5_text", "gemma3n": "gemma3n_text"}
+
 # Model types read by nothing here yet, each with what is missing (named instead of "unknown": issue 39's Gemma 4,
 # transformers 5.23 ``modeling_gemma4.py`` / ``configuration_gemma4.py``). Its global layers' encoding alone builds
 # from a spec_file (``scaling: proportional``).
@@ -152,4 +157,3 @@ _GEMMA4 = ("Gemma 4 is not built: its layers' own head_dim (global_head_dim / pe
            "(attention_k_eq_v) and its experts (enable_moe_block) are not read yet; its global layers' proportional "
            "RoPE builds from a `spec_file` (scaling: proportional, scaling_params.partial_rotary_factor 0.25)")
 NOT_BUILT_TYPES: dict[str, str] = {"gemma4_text": _GEMMA4, "gemma4": _GEMMA4}
-

@@ -61,6 +61,7 @@ from ropeexport.audits.observe import feed, session_feeds
 from ropeexport.audits.package import genai_folder
 from ropeexport.audits.patterns import Site, SiteKind
 from ropeexport.audits.prove import CACHE_GIB, DecoderProof
+from ropeexport.audits.states import state_shape
 from ropeexport.errors import SpecError
 from ropeexport.results import JsonObject
 from ropeexport.store import Store, check_name
@@ -139,13 +140,15 @@ def graft(
     spec_file: str | Path | None = None,
     proof_cache_gib: float = CACHE_GIB,
     truth: str = "auto",
+    truth_gib: float | None = None,
 ) -> GraftResult:
     """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
     ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
     exported from, against the whole decoder's float64 recompute too: its own config.json where ``spec_file`` is
     given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said). ``truth``: what
     the proof judges against (``audits.truth``: ``auto``, ropeexport's float64 decoder where it builds the model type,
-    else transformers' model in float64; ``oracle`` or ``transformers`` forces one).
+    else transformers' model in float64; ``oracle`` or ``transformers`` forces one); ``truth_gib``: the most memory
+    transformers' float64 model may take (None: what is available; ``hf_truth.check_size``).
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
@@ -174,7 +177,8 @@ def graft(
     _refuse_unchecked(before)
     spec = encodings.first
     config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
-    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib, truth)
+    proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib, truth,
+                                                          truth_gib)  # fmt: skip
     implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
@@ -328,6 +332,10 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     """A short call's inputs: ids and positions as observe feeds them, an integer seqlens / total for GQA."""
     name = value.name or ""
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
+    state = state_shape(name, list(value.shape or []))
+    if state is not None:  # a hybrid's convolution or recurrent state: a first call's, zeros (``audits.states``)
+        assert value.dtype is not None, "a model input declares its element type"
+        return np.zeros(state, value.dtype.numpy())
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
         heads = getattr(spec, "num_kv_heads", None) or spec.num_heads  # an ALiBi spec has one head count
         assert value.dtype is not None, "a model input declares its element type"

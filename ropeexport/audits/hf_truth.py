@@ -21,7 +21,11 @@ Two things transformers computes below float64 even in a float64 model are put r
   ``Tensor.to`` and ``softmax`` keep a float64 tensor in float64.
 
 The whole model is held in float64 (8 bytes a parameter, where the oracle truth reads layer by layer): loaded for the
-calls and dropped after them, before any ONNX Runtime session of the model exists.
+calls and dropped after them, before any ONNX Runtime session of the model exists. Before anything is loaded its
+size is estimated from the config (``float64_bytes``: the model built on the meta device, which allocates nothing,
+its parameters at 8 bytes each, its buffers in their dtype; activations not counted) and compared with the memory the
+truth may take (``memory_gib``: by default what the system says is available, MemAvailable of /proc/meminfo): over
+it, one line naming the size, the limit and the flag (``--truth-gib``) that raises it, before any weight is read.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class TransformersTruth:
 
     kind = "transformers"
 
-    def __init__(self, hf_config: Path, checkpoint: Path, dtype: str) -> None:
+    def __init__(self, hf_config: Path, checkpoint: Path, dtype: str, memory_gib: float | None = None) -> None:
         import transformers
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -97,6 +101,12 @@ class TransformersTruth:
             raise SpecError("checkpoint", f"{str(checkpoint)!r}: transformers {transformers.__version__} has no "
                             f"causal language model for model type {config.model_type!r}")  # fmt: skip
         self.model_class = model_class.__name__
+        # a multimodal wrapper's checkpoint (qwen3_5, gemma3n): its sizes are its text model's, and the class
+        # transformers maps it to reads the text model's weights (Qwen3.5's causal LM) or is the wrapper itself
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        own = getattr(model_class, "config_class", None)
+        built = config if own is None or isinstance(config, own) else text
+        self.bytes = check_size(model_class, built, memory_gib)
         self.layers = import_layers(read_config(hf_config), str(hf_config))  # per layer type, as the audit reads it
         encodings = from_config(Path(hf_config))
         self.specs: dict[str, Any] = {}  # layer type -> its RoPE spec (ropeexport's reading of the config)
@@ -107,12 +117,14 @@ class TransformersTruth:
         if not self.specs or any(s.encoding != "rope" for s in self.specs.values()):
             raise SpecError("hf_config", f"{str(hf_config)!r}: the transformers truth patches RoPE angles; this "
                             "config's layers have no RoPE")  # fmt: skip
-        heads = config.num_attention_heads
-        kv = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        heads = text.num_attention_heads
+        kv = getattr(text, "num_key_value_heads", None) or heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
         furthest = max(self.specs.values(), key=lambda s: s.max_positions)
-        count = int(config.num_hidden_layers)
-        self.spec = ModelShape(int(config.vocab_size), count, bool(getattr(config, "tie_word_embeddings", False)),
+        count = int(text.num_hidden_layers)
+        tied = getattr(text, "tie_word_embeddings", None)
+        tied = getattr(config, "tie_word_embeddings", False) if tied is None else tied
+        self.spec = ModelShape(int(text.vocab_size), count, bool(tied),
                                (LayerShape((heads, kv, head_dim)),) * count, furthest)  # fmt: skip
         self.tolerance = TOLERANCE[dtype]
         self.source = "the checkpoint"
@@ -168,6 +180,49 @@ class TransformersTruth:
                 out.append(got[0, -TOKENS:].to(torch.float64).numpy().copy())
         del model  # the whole model in float64: gone before the ONNX model's session is made
         return out
+
+
+GIB = 2**30
+
+
+def float64_bytes(model_class: Any, config: Any) -> int:
+    """Bytes of ``model_class`` built from ``config`` in float64: its parameters (8 bytes each) and buffers (in their
+    own dtype: a rotary module's float32 inverse frequencies), tied ones once, counted on the meta device (nothing
+    allocated, no weight read).
+    """  # noqa: D205
+    import torch
+
+    with torch.device("meta"):
+        model = model_class._from_config(config, dtype=torch.float64)
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}.values()
+    return sum(int(t.numel()) * t.element_size() for t in tensors)
+
+
+def available_bytes() -> int | None:
+    """The memory the system says is available (MemAvailable of /proc/meminfo), or None where it does not say."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return None
+    found = next((line.split()[1] for line in lines if line.startswith("MemAvailable:")), None)
+    return None if found is None else int(found) * 1024
+
+
+def check_size(model_class: Any, config: Any, memory_gib: float | None) -> int:
+    """The float64 model's bytes (``float64_bytes``); a SpecError when they exceed ``memory_gib`` GiB (None: the
+    memory available now; no limit where the system does not say it).
+    """  # noqa: D205
+    if memory_gib is not None and not memory_gib > 0:
+        raise SpecError("truth_gib", f"must be a positive number of GiB, got {memory_gib}")
+    size = float64_bytes(model_class, config)
+    limit = available_bytes() if memory_gib is None else int(memory_gib * GIB)
+    if limit is not None and size > limit:
+        said = f"--truth-gib {memory_gib:g}" if memory_gib is not None else "the memory available now"
+        raise SpecError("truth_gib", f"the transformers truth holds {model_class.__name__} in float64: about "
+                        f"{size / GIB:.2f} GiB of weights, over {said} ({limit / GIB:.2f} GiB); give --truth-gib "
+                        f"above {size / GIB:.2f} to load it anyway, or --truth oracle where ropeexport builds the "
+                        "model type")  # fmt: skip
+    return size
 
 
 def _is_text_rotary(name: str, module: Any) -> bool:

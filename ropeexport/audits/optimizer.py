@@ -135,7 +135,7 @@ def _width(site: Site, table: np.ndarray | None) -> int | None:
         found = reader.attributes.get(attribute)
         if found is not None and int(found.value):
             return int(found.value)
-    if site.kind is SiteKind.COMPUTED or site.kind is SiteKind.UNIDENTIFIED:
+    if site.kind in (SiteKind.COMPUTED, SiteKind.SPLIT, SiteKind.UNIDENTIFIED):
         return None  # per-token values, their halves or pairs duplicated or not: the width does not say
     if table is not None:
         return 2 * int(table.shape[-1])

@@ -19,6 +19,8 @@ runs in ORT on the same call, one model's session at a time. A call's n tokens s
   without position_ids, the whole sequence 0 .. p + n - 1 is fed to both and its last n tokens judged
   (``truth.WHOLE`` tokens at most);
 - a model without a cache input takes position_ids p .. p + n - 1 and an attention_mask over its n tokens;
+- a hybrid's convolution or recurrent state inputs (``audits.states``) are fed zeros on every call: a first call's
+  state, what transformers' model starts from without a cache;
 - a model with neither only ever sees positions 0 .. n - 1 against the oracle: its far calls are reported as not run,
   with the reason (its verdict ``partial`` too).
 Each call's record says how it was placed (``placed``: cache, positions or whole).
@@ -52,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.proof_verdict import judge_call, outside, verdict
+from ropeexport.audits.states import RULE, state_shape
 from ropeexport.audits.truth import HOWS, KINDS, TOKENS, Cache, Call, OracleTruth, ProofWeights, Truth, call_ids
 from ropeexport.decoder.held import BlockTable, HeldWeights, NBits, block_tables, held_weights, nbits_weights
 from ropeexport.errors import SpecError
@@ -82,19 +85,26 @@ class Feeder:
         self.session, self.spec = session, spec
         inputs = {i.name: i for i in session.get_inputs()}
         self.cached: dict[int, dict[str, Any]] = {}
+        self.states: dict[str, tuple[tuple[int, ...], Any]] = {}  # a hybrid's state input -> (its zeros' shape, type)
         other = []
         for name, value in inputs.items():
             tail = name.rsplit(".", 1)[-1].lower()
             layer = re.findall(r"\d+", name)
+            state = state_shape(name, value.shape)
             if len(value.shape) == 4 and ("past" in name or "cache" in name) and layer and tail in ("key", "value"):
                 self.cached.setdefault(int(layer[0]), {})[tail] = value
+            elif state is not None:
+                self.states[name] = (state, value.type)
             elif name not in ("input_ids", "attention_mask", "position_ids"):
                 other.append(name)
         if "input_ids" not in inputs or other:
             what = f"inputs it cannot feed ({', '.join(other)})" if other else "no input_ids input"
             raise SpecError("model", f"{str(path)!r} has {what}: the decoder proof feeds input_ids, attention_mask, "
-                            "position_ids and past_key_values.<layer>.key / .value")  # fmt: skip
-        if self.cached and (sorted(self.cached) != list(range(spec.num_layers))
+                            f"position_ids, past_key_values.<layer>.key / .value, and zeros to state inputs ({RULE})")
+        # a hybrid's layers without attention hold a state (or nothing) instead: its cached layers are some of them
+        layers = set(range(spec.num_layers)) if self.states else None
+        if self.cached and ((sorted(self.cached) != list(range(spec.num_layers)) if layers is None
+                             else not set(self.cached) <= layers)
                             or any(len(kv) != 2 for kv in self.cached.values())):  # fmt: skip
             raise SpecError("model", f"{str(path)!r} has cache inputs for layers {sorted(self.cached)}, the config "
                             f"has {spec.num_layers} layers (each needs a .key and a .value)")  # fmt: skip
@@ -164,6 +174,8 @@ class Feeder:
                 if layer in self.kept:  # a sliding layer given what it keeps itself: its window's last entries
                     values = values[:, :, max(0, values.shape[2] - self.kept[layer]) :]
                 feeds[kv[tail].name] = values.astype(numpy.get(kv[tail].type, np.float32), copy=False)
+        for name, (shape, kind) in self.states.items():  # a first call's state: what the truth starts from
+            feeds[name] = np.zeros(shape, numpy.get(kind, np.float32))
         for name, value in list(feeds.items()):  # integer inputs in the model's own width
             declared = next(i for i in self.session.get_inputs() if i.name == name).type
             if declared == "tensor(int32)":
@@ -224,7 +236,7 @@ class DecoderProof:
     """  # noqa: D205
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path, cache_gib: float = CACHE_GIB,
-                 truth: str = "auto") -> None:  # fmt: skip
+                 truth: str = "auto", truth_gib: float | None = None) -> None:  # fmt: skip
         if not Path(checkpoint).is_dir():
             raise SpecError("checkpoint", f"{str(checkpoint)!r} is not a folder (the checkpoint the model was exported "
                             "from: config.json and *.safetensors)")  # fmt: skip
@@ -237,7 +249,8 @@ class DecoderProof:
         if dtype is None:
             raise SpecError("model", f"{str(model)!r} gives {logits.type} logits; the decoder proof judges float and "
                             "float16 ones")  # fmt: skip
-        self.truth: Truth = choose(truth, Path(hf_config), Path(checkpoint), Path(model), dtype, _graph_of(model))
+        self.truth: Truth = choose(truth, Path(hf_config), Path(checkpoint), Path(model), dtype, _graph_of(model),
+                                   truth_gib)  # fmt: skip
         self.spec = self.truth.spec
         width = (logits.shape or [None])[-1]
         if isinstance(width, int) and width != self.spec.vocab_size:
@@ -413,9 +426,11 @@ PLACED = {
 }
 
 
-def choose(kind: str, hf_config: Path, checkpoint: Path, model: Path, dtype: str, graph: Any) -> Truth:
+def choose(kind: str, hf_config: Path, checkpoint: Path, model: Path, dtype: str, graph: Any,
+           truth_gib: float | None = None) -> Truth:  # fmt: skip
     """The truth of ``kind`` (``auto``: the oracle where ropeexport builds the checkpoint's model type as a decoder,
-    else transformers' model where transformers knows it; module doc); SpecError naming the field otherwise.
+    else transformers' model where transformers knows it, within ``truth_gib`` GiB: ``hf_truth.check_size``; module
+    doc); SpecError naming the field otherwise.
     """  # noqa: D205
     from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS
     from ropeexport.hf import read_config
@@ -428,7 +443,7 @@ def choose(kind: str, hf_config: Path, checkpoint: Path, model: Path, dtype: str
         return OracleTruth(hf_config, checkpoint, model, dtype, graph)
     from ropeexport.audits.hf_truth import TransformersTruth
 
-    return TransformersTruth(hf_config, checkpoint, dtype)
+    return TransformersTruth(hf_config, checkpoint, dtype, truth_gib)
 
 
 def _graph_of(path: Path) -> Any:

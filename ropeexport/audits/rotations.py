@@ -243,10 +243,13 @@ def _width_guesses(x: ir.Value, nodes: list[ir.Node]) -> list[int]:
     guesses: list[int] = []
     if x.shape is not None and len(x.shape) and isinstance(x.shape[-1], int):
         guesses.append(int(x.shape[-1]))
+    made = x.producer()
+    weight = made.inputs[1] if made is not None and made.op_type == "MatMul" and len(made.inputs) > 1 else None
+    if weight is not None and weight.shape is not None and len(weight.shape) and isinstance(weight.shape[-1], int):
+        guesses.append(int(weight.shape[-1]))  # x a projection's output (a TorchScript export declares no shapes)
     later: list[int] = []
     for node in nodes:
-        consts = [None if v is None or v.const_value is None else v.const_value.numpy().reshape(-1)
-                  for v in node.inputs[1:]]  # fmt: skip
+        consts = [_stored(v) for v in node.inputs[1:]]
         first = consts[0] if consts else None
         if node.op_type == "Split" and first is not None:
             guesses.append(int(np.sum(first)))
@@ -255,6 +258,19 @@ def _width_guesses(x: ir.Value, nodes: list[ir.Node]) -> list[int]:
         elif node.op_type == "Slice" and len(consts) > 1 and first is not None and consts[1] is not None:
             later += [int(consts[1][0]), 2 * int(first[0])]
     return list(dict.fromkeys(g for g in guesses + later if 0 < g < 1 << 16))
+
+
+def _stored(value: ir.Value | None) -> np.ndarray | None:
+    """A constant's values flattened (an initializer's, or a Constant node's: TorchScript exports write those), or
+    None.
+    """  # noqa: D205
+    if value is None:
+        return None
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        tensor = producer.attributes["value"].value
+    return None if tensor is None else np.asarray(tensor.numpy()).reshape(-1)
 
 
 class _Runner:
@@ -309,6 +325,8 @@ def _run(model: Any, dims: list[int], dtype: Any, mul_dtype: list[Any]) -> tuple
         first, second = (np.asarray(session.run(["y"], f, quiet()[1])[0], np.float64) for f in (one, two))
     except Exception:  # noqa: BLE001 - a cut-out that does not run is a rotation not read, nothing more
         return None
+    if first.shape != x.shape and first.shape == second.shape and first.size == x.size:
+        x = x.reshape(first.shape)  # x before its heads are split off (GPT-J's projection output, [b, s, h * d])
     if first.shape != second.shape or first.shape[:-1] != x.shape[:-1]:
         return None
     return x.astype(np.float64), first, second

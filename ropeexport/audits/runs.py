@@ -16,7 +16,9 @@ Random cached entries are what this replaces: keys "as if already rotated" by no
 alike look like a wrong model (it cancels in q.k), and, drawn with std 1, they lead the attention where the model's
 own keys would not, so that what a fault does where users meet it was not what was measured.
 
-A model that takes no cache, or gives none back, is run as such a model is: on the whole sequence, each draw one
+A hybrid's convolution and recurrent states (``audits.states``) start as zeros and are carried from each call's
+``present`` output to the next call, as users carry them. A model that takes no cache, or gives none back, is run as
+such a model is: on the whole sequence, each draw one
 call, up to ``LONGEST`` tokens. A context whose cache (given and given back) would pass ``CACHE_GIB``, or whose
 prefill would take more than ``FLOPS`` floating-point operations (2 per weight per token, and the attention's: by
 that count Llama-3.2-1B's 16384 tokens would take 6e13, its budget is about 2000 tokens; not run here), is run as far
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.prove import CACHE_GIB, Signature
+from ropeexport.audits.states import RULE, layer_tail, state_shape
 
 TOKENS = 8
 DRAWS = 4  # continuations at the far end, each from the one prefilled cache
@@ -113,10 +116,14 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
     signature = Signature(path)
     inputs = {i.name: (i.shape, i.type) for i in signature.get_inputs()}
     outputs = {o.name: o for o in signature.get_outputs()}
-    cached = [n for n, (shape, _) in inputs.items() if len(shape) == 4 and ("past" in n or "cache" in n)]
-    other = [n for n in inputs if n not in ("input_ids", "attention_mask", "position_ids", *cached)]
+    states = [n for n, (shape, _) in inputs.items() if state_shape(n, shape) is not None]  # before caches: a
+    # recurrent state is [b, heads, k, v], four axes as a cache's, all fixed but the batch
+    cached = [n for n, (shape, _) in inputs.items()
+              if len(shape) == 4 and ("past" in n or "cache" in n) and n not in states]  # fmt: skip
+    other = [n for n in inputs if n not in ("input_ids", "attention_mask", "position_ids", *cached, *states)]
     if "input_ids" not in inputs or other:
-        return f"the model reads input {(other or ['input_ids'])[0]!r}, which a run as users run it cannot feed"
+        return (f"the model reads input {(other or ['input_ids'])[0]!r}, which a run as users run it cannot feed "
+                f"({RULE})")  # fmt: skip
     logits = next((o for o in outputs.values() if o.name == "logits"), next(iter(outputs.values())))
     # ids below the vocabulary the logits declare (an encoding's spec has none: 2 tokens then, still a prompt)
     vocab = logits.shape[-1] if logits.shape and isinstance(logits.shape[-1], int) else 2
@@ -126,8 +133,13 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
         match = next((o for o in outputs if "present" in o and _layer_tail(o) == wanted), None)
         if wanted is not None and match is not None:
             given_back[name] = match
+    for name in states:  # a state given back as present.<layer>.<the same tail>: carried as users carry it
+        match = next((o for o in outputs if "present" in o and layer_tail(o) == layer_tail(name)), None)
+        if match is not None:
+            given_back[name] = match
     end = int(spec.max_positions)
-    mode = "cache" if cached and len(given_back) == len(cached) else "whole"
+    carried = [*cached, *states]
+    mode = "cache" if cached and len(given_back) == len(carried) else "whole"
     reach, short = end, None
     heads = int(getattr(spec, "num_heads", 1) or 1)
     if mode == "whole" and end > LONGEST:
@@ -242,14 +254,14 @@ def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> list[d
         got: dict[Place, np.ndarray] = {}
         if plan.mode == "whole":
             for d, draw in enumerate(draws):
-                empty = {n: _empty(plan.inputs[n], spec) for n in plan.inputs if _is_cache(n, plan)}
+                empty = {n: _empty(plan.inputs[n], spec, n) for n in plan.inputs if _is_cache(n, plan)}
                 rows = call(np.concatenate([prompt, draw]), 0, empty)
                 if d == 0:
                     keep(got, rows, 0)
                 got[draw_places[d]] = rows[-TOKENS:]
             runs.append(got)
             continue
-        past = {n: _empty(plan.inputs[n], spec) for n in plan.caches}
+        past = {n: _empty(plan.inputs[n], spec, n) for n in plan.caches}
         seen = 0
         stops = sorted({p.last + 1 for p in inside if p.stop})  # L there is the window's own (a switch's sides)
         while seen < len(prompt):
@@ -265,13 +277,17 @@ def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> list[d
 
 
 def _is_cache(name: str, plan: Plan) -> bool:
+    """A cache input [b, heads, past, d], or a hybrid's state input (``audits.states``)."""
     shape = plan.inputs[name][0]
-    return len(shape) == 4 and ("past" in name or "cache" in name)
+    return state_shape(name, shape) is not None or len(shape) == 4 and ("past" in name or "cache" in name)
 
 
-def _empty(declared: tuple[Any, str], spec: Any) -> np.ndarray:
-    """An empty cache [1, heads, 0, d] of a cache input."""
+def _empty(declared: tuple[Any, str], spec: Any, name: str = "") -> np.ndarray:
+    """An empty cache [1, heads, 0, d] of a cache input; a state input's zeros (``audits.states``)."""
     shape, kind = declared
+    state = state_shape(name, shape)
+    if state is not None:
+        return np.zeros(state, NUMPY.get(kind, np.float32))
     heads = shape[1] if isinstance(shape[1], int) else int(getattr(spec, "num_kv_heads", 1) or 1)
     width = shape[3] if isinstance(shape[3], int) else int(getattr(spec, "head_dim", 1) or 1)
     return np.zeros((1, heads, 0, width), NUMPY.get(kind, np.float32))

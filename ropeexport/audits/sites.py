@@ -27,6 +27,7 @@ from ropeexport.audits.functions import origins
 from ropeexport.audits.layers import reader_nodes, site_layers
 from ropeexport.audits.patterns import Site, SiteKind, Step, Walk, for_encoding
 from ropeexport.audits.patterns.base import ancestors
+from ropeexport.audits.unread import unread_rotations, unread_words
 from ropeexport.errors import SpecError
 
 __all__ = ["Site", "SiteKind", "find_sites", "find_value", "graphs", "refuse_unread", "scope_graphs"]
@@ -113,7 +114,9 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
 def refuse_unread(model: ir.Model, sites: list[Site]) -> None:
     """A SpecError naming the first node (at any depth) that rotates in a way no pattern reads: an operator with
     ``do_rotary`` set that is no site's reader (com.microsoft Attention, SparseAttention, PagedAttention: their
-    built-in rotary; GroupQueryAttention's is a site). The audit says nothing of a rotation it has not read.
+    built-in rotary; GroupQueryAttention's is a site); else the first sum x * a + rotate(x) * b written out whose
+    multipliers read no site's value (``audits.unread``: a form no pattern reads, named with the node making them).
+    The audit says nothing of a rotation it has not read.
     """  # noqa: D205
     read = {id(node) for site in sites for node in reader_nodes(site)}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
@@ -125,3 +128,6 @@ def refuse_unread(model: ir.Model, sites: list[Site]) -> None:
         raise SpecError("model", f"{node.domain or 'ai.onnx'} {node.op_type} {node.name!r}{inside} rotates with its "
                         f"built-in rotary (do_rotary={rotary.value}), which the audit does not read: no verdict on a "
                         "rotation it has not read")  # fmt: skip
+    found = unread_rotations(model, sites)
+    if found:
+        raise SpecError("model", unread_words(found))

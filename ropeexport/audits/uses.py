@@ -37,10 +37,11 @@ __all__ = ["by_use", "name_layers", "translations"]
 
 
 def _sources(site: Site) -> tuple[ir.Value, ir.Value] | None:
-    """The values a site's rotations multiply with, as the pattern reads them (cos, sin): a computed site's own, a
-    gathered table's two gathered rows; None for a fused operator's site (its inputs say their use) and the rest.
+    """The values a site's rotations multiply with, as the pattern reads them (cos, sin): a computed or split site's
+    own, a gathered table's two gathered rows; None for a fused operator's site (its inputs say their use) and the
+    rest.
     """  # noqa: D205
-    if site.kind is SiteKind.COMPUTED and site.values[0] is not None and site.values[1] is not None:
+    if site.kind in (SiteKind.COMPUTED, SiteKind.SPLIT) and site.values[0] is not None and site.values[1] is not None:
         return site.values[0], site.values[1]
     if site.kind is SiteKind.GATHERED and len(site.readers) == 2 and site.table:
         return site.readers[0].outputs[0], site.readers[1].outputs[0]

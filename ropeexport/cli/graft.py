@@ -84,13 +84,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--truth", choices=["auto", "oracle", "transformers"], default="auto",
                    help="with --checkpoint: what the logits are judged against (default auto: ropeexport's float64 "
                    "decoder where it builds the model type, else transformers' model in float64)")  # fmt: skip
+    p.add_argument("--truth-gib", type=float, default=None, metavar="GIB",
+                   help="with the transformers truth: the most memory its float64 model may take (default: what is "
+                   "available now); a model estimated larger is refused before it is loaded")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails, 3 when it passed on every call run but some were not run."""
     result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib,
-                   args.truth)  # fmt: skip
+                   args.truth, args.truth_gib)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ropeexport.architectures import ARCHITECTURES, TEXT_CONFIGS, TEXT_TYPES, config_hook
+from ropeexport.architectures import ARCHITECTURES, TEXT_TYPES, WRAPPERS, config_hook
 from ropeexport.architectures.hooks import ENCODING_TYPES, ConfigHook
 from ropeexport.errors import SpecError
 from ropeexport.hf.encoding import _import_one, describe
@@ -115,18 +115,18 @@ def spans(layers: tuple[int, ...] | list[int]) -> str:
 
 
 def text_config(config: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str]:
-    """The text model's config and where it is: a multimodal wrapper's ``text_config`` (``TEXT_CONFIGS``), else the
-    config itself.
+    """The text model's config and where it is: a multimodal wrapper's ``text_config`` (``architectures.WRAPPERS``),
+    else the config itself.
     """  # noqa: D205
     wrapper = config.get("model_type")
-    if not isinstance(wrapper, str) or wrapper not in TEXT_CONFIGS:
+    if not isinstance(wrapper, str) or wrapper not in WRAPPERS:
         return config, where
     inner = config.get("text_config")
     if not isinstance(inner, Mapping):
         raise SpecError(f"{where}: text_config", f"must be the text model's config (an object) in a {wrapper} "
                         f"config, got {inner!r}")  # fmt: skip
-    found = inner.get("model_type", TEXT_CONFIGS[wrapper])  # none named: the wrapper's config class's default
-    allowed = TEXT_TYPES[wrapper]
+    found = inner.get("model_type", WRAPPERS[wrapper])  # none named: the wrapper's config class's default
+    allowed = TEXT_TYPES.get(wrapper, (WRAPPERS[wrapper],))
     if not isinstance(found, str) or found not in allowed:
         raise SpecError(f"{where}: text_config.model_type", f"must be {' or '.join(map(repr, allowed))} in a "
                         f"{wrapper} config, got {inner.get('model_type')!r}")  # fmt: skip

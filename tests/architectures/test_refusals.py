@@ -32,7 +32,7 @@ CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("a wrapper of an unbuilt text model", {"model_type": "llava", "text_config": {"model_type": "vicuna"}},
      "its text model is text_config (model_type 'vicuna'), which has no decoder architecture here either",
      "unknown model type 'llava'"),
-    ("DeepSeek-V3", {"model_type": "deepseek_v3", **SIZES, "kv_lora_rank": 16, "q_lora_rank": 24,
+    ("DeepSeek-V2", {"model_type": "deepseek_v2", **SIZES, "kv_lora_rank": 16, "q_lora_rank": 24,
                      "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4},
      "multi-head latent attention (kv_lora_rank", None),
     ("Qwen2-MoE", {"model_type": "qwen2_moe", **SIZES, "num_experts": 4, "num_experts_per_tok": 2},

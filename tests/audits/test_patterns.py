@@ -28,6 +28,7 @@ from tests.audits.planted import (
     tables,
     write_config,
 )
+from tests.audits.split_table import sincos, split_table_model
 
 PACKAGE = Path(patterns.__file__).parent
 
@@ -96,6 +97,7 @@ FORMS: list[tuple[str, Callable[[Path], Path], list[SiteKind]]] = [
     ("gathered", _own("decomposed", "llama3"), [SiteKind.GATHERED]),
     ("gathered", _own("decomposed", "dynamic"), [SiteKind.COMPUTED]),  # the If between a table and computed cos/sin
     ("computed", _computed, [SiteKind.COMPUTED]),
+    ("split_table", lambda t: split_table_model(t / "split.onnx", sincos()), [SiteKind.SPLIT]),  # GPT-J's sin|cos
     ("unidentified", _lonely_cos, [SiteKind.UNIDENTIFIED]),
     ("alibi_bias", _alibi, [SiteKind.ALIBI] * 2),  # the bias and the additive mask: its values drop the mask
     ("alibi_bias", _alibi_lengths, [SiteKind.ALIBI]),  # positions from the lengths of input_ids and the cache

@@ -4,12 +4,22 @@ A new exporter's form is one module here exposing ``PATTERN`` (``base.Pattern``:
 looks for it, the site kinds it reports, ``find(graph, walk)``, and where its operator refuses some tables only when it
 runs, ``check_reader``) plus one line in ``PATTERNS``; ``tests/audits/test_patterns.py`` fails when a module and the
 list disagree. The order is the order values are claimed in: fused operators first (what computes their caches is
-theirs), then gathered tables, then cos/sin computed in the graph, then what is left (``unidentified``).
+theirs), then gathered tables, then one sin|cos table gathered per token and split (GPT-J), then cos/sin computed
+in the graph, then what is left (``unidentified``).
 """
 
 from __future__ import annotations
 
-from ropeexport.audits.patterns import alibi_bias, computed, gathered, gqa, rotary_microsoft, rotary_onnx, unidentified
+from ropeexport.audits.patterns import (
+    alibi_bias,
+    computed,
+    gathered,
+    gqa,
+    rotary_microsoft,
+    rotary_onnx,
+    split_table,
+    unidentified,
+)
 from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Step, Walk
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -17,6 +27,7 @@ PATTERNS: tuple[Pattern, ...] = (
     rotary_microsoft.PATTERN,
     rotary_onnx.PATTERN,
     gathered.PATTERN,
+    split_table.PATTERN,
     computed.PATTERN,
     unidentified.PATTERN,
     alibi_bias.PATTERN,

@@ -32,6 +32,7 @@ class SiteKind(enum.Enum):
     ROTARY_ONNX = "RotaryEmbedding (opset 23)"
     GATHERED = "gathered table"
     COMPUTED = "computed cos/sin"
+    SPLIT = "split sincos table"
     UNIDENTIFIED = "unidentified"
     ALIBI = "ALiBi bias"
 
