@@ -55,6 +55,7 @@ def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
 ARCHITECTURES = load(PACKAGES)
 # Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's type.
 TEXT_CONFIGS = {wrapper: arch.model_type for arch in ARCHITECTURES.values() for wrapper in arch.wrappers}
+TEXT_CONFIGS |= {h.model_type: h.text_model for h in ENCODING_TYPES.values() if h.text_model}  # encoding-only ones
 
 
 def config_hook(model_type: str) -> ConfigHook | None:
@@ -63,14 +64,16 @@ def config_hook(model_type: str) -> ConfigHook | None:
     """  # noqa: D205
     if model_type in ARCHITECTURES:
         return ARCHITECTURES[model_type].config_hook
+    if model_type in ENCODING_TYPES:
+        return ENCODING_TYPES[model_type]
     if model_type in TEXT_CONFIGS:
         return ConfigHook(model_type, text_model=TEXT_CONFIGS[model_type])
-    return ENCODING_TYPES.get(model_type)
+    return None
 
 
 def known_types() -> list[str]:
     """Every model type whose encoding ropeexport reads, sorted (wrappers aside: their text model's is read)."""
-    return sorted({*ARCHITECTURES, *ENCODING_TYPES})
+    return sorted({*ARCHITECTURES, *(t for t, h in ENCODING_TYPES.items() if not h.text_model)})
 
 
 def architecture(config: Mapping[str, Any], where: str = "config.json") -> Architecture:
