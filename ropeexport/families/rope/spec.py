@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import SCHEDULES, get_schedule
+from ropeexport.positions import AXES_NAMES
 from ropeexport.specs import (
     BLOCK_FORMS,
     GRAPHS,
@@ -23,7 +24,7 @@ from ropeexport.specs import (
 )
 
 LAYOUTS = ("half", "interleaved", "complex")
-MROPE_AXES = ("time", "height", "width")  # the axes of multimodal RoPE's position_ids [3, batch, seq], in order
+MROPE_AXES = AXES_NAMES[3]  # the axes of multimodal RoPE's position_ids [3, batch, seq]: time, height, width
 
 
 @dataclass(frozen=True)
