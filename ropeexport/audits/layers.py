@@ -184,6 +184,9 @@ def _checked(spec: Any, model: ir.Model | None, field: str) -> Any:
     """``spec`` if audit checks its encoding; for a model ropeexport built, over the positions it declares."""
     if spec.encoding not in ("rope", "alibi"):
         raise SpecError(field, f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
+    if getattr(spec, "mrope_section", ()):  # no pattern maps a site reading [3, batch, seq] positions yet
+        raise SpecError(field, f"describes multimodal RoPE (mrope_section {list(spec.mrope_section)}); audit maps "
+                        "one-axis rotary sites: M-RoPE models are not audited yet")  # fmt: skip
     declared = None if model is None else model.metadata_props.get(DECLARED)
     if declared is None:
         return spec

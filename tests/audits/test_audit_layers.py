@@ -406,6 +406,7 @@ BAD_SPECS = [
     ("no-encodings", {"layers": LAYERS}, "must hold layers (one encoding name or null per layer)"),
     ("every-layer-null", {"layers": [None] * 6, "encodings": {}}, "encodings must map names"),
     ("bad-field", SLIDING | {"thetta": 1.0}, "unknown field"),
+    ("multimodal-rope", SLIDING | {"mrope_section": [2, 3, 3]}, "M-RoPE models are not audited yet"),
 ]  # fmt: skip
 
 
@@ -418,6 +419,17 @@ def test_a_bad_spec_file_is_one_line_and_exit_2(case: str, content: Any, words: 
     assert main(["audit", str(model), "--spec", str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err, err
+
+
+def test_a_multimodal_rope_config_is_not_audited_as_one_axis(tmp_path: Path, capsys, tiny_checkpoint) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path, tiny_checkpoint("gemma3"), "fused")
+    config = tmp_path / "qwen2_5_vl.json"  # a flat hub config: M-RoPE sections over the 8 pairs of head_dim 16
+    config.write_text(json.dumps({"model_type": "qwen2_5_vl", "hidden_size": 64, "num_attention_heads": 4,
+                                  "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}))  # fmt: skip
+    capsys.readouterr()
+    assert main(["audit", str(model), "--hf-config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--hf-config: describes multimodal RoPE (mrope_section [2, 3, 3])" in err and "\n" not in err, err
 
 
 @pytest.mark.parametrize("argv", [["--spec", "s.json", "--hf-config", "c.json"], []], ids=["both", "neither"])
