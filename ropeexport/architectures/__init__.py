@@ -34,6 +34,9 @@ PACKAGES = (
     "ropeexport.architectures.glm4",
     "ropeexport.architectures.exaone4",
     "ropeexport.architectures.olmo3",
+    "ropeexport.architectures.qwen2_5_vl_text",
+    "ropeexport.architectures.qwen2_vl_text",
+    "ropeexport.architectures.qwen3_vl_text",
 )
 
 

@@ -112,6 +112,22 @@ class ConfigHook:
         return self.pairing, f"{self.model_type}: {self.pairing_why}"
 
 
+def mrope_text(model_type: str) -> ConfigHook:
+    """The hook of a Qwen-VL text model (M-RoPE over position_ids [3, batch, seq]), as transformers 5.23 reads it.
+
+    Qwen2-VL / Qwen2.5-VL text (Qwen2VLTextConfig.convert_rope_params_to_dict: rope type "mrope" read as default,
+    default_theta 1e6; Qwen2VLRotaryEmbedding.recomposition_frequencies: contiguous mrope_section blocks, default
+    [16, 24, 24]); Qwen3-VL text (Qwen3VLTextConfig: default_theta 5e5; Qwen3VLTextRotaryEmbedding: interleaved by
+    frequency index whatever mrope_interleaved says, default [24, 20, 20]).
+    """
+    if model_type == "qwen3_vl_text":
+        return ConfigHook(model_type, default_theta=500_000.0, mrope="interleaved", mrope_default=(24, 20, 20))
+    if model_type in ("qwen2_vl_text", "qwen2_5_vl_text"):
+        return ConfigHook(model_type, default_theta=1_000_000.0, reads_layer_types=True, mrope="chunked",
+                          mrope_default=(16, 24, 24))  # fmt: skip
+    raise ValueError(f"{model_type!r} is not a Qwen-VL text model (qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text)")
+
+
 def interleaved(model_type: str, why: str, shared_rope_key: bool = False) -> ConfigHook:
     """The hook of a RoPE type whose pairs are (2i, 2i + 1), ``why`` the code that says so."""
     return ConfigHook(model_type, pairing="interleaved", pairing_why=f"{_PAIRS} ({why})",
@@ -140,16 +156,10 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
         ConfigHook("qwen3_5_text", reads_layer_types=True, pattern="every-nth", pattern_key="full_attention_interval",
                    pattern_every=4, pattern_other="linear_attention", other_layers=("linear_attention",),
                    rope_extra_keys=("mrope_section", "mrope_interleaved"), default_partial=0.25),
-        # Qwen2-VL / Qwen2.5-VL text (Qwen2VLTextConfig.convert_rope_params_to_dict: rope type "mrope" read as
-        # default, default_theta 1e6; Qwen2VLRotaryEmbedding.recomposition_frequencies: contiguous mrope_section
-        # blocks, default [16, 24, 24]); their wrappers' hub configs are often flat (Qwen2VLConfig.__post_init__).
-        *(ConfigHook(t, default_theta=1_000_000.0, reads_layer_types=True, mrope="chunked", mrope_default=(16, 24, 24))
-          for t in ("qwen2_vl_text", "qwen2_5_vl_text")),
+        # Qwen2-VL / Qwen2.5-VL: their text models are architectures (``mrope_text``); the wrappers' hub configs are
+        # often flat (Qwen2VLConfig.__post_init__).
         *(ConfigHook(t, text_model=f"{t}_text", text_flat=True) for t in ("qwen2_vl", "qwen2_5_vl")),
-        # Qwen3-VL text (Qwen3VLTextConfig: default_theta 5e5; Qwen3VLTextRotaryEmbedding.recomposition_frequencies:
-        # interleaved by frequency index whatever mrope_interleaved says, default [24, 20, 20]); its wrapper reads
-        # text_config only.
-        ConfigHook("qwen3_vl_text", default_theta=500_000.0, mrope="interleaved", mrope_default=(24, 20, 20)),
+        # Qwen3-VL: its text model is an architecture (``mrope_text``); its wrapper reads text_config only.
         ConfigHook("qwen3_vl", text_model="qwen3_vl_text"),
         # Granite 4 (GraniteMoeHybridConfig: layer_types default all linear_attention, the Mamba2 mixer; RoPE only
         # where position_embedding_type is "rope": GraniteMoeHybridModel.rotary_emb)

@@ -85,6 +85,11 @@ class TransformersReference:
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
         auto = transformers.AutoModelForCausalLM
+        if not spec.positions.one_axis:  # Qwen-VL: transformers' causal LM of it is the whole image-text model
+            if checkpoint is None:
+                raise RuntimeUnavailable(f"transformers has no causal LM of {spec.model_type} alone: the reference "
+                                         "of a Qwen-VL text decoder reads its whole checkpoint")  # fmt: skip
+            auto = transformers.AutoModelForImageTextToText
         if checkpoint is not None:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip

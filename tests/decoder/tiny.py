@@ -107,7 +107,21 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
         "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
                           "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
         "mm_tokens_per_image": 4, "image_token_index": 95, "boi_token_index": 93, "eoi_token_index": 94}),
+    # Qwen-VL: a vision tower of one block beside (passed over by the decoder); mrope_section covers head_dim 16's 8
+    # pairs (chunked 2 + 3 + 3; Qwen3-VL interleaved 3 + 3 + 2: pairs 1, 4, 7 height, 2, 5 width, the rest time)
+    "qwen2_5_vl": ("qwen2_5_vl", "qwen2_5_vl", {
+        "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
+                          "out_hidden_size": 64, "fullatt_block_indexes": [0]}}),
+    "qwen3_vl": ("qwen3_vl", "qwen3_vl", {
+        "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
+                          "out_hidden_size": 64, "deepstack_visual_indexes": [0]}}),
 }  # fmt: skip
+# The text models of WRAPPED's Qwen-VL checkpoints (hidden 64, head_dim 16: 8 frequency pairs for three axes).
+_VL_TEXT = {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "max_position_embeddings": 256}
+CONFIGS["qwen2_5_vl"] = ("qwen2_5_vl_text", {**_VL_TEXT, "rope_parameters": {
+    "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}})
+CONFIGS["qwen3_vl"] = ("qwen3_vl_text", {**_VL_TEXT, "head_dim": 16, "rope_parameters": {
+    "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2], "mrope_interleaved": True}})
 
 
 def hf_config(name: str) -> Any:
@@ -123,7 +137,10 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     logits have a scale of order one and a wrong position shows.
     """  # noqa: D205
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config(name), attn_implementation="eager")
+    # Qwen-VL: transformers' causal LM of it is the whole image-text model (AutoModelForCausalLM has no line for it)
+    auto = transformers.AutoModelForImageTextToText if name in ("qwen2_5_vl", "qwen3_vl") else (
+        transformers.AutoModelForCausalLM)
+    model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)

@@ -151,11 +151,15 @@ class RopeSpec(SpecBase):
         if regime != "static":
             raise SpecError("scaling", f"M-RoPE takes a static schedule (no length-dependent one); got "
                             f"{self.scaling!r}")
-        if self.artifact != "rope":
-            raise SpecError("artifact", f"M-RoPE builds the rope artifact ([3, batch, seq] positions); "
-                            f"{self.artifact!r} takes [batch, seq] positions")
-        if self.graph not in ("fused", "decomposed"):
-            raise SpecError("graph", f"M-RoPE's rope artifact is fused or decomposed; got {self.graph!r}")
+        # "block": a decoder layer's spec (its layer reads the model's [3, batch, seq] input beside its [batch, seq]
+        # rows; the block artifact alone, [batch, seq] only, refuses it: block/recipe.py).
+        if self.artifact not in ("rope", "block"):
+            raise SpecError("artifact", f"M-RoPE builds the rope artifact ([3, batch, seq] positions) or a decoder's "
+                            f"layers; {self.artifact!r} takes [batch, seq] positions")
+        forms = ("fused", "decomposed") + (("gqa",) if self.artifact == "block" else ())
+        if self.graph not in forms:
+            raise SpecError("graph", f"M-RoPE's {self.artifact} is {' or '.join(forms)} (tensorrt: no TensorRT run "
+                            f"of it verified here); got {self.graph!r}")
 
     @property
     def position_axes(self) -> int:
