@@ -86,14 +86,9 @@ def architecture(config: Mapping[str, Any], where: str = "config.json") -> Archi
         raise SpecError(f"{where}: model_type", f"must be a string naming the architecture, got {model_type!r}; "
                         f"built: {', '.join(ARCHITECTURES)}")  # fmt: skip
     if model_type not in ARCHITECTURES:
-        hook = ENCODING_TYPES.get(model_type)
-        alone = (  # M-RoPE's position_ids [3, batch, seq] fit the rope artifact only (families/rope/spec.py)
-            "its multimodal RoPE alone: the rope artifact, position_ids [3, batch, seq]; its vision tower is not built"
-            if hook is not None and hook.mrope
-            else "the encoding alone: build its block or rope artifact"
-        )
         raise SpecError(
             f"{where}: model_type",
-            f"{model_type!r} has no decoder architecture here; built: {', '.join(ARCHITECTURES)} ({alone})",
+            f"{model_type!r} has no decoder architecture here; built: {', '.join(ARCHITECTURES)} (the encoding "
+            "alone: build its block or rope artifact)",
         )
     return ARCHITECTURES[model_type]

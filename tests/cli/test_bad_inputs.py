@@ -63,7 +63,7 @@ BUILD_CASES: list[tuple[str, Setup, str]] = [
     ("rotary-pct-to-0", lambda t: ["build", "--hf-config", _config(t, rotary_pct=0.01)], "rotary_pct"),
     ("mrope-section-not-half", lambda t: ["build", "--hf-config", _config(t, model_type="qwen2_5_vl", rope_scaling={"type": "mrope", "mrope_section": [2, 3, 2]})], "rope_scaling.mrope_section: [2, 3, 2] sums to 7, not the 8"),
     ("mrope-chunked-and-interleaved", lambda t: ["build", "--hf-config", _config(t, model_type="qwen2_vl", rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3], "mrope_interleaved": True})], "rope_scaling.mrope_interleaved: is true"),
-    ("qwen-vl-decoder-not-built", lambda t: ["build", "--checkpoint", str(Path(_config(t, model_type="qwen3_vl", text_config={"hidden_size": 64, "num_attention_heads": 4})).parent), "--artifact", "decoder"], "its multimodal RoPE alone: the rope artifact, position_ids [3, batch, seq]; its vision tower is not built"),
+    ("qwen-vl-decoder-tensorrt", lambda t: ["build", "--checkpoint", str(Path(_config(t, model_type="qwen3_vl", text_config={"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 96, "rope_parameters": {"rope_type": "default", "mrope_section": [3, 3, 2]}})).parent), "--artifact", "decoder", "--graph", "tensorrt"], "M-RoPE's block is fused or decomposed or gqa"),
     ("mrope-section-flag-not-half", lambda t: [*BASE, "--mrope-section", "2,3,2"], "mrope_section: must sum to rotary_dim / 2 = 8"),
     ("empty-hf-config", lambda t: ["build", "--hf-config", ""], "--hf-config: is empty"),
     ("empty-spec", lambda t: ["build", "--spec", ""], "--spec: is empty"),
