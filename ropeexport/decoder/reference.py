@@ -85,23 +85,26 @@ class TransformersReference:
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
         auto = transformers.AutoModelForCausalLM
-        if not spec.positions.one_axis:  # Qwen-VL: transformers' causal LM of it is the whole image-text model
-            if checkpoint is None:
-                raise RuntimeUnavailable(f"transformers has no causal LM of {spec.model_type} alone: the reference "
-                                         "of a Qwen-VL text decoder reads its whole checkpoint")  # fmt: skip
+        whole = not spec.positions.one_axis  # Qwen-VL: transformers' causal LM of it is the whole image-text model
+        if whole:
             auto = transformers.AutoModelForImageTextToText
         if checkpoint is not None:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip
         else:
             text, _ = text_config(config, "config.json")  # seeded weights are the text model's alone
-            fields = {k: v for k, v in text.items() if k != "model_type"}
-            hf_config = transformers.AutoConfig.for_model(text["model_type"], **fields)
+            if whole and not spec.text_of:
+                raise RuntimeUnavailable(f"transformers has no causal LM of {spec.model_type} alone: the reference "
+                                         "of a Qwen-VL text decoder needs its whole model's config")  # fmt: skip
+            kept = config if whole else text  # Qwen-VL: the whole model (its vision tower left at random: unused)
+            fields = {k: v for k, v in kept.items() if k != "model_type"}
+            hf_config = transformers.AutoConfig.for_model(str(kept["model_type"]), **fields)
             model = auto.from_config(hf_config, attn_implementation="eager", dtype=dtype)
-            state = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
+            state = {_in_whole(k) if whole else k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
                      for k, v in to_transformers(spec, weights).items()}  # fmt: skip
             missing, unexpected = model.load_state_dict(state, strict=False)
             missing = [k for k in missing if not k.endswith("lm_head.weight") or not spec.tie_embeddings]
+            missing = [k for k in missing if not (whole and k.startswith(VISION_MODULES))]
             if missing or unexpected:
                 raise RuntimeError(
                     f"weights do not fit transformers' model: missing {missing}, unexpected {unexpected}"
@@ -151,3 +154,13 @@ class TransformersReference:
         with torch.no_grad():
             logits = self.model(**kwargs).logits
         return (logits if last is None else logits[:, -last:]).double().numpy()
+
+
+# Qwen-VL's whole model in transformers 5.23 (Qwen2_5_VLModel / Qwen3VLModel): the text model under
+# model.language_model, the vision tower under model.visual (random weights in a reference: no image is fed).
+VISION_MODULES = ("model.visual.",)
+
+
+def _in_whole(key: str) -> str:
+    """A text model's checkpoint key (``model.layers.0...``) as the whole Qwen-VL model's module names it."""
+    return "model.language_model." + key.removeprefix("model.") if key.startswith("model.") else key

@@ -63,6 +63,8 @@ def test_a_qwen_vl_text_decoder_builds_and_passes_against_float64_and_transforme
     session = ort.InferenceSession(str(Path(result.path) / "model.onnx"), providers=["CPUExecutionProvider"])
     shapes = {i.name: i.shape for i in session.get_inputs()}
     assert shapes["position_ids"] == [3, "batch", "seq"]
+    # onnxruntime-genai 0.18 feeds [batch, seq] positions (its generic decoder refuses the rank): no package written
+    assert not (Path(result.path) / "genai_config.json").exists()
 
 
 # (label, prompt segments): text around image grids of (t, h, w) merged patches
@@ -146,3 +148,24 @@ def test_the_block_artifact_refuses_mrope_and_text_rows_fill_three_axes() -> Non
     three = PositionInputs(axes=3).text(rows)
     assert three.shape == (3, 1, 3) and all(np.array_equal(three[a], rows) for a in range(3))
     assert PositionInputs().text(rows) is not None and PositionInputs().text(rows).shape == (1, 3)
+
+
+def test_generate_serves_a_qwen_vl_decoder_on_text_rows_and_says_so(
+    tiny_checkpoint: Callable[..., Path], tmp_path: Path
+) -> None:
+    folder = tiny_checkpoint("qwen2_5_vl")
+    built = rx.build_decoder(DecoderRequest(checkpoint=folder, name="qwen2_5_vl-serve"), tmp_path)
+    spec = DecoderSpec.from_dict(json.loads((Path(built.path) / "decoder.json").read_text())["spec"])
+    prompt, new = [5, 17, 42, 8], 6
+    served = rx.generate(built.path, prompt_ids=prompt, max_new_tokens=new)
+    assert "all 3 axes (time, height, width)" in served.positions and "image positions are not fed" in served.positions
+    assert served.to_dict()["positions"] == served.positions
+    # the float64 recompute's greedy picks, fed the same three equal rows
+    weights64, pieces = stored_float64(spec, CheckpointWeights(spec, folder)), position_pieces(spec)
+    ids = list(prompt)
+    for _ in range(new):
+        t = len(ids)
+        logits = decoder_float64(spec, weights64, np.array([ids], np.int64), text_rows(np.arange(t)[None]),
+                                 np.ones((1, t), np.int64), pieces=pieces)  # fmt: skip
+        ids.append(int(logits[0, -1].argmax()))
+    assert served.tokens == ids[len(prompt) :]
