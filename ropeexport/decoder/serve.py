@@ -38,9 +38,9 @@ from ropeexport.decoder.scenarios import regime
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
 from ropeexport.decoder.weights import geometry
 from ropeexport.dtypes import DTYPES
-from ropeexport.positions import AXES_NAMES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.forms import FORMS
+from ropeexport.positions import AXES_NAMES
 from ropeexport.runtimes.iobinding import PROVIDERS, session_options
 from ropeexport.runtimes.ort import open_session
 
