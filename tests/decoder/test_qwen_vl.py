@@ -169,3 +169,19 @@ def test_generate_serves_a_qwen_vl_decoder_on_text_rows_and_says_so(
                                  np.ones((1, t), np.int64), pieces=pieces)  # fmt: skip
         ids.append(int(logits[0, -1].argmax()))
     assert served.tokens == ids[len(prompt) :]
+
+
+def test_audit_of_its_own_qwen_vl_build_is_refused_by_name_with_why(
+    tiny_checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.clirun import run
+
+    folder = tiny_checkpoint("qwen2_5_vl")
+    built = rx.build_decoder(DecoderRequest(checkpoint=folder, name="qwen2_5_vl-audit"), tmp_path / "built")
+    capsys.readouterr()
+    out = tmp_path / "audit"
+    code, _, err = run(["audit", str(Path(built.path) / "model.onnx"), "--hf-config", str(folder / "config.json"),
+                        "--out", str(out)], capsys)  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--hf-config" in err and "not audited yet" in err and "verified when built" in err
+    assert not out.exists()
