@@ -40,6 +40,7 @@ BUILDS = [
     ("qwen2_5_vl", "qwen2_5_vl_text", "fused", "fp16", ""),
     ("qwen2_5_vl", "qwen2_5_vl_text", "decomposed", "fp16", ""),
     ("qwen2_5_vl", "qwen2_5_vl_text", "gqa", "fp32", "int4"),
+    ("qwen2_vl", "qwen2_vl_text", "fused", "fp32", ""),
     ("qwen3_vl", "qwen3_vl_text", "fused", "fp32", ""),
     ("qwen3_vl", "qwen3_vl_text", "gqa", "fp16", ""),
 ]

@@ -112,6 +112,8 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "qwen2_5_vl": ("qwen2_5_vl", "qwen2_5_vl", {
         "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
                           "out_hidden_size": 64, "fullatt_block_indexes": [0]}}),
+    "qwen2_vl": ("qwen2_vl", "qwen2_vl", {
+        "vision_config": {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2}}),
     "qwen3_vl": ("qwen3_vl", "qwen3_vl", {
         "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
                           "out_hidden_size": 64, "deepstack_visual_indexes": [0]}}),
@@ -120,6 +122,7 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
 _VL_TEXT = {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "max_position_embeddings": 256}
 CONFIGS["qwen2_5_vl"] = ("qwen2_5_vl_text", {**_VL_TEXT, "rope_parameters": {
     "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}})
+CONFIGS["qwen2_vl"] = ("qwen2_vl_text", CONFIGS["qwen2_5_vl"][1])
 CONFIGS["qwen3_vl"] = ("qwen3_vl_text", {**_VL_TEXT, "head_dim": 16, "rope_parameters": {
     "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2], "mrope_interleaved": True}})
 
@@ -138,7 +141,7 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     """  # noqa: D205
     torch.manual_seed(seed)
     # Qwen-VL: transformers' causal LM of it is the whole image-text model (AutoModelForCausalLM has no line for it)
-    auto = transformers.AutoModelForImageTextToText if name in ("qwen2_5_vl", "qwen3_vl") else (
+    auto = transformers.AutoModelForImageTextToText if name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else (
         transformers.AutoModelForCausalLM)
     model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():
