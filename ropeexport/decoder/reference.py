@@ -84,10 +84,8 @@ class TransformersReference:
         # one forward pass per row where a row's regime depends on its own length (module doc)
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
-        auto = transformers.AutoModelForCausalLM
         whole = not spec.positions.one_axis  # Qwen-VL: transformers' causal LM of it is the whole image-text model
-        if whole:
-            auto = transformers.AutoModelForImageTextToText
+        auto: Any = transformers.AutoModelForImageTextToText if whole else transformers.AutoModelForCausalLM
         if checkpoint is not None:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip

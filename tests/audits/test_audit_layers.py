@@ -406,7 +406,7 @@ BAD_SPECS = [
     ("no-encodings", {"layers": LAYERS}, "must hold layers (one encoding name or null per layer)"),
     ("every-layer-null", {"layers": [None] * 6, "encodings": {}}, "encodings must map names"),
     ("bad-field", SLIDING | {"thetta": 1.0}, "unknown field"),
-    ("multimodal-rope", SLIDING | {"mrope_section": [2, 3, 3]}, "M-RoPE models are not audited yet"),
+    ("multimodal-rope", SLIDING | {"mrope_section": [2, 3, 3]}, "whose pairs read three axes, are not audited yet"),
 ]  # fmt: skip
 
 

@@ -100,8 +100,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
-# Multimodal wrappers around a text model of CONFIGS (Gemma 3 4B-27B ship as gemma3: the text model's weights under
-# language_model., a vision tower beside): name -> (wrapper model_type, text model's CONFIGS name, wrapper fields).
+# Multimodal wrappers around a text model of CONFIGS or VL_CONFIGS (Gemma 3 4B-27B ship as gemma3: the text model's
+# weights under language_model., a vision tower beside): name -> (wrapper model_type, its text model's name there,
+# wrapper fields).
 WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gemma3-multimodal": ("gemma3", "gemma3", {
         "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
@@ -118,19 +119,22 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
         "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
                           "out_hidden_size": 64, "deepstack_visual_indexes": [0]}}),
 }  # fmt: skip
-# The text models of WRAPPED's Qwen-VL checkpoints (hidden 64, head_dim 16: 8 frequency pairs for three axes).
+# The text models of WRAPPED's Qwen-VL checkpoints (hidden 64, head_dim 16: 8 frequency pairs for three axes), apart
+# from CONFIGS: the tests that go over every CONFIGS decoder (audit, onnxruntime-genai) refuse M-RoPE by design.
 _VL_TEXT = {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "max_position_embeddings": 256}
-CONFIGS["qwen2_5_vl"] = ("qwen2_5_vl_text", {**_VL_TEXT, "rope_parameters": {
-    "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}})
-CONFIGS["qwen2_vl"] = ("qwen2_vl_text", CONFIGS["qwen2_5_vl"][1])
-CONFIGS["qwen3_vl"] = ("qwen3_vl_text", {**_VL_TEXT, "head_dim": 16, "rope_parameters": {
-    "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2], "mrope_interleaved": True}})
+_CHUNKED = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+VL_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2_vl": ("qwen2_vl_text", {**_VL_TEXT, "rope_parameters": _CHUNKED}),
+    "qwen2_5_vl": ("qwen2_5_vl_text", {**_VL_TEXT, "rope_parameters": _CHUNKED}),
+    "qwen3_vl": ("qwen3_vl_text", {**_VL_TEXT, "head_dim": 16, "rope_parameters": {
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2], "mrope_interleaved": True}}),
+}  # fmt: skip
 
 
 def hf_config(name: str) -> Any:
     if name in WRAPPED:
         wrapper, text, fields = WRAPPED[name]
-        return transformers.AutoConfig.for_model(wrapper, text_config=CONFIGS[text][1], **fields)
+        return transformers.AutoConfig.for_model(wrapper, text_config={**CONFIGS, **VL_CONFIGS}[text][1], **fields)
     model_type, fields = CONFIGS[name]
     return transformers.AutoConfig.for_model(model_type, **fields)
 
@@ -141,7 +145,7 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     """  # noqa: D205
     torch.manual_seed(seed)
     # Qwen-VL: transformers' causal LM of it is the whole image-text model (AutoModelForCausalLM has no line for it)
-    auto = transformers.AutoModelForImageTextToText if name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else (
+    auto = transformers.AutoModelForImageTextToText if name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)
     model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():

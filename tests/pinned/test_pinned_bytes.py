@@ -92,12 +92,13 @@ def test_the_feature_specs_write_their_pinned_models(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Any) -> dict[str, tuple[Path, Path]]:
-    """{name: (its config.json, a random checkpoint)} for every tiny architecture of tests/decoder/tiny.py."""
-    from tests.decoder.tiny import CONFIGS, hf_config
+    """{name: (its config.json, a random checkpoint)} for every tiny architecture of tests/decoder/tiny.py (CONFIGS and
+    VL_CONFIGS)."""
+    from tests.decoder.tiny import CONFIGS, VL_CONFIGS, hf_config
 
     root = tmp_path_factory.mktemp("pinned")
     out = {}
-    for name in CONFIGS:
+    for name in {**CONFIGS, **VL_CONFIGS}:  # the Qwen-VL ones: whole checkpoints (tiny.WRAPPED)
         hf_config(name).save_pretrained(root / "cfg" / name)
         out[name] = (root / "cfg" / name / "config.json", tiny_checkpoint(name))
     return out
