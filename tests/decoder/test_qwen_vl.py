@@ -186,3 +186,30 @@ def test_audit_of_its_own_qwen_vl_build_is_refused_by_name_with_why(
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--hf-config" in err and "not audited yet" in err and "verified when built" in err
     assert not out.exists()
+
+
+# (label, position_ids fed for a 3-token call, the error's words): never broadcast, never read past the table
+BAD_FEEDS = [
+    ("one axis", np.zeros((1, 3), np.int64), "position_ids: expected rank 3"),
+    ("height past the table", np.array([[[0, 1, 2]], [[0, 1, 256]], [[0, 1, 2]]], np.int64),
+     "value 256 at index [1, 0, 2] is outside the table [0, 256)"),
+]
+
+
+def test_a_qwen_vl_decoder_refuses_one_axis_positions_and_out_of_range_axes(
+    tiny_checkpoint: Callable[..., Path], tmp_path: Path
+) -> None:
+    from ropeexport.errors import RuntimeInputError
+    from ropeexport.runtimes.ort import OrtRunner
+
+    built = rx.build_decoder(DecoderRequest(checkpoint=tiny_checkpoint("qwen2_5_vl"), name="qwen2_5_vl-feeds",
+                                            eager=False), tmp_path)  # fmt: skip
+    runner = OrtRunner(Path(built.path) / "model.onnx", providers=["CPUExecutionProvider"])
+    for label, positions, words in BAD_FEEDS:
+        feeds = {"input_ids": np.ones((1, 3), np.int64), "attention_mask": np.ones((1, 3), np.int64),
+                 "position_ids": positions}  # fmt: skip
+        for i in range(2):
+            feeds |= {f"past_key_values.{i}.{n}": np.zeros((1, 2, 0, 16), np.float32) for n in ("key", "value")}
+        with pytest.raises(RuntimeInputError) as refused:  # the runner's feed check, before ONNX Runtime runs
+            runner.infer(feeds)
+        assert words in str(refused.value), (label, str(refused.value))
