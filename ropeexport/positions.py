@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_int
 
@@ -43,5 +45,18 @@ class PositionInputs:
         """Whether the input is itself the [batch, seq] rows every layer reads."""
         return self.axes == 1
 
+    def text(self, rows: np.ndarray) -> np.ndarray:
+        """What a text-only call feeds for the rows [b, s]: the rows themselves (one axis), or the same row on every
+        axis [axes, b, s] (M-RoPE: a text token takes one position on time, height and width, as transformers'
+        ``get_rope_index`` gives it). Image positions are fed whole, never made here.
+        """  # noqa: D205
+        rows = np.asarray(rows)
+        if self.one_axis:
+            return rows
+        return np.ascontiguousarray(np.broadcast_to(rows, (self.axes, *rows.shape)))
+
 
 ONE_AXIS = PositionInputs()
+# What a layer's position piece names the model's [axes, batch, seq] input when it reads more than the rows: the
+# layer's own ``position_ids`` stays the [batch, seq] rows (masks, cache placement), taken from the first axis.
+AXES_INPUT = "position_axes"

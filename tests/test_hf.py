@@ -364,6 +364,43 @@ CASES += [
         {"encoding": "alibi", "num_heads": 32, "slope_scale": 0.125},
     ),
     (
+        "qwen2.5-vl-flat-hub-config-is-chunked-mrope",
+        {
+            "model_type": "qwen2_5_vl",
+            "hidden_size": 3584,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 128000,
+            "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+            "vision_config": {"depth": 32},
+        },
+        {"head_dim": 128, "theta": 1e6, "scaling": "default", "mrope_section": [16, 24, 24],
+         "mrope_interleaved": False},
+    ),
+    (
+        "qwen2-vl-text-config-default-section",
+        {"model_type": "qwen2_vl", "text_config": {"hidden_size": 256, "num_attention_heads": 2}},
+        {"theta": 1e6, "mrope_section": [16, 24, 24], "mrope_interleaved": False},
+    ),
+    (
+        "qwen3-vl-text-config-is-interleaved-mrope",
+        {
+            "model_type": "qwen3_vl",
+            "text_config": {
+                "model_type": "qwen3_vl_text",
+                "hidden_size": 4096,
+                "head_dim": 128,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "max_position_embeddings": 262144,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20],
+                                    "mrope_interleaved": True},
+            },
+        },
+        {"theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": True, "max_positions": 262144},
+    ),
+    (
         "umt5-is-t5-buckets",
         {
             "model_type": "umt5",
@@ -553,6 +590,30 @@ BAD += [
         {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 2, "partial_rotary_factor": 0.5,
          "rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6}},
         "partial_rotary_factor: is not read by proportional RoPE",
+    ),
+    (
+        "mrope-section-not-the-rotated-half",
+        {"model_type": "qwen2_5_vl", "hidden_size": 256, "num_attention_heads": 2,
+         "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 20]}},
+        "rope_scaling.mrope_section: [16, 24, 20] sums to 60, not the 64 frequency pairs",
+    ),
+    (
+        "chunked-type-said-interleaved",
+        {"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2,
+         "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24], "mrope_interleaved": True}},
+        "rope_scaling.mrope_interleaved: is true, but transformers' qwen2_vl_text recomposes contiguous",
+    ),
+    (
+        "interleaved-type-said-chunked",
+        {"model_type": "qwen3_vl", "text_config": {"hidden_size": 256, "num_attention_heads": 2, "rope_parameters": {
+            "rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": False}}},
+        "rope_parameters.mrope_interleaved: is false, but transformers' qwen3_vl_text interleaves",
+    ),
+    (
+        "mrope-section-on-a-one-axis-type",
+        {"model_type": "qwen3", "hidden_size": 256, "num_attention_heads": 2,
+         "rope_parameters": {"rope_type": "default", "mrope_section": [16, 24, 24]}},
+        "rope_parameters.mrope_section: is not a parameter of the default (unscaled) schedule",
     ),
     (
         "absurd-length",

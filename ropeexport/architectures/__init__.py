@@ -38,6 +38,9 @@ PACKAGES = (
     "ropeexport.architectures.qwen3_moe",
     "ropeexport.architectures.ministral3",
     "ropeexport.architectures.deepseek_v3",
+    "ropeexport.architectures.qwen2_5_vl_text",
+    "ropeexport.architectures.qwen2_vl_text",
+    "ropeexport.architectures.qwen3_vl_text",
 )
 
 
@@ -66,6 +69,7 @@ for _arch in ARCHITECTURES.values():
     for _wrapper in _arch.wrappers:
         TEXT_TYPES[_wrapper] = (*TEXT_TYPES.get(_wrapper, ()), _arch.model_type)
 TEXT_CONFIGS = {wrapper: types[0] for wrapper, types in TEXT_TYPES.items()}
+TEXT_CONFIGS |= {h.model_type: h.text_model for h in ENCODING_TYPES.values() if h.text_model}  # encoding-only ones
 # every wrapper whose text model's encoding ropeexport reads -> the text model's type when text_config names none:
 # those it builds (TEXT_CONFIGS) and ENCODING_WRAPPERS
 WRAPPERS = {**ENCODING_WRAPPERS, **TEXT_CONFIGS}
@@ -77,14 +81,16 @@ def config_hook(model_type: str) -> ConfigHook | None:
     """  # noqa: D205
     if model_type in ARCHITECTURES:
         return ARCHITECTURES[model_type].config_hook
+    if model_type in ENCODING_TYPES:  # first: a wrapper's own line may say more (Qwen-VL's flat hub configs)
+        return ENCODING_TYPES[model_type]
     if model_type in WRAPPERS:
         return ConfigHook(model_type, text_model=WRAPPERS[model_type])
-    return ENCODING_TYPES.get(model_type)
+    return None
 
 
 def known_types() -> list[str]:
     """Every model type whose encoding ropeexport reads, sorted (wrappers aside: their text model's is read)."""
-    return sorted({*ARCHITECTURES, *ENCODING_TYPES})
+    return sorted({*ARCHITECTURES, *(t for t, h in ENCODING_TYPES.items() if not h.text_model)})
 
 
 def architecture(config: Mapping[str, Any], where: str = "config.json") -> Architecture:

@@ -207,7 +207,7 @@ def refuse_unread(config: Mapping[str, Any], where: str, reads: tuple[str, ...] 
             continue
         raise SpecError(f"{where}: {key}", f"is not supported by the decoder artifact: {what} ({key} = {value!r})")
     scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
-    if isinstance(scaling, Mapping) and scaling.get("mrope_section"):
+    if isinstance(scaling, Mapping) and scaling.get("mrope_section") and "mrope_section" not in reads:
         raise SpecError(f"{where}: rope_scaling.mrope_section", "is not supported by the decoder artifact: mrope")
 
 

@@ -22,6 +22,7 @@ _HALF = "rotate_half pairs (i, i + d/2)"
 _PAIRS = "interleaved pairs (2i, 2i+1)"
 PATTERNS = ("", "alternating", "every-nth")  # a config without layer_types: all full; even layers sliding; N-1 of N
 ROPE_ON = ("", "sliding", "sliding-if-windowed")  # which layers rotate: every one, or the sliding ones (class doc)
+MROPE = ("", "chunked", "interleaved")  # one position axis, or M-RoPE's recomposition of three (class doc)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class ConfigHook:
     config key that switches RoPE on (its value ``rope``; anything else is a model with no positional encoding,
     refused by name); ``rope_extra_keys``, keys of the scaling dict its code reads outside the schedule (refused
     elsewhere as parameters of no schedule).
+
+    Multimodal RoPE: ``mrope``, how the type's rotary module recomposes position_ids [3, batch, seq] (``chunked``:
+    contiguous ``mrope_section`` blocks, Qwen2-VL; ``interleaved``: by frequency index, Qwen3-VL), its code computing
+    that whatever ``mrope_interleaved`` says (a config saying the other is refused by that key); ``mrope_default``, the
+    ``mrope_section`` its code takes when the config has none; ``text_flat``: a wrapper whose hub configs may hold the
+    text model's keys at the top level instead of a ``text_config`` (``Qwen2VLConfig.__post_init__``).
     """
 
     model_type: str
@@ -84,10 +91,15 @@ class ConfigHook:
     attention_index_key: str = ""
     position_key: str = ""
     rope_extra_keys: tuple[str, ...] = ()
+    mrope: str = ""
+    mrope_default: tuple[int, ...] = ()
+    text_flat: bool = False
 
     def __post_init__(self) -> None:
         if self.rope_on not in ROPE_ON:
             raise ValueError(f"{self.model_type}: rope_on must be one of {ROPE_ON}, got {self.rope_on!r}")
+        if self.mrope not in MROPE:
+            raise ValueError(f"{self.model_type}: mrope must be one of {MROPE}, got {self.mrope!r}")
 
     @property
     def per_layer(self) -> bool:
@@ -98,6 +110,22 @@ class ConfigHook:
     def layout(self) -> tuple[str, str]:
         """RoPE's (layout, why): the spec's ``layout`` field and the words a provenance line gives it."""
         return self.pairing, f"{self.model_type}: {self.pairing_why}"
+
+
+def mrope_text(model_type: str) -> ConfigHook:
+    """The hook of a Qwen-VL text model (M-RoPE over position_ids [3, batch, seq]), as transformers 5.23 reads it.
+
+    Qwen2-VL / Qwen2.5-VL text (Qwen2VLTextConfig.convert_rope_params_to_dict: rope type "mrope" read as default,
+    default_theta 1e6; Qwen2VLRotaryEmbedding.recomposition_frequencies: contiguous mrope_section blocks, default
+    [16, 24, 24]); Qwen3-VL text (Qwen3VLTextConfig: default_theta 5e5; Qwen3VLTextRotaryEmbedding: interleaved by
+    frequency index whatever mrope_interleaved says, default [24, 20, 20]).
+    """
+    if model_type == "qwen3_vl_text":
+        return ConfigHook(model_type, default_theta=500_000.0, mrope="interleaved", mrope_default=(24, 20, 20))
+    if model_type in ("qwen2_vl_text", "qwen2_5_vl_text"):
+        return ConfigHook(model_type, default_theta=1_000_000.0, reads_layer_types=True, mrope="chunked",
+                          mrope_default=(16, 24, 24))  # fmt: skip
+    raise ValueError(f"{model_type!r} is not a Qwen-VL text model (qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text)")
 
 
 def interleaved(model_type: str, why: str, shared_rope_key: bool = False) -> ConfigHook:
@@ -127,6 +155,11 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
         ConfigHook("qwen3_5_text", reads_layer_types=True, pattern="every-nth", pattern_key="full_attention_interval",
                    pattern_every=4, pattern_other="linear_attention", other_layers=("linear_attention",),
                    rope_extra_keys=("mrope_section", "mrope_interleaved"), default_partial=0.25),
+        # Qwen2-VL / Qwen2.5-VL: their text models are architectures (``mrope_text``); the wrappers' hub configs are
+        # often flat (Qwen2VLConfig.__post_init__).
+        *(ConfigHook(t, text_model=f"{t}_text", text_flat=True) for t in ("qwen2_vl", "qwen2_5_vl")),
+        # Qwen3-VL: its text model is an architecture (``mrope_text``); its wrapper reads text_config only.
+        ConfigHook("qwen3_vl", text_model="qwen3_vl_text"),
         # Granite 4 (GraniteMoeHybridConfig: layer_types default all linear_attention, the Mamba2 mixer; RoPE only
         # where position_embedding_type is "rope": GraniteMoeHybridModel.rotary_emb)
         ConfigHook("granitemoehybrid", reads_layer_types=True, other_layers=("linear_attention",),

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 # Qwen-VL's multimodal RoPE: positions of three axes (time, height, width) split over the rotary channels
-# (``mrope_section``); ropeexport's positions are one axis (``positions.PositionInputs`` is where a second lands).
-MULTI_AXIS = ("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
-ONE_AXIS = "qwen2 and qwen3 (the text decoders of Qwen-VL's family, one position axis)"
+# (``mrope_section``).
+# The types built take their place in the catalog (qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text); these are not.
+MULTI_AXIS = ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
+ONE_AXIS = "the Qwen-VL text decoders (qwen2_vl, qwen2_5_vl, qwen3_vl: their checkpoints' text models)"
 # transformers' keys for the experts of a mixture, and the model types whose mixtures are built (``components.moe``)
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
 MIXTURES = ("gpt_oss", "qwen3_moe")
@@ -37,8 +38,8 @@ def missing(config: Mapping[str, Any], built: tuple[str, ...]) -> str | None:
     if model_type in MULTI_AXIS or "mrope_section" in _scaling(config) or (
         isinstance(text, Mapping) and "mrope_section" in _scaling(text)
     ):
-        return (f"multi-axis RoPE (Qwen-VL's mrope: positions of 3 axes over mrope_section) is not yet built; the "
-                f"nearest built: {ONE_AXIS}")  # fmt: skip
+        return (f"multi-axis RoPE (mrope: positions of 3 axes over mrope_section) is built for the Qwen-VL text "
+                f"decoders only, not for {model_type!r}; the nearest built: {ONE_AXIS}")  # fmt: skip
     if isinstance(text, Mapping):
         inner = text.get("model_type")
         if isinstance(inner, str) and inner in built:

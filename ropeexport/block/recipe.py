@@ -25,6 +25,7 @@ from ropeexport.block.probes import (
     counted_block_probes,
 )
 from ropeexport.block.reference import block_eager
+from ropeexport.errors import SpecError
 from ropeexport.recipes import Feeds, Positions, Recipe
 
 SUMMARY = {False: "an attention layer with a KV cache: hidden in, query and key rotated by the rope piece, output and "
@@ -38,6 +39,9 @@ def block_recipe(encoding: str, positions: Positions[Any]) -> Recipe[Any]:
     """The block kind of ``encoding``, from the positions its family offers."""
 
     def export(spec: Any) -> Any:
+        if getattr(spec, "mrope_section", ()):  # M-RoPE: a decoder's layers only (they read [3, batch, seq] too)
+            raise SpecError("artifact", "the block artifact takes [batch, seq] positions; M-RoPE (mrope_section) "
+                            "builds as the rope artifact or inside a Qwen-VL decoder")  # fmt: skip
         piece = positions.piece(spec)
         return build_block_graph(spec, piece.rotary, piece.bias)
 

@@ -91,7 +91,7 @@ ZERO_MEANS = {
 def _shown(field: str, default: Any) -> str:
     if isinstance(default, bool):
         return "on" if default else "off"
-    if default == "":
+    if default in ("", ()):
         return "none"
     if default == 0 and field in ZERO_MEANS:
         return f"0 (= {ZERO_MEANS[field]})"
@@ -197,6 +197,8 @@ def add_parser(sub: Any) -> None:
 
 def _typed(field: str, kind: str, value: Any) -> Any:
     """A flag's string as the field's type (bool flags arrive typed); a bad number names the flag's field."""
+    if kind == "tuple" and isinstance(value, str):  # a list field (mrope_section): comma-separated integers
+        return tuple(ascii_int(v.strip(), field) for v in value.split(","))
     if kind not in ("int", "float") or not isinstance(value, str):
         return value
     # ASCII only: Python's int() and float() also read other scripts' digits (Arabic-Indic, Devanagari, ...).

@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     offset = result.position_offset
     print(f"{result.model}: {n}-token prompt at positions {offset}..{offset + n - 1} of {result.max_positions}, "
           f"policy {result.policy}, threads {result.threads or 'default'}")  # fmt: skip
+    if result.positions:  # M-RoPE (Qwen-VL): what position_ids [3, batch, seq] held
+        print(f"positions: {result.positions}")
     print(f"tokens: {' '.join(map(str, result.tokens))}")
     if result.text is not None:
         print(f"text: {result.text!r}")

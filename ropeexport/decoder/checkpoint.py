@@ -228,7 +228,8 @@ def _fits(spec: DecoderSpec, key: str, value: np.ndarray) -> None:
 # tensors (vision, projector) are not the text model's and are passed over.
 _TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
                   ("language_model.lm_head.", "lm_head."))  # fmt: skip
-OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
+                "visual.", "model.visual.")  # Qwen-VL: its vision tower and merger
 
 
 def _text_key(key: str) -> str:

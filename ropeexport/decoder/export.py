@@ -53,6 +53,7 @@ from ropeexport.graph.onnx_io import (
     save_streamed,
 )
 from ropeexport.numerics import round_once
+from ropeexport.positions import AXES_INPUT
 from ropeexport.version import __version__
 
 if TYPE_CHECKING:
@@ -94,6 +95,11 @@ def build_decoder_graph(
     opset = form.opset
     positions = spec.positions  # the model's position input (``ropeexport.positions``)
     rows = positions.name  # the [b, s] rows every layer reads: the input itself, one axis
+    axes_wired: dict[str, str] = {}
+    if not positions.one_axis:  # [3, b, s]: the rows are the time axis (text: all three equal), the piece reads all
+        first = g.const("position_rows_axis", np.array(0, np.int64))
+        rows = g.op("Gather", [positions.name, first], axis=0, name="position_rows")  # [b, s]
+        axes_wired = {AXES_INPUT: positions.name}
     dtype = DTYPES[spec.dtype].onnx
     norm_of, stores = norm_spec(spec), weight_format(spec)
     fused = form.fused_norms and fusable(norm_of)  # the residual add and the RMSNorm after it as one node
@@ -142,7 +148,7 @@ def build_decoder_graph(
             h = h if pending is None else g.op("Add", [h, pending])
             x = h
         wired = {"hidden": x, "position_ids": rows, "attention_mask": "attention_mask",
-                 "past_key": past_key, "past_value": past_value}  # fmt: skip
+                 "past_key": past_key, "past_value": past_value, **axes_wired}  # fmt: skip
         block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
         out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)

@@ -39,6 +39,12 @@ class Call:
     logits: np.ndarray  # [b, t - first, vocab], as the runtime returned it
     regimes: tuple[str, ...]  # per row, the regime of its L_b
     cache_regimes: tuple[str, ...] | None  # per row, the regime its cached keys were rotated in (None: no cache read)
+    axes_positions: np.ndarray | None = None  # M-RoPE's [3, b, t] fed for the sequence; None: the rows were fed
+
+    @property
+    def fed_positions(self) -> np.ndarray:
+        """The sequence's positions as the model takes them: the rows [b, t], or M-RoPE's [3, b, t]."""
+        return self.position_ids if self.axes_positions is None else self.axes_positions
 
     @property
     def length(self) -> int:
@@ -75,6 +81,7 @@ def _prompt(spec: DecoderSpec, scenario: Scenario, rng: np.random.Generator) -> 
 def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int = 0) -> list[Call]:
     """Run the scenario through ``infer`` (a runner's feeds -> outputs); every call, in order."""
     position = spec.position_spec()
+    inputs = spec.positions  # text only: M-RoPE's three axes take the rows (Call.position_ids keeps the rows)
     np_dtype = DTYPES[spec.dtype].np_dtype
     ids, mask, pos = _prompt(spec, scenario, np.random.default_rng(seed))
     b = ids.shape[0]
@@ -88,13 +95,15 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
 
     def run(first: int, last: int, cache: list[np.ndarray], kind: str,
             cache_regimes: tuple[str, ...] | None) -> list[np.ndarray]:  # fmt: skip
-        feeds = {"input_ids": ids[:, first:last], "attention_mask": mask[:, :last], "position_ids": pos[:, first:last]}
+        feeds = {"input_ids": ids[:, first:last], "attention_mask": mask[:, :last],
+                 inputs.name: inputs.text(pos[:, first:last])}  # fmt: skip
         for i in range(spec.num_layers):
             past_key, past_value, _, _ = cache_names(i)
             feeds[past_key], feeds[past_value] = cache[2 * i], cache[2 * i + 1]
         out = infer(feeds)
         calls.append(Call(len(calls), kind, ids[:, :last].copy(), pos[:, :last].copy(), mask[:, :last].copy(), first,
-                          out["logits"], regimes_of(pos[:, first:last]), cache_regimes))  # fmt: skip
+                          out["logits"], regimes_of(pos[:, first:last]), cache_regimes,
+                          None if inputs.one_axis else inputs.text(pos[:, :last])))  # fmt: skip
         return [out[name] for i in range(spec.num_layers) for name in cache_names(i)[2:]]
 
     edges = np.cumsum((0, *scenario.chunks)) if scenario.chunks else np.array([0, ids.shape[1]])

@@ -84,7 +84,8 @@ class TransformersReference:
         # one forward pass per row where a row's regime depends on its own length (module doc)
         self.per_row = regime_kind(spec.position_spec()) != "static"
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[spec.dtype]
-        auto: Any = transformers.AutoModelForCausalLM
+        whole = not spec.positions.one_axis  # Qwen-VL: transformers' causal LM of it is the whole image-text model
+        auto: Any = transformers.AutoModelForImageTextToText if whole else transformers.AutoModelForCausalLM
         if checkpoint is not None and spec.text_of and spec.text_of not in _causal_types(transformers):
             auto = transformers.AutoModelForImageTextToText  # Mistral 3: its model is a ForConditionalGeneration only
         if checkpoint is not None:
@@ -92,15 +93,20 @@ class TransformersReference:
                                          local_files_only=True)  # fmt: skip
         else:
             text, _ = text_config(config, "config.json")  # seeded weights are the text model's alone
-            fields = {k: v for k, v in text.items() if k != "model_type"}
-            hf_config = transformers.AutoConfig.for_model(text["model_type"], **fields)
+            if whole and not spec.text_of:
+                raise RuntimeUnavailable(f"transformers has no causal LM of {spec.model_type} alone: the reference "
+                                         "of a Qwen-VL text decoder needs its whole model's config")  # fmt: skip
+            kept = config if whole else text  # Qwen-VL: the whole model (its vision tower left at random: unused)
+            fields = {k: v for k, v in kept.items() if k != "model_type"}
+            hf_config = transformers.AutoConfig.for_model(str(kept["model_type"]), **fields)
             model = auto.from_config(hf_config, attn_implementation="eager", dtype=dtype)
-            state = {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
+            state = {_in_whole(k) if whole else k: torch.from_numpy(np.ascontiguousarray(v, np.float32)).to(dtype)
                      for k, v in to_transformers(spec, weights).items()}  # fmt: skip
             missing, unexpected = model.load_state_dict(state, strict=False)
             if missing and unexpected:  # checkpoint names its modules convert on load (Qwen3-MoE's experts apart)
                 model, missing, unexpected = _converted(auto, hf_config, state, dtype)
             missing = [k for k in missing if not k.endswith("lm_head.weight") or not spec.tie_embeddings]
+            missing = [k for k in missing if not (whole and k.startswith(VISION_MODULES))]
             if missing or unexpected:
                 raise RuntimeError(
                     f"weights do not fit transformers' model: missing {missing}, unexpected {unexpected}"
@@ -168,8 +174,20 @@ def _converted(auto: Any, hf_config: Any, state: Mapping[str, Any], dtype: Any) 
         model, info = auto.from_pretrained(folder, attn_implementation="eager", dtype=dtype, local_files_only=True,
                                            output_loading_info=True)  # fmt: skip
     return model, sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
+
+
 def _causal_types(transformers: Any) -> set[str]:
     """The model types transformers' AutoModelForCausalLM loads (a multimodal wrapper may be one: Gemma 3's gemma3)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+# Qwen-VL's whole model in transformers 5.23 (Qwen2_5_VLModel / Qwen3VLModel): the text model under
+# model.language_model, the vision tower under model.visual (random weights in a reference: no image is fed).
+VISION_MODULES = ("model.visual.",)
+
+
+def _in_whole(key: str) -> str:
+    """A text model's checkpoint key (``model.layers.0...``) as the whole Qwen-VL model's module names it."""
+    return "model.language_model." + key.removeprefix("model.") if key.startswith("model.") else key

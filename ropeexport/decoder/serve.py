@@ -40,6 +40,7 @@ from ropeexport.decoder.weights import cache_shapes
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.forms import FORMS
+from ropeexport.positions import AXES_NAMES
 from ropeexport.runtimes.iobinding import PROVIDERS, session_options
 from ropeexport.runtimes.ort import open_session
 
@@ -47,6 +48,16 @@ if TYPE_CHECKING:  # tokenizers loads when a prompt is first given as text
     from tokenizers import Tokenizer
 
 TOKENIZER = "tokenizer.json"
+
+
+def text_positions(spec: DecoderSpec) -> str:
+    """How ``generate`` feeds a multi-axis position input (M-RoPE), in words; "" for one axis."""
+    inputs = spec.positions
+    if inputs.one_axis:
+        return ""
+    axes = ", ".join(AXES_NAMES[inputs.axes])
+    return (f"text only: each token's position on all {inputs.axes} axes ({axes}) of {inputs.name} "
+            f"[{inputs.axes}, batch, seq]; image positions are not fed (no vision tower here)")
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class Generation:
     text: str | None = None
     model: str = ""
     stopped_at_eos: bool = False
+    positions: str = ""  # M-RoPE: how the [3, batch, seq] input was fed (text only); "" for one axis
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -92,6 +104,8 @@ class Generation:
     def to_dict(self) -> dict[str, object]:
         """Plain data (what ``ropeexport generate --json`` prints)."""
         out = asdict(self)
+        if not self.positions:  # one axis: nothing to say (the JSON of every other decoder unchanged)
+            out.pop("positions")
         out["prefill_tokens_per_second"] = self.prefill_tokens_per_second
         out["decode_ms_per_token"] = self.decode_ms_per_token
         out["regimes"] = sorted({s.regime for s in self.steps})
@@ -228,7 +242,9 @@ class DecoderSession:
             input_ids = tokens.reshape(1, s)
             position_ids = np.arange(first, first + s, dtype=np.int64).reshape(1, s)
         self._bind_array("input_ids", input_ids)
-        self._bind_array("position_ids", position_ids)
+        # M-RoPE (Qwen-VL): text only, the same row on all three axes (kept alive, as the binding needs)
+        position_ids = self.spec.positions.text(position_ids)
+        self._bind_array(self.spec.positions.name, position_ids)
         self._bind_array("attention_mask", self._mask[:, :total])
         self._bind_array("logits", logits, output=True)
         for i in range(0 if self.shared else self.spec.num_layers):  # shared: one buffer, bound by reserve
@@ -329,7 +345,7 @@ class DecoderSession:
             new.append(token)
         text = None if tokenizer is None else tokenizer.decode(new)
         return Generation(ids, new, steps, position_offset, policy, self.threads, self.max_positions, text,
-                          self.spec.name, bool(eos) and new[-1] in eos)  # fmt: skip
+                          self.spec.name, bool(eos) and new[-1] in eos, text_positions(self.spec))  # fmt: skip
 
     def prompt_of(self, prompt_ids: Sequence[int] | None = None, prompt: str | None = None) -> list[int]:
         """The prompt as token ids: ``prompt_ids`` as given, or ``prompt`` text encoded; exactly one of them."""

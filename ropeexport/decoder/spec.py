@@ -287,8 +287,11 @@ class DecoderSpec:
 
     @property
     def positions(self) -> PositionInputs:
-        """The model's position input: ``position_ids`` [batch, seq] (one axis) for every encoding a decoder takes."""
-        return ONE_AXIS
+        """The model's position input: ``position_ids`` [3, batch, seq] where an encoding of its layers reads three
+        axes (multimodal RoPE: Qwen-VL's time, height, width), else [batch, seq] (one axis).
+        """  # noqa: D205
+        axes = max((getattr(p, "position_axes", 1) for p in self.position_specs()), default=1)
+        return ONE_AXIS if axes == 1 else PositionInputs(axes=axes)
 
     def weight_format(self) -> WeightFormat:
         """How the projections are stored (``storage``, in the dtype)."""

@@ -187,7 +187,7 @@ def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip
     """  # noqa: D205
     ties: list[tuple[int, int, int, float]] = []
     recompute = lambda flips, bound, into: truth(  # noqa: E731
-        call.input_ids, call.position_ids, call.attention_mask, flips, bound, into)[:, call.first :]
+        call.input_ids, call.fed_positions, call.attention_mask, flips, bound, into)[:, call.first :]
     full = recompute(kept, tolerance if routed else 0.0, ties)
     runtime = np.asarray(call.logits, np.float64)
     rel = lambda reference: _compare(call, runtime, reference)["rel"]  # noqa: E731
@@ -229,7 +229,7 @@ def verify_scenario(
         theirs = None
         if eager is not None:
             slots = call.input_ids.shape[1] - call.first  # the head multiplies only the slots judged
-            theirs = eager.logits(call.input_ids, call.position_ids, call.attention_mask, slots)
+            theirs = eager.logits(call.input_ids, call.fed_positions, call.attention_mask, slots)
         records.append(judge_call(call, full, theirs, bound, cost))
         if taken:
             records[-1]["routing_flips"] = taken
@@ -270,7 +270,7 @@ def verify_decoder(
 
     def truths(of: DecoderSpec, held: Stored64, label: str = "float64") -> Truths:
         def run(calls: list[Call]) -> list[np.ndarray]:
-            feeds = [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in calls]
+            feeds = [Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls]
             told = None if stage is None else (lambda i: stage(f"{now[0]}: {label}", i, of.num_layers))
             return chained_float64(of, held, feeds, layers, on_layer=told)
 

@@ -15,6 +15,9 @@ from ropeexport.architectures.hooks import NOT_BUILT_TYPES, ConfigHook
 from ropeexport.architectures.missing import missing
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import proportional_pairs
+from ropeexport.hf.mrope import KEYS as MROPE_KEYS
+from ropeexport.hf.mrope import TYPE as MROPE_TYPE
+from ropeexport.hf.mrope import read_mrope
 from ropeexport.hf.reader import Imported, _Reader
 
 # transformers rope types -> ropeexport schedules. "su" is LongRoPE's name in Phi-3's first releases.
@@ -244,17 +247,22 @@ def _rope(r: _Reader, hook: ConfigHook) -> None:
 
     length = r.length()
     rope_type = params.get("rope_type", params.get("type", "default")) if scaling else "default"
+    if hook.mrope:  # multimodal RoPE (hf.mrope): its keys read, "mrope" the default schedule as transformers reads it
+        read_mrope(r, params, prefix, hook)
+        rope_type = "default" if rope_type == MROPE_TYPE else rope_type
     if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
         supported = ", ".join(sorted(ROPE_TYPES))
         raise r.error(f"{prefix}rope_type", f"unsupported scaling type {rope_type!r}; supported: {supported}")
     schedule = ROPE_TYPES[rope_type]
     key = next((k for k in ("rope_type", "type") if k in params), None)
     if key is not None:
-        r.set("scaling", schedule, f"{prefix}{key} {rope_type!r}")
+        named = params[key] if params[key] == rope_type else f"{params[key]!r}, read as {rope_type!r}"
+        r.set("scaling", schedule, f"{prefix}{key} {named if named != rope_type else repr(rope_type)}")
     else:  # nothing in the config names a schedule: say so, not a key that is not there
         where = f"{scaling[0]} names no rope_type" if scaling else "no rope_scaling / rope_parameters in the config"
         r.set("scaling", schedule, f"{where} (unscaled)")
-    values = {k: v for k, v in params.items() if k not in (*_SELECTORS, *hook.rope_extra_keys)}
+    extra = (*hook.rope_extra_keys, *(MROPE_KEYS if hook.mrope else ()))
+    values = {k: v for k, v in params.items() if k not in (*_SELECTORS, *extra)}
     if schedule == "proportional" and params.get("partial_rotary_factor") is not None:
         values["partial_rotary_factor"] = params["partial_rotary_factor"]
     if schedule == "default":

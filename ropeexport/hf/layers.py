@@ -122,6 +122,9 @@ def text_config(config: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any
     if not isinstance(wrapper, str) or wrapper not in WRAPPERS:
         return config, where
     inner = config.get("text_config")
+    hook = config_hook(wrapper)
+    if inner is None and hook is not None and hook.text_flat:  # a flat hub config: the text keys at the top level
+        return {**config, "model_type": WRAPPERS[wrapper]}, f"{where} (flat {wrapper} config: its text keys)"
     if not isinstance(inner, Mapping):
         raise SpecError(f"{where}: text_config", f"must be the text model's config (an object) in a {wrapper} "
                         f"config, got {inner!r}")  # fmt: skip

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ropeexport.planted import alibi, rope
+from ropeexport.planted import alibi, mrope, rope
 from ropeexport.planted.core import Detection, PlantedBug, claimed_specs, detect, export, verify_correct
 
 __all__ = ["BUGS", "FAMILY_BUGS", "Detection", "PlantedBug", "correct_specs", "detect", "export", "verify_correct"]
@@ -21,7 +21,7 @@ __all__ = ["BUGS", "FAMILY_BUGS", "Detection", "PlantedBug", "correct_specs", "d
 # One line per family with planted bugs, in catalog order: {encoding: its bugs}. Listed here rather than registered
 # on import, so that what runs is what this table says.
 FAMILY_BUGS: dict[str, list[PlantedBug]] = {
-    "rope": rope.BUGS,
+    "rope": rope.BUGS + mrope.BUGS,  # M-RoPE's are RoPE specs (position_ids [3, batch, seq])
     "alibi": alibi.BUGS,
 }
 

@@ -21,10 +21,10 @@ ALONE = "the encoding alone: build its block or rope artifact"
 
 # (case, config, words of the decoder's refusal, words of the encoding's refusal or None when it is read)
 CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
-    ("Qwen2-VL", {"model_type": "qwen2_vl", **SIZES, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
-     "multi-axis RoPE (Qwen-VL's mrope: positions of 3 axes over mrope_section) is not yet built; the nearest "
-     "built: qwen2 and qwen3", "unknown model type 'qwen2_vl': multi-axis RoPE"),
-    ("Qwen2.5-VL by its type alone", {"model_type": "qwen2_5_vl", **SIZES}, "multi-axis RoPE", "multi-axis RoPE"),
+    ("GLM-4V", {"model_type": "glm4v", **SIZES, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+     "multi-axis RoPE (mrope: positions of 3 axes over mrope_section) is built for the Qwen-VL text decoders only, "
+     "not for 'glm4v'; the nearest built: the Qwen-VL text decoders", "unknown model type 'glm4v': multi-axis RoPE"),
+    ("Qwen3-VL-MoE by its type alone", {"model_type": "qwen3_vl_moe", **SIZES}, "multi-axis RoPE", "multi-axis RoPE"),
     ("LLaVA over Llama", {"model_type": "llava", "text_config": {"model_type": "llama", **SIZES}},
      "a multimodal wrapper whose text model (text_config, model_type 'llama') is built here, but 'llava' is "
      "not read as its wrapper yet: give text_config alone as the config", "unknown model type 'llava': a "

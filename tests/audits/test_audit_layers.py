@@ -414,6 +414,7 @@ BAD_SPECS = [
      "--spec: '{spec}': encodings.global.thetta: unknown field for encoding 'rope'"),
     ("spec-not-fitting-the-model", SLIDING | {"head_dim": 8},
      "--spec: describes rotary_dim 8 (tables 4 wide) but the model's cos/sin at"),
+    ("multimodal-rope", SLIDING | {"mrope_section": [2, 3, 3]}, "whose pairs read three axes, are not audited yet"),
 ]  # fmt: skip
 
 
@@ -427,6 +428,17 @@ def test_a_bad_spec_file_is_one_line_and_exit_2(case: str, content: Any, words: 
     err = capsys.readouterr().err.strip()
     assert words.format(spec=spec) in err and "\n" not in err, err
     assert "--hf-config" not in err and ("not describe" not in err or "the spec does not describe" in err), err
+
+
+def test_a_multimodal_rope_config_is_not_audited_as_one_axis(tmp_path: Path, capsys, tiny_checkpoint) -> None:  # noqa: ANN001
+    model = _decoder(tmp_path, tiny_checkpoint("gemma3"), "fused")
+    config = tmp_path / "qwen2_5_vl.json"  # a flat hub config: M-RoPE sections over the 8 pairs of head_dim 16
+    config.write_text(json.dumps({"model_type": "qwen2_5_vl", "hidden_size": 64, "num_attention_heads": 4,
+                                  "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}))  # fmt: skip
+    capsys.readouterr()
+    assert main(["audit", str(model), "--hf-config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--hf-config: describes multimodal RoPE (mrope_section [2, 3, 3])" in err and "\n" not in err, err
 
 
 @pytest.mark.parametrize("argv", [["--spec", "s.json", "--hf-config", "c.json"], []], ids=["both", "neither"])

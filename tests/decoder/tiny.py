@@ -119,8 +119,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 
-# Multimodal wrappers around a text model of CONFIGS (Gemma 3 4B-27B ship as gemma3: the text model's weights under
-# language_model., a vision tower beside): name -> (wrapper model_type, text model's CONFIGS name, wrapper fields).
+# Multimodal wrappers around a text model of CONFIGS or VL_CONFIGS (Gemma 3 4B-27B ship as gemma3: the text model's
+# weights under language_model., a vision tower beside): name -> (wrapper model_type, its text model's name there,
+# wrapper fields).
 WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gemma3-multimodal": ("gemma3", "gemma3", {
         "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
@@ -132,12 +133,34 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                           "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
                           "patch_size": 14},
         "image_token_index": 95, "tie_word_embeddings": False}),
+    # Qwen-VL: a vision tower of one block beside (passed over by the decoder); mrope_section covers head_dim 16's 8
+    # pairs (chunked 2 + 3 + 3; Qwen3-VL interleaved 3 + 3 + 2: pairs 1, 4, 7 height, 2, 5 width, the rest time)
+    "qwen2_5_vl": ("qwen2_5_vl", "qwen2_5_vl", {
+        "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
+                          "out_hidden_size": 64, "fullatt_block_indexes": [0]}}),
+    "qwen2_vl": ("qwen2_vl", "qwen2_vl", {
+        "vision_config": {"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2}}),
+    "qwen3_vl": ("qwen3_vl", "qwen3_vl", {
+        "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 48, "num_heads": 2,
+                          "out_hidden_size": 64, "deepstack_visual_indexes": [0]}}),
+}  # fmt: skip
+# The text models of WRAPPED's Qwen-VL checkpoints (hidden 64, head_dim 16: 8 frequency pairs for three axes), apart
+# from CONFIGS: the tests that go over every CONFIGS decoder (audit, onnxruntime-genai) refuse M-RoPE by design.
+_VL_TEXT = {**_SMALL, "hidden_size": 64, "num_key_value_heads": 2, "max_position_embeddings": 256}
+_CHUNKED = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+VL_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2_vl": ("qwen2_vl_text", {**_VL_TEXT, "rope_parameters": _CHUNKED}),
+    "qwen2_5_vl": ("qwen2_5_vl_text", {**_VL_TEXT, "rope_parameters": _CHUNKED}),
+    "qwen3_vl": ("qwen3_vl_text", {**_VL_TEXT, "head_dim": 16, "rope_parameters": {
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2], "mrope_interleaved": True}}),
 }  # fmt: skip
 
 
 def hf_config(name: str) -> Any:
     if name in WRAPPED:
         wrapper, text, fields = WRAPPED[name]
+        if text in VL_CONFIGS:  # Qwen-VL: its config class names its text model's type itself
+            return transformers.AutoConfig.for_model(wrapper, text_config=VL_CONFIGS[text][1], **fields)
         text_type, text_fields = CONFIGS[text]  # named: a wrapper's default text type may be another (mistral3's)
         return transformers.AutoConfig.for_model(wrapper, text_config={"model_type": text_type, **text_fields},
                                                  **fields)  # fmt: skip
@@ -150,8 +173,8 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     logits have a scale of order one and a wrong position shows.
     """  # noqa: D205
     torch.manual_seed(seed)
-    # Mistral 3 has no causal-LM class: its ForConditionalGeneration, as its checkpoints are saved
-    auto = transformers.AutoModelForImageTextToText if name == "mistral3-multimodal" else (
+    # Mistral 3 and Qwen-VL have no causal-LM class: their ForConditionalGeneration, as their checkpoints are saved
+    auto = transformers.AutoModelForImageTextToText if name == "mistral3-multimodal" or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():

@@ -41,6 +41,9 @@ INT4 = [("fp32", "fused", "int4-b32", {"weight_format": "int4"}),
 
 # The tiny checkpoints whose int4 build is refused (a mixture of experts: [E, n, m] weights are no MatMulNBits).
 NO_INT4 = ("gpt_oss", "qwen3_moe", "qwen3_moe-norm")
+# The tiny decoders whose tensorrt form is refused: gemma2 (TensorRT cannot cap attention logits), the Qwen-VL ones
+# (M-RoPE: no TensorRT run of it verified).
+NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 def _written(model: object, folder: Path) -> str:
@@ -91,12 +94,13 @@ def test_the_feature_specs_write_their_pinned_models(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Any) -> dict[str, tuple[Path, Path]]:
-    """{name: (its config.json, a random checkpoint)} for every tiny architecture of tests/decoder/tiny.py."""
-    from tests.decoder.tiny import CONFIGS, hf_config
+    """{name: (its config.json, a random checkpoint)} for every tiny architecture of tests/decoder/tiny.py (CONFIGS and
+    VL_CONFIGS)."""
+    from tests.decoder.tiny import CONFIGS, VL_CONFIGS, hf_config
 
     root = tmp_path_factory.mktemp("pinned")
     out = {}
-    for name in CONFIGS:
+    for name in {**CONFIGS, **VL_CONFIGS}:  # the Qwen-VL ones: whole checkpoints (tiny.WRAPPED)
         hf_config(name).save_pretrained(root / "cfg" / name)
         out[name] = (root / "cfg" / name / "config.json", tiny_checkpoint(name))
     return out
@@ -112,7 +116,7 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
     for name, (config, ckpt) in tiny_checkpoints.items():
         for dtype in ("fp32", "fp16"):
             for graph in FORMS:
-                if name == "gemma2" and graph == "tensorrt":  # refused: TensorRT cannot cap attention logits
+                if name in NO_TENSORRT and graph == "tensorrt":  # refused (NO_TENSORRT)
                     continue
                 spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph))
                 model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
@@ -123,7 +127,7 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
             model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
             got[f"seeded/{name}/{dtype}-{label}/{graph}"] = _written(model, tmp_path / "int4" / name / label / graph)
         for graph in FORMS:
-            if name == "gemma2" and graph == "tensorrt":
+            if name in NO_TENSORRT and graph == "tensorrt":
                 continue
             spec, _ = resolve(DecoderRequest(checkpoint=ckpt, dtype="fp32", graph=graph))
             model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))

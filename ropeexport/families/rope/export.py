@@ -17,6 +17,9 @@ batched with (vLLM #27414 is the whole-batch rule in a server). How a row picks 
 - ``continuous`` (dynamic NTK): rows of the default table while L_b <= original, otherwise cos/sin computed in the
   graph in float64 from L_b and rounded once; the computing branch sits under an ``If`` on the longest row (a batch
   whose rows are all short pays nothing) and keeps the default rows of every short row (a ``Where`` per row).
+M-RoPE (``mrope_section``): ``position_ids`` is int64 [3, batch, seq]; each axis gathers its [b, s, r/2] rows from
+the one table, and frequency pair j keeps the rows of its axis (``spec.pair_axes()``, a constant Where per axis):
+cos/sin per token, which the fused RotaryEmbedding takes without position_ids.
 Positions outside [0, max_positions) are mapped to an index past the table, so the lookup itself fails at run time:
 ONNX ``Gather`` would otherwise wrap a negative index to the end of the table. Called behind a guard of the same
 range (a block, a decoder), that clamp is dropped with the piece's own guard (``graph.guard``): one range test a call.
@@ -147,6 +150,28 @@ def cos_sin_rows(
     return cos, sin, None
 
 
+def mrope_cos_sin(
+    g: GraphBuilder, spec: RopeSpec, tables: tuple[str, str], pos: str
+) -> tuple[str, str, None]:
+    """M-RoPE's (cos, sin) [b, s, r/2] for ``pos`` [3, b, s]: pair j from the rows of its axis (``pair_axes``).
+
+    Where picks a stored value unchanged: the tables are rounded once, and so are these.
+    """
+    axes = np.array(spec.pair_axes(), np.int64)  # [r/2]
+    per_axis = []
+    for a in range(spec.position_axes):
+        index = g.const(f"{pos}_axis{a}", np.array(a, np.int64))
+        row = g.op("Gather", [pos, index], axis=0, name=f"{pos}_{a}")  # [b, s]: axis a's positions
+        rows = _row_index(g, spec, None, row)
+        per_axis.append([g.op("Gather", [table, rows]) for table in tables])  # cos, sin [b, s, r/2]
+    picked = list(per_axis[0])
+    for a in range(1, spec.position_axes):
+        mask = g.const(f"{pos}_pairs_of_axis{a}", axes == a)  # bool [r/2]
+        picked = [g.op("Where", [mask, mine, other]) for mine, other in zip(per_axis[a], picked, strict=True)]
+    cos = g.op("Identity", [picked[0]], name=f"{pos}_cos")
+    return cos, g.op("Identity", [picked[1]], name=f"{pos}_sin"), None
+
+
 def _rotate(
     g: GraphBuilder, spec: RopeSpec, x: str, heads: int, cos_sin_rows: tuple[str, str, str | None], out: str
 ) -> None:
@@ -205,7 +230,11 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     tables = rope_tables(g, spec)
     regime = get_schedule(spec.scaling).regime
     length = row_lengths(g, ["position_ids"], OPSETS[spec.graph]) if regime != "static" else None
-    rows = cos_sin_rows(g, spec, tables, "position_ids", length)  # shared by query and key
+    rows = (  # shared by query and key
+        mrope_cos_sin(g, spec, tables, "position_ids")
+        if spec.mrope_section
+        else cos_sin_rows(g, spec, tables, "position_ids", length)
+    )
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
         _rotate(g, spec, x, heads, rows, f"{x}_out")
     return make_model(rope_graph(spec, g), OPSETS[spec.graph], metadata=artifact_metadata(spec, ["position_ids"]))
@@ -214,13 +243,14 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
 def rope_graph(spec: RopeSpec, g: GraphBuilder) -> onnx.GraphProto:
     """The ``rope`` artifact's graph around ``g``'s nodes: the contract's inputs and outputs (module docstring)."""
     dtype, d = DTYPES[spec.dtype].onnx, spec.head_dim
+    position_dims: list[int | str] = [*([spec.position_axes] if spec.mrope_section else []), "batch", "seq"]
     return helper.make_graph(
         g.nodes,
         spec.name,
         [
             _io("query", dtype, ["batch", spec.num_heads, "seq", d]),
             _io("key", dtype, ["batch", spec.num_kv_heads, "seq", d]),
-            _io("position_ids", TensorProto.INT64, ["batch", "seq"]),
+            _io("position_ids", TensorProto.INT64, position_dims),
         ],
         [
             _io("query_out", dtype, ["batch", spec.num_heads, "seq", d]),

@@ -2,6 +2,8 @@
 
 RoPE here uses complex arithmetic (Su et al. 2021, eq. 12: f(q, m) = q e^{i m theta}); the reference modules use the
 real rotate-half / interleaved forms. Both share only the schedule functions, which are tested against closed forms.
+M-RoPE's axis of each frequency pair is derived here from ``mrope_section`` on its own (``_mrope_axes``), not read
+from the spec's ``pair_axes`` that the exporter uses.
 """
 
 from __future__ import annotations
@@ -13,23 +15,58 @@ from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
 
 
+def _mrope_axes(spec: RopeSpec) -> np.ndarray:
+    """The axis index [r/2] of each frequency pair, from the model code's definitions (transformers 5.23):
+    Qwen2-VL ``cat([m[i % 3] for i, m in enumerate(freqs.split(mrope_section))])``; Qwen3-VL
+    ``freqs_t[..., a:3 * section[a]:3] = freqs[a, ..., same]`` for a = 1, 2 over time's.
+    """  # noqa: D205
+    half = spec.rotary_dim // 2
+    section = list(spec.mrope_section)
+    if not spec.mrope_interleaved:
+        return np.repeat(np.arange(len(section)) % 3, section)
+    axes = np.zeros(half, np.int64)
+    for a in (1, 2):
+        axes[a : 3 * section[a] : 3] = a
+    return axes
+
+
+def _angles(spec: RopeSpec, position_ids: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """float64 angles [b, s, r/2]: position_ids [b, s] times inv_freq, or per pair its axis's position of [3, b, s]."""
+    if not spec.mrope_section:
+        return position_ids[..., None] * inv_freq
+    every = position_ids[..., None].astype(np.float64) * inv_freq  # [3, b, s, r/2]: each axis at every frequency
+    axes = _mrope_axes(spec)
+    return np.stack([every[axes[j], ..., j] for j in range(axes.size)], axis=-1)
+
+
 def rope_oracle(
     spec: RopeSpec, x: np.ndarray, position_ids: np.ndarray, length: int | np.ndarray | None = None
 ) -> np.ndarray:
-    """Rotate x [b, h, s, d] (any float dtype) in float64 by position_ids [b, s]; float64 [b, h, s, d] out.
+    """Rotate x [b, h, s, d] (any float dtype) in float64 by position_ids [b, s] (M-RoPE: [3, b, s]); float64
+    [b, h, s, d] out.
 
     ``length``: L for length-dependent schedules, one for every row or one per row [b] (default each row's own,
-    max(position_ids[b]) + 1: ``regimes.row_lengths``).
-    """
+    max(position_ids[b]) + 1: ``regimes.row_lengths``). M-RoPE's schedules are static: L plays no part.
+    """  # noqa: D205
     schedule = get_schedule(spec.scaling)
     r = spec.rotary_dim
+    if spec.mrope_section:  # static: one frequency set for every row
+        freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, spec.max_positions)
+        rotor = freqs.attention_factor * np.exp(1j * _angles(spec, position_ids, freqs.inv_freq))  # [b, s, r/2]
+        return _rotate(spec, x, rotor)
     b = position_ids.shape[0]
     lengths = row_lengths(position_ids) if length is None else np.broadcast_to(np.asarray(length, np.int64), (b,))
     rotor = np.empty((*position_ids.shape, r // 2), np.complex128)  # [b, s, r/2]
     for value in np.unique(lengths):  # each row at its own L
         freqs = schedule.frequencies(r, spec.theta, spec.scaling_params, int(value))
         rows = lengths == value
-        rotor[rows] = freqs.attention_factor * np.exp(1j * position_ids[rows][..., None] * freqs.inv_freq)
+        rotor[rows] = freqs.attention_factor * np.exp(1j * _angles(spec, position_ids[rows], freqs.inv_freq))
+    return _rotate(spec, x, rotor)
+
+
+def _rotate(spec: RopeSpec, x: np.ndarray, rotor: np.ndarray) -> np.ndarray:
+    """x [b, h, s, d] times ``rotor`` [b, s, r/2] as complex pairs, in float64."""
+    r = spec.rotary_dim
     rotor = rotor[:, None]  # [b, 1, s, r/2]
     x = np.asarray(x, dtype=np.float64)
     rot = x[..., :r]

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from ropeexport.families.rope.export import build_rope_graph
 from ropeexport.families.rope.oracle import rope_oracle
 from ropeexport.families.rope.probes import check_tables
 from ropeexport.families.rope.reference import reference_module
 from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.positions import AXES_INPUT
 from ropeexport.recipes import PositionPiece, Positions
 from ropeexport.specs import BLOCK_FORMS
 
@@ -40,8 +42,27 @@ def rotate64(spec: RopeSpec, length: int | None = None) -> Rotate64:
 
 
 def piece(spec: RopeSpec) -> PositionPiece:
-    """The spec's rope artifact and its float64 twin."""
-    return PositionPiece(rotary=build_rope_graph(rope_of(spec)), rotate64=rotate64(spec))
+    """The spec's rope artifact and its float64 twin.
+
+    M-RoPE's piece reads the model's [3, b, s] positions by ``positions.AXES_INPUT``: the layer keeps ``position_ids``
+    for its [b, s] rows (masks, cache slots), and a piece input beyond query, key and position_ids is the layer's too
+    (``components.attention.graph``), wired by the decoder to its own position input.
+    """
+    graph = build_rope_graph(rope_of(spec))
+    if spec.mrope_section:
+        _rename_input(graph, "position_ids", AXES_INPUT)
+    return PositionPiece(rotary=graph, rotate64=rotate64(spec))
+
+
+def _rename_input(model: onnx.ModelProto, old: str, new: str) -> None:
+    """Input ``old`` of ``model``'s graph renamed ``new``, in place, in every node reading it (M-RoPE's graph is
+    static: no subgraph reads it).
+    """  # noqa: D205
+    for value in model.graph.input:
+        if value.name == old:
+            value.name = new
+    for node in model.graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
 
 
 def eager(spec: RopeSpec) -> tuple[Any, None]:

@@ -13,6 +13,9 @@ Probes (each one call; each row's own L_b = max(position_ids[b]) + 1 picks a len
   not positions x heads. Per-head behaviour is covered by the other probes, which draw every head independently.
 Guards: calls with a position of -1 and of max_positions, sent straight to the runtime (past the runner's own check),
 must fail inside the graph.
+M-RoPE (position_ids [3, b, s]): every probe above as text (the same row on every axis), each again with the axes
+apart (``mrope.axes_apart``: every position on every axis, the other two elsewhere), prompts with image grids, text
+after them and decode steps at rope_deltas (``mrope.image_probes``); a guard per axis.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from onnx import numpy_helper
 
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.bias.probes import pair_extras
+from ropeexport.families.rope import mrope
 from ropeexport.families.rope.oracle import rope_oracle, rope_scores_oracle, rope_table_oracle
 from ropeexport.families.rope.reference import reference_module, rope_scores
-from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.families.rope.spec import MROPE_AXES, RopeSpec
 from ropeexport.numerics import ulp_distance
 from ropeexport.recipes import Feeds, Probe
 from ropeexport.tensors import to_torch
@@ -77,7 +81,20 @@ def rope_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
         "sweep": "every position (one vector per position, repeated across heads)",
         "tables": "every row against float64",
     }
+    if spec.mrope_section:
+        return _mrope_probes(spec, probes), coverage | {"axes": "every position on each axis, text and image grids"}
     return probes, coverage
+
+
+def _mrope_probes(spec: RopeSpec, probes: list[Probe]) -> list[Probe]:
+    """The one-axis probes as text and with the axes apart, then the image prompts ([3, b, s] each)."""
+    out = []
+    for p in probes:
+        pos = p.positions["position_ids"]
+        out.append(_probe(p.name, mrope.text_rows(pos)))
+        out.append(_probe(f"{p.name}-axes-apart", mrope.axes_apart(pos, spec.max_positions)))
+    out += [_probe(name, pos) for name, pos in mrope.image_probes(spec.max_positions).items()]
+    return out
 
 
 def rope_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
@@ -85,6 +102,12 @@ def rope_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
     rng = np.random.default_rng(0)
     cases = []
     for bad in (-1, spec.max_positions):
+        if spec.mrope_section:  # one axis out of range at a time: each axis's lookup must refuse it
+            for axis, name in enumerate(MROPE_AXES):
+                pos = np.zeros((len(MROPE_AXES), 1, 2), np.int64)
+                pos[axis, 0, 1] = bad
+                cases.append((f"position {bad} on {name}", rope_feeds(spec, _probe("guard", pos), rng)))
+            continue
         cases.append((f"position {bad}", rope_feeds(spec, _probe("guard", np.array([[0, bad]], np.int64)), rng)))
     return cases
 
@@ -137,7 +160,7 @@ def rope_feeds(spec: RopeSpec, probe: Probe, rng: np.random.Generator) -> Feeds:
 
     Sweep probes get one vector per position repeated across heads (a stride-0 view; module docstring).
     """
-    b, s = probe.positions["position_ids"].shape
+    b, s = probe.positions["position_ids"].shape[-2:]  # [b, s], or M-RoPE's [3, b, s]
     if probe.name.startswith("sweep"):
         shared = _normal(rng, (b, 1, s, spec.head_dim), spec.dtype)
         query = np.broadcast_to(shared, (b, spec.num_heads, s, spec.head_dim))
@@ -175,9 +198,13 @@ def rope_float64(spec: RopeSpec, feeds: Feeds) -> dict[str, np.ndarray]:
 
 
 def rope_locate(probe: Probe, output: str, index: tuple[int, ...]) -> dict[str, Any]:
-    """(batch, head, seq, channel) -> where that element sits."""
+    """(batch, head, seq, channel) -> where that element sits (M-RoPE: its time position, and every axis's)."""
     b, h, s, d = index
-    return {"batch": b, "head": h, "position": int(probe.positions["position_ids"][b, s]), "channel": d}
+    pos = probe.positions["position_ids"]
+    if pos.ndim == 3:
+        axes = {name: int(pos[a, b, s]) for a, name in enumerate(MROPE_AXES)}
+        return {"batch": b, "head": h, "position": axes["time"], "axes": axes, "channel": d}
+    return {"batch": b, "head": h, "position": int(pos[b, s]), "channel": d}
 
 
 def scores_probes(spec: RopeSpec) -> tuple[list[Probe], dict[str, Any]]:
@@ -262,8 +289,9 @@ def scores_guards(spec: RopeSpec) -> list[tuple[str, Feeds]]:
 
 
 def rope_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:
-    """Each output element's position: position_ids broadcast over heads and channels."""
-    return "position", probe.positions["position_ids"][:, None, :, None]
+    """Each output element's position (M-RoPE: its time axis): position_ids broadcast over heads and channels."""
+    pos = probe.positions["position_ids"]
+    return "position", (pos[0] if pos.ndim == 3 else pos)[:, None, :, None]
 
 
 def scores_curve(probe: Probe, output: str) -> tuple[str, np.ndarray]:

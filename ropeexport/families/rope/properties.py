@@ -32,6 +32,8 @@ def _rope_call(spec: Any, runner: Infers, query: np.ndarray, key: np.ndarray, po
         "key": np.broadcast_to(key.astype(dtype), (1, spec.num_kv_heads, s, d)),
         "position_ids": positions.astype(np.int64)[None, :],
     }
+    if spec.mrope_section:  # text: the same positions on every axis, where the claims hold as for one axis
+        feeds["position_ids"] = np.repeat(feeds["position_ids"][None], len(spec.mrope_section), axis=0)
     return runner.infer(feeds)
 
 

@@ -46,7 +46,8 @@ class RotaryEmbedding(nn.Module):
 
     query [b, num_heads, s, d], key [b, num_kv_heads, s, d], position_ids int64 [b, s]; outputs keep the input
     shapes and dtype. Length-dependent schedules (dynamic, longrope) use each row's own L_b = max(position_ids[b]) + 1
-    (``regimes.row_lengths``): a row's output never depends on the other rows of its batch.
+    (``regimes.row_lengths``): a row's output never depends on the other rows of its batch. M-RoPE specs take
+    position_ids [3, b, s] (``mrope_angles``); [b, s] is refused, never broadcast.
     """
 
     def __init__(self, spec: RopeSpec) -> None:
@@ -68,6 +69,8 @@ class RotaryEmbedding(nn.Module):
         max(position_ids[b]) + 1).
         """
         check_positions(position_ids, self.spec.max_positions)
+        if self.spec.mrope_section:
+            return self.mrope_angles(position_ids)
         positions = position_ids.numpy()
         b = positions.shape[0]
         lengths = (
@@ -83,6 +86,30 @@ class RotaryEmbedding(nn.Module):
             factor[rows] = freqs.attention_factor
         return angles, factor
 
+    def mrope_angles(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """M-RoPE's float64 angles [b, s, r/2] from position_ids [3, b, s], recomposed as transformers 5.23 does
+        (``Qwen2VLRotaryEmbedding`` / ``Qwen3VLTextRotaryEmbedding.recomposition_frequencies``), and the attention
+        factor [b, 1, 1] (static schedules: one for every row).
+        """  # noqa: D205
+        s = self.spec
+        if position_ids.dim() != 3 or position_ids.shape[0] != len(s.mrope_section):
+            raise RuntimeInputError(
+                f"position_ids: expected [{len(s.mrope_section)}, batch, seq] (time, height, width), got "
+                f"{list(position_ids.shape)}"
+            )
+        freqs = self.frequencies(s.max_positions)  # static: any L
+        every = position_ids.to(torch.float64)[..., None] * torch.from_numpy(freqs.inv_freq)  # [3, b, s, r/2]
+        section = list(s.mrope_section)
+        if s.mrope_interleaved:
+            angles = every[0].clone()
+            for dim, offset in enumerate((1, 2), start=1):  # height, width over time's pairs
+                idx = slice(offset, section[dim] * 3, 3)
+                angles[..., idx] = every[dim, ..., idx]
+        else:
+            angles = torch.cat([m[i % 3] for i, m in enumerate(every.split(section, dim=-1))], dim=-1)
+        factor = torch.full((position_ids.shape[1], 1, 1), freqs.attention_factor, dtype=torch.float64)
+        return angles, factor
+
     def cos_sin(
         self, position_ids: torch.Tensor, length: int | np.ndarray | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,7 +123,7 @@ class RotaryEmbedding(nn.Module):
     def apply_rotation(
         self, x: torch.Tensor, position_ids: torch.Tensor, length: int | np.ndarray | None = None
     ) -> torch.Tensor:
-        """x [b, h, s, d] rotated by position_ids [b, s] (``length`` as ``angles`` takes it)."""
+        """x [b, h, s, d] rotated by position_ids [b, s] (M-RoPE [3, b, s]; ``length`` as ``angles`` takes it)."""
         cos, sin = self.cos_sin(position_ids, length)
         return rotate_pairs(x, cos, sin, self.spec.layout != "half")
 
@@ -105,9 +132,11 @@ class RotaryEmbedding(nn.Module):
         for name, x, heads in (("query", query, s.num_heads), ("key", key, s.num_kv_heads)):
             if x.dim() != 4 or x.shape[1] != heads or x.shape[3] != s.head_dim:
                 raise RuntimeInputError(f"{name}: expected [batch, {heads}, seq, {s.head_dim}], got {list(x.shape)}")
-        if list(position_ids.shape) != [query.shape[0], query.shape[2]] or key.shape[::2] != query.shape[::2]:
+        want = [*([len(s.mrope_section)] if s.mrope_section else []), query.shape[0], query.shape[2]]
+        if list(position_ids.shape) != want or key.shape[::2] != query.shape[::2]:
             raise RuntimeInputError(
-                f"position_ids: expected [batch, seq] = {[query.shape[0], query.shape[2]]} matching query and key, "
+                f"position_ids: expected {'[3, batch, seq]' if s.mrope_section else '[batch, seq]'} = {want} "
+                "matching query and key, "
                 f"got {list(position_ids.shape)} (key {list(key.shape)})"
             )
 

@@ -11,17 +11,20 @@ from typing import Any, ClassVar
 
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.schedules import SCHEDULES, get_schedule
+from ropeexport.positions import AXES_NAMES
 from ropeexport.specs import (
     BLOCK_FORMS,
     GRAPHS,
     MAX_TABLE_ENTRIES,
     SpecBase,
+    require_bool,
     require_choice,
     require_float,
     require_int,
 )
 
 LAYOUTS = ("half", "interleaved", "complex")
+MROPE_AXES = AXES_NAMES[3]  # the axes of multimodal RoPE's position_ids [3, batch, seq]: time, height, width
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,12 @@ class RopeSpec(SpecBase):
     Shapes: query [batch, num_heads, seq, head_dim], key [batch, num_kv_heads, seq, head_dim], position_ids
     [batch, seq]; the first ``rotary_dim`` channels of each head rotate, the rest pass through. Artifacts: ``rope``
     (rotated query and key) and ``scores`` (the attention logits of the rotated pair).
+
+    Multimodal RoPE (M-RoPE; Qwen2-VL, Wang et al. 2024, section 2.1): with ``mrope_section`` (frequency pairs per
+    axis: time, height, width), position_ids is [3, batch, seq] and frequency pair j turns by the position of the
+    axis ``pair_axes()[j]`` names: contiguous blocks (Qwen2-VL, Qwen2.5-VL), or with ``mrope_interleaved`` by
+    j mod 3 over the first 3 x section pairs, time taking the rest (Qwen3-VL, Qwen3.5). Only the ``rope`` artifact,
+    half layout and static schedules: what those models compute.
     """
 
     encoding: ClassVar[str] = "rope"
@@ -51,6 +60,8 @@ class RopeSpec(SpecBase):
     theta: float = 10000.0
     scaling: str = "default"
     scaling_params: Mapping[str, Any] = field(default_factory=dict)
+    mrope_section: tuple[int, ...] = ()  # () : one position axis; else pairs per axis (time, height, width)
+    mrope_interleaved: bool = False  # M-RoPE axes by frequency index (Qwen3-VL), not contiguous blocks
 
     def _validate(self) -> None:
         put = self._put
@@ -99,10 +110,91 @@ class RopeSpec(SpecBase):
                 f"the tables would hold {entries} entries (max_positions x rotary_dim/2 x regimes), over the limit of "
                 f"{MAX_TABLE_ENTRIES} (2^27): building them takes ~32 bytes per entry of memory in float64",
             )
+        self._validate_mrope(rotary_dim, schedule.regime)
+
+    def _validate_mrope(self, rotary_dim: int, regime: str) -> None:
+        """``mrope_section`` / ``mrope_interleaved``: the axes' pairs cover the rotated half exactly, once."""
+        put = self._put
+        interleaved = require_bool("mrope_interleaved", self.mrope_interleaved)
+        put("mrope_interleaved", interleaved)
+        section = self.mrope_section
+        if section is None or (isinstance(section, (list, tuple)) and not section):
+            if interleaved:
+                raise SpecError("mrope_interleaved", "needs mrope_section (the pairs of each axis) to interleave")
+            put("mrope_section", ())
+            return
+        if not isinstance(section, (list, tuple)) or len(section) != len(MROPE_AXES):
+            raise SpecError(
+                "mrope_section", f"must be {len(MROPE_AXES)} counts of frequency pairs (time, height, width), got "
+                f"{section!r}"
+            )
+        counts = tuple(require_int(f"mrope_section[{i}]", n, 1, rotary_dim // 2) for i, n in enumerate(section))
+        if sum(counts) != rotary_dim // 2:
+            raise SpecError(
+                "mrope_section",
+                f"must sum to rotary_dim / 2 = {rotary_dim // 2} (the rotated pairs), got {list(counts)} "
+                f"(sum {sum(counts)})",
+            )
+        put("mrope_section", counts)
+        if interleaved:  # transformers' Qwen3-VL: axis a > 0 takes pairs a, a + 3, ... below 3 x section[a]
+            got = tuple(self.pair_axes().count(a) for a in range(len(MROPE_AXES)))
+            if got != counts:
+                raise SpecError(
+                    "mrope_section",
+                    f"interleaved over {rotary_dim // 2} pairs gives the axes {list(got)} pairs, not {list(counts)}: "
+                    "height and width take every third pair below 3 x their count",
+                )
+        # Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5 rotate half-split pairs with default frequencies; any other
+        # combination is no model's, and its table and axis order would be guesses.
+        if self.layout != "half":
+            raise SpecError("layout", f"M-RoPE (mrope_section) rotates half-split pairs; got {self.layout!r}")
+        if regime != "static":
+            raise SpecError("scaling", f"M-RoPE takes a static schedule (no length-dependent one); got "
+                            f"{self.scaling!r}")
+        # "block": a decoder layer's spec (its layer reads the model's [3, batch, seq] input beside its [batch, seq]
+        # rows; the block artifact alone, [batch, seq] only, refuses it: block/recipe.py).
+        if self.artifact not in ("rope", "block"):
+            raise SpecError("artifact", f"M-RoPE builds the rope artifact ([3, batch, seq] positions) or a decoder's "
+                            f"layers; {self.artifact!r} takes [batch, seq] positions")
+        forms = ("fused", "decomposed") + (("gqa",) if self.artifact == "block" else ())
+        if self.graph not in forms:
+            raise SpecError("graph", f"M-RoPE's {self.artifact} is {' or '.join(forms)} (tensorrt: no TensorRT run "
+                            f"of it verified here); got {self.graph!r}")
+
+    @property
+    def position_axes(self) -> int:
+        """How many axes position_ids has: 3 with M-RoPE ([3, batch, seq]), else 1 ([batch, seq])."""
+        return len(MROPE_AXES) if self.mrope_section else 1
+
+    def pair_axes(self) -> tuple[int, ...]:
+        """The position axis (0 time, 1 height, 2 width) each of the rotary_dim / 2 frequency pairs turns by.
+
+        Contiguous blocks of ``mrope_section`` (Qwen2-VL); interleaved (Qwen3-VL): pair j goes to axis j mod 3 when
+        that axis is height or width and j < 3 x its count, else to time. One axis: all zeros.
+        """
+        half = self.rotary_dim // 2
+        if not self.mrope_section:
+            return (0,) * half
+        if not self.mrope_interleaved:
+            return tuple(a for a, n in enumerate(self.mrope_section) for _ in range(n))
+        return tuple(
+            j % 3 if j % 3 and j < 3 * self.mrope_section[j % 3] else 0 for j in range(half)
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """Every field (``SpecBase.to_dict``); the M-RoPE fields only when set, so one-axis specs keep their bytes."""
+        out = super().to_dict()
+        if not self.mrope_section:
+            out.pop("mrope_section")
+            out.pop("mrope_interleaved")
+        else:
+            out["mrope_section"] = list(self.mrope_section)
+        return out
 
     def name_tags(self) -> list[str]:
         """Layout and schedule: ``rope-rope-half-llama3-h32kv8x128-p131072-fp16-fused``."""
-        return [self.layout, self.scaling]
+        mrope = ["mrope-" + ("i" if self.mrope_interleaved else "c") + "-".join(map(str, self.mrope_section))]
+        return [self.layout, self.scaling] + (mrope if self.mrope_section else [])
 
     def geometry(self) -> str:
         """``hHEADS[kvKV_HEADS]xHEAD_DIM[rROTARY_DIM]`` (kv and r only where they differ from heads and head_dim)."""
