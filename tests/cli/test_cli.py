@@ -268,7 +268,8 @@ def test_failed_verification_exits_1_and_keeps_the_report(tmp_path: Path, capsys
 def test_list_json_names_every_schedule_and_param(capsys) -> None:
     code, out, _ = run(["list", "--json"], capsys)
     data = json.loads(out)
-    assert code == 0 and set(data["schedules"]) == {"default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope"}
+    assert code == 0 and set(data["schedules"]) == {"default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope",
+                                                         "proportional"}
     assert data["schedules"]["yarn"]["params"]["beta_fast"]["default"] == 32.0
     assert data["encodings"]["rope"]["layouts"] == ["half", "interleaved", "complex"]
     code, out, _ = run(["list"], capsys)
