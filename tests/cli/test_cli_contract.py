@@ -190,6 +190,12 @@ def _fixtures(folder: Path) -> None:
         "rope_theta": 1000000.0,
     }
     (folder / "models" / "qwen2.5-7b" / "config.json").write_text(json.dumps(config))
+    # the multimodal-positions how-to's Qwen2.5-VL config (a flat hub config, M-RoPE sections over head_dim 64's pairs)
+    (folder / "qwen2.5-vl-7b").mkdir()
+    vl = {"model_type": "qwen2_5_vl", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+          "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}}  # fmt: skip
+    (folder / "qwen2.5-vl-7b" / "config.json").write_text(json.dumps(vl))
     (folder / "my-model.toml").write_text('name = "my-model"\nhead_dim = 64\nnum_heads = 4\nmax_positions = 256\n')
     # the docs' decoder examples: a checkpoint folder ./my-llama and a config.json (tiny, random weights)
     import torch
@@ -200,6 +206,10 @@ def _fixtures(folder: Path) -> None:
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(folder / "my-llama")
     config.save_pretrained(folder)
+    # the multimodal-positions how-to's Qwen2.5-VL checkpoint (tiny, random weights, a vision tower beside)
+    from tests.decoder.tiny import checkpoint
+
+    checkpoint(folder / "qwen2.5-vl-3b", "qwen2_5_vl", 0)
 
 
 def _planned(argv: list[str], cwd: Path) -> list[str]:
