@@ -32,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.patterns import Site, SiteKind
+from ropeexport.audits.patterns.base import constant_of
 from ropeexport.errors import SpecError
 
 LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -118,14 +119,9 @@ def _pairing(site: Site) -> tuple[bool, ...] | None:
 
 
 def _constant(value: ir.Value | None) -> np.ndarray | None:
-    """``value``'s tensor in float64 when the graph holds it as a constant (an initializer or a Constant node)."""
-    if value is None:
-        return None
-    tensor = value.const_value
-    producer = value.producer()
-    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
-        tensor = producer.attributes["value"].value
-    return None if tensor is None else np.asarray(tensor.numpy(), np.float64)
+    """``value``'s tensor in float64 when the graph holds it as a constant (``constant_of``)."""
+    found = constant_of(value)
+    return None if found is None else found.astype(np.float64)
 
 
 def _width(site: Site, table: np.ndarray | None) -> int | None:

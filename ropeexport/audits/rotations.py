@@ -32,7 +32,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.layers import layer_of
-from ropeexport.audits.patterns.base import is_constant
+from ropeexport.audits.patterns.base import constant_of, is_constant
 
 # Nodes a cos/sin passes through to the Mul that uses it: one data input, the rest constants (``computed.forward``);
 # a Neg too, which turns the rotation the other way (``Rotation.sign``); and a Concat of one value with itself (the
@@ -261,16 +261,9 @@ def _width_guesses(x: ir.Value, nodes: list[ir.Node]) -> list[int]:
 
 
 def _stored(value: ir.Value | None) -> np.ndarray | None:
-    """A constant's values flattened (an initializer's, or a Constant node's: TorchScript exports write those), or
-    None.
-    """  # noqa: D205
-    if value is None:
-        return None
-    tensor = value.const_value
-    producer = value.producer()
-    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
-        tensor = producer.attributes["value"].value
-    return None if tensor is None else np.asarray(tensor.numpy()).reshape(-1)
+    """A constant's values flattened (``constant_of``), or None."""
+    found = constant_of(value)
+    return None if found is None else found.reshape(-1)
 
 
 class _Runner:

@@ -164,6 +164,19 @@ def is_constant(value: ir.Value | None) -> bool:
     return producer is not None and producer.op_type in ("Constant", "Shape", "ConstantOfShape")
 
 
+def constant_of(value: ir.Value | None) -> np.ndarray | None:
+    """``value``'s tensor when the graph holds it as a constant (an initializer, or a Constant node's ``value``:
+    TorchScript exports write those), else None.
+    """  # noqa: D205
+    if value is None:
+        return None
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        tensor = producer.attributes["value"].value
+    return None if tensor is None else np.asarray(tensor.numpy())
+
+
 def subgraphs(node: ir.Node) -> Iterable[ir.Graph]:
     """The graphs ``node`` holds in its attributes (an If's branches, a Loop's or Scan's body)."""
     for found in node.attributes.values():
