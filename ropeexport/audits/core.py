@@ -230,12 +230,14 @@ def _describe(spec: dict[str, Any]) -> str:
 
 def audit(model: str | Path, hf_config: str | Path | None = None, threads: int = 2,
           spec_file: str | Path | None = None, effects: bool = True, fail_on: str = "minor",
-          optimized: str | None = None, optimized_model: str | Path | None = None) -> AuditResult:  # fmt: skip
+          optimized: str | None = None, optimized_model: str | Path | None = None,
+          known: dict[Any, dict[str, Any]] | None = None) -> AuditResult:  # fmt: skip
     """Audit ``model`` (an ONNX file) against ``hf_config`` (a transformers config.json) or ``spec_file`` (a position
     spec, per layer where they differ: ``audits.layers``) (module doc); ``effects``: each finding's effect on the
     logits measured (``audits.effect``); ``fail_on``: the level the result's gate fails at (``advice.fails``);
     ``optimized`` (a level: basic, extended, all) or ``optimized_model`` (a graph ONNX Runtime saved elsewhere): that
-    optimized graph audited too (``audits.optimized``).
+    optimized graph audited too (``audits.optimized``); ``known``: effects already measured on this very graph, by
+    ``optimized.finding_key`` (the optimized graph's audit takes the exported one's: ``optimized.known_effects``).
     """  # noqa: D205
     from ropeexport.audits.advice import check_fail_on
     from ropeexport.audits.optimized import check_request
@@ -287,7 +289,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
     if effects:
-        weigh(result, path, encodings, threads)
+        weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them
         for found in result.findings:
             found["effect"] = {"not_measured": "not asked"}
@@ -298,7 +300,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
         from ropeexport.audits.optimized import attach
 
         given = None if optimized_model is None else Path(optimized_model)
-        again = lambda p: audit(p, hf_config, threads, spec_file, effects, fail_on)  # noqa: E731
+        again = lambda p, known: audit(p, hf_config, threads, spec_file, effects, fail_on, known=known)  # noqa: E731
         result.optimized = attach(path, optimized, given, again, threads, result.findings, encodings)
     return result
 
@@ -364,16 +366,22 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
     return [found | {"sites": []}]
 
 
-def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | None = None) -> None:
+def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | None = None,
+          known: dict[Any, dict[str, Any]] | None = None) -> None:
     """Each finding's effect on the logits as users run the model (``audits.effect``), the findings then ranked by it
     (unmeasured last). The run is planned once for every finding's worst position and the model's attention windows.
+    A finding in ``known`` (by ``optimized.finding_key``) takes that effect, measured on this graph already.
     """  # noqa: D205
     from ropeexport.audits.effect import Measure
     from ropeexport.audits.fix import UNREPAIRABLE
+    from ropeexport.audits.optimized import finding_key
 
     last = int(encodings.first.max_positions) - 1
     weighed: list[tuple[dict[str, Any], int]] = []
     for found in result.findings:
+        if finding_key(found) in (known or {}):
+            found["effect"] = dict((known or {})[finding_key(found)])
+            continue
         if found["name"] in UNREPAIRABLE:
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
             continue

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ropeexport.audits.optimizer import LEVELS, check_level, compare, optimize, runtime
+from ropeexport.audits.optimizer import DEFAULT_LEVEL, LEVELS, check_level, compare, optimize, runtime
 from ropeexport.errors import SpecError
 
 GPU_NOTE = ("A GPU provider registers fusions of its own (ONNX Runtime's GroupQueryAttentionFusion, which folds "
@@ -40,24 +40,47 @@ def _how(level: str | None, given: Path | None) -> str:
     return f"ONNX Runtime's optimized graph (level {level}, CPU provider)"
 
 
-def attach(path: Path, level: str | None, given: Path | None, again: Callable[[Path], Any], threads: int,
+def attach(path: Path, level: str | None, given: Path | None, again: Callable[[Path, dict[Any, Any]], Any],
+           threads: int,
            exported: list[dict[str, Any]], encodings: Any) -> dict[str, Any]:  # fmt: skip
-    """The optimized graph's audit (module doc) as audit.json's ``optimized`` record: ``again(model)`` audits a model
-    file as the exported one was (an ``AuditResult``); ``exported`` is the exported graph's findings, ``encodings``
-    the layers' (``audits.layers.Encodings``).
+    """The optimized graph's audit (module doc) as audit.json's ``optimized`` record: ``again(model, known)`` audits a
+    model file as the exported one was (an ``AuditResult``), taking the effects in ``known`` (``known_effects``) as
+    measured; ``exported`` is the exported graph's findings, ``encodings`` the layers' (``audits.layers.Encodings``).
     """  # noqa: D205
     how = _how(level, given)
     with tempfile.TemporaryDirectory(prefix="ropeexport-optimized-") as folder:
         target = given if given is not None else optimize(path, str(level), Path(folder), threads)
         try:
-            inner = again(target)
+            compared = compare(path, target)
+            inner = again(target, known_effects(level, given, compared, exported))
         except SpecError as exc:  # the optimized graph read as any model: what stops it names that graph
             raise SpecError(exc.field, f"{how}: {exc.message}") from None
-        compared = compare(path, target)
     ran = runtime() if given is None else {"onnxruntime": None, "provider": None}
     findings = [_judged(f, level, {e["name"]: e.get("next") for e in exported}) for f in inner.findings]
     return {"level": level, "model": None if given is None else str(given), **ran, "verdict": inner.verdict,
             "gate": inner.gate, **compared, "sites": inner.sites, "findings": findings}  # fmt: skip
+
+
+SAME_GRAPH = ("measured on the exported graph, whose sessions ONNX Runtime optimizes at this level on the CPU "
+              "provider before they run: that run was this graph's, so it is not run again")  # fmt: skip
+
+
+def finding_key(found: dict[str, Any]) -> tuple[str, tuple[int, ...]]:
+    """A finding as both graphs name it: its name and the layers it is on (site numbers differ between them)."""
+    return found["name"], tuple(found.get("layers") or ())
+
+
+def known_effects(level: str | None, given: Path | None, compared: dict[str, Any],
+                  exported: list[dict[str, Any]]) -> dict[tuple[str, tuple[int, ...]], dict[str, Any]]:  # fmt: skip
+    """The exported graph's measured effects the optimized graph's findings take as theirs, by ``finding_key``: only
+    where the effect's runs were of this very graph, i.e. the CPU provider's own optimization at the level sessions
+    run by default (``runs`` opens its sessions with ONNX Runtime's default, ``all``) and no rotation changed; a
+    graph saved elsewhere, another level, or a changed rotation is measured on its own (two prefills to the far end).
+    """  # noqa: D205
+    if given is not None or level != DEFAULT_LEVEL or compared["changed"]:
+        return {}
+    return {finding_key(f): f["effect"] | {"measured_on": SAME_GRAPH}
+            for f in exported if "relative" in (f.get("effect") or {})}  # fmt: skip
 
 
 def _judged(found: dict[str, Any], level: str | None, exported: dict[str, Any]) -> dict[str, Any]:

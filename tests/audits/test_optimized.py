@@ -145,6 +145,30 @@ def test_the_optimized_graph_of_every_form_audits_exact_with_no_rotation_changed
     assert record["level"] == "all" and record["onnxruntime"] == __import__("onnxruntime").__version__
 
 
+# (level, the exported graph's effect taken as the optimized graph's): only at ``all``, the level the effect's own
+# sessions optimize at, is the optimized graph the one those runs ran; at another level it is run on its own
+REUSE = [("all", True), ("basic", False)]
+
+
+@pytest.mark.parametrize(("level", "taken"), REUSE, ids=[r[0] for r in REUSE])
+def test_the_optimized_graph_takes_the_effect_measured_on_the_graph_that_ran(level: str, taken: bool, tmp_path: Path,
+                                                                            tiny_checkpoint) -> None:  # noqa: ANN001
+    from tests.audits.test_prove import _decoder as planted_decoder
+
+    ckpt = tiny_checkpoint("phi3-longrope")
+    model = planted_decoder(tmp_path, ckpt, "fused", unscaled=True)  # LongRoPE ignored: a finding with an effect
+    result = rx.audit(model, ckpt / "config.json", optimized=level)
+    assert result.optimized is not None and not result.optimized["changed"]
+    exported = {f["name"]: f["effect"] for f in result.findings}
+    optimized = {f["name"]: f["effect"] for f in result.optimized["findings"]}
+    assert set(optimized) == set(exported) and all("relative" in e for e in optimized.values()), optimized
+    for name, effect in optimized.items():
+        assert ("measured_on" in effect) is taken, effect
+        # measured again (basic), the same finding weighs within 2x of the exported graph's
+        assert 0.5 <= effect["relative"] / exported[name]["relative"] <= 2.0, (effect, exported[name])
+        assert (effect["relative"] == exported[name]["relative"]) or not taken
+
+
 # The merged graph, audited on its own: what failed before the two readings were fixed
 MERGED = [("llama", "decomposed", 1), ("gemma3", "decomposed", 2), ("smollm3-nope", "decomposed", 1)]
 
