@@ -93,12 +93,12 @@ def connected(address: Address, field: str = "ray") -> Iterator[Any]:
     way out. SpecError naming ``field`` when Ray is absent or the address does not answer.
     """  # noqa: D205
     ray = ray_module(field)
-    if ray.is_initialized():  # the caller connected already: its connection, kept open
-        yield ray
-        return
     why = unreachable(address)
     if why is not None:
         raise SpecError(field, f"cannot reach a Ray cluster at {address.text!r}: {why}")
+    if ray.is_initialized():  # the caller connected already: its connection, kept open
+        yield ray
+        return
     target = {"local": "local", "auto": "auto"}.get(address.kind, address.text)
     try:
         ray.init(address=target, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
