@@ -13,6 +13,11 @@ a cluster through Ray Client. A remote address is tried with a plain TCP connect
 own connect waits minutes on an address nothing answers at. A process that is connected to Ray already (the caller
 ran ``ray.init``) uses that connection whatever the address, and leaves it open.
 
+A local instance's workers get this process's BLAS thread count (``blas_threads``): Ray would give each one thread,
+and a float64 matmul's last bits follow the thread count, so a decoder's float64 truth computed there would differ
+from this process's in its last bits. A cluster's workers keep Ray's setting: their truth is that of a machine with
+their thread count (verdicts the same; figures equal to about 1e-15 relative).
+
 Every job must be a function importable by name on the workers (ropeexport installed there, its paths readable
 there: shared storage), and its item and result plain picklable data.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import socket
 from collections.abc import Callable, Iterator, Sequence
@@ -87,6 +93,17 @@ def unreachable(address: Address, seconds: float = CONNECT_SECONDS) -> str | Non
         return exc.strerror or str(exc)
 
 
+def blas_threads() -> dict[str, str]:
+    """The thread counts of this process's BLAS (numpy's OpenBLAS: its variables as set here, else every CPU this
+    process may use, OpenBLAS's own default), for the workers of a local Ray instance. Ray gives each worker one thread
+    per CPU its task asked for (OMP_NUM_THREADS=1), and a float64 matmul's last bits follow the thread count (the
+    reduction splits with it: measured on a decoder's truth, 1e-16 relative): with these, a run on local Ray writes
+    the bytes a run without it writes.
+    """  # noqa: D205
+    count = str(len(os.sched_getaffinity(0)))
+    return {name: os.environ.get(name, count) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
 @contextlib.contextmanager
 def connected(address: Address, field: str = "ray") -> Iterator[Any]:
     """The ``ray`` module connected to ``address`` (module doc); a local instance started here is stopped on the
@@ -100,8 +117,12 @@ def connected(address: Address, field: str = "ray") -> Iterator[Any]:
         yield ray
         return
     target = {"local": "local", "auto": "auto"}.get(address.kind, address.text)
+    settings: dict[str, Any] = {}
+    if address.kind == "local":  # this machine's workers compute as this process would (module doc: BLAS threads)
+        settings["runtime_env"] = {"env_vars": blas_threads()}
     try:
-        ray.init(address=target, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(address=target, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                 **settings)  # fmt: skip
     except (ConnectionError, ValueError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(field, f"cannot connect to Ray at {address.text!r}: {first}") from None

@@ -9,6 +9,7 @@ fixture), which the runs inside it use as the caller's connection. Without Ray i
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -107,6 +108,30 @@ def test_a_job_s_field_error_is_raised_in_the_driver_as_itself(cluster: str) -> 
     with pytest.raises(SpecError) as raised:
         fan_out(check_name, ["fine", "../not-a-name"], cluster)
     assert raised.value.field == "name" and "must be 1-100 characters" in raised.value.message
+
+
+@needs_ray
+def test_a_decoder_s_float64_truth_on_ray_gives_the_local_report(seeded_decoder: Path, cluster: str,
+                                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ropeexport.decoder import verify
+
+    def not_here(*_: object) -> None:
+        raise AssertionError("the float64 pass ran in this process, not on Ray")
+
+    reports = []
+    for ray in (None, cluster):
+        folder = tmp_path / str(ray) / seeded_decoder.name
+        shutil.copytree(seeded_decoder, folder)
+        if ray is not None:  # the workers' own processes keep the real one
+            monkeypatch.setattr(verify, "chained_float64", not_here)
+        (result,) = rx.verify(folder, ray=ray)
+        assert result.passed
+        report = json.loads((folder / "report.json").read_text())
+        report.pop("seconds")  # how long the scenarios took: the one figure that differs
+        for runtime in report["runtimes"]:
+            runtime.pop("seconds", None)
+        reports.append(report)
+    assert reports[0]["scenarios"] and reports[0] == reports[1]
 
 
 def _without_ray(monkeypatch: pytest.MonkeyPatch) -> None:

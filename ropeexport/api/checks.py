@@ -67,9 +67,11 @@ def verify(
     runtime). A decoder takes no ``atol`` / ``rtol``.
 
     ``ray``: a Ray address (``local``, ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``; ``ropeexport.fanout``): each
-    artifact verified by a Ray task (on_scenario is then not called: the scenarios run on the workers), its reports
-    written here as they come back, the same bytes as without Ray; the folders must be on storage the workers read.
-    None: one artifact after another in this process, Ray not imported.
+    artifact of a tree verified by a Ray task (on_scenario is then not called: the scenarios run on the workers),
+    its reports written here as they come back, the same bytes as without Ray; one decoder folder is verified here,
+    its float64 truth's passes split by scenario into Ray tasks (``decoder.truth_tasks``), the same report but its
+    ``seconds``. The folders (and a decoder's checkpoint) must be on storage the workers read at the same paths.
+    None: everything in this process, Ray not imported.
     """
     folder = _path(path, "path")
     names = _names(runtimes, "runtimes")
@@ -97,8 +99,11 @@ def verify(
                 if not listed:
                     raise
                 raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
-        if ray is None:
+        alone = not listed and isinstance(checked[0][1], DecoderKind)
+        if ray is None or alone:  # one decoder: verified here, its float64 passes fanned out (``truth_tasks``)
             for each, kind, manifest, spec in checked:
+                if ray is not None and isinstance(kind, DecoderKind):
+                    kind.ray = ray
                 began = time.perf_counter()
                 result = pipeline.reverify(kind, each, manifest, spec)
                 if isinstance(kind, DecoderKind):
