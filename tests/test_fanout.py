@@ -138,16 +138,16 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as where it is not installed
 
 
-# (id, argv after the folder arguments, fragment of the one line, Ray removed first)
+# (argv, fragment of the one line, Ray removed first; its id); the zoo rows are fast (no tree)
 BAD = [
-    ("zoo-ray-not-installed", ["audit", "--zoo", "{zoo}", "--out", "{out}", "--ray", "local"], "--ray: needs Ray, which is not installed here: install the cluster extra", True),
-    ("zoo-nothing-answers", ["audit", "--zoo", "{zoo}", "--out", "{out}", "--ray", "127.0.0.1:9"], "--ray: cannot reach a Ray cluster at '127.0.0.1:9'", False),
-    ("verify-nothing-answers", ["verify", "{tree}", "--ray", "ray://127.0.0.1:9"], "--ray: cannot reach a Ray cluster at 'ray://127.0.0.1:9'", False),
-    ("verify-not-an-address", ["verify", "{tree}", "--ray", "cluster-7"], "--ray: 'cluster-7' is not a Ray address; allowed: local, auto", False),
+    pytest.param(["audit", "--zoo", "{zoo}", "--out", "{out}", "--ray", "local"], "--ray: needs Ray, which is not installed here: install the cluster extra", True, marks=pytest.mark.fast, id="zoo-ray-not-installed"),
+    pytest.param(["audit", "--zoo", "{zoo}", "--out", "{out}", "--ray", "127.0.0.1:9"], "--ray: cannot reach a Ray cluster at '127.0.0.1:9'", False, marks=pytest.mark.fast, id="zoo-nothing-answers"),
+    pytest.param(["verify", "{tree}", "--ray", "ray://127.0.0.1:9"], "--ray: cannot reach a Ray cluster at 'ray://127.0.0.1:9'", False, id="verify-nothing-answers"),
+    pytest.param(["verify", "{tree}", "--ray", "cluster-7"], "--ray: 'cluster-7' is not a Ray address; allowed: local, auto", False, id="verify-not-an-address"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("argv", "fragment", "no_ray"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+@pytest.mark.parametrize(("argv", "fragment", "no_ray"), BAD)
 def test_a_bad_ray_address_or_no_ray_is_one_line_exit_2_and_nothing_written(
     argv: list[str], fragment: str, no_ray: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,

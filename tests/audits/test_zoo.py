@@ -149,6 +149,7 @@ def _write(tmp: Path, name: str, text: str) -> str:
     return str(tmp / name)
 
 
+@pytest.mark.fast  # the manifest's checks: a few hundredths of a second a row (3 planted models written, no audit)
 @pytest.mark.parametrize(("setup", "fragment"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
 def test_a_bad_zoo_is_one_line_exit_2_and_nothing_written(setup: Callable[[Path], list[str]], fragment: str,
                                                            tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
