@@ -74,13 +74,16 @@ def test_zoo_rows_worst_first_folders_as_audit_writes_them_exit_the_worst(zoo: P
     assert "<a href='llama-unscaled/audit.html'>" in page
 
 
-def test_a_rerun_skips_what_is_done_and_audits_what_changed(zoo: Path, tmp_path: Path) -> None:
+def test_a_rerun_skips_what_is_done_and_audits_what_changed(zoo: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     first = rx.audit_zoo(zoo, out)
     before = (out / "zoo.json").read_bytes()
     again = rx.audit_zoo(zoo, out)
     assert sorted(again.skipped) == ["bloom-exact", "llama-exact", "llama-unscaled"]
     assert (out / "zoo.json").read_bytes() == before and again.exit_code == first.exit_code == 2
+    code, printed, _ = run(["audit", "--zoo", str(zoo), "--out", str(out), "--json"], capsys)  # what --json prints
+    assert code == 2 and json.loads(printed) == json.loads(before)
     config = zoo.parent / "llama-exact" / "llama3.json"
     saved = config.read_text()
     try:  # the same config, other bytes: audited again
