@@ -9,7 +9,9 @@ one line in ``kinds``.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,16 @@ from ropeexport.decoder.kind import DecoderKind
 from ropeexport.decoder.layer import LayerBlockKind
 from ropeexport.encoding import EncodingKind
 from ropeexport.errors import ArtifactError
-from ropeexport.pipeline import Kind
-from ropeexport.store import FAILED, MANIFEST, MANIFEST_SCHEMA, Store, read_artifact_json, read_object
+from ropeexport.pipeline import Kind, Outcome, check_again
+from ropeexport.store import (
+    FAILED,
+    MANIFEST,
+    MANIFEST_SCHEMA,
+    Store,
+    read_artifact_json,
+    read_manifest,
+    read_object,
+)
 from ropeexport.tree import artifact_folders as tree_folders
 from ropeexport.tree import damaged_entry, index_dict, write_index_files
 
@@ -121,3 +131,34 @@ def write_index(out: Path, wall_seconds: float | None = None, jobs: int | None =
         index = index_dict(out, [entry(f, out) for f in artifact_folders(out, damaged=True)], wall_seconds, jobs)
         write_index_files(out, index)
     return index
+
+
+@dataclass(frozen=True)
+class Reverify:
+    """One artifact's verification as a Ray task takes it (``api.checks.verify`` with ``ray``): plain data; the
+    kind and spec are made again where it runs, from the folder (on storage the workers share).
+    """  # noqa: D205
+
+    folder: Path
+    runtimes: list[str]
+    atol: dict[str, float]
+    rtol: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Reverified:
+    """What a ``Reverify`` task hands back: the outcome (report.json's content, the verdict) and its seconds."""
+
+    outcome: Outcome
+    seconds: float
+
+
+def reverify_task(job: Reverify) -> Reverified:
+    """Verify ``job.folder`` again, writing nothing (``pipeline.check_again``): the caller, which holds the folder's
+    lock, writes the reports.
+    """  # noqa: D205
+    start = time.perf_counter()
+    manifest = read_manifest(job.folder)
+    kind = kind_of(manifest, runtimes=job.runtimes, atol=job.atol, rtol=job.rtol, on_scenario=None)
+    outcome = check_again(kind, job.folder, manifest, kind.spec_of(job.folder, manifest))
+    return Reverified(outcome, time.perf_counter() - start)

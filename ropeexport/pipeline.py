@@ -220,18 +220,34 @@ def reverify(
     """Verify an artifact folder again and replace its reports; the result keeps the report it replaced.
 
     The folder is checked already: its hashes (``store.read_manifest``, ``check_files``) and ``spec``, what
-    ``kind.spec_of`` rebuilt from the manifest and checked against the model.
+    ``kind.spec_of`` rebuilt from the manifest and checked against the model. The two halves apart: ``check_again``
+    (what a Ray task runs, ``ropeexport.fanout``) and ``store_outcome`` (what the process that holds the folder's
+    lock writes).
     """
     start = time.perf_counter()
     stored = stored_report(folder)
+    outcome = check_again(kind, folder, manifest, spec, stage)
+    return store_outcome(kind, folder, outcome, stored, time.perf_counter() - start)
+
+
+def check_again(kind: Kind, folder: Path, manifest: Mapping[str, Any], spec: Any,
+                stage: Stage | None = None) -> Outcome:  # fmt: skip
+    """The artifact in ``folder`` verified again (``kind.verify``), its report given the layers its build recorded;
+    nothing written.
+    """  # noqa: D205
     outcome = kind.verify(spec, folder, manifest, stage or _quiet)
     build = manifest.get("build")
     with_layers(outcome.report, build.get("origin") if isinstance(build, Mapping) else None)
+    return outcome
+
+
+def store_outcome(kind: Kind, folder: Path, outcome: Outcome, stored: dict[str, Any], seconds: float) -> VerifyResult:
+    """``outcome``'s reports written over the folder's (``store.replace_reports``); the result keeps ``stored``."""
     texts = {"report.json": _json_text(outcome.report)} | {
         name: _rendered(render, outcome.report, name) for name, render in kind.renderers().items()
     }
     replace_reports(folder, texts)
-    return VerifyResult(folder, outcome.passed, outcome.report, stored, round(time.perf_counter() - start, 2))
+    return VerifyResult(folder, outcome.passed, outcome.report, stored, round(seconds, 2))
 
 
 LAYER_KEYS = ("model_type", "layer_types", "layers", "no_rope_layers")

@@ -341,6 +341,22 @@ def _cli_startup(_: str | None) -> str:
         + "\n".join(lines) + "\n"
 
 
+def _zoo_ray(_: str | None) -> str:
+    """``audit --zoo`` serial against ``--ray local`` (tools/bench_zoo.py), and Ray's overhead per task."""
+    data = _load("zoo-ray")
+    lines = ["| round | serial (s) | `--ray local` (s) | zoo.json the same bytes |", "|---:|---:|---:|:--|"]
+    for i, r in enumerate(data["rounds"]):
+        lines.append(f"| {i + 1} | {r['serial']['wall_seconds']:.1f} | {r['local']['wall_seconds']:.1f} | "
+                     f"{'yes' if r['same_zoo_json'] else 'no'} |")  # fmt: skip
+    o, m = data["overhead"], data["machine"]
+    lines += ["", f"{data['models']} models. Ray's own cost: a local instance started in {o['start_seconds']:.1f} s; "
+              f"a task that does nothing took {o['per_task_seconds_ray'] * 1e3:.1f} ms on it, warm ({o['tasks']} "
+              f"tasks), against {o['per_task_seconds_serial'] * 1e6:.1f} us in one process."]  # fmt: skip
+    measured = _measured([f"{m['cpus']} CPUs", f"before: {m['load_before']}", f"after: {m['load_after']}"])
+    return _head("python tools/bench_zoo.py --work /tmp/bench-zoo --out tools/figures", measured) + "\n" \
+        + "\n".join(lines) + "\n"
+
+
 def _suite(_: str | None) -> str:
     """The last fresh-clone CI run's pytest summary line (tools/figures/ci-fresh-venv.log)."""
     log = FIGURES / "ci-fresh-venv.log"
@@ -473,6 +489,7 @@ FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
     "cli-startup": _cli_startup,
     "suite": _suite,
     "fast-tier": _fast_tier,
+    "zoo-ray": _zoo_ray,
 }
 
 

@@ -11,8 +11,12 @@ from typing import TYPE_CHECKING
 from ropeexport.api.shared import _path
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ropeexport.audits.core import AuditResult
     from ropeexport.audits.graft import GraftResult
+    from ropeexport.audits.zoo import ZooResult
+    from ropeexport.results import JsonObject
 
 
 def audit(
@@ -45,6 +49,36 @@ def audit(
     if out is not None:
         write(result, _path(out, "out_dir"))
     return result
+
+
+def audit_zoo(
+    zoo: str | Path,
+    out: str | Path,
+    confine: bool = False,
+    effects: bool = True,
+    fail_on: str = "minor",
+    ray: str | None = None,
+    threads: int = 2,
+    on_row: Callable[[JsonObject], None] | None = None,
+) -> ZooResult:
+    """Every model ``zoo`` (a ZOO.toml: ``[[model]]`` tables with ``name``, ``onnx``, ``hf_config`` or ``spec``,
+    optional ``checkpoint``; paths relative to its folder) audited as ``audit`` does, each into ``out/NAME``, and
+    ``out/zoo.json`` / ``out/zoo.html``: one row per model, worst first (``ropeexport.audits.zoo``). A model that
+    cannot be audited is its row (exit 2), never the end of the run; the result's ``exit_code`` is the worst row's.
+    ``confine``: every path must lie inside the zoo's folder tree. A rerun skips the models whose folder holds the
+    audit of the same files and options. ``ray``: a Ray address (``local``, ``auto``, ``HOST:PORT``,
+    ``ray://HOST:PORT``; ``ropeexport.fanout``), each model a Ray task, the folders written here all the same;
+    None: one model after another in this process, Ray not imported. ``on_row(row)`` sees each row as it lands.
+    """  # noqa: D205
+    from ropeexport.audits.zoo import ZooOptions
+    from ropeexport.audits.zoo import audit_zoo as _audit_zoo
+
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        from ropeexport.errors import SpecError
+
+        raise SpecError("threads", f"must be an integer >= 1, got {threads!r}")
+    options = ZooOptions(bool(effects), fail_on, threads)
+    return _audit_zoo(_path(zoo, "zoo"), _path(out, "out_dir"), bool(confine), options, ray, on_row)
 
 
 def graft(

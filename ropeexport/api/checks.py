@@ -47,6 +47,7 @@ def verify(
     rtol: Tolerance = None,
     on_done: Callable[[VerifyResult, float], None] | None = None,
     on_scenario: Callable[[dict[str, object]], None] | None = None,
+    ray: str | None = None,
 ) -> list[VerifyResult]:
     """Check the hashes of an artifact folder, or of every artifact in a tree, then verify each again here.
 
@@ -64,12 +65,23 @@ def verify(
     provider there; ``onnx-reference`` cannot run ONNX Runtime's contrib ops (the ``gqa`` form, int4), and its
     reason names them. ``on_scenario(result)`` sees each scenario as it finishes (``result["runtime"]`` names its
     runtime). A decoder takes no ``atol`` / ``rtol``.
+
+    ``ray``: a Ray address (``local``, ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``; ``ropeexport.fanout``): each
+    artifact of a tree verified by a Ray task (on_scenario is then not called: the scenarios run on the workers),
+    its reports written here as they come back, the same bytes as without Ray; one decoder folder is verified here,
+    its float64 truth's passes split by scenario into Ray tasks (``decoder.truth_tasks``), the same report but its
+    ``seconds``. The folders (and a decoder's checkpoint) must be on storage the workers read at the same paths.
+    None: everything in this process, Ray not imported.
     """
     folder = _path(path, "path")
     names = _names(runtimes, "runtimes")
     if names is not None:
         names = check_runtime_names(names)
     tolerances = _tolerance(atol, "atol"), _tolerance(rtol, "rtol")
+    if ray is not None:  # a malformed address is refused before any folder is read
+        from ropeexport.fanout import parse_address
+
+        parse_address(ray)
     report = on_done or (lambda result, seconds: None)
     one = (folder / MANIFEST).exists() or (folder / "decoder.json").exists()
     listed = [] if one else artifacts.artifact_folders(folder, damaged=True)
@@ -87,17 +99,46 @@ def verify(
                 if not listed:
                     raise
                 raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
-        for each, kind, manifest, spec in checked:
-            began = time.perf_counter()
-            result = pipeline.reverify(kind, each, manifest, spec)
-            if isinstance(kind, DecoderKind):
-                result = kind.result(result)
-            results.append(result)
-            report(result, time.perf_counter() - began)
+        alone = not listed and isinstance(checked[0][1], DecoderKind)
+        if ray is None or alone:  # one decoder: verified here, its float64 passes fanned out (``truth_tasks``)
+            for each, kind, manifest, spec in checked:
+                if ray is not None and isinstance(kind, DecoderKind):
+                    kind.ray = ray
+                began = time.perf_counter()
+                result = pipeline.reverify(kind, each, manifest, spec)
+                if isinstance(kind, DecoderKind):
+                    result = kind.result(result)
+                results.append(result)
+                report(result, time.perf_counter() - began)
+        else:
+            results = _fanned_out(checked, names, tolerances, ray, report)
     tree = folder if listed else folder.resolve().parent
     if listed or is_tree(tree):  # the tree's index must not keep the old verdict
         _index(tree)
     return results
+
+
+def _fanned_out(checked: list[tuple[Path, pipeline.Kind, dict[str, object], object]], names: list[str] | None,
+                tolerances: tuple[dict[str, float], dict[str, float]], ray: str,
+                report: Callable[[VerifyResult, float], None]) -> list[VerifyResult]:  # fmt: skip
+    """Each checked folder verified by a Ray task (``artifacts.reverify_task``), its reports written here as it comes
+    back (this process holds every folder's lock); the results in the folders' order.
+    """  # noqa: D205
+    from ropeexport.fanout import fan_out
+
+    jobs = [artifacts.Reverify(each, names or ["ort"], *tolerances) for each, *_ in checked]
+    results: dict[int, VerifyResult] = {}
+
+    def landed(index: int, done: artifacts.Reverified) -> None:
+        each, kind, *_ = checked[index]
+        result = pipeline.store_outcome(kind, each, done.outcome, pipeline.stored_report(each), done.seconds)
+        if isinstance(kind, DecoderKind):
+            result = kind.result(result)
+        results[index] = result
+        report(result, done.seconds)
+
+    fan_out(artifacts.reverify_task, jobs, ray, landed)
+    return [results[i] for i in range(len(checked))]
 
 
 def diff(

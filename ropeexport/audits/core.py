@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -411,15 +412,16 @@ def _an_audit(folder: Path) -> bool:
     return (folder / "audit.json").is_file() and not (folder / "manifest.json").exists()
 
 
-def write(result: AuditResult, out: str | Path) -> list[Path]:
+def write(result: AuditResult, out: str | Path, recorded: Mapping[str, object] | None = None) -> list[Path]:
     """audit.json, audit.md and audit.html into the folder ``out`` through the store (``ropeexport.store``): whole or
-    not at all, a previous audit's folder replaced (whatever either says), any other folder refused.
+    not at all, a previous audit's folder replaced (whatever either says), any other folder refused. ``recorded``:
+    more for the manifest's record of what was audited (a zoo's: the inputs' sha256 and the options).
     """  # noqa: D205
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not is_audit(out):
         raise SpecError("out_dir", f"{str(out)!r} exists and holds no audit: give a new folder or a previous "
                         "audit's")  # fmt: skip
-    record = {"model": result.model, "hf_config": result.config}
+    record = {"model": result.model, "hf_config": result.config} | dict(recorded or {})
     with Store(out.parent).draft(out.name, record, replace=True, ours=_an_audit, field="out_dir", tree=False) as draft:
         (draft.path / "audit.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         (draft.path / "audit.md").write_text(result.markdown())

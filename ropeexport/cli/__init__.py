@@ -88,6 +88,8 @@ FLAGS = {
     "out": "--out",
     "for": "--for",
     "decoder": "DECODER",
+    "zoo": "--zoo",
+    "ray": "--ray",
 }
 
 

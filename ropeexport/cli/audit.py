@@ -44,6 +44,15 @@ max_positions too few for the rows compared to tell the config's schedule from o
 dtype the tables are stored in: the line says the fewest; with --optimized, an optimized graph ONNX Runtime will not
 build or the audit cannot read, named as that graph).
 
+A zoo: --zoo ZOO.toml --out DIR audits every model a manifest lists ([[model]] tables: name, onnx, hf_config or
+spec, optional checkpoint; paths relative to ZOO.toml), each into DIR/NAME as one audit --out writes it, and writes
+DIR/zoo.json and DIR/zoo.html: one row per model (verdict, exit code, worst finding and its effect), worst first.
+A model that cannot be audited is its own row (exit 2); the exit code is the worst row's. --confine refuses a path
+outside ZOO.toml's folder tree. A rerun skips the models whose folder holds the audit of the same files. --ray
+ADDRESS runs each model as a Ray task (local: a Ray instance started for the run; auto: the cluster running here;
+HOST:PORT or ray://HOST:PORT), the folders and tables written here, the same bytes as without it (the cluster
+extra: pip install -e ".[cluster]").
+
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
   ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
@@ -53,6 +62,8 @@ Examples:
   ropeexport audit llama/model.onnx --hf-config llama/config.json --fail-on wrong
   ropeexport audit gptj/model.onnx --hf-config gptj/config.json --optimized
   ropeexport audit gptj/model.onnx --hf-config gptj/config.json --optimized-model gptj-cuda-optimized.onnx
+  ropeexport audit --zoo hub/zoo.toml --out hub-audit --confine
+  ropeexport audit --zoo hub/zoo.toml --out hub-audit --ray local
 
 """
 
@@ -70,8 +81,8 @@ from ropeexport.report.words import error
 def add_parser(sub: Any) -> None:
     """Register ``audit``."""
     p = subcommand(sub, "audit", __doc__, run)
-    p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
-    source = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("model", metavar="MODEL", nargs="?", help="the ONNX file (its external data beside it)")
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
     source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
                         "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
@@ -84,6 +95,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fail-on", choices=["harmless", "minor", "wrong"], default="minor",
                    help="exit 1 on a finding of this level or above, or of unmeasured effect (default minor: any "
                    "finding beyond the tolerance; harmless ones exit 0 and say so)")  # fmt: skip
+    p.add_argument("--zoo", metavar="ZOO.toml", help="audit every model this manifest lists, each into --out/NAME, "
+                   "and write --out/zoo.json and zoo.html (no MODEL, --hf-config or --spec then)")  # fmt: skip
+    p.add_argument("--confine", action="store_true", help="with --zoo: refuse a path outside ZOO.toml's folder tree")
+    p.add_argument("--ray", metavar="ADDRESS", help="with --zoo: each model a Ray task on the cluster at ADDRESS "
+                   "(local, auto, HOST:PORT or ray://HOST:PORT); needs the cluster extra")  # fmt: skip
     runs = p.add_mutually_exclusive_group()
     runs.add_argument("--optimized", nargs="?", const="all", choices=["basic", "extended", "all"], metavar="LEVEL",
                       help="audit the graph ONNX Runtime runs too: its CPU provider's optimized graph at LEVEL (basic, "
@@ -94,10 +110,59 @@ def add_parser(sub: Any) -> None:
                       "there)")  # fmt: skip
 
 
+def _usage(args: argparse.Namespace) -> None:
+    """SpecError for flags that do not go together: MODEL with a config, or --zoo with --out and neither."""
+    from ropeexport.errors import SpecError
+
+    if args.zoo is None:
+        for flag, value in (("--confine", args.confine), ("--ray", args.ray)):
+            if value:
+                raise SpecError(flag, "goes with --zoo only")
+        if args.model is None:
+            raise SpecError("model", "give the ONNX file to audit (or --zoo ZOO.toml)")
+        if args.hf_config is None and args.spec is None:
+            raise SpecError("hf_config", "give --hf-config CONFIG or --spec FILE: what the model's positions must be")
+        return
+    given = [flag for flag, value in (("MODEL", args.model), ("--hf-config", args.hf_config), ("--spec", args.spec),
+             ("--optimized", args.optimized), ("--optimized-model", args.optimized_model)) if value]  # fmt: skip
+    if given:
+        raise SpecError("zoo", f"takes each model's files from ZOO.toml; {given[0]} does not go with it")
+    if args.out is None:
+        raise SpecError("out_dir", "--zoo needs --out DIR: each model's audit folder and zoo.json go there")
+
+
+def run_zoo(args: argparse.Namespace) -> int:
+    """``audit --zoo``: each row printed as it lands, then the table's path; the worst row's exit code."""
+    from ropeexport.api import audit_zoo
+
+    def landed(row: dict[str, Any]) -> None:
+        if row["error"] is not None:
+            said = row["error"]
+        else:
+            worst = row["worst"]
+            said = "no finding" if worst is None else f"worst {worst['level']}: {worst['text']}"
+        print(f"  {row['name']}: {row['verdict']} (exit {row['exit']}), {said}", flush=True)
+
+    result = audit_zoo(args.zoo, args.out, args.confine, args.effects, args.fail_on, args.ray,
+                       on_row=None if args.json else landed)  # fmt: skip
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        counts = {code: sum(int(r["exit"]) == code for r in result.rows) for code in (0, 1, 2)}
+        skipped = f"; {len(result.skipped)} found done by an earlier run" if result.skipped else ""
+        print(f"{len(result.rows)} model(s): {counts[0]} passed, {counts[1]} failed the gate, {counts[2]} not "
+              f"audited{skipped}; worst first in {result.out / 'zoo.html'}")  # fmt: skip
+    return result.exit_code
+
+
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
     from ropeexport.audits.checks import dtype_of
     from ropeexport.audits.core import inside
+
+    _usage(args)
+    if args.zoo is not None:
+        return run_zoo(args)
 
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
                    fail_on=args.fail_on, optimized=args.optimized, optimized_model=args.optimized_model)  # fmt: skip

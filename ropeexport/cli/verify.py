@@ -26,6 +26,13 @@ rotation (channels paired otherwise, another width, other table values, a layer 
 optimized graph, as every ONNX Runtime session does. report.json keeps it (optimizer); it does not change the
 verdict. A model whose folder holds over 1 GiB is not optimized here: `ropeexport audit --optimized` checks it.
 
+--ray ADDRESS verifies each artifact of a tree as a Ray task (local: a Ray instance started for the run and stopped
+after; auto: the cluster running here; HOST:PORT or ray://HOST:PORT), the reports written here as each comes back:
+the same report.json bytes as without it. The tree must be on storage every worker reads at the same path. Needs
+the cluster extra (pip install -e ".[cluster]").
+
+  ropeexport verify ropeexport-out --ray local
+
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
 but a runtime named with --runtime could not run here (--allow-skip accepts that).
 
@@ -72,6 +79,8 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="exit 0 even when a runtime named with --runtime could not run here (default: exit 3)",
     )
+    p.add_argument("--ray", metavar="ADDRESS", help="verify each artifact as a Ray task on the cluster at ADDRESS "
+                   "(local, auto, HOST:PORT or ray://HOST:PORT); needs the cluster extra")  # fmt: skip
     add_tolerance_flags(p)
 
 
@@ -100,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {optimizer['text']}")
 
     # the raw text: "" is an error, not "."
-    results = verify(args.folder, args.runtime, atol, rtol, on_done=done, on_scenario=scenario_line)
+    results = verify(args.folder, args.runtime, atol, rtol, on_done=done, on_scenario=scenario_line, ray=args.ray)
     if (folder / "manifest.json").exists() or (folder / "decoder.json").exists() or not artifact_folders(
         folder, damaged=True
     ):

@@ -185,13 +185,14 @@ def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mappin
 
 def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping[str, Any], checkpoint: Path | None,
                   model_path: Path, eager: bool, on_scenario: OnScenario | None, stage: Stage | None = None,
-                  runtimes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+                  runtimes: list[str] | None = None, ray: str | None = None) -> dict[str, Any]:  # fmt: skip
     """report.json of a decoder: every scenario run on each of ``runtimes`` (default ``ort``: ONNX Runtime's CPU
     provider) against float64 and transformers (``decoder.runs``). The report's ``scenarios`` and ``runtime`` are the
     first verified runtime's; ``runtimes`` holds one record per runtime; ``passed``: some runtime ran and every one
-    that ran passed.
+    that ran passed. ``ray``: the float64 passes as Ray tasks there, one per scenario (``decoder.truth_tasks``).
     """  # noqa: D205
     from ropeexport.decoder.reference import TransformersReference
+    from ropeexport.decoder.truth_tasks import spread_on
 
     pieces = position_pieces(spec)  # each layer's position piece: the float64 truth rotates with its twin
     reference, skipped = None, None
@@ -221,7 +222,9 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     def verify(name: str, infer: Any) -> list[dict[str, Any]]:
         told = None if on_scenario is None else (lambda r: on_scenario({**r, "runtime": name}))
         staged = stage if stage is None or not several else (lambda what, *n: stage(f"{name}: {what}", *n))
-        return verify_decoder(infer, spec, weights, pieces, reference, on_scenario=told, stage=staged, held=stored)
+        spread = None if ray is None else spread_on(ray, spec, checkpoint, model_path)
+        return verify_decoder(infer, spec, weights, pieces, reference, on_scenario=told, stage=staged, held=stored,
+                              spread=spread)  # fmt: skip
 
     records = run_on(names, model_path, verify)
     ran = [r for r in records if r["status"] == "verified"]
@@ -279,6 +282,7 @@ class DecoderKind(Kind):
     on_scenario: OnScenario | None = None
     optimizer: Callable[[Path], dict[str, Any]] | None = None  # as ``EncodingKind.optimizer``
     runtimes: list[str] = field(default_factory=lambda: ["ort"])
+    ray: str | None = None  # verify: the float64 passes as Ray tasks at this address (``decoder.truth_tasks``)
     name: str = "decoder"
 
     def __post_init__(self) -> None:
@@ -371,7 +375,7 @@ class DecoderKind(Kind):
                 self.on_scenario({**result, "stored": old.get(result["name"])})
 
         report = run_scenarios(spec, record["config"], weights, checkpoint, folder / "model.onnx", eager, shown, stage,
-                               self.runtimes)  # fmt: skip
+                               self.runtimes, self.ray)  # fmt: skip
         report["files"] = {k: v for k, v in manifest["files"].items() if k != RECORD}
         if self.optimizer is not None:  # what ONNX Runtime's rewrite did to rotations (``EncodingKind.optimizer``)
             report["optimizer"] = self.optimizer(folder / "model.onnx")

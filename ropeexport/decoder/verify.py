@@ -38,6 +38,7 @@ from ropeexport.decoder.oracle import Feed, Routing, Stored64, chained_float64, 
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.truth_tasks import Spread, plain
 from ropeexport.recipes import PositionPiece
 
 # Max abs logit error over the call's logit scale. fp32: the target of the decoder work (1e-4). fp16: twenty of its
@@ -254,6 +255,7 @@ def verify_decoder(
     on_scenario: Callable[[dict[str, Any]], None] | None = None,
     stage: Callable[[str, int | None, int | None], None] | None = None,
     held: Mapping[str, np.ndarray] | None = None,
+    spread: Spread | None = None,
 ) -> list[dict[str, Any]]:
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
@@ -261,7 +263,9 @@ def verify_decoder(
     pass judges all of their calls (a quantized decoder: two). ``stage(what, done, total)`` is told each scenario as
     it starts and each layer of the float64 passes (``every scenario: float64``, a quantized decoder's ``every
     scenario: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
-    them (``Stored64``), read there instead of quantized again from ``weights``.
+    them (``Stored64``), read there instead of quantized again from ``weights``. ``spread``: the float64 passes run
+    as parts elsewhere (``truth_tasks``: Ray tasks, one per scenario), a mixture of experts' aside (its truth is a
+    call at a time).
     """  # noqa: D205
     weights64 = Stored64(spec, weights, held)  # read layer by layer, once a float64 pass (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
@@ -288,9 +292,7 @@ def verify_decoder(
 
     unquantized: Truths | None = None
     if spec.storage.format:
-        plain = spec.replace(weight_format="", block_size=0, accuracy_level=0, symmetric=True, tied_head_int4=False,
-                             tied_embedding_int4=False)  # fmt: skip
-        unquantized = truths(plain, Stored64(plain, weights), "float64 unquantized")
+        unquantized = truths(plain(spec), Stored64(plain(spec), weights), "float64 unquantized")
 
     # Every scenario runs first, then one float64 pass reads each layer's weights once for all of their calls (a
     # real size's pass is minutes, most of it reading and dequantizing weights; the runtime's logits of every call
@@ -305,8 +307,15 @@ def verify_decoder(
         ran.append(run_scenario(infer, spec, scenario))
     flat = [call for calls in ran for call in calls]
     now[0] = "every scenario" if len(runs) > 1 else runs[0].name
-    fulls: list[np.ndarray | None] = [None] * len(flat) if routed is not None else list(truths(spec, weights64)(flat))
-    costs: list[np.ndarray | None] = list(unquantized(flat)) if unquantized is not None else [None] * len(flat)
+    fulls: list[np.ndarray | None] = [None] * len(flat)
+    costs: list[np.ndarray | None] = [None] * len(flat)
+    if spread is not None and routed is None:  # the passes as parts, each computing its calls as the one pass does
+        groups = [[Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls] for calls in ran]
+        fulls = list(spread(groups, False))
+        costs = list(spread(groups, True)) if unquantized is not None else costs
+    else:
+        fulls = fulls if routed is not None else list(truths(spec, weights64)(flat))
+        costs = list(unquantized(flat)) if unquantized is not None else costs
     out = []
     for scenario, calls in zip(runs, ran, strict=True):
         n = len(calls)
