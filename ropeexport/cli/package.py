@@ -14,8 +14,10 @@ within twice the decoder's tolerance of the logit scale. Without node or the npm
 tools/transformersjs) that engine is skipped with the reason and the exit is 3. ``ropeexport verify DIR`` checks the
 hashes and runs the same comparison again.
 
-Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), a
-DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a package.
+Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), the
+Qwen-VL text decoders (transformers.js feeds their [3, batch, seq] positions only to a two-file layout, embed_tokens
+and decoder_model_merged, not built), a DECODER that is not a decoder folder or whose files changed, a DIR that exists
+and is not a package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
