@@ -23,6 +23,9 @@ Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
   ropeexport verify web/llama
 
+Written whole or not at all: kill -9 at any moment leaves the package that was at DIR (or nothing). A package whose
+check fails does not replace one that passed: DIR stays as it was and the failed one is kept at _failed/NAME beside it.
+
 Exit codes: 0 written and checked; 1 written, the tokens differ; 2 bad input; 3 written, transformers.js could not
 run here.
 
@@ -64,6 +67,8 @@ def print_result(result: Any) -> int:
         if engine.get("reason"):
             print(f"  {engine['name']}: raised: {engine['reason']}")
     print(f"  -> {result.path}")
+    if result.kept is not None:
+        print(f"  a package that passed was there: it stays at {result.kept}; this one is kept apart at {result.path}")
     if not result.passed:
         return 1
     return EXIT_SKIPPED if result.skipped else 0
