@@ -25,6 +25,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 # Every public name, with the module that defines it: loaded on first use (module doc).
 _HOMES = {
     "audit": "ropeexport.api",
+    "audit_folder": "ropeexport.api",
     "build": "ropeexport.api",
     "build_all": "ropeexport.api",
     "build_decoder": "ropeexport.api",
@@ -57,6 +58,7 @@ _HOMES = {
     "CompatResult": "ropeexport.trt.compat",
     "AuditResult": "ropeexport.audits.core",
     "GraftResult": "ropeexport.audits.graft",
+    "FolderAudit": "ropeexport.audits.community",
     "PackageResult": "ropeexport.api.packages",
     "Generation": "ropeexport.decoder.serve",
     "DecoderSession": "ropeexport.decoder.serve",
@@ -66,6 +68,7 @@ __all__ = ["__version__", *_HOMES]
 if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on first use (__getattr__)
     from ropeexport.api import (  # noqa: F401
         audit,
+        audit_folder,
         build,
         build_all,
         build_decoder,
@@ -86,6 +89,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
         verify_package,
     )
     from ropeexport.api.packages import PackageResult  # noqa: F401
+    from ropeexport.audits.community import FolderAudit  # noqa: F401
     from ropeexport.audits.core import AuditResult  # noqa: F401
     from ropeexport.audits.graft import GraftResult  # noqa: F401
     from ropeexport.decoder.kind import DecoderVerifyResult  # noqa: F401

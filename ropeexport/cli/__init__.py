@@ -88,6 +88,8 @@ FLAGS = {
     "out": "--out",
     "for": "--for",
     "decoder": "DECODER",
+    "variant": "--variant",
+    "optimized_model": "--optimized-model",
 }
 
 
