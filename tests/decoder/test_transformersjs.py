@@ -288,3 +288,33 @@ def test_headless_chromium_generates_the_decoders_tokens(
         row = compare(ours, page["tokens"], np.asarray(page["logits"], np.float64), bound(spec))
         assert row["first_difference"] is None, (ours.name, row)
         assert row["passed"], (ours.name, row["worst_rel"])
+
+
+TUTORIAL = "docs/tutorials/ship-to-transformers-js.md"
+
+
+@pytest.mark.slow
+@needs_node
+def test_the_tutorial_ships_a_decoder(tmp_path: Path) -> None:
+    """The tutorial as a user follows it: its Python and shell blocks in one folder, then its Node script, whose tokens
+    are the decoder's as ``ropeexport generate`` serves it.
+    """  # noqa: D205
+    import re
+
+    from tests.docs.pages import blocks
+    from tests.docs.test_blocks import _run
+
+    found = blocks(TUTORIAL)
+    for block in (b for b in found if b.info in ("python", "sh") and b.skip is None):
+        _run(block, tmp_path)  # ropeexport package exits 3 without transformers.js: the block would fail
+    (snippet,) = [b.text for b in found if b.info == "js"]
+    prompt = [int(t) for t in re.search(r"const ids = \[(.*?)\];", snippet)[1].replace("n", "").split(",")]
+    count = int(re.search(r"max_new_tokens: (\d+)", snippet)[1])
+    (tmp_path / "node_modules").symlink_to(node_dir() / "node_modules")  # where the script's import resolves
+    (tmp_path / "generate.mjs").write_text(snippet)
+    done = subprocess.run(["node", "generate.mjs", str(tmp_path / "web" / "my-llama")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    served = DecoderSession(tmp_path / "decoders" / "my-llama-decoder-fp32-fused").generate(prompt, count,
+                                                                                           policy="keep").tokens
+    assert [int(t) for t in done.stdout.split()] == list(served)
