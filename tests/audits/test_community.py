@@ -1,6 +1,6 @@
 """``audit`` and ``graft`` read a folder published for transformers.js (onnx-community's layout) as it is.
 
-The folder is made once for the module (``tests/audits/community.py``): a tiny Llama decoder's transformers.js package
+The folder is made once for the module (``tools/community_variants.py``): a tiny Llama decoder's transformers.js package
 (its fp32 onnx/model.onnx, config.json, generation_config.json) and four variants made as transformers.js's own
 conversion makes them: fp16, q4 (MatMulNBits, and GatherBlockQuantized for the embedding), q4f16, and the 8-bit
 ``quantized`` (MatMulInteger). ``audit DIR`` gives one row per variant and audits each; ``graft DIR --variant V --out
@@ -20,9 +20,13 @@ import pytest
 import ropeexport as rx
 from ropeexport.api.packages import package
 from ropeexport.decoder.transformersjs_check import node_dir
-from tests.audits.community import VARIANTS, community_folder, ops
 from tests.clirun import run
 from tests.decoder.test_transformersjs import node_ready  # noqa: F401 (the fixture: npm packages, or skip)
+from tests.toolmod import tool
+
+variants = tool("community_variants")
+VARIANTS = variants.VARIANTS
+ops = variants.ops
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +39,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Path:  
         patch.setenv("ROPEEXPORT_TRANSFORMERSJS_DIR", str(root / "no-node"))
         written = package(built.path, root / "package")
     assert written.passed
-    return community_folder(written.path, root / "llama-ONNX")
+    return variants.community_folder(written.path, root / "llama-ONNX")
 
 
 @pytest.mark.slow

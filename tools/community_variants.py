@@ -1,6 +1,8 @@
-"""An onnx-community folder made from a ropeexport transformers.js package, its variants made as transformers.js's
-own conversion makes them (``scripts/quantize.py`` of huggingface/transformers.js, with the ONNX Runtime quantizers it
-calls, installed here with onnxruntime):
+"""An onnx-community folder made from an fp32 one, its variants made as transformers.js's conversion makes them.
+
+The fp32 folder holds config.json and onnx/model.onnx: a ropeexport transformers.js package, or an Optimum export.
+The variants are made as ``scripts/quantize.py`` of huggingface/transformers.js makes them, with the ONNX Runtime
+quantizers it calls (installed here with onnxruntime):
 
 - ``model_q4.onnx``: ``MatMulNBitsQuantizer`` (what its ``MatMul4BitsQuantizer`` is now), block 32, symmetric: every
   MatMul becomes com.microsoft MatMulNBits. The embedding Gather is quantized too (GatherBlockQuantized, the same
@@ -8,16 +10,26 @@ calls, installed here with onnxruntime):
   the other Gathers are excluded by name: asked for every Gather, the quantizer also turns ropeexport's int64
   position guard table into a GatherBlockQuantized ONNX Runtime refuses to load.
 - ``model_fp16.onnx``, ``model_q4f16.onnx``: ``float16.convert_float_to_float16(keep_io_types=True)`` of the fp32 and
-  of the q4 model. quantize.py calls its own copy of that function (scripts/float16.py, then onnxslim); here
-  onnxruntime's, which it was copied from.
+  of the q4 model, then sorted topologically. quantize.py calls its own copy of that function (scripts/float16.py),
+  then onnxslim, which sorts; here onnxruntime's, which it was copied from, and onnxruntime's topological sort.
 - ``model_quantized.onnx``: ``ONNXQuantizer`` in IntegerOps mode, int8 weights, uint8 activations
   (MatMulInteger), quantize.py's ``q8``, with ``--op_block_list Attention``: asked for its default op types it
   turns the opset-23 Attention into a QAttention ONNX Runtime refuses.
+
+As a script: ``python tools/community_variants.py SOURCE OUT`` makes OUT from SOURCE (a folder with onnx/model.onnx,
+or, with ``--checkpoint CKPT --optimum-python PY``, the Optimum export of CKPT that tools/peer_exports.py runs, as
+onnx-community's folders are exported: optimum-onnx 0.1.0 in its own environment), then audits OUT
+(``ropeexport audit OUT``) and prints its rows. What it found on a tiny Llama's Optimum export is in
+docs/reference/audit.md (a folder published for transformers.js).
 """  # noqa: D205
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -42,8 +54,13 @@ def _q4(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
-    return convert_float_to_float16(model, keep_io_types=True)
+    converted = convert_float_to_float16(model, keep_io_types=True)
+    # the converter appends the casts of the graph's inputs after their readers; quantize.py sorts the graph again
+    # (onnxslim) before saving, and so does this
+    OnnxModel(converted).topological_sort()
+    return converted
 
 
 def _q8(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -78,3 +95,49 @@ def community_folder(package: Path, folder: Path) -> Path:
 def ops(model: Path) -> set[str]:
     """The operator types of ``model``'s main graph."""
     return {n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+
+
+def _optimum_source(checkpoint: Path, python: str, work: Path) -> Path:
+    """The Optimum export of ``checkpoint`` laid out as a transformers.js folder (configs beside onnx/model.onnx)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import peer_exports
+
+    command = peer_exports.optimum_command(peer_exports.legacy_checkpoint(checkpoint, work / "legacy"), work / "export",
+                                           python)  # fmt: skip
+    if isinstance(command, str):
+        raise SystemExit(f"community_variants: {command}")
+    subprocess.run(command, check=True)
+    source = work / "source"
+    (source / "onnx").mkdir(parents=True)
+    for name in ("config.json", "generation_config.json"):
+        if (work / "export" / name).is_file():
+            shutil.copyfile(work / "export" / name, source / name)
+    shutil.copyfile(work / "export" / "model.onnx", source / "onnx" / "model.onnx")
+    return source
+
+
+def main() -> int:
+    """Make the folder, audit it, print the audit (module doc)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", nargs="?", help="a folder with config.json and onnx/model.onnx (fp32)")
+    parser.add_argument("out", help="the folder to write (must not exist)")
+    parser.add_argument("--checkpoint", help="export this checkpoint with Optimum instead of reading SOURCE")
+    parser.add_argument("--optimum-python", help="the python of a venv with optimum-onnx==0.1.0")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        if args.checkpoint:
+            source = _optimum_source(Path(args.checkpoint), args.optimum_python, Path(work))
+        elif args.source:
+            source = Path(args.source)
+        else:
+            parser.error("give SOURCE or --checkpoint")
+        folder = community_folder(source, Path(args.out))
+    for model in sorted((folder / "onnx").glob("*.onnx")):
+        print(f"{model.name}: {', '.join(sorted(ops(model) & QUANTIZED)) or 'no quantized operator'}")
+    return subprocess.run([sys.executable, "-m", "ropeexport", "audit", str(folder)], check=False).returncode
+
+
+QUANTIZED = {"MatMulNBits", "GatherBlockQuantized", "MatMulInteger", "DynamicQuantizeLinear"}
+
+if __name__ == "__main__":
+    raise SystemExit(main())
