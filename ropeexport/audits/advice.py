@@ -95,6 +95,8 @@ def graft_command(model: str, config: str, source: str, trust: bool) -> str:
     folder's model, as graft then writes the whole folder), numbered (``-grafted-2``) past names that exist.
     """  # noqa: D205
     path = Path(model)
+    if in_community_folder(path):  # graft writes the transformers.js folder: the folder and its variant named
+        return _folder_graft_command(path, config, source, trust)
     genai = (path.parent / "genai_config.json").is_file()
     for n in range(1, 1000):  # a name graft can write: an --out that exists is refused (a graft run before, say)
         tag = "-grafted" if n == 1 else f"-grafted-{n}"
@@ -107,6 +109,29 @@ def graft_command(model: str, config: str, source: str, trust: bool) -> str:
             break
     flag = "--hf-config" if source == "hf_config" else "--spec"
     words = ["ropeexport", "graft", model, flag, config, "--out", out, *(["--trust", "config"] if trust else [])]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def in_community_folder(path: Path) -> bool:
+    """True for a variant of a folder published for transformers.js (``FOLDER/onnx/model*.onnx``, config.json beside
+    onnx/): ``audits.community``.
+    """  # noqa: D205
+    from ropeexport.audits.community import CONFIG, ONNX, VARIANT
+
+    return path.parent.name == ONNX and VARIANT.match(path.name) is not None and (path.parent.parent / CONFIG).is_file()
+
+
+def _folder_graft_command(path: Path, config: str, source: str, trust: bool) -> str:
+    """``ropeexport graft FOLDER --variant FILE --out FOLDER-grafted``, the config named only where it is not the
+    folder's own config.json.
+    """  # noqa: D205
+    folder = path.parent.parent
+    out = next(f"{folder}{t}" for t in ("-grafted", *(f"-grafted-{n}" for n in range(2, 1000)))
+               if not Path(f"{folder}{t}").exists())  # fmt: skip
+    own = source == "hf_config" and Path(config).resolve() == (folder / "config.json").resolve()
+    flag = [] if own else ["--hf-config" if source == "hf_config" else "--spec", config]
+    words = ["ropeexport", "graft", str(folder), "--variant", path.name, *flag, "--out", out,
+             *(["--trust", "config"] if trust else [])]  # fmt: skip
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -126,3 +126,24 @@ def test_graft_writes_a_folder_transformersjs_loads(
     assert {"MatMulNBits", "GatherBlockQuantized"} <= ops(fixed / "onnx" / "model_q4f16.onnx")
     prompt = [1, 5, 9, 3, 7, 11, 2, 8, 4, 6, 10, 12]
     assert _node_tokens(fixed, "q4f16", prompt, 8) == _node_tokens(folder, "q4f16", prompt, 8)
+
+
+# (the config audited against, whether it is the folder's own, trust config): the next step's graft line for a variant
+NEXT = [("own", True, True), ("other", False, False)]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("which", "own", "trust"), NEXT, ids=[n[0] for n in NEXT])
+def test_the_next_step_grafts_the_folder_variant(which: str, own: bool, trust: bool, tmp_path: Path) -> None:
+    from ropeexport.audits.advice import graft_command
+
+    folder = tmp_path / "llama-ONNX"
+    (folder / "onnx").mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "onnx" / "model_q4.onnx").write_bytes(b"")
+    (folder.parent / "llama-ONNX-grafted").mkdir()  # an --out that exists is refused: the next name is given
+    config = folder / "config.json" if own else tmp_path / "config.json"
+    line = graft_command(str(folder / "onnx" / "model_q4.onnx"), str(config), "hf_config", trust)
+    flag = "" if own else f" --hf-config {config}"
+    assert line == (f"ropeexport graft {folder} --variant model_q4.onnx{flag} --out {folder}-grafted-2"
+                    f"{' --trust config' if trust else ''}")  # fmt: skip
