@@ -92,12 +92,13 @@ def fails(level: str, fail_on: str) -> bool:
 
 def graft_command(model: str, config: str, source: str, trust: bool) -> str:
     """The ``ropeexport graft`` line for the audited model: --out beside it (a folder for an onnxruntime-genai
-    folder's model, as graft then writes the whole folder), numbered (``-grafted-2``) past names that exist.
+    folder's model, as graft then writes the whole folder; for a transformers.js folder's variant, that folder's graft
+    with ``--variant``), numbered (``-grafted-2``) past names that exist.
     """  # noqa: D205
     path = Path(model)
-    if in_community_folder(path):  # graft writes the transformers.js folder: the folder and its variant named
-        return _folder_graft_command(path, config, source, trust)
     genai = (path.parent / "genai_config.json").is_file()
+    if in_community_folder(path) and not genai:  # graft writes the transformers.js folder: it and its variant named
+        return _folder_graft_command(path, config, source, trust)
     for n in range(1, 1000):  # a name graft can write: an --out that exists is refused (a graft run before, say)
         tag = "-grafted" if n == 1 else f"-grafted-{n}"
         if genai:
