@@ -15,8 +15,9 @@ tools/transformersjs) that engine is skipped with the reason and the exit is 3. 
 hashes and runs the same comparison again.
 
 Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), the
-Qwen-VL text decoders (transformers.js feeds their [3, batch, seq] positions only to a two-file layout, embed_tokens
-and decoder_model_merged, not built), a DECODER that is not a decoder folder or whose files changed, a DIR that exists
+Qwen-VL text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places
+their text-only decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py), a
+DECODER that is not a decoder folder or whose files changed, a DIR that exists
 and is not a package.
 
 Examples:

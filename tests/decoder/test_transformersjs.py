@@ -71,10 +71,10 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("ministral3", "fused", "fp32", "")]  # fmt: skip
 FILES = {("fp32", ""): "model.onnx", ("fp16", ""): "model_fp16.onnx", ("fp32", "int4"): "model_q4.onnx"}
 # (tiny checkpoint, what the one line says): glm4 and exaone4 have no causal-LM class in transformers.js 4.3.1; a
-# Qwen-VL text decoder's [3, b, s] positions are fed only to its two-file layout (embed_tokens + decoder_model_merged).
+# Qwen-VL text decoder runs there as two files with decode positions 2n too far (tools/transformersjs_qwen_vl.py).
 REFUSED = [("glm4", "no causal-LM class for model_type 'glm4'"),
            ("exaone4", "no causal-LM class for model_type 'exaone4'"),
-           ("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl', [3, batch, seq] position_ids")]  # fmt: skip
+           ("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]  # fmt: skip
 
 
 def _batch_dims(model: Path) -> set[str]:
