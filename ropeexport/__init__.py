@@ -58,7 +58,7 @@ _HOMES = {
     "CompatResult": "ropeexport.trt.compat",
     "AuditResult": "ropeexport.audits.core",
     "GraftResult": "ropeexport.audits.graft",
-    "FolderAudit": "ropeexport.audits.community",
+    "FolderAudit": "ropeexport.api.audits",
     "PackageResult": "ropeexport.api.packages",
     "Generation": "ropeexport.decoder.serve",
     "DecoderSession": "ropeexport.decoder.serve",
@@ -88,8 +88,8 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
         verify,
         verify_package,
     )
+    from ropeexport.api.audits import FolderAudit  # noqa: F401
     from ropeexport.api.packages import PackageResult  # noqa: F401
-    from ropeexport.audits.community import FolderAudit  # noqa: F401
     from ropeexport.audits.core import AuditResult  # noqa: F401
     from ropeexport.audits.graft import GraftResult  # noqa: F401
     from ropeexport.decoder.kind import DecoderVerifyResult  # noqa: F401

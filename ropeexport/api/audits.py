@@ -5,15 +5,44 @@ sessions stay out of import time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ropeexport.api.shared import _path
 
 if TYPE_CHECKING:
-    from ropeexport.audits.community import FolderAudit
     from ropeexport.audits.core import AuditResult
     from ropeexport.audits.graft import GraftResult
+
+
+@dataclass
+class FolderAudit:
+    """Every variant of an onnx-community folder audited: ``results`` maps each model's path inside the folder
+    (``onnx/model_q4.onnx``) to its ``AuditResult``; ``passed``: every variant's gate passed.
+    """  # noqa: D205
+
+    folder: Path
+    config: str | None
+    results: dict[str, AuditResult] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        """The folder (``rx.Result``'s ``path``)."""
+        return self.folder
+
+    @property
+    def passed(self) -> bool:
+        """Every variant's gate (``--fail-on``) passed."""
+        return all(r.gate["passed"] for r in self.results.values())
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def to_dict(self) -> dict[str, object]:
+        """The folder, its config, and each variant's audit as plain data."""
+        return {"folder": str(self.folder), "config": self.config, "passed": self.passed,
+                "variants": {name: r.to_dict() for name, r in self.results.items()}}  # fmt: skip
 
 
 def audit(
@@ -65,7 +94,7 @@ def audit_folder(
     audit.json, audit.md and audit.html written into ``out/<variant name without .onnx>``. A ``FolderAudit``:
     ``results`` (each variant's ``AuditResult``), ``passed`` (every variant's gate at ``fail_on``).
     """  # noqa: D205
-    from ropeexport.audits.community import FolderAudit, chosen, config_of
+    from ropeexport.audits.community import chosen, config_of
     from ropeexport.audits.core import audit as _audit
     from ropeexport.audits.core import write
 

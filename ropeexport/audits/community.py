@@ -23,15 +23,12 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 
 from ropeexport.errors import SpecError
 from ropeexport.store import MANIFEST
-
-if TYPE_CHECKING:
-    from ropeexport.audits.core import AuditResult
 
 ONNX = "onnx"  # the sub-folder transformers.js reads models from
 CONFIG = "config.json"
@@ -84,35 +81,6 @@ def config_of(folder: Path, hf_config: Path | None, spec_file: Path | None) -> P
         raise SpecError("hf_config", f"{str(folder)!r} has no config.json: give --hf-config (the transformers config "
                         "the models came from) or --spec")  # fmt: skip
     return config
-
-
-@dataclass
-class FolderAudit:
-    """Every variant of an onnx-community folder audited: ``results`` maps each model's path inside the folder
-    (``onnx/model_q4.onnx``) to its ``AuditResult``; ``passed``: every variant's gate passed.
-    """  # noqa: D205
-
-    folder: Path
-    config: str | None
-    results: dict[str, AuditResult] = field(default_factory=dict)
-
-    @property
-    def path(self) -> Path:
-        """The folder (``rx.Result``'s ``path``)."""
-        return self.folder
-
-    @property
-    def passed(self) -> bool:
-        """Every variant's gate (``--fail-on``) passed."""
-        return all(r.gate["passed"] for r in self.results.values())
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def to_dict(self) -> dict[str, object]:
-        """The folder, its config, and each variant's audit as plain data."""
-        return {"folder": str(self.folder), "config": self.config, "passed": self.passed,
-                "variants": {name: r.to_dict() for name, r in self.results.items()}}  # fmt: skip
 
 
 @dataclass
