@@ -147,3 +147,35 @@ def test_the_next_step_grafts_the_folder_variant(which: str, own: bool, trust: b
     flag = "" if own else f" --hf-config {config}"
     assert line == (f"ropeexport graft {folder} --variant model_q4.onnx{flag} --out {folder}-grafted-2"
                     f"{' --trust config' if trust else ''}")  # fmt: skip
+
+
+def _graph(op: str) -> Path:
+    """A one-node model (``op`` on a float input) in a temporary file."""
+    import tempfile
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    outputs = ["y", "scale", "zero"] if op == "DynamicQuantizeLinear" else ["y"]
+    graph = helper.make_graph([helper.make_node(op, ["x"], outputs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(n, TensorProto.UINT8 if op != "Relu" else
+                                                             TensorProto.FLOAT, None) for n in outputs])  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / f"{op}.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+# (operator, whether an effect measured on the model carries the dynamic quantization note)
+DYNAMIC = [("DynamicQuantizeLinear", True), ("Relu", False)]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("op", "noted"), DYNAMIC)
+def test_an_effect_on_a_dynamically_quantized_model_says_so(op: str, noted: bool) -> None:
+    from ropeexport.audits.advice import advise
+
+    found = {"name": "float32-angles", "sites": [], "effect": {"relative": 5.7e-2, "position": 1079}}
+    advise([found], [], str(_graph(op)), "config.json", "hf_config")
+    assert ("quantizes its activations at run time" in found["severity"]["text"]) is noted
+    assert found["severity"]["level"] == "wrong"  # the level is the measure's; the note says what it includes
