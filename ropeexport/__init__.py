@@ -26,6 +26,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 _HOMES = {
     "audit": "ropeexport.api",
     "audit_zoo": "ropeexport.api",
+    "audit_folder": "ropeexport.api",
     "build": "ropeexport.api",
     "build_all": "ropeexport.api",
     "build_decoder": "ropeexport.api",
@@ -59,6 +60,7 @@ _HOMES = {
     "AuditResult": "ropeexport.audits.core",
     "ZooResult": "ropeexport.audits.zoo",
     "GraftResult": "ropeexport.audits.graft",
+    "FolderAudit": "ropeexport.api.audits",
     "PackageResult": "ropeexport.api.packages",
     "Generation": "ropeexport.decoder.serve",
     "DecoderSession": "ropeexport.decoder.serve",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
     from ropeexport.api import (  # noqa: F401
         audit,
         audit_zoo,
+        audit_folder,
         build,
         build_all,
         build_decoder,
@@ -88,6 +91,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on fi
         verify,
         verify_package,
     )
+    from ropeexport.api.audits import FolderAudit  # noqa: F401
     from ropeexport.api.packages import PackageResult  # noqa: F401
     from ropeexport.audits.core import AuditResult  # noqa: F401
     from ropeexport.audits.graft import GraftResult  # noqa: F401

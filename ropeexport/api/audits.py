@@ -5,6 +5,7 @@ sessions stay out of import time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,35 @@ if TYPE_CHECKING:
     from ropeexport.audits.graft import GraftResult
     from ropeexport.audits.zoo import ZooResult
     from ropeexport.results import JsonObject
+
+
+@dataclass
+class FolderAudit:
+    """Every variant of an onnx-community folder audited: ``results`` maps each model's path inside the folder
+    (``onnx/model_q4.onnx``) to its ``AuditResult``; ``passed``: every variant's gate passed.
+    """  # noqa: D205
+
+    folder: Path
+    config: str | None
+    results: dict[str, AuditResult] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        """The folder (``rx.Result``'s ``path``)."""
+        return self.folder
+
+    @property
+    def passed(self) -> bool:
+        """Every variant's gate (``--fail-on``) passed."""
+        return all(r.gate["passed"] for r in self.results.values())
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def to_dict(self) -> dict[str, object]:
+        """The folder, its config, and each variant's audit as plain data."""
+        return {"folder": str(self.folder), "config": self.config, "passed": self.passed,
+                "variants": {name: r.to_dict() for name, r in self.results.items()}}  # fmt: skip
 
 
 def audit(
@@ -79,6 +109,39 @@ def audit_zoo(
         raise SpecError("threads", f"must be an integer >= 1, got {threads!r}")
     options = ZooOptions(bool(effects), fail_on, threads)
     return _audit_zoo(_path(zoo, "zoo"), _path(out, "out_dir"), bool(confine), options, ray, on_row)
+def audit_folder(
+    folder: str | Path,
+    hf_config: str | Path | None = None,
+    out: str | Path | None = None,
+    variant: str | None = None,
+    threads: int = 2,
+    spec_file: str | Path | None = None,
+    effects: bool = True,
+    fail_on: str = "minor",
+    optimized: str | None = None,
+) -> FolderAudit:
+    """Every model of an onnx-community ``folder`` (``onnx/model*.onnx``: fp32, fp16, q4, q4f16, quantized, ...;
+    ``audits.community``), or the one ``variant`` names (``model_q4.onnx`` or ``q4``), audited as ``audit`` audits one,
+    against the folder's config.json unless ``hf_config`` or ``spec_file`` is given. With ``out``, each variant's
+    audit.json, audit.md and audit.html written into ``out/<variant name without .onnx>``. A ``FolderAudit``:
+    ``results`` (each variant's ``AuditResult``), ``passed`` (every variant's gate at ``fail_on``).
+    """  # noqa: D205
+    from ropeexport.audits.community import chosen, config_of
+    from ropeexport.audits.core import audit as _audit
+    from ropeexport.audits.core import write
+
+    where = _path(folder, "model")
+    models = chosen(where, variant)  # the folder's models, and the variant's name, checked before anything runs
+    spec = None if spec_file is None else _path(spec_file, "spec_file")
+    config = config_of(where, None if hf_config is None else _path(hf_config, "hf_config"), spec)
+    result = FolderAudit(where, None if config is None else str(config))
+    for model in models:
+        name = model.relative_to(where).as_posix()
+        result.results[name] = _audit(model, config, threads, spec, effects, fail_on, optimized, None)
+    if out is not None:
+        for name, one in result.results.items():
+            write(one, _path(out, "out_dir") / Path(name).stem)
+    return result
 
 
 def graft(
@@ -91,6 +154,7 @@ def graft(
     proof_cache_gib: float = 4.0,
     truth: str = "auto",
     truth_gib: float | None = None,
+    variant: str | None = None,
 ) -> GraftResult:
     """``model`` with every wrong rotary site replaced by the exact values of its layers' encoding (``hf_config``'s,
     or ``spec_file``'s: exactly one of the two), written to ``out`` (an .onnx file that must not exist; for a model
@@ -101,8 +165,10 @@ def graft(
     ``partial``, proven up to a position, never ``proven``); ``truth``: what they are judged against (``auto``:
     ropeexport's float64 decoder where it builds the model type, else transformers' model in float64, eager, exact
     float64 angles per layer type; ``oracle`` / ``transformers`` forces one); ``truth_gib``: the most memory
-    transformers' float64 model may take (default: what is available now; over it, refused before loading). Returns a
-    ``GraftResult``.
+    transformers' float64 model may take (default: what is available now; over it, refused before loading). ``model``
+    may be an onnx-community folder: ``variant`` names the model in its ``onnx/`` to graft, its config.json is the
+    config unless one is given, and a folder ``out`` is written as transformers.js loads it (``audits.community``).
+    Returns a ``GraftResult``.
     """  # noqa: D205
     from ropeexport.audits.graft import graft as _graft
 
@@ -110,4 +176,4 @@ def graft(
     config = None if hf_config is None else _path(hf_config, "hf_config")
     spec = None if spec_file is None else _path(spec_file, "spec_file")
     return _graft(_path(model, "model"), config, _path(out, "out"), trust, folder, spec, proof_cache_gib, truth,
-                  truth_gib)  # fmt: skip
+                  truth_gib, variant)  # fmt: skip

@@ -3,6 +3,8 @@
 ``package(decoder, out, engine="transformers.js")`` writes the folder transformers.js loads as it is
 (``decoder.transformersjs``) at ``out``, through the store (``ropeexport.store``): whole or not at all, ``out``
 either absent or a package written before (replaced when it came from the same decoder, or with ``replace``).
+kill -9 at any moment leaves the package that was there (or nothing); a package whose check fails does not replace a
+package that passed: it is kept apart at ``_failed/NAME`` beside ``out`` (``PackageResult.kept`` names the one left).
 Its ``manifest.json`` ties it to the decoder: the decoder's name, folder, model sha256 and spec, and every file of
 the package with its own sha256. The decoder's greedy tokens on two prompts go into ``reference.json``, and the
 package is checked against them (``decoder.transformersjs_check``); report.json holds the verdict.
@@ -43,6 +45,7 @@ class PackageResult:
     report: JsonObject
     seconds: float = 0.0
     skipped: dict[str, str] = field(default_factory=dict)  # engine -> why it did not run here
+    kept: Path | None = None  # a failed rebuild: the package that passed, left in place (``path`` is _failed/NAME)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -57,9 +60,12 @@ def _skipped(report: dict[str, Any]) -> dict[str, str]:
 
 
 def _is_package(folder: Path) -> bool:
-    """True for a folder holding a package's manifest (a rebuild replaces it)."""
+    """True for a folder holding a package's manifest (a rebuild replaces it): its artifact, spec and file list, as
+    ``package`` writes them (a manifest.json of somebody else's that only says the artifact's name is not one).
+    """  # noqa: D205
     manifest = read_object(folder / MANIFEST, MANIFEST)
-    return manifest is not None and manifest.get("artifact") == ARTIFACT
+    return (manifest is not None and manifest.get("artifact") == ARTIFACT and isinstance(manifest.get("spec"), dict)
+            and isinstance(manifest.get("files"), dict))  # fmt: skip
 
 
 def package(decoder: str | Path, out: str | Path, engine: str = ENGINE, replace: bool = False) -> PackageResult:
@@ -93,9 +99,10 @@ def package(decoder: str | Path, out: str | Path, engine: str = ENGINE, replace:
         manifest = {"artifact": ARTIFACT, "engine": engine, "ropeexport": __version__,
                     "spec": {"decoder": source["model_sha256"], "engine": engine}, "decoder": source | {
                         "spec": spec.to_dict()}, "package_files": [*names, REFERENCE]}  # fmt: skip
-        committed = draft.commit(manifest, report["passed"], guard_verified=False)
+        # a package that failed its check never replaces one that passed (the store keeps it at _failed/NAME)
+        committed = draft.commit(manifest, report["passed"])
     return PackageResult(committed.path, report["passed"], report, round(time.perf_counter() - start, 2),
-                         _skipped(report))  # fmt: skip
+                         _skipped(report), committed.kept)  # fmt: skip
 
 
 def _report(

@@ -92,10 +92,13 @@ def fails(level: str, fail_on: str) -> bool:
 
 def graft_command(model: str, config: str, source: str, trust: bool) -> str:
     """The ``ropeexport graft`` line for the audited model: --out beside it (a folder for an onnxruntime-genai
-    folder's model, as graft then writes the whole folder), numbered (``-grafted-2``) past names that exist.
+    folder's model, as graft then writes the whole folder; for a transformers.js folder's variant, that folder's graft
+    with ``--variant``), numbered (``-grafted-2``) past names that exist.
     """  # noqa: D205
     path = Path(model)
     genai = (path.parent / "genai_config.json").is_file()
+    if in_community_folder(path) and not genai:  # graft writes the transformers.js folder: it and its variant named
+        return _folder_graft_command(path, config, source, trust)
     for n in range(1, 1000):  # a name graft can write: an --out that exists is refused (a graft run before, say)
         tag = "-grafted" if n == 1 else f"-grafted-{n}"
         if genai:
@@ -107,6 +110,29 @@ def graft_command(model: str, config: str, source: str, trust: bool) -> str:
             break
     flag = "--hf-config" if source == "hf_config" else "--spec"
     words = ["ropeexport", "graft", model, flag, config, "--out", out, *(["--trust", "config"] if trust else [])]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def in_community_folder(path: Path) -> bool:
+    """True for a variant of a folder published for transformers.js (``FOLDER/onnx/model*.onnx``, config.json beside
+    onnx/): ``audits.community``.
+    """  # noqa: D205
+    from ropeexport.audits.community import CONFIG, ONNX, VARIANT
+
+    return path.parent.name == ONNX and VARIANT.match(path.name) is not None and (path.parent.parent / CONFIG).is_file()
+
+
+def _folder_graft_command(path: Path, config: str, source: str, trust: bool) -> str:
+    """``ropeexport graft FOLDER --variant FILE --out FOLDER-grafted``, the config named only where it is not the
+    folder's own config.json.
+    """  # noqa: D205
+    folder = path.parent.parent
+    out = next(f"{folder}{t}" for t in ("-grafted", *(f"-grafted-{n}" for n in range(2, 1000)))
+               if not Path(f"{folder}{t}").exists())  # fmt: skip
+    own = source == "hf_config" and Path(config).resolve() == (folder / "config.json").resolve()
+    flag = [] if own else ["--hf-config" if source == "hf_config" else "--spec", config]
+    words = ["ropeexport", "graft", str(folder), "--variant", path.name, *flag, "--out", out,
+             *(["--trust", "config"] if trust else [])]  # fmt: skip
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -131,6 +157,27 @@ def advise(findings: list[dict[str, Any]], sites: list[dict[str, Any]], model: s
     """Give each finding its ``severity`` and ``next`` step (module doc), in place."""
     trust = any(f["name"] not in {*PRECISION, *UNREPAIRABLE, *STRUCTURAL, "unidentified-site"} for f in findings)
     command = graft_command(model, config, source, trust)
+    note = dynamic_quantization(model) if any("relative" in (f.get("effect") or {}) for f in findings) else None
     for found in findings:
         found["severity"] = severity(found.get("effect") or {})
+        if note is not None and "relative" in (found.get("effect") or {}):
+            found["severity"]["text"] += f"; {note}"
         found["next"] = next_step(found, found["severity"]["level"], command, sites)
+
+
+def dynamic_quantization(model: str) -> str | None:
+    """What to keep in mind reading an effect measured on a model that quantizes its activations at run time
+    (DynamicQuantizeLinear, as an 8-bit ``model_quantized.onnx`` does), or None for any other model: repairing the
+    angles moves activations across quantization steps, so the effect includes the quantization's response, not the
+    angles' error alone (measured: 5.7e-02 of the logit scale for float32 angles whose error alone is about 1e-05).
+    """  # noqa: D205
+    import onnx
+
+    try:
+        graph = onnx.load(model, load_external_data=False).graph
+    except Exception:  # noqa: BLE001 (the audit read the model already; a note is never worth failing it)
+        return None
+    if not any(node.op_type == "DynamicQuantizeLinear" for node in graph.node):
+        return None
+    return ("the model quantizes its activations at run time (DynamicQuantizeLinear): this effect includes how its "
+            "quantization responds to the repair, not the angles' error alone")

@@ -51,6 +51,7 @@ import onnx_ir as ir
 
 from ropeexport.audits.causes import PRECISION
 from ropeexport.audits.checks import STRUCTURAL
+from ropeexport.audits.community import CommunityFolder, chosen, community_folder, config_of, is_folder
 from ropeexport.audits.core import AuditResult, audit
 from ropeexport.audits.effect import between
 from ropeexport.audits.fix import UNREPAIRABLE, repair
@@ -58,7 +59,7 @@ from ropeexport.audits.functions import FROM, original_scope, words
 from ropeexport.audits.layers import encodings_for
 from ropeexport.audits.model import load_model, ort_reason, quiet, write_model
 from ropeexport.audits.observe import feed, session_feeds
-from ropeexport.audits.package import genai_folder
+from ropeexport.audits.package import GenaiFolder, genai_folder
 from ropeexport.audits.patterns import Site, SiteKind
 from ropeexport.audits.prove import CACHE_GIB, DecoderProof
 from ropeexport.audits.states import state_shape
@@ -82,6 +83,7 @@ class GraftResult:
     changed_schedule: list[str] = field(default_factory=list)  # the findings trust="config" overrode
     decoder: JsonObject | None = None  # audit.prove's record of both models, with a checkpoint (its ``truth`` named)
     genai: JsonObject | None = None  # the onnxruntime-genai folder written (``audits.package``): folder, files
+    transformersjs: JsonObject | None = None  # the transformers.js folder written (``audits.community``)
     functions: JsonObject | None = None  # the model's local functions: ``kept`` as they were, or ``inlined`` (why)
 
     @property
@@ -128,6 +130,7 @@ class GraftResult:
                 "before": self.before.verdict if self.before else None,
                 "after": self.after.to_dict() if self.after else None, "short_call": self.short_call,
                 "changed_schedule": self.changed_schedule, "decoder": self.decoder, "genai": self.genai,
+                "transformersjs": self.transformersjs,
                 "functions": self.functions}  # fmt: skip
 
 
@@ -141,6 +144,7 @@ def graft(
     proof_cache_gib: float = CACHE_GIB,
     truth: str = "auto",
     truth_gib: float | None = None,
+    variant: str | None = None,
 ) -> GraftResult:
     """Replace every wrong site of ``model`` with the exact values of its layers' encoding (``hf_config``'s, or
     ``spec_file``'s: ``audits.layers``), write ``out``, prove it (with ``checkpoint``, the folder the model was
@@ -148,17 +152,36 @@ def graft(
     given; a far call whose cache would take more than ``proof_cache_gib`` GiB is not run, and said). ``truth``: what
     the proof judges against (``audits.truth``: ``auto``, ropeexport's float64 decoder where it builds the model type,
     else transformers' model in float64; ``oracle`` or ``transformers`` forces one); ``truth_gib``: the most memory
-    transformers' float64 model may take (None: what is available; ``hf_truth.check_size``).
+    transformers' float64 model may take (None: what is available; ``hf_truth.check_size``). ``model`` may be an
+    onnx-community folder (``audits.community``): ``variant`` names its model to graft (needed when it has several),
+    its config.json is the config unless ``hf_config`` or ``spec_file`` is given, and a folder ``out`` is written as
+    transformers.js loads it.
     """  # noqa: D205
     if trust not in TRUSTS:
         raise SpecError("trust", f"must be one of {', '.join(TRUSTS)}, got {trust!r}")
     source, target = Path(model), Path(out)
+    community = source if is_folder(source) else None
+    if community is not None:  # an onnx-community folder: one of its variants, its config.json
+        found = chosen(community, variant)
+        if len(found) > 1:
+            names = ", ".join(p.name for p in found)
+            raise SpecError("variant", f"{str(community)!r} holds {len(found)} models ({names}): give `variant`, the "
+                            "one to graft")  # fmt: skip
+        source = found[0]
+        hf_config = config_of(community, None if hf_config is None else Path(hf_config),
+                              None if spec_file is None else Path(spec_file))  # fmt: skip
+    elif variant is not None:
+        raise SpecError("variant", f"names a model inside an onnx-community folder; {str(source)!r} is a file")
     loaded = load_model(source)  # not an ONNX file: said first
-    # a genai folder's model and a folder to write: the whole genai folder (module doc)
-    package = genai_folder(source, target) if target.suffix != ".onnx" else None
+    # a genai folder's model and a folder to write: the whole genai folder (module doc); an onnx-community folder's:
+    # the folder transformers.js loads
+    package: GenaiFolder | CommunityFolder | None = None
+    if target.suffix != ".onnx":
+        package = community_folder(community, source, target) if community is not None else genai_folder(source,
+                                                                                                         target)
     place = package.folder if package is not None else target  # what the store writes: the folder, or the file
     if package is not None and (place.exists() or place.is_symlink() or not place.name):
-        raise SpecError("out", f"{str(place)!r} exists: graft writes the onnxruntime-genai folder whole; give a new "
+        raise SpecError("out", f"{str(place)!r} exists: graft writes the {_kind(package)} folder whole; give a new "
                         "folder")  # fmt: skip
     check_name(place.name, "out")  # a name the store can hold, said before the audit runs
     store = Store(place.parent)
@@ -189,13 +212,16 @@ def graft(
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
     model_, records, fixing, functions = _what_to_repair(loaded, source, before.sites, fixing)
     graph, replaced = repair(model_, source, records, encodings, fixing)
-    name = source.name if package is not None else target.name  # genai_config.json names the model by its name
+    # genai_config.json names the model by its name; transformers.js reads onnx/FILE
+    name = (package.model if isinstance(package, CommunityFolder) else source.name) if package is not None \
+        else target.name
     path = place / name if package is not None else target
     result = GraftResult(path, replaced, before, changed_schedule=implied, functions=functions)
     # Written and proven in the store's work folder beside ``out``, then moved into place: an interrupted graft
     # (Ctrl-C, SIGTERM, kill -9) never leaves an unproven model, or half a genai folder, at ``out``.
     with store.draft(place.name, field="out", tree=False) as draft:
         grafted = draft.path / name
+        grafted.parent.mkdir(exist_ok=True)
         write_model(graph, grafted)  # the weights copied from the source's data file block by block
         result.after = audit(grafted, hf_config, spec_file=spec_file, effects=False)
         result.after.model = str(result.path)
@@ -219,8 +245,17 @@ def graft(
                     "ropeexport_version": __version__}  # fmt: skip
         moved = draft.commit(manifest, result.proven, guard_verified=False)  # the folder moved in whole
         # Listed once it is in place, so the list is what the folder holds: manifest.json included.
-        result.genai = {"folder": str(place), "model": name, "files": sorted(p.name for p in moved.path.iterdir())}
+        if isinstance(package, CommunityFolder):
+            files = sorted(p.relative_to(moved.path).as_posix() for p in moved.path.rglob("*") if p.is_file())
+            result.transformersjs = {"folder": str(place), "model": name, "files": files}
+        else:
+            result.genai = {"folder": str(place), "model": name, "files": sorted(p.name for p in moved.path.iterdir())}
     return result
+
+
+def _kind(package: GenaiFolder | CommunityFolder) -> str:
+    """What a folder ``graft`` writes is, in words."""
+    return "transformers.js" if isinstance(package, CommunityFolder) else "onnxruntime-genai"
 
 
 

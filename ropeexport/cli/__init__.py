@@ -90,6 +90,8 @@ FLAGS = {
     "decoder": "DECODER",
     "zoo": "--zoo",
     "ray": "--ray",
+    "variant": "--variant",
+    "optimized_model": "--optimized-model",
 }
 
 

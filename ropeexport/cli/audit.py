@@ -53,8 +53,16 @@ ADDRESS runs each model as a Ray task (local: a Ray instance started for the run
 HOST:PORT or ray://HOST:PORT), the folders and tables written here, the same bytes as without it (the cluster
 extra: pip install -e ".[cluster]").
 
+MODEL may be a folder published for transformers.js (an onnx-community folder, or ropeexport package's): config.json
+beside onnx/model.onnx, model_fp16.onnx, model_q4.onnx (MatMulNBits, GatherBlockQuantized), model_q4f16.onnx,
+model_quantized.onnx, ... Each of those models is audited as one file is (one row each, then its sites), against
+the folder's config.json unless --hf-config or --spec is given; --variant FILE (or its dtype: fp32, fp16, q4, ...)
+audits one; --out writes each variant's report into DIR/<its name>. The exit is the worst of theirs.
+
 Examples:
   ropeexport audit phi3-og/model.onnx --hf-config phi3/config.json
+  ropeexport audit onnx-community/Qwen3-0.6B-ONNX
+  ropeexport audit onnx-community/Qwen3-0.6B-ONNX --variant q4f16
   ropeexport audit llama/model.onnx --hf-config llama/config.json --out audit-llama --json
   ropeexport audit bloom/model.onnx --hf-config bloom/config.json
   ropeexport audit gemma3/model.onnx --spec gemma3-layers.json
@@ -71,6 +79,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from ropeexport.api import audit
@@ -81,7 +90,10 @@ from ropeexport.report.words import error
 def add_parser(sub: Any) -> None:
     """Register ``audit``."""
     p = subcommand(sub, "audit", __doc__, run)
-    p.add_argument("model", metavar="MODEL", nargs="?", help="the ONNX file (its external data beside it)")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="the ONNX file (its external data beside it), or a folder "
+                   "published for transformers.js (config.json, onnx/model*.onnx)")  # fmt: skip
+    p.add_argument("--variant", metavar="FILE", help="in a transformers.js folder, the one model to audit: its file "
+                   "name in onnx/ (model_q4.onnx) or dtype (fp32, fp16, q4, q4f16, quantized, ...)")  # fmt: skip
     source = p.add_mutually_exclusive_group()
     source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
     source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
@@ -120,11 +132,13 @@ def _usage(args: argparse.Namespace) -> None:
                 raise SpecError(flag, "goes with --zoo only")
         if args.model is None:
             raise SpecError("model", "give the ONNX file to audit (or --zoo ZOO.toml)")
-        if args.hf_config is None and args.spec is None:
-            raise SpecError("hf_config", "give --hf-config CONFIG or --spec FILE: what the model's positions must be")
+        if args.hf_config is None and args.spec is None and not Path(args.model).is_dir():
+            raise SpecError("hf_config", "give --hf-config (the transformers config the model came from) or --spec; "
+                            "only a transformers.js folder's own config.json is read without one")  # fmt: skip
         return
     given = [flag for flag, value in (("MODEL", args.model), ("--hf-config", args.hf_config), ("--spec", args.spec),
-             ("--optimized", args.optimized), ("--optimized-model", args.optimized_model)) if value]  # fmt: skip
+             ("--variant", args.variant), ("--optimized", args.optimized),
+             ("--optimized-model", args.optimized_model)) if value]  # fmt: skip
     if given:
         raise SpecError("zoo", f"takes each model's files from ZOO.toml; {given[0]} does not go with it")
     if args.out is None:
@@ -157,45 +171,76 @@ def run_zoo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
-    from ropeexport.audits.checks import dtype_of
-    from ropeexport.audits.core import inside
+    from ropeexport.errors import SpecError
 
     _usage(args)
     if args.zoo is not None:
         return run_zoo(args)
-
+    if Path(args.model).is_dir():
+        return _folder(args)
+    if args.variant is not None:
+        raise SpecError("variant", f"names a model inside a transformers.js folder; {args.model!r} is a file")
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
                    fail_on=args.fail_on, optimized=args.optimized, optimized_model=args.optimized_model)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        what = "ALiBi" if result.spec.get("encoding") == "alibi" else "rotary"
-        print(f"{result.model}: {len(result.sites)} {what} site(s), {result.verdict}")
-        for i, site in enumerate(result.sites):
-            worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
-            where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']} " \
-                f"(L = {worst['length']})"  # fmt: skip
-            print(f"  site {i}: {site['kind']}{inside(site)}, {len(site['users'])} reader(s), {dtype_of(site)}: "
-                  f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
-            for finding in site["findings"]:
-                print(f"    - {finding['text']}")
-        if result.findings:
-            print("  findings by their effect on the logits (max |change| / max |logit|, their sites repaired):")
-        for found in result.findings:
-            print(f"    - {found['text']}")
-            print(f"      {found['severity']['level']}: {found['severity']['text']}")
-            print(f"      next: {found['next']['text']}")
-        if result.optimized is not None:
-            from ropeexport.audits.optimized import lines
-
-            print("\n".join(lines(result.optimized)))
-        gate = result.gate
-        findings = result.findings or (result.optimized or {}).get("findings")
-        if findings and gate["passed"]:
-            print(f"  gate (--fail-on {gate['fail_on']}): passed, every finding below {gate['fail_on']} "
-                  f"({', '.join(f['level'] for f in gate['passing'])}): exit 0")  # fmt: skip
-        elif findings:
-            failing = ", ".join(f"{f['name']} ({f['level']}{', optimized graph' if f.get('graph') else ''})"
-                                for f in gate["failing"])
-            print(f"  gate (--fail-on {gate['fail_on']}): failed on {failing}")
+        print_audit(result)
     return 0 if result.gate["passed"] else 1
+
+
+def _folder(args: argparse.Namespace) -> int:
+    """A transformers.js folder: every variant (or --variant's) audited, one row each, then each one's lines."""
+    from ropeexport.api import audit_folder
+    from ropeexport.errors import SpecError
+
+    if args.optimized_model is not None:
+        raise SpecError("optimized_model", "is one saved graph, of one model; a folder's variants take --optimized")
+    result = audit_folder(args.model, args.hf_config, out=args.out, variant=args.variant, spec_file=args.spec,
+                          effects=args.effects, fail_on=args.fail_on, optimized=args.optimized)  # fmt: skip
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0 if result.passed else 1
+    print(f"{result.folder}: {len(result.results)} model(s), against {result.config or args.spec}")
+    for name, one in result.results.items():
+        gate = "passed" if one.gate["passed"] else "FAILED"
+        print(f"  {name}: {len(one.sites)} site(s), {one.verdict}, gate {gate}")
+    for one in result.results.values():
+        print_audit(one)
+    return 0 if result.passed else 1
+
+
+def print_audit(result: Any) -> None:
+    """One audit's lines: its sites, its findings by effect, the optimized graph's, the gate."""
+    from ropeexport.audits.checks import dtype_of
+    from ropeexport.audits.core import inside
+
+    what = "ALiBi" if result.spec.get("encoding") == "alibi" else "rotary"
+    print(f"{result.model}: {len(result.sites)} {what} site(s), {result.verdict}")
+    for i, site in enumerate(result.sites):
+        worst = max(site["probes"], key=lambda p: p["max_abs"], default=None)
+        where = "" if worst is None else f", worst {error(worst['max_abs'])} at position {worst['position']} " \
+            f"(L = {worst['length']})"  # fmt: skip
+        print(f"  site {i}: {site['kind']}{inside(site)}, {len(site['users'])} reader(s), {dtype_of(site)}: "
+              f"{'exact' if site['exact'] else 'findings'}{where}")  # fmt: skip
+        for finding in site["findings"]:
+            print(f"    - {finding['text']}")
+    if result.findings:
+        print("  findings by their effect on the logits (max |change| / max |logit|, their sites repaired):")
+    for found in result.findings:
+        print(f"    - {found['text']}")
+        print(f"      {found['severity']['level']}: {found['severity']['text']}")
+        print(f"      next: {found['next']['text']}")
+    if result.optimized is not None:
+        from ropeexport.audits.optimized import lines
+
+        print("\n".join(lines(result.optimized)))
+    gate = result.gate
+    findings = result.findings or (result.optimized or {}).get("findings")
+    if findings and gate["passed"]:
+        print(f"  gate (--fail-on {gate['fail_on']}): passed, every finding below {gate['fail_on']} "
+              f"({', '.join(f['level'] for f in gate['passing'])}): exit 0")  # fmt: skip
+    elif findings:
+        failing = ", ".join(f"{f['name']} ({f['level']}{', optimized graph' if f.get('graph') else ''})"
+                            for f in gate["failing"])
+        print(f"  gate (--fail-on {gate['fail_on']}): failed on {failing}")

@@ -41,7 +41,14 @@ but a far call not run (its cache over --proof-cache-gib, or a model that takes 
 "proven up to position P; K far calls not run (cache would need N GiB, over --proof-cache-gib G)", never "proven"
 for the whole range.
 
+MODEL may be a folder published for transformers.js (an onnx-community folder: config.json beside onnx/model.onnx,
+model_q4.onnx, ...): --variant FILE (or its dtype: q4, fp16, ...) names the model to graft (needed when there are
+several), its config.json is the config unless --hf-config or --spec is given, and --out a new folder receives what
+transformers.js loads: the grafted model at onnx/FILE (external data as FILE_data, named in config.json) and every
+top-level file of MODEL (config, generation config, tokenizer). The other variants are not copied: not grafted.
+
 Examples:
+  ropeexport graft onnx-community/my-model --variant q4 --out my-model-fixed
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed
   ropeexport graft og-llama/model.onnx --hf-config llama/config.json --out og-llama-fixed --trust config --json
   ropeexport graft exported.onnx --hf-config llama/config.json --out fixed.onnx
@@ -64,8 +71,11 @@ from ropeexport.report.words import error
 def add_parser(sub: Any) -> None:
     """Register ``graft``."""
     p = subcommand(sub, "graft", __doc__, run)
-    p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it)")
-    source = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("model", metavar="MODEL", help="the ONNX file (its external data beside it), or a folder published "
+                   "for transformers.js (config.json, onnx/model*.onnx)")  # fmt: skip
+    p.add_argument("--variant", metavar="FILE", help="in a transformers.js folder, the model to graft: its file name "
+                   "in onnx/ (model_q4.onnx) or dtype (fp32, fp16, q4, ...)")  # fmt: skip
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--hf-config", metavar="CONFIG", help="the transformers config.json it came from")
     source.add_argument("--spec", metavar="FILE", help="its position spec where no config is at hand (.json or .toml): "
                         "one spec's fields, or {\"layers\": [name or null per layer], \"encodings\": {name: "
@@ -92,14 +102,22 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Graft, prove, print; 1 when the proof fails, 3 when it passed on every call run but some were not run."""
+    if args.hf_config is None and args.spec is None and not Path(args.model).is_dir():
+        from ropeexport.errors import SpecError
+
+        raise SpecError("hf_config", "give --hf-config (the transformers config the model came from) or --spec; "
+                        "only a transformers.js folder's own config.json is read without one")  # fmt: skip
     result = graft(args.model, args.hf_config, args.out, args.trust, args.checkpoint, args.spec, args.proof_cache_gib,
-                   args.truth, args.truth_gib)  # fmt: skip
+                   args.truth, args.truth_gib, args.variant)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(f"{result.path}: {len(result.replaced)} table pair(s) replaced, {result.text}")
         if result.genai is not None:
             print(f"  onnxruntime-genai folder {result.genai['folder']}: {', '.join(result.genai['files'])}")
+        elif result.transformersjs is not None:
+            print(f"  transformers.js folder {result.transformersjs['folder']}: "
+                  f"{', '.join(result.transformersjs['files'])}")  # fmt: skip
         elif (Path(args.model).parent / "genai_config.json").is_file():
             print("  the model file alone: onnxruntime-genai loads a folder; give --out a new folder to write the "
                   "whole one")  # fmt: skip

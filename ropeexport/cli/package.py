@@ -14,12 +14,18 @@ within twice the decoder's tolerance of the logit scale. Without node or the npm
 tools/transformersjs) that engine is skipped with the reason and the exit is 3. ``ropeexport verify DIR`` checks the
 hashes and runs the same comparison again.
 
-Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), a
-DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a package.
+Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), the
+Qwen-VL text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places
+their text-only decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py), a
+DECODER that is not a decoder folder or whose files changed, a DIR that exists
+and is not a package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
   ropeexport verify web/llama
+
+Written whole or not at all: kill -9 at any moment leaves the package that was at DIR (or nothing). A package whose
+check fails does not replace one that passed: DIR stays as it was and the failed one is kept at _failed/NAME beside it.
 
 Exit codes: 0 written and checked; 1 written, the tokens differ; 2 bad input; 3 written, transformers.js could not
 run here.
@@ -62,6 +68,8 @@ def print_result(result: Any) -> int:
         if engine.get("reason"):
             print(f"  {engine['name']}: raised: {engine['reason']}")
     print(f"  -> {result.path}")
+    if result.kept is not None:
+        print(f"  a package that passed was there: it stays at {result.kept}; this one is kept apart at {result.path}")
     if not result.passed:
         return 1
     return EXIT_SKIPPED if result.skipped else 0

@@ -21,7 +21,11 @@ experts are the decoder's own). Left as ``batch``, transformers.js feeds a batch
 refuses the call.
 
 What it cannot load is refused by name before anything is written (``refusal``): a ``model_type`` transformers.js
-4.3.1 has no causal-LM class for (glm4, exaone4), and a decoder in bf16 (none is built: ``decoder.spec.DTYPES``).
+4.3.1 has no causal-LM class for (glm4, exaone4), the Qwen-VL text decoders (transformers.js computes their [3, b, s]
+positions itself, for a two-file layout, an ``embed_tokens`` model and a decoder fed ``inputs_embeds``; measured on
+that layout by ``tools/transformersjs_qwen_vl.py``, its text-only decode positions are 2 x the prompt length past
+transformers', so its tokens differ from the decoder's after the first), and a decoder in bf16 (none is built:
+``decoder.spec.DTYPES``).
 """
 
 from __future__ import annotations
@@ -46,7 +50,11 @@ ARTIFACT = "transformers.js-package"  # the manifest's artifact: what ``verify``
 VERSION = "4.3.1"  # the transformers.js whose source this layout was read from, and the one the tests run
 # transformers.js 4.3.1's causal-LM classes (models/registry.js) for the model types ropeexport builds.
 LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "bloom",
-          "gpt_oss", "smollm3", "olmo3", "cohere2")  # fmt: skip
+          "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3")  # fmt: skip
+# The Qwen-VL text decoders: transformers.js feeds their [3, b, s] position_ids itself (models/qwen2_vl), to its
+# two-session layout (session_config.js: embed_tokens + decoder_model_merged) under the wrapper's model_type; split so
+# by hand, its prefill agrees with the decoder and every decode step's position is 2n too far (module doc).
+SPLIT = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
@@ -65,6 +73,12 @@ def model_file(spec: DecoderSpec) -> str:
 
 def refusal(spec: DecoderSpec) -> str | None:
     """Why transformers.js 4.3.1 cannot load the decoder (one sentence), or None when it can."""
+    if spec.model_type in SPLIT:
+        return (f"transformers.js {VERSION} runs a Qwen-VL text model (model_type {SPLIT[spec.model_type]!r}) from "
+                "two files, embed_tokens and decoder_model_merged, and places its text-only decode steps 2 x the "
+                "prompt length past transformers' positions (its rope delta is max + 1 + n, transformers' max + 1 - n;"
+                " tools/transformersjs_qwen_vl.py): its tokens would not be the decoder's, so none is "
+                "packaged")  # fmt: skip
     if spec.model_type not in LOADED:
         return (f"transformers.js {VERSION} has no causal-LM class for model_type {spec.model_type!r} (it loads "
                 f"{', '.join(LOADED)})")  # fmt: skip
