@@ -7,6 +7,7 @@ and the bad inputs refused by name.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from ropeexport.families.vision_rope.oracle import pair_frequencies, vision_rope
 from ropeexport.families.vision_rope.probes import vision_probes
 from ropeexport.families.vision_rope.reference import VisionRotaryEmbedding
 from ropeexport.families.vision_rope.spec import VisionRopeSpec
+from ropeexport.requests import from_hf_config
 from ropeexport.runtimes.ort import OrtRunner
+from tests.clirun import run
 
 P = 16  # patches a side of every artifact here
 
@@ -130,10 +133,10 @@ def test_artifact_matches_transformers_float32_forward(
     np.testing.assert_allclose(k_out, k_tf.numpy(), rtol=0, atol=2e-5)
 
 
-# Every form, verified through the pipeline per position against eager and float64 (one row per behaviour).
+# Verified through the pipeline per position against eager and float64: what tests/test_every_kind.py does not run
+# (a second runtime, bf16, the shared split). fp16 and the decomposed form are test_every_kind's rows.
 FORMS = [
     pytest.param("even-odd", "fused", "fp32", ("ort", "onnx-reference"), id="even-odd-fused-fp32"),
-    pytest.param("shared", "decomposed", "fp16", ("ort",), id="shared-decomposed-fp16"),
     pytest.param("shared", "fused", "bf16", ("onnx-reference",), id="shared-fused-bf16"),
 ]
 
@@ -198,3 +201,94 @@ def test_two_axis_model_fed_one_axis_positions_raises(where: str, tmp_path: Path
     path.write_bytes(build_vision_rope_graph(spec).SerializeToString())
     with OrtRunner(path) as runner, pytest.raises(RuntimeInputError, match=r"position_ids: expected rank 3"):
         runner.infer({"query": q, "key": q, "position_ids": flat})
+
+
+def _tiny_config(model: str) -> dict[str, Any]:
+    """transformers' own tiny vision config of ``model`` (to_dict), as a config.json holds it."""
+    if model == "pixtral":
+        from transformers.models.pixtral.configuration_pixtral import PixtralVisionConfig
+
+        return PixtralVisionConfig(hidden_size=64, num_attention_heads=4, head_dim=16, image_size=96, patch_size=8,
+                                   rope_parameters={"rope_type": "axial", "rope_theta": 500.0}).to_dict()  # fmt: skip
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+
+    return Qwen2_5_VLVisionConfig(hidden_size=96, num_heads=4).to_dict()
+
+
+# Config import: (the config, what it must read) -> each field with the key it came from.
+IMPORTS = [
+    pytest.param(lambda: _tiny_config("pixtral"), {"axis_frequencies": "even-odd", "head_dim": 16, "num_heads": 4,
+                 "theta": 500.0, "max_positions": 12}, {"theta": "rope_parameters.rope_theta",
+                 "max_positions": "image_size // patch_size", "head_dim": "head_dim"}, id="pixtral-5x"),
+    pytest.param(lambda: {"model_type": "llava", "vision_config": {"model_type": "pixtral", "hidden_size": 1024,
+                 "num_attention_heads": 16, "head_dim": 64, "image_size": 1024, "patch_size": 16,
+                 "rope_theta": 10000.0}}, {"axis_frequencies": "even-odd", "head_dim": 64, "max_positions": 64},
+                 {"theta": "vision_config.rope_theta", "max_positions": "vision_config.image_size // "
+                  "vision_config.patch_size"}, id="llava-pixtral-4x-hub"),
+    pytest.param(lambda: {"model_type": "qwen2_5_vl", "vision_config": {"hidden_size": 1280, "num_heads": 16,
+                 "patch_size": 14}}, {"axis_frequencies": "shared", "head_dim": 80, "theta": 10000.0},
+                 {"head_dim": "vision_config.hidden_size / vision_config.num_heads",
+                  "theta": "the vision config class's default rope_theta "
+                  "(10000)"}, id="qwen2_5_vl-hub-no-model-type"),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("config", "fields", "sources"), IMPORTS)
+def test_vision_config_import_reads_each_key_with_its_source(
+    config: Any, fields: dict[str, Any], sources: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config()))
+    [spec] = rx.from_hf_config(path, encoding="vision_rope")
+    assert {k: getattr(spec, k) for k in fields} == fields
+    requests = from_hf_config(path, vision=True)
+    assert {k: requests[0].sources[k] for k in sources} == sources
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model", ["pixtral", "qwen2_5_vl"])
+def test_imported_spec_turns_by_transformers_own_frequencies(model: str, tmp_path: Path) -> None:
+    config = _tiny_config(model)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    [spec] = rx.from_hf_config(path)  # a vision config alone: its 2-D RoPE without --encoding
+    rotary = _transformers(model, spec.head_dim, spec.theta)[0] if model == "qwen2_5_vl" else None
+    if rotary is None:
+        from transformers.models.pixtral import configuration_pixtral as c
+        from transformers.models.pixtral import modeling_pixtral as m
+
+        rotary = m.PixtralVisionRotaryEmbedding(c.PixtralVisionConfig(**config))
+    axis, freq = pair_frequencies(spec)
+    theirs = rotary.inv_freq.double().numpy()
+    theirs = np.concatenate([theirs, theirs]) if theirs.size == spec.head_dim // 4 else theirs
+    np.testing.assert_allclose(freq, theirs, rtol=2e-7, atol=0)
+
+
+BAD_CONFIGS = [
+    pytest.param({"model_type": "pixtral", "num_attention_heads": 4, "head_dim": 16, "image_size": 64,
+                  "patch_size": 8, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}},
+                 "rope_parameters.rope_type: must be 'axial'", id="rope-type-not-axial"),
+    pytest.param({"model_type": "pixtral", "num_attention_heads": 4, "head_dim": 16, "image_size": 64,
+                  "patch_size": 8, "rope_parameters": {"rope_type": "axial", "factor": 2.0}},
+                 "rope_parameters.factor: unknown key", id="unknown-rope-key"),
+    pytest.param({"model_type": "pixtral", "num_attention_heads": 4, "head_dim": 16, "patch_size": 8},
+                 "image_size: missing", id="no-image-size"),
+    pytest.param({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model"}},
+                 "vision_config.model_type: 'clip_vision_model' has no 2-D RoPE", id="clip-tower"),
+    pytest.param({"model_type": "qwen2_5_vl", "vision_config": {"hidden_size": 90, "num_heads": 4}},
+                 "hidden_size: must be divisible by num_heads", id="heads-not-dividing"),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("config", "message"), BAD_CONFIGS)
+def test_bad_vision_config_is_one_line_exit_2(
+    config: dict[str, Any], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, out = tmp_path / "config.json", tmp_path / "out"
+    path.write_text(json.dumps(config))
+    code, _, err = run(["build", "--hf-config", str(path), "--encoding", "vision_rope", "--out", str(out)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err
+    assert not out.exists(), "bad input wrote something"

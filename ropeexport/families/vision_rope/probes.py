@@ -37,11 +37,11 @@ TABLE_MAX_ULP = 0.5  # rounded once to nearest
 
 def _grid(h: int, w: int, top: int = 0, left: int = 0, merge: int = 1) -> np.ndarray:
     """[2, h * w] positions of an h x w patch grid at (top, left); ``merge`` > 1: block-major (Qwen2.5-VL)."""
-    hh, ww = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")  # [h, w] each
-    if merge > 1:
+    axes: list[np.ndarray] = list(np.meshgrid(np.arange(h), np.arange(w), indexing="ij"))  # [h, w] each
+    if merge > 1:  # [h / m, w / m, m, m]: each merge block's patches together
         shape = (h // merge, merge, w // merge, merge)
-        hh, ww = (a.reshape(shape).transpose(0, 2, 1, 3) for a in (hh, ww))
-    return np.stack([hh.reshape(-1) + top, ww.reshape(-1) + left]).astype(np.int64)
+        axes = [a.reshape(shape).transpose(0, 2, 1, 3) for a in axes]
+    return np.stack([axes[0].reshape(-1) + top, axes[1].reshape(-1) + left]).astype(np.int64)
 
 
 def _probe(name: str, position_ids: np.ndarray) -> Probe:
