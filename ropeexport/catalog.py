@@ -33,6 +33,7 @@ FAMILIES: tuple[str, ...] = (
     "ropeexport.families.t5",
     "ropeexport.families.transformer_xl",
     "ropeexport.families.tupe",
+    "ropeexport.families.vision_rope",
 )
 
 _SPECS: dict[str, type[SpecBase]] = {}

@@ -23,6 +23,7 @@ DEFAULT_PRESETS = (
     "tupe-base",
     "kerple-log-162m",
     "sandwich",
+    "pixtral-12b-vision",
 )
 
 FEATURE_SPECS: list[dict[str, Any]] = [
@@ -171,5 +172,13 @@ FEATURE_SPECS: list[dict[str, Any]] = [
         "artifact": "bias",
         "num_heads": 8,
         "max_positions": 2048,
+    },
+    {  # 2-D vision RoPE: Qwen2.5-VL's ViT rotary (shared frequencies), 64 patches a side.
+        "encoding": "vision_rope",
+        "name": "vision-rope-shared-fp32-fused",
+        "axis_frequencies": "shared",
+        "head_dim": 80,
+        "num_heads": 16,
+        "max_positions": 64,
     },
 ]

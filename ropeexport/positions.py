@@ -2,11 +2,11 @@
 
 A decoder's position input is ``position_ids`` [batch, seq] (one axis: every model built so far), or
 [axes, batch, seq] (multimodal RoPE: Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's time, height and width, as transformers
-and onnxruntime-genai feed them). A layer never reads batch or sequence length from the position input, and never
-knows how many axes it had: the model hands every layer the [batch, seq] ``rows`` (the position input itself when it
-has one axis) and, per distinct encoding, what its piece reads (``decoder.export``). The runners check a fed position
-input's rank and range against the model's declaration (``runtimes.base.FeedChecker``): a multi-axis model fed 1-D
-positions is refused, never broadcast.
+feeds them). The 2-D vision RoPE artifact (``families.vision_rope``) takes height and width, [2, batch, seq]. A layer
+never reads batch or sequence length from the position input, and never knows how many axes it had: the model hands
+every layer the [batch, seq] ``rows`` (the position input itself when it has one axis) and, per distinct encoding,
+what its piece reads (``decoder.export``). The runners check a fed position input's rank and range against the
+model's declaration (``runtimes.base.FeedChecker``): a multi-axis model fed 1-D positions is refused, never broadcast.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_int
 
-AXES_NAMES = {1: ("position",), 3: ("time", "height", "width")}  # what each axis counts, for reports
+AXES_NAMES = {1: ("position",), 2: ("height", "width"), 3: ("time", "height", "width")}  # what each axis counts
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ropeexport.catalog import encodings
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.hf import Imported, import_config
+from ropeexport.hf.vision import import_vision, is_vision_config
 from ropeexport.specs import NAME_PATTERN
 
 LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3")  # model types whose attention is MLA, not q/k/v heads
@@ -61,7 +62,9 @@ class Preset:
 
     def imported(self) -> Imported:
         """The card's spec fields with their sources (through the transformers importer for ``[config]`` cards)."""
-        if self.config is not None:
+        if self.config is not None and is_vision_config(self.config):  # a vision tower's card: its 2-D RoPE
+            imported = import_vision(self.config, where=f"preset {self.name} [config]")
+        elif self.config is not None:
             imported = import_config(self.config, where=f"preset {self.name} [config]")
         else:
             assert self.spec is not None
@@ -110,6 +113,7 @@ class Preset:
             "max_distance",
             "d_model",
             "slope_scale",
+            "axis_frequencies",
         )
         return {k: fields[k] for k in keys if k in fields}
 

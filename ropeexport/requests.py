@@ -14,6 +14,7 @@ from typing import Any
 
 from ropeexport.catalog import encodings
 from ropeexport.hf import import_layers, model_name, read_config, spans
+from ropeexport.hf.vision import import_vision, is_vision_config
 from ropeexport.presets import Request, expand, get_preset
 from ropeexport.specs import read_spec_file
 
@@ -36,14 +37,29 @@ def from_hf_config(
     artifacts: Sequence[str] | None = None,
     dtypes: Sequence[str] | None = None,
     graphs: Sequence[str] | None = None,
+    vision: bool = False,
 ) -> list[Request]:
     """Requests for a transformers config.json on disk: the encoding's first artifact, fp32, fused unless given.
 
     A model whose layers use different encodings (Gemma 3's sliding and global layers) gets them for each encoding,
     named ``MODEL-TYPE-...`` by the layer types that use it (``sliding``, ``full``); every request's origin says which
-    layers use its encoding and which use none.
+    layers use its encoding and which use none. ``vision`` (or a vision tower's own config): the vision tower's 2-D
+    RoPE (``hf.vision``), read from the config's ``vision_config``.
     """
     config = read_config(path)
+    if vision or is_vision_config(config):
+        tower = import_vision(config, where=str(path))
+        return expand(
+            tower,
+            f"{model_name(config, path)}-vision" if not is_vision_config(config) else model_name(config, path),
+            artifacts or ["rope"],
+            dtypes or ["fp32"],
+            graphs or ["fused"],
+            origin={"hf_config": str(Path(path).resolve()), "model_type": tower.model_type},
+            chosen_by={"artifact": "--artifact" if artifacts else "the encoding's first artifact (no --artifact)",
+                       "dtype": "--dtype" if dtypes else "default fp32 (no --dtype)",
+                       "graph": "--graph" if graphs else "default fused (no --graph)"},  # fmt: skip
+        )
     layers = import_layers(config, where=str(path))
     groups = layers.groups()
     if not groups:

@@ -43,6 +43,10 @@ EXPECTED = {
     "falcon-rw-1b": {"encoding": "alibi", "num_heads": 32, "head_dim": 64, "slope_scale": 0.125},
     "t5-base": {"encoding": "t5", "num_heads": 12, "head_dim": 64, "num_buckets": 32, "max_distance": 128},
     "transformer-base": {"encoding": "sinusoidal", "d_model": 512},
+    # vision towers' 2-D RoPE: 1024 / 16 patches a side; Qwen's head_dim 1280 / 16
+    "pixtral-12b-vision": {"encoding": "vision_rope", "axis_frequencies": "even-odd", "head_dim": 64, "num_heads": 16,
+                           "max_positions": 64, "theta": 10000.0},
+    "qwen2.5-vl-7b-vision": {"encoding": "vision_rope", "axis_frequencies": "shared", "head_dim": 80, "num_heads": 16},
 }
 
 

@@ -63,10 +63,13 @@ def from_hf_config(
     **fields: object,
 ) -> list[SpecBase]:
     """The specs of a transformers ``config.json`` on disk (never fetched): the encoding's first artifact, fp32,
-    fused unless given; ``fields`` override the imported values.
+    fused unless given; ``fields`` override the imported values (``encoding="vision_rope"``: the vision tower's 2-D
+    RoPE, read from the config's ``vision_config``).
     """  # noqa: D205
     lists = [_names(artifacts, "artifacts"), _names(dtypes, "dtypes"), _names(graphs, "graphs")]
-    return _specs(with_overrides(_hf_requests(_path(path, "hf_config"), *lists), fields))
+    requests = _hf_requests(_path(path, "hf_config"), lists[0], lists[1], lists[2],
+                            vision=fields.get("encoding") == "vision_rope")  # fmt: skip
+    return _specs(with_overrides(requests, fields))
 
 
 def load_specs(path: str | Path) -> list[SpecBase]:

@@ -265,7 +265,8 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
     overrides = _flag_fields(args)
     listed = {"artifacts": variants["artifact"], "dtypes": variants["dtype"], "graphs": variants["graph"]}
     if kind == "--hf-config":
-        requests = from_hf_config(args.hf_config, **listed)
+        # --encoding vision_rope: the config's vision tower (its vision_config), not its text model
+        requests = from_hf_config(args.hf_config, **listed, vision=overrides.get("encoding") == "vision_rope")
     elif kind in ("--preset", "--all-presets") or (kind is None and not overrides and not any(variants.values())):
         names = list(presets()) if args.all_presets else (args.preset or list(DEFAULT_PRESETS))
         requests = from_presets(names, **listed)

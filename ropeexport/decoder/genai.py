@@ -9,6 +9,13 @@ cumsum(attention_mask) - 1. In the ``gqa`` form past and present are one buffer 
 length from the mask); in the ``fused``, ``decomposed`` and ``tensorrt`` forms the cache grows by concatenation into
 a separate present (false).
 
+M-RoPE decoders (the Qwen-VL text models, position_ids [3, batch, seq]): onnxruntime-genai's generic ``decoder``
+feeds [batch, seq] (ONNX Runtime: "Invalid rank for input: position_ids Got: 2 Expected: 3"), and its ``qwen2_5_vl``
+type without a pipeline is its multimodal model, which wants vision and embedding models beside. Its Qwen-VL pipeline
+model does feed [3, batch, seq] (``Qwen2VLPositionInputs``: text takes the same position on the three axes, decode
+steps add rope_deltas): the config names the type (``MROPE_TYPES``) and the model as the pipeline's one stage, with no
+vision pipeline, so a prompt is text only (measured with 0.18.0: the same greedy tokens as ``ropeexport generate``).
+
 The checkpoint's tokenizer files are checked before anything is written (``check_tokenizer``): ``tokenizer.json``
 loaded by the ``tokenizers`` library (what ``ropeexport generate --prompt`` reads it with), the other JSON files
 parsed strictly, ``merges.txt`` as UTF-8 text. A file that does not read is a one-line error naming it, not a
@@ -32,6 +39,9 @@ from ropeexport.inputs import check_regular_file, read_json, read_text
 
 CONFIG = "genai_config.json"
 KNOWN_TYPES = ("llama", "mistral", "qwen2", "phi3")
+# M-RoPE decoders -> the onnxruntime-genai type whose pipeline feeds position_ids [3, batch, seq] (0.18 knows no
+# qwen2_vl type; Qwen2-VL's text model rotates as Qwen2.5-VL's, and text-only positions are the same)
+MROPE_TYPES = {"qwen2_vl_text": "qwen2_5_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
 # What onnxruntime-genai's tokenizer reads from a Hugging Face checkpoint, copied when present.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json")  # fmt: skip
@@ -65,14 +75,14 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
     vocab = spec.vocab_size
     eos, pad = _token(config, "eos_token_id", vocab), _token(config, "pad_token_id", vocab)
     bos = _token(config, "bos_token_id", vocab)
-    model = {
+    model: dict[str, Any] = {
         **({"bos_token_id": bos} if bos is not None else {}),  # it takes a number or nothing, never null
         "context_length": spec.position_spec().max_positions,
         # onnxruntime-genai requires an eos inside the vocabulary: without one (a shrunk vocabulary), the pad id or 0
         # stands in, and generation stops there
         "eos_token_id": eos if eos is not None else (pad if pad is not None else 0),
         "pad_token_id": pad if pad is not None else 0,
-        "type": spec.model_type if spec.model_type in KNOWN_TYPES else "decoder",
+        "type": _genai_type(spec),
         "vocab_size": vocab,
         "decoder": {
             # 0: ONNX Runtime's own count, one thread per physical core. Unset, onnxruntime-genai 0.18 takes half the
@@ -95,12 +105,28 @@ def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]
             "outputs": {"logits": "logits", "present_key_names": present_key, "present_value_names": present_value},
         },
     }
+    if not spec.positions.one_axis:  # its Qwen-VL pipeline: the model as the one stage (module docstring)
+        names = [n for i in range(spec.num_layers) for n in cache_names(i)]
+        stage = {"filename": "model.onnx", "run_on_prompt": True, "run_on_token_gen": True,
+                 "inputs": ["input_ids", "attention_mask", "position_ids", *(n for n in names if n.startswith("past"))],
+                 "outputs": ["logits", *(n for n in names if n.startswith("present"))]}  # fmt: skip
+        model["decoder"]["pipeline"] = [{"decoder": stage}]
     shared = FORMS[spec.graph].shared_buffer
     search = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "max_length": model["context_length"],
               "min_length": 0, "past_present_share_buffer": shared, "top_k": 1, "top_p": 1.0, "temperature": 1.0,
               "repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "diversity_penalty": 0.0,
               "early_stopping": True}  # fmt: skip
     return {"model": model, "search": search}
+
+
+def _genai_type(spec: DecoderSpec) -> str:
+    """onnxruntime-genai's model type: its own where it knows it, its generic decoder, or its Qwen-VL pipeline's."""
+    if spec.positions.one_axis:
+        return spec.model_type if spec.model_type in KNOWN_TYPES else "decoder"
+    if spec.model_type not in MROPE_TYPES:
+        raise SpecError("model_type", f"onnxruntime-genai feeds position_ids [3, batch, seq] only to its Qwen-VL "
+                        f"types ({', '.join(MROPE_TYPES)}); {spec.model_type!r} is not one")  # fmt: skip
+    return MROPE_TYPES[spec.model_type]
 
 
 def tokenizer_files(checkpoint: str | Path | None) -> dict[str, Path]:

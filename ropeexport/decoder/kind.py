@@ -177,8 +177,6 @@ def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mappin
     onnxruntime-genai package and the checkpoint's tokenizer files written into ``folder``; the file names.
     """  # noqa: D205
     files, _ = write_decoder(spec, weights, describe(checkpoint), folder, stage)
-    if not spec.positions.one_axis:  # onnxruntime-genai 0.18 feeds position_ids [batch, seq]: "Invalid rank for
-        return files + copy_tokenizer(checkpoint, folder)  # input: position_ids Got: 2 Expected: 3" (measured)
     (folder / CONFIG).write_text(json.dumps(genai_config(spec, config), indent=2) + "\n")
     return files + [CONFIG, *copy_tokenizer(checkpoint, folder)]
 

@@ -1,7 +1,8 @@
 """Planted bugs: deliberately wrong artifacts that verification must fail, each with the checks that must catch it.
 
 The machinery every family shares (``PlantedBug``, ``Detection``, ``detect``, ``verify_correct``, ``export`` and the
-graph edits) is in ``core``; each family with planted bugs has one module holding its list (``rope``, ``alibi``).
+graph edits) is in ``core``; each family with planted bugs has one module holding its list (``rope``, ``alibi``,
+``vision_rope``).
 This package collects those lists, by name, in ``FAMILY_BUGS``: adding a family's bugs is its module and one line
 there. ``BUGS`` is every bug, family by family in that order.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ropeexport.planted import alibi, mrope, rope
+from ropeexport.planted import alibi, mrope, rope, vision_rope
 from ropeexport.planted.core import Detection, PlantedBug, claimed_specs, detect, export, verify_correct
 
 __all__ = ["BUGS", "FAMILY_BUGS", "Detection", "PlantedBug", "correct_specs", "detect", "export", "verify_correct"]
@@ -23,6 +24,7 @@ __all__ = ["BUGS", "FAMILY_BUGS", "Detection", "PlantedBug", "correct_specs", "d
 FAMILY_BUGS: dict[str, list[PlantedBug]] = {
     "rope": rope.BUGS + mrope.BUGS,  # M-RoPE's are RoPE specs (position_ids [3, batch, seq])
     "alibi": alibi.BUGS,
+    "vision_rope": vision_rope.BUGS,
 }
 
 BUGS: list[PlantedBug] = [bug for bugs in FAMILY_BUGS.values() for bug in bugs]

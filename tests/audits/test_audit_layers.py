@@ -439,6 +439,10 @@ def test_a_multimodal_rope_config_is_not_audited_as_one_axis(tmp_path: Path, cap
     assert main(["audit", str(model), "--hf-config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert "--hf-config: describes multimodal RoPE (mrope_section [2, 3, 3])" in err and "\n" not in err, err
+    grafted = tmp_path / "grafted.onnx"  # graft reads the encodings the same way: refused, nothing written
+    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(grafted)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nor grafted" in err and "\n" not in err and not grafted.exists(), err
 
 
 @pytest.mark.parametrize("argv", [["--spec", "s.json", "--hf-config", "c.json"], []], ids=["both", "neither"])

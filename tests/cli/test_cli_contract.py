@@ -194,7 +194,8 @@ def _fixtures(folder: Path) -> None:
     (folder / "qwen2.5-vl-7b").mkdir()
     vl = {"model_type": "qwen2_5_vl", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
           "max_position_embeddings": 32768, "rope_theta": 1000000.0,
-          "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}}  # fmt: skip
+          "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
+          "vision_config": {"hidden_size": 128, "num_heads": 4}}  # fmt: skip  (its vision tower's 2-D RoPE too)
     (folder / "qwen2.5-vl-7b" / "config.json").write_text(json.dumps(vl))
     (folder / "my-model.toml").write_text('name = "my-model"\nhead_dim = 64\nnum_heads = 4\nmax_positions = 256\n')
     # the docs' decoder examples: a checkpoint folder ./my-llama and a config.json (tiny, random weights)

@@ -64,8 +64,11 @@ def test_a_qwen_vl_text_decoder_builds_and_passes_against_float64_and_transforme
     session = ort.InferenceSession(str(Path(result.path) / "model.onnx"), providers=["CPUExecutionProvider"])
     shapes = {i.name: i.shape for i in session.get_inputs()}
     assert shapes["position_ids"] == [3, "batch", "seq"]
-    # onnxruntime-genai 0.18 feeds [batch, seq] positions (its generic decoder refuses the rank): no package written
-    assert not (Path(result.path) / "genai_config.json").exists()
+    # onnxruntime-genai's Qwen-VL pipeline type feeds [3, batch, seq] (its generic decoder feeds [batch, seq]): the
+    # model is the pipeline's one stage (served: tests/decoder/test_genai.py)
+    genai = json.loads((Path(result.path) / "genai_config.json").read_text())["model"]
+    assert genai["type"] == {"qwen3_vl_text": "qwen3_vl"}.get(model_type, "qwen2_5_vl")
+    assert genai["decoder"]["pipeline"][0]["decoder"]["filename"] == "model.onnx"
 
 
 # (label, prompt segments): text around image grids of (t, h, w) merged patches

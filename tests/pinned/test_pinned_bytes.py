@@ -60,10 +60,22 @@ def _small(encoding: str, **fields: object) -> object:
     return cls(**{k: v for k, v in SMALL.items() if k in names}, **fields)
 
 
+def _pin_new(section: str, got: dict[str, str]) -> None:
+    """With ROPEEXPORT_PIN_NEW=1 (adding an encoding): every pinned hash of ``section`` checked unchanged, then the new
+    keys written into hashes.json (the run itself still fails: it compared against the file as it was).
+    """  # noqa: D205
+    if os.environ.get("ROPEEXPORT_PIN_NEW"):
+        assert {k: got[k] for k in PINNED[section]} == PINNED[section]
+        on_disk = json.loads((Path(__file__).parent / "hashes.json").read_text())
+        on_disk[section] = PINNED[section] | got  # the pinned keys in their order, the new ones after
+        (Path(__file__).parent / "hashes.json").write_text(json.dumps(on_disk, indent=1) + "\n")
+
+
 def test_the_default_build_writes_the_pinned_models(tmp_path: Path) -> None:
     from ropeexport.defaults import DEFAULT_PRESETS
 
     got = {s.name: _written(rx.export(s), tmp_path / s.name) for p in DEFAULT_PRESETS for s in rx.from_preset(p)}
+    _pin_new("default", got)
     assert got == PINNED["default"]
 
 
@@ -71,11 +83,12 @@ def test_every_kind_writes_its_pinned_model(tmp_path: Path) -> None:
     got = {}
     for encoding, artifact in sorted(recipes()):
         forms = ["fused", "decomposed"] + (["tensorrt", "static-cache", "gqa"] if artifact == "block" else [])
-        forms += ["plugin"] if artifact == "rope" else []
+        forms += ["plugin"] if "plugin" in encodings()[encoding].graphs and artifact == "rope" else []
         for dtype in ("fp32", "fp16"):
             for graph in forms:
                 spec = _small(encoding, artifact=artifact, dtype=dtype, graph=graph)
                 got[f"{encoding}/{artifact}/{dtype}/{graph}"] = _written(rx.export(spec), tmp_path / spec.name)
+    _pin_new("kinds", got)
     assert got == PINNED["kinds"]
 
 
@@ -89,6 +102,7 @@ def test_the_feature_specs_write_their_pinned_models(tmp_path: Path) -> None:
             except rx.errors.SpecError:  # a form the encoding does not have
                 continue
             got[spec.name] = _written(rx.export(spec), tmp_path / spec.name)
+    _pin_new("features", got)
     assert got == PINNED["features"]
 
 
