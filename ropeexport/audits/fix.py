@@ -7,7 +7,9 @@ with no positional encoding, or, where the site's readers name no layer, the gro
 whose readers need different encodings (the sliding layers reading the global layers' table, or one table every
 layer reads where the config gives two) is split: each repaired need gets its own copy, its readers rewired to it, and
 a table no node reads any more is dropped. Computed cos/sin (``rows``) get the rope family's rows per need, the
-readers of each need rewired to theirs. ALiBi slopes: ``alibi.graft_slopes``.
+readers of each need rewired to theirs; where a use of computed values is reached through a node other rotations
+read through too (``audits.uses``: ``shared``), the rotations of every use of those values are rebuilt as the
+config's (``rerotate``). ALiBi slopes: ``alibi.graft_slopes``.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -75,12 +77,21 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
     tables: dict[tuple[Any, ...], dict[str, Any]] = {}
     computed: list[dict[str, Any]] = []
     rebuilt: list[dict[str, Any]] = []  # rotations that pair their channels otherwise (``rerotate``)
+    shared = {frozenset((r["cos"], r["sin"])) for i, r in enumerate(records)
+              if i in fixing and not r["table"] and r.get("shared")}  # fmt: skip
     for index, record in enumerate(records):
         fixed = index in fixing
         if fixed and any(f["name"] == "unidentified-site" for f in record["findings"]):
             continue  # nothing known to repair it with
         paired = any(f["name"] == "pairing" for f in record["findings"]) and (names is None or "pairing" in names)
         if fixed and paired and SiteKind(record["kind"]) not in PAIRING:  # a decomposed rotation's own slicing
+            rebuilt.append(record)
+            continue
+        if fixed and not record["table"] and frozenset((record["cos"], record["sin"])) in shared:
+            # a use of computed values its rotations reach through a node other rotations read through too (Qwen3.5's
+            # recomposition of its position axes): no value of its own to rewire, so its rotations are rebuilt, and
+            # so are those of the other uses of the same values (rewiring them would rewire the shared nodes only in
+            # part: a recomposition reads each position axis through its own node)
             rebuilt.append(record)
             continue
         chain = scope_graphs(model, Site.from_dict(record).scope)
@@ -226,10 +237,6 @@ def _computed(model: ir.Model, source: Path, records: list[dict[str, Any]],
         else:
             need = needs[0] if needs else need_of(record, None, encodings)
             parts[_key(need)] = (need, set())
-        if record.get("shared"):  # a use of values other rotations read through the same node (``audits.uses``)
-            raise SpecError("model", f"the rotations reading {record['cos']!r} as cos and {record['sin']!r} as sin "
-                            f"reach them through {record['shared']!r}, which other rotations read through too: graft "
-                            "cannot rewire them alone")  # fmt: skip
         for tag, (need, names) in parts.items():
             if need is None:
                 raise SpecError("model", f"the computed site reading {record['cos']!r} is read by layers with no RoPE "

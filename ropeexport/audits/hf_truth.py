@@ -79,6 +79,7 @@ class TransformersTruth:
     """transformers' model of the checkpoint in float64 (module doc)."""
 
     kind = "transformers"
+    traced = "transformers' float64 model"
 
     def __init__(self, hf_config: Path, checkpoint: Path, dtype: str, memory_gib: float | None = None) -> None:
         import transformers
@@ -161,25 +162,81 @@ class TransformersTruth:
                             "exact angles: the truth would keep its float32 angles")  # fmt: skip
         return model
 
+    def bound(self, level: int | None) -> float:
+        """The dtype's bound (``decoder verify``'s): the model's own weights are what transformers is given."""
+        return self.tolerance
+
     def logits(self, calls: list[Call]) -> list[np.ndarray]:
         """Every call through the model (module doc): float64 logits [n, vocab] of its last n tokens."""
         import torch
 
         model = self.load()
-        out = []
-        with torch.no_grad(), float64_throughout():
-            for call in calls:
-                if call.how == "cache":
-                    raise ValueError("the transformers truth runs without a cache: no call is placed after entries")
-                ids = torch.from_numpy(call.ids)
-                n = ids.shape[1]
-                start = 0 if call.how == "whole" else call.past
-                positions = torch.arange(start, start + n, dtype=torch.int64).reshape(1, n)
-                got = model(input_ids=ids, position_ids=positions, attention_mask=torch.ones(1, n, dtype=torch.int64),
-                            use_cache=False).logits  # fmt: skip
-                out.append(got[0, -TOKENS:].to(torch.float64).numpy().copy())
+        out = [_run(model, call)[0, -TOKENS:].to(torch.float64).numpy().copy() for call in calls]
         del model  # the whole model in float64: gone before the ONNX model's session is made
         return out
+
+    def stages(self, call: Call) -> list[tuple[Any, np.ndarray]]:
+        """The model's residual stream of ``call`` in float64 (``audits.locate``), read by hooks as it runs: after the
+        embedding module, before each layer's pre-MLP norm (``PRE_MLP``: the residual after its token mixer, its
+        attention or, in a hybrid's layer without one, its ``MIXERS``' module) and after the layer (after its MLP);
+        a layer with none of those norms is one stage, its whole block. Each h [1, n, hidden]; none where the model
+        names no decoder layers (``model.layers`` or ``model.language_model.layers``).
+        """  # noqa: D205
+        import torch
+
+        from ropeexport.decoder.oracle import Stage
+
+        model = self.load()
+        inner = getattr(model, "model", None)
+        layers = getattr(inner, "layers", None) or getattr(getattr(inner, "language_model", None), "layers", None)
+        if layers is None:
+            return []
+        found: list[tuple[Any, np.ndarray]] = []
+
+        def keep(stage: Stage, before: bool) -> Any:
+            def hook(module: Any, args: Any, output: Any = None) -> None:
+                value = args[0] if before else output[0] if isinstance(output, tuple) else output
+                found.append((stage, value.detach().to(torch.float64).numpy().copy()))
+
+            return hook
+
+        hooks = [model.get_input_embeddings().register_forward_hook(keep(Stage(-1, "embedding"), False))]
+        for i, layer in enumerate(layers):
+            norm = next((getattr(layer, n) for n in PRE_MLP if getattr(layer, n, None) is not None), None)
+            if norm is not None:
+                mixer = "mixer" if any(getattr(layer, n, None) is not None for n in MIXERS) else "attention"
+                hooks.append(norm.register_forward_pre_hook(keep(Stage(i, mixer), True)))
+            hooks.append(layer.register_forward_hook(keep(Stage(i, "block" if norm is None else "mlp"), False)))
+        try:
+            _run(model, call)
+        finally:
+            for handle in hooks:
+                handle.remove()
+        del model
+        return found
+
+
+# The norm a decoder layer applies to its residual stream before its MLP, by transformers' names, first found first:
+# Gemma's ``post_attention_layernorm`` normalizes the attention's output, so its ``pre_feedforward_layernorm`` leads.
+PRE_MLP = ("pre_feedforward_layernorm", "post_attention_layernorm", "ffn_norm")
+# A hybrid layer's token mixer other than attention (Qwen3.5's gated delta rule, Granite 4's Mamba2, LFM2's
+# convolution): its stage is said as the layer's token mixer.
+MIXERS = ("linear_attn", "mamba", "conv")
+
+
+def _run(model: Any, call: Call) -> Any:
+    """``model``'s logits [1, n, vocab] of ``call`` (module doc: placed by position_ids, or whole), in float64."""
+    import torch
+
+    if call.how == "cache":
+        raise ValueError("the transformers truth runs without a cache: no call is placed after entries")
+    ids = torch.from_numpy(call.ids)
+    n = ids.shape[1]
+    start = 0 if call.how == "whole" else call.past
+    positions = torch.arange(start, start + n, dtype=torch.int64).reshape(1, n)
+    with torch.no_grad(), float64_throughout():
+        return model(input_ids=ids, position_ids=positions, attention_mask=torch.ones(1, n, dtype=torch.int64),
+                     use_cache=False).logits  # fmt: skip
 
 
 GIB = 2**30

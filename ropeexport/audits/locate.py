@@ -1,14 +1,16 @@
-"""Where a model's hidden states first depart from the float64 decoder: the residual stream compared stage by stage.
+"""Where a model's hidden states first depart from the proof's truth: the residual stream compared stage by stage.
 
 When the original and the grafted model miss the float64 decoder by the same amount, the difference lies outside the
 positional encoding (``proof_verdict.outside``); this says where the model first differs. One call of the proof (the
 first the model failed; 8 tokens) is run on a copy of the model's graph that gives as outputs every floating-point
 value a node of the main graph computes from the call's inputs (the copy holds no weights: it reads the model's own data
 file, beside which it is written for that one session and removed), and recomputed in float64 with the residual
-stream traced (``oracle.decoders_float64``'s ``trace``: after the embedding, after each layer's attention and after
-its MLP; a parallel layer's whole block). A stage is found in the model when one of its values of the stage's size
-([1, n, hidden] in any layout) is within the dtype's tolerance of it (``decoder verify``'s, even for a quantized
-model: int8 activations show as a departure, of their size), relative to the stage's largest value.
+stream traced (``Truth.stages``: ``oracle.decoders_float64``'s ``trace`` for ropeexport's decoder, hooks on
+transformers' float64 model for the transformers truth; after the embedding, after each layer's attention (a hybrid
+layer's token mixer) and after its MLP; a layer's whole block where the two cannot be told apart). A stage is found
+in the model when one of its values of the stage's size ([1, n, hidden] in any layout) is within the dtype's
+tolerance of it (``decoder verify``'s, even for a quantized model: int8 activations show as a departure, of their
+size), relative to the stage's largest value.
 
 The answer: the last stage found and the stage after it, where the difference first shows ("layer 1's MLP"), with
 the nearest value's distance from it; the first stage itself when none is found ("already at the embedding"). A
@@ -72,10 +74,11 @@ def model_values(path: Path, feeds: Callable[[Any], dict[str, np.ndarray]]) -> d
 
 
 def first_difference(values: dict[str, np.ndarray], stages: list[tuple[Any, np.ndarray]], tolerance: float,
-                     who: str = "the model") -> dict[str, Any] | None:  # fmt: skip
+                     who: str = "the model",
+                     against: str = "the float64 recompute") -> dict[str, Any] | None:  # fmt: skip
     """Where the model's ``values`` first depart from the float64 ``stages`` ((``oracle.Stage``, h [1, n, hidden]),
-    in order), judged at ``tolerance`` of each stage's largest value (module doc), said of ``who``; None when no
-    value has the stages' size.
+    in order), judged at ``tolerance`` of each stage's largest value (module doc), said of ``who`` against ``against``
+    (the words of what traced the stages); None when no value has the stages' size.
     """  # noqa: D205
     size = stages[0][1].size
     candidates = [np.asarray(v, np.float64).reshape(-1) for v in values.values() if v.size == size]
@@ -92,16 +95,16 @@ def first_difference(values: dict[str, np.ndarray], stages: list[tuple[Any, np.n
         first = stages[0][0]
         return {"agrees_through": None, "first_differs": first.words(), "layer": first.layer, "part": first.part,
                 "relative": found[0],
-                "text": f"{who}'s hidden states depart from the float64 recompute already at {first.words()} "
+                "text": f"{who}'s hidden states depart from {against} already at {first.words()} "
                 f"({error(found[0])} of the residual stream's scale there)"}  # fmt: skip
     last = seen[-1]
     agree = stages[last][0].words()
     if last == len(stages) - 1:
         return {"agrees_through": agree, "first_differs": "the final norm or the output head",
-                "text": f"{who}'s hidden states agree with the float64 recompute through {agree}: the difference "
+                "text": f"{who}'s hidden states agree with {against} through {agree}: the difference "
                 "first shows after the last layer (the final norm or the output head)"}  # fmt: skip
     stage, rel = stages[last + 1][0], found[last + 1]
     return {"agrees_through": agree, "first_differs": stage.words(), "layer": stage.layer, "part": stage.part,
             "relative": rel,
-            "text": f"{who}'s hidden states agree with the float64 recompute through {agree} and first depart from "
+            "text": f"{who}'s hidden states agree with {against} through {agree} and first depart from "
             f"it in {stage.words()} ({error(rel)} of the residual stream's scale there)"}  # fmt: skip

@@ -40,8 +40,8 @@ head is then that table's transpose); the bound is then the one ``decoder verify
 (``decoder.verify.tolerance``: the dtype's at levels 0 and 1, wider where the activations may be int8).
 
 When two models miss the truth by the same amount (``_outside``), the difference lies outside the positional
-encoding; ``locate`` then says where a model's hidden states first depart from the oracle's recompute
-(``audits.locate``; not against the transformers truth, which keeps no stages).
+encoding; ``locate`` then says where a model's hidden states first depart from the truth's (``audits.locate``:
+the oracle's recompute traced, or transformers' model read by hooks, ``Truth.stages``).
 """
 
 from __future__ import annotations
@@ -355,15 +355,12 @@ class DecoderProof:
         return out  # the session (the whole model in memory) goes with this call
 
     def locate(self, path: Path, who: str) -> dict[str, Any] | None:
-        """Where ``path`` (judged already, and failed) first departs from the float64 decoder (``audits.locate``), on
-        the call it failed with the fewest cached entries; said of ``who``. None when that cannot be told (the
-        transformers truth keeps no stages to compare with).
+        """Where ``path`` (judged already, and failed) first departs from the truth's residual stream
+        (``audits.locate``; ``Truth.stages``: the float64 decoder's, or transformers' model's read by hooks), on the
+        call it failed with the fewest cached entries; said of ``who``. None when that cannot be told.
         """  # noqa: D205
         from ropeexport.audits.locate import first_difference, model_values
-        from ropeexport.decoder.oracle import decoders_float64
 
-        if not isinstance(self.truth, OracleTruth):
-            return None
         judged = self._judged.get((str(path), str(Path(path).stat().st_mtime_ns)), [])
         calls = far_calls(self.spec.position_spec())
         failed = [(calls[i][1], i, r["placed"]) for i, r in enumerate(judged)
@@ -379,13 +376,13 @@ class DecoderProof:
         values = model_values(Path(path), feeds)
         if isinstance(values, str):
             return None
-        stages: list[tuple[Any, np.ndarray]] = []
-        decoders_float64(self.spec, self.truth.weights64, [self.truth.feed(call)], self.truth.pieces,
-                         trace=lambda _, stage, h: stages.append((stage, h)))  # fmt: skip
+        stages = self.truth.stages(call)
+        if not stages:
+            return None
         # Judged at the dtype's bound, not a quantized model's wider one: where the model first stops computing what
         # the recompute computes (a quantized model's own rounding shows too, at its size).
-        found = first_difference(values, stages, self.truth.bound(None), who)
-        return None if found is None else {"call": calls[index][0], **found}
+        found = first_difference(values, stages, self.truth.bound(None), who, self.truth.traced)
+        return None if found is None else {"call": calls[index][0], "truth": self.truth.kind, **found}
 
     def run(self, models: dict[str, Path]) -> dict[str, Any]:
         """Every model on every call (module doc): per call and model the error against the truth and the verdict;

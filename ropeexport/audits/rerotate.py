@@ -6,8 +6,9 @@ For each of the site's rotations, y = x * cos + rotate(x) * sin is computed anew
 gathered by position_ids (``families.rope.export.cos_sin_rows``, as ``rows.replace_computed`` puts them in), widened
 to the rotated channels in the config's layout (halves: (c, c); interleaved pairs: c0 c0 c1 c1 ..), rotate(x) the
 config's ((-x2, x1) of the halves, or (-x_odd, x_even) of the pairs), the channels it leaves alone concatenated back;
-every reader of the old y reads the new one and the old nodes are pruned (``rows.prune``). x is [b, h, s, d]: a
-rotation of another rank is refused, with the reason.
+every reader of the old y reads the new one and the old nodes are pruned (``rows.prune``); the new nodes name the
+old rotation's layer in their metadata (``layers.SCOPES``), so that the audit after reads them on their layer. x is
+[b, h, s, d]: a rotation of another rank is refused, with the reason.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -16,26 +17,28 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.audits.layers import SCOPES
 from ropeexport.audits.tables import DTYPE_NAMES
 from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import regime_kind
 
+Rotation = tuple[str, str, int, int, int | None]  # (x, y, rotated channels r, channels d, its layer or None)
 
-def rotations_of(model: Any, record: dict[str, Any]) -> list[tuple[str, str, int, int]]:
-    """(x, y, rotated channels r, channels d) of each rotation of ``model`` (ir) that reads the site ``record``
-    (its cos and sin as named, in those places).
+
+def rotations_of(model: Any, record: dict[str, Any]) -> list[Rotation]:
+    """Each rotation of ``model`` (ir) that reads the site ``record`` (its cos and sin as named, in those places):
+    (x, y, rotated channels r, channels d, the layer its nodes name or None).
     """  # noqa: D205
     from ropeexport.audits.sites import find_sites
 
     found = []
     for site in find_sites(model):
         if (site.cos, site.sin) == (record["cos"], record["sin"]) and site.rotations:
-            found += [(r.x.name, r.y.name, r.width, r.channels) for r in site.rotations]
+            found += [(r.x.name, r.y.name, r.width, r.channels, r.layer) for r in site.rotations]
     return found
 
 
-def rebuild(proto: Any, record: dict[str, Any], rotations: list[tuple[str, str, int, int]], spec: Any,
-            tag: str) -> dict[str, Any]:  # fmt: skip
+def rebuild(proto: Any, record: dict[str, Any], rotations: list[Rotation], spec: Any, tag: str) -> dict[str, Any]:
     """The rotations (``rotations_of``) rebuilt in ``proto`` as the config's (module doc); what was done."""
     from ropeexport.families.rope.export import cos_sin_rows, rope_tables, row_lengths
     from ropeexport.graph.onnx_io import GraphBuilder
@@ -66,7 +69,8 @@ def rebuild(proto: Any, record: dict[str, Any], rotations: list[tuple[str, str, 
             rows = g.op("Concat", [rows, rows], axis=-1)
         wide.append(g.op("Unsqueeze", [rows, g.const(f"{name}_head_axis", i64(1))]))  # [b, 1, s, r]
     parts: list[tuple[str, str, str, int]] = []  # (x, the old y, the new y, the first of its nodes in g.nodes)
-    for x, y, r, d in rotations:
+    layers: list[int | None] = []
+    for x, y, r, d, layer in rotations:
         if r != spec.rotary_dim:
             raise SpecError("model", f"the rotation of {x!r} turns {r} channels where the config rotates "
                             f"{spec.rotary_dim}: graft rebuilds a rotation of the config's width only")  # fmt: skip
@@ -92,6 +96,11 @@ def rebuild(proto: Any, record: dict[str, Any], rotations: list[tuple[str, str, 
             rest = g.op("Slice", [x, g.const("width", i64(r)), g.const("depth", i64(d)), g.const("last", i64(-1))])
             out = g.op("Concat", [out, rest], axis=-1)
         parts.append((x, y, out, start))
+        layers.append(layer)
+    for k, layer in enumerate(layers):  # each rebuilt rotation names its layer, as the old one did (``layer_of``)
+        stop = parts[k + 1][3] if k + 1 < len(parts) else len(g.nodes)
+        for node in g.nodes[parts[k][3] : stop] if layer is not None else []:
+            node.metadata_props.add(key=SCOPES[0], value=f"layers.{layer}")
     # the family names a few values itself (row_length, <positions>_rows): prefixed, so two sites' never meet
     renamed = {o: f"{g.prefix}{o}" for n in g.nodes for o in n.output if not o.startswith(g.prefix)}
     for node in g.nodes:

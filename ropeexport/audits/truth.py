@@ -116,6 +116,7 @@ class Truth(Protocol):
 
     kind: str
     words: str
+    traced: str  # what ``stages`` traces, in a user's words
     reference: str
     spec: Any
     source: str
@@ -131,6 +132,16 @@ class Truth(Protocol):
         """float64 logits [n, vocab] of each call's judged tokens."""
         ...
 
+    def bound(self, level: int | None) -> float:
+        """The bound of a call's error with 4-bit weights run at ``level`` (None: weights in the dtype)."""
+        ...
+
+    def stages(self, call: Call) -> list[tuple[Any, np.ndarray]]:
+        """The residual stream of ``call`` in float64, stage by stage, in order: (``oracle.Stage``, h [1, n, hidden])
+        (``audits.locate``); ``traced`` names it in a user's words.
+        """  # noqa: D205
+        ...
+
 
 class OracleTruth:
     """ropeexport's float64 decoder (module doc): the checkpoint read by ``CheckpointWeights``, where the model holds
@@ -139,6 +150,7 @@ class OracleTruth:
 
     kind = "oracle"
     words = "float64 recompute by ropeexport's decoder"
+    traced = "the float64 recompute"
 
     def __init__(self, hf_config: Path, checkpoint: Path, model: Path | None, dtype: str, graph: Any = None) -> None:
         from ropeexport.audits.proof_verdict import source_words
@@ -192,3 +204,14 @@ class OracleTruth:
 
         found = decoders_float64(self.spec, self.weights64, [self.feed(c) for c in calls], self.pieces)
         return [logits[0] for logits in found]
+
+    def stages(self, call: Call) -> list[tuple[Any, np.ndarray]]:
+        """The recompute's residual stream of ``call`` (``decoders_float64``'s trace): after the embedding, after each
+        layer's attention and its MLP (a parallel layer's whole block), each h [1, n, hidden].
+        """  # noqa: D205
+        from ropeexport.decoder.oracle import decoders_float64
+
+        found: list[tuple[Any, np.ndarray]] = []
+        decoders_float64(self.spec, self.weights64, [self.feed(call)], self.pieces,
+                         trace=lambda _, stage, h: found.append((stage, h)))  # fmt: skip
+        return found

@@ -120,13 +120,15 @@ class Stage:
     """  # noqa: D205
 
     layer: int
-    part: str  # embedding, attention, mlp, block
+    part: str  # embedding, attention, mixer (a hybrid's token mixer that is not attention), mlp, block
 
     def words(self) -> str:
-        """The stage in words: ``the embedding``, ``layer 3's attention``, ``layer 3's MLP``, ``layer 3``."""
+        """The stage in words: ``the embedding``, ``layer 3's attention``, ``layer 3's token mixer``, ``layer 3's
+        MLP``, ``layer 3``.
+        """  # noqa: D205
         if self.layer < 0:
             return "the embedding"
-        part = {"attention": "'s attention", "mlp": "'s MLP"}.get(self.part, "")
+        part = {"attention": "'s attention", "mixer": "'s token mixer", "mlp": "'s MLP"}.get(self.part, "")
         return f"layer {self.layer}{part}"
 
 

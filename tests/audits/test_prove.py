@@ -187,33 +187,41 @@ def test_a_miss_outside_the_encoding_is_said(unscaled: bool, phi3: Path, tmp_pat
     assert ("the difference lies outside the positional encoding" in text) is not unscaled, text
 
 
-# (the weight planted, the stage where the grafted model's hidden states must first depart from the float64 decoder)
-PLANTED = [("embed", "the embedding"), ("layers.0.down_proj", "layer 0's MLP"), ("layers.1.down_proj", "layer 1's MLP"),
-           ("layers.1.o_proj", "layer 1's attention"), ("layers.1.v_proj", "layer 1's attention")]  # fmt: skip
+# (the weight planted, the stage where the grafted model's hidden states must first depart from the truth's, the
+# truth: ropeexport's float64 decoder traced, or transformers' float64 model read by hooks)
+PLANTED = [("embed", "the embedding", "oracle"), ("layers.0.down_proj", "layer 0's MLP", "oracle"),
+           ("layers.1.down_proj", "layer 1's MLP", "oracle"), ("layers.1.o_proj", "layer 1's attention", "oracle"),
+           ("layers.1.v_proj", "layer 1's attention", "oracle"), ("embed", "the embedding", "transformers"),
+           ("layers.1.down_proj", "layer 1's MLP", "transformers"),
+           ("layers.1.o_proj", "layer 1's attention", "transformers")]  # fmt: skip
+SAID = {"oracle": "the float64 recompute", "transformers": "transformers' float64 model"}
 
 
-@pytest.mark.parametrize(("weight", "stage"), PLANTED, ids=[p[0] for p in PLANTED])
-def test_where_the_models_first_differ_is_the_planted_layer(weight: str, stage: str, phi3: Path, tmp_path: Path,
-                                                            capsys) -> None:  # noqa: ANN001  # fmt: skip
+@pytest.mark.parametrize(("weight", "stage", "truth"), PLANTED, ids=[f"{p[0]}-{p[2]}" for p in PLANTED])
+def test_where_the_models_first_differ_is_the_planted_layer(weight: str, stage: str, truth: str, phi3: Path,
+                                                            tmp_path: Path, capsys) -> None:  # noqa: ANN001  # fmt: skip
     """One weight not the checkpoint's (x 1.5): the proof misses by the same amount before and after the graft, and
-    the grafted model's residual stream, against the float64 recompute's, first departs in the planted sublayer.
+    the grafted model's residual stream, against the truth's (ropeexport's float64 recompute traced, or
+    transformers' float64 model read by hooks), first departs in the planted sublayer.
     """  # noqa: D205
     spec, _ = resolve(DecoderRequest(checkpoint=phi3, graph="fused"))
     weights = dict(load_checkpoint(spec, phi3))
     weights[weight] = weights[weight] * 1.5
     save_model(build_decoder_graph(spec, weights, str(phi3)), tmp_path / "m")
     argv = ["graft", str(tmp_path / "m" / "model.onnx"), "--hf-config", str(phi3 / "config.json"), "--trust",
-            "config", "--checkpoint", str(phi3)]  # fmt: skip
+            "config", "--checkpoint", str(phi3), "--truth", truth]  # fmt: skip
     assert main([*argv, "--out", str(tmp_path / "fixed.onnx"), "--json"]) == 1
     where = json.loads(capsys.readouterr().out)["decoder"]["first_difference"]
-    assert where["first_differs"] == stage and where["call"] == "start", where
+    assert where["first_differs"] == stage and where["call"] == "start" and where["truth"] == truth, where
     assert (where["agrees_through"] is None) is (stage == "the embedding"), where
     assert where["relative"] > 1e-3  # the planted change, far past the float32 noise the stages before it agree to
     assert [p.name for p in tmp_path.iterdir() if "locate" in p.name] == []  # the graph's copy is gone
     assert main([*argv, "--out", str(tmp_path / "again.onnx")]) == 1
     first = stage == "the embedding"
-    words = f"depart from the float64 recompute already at {stage}" if first else f"first depart from it in {stage}"
-    assert words in capsys.readouterr().out
+    words = (f"depart from {SAID[truth]} already at {stage}" if first
+             else f"agree with {SAID[truth]} through ")  # fmt: skip
+    text = capsys.readouterr().out
+    assert words in text and (first or f"first depart from it in {stage}" in text), text
 
 
 def test_a_model_with_neither_cache_nor_positions_is_placed_at_zero_only() -> None:

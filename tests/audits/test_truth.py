@@ -8,6 +8,14 @@ its patches off (transformers' float32 angles, or its float32 downcasts) it does
 truth, and on the 2026 families ropeexport does not build (``hybrids.FAMILIES``: Qwen3.5, Granite 4, LFM2,
 Gemma 3n, exported by dynamo) the audit reads each layer's rotations, graft is proven against transformers' model,
 and one layer's cos and sin exchanged are named on that layer by the audit and fail the proof.
+
+On Qwen3.5 (a quarter of each head rotated, mrope_section [2, 1, 1] interleaved: with text positions, one axis
+given three times, the one-axis rotation) a fault of use on layer 3 is named on it with its effect as the audit
+measures it within 2x of the planted model against transformers' float64 model; and a weight of the export not the
+checkpoint's is located against transformers' model, in its MLP or its gated delta rule layer's token mixer. Those
+run the config at 64 positions: the dynamo export's chunked gated delta rule refuses calls of more than 64 tokens
+(ScatterElements, 256 tokens refused, 64 run), and a model without a cache is run on whole sequences. Not covered:
+position axes that differ (vision positions): the audit maps one-axis sites, the transformers truth refuses them.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import ropeexport as rx
@@ -27,7 +36,7 @@ from ropeexport.audits.truth import Call, OracleTruth, call_ids
 from ropeexport.cli import main
 from tests.audits.hybrids import FAMILIES, export, write_checkpoint
 from tests.audits.test_prove import _decoder
-from tests.audits.uses_planted import plant
+from tests.audits.uses_planted import plant, save_as
 
 AGREE = 1e-10  # of the logit scale: the two float64 truths on the same calls
 
@@ -170,3 +179,113 @@ def test_a_family_ropeexport_does_not_build_is_audited_per_layer_grafted_and_pro
     assert len(found) == 1 and found[0]["layers"] == [layer], found
     proof = DecoderProof(config, checkpoint, planted).run({"planted": planted})
     assert proof["truth"]["kind"] == "transformers" and proof["verdict"]["planted"]["verdict"] == "not proven"
+
+
+# --- Qwen3.5: a fault's effect and where a model departs, against transformers' float64 model -----------------------
+
+SHORT = 64  # positions the Qwen3.5 export is run at (module doc: its gated delta rule's export refuses longer calls)
+# (the fault planted on layer 3's rotations, the finding's name)
+FAULTS = [("swap", "cos-sin-exchanged"), ("sign", "sin-negated")]
+
+
+def _qwen3_5(family, folder: Path) -> tuple[Path, Path, Path]:  # noqa: ANN001
+    """(the Qwen3.5 checkpoint, its export, its config at ``SHORT`` positions written into ``folder``)."""
+    checkpoint, model = family("Qwen3.5")
+    assert isinstance(model, Path), f"dynamo refused Qwen3.5: {model}"
+    fields = json.loads((checkpoint / "config.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**fields, "max_position_embeddings": SHORT}))
+    return checkpoint, model, folder / "config.json"
+
+
+def against_transformers(model: Path, checkpoint: Path, prompts: int = 3) -> float:
+    """The independent measurement: the worst 8-token window, over ``prompts`` random prompts of ``SHORT`` tokens fed
+    whole, of max |logits - truth| over max |truth|, the truth transformers' model in float64 with exact angles.
+    """  # noqa: D205
+    import onnxruntime as ort
+    import torch
+
+    truth = hf_truth.TransformersTruth(checkpoint / "config.json", checkpoint, "fp32")
+    model_hf = truth.load()
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2468)
+    worst = 0.0
+    for _ in range(prompts):
+        ids = rng.integers(0, truth.spec.vocab_size, (1, SHORT))
+        feeds = {"input_ids": ids, "attention_mask": np.ones((1, SHORT), np.int64),
+                 "position_ids": np.arange(SHORT).reshape(1, SHORT)}  # fmt: skip
+        got = session.run(["logits"], feeds)[0][0].astype(np.float64)
+        with torch.no_grad(), hf_truth.float64_throughout():
+            want = model_hf(**{k: torch.from_numpy(v) for k, v in feeds.items()}, use_cache=False).logits[0].numpy()
+        for start in range(0, SHORT - 7, 8):
+            window = slice(start, start + 8)
+            worst = max(worst, float(np.max(np.abs(got[window] - want[window])) / np.max(np.abs(want[window]))))
+    return worst
+
+
+@pytest.mark.slow  # the module's dynamo export of Qwen3.5, the audit's effect runs and transformers in float64
+@pytest.mark.parametrize(("kind", "name"), FAULTS, ids=[f[0] for f in FAULTS])
+def test_a_fault_on_qwen3_5_is_named_with_its_effect_against_transformers_float64(kind: str, name: str, family,
+                                                                                  tmp_path: Path) -> None:  # noqa: ANN001
+    """Before, the audit named the fault but could not weigh it: graft could not rewire a use reached through Qwen3.5's
+    recomposition of its axes, which the other layer reads through too ("unmeasured"); its rotations are now rebuilt.
+    """  # noqa: D205
+    _, _, _, layer, width = FAMILIES["Qwen3.5"]
+    checkpoint, model, config = _qwen3_5(family, tmp_path / "config")
+    planted = plant(model, tmp_path / "planted" / "model.onnx", "computed", kind, layer, width)
+    result = rx.audit(planted, config)
+    found = [f for f in result.findings if f["name"] == name]
+    assert len(found) == 1 and found[0]["layers"] == [layer], result.findings
+    assert {f["name"] for f in result.findings} <= {name, "float32-angles"}, result.findings
+    effect = found[0]["effect"]
+    assert found[0]["severity"]["level"] == "wrong", (found[0]["severity"], effect)
+    assert f"whole sequences of {SHORT} tokens" in effect["how"], effect["how"]
+    independent = against_transformers(planted, checkpoint)
+    assert independent / 2 <= effect["relative"] <= 2 * independent, (effect["relative"], independent, effect)
+    # the measurement tells the fault from the export's own float32 noise: the clean model is far closer
+    assert against_transformers(model, checkpoint, prompts=1) < 1e-3 * independent
+    if kind != "swap":  # one graft: the swap's use is the one reached through the shared recomposition
+        return
+    # and graft repairs it: rebuilt rotations, the audit after exact, proven against transformers
+    done = rx.graft(planted, config, tmp_path / "fixed" / "model.onnx", trust="config", checkpoint=checkpoint)
+    assert done.after is not None and done.after.verdict == "exact", done.after.to_dict()["findings"]
+    assert done.truth == "transformers" and done.proven, done.text
+
+
+def _scaled(checkpoint: Path, weight: str) -> Callable[[onnx.ModelProto], None]:
+    """The export with the initializer holding the checkpoint's ``weight`` (as stored, or transposed: dynamo names its
+    constants ``val_N``) times 1.5.
+    """  # noqa: D205
+    from onnx import numpy_helper
+    from safetensors.numpy import load_file
+
+    stored = load_file(str(checkpoint / "model.safetensors"))[weight]
+
+    def change(model: onnx.ModelProto) -> None:
+        arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        (name,) = [n for n, a in arrays.items() if a.shape in (stored.shape, stored.T.shape)
+                   and (np.array_equal(a, stored) or np.array_equal(a, stored.T))]  # fmt: skip
+        (tensor,) = [t for t in model.graph.initializer if t.name == name]
+        tensor.CopyFrom(numpy_helper.from_array(arrays[name] * np.float32(1.5), name))
+
+    return change
+
+
+# (the checkpoint's weight planted x 1.5, where the model's hidden states must first depart from transformers')
+WEIGHTS = [("model.layers.3.mlp.down_proj.weight", "layer 3's MLP"),
+           ("model.layers.0.linear_attn.out_proj.weight", "layer 0's token mixer")]  # fmt: skip
+
+
+@pytest.mark.slow  # the module's dynamo export of Qwen3.5; the proof's calls against transformers in float64
+@pytest.mark.parametrize(("weight", "stage"), WEIGHTS, ids=["mlp", "token-mixer"])
+def test_where_a_qwen3_5_export_first_departs_from_transformers_is_the_planted_layer(weight: str, stage: str, family,
+                                                                                     tmp_path: Path) -> None:  # noqa: ANN001
+    checkpoint, model, config = _qwen3_5(family, tmp_path / "config")
+    planted = save_as(model, tmp_path / "planted" / "model.onnx", _scaled(checkpoint, weight))
+    proof = DecoderProof(config, checkpoint, planted)
+    done = proof.run({"original": planted})
+    assert done["truth"]["kind"] == "transformers" and not done["passed"]["original"], done["verdict"]
+    where = proof.locate(planted, "the model")
+    assert where is not None and where["truth"] == "transformers", where
+    assert where["first_differs"] == stage and where["relative"] > 1e-3, where
+    assert "agree with transformers' float64 model through" in where["text"], where["text"]
