@@ -116,6 +116,15 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                                       "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                                                       "max_position_embeddings": 256,
                                                       "llama_4_scaling_beta": 0.1}}),
+    # Gemma 4: layers 0 and 2 slide over 6 slots (default RoPE, theta 1e4, head_dim 8), layers 1 and 3 full with
+    # their own head_dim 16 (global_head_dim, saved as per_layer_config) and proportional RoPE (2 real pairs of 8, theta
+    # 1e6), keys as values with one key/value head there (attention_k_eq_v, num_global_key_value_heads); the values
+    # RMS-normed, logits scaled 1.0, each layer's output times its layer_scalar, the output logits soft-capped.
+    "gemma4": ("gemma4_text", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+                               "global_head_dim": 16, "attention_k_eq_v": True, "num_global_key_value_heads": 1,
+                               "sliding_window": 6, "max_position_embeddings": 256, "pad_token_id": 0,
+                               "hidden_size_per_layer_input": 0, "final_logit_softcapping": 5.0,
+                               "layer_types": ["sliding_attention", "full_attention"] * 2}),
 }  # fmt: skip
 
 
@@ -180,6 +189,9 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
+        for name, b in model.named_buffers():  # Gemma 4's learned layer_scalar (a saved buffer): away from 1
+            if name.endswith("layer_scalar"):
+                b.add_(torch.randn_like(b) * 0.2)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)
     return folder
