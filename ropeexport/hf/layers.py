@@ -376,9 +376,14 @@ def _global_geometry(
     if given is not None:
         if not isinstance(given, Mapping):
             raise r.error("per_layer_config", f"must be a table of layer index -> overrides, got {given!r}")
+        by_index: dict[int, Any] = {}  # transformers writes the indices zero-padded ("05"): read as numbers
+        for key, value in given.items():
+            if not str(key).isdigit() or int(key) >= len(types) or int(key) in by_index:
+                raise r.error(f"per_layer_config.{key}", f"is not a layer index (0..{len(types) - 1}) named once")
+            by_index[int(key)] = value
         override: dict[str, Any] | None = None
         for i, kind in enumerate(types):
-            said = given.get(str(i), given.get(i, {}))  # type: ignore[call-overload]
+            said = by_index.get(i, {})
             unknown = next((k for k in said if k not in ("head_dim", "num_key_value_heads")), None)
             if not isinstance(said, Mapping) or unknown is not None:
                 raise r.error(f"per_layer_config.{i}", f"may set head_dim and num_key_value_heads only, got {said!r}")
@@ -390,9 +395,6 @@ def _global_geometry(
                               f"({override}): one geometry per layer type")  # fmt: skip
             override = dict(said) if kind == "full_attention" else override
         override = override or {}
-        stray = next((k for k in given if not str(k).isdigit() or int(k) >= len(types)), None)
-        if stray is not None:
-            raise r.error(f"per_layer_config.{stray}", f"is not a layer index (0..{len(types) - 1})")
         head_dim = override.get("head_dim", config.get("head_dim"))
         if config.get("global_head_dim") not in (None, head_dim):
             raise r.error("global_head_dim", f"({config['global_head_dim']!r}) contradicts per_layer_config's full "

@@ -42,8 +42,8 @@ DEFAULTS = {"hidden_size_per_layer_input": 256, "num_kv_shared_layers": 0, "enab
 
 def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Gemma 3's model-wide fields (``read_layout``) with Gemma 4's: the logit scale 1.0 (``Gemma4TextAttention.
-    scaling``; ``query_pre_attn_scalar`` is not read, and refused when given), and its unbuilt features refused by
-    their keys (module doc).
+    scaling``; Gemma 3's ``query_pre_attn_scalar`` is not read, as transformers' Gemma 4 never reads it), and its
+    unbuilt features refused by their keys (module doc).
     """  # noqa: D205
     for key, what in UNBUILT.items():
         value = config[key] if key in config else DEFAULTS[key]  # null: off, as the modeling code's ``if`` reads it
@@ -53,9 +53,6 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dic
     if config.get("use_bidirectional_attention") == "all":
         raise SpecError(f"{where}: use_bidirectional_attention", "is 'all': bidirectional attention (no causal mask) "
                         "is not built; a decoder is causal")  # fmt: skip
-    if config.get("query_pre_attn_scalar") is not None:  # Gemma 3's key, which Gemma 4's attention never reads
-        raise SpecError(f"{where}: query_pre_attn_scalar", "is not read by Gemma 4 (its attention's scaling is 1.0, "
-                        "q and k RMS-normed): remove it")  # fmt: skip
     types, count = config.get("layer_types"), config.get("num_hidden_layers")
     if types is None and isinstance(count, int) and count % 6:  # the class's pattern, then the last layer forced full
         raise SpecError(f"{where}: layer_types", f"missing with {count} layers: transformers' Gemma 4 makes every 6th "
