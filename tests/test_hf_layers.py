@@ -175,7 +175,8 @@ GEMMA4_GEOMETRY = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("make", "head_dim", "kv"), [g[1:] for g in GEMMA4_GEOMETRY], ids=[g[0] for g in GEMMA4_GEOMETRY])
+@pytest.mark.parametrize(("make", "head_dim", "kv"), [g[1:] for g in GEMMA4_GEOMETRY],
+                         ids=[g[0] for g in GEMMA4_GEOMETRY])
 def test_gemma4_full_layers_own_geometry(make: Any, head_dim: tuple[int, str], kv: tuple[int, str]) -> None:
     layers = import_layers(make())
     full, sliding = layers.encodings["full_attention"], layers.encodings["sliding_attention"]
