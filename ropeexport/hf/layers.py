@@ -384,8 +384,7 @@ def _global_geometry(
         override: dict[str, Any] | None = None
         for i, kind in enumerate(types):
             said = by_index.get(i, {})
-            unknown = next((k for k in said if k not in ("head_dim", "num_key_value_heads")), None)
-            if not isinstance(said, Mapping) or unknown is not None:
+            if not isinstance(said, Mapping) or any(k not in ("head_dim", "num_key_value_heads") for k in said):
                 raise r.error(f"per_layer_config.{i}", f"may set head_dim and num_key_value_heads only, got {said!r}")
             if kind != "full_attention" and said:
                 raise r.error(f"per_layer_config.{i}", f"overrides sliding layer {i} ({dict(said)}): ropeexport reads "
@@ -403,11 +402,12 @@ def _global_geometry(
         return flat, {k: "per_layer_config (the full layers')" for k in override}
     found = r.get("global_head_dim")
     flat["head_dim"] = hook.global_head_dim if found is None else r.integer(*found)
-    said = {"head_dim": "global_head_dim" if found else f"transformers' default global_head_dim {hook.global_head_dim}"}
+    sources = {"head_dim": "global_head_dim" if found else f"transformers' default global_head_dim "
+               f"{hook.global_head_dim}"}  # fmt: skip
     kv = r.get("num_global_key_value_heads")
     if kv is not None and config.get("attention_k_eq_v"):  # transformers reads it under attention_k_eq_v only
-        flat["num_key_value_heads"], said["num_key_value_heads"] = r.integer(*kv), kv[0]
-    return flat, said
+        flat["num_key_value_heads"], sources["num_key_value_heads"] = r.integer(*kv), kv[0]
+    return flat, sources
 
 
 def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Layers:

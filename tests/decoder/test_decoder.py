@@ -48,6 +48,10 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),  # qwen3_moe-norm's routing in ORT's MoE: tests/components/test_moe.py (CI time)
     ("ministral3", "gqa"),
+    # Gemma 4: two head geometries (8 sliding, 16 full), keys as values, v_norm, layer_scalar, in the contrib form
+    # (GroupQueryAttention per layer) and written out (decomposed)
+    ("gemma4", "gqa"),
+    ("gemma4", "decomposed"),
 ]
 
 
@@ -98,6 +102,7 @@ FP16 = [
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),
     ("ministral3", "gqa"),
+    ("gemma4", "gqa"),
 ]
 
 
