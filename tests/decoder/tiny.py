@@ -142,6 +142,12 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                           "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
                           "patch_size": 14},
         "image_token_index": 95, "tie_word_embeddings": False}),
+    # Gemma 4 (its released sizes ship as gemma4): a vision tower of one layer and its projection beside the text model
+    # (model.language_model.), no audio tower
+    "gemma4-multimodal": ("gemma4", "gemma4", {
+        "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4, "position_embedding_size": 64},
+        "audio_config": None}),
     # Qwen-VL: a vision tower of one block beside (passed over by the decoder); mrope_section covers head_dim 16's 8
     # pairs (chunked 2 + 3 + 3; Qwen3-VL interleaved 3 + 3 + 2: pairs 1, 4, 7 height, 2, 5 width, the rest time)
     "qwen2_5_vl": ("qwen2_5_vl", "qwen2_5_vl", {
@@ -182,8 +188,9 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     logits have a scale of order one and a wrong position shows.
     """  # noqa: D205
     torch.manual_seed(seed)
-    # Mistral 3 and Qwen-VL have no causal-LM class: their ForConditionalGeneration, as their checkpoints are saved
-    auto = transformers.AutoModelForImageTextToText if name == "mistral3-multimodal" or name in VL_CONFIGS else (
+    # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
+    whole = ("mistral3-multimodal", "gemma4-multimodal")
+    auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():
