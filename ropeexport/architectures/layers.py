@@ -167,8 +167,9 @@ class AttentionLayer:
         """A latent layer's widths (the class doc); a standard layer's all 0. SpecError naming the field."""
         names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")
         if self.kind != "latent":
-            if self.k_eq_v and self.qkv_bias:  # transformers' Gemma 4 has no bias there; a v_bias would go unread
-                raise SpecError("k_eq_v", "values read off the key projection take no biases of their own (qkv_bias)")
+            if self.k_eq_v and self.qkv_bias:  # no released Gemma 4 has attention_bias; its weights would differ
+                raise SpecError("k_eq_v", "keys as values with q/k/v biases (attention_bias) are not built: the "
+                                "values would carry the key's bias and there is no v_bias")  # fmt: skip
             named = next((n for n in names if getattr(self, n)), None)
             if named is not None:
                 raise SpecError(named, f"must be 0: a {self.kind} attention has no latent (say attention_kind "
