@@ -575,9 +575,10 @@ BAD += [
         "rope_scaling.factor: must be a number, list or boolean, got the string '2'",
     ),
     (
-        "gemma4-named-not-built",
-        {"model_type": "gemma4_text", "hidden_size": 128, "num_attention_heads": 2},
-        "model_type: 'gemma4_text': Gemma 4 is not built: its layers' own head_dim",
+        "gemma4-rope-per-layer-type-missing",
+        {"model_type": "gemma4_text", "hidden_size": 128, "num_attention_heads": 2, "num_hidden_layers": 6,
+         "sliding_window": 512},
+        "rope_parameters: Gemma 4's RoPE is per layer type (sliding: default, theta 1e4; full: proportional",
     ),
     (
         "proportional-no-real-frequency",

@@ -150,7 +150,39 @@ FAMILIES = [
                                  "vision_config": {}, "audio_config": {}},
      [("sliding_attention", "0-3, 5-8", "theta 10000, unscaled"), ("full_attention", "4, 9",
                                                                     "theta 1e+06, unscaled")], "", 512),
+    # Gemma 4 text: every 6th layer full with proportional RoPE (its own head_dim: test_gemma4_full_layers_own_geometry)
+    ("gemma4-5x", lambda: config("gemma4_text"),
+     [("sliding_attention", "0-4, 6-10, 12-16, 18-22, 24-28", "theta 10000, unscaled"),
+      ("full_attention", "5, 11, 17, 23, 29", "theta 1e+06 with proportional")], "", 512),
+    ("gemma4-wrapper", lambda: {"model_type": "gemma4", "text_config": config("gemma4_text", num_hidden_layers=6),
+                                "vision_config": {}, "audio_config": {}},
+     [("sliding_attention", "0-4", "theta 10000, unscaled"), ("full_attention", "5", "theta 1e+06 with proportional")],
+     "", 512),
 ]  # fmt: skip
+# Gemma 4's full layers' geometry (id, config, (head_dim, its source), (key/value heads, its source)): as transformers
+# 5.23 saves it (per_layer_config, indices zero-padded), as the hub's configs say it (global_head_dim, and
+# num_global_key_value_heads read only under attention_k_eq_v), and the class's default 512.
+GEMMA4_GEOMETRY = [
+    ("saved-per-layer-config", lambda: config("gemma4_text", num_hidden_layers=12),
+     (512, "per_layer_config (the full layers')"), (4, "num_key_value_heads")),
+    ("global-head-dim-k-eq-v", lambda: config("gemma4_text", num_hidden_layers=6, per_layer_config=None,
+                                              global_head_dim=128, attention_k_eq_v=True,
+                                              num_global_key_value_heads=1),
+     (128, "global_head_dim"), (1, "num_global_key_value_heads")),
+    ("global-kv-unread-without-k-eq-v", lambda: config("gemma4_text", num_hidden_layers=6, per_layer_config=None,
+                                                       num_global_key_value_heads=1),
+     (512, "transformers' default global_head_dim 512"), (4, "num_key_value_heads")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "head_dim", "kv"), [g[1:] for g in GEMMA4_GEOMETRY],
+                         ids=[g[0] for g in GEMMA4_GEOMETRY])
+def test_gemma4_full_layers_own_geometry(make: Any, head_dim: tuple[int, str], kv: tuple[int, str]) -> None:
+    layers = import_layers(make())
+    full, sliding = layers.encodings["full_attention"], layers.encodings["sliding_attention"]
+    assert (full.fields["head_dim"], full.sources["head_dim"]) == head_dim
+    assert (full.fields["num_kv_heads"], full.sources["num_kv_heads"]) == kv
+    assert (sliding.fields["head_dim"], sliding.fields["num_kv_heads"]) == (256, 4)  # the sliding layers' own
 
 
 @pytest.mark.parametrize(("make", "groups", "nope", "window"), [f[1:] for f in FAMILIES], ids=[f[0] for f in FAMILIES])
@@ -256,6 +288,15 @@ BAD = [
      "text_config.model_type: must be 'mistral' or 'ministral3' in a mistral3 config, got 'qwen3'"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
+    ("gemma4-per-layer-config-differs", lambda: config("gemma4_text", num_hidden_layers=12, per_layer_config={
+        "05": {"head_dim": 512}, "11": {"head_dim": 256}}),
+     "per_layer_config.11: ({'head_dim': 256}) differs from the other full layers' ({'head_dim': 512})"),
+    ("gemma4-per-layer-config-other-key", lambda: config("gemma4_text", num_hidden_layers=6, per_layer_config={
+        "5": {"sliding_window": 3}}), "per_layer_config.5: may set head_dim and num_key_value_heads only"),
+    ("gemma4-per-layer-config-index-twice", lambda: config("gemma4_text", num_hidden_layers=6, per_layer_config={
+        "5": {"head_dim": 512}, "05": {"head_dim": 512}}), "per_layer_config.05: is not a layer index (0..5) named"),
+    ("gemma4-without-rope-parameters", lambda: config("gemma4_text", num_hidden_layers=6, rope_parameters=None),
+     "rope_parameters: Gemma 4's RoPE is per layer type"),
     ("granite4-without-rope", lambda: config("granitemoehybrid", num_hidden_layers=2, position_embedding_type=None),
      "position_embedding_type: is None: this granitemoehybrid model has no positional encoding"),
     ("conv-layers-outside-lfm2", lambda: config("qwen3", num_hidden_layers=2, layer_types=["conv", "full_attention"]),

@@ -31,6 +31,7 @@ PACKAGES = (
     "ropeexport.architectures.bloom",
     "ropeexport.architectures.gpt_oss",
     "ropeexport.architectures.gemma3_text",
+    "ropeexport.architectures.gemma4_text",
     "ropeexport.architectures.cohere2",
     "ropeexport.architectures.glm4",
     "ropeexport.architectures.exaone4",

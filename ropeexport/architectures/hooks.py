@@ -47,7 +47,10 @@ class ConfigHook:
     ``partial_rotary_factor`` the config class fills in when the config has none (GLM-4: 0.5). ``flat_scaling_on``:
     the layer type a flat (4.x) ``rope_scaling`` and ``rope_theta`` apply to, the other types taking the default
     schedule at ``default_theta`` (OLMo 3's ``convert_rope_params_to_dict``). ``text_model``: a multimodal wrapper
-    whose text model's config is its ``text_config`` (of that type).
+    whose text model's config is its ``text_config`` (of that type). ``global_head_dim``: the full-attention layers
+    have a head_dim (and key/value heads) of their own, read from ``per_layer_config`` or ``global_head_dim`` (this
+    value when the config has neither; ``num_global_key_value_heads`` under ``attention_k_eq_v``): Gemma 4's
+    ``Gemma4TextConfig.__post_init__``.
 
     Hybrids: ``other_layers``, the layer types its code builds without attention (no positional encoding on them);
     ``pattern_other``, the type ``every-nth`` gives the layers that are not full (sliding unless said);
@@ -94,6 +97,7 @@ class ConfigHook:
     mrope: str = ""
     mrope_default: tuple[int, ...] = ()
     text_flat: bool = False
+    global_head_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.rope_on not in ROPE_ON:
@@ -181,12 +185,6 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
 # architectures' (``Architecture.wrappers``)
 ENCODING_WRAPPERS: dict[str, str] = {"qwen3_5": "qwen3_5_text", "gemma3n": "gemma3n_text"}
 
-# Model types read by nothing here yet, each with what is missing (named instead of "unknown": issue 39's Gemma 4,
-# transformers 5.23 ``modeling_gemma4.py`` / ``configuration_gemma4.py``). Its global layers' encoding alone builds
-# from a spec_file (``scaling: proportional``).
-_GEMMA4 = ("Gemma 4 is not built: its layers' own head_dim (global_head_dim / per_layer_config: 512 on the global "
-           "layers, 256 on the sliding ones), key/value shared across layers (num_kv_shared_layers), per-layer input "
-           "embeddings (hidden_size_per_layer_input), the weightless v_norm, keys as values on the global layers "
-           "(attention_k_eq_v) and its experts (enable_moe_block) are not read yet; its global layers' proportional "
-           "RoPE builds from a `spec_file` (scaling: proportional, scaling_params.partial_rotary_factor 0.25)")
-NOT_BUILT_TYPES: dict[str, str] = {"gemma4_text": _GEMMA4, "gemma4": _GEMMA4}
+# Model types read by nothing here yet, each with what is missing (named instead of "unknown"). None today: Gemma 4
+# (issue 39) is an architecture, what it does not build refused by its config key (``architectures.gemma4_text``).
+NOT_BUILT_TYPES: dict[str, str] = {}

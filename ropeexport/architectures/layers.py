@@ -8,11 +8,13 @@ layers), DeepSeek (dense first layers, latent attention). So each layer holds it
 
 - ``AttentionLayer``: heads, key/value heads and head_dim of this layer; its ``kind`` (``standard``; latent attention
   will be a sibling component); its mask (``full``, ``sliding`` W or ``chunked`` C); the q/k norm; the logit scale,
-  soft cap and sinks; its biases; keys and values computed here or shared from layer j (``kv_from``).
+  soft cap and sinks; its biases; keys and values computed here or shared from layer j (``kv_from``); the values'
+  weightless RMSNorm (``v_norm``) and values read off the key projection (``k_eq_v``), Gemma 4's.
 - ``FeedForward``: ``gated``, ``plain`` or ``moe`` (a mixture of experts with its ``router`` kind), its activation,
   inner width and bias.
 - ``position``: the encoding's spec fields (``ropeexport.hf`` imports them) or None: no positional encoding (NoPE).
-- ``norms`` and ``residual``: the norm slots the layer reads, in its residual form.
+- ``norms`` and ``residual``: the norm slots the layer reads, in its residual form; ``layer_scale``: the layer's
+  output (the residual stream after it) times a learned scalar (Gemma 4's ``layer_scalar``).
 
 Which of these a decoder can build today is said in one place (``unbuilt``): a layer may describe what is not built
 (chunked attention, shared key/value, latent attention), and building it is then one line naming the field.
@@ -107,7 +109,10 @@ class AttentionLayer:
     values this one reads (None: its own). A ``latent`` layer (``components.latent``, DeepSeek's MLA): ``head_dim``
     the rotated slice of each head (qk_rope_head_dim), ``qk_nope_head_dim`` the slice never rotated, ``v_head_dim``
     the values', ``kv_lora_rank`` the latent's width, ``q_lora_rank`` the query's LoRA (0: a plain q_proj), one
-    key/value head per query head; a standard layer has none of the four (0).
+    key/value head per query head; a standard layer has none of the four (0). ``v_norm``: each value head
+    RMS-normalized over head_dim with no weight (Gemma 4's ``v_norm``). ``k_eq_v``: the values are the key
+    projection's output before its norm and rotation, the layer has no v_proj (Gemma 4's ``attention_k_eq_v`` on its
+    full layers).
     """
 
     num_heads: int
@@ -129,6 +134,8 @@ class AttentionLayer:
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    v_norm: bool = False
+    k_eq_v: bool = False
 
     def __post_init__(self) -> None:
         heads = require_int("num_heads", self.num_heads, 1, 4096)
@@ -150,7 +157,7 @@ class AttentionLayer:
         require_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
         object.__setattr__(self, "scale", _number("attn_scale", self.scale, "0: 1 / sqrt(head_dim)"))
         object.__setattr__(self, "softcap", _number("attn_softcap", self.softcap, "0: no cap"))
-        for name in ("sinks", "qkv_bias", "o_bias", "gate"):
+        for name in ("sinks", "qkv_bias", "o_bias", "gate", "v_norm", "k_eq_v"):
             _flag(name, getattr(self, name))
         if self.kv_from is not None:
             object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
@@ -160,6 +167,9 @@ class AttentionLayer:
         """A latent layer's widths (the class doc); a standard layer's all 0. SpecError naming the field."""
         names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")
         if self.kind != "latent":
+            if self.k_eq_v and self.qkv_bias:  # no released Gemma 4 has attention_bias; its weights would differ
+                raise SpecError("k_eq_v", "keys as values with q/k/v biases (attention_bias) are not built: the "
+                                "values would carry the key's bias and there is no v_bias")  # fmt: skip
             named = next((n for n in names if getattr(self, n)), None)
             if named is not None:
                 raise SpecError(named, f"must be 0: a {self.kind} attention has no latent (say attention_kind "
@@ -277,13 +287,14 @@ ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "hea
                   "qk_norm_over": "qk_norm_over", "scale": "attn_scale", "softcap": "attn_softcap", "sinks": "sinks",
                   "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from",
                   "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
-                  "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim"}  # fmt: skip
+                  "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim", "v_norm": "v_norm",
+                  "k_eq_v": "k_eq_v"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
                     "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "expert": "expert",
                     "groups": "n_group", "topk_group": "topk_group", "norm_topk_prob": "norm_topk_prob",
                     "scaling": "routed_scaling_factor", "shared": "n_shared_experts"}  # fmt: skip
-LAYER_WIRE = ("position", "norms", "residual", "query_scale")
+LAYER_WIRE = ("position", "norms", "residual", "query_scale", "layer_scale")
 WIRE = (*LAYER_WIRE, *ATTENTION_WIRE.values(), *FEEDFORWARD_WIRE.values())
 
 
@@ -294,7 +305,8 @@ class LayerSpec:
     and MLP read their own norm of the layer input), ``shared`` (one norm, GPT-J), ``sandwich`` (a norm before and
     after each of attention and MLP, Gemma) or ``post`` (a norm after each, none before: OLMo 2/3, EXAONE 4)).
     ``query_scale``: a scale of the query that follows its position (``QUERY_SCALES``: {"kind": ..., its
-    parameters}), or None.
+    parameters}), or None. ``layer_scale``: the residual stream after the layer times its learned scalar (weight
+    ``layers.{i}.layer_scalar`` [1]; Gemma 4).
 
     Shapes: hidden [b, s, n] -> [b, s, n]; its cache [b, heads, past, width] per tensor (``cache_shapes``:
     [b, num_kv_heads, past, head_dim] both for a standard layer).
@@ -306,6 +318,7 @@ class LayerSpec:
     norms: tuple[str, ...] = PAIR
     residual: str = "sequential"
     query_scale: Mapping[str, object] | None = None
+    layer_scale: bool = False
     # the wire's fields of this layer (``to_dict``), made once (frozen: nothing it reads changes)
     _wire: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -320,6 +333,7 @@ class LayerSpec:
                                 f"encoding; got {self.position!r}")  # fmt: skip
             object.__setattr__(self, "position", plain(dict(self.position), "position"))
         require_choice("residual", self.residual, RESIDUALS)
+        _flag("layer_scale", self.layer_scale)
         if self.query_scale is not None:
             object.__setattr__(self, "query_scale", _query_scale(self.query_scale))
         norms = self.norms
@@ -368,7 +382,7 @@ class LayerSpec:
             out: dict[str, object] = {"position": None if self.position is None else dict(self.position),
                                       "attention": self.attention.mask, "window": self.attention.window,
                                       "norms": list(self.norms), "residual": self.residual,
-                                      "query_scale": scale}  # fmt: skip
+                                      "query_scale": scale, "layer_scale": self.layer_scale}  # fmt: skip
             for name, wire in ATTENTION_WIRE.items():
                 out.setdefault(wire, getattr(self.attention, name))
             for name, wire in FEEDFORWARD_WIRE.items():

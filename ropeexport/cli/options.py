@@ -124,9 +124,15 @@ def skipped_exit(results: list[Any], asked: list[str] | None, allow_skip: bool) 
 
 def resolved_lines(fields: Mapping[str, Any], sources: Mapping[str, str]) -> list[str]:
     """``  key = value  <- source`` for each (dotted) field of a resolved spec: what a dry run shows before a long
-    build. A field no source names is ropeexport's default.
+    build. A field inside a table whose source is said for the whole table (``position.scaling_params``: "factor <-
+    rope_parameters.factor; ...") takes that table's; a field no source names is ropeexport's default.
     """  # noqa: D205
     from ropeexport.store import flat
 
-    return [f"  {key} = {json.dumps(value, default=list)}  <- {sources.get(key, 'ropeexport default')}"
+    def source(key: str) -> str:
+        while key not in sources and "." in key:
+            key = key.rpartition(".")[0]
+        return sources.get(key, "ropeexport default")
+
+    return [f"  {key} = {json.dumps(value, default=list)}  <- {source(key)}"
             for key, value in flat(fields).items()]  # fmt: skip

@@ -229,7 +229,8 @@ def _fits(spec: DecoderSpec, key: str, value: np.ndarray) -> None:
 _TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
                   ("language_model.lm_head.", "lm_head."))  # fmt: skip
 OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
-                "visual.", "model.visual.")  # Qwen-VL: its vision tower and merger
+                "visual.", "model.visual.",  # Qwen-VL: its vision tower and merger
+                "model.embed_vision.", "model.audio_tower.", "model.embed_audio.")  # Gemma 4's towers, projections
 
 
 def _text_key(key: str) -> str:

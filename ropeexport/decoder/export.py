@@ -166,6 +166,8 @@ def build_decoder_graph(
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
             h, pending = g.op("Add", [h, out["output"]]), feedforward(mlp_of, y, w)
+        if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar, in the dtype
+            h, pending = g.op("Mul", [h if pending is None else g.op("Add", [h, pending]), w["layer_scalar"]]), None
     _, h = normed(h, pending, top, "final_norm")
     if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
         g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing

@@ -59,18 +59,28 @@ def _token(config: Mapping[str, Any], key: str, vocab: int) -> int | list[int] |
     return value if isinstance(value, int) and 0 <= value < vocab else None
 
 
-def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``genai_config.json`` of a decoder: greedy search, its sizes and I/O names, its context length."""
+def unservable(spec: DecoderSpec) -> str:
+    """Why onnxruntime-genai cannot serve this decoder ("" when it can): its genai_config.json says one head
+    geometry and one [KV, head_size] cache for every layer (Gemma 4's full layers have their own head_dim; a latent
+    layer's cache is keys nope + rope wide, values v_head_dim: allocated wrong, so refused).
+    """  # noqa: D205
     shapes = {geometry(spec, i) for i in range(spec.num_layers)}  # each layer's own (onnxruntime-genai takes one)
     if len(shapes) != 1:
-        raise SpecError("layers", f"onnxruntime-genai takes one head geometry for every layer, got {sorted(shapes)}")
-    H, KV, d = shapes.pop()
-    # its one head_size and num_key_value_heads say every cached key and value: a cache of any other shape (a latent
-    # layer's: keys nope + rope wide, values v_head_dim) would be allocated wrong, so it is refused here
+        return f"onnxruntime-genai takes one head geometry for every layer, got {sorted(shapes)}"
+    _, KV, d = shapes.pop()
     odd = next((i for i in range(spec.num_layers) if set(cache_shapes(spec, i)) != {(KV, d)}), None)
     if odd is not None:
-        raise SpecError("layers", f"onnxruntime-genai caches [KV, head_size] = [{KV}, {d}] for every key and value; "
-                        f"layer {odd}'s cache is (heads, width) {list(cache_shapes(spec, odd))}")  # fmt: skip
+        return (f"onnxruntime-genai caches [KV, head_size] = [{KV}, {d}] for every key and value; layer {odd}'s cache "
+                f"is (heads, width) {list(cache_shapes(spec, odd))}")
+    return ""
+
+
+def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``genai_config.json`` of a decoder: greedy search, its sizes and I/O names, its context length."""
+    why = unservable(spec)
+    if why:
+        raise SpecError("layers", why)
+    H, KV, d = geometry(spec, 0)
     past_key, past_value, present_key, present_value = (name.replace("0", "%d") for name in cache_names(0))
     vocab = spec.vocab_size
     eos, pad = _token(config, "eos_token_id", vocab), _token(config, "pad_token_id", vocab)

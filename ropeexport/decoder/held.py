@@ -254,7 +254,8 @@ def held_weights(model: Any, spec: Any, folder: Path | None = None) -> tuple[Hel
             i, kind = int(found.group(1)), found.group(2)
             if kind == "qkv":
                 H, KV, d = geometry(spec, i)
-                names, cuts = [f"layers.{i}.{k}_proj" for k in "qkv"], [H * d, (H + KV) * d]
+                kept = "qk" if spec.layers[i].attention.k_eq_v else "qkv"  # keys as values (Gemma 4): no v_proj
+                names, cuts = [f"layers.{i}.{k}_proj" for k in kept], [H * d, (H + KV) * d][: len(kept) - 1]
             elif kind == "gate_up":
                 names, cuts = [f"layers.{i}.gate_proj", f"layers.{i}.up_proj"], [weight.N // 2]
             else:

@@ -263,6 +263,8 @@ def decoders_float64(
                 y = normed(h, w, "norm2") if "norm2" in layer.norms else x
                 h = h + attended + feedforward(y, w, i, routings[j])
                 seen(j, Stage(i, "block"), h)
+            if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar
+                h = h * w["layer_scalar"]
             hs[j] = h
         del w, block
     finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]

@@ -69,10 +69,13 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
     qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset, wide=wide) if a.qk_norm == "rms" else None
     described = spec.layers[i].query_scale  # its table reaches the model's context length
     scaled = None if described is None else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype)
+    # Gemma 4's weightless value norm: normed in float32, cast (its with_scale=False), whatever the model's norm kind
+    v_norm = NormSpec("rms", spec.norm_eps, spec.dtype, wide=True) if a.v_norm else None
     return AttentionSpec(num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
                          dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
                          qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
-                         sinks=a.sinks, weights=weight_format(spec), query_scale=scaled)  # fmt: skip
+                         sinks=a.sinks, weights=weight_format(spec), query_scale=scaled, v_norm=v_norm,
+                         k_eq_v=a.k_eq_v)  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

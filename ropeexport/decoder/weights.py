@@ -70,9 +70,11 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         if "norm1" in layer.norms:
             norm(f"{p}norm1")
-        out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d), f"{p}v_proj": (hidden, KV * d)}
+        out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d)}
+        if not a.k_eq_v:  # keys as values (Gemma 4's full layers): no v_proj
+            out[f"{p}v_proj"] = (hidden, KV * d)
         out[f"{p}o_proj"] = (H * d, hidden)
-        if a.qkv_bias:
+        if a.qkv_bias:  # (never with k_eq_v: AttentionLayer refuses it)
             out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
         if a.o_bias:
             out[f"{p}o_bias"] = (hidden,)
@@ -84,6 +86,8 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         for slot in ("norm2", "norm3", "norm4"):
             if slot in layer.norms:
                 norm(f"{p}{slot}")
+        if layer.layer_scale:
+            out[f"{p}layer_scalar"] = (1,)
         if ffn.kind == "moe":
             E, n, m = ffn.experts, hidden, inner
             out |= {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
@@ -116,7 +120,7 @@ def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
     for name, shape in expected(spec).items():
         if name == "embed" or name.endswith("sinks"):  # a sink is a logit: of the logits' order
             values = rng.standard_normal(shape)
-        elif name.endswith((".weight", "_norm")):  # a norm's scale
+        elif name.endswith((".weight", "_norm", "layer_scalar")):  # a norm's scale, a layer's output scale
             values = 1.0 + 0.1 * rng.standard_normal(shape)
         elif "bias" in name:
             values = 0.1 * rng.standard_normal(shape)

@@ -363,6 +363,53 @@ def _flat_on_one_type(
     return configs, f"rope_scaling and rope_theta for the {own} layers, the default for the others", renamed
 
 
+def _global_geometry(
+    r: _Reader, hook: ConfigHook, types: tuple[str, ...], full: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The full layers' flat config (``full``) with their own head_dim (and key/value heads), and the key each came from
+    (``ConfigHook.global_head_dim``: Gemma 4's ``__post_init__``): ``per_layer_config`` (one override for every full
+    layer, none for a sliding one: a geometry per layer type), else ``global_head_dim`` and, under
+    ``attention_k_eq_v``, ``num_global_key_value_heads``; the two ways disagreeing is refused by the key.
+    """  # noqa: D205
+    config, flat = r.config, dict(full)
+    given = config.get("per_layer_config")
+    if given is not None:
+        if not isinstance(given, Mapping):
+            raise r.error("per_layer_config", f"must be a table of layer index -> overrides, got {given!r}")
+        by_index: dict[int, Any] = {}  # transformers writes the indices zero-padded ("05"): read as numbers
+        for key, value in given.items():
+            if not str(key).isdigit() or int(key) >= len(types) or int(key) in by_index:
+                raise r.error(f"per_layer_config.{key}", f"is not a layer index (0..{len(types) - 1}) named once")
+            by_index[int(key)] = value
+        override: dict[str, Any] | None = None
+        for i, kind in enumerate(types):
+            said = by_index.get(i, {})
+            if not isinstance(said, Mapping) or any(k not in ("head_dim", "num_key_value_heads") for k in said):
+                raise r.error(f"per_layer_config.{i}", f"may set head_dim and num_key_value_heads only, got {said!r}")
+            if kind != "full_attention" and said:
+                raise r.error(f"per_layer_config.{i}", f"overrides sliding layer {i} ({dict(said)}): ropeexport reads "
+                              "one geometry per layer type (Gemma 4's: the full layers' own)")  # fmt: skip
+            if kind == "full_attention" and override is not None and dict(said) != override:
+                raise r.error(f"per_layer_config.{i}", f"({dict(said)}) differs from the other full layers' "
+                              f"({override}): one geometry per layer type")  # fmt: skip
+            override = dict(said) if kind == "full_attention" else override
+        override = override or {}
+        head_dim = override.get("head_dim", config.get("head_dim"))
+        if config.get("global_head_dim") not in (None, head_dim):
+            raise r.error("global_head_dim", f"({config['global_head_dim']!r}) contradicts per_layer_config's full "
+                          f"layers' head_dim ({head_dim!r}); transformers reads per_layer_config")  # fmt: skip
+        flat |= {k: override.get(k, flat.get(k)) for k in ("head_dim", "num_key_value_heads")}
+        return flat, {k: "per_layer_config (the full layers')" for k in override}
+    found = r.get("global_head_dim")
+    flat["head_dim"] = hook.global_head_dim if found is None else r.integer(*found)
+    sources = {"head_dim": "global_head_dim" if found else f"transformers' default global_head_dim "
+               f"{hook.global_head_dim}"}  # fmt: skip
+    kv = r.get("num_global_key_value_heads")
+    if kv is not None and config.get("attention_k_eq_v"):  # transformers reads it under attention_k_eq_v only
+        flat["num_key_value_heads"], sources["num_key_value_heads"] = r.integer(*kv), kv[0]
+    return flat, sources
+
+
 def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Layers:
     """A transformers config's positional encoding per layer (``Layers``); SpecError names the key at fault.
 
@@ -394,6 +441,9 @@ def import_layers(config: Mapping[str, Any], where: str = "config.json") -> Laye
     window, window_source = _window(r, name, types)
     kinds = tuple(kind for kind in types if kind not in others)
     configs, scaling_source, renamed = _type_configs(r, hook, kinds or ("full_attention",))
+    if hook is not None and hook.global_head_dim and "full_attention" in configs:
+        configs["full_attention"], said = _global_geometry(r, hook, types, configs["full_attention"])
+        renamed["full_attention"] = {**renamed.get("full_attention", {}), **said}
     encodings = {}
     for kind, flat in configs.items():
         imported = _import_one(flat, where)

@@ -16,6 +16,14 @@ from ropeexport.cli import main
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
          "num_hidden_layers": 1, "intermediate_size": 96, "vocab_size": 64, "max_position_embeddings": 512,
          "rope_theta": 500000.0}  # fmt: skip
+# Gemma 4 text as transformers 5.23 saves it: the full layer's own head_dim in per_layer_config, nested rope_parameters
+GEMMA4 = {"model_type": "gemma4_text", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 8, "num_hidden_layers": 2, "intermediate_size": 48, "vocab_size": 64,
+          "max_position_embeddings": 256, "sliding_window": 6, "hidden_size_per_layer_input": 0,
+          "layer_types": ["sliding_attention", "full_attention"], "per_layer_config": {"1": {"head_dim": 16}},
+          "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                 "rope_theta": 1000000.0}}}  # fmt: skip
 ROW = "  {} = {}  <- {}"
 
 # (case, argv after `build`, lines the dry run must print, lines it must not)
@@ -37,6 +45,12 @@ CASES: list[tuple[str, list[str], list[str], list[str]]] = [
       ROW.format("num_layers", "1", "--num-layers (over the config's num_hidden_layers)"),
       ROW.format("dtype", '"fp16"', "--dtype"), ROW.format("graph", '"fused"', "ropeexport default (no --graph)")],
      []),
+    # a field inside a table sourced as a whole (scaling_params) takes the table's source, not "ropeexport default"
+    ("gemma4 decoder", ["--hf-config", "{gemma4}", "--artifact", "decoder"],
+     [ROW.format("position.head_dim", "16", "per_layer_config (the full layers')"),
+      ROW.format("position.scaling_params.partial_rotary_factor", "0.25",
+                 "partial_rotary_factor <- rope_parameters.full_attention.partial_rotary_factor"),
+      ROW.format("attn_scale", "1.0", "Gemma4TextAttention.scaling = 1.0 (architecture)")], []),
 ]  # fmt: skip
 
 
@@ -45,10 +59,12 @@ CASES: list[tuple[str, list[str], list[str], list[str]]] = [
 def test_a_dry_run_prints_each_value_and_its_source(case: str, argv: list[str], present: list[str],
                                                     absent: list[str], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    config = tmp_path / "config.json"
+    config, gemma4 = tmp_path / "config.json", tmp_path / "gemma4" / "config.json"
     config.write_text(json.dumps(LLAMA))
+    gemma4.parent.mkdir()
+    gemma4.write_text(json.dumps(GEMMA4))
     out = tmp_path / "out"
-    args = [a.format(config=config) for a in argv]
+    args = [a.format(config=config, gemma4=gemma4) for a in argv]
     assert main(["build", *args, "--dry-run", "--out", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     for line in present:

@@ -53,6 +53,9 @@ def _variant(name: str, dtype: str) -> dict[str, Any]:
         # Ministral 3's query scale (steps at positions 2, 4, 6 of the calls'), and Llama 4's formula (offset 1)
         "query_scale": {"query_scale": QueryScaleSpec("log_floor", 0.5, 2, 0, 16, dtype)},
         "query_scale_temperature": {"query_scale": QueryScaleSpec("temperature", 0.3, 3, 1, 16, dtype)},
+        # Gemma 4's values: RMS-normed with no weight, and read off the key projection (no v_proj)
+        "v_norm": {"v_norm": NormSpec("rms", 1e-6, dtype, wide=True)},
+        "k_eq_v": {"k_eq_v": True, "v_norm": NormSpec("rms", 1e-6, dtype, wide=True)},
     }  # fmt: skip
     return fields[name]
 
@@ -61,7 +64,8 @@ def _variant(name: str, dtype: str) -> dict[str, Any]:
 WITHOUT = {"qk_norm": {"qk_norm": None}, "qk_norm_gemma": {"qk_norm": "offset 0"}, "scale": {"scale": 0.0},
            "softcap": {"logit_softcap": 0.0}, "sinks": {"sinks": False}, "all": {"sinks": False},
            "all_but_softcap": {"qk_norm": None}, "query_scale": {"query_scale": None},
-           "query_scale_temperature": {"query_scale": None}}  # fmt: skip
+           "query_scale_temperature": {"query_scale": None}, "v_norm": {"v_norm": None},
+           "k_eq_v": {"k_eq_v": False}}  # fmt: skip
 FORMS = ("fused", "decomposed", "tensorrt", "gqa", "static-cache")
 # The window: every form with one (the static form takes none: refused there), and gqa without one too, its
 # padding-only path (the kernel's causal rule, the padding in attention_bias, the empty rows zeroed by head_sink).
@@ -85,6 +89,8 @@ def _weights(spec: AttentionSpec, rng: np.random.Generator) -> dict[str, np.ndar
         w |= {n: identity + 0.3 * rng.standard_normal(D) for n in ("q_norm", "k_norm")}
     if spec.sinks:
         w["sinks"] = 1.0 + rng.standard_normal(H)
+    if spec.k_eq_v:  # the values are the key projection's: no v_proj
+        del w["v_proj"]
     return {n: round_once(v, spec.dtype).astype(np.float64) for n, v in w.items()}
 
 
@@ -134,7 +140,10 @@ def _without(spec: AttentionSpec, variant: str, weights: Mapping[str, np.ndarray
     other = dataclasses.replace(spec, **change)
     drop = {"q_norm", "k_norm"} if other.qk_norm is None else set()
     drop |= {"sinks"} if not other.sinks else set()
-    return other, {n: v for n, v in weights.items() if n not in drop}
+    kept = {n: v for n, v in weights.items() if n not in drop}
+    if spec.k_eq_v and not other.k_eq_v:  # values of a v_proj of their own, as a layer without the variant reads them
+        kept["v_proj"] = round_once(np.random.default_rng(1).standard_normal((N, KV * D)) / np.sqrt(N), spec.dtype)
+    return other, kept
 
 
 def _within(got: np.ndarray, want: np.ndarray, dtype: str) -> bool:
@@ -189,6 +198,13 @@ REFERENCES = [
      {"qk_norm": NormSpec("rms", 1e-6, offset=1.0), "scale": 0.25}),
     ("gpt_oss", "GptOssConfig", "GptOssAttention", {"attention_bias": True, "num_local_experts": 2},
      {"sinks": True}),
+    # a Gemma 4 full layer (its one layer is full): its own head_dim, keys as values, q/k norms times the weight in
+    # float32, the values' weightless norm, scaling 1.0
+    ("gemma4", "Gemma4TextConfig", "Gemma4TextAttention", {"global_head_dim": D, "attention_k_eq_v": True,
+                                                           "num_global_key_value_heads": KV,
+                                                           "hidden_size_per_layer_input": 0},
+     {"qk_norm": NormSpec("rms", 1e-6, wide=True), "scale": 1.0, "v_norm": NormSpec("rms", 1e-6, wide=True),
+      "k_eq_v": True}),
 ]  # fmt: skip
 
 
@@ -232,14 +248,15 @@ def test_attention_twin_is_transformers_attention(
         seen = visible(pos.shape[1], feeds["past_key"].shape[2], feeds["attention_mask"], WINDOW)
         additive = torch.from_numpy(np.where(seen, 0.0, np.finfo(np.float64).min))
         cos, sin = (torch.from_numpy(t[..., : D // 2] if model == "gpt_oss" else t) for t in _cos_sin(pos))
+        shared = {"shared_kv_states": {}} if model == "gemma4" else {}  # its layers that share none read nothing
         with torch.no_grad():
             out, _ = module(torch.from_numpy(feeds["hidden"]), position_embeddings=(cos, sin),
-                            attention_mask=additive, past_key_values=cache)  # fmt: skip
+                            attention_mask=additive, past_key_values=cache, **shared)  # fmt: skip
         got = {"output": out.numpy(), "present_key": cache.layers[0].keys.numpy()}
         for output, value in got.items():
             assert _within(value, want[output], "fp32"), (name, output, float(np.abs(value - want[output]).max()))
         other, other_weights = _without(spec, {"qwen3": "qk_norm", "gemma2": "softcap", "gemma3": "qk_norm_gemma",
-                                               "gpt_oss": "sinks"}[model], weights)  # fmt: skip
+                                               "gpt_oss": "sinks", "gemma4": "v_norm"}[model], weights)  # fmt: skip
         assert not _within(got["output"], attention64(other, feeds, other_weights, rotate=_rotate64)["output"], "fp32")
 
 

@@ -55,6 +55,13 @@ def _config(tmp: Path, **fields: object) -> list[str]:
     return ["--hf-config", str(path)]
 
 
+# A tiny Gemma 4 text config's own keys (with _config's sizes: one full layer, its head_dim 16 of global_head_dim)
+GEMMA4 = {"model_type": "gemma4_text", "num_key_value_heads": 2, "head_dim": 8, "global_head_dim": 16,
+          "sliding_window": 4, "hidden_size_per_layer_input": 0, "layer_types": ["full_attention"],
+          "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                              "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                 "rope_theta": 1e6}}}  # fmt: skip
+GEMMA4_TWO = {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"], "global_head_dim": None}
 # A tiny DeepSeek V3 config's own keys (with _config's sizes): 8 experts in 2 groups, 2 a token, a query LoRA.
 DEEPSEEK = {"model_type": "deepseek_v3", "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
             "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8,
@@ -217,8 +224,21 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "use_sliding_window: is not built for qwen3_moe"),
     ("Qwen3-MoE in int4", lambda t: [*_config(t, **QMOE), "--weight-format", "int4"],
      "weight_format: int4 is not built for qwen3_moe's experts"),
-    ("Gemma 4 named as not built", lambda t: _config(t, model_type="gemma4_text"),
-     "model_type: 'gemma4_text': Gemma 4 is not built: its layers' own head_dim"),
+    ("Gemma 4's per-layer input embeddings (the config class's default 256)",
+     lambda t: _config(t, **{k: v for k, v in GEMMA4.items() if k != "hidden_size_per_layer_input"}),
+     "hidden_size_per_layer_input: is absent, so the config class's default 256: per-layer input embeddings"),
+    ("Gemma 4's key/value shared across layers", lambda t: _config(t, **GEMMA4, num_kv_shared_layers=1),
+     "num_kv_shared_layers: is 1: key/value shared across layers"),
+    ("Gemma 4's experts", lambda t: _config(t, **GEMMA4, enable_moe_block=True),
+     "enable_moe_block: is True: Gemma 4's mixture of experts"),
+    ("Gemma 4's global_head_dim against per_layer_config",
+     lambda t: _config(t, **(GEMMA4 | {"global_head_dim": 32}), per_layer_config={"0": {"head_dim": 16}}),
+     "global_head_dim: (32) contradicts per_layer_config's full layers' head_dim (16)"),
+    ("Gemma 4's per_layer_config on a sliding layer",
+     lambda t: _config(t, **(GEMMA4 | GEMMA4_TWO), per_layer_config={"0": {"head_dim": 16}, "1": {"head_dim": 16}}),
+     "per_layer_config.0: overrides sliding layer 0 ({'head_dim': 16})"),
+    ("Gemma 4's last layer sliding", lambda t: _config(t, **(GEMMA4 | GEMMA4_TWO | {"layer_types": [
+        "full_attention", "sliding_attention"]})), "layer_types: ends with 'sliding_attention': transformers' Gemma 4"),
     ("Ministral 3's query scale without its original length",
      lambda t: _ministral3(t, original_max_position_embeddings=None),
      "rope_parameters.original_max_position_embeddings: missing: rope_parameters.llama_4_scaling_beta (0.1) scales"),

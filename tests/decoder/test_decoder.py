@@ -48,6 +48,10 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),  # qwen3_moe-norm's routing in ORT's MoE: tests/components/test_moe.py (CI time)
     ("ministral3", "gqa"),
+    # Gemma 4: two head geometries (8 sliding, 16 full), keys as values, v_norm, layer_scalar, in the contrib form
+    # (GroupQueryAttention per layer) and written out (decomposed)
+    ("gemma4", "gqa"),
+    ("gemma4", "decomposed"),
 ]
 
 
@@ -98,6 +102,7 @@ FP16 = [
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),
     ("ministral3", "gqa"),
+    ("gemma4", "gqa"),
 ]
 
 
@@ -208,7 +213,8 @@ def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
             from_config(config, model_type.replace("_", "-"))
 
 
-@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS)))  # Qwen-VL's: tests/decoder/test_qwen_vl.py
+# Qwen-VL's: tests/decoder/test_qwen_vl.py; Gemma 4's read below (its whole model as the reference: minutes in CI)
+@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS) - {"gemma4-multimodal"}))
 def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     # Gemma 3 4B-27B ship as gemma3: the text model's weights under language_model., a vision tower beside them.
     ckpt = tiny_checkpoint(name)
@@ -228,3 +234,30 @@ def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, ti
     (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
     with pytest.raises(rx.errors.CheckpointError, match="'language_model.model.layers.0.adapter.weight' is not a"):
         rx.build_decoder(tmp_path / "out2", checkpoint=tmp_path, graph="fused")
+
+
+def test_gemma4s_text_model_is_read_from_its_multimodal_checkpoint(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    # Gemma 4 ships as gemma4: the text model under model.language_model., the vision tower and its projection
+    # (model.embed_vision.) passed over; every text weight read where transformers keeps it, an unknown one refused
+    from safetensors.numpy import load_file, save_file
+
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.weights import expected
+
+    ckpt = tiny_checkpoint("gemma4-multimodal")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt))
+    assert (spec.model_type, spec.text_of) == ("gemma4_text", "gemma4")
+    weights = load_checkpoint(spec, ckpt)
+    assert set(weights) == set(expected(spec))
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    assert any(k.startswith("model.embed_vision.") for k in tensors) and any("vision_tower" in k for k in tensors)
+    text = "model.language_model.layers.1."
+    assert (weights["layers.1.k_proj"] == tensors[f"{text}self_attn.k_proj.weight"].T).all()
+    assert "layers.1.v_proj" not in weights and f"{text}self_attn.v_proj.weight" not in tensors  # keys as values
+    assert (weights["layers.1.layer_scalar"] == tensors[f"{text}layer_scalar"]).all()
+    tensors["model.language_model.layers.0.adapter.weight"] = tensors["model.language_model.norm.weight"]
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
+    with pytest.raises(rx.errors.CheckpointError, match="'model.language_model.layers.0.adapter.weight' is not a"):
+        load_checkpoint(spec, tmp_path)

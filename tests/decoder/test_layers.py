@@ -73,6 +73,12 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], tuple[str, ...]]] =
     ("a query scale on layer 1 only", LLAMA,
      [{}, {"query_scale": {"kind": "log_floor", "beta": 0.5, "original_max_position_embeddings": 16}}, {}],
      ("fused", "gqa", "tensorrt")),
+    # Gemma 4's value pieces: a weightless RMSNorm of each value head (the same weights without it fail the truth),
+    # and values read off the key projection (no v_proj) beside the residual stream times a learned layer_scalar
+    ("a weightless value norm on layers 0 and 2 (Gemma 4's v_norm)", LLAMA,
+     [{"v_norm": True}, {}, {"v_norm": True}], ("fused", "gqa", "decomposed")),
+    ("keys as values on layer 1, a layer scalar on layer 2 (Gemma 4's)", LLAMA,
+     [{}, {"k_eq_v": True}, {"layer_scale": True}], ("fused", "gqa")),
 ]  # fmt: skip
 PARAMS = [(label, config, layers, graph) for label, config, layers, forms in CASES for graph in forms]
 

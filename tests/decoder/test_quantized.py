@@ -49,6 +49,7 @@ CASES = [
     ("exaone4", "fp32", "fused", 32, 0, True, "int4-b32"),
     ("olmo3", "fp16", "gqa", 32, 0, True, "int4-b32"),
     ("ministral3", "fp32", "gqa", 16, 0, True, "int4-b16"),
+    ("gemma4", "fp32", "fused", 32, 0, True, "int4-b32"),  # keys as values: one MatMulNBits of q | k on full layers
 ]
 
 

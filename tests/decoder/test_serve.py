@@ -53,6 +53,8 @@ CASES = {
     "qwen3-moe-to-the-end": ("qwen3_moe", "gqa", 7, 237, 12),  # dense and sparse layers, ORT's MoE; reaches 255
     # the query scale's step at 128 crossed while decoding (and YaRN's switch at 64 behind it)
     "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
+    # two cache geometries (head_dim 8 sliding, 16 full, one key/value head there), windows of 6; reaches 255
+    "gemma4-to-the-end": ("gemma4", "gqa", 7, 237, 12),
 }
 
 

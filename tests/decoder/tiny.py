@@ -116,6 +116,15 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                                       "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                                                       "max_position_embeddings": 256,
                                                       "llama_4_scaling_beta": 0.1}}),
+    # Gemma 4: layers 0 and 2 slide over 6 slots (default RoPE, theta 1e4, head_dim 8), layers 1 and 3 full with
+    # their own head_dim 16 (global_head_dim, saved as per_layer_config) and proportional RoPE (2 real pairs of 8, theta
+    # 1e6), keys as values with one key/value head there (attention_k_eq_v, num_global_key_value_heads); the values
+    # RMS-normed, logits scaled 1.0, each layer's output times its layer_scalar, the output logits soft-capped.
+    "gemma4": ("gemma4_text", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+                               "global_head_dim": 16, "attention_k_eq_v": True, "num_global_key_value_heads": 1,
+                               "sliding_window": 6, "max_position_embeddings": 256, "pad_token_id": 0,
+                               "hidden_size_per_layer_input": 0, "final_logit_softcapping": 5.0,
+                               "layer_types": ["sliding_attention", "full_attention"] * 2}),
 }  # fmt: skip
 
 
@@ -133,6 +142,12 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                           "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
                           "patch_size": 14},
         "image_token_index": 95, "tie_word_embeddings": False}),
+    # Gemma 4 (its released sizes ship as gemma4): a vision tower of one layer and its projection beside the text model
+    # (model.language_model.), no audio tower
+    "gemma4-multimodal": ("gemma4", "gemma4", {
+        "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 2,
+                          "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4, "position_embedding_size": 64},
+        "audio_config": None}),
     # Qwen-VL: a vision tower of one block beside (passed over by the decoder); mrope_section covers head_dim 16's 8
     # pairs (chunked 2 + 3 + 3; Qwen3-VL interleaved 3 + 3 + 2: pairs 1, 4, 7 height, 2, 5 width, the rest time)
     "qwen2_5_vl": ("qwen2_5_vl", "qwen2_5_vl", {
@@ -173,13 +188,17 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     logits have a scale of order one and a wrong position shows.
     """  # noqa: D205
     torch.manual_seed(seed)
-    # Mistral 3 and Qwen-VL have no causal-LM class: their ForConditionalGeneration, as their checkpoints are saved
-    auto = transformers.AutoModelForImageTextToText if name == "mistral3-multimodal" or name in VL_CONFIGS else (
+    # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
+    whole = ("mistral3-multimodal", "gemma4-multimodal")
+    auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     model = auto.from_config(hf_config(name), attn_implementation="eager")
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
+        for name, b in model.named_buffers():  # Gemma 4's learned layer_scalar (a saved buffer): away from 1
+            if name.endswith("layer_scalar"):
+                b.add_(torch.randn_like(b) * 0.2)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)
     return folder

@@ -64,12 +64,15 @@ def attention64(
     b, s, _ = x.shape
     pos = feeds["position_ids"]
     heads = lambda y, n: y.reshape(b, s, n, d).transpose(0, 2, 1, 3)  # noqa: E731
+    values = project(x, "k" if spec.k_eq_v else "v")  # keys as values (Gemma 4): the key's output, before its norm
     if spec.qk_norm is not None and spec.qk_norm_over == "projection":  # over H * d, before the heads (OLMo 3)
         q_flat, k_flat = norm64(spec.qk_norm, project(x, "q"), w["q_norm"]), norm64(spec.qk_norm, project(x, "k"),
                                                                                     w["k_norm"])  # fmt: skip
-        q, k, v = heads(q_flat, H), heads(k_flat, KV), heads(project(x, "v"), KV)
+        q, k, v = heads(q_flat, H), heads(k_flat, KV), heads(values, KV)
     else:
-        q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(project(x, "v"), KV)
+        q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(values, KV)
+    if spec.v_norm is not None:  # each value head over d, no weight (Gemma 4's v_norm)
+        v = norm64(spec.v_norm, v, np.ones(d))
     if spec.qk_norm is not None and spec.qk_norm_over == "head":  # each head over d, before the rotation (Qwen3)
         q, k = norm64(spec.qk_norm, q, w["q_norm"]), norm64(spec.qk_norm, k, w["k_norm"])
     if rotate is not None:

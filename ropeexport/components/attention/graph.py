@@ -115,16 +115,21 @@ def _qkv(g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray],
     product either way. The biases are fused the same way (absent ones as zeros, when only some exist).
     """
     H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    proj = np.concatenate([arrays["q_proj"], arrays["k_proj"], arrays["v_proj"]], axis=1)
+    names = "qk" if spec.k_eq_v else "qkv"  # keys as values (Gemma 4): no v_proj, the key's output read twice
+    proj = np.concatenate([arrays[f"{n}_proj"] for n in names], axis=1)
     weight = spec.weight_format.store(g, "qkv_proj", proj)
     bias = None
-    if any(f"{n}_bias" in arrays for n in "qkv"):
+    if any(f"{n}_bias" in arrays for n in names):
         widths = {"q": H * d, "k": KV * d, "v": KV * d}
-        joined = np.concatenate([arrays.get(f"{n}_bias", np.zeros(widths[n])) for n in "qkv"])
+        joined = np.concatenate([arrays.get(f"{n}_bias", np.zeros(widths[n])) for n in names])
         bias = g.const("qkv_bias", round_once(joined, spec.dtype))
     out = linear(g, "hidden", weight, bias)
-    sizes = g.const("qkv_split", np.array([H * d, KV * d, KV * d], np.int64))
-    q, k, v = g.op("Split", [out, sizes], n_out=3, axis=-1)
+    if spec.k_eq_v:
+        q, k = g.op("Split", [out, g.const("qk_split", np.array([H * d, KV * d], np.int64))], n_out=2, axis=-1)
+        v = k
+    else:
+        sizes = g.const("qkv_split", np.array([H * d, KV * d, KV * d], np.int64))
+        q, k, v = g.op("Split", [out, sizes], n_out=3, axis=-1)
     if flat:
         return q, k, v
     return _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
@@ -153,6 +158,25 @@ def _qk_norms(
             x = g.op("Reshape", [x, g.const(f"{name}_norm_flat", i64(0, 0, heads * d))])
         out.append(x)
     return out[0], out[1]
+
+
+def _v_norm(g: GraphBuilder, spec: AttentionSpec, v: str, flat: bool) -> str:
+    """value with each head RMS-normalized over d and no weight (Gemma 4's ``v_norm``); shape as it came.
+
+    Its weight is ones: the product by 1.0 is exact in every dtype, so the norm computes transformers'
+    ``with_scale=False`` (normed in float32, cast) while sharing the ``norm`` component's graph.
+    """
+    if spec.v_norm is None:
+        return v
+    i64 = lambda *vals: np.array(vals, np.int64)  # noqa: E731
+    heads, d = spec.num_kv_heads, spec.head_dim
+    ones = g.const("v_norm_ones", round_once(np.ones(d), spec.dtype))
+    if flat:  # [b, s, KV * d] -> [b, s, KV, d]: the norm reads the last axis
+        v = g.op("Reshape", [v, g.const("v_norm_heads", i64(0, 0, heads, d))])
+    v = norm(g, spec.v_norm, v, ones, None, FORMS[spec.graph].opset)
+    if flat:
+        v = g.op("Reshape", [v, g.const("v_norm_flat", i64(0, 0, heads * d))])
+    return v
 
 
 def _guarded(piece_graph: onnx.ModelProto) -> dict[str, str]:
@@ -186,6 +210,7 @@ def attention_model(
     flat = lowering.FLAT or over_projection
     q, k, v = _qkv(g, spec, arrays, flat=flat)
     q, k = _qk_norms(g, spec, arrays, q, k, flat=flat)  # each head (or the projection) normalized before the rotation
+    v = _v_norm(g, spec, v, flat=flat)  # each value head normalized, no weight (Gemma 4)
     if flat and not lowering.FLAT:
         H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
         q, k, v = _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")

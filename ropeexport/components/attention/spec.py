@@ -45,7 +45,10 @@ class AttentionSpec:
     [KV * head_dim]; OLMo 2/3's, its ``wide`` product); l = q . k * ``scale`` (0:
     1 / sqrt(head_dim); Gemma: query_pre_attn_scalar ** -0.5); ``logit_softcap`` c > 0: l = c * tanh(l / c) (Gemma 2);
     then the position bias, the mask, and the softmax, with ``sinks`` one more logit per query head in it (weight
-    ``sinks`` [num_heads]: it joins the denominator and attends to nothing; gpt-oss).
+    ``sinks`` [num_heads]: it joins the denominator and attends to nothing; gpt-oss). The values: ``v_norm`` an
+    RMSNorm of each value head over head_dim with no weight (Gemma 4's ``v_norm``, ``with_scale=False``); ``k_eq_v``
+    the values are the key projection's output, taken before the key's norm and rotation (no ``v_proj``; Gemma 4's
+    ``attention_k_eq_v``).
     """
 
     num_heads: int
@@ -63,6 +66,8 @@ class AttentionSpec:
     weights: WeightFormat | None = None  # how q/k/v/o are stored (``linear``); None: rounded once to ``dtype``
     # the rotated query times a factor of its position (``components.query_scale``: Ministral 3); None: none
     query_scale: QueryScaleSpec | None = None
+    v_norm: NormSpec | None = None  # a weightless RMSNorm of each value head (Gemma 4)
+    k_eq_v: bool = False  # the values are the key projection's output (no v_proj; Gemma 4's full layers)
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -84,6 +89,13 @@ class AttentionSpec:
             if self.qk_norm.dtype != self.dtype:
                 raise SpecError("qk_norm", f"its dtype must be the layer's ({self.dtype}), got {self.qk_norm.dtype}")
         require_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
+        if self.v_norm is not None:
+            v_norm = self.v_norm
+            if not isinstance(v_norm, NormSpec) or v_norm.kind != "rms" or v_norm.dtype != self.dtype or v_norm.offset:
+                raise SpecError("v_norm", f"must be an RMSNorm NormSpec (kind 'rms', offset 0: no weight) in the "
+                                f"layer's dtype ({self.dtype}) or None, got {v_norm!r}")  # fmt: skip
+        if not isinstance(self.k_eq_v, bool):
+            raise SpecError("k_eq_v", f"must be True or False, got {self.k_eq_v!r}")
         _require_scalar("logit_softcap", self.logit_softcap, "0: no cap")
         _require_scalar("scale", self.scale, "0: 1 / sqrt(head_dim)")
         if not isinstance(self.sinks, bool):
@@ -123,6 +135,8 @@ def check_weights(spec: AttentionSpec, weights: Mapping[str, Any]) -> None:
     wanted = {"q_norm": ("qk_norm", q_width, spec.qk_norm is not None),
               "k_norm": ("qk_norm", k_width, spec.qk_norm is not None),
               "sinks": ("sinks", spec.num_heads, spec.sinks)}  # fmt: skip
+    if spec.k_eq_v and ("v_proj" in weights or "v_bias" in weights):  # it would go unread
+        raise SpecError("k_eq_v", "the values are the key projection's: the weights must hold no v_proj or v_bias")
     for name, (field, length, asked) in wanted.items():
         if not asked:
             if name in weights:

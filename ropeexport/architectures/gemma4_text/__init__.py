@@ -1,0 +1,99 @@
+"""Gemma 4 (text): Gemma 3's sandwich with the layers' own head_dim, read as transformers 5.23 reads it
+(``configuration_gemma4.py`` / ``modeling_gemma4.py``); also the text model of a multimodal ``gemma4`` checkpoint.
+
+What its text model computes, each from its code: sliding layers (``sliding_window``) with the default RoPE at theta
+1e4 over ``head_dim``; full layers with their own head_dim (``global_head_dim`` / ``per_layer_config``: 512 against
+256 in the released sizes) and proportional RoPE (``rope_type: proportional``, ``partial_rotary_factor`` 0.25, theta
+1e6: the real pairs, then zero-frequency ones, rotate-half over every channel); every 6th layer full and the last
+one always (``__post_init__``); ``Gemma4RMSNorm`` (normed * weight, in float32, then cast: ``rms_wide``) for the four
+sandwich norms, the final norm and the q/k norms; a weightless RMSNorm of the values (``v_norm``); logits q . k with
+``scaling = 1.0``; the residual stream times ``layer_scalar`` after each layer; the embeddings times sqrt(hidden); the
+output logits soft-capped (``final_logit_softcapping``). Under ``attention_k_eq_v`` the full layers read their values
+off the key projection (no v_proj), with ``num_global_key_value_heads`` key/value heads.
+
+Refused by their keys (not built; each one line, exit 2): per-layer input embeddings (``hidden_size_per_layer_input``
+> 0, the E2B / E4B sizes), key/value shared across layers (``num_kv_shared_layers`` > 0), the mixture of experts
+(``enable_moe_block``), bidirectional attention (``use_bidirectional_attention: all``), and a ``layer_types`` whose
+last layer is not full (transformers forces it full: the config would say two things).
+"""  # noqa: D205
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ropeexport.architectures.base import Architecture, read_layout
+from ropeexport.architectures.gemma3_text import ARCHITECTURE as GEMMA3
+from ropeexport.architectures.hooks import ConfigHook
+from ropeexport.errors import SpecError
+
+# key -> what it is (on when truthy): Gemma4TextConfig's fields ropeexport does not build. A key
+# absent takes the config class's default: hidden_size_per_layer_input defaults to 256 (per-layer inputs on).
+UNBUILT = {
+    "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 E2B / E4B's embed_tokens_per_layer and "
+    "per_layer_input_gate) are not built; 0 means a model without them",
+    "num_kv_shared_layers": "key/value shared across layers (the last num_kv_shared_layers layers reading an earlier "
+    "layer's keys and values) is not built",
+    "enable_moe_block": "Gemma 4's mixture of experts beside the MLP (router, experts, their norms) is not built",
+}
+DEFAULTS = {"hidden_size_per_layer_input": 256, "num_kv_shared_layers": 0, "enable_moe_block": False}
+
+
+def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Gemma 3's model-wide fields (``read_layout``) with Gemma 4's: the logit scale 1.0 (``Gemma4TextAttention.
+    scaling``; Gemma 3's ``query_pre_attn_scalar`` is not read, as transformers' Gemma 4 never reads it), and its
+    unbuilt features refused by their keys (module doc).
+    """  # noqa: D205
+    for key, what in UNBUILT.items():
+        value = config[key] if key in config else DEFAULTS[key]  # null: off, as the modeling code's ``if`` reads it
+        if value:
+            shown = repr(value) if key in config else f"absent, so the config class's default {value!r}"
+            raise SpecError(f"{where}: {key}", f"is {shown}: {what}")
+    if config.get("use_bidirectional_attention") == "all":
+        raise SpecError(f"{where}: use_bidirectional_attention", "is 'all': bidirectional attention (no causal mask) "
+                        "is not built; a decoder is causal")  # fmt: skip
+    types, count = config.get("layer_types"), config.get("num_hidden_layers")
+    if types is None and isinstance(count, int) and count % 6:  # the class's pattern, then the last layer forced full
+        raise SpecError(f"{where}: layer_types", f"missing with {count} layers: transformers' Gemma 4 makes every 6th "
+                        "layer full and forces the last one full too; give layer_types (a saved config has them)")
+    if isinstance(types, list) and types and types[-1] != "full_attention":
+        raise SpecError(f"{where}: layer_types", f"ends with {types[-1]!r}: transformers' Gemma 4 forces the last "
+                        "layer to full_attention (a warning), so the config says two things; make it full_attention")
+    fields, sources = read_layout(arch, config, where)
+    fields["attn_scale"], sources["attn_scale"] = 1.0, "Gemma4TextAttention.scaling = 1.0 (architecture)"
+    return fields, sources
+
+
+def changes(config: Mapping[str, Any], where: str, layout: Mapping[str, Any]) -> tuple[list[dict[str, object]],
+                                                                                   dict[str, str]]:  # fmt: skip
+    """Per layer: under ``attention_k_eq_v`` the full layers read their values off the key projection (``k_eq_v``;
+    ``Gemma4TextAttention.use_alternative_attention``), the sliding ones keep their v_proj.
+    """  # noqa: D205
+    count = int(layout["num_layers"])
+    types = config.get("layer_types") or ["full_attention" if (i + 1) % 6 == 0 or i == count - 1 else
+                                          "sliding_attention" for i in range(count)]  # fmt: skip
+    if not config.get("attention_k_eq_v"):
+        return [{} for _ in range(count)], {}
+    return ([{"k_eq_v": True} if t == "full_attention" else {} for t in types],
+            {"k_eq_v": "attention_k_eq_v (the full layers: values off the key projection)"})
+
+
+_NAMES = {**GEMMA3.names, "layers.{i}.layer_scalar": "model.layers.{i}.layer_scalar"}
+ARCHITECTURE = replace(
+    GEMMA3,
+    model_type="gemma4_text",
+    names=_NAMES,
+    norm="rms_wide",  # Gemma4RMSNorm: normed * weight in float32, then cast (Gemma 3's was 1 + weight)
+    layer_fields={"qk_norm": "rms", "v_norm": True, "layer_scale": True},
+    keys=replace(GEMMA3.keys, scale_key="", reads=("final_logit_softcapping",)),  # no attention soft cap either
+    read=read,
+    changes=changes,
+    # every 6th layer full, the rest sliding (no pattern key: the config class's ``sliding_window_pattern = 6``);
+    # each layer type's rope_parameters given by the config (the class fills in both: a saved config has them)
+    hook=ConfigHook("gemma4_text", reads_layer_types=True, pattern="every-nth", pattern_every=6,
+                    theta_required="Gemma 4's RoPE is per layer type (sliding: default, theta 1e4; full: proportional "
+                    "0.25, theta 1e6): give rope_parameters nested by layer type, as transformers saves it",
+                    global_head_dim=512),
+    wrappers=("gemma4",),  # Gemma 4 ships as gemma4, the text model's config under text_config
+)
