@@ -70,8 +70,8 @@ __all__ = ["__version__", *_HOMES]
 if TYPE_CHECKING:  # what a type checker sees; at run time each name loads on first use (__getattr__)
     from ropeexport.api import (  # noqa: F401
         audit,
-        audit_zoo,
         audit_folder,
+        audit_zoo,
         build,
         build_all,
         build_decoder,

@@ -24,8 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from ropeexport.api.audits import audit, audit_zoo, graft
-from ropeexport.api.audits import audit, audit_folder, graft
+from ropeexport.api.audits import audit, audit_folder, audit_zoo, graft
 from ropeexport.api.checks import check_trt, diff, verify
 from ropeexport.api.decoders import build_decoder, build_layer_block, generate, open_decoder, resolve_decoder
 from ropeexport.api.encodings import build, build_all, export, from_hf_config, from_preset, load_specs, spec

@@ -132,6 +132,8 @@ def _usage(args: argparse.Namespace) -> None:
                 raise SpecError(flag, "goes with --zoo only")
         if args.model is None:
             raise SpecError("model", "give the ONNX file to audit (or --zoo ZOO.toml)")
+        if args.variant is not None and not Path(args.model).is_dir():
+            raise SpecError("variant", f"names a model inside a transformers.js folder; {args.model!r} is a file")
         if args.hf_config is None and args.spec is None and not Path(args.model).is_dir():
             raise SpecError("hf_config", "give --hf-config (the transformers config the model came from) or --spec; "
                             "only a transformers.js folder's own config.json is read without one")  # fmt: skip
@@ -171,15 +173,11 @@ def run_zoo(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Audit, print, write; 1 when the gate fails (``--fail-on``)."""
-    from ropeexport.errors import SpecError
-
     _usage(args)
     if args.zoo is not None:
         return run_zoo(args)
     if Path(args.model).is_dir():
         return _folder(args)
-    if args.variant is not None:
-        raise SpecError("variant", f"names a model inside a transformers.js folder; {args.model!r} is a file")
     result = audit(args.model, args.hf_config, out=args.out, spec_file=args.spec, effects=args.effects,
                    fail_on=args.fail_on, optimized=args.optimized, optimized_model=args.optimized_model)  # fmt: skip
     if args.json:
