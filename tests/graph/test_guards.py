@@ -24,17 +24,21 @@ CASES = [
 P = 96  # tests.test_every_kind.SMALL's max_positions
 
 
-def _session(spec: object) -> tuple[object, list[str]]:
+def _session(spec: object) -> tuple[object, dict[str, int]]:
+    """The session and its position inputs, each with its axes (0: [b, s]; 2 or 3: [axes, b, s])."""
     model = recipe_for(spec).export(spec)
-    positions = [i.name for i in model.graph.input if i.name.endswith("position_ids")]
+    positions = {i.name: (i.type.tensor_type.shape.dim[0].dim_value if len(i.type.tensor_type.shape.dim) == 3 else 0)
+                 for i in model.graph.input if i.name.endswith("position_ids")}  # fmt: skip
     options = ort.SessionOptions()
     options.log_severity_level = 4  # the refusals below are expected: keep ORT's own error log quiet
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]), positions
 
 
-def _feeds(spec: object, positions: list[str], values: dict[str, list[int]]) -> dict[str, np.ndarray]:
+def _feeds(spec: object, positions: dict[str, int], values: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    """Feeds with ``values`` on every axis of a multi-axis input (a bad value on each axis is refused alike)."""
     kind = recipe_for(spec)
-    probe = Probe("guard", {n: np.array([values.get(n, [0, 1, 2])], np.int64) for n in positions})
+    rows = {n: np.array([values.get(n, [0, 1, 2])], np.int64) for n in positions}
+    probe = Probe("guard", {n: np.stack([r] * positions[n]) if positions[n] else r for n, r in rows.items()})
     return kind.feeds(spec, probe, np.random.default_rng(0))
 
 
