@@ -501,7 +501,20 @@ def _newest_versions(_: str | None) -> str:
 
 # A tutorial's output excerpts: NAME -> (the figure tools/tutorial_outputs.py wrote, the start of the block's text,
 # the lines kept, each a regex searched in turn from the last line kept). "  ..." stands where lines were left out.
-OUTPUTS: dict[str, tuple[str, str, list[str]]] = {}
+AUDIT = "ropeexport audit og-llama/model.onnx --hf-config my-llama/config.json"
+OUTPUTS: dict[str, tuple[str, str, list[str]]] = {
+    "audit-sites": ("tutorial-audit-and-graft", AUDIT + " --out", [r"^og-llama/model\.onnx: ", r"^  site 0: ",
+                                                                   r"^    - float32 frequencies: "]),
+    "audit-effects": ("tutorial-audit-and-graft", AUDIT + " --out", [r"findings by their effect", r"^    - float32",
+                                                                     r"^      harmless: ", r"^      next: "]),
+    "audit-optimized": ("tutorial-audit-and-graft", AUDIT + " --optimized", [r"^  optimized graph: ",
+                                                                             r"^    optimized site 0: ",
+                                                                             r"as in the exported graph"]),
+    "graft": ("tutorial-audit-and-graft", "ropeexport graft ", [r"^og-llama-grafted/model\.onnx: ",
+                                                               r"onnxruntime-genai folder", r"cos_cache / sin_cache",
+                                                               r"audit after", r"whole decoder against float64",
+                                                               r"last position"]),
+}  # fmt: skip
 
 
 def excerpt(name: str, records: list[dict[str, Any]]) -> str:
