@@ -7,8 +7,9 @@ Nothing in these parts is copied by hand. ``cli COMMAND`` is that subcommand's `
 prints it (``cli`` alone: the top-level help); ``figure NAME`` is a table rendered from ``tools/figures/NAME.json``
 (or the Markdown the tool wrote beside it, ``figure-md NAME``), each headed by the command that reproduces it and
 the machine and load the JSON records (or a sentence saying it records none); ``presets`` is the preset cards'
-table from ``models/*.toml``. An unknown directive, or a figure whose file is missing, raises: ``mkdocs build
---strict`` fails rather than publish a page with a hole.
+table from ``models/*.toml``; ``pins`` is constraints.txt's direct pins; ``output NAME`` is a tutorial's output
+excerpt (``OUTPUTS``) from the run ``tools/tutorial_outputs.py`` recorded. An unknown directive, or a figure whose
+file is missing, raises: ``mkdocs build --strict`` fails rather than publish a page with a hole.
 
 Used by ``mkdocs.yml`` (``hooks:``) and by ``tests/docs/test_site.py``, which renders every page through it.
 
