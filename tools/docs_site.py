@@ -7,8 +7,9 @@ Nothing in these parts is copied by hand. ``cli COMMAND`` is that subcommand's `
 prints it (``cli`` alone: the top-level help); ``figure NAME`` is a table rendered from ``tools/figures/NAME.json``
 (or the Markdown the tool wrote beside it, ``figure-md NAME``), each headed by the command that reproduces it and
 the machine and load the JSON records (or a sentence saying it records none); ``presets`` is the preset cards'
-table from ``models/*.toml``. An unknown directive, or a figure whose file is missing, raises: ``mkdocs build
---strict`` fails rather than publish a page with a hole.
+table from ``models/*.toml``; ``pins`` is constraints.txt's direct pins; ``output NAME`` is a tutorial's output
+excerpt (``OUTPUTS``) from the run ``tools/tutorial_outputs.py`` recorded. An unknown directive, or a figure whose
+file is missing, raises: ``mkdocs build --strict`` fails rather than publish a page with a hole.
 
 Used by ``mkdocs.yml`` (``hooks:``) and by ``tests/docs/test_site.py``, which renders every page through it.
 
@@ -39,7 +40,8 @@ SECTION = re.compile(r"^(<!-- render: ([a-z-]+)(?: ([A-Za-z0-9._-]+))? -->)$(?:\
 COMMAND = "python tools/docs_site.py"  # what rewrites the committed sections (run it from the checkout)
 
 
-def _load(name: str) -> dict[str, Any]:
+def load_figure(name: str) -> dict[str, Any]:
+    """tools/figures/NAME.json, read (a missing file raises, naming it)."""
     path = FIGURES / f"{name}.json"
     if not path.is_file():
         raise ValueError(f"figure {name}: {path} does not exist")
@@ -127,7 +129,7 @@ def presets(_: str | None) -> str:
 
 
 def _foundation(_: str | None) -> str:
-    data = _load("foundation-figures")
+    data = load_figure("foundation-figures")
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in data["rows"]:
         rows.setdefault((r["layout"], r["scaling"]), {})[(r["graph"], r["dtype"])] = r
@@ -152,7 +154,7 @@ def _foundation(_: str | None) -> str:
 
 
 def _encodings(_: str | None) -> str:
-    data = _load("encoding-figures")
+    data = load_figure("encoding-figures")
     by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for r in data["rows"]:
         by.setdefault((r["encoding"], r["artifact"]), {})[r["dtype"]] = r
@@ -198,7 +200,7 @@ BENCH_ROWS = [("copy_1t", "copy, 1 thread"), ("copy_mt", "copy, 2 threads"), ("o
 
 def _bench_table(scenarios: list[str]) -> Callable[[str | None], str]:
     def render(_: str | None) -> str:
-        data = _load("bench")
+        data = load_figure("bench")
         present = [s for s in scenarios if s in data["scenarios"]]
         lines = ["| entry | " + " | ".join(present) + " |", "|---" * (len(present) + 1) + "|"]
         for key, label in BENCH_ROWS:
@@ -213,7 +215,7 @@ def _bench_table(scenarios: list[str]) -> Callable[[str | None], str]:
 
 
 def _targets(_: str | None) -> str:
-    data = _load("bench")
+    data = load_figure("bench")
     lines = ["| target | this run | met? |", "|---|---|---|"]
     for t in data["targets"]:
         met = "met" if t["met"] else "**not met**"
@@ -222,7 +224,7 @@ def _targets(_: str | None) -> str:
 
 
 def _guard_cost(_: str | None) -> str:
-    data = _load("guard-cost")
+    data = load_figure("guard-cost")
     lines = ["| scenario | shipped (guarded) | without guards | cost |", "|---|---|---|---|"]
     for name, s in data["scenarios"].items():
         shipped, bare = s.get("fused", {}).get("median_us"), s.get("fused_no_guard", {}).get("median_us")
@@ -234,7 +236,7 @@ def _guard_cost(_: str | None) -> str:
 
 
 def _build_cost(_: str | None) -> str:
-    data = _load("build-cost")
+    data = load_figure("build-cost")
     c = data["config"]
     lines = ["| tables | positions x frequencies | float64 + round once (s) | rope_tables (s) | < 0.5 s |",
              "|---|---|---:|---:|---|"]  # fmt: skip
@@ -259,7 +261,7 @@ def _sizes(_: str | None) -> str:
     """  # noqa: D205
     import importlib.util
 
-    data = _load("sizes")
+    data = load_figure("sizes")
     m = data["machine"]
     found = importlib.util.spec_from_file_location("bench_sizes", ROOT / "tools" / "bench_sizes.py")
     assert found is not None and found.loader is not None
@@ -272,7 +274,7 @@ def _sizes(_: str | None) -> str:
 
 
 def _quantized(_: str | None) -> str:
-    data = _load("quantized")
+    data = load_figure("quantized")
     out = [_head("python tools/quantized_figures.py --out tools/figures",
                  _measured([data["machine"], f"ONNX Runtime {data['versions']['onnxruntime']}",
                             "the JSON records no CPU model or load"]))]  # fmt: skip
@@ -291,7 +293,7 @@ def _quantized(_: str | None) -> str:
 
 
 def _planted(_: str | None) -> str:
-    data = _load("planted")
+    data = load_figure("planted")
     lines = ["| bug | artifact | caught | as expected | worst error |", "|---|---|---|---|---|"]
     for b in data["bugs"]:
         worst = b.get("worst") or {}
@@ -310,7 +312,7 @@ def _planted(_: str | None) -> str:
 
 
 def _decoder_peers(_: str | None) -> str:
-    data = _load("decoder-peers")
+    data = load_figure("decoder-peers")
     cells: dict[tuple[str, str], dict[int, str]] = {}
     for r in data["rows"]:
         text = "fails to export" if r.get("rel") is None else f"{r['rel']:.1e}"
@@ -329,7 +331,7 @@ def _decoder_peers(_: str | None) -> str:
 
 
 def _cli_startup(_: str | None) -> str:
-    data = _load("cli-startup")
+    data = load_figure("cli-startup")
     trees = list(data["trees"].items())
     name, last = trees[-1]
     lines = ["| command | best (s) | median (s) |", "|---|---:|---:|"]
@@ -403,7 +405,7 @@ def _figure_md(name: str | None) -> str:
 
 
 def _build_times(_: str | None) -> str:
-    data = _load("build-times")
+    data = load_figure("build-times")
     m = data["machine"]
     lines = ["| command | artifacts | wall | CPU (user + system) | load average (1 min) before -> after | exit |",
              "|---|---:|---:|---:|---|---:|"]  # fmt: skip
@@ -471,6 +473,92 @@ def _tier_counts(_: str | None) -> str:
     return head + "\n" + "\n".join(rows) + "\n"
 
 
+def _pins() -> dict[str, str]:
+    """constraints.txt's direct dependencies (the part above "Brought in by those"): {name: pinned version}."""
+    direct = (ROOT / "constraints.txt").read_text().split("# Brought in by those:")[0]
+    found = (re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.strip()) for line in direct.splitlines())
+    return {m.group(1): m.group(2) for m in found if m}
+
+
+def pins(_: str | None) -> str:
+    """The pins every install of README's commands gets: constraints.txt's direct dependencies, read from it."""
+    rows = ["| package | pinned (constraints.txt) |", "|---|---|"]
+    rows += [f"| {name} | {pinned} |" for name, pinned in _pins().items()]
+    return "\n".join(rows) + "\n"
+
+
+def _newest_versions(_: str | None) -> str:
+    """The newest-versions check (tools/newest_versions.py): what it installed beside the pins, and what passed."""
+    data = load_figure("newest-versions")
+    pinned = {k.lower(): v for k, v in _pins().items()}
+    rows = ["| package | pinned | tested newer |", "|---|---|---|"]
+    for name, got in data.get("got", {}).items():
+        rows.append(f"| {name} | {pinned.get(name, '-')} | {got if got != pinned.get(name) else '(the pin)'} |")
+    build, fast = data.get("default_build", {}), data.get("fast_tier", {})
+    counts = ", ".join(f"{n} {w}" for w, n in fast.get("counts", {}).items()) or "not run"
+    taken = data.get("torch_taken", {})
+    refused = [f"{c['version']} ({c['why']})" for c in data.get("torch_candidates", []) if not c["cpu"]]
+    said = [f"`ropeexport build` (the embedded default): exit {build.get('exit')}, {build.get('passed')} of "
+            f"{build.get('artifacts')} artifacts verified, {build.get('wall_s')} s wall",
+            f"`pytest -m fast`: exit {fast.get('exit')}, {counts}, {fast.get('wall_s')} s wall"
+            + "".join(f"; {line.removeprefix('FAILED ')} failed" for line in fast.get("failures", [])),
+            f"torch: the newest CPU build reachable, {taken.get('version')} from {taken.get('source')}"
+            + (f"; not taken: {', '.join(refused)}" if refused else "") + f"; the CPU index: {data['torch_index']}",
+            f"CUDA packages installed: {', '.join(data.get('cuda_packages', [])) or 'none'}"]  # fmt: skip
+    loads = [f"{step} load {d['load_average_1min']['before']} -> {d['load_average_1min']['after']}"
+             for step, d in (("build", build), ("fast tier", fast)) if d]  # fmt: skip
+    m = data["machine"]
+    measured = _measured([f"{data['date_utc']} UTC at {data['commit']}", f"{m['cpus']} CPUs, {m['platform']}",
+                          f"python {data['python']}", "; ".join(loads)])  # fmt: skip
+    verdict = "passed" if data.get("passed") else "FAILED"
+    said = [x.replace("*", "\\*").replace("<", "&lt;").replace(">", "&gt;") for x in said]  # tool words, not markup
+    return (_head(data["command"], measured) + f"\nThe check {verdict}:\n\n" + "\n".join(f"- {x}" for x in said)
+            + "\n\n" + "\n".join(rows) + "\n")  # fmt: skip
+
+
+# A tutorial's output excerpts: NAME -> (the figure tools/tutorial_outputs.py wrote, the start of the block's text,
+# the lines kept, each a regex searched in turn from the last line kept). "  ..." stands where lines were left out.
+AUDIT = "ropeexport audit og-llama/model.onnx --hf-config my-llama/config.json"
+OUTPUTS: dict[str, tuple[str, str, list[str]]] = {
+    "audit-sites": ("tutorial-audit-and-graft", AUDIT + " --out", [r"^og-llama/model\.onnx: ", r"^  site 0: ",
+                                                                   r"^    - float32 frequencies: "]),
+    "audit-effects": ("tutorial-audit-and-graft", AUDIT + " --out", [r"findings by their effect", r"^    - float32",
+                                                                     r"^      harmless: ", r"^      next: "]),
+    "audit-optimized": ("tutorial-audit-and-graft", AUDIT + " --optimized", [r"^  optimized graph: ",
+                                                                             r"^    optimized site 0: ",
+                                                                             r"as in the exported graph"]),
+    "graft": ("tutorial-audit-and-graft", "ropeexport graft ", [r"^og-llama-grafted/model\.onnx: ",
+                                                               r"onnxruntime-genai folder", r"cos_cache / sin_cache",
+                                                               r"audit after", r"whole decoder against float64",
+                                                               r"last position"]),
+}  # fmt: skip
+
+
+def excerpt(name: str, records: list[dict[str, Any]]) -> str:
+    """The excerpt ``name`` of ``OUTPUTS`` from a run's block records (tools/tutorial_outputs.py's ``blocks``)."""
+    _, start, wanted = OUTPUTS[name]
+    block = next((r for r in records if r["text"].startswith(start)), None)
+    if block is None:
+        raise ValueError(f"output {name}: no block of the run starts with {start!r}")
+    lines, kept, at = block["output"].splitlines(), [], 0
+    for pattern in wanted:
+        found = next((i for i in range(at, len(lines)) if re.search(pattern, lines[i])), None)
+        if found is None:
+            raise ValueError(f"output {name}: no line after line {at} of {start!r}'s output matches {pattern!r}")
+        if kept and found > at:
+            kept.append("  ...")
+        kept.append(lines[found].rstrip())
+        at = found + 1
+    return "```text\n" + "\n".join(kept) + "\n```\n"
+
+
+def output(name: str | None) -> str:
+    """A tutorial's output excerpt as the recorded run printed it (``OUTPUTS``, tools/tutorial_outputs.py)."""
+    if name not in OUTPUTS:
+        raise ValueError(f"output {name!r}: not one of {', '.join(OUTPUTS)}")
+    return excerpt(name, load_figure(OUTPUTS[name][0])["blocks"])
+
+
 FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
     "tier-counts": _tier_counts,
     "foundation": _foundation,
@@ -490,6 +578,7 @@ FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
     "suite": _suite,
     "fast-tier": _fast_tier,
     "zoo-ray": _zoo_ray,
+    "newest-versions": _newest_versions,
 }
 
 
@@ -504,6 +593,8 @@ DIRECTIVES: dict[str, Callable[[str | None], str]] = {
     "figure": _figure,
     "figure-md": _figure_md,
     "presets": presets,
+    "pins": pins,
+    "output": output,
 }
 
 

@@ -152,7 +152,7 @@ class AuditResult:
         """  # noqa: D205
         from html import escape
 
-        from ropeexport.report.html import CSS
+        from ropeexport.report.html import CSS, safe_plot
         from ropeexport.report.plots import Line, error_by_position
 
         spec = self.spec
@@ -176,9 +176,8 @@ class AuditResult:
             parts.append("<table><thead><tr><th>call length L</th><th>rows</th><th>max abs error</th>"
                          f"<th>at position</th><th>exact</th></tr></thead><tbody>{rows}</tbody></table>")  # fmt: skip
             lines = [Line(f"L = {p['length']}", p["curve"]["x"], p["curve"]["y"]) for p in site["probes"]]
-            try:
-                png = error_by_position(lines, "position", [site["probes"][0]["tolerance"]])
-            except Exception:  # noqa: BLE001 - a plot must never cost the report
+            png = safe_plot(error_by_position, lines, "position", [site["probes"][0]["tolerance"]])
+            if not png:  # a plot must never cost the report
                 parts.append("<p>Plot left out: matplotlib could not draw these values.</p>")
                 continue
             data = base64.b64encode(png).decode("ascii")

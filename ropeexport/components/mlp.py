@@ -70,7 +70,10 @@ def _erf(x: np.ndarray) -> np.ndarray:
 def activation64(name: str, x: np.ndarray) -> np.ndarray:
     """The activation's formula in float64."""
     if name == "silu":
-        return x / (1.0 + np.exp(-x))
+        # exp(-x) overflows to inf for x < -709 (a checkpoint with large weights): x / inf is -0.0, silu's limit, so
+        # numpy's overflow warning would only be noise on the user's stderr mid-build.
+        with np.errstate(over="ignore"):
+            return x / (1.0 + np.exp(-x))
     if name == "relu":
         return np.maximum(x, 0.0)
     if name == "gelu":

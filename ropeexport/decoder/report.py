@@ -201,10 +201,12 @@ def _html(text: str) -> str:
 
 def _points(calls: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """(last position, error / logit scale) of each call, by how it is drawn: judged, stale, failed, zero, bad."""
+    from ropeexport.report.plots import drawable
+
     out: dict[str, list[tuple[float, float]]] = {k: [] for k in ("judged", "stale", "failed", "zero", "bad")}
     for call in calls:
         x, y = float(call["positions"][1]), float(call["float64"]["rel"])
-        if not math.isfinite(y):
+        if not drawable(y):  # infinite, NaN, or past what a log axis can draw: a cross at the top
             out["bad"].append((x, y))
             continue
         if y <= 0:  # a log axis has no zero
@@ -227,15 +229,23 @@ def error_figure(report: dict[str, Any]) -> bytes:
     import matplotlib.style
     from matplotlib.ticker import MaxNLocator, NullLocator
 
-    from ropeexport.report.plots import STYLE, TOLERANCE_COLOR, figure_notes, new_figure, png_bytes, shorten
+    from ropeexport.report.plots import (
+        LOG_CEILING,
+        STYLE,
+        TOLERANCE_COLOR,
+        figure_notes,
+        log_limits,
+        new_figure,
+        png_bytes,
+        shorten,
+    )
 
     chosen = report["scenarios"]
     tolerance = float(report["tolerance"]["rel"])
     cols = max(1, min(3, len(chosen)))
     rows = max(1, math.ceil(len(chosen) / cols))
     drawn = [(s, _points(s["calls"])) for s in chosen]
-    shown = [y for _, p in drawn for key in ("judged", "stale") for _, y in p[key]] + [tolerance]
-    low, high = min(shown) / 3, max(shown) * 5
+    low, high = log_limits([y for _, p in drawn for key in ("judged", "stale") for _, y in p[key]] + [tolerance])
     top = high * 3 if any(p["bad"] for _, p in drawn) else high  # room for the crosses of non-finite errors
     with matplotlib.style.context(["default", STYLE]):
         figure = new_figure((PANEL_SIZE[0] * 3, PANEL_SIZE[1] * rows + 0.6))
@@ -272,7 +282,7 @@ def error_figure(report: dict[str, Any]) -> bytes:
         if zeros:
             notes.append(f"{zeros} calls with zero error left out (a log axis has no 0)")
         if bad:
-            notes.append(f"{bad} calls with an infinite or NaN error (crosses at the top)")
+            notes.append(f"{bad} calls with an infinite or NaN error, or one over {LOG_CEILING:g} (crosses at the top)")
         figure_notes(figure, notes)
         labels: dict[str, Any] = {}
         for ax in axes.flat:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import warnings
 from collections.abc import Callable
 from html import escape
 from typing import Any
@@ -102,9 +103,16 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 
 def safe_plot(make: Callable[..., bytes], *args: Any) -> bytes:
-    """``make(*args)``'s PNG, or empty bytes when matplotlib cannot draw the values (the figure is then left out)."""
+    """``make(*args)``'s PNG, or empty bytes when matplotlib cannot draw the values (the figure is then left out).
+
+    What matplotlib or numpy warn while drawing stays here: a figure is written in the middle of a build, and a
+    warning about axis limits or a glyph would be printed on the user's stderr with no bearing on the verdict (the
+    figure says below its axes what it could not draw).
+    """
     try:
-        return make(*args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return make(*args)
     except Exception:  # noqa: BLE001 - a plot must never cost the report
         return b""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,13 @@ STYLE = {
 }
 TOLERANCE_COLOR = "#cf222e"
 NOTE_COLOR = "#57606a"
+# What a log axis can be given. A limit of a third of the smallest error underflows to 0 for an error of 5e-324, and
+# matplotlib then prints "Attempt to set non-positive ylim on a log-scaled axis will be ignored" on the user's stderr
+# in the middle of a build; its log ticker overflows computing 10 ** x for limits near 1e300 (measured: numpy's
+# overflow warnings and an OverflowError at 1e300, neither at 1e200). An error above the ceiling is drawn as a cross
+# at the top, as an infinite one is.
+LOG_FLOOR = sys.float_info.min  # the smallest normal double, 2.2e-308
+LOG_CEILING = 1e200
 
 
 @dataclass(frozen=True)
@@ -77,13 +85,30 @@ def figure_notes(figure: Figure, notes: list[str]) -> None:
         figure.supxlabel("; ".join(notes), fontsize=8, color=NOTE_COLOR)
 
 
+def drawable(y: float) -> bool:
+    """Whether an error can be a point on a log axis (finite, at most ``LOG_CEILING``); zero is a gap, not a point."""
+    return math.isfinite(y) and abs(y) <= LOG_CEILING
+
+
+def log_limits(values: Sequence[float]) -> tuple[float, float]:
+    """(low, high) of a log axis showing every positive drawable value, a factor 3 of room below and 5 above,
+    inside ``LOG_FLOOR`` .. ``LOG_CEILING`` (so matplotlib neither refuses nor overflows them); (1e-9, 1) for none.
+    """  # noqa: D205
+    shown = [v for v in values if v > 0 and drawable(v)]
+    if not shown:
+        return 1e-9, 1.0
+    return max(min(shown) / 3, LOG_FLOOR), min(max(shown) * 5, LOG_CEILING)
+
+
 def _split(x: Sequence[Any], y: Sequence[Any]) -> tuple[list[tuple[float, float]], list[float], int]:
-    """(finite points, x of non-finite errors ("inf", "nan"), count of null points) of one curve."""
+    """(drawable points, x of errors past the axis ("inf", "nan", over ``LOG_CEILING``), count of null points) of
+    one curve.
+    """  # noqa: D205
     points, bad, missing = [], [], 0
     for xi, yi, raw in zip(floats(list(x)), floats(list(y)), list(y), strict=False):
         if not math.isfinite(xi) or raw is None or isinstance(raw, bool):
             missing += 1
-        elif math.isfinite(yi):
+        elif drawable(yi):
             points.append((xi, abs(yi)))
         else:
             bad.append(xi)
@@ -136,9 +161,7 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         ax = figure.add_subplot()
         curves = [(line, *_split(line.x, line.y)) for line in lines]
         tolerances = sorted({t for t in floats(list(atols)) if math.isfinite(t) and t > 0})
-        positive = [y for _, points, _, _ in curves for _, y in points if y > 0] + tolerances
-        low = min(positive) / 3 if positive else 1e-9
-        high = max(positive) * 5 if positive else 1.0
+        low, high = log_limits([y for _, points, _, _ in curves for _, y in points] + tolerances)
         zeros = sum(y == 0 for _, points, _, _ in curves for _, y in points)
         missing = sum(lost for _, _, _, lost in curves)
         exact, crosses = _draw_lines(ax, curves)
@@ -154,7 +177,8 @@ def error_by_position(lines: Sequence[Line], axis_label: str, atols: Sequence[An
         if missing:
             notes.append(f"{missing} bins without a value (null) left out")
         if crosses:
-            notes.append(f"{len(crosses)} bins with an infinite or NaN error (crosses at the top)")
+            notes.append(f"{len(crosses)} bins with an infinite or NaN error, or one over {LOG_CEILING:g} "
+                         "(crosses at the top)")
         figure_notes(figure, notes)
         if ax.get_legend_handles_labels()[0]:
             figure.legend(loc="outside right upper")
@@ -171,8 +195,7 @@ def share_by_position(lines: Sequence[Line], axis_label: str) -> bytes:
         figure = new_figure(POSITION_SIZE)
         ax = figure.add_subplot()
         curves = [(line, *_split(line.x, line.y)) for line in lines]
-        positive = [y for _, points, _, _ in curves for _, y in points if y > 0] + [1.0]
-        low, high = min(positive) / 3, max(positive) * 5
+        low, high = log_limits([y for _, points, _, _ in curves for _, y in points] + [1.0])
         exact, crosses = _draw_lines(ax, curves)
         envelope = "allowed: max(atol, rtol × |expected|)"  # black: the color cycle uses red for its 4th line
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1.2, label=envelope)

@@ -7,6 +7,7 @@ seen, so the comparison can fail.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.attention.float64 import attention64
 from ropeexport.components.attention.graph import attention_model
 from ropeexport.components.linear import WeightFormat, is_weight, linear, linear64
-from ropeexport.components.mlp import MLPSpec, joined, mlp, mlp64
+from ropeexport.components.mlp import MLPSpec, activation64, joined, mlp, mlp64
 from ropeexport.components.norm import NormSpec, add_norm, norm64
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
@@ -122,6 +123,19 @@ def test_mlp_graph_matches_its_twin(kind: str, act: str, dtype: str, biased: boo
     assert _close(got, mlp64(spec, x, weights), dtype)
     other = "silu" if act != "silu" else "gelu"
     assert not _close(got, mlp64(MLPSpec(kind, other, 24, dtype), x, weights), dtype)  # the activation is seen
+
+
+# (activation, input, its limit): far out on the saturated side, where a formula's exp overflows (a checkpoint with
+# large weights, x1000, reaches it) and numpy printed "overflow encountered in exp" mid-build
+SATURATED = [("silu", -1000.0, -0.0), ("silu", 1000.0, 1000.0)]
+
+
+@pytest.mark.parametrize(("act", "x", "limit"), SATURATED)
+def test_an_activation_twin_saturates_without_a_warning(act: str, x: float, limit: float) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = activation64(act, np.array([x]))
+    assert got[0] == limit
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])

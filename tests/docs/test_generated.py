@@ -6,6 +6,7 @@ naming the one command that rewrites it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,23 @@ def test_the_site_renders_a_committed_section_once(tmp_path: Path) -> None:
     page = (ROOT / "docs/reference/cli.md").read_text()
     rendered = site.render(page, "docs/reference/cli.md")
     assert rendered.count("usage: ropeexport build") == 1 and "<!-- render:" not in rendered
+
+
+def _prose(text: str) -> str:
+    """A page's own words: its generated sections (rendered from a figure already) cut out."""
+    return site.SECTION.sub("", text)
+
+
+OUTPUT_PAGES = sorted({site.load_figure(figure)["page"]: figure for figure, _, _ in site.OUTPUTS.values()}.items())
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("page", "figure"), OUTPUT_PAGES, ids=[p for p, _ in OUTPUT_PAGES])
+def test_a_tutorials_figures_are_its_recorded_runs(page: str, figure: str) -> None:
+    # Every error a tutorial's words quote (2.72e-03) is one its recorded run printed (issue 43 item 11: the audit
+    # tutorial said 4.62e-05 and 5.35e-07 where a user got 4.64e-05 and 4.54e-07)
+    printed = "\n".join(block["output"] for block in site.load_figure(figure)["blocks"])
+    quoted = set(re.findall(r"\b\d\.\d\de[+-]\d\d\b", _prose((ROOT / page).read_text())))
+    assert sorted(f for f in quoted if f not in printed) == [], (
+        f"{page} quotes figures its recorded run (tools/figures/{figure}.json) did not print"
+    )

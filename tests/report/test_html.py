@@ -189,6 +189,36 @@ def test_plots_leave_no_global_state() -> None:
         assert plt.get_fignums() == []
 
 
+def _decoder_figure(errors: list[float]) -> bytes:
+    from ropeexport.decoder.report import error_figure
+
+    calls = [{"positions": [0, i], "float64": {"rel": e}, "stale_cache": False, "passed": e <= 1e-4, "index": i}
+             for i, e in enumerate(errors)]  # fmt: skip
+    scenario = {"name": "decode", "passed": all(c["passed"] for c in calls), "calls": calls}
+    return error_figure({"tolerance": {"rel": 1e-4}, "scenarios": [scenario]})
+
+
+# Errors a failing build can store, through each per-position figure: the smallest double (a third of it is 0, which
+# matplotlib refused on the user's stderr as "Attempt to set non-positive ylim on a log-scaled axis"; issue 43 item
+# 10) and one past what its log ticker draws (numpy's overflow warnings and an OverflowError that left the figure out)
+EXTREME_ERRORS = [5e-324, 1e300]
+FIGURES = {
+    "decoder error_figure": _decoder_figure,
+    "error_by_position": lambda e: plots.error_by_position([plots.Line("a", list(range(len(e))), e)], "p", [1e-5]),
+    "share_by_position": lambda e: plots.share_by_position([plots.Line("a", list(range(len(e))), e)], "p"),
+}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("error", EXTREME_ERRORS, ids=str)
+@pytest.mark.parametrize("figure", FIGURES)
+def test_a_figure_of_extreme_errors_is_drawn_without_a_warning(figure: str, error: float) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning here is printed on the stderr of the build that draws it
+        png = FIGURES[figure]([1e-6, error])
+    assert png.startswith(PNG_SIGNATURE)
+
+
 HISTOGRAMS = [
     pytest.param([-9.0, -8.0, -7.0], [3, 4], 0, ([-9.0, -8.0, -7.0], [3.0, 4.0], 0.0), id="k-counts"),
     pytest.param([-9.0, -8.0], [1, 3, 2], 0, ([-10.0, -9.0, -8.0, -7.0], [1.0, 3.0, 2.0], 0.0), id="under-overflow"),
