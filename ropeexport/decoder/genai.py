@@ -49,6 +49,18 @@ def _token(config: Mapping[str, Any], key: str, vocab: int) -> int | list[int] |
     return value if isinstance(value, int) and 0 <= value < vocab else None
 
 
+def genai_refusal(spec: DecoderSpec) -> str | None:
+    """Why onnxruntime-genai 0.18 cannot load the decoder (None: it can): its position_ids [batch, seq] only, one
+    head_size for every cached key and value (a latent layer's keys are nope + rope wide, its values v_head_dim).
+    """  # noqa: D205
+    if not spec.positions.one_axis:  # "Invalid rank for input: position_ids Got: 2 Expected: 3" (measured)
+        return "it feeds position_ids [batch, seq], the model takes [3, batch, seq]"
+    if any(layer.attention.kind == "latent" for layer in spec.layers):
+        return ("it caches every key and value [KV, head_size] of one width; latent attention's keys are "
+                "qk_nope_head_dim + qk_rope_head_dim wide, its values v_head_dim")
+    return None
+
+
 def genai_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str, Any]:
     """The ``genai_config.json`` of a decoder: greedy search, its sizes and I/O names, its context length."""
     shapes = {geometry(spec, i) for i in range(spec.num_layers)}  # each layer's own (onnxruntime-genai takes one)

@@ -36,7 +36,7 @@ from ropeexport.decoder.checkpoint import CheckpointWeights
 from ropeexport.decoder.config import check_config
 from ropeexport.decoder.diff import check_report, diff_decoder_reports, fields
 from ropeexport.decoder.export import write_decoder
-from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config
+from ropeexport.decoder.genai import CONFIG, copy_tokenizer, genai_config, genai_refusal
 from ropeexport.decoder.parts import position_pieces, weight_format
 from ropeexport.decoder.report import write_html, write_markdown
 from ropeexport.decoder.runs import RuntimeVerdict, by_runtime, index_runtimes, rows, run_on
@@ -177,8 +177,8 @@ def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mappin
     onnxruntime-genai package and the checkpoint's tokenizer files written into ``folder``; the file names.
     """  # noqa: D205
     files, _ = write_decoder(spec, weights, describe(checkpoint), folder, stage)
-    if not spec.positions.one_axis:  # onnxruntime-genai 0.18 feeds position_ids [batch, seq]: "Invalid rank for
-        return files + copy_tokenizer(checkpoint, folder)  # input: position_ids Got: 2 Expected: 3" (measured)
+    if genai_refusal(spec) is not None:  # no package onnxruntime-genai 0.18 cannot load (M-RoPE, latent attention)
+        return files + copy_tokenizer(checkpoint, folder)
     (folder / CONFIG).write_text(json.dumps(genai_config(spec, config), indent=2) + "\n")
     return files + [CONFIG, *copy_tokenizer(checkpoint, folder)]
 

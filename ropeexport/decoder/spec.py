@@ -349,6 +349,20 @@ class DecoderSpec:
             out.append(item)
         return tuple(out)
 
+    def _check_latent(self, layer: LayerSpec) -> None:
+        """A latent layer's form: the ones ``components.latent`` builds (SpecError naming ``graph`` otherwise)."""
+        from ropeexport.components.latent.spec import GRAPHS as LATENT_GRAPHS  # onnx-free
+
+        a = layer.attention
+        if self.graph not in LATENT_GRAPHS:
+            raise SpecError("graph", f"the {self.graph} form is not built for latent attention (its keys are nope + "
+                            "rope wide, its values v_head_dim: TensorRT's form of one head size around a cache-less "
+                            f"Attention is not written for it); use {', '.join(LATENT_GRAPHS)}")  # fmt: skip
+        if self.graph == "gqa" and (a.qk_nope_head_dim + a.head_dim) % 8:
+            raise SpecError("graph", f"the gqa form needs qk_nope_head_dim + qk_rope_head_dim a multiple of 8 "
+                            f"(GroupQueryAttention's head size), got {a.qk_nope_head_dim + a.head_dim}; use fused "
+                            "or decomposed")  # fmt: skip
+
     def _check_layer(self, where: str, layer: LayerSpec) -> None:
         """What a decoder can build of ``layer`` (SpecError naming ``where.field`` otherwise): its norms its residual
         form's, its encoding one a decoder takes with the layer's own geometry and the model's context length, a
@@ -363,6 +377,8 @@ class DecoderSpec:
                             "residual (other norms per layer are not built yet)")  # fmt: skip
         a = layer.attention
         ALL_FORMS[self.graph].check("softcap", a.softcap, "graph")  # TensorRT's Attention has no softcap
+        if a.kind == "latent":
+            self._check_latent(layer)
         if layer.ffn.kind == "moe" and self.storage.format:
             # [E, n, m] expert weights: MatMulNBits holds 2-D weights; ORT's QMoE is not built
             raise SpecError("weight_format", f"int4 is not built for {self.model_type}'s experts (a mixture of "
@@ -384,6 +400,8 @@ class DecoderSpec:
         ours = {"num_heads": position.num_heads, "head_dim": position.head_dim,
                 "num_kv_heads": int(getattr(position, "num_kv_heads", 0) or position.num_heads)}  # fmt: skip
         theirs = dict(zip(GEOMETRY, layer.geometry, strict=True))
+        if a.kind == "latent":  # one rotated key slice shared by every head: the piece rotates a key of one head
+            theirs["num_kv_heads"] = 1
         for key in GEOMETRY:
             if ours[key] != theirs[key]:
                 raise SpecError(f"{prefix}position.{key}", f"must be the layer's ({theirs[key]}), got {ours[key]}: "

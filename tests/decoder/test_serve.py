@@ -53,6 +53,8 @@ CASES = {
     "qwen3-moe-to-the-end": ("qwen3_moe", "gqa", 7, 237, 12),  # dense and sparse layers, ORT's MoE; reaches 255
     # the query scale's step at 128 crossed while decoding (and YaRN's switch at 64 behind it)
     "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
+    # latent attention (keys 16 wide, values 8: cached padded to 16 in the gqa form), YaRN's far end; reaches 255
+    "deepseek-v3-to-the-end": ("deepseek_v3", "gqa", 7, 237, 12),
 }
 
 
