@@ -343,8 +343,8 @@ def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray,
     choice = scores + bias
     group_order = _group_order(router, choice)
     kept = group_order[:, : router.topk_group].copy()
-    group_margin, expert_margin = grouped_margins(router, choice) if flips else (None, None)
-    swap_group = [t for t in flips if group_margin is not None and group_margin[t] <= expert_margin[t]]
+    group_margin, expert_margin = grouped_margins(router, choice)
+    swap_group = [t for t in flips if group_margin[t] <= expert_margin[t]]
     for token in swap_group:
         kept[token, -1] = group_order[token, router.topk_group]
     order = np.argsort(-_open(router, choice, kept), axis=-1, kind="stable")

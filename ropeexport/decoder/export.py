@@ -42,7 +42,7 @@ from ropeexport.decoder.parts import (
     weight_format,
 )
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, expected, layer_weights, lm_head
+from ropeexport.decoder.weights import BLOCK_NAMES, cache_shapes, expected, layer_weights, lm_head
 from ropeexport.dtypes import DTYPES
 from ropeexport.forms import FORMS
 from ropeexport.graph.compose import call
@@ -160,8 +160,14 @@ def build_decoder_graph(
         wired = {"hidden": x, "position_ids": rows, "attention_mask": "attention_mask",
                  "past_key": past_key, "past_value": past_value, **axes_wired}  # fmt: skip
         block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
-        if layer.attention.kind == "latent":  # DeepSeek's latent attention over its expanded cache
-            out = call(g, latent_model(latent_spec(spec, i, pieces[i]), block), wired, f"layers.{i}/")
+        if layer.attention.kind == "latent":  # DeepSeek's latent attention over its cache
+            latent_of = latent_spec(spec, i, pieces[i])
+            if latent_of.cache == "latent":  # the latent and the rotated rope key under the layer's cache names
+                wired = {k: v for k, v in wired.items() if k not in ("past_key", "past_value")} | {
+                    "past_latent": past_key, "past_rope_key": past_value}
+            out = call(g, latent_model(latent_of, block), wired, f"layers.{i}/")
+            out = {"output": out["output"], "present_key": out.get("present_key", out.get("present_latent", "")),
+                   "present_value": out.get("present_value", out.get("present_rope_key", ""))}  # fmt: skip
         else:
             out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)
@@ -200,10 +206,10 @@ def build_decoder_graph(
         io(positions.name, TensorProto.INT64, positions.dims),
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
-    for i, layer in enumerate(spec.layers):
+    for i in range(spec.num_layers):
         past_key, past_value, present_key, present_value = cache_names(i)
         for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
-                                                 layer.cache_shapes(spec.graph), strict=True):  # fmt: skip
+                                                 cache_shapes(spec, i), strict=True):  # fmt: skip
             inputs.append(io(past, dtype, ["batch", heads, "past", width]))
             outputs.append(io(present, dtype, ["batch", heads, "total", width]))
     graph = helper.make_graph(g.nodes, spec.name, inputs, outputs, g.initializers)

@@ -81,8 +81,9 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
 
 
 def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None) -> LatentSpec:
-    """Layer i's latent attention (``components.latent``) over its expanded cache in ``graph`` (default the
-    decoder's form; the float64 recompute holds the cache unpadded, any form but gqa): its widths, the logit scale
+    """Layer i's latent attention (``components.latent``) over the decoder's cache (``DecoderSpec.cache``) in its
+    form, or over the expanded cache in ``graph`` (the float64 recompute's: unpadded, any form but gqa; the twin of
+    the absorbed latent graph is the plain attention it rewrites): its widths, the logit scale
     (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at eps 1e-6
     whatever the config's rms_norm_eps (transformers' ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``).
     """  # noqa: D205
@@ -90,8 +91,8 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=a.qk_nope_head_dim,
                       qk_rope_head_dim=a.head_dim, v_head_dim=a.v_head_dim, norm=NormSpec("rms", 1e-6, spec.dtype),
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
-                      graph=spec.graph if graph is None else graph, position=piece,
-                      weights=weight_format(spec))  # fmt: skip
+                      graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
+                      cache=spec.cache if graph is None else "expanded")  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -38,10 +38,11 @@ def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int
 
 def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
     """((heads, width) of layer ``layer``'s cached key, of its value) in the decoder's form (``graph`` None) or
-    ``graph`` ("": as the layer computes it, unpadded): ``LayerSpec.cache_shapes``, each tensor [b, heads, past,
-    width].
+    ``graph`` ("": as the layer computes it, unpadded and expanded): ``LayerSpec.cache_shapes`` with the spec's
+    ``cache`` (a latent layer's latent cache where ``latent_cache``), each tensor [b, heads, past, width].
     """  # noqa: D205
-    return spec.layers[layer].cache_shapes(spec.graph if graph is None else graph)
+    form = spec.graph if graph is None else graph
+    return spec.layers[layer].cache_shapes(form, spec.cache if form else "expanded")  # "": the twin's, expanded
 
 
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:

@@ -52,6 +52,10 @@ CASES = [(name, "fused") for name in CONFIGS] + [
 ]
 
 
+# Rows built with a build option: Kimi K2's shape with latent attention's latent cache (the latent and the rotated rope
+# key cached, kv_b_proj absorbed; the decomposed form's)
+OPTIONS = {("deepseek_v3-kimi", "decomposed"): {"latent_cache": True}}
+
 # Fast tier: a grouped-query llama, Phi-3 LongRoPE in the gqa form and BLOOM (ALiBi); CI builds every case.
 FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemma3", "fused"), ("gpt_oss", "fused")}
 
@@ -59,8 +63,9 @@ FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemm
 @pytest.mark.parametrize(("name", "graph"), tiered(CASES, lambda c: c in FAST), ids=[f"{n}-{g}" for n, g in CASES])
 def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
-    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, **OPTIONS.get((name, graph), {}))
     report = result.decoder_report
+    assert report.spec.get("latent_cache", False) == bool(OPTIONS.get((name, graph)))
     failing = [(s.name, c.index, c.float64.rel) for s in report.scenarios for c in s.calls if not c.passed]
     assert result.passed, failing
     assert report.references.transformers.startswith("transformers")
