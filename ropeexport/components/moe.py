@@ -420,7 +420,8 @@ def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: s
     open_ = g.op("Cast", [g.op("Reshape", [per_expert, g.op("Shape", [choice])])], to=TensorProto.BOOL)
     masked = g.op("Where", [open_, choice, f32("closed", -np.inf)])
     chosen = g.op("TopK", [masked, i64("k", router.top_k)], n_out=2, axis=-1)[1]
-    weights = g.op("GatherElements", [scores, chosen], axis=-1)  # [b, s, k]
+    # axis 2, not -1: onnx.reference 1.23's GatherElements compares the shapes around axis -1 wrongly (dim + 1 = 0)
+    weights = g.op("GatherElements", [scores, chosen], axis=2)  # [b, s, k]
     if router.norm_topk_prob:
         total = g.op("Add", [g.op("ReduceSum", [weights, i64("last", -1)], keepdims=1), f32("tiny", 1e-20)])
         weights = g.op("Div", [weights, total])
