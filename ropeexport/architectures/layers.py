@@ -432,13 +432,17 @@ class LayerSpec:
 def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
     """(the wire field, why) of the first thing ``layer`` describes that no decoder graph builds yet; None if built."""
     a = layer.attention
-    if a.kind != "standard":
-        return "attention_kind", f"{a.kind} attention is described but not built (no component computes it yet)"
+    if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate or a.kv_from is not None
+                               or layer.query_scale is not None):  # fmt: skip
+        return "attention_kind", ("latent attention is built full and causal only (no window, q/k norm, soft cap, "
+                                  "sinks, gate, shared key/value or query scale beside it)")
     if a.mask == "chunked":
         return "attention", "chunked attention (Llama 4) is described but not built in any form yet"
-    if layer.ffn.router == "grouped":
-        return "router", ("DeepSeek's grouped router is built as a component (components.moe.shared_moe) but not "
-                          "composed into a decoder yet")
+    if layer.ffn.router == "grouped" and a.kind != "latent":
+        return "router", "DeepSeek's grouped router is built in DeepSeek's layer only (beside latent attention)"
+    if layer.ffn.router == "grouped" and not layer.ffn.shared:
+        return "n_shared_experts", ("0 is not built: DeepSeek's mixture is composed with its shared experts "
+                                    "(components.moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
     if a.kv_from is not None:
         return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
     if a.qk_norm == "l2":

@@ -58,6 +58,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                        "onnxruntime-genai's CPU default, judged by a wider bound)")  # fmt: skip
     group.add_argument("--symmetric", dest="symmetric", action=argparse.BooleanOptionalAction, default=None,
                        help="int4 zero point 8 (default) or, with --no-symmetric, one per block")  # fmt: skip
+    group.add_argument("--latent-cache", dest="latent_cache", action="store_true",
+                       help="latent attention (deepseek_v3) caches its latent and rotated rope key, kv_b_proj "
+                       "absorbed (decomposed form), not the expanded keys and values")  # fmt: skip
 
 
 def wants_layer_block(args: argparse.Namespace) -> bool:
@@ -161,6 +164,7 @@ def request_of(args: argparse.Namespace) -> DecoderRequest:
         symmetric=True if args.symmetric is None else args.symmetric,
         eager=args.eager,
         runtimes=tuple(runtimes_of(args)),
+        latent_cache=bool(getattr(args, "latent_cache", False)),
     )
 
 

@@ -332,23 +332,71 @@ class GroupedRouter:
             raise SpecError("routed_scaling_factor", f"must be a finite number > 0, got {value!r}")
 
 
-def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray,
+                    flips: Collection[int] = ()) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """(chosen [T, k], weights [T, k]) of router logits [T, E] and ``e_score_correction_bias`` [E] (float64; the class
-    doc). Ties go to the lower index (group and expert), as ONNX's TopK breaks them.
+    doc). Ties go to the lower index (group and expert), as ONNX's TopK breaks them. A token in ``flips`` takes the
+    other side of its nearest tie (``grouped_margins``): its (topk_group + 1)-th group in place of its last kept one,
+    or its (k + 1)-th expert in place of its k-th.
     """  # noqa: D205
-    T, E = logits.shape
     scores = 1.0 / (1.0 + np.exp(-logits))
     choice = scores + bias
-    per_group = -np.sort(-choice.reshape(T, router.groups, E // router.groups), axis=-1)[..., :2].sum(axis=-1)
-    kept = np.argsort(-per_group, axis=-1, kind="stable")[:, : router.topk_group]  # [T, topk_group]
-    open_ = np.zeros((T, router.groups), bool)
-    np.put_along_axis(open_, kept, True, axis=-1)
-    masked = np.where(np.repeat(open_, E // router.groups, axis=-1), choice, -np.inf)
-    chosen = np.argsort(-masked, axis=-1, kind="stable")[:, : router.top_k]
+    group_order = _group_order(router, choice)
+    kept = group_order[:, : router.topk_group].copy()
+    group_margin, expert_margin = grouped_margins(router, choice)
+    swap_group = [t for t in flips if group_margin[t] <= expert_margin[t]]
+    for token in swap_group:
+        kept[token, -1] = group_order[token, router.topk_group]
+    order = np.argsort(-_open(router, choice, kept), axis=-1, kind="stable")
+    chosen = order[:, : router.top_k].copy()
+    for token in set(flips) - set(swap_group):
+        chosen[token, -1] = order[token, router.top_k]
     weights = np.take_along_axis(scores, chosen, axis=-1)
     if router.norm_topk_prob:
         weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
     return chosen, weights * router.scaling
+
+
+def _group_scores(router: GroupedRouter, choice: np.ndarray) -> np.ndarray:
+    """[T, G]: each group's score, the sum of its two best choice scores."""
+    T, E = choice.shape
+    return -np.sort(-choice.reshape(T, router.groups, E // router.groups), axis=-1)[..., :2].sum(axis=-1)
+
+
+def _group_order(router: GroupedRouter, choice: np.ndarray) -> np.ndarray:
+    """[T, G]: each token's groups, best first (ties to the lower index)."""
+    return np.argsort(-_group_scores(router, choice), axis=-1, kind="stable")
+
+
+def _open(router: GroupedRouter, choice: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The choice scores [T, E] of the experts of the ``kept`` groups [T, topk_group], -inf elsewhere."""
+    open_ = np.zeros((choice.shape[0], router.groups), bool)
+    np.put_along_axis(open_, kept, True, axis=-1)
+    return np.where(np.repeat(open_, router.experts // router.groups, axis=-1), choice, -np.inf)
+
+
+def grouped_margins(router: GroupedRouter, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per token of choice scores [T, E] (scores + correction): (the margin between its topk_group-th and next group's
+    scores, between its k-th and (k + 1)-th open experts' choice scores), inf where there is no next one.
+    """  # noqa: D205
+    T = choice.shape[0]
+    ranked = -np.sort(-_group_scores(router, choice), axis=-1)
+    group = (ranked[:, router.topk_group - 1] - ranked[:, router.topk_group] if router.topk_group < router.groups
+             else np.full(T, np.inf))  # fmt: skip
+    masked = -np.sort(-_open(router, choice, _group_order(router, choice)[:, : router.topk_group]), axis=-1)
+    expert = masked[:, router.top_k - 1] - masked[:, router.top_k]  # -inf past the open experts: no next one
+    return group, np.where(np.isfinite(expert), expert, np.inf)
+
+
+def grouped_near_ties(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray,
+                      bound: float) -> list[tuple[int, float]]:  # fmt: skip
+    """(token, margin) of each token whose nearest routing tie (``grouped_margins``) is within ``bound`` x its largest
+    |choice score|: a runtime off by that much may route it either way (``near_ties``' rule for this router).
+    """  # noqa: D205
+    choice = 1.0 / (1.0 + np.exp(-logits)) + bias
+    margin = np.minimum(*grouped_margins(router, choice))
+    scale = np.abs(choice).max(axis=-1)
+    return [(int(t), float(margin[t])) for t in np.nonzero(margin <= bound * scale)[0]]
 
 
 def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: str) -> str:
@@ -372,7 +420,8 @@ def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: s
     open_ = g.op("Cast", [g.op("Reshape", [per_expert, g.op("Shape", [choice])])], to=TensorProto.BOOL)
     masked = g.op("Where", [open_, choice, f32("closed", -np.inf)])
     chosen = g.op("TopK", [masked, i64("k", router.top_k)], n_out=2, axis=-1)[1]
-    weights = g.op("GatherElements", [scores, chosen], axis=-1)  # [b, s, k]
+    # axis 2, not -1: onnx.reference 1.23's GatherElements compares the shapes around axis -1 wrongly (dim + 1 = 0)
+    weights = g.op("GatherElements", [scores, chosen], axis=2)  # [b, s, k]
     if router.norm_topk_prob:
         total = g.op("Add", [g.op("ReduceSum", [weights, i64("last", -1)], keepdims=1), f32("tiny", 1e-20)])
         weights = g.op("Div", [weights, total])
@@ -380,16 +429,21 @@ def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: s
     return g.op("ScatterElements", [filled(scores, 0.0), chosen, weights], axis=-1)
 
 
-def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarray]) -> np.ndarray:
+def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Collection[int] = (),
+                 ties: tuple[float, list[tuple[int, float]]] | None = None) -> np.ndarray:  # fmt: skip
     """float64 x [b, s, n] -> [b, s, n]: DeepSeek's mixture (transformers' ``DeepseekV3MoE``): each token through its
     chosen experts (``grouped_route64``), each a SiLU-gated MLP (down(silu(gate x) * up x)), weighted, plus the shared
     experts' MLP (one of inner width n_shared x moe_intermediate_size). Weights: ``router_proj`` [n, E],
     ``router_correction`` [E], ``experts_gate_proj`` / ``experts_up_proj`` [E, n, m], ``experts_down_proj``
-    [E, m, n], ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n].
+    [E, m, n], ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n]. ``flips`` and
+    ``ties``: as ``moe64``'s, by this router's near ties (``grouped_near_ties``).
     """  # noqa: D205
     silu_mlp = lambda y, gate, up, down: (y @ gate) / (1.0 + np.exp(-(y @ gate))) * (y @ up) @ down  # noqa: E731
     tokens = x.reshape(-1, x.shape[-1])
-    chosen, weights = grouped_route64(router, tokens @ w["router_proj"], w["router_correction"])
+    logits = tokens @ w["router_proj"]
+    if ties is not None:
+        ties[1].extend(grouped_near_ties(router, logits, w["router_correction"], ties[0]))
+    chosen, weights = grouped_route64(router, logits, w["router_correction"], flips)
     out = silu_mlp(tokens, w["shared_gate_proj"], w["shared_up_proj"], w["shared_down_proj"])
     for e in np.unique(chosen):
         rows, slot = np.nonzero(chosen == e)
@@ -425,3 +479,21 @@ def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x
     shared = g.op("MatMul", [g.op("Mul", [g.op("Mul", [s_gate, g.op("Sigmoid", [s_gate])]), s_up]),
                              w["shared_down_proj"]])  # fmt: skip
     return g.op("Add", [g.op("Reshape", [routed, g.op("Shape", [x])]), shared])
+
+
+@dataclass(frozen=True)
+class SharedMoESpec:
+    """DeepSeek's mixture as a decoder layer holds it (``shared_moe`` / ``shared_moe64``): ``router``, each routed
+    expert ``inner`` wide, the shared experts' one gated MLP ``shared`` wide (n_shared_experts x inner), the
+    activations in ``dtype``.
+    """  # noqa: D205
+
+    router: GroupedRouter
+    inner: int
+    shared: int
+    dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        require_int("moe_intermediate_size", self.inner, 1)
+        require_int("n_shared_experts", self.shared, 1)  # ``shared_moe`` adds the shared experts' MLP always
+        require_choice("dtype", self.dtype, tuple(DTYPES))

@@ -79,6 +79,8 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
                        weights=weights)  # fmt: skip
     if spec.storage.format == "int4" and spec.tie_embeddings:  # the head in int4 too, the embedding gathered from its
         spec = spec.replace(tied_head_int4=True, tied_embedding_int4=True)  # bytes (``DecoderSpec.tied_head_int4``)
+    if request.latent_cache:  # latent layers' latent cache (``DecoderSpec.latent_cache``), named in the folder
+        spec = spec.replace(latent_cache=True, **({} if request.name else {"name": f"{spec.name}-latent"}))
     if request.name is None and spec.storage.format:  # the name carries the weight format (validated, defaults set)
         name = "-".join(x for x in (base, "decoder", label, dtype, weight_label(spec.to_dict()), graph) if x)
         spec = spec.replace(name=name)

@@ -186,7 +186,8 @@ def check_config(spec: DecoderSpec, config: Mapping[str, Any], where: str = "dec
                            max_positions=spec.position_spec().max_positions, weights=storage).to_dict()  # fmt: skip
     except SpecError as exc:
         raise ArtifactError(f"{where}.{exc.field}", f"{exc.message} (it no longer makes this decoder's spec)") from None
-    for key in ("tied_head_int4", "tied_embedding_int4"):  # set after the config's spec (``resolve``), for int4 only
+    # set after the config's spec (``resolve``): int4's tied head and embedding, latent attention's latent cache
+    for key in ("tied_head_int4", "tied_embedding_int4", "latent_cache"):
         if key in built:
             made[key] = built[key]
     a, b = flat(made), flat(built)

@@ -26,23 +26,26 @@ from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT
 from ropeexport.components.attention.graph import attention
+from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
-from ropeexport.components.moe import MoESpec, moe, to_graph
+from ropeexport.components.moe import MoESpec, SharedMoESpec, moe, shared_moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
 from ropeexport.decoder.parts import (
     Pieces,
     attention_spec,
     head_name,
+    latent_spec,
     mlp_spec,
     norm_spec,
     position_pieces,
     weight_format,
 )
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, expected, layer_weights, lm_head
+from ropeexport.decoder.weights import BLOCK_NAMES, cache_shapes, expected, layer_weights, lm_head
 from ropeexport.dtypes import DTYPES
 from ropeexport.forms import FORMS
+from ropeexport.graph.compose import call
 from ropeexport.graph.onnx_io import (
     DATA_FILE,
     EXTERNAL_DATA_THRESHOLD,
@@ -105,9 +108,13 @@ def build_decoder_graph(
     fused = form.fused_norms and fusable(norm_of)  # the residual add and the RMSNorm after it as one node
 
     def stored(name: str, values: np.ndarray) -> str:  # projections as the weight format stores them
+        if name.endswith("router_correction"):  # added to float32 scores (``moe.grouped_routing``): float32
+            return g.const(name, round_once(values, "fp32"))
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
 
-    def feedforward(mlp_of: MLPSpec | MoESpec, y: str, w: Mapping[str, str]) -> str:  # the MLP, or the experts
+    def feedforward(mlp_of: MLPSpec | MoESpec | SharedMoESpec, y: str, w: Mapping[str, str]) -> str:
+        if isinstance(mlp_of, SharedMoESpec):  # DeepSeek's grouped router and shared experts
+            return shared_moe(g, mlp_of.router, mlp_of.inner, mlp_of.dtype, y, w)
         return moe(g, mlp_of, y, w) if isinstance(mlp_of, MoESpec) else mlp(g, mlp_of, y, w)
 
     def normed(h: str, delta: str | None, w: Mapping[str, str], name: str) -> tuple[str, str]:
@@ -134,6 +141,9 @@ def build_decoder_graph(
         mlp_of = mlp_spec(spec, i)
         if isinstance(mlp_of, MoESpec):  # the experts as the form stores them (one layer's mixture at a time)
             arrays = to_graph(mlp_of, arrays)
+        elif isinstance(mlp_of, SharedMoESpec):  # gate | up columns [E, n, 2m], as ``moe.shared_moe`` reads them
+            arrays = {k: v for k, v in arrays.items() if k not in ("experts_gate_proj", "experts_up_proj")} | {
+                "experts_gate_up_proj": np.concatenate([arrays["experts_gate_proj"], arrays["experts_up_proj"]], -1)}
         elif mlp_of.kind == "gated":
             pair = ("gate_proj", "up_proj", "gate_bias", "up_bias")
         w = {n: stored(f"layers.{i}.{n}", arrays[n]) for n in arrays if n not in BLOCK_NAMES and n not in pair}
@@ -150,7 +160,16 @@ def build_decoder_graph(
         wired = {"hidden": x, "position_ids": rows, "attention_mask": "attention_mask",
                  "past_key": past_key, "past_value": past_value, **axes_wired}  # fmt: skip
         block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
-        out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
+        if layer.attention.kind == "latent":  # DeepSeek's latent attention over its cache
+            latent_of = latent_spec(spec, i, pieces[i])
+            if latent_of.cache == "latent":  # the latent and the rotated rope key under the layer's cache names
+                wired = {k: v for k, v in wired.items() if k not in ("past_key", "past_value")} | {
+                    "past_latent": past_key, "past_rope_key": past_value}
+            out = call(g, latent_model(latent_of, block), wired, f"layers.{i}/")
+            out = {"output": out["output"], "present_key": out.get("present_key", out.get("present_latent", "")),
+                   "present_value": out.get("present_value", out.get("present_rope_key", ""))}  # fmt: skip
+        else:
+            out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
         g.name_output(out["present_key"], present_key)
         g.name_output(out["present_value"], present_value)
         if layer.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
@@ -189,10 +208,10 @@ def build_decoder_graph(
         io(positions.name, TensorProto.INT64, positions.dims),
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
-    for i, layer in enumerate(spec.layers):
+    for i in range(spec.num_layers):
         past_key, past_value, present_key, present_value = cache_names(i)
         for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
-                                                 layer.cache_shapes(spec.graph), strict=True):  # fmt: skip
+                                                 cache_shapes(spec, i), strict=True):  # fmt: skip
             inputs.append(io(past, dtype, ["batch", heads, "past", width]))
             outputs.append(io(present, dtype, ["batch", heads, "total", width]))
     graph = helper.make_graph(g.nodes, spec.name, inputs, outputs, g.initializers)

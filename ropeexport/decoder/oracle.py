@@ -32,12 +32,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ropeexport.components.attention.float64 import Bias64, Rotate64, attention64
+from ropeexport.components.latent import LatentSpec
+from ropeexport.components.latent.float64 import latent64
 from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mlp import mlp64
-from ropeexport.components.moe import MoESpec, moe64
+from ropeexport.components.moe import MoESpec, SharedMoESpec, moe64, shared_moe64
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.export import embed_scale
-from ropeexport.decoder.parts import Pieces, attention_spec, head_name, mlp_spec, norm_spec, twins, weight_format
+from ropeexport.decoder.parts import (
+    Pieces,
+    attention_spec,
+    head_name,
+    latent_spec,
+    mlp_spec,
+    norm_spec,
+    twins,
+    weight_format,
+)
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import BLOCK_NAMES, layer_weights, vocab_part
 from ropeexport.numerics import round_once
@@ -82,6 +93,8 @@ class Stored64(Mapping[str, np.ndarray]):
     def _stored(self, name: str, value: np.ndarray) -> np.ndarray:
         if is_weight(name):
             return self.reads.read64(value)
+        if name.endswith("router_correction"):  # the graph holds it in float32 (``moe.grouped_routing``)
+            return round_once(value, "fp32").astype(np.float64)
         if name == "embed" and self.spec.storage.tied_embedding_int4:  # rows [vocab, hidden] from the int4 head
             return self.reads.rows64(value.T)
         return round_once(value, self.spec.dtype).astype(np.float64)
@@ -207,14 +220,15 @@ def decoders_float64(
 
     def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None) -> np.ndarray:
         mlp_of = mlps[layer]
-        if not isinstance(mlp_of, MoESpec):
+        if not isinstance(mlp_of, (MoESpec, SharedMoESpec)):
             return mlp64(mlp_of, y, w)
+        mixed = (lambda *a: shared_moe64(mlp_of.router, *a)) if isinstance(mlp_of, SharedMoESpec) else (  # noqa: E731
+            lambda *a: moe64(mlp_of, *a))  # fmt: skip
         if routing is None:
-            return moe64(mlp_of, y, w)
+            return mixed(y, w)
         t = y.shape[1]  # a token's flat index: row x t + slot
         found: tuple[float, list[tuple[int, float]]] = (routing.bound, [])
-        out = moe64(mlp_of, y, w, [r * t + j for (at, r, j) in routing.flips if at == layer],
-                    found if routing.bound else None)  # fmt: skip
+        out = mixed(y, w, [r * t + j for (at, r, j) in routing.flips if at == layer], found if routing.bound else None)
         routing.ties.extend((layer, token // t, token % t, margin) for token, margin in found[1])
         return out
 
@@ -234,7 +248,8 @@ def decoders_float64(
         (key_heads, key_width), (value_heads, value_width) = layer.cache_shapes()  # as computed: unpadded
         w = dict(layer_weights(weights64, i))  # this layer's weights in float64, read once for every feed
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
-        attend = attention_spec(spec, i, pieces[i])
+        latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
+        attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
         for j, feed in enumerate(feeds):
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
@@ -243,7 +258,10 @@ def decoders_float64(
                           if feed.past is None else feed.past[i])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
-            attended = attention64(attend, wired, block)["output"]
+            if isinstance(attend, LatentSpec):
+                attended = latent64(attend, wired, block)["output"]
+            else:
+                attended = attention64(attend, wired, block)["output"]
             if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from ropeexport.architectures.base import NORMS
 from ropeexport.catalog import recipe_for
 from ropeexport.components.attention import AttentionSpec
+from ropeexport.components.latent import LatentSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
-from ropeexport.components.moe import MoESpec
+from ropeexport.components.moe import GroupedRouter, MoESpec, SharedMoESpec
 from ropeexport.components.norm import NormSpec
 from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.decoder.spec import DecoderSpec
@@ -50,11 +51,15 @@ def norm_spec(spec: DecoderSpec) -> NormSpec:
     return NormSpec(kind, spec.norm_eps, spec.dtype, offset=offset, wide=wide)
 
 
-def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec:
+def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
     """Layer i's feed-forward: gated or plain with its activation and inner width; a mixture of experts computed by
-    ONNX Runtime's MoE kernel in the gqa form (its contrib form), by ONNX ops elsewhere.
+    ONNX Runtime's MoE kernel in the gqa form (its contrib form), by ONNX ops elsewhere; DeepSeek's grouped router
+    with its shared experts (``SharedMoESpec``), by ONNX ops in every form.
     """  # noqa: D205
     ffn = spec.layers[i].ffn
+    if ffn.router == "grouped":  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
+        router = GroupedRouter(ffn.experts, ffn.top_k, ffn.groups, ffn.topk_group, ffn.norm_topk_prob, ffn.scaling)
+        return SharedMoESpec(router, ffn.inner, ffn.shared * ffn.inner, spec.dtype)
     if ffn.kind == "moe":
         kernel = FORMS[spec.graph].moe_kernel
         return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel,
@@ -76,6 +81,21 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
                          qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
                          sinks=a.sinks, weights=weight_format(spec), query_scale=scaled, v_norm=v_norm,
                          k_eq_v=a.k_eq_v)  # fmt: skip
+
+
+def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None) -> LatentSpec:
+    """Layer i's latent attention (``components.latent``) over the decoder's cache (``DecoderSpec.cache``) in its
+    form, or over the expanded cache in ``graph`` (the float64 recompute's: unpadded, any form but gqa; the twin of
+    the absorbed latent graph is the plain attention it rewrites): its widths, the logit scale
+    (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at eps 1e-6
+    whatever the config's rms_norm_eps (transformers' ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``).
+    """  # noqa: D205
+    a = spec.layers[i].attention
+    return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=a.qk_nope_head_dim,
+                      qk_rope_head_dim=a.head_dim, v_head_dim=a.v_head_dim, norm=NormSpec("rms", 1e-6, spec.dtype),
+                      q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
+                      graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
+                      cache=spec.cache if graph is None else "expanded")  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -53,7 +53,10 @@ class DecoderRequest:
     - ``eager``: also compare with the transformers reference (default True; its memory is counted first),
     - ``runtimes``: what every scenario runs on (default ``("ort",)``: ONNX Runtime's CPU provider), by registry
       name; each must run ``graph`` (its capability record, ``runtimes.capabilities``: a form it cannot run is
-      refused before anything is built, with why); one that cannot run here is skipped with the reason (exit 3).
+      refused before anything is built, with why); one that cannot run here is skipped with the reason (exit 3),
+    - ``latent_cache``: latent attention's layers (deepseek_v3) cache the normed latent and the rotated rope key,
+      ``kv_b_proj`` absorbed into the query and the output, in the decomposed form (default False: the expanded keys
+      and values; the folder's name ends ``-latent``).
 
     A bad value is one SpecError naming the field (``str(err)``: ``"dtype: must be one of fp32, fp16; got 'bf16'"``).
     Paths are kept as ``Path``s and integral numbers as ints. ``dataclasses.replace(request, dtype="fp16")`` is a
@@ -77,6 +80,7 @@ class DecoderRequest:
     symmetric: bool = True
     eager: bool = True
     runtimes: tuple[str, ...] = ("ort",)
+    latent_cache: bool = False
 
     def __post_init__(self) -> None:
         given = [s for s in ("hf_config", "checkpoint", "config") if getattr(self, s) is not None]
@@ -105,7 +109,7 @@ class DecoderRequest:
             raise SpecError("weight_format", f'must be "int4" or "", got {self.weight_format!r}')
         for field in ("block_size", "accuracy_level"):  # their allowed values are WeightFormat's, checked on resolve
             self._set(field, require_int(field, getattr(self, field), 0))
-        for field in ("symmetric", "eager"):
+        for field in ("symmetric", "eager", "latent_cache"):
             self._set(field, require_bool(field, getattr(self, field)))
         runtimes = self.runtimes
         if isinstance(runtimes, str) or not isinstance(runtimes, (list, tuple)) or not runtimes:

@@ -53,7 +53,8 @@ WIRE = (("name", False), ("model_type", False), ("num_layers", False), ("hidden_
         ("num_experts", True), ("experts_per_token", True), ("swiglu_alpha", True), ("swiglu_limit", True),
         *((name, True) for name in LATENT_WIRE), *((name, True) for name in GROUPED),
         ("weight_format", True), ("block_size", True), ("accuracy_level", True), ("symmetric", True),
-        ("tied_head_int4", True), ("tied_embedding_int4", True), ("query_scale", True))  # fmt: skip
+        ("tied_head_int4", True), ("tied_embedding_int4", True), ("query_scale", True),
+        ("latent_cache", True))  # fmt: skip
 STORAGE = ("weight_format", "block_size", "accuracy_level", "symmetric", "tied_head_int4", "tied_embedding_int4")
 
 
@@ -120,6 +121,9 @@ class DecoderSpec:
     # text model's weights under the wrapper's prefix beside other towers' tensors
     text_of: str = ""
     storage: Storage = Storage()
+    # latent layers cache the normed latent and the rotated rope key (``components.latent``'s ``latent`` cache,
+    # kv_b_proj absorbed), not the expanded keys and values: the decomposed form only
+    latent_cache: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +151,9 @@ class DecoderSpec:
         if not isinstance(self.default, LayerSpec):
             raise SpecError("default", f"must be a LayerSpec, got {type(self.default).__name__}")
         self._check_storage()
+        object.__setattr__(self, "latent_cache", _boolean("latent_cache", self.latent_cache))
+        if self.latent_cache and self.default.attention.kind != "latent":
+            raise SpecError("latent_cache", f"is latent attention's cache; {self.model_type}'s layers have none")
         self._check_layer("default", self.default)
         object.__setattr__(self, "layers", self._read_layers())
 
@@ -188,7 +195,7 @@ class DecoderSpec:
                    tie_embeddings=_boolean("tie_embeddings", data["tie_embeddings"]),
                    final_softcap=data.get("final_softcap", 0.0), logit_scale=data.get("logit_scale", 0.0),
                    text_of=data.get("text_of", ""), storage=storage,
-                   sources=dict(sources or {}))  # fmt: skip
+                   latent_cache=data.get("latent_cache", False), sources=dict(sources or {}))  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         """Every field but ``sources``, as plain data (what decoder.json and the model's metadata store; module doc):
@@ -201,7 +208,7 @@ class DecoderSpec:
             "hidden_size": self.hidden_size, "vocab_size": self.vocab_size, "norm_eps": self.norm_eps,
             "tie_embeddings": self.tie_embeddings, "sliding_window": d.window, "dtype": self.dtype,
             "graph": self.graph, "final_softcap": self.final_softcap, "logit_scale": self.logit_scale,
-            "text_of": self.text_of,
+            "text_of": self.text_of, "latent_cache": self.latent_cache,
             **{k: v for k, v in self.storage.to_dict().items()},
         }  # fmt: skip
         for name in ("intermediate_size", "act", "residual", "position", "qkv_bias", "o_bias", "mlp_bias",
@@ -297,6 +304,11 @@ class DecoderSpec:
         """How the projections are stored (``storage``, in the dtype)."""
         return self.storage.weight_format(self.dtype)
 
+    @property
+    def cache(self) -> str:
+        """What a latent layer caches (``LayerSpec.cache_shapes``' ``cache``): ``latent`` or ``expanded``."""
+        return "latent" if self.latent_cache else "expanded"
+
     # -- validation ---------------------------------------------------------------------------------------------------
 
     def _block(self, fields: Mapping[str, Any]) -> Any:
@@ -349,6 +361,24 @@ class DecoderSpec:
             out.append(item)
         return tuple(out)
 
+    def _check_latent(self, layer: LayerSpec) -> None:
+        """A latent layer's form: the ones ``components.latent`` builds (SpecError naming ``graph`` otherwise)."""
+        from ropeexport.components.latent.spec import GRAPHS as LATENT_GRAPHS  # onnx-free
+
+        a = layer.attention
+        if self.graph not in LATENT_GRAPHS:
+            raise SpecError("graph", f"the {self.graph} form is not built for latent attention (its keys are nope + "
+                            "rope wide, its values v_head_dim: TensorRT's form of one head size around a cache-less "
+                            f"Attention is not written for it); use {', '.join(LATENT_GRAPHS)}")  # fmt: skip
+        if self.latent_cache and (self.graph != "decomposed" or self.storage.format):
+            raise SpecError("latent_cache", f"is built in the decomposed form with weights in the dtype (the absorbed "
+                            f"kv_b_proj halves are plain MatMuls); got the {self.graph} form"
+                            f"{' in ' + self.storage.format if self.storage.format else ''}")  # fmt: skip
+        if self.graph == "gqa" and (a.qk_nope_head_dim + a.head_dim) % 8:
+            raise SpecError("graph", f"the gqa form needs qk_nope_head_dim + qk_rope_head_dim a multiple of 8 "
+                            f"(GroupQueryAttention's head size), got {a.qk_nope_head_dim + a.head_dim}; use fused "
+                            "or decomposed")  # fmt: skip
+
     def _check_layer(self, where: str, layer: LayerSpec) -> None:
         """What a decoder can build of ``layer`` (SpecError naming ``where.field`` otherwise): its norms its residual
         form's, its encoding one a decoder takes with the layer's own geometry and the model's context length, a
@@ -363,6 +393,8 @@ class DecoderSpec:
                             "residual (other norms per layer are not built yet)")  # fmt: skip
         a = layer.attention
         ALL_FORMS[self.graph].check("softcap", a.softcap, "graph")  # TensorRT's Attention has no softcap
+        if a.kind == "latent":
+            self._check_latent(layer)
         if layer.ffn.kind == "moe" and self.storage.format:
             # [E, n, m] expert weights: MatMulNBits holds 2-D weights; ORT's QMoE is not built
             raise SpecError("weight_format", f"int4 is not built for {self.model_type}'s experts (a mixture of "
@@ -384,6 +416,8 @@ class DecoderSpec:
         ours = {"num_heads": position.num_heads, "head_dim": position.head_dim,
                 "num_kv_heads": int(getattr(position, "num_kv_heads", 0) or position.num_heads)}  # fmt: skip
         theirs = dict(zip(GEOMETRY, layer.geometry, strict=True))
+        if a.kind == "latent":  # one rotated key slice shared by every head: the piece rotates a key of one head
+            theirs["num_kv_heads"] = 1
         for key in GEOMETRY:
             if ours[key] != theirs[key]:
                 raise SpecError(f"{prefix}position.{key}", f"must be the layer's ({theirs[key]}), got {ours[key]}: "

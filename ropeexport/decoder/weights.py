@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.architectures.layers import LayerSpec
 from ropeexport.block.projections import rounded_float64
 from ropeexport.decoder.spec import DecoderSpec
 
@@ -27,7 +28,7 @@ SEED = 0
 
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
 BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
-               "sinks")  # fmt: skip
+               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj")  # fmt: skip
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
@@ -37,10 +38,28 @@ def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int
 
 def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
     """((heads, width) of layer ``layer``'s cached key, of its value) in the decoder's form (``graph`` None) or
-    ``graph`` ("": as the layer computes it, unpadded): ``LayerSpec.cache_shapes``, each tensor [b, heads, past,
-    width].
+    ``graph`` ("": as the layer computes it, unpadded and expanded): ``LayerSpec.cache_shapes`` with the spec's
+    ``cache`` (a latent layer's latent cache where ``latent_cache``), each tensor [b, heads, past, width].
     """  # noqa: D205
-    return spec.layers[layer].cache_shapes(spec.graph if graph is None else graph)
+    form = spec.graph if graph is None else graph
+    return spec.layers[layer].cache_shapes(form, spec.cache if form else "expanded")  # "": the twin's, expanded
+
+
+def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
+    """A latent layer's attention weights by canonical name ([in, out]; ``components.latent.LatentSpec.shapes``):
+    the query (``q_proj``, or ``q_a_proj``, ``q_a_norm``, ``q_b_proj`` with a query LoRA), ``kv_a_proj``,
+    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``.
+    """  # noqa: D205
+    a = layer.attention
+    H, r, nope, rope, v = a.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.head_dim, a.v_head_dim
+    out: dict[str, tuple[int, ...]] = {}
+    if a.q_lora_rank:
+        out |= {"q_a_proj": (hidden, a.q_lora_rank), "q_a_norm": (a.q_lora_rank,),
+                "q_b_proj": (a.q_lora_rank, H * (nope + rope))}  # fmt: skip
+    else:
+        out["q_proj"] = (hidden, H * (nope + rope))
+    return out | {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,), "kv_b_proj": (r, H * (nope + v)),
+                  "o_proj": (H * v, hidden)}  # fmt: skip
 
 
 def _layer_of(canonical: str) -> int | None:
@@ -70,10 +89,13 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         if "norm1" in layer.norms:
             norm(f"{p}norm1")
-        out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d)}
-        if not a.k_eq_v:  # keys as values (Gemma 4's full layers): no v_proj
-            out[f"{p}v_proj"] = (hidden, KV * d)
-        out[f"{p}o_proj"] = (H * d, hidden)
+        if a.kind == "latent":  # ``components.latent``'s weights (its LoRAs, norms and projections)
+            out |= {f"{p}{n}": shape for n, shape in latent_shapes(layer, hidden).items()}
+        else:
+            out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d)}
+            if not a.k_eq_v:  # keys as values (Gemma 4's full layers): no v_proj
+                out[f"{p}v_proj"] = (hidden, KV * d)
+            out[f"{p}o_proj"] = (H * d, hidden)
         if a.qkv_bias:  # (never with k_eq_v: AttentionLayer refuses it)
             out |= {f"{p}q_bias": (H * d,), f"{p}k_bias": (KV * d,), f"{p}v_bias": (KV * d,)}
         if a.o_bias:
@@ -88,6 +110,14 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
                 norm(f"{p}{slot}")
         if layer.layer_scale:
             out[f"{p}layer_scalar"] = (1,)
+        if ffn.router == "grouped":  # DeepSeek's: a correction bias, no biases, shared experts (``moe.shared_moe``)
+            E, n, m, shared = ffn.experts, hidden, inner, ffn.shared * inner
+            out |= {f"{p}router_proj": (n, E), f"{p}router_correction": (E,), f"{p}experts_gate_proj": (E, n, m),
+                    f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n)}  # fmt: skip
+            if shared:
+                out |= {f"{p}shared_gate_proj": (n, shared), f"{p}shared_up_proj": (n, shared),
+                        f"{p}shared_down_proj": (shared, n)}  # fmt: skip
+            continue
         if ffn.kind == "moe":
             E, n, m = ffn.experts, hidden, inner
             out |= {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
@@ -122,7 +152,7 @@ def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
             values = rng.standard_normal(shape)
         elif name.endswith((".weight", "_norm", "layer_scalar")):  # a norm's scale, a layer's output scale
             values = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif "bias" in name:
+        elif "bias" in name or name.endswith("_correction"):  # DeepSeek's router correction is a bias too
             values = 0.1 * rng.standard_normal(shape)
         else:  # a projection [in, out] (an expert's [E, in, out]): std 1/sqrt(in)
             values = rng.standard_normal(shape) / math.sqrt(shape[-2])

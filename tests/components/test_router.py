@@ -221,3 +221,45 @@ def test_shared_moe_graph_matches_its_twin(dtype: str) -> None:
                                                                   w | {"router_correction": 0 * bias})}  # fmt: skip
     for mistake, wrong in wrongs.items():
         assert not np.all(np.abs(got - wrong) <= bound), mistake
+
+
+# (label, router (experts, groups, topk_group, top_k), token 0's router logits' sigmoid scores [E] (the correction 0),
+# the tie flipped (group or expert), what token 0 chooses after the flip)
+TIES = [
+    ("two groups 2e-9 apart: the flip keeps the other group", (8, 2, 1, 2),
+     [0.9, 0.5, 0.1, 0.1, 0.8, 0.6 - 2e-9, 0.1, 0.1], "group", {4, 5}),
+    ("the 2nd and 3rd experts of the kept group 3e-9 apart: the flip takes the 3rd", (8, 2, 1, 2),
+     [0.9, 0.5, 0.5 - 3e-9, 0.1, 0.2, 0.2, 0.1, 0.1], "expert", {0, 2}),
+    ("one group: plain top-k's k-th and next 1e-9 apart", (6, 1, 1, 2),
+     [0.2, 0.7, 0.6, 0.6 - 1e-9, 0.1, 0.1], "expert", {1, 3}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "shape", "scores", "kind", "flipped"), TIES, ids=[t[0] for t in TIES])
+def test_a_near_tie_is_found_and_its_flip_takes_the_other_side(label: str, shape: tuple[int, int, int, int],
+                                                               scores: list[float], kind: str,
+                                                               flipped: set[int]) -> None:  # fmt: skip
+    # Token 1 has no tie (well-separated scores): never reported, never moved by token 0's flip.
+    from ropeexport.components.moe import grouped_margins, grouped_near_ties
+
+    experts, groups, topk_group, top_k = shape
+    router = GroupedRouter(experts, top_k, groups, topk_group)
+    first = np.array(scores)
+    second = np.linspace(0.95, 0.05, shape[0])
+    logits = np.log(np.stack([first, second]) / (1 - np.stack([first, second])))  # the sigmoid's inverse
+    bias = np.zeros(shape[0])
+    ties = grouped_near_ties(router, logits, bias, 1e-6)
+    assert [t for t, _ in ties] == [0], (label, ties)
+    group, expert = grouped_margins(router, 1 / (1 + np.exp(-logits)))
+    assert (group[0] < expert[0]) == (kind == "group"), (label, group, expert)
+    assert ties[0][1] == pytest.approx(min(group[0], expert[0]))
+    plain, _ = grouped_route64(router, logits, bias)
+    taken, weights = grouped_route64(router, logits, bias, flips=[0])
+    assert set(taken[0].tolist()) == flipped and set(plain[0].tolist()) != flipped, label
+    assert (taken[1] == plain[1]).all()
+    # the flip is the routing of the scores with the tie broken the other way
+    nudged = first.copy()
+    lower = {"group": 5, "expert": 2 if shape[0] == 8 else 3}[kind]
+    nudged[lower] += 1e-6
+    other, _ = grouped_route64(router, np.log(nudged / (1 - nudged))[None], bias)
+    assert set(other[0].tolist()) == flipped, label

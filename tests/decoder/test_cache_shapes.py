@@ -106,3 +106,34 @@ def test_a_mixed_geometry_decoder_declares_and_serves_each_layers_cache(
             feeds[name] = np.zeros((1, heads, 0, width), np.float32)
     whole = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"]).infer(feeds)["logits"][0, -1:]
     np.testing.assert_allclose(served, whole, rtol=0, atol=1e-4)
+
+
+# DeepSeek V3's shape, tiny (tests/decoder/tiny.py's deepseek_v3 widths: 4 heads, keys 8 nope + 8 rope, values 8, latent
+# 16; one dense layer, one of experts): per form and cache, each layer's (key, value) cache as the graph
+# declares it, and the bytes one token adds to a layer's cache in fp16 (the widths summed over heads, 2 bytes each).
+DEEPSEEK = {"model_type": "deepseek_v3", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+            "first_k_dense_replace": 1, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+            "qk_rope_head_dim": 8, "v_head_dim": 8, "head_dim": 8, "max_position_embeddings": 256}  # fmt: skip
+DEEPSEEK_CACHES = [
+    ("expanded, decomposed: keys nope + rope, values v", "decomposed", False, ((4, 16), (4, 8)), 2 * 4 * (16 + 8)),
+    ("expanded, gqa: values padded to the key's width", "gqa", False, ((4, 16), (4, 16)), 2 * 4 * (16 + 16)),
+    ("latent: the normed latent and the rotated rope key", "decomposed", True, ((1, 16), (1, 8)), 2 * (16 + 8)),
+]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("label", "graph", "latent", "shapes", "per_token"), DEEPSEEK_CACHES,
+                         ids=[c[0] for c in DEEPSEEK_CACHES])  # fmt: skip
+def test_a_deepseek_decoders_cache_bytes_a_token_read_from_its_graph(label: str, graph: str, latent: bool,
+                                                                     shapes: Any, per_token: int) -> None:  # fmt: skip
+    spec, _ = resolve(DecoderRequest(config=DEEPSEEK, graph=graph, dtype="fp16", latent_cache=latent))
+    assert spec.latent_cache is latent and spec.name.endswith("-latent") is latent, label
+    model = build_decoder_graph(spec, seeded_weights(spec), "seeded")
+    declared = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.input}
+    for i in range(spec.num_layers):
+        key, value = (declared[name] for name in cache_names(i)[:2])
+        assert (tuple(key[1::2]), tuple(value[1::2])) == shapes, (label, i)
+        assert key[0::2] == value[0::2] == ["batch", "past"]
+        assert 2 * (key[1] * key[3] + value[1] * value[3]) == per_token, (label, i)

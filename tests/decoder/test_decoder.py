@@ -52,8 +52,13 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     # (GroupQueryAttention per layer) and written out (decomposed)
     ("gemma4", "gqa"),
     ("gemma4", "decomposed"),
+    ("deepseek_v3-kimi", "decomposed"),
 ]
 
+
+# Rows built with a build option: Kimi K2's shape with latent attention's latent cache (the latent and the rotated rope
+# key cached, kv_b_proj absorbed; the decomposed form's)
+OPTIONS = {("deepseek_v3-kimi", "decomposed"): {"latent_cache": True}}
 
 # Fast tier: a grouped-query llama, Phi-3 LongRoPE in the gqa form and BLOOM (ALiBi); CI builds every case.
 FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemma3", "fused"), ("gpt_oss", "fused")}
@@ -62,8 +67,9 @@ FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemm
 @pytest.mark.parametrize(("name", "graph"), tiered(CASES, lambda c: c in FAST), ids=[f"{n}-{g}" for n, g in CASES])
 def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     ckpt = tiny_checkpoint(name)
-    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, **OPTIONS.get((name, graph), {}))
     report = result.decoder_report
+    assert report.spec.get("latent_cache", False) == bool(OPTIONS.get((name, graph)))
     failing = [(s.name, c.index, c.float64.rel) for s in report.scenarios for c in s.calls if not c.passed]
     assert result.passed, failing
     assert report.references.transformers.startswith("transformers")
@@ -103,6 +109,7 @@ FP16 = [
     ("qwen3_moe", "gqa"),
     ("ministral3", "gqa"),
     ("gemma4", "gqa"),
+    ("deepseek_v3", "gqa"),
 ]
 
 
@@ -196,21 +203,12 @@ def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
     # An architecture added to ropeexport/architectures/ without a tiny transformers config here is never built
     # from a real checkpoint nor compared with transformers: adding one is its row, its config in tests/decoder/tiny.py
     # (and a case above), and its pinned model bytes (tests/pinned).
-    # An architecture whose layers are described but not built (``layers.unbuilt``: deepseek_v3's latent attention)
-    # has no tiny checkpoint yet; it must still be refused by name, so the exemption ends the day it builds.
     from ropeexport.architectures import ARCHITECTURES
-    from ropeexport.decoder.config import from_config
-    from ropeexport.errors import SpecError
-    from tests.architectures.test_deepseek_v3 import TINY
     from tests.decoder.tiny import CONFIGS, VL_CONFIGS
 
-    described = {"deepseek_v3": TINY}
     tiny = {model_type for model_type, _ in (*CONFIGS.values(), *VL_CONFIGS.values())}  # Qwen-VL: test_qwen_vl.py
-    assert tiny | set(described) == set(ARCHITECTURES)
+    assert tiny == set(ARCHITECTURES)
     assert {name.split("-")[0] for name, _ in CASES} >= {n.split("-")[0] for n in CONFIGS}
-    for model_type, config in described.items():
-        with pytest.raises(SpecError, match="described but not built"):
-            from_config(config, model_type.replace("_", "-"))
 
 
 # Qwen-VL's: tests/decoder/test_qwen_vl.py; Gemma 4's read below (its whole model as the reference: minutes in CI)

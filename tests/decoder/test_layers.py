@@ -263,8 +263,9 @@ REFUSED = [
     ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16.5}}],
      "layers[2].query_scale.original_max_position_embeddings"),
     ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),
+    # latent attention is built full and causal only (DeepSeek's): a window beside it is named
     ([{}, {"attention_kind": "latent", "num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
-           "v_head_dim": 8}, {}], "layers[1].attention_kind"),
+           "v_head_dim": 8, "attention": "sliding", "window": 4}, {}], "layers[1].attention_kind"),
     # a latent layer's widths (DeepSeek's MLA), checked on construction
     ([{}, {"attention_kind": "latent", "num_kv_heads": 4}, {}], "layers[1].kv_lora_rank"),
     ([{}, {"attention_kind": "latent", "kv_lora_rank": 16, "v_head_dim": 8}, {}], "layers[1].num_kv_heads"),

@@ -88,6 +88,7 @@ FLAG_FIELDS = [
     (["--no-symmetric"], "symmetric", False),
     (["--no-eager"], "eager", False),
     (["--runtime", "onnx-reference"], "runtimes", ("onnx-reference",)),
+    (["--latent-cache"], "latent_cache", True),
 ]
 LIBRARY_ONLY = {"config"}
 

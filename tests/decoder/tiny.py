@@ -125,6 +125,38 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                "sliding_window": 6, "max_position_embeddings": 256, "pad_token_id": 0,
                                "hidden_size_per_layer_input": 0, "final_logit_softcapping": 5.0,
                                "layer_types": ["sliding_attention", "full_attention"] * 2}),
+    # DeepSeek V3 / Kimi K2 (model_type deepseek_v3): latent attention (query LoRA 16, latent 16, keys 8 nope + 8 rope
+    # wide, values 8), interleaved RoPE pairs on the rope slice only, YaRN x4 over 64 positions with mscale pairs as V3
+    # ships them (its real x40 over 4096); layer 0 dense (first_k_dense_replace 1), layer 1 DeepSeek's mixture: 8
+    # experts in 2 groups, the best group kept, 2 experts a token, one shared expert, routed weights times 2.5.
+    "deepseek_v3": ("deepseek_v3", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                                    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                                    "first_k_dense_replace": 1, "q_lora_rank": 16, "kv_lora_rank": 16,
+                                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "head_dim": 8,
+                                    "max_position_embeddings": 256, "pad_token_id": 0,
+                                    "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                        "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                                        "beta_slow": 1.0, "mscale": 0.707,
+                                                        "mscale_all_dim": 0.707}}),
+}  # fmt: skip
+
+
+# Variants of a CONFIGS architecture built by one or two tests only (not in the every-decoder loops over CONFIGS: their
+# sites and layers are their architecture's row's).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # Kimi K2's shape, shrunk: no query LoRA (q_lora_rank null: a plain q_proj, as DeepSeek-V2-Lite), one group, 3 of
+    # 8 experts a token weighed times 2.827, YaRN x4 with K2's mscale pair 1.0; no dense layer; values 12 wide
+    "deepseek_v3-kimi": ("deepseek_v3", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                                         "n_routed_experts": 8, "num_experts_per_tok": 3, "n_group": 1,
+                                         "topk_group": 1, "routed_scaling_factor": 2.827,
+                                         "first_k_dense_replace": 0, "q_lora_rank": None, "kv_lora_rank": 16,
+                                         "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 12,
+                                         "head_dim": 8, "max_position_embeddings": 256, "pad_token_id": 0,
+                                         "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
+                                                             "rope_theta": 50000.0,
+                                                             "original_max_position_embeddings": 64,
+                                                             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                                             "mscale_all_dim": 1.0}}),
 }  # fmt: skip
 
 
@@ -179,7 +211,7 @@ def hf_config(name: str) -> Any:
         text_type, text_fields = CONFIGS[text]  # named: a wrapper's default text type may be another (mistral3's)
         return transformers.AutoConfig.for_model(wrapper, text_config={"model_type": text_type, **text_fields},
                                                  **fields)  # fmt: skip
-    model_type, fields = CONFIGS[name]
+    model_type, fields = CONFIGS[name] if name in CONFIGS else VARIANTS[name]
     return transformers.AutoConfig.for_model(model_type, **fields)
 
 
@@ -196,8 +228,9 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
-        for name, b in model.named_buffers():  # Gemma 4's learned layer_scalar (a saved buffer): away from 1
-            if name.endswith("layer_scalar"):
+        for buffer_name, b in model.named_buffers():  # Gemma 4's learned layer_scalar (a saved buffer): away from 1;
+            # DeepSeek's router correction is a buffer too (zeros as made)
+            if buffer_name.endswith(("layer_scalar", "e_score_correction_bias")):
                 b.add_(torch.randn_like(b) * 0.2)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)

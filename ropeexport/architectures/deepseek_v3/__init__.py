@@ -5,8 +5,8 @@ mixture (``components.moe``: the grouped sigmoid router with its correction bias
 slice of each head only (``hf``), YaRN with ``mscale`` / ``mscale_all_dim``.
 
 transformers 5.23's ``DeepseekV3Config`` and ``modeling_deepseek_v3`` say each field read here; ``read`` names the key
-each came from. The layers are described (``LayerSpec``), not yet built: ``layers.unbuilt`` refuses the latent
-attention until a decoder composes it.
+each came from. A decoder composes the latent component (its expanded cache) and the grouped mixture over these
+layers (``decoder.export``, ``decoder.oracle``).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from ropeexport.architectures.llama import NAMES
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_int
 
-# The checkpoint's names (transformers 5.23's DeepseekV3ForCausalLM state dict): the latent attention's projections
-# under ``components.latent``'s canonical names, the dense layers' MLP as Llama's, the mixture's under
-# ``components.moe.shared_moe``'s (experts fused [E, 2m, n] gate then up, as transformers 5 stores them).
+# The checkpoint's names (transformers 5.23's DeepseekV3ForCausalLM, as save_pretrained writes it): the latent
+# attention's projections under ``components.latent``'s canonical names, the dense layers' MLP as Llama's, the
+# mixture's under ``components.moe.shared_moe``'s (each expert's gate, up and down apart, as saved: transformers 5
+# fuses them in memory only).
 NAMES_V3 = {
     **{k: v for k, v in NAMES.items() if "self_attn" not in v and ".mlp." not in v},
     "layers.{i}.q_proj": "model.layers.{i}.self_attn.q_proj.weight",  # q_lora_rank null: a plain query projection
@@ -40,8 +41,9 @@ NAMES_V3 = {
     "layers.{i}.down_proj": "model.layers.{i}.mlp.down_proj.weight",
     "layers.{i}.router_proj": "model.layers.{i}.mlp.gate.weight",
     "layers.{i}.router_correction": "model.layers.{i}.mlp.gate.e_score_correction_bias",
-    "layers.{i}.experts_gate_up_proj": "model.layers.{i}.mlp.experts.gate_up_proj",
-    "layers.{i}.experts_down_proj": "model.layers.{i}.mlp.experts.down_proj",
+    "layers.{i}.experts_gate_proj": "model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
+    "layers.{i}.experts_up_proj": "model.layers.{i}.mlp.experts.{e}.up_proj.weight",
+    "layers.{i}.experts_down_proj": "model.layers.{i}.mlp.experts.{e}.down_proj.weight",
     "layers.{i}.shared_gate_proj": "model.layers.{i}.mlp.shared_experts.gate_proj.weight",
     "layers.{i}.shared_up_proj": "model.layers.{i}.mlp.shared_experts.up_proj.weight",
     "layers.{i}.shared_down_proj": "model.layers.{i}.mlp.shared_experts.down_proj.weight",
