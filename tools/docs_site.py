@@ -345,7 +345,7 @@ def _cli_startup(_: str | None) -> str:
 
 def _zoo_ray(_: str | None) -> str:
     """``audit --zoo`` serial against ``--ray local`` (tools/bench_zoo.py), and Ray's overhead per task."""
-    data = _load("zoo-ray")
+    data = load_figure("zoo-ray")
     lines = ["| round | serial (s) | `--ray local` (s) | zoo.json the same bytes |", "|---:|---:|---:|:--|"]
     for i, r in enumerate(data["rounds"]):
         lines.append(f"| {i + 1} | {r['serial']['wall_seconds']:.1f} | {r['local']['wall_seconds']:.1f} | "
