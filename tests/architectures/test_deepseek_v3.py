@@ -127,7 +127,11 @@ def test_a_grouped_layer_outside_the_routers_rules_is_named() -> None:
 
 
 @pytest.mark.fast
-def test_a_decoder_of_it_is_refused_naming_the_latent_attention() -> None:
-    with pytest.raises(SpecError) as error:
-        from_config(TINY, "deepseek")
-    assert error.value.field == "attention_kind", str(error.value)
+def test_a_decoder_of_it_is_described_with_latent_attention_and_a_dense_first_layer() -> None:
+    # (refused by name until latent attention was composed into the decoder: tests/decoder/test_decoder.py builds it)
+    spec = from_config(TINY, "deepseek")
+    kinds = [layer.attention.kind for layer in spec.layers]
+    assert kinds == ["latent"] * len(kinds), kinds
+    first = TINY.get("first_k_dense_replace", 0)
+    assert [layer.ffn.kind for layer in spec.layers[:first]] == ["gated"] * first
+    assert all(layer.ffn.router == "grouped" for layer in spec.layers[first:])
