@@ -57,8 +57,9 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec:
     ffn = spec.layers[i].ffn
     if ffn.kind == "moe":
         kernel = FORMS[spec.graph].moe_kernel
+        shared = ffn.inner * ffn.shared if ffn.router == "topk_sigmoid" else 0  # Llama 4's shared expert
         return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel,
-                       router=ffn.router, expert=ffn.expert, act=ffn.act, bias=ffn.moe_bias)  # fmt: skip
+                       router=ffn.router, expert=ffn.expert, act=ffn.act, bias=ffn.moe_bias, shared=shared)  # fmt: skip
     return MLPSpec(ffn.kind, ffn.act, ffn.inner, spec.dtype)
 
 
@@ -66,13 +67,15 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
     """Layer i's attention: its geometry, window and variants, ``piece`` (its position piece, or None)."""
     a = spec.layers[i].attention
     _, offset, wide = NORMS[spec.architecture.norm]  # the model's RMSNorm (OLMo 3's times the weight in float32)
-    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset, wide=wide) if a.qk_norm == "rms" else None
+    # Llama 4's L2 norm: the RMSNorm at the model's eps without a weight (Llama4TextL2Norm(rms_norm_eps))
+    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset, wide=wide) if a.qk_norm else None
     described = spec.layers[i].query_scale  # its table reaches the model's context length
     scaled = None if described is None else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype)
     return AttentionSpec(num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim,
                          dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
                          qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
-                         sinks=a.sinks, weights=weight_format(spec), query_scale=scaled)  # fmt: skip
+                         sinks=a.sinks, weights=weight_format(spec), query_scale=scaled,
+                         chunk=spec.layers[i].chunk, qk_weights=a.qk_norm != "l2")  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -46,6 +46,11 @@ class AttentionSpec:
     1 / sqrt(head_dim); Gemma: query_pre_attn_scalar ** -0.5); ``logit_softcap`` c > 0: l = c * tanh(l / c) (Gemma 2);
     then the position bias, the mask, and the softmax, with ``sinks`` one more logit per query head in it (weight
     ``sinks`` [num_heads]: it joins the denominator and attends to nothing; gpt-oss).
+
+    ``chunk`` > 0 (Llama 4's chunked layers): key slot j visible to query slot i only inside i's chunk, the chunks
+    counted from each row's first real token (transformers' ``chunked_overlay``: (j - left padding) // chunk ==
+    (i - left padding) // chunk; ``masks.chunk_rule``). ``qk_weights`` False: the q/k norm has no weight (Llama 4's
+    L2 norm, x / sqrt(mean(x^2) + eps), the RMSNorm times 1; no ``q_norm`` / ``k_norm`` weights).
     """
 
     num_heads: int
@@ -63,6 +68,8 @@ class AttentionSpec:
     weights: WeightFormat | None = None  # how q/k/v/o are stored (``linear``); None: rounded once to ``dtype``
     # the rotated query times a factor of its position (``components.query_scale``: Ministral 3); None: none
     query_scale: QueryScaleSpec | None = None
+    chunk: int = 0  # chunked attention's chunk (Llama 4); 0: none
+    qk_weights: bool = True  # False: the q/k norm is weightless (Llama 4's L2 norm)
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -74,6 +81,12 @@ class AttentionSpec:
         require_choice("graph", self.graph, tuple(FORMS))
         form = FORMS[self.graph]
         require_int("window", self.window, 0)
+        require_int("chunk", self.chunk, 0)
+        if self.chunk and self.window:
+            raise SpecError("chunk", f"a layer is chunked or sliding, not both (window {self.window})")
+        form.check("chunk", self.chunk, "chunk")
+        if not isinstance(self.qk_weights, bool):
+            raise SpecError("qk_weights", f"must be True or False, got {self.qk_weights!r}")
         if self.position is not None and not isinstance(self.position, PositionPiece):
             raise SpecError("position", f"must be a kinds.PositionPiece or None, got {type(self.position).__name__}")
         if self.position is not None and self.position.rotary is not None and self.position.bias is not None:
@@ -120,8 +133,9 @@ def check_weights(spec: AttentionSpec, weights: Mapping[str, Any]) -> None:
     wide = spec.qk_norm_over == "projection"  # one weight over the whole projection: heads x head_dim
     q_width, k_width = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim) if wide else (
         spec.head_dim, spec.head_dim)
-    wanted = {"q_norm": ("qk_norm", q_width, spec.qk_norm is not None),
-              "k_norm": ("qk_norm", k_width, spec.qk_norm is not None),
+    weighted = spec.qk_norm is not None and spec.qk_weights  # Llama 4's L2 norm has no weight
+    wanted = {"q_norm": ("qk_norm", q_width, weighted),
+              "k_norm": ("qk_norm", k_width, weighted),
               "sinks": ("sinks", spec.num_heads, spec.sinks)}  # fmt: skip
     for name, (field, length, asked) in wanted.items():
         if not asked:
