@@ -231,8 +231,10 @@ BAD = [
     ("max-window-layers-negative", lambda: config("qwen2", num_hidden_layers=2, layer_types=None,
                                                   use_sliding_window=True, sliding_window=4, max_window_layers=-1),
      "max_window_layers: must be a layer count >= 0, got -1"),
-    ("llama4-chunked-layers-named", lambda: config("llama4_text", num_hidden_layers=4),
-     "layer_types[0]: 'chunked_attention' is not built: Llama 4's chunked attention"),
+    ("llama4-layer-type-unknown", lambda: config("llama4_text", num_hidden_layers=2,
+                                                 layer_types=["chunked_attention", "local_attention"]),
+     "layer_types[1]: unknown layer type 'local_attention'; allowed: full_attention, sliding_attention, "
+     "chunked_attention"),
     ("llama-layer-types-not-imported", lambda: config("llama", num_hidden_layers=2,
                                                       layer_types=["sliding_attention", "full_attention"]),
      "layer_types: not imported for 'llama' (ropeexport reads layer types for cohere2"),
