@@ -30,7 +30,8 @@ PROMPT, STEPS = 12, 64
 CASES = [("llama", "fused"), ("llama", "gqa"), ("phi3-longrope", "fused"), ("llama-dynamic", "fused"),
          ("mistral-window", "fused"), ("qwen2-yarn", "gqa"), ("gpt_neox", "fused"), ("gptj", "fused"),
          ("bloom", "fused"), ("gpt_oss", "fused"), ("gpt_oss", "gqa"), ("qwen3_moe", "fused"),
-         ("qwen3_moe", "gqa"), ("ministral3", "gqa")]  # fmt: skip  # ministral3: 76 positions cross its step at 64
+         ("qwen3_moe", "gqa"), ("ministral3", "gqa"),
+         ("llama4", "gqa")]  # fmt: skip  # ministral3: 76 positions cross its step at 64; llama4: 9 chunks, 19 steps
 
 
 def _ours(folder: Path, policy: str) -> tuple[list[int], list[int]]:

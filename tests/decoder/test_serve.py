@@ -53,6 +53,8 @@ CASES = {
     "qwen3-moe-to-the-end": ("qwen3_moe", "gqa", 7, 237, 12),  # dense and sparse layers, ORT's MoE; reaches 255
     # the query scale's step at 128 crossed while decoding (and YaRN's switch at 64 behind it)
     "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
+    # Llama 4: chunks of 8 and the NoPE layer's temperature steps (every 4 positions) crossed from position 0
+    "llama4-chunks-and-steps": ("llama4", "gqa", 7, 0, 20),
 }
 
 
