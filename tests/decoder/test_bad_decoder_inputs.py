@@ -240,6 +240,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "attention_chunk_size: must be a positive integer, got 0"),
     ("Llama 4 with more experts a token than it has", lambda t: _llama4(t, num_experts_per_tok=5),
      "num_experts_per_tok: must be at most the experts (4), got 5"),
+    ("Llama 4 in int4", lambda t: [*_llama4(t), "--weight-format", "int4"],
+     "weight_format: int4 is not built for llama4_text's experts"),
     ("Llama 4's chunked layers without a chunk size", lambda t: _config(t, **(LLAMA4 | {"attention_chunk_size": None})),
      "attention_chunk_size: is null while layer_types has chunked_attention layers"),
     ("Ministral 3's two context lengths disagree", lambda t: _ministral3(t, max_position_embeddings=64),

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ropeexport.architectures.base import MOE_KEYS, Keys, number
+from ropeexport.architectures.base import MOE_KEYS, Architecture, Keys, number, read_layout
 from ropeexport.architectures.hooks import interleaved
 from ropeexport.architectures.llama import BODY, NAMES
 from ropeexport.errors import SpecError
@@ -154,6 +154,13 @@ def _moe_layers(config: Mapping[str, Any], where: str, layers: int, said: dict[s
     return moe
 
 
+def _read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Llama's model-wide fields (``read_layout``), the shared expert's source said."""
+    fields, sources = read_layout(arch, config, where)
+    sources["n_shared_experts"] = "architecture (Llama4TextMoe's one shared_expert, intermediate_size wide)"
+    return fields, sources
+
+
 ARCHITECTURE = replace(
     BODY,
     model_type="llama4_text",
@@ -171,6 +178,7 @@ ARCHITECTURE = replace(
     layer_fields={"mlp": "moe", "router": "topk_sigmoid", "expert": "gated", "n_shared_experts": 1},
     hook=replace(interleaved("llama4_text", "view_as_complex"), default_theta=500_000.0, reads_layer_types=True,
                  reads_no_rope_layers=True, no_rope_interval=4, chunked=True),  # fmt: skip
+    read=_read,
     changes=_changes,
     wrappers=("llama4",),  # Llama 4 with its vision tower ships as llama4: text_config
 )
