@@ -48,6 +48,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),  # qwen3_moe-norm's routing in ORT's MoE: tests/components/test_moe.py (CI time)
     ("ministral3", "gqa"),
+    ("llama4", "decomposed"),  # the chunk rule in opset-17 primitives
     ("llama4", "gqa"),  # chunked layers through GroupQueryAttention's attention_bias, the experts' portable graph
 ]
 # Decoders whose query scale follows position_ids where transformers' follows the cache slot (Llama 4's temperature:
