@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ropeexport.errors import SpecError
 
 # What a layer may ask of a form (``Form.refuses`` keys): each a feature the spec can hold.
-FEATURES = ("softcap", "sinks", "window", "int4", "bias")
+FEATURES = ("softcap", "sinks", "window", "int4", "bias", "chunk")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ FORMS: dict[str, Form] = {
         Form("static-cache", 24, "a preallocated cache as a server keeps it (TensorScatter, nonpad_kv_seqlen)",
              static=True, decoder=False,
              refuses={"sinks": "Attention reads the static buffer in place; a sink slot beside it would copy the "
-                      "whole buffer per call", "window": "a sliding window over a static buffer is not built"}),
+                      "whole buffer per call", "window": "a sliding window over a static buffer is not built",
+                      "chunk": "chunked attention over a static buffer is not built"}),
         Form("gqa", 23, "ONNX Runtime's GroupQueryAttention (its own rotary on decode steps)", contrib=True,
              shared_buffer=True),
     )

@@ -65,6 +65,9 @@ class ConfigHook:
     that whatever ``mrope_interleaved`` says (a config saying the other is refused by that key); ``mrope_default``, the
     ``mrope_section`` its code takes when the config has none; ``text_flat``: a wrapper whose hub configs may hold the
     text model's keys at the top level instead of a ``text_config`` (``Qwen2VLConfig.__post_init__``).
+
+    ``chunked``: its code builds ``chunked_attention`` layers (Llama 4: attention within chunks of
+    ``attention_chunk_size``, which its architecture's per-layer hook reads); refused by name for every other type.
     """
 
     model_type: str
@@ -98,6 +101,7 @@ class ConfigHook:
     mrope_default: tuple[int, ...] = ()
     text_flat: bool = False
     global_head_dim: int = 0
+    chunked: bool = False
 
     def __post_init__(self) -> None:
         if self.rope_on not in ROPE_ON:

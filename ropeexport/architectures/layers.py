@@ -36,7 +36,9 @@ from typing import Any
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_choice, require_int
 
-MASKS = ("full", "sliding", "chunked")  # chunked: key slot j seen by query i iff j // C == i // C (and causal)
+# chunked (Llama 4): key slot j seen by query slot i iff (j - l) // C == (i - l) // C, l the row's left padding
+# (transformers' chunked_overlay), and causal
+MASKS = ("full", "sliding", "chunked")
 ATTENTION_KINDS = ("standard", "latent")  # latent: multi-head latent attention (DeepSeek), a sibling component
 QK_NORMS = ("", "rms", "l2")  # rms: Qwen3's and Gemma 3's RMSNorm per head; l2: Llama 4's weightless L2 norm
 QK_NORM_OVER = ("head", "projection")  # each head's d values (Qwen3, Gemma 3), or the whole projection (OLMo 2/3)
@@ -53,8 +55,10 @@ FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (g
 # ``softmax_topk`` the k largest of the softmax over all E, weighed by those probabilities as they are (Qwen3-MoE
 # without norm_topk_prob: the k weights sum to less than 1); ``grouped`` DeepSeek V3's sigmoid scores with a
 # correction bias, the k best among the ``topk_group`` best of ``n_group`` groups (``components.moe.GroupedRouter``),
-# its experts gated SiLU MLPs beside ``n_shared_experts`` shared ones.
-ROUTERS = ("topk_softmax", "softmax_topk", "grouped")
+# its experts gated SiLU MLPs beside ``n_shared_experts`` shared ones; ``topk_sigmoid`` Llama 4's: each of the k
+# chosen experts fed the token times the sigmoid of its logit (gated experts without biases), beside at most one
+# shared gated expert as wide as an expert (``n_shared_experts`` 0 or 1).
+ROUTERS = ("topk_softmax", "softmax_topk", "grouped", "topk_sigmoid")
 # A mixture's experts, by what each computes: ``clamped_swiglu`` gpt-oss's (biases, a gain and a clamp); ``gated``
 # the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE, DeepSeek V3), biases only with
 # ``mlp_bias``.
@@ -234,6 +238,9 @@ class FeedForward:
         if self.router == "grouped":
             self._check_grouped()
             return
+        if self.router == "topk_sigmoid":
+            self._check_sigmoid()
+            return
         named = next((n for n, v in zip(GROUPED, values[5:], strict=True) if v), None)
         if named is not None:
             raise SpecError(named, f"must be 0 (or false): a {self.router} router has no groups or shared experts")
@@ -251,6 +258,21 @@ class FeedForward:
     def moe_bias(self) -> bool:
         """Whether a mixture's router and experts have biases: gpt-oss's clamped experts do, gated ones with bias."""
         return self.expert == "clamped_swiglu" or self.bias
+
+    def _check_sigmoid(self) -> None:
+        """Llama 4's router (``components.moe``'s ``topk_sigmoid``): gated experts without biases (an unchosen
+        expert is fed 0 and must give 0), no groups, at most one shared expert (``Llama4TextMoe.shared_expert``).
+        """  # noqa: D205
+        object.__setattr__(self, "expert", "gated")
+        if self.bias:
+            raise SpecError("mlp_bias", "must be false: a topk_sigmoid router feeds the unchosen experts 0, which "
+                            "only experts without biases turn into 0")  # fmt: skip
+        for name, value in (("swiglu_alpha", self.swiglu_alpha), ("swiglu_limit", self.swiglu_limit),
+                            ("n_group", self.groups), ("topk_group", self.topk_group),
+                            ("norm_topk_prob", self.norm_topk_prob), ("routed_scaling_factor", self.scaling)):
+            if value:
+                raise SpecError(name, f"must be 0 (or false): a topk_sigmoid router has none, got {value!r}")
+        object.__setattr__(self, "shared", require_int("n_shared_experts", self.shared, 0, 1))
 
     def _check_grouped(self) -> None:
         """DeepSeek V3's router's fields (``components.moe.GroupedRouter``'s checks, under the config's key names).
@@ -375,6 +397,11 @@ class LayerSpec:
         """The key slots a sliding layer sees (0: not sliding)."""
         return self.attention.window if self.attention.mask == "sliding" else 0
 
+    @property
+    def chunk(self) -> int:
+        """The slots of each chunk a chunked layer attends within (0: not chunked)."""
+        return self.attention.window if self.attention.mask == "chunked" else 0
+
     def to_dict(self) -> dict[str, object]:
         """The layer as one flat table of plain data (module doc: decoder.json's names)."""
         if not self._wire:
@@ -436,8 +463,6 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
                                or layer.query_scale is not None):  # fmt: skip
         return "attention_kind", ("latent attention is built full and causal only (no window, q/k norm, soft cap, "
                                   "sinks, gate, shared key/value or query scale beside it)")
-    if a.mask == "chunked":
-        return "attention", "chunked attention (Llama 4) is described but not built in any form yet"
     if layer.ffn.router == "grouped" and a.kind != "latent":
         return "router", "DeepSeek's grouped router is built in DeepSeek's layer only (beside latent attention)"
     if layer.ffn.router == "grouped" and not layer.ffn.shared:
@@ -445,15 +470,8 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
                                     "(components.moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
     if a.kv_from is not None:
         return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
-    if a.qk_norm == "l2":
-        return "qk_norm", "Llama 4's L2 q/k norm is described but not built yet"
     if a.gate:
         return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
-    if layer.query_scale is not None and layer.query_scale["kind"] == "temperature":
-        # its formula is built (components.query_scale); transformers' Llama 4 reads cache_position, the cache slot,
-        # where a layer is handed position_ids (they differ in a left-padded row)
-        return "query_scale", ("Llama 4's temperature query scale reads the cache slot (cache_position), which a "
-                               "layer is not handed yet: described but not built")
     return None
 
 

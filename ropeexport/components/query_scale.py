@@ -6,9 +6,11 @@ Both kinds a layer describes (``architectures.layers.QUERY_SCALES``) are one for
 - ``log_floor`` (Ministral 3, transformers 5.23 ``get_llama_4_attn_scale``): c = beta, offset 0, divisor
   original_max_position_embeddings, pos the query's ``position_ids`` (0-based); the rotated query times it, cast to
   the query's dtype (``query_states * scale.to(query_states.dtype)``);
-- ``temperature`` (Llama 4's NoPE layers): c = attn_scale, offset 1, divisor floor_scale. transformers reads
-  ``cache_position`` there (the cache slot, not ``position_ids``): ``layers.unbuilt`` refuses it until a layer is handed
-  cache slots; the formula is here so that it is one line to build.
+- ``temperature`` (Llama 4's NoPE layers, ``architectures.llama4_text``): c = attn_scale, offset 1, divisor
+  floor_scale, pos the query's ``position_ids`` as for Ministral 3 (one seam: positions follow position_ids, as the
+  rotation does). transformers 5.23 reads the cache slot there (``arange(seq) + past_seen_tokens``), which is the
+  position wherever a row starts at position 0 with no left padding (measured: the tiny Llama 4 decoder agrees with
+  Llama4ForCausalLM to 1e-6 of the logit scale there, and differs by 1e-2 on a left-padded row, by design).
 
 The graph takes n = (pos + offset) // divisor with an integer Div (positions are >= 0, so it is the floor) and
 gathers the factor from a table of every step up to ``max_positions``, computed in float64 and rounded once to the

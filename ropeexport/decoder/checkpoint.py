@@ -61,7 +61,8 @@ def _sources(spec: DecoderSpec) -> dict[str, str]:
                 out[key.format(i=i)] = canonical.format(i=i)
     out |= {key: canonical for canonical, key in arch.names.items() if "{i}" not in canonical}
     fused = {"qkv_proj": ("q_proj",), "qkv_bias": ("q_bias",), "gate_up_proj": ("gate_proj",),
-             "experts_gate_up_proj": ("experts_gate_proj",), "experts_gate_up_bias": ("experts_gate_bias",)}
+             "experts_gate_up_proj": ("experts_gate_proj",), "experts_gate_up_bias": ("experts_gate_bias",),
+             "experts_gate_up_halves": ("experts_gate_proj",)}
 
     def needed(canonical: str) -> bool:
         canonical = canonical.partition(EXPERT)[0]
@@ -93,6 +94,9 @@ def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np
     if base in ("experts_gate_up_proj", "experts_gate_up_bias"):  # gpt-oss: gate and up columns interleaved
         kind = base.rpartition("_")[2]
         return {f"{stem}experts_gate_{kind}": value[..., ::2], f"{stem}experts_up_{kind}": value[..., 1::2]}
+    if base == "experts_gate_up_halves":  # Llama 4: [E, n, 2m], the gate's m columns, then the up's (gate_up.chunk(2))
+        gate, up = np.split(value, 2, axis=-1)
+        return {f"{stem}experts_gate_proj": gate, f"{stem}experts_up_proj": up}
     if base.startswith("experts_"):  # stored [E, in, out] (and [E, out]) as the graph reads them
         return {canonical: value}
     return {canonical: value.T if value.ndim == 2 and canonical != "embed" else value}
@@ -116,7 +120,7 @@ def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
     if base == "gate_up_proj":
         return (2 * inner, hidden)
     E = ffn.experts
-    if base == "experts_gate_up_proj":
+    if base in ("experts_gate_up_proj", "experts_gate_up_halves"):
         return (E, hidden, 2 * inner)
     if base == "experts_gate_up_bias":
         return (E, 2 * inner)
@@ -230,7 +234,8 @@ _TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.",
                   ("language_model.lm_head.", "lm_head."))  # fmt: skip
 OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
                 "visual.", "model.visual.",  # Qwen-VL: its vision tower and merger
-                "model.embed_vision.", "model.audio_tower.", "model.embed_audio.")  # Gemma 4's towers, projections
+                "model.embed_vision.", "model.audio_tower.", "model.embed_audio.",
+                "vision_model.", "model.vision_model.")  # Gemma 4's towers and projections, Llama 4's vision tower
 
 
 def _text_key(key: str) -> str:
@@ -359,6 +364,8 @@ def _split_names(spec: DecoderSpec, group: str) -> tuple[str, ...]:
     if base in ("experts_gate_up_proj", "experts_gate_up_bias"):  # gpt-oss's interleaved gate and up
         kind = base.rpartition("_")[2]
         return (f"{stem}experts_gate_{kind}", f"{stem}experts_up_{kind}")
+    if base == "experts_gate_up_halves":  # Llama 4's gate columns, then up
+        return (f"{stem}experts_gate_proj", f"{stem}experts_up_proj")
     return (group,)
 
 
@@ -432,6 +439,8 @@ def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dic
             kind = base.rpartition("_")[2]
             gate, up = weights[f"{stem}experts_gate_{kind}"], weights[f"{stem}experts_up_{kind}"]
             value = np.stack([gate, up], axis=-1).reshape(*gate.shape[:-1], 2 * gate.shape[-1])
+        elif base == "experts_gate_up_halves":  # Llama 4: gate columns, then up
+            value = np.concatenate([weights[f"{stem}experts_gate_proj"], weights[f"{stem}experts_up_proj"]], axis=-1)
         elif base.startswith("experts_"):
             value = weights[canonical]
         else:

@@ -158,7 +158,8 @@ def _layers_of(layers: Layers, layout: Mapping[str, Any], position: Mapping[str,
             layer["position"] = None
         elif fields_of(imported.fields) != position:
             layer["position"] = fields_of(imported.fields)
-        sliding = LAYER_TYPES[kind] == "sliding" and layers.window
+        # a chunked layer (Llama 4) is its architecture's to describe (``Architecture.changes``: its chunk size)
+        sliding = LAYER_TYPES.get(kind) == "sliding" and layers.window
         if sliding:
             layer |= {"attention": "sliding", "window": layers.window}
         elif layout.get("sliding_window"):

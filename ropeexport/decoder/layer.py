@@ -35,10 +35,12 @@ def _weights(decoder: DecoderSpec, checkpoint: Path, layer: int) -> dict[str, np
     if not 0 <= layer < decoder.num_layers:
         raise SpecError("layer", f"must be in [0, {decoder.num_layers - 1}] (the checkpoint's layers), got {layer}")
     a = decoder.layers[layer].attention
-    if a.qk_norm or a.scale or a.softcap or a.sinks:
-        # The block artifact's attention has no q/k norms, logit scale, cap or sinks: it would not be this model's.
-        raise SpecError("layer", f"a {decoder.model_type} layer (q/k norms, its logit scale, cap or sinks) is not a "
-                        "block artifact yet; build the whole decoder (--artifact decoder)")  # fmt: skip
+    if a.qk_norm or a.scale or a.softcap or a.sinks or decoder.layers[layer].chunk:
+        # The block artifact's attention has no q/k norms, logit scale, cap, sinks or chunks: it would not be this
+        # model's (Llama 4's chunked layers among them).
+        raise SpecError("layer", f"a {decoder.model_type} layer (q/k norms, its logit scale, cap, sinks or chunked "
+                        "attention) is not a block artifact yet; build the whole decoder "
+                        "(--artifact decoder)")  # fmt: skip
     if decoder.layer_position_spec(layer) is None:
         raise SpecError("layer", f"layer {layer} has no positional encoding (no_rope_layers): its block has no "
                         "position to verify; pick a layer with one")  # fmt: skip

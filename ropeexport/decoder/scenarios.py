@@ -92,10 +92,19 @@ def scenarios(spec: DecoderSpec) -> list[Scenario]:
 
 
 def _query_scale_steps(spec: DecoderSpec) -> list[int]:
-    """The positions where a layer's query scale changes (``components.query_scale``), sorted, each once."""
+    """The positions where a layer's query scale changes (``components.query_scale``), sorted, each once: of each
+    scale its first two steps and its last that a straddling prompt fits around (Ministral 3's three; Llama 4's
+    temperature steps every floor_scale positions, 8192 in the released models: every step is the same formula, and a
+    scenario each would be hundreds).
+    """  # noqa: D205
     top = spec.position_spec().max_positions
     described = [layer.query_scale for layer in spec.layers if layer.query_scale is not None]
-    return sorted({p for d in described for p in QueryScaleSpec.of(d, top, spec.dtype).steps() if p >= 8})
+    out: set[int] = set()
+    for d in described:
+        # the steps a 16-token prompt straddling them fits around (8 positions before, 8 after)
+        steps = [p for p in QueryScaleSpec.of(d, top, spec.dtype).steps() if p >= 8 and p + 16 <= top]
+        out |= {*steps[:2], *steps[-1:]}
+    return sorted(out)
 
 
 def positions_needed(spec: DecoderSpec) -> tuple[int, Scenario]:

@@ -127,6 +127,8 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
             if not ffn.moe_bias:  # gated experts without mlp_bias (Qwen3-MoE): no router or expert biases
                 for name in ("router_bias", "experts_gate_bias", "experts_up_bias", "experts_down_bias"):
                     del out[f"{p}{name}"]
+            if ffn.router == "topk_sigmoid" and ffn.shared:  # Llama 4's shared expert, as wide as an expert
+                out |= {f"{p}shared_gate_proj": (n, m), f"{p}shared_up_proj": (n, m), f"{p}shared_down_proj": (m, n)}
             continue
         if ffn.kind == "gated":
             out[f"{p}gate_proj"] = (hidden, inner)

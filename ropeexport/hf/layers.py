@@ -21,7 +21,7 @@ LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 
 # Layer types of other models: refused by name, never read as full attention.
 OTHER_LAYER_TYPES = {
-    "chunked_attention": "Llama 4's chunked attention",
+    "chunked_attention": "Llama 4's chunked attention (built for llama4_text only)",
     "linear_attention": "linear attention (Qwen3-Next's gated delta rule)",
     "conv": "convolution layers (LFM2)",
     "mamba": "state-space layers",
@@ -161,15 +161,16 @@ def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tupl
         assert count is not None
         types = _per_layer_list(r, "layer_types", count)
         others = hook.other_layers if hook else ()  # a hybrid's layers without attention: no encoding, read so
+        chunked = ("chunked_attention",) if hook and hook.chunked else ()  # Llama 4's: its architecture reads them
         for i, kind in enumerate(types):  # a kind of layer not built is named first (Llama 4's chunked attention)
-            if isinstance(kind, str) and kind in OTHER_LAYER_TYPES and kind not in others:
+            if isinstance(kind, str) and kind in OTHER_LAYER_TYPES and kind not in (*others, *chunked):
                 raise r.error(f"layer_types[{i}]", f"{kind!r} is not built: {OTHER_LAYER_TYPES[kind]}")
         if not (hook and hook.reads_layer_types) and any(t != "full_attention" for t in types):
             # Never read as all-full: Cohere 2, EXAONE 4 and others give their layer types meanings of their own.
             raise r.error("layer_types", f"not imported for {_name(r)!r} (ropeexport reads layer types for "
                           f"{', '.join(_reading('reads_layer_types'))}): refused rather than taking every layer "
                           "as full attention")  # fmt: skip
-        allowed = (*LAYER_TYPES, *others)
+        allowed = (*LAYER_TYPES, *chunked, *others)
         for i, kind in enumerate(types):
             if not isinstance(kind, str) or kind not in allowed:
                 raise r.error(f"layer_types[{i}]", f"unknown layer type {kind!r}; allowed: {', '.join(allowed)}")

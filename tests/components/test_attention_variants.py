@@ -56,6 +56,9 @@ def _variant(name: str, dtype: str) -> dict[str, Any]:
         # Gemma 4's values: RMS-normed with no weight, and read off the key projection (no v_proj)
         "v_norm": {"v_norm": NormSpec("rms", 1e-6, dtype, wide=True)},
         "k_eq_v": {"k_eq_v": True, "v_norm": NormSpec("rms", 1e-6, dtype, wide=True)},
+        # Llama 4: chunks of 3 slots from each row's first real token; its weightless L2 q/k norm
+        "chunk": {"chunk": 3},
+        "l2_norm": {"qk_norm": NormSpec("rms", 1e-5, dtype), "qk_weights": False},
     }  # fmt: skip
     return fields[name]
 
@@ -65,17 +68,20 @@ WITHOUT = {"qk_norm": {"qk_norm": None}, "qk_norm_gemma": {"qk_norm": "offset 0"
            "softcap": {"logit_softcap": 0.0}, "sinks": {"sinks": False}, "all": {"sinks": False},
            "all_but_softcap": {"qk_norm": None}, "query_scale": {"query_scale": None},
            "query_scale_temperature": {"query_scale": None}, "v_norm": {"v_norm": None},
-           "k_eq_v": {"k_eq_v": False}}  # fmt: skip
+           "k_eq_v": {"k_eq_v": False}, "chunk": {"chunk": 0},
+           "l2_norm": {"qk_norm": None, "qk_weights": True}}  # fmt: skip
+LLAMA4 = ("chunk", "l2_norm")  # one row per form (chunk) or two (the norm), not the whole cross product
 FORMS = ("fused", "decomposed", "tensorrt", "gqa", "static-cache")
 # The window: every form with one (the static form takes none: refused there), and gqa without one too, its
 # padding-only path (the kernel's causal rule, the padding in attention_bias, the empty rows zeroed by head_sink).
 CASES = [
     (variant, form, dtype, window)
-    for variant, form, dtype in itertools.product(WITHOUT, FORMS, ("fp32", "fp16"))
+    for variant, form, dtype in itertools.product([v for v in WITHOUT if v not in LLAMA4], FORMS, ("fp32", "fp16"))
     for window in ((0,) if form == "static-cache" else (WINDOW, 0) if form == "gqa" else (WINDOW,))
     if not (form == "static-cache" and _variant(variant, dtype).get("sinks"))  # refused there (test_components)
     and not (form == "tensorrt" and _variant(variant, dtype).get("logit_softcap"))  # refused: TensorRT has no softcap
-]
+] + [("chunk", form, "fp32", 0) for form in FORMS if form != "static-cache"] + [  # static-cache refuses a chunk
+    ("chunk", "gqa", "fp16", 0), ("l2_norm", "fused", "fp32", 0), ("l2_norm", "gqa", "fp16", 0)]
 
 
 def _weights(spec: AttentionSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -84,7 +90,7 @@ def _weights(spec: AttentionSpec, rng: np.random.Generator) -> dict[str, np.ndar
     """  # noqa: D205
     sizes = {"q_proj": (N, H * D), "k_proj": (N, KV * D), "v_proj": (N, KV * D), "o_proj": (H * D, N)}
     w = {n: 2 * rng.standard_normal(s) / np.sqrt(s[0]) for n, s in sizes.items()}
-    if spec.qk_norm is not None:
+    if spec.qk_norm is not None and spec.qk_weights:
         identity = 1.0 - spec.qk_norm.offset
         w |= {n: identity + 0.3 * rng.standard_normal(D) for n in ("q_norm", "k_norm")}
     if spec.sinks:
@@ -296,8 +302,48 @@ def test_tensorrt_parses_each_variant_in_its_forms(variant: str, form: str) -> N
         fields = _variant(variant, dtype)
         if form == "tensorrt" and fields.get("logit_softcap"):
             continue
-        spec = AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=D, dtype=dtype, graph=form, window=WINDOW,
+        window = 0 if fields.get("chunk") else WINDOW  # a layer is chunked or sliding
+        spec = AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=D, dtype=dtype, graph=form, window=window,
                              **fields)  # fmt: skip
         model = attention_model(spec, _weights(spec, np.random.default_rng(6)))
         verdicts = {v: rx.check_trt(model, v).compatible for v in ("10.13", "10.14", "10.15")}
         assert verdicts == {"10.13": form == "decomposed", "10.14": True, "10.15": True}, (dtype, verdicts)
+
+
+# (left padding per row, tokens, chunk): the twin's chunk rule against transformers' own mask of a prompt (its
+# cache of a chunked layer keeps only the last chunk's slots, so a mask over a cache is not comparable slot for slot:
+# the decoder's cached calls are compared with transformers' logits in tests/decoder)
+CHUNK_MASKS = [((0, 0), 9, 4), ((3, 0), 11, 4), ((2, 5), 11, 3)]
+
+
+@pytest.mark.parametrize(("padding", "new", "chunk"), CHUNK_MASKS, ids=[str(c) for c in CHUNK_MASKS])
+def test_chunked_visibility_is_transformers_chunked_mask(padding: tuple[int, ...], new: int, chunk: int) -> None:
+    # transformers 5.23's create_chunked_causal_mask (Llama 4's chunked layers, eager): the chunks start at each
+    # row's first real token; the twin's rule must be that mask on every real query row
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from transformers.masking_utils import create_chunked_causal_mask
+
+    past, t = 0, new
+    mask = np.ones((len(padding), t), np.int64)
+    for row, left in enumerate(padding):
+        mask[row, :left] = 0
+    config = transformers.Llama4TextConfig(attention_chunk_size=chunk, num_hidden_layers=1, hidden_size=8,
+                                           num_attention_heads=1, num_key_value_heads=1, head_dim=8)  # fmt: skip
+    config._attn_implementation = "eager"
+    theirs = create_chunked_causal_mask(config=config, inputs_embeds=torch.zeros(len(padding), new, 8),
+                                        attention_mask=torch.from_numpy(mask), past_key_values=None,
+                                        position_ids=torch.arange(t)[None])  # fmt: skip
+    theirs = (theirs == 0).numpy() if theirs.dtype != torch.bool else theirs.numpy()  # additive or boolean
+    ours = visible(new, past, mask, chunk=chunk)
+    real = mask[:, past:].astype(bool)  # query rows that are real tokens (padding rows see nothing in ours)
+    for row in range(len(padding)):
+        np.testing.assert_array_equal(ours[row, 0][real[row]], theirs[row, 0][real[row]])
+    assert not np.array_equal(ours, visible(new, past, mask)), "the chunks hide nothing here: the case is too short"
+
+
+def test_a_chunk_is_refused_by_the_static_cache_and_beside_a_window() -> None:
+    with pytest.raises(SpecError, match="chunk: is not offered in the static-cache form"):
+        AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=D, graph="static-cache", chunk=3)
+    with pytest.raises(SpecError, match="chunk: a layer is chunked or sliding, not both"):
+        AttentionSpec(num_heads=H, num_kv_heads=KV, head_dim=D, window=4, chunk=3)

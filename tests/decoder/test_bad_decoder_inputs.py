@@ -87,6 +87,16 @@ def _ministral3(tmp: Path, **params: object) -> list[str]:
     return _config(tmp, **(MINISTRAL3 | {"rope_parameters": rope}))
 
 
+# A tiny Llama 4 text config (tests/decoder/tiny.py's "llama4" sizes): chunked RoPE layers, a NoPE one, experts.
+LLAMA4 = {"model_type": "llama4_text", "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 8,
+          "intermediate_size_mlp": 48, "num_local_experts": 4, "num_experts_per_tok": 1,
+          "interleave_moe_layer_step": 2, "attention_chunk_size": 8, "floor_scale": 4, "attn_scale": 0.1}  # fmt: skip
+
+
+def _llama4(tmp: Path, **fields: object) -> list[str]:
+    return _config(tmp, **{k: v for k, v in (LLAMA4 | fields).items() if v is not None})
+
+
 def _no_config(tmp: Path) -> str:
     (tmp / "empty").mkdir()
     return str(tmp / "empty")
@@ -256,6 +266,14 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "rope_parameters.llama_4_scaling_beta: missing: transformers' ministral3 attention multiplies the query"),
     ("Ministral 3 with a negative beta", lambda t: _ministral3(t, llama_4_scaling_beta=-0.1),
      "rope_parameters.llama_4_scaling_beta: must be a finite number >= 0 (0: no query scale), got -0.1"),
+    ("Llama 4 with a chunk of 0 slots", lambda t: _llama4(t, attention_chunk_size=0),
+     "attention_chunk_size: must be a positive integer, got 0"),
+    ("Llama 4 with more experts a token than it has", lambda t: _llama4(t, num_experts_per_tok=5),
+     "num_experts_per_tok: must be at most the experts (4), got 5"),
+    ("Llama 4 in int4", lambda t: [*_llama4(t), "--weight-format", "int4"],
+     "weight_format: int4 is not built for llama4_text's experts"),
+    ("Llama 4's chunked layers without a chunk size", lambda t: _config(t, **(LLAMA4 | {"attention_chunk_size": None})),
+     "attention_chunk_size: is null while layer_types has chunked_attention layers"),
     ("Ministral 3's two context lengths disagree", lambda t: _ministral3(t, max_position_embeddings=64),
      "rope_parameters.max_position_embeddings: (64) contradicts max_position_embeddings (128)"),
     ("layer types not one per layer", lambda t: _config(t, model_type="qwen2", layer_types=["full_attention"] * 2),

@@ -31,7 +31,8 @@ CASES = [("llama", "fused"), ("llama", "gqa"), ("phi3-longrope", "fused"), ("lla
          ("mistral-window", "fused"), ("qwen2-yarn", "gqa"), ("gpt_neox", "fused"), ("gptj", "fused"),
          ("bloom", "fused"), ("gpt_oss", "fused"), ("gpt_oss", "gqa"), ("qwen3_moe", "fused"),
          ("qwen3_moe", "gqa"), ("ministral3", "gqa"),
-         ("qwen2_5_vl", "gqa"), ("qwen3_vl", "fused")]  # fmt: skip  # ministral3: 76 positions cross its step at 64
+         ("qwen2_5_vl", "gqa"), ("qwen3_vl", "fused"),
+         ("llama4", "gqa")]  # fmt: skip  # ministral3: 76 positions cross its step at 64; llama4: 9 chunks, 19 steps
 # qwen2_5_vl, qwen3_vl: position_ids [3, batch, seq], fed by onnxruntime-genai's Qwen-VL pipeline type (text only)
 
 

@@ -101,11 +101,13 @@ def test_a_layer_block_takes_its_own_layers_window(tmp_path: Path, tiny_checkpoi
 
 
 # (tiny checkpoint, layer, the one-line refusal): layers a block artifact is not (yet), never a wrong block
+_NOT_A_BLOCK = "layer (q/k norms, its logit scale, cap, sinks or chunked attention) is not a block"
 REFUSED = [
     ("smollm3-nope", 1, "--layer: layer 1 has no positional encoding (no_rope_layers)"),
-    ("qwen3", 0, "--layer: a qwen3 layer (q/k norms, its logit scale, cap or sinks) is not a block"),
-    ("gemma3", 2, "--layer: a gemma3_text layer (q/k norms, its logit scale, cap or sinks) is not a block"),
-    ("gpt_oss", 1, "--layer: a gpt_oss layer (q/k norms, its logit scale, cap or sinks) is not a block"),
+    ("qwen3", 0, f"--layer: a qwen3 {_NOT_A_BLOCK}"),
+    ("gemma3", 2, f"--layer: a gemma3_text {_NOT_A_BLOCK}"),
+    ("gpt_oss", 1, f"--layer: a gpt_oss {_NOT_A_BLOCK}"),
+    ("llama4", 0, f"--layer: a llama4_text {_NOT_A_BLOCK}"),
 ]
 
 

@@ -253,13 +253,11 @@ REFUSED = [
     ([{}, {"num_heads": 2, "position": {"num_heads": 4}}, {}], "layers[1].position.num_heads"),
     ([{}, {"head_dim": 16, "position": {"head_dim": 4}}, {}], "layers[1].position.head_dim"),
     ([{}, {"num_heads": 3}, {}], "layers[1].num_kv_heads"),
-    ([{}, {"attention": "chunked", "window": 8}, {}], "layers[1].attention"),
+    ([{}, {"attention": "chunked"}, {}], "layers[1].window"),  # a chunked layer's chunk (Llama 4's)
     ([{}, {"kv_from": 0}, {}], "layers[1].kv_from"),
     ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
     # described, not built: each named
     ([{}, {"attn_gate": True}, {}], "layers[1].attn_gate"),
-    ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192, "attn_scale": 0.1}}],
-     "layers[2].query_scale"),
     ([{}, {}, {"query_scale": {"kind": "log_floor", "beta": 0.1, "original_max_position_embeddings": 16.5}}],
      "layers[2].query_scale.original_max_position_embeddings"),
     ([{}, {}, {"query_scale": {"kind": "temperature", "floor_scale": 8192}}], "layers[2].query_scale.attn_scale"),

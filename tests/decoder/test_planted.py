@@ -40,6 +40,18 @@ MINISTRAL3 = {**LLAMA, "model_type": "ministral3", "rope_parameters": {
     "llama_4_scaling_beta": 0.1}}  # fmt: skip
 
 
+# Llama 4: layers 0-2 chunked over 8 slots with RoPE and the L2 q/k norm, layer 3 NoPE with the temperature (a step
+# every 4 positions); experts on layers 1 and 3
+LLAMA4 = {**LLAMA, "model_type": "llama4_text", "num_hidden_layers": 4, "head_dim": 8, "intermediate_size": 24,
+          "intermediate_size_mlp": 48, "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+          "attention_chunk_size": 8, "floor_scale": 4, "attn_scale": 0.1}  # fmt: skip
+
+
+def _layers(change: Callable[[Any, Any], dict[str, Any]]) -> Callable[[Any], Any]:
+    """Every layer with the fields ``change(spec, layer)`` gives it."""
+    return lambda spec: spec.replace(layers=[layer.with_fields(change(spec, layer)) for layer in spec.layers])
+
+
 def _query_scale(**changes: Any) -> Callable[[Any], Any]:
     return lambda spec: spec.replace(query_scale=None if changes.get("drop") else {**spec.default.query_scale,
                                                                                     **changes})
@@ -63,6 +75,12 @@ CASES: list[tuple[str, dict[str, Any], Callable[[Any], Any], set[str]]] = [
     ("query scale over factor x original", MINISTRAL3, _query_scale(original_max_position_embeddings=256),
      {"far-positions", "query-scale-step-128", "query-scale-step-192"}),
     ("query scale's beta 20% off", MINISTRAL3, _query_scale(beta=0.12), {"far-positions", "query-scale-step-192"}),
+    # Llama 4's chunk boundaries off by one (chunks of 9), its NoPE layer rotated, its temperature dropped
+    ("chunks one slot too long", LLAMA4, _layers(lambda s, layer: {"window": 9} if layer.chunk else {}),
+     {"decode-64", "chunked-prefill"}),
+    ("NoPE layer rotated", LLAMA4, _layers(lambda s, layer: {"position": dict(s.position)} if layer.position is None
+                                           else {}), {"decode-64"}),
+    ("temperature dropped", LLAMA4, _layers(lambda s, layer: {"query_scale": None}), {"decode-64", "far-positions"}),
 ]  # fmt: skip
 
 

@@ -57,6 +57,8 @@ CASES = {
     "gemma4-to-the-end": ("gemma4", "gqa", 7, 237, 12),
     # latent attention (keys 16 wide, values 8: cached padded to 16 in the gqa form), YaRN's far end; reaches 255
     "deepseek-v3-to-the-end": ("deepseek_v3", "gqa", 7, 237, 12),
+    # Llama 4: chunks of 8 and the NoPE layer's temperature steps (every 4 positions) crossed from position 0
+    "llama4-chunks-and-steps": ("llama4", "gqa", 7, 0, 20),
 }
 
 

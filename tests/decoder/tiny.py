@@ -138,6 +138,17 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                                         "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                                         "beta_slow": 1.0, "mscale": 0.707,
                                                         "mscale_all_dim": 0.707}}),
+    # Llama 4: layers 0-2 chunked over 8 slots with RoPE (llama3 x8 over 64, interleaved pairs) and the L2 q/k norm,
+    # layer 3 NoPE with the temperature q * (log(floor((pos + 1) / 4) + 1) * 0.1 + 1): a step every 4 positions;
+    # layers 1 and 3 a mixture of 4 experts 24 wide, top-1 by sigmoid, beside a shared expert; 0 and 2 dense, 48 wide.
+    "llama4": ("llama4_text", {**_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 16,
+                               "intermediate_size": 24, "intermediate_size_mlp": 48, "num_local_experts": 4,
+                               "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 8,
+                               "floor_scale": 4, "attn_scale": 0.1, "max_position_embeddings": 256,
+                               "pad_token_id": 0, "eos_token_id": 2,
+                               "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                   "original_max_position_embeddings": 64}}),
 }  # fmt: skip
 
 

@@ -40,7 +40,7 @@ INT4 = [("fp32", "fused", "int4-b32", {"weight_format": "int4"}),
 
 
 # The tiny checkpoints whose int4 build is refused (a mixture of experts: [E, n, m] weights are no MatMulNBits).
-NO_INT4 = ("gpt_oss", "qwen3_moe", "qwen3_moe-norm", "deepseek_v3")
+NO_INT4 = ("gpt_oss", "qwen3_moe", "qwen3_moe-norm", "deepseek_v3", "llama4")
 # The tiny decoders whose tensorrt form is refused: gemma2 (TensorRT cannot cap attention logits), the Qwen-VL ones
 # (M-RoPE: no TensorRT run of it verified), deepseek_v3 (latent attention's keys and values differ in width).
 NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "deepseek_v3")

@@ -29,14 +29,23 @@ Rotate64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Bias64 = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def visible(query_count: int, past: int, attention_mask: np.ndarray, window: int = 0) -> np.ndarray:
+def visible(query_count: int, past: int, attention_mask: np.ndarray, window: int = 0, chunk: int = 0) -> np.ndarray:
     """bool [b, 1, s, t]: key slot j visible to query slot i iff j <= i + past (and i + past - j < window, when
-    given) and attention_mask marks j real.
+    given; and (j - l) // chunk == (i + past - l) // chunk, l the row's left padding, when ``chunk`` is given: Llama
+    4's chunks, counted from each row's first real token as transformers' ``chunked_overlay`` counts them) and
+    attention_mask marks j real.
     """  # noqa: D205
     t = attention_mask.shape[1]
     distance = (np.arange(query_count) + past)[:, None] - np.arange(t)[None, :]  # [s, t]: query slot - key slot
     causal = (distance >= 0) & ((distance < window) if window else True)
-    return causal[None, None] & (attention_mask[:, None, None, :] != 0)  # any nonzero value is a real token
+    real = attention_mask != 0  # any nonzero value is a real token
+    out = causal[None, None] & real[:, None, None, :]
+    if chunk:
+        left = (np.cumsum(real, axis=1) == 0).sum(axis=1)[:, None]  # [b, 1]: slots before the first real token
+        keys = (np.arange(t)[None, :] - left) // chunk  # [b, t] (floor, as Python's // on torch tensors)
+        queries = (np.arange(query_count)[None, :] + past - left) // chunk  # [b, s]
+        out = out & (keys[:, None, None, :] == queries[:, None, :, None])
+    return out
 
 
 def attention64(
@@ -74,14 +83,18 @@ def attention64(
     if spec.v_norm is not None:  # each value head over d, no weight (Gemma 4's v_norm)
         v = norm64(spec.v_norm, v, np.ones(d))
     if spec.qk_norm is not None and spec.qk_norm_over == "head":  # each head over d, before the rotation (Qwen3)
-        q, k = norm64(spec.qk_norm, q, w["q_norm"]), norm64(spec.qk_norm, k, w["k_norm"])
+        # Llama 4's weightless L2 norm: transformers applies it after the rotation, which leaves each head's sum of
+        # squares as it is (every pair rotated by an orthogonal 2 x 2), so before it is the same value
+        ones = np.ones(d)
+        q = norm64(spec.qk_norm, q, w["q_norm"] if spec.qk_weights else ones)
+        k = norm64(spec.qk_norm, k, w["k_norm"] if spec.qk_weights else ones)
     if rotate is not None:
         q, k = rotate(q, pos), rotate(k, pos)
     if spec.query_scale is not None:  # the rotated query times its position's factor (Ministral 3)
         q = q * query_scale64(spec.query_scale, pos)[:, None, :, None]
     keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), k], axis=2)
     values = np.concatenate([np.asarray(feeds["past_value"], np.float64), v], axis=2)
-    mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"], spec.window)  # [b, 1, s, t]
+    mask = visible(s, feeds["past_key"].shape[2], feeds["attention_mask"], spec.window, spec.chunk)  # [b, 1, s, t]
     group = H // KV
     logits = np.einsum("bhid,bhjd->bhij", q, np.repeat(keys, group, axis=1))
     logits = logits * spec.scale if spec.scale else logits / np.sqrt(d)

@@ -43,10 +43,10 @@ def attend(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, added: 
            arrays: Mapping[str, np.ndarray]) -> str:  # fmt: skip
     """The ``gqa`` lowering (``graph.Lowering``: query, key and value rotated in, [b, s, H * d] out)."""
     rotary = _kernel_rotary(g, spec, q, k, v)  # None: the kernel cannot rotate in the piece's place
-    if added is None and not spec.window and not spec.sinks:
+    if added is None and not spec.window and not spec.chunk and not spec.sinks:
         # GroupQueryAttention's own causal rule covers everything but the padding: no [s, t] mask to build
         return _attend_gqa_padded(g, spec, q, k, v, rotary)
-    mask = visible(g, spec, masks.causal_mask(g, spec.window, shared=True), added)
+    mask = visible(g, spec, masks.causal_mask(g, spec.window, shared=True, chunk=spec.chunk), added)
     sinks = sinks_const(g, spec, arrays, (spec.num_heads,))
     return _attend_gqa(g, spec, q, k, v, mask, added, sinks, rotary)
 

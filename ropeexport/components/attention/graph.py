@@ -146,7 +146,10 @@ def _qk_norms(
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     d, out = spec.head_dim, []
     for x, name, heads in ((q, "q", spec.num_heads), (k, "k", spec.num_kv_heads)):
-        weight = g.const(f"{name}_norm", round_once(arrays[f"{name}_norm"], spec.dtype))
+        # a weightless norm (Llama 4's L2 norm) times ones: exact in every dtype, the RMSNorm's graph kept
+        values = arrays[f"{name}_norm"] if spec.qk_weights else np.ones(heads * d if spec.qk_norm_over == "projection"
+                                                                          else d)  # fmt: skip
+        weight = g.const(f"{name}_norm", round_once(values, spec.dtype))
         if spec.qk_norm_over == "projection":  # [b, s, heads * d] as it is: one norm over the whole projection
             assert flat, "a norm over the projection reads it before the heads are split"
             out.append(norm(g, spec.qk_norm, x, weight, None, FORMS[spec.graph].opset))

@@ -36,6 +36,31 @@ def window_rule(g: GraphBuilder, causal: str, key_slot: str, query_slot: str, wi
     return g.op("And", [causal, g.op("Greater", [key_slot, reach])])
 
 
+def chunk_rule(g: GraphBuilder, causal: str, key_slot: str, query_slot: str, chunk: int) -> str:
+    """``causal`` narrowed to chunks (Llama 4): key slot j stays visible to query slot i only if (j - l) // chunk ==
+    (i - l) // chunk, l the row's left padding (its slots before the first real token), as transformers 5.23's
+    ``create_chunked_causal_mask`` counts them (``chunked_overlay``): the chunks start at each row's first real token.
+    [s, t] -> [b, 1, s, t]. A slot before the first real token is put in chunk 0 (Max with 0): it is padding, hidden
+    by the padding rule whatever its chunk.
+    """  # noqa: D205
+    if not chunk:
+        return causal
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    # the left padding counted in float32 (exact below 2^24): TensorRT's CumSum takes no integers
+    real = g.op("Cast", [g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)], to=TensorProto.FLOAT)  # [b, t]
+    counted = g.op("CumSum", [real, g.const("chunk_mask_axis", np.array(1, np.int64))])
+    before = g.op("Cast", [g.op("Equal", [counted, g.const("chunk_none", np.array(0.0, np.float32))])],
+                  to=TensorProto.FLOAT)  # fmt: skip
+    padding = g.op("ReduceSum", [before, g.const("chunk_sum_axis", i64(1))], keepdims=1)  # [b, 1]
+    padding = g.op("Cast", [padding], to=TensorProto.INT64)
+    size, zero = g.const("chunk", np.array(chunk, np.int64)), g.const("chunk_zero", np.array(0, np.int64))
+    keys = g.op("Div", [g.op("Max", [g.op("Sub", [key_slot, padding]), zero]), size])  # [b, t]: j >= 0, so floor
+    keys = g.op("Unsqueeze", [keys, g.const("chunk_key_axes", i64(1, 2))])  # [b, 1, 1, t]
+    rows = g.op("Unsqueeze", [padding, g.const("chunk_row_axes", i64(2, 3))])  # [b, 1, 1, 1]
+    queries = g.op("Div", [g.op("Max", [g.op("Sub", [query_slot, rows]), zero]), size])  # [b, 1, s, 1]
+    return g.op("And", [causal, g.op("Equal", [keys, queries])])  # [b, 1, s, t]
+
+
 def static_mask(g: GraphBuilder) -> str:
     """bool [b, 1, s, capacity]: buffer slot j visible to query i of row b iff j <= cache_length[b] + i and
     attention_mask[b, j] is 1 (slots past cache_length + s are never visible).
@@ -54,9 +79,9 @@ def static_mask(g: GraphBuilder) -> str:
     return g.op("And", [causal, real], name="attention_visible")
 
 
-def causal_mask(g: GraphBuilder, window: int = 0, shared: bool = False) -> str:
-    """bool [b, 1, s, t]: key j visible to query i iff j <= i + p (and i + p - j < window, when given) and
-    attention_mask[b, j] is 1.
+def causal_mask(g: GraphBuilder, window: int = 0, shared: bool = False, chunk: int = 0) -> str:
+    """bool [b, 1, s, t]: key j visible to query i iff j <= i + p (and i + p - j < window, when given; and in i + p's
+    chunk, when ``chunk`` is given: ``chunk_rule``) and attention_mask[b, j] is 1.
 
     p is past_key's length, or with ``shared`` (the gqa form) t - s: a server may hand GroupQueryAttention one
     buffer as both past and present (onnxruntime-genai's past_present_share_buffer), whose length is its capacity,
@@ -77,6 +102,7 @@ def causal_mask(g: GraphBuilder, window: int = 0, shared: bool = False) -> str:
     queries = g.op("Unsqueeze", [query_slot, g.const("query_axis", i64(1))])  # [s, 1]
     causal = g.op("LessOrEqual", [keys, queries])  # [s, t]: bottom-right aligned
     causal = window_rule(g, causal, keys, queries, window)
+    causal = chunk_rule(g, causal, keys, queries, chunk)
     real = g.op("Cast", ["attention_mask"], to=TensorProto.BOOL)  # [b, t]
     real = g.op("Unsqueeze", [real, g.const("mask_axes", i64(1, 2))])  # [b, 1, 1, t]
     return g.op("And", [causal, real], name="attention_visible")  # [b, 1, s, t]
@@ -156,7 +182,7 @@ def cache_mask(g: GraphBuilder, spec: AttentionSpec, added: str | None,
     """What a lowering over a growing cache (fused, decomposed, tensorrt) applies: the causal rule with the window
     and the padding, a bias piece's hidden keys hidden too (bool [b, 1 | H, s, t]), and the sinks as [1, H, 1, 1].
     """  # noqa: D205
-    mask = visible(g, spec, causal_mask(g, spec.window), added)
+    mask = visible(g, spec, causal_mask(g, spec.window, chunk=spec.chunk), added)
     return mask, sinks_const(g, spec, arrays, (1, spec.num_heads, 1, 1))
 
 

@@ -49,6 +49,11 @@ class AttentionSpec:
     RMSNorm of each value head over head_dim with no weight (Gemma 4's ``v_norm``, ``with_scale=False``); ``k_eq_v``
     the values are the key projection's output, taken before the key's norm and rotation (no ``v_proj``; Gemma 4's
     ``attention_k_eq_v``).
+
+    ``chunk`` > 0 (Llama 4's chunked layers): key slot j visible to query slot i only inside i's chunk, the chunks
+    counted from each row's first real token (transformers' ``chunked_overlay``: (j - left padding) // chunk ==
+    (i - left padding) // chunk; ``masks.chunk_rule``). ``qk_weights`` False: the q/k norm has no weight (Llama 4's
+    L2 norm, x / sqrt(mean(x^2) + eps), the RMSNorm times 1; no ``q_norm`` / ``k_norm`` weights).
     """
 
     num_heads: int
@@ -68,6 +73,8 @@ class AttentionSpec:
     query_scale: QueryScaleSpec | None = None
     v_norm: NormSpec | None = None  # a weightless RMSNorm of each value head (Gemma 4)
     k_eq_v: bool = False  # the values are the key projection's output (no v_proj; Gemma 4's full layers)
+    chunk: int = 0  # chunked attention's chunk (Llama 4); 0: none
+    qk_weights: bool = True  # False: the q/k norm is weightless (Llama 4's L2 norm)
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -79,6 +86,12 @@ class AttentionSpec:
         require_choice("graph", self.graph, tuple(FORMS))
         form = FORMS[self.graph]
         require_int("window", self.window, 0)
+        require_int("chunk", self.chunk, 0)
+        if self.chunk and self.window:
+            raise SpecError("chunk", f"a layer is chunked or sliding, not both (window {self.window})")
+        form.check("chunk", self.chunk, "chunk")
+        if not isinstance(self.qk_weights, bool):
+            raise SpecError("qk_weights", f"must be True or False, got {self.qk_weights!r}")
         if self.position is not None and not isinstance(self.position, PositionPiece):
             raise SpecError("position", f"must be a kinds.PositionPiece or None, got {type(self.position).__name__}")
         if self.position is not None and self.position.rotary is not None and self.position.bias is not None:
@@ -132,8 +145,9 @@ def check_weights(spec: AttentionSpec, weights: Mapping[str, Any]) -> None:
     wide = spec.qk_norm_over == "projection"  # one weight over the whole projection: heads x head_dim
     q_width, k_width = (spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim) if wide else (
         spec.head_dim, spec.head_dim)
-    wanted = {"q_norm": ("qk_norm", q_width, spec.qk_norm is not None),
-              "k_norm": ("qk_norm", k_width, spec.qk_norm is not None),
+    weighted = spec.qk_norm is not None and spec.qk_weights  # Llama 4's L2 norm has no weight
+    wanted = {"q_norm": ("qk_norm", q_width, weighted),
+              "k_norm": ("qk_norm", k_width, weighted),
               "sinks": ("sinks", spec.num_heads, spec.sinks)}  # fmt: skip
     if spec.k_eq_v and ("v_proj" in weights or "v_bias" in weights):  # it would go unread
         raise SpecError("k_eq_v", "the values are the key projection's: the weights must hold no v_proj or v_bias")
