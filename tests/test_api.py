@@ -26,6 +26,7 @@ DEFAULT_MODEL_SHA256 = {
     "bloom-560m-bias-fp16-fused": "e63ca21c88a64cb886a9073d6194d67a90c992e22181e0e1a7dc01a4856bbb46",
     "kerple-log-162m-bias-fp32-fused": "ce55304d945b7cb1f4297bdfcbcd654d89afc0d8e0bb90a6453352c2264c06ee",
     "llama-3.1-8b-rope-fp16-fused": "8fc845a9e9b73876271022713eb6f303ff067a17e5dd974daedcc09d0fbd4c41",
+    "pixtral-12b-vision-rope-fp32-fused": "a9500ed51c9c86d8b927e14870cd8cae729d09959483fe43f34d39e87f82e7e9",
     "sandwich-bias-fp32-fused": "4f806c69dd45f2e6cfc342cf915d6ffd3e7bc22a48b9845b94dff1d8477aec7d",
     "shaw-transformer-base-attention-fp32-fused": "24ef49812a159be24366dc73ab2462b0560510cca732c533a77c8a6f77600da1",
     "t5-base-bias-fp32-fused": "cf34b817c912e376bef683129edb69b6c7fa9e83f21ceeea6e52448eeba2ef95",
@@ -48,6 +49,7 @@ FEATURE_MODEL_SHA256 = {
     "transformer-xl-scores-fp32-fused": "80825ea48071788c030eafc6d876ee1e796723fece4f281c9b4c6bc9f7811ddf",
     "tupe-scores-fp32-fused": "554607fde41cd7a652b2af25a222a13e7a625bf5566c6f844d7520bf5e49cf20",
     "yarn-half-bf16-fused": "98abd4768cf1237187629efc7c761671506049b852bc28a3ca2004bcc2783100",
+    "vision-rope-shared-fp32-fused": "040e08dc080108d12873e39d2923d7c46e50fe7ddeb3d728e0818975d1b1c672",
 }
 
 
@@ -225,6 +227,7 @@ SAMPLES: dict[str, object] = {
     "accuracy_level": 4,
     "symmetric": False,
     "eager": False,
+    "latent_cache": True,
     "runtimes": ("onnx-reference",),
 }
 CALLS = {

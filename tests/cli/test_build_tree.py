@@ -175,6 +175,7 @@ def test_list_presets_shows_key_parameters_and_sources(capsys) -> None:
             "tupe",
             "kerple",
             "sandwich",
+            "vision_rope",
         )
     code, text, _ = run(["list", "--presets"], capsys)
     assert code == 0 and all(name in text for name in data)
