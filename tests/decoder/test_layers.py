@@ -264,6 +264,10 @@ REFUSED = [
     # latent attention is built full and causal only (DeepSeek's): a window beside it is named
     ([{}, {"attention_kind": "latent", "num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
            "v_head_dim": 8, "attention": "sliding", "window": 4}, {}], "layers[1].attention_kind"),
+    # nor beside Gemma 4's value norm or keys as values, nor biases: the latent component reads none of them
+    *(([{}, {"attention_kind": "latent", "num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+             "v_head_dim": 8, field: True}, {}], "layers[1].attention_kind")
+      for field in ("v_norm", "k_eq_v", "qkv_bias", "o_bias")),
     # a latent layer's widths (DeepSeek's MLA), checked on construction
     ([{}, {"attention_kind": "latent", "num_kv_heads": 4}, {}], "layers[1].kv_lora_rank"),
     ([{}, {"attention_kind": "latent", "kv_lora_rank": 16, "v_head_dim": 8}, {}], "layers[1].num_kv_heads"),
