@@ -18,7 +18,8 @@ MULTI_AXIS = ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
 ONE_AXIS = "the Qwen-VL text decoders (qwen2_vl, qwen2_5_vl, qwen3_vl: their checkpoints' text models)"
 # transformers' keys for the experts of a mixture, and the model types whose mixtures are built (``components.moe``)
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
-MIXTURES = ("gpt_oss", "qwen3_moe")
+MIXTURES = ("gpt_oss", "qwen3_moe", "llama4_text", "deepseek_v3")
+LATENT = "deepseek_v3"  # the model type whose multi-head latent attention is built (DeepSeek V3, Kimi K2)
 
 
 def _scaling(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -49,11 +50,12 @@ def missing(config: Mapping[str, Any], built: tuple[str, ...]) -> str | None:
         return (f"a multimodal wrapper: its text model is text_config (model_type {inner!r}), which has no decoder "
                 "architecture here either")  # fmt: skip
     if config.get("kv_lora_rank"):
-        return ("multi-head latent attention (kv_lora_rank: DeepSeek's compressed keys and values) is not built; "
-                "no decoder here has it")  # fmt: skip
+        where = (f"is built for {LATENT} only (DeepSeek V3, Kimi K2), not for {model_type!r}" if LATENT in built
+                 else "is not built; no decoder here has it")  # fmt: skip
+        return f"multi-head latent attention (kv_lora_rank: DeepSeek's compressed keys and values) {where}"
     experts = next((k for k in EXPERTS if config.get(k)), None)
     if experts is not None:
-        have = " and ".join(t for t in MIXTURES if t in built) or "no model type"
+        have = ", ".join(t for t in MIXTURES if t in built) or "no model type"
         return (f"a mixture of experts ({experts} = {config[experts]}) is built for {have} (their routers and "
                 "experts); this model type's experts are not")  # fmt: skip
     return None

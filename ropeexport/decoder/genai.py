@@ -64,6 +64,12 @@ def unservable(spec: DecoderSpec) -> str:
     geometry and one [KV, head_size] cache for every layer (Gemma 4's full layers have their own head_dim; a latent
     layer's cache is keys nope + rope wide, values v_head_dim: allocated wrong, so refused).
     """  # noqa: D205
+    # any latent layer by its kind, not only by its widths: they may agree by chance (qk_nope_head_dim 0, values as
+    # wide as the rope slice), and onnxruntime-genai was never run on latent attention
+    latent = next((i for i, layer in enumerate(spec.layers) if layer.attention.kind == "latent"), None)
+    if latent is not None:
+        return (f"onnxruntime-genai caches every key and value [KV, head_size] of one width; layer {latent}'s latent "
+                "attention caches keys qk_nope_head_dim + qk_rope_head_dim wide and values v_head_dim (or its latent)")
     shapes = {geometry(spec, i) for i in range(spec.num_layers)}  # each layer's own (onnxruntime-genai takes one)
     if len(shapes) != 1:
         return f"onnxruntime-genai takes one head geometry for every layer, got {sorted(shapes)}"

@@ -177,7 +177,8 @@ def export_decoder(spec: DecoderSpec, config: Mapping[str, Any], weights: Mappin
     onnxruntime-genai package and the checkpoint's tokenizer files written into ``folder``; the file names.
     """  # noqa: D205
     files, _ = write_decoder(spec, weights, describe(checkpoint), folder, stage)
-    # onnxruntime-genai 0.18 says one head geometry for every layer (``genai.unservable``): no genai_config.json then
+    # onnxruntime-genai 0.18 says one head geometry and cache for every layer, and was never run on latent attention
+    # (``genai.unservable``): no genai_config.json then
     if unservable(spec):
         return files + copy_tokenizer(checkpoint, folder)
     (folder / CONFIG).write_text(json.dumps(genai_config(spec, config), indent=2) + "\n")

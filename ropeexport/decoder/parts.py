@@ -72,8 +72,10 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
     """Layer i's attention: its geometry, window and variants, ``piece`` (its position piece, or None)."""
     a = spec.layers[i].attention
     _, offset, wide = NORMS[spec.architecture.norm]  # the model's RMSNorm (OLMo 3's times the weight in float32)
-    # Llama 4's L2 norm: the RMSNorm at the model's eps without a weight (Llama4TextL2Norm(rms_norm_eps))
-    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=offset, wide=wide) if a.qk_norm else None
+    # Llama 4's L2 norm: the RMSNorm at the model's eps without a weight (Llama4TextL2Norm(rms_norm_eps)), offset 0
+    # whatever the model's norm: Gemma's 1 + weight over its ones would double every query and key
+    l2 = a.qk_norm == "l2"
+    qk_norm = NormSpec("rms", spec.norm_eps, spec.dtype, offset=0.0 if l2 else offset, wide=wide) if a.qk_norm else None
     described = spec.layers[i].query_scale  # its table reaches the model's context length
     scaled = None if described is None else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype)
     # Gemma 4's weightless value norm: normed in float32, cast (its with_scale=False), whatever the model's norm kind
@@ -82,7 +84,7 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
                          dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
                          qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
                          sinks=a.sinks, weights=weight_format(spec), query_scale=scaled, v_norm=v_norm,
-                         k_eq_v=a.k_eq_v, chunk=spec.layers[i].chunk, qk_weights=a.qk_norm != "l2")  # fmt: skip
+                         k_eq_v=a.k_eq_v, chunk=spec.layers[i].chunk, qk_weights=not l2)  # fmt: skip
 
 
 def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None) -> LatentSpec:

@@ -143,6 +143,9 @@ BAD: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("no-out", lambda tmp: _zoo_with("")(tmp)[:-2], "--zoo needs --out DIR"),
     ("zoo-and-model", lambda tmp: [*_zoo_with("")(tmp), "m.onnx"], "--zoo: takes each model's files from ZOO.toml; MODEL"),
     ("confine-without-zoo", lambda tmp: ["audit", "m.onnx", "--hf-config", "c.json", "--confine"], "--confine: goes with --zoo only"),
+    # the merge of --zoo with the transformers.js folder flags: --variant names a folder's model, not a zoo's
+    ("zoo-and-variant", lambda tmp: [*_zoo_with("")(tmp), "--variant", "q4"], "--zoo: takes each model's files from ZOO.toml; --variant"),
+    ("ray-with-a-folder", lambda tmp: ["audit", str(tmp), "--ray", "local"], "--ray: goes with --zoo only"),
     ("no-model", lambda tmp: ["audit", "--hf-config", "c.json"], "MODEL: give the ONNX file"),
 ]  # fmt: skip
 

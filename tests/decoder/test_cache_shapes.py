@@ -21,6 +21,7 @@ from ropeexport.components.norm import NormSpec
 from ropeexport.decoder import serve
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.export import build_decoder_graph, cache_names
+from ropeexport.decoder.genai import genai_config, unservable
 from ropeexport.decoder.weights import cache_shapes, seeded_weights
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import save_model
@@ -137,3 +138,32 @@ def test_a_deepseek_decoders_cache_bytes_a_token_read_from_its_graph(label: str,
         assert (tuple(key[1::2]), tuple(value[1::2])) == shapes, (label, i)
         assert key[0::2] == value[0::2] == ["batch", "past"]
         assert 2 * (key[1] * key[3] + value[1] * value[3]) == per_token, (label, i)
+
+
+# (label, the spec, a fragment of why onnxruntime-genai gets no genai_config.json, or "" when it gets one): its config
+# says one head geometry and one [KV, head_size] cache for every layer, so a decoder whose layers differ (Gemma 4's)
+# or that has latent attention (DeepSeek V3's, even where nope 0 makes the widths agree) is not packaged for it
+GENAI = [
+    ("llama: one geometry", lambda: resolve(DecoderRequest(config=LLAMA))[0], ""),
+    ("layer 1 of its own head_dim (Gemma 4's)", lambda: _mixed("fused"), "one head geometry for every layer"),
+    ("deepseek_v3, gqa", lambda: resolve(DecoderRequest(config=DEEPSEEK, graph="gqa"))[0], "layer 0's latent"),
+    ("deepseek_v3, latent cache", lambda: resolve(DecoderRequest(config=DEEPSEEK, graph="decomposed",
+                                                                 latent_cache=True))[0], "layer 0's latent"),
+    ("deepseek_v3 with nope 0: widths agree", lambda: resolve(DecoderRequest(config={**DEEPSEEK, "qk_nope_head_dim": 0},
+                                                                             graph="fused"))[0], "layer 0's latent"),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("label", "make", "why"), GENAI, ids=[c[0] for c in GENAI])
+def test_onnxruntime_genai_gets_a_config_only_for_one_cache_geometry(label: str, make: Any, why: str) -> None:
+    spec = make()
+    said = unservable(spec)
+    assert (why in said) if why else said == "", (label, said)
+    if why:  # genai_config itself refuses it, naming the layers
+        with pytest.raises(SpecError) as refused:
+            genai_config(spec, {})
+        assert refused.value.field == "layers" and refused.value.message == said
+    else:
+        decoder = genai_config(spec, {})["model"]["decoder"]
+        assert decoder["num_key_value_heads"] == spec.layers[0].attention.num_kv_heads

@@ -18,14 +18,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
 from ropeexport.architectures.layers import AttentionLayer, FeedForward
+from ropeexport.components.norm import norm64
 from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.config import from_config
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.kind import rebuild_spec, run_scenarios
-from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.parts import attention_spec, position_pieces
 from ropeexport.decoder.spec import DecoderSpec, LayerSpec
 from ropeexport.decoder.verify import verify_decoder
 from ropeexport.decoder.weights import expected, seeded_weights
@@ -33,6 +36,7 @@ from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import save_model
 from ropeexport.report.views import DecoderReport, ScenarioRecord
 from ropeexport.runtimes.ort import OrtRunner
+from tests.decoder.tiny import CONFIGS
 
 LLAMA = {"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
          "num_hidden_layers": 3, "intermediate_size": 48, "vocab_size": 96, "max_position_embeddings": 256}  # fmt: skip
@@ -264,6 +268,10 @@ REFUSED = [
     # latent attention is built full and causal only (DeepSeek's): a window beside it is named
     ([{}, {"attention_kind": "latent", "num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
            "v_head_dim": 8, "attention": "sliding", "window": 4}, {}], "layers[1].attention_kind"),
+    # nor beside Gemma 4's value norm or keys as values, nor biases: the latent component reads none of them
+    *(([{}, {"attention_kind": "latent", "num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+             "v_head_dim": 8, field: True}, {}], "layers[1].attention_kind")
+      for field in ("v_norm", "k_eq_v", "qkv_bias", "o_bias")),
     # a latent layer's widths (DeepSeek's MLA), checked on construction
     ([{}, {"attention_kind": "latent", "num_kv_heads": 4}, {}], "layers[1].kv_lora_rank"),
     ([{}, {"attention_kind": "latent", "kv_lora_rank": 16, "v_head_dim": 8}, {}], "layers[1].num_kv_heads"),
@@ -292,3 +300,22 @@ def test_the_docs_example_runs() -> None:
     exec(compile(code, "decoders.md example", "exec"), scope)
     assert [layer.window for layer in scope["mixed"].layers] == [512, 0, 0]
     assert len([t for t in scope["model"].graph.initializer if t.name.endswith("cos_table")]) == 2
+
+
+# (tiny architecture, its layer 0's q/k norm, the offset that layer's norm must take): Llama 4's weightless L2 norm is
+# x / sqrt(mean(x^2) + eps) whatever the model's own RMSNorm; Gemma's 1 + weight over its ones would be twice that
+L2_NORMS = [("gemma3", "l2", 0.0), ("gemma3", "rms", 1.0), ("olmo3", "l2", 0.0), ("llama4", "l2", 0.0)]
+
+
+@pytest.mark.parametrize(("name", "qk_norm", "offset"), L2_NORMS, ids=[f"{n}-{q}" for n, q, _ in L2_NORMS])
+def test_the_l2_qk_norm_is_weightless_in_every_architecture(name: str, qk_norm: str, offset: float) -> None:
+    model_type, config = CONFIGS[name]
+    spec = from_config({**config, "model_type": model_type}, name)
+    spec = spec.replace(layers=[{"qk_norm": qk_norm}] + [None] * (spec.num_layers - 1))
+    attention = attention_spec(spec, 0, None)
+    assert attention.qk_norm is not None and attention.qk_norm.offset == offset
+    assert attention.qk_weights == (qk_norm == "rms")
+    if qk_norm == "l2":  # the twin's norm of a head over its ones: the L2 norm itself
+        x = np.random.default_rng(0).standard_normal((2, 3, attention.head_dim))
+        want = x / np.sqrt((x**2).mean(-1, keepdims=True) + spec.norm_eps)
+        np.testing.assert_allclose(norm64(attention.qk_norm, x, np.ones(attention.head_dim)), want, rtol=1e-12)
