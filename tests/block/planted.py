@@ -14,7 +14,7 @@ from ropeexport.block.probes import block_feeds, block_tolerance
 OUTPUTS = ("output", "present_key", "present_value")
 
 
-def top_left_mask(g: Any, window: int = 0, shared: bool = False) -> str:
+def top_left_mask(g: Any, window: int = 0, shared: bool = False, chunk: int = 0) -> str:
     """Causal from the query's own index (TensorRT's is_causal), ignoring the cache offset (and the window)."""
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     s = g.op("Squeeze", [g.op("Shape", ["hidden"], start=1, end=2), g.const("bug_s", i64(0))])
@@ -26,9 +26,11 @@ def top_left_mask(g: Any, window: int = 0, shared: bool = False) -> str:
     return g.op("And", [g.op("LessOrEqual", [keys, queries]), real])
 
 
-def causal_only(g: Any, mask: Any, window: int = 0, shared: bool = False) -> str:
-    """The causal rule alone, attention_mask ignored: ``mask(g)``'s And, its causal side kept (the first input)."""
-    visible = mask(g, window, shared=shared)
+def causal_only(g: Any, mask: Any, window: int = 0, shared: bool = False, chunk: int = 0) -> str:
+    """The causal rule alone, attention_mask ignored: ``mask(g)``'s And, its causal side kept (the first input).
+    (``chunk``: the mask's signature since Llama 4's chunks; these blocks have none.)
+    """  # noqa: D205
+    visible = mask(g, window, shared=shared, chunk=chunk)
     return next(n for n in g.nodes if visible in n.output).input[0]
 
 
