@@ -133,7 +133,7 @@ def _usage(args: argparse.Namespace) -> None:
         if args.model is None:
             raise SpecError("model", "give the ONNX file to audit (or --zoo ZOO.toml)")
         if args.variant is not None and not Path(args.model).is_dir():
-            raise SpecError("variant", f"names a model inside a transformers.js folder; {args.model!r} is a file")
+            raise SpecError("variant", f"names a model inside a transformers.js folder; {args.model!r} is not a folder")
         if args.hf_config is None and args.spec is None and not Path(args.model).is_dir():
             raise SpecError("hf_config", "give --hf-config (the transformers config the model came from) or --spec; "
                             "only a transformers.js folder's own config.json is read without one")  # fmt: skip
