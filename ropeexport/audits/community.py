@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,17 +119,9 @@ def community_folder(folder: Path, source: Path, out: Path) -> CommunityFolder:
     """The folder to write at ``out`` for a graft of ``source`` (one of ``folder``'s variants): every regular
     top-level file of ``folder`` copied (links followed; hidden files and a store's manifest.json left out).
     """  # noqa: D205
-    companions = {}
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith(".") or path.name == MANIFEST:
-            continue
-        try:
-            regular = stat.S_ISREG(path.stat().st_mode)  # links followed; a FIFO or a device is never opened
-        except OSError:  # a dangling link: nothing to copy
-            continue
-        if regular:
-            companions[path.name] = path
-    return CommunityFolder(out, f"{ONNX}/{source.name}", companions)
+    from ropeexport.audits.package import regular_files
+
+    return CommunityFolder(out, f"{ONNX}/{source.name}", regular_files(folder, {MANIFEST}))
 
 
 def _name_external_data(config: Path, model: str) -> None:

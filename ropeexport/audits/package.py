@@ -55,8 +55,15 @@ def genai_folder(source: Path, out: Path) -> GenaiFolder | None:
                         f"{', '.join(sorted(set(named))) or 'none'}): graft a model the folder serves, or give "
                         "--out an .onnx file")  # fmt: skip
     skipped = {MANIFEST, source.name, f"{source.name}.data", *external_files(source)}  # the grafted model's names
+    return GenaiFolder(out, regular_files(source.parent, skipped))
+
+
+def regular_files(folder: Path, skipped: set[str]) -> dict[str, Path]:
+    """``folder``'s regular top-level files by name (links followed; hidden ones and ``skipped`` left out): what a
+    grafted folder copies beside its model.
+    """  # noqa: D205
     companions = {}
-    for path in sorted(source.parent.iterdir()):
+    for path in sorted(folder.iterdir()):
         if path.name.startswith(".") or path.name in skipped:
             continue
         try:
@@ -65,7 +72,7 @@ def genai_folder(source: Path, out: Path) -> GenaiFolder | None:
             continue
         if regular:
             companions[path.name] = path
-    return GenaiFolder(out, companions)
+    return companions
 
 
 def _filenames(config: Any) -> list[str]:
