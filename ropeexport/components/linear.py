@@ -9,6 +9,9 @@ its storage. A weight is rounded once to a float dtype (fp32 / fp16: a MatMul), 
 float64 values the graph holds by ``dequantize`` (nibbles, scales in the activation dtype, zero points). A tied
 embedding is gathered from an int4 head's own bytes (``gather``: GatherBlockQuantized, as onnxruntime-genai's builder
 does), its rows read back by ``gathered64`` (the dequantized values rounded once to the dtype, as ORT writes them).
+A mixture's expert weights [E, i, o] in int4 are E MatMulNBits weights, one per expert (``store``: MatMulNBits holds a
+2-D weight), which ``linear`` runs one by one and stacks, so the mixture's graph reads them as it reads a float
+[E, i, o] (``read64``: each expert's weight dequantized alone); ``components.qmoe`` holds them for QMoE instead.
 
 An int4 weight's blocks run along the in features of each out column (``block_size`` rows share a scale and, when
 asymmetric, a zero point): columns are quantized independently, so a concatenation of weights along the out axis
@@ -53,13 +56,17 @@ COMPUTE = {0: "fp32", 1: "fp32", 2: "fp16", 3: "bf16", 4: "int8"}  # what each l
 _NBITS: weakref.WeakKeyDictionary[GraphBuilder, dict[str, tuple[list[str], dict[str, int]]]] = (
     weakref.WeakKeyDictionary()
 )
+# The int4 expert weights stored in a graph builder: {the name ``store`` returned: each expert's MatMulNBits name}.
+_EXPERTS: weakref.WeakKeyDictionary[GraphBuilder, dict[str, list[str]]] = weakref.WeakKeyDictionary()
 
 
 def is_weight(name: str) -> bool:
     """True for a canonical name the weight format stores (a projection: ``*_proj``, ``lm_head``); biases, norm
-    scales and the embedding are held in the activation dtype.
+    scales, the embedding and a mixture's router (``router_proj``, [n, E]: in int4 its rounding would move the
+    routing itself, at a few kB a layer) are held in the activation dtype.
     """  # noqa: D205
-    return name.rpartition(".")[2].endswith("_proj") or name == "lm_head"
+    last = name.rpartition(".")[2]
+    return (last.endswith("_proj") and last != "router_proj") or name == "lm_head"
 
 
 @dataclass(frozen=True)
@@ -163,9 +170,14 @@ class WeightFormat:
                 f"{COMPUTE[self.accuracy_level]}), {self.dtype} scales")  # fmt: skip
 
     def store(self, g: GraphBuilder, name: str, weight: np.ndarray) -> str:
-        """weight [i, o] added to ``g`` as the graph holds it; the name ``linear`` reads."""
+        """weight [i, o] added to ``g`` as the graph holds it; the name ``linear`` reads. In int4, experts' weights
+        [E, i, o] are stored as E weights ``{name}.{e}`` (module doc).
+        """  # noqa: D205
         if not self.quantized:
             return g.const(name, self.stored(weight))
+        if weight.ndim == 3:
+            _EXPERTS.setdefault(g, {})[name] = [self.store(g, f"{name}.{e}", weight[e]) for e in range(len(weight))]
+            return name
         packed = self.pack(weight)
         stored = g.const(f"{name}_Q4", packed.weight)  # the names ONNX Runtime's quantizer gives them
         inputs = [g.const(f"{name}_scales", packed.scales)]
@@ -214,7 +226,11 @@ class WeightFormat:
         return Packed(packed, scales, None if self.symmetric else zero_points, K, block)
 
     def read64(self, weight: np.ndarray) -> np.ndarray:
-        """float64 [i, o]: the stored values, exactly (every fp32 / fp16 value is a float64; int4: ``dequantize``)."""
+        """float64 [i, o]: the stored values, exactly (every fp32 / fp16 value is a float64; int4: ``dequantize``);
+        experts' [E, i, o] in int4: each expert's weight dequantized alone, as ``store`` packs it.
+        """  # noqa: D205
+        if self.quantized and weight.ndim == 3:
+            return np.stack([self.read64(expert) for expert in weight])
         if self.quantized:
             return dequantize(self.pack(weight))
         return self.stored(weight).astype(np.float64)
@@ -246,8 +262,19 @@ def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None, name: 
     """x [b, s, i] @ weight [i, o] (+ bias [o]) -> [b, s, o]; ``weight`` as ``WeightFormat.store`` returned it
     (an int4 weight: one MatMulNBits, the model importing ``com.microsoft``).
 
-    ``name``: the result's value name (the last node's), for a graph output.
+    ``name``: the result's value name (the last node's), for a graph output. Experts' int4 weights (``store``):
+    x [1 or E, T, i] -> [E, T, o], expert e's MatMulNBits on x[e] (x broadcast to E first, a copy of 1 / o of the
+    products' work), stacked, + bias [E, 1, o].
     """  # noqa: D205
+    experts = _EXPERTS.get(g, {}).get(weight)
+    if experts is not None:
+        count = g.const(f"{weight}_experts", np.array([len(experts), 1, 1], np.int64))
+        each = g.const(f"{weight}_each", np.ones(len(experts), np.int64))
+        parts = g.op("Split", [g.op("Expand", [x, count]), each], n_out=len(experts), axis=0)  # E x [1, T, i]
+        parts = [parts] if isinstance(parts, str) else parts
+        product = g.op("Concat", [linear(g, part, e) for part, e in zip(parts, experts, strict=True)], axis=0,
+                       name=None if bias else name)  # fmt: skip
+        return product if bias is None else g.op("Add", [product, bias], name=name)
     nbits = _NBITS.get(g, {}).get(weight)
     if nbits is not None:
         inputs, attributes = nbits

@@ -17,15 +17,15 @@ Two graphs of the same definition:
 
 - ``portable`` (ONNX ops only, every form TensorRT or any runtime reads): TopK and Softmax pick and weigh the experts,
   ScatterElements spreads the k weights over E (zeros elsewhere); every expert computes every token (one batched
-  MatMul [E, T, n] x [E, n, 2m], then the down projection), and the weighted sum over E keeps the k chosen ones: an
-  unchosen expert's output is multiplied by an exact 0, so the result is the sparse sum, at E / k times the
-  arithmetic of it (its weights are read once per call either way).
-- ``contrib`` (the gqa form, ONNX Runtime): ``com.microsoft.MoE`` computes only the chosen experts, with the same
-  clamped SwiGLU (``swiglu_fusion`` 1: interleaved columns, ``activation_beta`` 1: the up + 1,
-  ``normalize_routing_weights`` 1: the softmax over all E renormalized over the k chosen, which is the softmax of the
-  k chosen logits; 0 for ``softmax_topk``, the softmax over all E as it is). A gated silu expert is its SwiGLU with
-  ``activation_alpha`` 1, ``activation_beta`` 0 and no ``swiglu_limit`` (no clamp); other activations of a gated
-  expert have no contrib form and take the portable graph.
+  MatMul [E, T, n] x [E, n, 2m], or in int4 one MatMulNBits per expert, ``linear``), then the down projection), and
+  the weighted sum over E keeps the k chosen ones: an unchosen expert's output is multiplied by an exact 0, so the
+  result is the sparse sum, at E / k times the arithmetic of it (its weights are read once per call either way).
+- ``contrib`` (the gqa form, ONNX Runtime): ``com.microsoft.MoE`` (int4: ``QMoE``, ``qmoe``) computes only the
+  chosen experts, with the same clamped SwiGLU (``swiglu_fusion`` 1: interleaved columns, ``activation_beta`` 1: the
+  up + 1, ``normalize_routing_weights`` 1: the softmax over all E renormalized over the k chosen, which is the softmax
+  of the k chosen logits; 0 for ``softmax_topk``, the softmax over all E as it is). A gated silu expert is its
+  SwiGLU with ``activation_alpha`` 1, ``activation_beta`` 0 and no ``swiglu_limit`` (no clamp); other activations of
+  a gated expert have no contrib form and take the portable graph.
 
 The twin evaluates only the chosen experts of each token in float64, choosing by the float64 logits. A token whose
 k-th and (k + 1)-th router logits are closer than the runtime's rounding of them may be routed otherwise by a graph
@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import TensorProto, helper
 
-from ropeexport.components import MICROSOFT
 from ropeexport.components.linear import linear, linear64
 from ropeexport.components.mlp import MLPSpec, activation, activation64, mlp, mlp64
+from ropeexport.components.qmoe import experts_op
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.numerics import round_once
@@ -166,10 +166,10 @@ def moe(g: GraphBuilder, spec: MoESpec, x: str, w: Mapping[str, str]) -> str:
         flat = g.op("Flatten", [x], axis=2)  # [T, n]
         gated = spec.expert == "gated"  # silu(gate) * up: SwiGLU at gain 1, up + 0, no clamp (module doc)
         clamp: dict[str, Any] = {} if gated else {"swiglu_limit": float(spec.limit)}
-        mixed = g.op("MoE", [flat, g.op("Flatten", [logits], axis=2), w["experts_gate_up_proj"],
-                             w.get("experts_gate_up_bias", ""), w["experts_down_proj"],
-                             w.get("experts_down_bias", "")],
-                     domain=MICROSOFT, k=spec.top_k, activation_type="swiglu", swiglu_fusion=1,
+        mixed = experts_op(g, [flat, g.op("Flatten", [logits], axis=2), w["experts_gate_up_proj"],
+                               w.get("experts_gate_up_bias", ""), w["experts_down_proj"],
+                               w.get("experts_down_bias", "")], spec.dtype,
+                     k=spec.top_k, activation_type="swiglu", swiglu_fusion=1,
                      activation_alpha=1.0 if gated else float(spec.alpha), activation_beta=0.0 if gated else 1.0,
                      normalize_routing_weights=int(spec.router == "topk_softmax"), **clamp)  # fmt: skip
         return g.op("Reshape", [mixed, g.op("Shape", [x])])
@@ -469,15 +469,14 @@ def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x
     per_expert = g.op("Unsqueeze", [g.op("Transpose", [g.op("Flatten", [spread], axis=2)], perm=[1, 0]),
                                     g.shared_const("moe_last", np.array([-1], np.int64))])  # [E, T, 1]  # fmt: skip
     tokens = g.op("Reshape", [x, g.shared_const("moe_tokens", np.array([1, -1, 0], np.int64))])  # [1, T, n]
-    both = g.op("MatMul", [tokens, w["experts_gate_up_proj"]])  # [E, T, 2m]
+    both = linear(g, tokens, w["experts_gate_up_proj"])  # [E, T, 2m]
     gate, up = g.op("Split", [both, g.shared_const("moe_split", np.array([inner] * 2, np.int64))], n_out=2, axis=-1)
     hidden = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])  # silu(gate) * up
-    out = g.op("MatMul", [hidden, w["experts_down_proj"]])  # [E, T, n]
+    out = linear(g, hidden, w["experts_down_proj"])  # [E, T, n]
     routed = g.op("ReduceSum", [g.op("Mul", [out, per_expert]), g.shared_const("moe_first", np.array([0], np.int64))],
                   keepdims=0)  # [T, n]  # fmt: skip
-    s_gate, s_up = (g.op("MatMul", [x, w[f"shared_{p}_proj"]]) for p in ("gate", "up"))
-    shared = g.op("MatMul", [g.op("Mul", [g.op("Mul", [s_gate, g.op("Sigmoid", [s_gate])]), s_up]),
-                             w["shared_down_proj"]])  # fmt: skip
+    s_gate, s_up = (linear(g, x, w[f"shared_{p}_proj"]) for p in ("gate", "up"))
+    shared = linear(g, g.op("Mul", [g.op("Mul", [s_gate, g.op("Sigmoid", [s_gate])]), s_up]), w["shared_down_proj"])
     return g.op("Add", [g.op("Reshape", [routed, g.op("Shape", [x])]), shared])
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ropeexport.components import MICROSOFT
+from ropeexport.components import MICROSOFT, qmoe
 from ropeexport.components.attention.graph import attention
 from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import gather, is_weight, linear
@@ -146,7 +146,12 @@ def build_decoder_graph(
                 "experts_gate_up_proj": np.concatenate([arrays["experts_gate_proj"], arrays["experts_up_proj"]], -1)}
         elif mlp_of.kind == "gated":
             pair = ("gate_proj", "up_proj", "gate_bias", "up_bias")
+        if isinstance(mlp_of, MoESpec) and mlp_of.contrib and stores.quantized:  # QMoE's experts, rows out
+            pair = ("experts_gate_up_proj", "experts_down_proj")
         w = {n: stored(f"layers.{i}.{n}", arrays[n]) for n in arrays if n not in BLOCK_NAMES and n not in pair}
+        if pair[:1] == ("experts_gate_up_proj",):  # after the layer's other weights (its bytes' order)
+            w |= {n: qmoe.store(g, stores, f"layers.{i}.{n}", arrays[n]) for n in pair}
+            pair = ()
         if pair:  # gate | up stored as one gate_up_proj, after the layer's other weights
             gate_up = joined({n: arrays[n] for n in pair if n in arrays})
             w |= {n: stored(f"layers.{i}.{n}", v) for n, v in gate_up.items()}

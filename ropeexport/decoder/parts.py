@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ropeexport.architectures.base import NORMS
 from ropeexport.catalog import recipe_for
+from ropeexport.components import qmoe
 from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.linear import WeightFormat
@@ -53,7 +54,8 @@ def norm_spec(spec: DecoderSpec) -> NormSpec:
 
 def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
     """Layer i's feed-forward: gated or plain with its activation and inner width; a mixture of experts computed by
-    ONNX Runtime's MoE kernel in the gqa form (its contrib form), by ONNX ops elsewhere; DeepSeek's grouped router
+    ONNX Runtime's MoE kernel in the gqa form (its contrib form; int4: QMoE where ``qmoe.fits``, ``components.qmoe``),
+    by ONNX ops elsewhere (int4: one MatMulNBits per expert, ``linear``); DeepSeek's grouped router
     with its shared experts (``SharedMoESpec``), by ONNX ops in every form.
     """  # noqa: D205
     ffn = spec.layers[i].ffn
@@ -62,6 +64,9 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
         return SharedMoESpec(router, ffn.inner, ffn.shared * ffn.inner, spec.dtype)
     if ffn.kind == "moe":
         kernel = FORMS[spec.graph].moe_kernel
+        stores = weight_format(spec)  # in int4: QMoE where it holds the widths, else a MatMulNBits per expert
+        if stores.quantized and not qmoe.fits(spec.hidden_size, ffn.inner, stores.block_size):
+            kernel = "portable"
         shared = ffn.inner * ffn.shared if ffn.router == "topk_sigmoid" else 0  # Llama 4's shared expert
         return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel,
                        router=ffn.router, expert=ffn.expert, act=ffn.act, bias=ffn.moe_bias, shared=shared)  # fmt: skip

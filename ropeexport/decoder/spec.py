@@ -395,11 +395,6 @@ class DecoderSpec:
         ALL_FORMS[self.graph].check("softcap", a.softcap, "graph")  # TensorRT's Attention has no softcap
         if a.kind == "latent":
             self._check_latent(layer)
-        if layer.ffn.kind == "moe" and self.storage.format:
-            # [E, n, m] expert weights: MatMulNBits holds 2-D weights; ORT's QMoE is not built
-            raise SpecError("weight_format", f"int4 is not built for {self.model_type}'s experts (a mixture of "
-                            "experts would need ONNX Runtime's QMoE kernel); build it with weights in fp32 or "
-                            "fp16")  # fmt: skip
         if self.architecture.fused_qkv == "per-head" and a.num_heads * a.head_dim != self.hidden_size:
             raise SpecError("hidden_size", f"must equal num_heads x head_dim ({a.num_heads * a.head_dim}) in "
                             f"{self.model_type}")  # fmt: skip

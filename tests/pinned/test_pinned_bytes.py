@@ -38,9 +38,6 @@ INT4 = [("fp32", "fused", "int4-b32", {"weight_format": "int4"}),
         ("fp16", "gqa", "int4-b128-a4-asym", {"weight_format": "int4", "block_size": 128, "accuracy_level": 4,
                                               "symmetric": False})]  # fmt: skip
 
-
-# The tiny checkpoints whose int4 build is refused (a mixture of experts: [E, n, m] weights are no MatMulNBits).
-NO_INT4 = ("gpt_oss", "qwen3_moe", "qwen3_moe-norm", "deepseek_v3", "llama4")
 # The tiny decoders whose tensorrt form is refused: gemma2 (TensorRT cannot cap attention logits), the Qwen-VL ones
 # (M-RoPE: no TensorRT run of it verified), deepseek_v3 (latent attention's keys and values differ in width).
 NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "deepseek_v3")
@@ -135,8 +132,8 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
                 spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph))
                 model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
                 got[f"seeded/{name}/{dtype}/{graph}"] = _written(model, tmp_path / "seeded" / name / dtype / graph)
-        for dtype, graph, label, weights in INT4 if name not in NO_INT4 else ():  # int4 weights: ONNX Runtime's
-            # packing, pinned with the rest (a mixture refuses int4: its experts are not MatMulNBits weights)
+        for dtype, graph, label, weights in INT4:  # int4 weights: ONNX Runtime's packing, pinned with the rest (a
+            # mixture's experts too: one MatMulNBits per expert, or QMoE where it holds them)
             spec, _ = resolve(DecoderRequest(hf_config=config, dtype=dtype, graph=graph, **weights))
             model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
             got[f"seeded/{name}/{dtype}-{label}/{graph}"] = _written(model, tmp_path / "int4" / name / label / graph)
@@ -149,8 +146,6 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
                 if prop.key == "ropeexport.weights":
                     prop.value = "PINNED"
             got[f"checkpoint/{name}/fp32/{graph}"] = hashlib.sha256(model.SerializeToString()).hexdigest()
-        if name in NO_INT4:
-            continue
         spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed", **INT4[0][3]))
         model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
         for prop in model.metadata_props:
