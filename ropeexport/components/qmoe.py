@@ -16,9 +16,9 @@ both the hidden and the inner width (``fits``; the kernel refuses other shapes, 
 block has no QMoE form). Its default routing is always the softmax of the k chosen logits, whatever
 ``normalize_routing_weights`` says; the softmax over all E taken at the k chosen (Qwen3-MoE without
 ``norm_topk_prob``) is given to it as ``router_weights`` (the weights gathered at the chosen experts,
-``normalize_routing_weights`` 0), the softmax in float32 as transformers takes it. Llama 4's router scales each
-expert's input, which no QMoE attribute says, and DeepSeek's grouped router is computed by its own graph: both keep
-their experts as one MatMulNBits each (``linear``).
+``normalize_routing_weights`` 0), the softmax in float32 as transformers takes it; DeepSeek's grouped router's
+weights likewise (``grouped_qmoe``). Llama 4's router scales each expert's input, which no QMoE attribute says: its
+experts stay one MatMulNBits each (``linear``).
 
 Notation: T tokens, n hidden, m an expert's inner width, E experts, o / i a weight's out / in features.
 """
@@ -67,10 +67,16 @@ def store(g: GraphBuilder, fmt: WeightFormat, name: str, weight: np.ndarray) -> 
     return stored
 
 
-def experts_op(g: GraphBuilder, inputs: list[str], dtype: str, **attributes: Any) -> str:
+def holds(g: GraphBuilder, name: str) -> bool:
+    """Whether ``name`` is experts' weight ``store`` packed for QMoE in ``g``."""
+    return name in _QMOE.get(g, {})
+
+
+def experts_op(g: GraphBuilder, inputs: list[str], dtype: str, router_weights: str = "", **attributes: Any) -> str:
     """x [T, n], router logits [T, E], fc1 (gate | up interleaved), its bias or "", fc2, its bias or "" -> [T, n]:
     ``com.microsoft.MoE`` with ``attributes``, or QMoE where fc1 and fc2 were stored by ``store`` (module doc:
-    ``normalize_routing_weights`` 0 becomes the softmax over all E as ``router_weights``).
+    ``normalize_routing_weights`` 0 becomes the softmax over all E as ``router_weights``, unless ``router_weights``
+    [T, E] is given: the weights QMoE mixes the chosen experts by, ``grouped_qmoe``'s).
     """  # noqa: D205
     held = _QMOE.get(g, {})
     x, logits, fc1, fc1_bias, fc2, fc2_bias = inputs
@@ -78,7 +84,9 @@ def experts_op(g: GraphBuilder, inputs: list[str], dtype: str, **attributes: Any
         return g.op("MoE", inputs, domain=MICROSOFT, **attributes)
     (fc1_scales, fc1_zero, quantized), (fc2_scales, fc2_zero, _) = held[fc1], held[fc2]
     routed = [x, logits, fc1, fc1_scales, fc1_bias, fc2, fc2_scales, fc2_bias, "", "", "", fc1_zero, fc2_zero]
-    if not attributes["normalize_routing_weights"]:  # the softmax over all E, in float32 (Qwen3MoeTopKRouter's)
+    if router_weights:
+        routed += ["", router_weights]
+    elif not attributes["normalize_routing_weights"]:  # the softmax over all E, in float32 (Qwen3MoeTopKRouter's)
         wide = logits if dtype == "fp32" else g.op("Cast", [logits], to=TensorProto.FLOAT)
         probs = g.op("Softmax", [wide], axis=-1)
         routed += ["", probs if dtype == "fp32" else g.op("Cast", [probs], to=DTYPES[dtype].onnx)]

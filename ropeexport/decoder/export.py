@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 
 from ropeexport.components import MICROSOFT, qmoe
 from ropeexport.components.attention.graph import attention
+from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
@@ -35,6 +36,7 @@ from ropeexport.decoder.parts import (
     Pieces,
     attention_spec,
     head_name,
+    in_qmoe,
     latent_spec,
     mlp_spec,
     norm_spec,
@@ -113,6 +115,8 @@ def build_decoder_graph(
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
 
     def feedforward(mlp_of: MLPSpec | MoESpec | SharedMoESpec, y: str, w: Mapping[str, str]) -> str:
+        if isinstance(mlp_of, SharedMoESpec) and qmoe.holds(g, w["experts_gate_up_proj"]):  # its experts in QMoE
+            return grouped_qmoe(g, mlp_of.router, mlp_of.dtype, y, w)
         if isinstance(mlp_of, SharedMoESpec):  # DeepSeek's grouped router and shared experts
             return shared_moe(g, mlp_of.router, mlp_of.inner, mlp_of.dtype, y, w)
         return moe(g, mlp_of, y, w) if isinstance(mlp_of, MoESpec) else mlp(g, mlp_of, y, w)
@@ -139,19 +143,20 @@ def build_decoder_graph(
         arrays: Mapping[str, np.ndarray] = layer_weights(weights, i)  # read as asked for: one weight at a time
         pair: tuple[str, ...] = ()
         mlp_of = mlp_spec(spec, i)
+        qmoe_held = ("experts_gate_up_proj", "experts_down_proj") if in_qmoe(spec, i) else ()
         if isinstance(mlp_of, MoESpec):  # the experts as the form stores them (one layer's mixture at a time)
             arrays = to_graph(mlp_of, arrays)
+        elif qmoe_held:  # DeepSeek's experts as QMoE stores them
+            arrays = interleaved(arrays)
         elif isinstance(mlp_of, SharedMoESpec):  # gate | up columns [E, n, 2m], as ``moe.shared_moe`` reads them
             arrays = {k: v for k, v in arrays.items() if k not in ("experts_gate_proj", "experts_up_proj")} | {
                 "experts_gate_up_proj": np.concatenate([arrays["experts_gate_proj"], arrays["experts_up_proj"]], -1)}
         elif mlp_of.kind == "gated":
             pair = ("gate_proj", "up_proj", "gate_bias", "up_bias")
-        if isinstance(mlp_of, MoESpec) and mlp_of.contrib and stores.quantized:  # QMoE's experts, rows out
-            pair = ("experts_gate_up_proj", "experts_down_proj")
-        w = {n: stored(f"layers.{i}.{n}", arrays[n]) for n in arrays if n not in BLOCK_NAMES and n not in pair}
-        if pair[:1] == ("experts_gate_up_proj",):  # after the layer's other weights (its bytes' order)
-            w |= {n: qmoe.store(g, stores, f"layers.{i}.{n}", arrays[n]) for n in pair}
-            pair = ()
+        skip = (*pair, *qmoe_held)
+        w = {n: stored(f"layers.{i}.{n}", arrays[n]) for n in arrays if n not in BLOCK_NAMES and n not in skip}
+        # QMoE's experts (rows out: ``qmoe.store``), after the layer's other weights (its bytes' order)
+        w |= {n: qmoe.store(g, stores, f"layers.{i}.{n}", arrays[n]) for n in qmoe_held}
         if pair:  # gate | up stored as one gate_up_proj, after the layer's other weights
             gate_up = joined({n: arrays[n] for n in pair if n in arrays})
             w |= {n: stored(f"layers.{i}.{n}", v) for n, v in gate_up.items()}

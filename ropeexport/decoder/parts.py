@@ -73,6 +73,18 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
     return MLPSpec(ffn.kind, ffn.act, ffn.inner, spec.dtype)
 
 
+def in_qmoe(spec: DecoderSpec, i: int) -> bool:
+    """Whether layer i's experts are ONNX Runtime's QMoE (``components.qmoe``): int4, the gqa form, a block dividing
+    both widths (``qmoe.fits``), and a router QMoE weighs as the model does (``MoESpec.contrib``; DeepSeek's grouped
+    one through ``router_weights``, ``components.grouped_qmoe``). Else each expert is a MatMulNBits (``linear``).
+    """  # noqa: D205
+    of, stores = mlp_spec(spec, i), weight_format(spec)
+    if isinstance(of, MoESpec):
+        return of.contrib and stores.quantized
+    fits = isinstance(of, SharedMoESpec) and qmoe.fits(spec.hidden_size, of.inner, stores.block_size or 1)
+    return fits and stores.quantized and FORMS[spec.graph].moe_kernel == "contrib"
+
+
 def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> AttentionSpec:
     """Layer i's attention: its geometry, window and variants, ``piece`` (its position piece, or None)."""
     a = spec.layers[i].attention

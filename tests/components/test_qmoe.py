@@ -14,6 +14,7 @@ import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from ropeexport.components import qmoe
+from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.linear import WeightFormat, is_weight
 from ropeexport.components.moe import GroupedRouter, MoESpec, moe, moe64, near_ties, shared_moe, shared_moe64, to_graph
 from ropeexport.graph.onnx_io import GraphBuilder
@@ -133,3 +134,25 @@ def test_qmoe_refuses_a_block_that_does_not_divide_the_inner_width() -> None:
                           swiglu_fusion=1, activation_alpha=1.0, activation_beta=0.0, normalize_routing_weights=1)
     with pytest.raises(InvalidArgument, match="experts_weights' is expected to have shape"):
         _run(g, out, {"x": np.ones((T, N), np.float32)}, "fp32", 23, MICROSOFT)
+
+
+@pytest.mark.parametrize(("dtype", "block", "symmetric"), [("fp32", 16, True), ("fp16", 32, False)])
+def test_deepseek_experts_in_qmoe_match_the_twin_of_their_dequantized_weights(dtype: str, block: int,
+                                                                              symmetric: bool) -> None:  # fmt: skip
+    # the grouped router's weights handed to QMoE as the scores it selects by and the weights it mixes by
+    fmt, router = WeightFormat.int4(dtype, block, 0, symmetric), GroupedRouter(E, K, 2, 1, True, 2.5)
+    w, x = _weights(None, dtype), _x(dtype)
+    g = GraphBuilder()
+    arrays = interleaved(w)
+    names = {n: qmoe.store(g, fmt, n, v) for n, v in arrays.items() if n.startswith("experts_")}
+    names |= _stores(g, fmt, {n: v for n, v in arrays.items() if not n.startswith("experts_")}, False)
+    got = _run(g, grouped_qmoe(g, router, dtype, "x", names), {"x": round_once(x, dtype)}, dtype, 23, MICROSOFT)
+    dequantized = {k: fmt.read64(v) if is_weight(k) else v for k, v in w.items()}
+    want = shared_moe64(router, x, dequantized)
+    scale = float(np.abs(want).max())
+    assert float(np.abs(got - want).max()) <= TOL[dtype] * scale
+    assert float(np.abs(got - shared_moe64(router, x, w)).max()) > 10 * TOL[dtype] * scale
+    # the routing is the grouped router's: the plain top k of the scores would choose other experts here
+    plain = GroupedRouter(E, K, 1, 1, True, 2.5)
+    assert float(np.abs(got - shared_moe64(plain, x, dequantized)).max()) > 10 * TOL[dtype] * scale
+    assert [n.op_type for n in g.nodes].count("QMoE") == 1

@@ -1,8 +1,9 @@
 """Decoders with a mixture of experts in int4 (issue 40 item 3): gpt-oss, Qwen3-MoE, DeepSeek V3 and Llama 4 built,
 each judged against the float64 truth of its own dequantized weights (one short scenario: a prefill of two rows, then
 greedy steps; routing near ties handled as every mixture's are) with the quantization cost reported apart, and each
-graph holding its experts as it says: QMoE where ONNX Runtime's kernel computes them (gpt-oss in the gqa form, a
-block dividing both widths), else one MatMulNBits per expert, never a float expert weight.
+graph holding its experts as it says: QMoE where ONNX Runtime's kernel computes them (the gqa form, a block dividing
+both widths, a router QMoE weighs as the model does: gpt-oss's, DeepSeek's), else one MatMulNBits per expert, never
+a float expert weight.
 
 Case table: (tiny checkpoint, dtype, form, block size, what holds the experts).
 """  # noqa: D205
@@ -34,7 +35,8 @@ CASES = [
     ("gpt_oss", "fp32", "gqa", 32, "MatMulNBits"),  # 32 does not divide its inner 48 (qmoe.fits)
     ("gpt_oss", "fp16", "fused", 16, "MatMulNBits"),  # the portable graph: a MatMulNBits per expert
     ("qwen3_moe-norm", "fp32", "gqa", 16, "MatMulNBits"),  # inner 24: no block of 16 or more divides it
-    ("deepseek_v3", "fp32", "decomposed", 32, "MatMulNBits"),  # the grouped router's own graph
+    ("deepseek_v3", "fp32", "decomposed", 32, "MatMulNBits"),  # the grouped router's portable graph
+    ("deepseek_v3", "fp16", "gqa", 16, "QMoE"),  # its routing weights handed to QMoE (components.grouped_qmoe)
     ("llama4", "fp32", "gqa", 16, "MatMulNBits"),  # the router scales each expert's input: no QMoE form
 ]
 _PER_EXPERT = re.compile(r"experts_(gate_up|down)_proj\.\d+_Q4$")
