@@ -29,7 +29,7 @@ from ropeexport.errors import SpecError
 ATTENTION = ("Softmax", "GroupQueryAttention", "Attention", "MultiHeadAttention")  # where a mask is used
 # A mask reaches its attention through elementwise ops; past a product it is the attention's output (a Where after
 # the Softmax zeroing fully masked rows leads there), which every later layer reads: the walk stops
-PRODUCTS = ("MatMul", "Gemm", "Einsum")
+PRODUCTS = ("MatMul", "Gemm", "Einsum", "MatMulNBits")  # MatMulNBits: an int4 projection
 
 
 def expected(config_path: Path) -> dict[int, int] | None:

@@ -29,7 +29,11 @@ from ropeexport.audits import windows
 from ropeexport.audits.layers import layer_of
 from ropeexport.audits.model import load_model as rx_load
 from ropeexport.cli import main
+from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.checkpoint import load_checkpoint
+from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.spec import FORMS
+from ropeexport.graph.onnx_io import save_model
 from tests.audits.test_audit_own_decoders import _decoder
 
 DYNAMO = "['', 'inner', 'inner.model', 'inner.model.layers.2', 'inner.model.layers.2.self_attn', 'mul_1008']"
@@ -278,6 +282,17 @@ def test_windows_are_read_per_layer_in_every_form(graph: str, tmp_path: Path, ti
                 node.attribute.append(onnx.helper.make_attribute("local_window_size", 6))
         onnx.save(proto, str(model))
         assert windows.observed(rx_load(model)) == {0: 6, 1: 6, 2: 6, 3: 6}
+
+
+@pytest.mark.parametrize("graph", ["fused", "gqa"])
+def test_windows_are_read_through_int4_projections(graph: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    # an int4 projection (MatMulNBits) ends the walk down a mask as a MatMul does: read past it, layer 0's window
+    # reached every later layer through the residual stream (gpt-oss's int4 experts: a MatMulNBits each in the fused
+    # form, QMoE at block 16 in the gqa form)
+    ckpt = tiny_checkpoint("gpt_oss")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph, weight_format="int4", block_size=16))
+    save_model(build_decoder_graph(spec, load_checkpoint(spec, ckpt), str(ckpt)), tmp_path)
+    assert windows.observed(rx_load(tmp_path / "model.onnx")) == {0: 6, 1: 0, 2: 6, 3: 0}
 
 
 def test_pairs_are_read_from_groupqueryattention_too_and_grafted(tmp_path: Path, capsys) -> None:  # noqa: ANN001
