@@ -74,7 +74,7 @@ class MoESpec:
     gate (above) and up (both sides), 7.0 in gpt-oss; or ``gated``, a gated MLP of ``act`` (alpha and limit 0).
     ``bias``: the router and experts have biases. ``shared``: the inner width of a shared gated expert every token
     takes (0: none; weights ``shared_gate_proj`` / ``shared_up_proj`` [n, shared], ``shared_down_proj``).
-    ``kernel``: ``portable`` or ``contrib`` (module doc); ``dtype``: the activations'.
+    ``kernel``: ``portable`` or ``contrib`` (module doc); ``dtype``: the activations'. ``int4``: experts in QMoE.
     """
 
     experts: int
@@ -89,6 +89,7 @@ class MoESpec:
     act: str = "silu"
     bias: bool = True
     shared: int = 0
+    int4: bool = False  # the contrib kernel's experts in int4 (``qmoe``), which fp16 softmax_topk takes (``contrib``)
 
     def __post_init__(self) -> None:
         require_int("num_experts", self.experts, 1)
@@ -115,10 +116,11 @@ class MoESpec:
     @property
     def contrib(self) -> bool:
         """Whether ONNX Runtime's MoE computes it: the contrib kernel, an expert its SwiGLU can express, and not
-        ``softmax_topk`` in fp16 (ONNX Runtime 1.31's CPU MoE in fp16 with normalize_routing_weights 0 returns
-        zeros: measured, tests/components/test_moe.py; the portable graph computes it instead).
+        ``softmax_topk`` in fp16 with float experts (ORT 1.31's CPU MoE then returns zeros: measured,
+        tests/components/test_moe.py; QMoE, given the weights as router_weights, computes it: test_qmoe.py).
         """  # noqa: D205
-        if self.router == "softmax_topk" and self.dtype == "fp16" or self.router == "topk_sigmoid" or self.shared:
+        fp16_zeros = self.router == "softmax_topk" and self.dtype == "fp16" and not self.int4
+        if fp16_zeros or self.router == "topk_sigmoid" or self.shared:
             return False  # ONNX Runtime's MoE weighs the experts' outputs, and has no shared expert
         return self.kernel == "contrib" and (self.expert == "clamped_swiglu" or self.act == "silu")
 

@@ -69,7 +69,8 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
             kernel = "portable"
         shared = ffn.inner * ffn.shared if ffn.router == "topk_sigmoid" else 0  # Llama 4's shared expert
         return MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.swiglu_alpha, ffn.swiglu_limit, spec.dtype, kernel,
-                       router=ffn.router, expert=ffn.expert, act=ffn.act, bias=ffn.moe_bias, shared=shared)  # fmt: skip
+                       router=ffn.router, expert=ffn.expert, act=ffn.act, bias=ffn.moe_bias, shared=shared,
+                       int4=stores.quantized)  # fmt: skip
     return MLPSpec(ffn.kind, ffn.act, ffn.inner, spec.dtype)
 
 

@@ -29,11 +29,11 @@ MICROSOFT = {"com.microsoft": 1}
 
 def _spec(kind: str, dtype: str, kernel: str) -> MoESpec:
     if kind == "gpt_oss":  # clamped SwiGLU with biases, the softmax of the k chosen logits
-        return MoESpec(E, K, M, 1.702, 7.0, dtype, kernel)
+        return MoESpec(E, K, M, 1.702, 7.0, dtype, kernel, int4=True)
     routers = {"qwen3": ("topk_softmax", 0), "qwen3-raw": ("softmax_topk", 0), "llama4": ("topk_sigmoid", S)}
     router, shared = routers[kind]
     return MoESpec(E, 1 if kind == "llama4" else K, M, 0.0, 0.0, dtype, kernel, router=router, expert="gated",
-                   bias=False, shared=shared)  # fmt: skip
+                   bias=False, shared=shared, int4=True)  # fmt: skip
 
 
 def _weights(spec: MoESpec | None, dtype: str) -> dict[str, np.ndarray]:
@@ -78,7 +78,7 @@ CASES = [
     ("gpt_oss", "fp16", 32, False, "contrib", "QMoE"),
     ("qwen3", "fp32", 32, True, "contrib", "QMoE"),
     ("qwen3-raw", "fp32", 16, False, "contrib", "QMoE"),  # the softmax over all E given as router_weights
-    ("qwen3-raw", "fp16", 32, True, "contrib", "MatMulNBits"),  # MoESpec.contrib: fp16 softmax_topk portable
+    ("qwen3-raw", "fp16", 32, True, "contrib", "QMoE"),  # where float MoE returns zeros (MoESpec.contrib)
     ("gpt_oss", "fp32", 32, True, "portable", "MatMulNBits"),
     ("llama4", "fp32", 32, True, "contrib", "MatMulNBits"),  # inputs scaled by the router: no QMoE form
     ("deepseek", "fp32", 32, True, "portable", "MatMulNBits"),  # its grouped router's own graph
