@@ -56,7 +56,7 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
     """Layer i's feed-forward: gated or plain with its activation and inner width; a mixture of experts computed by
     ONNX Runtime's MoE kernel in the gqa form (its contrib form; int4: QMoE where ``qmoe.fits``, ``components.qmoe``),
     by ONNX ops elsewhere (int4: one MatMulNBits per expert, ``linear``); DeepSeek's grouped router
-    with its shared experts (``SharedMoESpec``), by ONNX ops in every form.
+    with its shared experts (``SharedMoESpec``), by ONNX ops in every form (int4 experts in QMoE: ``in_qmoe``).
     """  # noqa: D205
     ffn = spec.layers[i].ffn
     if ffn.router == "grouped":  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
