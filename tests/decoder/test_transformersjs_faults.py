@@ -4,8 +4,8 @@ An ``--out`` that is not a package is refused (one line, exit 2, nothing written
 package that was there, byte for byte, and the next write removes what the dead one left; a rebuild whose check fails
 leaves the package that passed in place and is kept apart at ``_failed/NAME``; two processes packaging different
 decoders into one ``--out`` at once leave one whole package (each file from one of them) and a refusal or a win.
-transformers.js (Node) is not needed
-for any of these: it is pointed at a folder without it (its engine skipped, exit 3), which keeps them cheap.
+transformers.js (Node) is not needed for any of these: it is pointed at a folder without it (its engine skipped, exit
+3), which keeps them cheap.
 """
 
 from __future__ import annotations
