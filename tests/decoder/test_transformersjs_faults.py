@@ -202,11 +202,13 @@ def _contents(folder: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def other_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A second tiny seeded decoder, unlike the seeded one (hidden size 128): its package differs from that one's."""
+    """A second tiny seeded decoder, unlike the seeded one (hidden size 128, 96 positions: its long prompt 78 tokens, a
+    cheap check): its package differs from that one's.
+    """  # noqa: D205
     import ropeexport as rx
 
     result = rx.build_decoder(tmp_path_factory.mktemp("other") / "out", preset="llama-2-7b", num_layers=1,
-                              hidden_size=128, vocab_size=128, eager=False)  # fmt: skip
+                              hidden_size=128, vocab_size=128, max_positions=96, eager=False)  # fmt: skip
     assert result.passed, result.report
     return result.path
 
