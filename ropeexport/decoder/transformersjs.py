@@ -65,7 +65,7 @@ _NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {
 SPLIT = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited).
 REFUSED = {
-    "glm4": _NO_CLASS.format("glm4", "has 'glm' (GlmForCausalLM, line 296), GLM-4's predecessor, and no 'glm4'"),
+    "glm4": _NO_CLASS.format("glm4", "has 'glm' (GlmForCausalLM, line 296) and no 'glm4'"),
     "exaone4": _NO_CLASS.format("exaone4", "has 'exaone' (ExaoneForCausalLM, line 280) and no 'exaone4'"),
     "gemma4_text": _NO_CLASS.format("gemma4_text", "has 'gemma4' (Gemma4ForCausalLM, line 312) and no "
                                     "'gemma4_text'") + (
