@@ -14,11 +14,12 @@ within twice the decoder's tolerance of the logit scale. Without node or the npm
 tools/transformersjs) that engine is skipped with the reason and the exit is 3. ``ropeexport verify DIR`` checks the
 hashes and runs the same comparison again.
 
-Refused by name (exit 2, nothing written): a model type transformers.js 4.3.1 has no class for (glm4, exaone4), the
-Qwen-VL text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places
-their text-only decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py), a
-DECODER that is not a decoder folder or whose files changed, a DIR that exists
-and is not a package.
+Every decoder architecture ropeexport builds is packaged but these, refused by name (exit 2, nothing written), the
+message citing the line of transformers.js 4.3.1's source that says why: glm4, exaone4 and gemma4_text (no causal-LM
+class for the type; Gemma 4's class runs two files, embed_tokens then a decoder fed inputs_embeds), the Qwen-VL text
+decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places their text-only
+decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py). Refused too: a
+DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
@@ -26,6 +27,8 @@ Examples:
 
 Written whole or not at all: kill -9 at any moment leaves the package that was at DIR (or nothing). A package whose
 check fails does not replace one that passed: DIR stays as it was and the failed one is kept at _failed/NAME beside it.
+Two package commands writing one DIR at once: one writes; the other, kept waiting over 3 s, is refused in one line
+(exit 2), and one that gets in after it finished writes as any later command does. DIR is one whole package.
 
 Exit codes: 0 written and checked; 1 written, the tokens differ; 2 bad input; 3 written, transformers.js could not
 run here.

@@ -20,12 +20,9 @@ dimension renamed (inputs and outputs; nothing else changes, so per-layer cache 
 experts are the decoder's own). Left as ``batch``, transformers.js feeds a batch of 0 and ONNX Runtime's Attention
 refuses the call.
 
-What it cannot load is refused by name before anything is written (``refusal``): a ``model_type`` transformers.js
-4.3.1 has no causal-LM class for (glm4, exaone4), the Qwen-VL text decoders (transformers.js computes their [3, b, s]
-positions itself, for a two-file layout, an ``embed_tokens`` model and a decoder fed ``inputs_embeds``; measured on
-that layout by ``tools/transformersjs_qwen_vl.py``, its text-only decode positions are 2 x the prompt length past
-transformers', so its tokens differ from the decoder's after the first), and a decoder in bf16 (none is built:
-``decoder.spec.DTYPES``).
+What it cannot load, or would run as another model, is refused by name before anything is written (``refusal``):
+each reason is read from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A
+decoder in bf16 is refused too (none is built: ``decoder.spec.DTYPES``).
 """
 
 from __future__ import annotations
@@ -48,13 +45,40 @@ ENGINE = "transformers.js"
 ENGINES = (ENGINE,)  # what ``package --for`` takes
 ARTIFACT = "transformers.js-package"  # the manifest's artifact: what ``verify`` recognises a package by
 VERSION = "4.3.1"  # the transformers.js whose source this layout was read from, and the one the tests run
-# transformers.js 4.3.1's causal-LM classes (models/registry.js) for the model types ropeexport builds.
+# The model types ropeexport builds that transformers.js 4.3.1 loads as one decoder file fed input_ids: each is in its
+# causal-LM map (src/models/registry.js:261-340, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) with a class whose forward is the
+# plain decoder's (llama4_text: Llama4ForCausalLM, line 274; deepseek_v3: DeepseekV3ForCausalLM, line 324, its cache
+# inputs named past_key_values.{i}.key/value and sized from the model's own input shapes, so latent attention's keys
+# and values of two widths, or its latent cache, load as they are: modeling_utils.js:1288-1321).
 LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "bloom",
-          "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3")  # fmt: skip
-# The Qwen-VL text decoders: transformers.js feeds their [3, b, s] position_ids itself (models/qwen2_vl), to its
-# two-session layout (session_config.js: embed_tokens + decoder_model_merged) under the wrapper's model_type; split so
-# by hand, its prefill agrees with the decoder and every decode step's position is 2n too far (module doc).
+          "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3", "llama4_text",
+          "deepseek_v3")  # fmt: skip
+# AutoModelForCausalLM of a model_type missing from that map throws "Unsupported model type"
+# (src/models/auto/modeling_auto.js:135).
+_NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {{!r}}: its causal-LM map "
+             "(src/models/registry.js:261-340) {}, and AutoModelForCausalLM throws 'Unsupported model type' for a "
+             "type it lacks (src/models/auto/modeling_auto.js:135)")  # fmt: skip
+# The Qwen-VL text decoders: transformers.js runs their wrapper's model_type (qwen2_vl ...) from two files, an
+# embed_tokens model and a decoder_model_merged fed inputs_embeds (src/models/session_config.js:58-61), and feeds their
+# [3, b, s] position_ids itself; split so by hand (tools/transformersjs_qwen_vl.py), its prefill agrees with the
+# decoder and every decode step's position is 2n too far.
 SPLIT = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
+# model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited).
+REFUSED = {
+    "glm4": _NO_CLASS.format("glm4", "has 'glm' (GlmForCausalLM, line 296) and no 'glm4'"),
+    "exaone4": _NO_CLASS.format("exaone4", "has 'exaone' (ExaoneForCausalLM, line 280) and no 'exaone4'"),
+    "gemma4_text": _NO_CLASS.format("gemma4_text", "has 'gemma4' (Gemma4ForCausalLM, line 312) and no "
+                                    "'gemma4_text'") + (
+        "; and that Gemma 4 class runs Gemma 3n's forward (src/models/gemma4/modeling_gemma4.js:27, "
+        "src/models/gemma3n/modeling_gemma3n.js:46-50): an embed_tokens model giving inputs_embeds and "
+        "per_layer_inputs, then a decoder fed them, where this decoder is one model fed input_ids"),
+    **{text: (f"transformers.js {VERSION} runs a Qwen-VL text model (model_type {wrapper!r}) from two files, "
+              "embed_tokens and decoder_model_merged (src/models/session_config.js:58-61), and places its text-only "
+              "decode steps 2 x the prompt length past transformers' positions (its rope delta is max + 1 + n, "
+              "src/models/qwen2_vl/modeling_qwen2_vl.js:44, where transformers' is max + 1 - n; measured by "
+              "tools/transformersjs_qwen_vl.py): its tokens would not be the decoder's, so none is packaged")
+           for text, wrapper in SPLIT.items()},
+}  # fmt: skip
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
@@ -72,16 +96,12 @@ def model_file(spec: DecoderSpec) -> str:
 
 
 def refusal(spec: DecoderSpec) -> str | None:
-    """Why transformers.js 4.3.1 cannot load the decoder (one sentence), or None when it can."""
-    if spec.model_type in SPLIT:
-        return (f"transformers.js {VERSION} runs a Qwen-VL text model (model_type {SPLIT[spec.model_type]!r}) from "
-                "two files, embed_tokens and decoder_model_merged, and places its text-only decode steps 2 x the "
-                "prompt length past transformers' positions (its rope delta is max + 1 + n, transformers' max + 1 - n;"
-                " tools/transformersjs_qwen_vl.py): its tokens would not be the decoder's, so none is "
-                "packaged")  # fmt: skip
-    if spec.model_type not in LOADED:
-        return (f"transformers.js {VERSION} has no causal-LM class for model_type {spec.model_type!r} (it loads "
-                f"{', '.join(LOADED)})")  # fmt: skip
+    """Why transformers.js 4.3.1 cannot run the decoder as ropeexport built it (one sentence), or None when it can."""
+    if spec.model_type in REFUSED:
+        return REFUSED[spec.model_type]
+    if spec.model_type not in LOADED:  # an architecture added to ropeexport and not yet read against transformers.js
+        return (f"ropeexport has not checked model_type {spec.model_type!r} against transformers.js {VERSION} (it "
+                f"packages {', '.join(LOADED)})")  # fmt: skip
     if spec.dtype not in ("fp32", "fp16"):
         return f"transformers.js runs fp32, fp16, q4 and q4f16 models; this decoder is {spec.dtype}"
     return None

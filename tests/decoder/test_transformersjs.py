@@ -4,9 +4,11 @@ transformers.js 4.3.1 runs in Node (tools/transformersjs, its npm packages pinne
 need it install those packages themselves, once per checkout (``node_ready``: ``npm ci`` as the lockfile pins them), so
 README's one test command runs them on a fresh clone; where node or the registry is absent they skip with the reason
 and the rest still run. Every architecture ropeexport builds that transformers.js has a class for, in fp32 (and the
-forms, fp16 and int4 on Llama): greedy tokens from transformers.js's own ``generate`` equal the decoder's own, at
-position 0 and after a long prompt, and the logits it hands its logits processors are within the bound of the logit
-scale.
+forms, fp16 and int4 on Llama, DeepSeek V3's latent cache): greedy tokens from transformers.js's
+own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the logits it hands its logits
+processors are within the bound of the logit scale. Each decoder is built once for the module (``built``), the Node
+and browser tests sharing it. The types it cannot run are refused with the line of its source that says why, and
+those citations are checked against the installed transformers.js.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +28,11 @@ import pytest
 
 import ropeexport as rx
 from ropeexport.api.packages import package
+from ropeexport.architectures import ARCHITECTURES
+from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.serve import DecoderSession
+from ropeexport.decoder.transformersjs import LOADED, VERSION
+from ropeexport.decoder.transformersjs import REFUSED as TJS_REFUSED
 from ropeexport.decoder.transformersjs_check import Greedy, compare, node_dir, node_missing
 from tests.clirun import run
 
@@ -57,7 +65,12 @@ def node_ready() -> None:
 
 needs_node = pytest.mark.usefixtures("node_ready")
 
-# (tiny checkpoint, form, dtype, weight format): every architecture transformers.js loads, the forms, fp16 and int4.
+# (tiny checkpoint, form, dtype, variant): every architecture transformers.js loads, the forms, fp16 and int4. The
+# variant is "" (fp32 or fp16 weights), "int4" (MatMulNBits: model_q4.onnx) or "latent" (latent attention's latent
+# cache, in the decomposed form; DeepSeek V3's keys and values are otherwise two widths). int4 is not built for a
+# mixture of experts (llama4, deepseek_v3, qwen3_moe, gpt_oss): their rows are fp32. One int4 row per distinct
+# behaviour (llama's, and its tied head): the q4 file is loaded the same way whatever the architecture (cohere2, olmo3
+# and ministral3 in int4 were run by hand, docs/how-to/transformers-js.md).
 CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama", "decomposed", "fp32", ""),
          ("llama", "tensorrt", "fp32", ""), ("llama", "fused", "fp16", ""), ("llama", "fused", "fp32", "int4"),
          ("llama-biases", "fused", "fp32", "int4"), ("llama-llama3", "fused", "fp32", ""),
@@ -68,13 +81,39 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("gemma3", "fused", "fp32", ""), ("gemma2", "fused", "fp32", ""), ("smollm3-nope", "fused", "fp32", ""),
          ("gpt_oss", "fused", "fp32", ""), ("gpt_oss", "gqa", "fp32", ""), ("cohere2", "fused", "fp32", ""),
          ("olmo3", "fused", "fp32", ""), ("qwen3_moe", "fused", "fp32", ""),
-         ("ministral3", "fused", "fp32", "")]  # fmt: skip
-FILES = {("fp32", ""): "model.onnx", ("fp16", ""): "model_fp16.onnx", ("fp32", "int4"): "model_q4.onnx"}
-# (tiny checkpoint, what the one line says): glm4 and exaone4 have no causal-LM class in transformers.js 4.3.1; a
-# Qwen-VL text decoder runs there as two files with decode positions 2n too far (tools/transformersjs_qwen_vl.py).
+         ("ministral3", "fused", "fp32", ""),
+         ("llama4", "fused", "fp32", ""), ("deepseek_v3", "fused", "fp32", ""),
+         ("deepseek_v3", "decomposed", "fp32", "latent")]  # fmt: skip
+FILES = {("fp32", ""): "model.onnx", ("fp16", ""): "model_fp16.onnx", ("fp32", "int4"): "model_q4.onnx",
+         ("fp32", "latent"): "model.onnx"}  # fmt: skip
+VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int4"}, "latent": {"latent_cache": True}}
+# (tiny checkpoint, what the one line says): glm4, exaone4 and gemma4_text have no causal-LM class in transformers.js
+# 4.3.1 (Gemma 4's runs two files); a Qwen-VL text decoder runs there as two files with decode positions 2n too far
+# (tools/transformersjs_qwen_vl.py).
 REFUSED = [("glm4", "no causal-LM class for model_type 'glm4'"),
            ("exaone4", "no causal-LM class for model_type 'exaone4'"),
+           ("gemma4", "no causal-LM class for model_type 'gemma4_text'"),
            ("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Callable[..., Path]:  # noqa: ANN001
+    """``built(name, graph, dtype, variant)``: the verified decoder of a tiny checkpoint, built once for the module
+    (the Node and the browser tests share it); read-only.
+    """  # noqa: D205
+    root = tmp_path_factory.mktemp("decoders")
+    made: dict[tuple[str, str, str, str], Path] = {}
+
+    def get(name: str, graph: str, dtype: str, variant: str) -> Path:
+        key = (name, graph, dtype, variant)
+        if key not in made:
+            result = rx.build_decoder(root / "-".join(filter(None, key)), checkpoint=tiny_checkpoint(name),
+                                      graph=graph, dtype=dtype, eager=False, **VARIANTS[variant])  # fmt: skip
+            assert result.passed, result.report
+            made[key] = result.path
+        return made[key]
+
+    return get
 
 
 def _batch_dims(model: Path) -> set[str]:
@@ -85,25 +124,23 @@ def _batch_dims(model: Path) -> set[str]:
 
 @pytest.mark.slow
 @needs_node
-@pytest.mark.parametrize(("name", "graph", "dtype", "weights"), CASES, ids=["-".join(filter(None, c)) for c in CASES])
+@pytest.mark.parametrize(("name", "graph", "dtype", "variant"), CASES, ids=["-".join(filter(None, c)) for c in CASES])
 def test_transformersjs_generates_the_decoders_tokens(
-    name: str, graph: str, dtype: str, weights: str, tmp_path: Path, tiny_checkpoint  # noqa: ANN001
+    name: str, graph: str, dtype: str, variant: str, tmp_path: Path, built: Callable[..., Path]
 ) -> None:
-    built = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), graph=graph, dtype=dtype,
-                             weight_format=weights, eager=False)  # fmt: skip
-    assert built.passed
-    result = package(built.path, tmp_path / "web" / name)
+    decoder = built(name, graph, dtype, variant)
+    result = package(decoder, tmp_path / "web" / name)
     assert result.passed, result.report
-    model = result.path / "onnx" / FILES[dtype, weights]
+    model = result.path / "onnx" / FILES[dtype, variant]
     assert _batch_dims(model) == {"batch_size"}  # what transformers.js sizes its first cache from
     config = json.loads((result.path / "config.json").read_text())
-    assert config["model_type"] == built.decoder_report.spec["model_type"]
+    assert config["model_type"] == check_folder(decoder)[1].model_type
     engines = {e["name"]: e for e in result.report["engines"]}
     assert engines["transformers.js"]["status"] == "ran"
     rows = engines["transformers.js"]["prompts"]
     assert [r["name"] for r in rows] == ["position-0", "long-prompt"]
     reference = json.loads((result.path / "reference.json").read_text())["prompts"]
-    session = DecoderSession(built.path)  # the decoder served by ropeexport generate: its own loop, policy keep
+    session = DecoderSession(decoder)  # the decoder served by ropeexport generate: its own loop, policy keep
     for row, want in zip(rows, reference, strict=True):
         assert row["tokens"] == row["expected"] == want["tokens"]
         assert row["worst_rel"] is not None and row["worst_rel"] <= result.report["bound"]
@@ -201,15 +238,53 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "said"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_a_model_type_transformersjs_has_no_class_for_is_refused_by_name(
-    name: str, said: str, tmp_path: Path, tiny_checkpoint, capsys  # noqa: ANN001
+def test_a_model_type_transformersjs_cannot_run_is_refused_by_name(
+    name: str, said: str, tmp_path: Path, built: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    built = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), eager=False)
+    decoder = built(name, "fused", "fp32", "")
     capsys.readouterr()  # what making the checkpoint printed
-    code, _, err = run(["package", str(built.path), "--for", "transformers.js", "--out", str(tmp_path / "p")], capsys)
+    code, _, err = run(["package", str(decoder), "--for", "transformers.js", "--out", str(tmp_path / "p")], capsys)
     assert code == 2
     assert err.startswith("ropeexport: error: DECODER: ") and said in err and err.count("\n") == 1, err
+    assert re.search(r"src/models/[\w/]+\.js:\d+", err), err  # the reason is transformers.js's source, cited
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model_type", list(ARCHITECTURES))
+def test_every_architecture_is_packaged_or_refused_with_transformersjs_source_cited(model_type: str) -> None:
+    """A new architecture is a decision: packaged (LOADED) or refused with the line of transformers.js that says why."""
+    assert (model_type in LOADED) != (model_type in TJS_REFUSED), model_type
+    if model_type in TJS_REFUSED:
+        assert re.search(r"src/models/[\w/]+\.js:\d+", TJS_REFUSED[model_type]), TJS_REFUSED[model_type]
+
+
+def _causal_lm_map(registry: str) -> dict[str, str]:
+    """transformers.js's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, read from its registry.js: {model_type: class}."""
+    body = registry.split("export const MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = new Map([", 1)[1].split("]);", 1)[0]
+    return dict(re.findall(r"\['([\w-]+)', '(\w+)'\]", body))
+
+
+@pytest.mark.slow
+@needs_node
+def test_what_is_packaged_and_refused_agrees_with_transformersjs_source() -> None:
+    """Read from the installed transformers.js: every type packaged has a causal-LM class; every type refused for
+    having none has none; every ``file:line`` a refusal cites exists, and each ``'type' (Class, line N)`` it names is
+    on that line of registry.js.
+    """  # noqa: D205
+    source = node_dir() / "node_modules" / "@huggingface" / "transformers"
+    assert json.loads((source / "package.json").read_text())["version"] == VERSION
+    registry = (source / "src" / "models" / "registry.js").read_text()
+    classes = _causal_lm_map(registry)
+    assert len(classes) > 50, "the causal-LM map was not found in registry.js"
+    assert [t for t in LOADED if t not in classes] == []
+    assert [t for t, why in TJS_REFUSED.items() if "no causal-LM class" in why and t in classes] == []
+    lines = registry.splitlines()
+    for why in TJS_REFUSED.values():
+        for path, first, last in re.findall(r"(src/[\w/]+\.js):(\d+)(?:-(\d+))?", why):
+            assert len((source / path).read_text().splitlines()) >= int(last or first), (path, first, last)
+        for model_type, cls, line in re.findall(r"'(\w+)' \((\w+), line (\d+)\)", why):
+            assert f"['{model_type}', '{cls}']" in lines[int(line) - 1], (model_type, cls, line)
 
 
 _ROWS = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
@@ -235,7 +310,6 @@ def test_a_prompt_is_judged_by_its_tokens_and_logits(
 @needs_node
 def test_the_how_to_snippet_generates_the_decoders_tokens(tmp_path: Path, seeded_decoder: Path) -> None:
     """docs/how-to/transformers-js.md's Node snippet, as written, on a package: the decoder's greedy tokens."""
-    import re
     import subprocess
 
     from ropeexport.decoder.transformersjs_check import node_dir
@@ -263,12 +337,11 @@ BROWSER_CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), (
 
 @pytest.mark.slow
 @needs_node  # the page imports transformers.js and onnxruntime-web from the same npm packages
-@pytest.mark.parametrize(("name", "graph", "dtype", "weights"), BROWSER_CASES,
+@pytest.mark.parametrize(("name", "graph", "dtype", "variant"), BROWSER_CASES,
                          ids=["-".join(filter(None, c)) for c in BROWSER_CASES])  # fmt: skip
 def test_headless_chromium_generates_the_decoders_tokens(
-    name: str, graph: str, dtype: str, weights: str, tmp_path: Path, tiny_checkpoint  # noqa: ANN001
+    name: str, graph: str, dtype: str, variant: str, tmp_path: Path, built: Callable[..., Path]
 ) -> None:
-    from ropeexport.decoder.kind import check_folder
     from ropeexport.decoder.transformersjs import suffix
     from ropeexport.decoder.transformersjs_check import bound, ort_greedy
     from tests.toolmod import tool
@@ -277,11 +350,10 @@ def test_headless_chromium_generates_the_decoders_tokens(
     why = driver.missing()
     if why is not None:
         pytest.skip(f"the browser cannot run here: {why}")
-    built = rx.build_decoder(tmp_path / "out", checkpoint=tiny_checkpoint(name), graph=graph, dtype=dtype,
-                             weight_format=weights, eager=False)  # fmt: skip
-    result = package(built.path, tmp_path / "web" / name)
-    spec = check_folder(built.path)[1]
-    for ours in ort_greedy(result.path / "onnx" / FILES[dtype, weights], spec):  # both prompts
+    decoder = built(name, graph, dtype, variant)
+    result = package(decoder, tmp_path / "web" / name)
+    spec = check_folder(decoder)[1]
+    for ours in ort_greedy(result.path / "onnx" / FILES[dtype, variant], spec):  # both prompts
         page = driver.run(result.path, ours.prompt, len(ours.tokens), suffix(spec)[0])
         assert "error" not in page, page["error"]
         assert "HeadlessChrome" in page["agent"]
@@ -299,7 +371,6 @@ def test_the_tutorial_ships_a_decoder(tmp_path: Path) -> None:
     """The tutorial as a user follows it: its Python and shell blocks in one folder, then its Node script, whose tokens
     are the decoder's as ``ropeexport generate`` serves it.
     """  # noqa: D205
-    import re
 
     from tests.docs.pages import blocks
     from tests.docs.test_blocks import _run

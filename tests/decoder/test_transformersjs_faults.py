@@ -1,9 +1,11 @@
-"""Package write faults: ``ropeexport package`` never loses what is at ``--out``.
+"""Package write faults: ``ropeexport package`` never loses what is at ``--out``, nor mixes two writers' packages.
 
 An ``--out`` that is not a package is refused (one line, exit 2, nothing written); kill -9 during a write leaves the
 package that was there, byte for byte, and the next write removes what the dead one left; a rebuild whose check fails
-leaves the package that passed in place and is kept apart at ``_failed/NAME``. transformers.js (Node) is not needed
-for any of these: it is pointed at a folder without it (its engine skipped, exit 3), which keeps them cheap.
+leaves the package that passed in place and is kept apart at ``_failed/NAME``; two processes packaging different
+decoders into one ``--out`` at once leave one whole package (each file from one of them) and a refusal or a win.
+transformers.js (Node) is not needed for any of these: it is pointed at a folder without it (its engine skipped, exit
+3), which keeps them cheap.
 """
 
 from __future__ import annotations
@@ -165,3 +167,84 @@ def test_a_failed_rebuild_keeps_the_package_that_passed(
     assert f"a package that passed was there: it stays at {out}; this one is kept apart at {failed}" in printed
     assert _snapshot(out) == before
     assert (failed / "report.json").is_file() and '"passed": false' in (failed / "report.json").read_text()
+
+
+# Two `package` processes at one --out, each from its own decoder (with --replace: either may take the name). Each
+# process's commit waits until the other's is reached too (or the other has ended): the moment a store without its
+# per-name lock or its atomic exchange would mix the two. One whole package must stay, every file of it from one
+# decoder's package written alone (the model, config.json and the recorded tokens differ between the two: a mix shows),
+# and each process either wrote it (exit 3: Node is skipped here) or was refused in one line while the other wrote.
+TOGETHER = """
+import pathlib, sys, time
+from ropeexport import store
+from ropeexport.cli import main
+me, other = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+real = store.Draft.commit
+
+def commit(self, *args, **kwargs):
+    pathlib.Path(f"{me}.commit").write_text("")
+    deadline = time.monotonic() + 120
+    while not (pathlib.Path(f"{other}.commit").exists() or pathlib.Path(f"{other}.ended").exists()):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    return real(self, *args, **kwargs)
+
+store.Draft.commit = commit
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _contents(folder: Path) -> dict[str, str]:
+    """{file: sha256} of a package's files as they are on disk (its reports and manifest aside: they name a time)."""
+    return {k: v for k, v in _snapshot(folder).items() if k not in ("report.json", "manifest.json")}
+
+
+@pytest.fixture(scope="module")
+def other_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second tiny seeded decoder, unlike the seeded one (hidden size 128, 96 positions: its long prompt 78 tokens, a
+    cheap check): its package differs from that one's.
+    """  # noqa: D205
+    import ropeexport as rx
+
+    result = rx.build_decoder(tmp_path_factory.mktemp("other") / "out", preset="llama-2-7b", num_layers=1,
+                              hidden_size=128, vocab_size=128, max_positions=96, eager=False)  # fmt: skip
+    assert result.passed, result.report
+    return result.path
+
+
+@pytest.mark.slow
+def test_two_packages_of_one_name_at_once_leave_one_whole_package(
+    packaged: Path, seeded_decoder: Path, other_decoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ropeexport.manifest import check_files, read_manifest
+
+    monkeypatch.setenv(NO_NODE, str(tmp_path / "no-node"))
+    alone = {seeded_decoder: _contents(packaged),
+             other_decoder: _contents(package(other_decoder, tmp_path / "alone" / "web").path)}  # fmt: skip
+    assert alone[seeded_decoder].keys() == alone[other_decoder].keys()
+    differ = {k for k in alone[seeded_decoder] if alone[seeded_decoder][k] != alone[other_decoder][k]}
+    assert {"onnx/model.onnx", "config.json", "reference.json"} <= differ, differ  # a mix of those would show
+    out = tmp_path / "store" / "web"
+    marks = [tmp_path / "p0", tmp_path / "p1"]
+    runs = [subprocess.Popen([sys.executable, "-c", TOGETHER, str(marks[i]), str(marks[1 - i]), "package", str(d),
+                              "--for", "transformers.js", "--out", str(out), "--replace"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, d in enumerate(alone)]  # fmt: skip
+    deadline = time.monotonic() + 300
+    while any(p.poll() is None for p in runs) and time.monotonic() < deadline:
+        for i, p in enumerate(runs):
+            if p.poll() is not None:
+                Path(f"{marks[i]}.ended").touch()  # the other's commit waits no longer
+        time.sleep(0.01)
+    ended = [(p.wait(timeout=60), p.stderr.read() if p.stderr else "") for p in runs]
+    assert any(code == 3 for code, _ in ended), ended
+    for code, err in ended:  # each wrote the package (Node skipped: exit 3) or was told another process was writing
+        assert code == 3 or (code == 2 and "another ropeexport process" in err and err.count("\n") == 1), (code, err)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["web"]  # no lock, work folder or _failed left
+    manifest = read_manifest(out, ("decoder", "engine"))
+    check_files(out, manifest["files"])  # every file is the one its manifest hashed
+    found = _contents(out)
+    winners = [d for d, files in alone.items() if files == found]
+    assert len(winners) == 1, "the package is a mix of the two decoders' files"
+    assert manifest["decoder"]["path"] == str(winners[0].resolve())
