@@ -5,7 +5,7 @@ regime (each row's in row order, ``long / short``, when the rows' differ), the m
 the logit scale against the float64 truth and against transformers, the next token picked by the runtime / float64 /
 transformers, the float64 top-2 margin, and the verdict (``regime cost`` for a call that read keys cached under
 another regime, ``regime cost (rows ..)`` after the verdict of the other rows where only some did; ``near tie`` where
-the top-2 margin is below the measured error). A
+the top-2 margin is at most twice the measured error). A
 decoder with int4 weights has one more column before the verdict, its quantization cost (the error over the scale
 against the float64 recompute with the weights unquantized): a second figure, reported beside the positional one
 (the float64 column, judged) and never mixed with it.
