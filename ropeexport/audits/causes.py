@@ -16,6 +16,9 @@ names; an empty list is explained with nothing to add (right frequencies under a
    global layers' table), in the field's words with both encodings;
    ``other-layers-scaling``: another group's scaling at this group's own theta (the sliding layers given the global
    layers' linear x8 at theta 10000);
+   ``one-head-dim``: the config's schedule made at another group's head_dim, zero-padded to this layer's width (Gemma
+   4's global proportional table made at the sliding layers' head_dim: fewer real pairs, each another frequency);
+   another group's width is never compared as this one's (``Measured.same``);
 7. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
    NTK at another length, YaRN's correction range truncated the other way, YaRN applied twice (to its own output);
 8. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
@@ -39,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.layers import describe, layer_finding
+from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import frequencies, switch_length
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
@@ -159,6 +163,8 @@ class Measured:
 
     def same(self, inv: np.ndarray) -> bool:
         """The rows turn at ``inv``: within 1e-4 relative, or within what they can tell (``resolution``)."""
+        if inv.shape != self.seen.shape:  # another width (a layer group with its own head_dim: Gemma 4) is not this
+            return False
         return bool(np.all(np.abs(self.seen - inv) <= np.maximum(MATCH * np.abs(inv), self.resolution)))
 
 
@@ -244,6 +250,32 @@ def other_layers(m: Measured) -> list[dict[str, Any]] | None:
         if m.same(frequencies(mixed, m.length)[0]):
             template = f"{{who}} take{{s}} the {label} layers' scaling: {describe(mixed)}; config: {describe(m.spec)}"
             return [layer_finding("other-layers-scaling", template, m.label, m.layers or ())]
+    return None
+
+
+def other_head_dim(m: Measured) -> list[dict[str, Any]] | None:
+    """The config's schedule made at another layer group's head_dim, zero-padded to this layer's width: one head_dim
+    taken for every layer of a model whose layers have their own (optimum #2436 on Gemma 4: the global layers'
+    proportional table made at the sliding layers' head_dim, so fewer real frequency pairs, each another frequency).
+    """  # noqa: D205
+    for label, spec in m.others:
+        if spec.head_dim == m.spec.head_dim or m.spec.rotary_dim * spec.head_dim % m.spec.head_dim:
+            continue
+        try:
+            narrow = replace(m.spec, head_dim=spec.head_dim,
+                             rotary_dim=m.spec.rotary_dim * spec.head_dim // m.spec.head_dim)  # fmt: skip
+            inv = frequencies(narrow, m.length)[0]
+        except (ValueError, ArithmeticError, SpecError):  # a width this layer's schedule cannot take
+            continue
+        padded = np.zeros_like(m.inv)
+        padded[: min(inv.size, padded.size)] = inv[: padded.size]
+        if m.same(padded):
+            real = int(np.count_nonzero(inv))
+            template = (f"{{who}} use{{s}} a table made at the {label} layers' head_dim {spec.head_dim} ({real} real "
+                        f"frequency pair{'s' if real != 1 else ''} where the config has "
+                        f"{int(np.count_nonzero(m.inv))}, zero-padded to {m.inv.size}): one head_dim for every layer; "
+                        f"config: head_dim {m.spec.head_dim}, {describe(m.spec)}")  # fmt: skip
+            return [layer_finding("one-head-dim", template, m.label, m.layers or ())]
     return None
 
 
@@ -356,7 +388,8 @@ def as_measured(m: Measured) -> list[dict[str, str]]:
                     f"position {position})")]  # fmt: skip
 
 
-CAUSES: tuple[Diagnosis, ...] = (clamped, exchanged, negated, offset, right_frequencies, other_layers, misreading,
+CAUSES: tuple[Diagnosis, ...] = (clamped, exchanged, negated, offset, right_frequencies, other_layers,
+                                 other_head_dim, misreading,
                                  theta, scaling_factor, as_measured)  # fmt: skip
 
 
