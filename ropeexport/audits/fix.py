@@ -32,6 +32,8 @@ from ropeexport.errors import SpecError
 UNREPAIRABLE = {
     "not-rotated": "graft replaces rotary values, it adds no rotation",
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
+    "proportional-without-zero-tail": "graft replaces rotary values, it does not change how many channels a node "
+    "rotates or how it pairs them",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
 }
