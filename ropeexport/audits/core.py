@@ -288,6 +288,10 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     name_layers(result.sites)
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
+    if spec.encoding == "rope":  # the query times a factor of its position (Ministral 3, Llama 4's NoPE layers)
+        from ropeexport.audits.query_scale import findings as query_scale_findings
+
+        result.findings += query_scale_findings(graph, hf_config)
     if effects:
         weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them
@@ -381,6 +385,11 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
     for found in result.findings:
         if finding_key(found) in (known or {}):
             found["effect"] = dict((known or {})[finding_key(found)])
+            continue
+        if found["name"] == "query-scale":  # not a rotary site: its table repaired alone (``query_scale``)
+            from ropeexport.audits.query_scale import effect
+
+            found["effect"] = effect(path, result.config, found, encodings, threads)
             continue
         if found["name"] in UNREPAIRABLE:
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}

@@ -36,6 +36,7 @@ UNREPAIRABLE = {
     "rotates or how it pairs them",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
+    "query-scale-unread": "no table of the query's factor was read: there are no values to put right",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
