@@ -129,8 +129,8 @@ def diagnose(table: Table, spec: QueryScaleSpec) -> str | None:
         shifted = f"(pos + {table.offset})" if table.offset else "pos"
         return f"the step is floor({shifted} / {table.divisor}) where {said} divides by {spec.divisor}"
     if table.values.size < steps:
-        return f"the factor table holds {table.values.size} steps where positions up to {spec.max_positions - 1} need " \
-               f"{steps}"
+        last = spec.max_positions - 1
+        return f"the factor table holds {table.values.size} steps where positions up to {last} need {steps}"
     values = table.values[:steps]
     if _close(values, _exact(spec, steps)):
         return None
