@@ -340,7 +340,8 @@ def theta(m: Measured) -> list[dict[str, str]] | None:
     for value in _rounded(base):
         if value <= 1.0 or _number(value) == _number(spec.theta):  # the config's, as it would be said
             continue
-        said = finding("theta", f"theta {_number(value)} where the config says {_number(spec.theta)}")
+        said = finding("theta", f"theta {_number(value)} where the config says {_number(spec.theta)}"
+                       f"{_times(value, spec.theta)}")
         for name in names:
             params = spec.scaling_params if name == spec.scaling else {}
             if m.same(get_schedule(name).frequencies(spec.rotary_dim, value, params, m.length).inv_freq):
@@ -377,6 +378,17 @@ def scaling_factor(m: Measured) -> list[dict[str, str]] | None:
         return [finding("frequency-ratio", f"inverse frequencies {ratio:.6g} x the config's {spec.scaling} ones "
                         "(a constant ratio no parameter of its schedule explains)")]  # fmt: skip
     return None
+
+
+def _times(value: float, config: float) -> str:
+    """`` (100x too small)`` where one base is a power of ten (>= 10) times the other: a fallback or a unit slip
+    (EXAONE's theta fallback 100x off, DeepSpeed PR #8345), else nothing.
+    """  # noqa: D205
+    ratio = max(value, config) / min(value, config)
+    power = round(float(np.log10(ratio)))
+    if power < 1 or abs(ratio / 10.0**power - 1) > 1e-9:
+        return ""
+    return f" ({10**power}x {'too large' if value > config else 'too small'})"
 
 
 def as_measured(m: Measured) -> list[dict[str, str]]:

@@ -31,6 +31,7 @@ from ropeexport.errors import SpecError
 # Findings a graft cannot repair by replacing values: what it would have to do instead.
 UNREPAIRABLE = {
     "not-rotated": "graft replaces rotary values, it adds no rotation",
+    "rope-condition-inverted": "graft replaces rotary values, it adds no rotation",
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
     "proportional-without-zero-tail": "graft replaces rotary values, it does not change how many channels a node "
     "rotates or how it pairs them",
