@@ -78,15 +78,33 @@ def _constant(value: ir.Value | None) -> np.ndarray | None:
     return None
 
 
+def _layers(gather: ir.Node) -> set[int]:
+    """The layers a factor's Gather serves: its own name's, and those of the nodes two steps down (the Unsqueeze and
+    the Mul into each layer's query): ONNX Runtime's optimizer merges the identical Gathers of several layers into one.
+    """  # noqa: D205
+    found, frontier = set(), [gather]
+    for _ in range(3):
+        step = []
+        for node in frontier:
+            layer = layer_of(node.name or "", dict(node.metadata_props))
+            if layer is not None:
+                found.add(layer)
+            step += [use[0] for out in node.outputs for use in out.uses()]
+        frontier = step
+    return found
+
+
 def tables(model: ir.Model) -> list[Table]:
     """Every factor table of the main graph (module doc), each once with its readers."""
     found: dict[str, Table] = {}
     for node in model.graph:
         if node.op_type != "Gather" or len(node.inputs) < 2:
             continue
-        values, step = _constant(node.inputs[0]), node.inputs[1]
+        data, step = node.inputs[0], node.inputs[1]
+        values = _constant(data)
         div = step.producer() if step is not None else None
-        if values is None or values.ndim != 1 or values.dtype.kind != "f" or div is None or div.op_type != "Div":
+        if data is None or values is None or values.ndim != 1 or values.dtype.kind != "f" or div is None or (
+                div.op_type != "Div"):  # fmt: skip
             continue
         divisor = _constant(div.inputs[1])
         if divisor is None or divisor.dtype.kind not in "iu" or divisor.size != 1:
@@ -97,10 +115,9 @@ def tables(model: ir.Model) -> list[Table]:
             offset, source = int(np.asarray(_constant(add.inputs[1])).reshape(-1)[0]), add.inputs[0]
         if source is None or "position_ids" not in (source.name or ""):
             continue
-        name = node.inputs[0].name or ""
+        name = data.name or ""
         table = found.setdefault(name, Table(name, values, int(divisor.reshape(-1)[0]), offset))
-        layer = layer_of(node.name or "", dict(node.metadata_props))
-        if layer is not None:
+        for layer in _layers(node):
             table.readers.setdefault(layer, []).append(node.name or "")
     return list(found.values())
 
@@ -216,14 +233,15 @@ def _write(model: ir.Model, table: Table, layers: list[int], name: str, values: 
         target = ir.Value(name=name, const_value=ir.tensor(values, name=name))
         graph.register_initializer(target)
     for node in graph:
-        if node.op_type != "Gather" or (node.inputs[0].name or "") != table.name:
+        data, step = (node.inputs[0], node.inputs[1]) if len(node.inputs) > 1 else (None, None)
+        if node.op_type != "Gather" or data is None or step is None or (data.name or "") != table.name:
             continue
-        if layer_of(node.name or "", dict(node.metadata_props)) not in layers:
-            continue
+        if not _layers(node) or not _layers(node) <= set(layers):
+            continue  # a Gather serving layers of other needs keeps its table (their own copy is written for them)
         node.replace_input_with(0, target)
-        div = node.inputs[1].producer()
-        if div is not None and (_constant(div.inputs[1]) is None or int(_constant(div.inputs[1]).reshape(-1)[0])
-                                != divisor):  # fmt: skip
+        div = step.producer()
+        stated = None if div is None else _constant(div.inputs[1])
+        if div is not None and (stated is None or int(stated.reshape(-1)[0]) != divisor):
             const = ir.Value(name=f"{name}/divisor", const_value=ir.tensor(np.array([divisor], np.int64)))
             if const.name not in graph.initializers:
                 graph.register_initializer(const)
