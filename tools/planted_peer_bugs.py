@@ -92,6 +92,9 @@ def run_family(bug: Any, work: Path) -> dict[str, Any]:
         _decoder(clean_folder, ckpt, "fused")
     clean = clean_folder / "model.onnx"
     model, audited = planted(bug, work / bug.case, clean, ckpt, lambda f, c: _decoder(f, c, "fused"))
+    if bug.audited:  # the right model is the one the audited config describes (EXAONE's theta 1e6)
+        (work / bug.case / "right").mkdir()
+        clean = _decoder(work / bug.case / "right", audited, "fused")
     result = rx.audit(model, audited / "config.json")
     found = next((f for f in result.findings if f["name"] == bug.finding), None)
     measured = between(clean, model, encodings_for(audited / "config.json", None, load_model(clean)))
@@ -120,7 +123,8 @@ def _effect(effect: dict[str, Any] | None) -> str:
     return f"not measured: {effect.get('not_measured', '')}"
 
 
-def markdown(rows: list[dict[str, Any]], command: str, families: list[dict[str, Any]] | None = None) -> str:
+def markdown(rows: list[dict[str, Any]], command: str, families: list[dict[str, Any]] | None = None,
+             families_command: str = "") -> str:
     """The table (module doc)."""
     lines = ["# The peers' per-layer bugs, planted and named", "",
              f"`{command}`; each bug planted into ropeexport's own decoder of a tiny random checkpoint "
@@ -148,7 +152,8 @@ def markdown(rows: list[dict[str, Any]], command: str, families: list[dict[str, 
         lines.append(f"| {peer} | | {why} | | |")
     if families:
         lines += ["", "## The 2026 families (issue 39)", "",
-                  "Each bug planted into the family's tiny decoder (fused form) as `tests/audits/families.py` writes "
+                  f"`{families_command or command}`; each bug planted into the family's tiny decoder (fused form) "
+                  "as `tests/audits/families.py` writes "
                   "it, audited, grafted and proven as above; asserted by `pytest tests/audits/test_audit_families.py` "
                   "(graft and proof: `-m slow`). Effect as the audit measures it (the finding's sites repaired), and "
                   "the planted model against the right one, both run as users run the model (own cache to the end of "
@@ -176,24 +181,31 @@ def main(argv: list[str] | None = None) -> int:
     """Plant, audit, graft every peer row; write the table. Exit 1 when a bug is not named as its row says."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for planted-peer-bugs.json and planted-peer-bugs.md")
+    parser.add_argument("--families-only", action="store_true",
+                        help="run issue 39's rows only, keeping the other rows of --out's planted-peer-bugs.json")
     args = parser.parse_args(argv)
     from tests.audits.families import BUGS
     from tests.audits.test_audit_layers import FAULTS
 
     rows, families = [], []
+    first: str | None = None  # the command that made the other rows, when kept
     with tempfile.TemporaryDirectory(prefix="planted-peer-bugs-") as folder:
-        for fault in (f for f in FAULTS if f.peer):
+        if args.families_only:
+            kept = json.loads((Path(args.out) / "planted-peer-bugs.json").read_text())
+            rows, first = kept["rows"], kept["command"]
+        for fault in (f for f in FAULTS if f.peer and not args.families_only):
             rows.append(run_one(fault, Path(folder)))
             print(f"{fault.case}: {rows[-1]['verdict']}, graft {rows[-1]['graft']}", flush=True)
         for bug in BUGS:
             families.append(run_family(bug, Path(folder)))
             print(f"{bug.case}: {families[-1]['verdict']}, graft {families[-1]['graft']}", flush=True)
     command = "python tools/planted_peer_bugs.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    families_command, command = command, first or command
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "planted-peer-bugs.json").write_text(json.dumps({"command": command, "rows": rows, "families": families},
-                                                           indent=2) + "\n")  # fmt: skip
-    (out / "planted-peer-bugs.md").write_text(markdown(rows, command, families))
+    record = {"command": command, "rows": rows, "families_command": families_command, "families": families}
+    (out / "planted-peer-bugs.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "planted-peer-bugs.md").write_text(markdown(rows, command, families, families_command))
     return 0 if all(r["named"] for r in rows + families) else 1
 
 
