@@ -113,6 +113,35 @@ SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
                  "partial_rotary_factor": 0.75, "pad_token_id": 0,
                  "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0],
                                   "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}}),
+    # Issue 39's families (tests/audits/families.py plants their peers' bugs), each at 8192 positions: Gemma 4's
+    # sliding layers (head_dim 16, theta 1e4) and proportional global ones (their own head_dim 32, a quarter of the
+    # pairs real, theta 1e6); Cohere 2 and EXAONE 4 with RoPE on the local layers only (every 4th global, NoPE);
+    # GLM-4's interleaved pairs on half of each head; Ministral 3's YaRN x4 over 2048 with the query factor
+    # (llama_4_scaling_beta 0.1: a step every 2048 positions); OLMo 3's YaRN on its full layer only
+    "proportional global layers, own head_dim (Gemma 4)": (
+        "gemma4_text", {"max_position_embeddings": 8192, "num_hidden_layers": 4, "head_dim": 16, "global_head_dim": 32,
+                        "sliding_window": 64, "pad_token_id": 0, "hidden_size_per_layer_input": 0,
+                        "layer_types": ["sliding_attention", "full_attention"] * 2,
+                        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                                               "partial_rotary_factor": 0.25}}}),
+    "interleaved, NoPE global layers (Cohere 2)": ("cohere2", {"max_position_embeddings": 8192,
+                                                              "num_hidden_layers": 4, "sliding_window": 64,
+                                                              "pad_token_id": 0}),
+    "NoPE global layers, LLLG (EXAONE 4)": ("exaone4", {"max_position_embeddings": 8192, "num_hidden_layers": 4,
+                                                       "sliding_window": 64, "pad_token_id": 0}),
+    "interleaved, partial rotary 0.5 (GLM-4)": ("glm4", {"max_position_embeddings": 8192, "head_dim": 16,
+                                                        "pad_token_id": 0}),
+    "yarn x4 + query factor (Ministral 3)": (
+        "ministral3", {"max_position_embeddings": 8192, "head_dim": 16, "pad_token_id": 0,
+                       "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                           "original_max_position_embeddings": 2048, "beta_fast": 32.0,
+                                           "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                           "llama_4_scaling_beta": 0.1}}),
+    "yarn x4 on full layers only (OLMo 3)": ("olmo3", {"max_position_embeddings": 8192, "num_hidden_layers": 4,
+                                                      "sliding_window": 64, "rope_theta": 10000.0, "pad_token_id": 0,
+                                                      "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                                       "original_max_position_embeddings": 2048}}),
     # The other families ropeexport and mobius-onnx both build, at their real parameters: Mistral 7B v0.1 (4096-token
     # windows over 32768), Pythia (a quarter of each head rotated, NeoX pairing), GPT-J (rotary_dim 64 of 256 there:
     # 8 of 16 here, pairs interleaved)

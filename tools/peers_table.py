@@ -127,8 +127,9 @@ def render(record: dict[str, Any]) -> str:
     lines = ["# The peers of 2026: audited, grafted and proven", "",
              "Reproduced by (each run filled the rows of its schedules and sources, `--merge` keeping the rest):", ""]
     lines += [f"- `{c}`" for c in commands]
-    lines += ["", "Tiny random checkpoints (2 layers, 4 for SmolLM3 and Gemma 3; hidden 64, head_dim 16) of each "
-              "schedule's real parameters and lengths. Findings: the audit's (level; its effect as users run the "
+    lines += ["", "Tiny random checkpoints (2 layers, 4 for SmolLM3, Gemma 3 and issue 39's Gemma 4, Cohere 2, "
+              "EXAONE 4 and OLMo 3; hidden 64, head_dim 16, Gemma 4's global layers 32) of each schedule's real "
+              "parameters and lengths. Findings: the audit's (level; its effect as users run the "
               "model: max |logits - logits with the finding's sites repaired| / max |logit|, each model with its own "
               "cache from its own prefill, the worst window and the worst of the draws at the far end). Last "
               "position: max |logit - float64 recompute of the whole decoder| / max |float64 logit| on the call "

@@ -16,6 +16,9 @@ names; an empty list is explained with nothing to add (right frequencies under a
    global layers' table), in the field's words with both encodings;
    ``other-layers-scaling``: another group's scaling at this group's own theta (the sliding layers given the global
    layers' linear x8 at theta 10000);
+   ``one-head-dim``: the config's schedule made at another group's head_dim, zero-padded to this layer's width (Gemma
+   4's global proportional table made at the sliding layers' head_dim: fewer real pairs, each another frequency);
+   another group's width is never compared as this one's (``Measured.same``);
 7. a known mis-reading of the config's schedule: scaling ignored, the LongRoPE switch never or wrongly taken, dynamic
    NTK at another length, YaRN's correction range truncated the other way, YaRN applied twice (to its own output);
 8. ``theta``: the config's schedule (or the default one) of another base, read from the two highest frequencies;
@@ -39,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.layers import describe, layer_finding
+from ropeexport.errors import SpecError
 from ropeexport.families.rope.regimes import frequencies, switch_length
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
@@ -159,6 +163,8 @@ class Measured:
 
     def same(self, inv: np.ndarray) -> bool:
         """The rows turn at ``inv``: within 1e-4 relative, or within what they can tell (``resolution``)."""
+        if inv.shape != self.seen.shape:  # another width (a layer group with its own head_dim: Gemma 4) is not this
+            return False
         return bool(np.all(np.abs(self.seen - inv) <= np.maximum(MATCH * np.abs(inv), self.resolution)))
 
 
@@ -247,6 +253,32 @@ def other_layers(m: Measured) -> list[dict[str, Any]] | None:
     return None
 
 
+def other_head_dim(m: Measured) -> list[dict[str, Any]] | None:
+    """The config's schedule made at another layer group's head_dim, zero-padded to this layer's width: one head_dim
+    taken for every layer of a model whose layers have their own (optimum #2436 on Gemma 4: the global layers'
+    proportional table made at the sliding layers' head_dim, so fewer real frequency pairs, each another frequency).
+    """  # noqa: D205
+    for label, spec in m.others:
+        if spec.head_dim == m.spec.head_dim or m.spec.rotary_dim * spec.head_dim % m.spec.head_dim:
+            continue
+        try:
+            narrow = replace(m.spec, head_dim=spec.head_dim,
+                             rotary_dim=m.spec.rotary_dim * spec.head_dim // m.spec.head_dim)  # fmt: skip
+            inv = frequencies(narrow, m.length)[0]
+        except (ValueError, ArithmeticError, SpecError):  # a width this layer's schedule cannot take
+            continue
+        padded = np.zeros_like(m.inv)
+        padded[: min(inv.size, padded.size)] = inv[: padded.size]
+        if m.same(padded):
+            real = int(np.count_nonzero(inv))
+            template = (f"{{who}} use{{s}} a table made at the {label} layers' head_dim {spec.head_dim} ({real} real "
+                        f"frequency pair{'s' if real != 1 else ''} where the config has "
+                        f"{int(np.count_nonzero(m.inv))}, zero-padded to {m.inv.size}): one head_dim for every layer; "
+                        f"config: head_dim {m.spec.head_dim}, {describe(m.spec)}")  # fmt: skip
+            return [layer_finding("one-head-dim", template, m.label, m.layers or ())]
+    return None
+
+
 def _misreadings(spec: RopeSpec, length: int) -> list[tuple[dict[str, str], np.ndarray]]:
     """Known mis-readings of the config's schedule at call L: (finding, inverse frequencies)."""
     out: list[tuple[dict[str, str], np.ndarray]] = []
@@ -308,7 +340,8 @@ def theta(m: Measured) -> list[dict[str, str]] | None:
     for value in _rounded(base):
         if value <= 1.0 or _number(value) == _number(spec.theta):  # the config's, as it would be said
             continue
-        said = finding("theta", f"theta {_number(value)} where the config says {_number(spec.theta)}")
+        said = finding("theta", f"theta {_number(value)} where the config says {_number(spec.theta)}"
+                       f"{_times(value, spec.theta)}")
         for name in names:
             params = spec.scaling_params if name == spec.scaling else {}
             if m.same(get_schedule(name).frequencies(spec.rotary_dim, value, params, m.length).inv_freq):
@@ -347,6 +380,17 @@ def scaling_factor(m: Measured) -> list[dict[str, str]] | None:
     return None
 
 
+def _times(value: float, config: float) -> str:
+    """`` (100x too small)`` where one base is a power of ten (>= 10) times the other: a fallback or a unit slip
+    (EXAONE's theta fallback 100x off, DeepSpeed PR #8345), else nothing.
+    """  # noqa: D205
+    ratio = max(value, config) / min(value, config)
+    power = round(float(np.log10(ratio)))
+    if power < 1 or abs(ratio / 10.0**power - 1) > 1e-9:
+        return ""
+    return f" ({10**power}x {'too large' if value > config else 'too small'})"
+
+
 def as_measured(m: Measured) -> list[dict[str, str]]:
     """What is measured, never guessed: the dimension whose frequency is furthest from the config's."""
     max_abs, position = m.worst
@@ -356,7 +400,8 @@ def as_measured(m: Measured) -> list[dict[str, str]]:
                     f"position {position})")]  # fmt: skip
 
 
-CAUSES: tuple[Diagnosis, ...] = (clamped, exchanged, negated, offset, right_frequencies, other_layers, misreading,
+CAUSES: tuple[Diagnosis, ...] = (clamped, exchanged, negated, offset, right_frequencies, other_layers,
+                                 other_head_dim, misreading,
                                  theta, scaling_factor, as_measured)  # fmt: skip
 
 

@@ -10,7 +10,9 @@ not checked as asked, and each makes the verdict ``findings``:
 - ``cannot-run``: ONNX Runtime refuses to run a reader of the site with its tables (``Pattern.check_reader``: a
   GroupQueryAttention whose caches are not a multiple of 8 wide): the model does not run at all.
 A fused reader that pairs the rotated channels otherwise than the config (interleaved pairs for rotate_half's halves,
-or the reverse) is ``pairing``: its tables are right, its attribute is not (graft sets it).
+or the reverse) is ``pairing``: its tables are right, its attribute is not (graft sets it). A proportional config's
+share read as a partial rotary width (a narrower table whose values are theta^(-2i/(p*r)): no zero-frequency tail) is
+``proportional-without-zero-tail``, not a model the config fails to describe (graft cannot widen a rotation).
 """
 
 from __future__ import annotations
@@ -120,6 +122,12 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = ""
             if cos.shape[-1] != width and _partial(spec, cos.shape[-1]) is not None:
                 record["findings"].append(_partial(spec, cos.shape[-1]))
                 return _close(record)
+            narrowed = _without_zero_tail(spec, np.asarray(cos, np.float64), np.asarray(sin, np.float64), length,
+                                          label, layers)  # fmt: skip
+            if cos.shape[-1] != width and narrowed is not None:
+                record["dtype"] = dtype
+                record["findings"].append(narrowed)
+                return _close(record)
             if cos.shape[-1] != width:
                 raise SpecError("hf_config", f"describes rotary_dim {spec.rotary_dim} (tables {width} wide) but the "
                                 f"model's cos/sin at {site.cos!r} are {cos.shape[-1]} wide: the config does not "
@@ -183,6 +191,37 @@ def _partial(spec: Any, seen: int) -> dict[str, str] | None:
         return finding("partial-rotary-ignored", f"partial rotary {spec.rotary_dim / head:g} but all {head} channels "
                        f"rotated (config: {spec.rotary_dim} of {head})")  # fmt: skip
     return None
+
+
+def _without_zero_tail(spec: Any, cos: np.ndarray, sin: np.ndarray, length: int, label: str = "",
+                       layers: tuple[int, ...] = ()) -> dict[str, Any] | None:  # fmt: skip
+    """The finding of a proportional config's share read as a partial rotary width (Megatron-Bridge #4195): p x r
+    channels rotated in pairs (i, i + p*r/2) at theta^(-2i/(p*r)), where the config rotates all r channels in pairs
+    (i, i + r/2), its p*r/2 real frequencies theta^(-2i/r) followed by zero-frequency pairs. ``cos``/``sin``: the
+    site's rows [length, w] as read, w narrower than the config's r/2. Checked on the values, not the width alone.
+    """  # noqa: D205
+    from dataclasses import replace
+
+    from ropeexport.families.rope.regimes import frequencies
+
+    if spec.scaling != "proportional":
+        return None
+    share = float(spec.scaling_params.get("partial_rotary_factor", 1.0))
+    narrow = int(round(spec.rotary_dim * share))
+    if narrow < 2 or narrow % 2 or cos.shape[-1] != narrow // 2:
+        return None
+    factor = max(1.0, float(spec.scaling_params.get("factor", 1.0)))
+    read = replace(spec, rotary_dim=narrow, scaling="linear", scaling_params={"factor": factor})
+    inv = frequencies(read, length)[0]
+    angles = np.arange(cos.shape[0], dtype=np.float64)[:, None] * inv[None, :]  # [rows, p*r/2]
+    if max(np.abs(np.cos(angles) - cos).max(), np.abs(np.sin(angles) - sin).max()) > 1e-5:
+        return None  # another narrow table: the config does not describe it (said by the caller)
+    r, half = spec.rotary_dim, narrow // 2
+    template = (f"{{who}} read{{s}} proportional RoPE as partial rotary {share:g}: {narrow} of {r} channels rotated "
+                f"in pairs (i, i + {half}) at theta^(-2i/{narrow}), where the config rotates all {r} in pairs (i, i + "
+                f"{r // 2}): {half} real frequencies theta^(-2i/{r}), then {r // 2 - half} zero-frequency pairs (the "
+                "zero tail dropped)")  # fmt: skip
+    return layer_finding("proportional-without-zero-tail", template, label, layers)
 
 
 def check_site(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str, Any]:

@@ -287,7 +287,12 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     translations(result.sites)  # a position offset of q and k alike: a translation, said so
     name_layers(result.sites)
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
+    result.findings = inverted(result.findings, encodings, named) + result.findings
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
+    if spec.encoding == "rope":  # the query times a factor of its position (Ministral 3, Llama 4's NoPE layers)
+        from ropeexport.audits.query_scale import findings as query_scale_findings
+
+        result.findings += query_scale_findings(graph, hf_config)
     if effects:
         weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them
@@ -366,6 +371,21 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
     return [found | {"sites": []}]
 
 
+def inverted(findings: list[dict[str, Any]], encodings: Encodings, named: set[int]) -> list[dict[str, Any]]:
+    """``rope-condition-inverted``: every layer the config rotates is unrotated and every one it leaves without RoPE
+    is rotated (Cohere 2's condition inverted, vLLM PR #11203), said as one finding before the two it is made of.
+    """  # noqa: D205
+    layers = {f["name"]: set(f.get("layers", [])) for f in findings if f["name"] in ("nope-rotated", "not-rotated")}
+    if len(layers) < 2 or encodings.count is None:
+        return []
+    nope = {i for i in named if i < encodings.count and encodings.of(i) is None}
+    if layers["nope-rotated"] != nope or layers["not-rotated"] != {i for i in named if i < encodings.count} - nope:
+        return []
+    text = (f"RoPE on the layers the config leaves without it ({render('{who}', '', sorted(nope))}) and none on the "
+            f"ones it rotates ({render('{who}', '', sorted(layers['not-rotated']))}): the per-layer condition inverted")
+    return [{"name": "rope-condition-inverted", "text": text, "sites": []}]
+
+
 def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | None = None,
           known: dict[Any, dict[str, Any]] | None = None) -> None:
     """Each finding's effect on the logits as users run the model (``audits.effect``), the findings then ranked by it
@@ -381,6 +401,11 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
     for found in result.findings:
         if finding_key(found) in (known or {}):
             found["effect"] = dict((known or {})[finding_key(found)])
+            continue
+        if found["name"] == "query-scale":  # not a rotary site: its table repaired alone (``query_scale``)
+            from ropeexport.audits.query_scale import effect
+
+            found["effect"] = effect(path, result.config, found, encodings, threads)
             continue
         if found["name"] in UNREPAIRABLE:
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}

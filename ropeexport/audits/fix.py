@@ -31,9 +31,13 @@ from ropeexport.errors import SpecError
 # Findings a graft cannot repair by replacing values: what it would have to do instead.
 UNREPAIRABLE = {
     "not-rotated": "graft replaces rotary values, it adds no rotation",
+    "rope-condition-inverted": "graft replaces rotary values, it adds no rotation",
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
+    "proportional-without-zero-tail": "graft replaces rotary values, it does not change how many channels a node "
+    "rotates or how it pairs them",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
+    "query-scale-unread": "no table of the query's factor was read: there are no values to put right",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)

@@ -202,7 +202,8 @@ def graft(
     config = Path(hf_config) if hf_config is not None else Path(checkpoint or ".") / "config.json"
     proof = None if checkpoint is None else DecoderProof(config, Path(checkpoint), source, proof_cache_gib, truth,
                                                           truth_gib)  # fmt: skip
-    implied = sorted({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
+    implied = sorted(({f["name"] for s in before.sites for f in s["findings"]} - PRECISION)
+                     | {f["name"] for f in before.findings if f["name"] == "query-scale"})  # its factor: another one
     if implied and trust != "config":
         raise SpecError("trust", f"the model's tables imply another schedule than the config's ({', '.join(implied)}):"
                         " give `trust` config to replace them with the config's anyway")  # fmt: skip
@@ -212,6 +213,10 @@ def graft(
     fixing = [i for i, site in enumerate(before.sites) if not site["exact"]]
     model_, records, fixing, functions = _what_to_repair(loaded, source, before.sites, fixing)
     graph, replaced = repair(model_, source, records, encodings, fixing)
+    if any(f["name"] == "query-scale" for f in before.findings):  # the query's factor table (``query_scale``)
+        from ropeexport.audits.query_scale import repair as repair_query_scale
+
+        replaced += repair_query_scale(graph, hf_config)
     # genai_config.json names the model by its name; transformers.js reads onnx/FILE
     name = (package.model if isinstance(package, CommunityFolder) else source.name) if package is not None \
         else target.name
