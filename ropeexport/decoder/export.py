@@ -4,7 +4,9 @@ I/O as Optimum and onnxruntime-genai name it: inputs ``input_ids`` [batch, seq] 
 [batch, past + seq] int64 (nonzero = a real token; left padding allowed), ``position_ids`` [batch, seq] int64,
 ``past_key_values.{i}.key`` / ``.value`` [batch, num_kv_heads, past, head_dim]; outputs ``logits`` [batch, seq,
 vocab] and ``present.{i}.key`` / ``.value`` [batch, num_kv_heads, past + seq, head_dim] (keys stored rotated); each
-layer's shapes its own, ``LayerSpec.cache_shapes`` in the spec's form.
+layer's shapes its own, ``LayerSpec.cache_shapes`` in the spec's form. A layer that reads another's keys and values
+(``kv_from``: Gemma 4's shared key/value layers, ``architectures.sharing``) has neither: it attends over that layer's
+cache and new keys, and the cache per token is the storing layers' alone.
 
 A composition of components (``ropeexport.components``, their specs from ``decoder.parts``) over ``spec.layers``:
 ``norm`` and ``mlp`` (or ``moe``) graphs, projections stored by ``linear``'s weight format, and per layer the
@@ -24,8 +26,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ropeexport.architectures.sharing import cached_layers
 from ropeexport.components import MICROSOFT
-from ropeexport.components.attention.graph import attention
+from ropeexport.components.attention.graph import SHARED, attention
 from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
@@ -133,6 +136,7 @@ def build_decoder_graph(
     if spec.architecture.has("embed_norm.weight"):  # BLOOM: a LayerNorm on the embeddings
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
+    shared: dict[int, tuple[str, str]] = {}  # a storing layer's new keys and values (kv_sharing), by layer
     for i, layer in enumerate(spec.layers):
         if stage is not None:
             stage("export", i, spec.num_layers)
@@ -151,7 +155,8 @@ def build_decoder_graph(
             gate_up = joined({n: arrays[n] for n in pair if n in arrays})
             w |= {n: stored(f"layers.{i}.{n}", v) for n, v in gate_up.items()}
             del gate_up
-        past_key, past_value, present_key, present_value = cache_names(i)
+        reads = layer.attention.kv_from  # keys and values another layer stored (Gemma 4): its cache, no own
+        past_key, past_value, present_key, present_value = cache_names(i if reads is None else reads)
         if "norm1" in layer.norms:
             h, x = normed(h, pending, w, "norm1")
         else:  # the post residual: attention reads the residual stream itself
@@ -169,9 +174,14 @@ def build_decoder_graph(
             out = {"output": out["output"], "present_key": out.get("present_key", out.get("present_latent", "")),
                    "present_value": out.get("present_value", out.get("present_rope_key", ""))}  # fmt: skip
         else:
+            if reads is not None:
+                wired |= dict(zip(SHARED, shared[reads], strict=True))
             out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
-        g.name_output(out["present_key"], present_key)
-        g.name_output(out["present_value"], present_value)
+            if SHARED[0] in out:  # read by later layers
+                shared[i] = (out[SHARED[0]], out[SHARED[1]])
+        if reads is None:  # a layer that reads another's keys and values has no present of its own
+            g.name_output(out["present_key"], present_key)
+            g.name_output(out["present_value"], present_value)
         if layer.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
             attended = norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)
             h, y = normed(h, attended, w, "norm3")
@@ -208,7 +218,7 @@ def build_decoder_graph(
         io(positions.name, TensorProto.INT64, positions.dims),
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
-    for i in range(spec.num_layers):
+    for i in cached_layers(spec.layers):  # a layer that reads another's keys and values has no cache of its own
         past_key, past_value, present_key, present_value = cache_names(i)
         for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
                                                  cache_shapes(spec, i), strict=True):  # fmt: skip

@@ -242,6 +242,7 @@ def decoders_float64(
     seen = trace if trace is not None else lambda j, stage, h: None
     for j, h in enumerate(hs):
         seen(j, Stage(-1, "embedding"), h)
+    shared: dict[int, list[dict[str, np.ndarray]]] = {}  # per storing layer, per feed: its new keys and values
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
@@ -250,18 +251,23 @@ def decoders_float64(
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
+        reads = layer.attention.kv_from  # another layer's keys and values (Gemma 4): its cache and new ones
         for j, feed in enumerate(feeds):
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
             key, value = ((np.zeros((b, key_heads, 0, key_width)), np.zeros((b, value_heads, 0, value_width)))
-                          if feed.past is None else feed.past[i])  # fmt: skip
+                          if feed.past is None else feed.past[i if reads is None else reads])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             if isinstance(attend, LatentSpec):
                 attended = latent64(attend, wired, block)["output"]
             else:
-                attended = attention64(attend, wired, block)["output"]
+                wired |= {} if reads is None else shared[reads][j]
+                out = attention64(attend, wired, block)
+                attended = out["output"]
+                if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed
+                    shared.setdefault(i, []).append({n: out[n] for n in ("shared_key", "shared_value")})
             if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)

@@ -27,6 +27,7 @@ from typing import Any
 from ropeexport.architectures import ARCHITECTURES
 from ropeexport.architectures.base import Architecture
 from ropeexport.architectures.layers import GEOMETRY, GROUPED, LATENT_WIRE, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
+from ropeexport.architectures.sharing import check_sharing
 from ropeexport.catalog import spec_from_dict
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat
 from ropeexport.errors import SpecError
@@ -156,6 +157,7 @@ class DecoderSpec:
             raise SpecError("latent_cache", f"is latent attention's cache; {self.model_type}'s layers have none")
         self._check_layer("default", self.default)
         object.__setattr__(self, "layers", self._read_layers())
+        check_sharing(self.layers, self.graph)  # keys and values read from another layer (Gemma 4)
 
     # -- decoder.json ------------------------------------------------------------------------------------------------
 

@@ -92,8 +92,10 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         if a.kind == "latent":  # ``components.latent``'s weights (its LoRAs, norms and projections)
             out |= {f"{p}{n}": shape for n, shape in latent_shapes(layer, hidden).items()}
         else:
-            out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d)}
-            if not a.k_eq_v:  # keys as values (Gemma 4's full layers): no v_proj
+            out[f"{p}q_proj"] = (hidden, H * d)
+            if a.kv_from is None:  # a layer reading another's keys and values has no k_proj or v_proj (Gemma 4)
+                out[f"{p}k_proj"] = (hidden, KV * d)
+            if not a.k_eq_v and a.kv_from is None:  # keys as values (Gemma 4's full layers): no v_proj
                 out[f"{p}v_proj"] = (hidden, KV * d)
             out[f"{p}o_proj"] = (H * d, hidden)
         if a.qkv_bias:  # (never with k_eq_v: AttentionLayer refuses it)
@@ -102,7 +104,9 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
             out[f"{p}o_bias"] = (hidden,)
         if a.qk_norm == "rms":  # over each head's d, or the whole projection (OLMo 3)
             wide = a.qk_norm_over == "projection"
-            out |= {f"{p}q_norm": (H * d if wide else d,), f"{p}k_norm": (KV * d if wide else d,)}
+            out[f"{p}q_norm"] = (H * d if wide else d,)
+            if a.kv_from is None:
+                out[f"{p}k_norm"] = (KV * d if wide else d,)
         if a.sinks:
             out[f"{p}sinks"] = (H,)
         for slot in ("norm2", "norm3", "norm4"):
