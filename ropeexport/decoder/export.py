@@ -34,6 +34,7 @@ from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
 from ropeexport.components.moe import MoESpec, SharedMoESpec, moe, shared_moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
+from ropeexport.decoder import per_layer
 from ropeexport.decoder.parts import (
     Pieces,
     attention_spec,
@@ -135,6 +136,8 @@ def build_decoder_graph(
         h = g.op("Mul", [h, g.const("embed_scale", embed_scale(spec))])
     if spec.architecture.has("embed_norm.weight"):  # BLOOM: a LayerNorm on the embeddings
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
+    # Gemma 4's per-layer input embeddings: each layer's input [b, s, 1, P], made once from the embeddings
+    inputs_of = per_layer.inputs_graph(g, spec, norm_of, h, top, opset) if spec.per_layer_input else []
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     shared: dict[int, tuple[str, str]] = {}  # a storing layer's new keys and values (kv_sharing), by layer
     for i, layer in enumerate(spec.layers):
@@ -195,6 +198,9 @@ def build_decoder_graph(
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
             h, pending = g.op("Add", [h, out["output"]]), feedforward(mlp_of, y, w)
+        if inputs_of:  # Gemma 4: the per-layer input's term after the feed-forward, before the layer's scalar
+            h = g.op("Add", [h, pending]) if pending is not None else h
+            h, pending = per_layer.layer_graph(g, spec, norm_of, layer.ffn.act, h, inputs_of[i], w, opset), None
         if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar, in the dtype
             h, pending = g.op("Mul", [h if pending is None else g.op("Add", [h, pending]), w["layer_scalar"]]), None
     _, h = normed(h, pending, top, "final_norm")

@@ -49,6 +49,7 @@ from ropeexport.decoder.parts import (
     twins,
     weight_format,
 )
+from ropeexport.decoder.per_layer import inputs64, layer64
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import BLOCK_NAMES, layer_weights, vocab_part
 from ropeexport.numerics import round_once
@@ -239,6 +240,9 @@ def decoders_float64(
         hs = [h * embed_scale(spec).astype(np.float64) for h in hs]
     if spec.architecture.has("embed_norm.weight"):
         hs = [normed(h, top, "embed_norm") for h in hs]
+    # Gemma 4's per-layer input embeddings: per feed, every layer's input [b, s, L, P]
+    plis = [inputs64(spec, norm_of, h, feed.input_ids, top) for h, feed in zip(hs, feeds, strict=True)] if (
+        spec.per_layer_input) else []  # fmt: skip
     seen = trace if trace is not None else lambda j, stage, h: None
     for j, h in enumerate(hs):
         seen(j, Stage(-1, "embedding"), h)
@@ -287,6 +291,8 @@ def decoders_float64(
                 y = normed(h, w, "norm2") if "norm2" in layer.norms else x
                 h = h + attended + feedforward(y, w, i, routings[j])
                 seen(j, Stage(i, "block"), h)
+            if plis:  # Gemma 4: the per-layer input's term, before the layer's scalar
+                h = layer64(norm_of, layer.ffn.act, h, plis[j][:, :, i], w)
             if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar
                 h = h * w["layer_scalar"]
             hs[j] = h

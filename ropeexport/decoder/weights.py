@@ -142,10 +142,28 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         if ffn.bias:
             out |= {f"{p}up_bias": (inner,), f"{p}down_bias": (hidden,)}
     norm("final_norm")
+    out |= per_layer_shapes(spec)  # Gemma 4's per-layer input embeddings ({} without them)
     if not spec.tie_embeddings:
         out["lm_head"] = (hidden, vocab)
     if arch.has("lm_head_bias"):
         out["lm_head_bias"] = (vocab,)
+    return out
+
+
+def per_layer_shapes(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
+    """{canonical name: shape} of Gemma 4's per-layer input embeddings' weights (``decoder.per_layer``; {} without
+    them): the table [per_layer_vocab, L * P], the model's projection [n, L * P] and its norm [P]; per layer the gate
+    [n, P], the projection [P, n] and its norm [n].
+    """  # noqa: D205
+    P, L, n = spec.per_layer_input, spec.num_layers, spec.hidden_size
+    if not P:
+        return {}
+    out: dict[str, tuple[int, ...]] = {"embed_per_layer": (spec.per_layer_vocab, L * P),
+                                       "per_layer_model_projection": (n, L * P),
+                                       "per_layer_projection_norm.weight": (P,)}  # fmt: skip
+    for i in range(L):
+        out |= {f"layers.{i}.per_layer_input_gate": (n, P), f"layers.{i}.per_layer_projection": (P, n),
+                f"layers.{i}.per_layer_norm.weight": (n,)}  # fmt: skip
     return out
 
 
@@ -154,7 +172,7 @@ def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEED)
     out = {}
     for name, shape in expected(spec).items():
-        if name == "embed" or name.endswith("sinks"):  # a sink is a logit: of the logits' order
+        if name in ("embed", "embed_per_layer") or name.endswith("sinks"):  # a sink is a logit: of the logits' order
             values = rng.standard_normal(shape)
         elif name.endswith((".weight", "_norm", "layer_scalar")):  # a norm's scale, a layer's output scale
             values = 1.0 + 0.1 * rng.standard_normal(shape)

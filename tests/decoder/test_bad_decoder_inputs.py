@@ -244,9 +244,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "use_sliding_window: is not built for qwen3_moe"),
     ("Qwen3-MoE in int4", lambda t: [*_config(t, **QMOE), "--weight-format", "int4"],
      "weight_format: int4 is not built for qwen3_moe's experts"),
-    ("Gemma 4's per-layer input embeddings (the config class's default 256)",
-     lambda t: _config(t, **{k: v for k, v in GEMMA4.items() if k != "hidden_size_per_layer_input"}),
-     "hidden_size_per_layer_input: is absent, so the config class's default 256: per-layer input embeddings"),
+    ("Gemma 4's per-layer input width not a number", lambda t: _config(t, **(GEMMA4 | {
+        "hidden_size_per_layer_input": "wide"})), "hidden_size_per_layer_input: must be a whole number >= 1"),
+    ("Gemma 4's per-layer table of no rows", lambda t: _config(t, **(GEMMA4 | {
+        "hidden_size_per_layer_input": 4, "vocab_size_per_layer_input": 0})),
+     "vocab_size_per_layer_input: must be a whole number >= 1"),
     ("Gemma 4's key/value shared by every layer", lambda t: _config(t, **GEMMA4, num_kv_shared_layers=1),
      "num_kv_shared_layers: must be a whole number from 0 to 0"),
     ("Gemma 4's shared full layer with no full layer before it",

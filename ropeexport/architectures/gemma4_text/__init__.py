@@ -15,8 +15,11 @@ Key/value shared across layers (``num_kv_shared_layers``): the last ones read th
 layer of their type (``shared``; ``architectures.sharing``), with no cache of their own, and under
 ``use_double_wide_mlp`` an MLP twice as wide.
 
-Refused by their keys (not built; each one line, exit 2): per-layer input embeddings (``hidden_size_per_layer_input``
-> 0, the E2B / E4B sizes), the mixture of experts
+Per-layer input embeddings (``hidden_size_per_layer_input`` > 0, 256 when absent: the E2B / E4B sizes): each layer's
+small input from its own token table and a projection of the embeddings, added after its feed-forward
+(``decoder.per_layer``; ``per_layer_input`` / ``per_layer_vocab`` in decoder.json).
+
+Refused by their keys (not built; each one line, exit 2): the mixture of experts
 (``enable_moe_block``), bidirectional attention (``use_bidirectional_attention: all``), and a ``layer_types`` whose
 last layer is not full (transformers forces it full: the config would say two things).
 """  # noqa: D205
@@ -32,14 +35,15 @@ from ropeexport.architectures.gemma3_text import ARCHITECTURE as GEMMA3
 from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.errors import SpecError
 
-# key -> what it is (on when truthy): Gemma4TextConfig's fields ropeexport does not build. A key
-# absent takes the config class's default: hidden_size_per_layer_input defaults to 256 (per-layer inputs on).
+# key -> what it is (on when truthy): Gemma4TextConfig's fields ropeexport does not build (a key absent takes the
+# config class's default).
 UNBUILT = {
-    "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 E2B / E4B's embed_tokens_per_layer and "
-    "per_layer_input_gate) are not built; 0 means a model without them",
     "enable_moe_block": "Gemma 4's mixture of experts beside the MLP (router, experts, their norms) is not built",
 }
-DEFAULTS = {"hidden_size_per_layer_input": 256, "enable_moe_block": False}
+DEFAULTS = {"enable_moe_block": False}
+# Gemma4TextConfig's per-layer input embeddings: (its key, the config class's default, the decoder's field)
+PER_LAYER = (("hidden_size_per_layer_input", 256, "per_layer_input"),
+             ("vocab_size_per_layer_input", 262144, "per_layer_vocab"))  # fmt: skip
 
 
 def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -64,6 +68,14 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dic
                         "layer to full_attention (a warning), so the config says two things; make it full_attention")
     fields, sources = read_layout(arch, config, where)
     fields["attn_scale"], sources["attn_scale"] = 1.0, "Gemma4TextAttention.scaling = 1.0 (architecture)"
+    width = config.get("hidden_size_per_layer_input", 256)
+    for key, default, name in PER_LAYER if width else ():  # null or 0: none (the modeling code's ``if``)
+        value = config[key] if key in config else default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{where}: {key}", f"must be a whole number >= 1 (0 or null on hidden_size_per_layer_input"
+                            f": no per-layer input embeddings), got {value!r}")  # fmt: skip
+        fields[name] = value
+        sources[name] = key if key in config else f"absent: Gemma4TextConfig's default {key} {default}"
     return fields, sources
 
 
@@ -114,7 +126,14 @@ def shared(config: Mapping[str, Any], where: str, types: list[str], inner: int) 
     return out
 
 
-_NAMES = {**GEMMA3.names, "layers.{i}.layer_scalar": "model.layers.{i}.layer_scalar"}
+_NAMES = {**GEMMA3.names, "layers.{i}.layer_scalar": "model.layers.{i}.layer_scalar",
+          # the per-layer input embeddings (``decoder.per_layer``)
+          "embed_per_layer": "model.embed_tokens_per_layer.weight",
+          "per_layer_model_projection": "model.per_layer_model_projection.weight",
+          "per_layer_projection_norm.weight": "model.per_layer_projection_norm.weight",
+          "layers.{i}.per_layer_input_gate": "model.layers.{i}.per_layer_input_gate.weight",
+          "layers.{i}.per_layer_projection": "model.layers.{i}.per_layer_projection.weight",
+          "layers.{i}.per_layer_norm.weight": "model.layers.{i}.post_per_layer_input_norm.weight"}  # fmt: skip
 ARCHITECTURE = replace(
     GEMMA3,
     model_type="gemma4_text",

@@ -55,8 +55,8 @@ def attention64(
     rotate: Rotate64 | None = None,
     bias: Bias64 | None = None,
 ) -> dict[str, np.ndarray]:
-    """float64 output [b, s, n], present_key / present_value [b, KV, t, d] and the new shared_key / shared_value
-    [b, KV, s, d] of a dynamic call (``kv_sharing`` ``reuse``: those two are fed, the storing layer's).
+    """float64 output [b, s, n], present_key / present_value [b, KV, t, d] and, with ``kv_sharing`` ``store``, the
+    new shared_key / shared_value [b, KV, s, d] of a dynamic call (``reuse``: those two are fed, the storing layer's).
 
     ``weights``: the stored values in float64 (``linear.WeightFormat.read64``), names as ``attention_model`` takes
     them. ``rotate`` / ``bias``: the position twin to use, default the spec's piece's (``rotate64`` / ``bias64``);
@@ -119,5 +119,7 @@ def attention64(
     weights64 = (e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0))[..., :t]  # the sink's column dropped
     attended = weights64 @ np.repeat(values, group, axis=1)
     output = project(attended.transpose(0, 2, 1, 3).reshape(b, s, H * d), "o")
-    # the new keys and values as attended ([b, KV, s, d]): what a layer that reuses them reads (``kv_sharing``)
-    return {"output": output, "present_key": keys, "present_value": values, "shared_key": k, "shared_value": v}
+    out = {"output": output, "present_key": keys, "present_value": values}
+    if spec.kv_sharing == "store":  # the new keys and values as attended ([b, KV, s, d]), as the graph gives them out
+        out |= {"shared_key": k, "shared_value": v}
+    return out
