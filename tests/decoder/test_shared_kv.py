@@ -4,7 +4,8 @@ The rule is transformers' own: each config's ``kv_from`` per layer is compared w
 kv_sharing_modes`` says (the reusing layers read the storing layer of their type). The graph: a reusing layer has no
 ``past_key_values.{i}`` input or ``present.{i}`` output, and its attention reads the storing layer's cache input. The
 decoders built from a tiny checkpoint and verified by generation against float64 and transformers are rows of
-``test_decoder.py`` (gqa, gqa fp16; fused in the ``gemma4-ple`` row), ``test_quantized.py`` (int4) and ``test_serve.py`` (served).
+``test_decoder.py`` (gqa, gqa fp16; fused in the ``gemma4-ple`` row), ``test_quantized.py`` (int4) and
+``test_serve.py`` (served).
 """
 
 from __future__ import annotations
