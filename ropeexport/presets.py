@@ -24,7 +24,7 @@ import tomllib
 from ropeexport.catalog import encodings
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
-from ropeexport.hf import Imported, import_config
+from ropeexport.hf import Imported, import_layers
 from ropeexport.hf.vision import import_vision, is_vision_config
 from ropeexport.specs import NAME_PATTERN
 
@@ -65,7 +65,13 @@ class Preset:
         if self.config is not None and is_vision_config(self.config):  # a vision tower's card: its 2-D RoPE
             imported = import_vision(self.config, where=f"preset {self.name} [config]")
         elif self.config is not None:
-            imported = import_config(self.config, where=f"preset {self.name} [config]")
+            layers = import_layers(self.config, where=f"preset {self.name} [config]")
+            if len(layers.groups()) > 1 and "full_attention" in layers.encodings:
+                # its layer types' encodings differ (Gemma 4): the full layers', the decoder's default layer's (a
+                # decoder built from the card gives every layer its own)
+                imported = layers.encodings["full_attention"]
+            else:
+                imported = layers.only()
         else:
             assert self.spec is not None
             fields = dict(self.spec)

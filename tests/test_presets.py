@@ -43,6 +43,13 @@ EXPECTED = {
     "falcon-rw-1b": {"encoding": "alibi", "num_heads": 32, "head_dim": 64, "slope_scale": 0.125},
     "t5-base": {"encoding": "t5", "num_heads": 12, "head_dim": 64, "num_buckets": 32, "max_distance": 128},
     "transformer-base": {"encoding": "sinusoidal", "d_model": 512},
+    # text decoders of the 2026 multimodal models: M-RoPE chunked and interleaved; Gemma 4's full layers' encoding
+    "qwen2.5-vl-7b": {"num_heads": 28, "num_kv_heads": 4, "head_dim": 128, "theta": 1000000.0,
+                      "mrope_section": [16, 24, 24], "mrope_interleaved": False, "max_positions": 128000},
+    "qwen3-vl-8b": {"num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "theta": 5000000.0,
+                    "mrope_section": [24, 20, 20], "mrope_interleaved": True, "max_positions": 262144},
+    "gemma-4-31b": {"num_heads": 32, "num_kv_heads": 4, "head_dim": 512, "theta": 1000000.0,
+                    "scaling": "proportional", "max_positions": 262144},
     # vision towers' 2-D RoPE: 1024 / 16 patches a side; Qwen's head_dim 1280 / 16
     "pixtral-12b-vision": {"encoding": "vision_rope", "axis_frequencies": "even-odd", "head_dim": 64, "num_heads": 16,
                            "max_positions": 64, "theta": 10000.0},
@@ -107,3 +114,24 @@ def test_broken_cards_are_refused_naming_the_key(change: dict, message: str) -> 
     with pytest.raises(SpecError) as info:
         parse_card(CARD | change, "models/x.toml")
     assert message in str(info.value) and str(info.value).startswith("models/x.toml")
+
+
+# (card, [(layers, (heads, KV heads, head_dim), window, keys as values)], the position input's axes): the decoder each
+# new card resolves to, per layer
+DECODER_CARDS = [
+    ("gemma-4-31b", [(list(range(5, 60, 6)), (32, 4, 512), 0, True),
+                     ([i for i in range(60) if i % 6 != 5], (32, 16, 256), 1024, False)], 1),
+    ("qwen2.5-vl-7b", [(list(range(28)), (28, 4, 128), 0, False)], 3),
+    ("qwen3-vl-8b", [(list(range(36)), (32, 8, 128), 0, False)], 3),
+]
+
+
+@pytest.mark.parametrize(("name", "groups", "axes"), DECODER_CARDS, ids=[c[0] for c in DECODER_CARDS])
+def test_a_text_decoder_card_resolves_to_its_layers(name: str, groups: list, axes: int) -> None:
+    from ropeexport.decoder.build import DecoderRequest, resolve
+
+    spec, _ = resolve(DecoderRequest(preset=name))
+    assert spec.positions.axes == axes  # position_ids [3, batch, seq] (M-RoPE) or [batch, seq]
+    for layers, geometry, window, k_eq_v in groups:
+        assert {(spec.layers[i].geometry, spec.layers[i].window, spec.layers[i].attention.k_eq_v) for i in layers} == {
+            (geometry, window, k_eq_v)}

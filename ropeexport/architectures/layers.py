@@ -17,7 +17,8 @@ layers), DeepSeek (dense first layers, latent attention). So each layer holds it
   output (the residual stream after it) times a learned scalar (Gemma 4's ``layer_scalar``).
 
 Which of these a decoder can build today is said in one place (``unbuilt``): a layer may describe what is not built
-(chunked attention, shared key/value, latent attention), and building it is then one line naming the field.
+(a gated attention output), and building it is then one line naming the field. Keys and values shared across layers
+are checked across the layers (``architectures.sharing``).
 
 Serialized (``to_dict``): one flat table under the names a decoder's spec uses for its model-wide settings
 (``decoder.json``: ``intermediate_size``, ``attn_scale``, ``num_experts``, ...), so a layer that differs from the
@@ -472,8 +473,6 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
     if layer.ffn.router == "grouped" and not layer.ffn.shared:
         return "n_shared_experts", ("0 is not built: DeepSeek's mixture is composed with its shared experts "
                                     "(components.moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
-    if a.kv_from is not None:
-        return "kv_from", "key/value shared from another layer (Gemma 3n, Gemma 4) is described but not built yet"
     if a.gate:
         return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
     return None

@@ -39,6 +39,9 @@ from ropeexport.decoder.weights import _layer_of, expected, geometry
 from ropeexport.errors import CheckpointError, SpecError
 from ropeexport.inputs import read_json
 
+# Tables read by rows, stored [rows, width] as the checkpoint holds them: never transposed (Gemma 4's per-layer one too)
+EMBEDDINGS = ("embed", "embed_per_layer")
+
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 EXPERT = "@"  # canonical@e: expert e's part of a mixture's canonical [E, ...] tensor, stored apart
 # Buffers some checkpoints carry (rotary caches, causal-mask constants): not weights, read by nothing.
@@ -99,7 +102,7 @@ def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np
         return {f"{stem}experts_gate_proj": gate, f"{stem}experts_up_proj": up}
     if base.startswith("experts_"):  # stored [E, in, out] (and [E, out]) as the graph reads them
         return {canonical: value}
-    return {canonical: value.T if value.ndim == 2 and canonical != "embed" else value}
+    return {canonical: value.T if value.ndim == 2 and canonical not in EMBEDDINGS else value}
 
 
 def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
@@ -127,7 +130,7 @@ def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
     shape = expected(spec)[canonical]
     if base.startswith("experts_"):
         return shape
-    return tuple(reversed(shape)) if len(shape) == 2 and base != "embed" else shape
+    return tuple(reversed(shape)) if len(shape) == 2 and base not in EMBEDDINGS else shape
 
 
 def own_tree(folder: Path) -> Path:
@@ -445,7 +448,7 @@ def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dic
             value = weights[canonical]
         else:
             value = weights[canonical]
-            value = value.T if value.ndim == 2 and base != "embed" else value
+            value = value.T if value.ndim == 2 and base not in EMBEDDINGS else value
         out[key] = value
     if spec.tie_embeddings:
         out["lm_head.weight"] = weights["embed"]

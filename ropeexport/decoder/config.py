@@ -72,11 +72,12 @@ def shrink(
             "hidden_size", f"must be a multiple of head_dim ({head_dim}) to keep the rotary width, got {new}"
         )
     new_heads = new // head_dim
-    if out.get("num_key_value_heads"):
-        kv = max(1, new_heads // max(1, heads // int(out["num_key_value_heads"])))
-        while new_heads % kv:  # the largest count at most the kept ratio that divides the heads
-            kv -= 1
-        out["num_key_value_heads"] = kv
+    for kv_key in ("num_key_value_heads", "num_global_key_value_heads"):  # the second: Gemma 4's full layers'
+        if out.get(kv_key):
+            kv = max(1, new_heads // max(1, heads // int(out[kv_key])))
+            while new_heads % kv:  # the largest count at most the kept ratio that divides the heads
+                kv -= 1
+            out[kv_key] = kv
     out[hidden_key], out[heads_key] = new, new_heads
     for key in ("intermediate_size", "n_inner"):
         if out.get(key):

@@ -4,7 +4,9 @@ I/O as Optimum and onnxruntime-genai name it: inputs ``input_ids`` [batch, seq] 
 [batch, past + seq] int64 (nonzero = a real token; left padding allowed), ``position_ids`` [batch, seq] int64,
 ``past_key_values.{i}.key`` / ``.value`` [batch, num_kv_heads, past, head_dim]; outputs ``logits`` [batch, seq,
 vocab] and ``present.{i}.key`` / ``.value`` [batch, num_kv_heads, past + seq, head_dim] (keys stored rotated); each
-layer's shapes its own, ``LayerSpec.cache_shapes`` in the spec's form.
+layer's shapes its own, ``LayerSpec.cache_shapes`` in the spec's form. A layer that reads another's keys and values
+(``kv_from``: Gemma 4's shared key/value layers, ``architectures.sharing``) has neither: it attends over that layer's
+cache and new keys, and the cache per token is the storing layers' alone.
 
 A composition of components (``ropeexport.components``, their specs from ``decoder.parts``) over ``spec.layers``:
 ``norm`` and ``mlp`` (or ``moe``) graphs, projections stored by ``linear``'s weight format, and per layer the
@@ -24,14 +26,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ropeexport.architectures.sharing import cached_layers
 from ropeexport.components import MICROSOFT, qmoe
-from ropeexport.components.attention.graph import attention
+from ropeexport.components.attention.graph import SHARED, attention
 from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import gather, is_weight, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
 from ropeexport.components.moe import MoESpec, SharedMoESpec, moe, shared_moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
+from ropeexport.decoder import per_layer
 from ropeexport.decoder.parts import (
     Pieces,
     attention_spec,
@@ -136,7 +140,10 @@ def build_decoder_graph(
         h = g.op("Mul", [h, g.const("embed_scale", embed_scale(spec))])
     if spec.architecture.has("embed_norm.weight"):  # BLOOM: a LayerNorm on the embeddings
         h = norm(g, norm_of, h, top["embed_norm.weight"], top.get("embed_norm.bias"), opset)
+    # Gemma 4's per-layer input embeddings: each layer's input [b, s, 1, P], made once from the embeddings
+    inputs_of = per_layer.inputs_graph(g, spec, norm_of, h, top, opset) if spec.per_layer_input else []
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
+    shared: dict[int, tuple[str, str]] = {}  # a storing layer's new keys and values (kv_sharing), by layer
     for i, layer in enumerate(spec.layers):
         if stage is not None:
             stage("export", i, spec.num_layers)
@@ -161,7 +168,8 @@ def build_decoder_graph(
             gate_up = joined({n: arrays[n] for n in pair if n in arrays})
             w |= {n: stored(f"layers.{i}.{n}", v) for n, v in gate_up.items()}
             del gate_up
-        past_key, past_value, present_key, present_value = cache_names(i)
+        reads = layer.attention.kv_from  # keys and values another layer stored (Gemma 4): its cache, no own
+        past_key, past_value, present_key, present_value = cache_names(i if reads is None else reads)
         if "norm1" in layer.norms:
             h, x = normed(h, pending, w, "norm1")
         else:  # the post residual: attention reads the residual stream itself
@@ -179,9 +187,14 @@ def build_decoder_graph(
             out = {"output": out["output"], "present_key": out.get("present_key", out.get("present_latent", "")),
                    "present_value": out.get("present_value", out.get("present_rope_key", ""))}  # fmt: skip
         else:
+            if reads is not None:
+                wired |= dict(zip(SHARED, shared[reads], strict=True))
             out = attention(g, attention_spec(spec, i, pieces[i]), block, wired, f"layers.{i}/")
-        g.name_output(out["present_key"], present_key)
-        g.name_output(out["present_value"], present_value)
+            if SHARED[0] in out:  # read by later layers
+                shared[i] = (out[SHARED[0]], out[SHARED[1]])
+        if reads is None:  # a layer that reads another's keys and values has no present of its own
+            g.name_output(out["present_key"], present_key)
+            g.name_output(out["present_value"], present_value)
         if layer.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
             attended = norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)
             h, y = normed(h, attended, w, "norm3")
@@ -195,6 +208,9 @@ def build_decoder_graph(
         else:  # parallel: the MLP reads its own norm of the layer input (GPT-NeoX), or the attention's (GPT-J)
             y = norm(g, norm_of, h, w["norm2.weight"], w.get("norm2.bias"), opset) if "norm2" in layer.norms else x
             h, pending = g.op("Add", [h, out["output"]]), feedforward(mlp_of, y, w)
+        if inputs_of:  # Gemma 4: the per-layer input's term after the feed-forward, before the layer's scalar
+            h = g.op("Add", [h, pending]) if pending is not None else h
+            h, pending = per_layer.layer_graph(g, spec, norm_of, layer.ffn.act, h, inputs_of[i], w, opset), None
         if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar, in the dtype
             h, pending = g.op("Mul", [h if pending is None else g.op("Add", [h, pending]), w["layer_scalar"]]), None
     _, h = normed(h, pending, top, "final_norm")
@@ -218,7 +234,7 @@ def build_decoder_graph(
         io(positions.name, TensorProto.INT64, positions.dims),
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
-    for i in range(spec.num_layers):
+    for i in cached_layers(spec.layers):  # a layer that reads another's keys and values has no cache of its own
         past_key, past_value, present_key, present_value = cache_names(i)
         for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
                                                  cache_shapes(spec, i), strict=True):  # fmt: skip

@@ -70,6 +70,11 @@ def unservable(spec: DecoderSpec) -> str:
     if latent is not None:
         return (f"onnxruntime-genai caches every key and value [KV, head_size] of one width; layer {latent}'s latent "
                 "attention caches keys qk_nope_head_dim + qk_rope_head_dim wide and values v_head_dim (or its latent)")
+    reading = [i for i, layer in enumerate(spec.layers) if layer.attention.kv_from is not None]
+    if reading:  # its past_key_names / present_key_names pattern is fed and fetched for every layer index
+        return (f"onnxruntime-genai feeds and fetches a cache pair past_key_values.%d / present.%d for each of "
+                f"num_hidden_layers layers; layers {reading[0]}-{reading[-1]} read an earlier layer's keys and values "
+                "and have none (Gemma 4's shared key/value layers)")  # fmt: skip
     shapes = {geometry(spec, i) for i in range(spec.num_layers)}  # each layer's own (onnxruntime-genai takes one)
     if len(shapes) != 1:
         return f"onnxruntime-genai takes one head geometry for every layer, got {sorted(shapes)}"

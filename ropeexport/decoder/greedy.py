@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ropeexport.architectures.sharing import cached_layers
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.scenarios import Scenario, regime
 from ropeexport.decoder.spec import DecoderSpec
@@ -85,8 +86,10 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
     np_dtype = DTYPES[spec.dtype].np_dtype
     ids, mask, pos = _prompt(spec, scenario, np.random.default_rng(seed))
     b = ids.shape[0]
-    # each layer's own cache shapes, key then value (a latent layer's differ: ``LayerSpec.cache_shapes``)
-    empty: list[np.ndarray] = [np.zeros((b, heads, 0, width), np_dtype) for i in range(spec.num_layers)
+    # each cached layer's own cache shapes, key then value (a latent layer's differ: ``LayerSpec.cache_shapes``); a
+    # layer that reads another's keys and values has none (``architectures.sharing``)
+    cached = cached_layers(spec.layers)
+    empty: list[np.ndarray] = [np.zeros((b, heads, 0, width), np_dtype) for i in cached
                                for heads, width in cache_shapes(spec, i)]  # fmt: skip
     calls: list[Call] = []
 
@@ -97,14 +100,14 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
             cache_regimes: tuple[str, ...] | None) -> list[np.ndarray]:  # fmt: skip
         feeds = {"input_ids": ids[:, first:last], "attention_mask": mask[:, :last],
                  inputs.name: inputs.text(pos[:, first:last])}  # fmt: skip
-        for i in range(spec.num_layers):
+        for n, i in enumerate(cached):
             past_key, past_value, _, _ = cache_names(i)
-            feeds[past_key], feeds[past_value] = cache[2 * i], cache[2 * i + 1]
+            feeds[past_key], feeds[past_value] = cache[2 * n], cache[2 * n + 1]
         out = infer(feeds)
         calls.append(Call(len(calls), kind, ids[:, :last].copy(), pos[:, :last].copy(), mask[:, :last].copy(), first,
                           out["logits"], regimes_of(pos[:, first:last]), cache_regimes,
                           None if inputs.one_axis else inputs.text(pos[:, :last])))  # fmt: skip
-        return [out[name] for i in range(spec.num_layers) for name in cache_names(i)[2:]]
+        return [out[name] for i in cached for name in cache_names(i)[2:]]
 
     edges = np.cumsum((0, *scenario.chunks)) if scenario.chunks else np.array([0, ids.shape[1]])
     cache = empty

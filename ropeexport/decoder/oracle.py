@@ -49,6 +49,7 @@ from ropeexport.decoder.parts import (
     twins,
     weight_format,
 )
+from ropeexport.decoder.per_layer import inputs64, layer64
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import BLOCK_NAMES, layer_weights, vocab_part
 from ropeexport.numerics import round_once
@@ -239,9 +240,13 @@ def decoders_float64(
         hs = [h * embed_scale(spec).astype(np.float64) for h in hs]
     if spec.architecture.has("embed_norm.weight"):
         hs = [normed(h, top, "embed_norm") for h in hs]
+    # Gemma 4's per-layer input embeddings: per feed, every layer's input [b, s, L, P]
+    plis = [inputs64(spec, norm_of, h, feed.input_ids, top) for h, feed in zip(hs, feeds, strict=True)] if (
+        spec.per_layer_input) else []  # fmt: skip
     seen = trace if trace is not None else lambda j, stage, h: None
     for j, h in enumerate(hs):
         seen(j, Stage(-1, "embedding"), h)
+    shared: dict[int, list[dict[str, np.ndarray]]] = {}  # per storing layer, per feed: its new keys and values
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
@@ -250,18 +255,23 @@ def decoders_float64(
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
+        reads = layer.attention.kv_from  # another layer's keys and values (Gemma 4): its cache and new ones
         for j, feed in enumerate(feeds):
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
             key, value = ((np.zeros((b, key_heads, 0, key_width)), np.zeros((b, value_heads, 0, value_width)))
-                          if feed.past is None else feed.past[i])  # fmt: skip
+                          if feed.past is None else feed.past[i if reads is None else reads])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             if isinstance(attend, LatentSpec):
                 attended = latent64(attend, wired, block)["output"]
             else:
-                attended = attention64(attend, wired, block)["output"]
+                wired |= {} if reads is None else shared[reads][j]
+                out = attention64(attend, wired, block)
+                attended = out["output"]
+                if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed
+                    shared.setdefault(i, []).append({n: out[n] for n in ("shared_key", "shared_value")})
             if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)
@@ -281,6 +291,8 @@ def decoders_float64(
                 y = normed(h, w, "norm2") if "norm2" in layer.norms else x
                 h = h + attended + feedforward(y, w, i, routings[j])
                 seen(j, Stage(i, "block"), h)
+            if plis:  # Gemma 4: the per-layer input's term, before the layer's scalar
+                h = layer64(norm_of, layer.ffn.act, h, plis[j][:, :, i], w)
             if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar
                 h = h * w["layer_scalar"]
             hs[j] = h

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ropeexport.architectures.base import NORMS
+from ropeexport.architectures.sharing import sharing_modes
 from ropeexport.catalog import recipe_for
 from ropeexport.components import qmoe
 from ropeexport.components.attention import AttentionSpec
@@ -102,7 +103,8 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
                          dtype=spec.dtype, graph=spec.graph, window=spec.layers[i].window, position=piece,
                          qk_norm=qk_norm, qk_norm_over=a.qk_norm_over, scale=a.scale, logit_softcap=a.softcap,
                          sinks=a.sinks, weights=weight_format(spec), query_scale=scaled, v_norm=v_norm,
-                         k_eq_v=a.k_eq_v, chunk=spec.layers[i].chunk, qk_weights=not l2)  # fmt: skip
+                         k_eq_v=a.k_eq_v, chunk=spec.layers[i].chunk, qk_weights=not l2,
+                         kv_sharing=sharing_modes(spec.layers)[i])  # fmt: skip
 
 
 def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None) -> LatentSpec:

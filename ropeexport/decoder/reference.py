@@ -121,6 +121,12 @@ class TransformersReference:
                         for attr, child in parent.named_children() if "Rotary" in type(child).__name__]  # fmt: skip
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.keeps_last = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # transformers 5.23's Gemma 4 slices per_layer_inputs at its first shared key/value layer under an int
+        # logits_to_keep (its default 0 too) and raises TypeError when the model has none (hidden_size_per_layer_input
+        # 0, ``Gemma4TextModel._maybe_slice_kv_shared_inputs``); a slice is passed as it is
+        text = model.config.get_text_config()
+        self.keep_slice = bool(getattr(text, "num_kv_shared_layers", 0)) and not getattr(
+            text, "hidden_size_per_layer_input", 1)  # fmt: skip
         self.version = transformers.__version__
 
     def describe(self) -> str:
@@ -152,7 +158,9 @@ class TransformersReference:
         if self.takes_positions:
             kwargs["position_ids"] = torch.from_numpy(position_ids)
         if last is not None and self.keeps_last:
-            kwargs["logits_to_keep"] = last
+            kwargs["logits_to_keep"] = slice(-last, None) if self.keep_slice else last
+        elif self.keep_slice:
+            kwargs["logits_to_keep"] = slice(None)
         with torch.no_grad():
             logits = self.model(**kwargs).logits
         return (logits if last is None else logits[:, -last:]).double().numpy()

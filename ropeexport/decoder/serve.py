@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ropeexport.architectures.sharing import cached_layers
 from ropeexport.decoder.export import cache_names
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.scenarios import regime
@@ -157,7 +158,9 @@ class DecoderSession:
         self._token, self._step_position = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
         self._np_dtype = DTYPES[spec.dtype].np_dtype
         # (heads, width) of each cached tensor, layer by layer, key then value (``LayerSpec.cache_shapes``)
-        self._shapes = [shape for i in range(spec.num_layers) for shape in cache_shapes(spec, i)]
+        # (a layer that reads another's keys and values has none: ``architectures.sharing``)
+        self._cached = cached_layers(spec.layers)
+        self._shapes = [shape for i in self._cached for shape in cache_shapes(spec, i)]
         # GroupQueryAttention writes the new keys into the buffer it reads when past and present are one buffer: no
         # per-step copy of the cache. The other forms' present is a concatenation, written into a second buffer.
         self.shared = FORMS[spec.graph].shared_buffer
@@ -191,10 +194,10 @@ class DecoderSession:
         self._mask = np.ones((1, capacity), np.int64)
         self._capacity = capacity
         if self.shared:  # bound once per allocation, not per call: a decode step binds only its four small arrays
-            for i in range(self.spec.num_layers):
+            for n, i in enumerate(self._cached):
                 for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
-                    self._bind_array(past_name, self._buffers[0][2 * i + j])
-                    self._bind_array(present_name, self._buffers[0][2 * i + j], output=True)
+                    self._bind_array(past_name, self._buffers[0][2 * n + j])
+                    self._bind_array(present_name, self._buffers[0][2 * n + j], output=True)
 
     def reset(self, position_offset: int = 0) -> None:
         """Empty the cache; the next ``append`` starts at ``position_offset`` (buffers kept)."""
@@ -247,11 +250,11 @@ class DecoderSession:
         self._bind_array(self.spec.positions.name, position_ids)
         self._bind_array("attention_mask", self._mask[:, :total])
         self._bind_array("logits", logits, output=True)
-        for i in range(0 if self.shared else self.spec.num_layers):  # shared: one buffer, bound by reserve
+        for n, i in enumerate([] if self.shared else self._cached):  # shared: one buffer, bound by reserve
             for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
-                read = self._buffers[self._source][2 * i + j]
-                write = self._buffers[1 - self._source][2 * i + j]
-                h, w = self._shapes[2 * i + j]
+                read = self._buffers[self._source][2 * n + j]
+                write = self._buffers[1 - self._source][2 * n + j]
+                h, w = self._shapes[2 * n + j]
                 self._bind_array(past_name, read[: h * past * w].reshape(1, h, past, w))
                 self._bind_array(present_name, write[: h * total * w].reshape(1, h, total, w), output=True)
         self.session.run_with_iobinding(self.binding)

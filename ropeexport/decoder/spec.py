@@ -27,6 +27,7 @@ from typing import Any
 from ropeexport.architectures import ARCHITECTURES
 from ropeexport.architectures.base import Architecture
 from ropeexport.architectures.layers import GEOMETRY, GROUPED, LATENT_WIRE, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
+from ropeexport.architectures.sharing import check_sharing
 from ropeexport.catalog import spec_from_dict
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat
 from ropeexport.errors import SpecError
@@ -54,7 +55,7 @@ WIRE = (("name", False), ("model_type", False), ("num_layers", False), ("hidden_
         *((name, True) for name in LATENT_WIRE), *((name, True) for name in GROUPED),
         ("weight_format", True), ("block_size", True), ("accuracy_level", True), ("symmetric", True),
         ("tied_head_int4", True), ("tied_embedding_int4", True), ("query_scale", True),
-        ("latent_cache", True))  # fmt: skip
+        ("latent_cache", True), ("per_layer_input", True), ("per_layer_vocab", True))  # fmt: skip
 STORAGE = ("weight_format", "block_size", "accuracy_level", "symmetric", "tied_head_int4", "tied_embedding_int4")
 
 
@@ -124,6 +125,9 @@ class DecoderSpec:
     # latent layers cache the normed latent and the rotated rope key (``components.latent``'s ``latent`` cache,
     # kv_b_proj absorbed), not the expanded keys and values: the decomposed form only
     latent_cache: bool = False
+    # Gemma 4's per-layer input embeddings (``decoder.per_layer``): P wide per layer, its table per_layer_vocab rows
+    per_layer_input: int = 0
+    per_layer_vocab: int = 0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -152,10 +156,15 @@ class DecoderSpec:
             raise SpecError("default", f"must be a LayerSpec, got {type(self.default).__name__}")
         self._check_storage()
         object.__setattr__(self, "latent_cache", _boolean("latent_cache", self.latent_cache))
+        object.__setattr__(self, "per_layer_input", require_int("per_layer_input", self.per_layer_input, 0, 2**14))
+        low = 1 if self.per_layer_input else 0  # a table only beside its width
+        object.__setattr__(self, "per_layer_vocab", require_int("per_layer_vocab", self.per_layer_vocab, low,
+                                                                2**22 if low else 0))  # fmt: skip
         if self.latent_cache and self.default.attention.kind != "latent":
             raise SpecError("latent_cache", f"is latent attention's cache; {self.model_type}'s layers have none")
         self._check_layer("default", self.default)
         object.__setattr__(self, "layers", self._read_layers())
+        check_sharing(self.layers, self.graph)  # keys and values read from another layer (Gemma 4)
 
     # -- decoder.json ------------------------------------------------------------------------------------------------
 
@@ -195,7 +204,8 @@ class DecoderSpec:
                    tie_embeddings=_boolean("tie_embeddings", data["tie_embeddings"]),
                    final_softcap=data.get("final_softcap", 0.0), logit_scale=data.get("logit_scale", 0.0),
                    text_of=data.get("text_of", ""), storage=storage,
-                   latent_cache=data.get("latent_cache", False), sources=dict(sources or {}))  # fmt: skip
+                   latent_cache=data.get("latent_cache", False), per_layer_input=data.get("per_layer_input", 0),
+                   per_layer_vocab=data.get("per_layer_vocab", 0), sources=dict(sources or {}))  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         """Every field but ``sources``, as plain data (what decoder.json and the model's metadata store; module doc):
@@ -208,7 +218,8 @@ class DecoderSpec:
             "hidden_size": self.hidden_size, "vocab_size": self.vocab_size, "norm_eps": self.norm_eps,
             "tie_embeddings": self.tie_embeddings, "sliding_window": d.window, "dtype": self.dtype,
             "graph": self.graph, "final_softcap": self.final_softcap, "logit_scale": self.logit_scale,
-            "text_of": self.text_of, "latent_cache": self.latent_cache,
+            "text_of": self.text_of, "latent_cache": self.latent_cache, "per_layer_input": self.per_layer_input,
+            "per_layer_vocab": self.per_layer_vocab,
             **{k: v for k, v in self.storage.to_dict().items()},
         }  # fmt: skip
         for name in ("intermediate_size", "act", "residual", "position", "qkv_bias", "o_bias", "mlp_bias",

@@ -92,8 +92,10 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         if a.kind == "latent":  # ``components.latent``'s weights (its LoRAs, norms and projections)
             out |= {f"{p}{n}": shape for n, shape in latent_shapes(layer, hidden).items()}
         else:
-            out |= {f"{p}q_proj": (hidden, H * d), f"{p}k_proj": (hidden, KV * d)}
-            if not a.k_eq_v:  # keys as values (Gemma 4's full layers): no v_proj
+            out[f"{p}q_proj"] = (hidden, H * d)
+            if a.kv_from is None:  # a layer reading another's keys and values has no k_proj or v_proj (Gemma 4)
+                out[f"{p}k_proj"] = (hidden, KV * d)
+            if not a.k_eq_v and a.kv_from is None:  # keys as values (Gemma 4's full layers): no v_proj
                 out[f"{p}v_proj"] = (hidden, KV * d)
             out[f"{p}o_proj"] = (H * d, hidden)
         if a.qkv_bias:  # (never with k_eq_v: AttentionLayer refuses it)
@@ -102,7 +104,9 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
             out[f"{p}o_bias"] = (hidden,)
         if a.qk_norm == "rms":  # over each head's d, or the whole projection (OLMo 3)
             wide = a.qk_norm_over == "projection"
-            out |= {f"{p}q_norm": (H * d if wide else d,), f"{p}k_norm": (KV * d if wide else d,)}
+            out[f"{p}q_norm"] = (H * d if wide else d,)
+            if a.kv_from is None:
+                out[f"{p}k_norm"] = (KV * d if wide else d,)
         if a.sinks:
             out[f"{p}sinks"] = (H,)
         for slot in ("norm2", "norm3", "norm4"):
@@ -138,10 +142,28 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
         if ffn.bias:
             out |= {f"{p}up_bias": (inner,), f"{p}down_bias": (hidden,)}
     norm("final_norm")
+    out |= per_layer_shapes(spec)  # Gemma 4's per-layer input embeddings ({} without them)
     if not spec.tie_embeddings:
         out["lm_head"] = (hidden, vocab)
     if arch.has("lm_head_bias"):
         out["lm_head_bias"] = (vocab,)
+    return out
+
+
+def per_layer_shapes(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
+    """{canonical name: shape} of Gemma 4's per-layer input embeddings' weights (``decoder.per_layer``; {} without
+    them): the table [per_layer_vocab, L * P], the model's projection [n, L * P] and its norm [P]; per layer the gate
+    [n, P], the projection [P, n] and its norm [n].
+    """  # noqa: D205
+    P, L, n = spec.per_layer_input, spec.num_layers, spec.hidden_size
+    if not P:
+        return {}
+    out: dict[str, tuple[int, ...]] = {"embed_per_layer": (spec.per_layer_vocab, L * P),
+                                       "per_layer_model_projection": (n, L * P),
+                                       "per_layer_projection_norm.weight": (P,)}  # fmt: skip
+    for i in range(L):
+        out |= {f"layers.{i}.per_layer_input_gate": (n, P), f"layers.{i}.per_layer_projection": (P, n),
+                f"layers.{i}.per_layer_norm.weight": (n,)}  # fmt: skip
     return out
 
 
@@ -150,7 +172,7 @@ def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEED)
     out = {}
     for name, shape in expected(spec).items():
-        if name == "embed" or name.endswith("sinks"):  # a sink is a logit: of the logits' order
+        if name in ("embed", "embed_per_layer") or name.endswith("sinks"):  # a sink is a logit: of the logits' order
             values = rng.standard_normal(shape)
         elif name.endswith((".weight", "_norm", "layer_scalar")):  # a norm's scale, a layer's output scale
             values = 1.0 + 0.1 * rng.standard_normal(shape)

@@ -52,6 +52,10 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     # (GroupQueryAttention per layer) and written out (decomposed)
     ("gemma4", "gqa"),
     ("gemma4", "decomposed"),
+    # Gemma 4's shared key/value layers: layers 2 and 3 attend over layers 0's and 1's keys and values, no cache; in
+    # the fused form beside per-layer input embeddings (E2B / E4B's shape: both at once)
+    ("gemma4-shared", "gqa"),
+    ("gemma4-ple", "fused"),
     ("deepseek_v3-kimi", "decomposed"),
     ("llama4", "decomposed"),  # the chunk rule in opset-17 primitives
     ("llama4", "gqa"),  # chunked layers through GroupQueryAttention's attention_bias, the experts' portable graph
@@ -120,6 +124,7 @@ FP16 = [
     ("qwen3_moe", "gqa"),
     ("ministral3", "gqa"),
     ("gemma4", "gqa"),
+    ("gemma4-shared", "gqa"),
     ("deepseek_v3", "gqa"),
     ("llama4", "gqa"),
 ]

@@ -258,7 +258,9 @@ REFUSED = [
     ([{}, {"head_dim": 16, "position": {"head_dim": 4}}, {}], "layers[1].position.head_dim"),
     ([{}, {"num_heads": 3}, {}], "layers[1].num_kv_heads"),
     ([{}, {"attention": "chunked"}, {}], "layers[1].window"),  # a chunked layer's chunk (Llama 4's)
-    ([{}, {"kv_from": 0}, {}], "layers[1].kv_from"),
+    ([{}, {"kv_from": 2}, {}], "layers[1].kv_from"),  # keys and values read from a later layer
+    ([{}, {"kv_from": 0}, {"kv_from": 1}], "layers[2].kv_from"),  # from a layer that reads another's itself
+    ([{}, {"kv_from": 0, "head_dim": 16, "position": None}, {}], "layers[1].kv_from"),  # of another width
     ([{}, {"mlp": "moe"}, {}], "layers[1].num_experts"),
     # described, not built: each named
     ([{}, {"attn_gate": True}, {}], "layers[1].attn_gate"),

@@ -50,6 +50,7 @@ CASES = [
     ("olmo3", "fp16", "gqa", 32, 0, True, "int4-b32"),
     ("ministral3", "fp32", "gqa", 16, 0, True, "int4-b16"),
     ("gemma4", "fp32", "fused", 32, 0, True, "int4-b32"),  # keys as values: one MatMulNBits of q | k on full layers
+    ("gemma4-shared", "fp32", "gqa", 32, 0, True, "int4-b32"),  # shared layers: a MatMulNBits of q alone
 ]
 
 

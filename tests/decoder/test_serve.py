@@ -55,6 +55,8 @@ CASES = {
     "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
     # two cache geometries (head_dim 8 sliding, 16 full, one key/value head there), windows of 6; reaches 255
     "gemma4-to-the-end": ("gemma4", "gqa", 7, 237, 12),
+    # shared key/value layers: the served cache holds layers 0 and 1 only, layers 2 and 3 read theirs in place
+    "gemma4-shared-to-the-end": ("gemma4-shared", "gqa", 7, 237, 12),
     # latent attention (keys 16 wide, values 8: cached padded to 16 in the gqa form), YaRN's far end; reaches 255
     "deepseek-v3-to-the-end": ("deepseek_v3", "gqa", 7, 237, 12),
     # Llama 4: chunks of 8 and the NoPE layer's temperature steps (every 4 positions) crossed from position 0

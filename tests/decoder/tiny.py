@@ -168,6 +168,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                                              "original_max_position_embeddings": 64,
                                                              "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                                                              "mscale_all_dim": 1.0}}),
+    # Gemma 4 with shared key/value layers (E2B / E4B's num_kv_shared_layers, shrunk): layers 2 (sliding) and 3 (full)
+    # read the keys and values of layers 0 and 1, the last earlier layer of their type; their MLPs twice as wide
+    # (use_double_wide_mlp); the full layers' values off their keys (attention_k_eq_v) on layer 1
+    "gemma4-shared": ("gemma4_text", {**CONFIGS["gemma4"][1], "num_kv_shared_layers": 2, "use_double_wide_mlp": True}),
+    # Gemma 4 E2B / E4B's shape, shrunk: gemma4-shared with per-layer input embeddings (4 wide per layer, a table of
+    # the 96 tokens)
+    "gemma4-ple": ("gemma4_text", {**CONFIGS["gemma4"][1], "num_kv_shared_layers": 2, "use_double_wide_mlp": True,
+                                   "hidden_size_per_layer_input": 4, "vocab_size_per_layer_input": 96}),
 }  # fmt: skip
 
 

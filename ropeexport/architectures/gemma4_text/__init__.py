@@ -11,8 +11,15 @@ sandwich norms, the final norm and the q/k norms; a weightless RMSNorm of the va
 output logits soft-capped (``final_logit_softcapping``). Under ``attention_k_eq_v`` the full layers read their values
 off the key projection (no v_proj), with ``num_global_key_value_heads`` key/value heads.
 
-Refused by their keys (not built; each one line, exit 2): per-layer input embeddings (``hidden_size_per_layer_input``
-> 0, the E2B / E4B sizes), key/value shared across layers (``num_kv_shared_layers`` > 0), the mixture of experts
+Key/value shared across layers (``num_kv_shared_layers``): the last ones read the keys and values of the last earlier
+layer of their type (``shared``; ``architectures.sharing``), with no cache of their own, and under
+``use_double_wide_mlp`` an MLP twice as wide.
+
+Per-layer input embeddings (``hidden_size_per_layer_input`` > 0, 256 when absent: the E2B / E4B sizes): each layer's
+small input from its own token table and a projection of the embeddings, added after its feed-forward
+(``decoder.per_layer``; ``per_layer_input`` / ``per_layer_vocab`` in decoder.json).
+
+Refused by their keys (not built; each one line, exit 2): the mixture of experts
 (``enable_moe_block``), bidirectional attention (``use_bidirectional_attention: all``), and a ``layer_types`` whose
 last layer is not full (transformers forces it full: the config would say two things).
 """  # noqa: D205
@@ -28,16 +35,15 @@ from ropeexport.architectures.gemma3_text import ARCHITECTURE as GEMMA3
 from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.errors import SpecError
 
-# key -> what it is (on when truthy): Gemma4TextConfig's fields ropeexport does not build. A key
-# absent takes the config class's default: hidden_size_per_layer_input defaults to 256 (per-layer inputs on).
+# key -> what it is (on when truthy): Gemma4TextConfig's fields ropeexport does not build (a key absent takes the
+# config class's default).
 UNBUILT = {
-    "hidden_size_per_layer_input": "per-layer input embeddings (Gemma 4 E2B / E4B's embed_tokens_per_layer and "
-    "per_layer_input_gate) are not built; 0 means a model without them",
-    "num_kv_shared_layers": "key/value shared across layers (the last num_kv_shared_layers layers reading an earlier "
-    "layer's keys and values) is not built",
     "enable_moe_block": "Gemma 4's mixture of experts beside the MLP (router, experts, their norms) is not built",
 }
-DEFAULTS = {"hidden_size_per_layer_input": 256, "num_kv_shared_layers": 0, "enable_moe_block": False}
+DEFAULTS = {"enable_moe_block": False}
+# Gemma4TextConfig's per-layer input embeddings: (its key, the config class's default, the decoder's field)
+PER_LAYER = (("hidden_size_per_layer_input", 256, "per_layer_input"),
+             ("vocab_size_per_layer_input", 262144, "per_layer_vocab"))  # fmt: skip
 
 
 def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -62,24 +68,72 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dic
                         "layer to full_attention (a warning), so the config says two things; make it full_attention")
     fields, sources = read_layout(arch, config, where)
     fields["attn_scale"], sources["attn_scale"] = 1.0, "Gemma4TextAttention.scaling = 1.0 (architecture)"
+    width = config.get("hidden_size_per_layer_input", 256)
+    for key, default, name in PER_LAYER if width else ():  # null or 0: none (the modeling code's ``if``)
+        value = config[key] if key in config else default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{where}: {key}", f"must be a whole number >= 1 (0 or null on hidden_size_per_layer_input"
+                            f": no per-layer input embeddings), got {value!r}")  # fmt: skip
+        fields[name] = value
+        sources[name] = key if key in config else f"absent: Gemma4TextConfig's default {key} {default}"
     return fields, sources
 
 
 def changes(config: Mapping[str, Any], where: str, layout: Mapping[str, Any]) -> tuple[list[dict[str, object]],
                                                                                    dict[str, str]]:  # fmt: skip
     """Per layer: under ``attention_k_eq_v`` the full layers read their values off the key projection (``k_eq_v``;
-    ``Gemma4TextAttention.use_alternative_attention``), the sliding ones keep their v_proj.
+    ``Gemma4TextAttention.use_alternative_attention``), the sliding ones keep their v_proj; the last
+    ``num_kv_shared_layers`` read their keys and values from an earlier layer (``kv_from``, ``shared``).
     """  # noqa: D205
     count = int(layout["num_layers"])
     types = config.get("layer_types") or ["full_attention" if (i + 1) % 6 == 0 or i == count - 1 else
                                           "sliding_attention" for i in range(count)]  # fmt: skip
-    if not config.get("attention_k_eq_v"):
-        return [{} for _ in range(count)], {}
-    return ([{"k_eq_v": True} if t == "full_attention" else {} for t in types],
-            {"k_eq_v": "attention_k_eq_v (the full layers: values off the key projection)"})
+    out: list[dict[str, object]] = [{} for _ in range(count)]
+    said: dict[str, str] = {}
+    if config.get("attention_k_eq_v"):
+        out = [{"k_eq_v": True} if t == "full_attention" else {} for t in types]
+        said["k_eq_v"] = "attention_k_eq_v (the full layers: values off the key projection)"
+    for i, layer in enumerate(shared(config, where, types, int(layout["intermediate_size"]))):
+        out[i] |= layer
+    if any("kv_from" in layer for layer in out):
+        said["kv_from"] = ("num_kv_shared_layers (the last ones read the last earlier layer of their type: "
+                           "Gemma4TextConfig.kv_sharing_modes)")
+    return out, said
 
 
-_NAMES = {**GEMMA3.names, "layers.{i}.layer_scalar": "model.layers.{i}.layer_scalar"}
+def shared(config: Mapping[str, Any], where: str, types: list[str], inner: int) -> list[dict[str, object]]:
+    """Per layer what key/value sharing changes (transformers 5.23's ``Gemma4TextConfig.kv_sharing_modes``): the last
+    ``num_kv_shared_layers`` layers "reuse" the keys and values of the last layer before them of their own type
+    (``kv_from``; no k_proj, v_proj, k_norm or v_norm of their own: ``Gemma4TextAttention``), their MLP twice as wide
+    under ``use_double_wide_mlp`` (``Gemma4TextMLP``). A type that only shared layers have is one line (transformers
+    raises).
+    """  # noqa: D205
+    count = len(types)
+    n = config.get("num_kv_shared_layers") or 0
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < count:
+        raise SpecError(f"{where}: num_kv_shared_layers", f"must be a whole number from 0 to {count - 1} (the layers "
+                        f"that read an earlier layer's keys and values), got {n!r}")  # fmt: skip
+    first = count - n
+    out: list[dict[str, object]] = [{} for _ in range(count)]
+    for i in range(first, count):
+        earlier = [j for j in range(first) if types[j] == types[i]]
+        if not earlier:
+            raise SpecError(f"{where}: num_kv_shared_layers", f"{n} leaves no layer before layer {first} of type "
+                            f"{types[i]!r} to compute layer {i}'s keys and values (transformers raises)")  # fmt: skip
+        out[i] = {"kv_from": earlier[-1], "v_norm": False, "k_eq_v": False}
+        if config.get("use_double_wide_mlp"):
+            out[i]["intermediate_size"] = 2 * inner
+    return out
+
+
+_NAMES = {**GEMMA3.names, "layers.{i}.layer_scalar": "model.layers.{i}.layer_scalar",
+          # the per-layer input embeddings (``decoder.per_layer``)
+          "embed_per_layer": "model.embed_tokens_per_layer.weight",
+          "per_layer_model_projection": "model.per_layer_model_projection.weight",
+          "per_layer_projection_norm.weight": "model.per_layer_projection_norm.weight",
+          "layers.{i}.per_layer_input_gate": "model.layers.{i}.per_layer_input_gate.weight",
+          "layers.{i}.per_layer_projection": "model.layers.{i}.per_layer_projection.weight",
+          "layers.{i}.per_layer_norm.weight": "model.layers.{i}.post_per_layer_input_norm.weight"}  # fmt: skip
 ARCHITECTURE = replace(
     GEMMA3,
     model_type="gemma4_text",

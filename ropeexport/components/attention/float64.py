@@ -55,14 +55,15 @@ def attention64(
     rotate: Rotate64 | None = None,
     bias: Bias64 | None = None,
 ) -> dict[str, np.ndarray]:
-    """float64 output [b, s, n] and present_key / present_value [b, KV, t, d] of a dynamic call.
+    """float64 output [b, s, n], present_key / present_value [b, KV, t, d] and, with ``kv_sharing`` ``store``, the
+    new shared_key / shared_value [b, KV, s, d] of a dynamic call (``reuse``: those two are fed, the storing layer's).
 
     ``weights``: the stored values in float64 (``linear.WeightFormat.read64``), names as ``attention_model`` takes
     them. ``rotate`` / ``bias``: the position twin to use, default the spec's piece's (``rotate64`` / ``bias64``);
     given, they replace it (a caller that fixes L for a whole batch). ``bias`` is added to the scaled logits with
     each slot's position counted over the real tokens (padding at 0). With the spec's variants, ``q_norm`` /
     ``k_norm`` [d] and ``sinks`` [H] (stored values too).
-    """
+    """  # noqa: D205
     check_weights(spec, weights)
     if rotate is None and bias is None and spec.position is not None:
         rotate, bias = spec.position.rotate64, spec.position.bias64
@@ -73,12 +74,16 @@ def attention64(
     b, s, _ = x.shape
     pos = feeds["position_ids"]
     heads = lambda y, n: y.reshape(b, s, n, d).transpose(0, 2, 1, 3)  # noqa: E731
-    values = project(x, "k" if spec.k_eq_v else "v")  # keys as values (Gemma 4): the key's output, before its norm
-    if spec.qk_norm is not None and spec.qk_norm_over == "projection":  # over H * d, before the heads (OLMo 3)
+    reuse = spec.kv_sharing == "reuse"  # another layer's keys and values (Gemma 4): the query alone computed here
+    if reuse:
+        q, k, v = heads(project(x, "q"), H), np.asarray(feeds["shared_key"]), np.asarray(feeds["shared_value"])
+    elif spec.qk_norm is not None and spec.qk_norm_over == "projection":  # over H * d, before the heads (OLMo 3)
+        values = project(x, "k" if spec.k_eq_v else "v")  # keys as values (Gemma 4): the key's output, unnormed
         q_flat, k_flat = norm64(spec.qk_norm, project(x, "q"), w["q_norm"]), norm64(spec.qk_norm, project(x, "k"),
                                                                                     w["k_norm"])  # fmt: skip
         q, k, v = heads(q_flat, H), heads(k_flat, KV), heads(values, KV)
     else:
+        values = project(x, "k" if spec.k_eq_v else "v")
         q, k, v = heads(project(x, "q"), H), heads(project(x, "k"), KV), heads(values, KV)
     if spec.v_norm is not None:  # each value head over d, no weight (Gemma 4's v_norm)
         v = norm64(spec.v_norm, v, np.ones(d))
@@ -87,9 +92,9 @@ def attention64(
         # squares as it is (every pair rotated by an orthogonal 2 x 2), so before it is the same value
         ones = np.ones(d)
         q = norm64(spec.qk_norm, q, w["q_norm"] if spec.qk_weights else ones)
-        k = norm64(spec.qk_norm, k, w["k_norm"] if spec.qk_weights else ones)
+        k = k if reuse else norm64(spec.qk_norm, k, w["k_norm"] if spec.qk_weights else ones)
     if rotate is not None:
-        q, k = rotate(q, pos), rotate(k, pos)
+        q, k = rotate(q, pos), k if reuse else rotate(k, pos)
     if spec.query_scale is not None:  # the rotated query times its position's factor (Ministral 3)
         q = q * query_scale64(spec.query_scale, pos)[:, None, :, None]
     keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), k], axis=2)
@@ -114,4 +119,7 @@ def attention64(
     weights64 = (e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0))[..., :t]  # the sink's column dropped
     attended = weights64 @ np.repeat(values, group, axis=1)
     output = project(attended.transpose(0, 2, 1, 3).reshape(b, s, H * d), "o")
-    return {"output": output, "present_key": keys, "present_value": values}
+    out = {"output": output, "present_key": keys, "present_value": values}
+    if spec.kv_sharing == "store":  # the new keys and values as attended ([b, KV, s, d]), as the graph gives them out
+        out |= {"shared_key": k, "shared_value": v}
+    return out

@@ -42,7 +42,8 @@ FLAT = True  # query, key and value as [b, s, heads * d] (True) or [b, heads, s,
 def attend(g: GraphBuilder, spec: AttentionSpec, q: str, k: str, v: str, added: str | None,
            arrays: Mapping[str, np.ndarray]) -> str:  # fmt: skip
     """The ``gqa`` lowering (``graph.Lowering``: query, key and value rotated in, [b, s, H * d] out)."""
-    rotary = _kernel_rotary(g, spec, q, k, v)  # None: the kernel cannot rotate in the piece's place
+    # None: the kernel cannot rotate in the piece's place, nor where the rotated keys are given out (kv_sharing)
+    rotary = None if spec.kv_sharing == "store" else _kernel_rotary(g, spec, q, k, v)
     if added is None and not spec.window and not spec.chunk and not spec.sinks:
         # GroupQueryAttention's own causal rule covers everything but the padding: no [s, t] mask to build
         return _attend_gqa_padded(g, spec, q, k, v, rotary)

@@ -60,6 +60,7 @@ from ropeexport.graph.onnx_io import GraphBuilder, make_model
 from ropeexport.numerics import round_once
 
 INPUTS = ("hidden", "position_ids", "attention_mask", "past_key", "past_value")
+SHARED = ("shared_key", "shared_value")  # a storing layer's outputs and a reusing layer's inputs (kv_sharing)
 OUTPUTS = ("output", "present_key", "present_value")
 
 
@@ -115,6 +116,10 @@ def _qkv(g: GraphBuilder, spec: AttentionSpec, arrays: Mapping[str, np.ndarray],
     product either way. The biases are fused the same way (absent ones as zeros, when only some exist).
     """
     H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    if spec.kv_sharing == "reuse":  # the query alone; keys and values are the storing layer's, in the form's layout
+        bias = g.const("q_bias", round_once(arrays["q_bias"], spec.dtype)) if "q_bias" in arrays else None
+        q = linear(g, "hidden", spec.weight_format.store(g, "q_proj", arrays["q_proj"]), bias)
+        return (q if flat else _heads(g, q, H, d, "q")), SHARED[0], SHARED[1]
     names = "qk" if spec.k_eq_v else "qkv"  # keys as values (Gemma 4): no v_proj, the key's output read twice
     proj = np.concatenate([arrays[f"{n}_proj"] for n in names], axis=1)
     weight = spec.weight_format.store(g, "qkv_proj", proj)
@@ -145,7 +150,8 @@ def _qk_norms(
         return q, k
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     d, out = spec.head_dim, []
-    for x, name, heads in ((q, "q", spec.num_heads), (k, "k", spec.num_kv_heads)):
+    normed = ((q, "q", spec.num_heads), (k, "k", spec.num_kv_heads))[: 1 if spec.kv_sharing == "reuse" else 2]
+    for x, name, heads in normed:  # a reusing layer's keys come normed
         # a weightless norm (Llama 4's L2 norm) times ones: exact in every dtype, the RMSNorm's graph kept
         values = arrays[f"{name}_norm"] if spec.qk_weights else np.ones(heads * d if spec.qk_norm_over == "projection"
                                                                           else d)  # fmt: skip
@@ -160,7 +166,7 @@ def _qk_norms(
         if flat:
             x = g.op("Reshape", [x, g.const(f"{name}_norm_flat", i64(0, 0, heads * d))])
         out.append(x)
-    return out[0], out[1]
+    return out[0], out[1] if len(out) > 1 else k
 
 
 def _v_norm(g: GraphBuilder, spec: AttentionSpec, v: str, flat: bool) -> str:
@@ -180,6 +186,18 @@ def _v_norm(g: GraphBuilder, spec: AttentionSpec, v: str, flat: bool) -> str:
     if flat:
         v = g.op("Reshape", [v, g.const("v_norm_flat", i64(0, 0, heads * d))])
     return v
+
+
+def _drop_unread(g: GraphBuilder, value: str) -> None:
+    """The nodes that computed ``value`` and nothing read otherwise, removed from ``g`` (walking up from it)."""
+    dead = [value]
+    while dead:
+        name = dead.pop()
+        producer = next((n for n in g.nodes if name in n.output), None)
+        if producer is None or any(set(n.input) & set(producer.output) for n in g.nodes):
+            continue
+        g.nodes.remove(producer)
+        dead.extend(i for i in producer.input if i)
 
 
 def _guarded(piece_graph: onnx.ModelProto) -> dict[str, str]:
@@ -216,7 +234,9 @@ def attention_model(
     v = _v_norm(g, spec, v, flat=flat)  # each value head normalized, no weight (Gemma 4)
     if flat and not lowering.FLAT:
         H, KV, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        q, k, v = _heads(g, q, H, d, "q"), _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
+        q = _heads(g, q, H, d, "q")
+        if spec.kv_sharing != "reuse":  # a reusing layer's come in the lowering's layout
+            k, v = _heads(g, k, KV, d, "k"), _heads(g, v, KV, d, "v")
     stored = {"o_proj": spec.weight_format.store(g, "o_proj", arrays["o_proj"])}
     if "o_bias" in arrays:
         stored["o_bias"] = g.const("o_bias", round_once(arrays["o_bias"], spec.dtype))
@@ -228,7 +248,11 @@ def attention_model(
         extra = [i for i in rotary.graph.input if i.name not in ("query", "key", "position_ids")]
         wired = {"query": q, "key": k, **{i.name: i.name for i in rotary.graph.input if i.name not in ("query", "key")}}
         rotated = call(g, rotary, wired, "rope/")
-        q, k = rotated["query_out"], rotated["key_out"]
+        if spec.kv_sharing == "reuse":  # the keys came rotated: the piece's rotation of them is dropped
+            _drop_unread(g, rotated["key_out"])
+            q = rotated["query_out"]
+        else:
+            q, k = rotated["query_out"], rotated["key_out"]
     if spec.query_scale is not None:  # the rotated query times its position's factor (Ministral 3), as transformers
         q = scale_query(g, spec.query_scale, q, flat=lowering.FLAT)
     added = None
@@ -236,6 +260,9 @@ def attention_model(
         wired = {"query_position_ids": "position_ids", "key_position_ids": _key_positions(g)}
         added = call(g, bias, wired, "bias/")["attention_bias"]  # [b, H, s, t]
     attended = lowering.attend(g, spec, q, k, v, added, arrays)
+    if spec.kv_sharing == "store":  # the new keys and values as attended, for the layers that reuse them
+        g.name_output(k, SHARED[0])
+        g.name_output(v, SHARED[1])
     return _finish(g, spec, attended, stored, hidden, (rotary, bias), extra, metadata, name)
 
 
@@ -276,6 +303,9 @@ def _finish(
     ]
     if static:
         inputs.append(io("cache_length", TensorProto.INT64, ["batch"]))
+    flat = LOWERINGS[spec.graph].FLAT
+    shared = [io(n, dtype, ["batch", "seq", KV * d] if flat else ["batch", KV, "seq", d]) for n in SHARED]
+    inputs += shared if spec.kv_sharing == "reuse" else []
     inputs += extra
     graph = helper.make_graph(
         g.nodes,
@@ -285,6 +315,7 @@ def _finish(
             io("output", dtype, ["batch", "seq", hidden]),
             io("present_key", dtype, ["batch", KV, total, d]),
             io("present_value", dtype, ["batch", KV, total, d]),
+            *(shared if spec.kv_sharing == "store" else []),
         ],
         g.initializers,
     )

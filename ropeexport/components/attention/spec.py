@@ -54,6 +54,12 @@ class AttentionSpec:
     counted from each row's first real token (transformers' ``chunked_overlay``: (j - left padding) // chunk ==
     (i - left padding) // chunk; ``masks.chunk_rule``). ``qk_weights`` False: the q/k norm has no weight (Llama 4's
     L2 norm, x / sqrt(mean(x^2) + eps), the RMSNorm times 1; no ``q_norm`` / ``k_norm`` weights).
+
+    ``kv_sharing`` (Gemma 4's ``num_kv_shared_layers``, ``architectures.sharing``): ``store``, the layer also outputs
+    ``shared_key`` / ``shared_value``, its new keys and values as its attention reads them (rotated, normed; the
+    form's layout: [b, s, KV * d] in the gqa form, else [b, KV, s, d]); ``reuse``, the layer computes its query only
+    (no k_proj, v_proj or k_norm) and attends over the inputs ``shared_key`` / ``shared_value`` (a storing layer's)
+    and that layer's cache as ``past_key`` / ``past_value``; its present outputs are the storing layer's, again.
     """
 
     num_heads: int
@@ -75,6 +81,8 @@ class AttentionSpec:
     k_eq_v: bool = False  # the values are the key projection's output (no v_proj; Gemma 4's full layers)
     chunk: int = 0  # chunked attention's chunk (Llama 4); 0: none
     qk_weights: bool = True  # False: the q/k norm is weightless (Llama 4's L2 norm)
+    # keys and values across layers (Gemma 4): "store" gives them out too, "reuse" reads another layer's (class doc)
+    kv_sharing: str = ""
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1)
@@ -107,6 +115,10 @@ class AttentionSpec:
             if not isinstance(v_norm, NormSpec) or v_norm.kind != "rms" or v_norm.dtype != self.dtype or v_norm.offset:
                 raise SpecError("v_norm", f"must be an RMSNorm NormSpec (kind 'rms', offset 0: no weight) in the "
                                 f"layer's dtype ({self.dtype}) or None, got {v_norm!r}")  # fmt: skip
+        require_choice("kv_sharing", self.kv_sharing, ("", "store", "reuse"))
+        if self.kv_sharing == "reuse" and (self.k_eq_v or self.v_norm is not None):
+            raise SpecError("kv_sharing", "a layer that reuses another's keys and values computes none: no k_eq_v "
+                            "or v_norm")  # fmt: skip
         if not isinstance(self.k_eq_v, bool):
             raise SpecError("k_eq_v", f"must be True or False, got {self.k_eq_v!r}")
         _require_scalar("logit_softcap", self.logit_softcap, "0: no cap")
@@ -147,10 +159,15 @@ def check_weights(spec: AttentionSpec, weights: Mapping[str, Any]) -> None:
         spec.head_dim, spec.head_dim)
     weighted = spec.qk_norm is not None and spec.qk_weights  # Llama 4's L2 norm has no weight
     wanted = {"q_norm": ("qk_norm", q_width, weighted),
-              "k_norm": ("qk_norm", k_width, weighted),
+              "k_norm": ("qk_norm", k_width, weighted and spec.kv_sharing != "reuse"),
               "sinks": ("sinks", spec.num_heads, spec.sinks)}  # fmt: skip
     if spec.k_eq_v and ("v_proj" in weights or "v_bias" in weights):  # it would go unread
         raise SpecError("k_eq_v", "the values are the key projection's: the weights must hold no v_proj or v_bias")
+    if spec.kv_sharing == "reuse":  # another layer's keys and values: its projections would go unread
+        held = next((n for n in ("k_proj", "v_proj", "k_bias", "v_bias") if n in weights), None)
+        if held is not None:
+            raise SpecError("kv_sharing", f"the layer reuses another's keys and values: the weights must hold no "
+                            f"{held}")  # fmt: skip
     for name, (field, length, asked) in wanted.items():
         if not asked:
             if name in weights:
