@@ -313,6 +313,7 @@ def test_a_wrong_schedule_weighs_orders_of_magnitude_more_than_float32_rounding(
 
 
 @pytest.mark.slow  # a decoder built, audited, grafted and proven against float64 per fault (~10 s each)
+@pytest.mark.usefixtures("graft_without_use")
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.case for f in FAULTS])
 def test_a_planted_layer_fault_is_grafted_per_layer_and_proven(fault: LayerFault, tmp_path: Path,
                                                                tiny_checkpoint) -> None:  # noqa: ANN001
