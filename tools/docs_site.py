@@ -518,15 +518,15 @@ def _newest_versions(_: str | None) -> str:
 
 # A tutorial's output excerpts: NAME -> (the figure tools/tutorial_outputs.py wrote, the start of the block's text,
 # the lines kept, each a regex searched in turn from the last line kept). "  ..." stands where lines were left out.
-AUDIT = "ropeexport audit og-llama/model.onnx --hf-config my-llama/config.json"
+AUDIT = "ropeexport audit og-llama/model.onnx --hf-config my-llama/config.json --optimized --out"  # one command:
+# the exported graph's audit, then the optimized graph's (the page's sections 3 and "The graph ONNX Runtime runs")
 OUTPUTS: dict[str, tuple[str, str, list[str]]] = {
-    "audit-sites": ("tutorial-audit-and-graft", AUDIT + " --out", [r"^og-llama/model\.onnx: ", r"^  site 0: ",
-                                                                   r"^    - float32 frequencies: "]),
-    "audit-effects": ("tutorial-audit-and-graft", AUDIT + " --out", [r"findings by their effect", r"^    - float32",
-                                                                     r"^      harmless: ", r"^      next: "]),
-    "audit-optimized": ("tutorial-audit-and-graft", AUDIT + " --optimized", [r"^  optimized graph: ",
-                                                                             r"^    optimized site 0: ",
-                                                                             r"as in the exported graph"]),
+    "audit-sites": ("tutorial-audit-and-graft", AUDIT, [r"^og-llama/model\.onnx: ", r"^  site 0: ",
+                                                        r"^    - float32 frequencies: "]),
+    "audit-effects": ("tutorial-audit-and-graft", AUDIT, [r"findings by their effect", r"^    - float32",
+                                                          r"^      harmless: ", r"^      next: "]),
+    "audit-optimized": ("tutorial-audit-and-graft", AUDIT, [r"^  optimized graph: ", r"^    optimized site 0: ",
+                                                            r"as in the exported graph"]),
     "graft": ("tutorial-audit-and-graft", "ropeexport graft ", [r"^og-llama-grafted/model\.onnx: ",
                                                                r"onnxruntime-genai folder", r"cos_cache / sin_cache",
                                                                r"audit after", r"whole decoder against float64",

@@ -2,7 +2,7 @@
 
     python tools/tutorial_outputs.py docs/tutorials/audit-and-graft.md --out tools/figures/tutorial-audit-and-graft.json
 
-The page's ``sh`` and ``python`` blocks run top to bottom in a new empty folder, as ``tests/docs/test_blocks.py``
+The page's ``sh`` and ``python`` blocks run top to bottom in a new empty folder, as ``tests/docs/test_tutorials.py``
 runs them (the block that makes the checkout's tiny checkpoint first, where the page needs one: ``tests/docs/pages.py``
 ``NEEDS``), with this interpreter's ``bin`` first on PATH. Each block's command, exit code and output (stdout, then
 stderr) are written with the machine, the load average and the versions that made them. ``tools/docs_site.py``

@@ -155,6 +155,7 @@ def family(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Pa
 
 
 @pytest.mark.slow  # a dynamo export each (10-60 s), audited, grafted and proven against transformers' model
+@pytest.mark.usefixtures("graft_without_use")  # the proof is read, not graft's `use`
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_a_family_ropeexport_does_not_build_is_audited_per_layer_grafted_and_proven(name: str, family,
                                                                                    tmp_path: Path) -> None:  # noqa: ANN001
@@ -224,6 +225,7 @@ def against_transformers(model: Path, checkpoint: Path, prompts: int = 3) -> flo
 
 
 @pytest.mark.slow  # the module's dynamo export of Qwen3.5, the audit's effect runs and transformers in float64
+@pytest.mark.usefixtures("graft_without_use")
 @pytest.mark.parametrize(("kind", "name"), FAULTS, ids=[f[0] for f in FAULTS])
 def test_a_fault_on_qwen3_5_is_named_with_its_effect_against_transformers_float64(kind: str, name: str, family,
                                                                                   tmp_path: Path) -> None:  # noqa: ANN001

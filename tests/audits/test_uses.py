@@ -84,6 +84,7 @@ def _width(checkpoint: Path) -> int:
     return int(spec.head_dim)
 
 
+@pytest.mark.usefixtures("graft_without_use")  # graft's `use` is read by the Qwen3 YaRN test below
 @pytest.mark.parametrize(("family", "form", "kind"), _tiered(CASES))
 def test_a_fault_of_use_is_named_on_its_layer_with_its_effect(family: str, form: str, kind: str, clean,
                                                               tiny_checkpoint, tmp_path: Path) -> None:  # noqa: ANN001
