@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.audits.axes import axes_finding, read_axes, takes_axes
 from ropeexport.audits.diagnose import compare, finding
 from ropeexport.audits.layers import Encodings, describe, layer_finding
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
@@ -127,6 +128,16 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = ""
             record["dtype"] = dtype
             record["probes"].append(compare(spec, cos, sin, length, dtype, label, layers, others).to_dict())
         refusal = _reader_refusal(site, spec, evaluator)
+        if getattr(spec, "mrope_section", ()):  # M-RoPE: the axis each pair turns by (``audits.axes``)
+            read = mrope_axes(site, spec, evaluator)
+            record["pair_axes"] = read
+            if read == ONE_AXIS_INPUT:
+                record["findings"].append(finding("mrope-positions-1d", "computed from position_ids [batch, seq], one "
+                                                  "axis, where the config's M-RoPE reads [3, batch, seq] (time, "
+                                                  "height, width): image positions cannot be fed, every pair turns "
+                                                  "by the one position"))  # fmt: skip
+            elif read is not None and axes_finding(tuple(read), spec) is not None:
+                record["findings"].append(axes_finding(tuple(read), spec))
         pairs = pairing(site, spec)
         if pairs is not None:
             record["findings"].append(pairs)
@@ -183,6 +194,29 @@ def _partial(spec: Any, seen: int) -> dict[str, str] | None:
         return finding("partial-rotary-ignored", f"partial rotary {spec.rotary_dim / head:g} but all {head} channels "
                        f"rotated (config: {spec.rotary_dim} of {head})")  # fmt: skip
     return None
+
+
+ONE_AXIS_INPUT: list[int] = []  # what ``mrope_axes`` says of a site computed from no [3, batch, seq] input
+
+
+def mrope_axes(site: Site, spec: Any, evaluator: Evaluator) -> list[int] | None:
+    """The axis each frequency pair of ``site`` turns by (``axes.read_axes``; ``axes.MIXED`` where none or several);
+    ``ONE_AXIS_INPUT`` where the site is computed from no [3, batch, seq] position input; None for a table whose rows
+    one axis picks (``site.table``: the pairs are picked after it; ropeexport's decomposed form, read as tables only).
+    """  # noqa: D205
+    length = min(int(spec.max_positions), 16)  # sin moves every pair from position 1 on, in any dtype
+    width = spec.rotary_dim // 2
+    session = evaluator._session(site)  # noqa: SLF001 - the cut-out's own inputs: does it take three axes?
+    if not any("position" in i.name and takes_axes(i.shape) for i in session.get_inputs()):
+        return ONE_AXIS_INPUT
+    if site.table:
+        return None
+
+    def values(axis: int) -> np.ndarray:
+        cos, sin, _ = evaluator.evaluate(site, length, width, axis)
+        return np.stack([cos, sin], axis=1)  # [L, 2, r/2]
+
+    return list(read_axes(values))
 
 
 def check_site(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str, Any]:

@@ -34,6 +34,8 @@ UNREPAIRABLE = {
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
+    "mrope-positions-1d": "graft replaces rotary values, it does not give a model the position axes (height, width) "
+                          "its position_ids input does not take",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
