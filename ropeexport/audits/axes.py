@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.causes import finding
+from ropeexport.audits.patterns.base import Site
 
 AXES = 3  # time, height, width
 NAMES = ("time", "height", "width")
@@ -67,20 +68,80 @@ def layout(tokens: int, last: int) -> np.ndarray:
 
 
 def call_positions(start: int, n: int) -> np.ndarray:
-    """position_ids int64 [3, 1, n] of a proof's call of n tokens from position ``start``: a text token, an image grid
-    of 1 x 2 x 3 merged patches, then text continuing from the grid (height and width apart from time, so that an
-    axis read in another's place changes the logits); a call of fewer than 8 tokens is text, one row on every axis.
+    """position_ids int64 [3, 1, n] of a proof's call of n tokens at positions ``start`` .. start + n - 1: a text
+    token, an image grid of 1 x 2 x 3 merged patches, then text continuing from the grid to start + n - 1 (height and
+    width apart from time, so that an axis read in another's place changes the logits; the grid's 6 tokens advance
+    the positions by 3, so the call starts 3 later); a call of fewer than 8 tokens is text, one row on every axis.
     """  # noqa: D205
     from ropeexport.families.rope.mrope import prompt_positions
 
     if n < 8:
         return prompt_positions([("text", n)], start)[:, None]
-    return prompt_positions([("text", 1), ("image", (1, 2, 3)), ("text", n - 7)], start)[:, None]
+    return prompt_positions([("text", 1), ("image", (1, 2, 3)), ("text", n - 7)], start + 3)[:, None]
 
 
 def grid_delta() -> int:
     """The tokens ``layout``'s image grid takes beyond the positions it advances (its rope_deltas, negated)."""
     return 4 * 6 - 6
+
+
+# What carries a site's values, or one axis's rows of them, to the value a rotation multiplies by: the picks of
+# each pair's axis (ropeexport's Where per axis; transformers' split by mrope_section, select, concatenate) and the
+# reshapes around them
+PICKS = {"Where", "Identity", "Cast", "Split", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Expand",
+         "Transpose", "ScatterND", "ScatterElements"}  # fmt: skip
+DATA = {"Gather": (0,), "Slice": (0,), "Where": (1, 2), "ScatterND": (0, 2), "ScatterElements": (0, 2)}  # the
+# inputs values are carried through (the others: indices, bounds, a mask)
+ROTATES = {"Mul", "RotaryEmbedding", "GroupQueryAttention"}  # what reads a multiplier (or a fused op's cos/sin)
+
+
+def _multipliers(start: Any) -> list[Any]:
+    """The values rotations read that ``start`` is carried to through ``PICKS`` (``start`` itself where a rotation
+    reads it), by name: one per rotated tensor where the query's and the key's are reshaped apart.
+    """  # noqa: D205
+    seen, frontier, found = {id(start)}, [start], {}
+    while frontier:
+        value = frontier.pop()
+        uses = list(value.uses())
+        if any(u.node.op_type in ROTATES for u in uses):
+            found[id(value)] = value
+            continue
+        for use in uses:
+            if use.node.op_type not in PICKS or use.idx not in DATA.get(use.node.op_type, (use.idx,)):
+                continue
+            for out in use.node.outputs:
+                if id(out) not in seen:
+                    seen.add(id(out))
+                    frontier.append(out)
+    return sorted(found.values(), key=lambda v: v.name or "")
+
+
+def picked(site: Site) -> list[Site]:
+    """The per-token values the rotations of ``site`` multiply by, each as a site of its own, where the site's values
+    reach them through picks of each pair's axis (``PICKS``): a table whose rows one axis gathers (``site.positions``;
+    ropeexport's decomposed form: a ``Where`` per axis over the three gathers, the query's and the key's reshaped
+    apart), or cos/sin computed per axis [3, b, s, w] and recomposed by mrope_section (transformers' Qwen2-VL, as
+    torch.onnx exports it; Qwen3-VL's interleave, scattered after the Cos its optimizer moved ahead). Empty where
+    none is found; the site itself where its rotations read its values.
+    """  # noqa: D205
+    found = []
+    for value in site.values[:2]:
+        if value is None:
+            return []
+        start = value
+        if site.table:  # the rows one axis gathers
+            gathers = [u.node for u in value.uses() if u.node.op_type == "Gather" and u.idx == 0
+                       and u.node.inputs[1] is not None and u.node.inputs[1].name == site.positions]  # fmt: skip
+            if len(gathers) != 1:
+                return []
+            start = gathers[0].outputs[0]
+        found.append([v.name for v in _multipliers(start) if v.name])
+    cos, sin = found
+    if not cos or len(cos) != len(sin):
+        return []
+    if [cos, sin] == [[site.cos], [site.sin]]:
+        return [site]
+    return [Site(site.kind, c, s, table=False, scope=site.scope, where=site.where) for c, s in zip(cos, sin, strict=True)]
 
 
 def read_axes(values_of: Any) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audits.axes import axes_finding, read_axes, takes_axes
+from ropeexport.audits.axes import axes_finding, picked, read_axes, takes_axes
 from ropeexport.audits.diagnose import compare, finding
 from ropeexport.audits.layers import Encodings, describe, layer_finding
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
@@ -201,16 +201,24 @@ ONE_AXIS_INPUT: list[int] = []  # what ``mrope_axes`` says of a site computed fr
 
 def mrope_axes(site: Site, spec: Any, evaluator: Evaluator) -> list[int] | None:
     """The axis each frequency pair of ``site`` turns by (``axes.read_axes``; ``axes.MIXED`` where none or several);
-    ``ONE_AXIS_INPUT`` where the site is computed from no [3, batch, seq] position input; None for a table whose rows
-    one axis picks (``site.table``: the pairs are picked after it; ropeexport's decomposed form, read as tables only).
+    ``ONE_AXIS_INPUT`` where the site is computed from no [3, batch, seq] position input. A table whose rows one axis
+    gathers, or values computed per axis, are read where each pair has picked its axis (``axes.picked``: the values
+    the rotations multiply by); a table picked nowhere the audit follows is None.
     """  # noqa: D205
     length = min(int(spec.max_positions), 16)  # sin moves every pair from position 1 on, in any dtype
-    width = spec.rotary_dim // 2
     session = evaluator._session(site)  # noqa: SLF001 - the cut-out's own inputs: does it take three axes?
     if not any("position" in i.name and takes_axes(i.shape) for i in session.get_inputs()):
         return ONE_AXIS_INPUT
-    if site.table:
+    after = picked(site)  # the values the rotations multiply by, each pair picked from its axis on the way there
+    if not after and site.table:
         return None
+    read = [_pair_axes(one, spec, evaluator, length) for one in after or [site]]
+    return next((r for r in read if r != list(spec.pair_axes())), read[0])
+
+
+def _pair_axes(site: Site, spec: Any, evaluator: Evaluator, length: int) -> list[int]:
+    """The axis each pair of a per-token ``site`` turns by (``mrope_axes``)."""
+    width = spec.rotary_dim // 2
 
     def values(axis: int) -> np.ndarray:
         cos, sin, _ = evaluator.evaluate(site, length, width, axis)

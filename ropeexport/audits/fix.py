@@ -38,6 +38,9 @@ UNREPAIRABLE = {
                           "its position_ids input does not take",
 }
 
+# M-RoPE pairs that pick their axis after the tables one axis gathers (``axes.picked``): graft writes table values
+PICKED_AFTER = ("each pair picks its position axis after the tables, where graft writes nothing (it replaces the "
+                "tables' values, not the picks)")
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
 
 

@@ -77,6 +77,9 @@ PARTIAL = {"encoding": "rope", "head_dim": 16, "rotary_dim": 8, "num_heads": 4, 
 PLANTED = [
     ("sections swapped", "qwen2_5_vl", "fused", {"mrope_section": [3, 2, 3]}, None, "mrope-sections-swapped",
      "wrong", "pairs split by mrope_section [3, 2, 3] where the config says [2, 3, 3]"),
+    # the decomposed form picks each pair's axis after its tables (a Where per axis): read there, not graftable
+    ("sections swapped, picked after the tables", "qwen2_5_vl", "decomposed", {"mrope_section": [3, 2, 3]}, None,
+     "mrope-sections-swapped", "unmeasured", "pairs split by mrope_section [3, 2, 3]"),
     ("Qwen3-VL exported as Qwen2-VL", "qwen3_vl", "gqa", {"mrope_interleaved": False}, None, "mrope-interleaving",
      "wrong", "read as contiguous mrope_section blocks [3, 3, 2] (Qwen2-VL's) where the config interleaves"),
     ("one-axis positions", "qwen2_5_vl", "fused", {"mrope_section": [], "mrope_interleaved": False}, None,
@@ -106,7 +109,7 @@ def test_each_planted_mrope_fault_is_named_with_its_effect(
     found = named[expected]
     assert words in found["text"], found["text"]
     assert found["severity"]["level"] == level, (label, found["severity"], found["effect"])
-    assert sorted(i for s in found["sites"] for i in result.sites[s]["layers"]) == [0, 1]
+    assert sorted({i for s in found["sites"] for i in result.sites[s]["layers"]}) == [0, 1]
     effect = found["effect"]
     if level == "unmeasured":  # graft cannot repair it: said, never measured as zero
         assert "not_measured" in effect and "relative" not in effect, effect
