@@ -141,7 +141,8 @@ def picked(site: Site) -> list[Site]:
         return []
     if [cos, sin] == [[site.cos], [site.sin]]:
         return [site]
-    return [Site(site.kind, c, s, table=False, scope=site.scope, where=site.where) for c, s in zip(cos, sin, strict=True)]
+    pairs = zip(cos, sin, strict=True)
+    return [Site(site.kind, c, s, table=False, scope=site.scope, where=site.where) for c, s in pairs]
 
 
 def read_axes(values_of: Any) -> tuple[int, ...]:
