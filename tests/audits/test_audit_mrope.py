@@ -151,3 +151,32 @@ def test_graft_repairs_an_mrope_model_and_proves_it_on_image_grid_calls(
         assert 0.0 < result["decoder"]["use"]["relative"] < 1e-4, result["decoder"]["use"]
     for site in result["after"]["sites"]:
         assert site["pair_axes"] in (None, [0, 0, 1, 1, 1, 2, 2, 2]), site["pair_axes"]
+
+
+@pytest.mark.fast
+def test_an_operator_with_its_own_mrope_tables_is_refused_by_name(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """onnxruntime-genai 0.18's builder writes Qwen2.5-VL with com.microsoft MRotaryEmbedding (its tables and
+    mrope_section inside the operator): no pattern reads it yet, so the audit names it, exit 2, never "no rotary".
+    """  # noqa: D205
+    from onnx import TensorProto, helper
+
+    from ropeexport.cli import main
+
+    rotate = helper.make_node("MRotaryEmbedding", ["query", "position_ids", "cos_cache", "sin_cache"], ["rotated"],
+                              name="/model/layers.0/attn/q_rotary/MRotaryEmbedding", domain="com.microsoft",
+                              interleaved=0, rotary_embedding_dim=16, num_heads=4, mrope_section=[2, 3, 3])  # fmt: skip
+    tables = [numpy_helper.from_array(np.ones((64, 8), np.float32), "cos_cache"),
+              numpy_helper.from_array(np.zeros((64, 8), np.float32), "sin_cache")]  # fmt: skip
+    graph = helper.make_graph([rotate], "g", [helper.make_tensor_value_info("query", TensorProto.FLOAT, [1, "s", 64]),
+                                              helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                                            [3, 1, "s"])],
+                              [helper.make_tensor_value_info("rotated", TensorProto.FLOAT, None)], tables)  # fmt: skip
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    (tmp_path / "spec.json").write_text(json.dumps({**PARTIAL, "rotary_dim": 16, "mrope_section": [2, 3, 3],
+                                                    "max_positions": 64}))  # fmt: skip
+    assert main(["audit", str(tmp_path / "model.onnx"), "--spec", str(tmp_path / "spec.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "com.microsoft MRotaryEmbedding '/model/layers.0/attn/q_rotary/MRotaryEmbedding'" in err, err
+    assert "no verdict on a rotation it has not read" in err and "\n" not in err, err
