@@ -112,14 +112,16 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
 
 
 # Operators that rotate with tables and positions of their own no pattern reads yet: what they do, in words
-OWN_TABLES = {"MRotaryEmbedding": "multimodal RoPE of its own (position_ids [3, batch, seq], mrope_section an "
-                                  "attribute; onnxruntime-genai 0.18's Qwen-VL export)"}  # fmt: skip
+OWN_TABLES = {
+    "MRotaryEmbedding": "multimodal RoPE of its own (position_ids [3, batch, seq], mrope_section an attribute; "
+                        "onnxruntime-genai 0.18's Qwen-VL export)",
+}
 
 
 def refuse_unread(model: ir.Model, sites: list[Site]) -> None:
     """A SpecError naming the first node (at any depth) that rotates in a way no pattern reads: an operator of
-    ``OWN_TABLES``, an operator with ``do_rotary`` set that is no site's reader (com.microsoft Attention, SparseAttention, PagedAttention: their
-    built-in rotary; GroupQueryAttention's is a site); else the first sum x * a + rotate(x) * b written out whose
+    ``OWN_TABLES``, an operator with ``do_rotary`` set that is no site's reader (com.microsoft Attention,
+    SparseAttention, PagedAttention: their built-in rotary; GroupQueryAttention's is a site); else the first sum x * a + rotate(x) * b written out whose
     multipliers read no site's value (``audits.unread``: a form no pattern reads, named with the node making them).
     The audit says nothing of a rotation it has not read.
     """  # noqa: D205
