@@ -122,8 +122,8 @@ def refuse_unread(model: ir.Model, sites: list[Site]) -> None:
     """A SpecError naming the first node (at any depth) that rotates in a way no pattern reads: an operator of
     ``OWN_TABLES``, an operator with ``do_rotary`` set that is no site's reader (com.microsoft Attention,
     SparseAttention, PagedAttention: their built-in rotary; GroupQueryAttention's is a site); else the first sum
-    x * a + rotate(x) * b written out whose multipliers read no site's value (``audits.unread``: a form no pattern reads, named with the node making them).
-    The audit says nothing of a rotation it has not read.
+    x * a + rotate(x) * b written out whose multipliers read no site's value (``audits.unread``: a form no pattern
+    reads, named with the node making them). The audit says nothing of a rotation it has not read.
     """  # noqa: D205
     read = {id(node) for site in sites for node in reader_nodes(site)}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
