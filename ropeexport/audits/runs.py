@@ -94,8 +94,9 @@ class Plan:
         each = f"{self.prompts} prompts" if self.prompts > 1 else "one prompt"
         if self.mode == "cache":
             words = (f"as users run it: its own cache from a prefill of {self.reach - TOKENS} tokens (calls of up to "
-                     f"{min(self.chunk, self.reach - TOKENS)}), {DRAWS} draws of {TOKENS} tokens at positions "
-                     f"{self.reach - TOKENS}..{self.reach - 1}; {each}")  # fmt: skip
+                     f"{min(self.chunk, self.reach - TOKENS)}), {DRAWS} draws of {TOKENS} tokens at "
+                     f"{'tokens' if self.positions is not None else 'positions'} {self.reach - TOKENS}.."
+                     f"{self.reach - 1}; {each}")  # fmt: skip
         else:
             words = (f"as users run it: whole sequences of {self.reach} tokens ({DRAWS} draws of the last {TOKENS}); "
                      f"{each}")  # fmt: skip
