@@ -221,5 +221,7 @@ def _rows(array: np.ndarray, site: Site, length: int, width: int) -> np.ndarray:
             return halves
         if np.array_equal(pairs, a[:, 1::2]):
             return pairs
+        if np.array_equal(halves, a[:, width:]):  # halves duplicated, read by an interleaved reader
+            return halves
         return a  # neither duplicated: twice the width asked (a whole head rotated where the config rotates part)
     return a
