@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.audits.axes import axes_finding, picked, read_axes, takes_axes
 from ropeexport.audits.diagnose import compare, finding
 from ropeexport.audits.layers import Encodings, describe, layer_finding
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
@@ -135,6 +136,16 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = ""
             record["dtype"] = dtype
             record["probes"].append(compare(spec, cos, sin, length, dtype, label, layers, others).to_dict())
         refusal = _reader_refusal(site, spec, evaluator)
+        if getattr(spec, "mrope_section", ()):  # M-RoPE: the axis each pair turns by (``audits.axes``)
+            read = mrope_axes(site, spec, evaluator)
+            record["pair_axes"] = read
+            if read == ONE_AXIS_INPUT:
+                record["findings"].append(finding("mrope-positions-1d", "computed from position_ids [batch, seq], one "
+                                                  "axis, where the config's M-RoPE reads [3, batch, seq] (time, "
+                                                  "height, width): image positions cannot be fed, every pair turns "
+                                                  "by the one position"))  # fmt: skip
+            elif read is not None and axes_finding(tuple(read), spec) is not None:
+                record["findings"].append(axes_finding(tuple(read), spec))
         pairs = pairing(site, spec)
         if pairs is not None:
             record["findings"].append(pairs)
@@ -222,6 +233,37 @@ def _without_zero_tail(spec: Any, cos: np.ndarray, sin: np.ndarray, length: int,
                 f"{r // 2}): {half} real frequencies theta^(-2i/{r}), then {r // 2 - half} zero-frequency pairs (the "
                 "zero tail dropped)")  # fmt: skip
     return layer_finding("proportional-without-zero-tail", template, label, layers)
+
+
+ONE_AXIS_INPUT: list[int] = []  # what ``mrope_axes`` says of a site computed from no [3, batch, seq] input
+
+
+def mrope_axes(site: Site, spec: Any, evaluator: Evaluator) -> list[int] | None:
+    """The axis each frequency pair of ``site`` turns by (``axes.read_axes``; ``axes.MIXED`` where none or several);
+    ``ONE_AXIS_INPUT`` where the site is computed from no [3, batch, seq] position input. A table whose rows one axis
+    gathers, or values computed per axis, are read where each pair has picked its axis (``axes.picked``: the values
+    the rotations multiply by); a table picked nowhere the audit follows is None.
+    """  # noqa: D205
+    length = min(int(spec.max_positions), 16)  # sin moves every pair from position 1 on, in any dtype
+    session = evaluator._session(site)  # noqa: SLF001 - the cut-out's own inputs: does it take three axes?
+    if not any("position" in i.name and takes_axes(i.shape) for i in session.get_inputs()):
+        return ONE_AXIS_INPUT
+    after = picked(site)  # the values the rotations multiply by, each pair picked from its axis on the way there
+    if not after and site.table:
+        return None
+    read = [_pair_axes(one, spec, evaluator, length) for one in after or [site]]
+    return next((r for r in read if r != list(spec.pair_axes())), read[0])
+
+
+def _pair_axes(site: Site, spec: Any, evaluator: Evaluator, length: int) -> list[int]:
+    """The axis each pair of a per-token ``site`` turns by (``mrope_axes``)."""
+    width = spec.rotary_dim // 2
+
+    def values(axis: int) -> np.ndarray:
+        cos, sin, _ = evaluator.evaluate(site, length, width, axis)
+        return np.stack([cos, sin], axis=1)  # [L, 2, r/2]
+
+    return list(read_axes(values))
 
 
 def check_site(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str, Any]:

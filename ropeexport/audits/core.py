@@ -393,7 +393,7 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
     A finding in ``known`` (by ``optimized.finding_key``) takes that effect, measured on this graph already.
     """  # noqa: D205
     from ropeexport.audits.effect import Measure
-    from ropeexport.audits.fix import UNREPAIRABLE
+    from ropeexport.audits.fix import PICKED_AFTER, UNREPAIRABLE
     from ropeexport.audits.optimized import finding_key
 
     last = int(encodings.first.max_positions) - 1
@@ -411,6 +411,10 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
             continue
         sites = [result.sites[i] for i in found["sites"]]
+        if found["name"].startswith("mrope-") and any(s["table"] for s in sites):  # picked after the tables
+            found["effect"] = {"not_measured": f"its repair is not one graft makes: {PICKED_AFTER}",
+                               "unrepairable": PICKED_AFTER}  # fmt: skip
+            continue
         if any(f["name"] in (*STRUCTURAL, "unidentified-site") for s in sites for f in s["findings"]):
             found["effect"] = {"not_measured": "the audit could not check its site whole: there are no right values "
                                "to put in"}  # fmt: skip

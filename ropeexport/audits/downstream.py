@@ -19,7 +19,8 @@ from ropeexport.audits.patterns.computed import CARRIERS
 
 def consumers(values: Iterable[ir.Value | None]) -> list[ir.Node]:
     """The nodes using ``values``, each followed forward through carrier nodes (``patterns.computed.CARRIERS``: one
-    data input, the others constants or shapes) to the nodes that compute with it, in the order first met.
+    data input, the others constants or shapes; a ``Where`` on a constant mask, ``_pick``) to the nodes that compute
+    with it, in the order first met.
     """  # noqa: D205
     found: dict[int, ir.Node] = {}
     seen: set[int] = set()
@@ -32,8 +33,15 @@ def consumers(values: Iterable[ir.Value | None]) -> list[ir.Node]:
         for use in value.uses():
             node = use.node
             others = [v for i, v in enumerate(node.inputs) if i != use.idx]
-            if node.op_type in CARRIERS and all(is_constant(v) for v in others):
+            if node.op_type in CARRIERS and all(is_constant(v) for v in others) or _pick(node, use.idx):
                 stack.extend(node.outputs)
             else:
                 found.setdefault(id(node), node)
     return list(found.values())
+
+
+def _pick(node: ir.Node, index: int) -> bool:
+    """A ``Where`` on a constant mask, ``value`` one of its picks: M-RoPE's choice of each pair's axis (ropeexport's
+    decomposed form), which carries the lookups of the three axes alike.
+    """  # noqa: D205
+    return node.op_type == "Where" and index in (1, 2) and is_constant(node.inputs[0])

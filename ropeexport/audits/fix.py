@@ -38,8 +38,13 @@ UNREPAIRABLE = {
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
     "query-scale-unread": "no table of the query's factor was read: there are no values to put right",
+    "mrope-positions-1d": "graft replaces rotary values, it does not give a model the position axes (height, width) "
+                          "its position_ids input does not take",
 }
 
+# M-RoPE pairs that pick their axis after the tables one axis gathers (``axes.picked``): graft writes table values
+PICKED_AFTER = ("each pair picks its position axis after the tables, where graft writes nothing (it replaces the "
+                "tables' values, not the picks)")
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
 
 

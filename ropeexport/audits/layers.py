@@ -184,13 +184,6 @@ def _checked(spec: Any, model: ir.Model | None, field: str) -> Any:
     """``spec`` if audit checks its encoding; for a model ropeexport built, over the positions it declares."""
     if spec.encoding not in ("rope", "alibi"):
         raise SpecError(field, f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
-    if getattr(spec, "mrope_section", ()):  # no pattern maps a site reading [3, batch, seq] positions yet
-        raise SpecError(field, f"describes multimodal RoPE (mrope_section {list(spec.mrope_section)}); audit and "
-                        "graft map one-axis rotary sites (each pair's cos/sin from one position input): M-RoPE "
-                        "models, whose pairs read three axes, are not audited yet, nor grafted (not built: a reader "
-                        "of the per-axis row lookups each pair picks from, the pairs' axes checked against "
-                        "mrope_section, effect runs fed [3, batch, seq]); ropeexport's own Qwen-VL decoders are "
-                        "verified when built: their report.json")  # fmt: skip
     declared = None if model is None else model.metadata_props.get(DECLARED)
     if declared is None:
         return spec

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from ropeexport.audits import axes
 from ropeexport.audits.model import load_model, materialize, ort_reason, quiet
 from ropeexport.audits.patterns.base import Site, Step, ancestors
 from ropeexport.audits.sites import find_value, scope_graphs
@@ -50,8 +51,8 @@ def feed(value: ir.Value, length: int) -> np.ndarray:
     name = value.name or ""
     dtype = value.dtype.numpy() if value.dtype is not None else np.int64
     if name in ("input_ids", "attention_mask", "position_ids") or name.endswith(("position_ids", "attention_mask")):
-        row = np.arange(length) if "position" in name else np.ones(length)
-        return row.astype(dtype).reshape(1, length)
+        row = (np.arange(length) if "position" in name else np.ones(length)).astype(dtype).reshape(1, length)
+        return axes.rows(row, value.shape) if "position" in name else row  # M-RoPE's [3, 1, L]: text, one row
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, heads, past, d]: no past
         return np.zeros((1, dims[1] or 1, 0, dims[3] or 1), dtype)
@@ -131,11 +132,12 @@ class Evaluator:
                 raise NotEvaluated(ort_reason(exc)) from None
         return self._sessions[key]
 
-    def evaluate(self, site: Site, length: int, width: int) -> tuple[np.ndarray, np.ndarray, str]:
+    def evaluate(self, site: Site, length: int, width: int, axis: int | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, str]:  # fmt: skip
         """cos and sin [rows, width] (float64) of ``site`` in a call of ``length`` tokens (module doc), and the
-        dtype they are stored in (``float32``, ``float16``, ..).
+        dtype they are stored in (``float32``, ``float16``, ..); ``axis`` as ``raw``'s.
         """  # noqa: D205
-        cos, sin, *rows = self.raw(site, length)
+        cos, sin, *rows = self.raw(site, length, axis)
         dtype = str(cos.dtype)
         cos, sin = _rows(cos, site, length, width), _rows(sin, site, length, width) * site.sign  # as applied
         if rows:  # the rows the operator reads for positions 0 .. L - 1 (a row past the table ends what is read)
@@ -144,10 +146,16 @@ class Evaluator:
             cos, sin = cos[index[:inside]], sin[index[:inside]]
         return cos, sin, dtype
 
-    def raw(self, site: Site, length: int) -> list[np.ndarray]:
-        """The site's values as the model computes them in a call of ``length`` tokens: cos, sin (and the rows)."""
+    def raw(self, site: Site, length: int, axis: int | None = None) -> list[np.ndarray]:
+        """The site's values as the model computes them in a call of ``length`` tokens: cos, sin (and the rows).
+        ``axis``: an M-RoPE model's position axis counting 0 .. L - 1, the others at 0 (``axes.apart``).
+        """  # noqa: D205
         session = self._session(site)
         feeds = session_feeds(session, length)
+        if axis is not None:
+            for name, value in feeds.items():
+                if "position" in name and value.ndim == 3:
+                    feeds[name] = axes.apart(length, axis).astype(value.dtype)
         try:
             return session.run(None, feeds, quiet()[1])
         except Exception as exc:  # noqa: BLE001 - a call the model refuses is a finding, in ORT's words
@@ -213,5 +221,7 @@ def _rows(array: np.ndarray, site: Site, length: int, width: int) -> np.ndarray:
             return halves
         if np.array_equal(pairs, a[:, 1::2]):
             return pairs
-        return halves
+        if np.array_equal(halves, a[:, width:]):  # halves duplicated, read by an interleaved reader
+            return halves
+        return a  # neither duplicated: twice the width asked (a whole head rotated where the config rotates part)
     return a

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.audits.axes import call_positions, takes_axes
 from ropeexport.audits.proof_verdict import judge_call, outside, verdict
 from ropeexport.audits.states import RULE, state_shape
 from ropeexport.audits.truth import HOWS, KINDS, TOKENS, Cache, Call, OracleTruth, ProofWeights, Truth, call_ids
@@ -111,6 +112,7 @@ class Feeder:
         self.kept: dict[int, int] = {}  # layer -> the entries it keeps of its cache (``keeps``)
         self.mask = "attention_mask" in inputs
         self.positions = "position_ids" in inputs
+        self.axes = "position_ids" in inputs and takes_axes(inputs["position_ids"].shape)  # M-RoPE's [3, b, s]
         self.dtype = DTYPES.get(session.get_outputs()[0].type)
         self.logits = next((o.name for o in session.get_outputs() if o.name == "logits"),
                            session.get_outputs()[0].name)  # fmt: skip
@@ -167,7 +169,8 @@ class Feeder:
         if self.mask:
             feeds["attention_mask"] = np.ones((1, slots), np.int64)
         if self.positions:
-            feeds["position_ids"] = np.arange(first, first + n, dtype=np.int64).reshape(1, n)
+            feeds["position_ids"] = (call_positions(first, n) if self.axes  # the call's image grid (``axes``)
+                                     else np.arange(first, first + n, dtype=np.int64).reshape(1, n))
         numpy = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
         for layer, kv in self.cached.items():
             for tail, values in zip(("key", "value"), cache[layer], strict=True):

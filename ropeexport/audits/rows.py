@@ -30,7 +30,7 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     ``readers``: the names of the nodes to rewire (the layers of one encoding, where the site's layers need two);
     every reader when None. ``tag`` keeps the names of one site's new nodes apart from another's.
     """  # noqa: D205
-    from ropeexport.families.rope.export import cos_sin_rows, rope_tables, row_lengths
+    from ropeexport.families.rope.export import cos_sin_rows, mrope_cos_sin, rope_tables, row_lengths
     from ropeexport.graph.guard import rename_inputs
     from ropeexport.graph.onnx_io import GraphBuilder
 
@@ -68,7 +68,16 @@ def replace_computed(proto: Any, site: dict[str, Any], spec: Any, evaluator: Eva
     positions = "position_ids" if past is None else _lengths_positions(g, past)
     length = row_lengths(g, [positions], opset) if regime != "static" else None
     made = []
-    for name, rows in zip(("cos", "sin"), cos_sin_rows(g, piece_spec, tables, positions, length)[:2], strict=True):
+    pair_rows: tuple[str, str, str | None]
+    if piece_spec.mrope_section and _takes_axes(proto, positions):  # M-RoPE: each pair from its axis's rows
+        pair_rows = mrope_cos_sin(g, piece_spec, tables, positions)
+    elif piece_spec.mrope_section:  # no table gives a one-axis input the axes it lacks
+        raise SpecError("model", f"the site reading {site['cos']!r} is computed from {positions} [batch, seq], one "
+                        "position axis, where the config's M-RoPE reads three (time, height, width): graft cannot "
+                        "give the model the axes it does not take; export it with position_ids [3, batch, seq]")
+    else:
+        pair_rows = cos_sin_rows(g, piece_spec, tables, positions, length)
+    for name, rows in zip(("cos", "sin"), pair_rows[:2], strict=True):
         if layout == "half":  # [b, s, w] -> [b, s, 2w]: f | f
             rows = g.op("Concat", [rows, rows], axis=-1)
         elif layout == "interleaved":  # f0 f0 f1 f1 ..
@@ -150,3 +159,14 @@ def prune(graph: Any) -> None:
     inits = [t for t in graph.initializer if t.name in needed]
     del graph.initializer[:]
     graph.initializer.extend(inits)
+
+
+def _takes_axes(proto: Any, name: str) -> bool:
+    """Whether the graph input ``name`` is M-RoPE's [3, batch, seq] (``axes.takes_axes``)."""
+    from ropeexport.audits.axes import takes_axes
+
+    found = next((i for i in proto.graph.input if i.name == name), None)
+    if found is None:
+        return False
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in found.type.tensor_type.shape.dim]
+    return takes_axes(dims)

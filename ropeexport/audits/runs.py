@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.audits import axes
+from ropeexport.audits.axes import grid_delta, layout, takes_axes
 from ropeexport.audits.prove import CACHE_GIB, Signature
 from ropeexport.audits.states import RULE, layer_tail, state_shape
 
@@ -85,17 +87,23 @@ class Plan:
     vocab: int = 2
     caches: dict[str, str] = field(default_factory=dict)  # cache input -> the output giving it back
     inputs: dict[str, Any] = field(default_factory=dict)  # name -> (shape, type) as declared
+    positions: np.ndarray | None = None  # M-RoPE: each token's [3] positions, [3, reach] (``axes.layout``)
 
     def how(self) -> str:
         """The plan in words."""
         each = f"{self.prompts} prompts" if self.prompts > 1 else "one prompt"
         if self.mode == "cache":
             words = (f"as users run it: its own cache from a prefill of {self.reach - TOKENS} tokens (calls of up to "
-                     f"{min(self.chunk, self.reach - TOKENS)}), {DRAWS} draws of {TOKENS} tokens at positions "
-                     f"{self.reach - TOKENS}..{self.reach - 1}; {each}")  # fmt: skip
+                     f"{min(self.chunk, self.reach - TOKENS)}), {DRAWS} draws of {TOKENS} tokens at "
+                     f"{'tokens' if self.positions is not None else 'positions'} {self.reach - TOKENS}.."
+                     f"{self.reach - 1}; {each}")  # fmt: skip
         else:
             words = (f"as users run it: whole sequences of {self.reach} tokens ({DRAWS} draws of the last {TOKENS}); "
                      f"{each}")  # fmt: skip
+        if self.positions is not None:
+            words += (f"; position_ids [3, batch, seq]: text, an image grid of 1 x 4 x 6 at tokens 4..27, text after "
+                      f"it to position {int(self.positions.max())} (windows named by token index, {grid_delta()} past "
+                      "their text position after the grid)")  # fmt: skip
         return words + (f"; {self.short}" if self.short else "")
 
 
@@ -182,7 +190,16 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
     far = "the far end" if short is None else "the end of what was run"
     places += [Place(f"{far} (draw {k})", reach - 1, k) for k in range(DRAWS)]
     prompts = PROMPTS if reach <= LONGEST else 1  # a long context's prefill is the cost: one prompt there
-    return Plan(mode, reach, chunk, places, short, prompts, int(vocab), given_back, inputs)
+    positions = None
+    if "position_ids" in inputs and takes_axes(inputs["position_ids"][0]):  # M-RoPE: an image grid in the prompt,
+        # its tokens past the positions it advances added, so the draws still end at position reach - 1
+        positions = layout(reach + grid_delta(), reach - 1)
+        if positions.shape[1] == reach + grid_delta():
+            reach += grid_delta()
+            places = [p if p.draw is None else Place(p.name, reach - 1, p.draw) for p in places]
+        else:
+            positions = None
+    return Plan(mode, reach, chunk, places, short, prompts, int(vocab), given_back, inputs, positions)
 
 
 def _work(path: Path, spec: Any, layers: int) -> Any:
@@ -231,7 +248,10 @@ def run(path: Path, plan: Plan, spec: Any, threads: int | None = None) -> list[d
         if "attention_mask" in plan.inputs:
             feeds["attention_mask"] = np.ones((1, start + n))
         if "position_ids" in plan.inputs:
-            feeds["position_ids"] = np.arange(start, start + n).reshape(1, n)
+            row = np.arange(start, start + n).reshape(1, n)
+            given = plan.positions
+            feeds["position_ids"] = given[:, None, start : start + n] if given is not None else axes.rows(
+                row, plan.inputs["position_ids"][0])  # M-RoPE: the prompt's own [3, 1, n]
         feeds |= past
         for name, value in list(feeds.items()):
             feeds[name] = value.astype(NUMPY.get(plan.inputs[name][1], value.dtype), copy=False)

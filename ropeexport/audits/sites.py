@@ -111,15 +111,26 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
     return out
 
 
+# Operators that rotate with tables and positions of their own no pattern reads yet: what they do, in words
+OWN_TABLES = {
+    "MRotaryEmbedding": "multimodal RoPE of its own (position_ids [3, batch, seq], mrope_section an attribute; "
+                        "onnxruntime-genai 0.18's Qwen-VL export)",
+}
+
+
 def refuse_unread(model: ir.Model, sites: list[Site]) -> None:
-    """A SpecError naming the first node (at any depth) that rotates in a way no pattern reads: an operator with
-    ``do_rotary`` set that is no site's reader (com.microsoft Attention, SparseAttention, PagedAttention: their
-    built-in rotary; GroupQueryAttention's is a site); else the first sum x * a + rotate(x) * b written out whose
-    multipliers read no site's value (``audits.unread``: a form no pattern reads, named with the node making them).
-    The audit says nothing of a rotation it has not read.
+    """A SpecError naming the first node (at any depth) that rotates in a way no pattern reads: an operator of
+    ``OWN_TABLES``, an operator with ``do_rotary`` set that is no site's reader (com.microsoft Attention,
+    SparseAttention, PagedAttention: their built-in rotary; GroupQueryAttention's is a site); else the first sum
+    x * a + rotate(x) * b written out whose multipliers read no site's value (``audits.unread``: a form no pattern
+    reads, named with the node making them). The audit says nothing of a rotation it has not read.
     """  # noqa: D205
     read = {id(node) for site in sites for node in reader_nodes(site)}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type in OWN_TABLES and id(node) not in read:
+            raise SpecError("model", f"{node.domain or 'ai.onnx'} {node.op_type} {node.name!r} rotates by "
+                            f"{OWN_TABLES[node.op_type]}, which no pattern of the audit reads yet: no verdict on a "
+                            "rotation it has not read")  # fmt: skip
         rotary = node.attributes.get("do_rotary")
         if rotary is None or rotary.type != ir.AttributeType.INT or not rotary.value or id(node) in read:
             continue

@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ropeexport.audits.axes import AXES, call_positions
+
 TOKENS = 8  # the tokens of a call judged
 WHOLE = 4096  # the longest sequence a ``whole`` call feeds (the truth's eager attention is quadratic in it)
 HOWS = ("cache", "positions", "whole")
@@ -194,6 +196,8 @@ class OracleTruth:
         n = call.ids.shape[1]
         start = 0 if call.how == "whole" else call.past
         pos = np.arange(start, start + n, dtype=np.int64).reshape(1, n)
+        if self.spec.positions.axes == AXES:  # M-RoPE: the call's image grid, as the model is fed (``axes``)
+            pos = call_positions(start, n)
         cache = Cache(self.spec, call.index, call.past, np.float64) if call.how == "cache" else None
         mask = np.ones((1, n + (call.past if cache is not None else 0)), np.int64)
         return Feed(call.ids, pos, mask, n - TOKENS, cache)

@@ -433,7 +433,6 @@ BAD_SPECS = [
      "--spec: '{spec}': encodings.global.thetta: unknown field for encoding 'rope'"),
     ("spec-not-fitting-the-model", SLIDING | {"head_dim": 8},
      "--spec: describes rotary_dim 8 (tables 4 wide) but the model's cos/sin at"),
-    ("multimodal-rope", SLIDING | {"mrope_section": [2, 3, 3]}, "whose pairs read three axes, are not audited yet"),
 ]  # fmt: skip
 
 
@@ -449,19 +448,21 @@ def test_a_bad_spec_file_is_one_line_and_exit_2(case: str, content: Any, words: 
     assert "--hf-config" not in err and ("not describe" not in err or "the spec does not describe" in err), err
 
 
-def test_a_multimodal_rope_config_is_not_audited_as_one_axis(tmp_path: Path, capsys, tiny_checkpoint) -> None:  # noqa: ANN001
+def test_a_one_axis_model_against_a_multimodal_rope_config_is_named_and_not_grafted(
+    tmp_path: Path, capsys, tiny_checkpoint  # noqa: ANN001
+) -> None:
     model = _decoder(tmp_path, tiny_checkpoint("gemma3"), "fused")
     config = tmp_path / "qwen2_5_vl.json"  # a flat hub config: M-RoPE sections over the 8 pairs of head_dim 16
     config.write_text(json.dumps({"model_type": "qwen2_5_vl", "hidden_size": 64, "num_attention_heads": 4,
                                   "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}))  # fmt: skip
     capsys.readouterr()
-    assert main(["audit", str(model), "--hf-config", str(config)]) == 2
+    assert main(["audit", str(model), "--hf-config", str(config), "--no-effects"]) == 1
+    out = capsys.readouterr().out
+    assert "computed from position_ids [batch, seq], one axis, where the config's M-RoPE reads" in out, out
+    grafted = tmp_path / "grafted.onnx"  # no value gives the model the axes it does not take: refused, nothing written
+    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(grafted), "--trust", "config"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--hf-config: describes multimodal RoPE (mrope_section [2, 3, 3])" in err and "\n" not in err, err
-    grafted = tmp_path / "grafted.onnx"  # graft reads the encodings the same way: refused, nothing written
-    assert main(["graft", str(model), "--hf-config", str(config), "--out", str(grafted)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "nor grafted" in err and "\n" not in err and not grafted.exists(), err
+    assert "does not give a model the position axes" in err and "\n" not in err and not grafted.exists(), err
 
 
 @pytest.mark.parametrize("argv", [["--spec", "s.json", "--hf-config", "c.json"], []], ids=["both", "neither"])
