@@ -288,6 +288,12 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     name_layers(result.sites)
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
+    if spec.encoding == "rope":  # query scales, chunks and latent attention's rope slice (``audits.features``)
+        from ropeexport.audits.features import feature_findings
+
+        config_path = None if hf_config is None else Path(hf_config)
+        result.findings += feature_findings(path, graph, sites, config_path, result.layers,
+                                            int(spec.max_positions), threads)  # fmt: skip
     if effects:
         weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them

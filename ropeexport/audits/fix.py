@@ -34,6 +34,9 @@ UNREPAIRABLE = {
     "partial-rotary-ignored": "graft replaces rotary values, it does not change how many channels a node rotates",
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
+    "chunk": "graft replaces rotary values, it does not change an attention's chunks",
+    "query-scale": "graft replaces rotary values, it does not change the query's scale",
+    "rope-slice": "graft replaces rotary values, it does not change which channels a node rotates",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
