@@ -27,6 +27,7 @@ findings carry ``sites`` [] and the readings go in the audit's ``layers`` (``que
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,48 @@ def chunk_findings(seen: dict[int, int], spec: Any) -> list[dict[str, Any]]:
     return out
 
 
+ATTENTION_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention")
+
+
+def read_attention_scales(model: ir.Model) -> dict[int, float | None]:
+    """Layer -> the ``scale`` attribute of its attention operator (None: absent or 0, the operator's default
+    1/sqrt(head size)); layers without an attention operator (a decomposed Softmax) are not read.
+    """  # noqa: D205
+    seen: dict[int, float | None] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type in ATTENTION_OPS and (layer := layer_of(node.name or "", node.metadata_props)) is not None:
+            attr = node.attributes.get("scale")
+            seen[layer] = float(attr.value) if attr is not None and float(attr.value) else None
+    return seen
+
+
+def scale_of_softmax_findings(seen: dict[int, float | None], spec: Any) -> list[dict[str, Any]]:
+    """``attention-scale`` findings on latent layers: YaRN's mscale, which DeepSeek puts in the softmax scale squared
+    (``1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)**2``), missing, doubled or other; ``sites`` [].
+    """  # noqa: D205
+    groups: dict[str, list[int]] = {}
+    for i, layer in enumerate(spec.layers):
+        a = layer.attention
+        if a.kind != "latent" or i not in seen:
+            continue
+        plain = (a.qk_nope_head_dim + a.head_dim) ** -0.5
+        want = a.scale or plain
+        have = seen[i] if seen[i] is not None else plain
+        if math.isclose(have, want, rel_tol=1e-6):
+            continue
+        squared = want / plain
+        if math.isclose(have * squared, want, rel_tol=1e-6):
+            how = f"lacks YaRN's mscale squared ({squared:.6g})"
+        elif math.isclose(have, want * squared, rel_tol=1e-6):
+            how = f"has YaRN's mscale squared ({squared:.6g}) twice"
+        else:
+            how = "is another"
+        groups.setdefault(f"{{who}}'s attention scale {have:.6g} {how} where the config gives {want:.6g} "
+                          f"(1/sqrt(qk_head_dim) times the softmax's mscale squared: YaRN's attention factor, in the "
+                          "softmax)", []).append(i)  # fmt: skip
+    return [layer_finding("attention-scale", t, "", layers) | {"sites": []} for t, layers in groups.items()]
+
+
 def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path: Path | None,
                      readings: dict[str, Any], length: int, threads: int = 2) -> list[dict[str, Any]]:  # fmt: skip
     """Every finding of this module's features (module doc), the query scales read at positions 0 .. ``length`` - 1
@@ -184,6 +227,10 @@ def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path
     spec = expected(config_path)
     if spec is None:
         return out
+    if any(layer.attention.kind == "latent" for layer in spec.layers):
+        scales = read_attention_scales(model)
+        readings["attention_scales"] = {str(i): v for i, v in scales.items()}
+        out += scale_of_softmax_findings(scales, spec)
     if any(layer.query_scale is not None for layer in spec.layers) or _anchors(model):
         seen = read_scales(path, model, length, threads)
         readings["query_scales"] = {str(i): {"first": float(v[0]), "last": float(v[-1])} for i, v in seen.items()}

@@ -37,6 +37,7 @@ UNREPAIRABLE = {
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",
     "query-scale": "graft replaces rotary values, it does not change the query's scale",
     "rope-slice": "graft replaces rotary values, it does not change which channels a node rotates",
+    "attention-scale": "graft replaces rotary values, it does not change an attention operator's scale",
 }
 
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)

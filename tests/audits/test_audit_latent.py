@@ -56,6 +56,9 @@ def read_right(result: Any, name: str) -> None:
         slices = layers["rope_slices"]
         assert {(s["layer"], s["role"]) for s in slices} == {(i, r) for i in (0, 1) for r in "qk"}, slices
         assert all(s["channels"] == (ROPE_LAST if s["role"] == "q" else KEY_LAST) for s in slices), slices
+        # the fused forms' Attention operators carry the softmax's scale (with YaRN's mscale squared); a Softmax not
+        assert set(layers["attention_scales"]) <= {"0", "1"} and all(
+            v == pytest.approx(0.301407, rel=1e-5) for v in layers["attention_scales"].values()), layers  # fmt: skip
     if name == "llama4":  # layer 3 NoPE, with the temperature; 0-2 rotated and chunked over 8 slots
         assert layers["unrotated"] == [3] and [g["layers"] for g in layers["groups"]] == [[0, 1, 2]], layers
         assert list(layers["query_scales"]) == ["3"] and layers["query_scales"]["3"]["first"] == 1.0, layers
@@ -84,6 +87,17 @@ def _tables(model: Path, times: float) -> None:
 def mscale_in_tables(model: Path) -> None:
     """DeepSeek's softmax mscale (yarn_get_mscale(4, mscale_all_dim 0.707)) multiplied into cos/sin too."""
     _tables(model, 0.1 * 0.707 * math.log(4.0) + 1.0)
+
+
+def softmax_without_mscale(model: Path) -> None:
+    """The attention's scale 1/sqrt(qk_head_dim), YaRN's mscale squared left out (mobius-onnx 0.1.0's DeepSeek V3,
+    measured: tools/figures/planted-latent-bugs.md).
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        if node.op_type == "Attention":
+            next(a for a in node.attribute if a.name == "scale").f = 16**-0.5
+    onnx.save(proto, str(model))
 
 
 def rotate_nope_dims(model: Path) -> None:
@@ -163,6 +177,9 @@ PLANTED = [
     Planted("ds-mscale-in-cos-sin", "deepseek_v3", ("attention-factor",),
             "attention factor 1.09801 where the config's yarn implies 1: the softmax's mscale (1.09801: "
             "mscale_all_dim 0.707 at x4) applied to cos/sin as well", 0.1, "proven", plant=mscale_in_tables),
+    Planted("ds-softmax-without-mscale", "deepseek_v3", ("attention-scale",),
+            "layers 0-1's attention scale 0.25 lacks YaRN's mscale squared (1.20563) where the config gives 0.301407",
+            0.1, "does not change an attention operator's scale", plant=softmax_without_mscale),
     Planted("l4-nope-rotated", "llama4", ("nope-rotated",), "layer 3 has no RoPE in the config but is rotated", 0.01,
             "", edit=_layers(_rotate_layer_3)),  # its graft is SmolLM3's (test_audit_layers, nope-layers-rotated)
     Planted("l4-temperature-wrong-layer", "llama4", ("query-scale", "query-scale"),
