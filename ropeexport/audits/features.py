@@ -195,7 +195,8 @@ def scale_of_softmax_findings(seen: dict[int, float | None], spec: Any) -> list[
             continue
         plain = (a.qk_nope_head_dim + a.head_dim) ** -0.5
         want = a.scale or plain
-        have = seen[i] if seen[i] is not None else plain
+        read = seen[i]
+        have = float(read) if read is not None else plain
         if math.isclose(have, want, rel_tol=1e-6):
             continue
         squared = want / plain
