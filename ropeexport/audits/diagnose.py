@@ -75,10 +75,27 @@ def compare(spec: RopeSpec, cos: np.ndarray, sin: np.ndarray, length: int, dtype
     if measured.factor_off:
         squared = factor != 1.0 and abs(float(observed_factor or 0.0) - factor * factor) <= tol  # applied twice
         said = " (its square: applied twice)" if squared else ""
+        why = "" if squared else _softmax_mscale(spec, float(observed_factor or 0.0), factor, tol)
         findings.append(finding("attention-factor", f"attention factor {observed_factor:.6g}{said} where the "
-                                 f"config's {spec.scaling} implies {factor:.6g}"))  # fmt: skip
+                                 f"config's {spec.scaling} implies {factor:.6g}{why}"))  # fmt: skip
     findings += diagnose(measured)
     return probe
+
+
+def _softmax_mscale(spec: RopeSpec, observed: float, factor: float, tol: float) -> str:
+    """Words for a YaRN table scaled by the softmax's mscale too (DeepSeek V2 / V3: transformers multiplies the
+    softmax scale by yarn_get_mscale(factor, mscale_all_dim) squared and leaves cos/sin at mscale / mscale_all_dim's
+    ratio; an export that also scales cos/sin by it scales q.k by its square once more), else "".
+    """  # noqa: D205
+    params = spec.scaling_params or {}
+    scale, all_dim = params.get("factor"), params.get("mscale_all_dim")
+    if spec.scaling != "yarn" or not scale or not all_dim or float(scale) <= 1:
+        return ""
+    softmax = 0.1 * float(all_dim) * math.log(float(scale)) + 1.0  # transformers' yarn_get_mscale
+    if abs(observed - factor * softmax) > tol:
+        return ""
+    return (f": the softmax's mscale ({softmax:.6g}: mscale_all_dim {float(all_dim):g} at x{float(scale):g}) applied "
+            "to cos/sin as well (transformers scales only the softmax, by its square)")
 
 
 def curve(diff: np.ndarray, bins: int = 256) -> dict[str, list[float]]:

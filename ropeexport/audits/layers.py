@@ -98,7 +98,9 @@ def site_layers(site: Any) -> tuple[int, ...] | None:
     else:
         readers = reader_nodes(site)
         found = {layer_of(n.name or "", n.metadata_props) for n in readers} - {None}
-        if found and readers and all(n.op_type == "Gather" for n in readers):  # one layer's lookup may serve them all
+        # one layer's lookup, or its slice of a computed cos/sin, may serve them all (ONNX Runtime's and torch.onnx's
+        # optimizers merge identical subexpressions: a dynamo export of DeepSeek V3 slices cos/sin once, in layer 0)
+        if found and readers and all(n.op_type in ("Gather", "Slice") for n in readers):
             reached = consumers(o for n in readers for o in n.outputs)
             found |= {layer_of(n.name or "", n.metadata_props) for n in reached} - {None}
     return tuple(sorted(i for i in found if i is not None)) or None

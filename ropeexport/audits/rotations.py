@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from ropeexport.audits.channels import moved, pair_swap
 from ropeexport.audits.layers import layer_of
 from ropeexport.audits.patterns.base import constant_of, is_constant
 
@@ -134,7 +135,7 @@ def root(value: ir.Value) -> ir.Value | None:
     producer is none of them); None when it mixes two.
     """  # noqa: D205
     producer = value.producer()
-    if producer is None or producer.op_type not in CHANNELS:
+    if producer is None or (producer.op_type not in CHANNELS and not pair_swap(producer)):
         return value
     data = list(producer.inputs) if producer.op_type == "Concat" else [producer.inputs[0]]
     found = {id(r): r for r in (root(v) for v in data if v is not None) if r is not None}
@@ -419,11 +420,20 @@ def find_rotations(model: ir.Model, sources: list[ir.Value]) -> list[Rotation]:
 
 
 def _read(x: np.ndarray, first: np.ndarray, second: np.ndarray) -> tuple[bool, str, int, int] | None:
-    """(the first multiplier is cos, pairing, sign, width) from the two probes, or None."""
+    """(the first multiplier is cos, pairing, sign, width) from the two probes, or None. A rotation whose output
+    moves x's channels (transformers' DeepSeek V3 rotates interleaved pairs and writes them as halves: q and k moved
+    alike, q.k unchanged) is read with its channels put back where x has them.
+    """  # noqa: D205
     width = first.shape[-1]
     same = [np.allclose(p, x[..., :width], rtol=1e-3, atol=1e-6) for p in (first, second)]
     if same[0] == same[1]:
-        return None
+        back = next((o for o in (moved(x[..., :width], p) for p in (first, second)) if o is not None), None)
+        if back is None:
+            return None
+        first, second = first[..., back], second[..., back]
+        same = [np.allclose(p, x[..., :width], rtol=1e-3, atol=1e-6) for p in (first, second)]
+        if same[0] == same[1]:
+            return None
     form = _form(x, second if same[0] else first)
     if form is None:
         return None

@@ -50,12 +50,15 @@ def _int_attr(node: ir.Node, name: str) -> int | None:
     return None if attr is None else int(attr.value)
 
 
-def observed(model: ir.Model) -> dict[int, int]:
-    """Layer -> the key slots its attention sees (0: every key), where the graph says it (module doc); {} if not."""
+def observed(model: ir.Model, constant: str = "window") -> dict[int, int]:
+    """Layer -> the key slots its attention sees (0: every key), where the graph says it (module doc); {} if not.
+    ``constant`` "chunk": the chunk each layer's mask cuts the keys into (Llama 4's, ``audits.features``) instead.
+    """  # noqa: D205
     nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
     seen: dict[int, int] = {}
     gqa = [n for n in nodes if n.op_type == "GroupQueryAttention"]
-    if any((_int_attr(n, "local_window_size") or -1) >= 0 for n in gqa):  # the attribute says the windows
+    said = constant == "window" and any((_int_attr(n, "local_window_size") or -1) >= 0 for n in gqa)
+    if said:  # the attribute says the windows
         for node in gqa:
             layer, size = layer_of(node.name or "", node.metadata_props), _int_attr(node, "local_window_size")
             if layer is not None:
@@ -68,7 +71,7 @@ def observed(model: ir.Model) -> dict[int, int]:
                 consumers.setdefault(id(value), []).append(node)
     attended = {i for n in nodes if n.op_type in ATTENTION for i in [layer_of(n.name or "", n.metadata_props)]
                 if i is not None}  # fmt: skip
-    for value in _window_constants(model, nodes):
+    for value in _window_constants(model, nodes, constant):
         window = int(np.asarray(value.const_value.numpy()).reshape(()))  # type: ignore[union-attr]
         for layer in _readers(value, consumers):
             seen[layer] = window
@@ -77,10 +80,13 @@ def observed(model: ir.Model) -> dict[int, int]:
     return {i: seen.get(i, 0) for i in attended}
 
 
-def _window_constants(model: ir.Model, nodes: list[ir.Node]) -> list[ir.Value]:
-    """The int64 scalars named ``.../window`` (initializers and Constants' outputs) of the main graph."""
-    found = [v for v in model.graph.initializers.values() if v.name and v.name.rsplit("/", 1)[-1] == "window"]
-    found += [n.outputs[0] for n in nodes if n.op_type == "Constant" and (n.outputs[0].name or "").endswith("/window")]
+def _window_constants(model: ir.Model, nodes: list[ir.Node], constant: str = "window") -> list[ir.Value]:
+    """The int64 scalars named ``.../window`` (or ``constant``) (initializers and Constants' outputs) of the main
+    graph.
+    """  # noqa: D205
+    found = [v for v in model.graph.initializers.values() if v.name and v.name.rsplit("/", 1)[-1] == constant]
+    found += [n.outputs[0] for n in nodes
+              if n.op_type == "Constant" and (n.outputs[0].name or "").endswith(f"/{constant}")]  # fmt: skip
     return [v for v in found if v.const_value is not None and v.const_value.size == 1
             and v.const_value.dtype == ir.DataType.INT64]  # fmt: skip
 

@@ -55,6 +55,10 @@ def test_every_decoder_ropeexport_builds_audits_exact(name: str, graph: str, tmp
     assert result.spec["max_positions"] == int(declared["ropeexport.max_positions"])
     alibi = CONFIGS[name][0] == "bloom"
     assert result.sites and all((s["kind"] == "ALiBi bias") == alibi for s in result.sites), result.sites
+    if name in ("deepseek_v3", "llama4"):  # each rotation's rope slice, the NoPE layer, temperature and chunks read
+        from tests.audits.test_audit_latent import read_right
+
+        read_right(result, name)
     assert all(s["probes"] and not s["findings"] for s in result.sites)
     assert not result.findings
     if not alibi:  # every site's readers name their layer; each layer the config rotates reads one of each kind

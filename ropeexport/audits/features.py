@@ -1,0 +1,247 @@
+"""Per-layer features beside the rotation that follow the position, read from the graph against the config.
+
+Llama 4's query temperature (``query-scale-computed``), its chunked attention (``chunk``) and latent attention's rope slice
+(``rope-slice``, ``audits.slices``):
+
+- **Query scale.** A layer's query times a factor of its position (Llama 4's NoPE layers: 1 + attn_scale *
+  log(1 + floor((pos + 1) / floor_scale)); Ministral 3's: 1 + beta * log(1 + floor(pos / original)),
+  ``components.query_scale``). It is found by use: a ``Mul`` whose one input is the query (``rotations.role_of``: it
+  reaches the left of q.k or an attention operator's query) and whose other is computed from the positions alone
+  through a ``Floor`` (transformers' form, as torch.onnx's dynamo exporter writes it) or a gathered 1-D table
+  (ropeexport's). That factor is evaluated in ONNX Runtime for one call of every position the config declares
+  (0 .. E - 1, an empty cache) and compared with the formula in float64 (``query_scale64``), per layer: a factor on a
+  layer the config gives none, none where it gives one, and one off by a position (the step one position early or
+  late) or of other values are each said as what they are. It is part of the positional encoding's effect (a factor
+  of the position) but not a rotary site. A gathered table of the factor is judged by ``audits.query_scale`` (its
+  ``query-scale`` findings, which graft repairs); this module's findings are said only where that one found no table
+  (a factor the graph computes: ``query-scale-computed``, which graft does not repair, ``fix.UNREPAIRABLE``).
+- **Chunks.** Llama 4's RoPE layers attend within chunks of ``attention_chunk_size`` key slots. A chunk is an
+  attention mask, outside the positional encoding (no rotary value changes with it), read as windows are
+  (``audits.windows``): ropeexport's int64 scalar named ``.../chunk`` followed to the attention nodes it reaches. Not
+  read: a dynamo or TorchScript export's chunked mask (transformers builds it from mask functions, one constant among
+  their arithmetic), nor a chunk boundary moved without the size changing (the constant is read, the mask is not
+  evaluated).
+
+Only a config that says them is checked (a decoder ropeexport builds from it: ``decoder.build.resolve``); the
+findings carry ``sites`` [] and the readings go in the audit's ``layers`` (``query_scales``, ``chunks``,
+``rope_slices``), so that a report says what was read even where nothing is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from ropeexport.audits.layers import layer_finding, layer_of
+from ropeexport.audits.patterns.base import Site, constant_of
+from ropeexport.audits.rotations import role_of
+
+# Nodes a position-made factor passes through to the query's Mul (one data input, the rest constants)
+CARRIED = {"Add", "Sub", "Mul", "Div", "Log", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity",
+           "Floor", "Gather"}  # fmt: skip
+DEPTH = 12  # nodes followed from the Floor or the table's Gather to the query's Mul
+
+
+def expected(config_path: Path | None) -> Any:
+    """The decoder ropeexport builds from the config (its layers say chunks and query scales), or None."""
+    if config_path is None:
+        return None
+    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.request import DecoderRequest
+
+    try:
+        return resolve(DecoderRequest(hf_config=config_path))[0]
+    except Exception:  # noqa: BLE001 - a model type ropeexport does not build: nothing said of these features
+        return None
+
+
+def _anchors(model: ir.Model) -> list[ir.Node]:
+    """The Floor nodes and the Gathers of a 1-D float constant table (module doc)."""
+    found = []
+    for node in model.graph:
+        if node.op_type == "Floor":
+            found.append(node)
+        elif node.op_type == "Gather" and node.inputs and (table := constant_of(node.inputs[0])) is not None:
+            if table.ndim == 1 and table.dtype.kind == "f":
+                found.append(node)
+    return found
+
+
+def _query_factor(anchor: ir.Node) -> tuple[ir.Value, ir.Node] | None:
+    """(the factor, the query's Mul) the anchor's output reaches through ``CARRIED`` nodes, or None."""
+    frontier, seen = deque([(anchor.outputs[0], 0)]), {id(anchor)}
+    while frontier:
+        value, depth = frontier.popleft()
+        for use in value.uses():
+            node = use.node
+            if id(node) in seen or depth >= DEPTH:
+                continue
+            seen.add(id(node))
+            other = [v for i, v in enumerate(node.inputs) if i != use.idx and v is not None]
+            if node.op_type == "Mul" and other and constant_of(other[0]) is None and role_of(node.outputs[0]) == "q":
+                return value, node
+            if node.op_type in CARRIED:
+                frontier.append((node.outputs[0], depth + 1))
+    return None
+
+
+def read_scales(path: Path, model: ir.Model, length: int, threads: int = 2) -> dict[int, np.ndarray]:
+    """Layer -> the factor its query is multiplied by at positions 0 .. length - 1 (float64), where one is found."""
+    from ropeexport.audits.slices import evaluate
+
+    found: dict[int, ir.Value] = {}
+    for anchor in _anchors(model):
+        hit = _query_factor(anchor)
+        if hit is not None and (layer := layer_of(hit[1].name or "", hit[1].metadata_props)) is not None:
+            found.setdefault(layer, hit[0])
+    if not found:
+        return {}
+    names = [v.name or "" for v in found.values()]
+    got = evaluate(path, names, length, threads)
+    if got is None:
+        return {}
+    out = {}
+    for layer, array in zip(found, got, strict=True):
+        flat = np.asarray(array, np.float64).reshape(-1)
+        if flat.size == length:  # one factor per position ([b, s], [b, 1, s, 1], ...)
+            out[layer] = flat
+    return out
+
+
+def _words(described: Any) -> str:
+    coefficient, divisor = (described.get(k) for k in ("attn_scale", "floor_scale"))
+    if described.get("kind") == "temperature":
+        return f"q * (log(floor((pos + 1) / {divisor}) + 1) * {coefficient} + 1)"
+    original = described.get("original_max_position_embeddings")
+    return f"q * (1 + {described.get('beta')} * log(1 + floor(pos / {original})))"
+
+
+def scale_findings(seen: dict[int, np.ndarray], spec: Any) -> list[dict[str, Any]]:
+    """``query-scale-computed`` findings (module doc), grouped by what is wrong; each with ``sites`` []."""
+    from ropeexport.components.query_scale import QueryScaleSpec, query_scale64
+
+    groups: dict[str, list[int]] = {}
+    for i, layer in enumerate(spec.layers):
+        have = seen.get(i)
+        if layer.query_scale is None:
+            if have is not None and np.max(np.abs(have - 1.0)) > 1e-6:
+                groups.setdefault("{who} scale{s} the query by a factor of its position where the config gives "
+                                  "{them} none (the temperature is on the NoPE layers only)", []).append(i)  # fmt: skip
+            continue
+        said = _words(layer.query_scale)
+        if have is None:
+            groups.setdefault(f"no query scale found on {{who}} where the config gives {{them}} {said}", []).append(i)
+            continue
+        want = query_scale64(QueryScaleSpec.of(layer.query_scale, len(have), "fp32"), np.arange(len(have)))
+        tol = 4 * float(np.finfo(np.float32).eps) * float(np.max(np.abs(want)))
+        if np.max(np.abs(have - want)) <= tol:
+            continue
+        early = np.max(np.abs(have[:-1] - want[1:])) <= tol  # position p scaled as the config scales p + 1
+        late = np.max(np.abs(have[1:] - want[:-1])) <= tol
+        if early or late:
+            text = (f"{{who}} scale{{s}} the query one position {'early' if early else 'late'}: position p takes the "
+                    f"config's factor of p {'+' if early else '-'} 1 (config: {said})")  # fmt: skip
+        else:
+            worst = int(np.argmax(np.abs(have - want)))
+            text = (f"{{who}} scale{{s}} the query by {have[worst]:.6g} at position {worst} where the config's {said} "
+                    f"gives {want[worst]:.6g}")  # fmt: skip
+        groups.setdefault(text, []).append(i)
+    return [layer_finding("query-scale-computed", t, "", layers) | {"sites": []} for t, layers in groups.items()]
+
+
+def chunk_findings(seen: dict[int, int], spec: Any) -> list[dict[str, Any]]:
+    """``chunk`` findings: the layers whose mask chunks other than the config (module doc); ``sites`` []."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, layer in enumerate(spec.layers):
+        want = layer.attention.window if layer.attention.mask == "chunked" else 0
+        have = seen.get(i, 0)
+        if have != want:
+            groups.setdefault((have, want), []).append(i)
+    out = []
+    for (have, want), layers in groups.items():
+        said = lambda n: f"chunks of {n} key slots" if n else "no chunks"  # noqa: E731
+        template = (f"{{who}} attend{{s}} in {said(have)} where the config gives {{them}} {said(want)} "
+                    "(attention_chunk_size; a mask, outside the positional encoding)")  # fmt: skip
+        out.append(layer_finding("chunk", template, "", layers) | {"sites": []})
+    return out
+
+
+ATTENTION_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention")
+
+
+def read_attention_scales(model: ir.Model) -> dict[int, float | None]:
+    """Layer -> the ``scale`` attribute of its attention operator (None: absent or 0, the operator's default
+    1/sqrt(head size)); layers without an attention operator (a decomposed Softmax) are not read.
+    """  # noqa: D205
+    seen: dict[int, float | None] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.op_type in ATTENTION_OPS and (layer := layer_of(node.name or "", node.metadata_props)) is not None:
+            attr = node.attributes.get("scale")
+            seen[layer] = float(attr.value) if attr is not None and float(attr.value) else None
+    return seen
+
+
+def scale_of_softmax_findings(seen: dict[int, float | None], spec: Any) -> list[dict[str, Any]]:
+    """``attention-scale`` findings on latent layers: YaRN's mscale, which DeepSeek puts in the softmax scale squared
+    (``1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)**2``), missing, doubled or other; ``sites`` [].
+    """  # noqa: D205
+    groups: dict[str, list[int]] = {}
+    for i, layer in enumerate(spec.layers):
+        a = layer.attention
+        if a.kind != "latent" or i not in seen:
+            continue
+        plain = (a.qk_nope_head_dim + a.head_dim) ** -0.5
+        want = a.scale or plain
+        read = seen[i]
+        have = float(read) if read is not None else plain
+        if math.isclose(have, want, rel_tol=1e-6):
+            continue
+        squared = want / plain
+        if math.isclose(have * squared, want, rel_tol=1e-6):
+            how = f"lacks YaRN's mscale squared ({squared:.6g})"
+        elif math.isclose(have, want * squared, rel_tol=1e-6):
+            how = f"has YaRN's mscale squared ({squared:.6g}) twice"
+        else:
+            how = "is another"
+        groups.setdefault(f"{{who}}'s attention scale {have:.6g} {how} where the config gives {want:.6g} "
+                          f"(1/sqrt(qk_head_dim) times the softmax's mscale squared: YaRN's attention factor, in the "
+                          "softmax)", []).append(i)  # fmt: skip
+    return [layer_finding("attention-scale", t, "", layers) | {"sites": []} for t, layers in groups.items()]
+
+
+def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path: Path | None,
+                     readings: dict[str, Any], length: int, threads: int = 2,
+                     query_scales: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+    """Every finding of this module's features (module doc), the query scales read at positions 0 .. ``length`` - 1
+    (the positions the audit checks); what was read goes into ``readings``. Query-scale findings only with
+    ``query_scales``: where the caller's ``audits.query_scale`` judged gathered tables, they are its (one judge each).
+    """  # noqa: D205
+    from ropeexport.audits.slices import latent_widths, read_slices, slice_findings
+    from ropeexport.audits.windows import observed
+
+    out: list[dict[str, Any]] = []
+    widths = latent_widths(config_path)
+    if widths is not None:
+        readings["rope_slices"] = read_slices(path, model, sites, widths, threads)
+        out += slice_findings(readings["rope_slices"], widths)
+    spec = expected(config_path)
+    if spec is None:
+        return out
+    if any(layer.attention.kind == "latent" for layer in spec.layers):
+        scales = read_attention_scales(model)
+        readings["attention_scales"] = {str(i): v for i, v in scales.items()}
+        out += scale_of_softmax_findings(scales, spec)
+    if any(layer.query_scale is not None for layer in spec.layers) or _anchors(model):
+        seen = read_scales(path, model, length, threads)
+        readings["query_scales"] = {str(i): {"first": float(v[0]), "last": float(v[-1])} for i, v in seen.items()}
+        out += scale_findings(seen, spec) if query_scales else []
+    if any(layer.attention.mask == "chunked" for layer in spec.layers):
+        chunks = observed(model, "chunk")
+        readings["chunks"] = {str(i): n for i, n in chunks.items()}
+        out += chunk_findings(chunks, spec) if chunks else []
+    return out

@@ -1,0 +1,255 @@
+"""Latent attention (DeepSeek V3) and Llama 4 exports audited: what is read per layer, and planted bugs named.
+
+The readings (``audits.features``, ``audits.slices``): which channels of each head every query and key rotation
+turns (the rope slice: the last qk_rope_head_dim), which layers scale the query by a factor of its position (Llama
+4's temperature, NoPE layers only) and the chunk each layer's mask cuts the keys into. ``test_audit_own_decoders``
+checks the same readings of every form of both decoders (``READ``); here the latent cache form, and a case table of
+bugs planted into ropeexport's own tiny decoders (``tests/decoder/tiny.py``), each named as what it is, with its
+effect on the logits measured as users run the model (``effect.between``: the planted model against the correct
+build, each with its own cache filled by its own prefill to the far end of the context, ``audits.runs``), and
+graft: proven where values repair it, else refused naming the finding. Every row but ``l4-nope-rotated`` (named
+``nope-rotated`` before: kept as a guard) fails on the audit before these checks, which said "exact" or a bare
+"attention factor 1.09801" of them. ``tools/planted_latent_bugs.py`` renders the same rows as
+tools/figures/planted-latent-bugs.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import ropeexport as rx
+from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.checkpoint import load_checkpoint
+from ropeexport.decoder.export import build_decoder_graph
+from ropeexport.graph.onnx_io import save_model
+
+ROPE_LAST = list(range(8, 16))  # the tiny DeepSeek's heads: 8 nope channels, then 8 rotated
+KEY_LAST = list(range(16, 24))  # kv_a_proj's output: the latent's 16 channels, then the rotated key's 8
+
+
+def built(ckpt: Path, folder: Path, graph: str = "fused", edit: Callable[[Any], Any] | None = None,
+          latent_cache: bool = False) -> Path:  # fmt: skip
+    """The decoder's model.onnx as ``build --artifact decoder`` writes it (``edit``: its spec changed first)."""
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph, latent_cache=latent_cache))
+    if edit is not None:
+        spec = edit(spec)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(build_decoder_graph(spec, load_checkpoint(spec, ckpt), str(ckpt)), folder)
+    return folder / "model.onnx"
+
+
+def read_right(result: Any, name: str) -> None:
+    """The readings of ropeexport's own decoder of ``name`` (deepseek_v3, llama4) say what its config says."""
+    layers = result.layers
+    if name.startswith("deepseek_v3"):
+        slices = layers["rope_slices"]
+        assert {(s["layer"], s["role"]) for s in slices} == {(i, r) for i in (0, 1) for r in "qk"}, slices
+        assert all(s["channels"] == (ROPE_LAST if s["role"] == "q" else KEY_LAST) for s in slices), slices
+        # the fused forms' Attention operators carry the softmax's scale (with YaRN's mscale squared); a Softmax not
+        assert set(layers["attention_scales"]) <= {"0", "1"} and all(
+            v == pytest.approx(0.301407, rel=1e-5) for v in layers["attention_scales"].values()), layers  # fmt: skip
+    if name == "llama4":  # layer 3 NoPE, with the temperature; 0-2 rotated and chunked over 8 slots
+        assert layers["unrotated"] == [3] and [g["layers"] for g in layers["groups"]] == [[0, 1, 2]], layers
+        assert list(layers["query_scales"]) == ["3"] and layers["query_scales"]["3"]["first"] == 1.0, layers
+        assert layers["chunks"] == {"0": 8, "1": 8, "2": 8, "3": 0}, layers
+
+
+def test_the_latent_cache_form_audits_exact_with_its_rope_slice_read(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    ckpt = tiny_checkpoint("deepseek_v3")
+    result = rx.audit(built(ckpt, tmp_path, "decomposed", latent_cache=True), ckpt / "config.json", effects=False)
+    assert result.verdict == "exact" and not result.findings, result.findings
+    read_right(result, "deepseek_v3")
+
+
+# --- planted bugs --------------------------------------------------------------------------------------------------
+
+
+def _tables(model: Path, times: float) -> None:
+    proto = onnx.load(str(model))
+    for t in proto.graph.initializer:
+        if t.name.endswith(("cos_table", "sin_table")):
+            table = numpy_helper.to_array(t).astype(np.float64) * times
+            t.CopyFrom(numpy_helper.from_array(table.astype(np.float32), t.name))
+    onnx.save(proto, str(model))
+
+
+def mscale_in_tables(model: Path) -> None:
+    """DeepSeek's softmax mscale (yarn_get_mscale(4, mscale_all_dim 0.707)) multiplied into cos/sin too."""
+    _tables(model, 0.1 * 0.707 * math.log(4.0) + 1.0)
+
+
+def softmax_without_mscale(model: Path) -> None:
+    """The attention's scale 1/sqrt(qk_head_dim), YaRN's mscale squared left out (mobius-onnx 0.1.0's DeepSeek V3,
+    measured: tools/figures/planted-latent-bugs.md).
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        if node.op_type == "Attention":
+            next(a for a in node.attribute if a.name == "scale").f = 16**-0.5
+    onnx.save(proto, str(model))
+
+
+def rotate_nope_dims(model: Path) -> None:
+    """Each query head's rotation given its nope channels (the split's outputs taken in the wrong order), the rope
+    channels passed on unrotated in their place.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    for node in [n for n in proto.graph.node if n.op_type == "RotaryEmbedding" and "query" in n.name]:
+        rope = node.input[0]
+        nope = rope[:-1] + "0"  # the Split's first output
+        node.input[0] = nope
+        concat = next(n for n in proto.graph.node if n.op_type == "Concat" and list(n.input) == [nope, node.output[0]])
+        concat.input[:] = [node.output[0], rope]
+    onnx.save(proto, str(model))
+
+
+def temperature_a_position_late(model: Path) -> None:
+    """The temperature's + 1 dropped: floor(pos / floor_scale), each step one position late."""
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        if node.op_type == "Div" and node.input[1].endswith("query_scale_divisor"):
+            added = next(n for n in proto.graph.node if node.input[0] in n.output)
+            node.input[0] = added.input[0]
+    onnx.save(proto, str(model))
+
+
+def chunk_one_short(model: Path) -> None:
+    """The chunk constant attention_chunk_size - 1."""
+    proto = onnx.load(str(model))
+    for t in proto.graph.initializer:
+        if t.name.endswith("/chunk"):
+            t.CopyFrom(numpy_helper.from_array(np.array(int(numpy_helper.to_array(t)) - 1, np.int64), t.name))
+    onnx.save(proto, str(model))
+
+
+def _layers(change: Callable[[list[Any]], None]) -> Callable[[Any], Any]:
+    def edit(spec: Any) -> Any:
+        layers = list(spec.layers)
+        change(layers)
+        return spec.replace(layers=tuple(layers))
+
+    return edit
+
+
+def _rotate_layer_3(layers: list[Any]) -> None:
+    layers[3] = dataclasses.replace(layers[3], position=layers[0].position)
+
+
+def _temperature_on_layer_2(layers: list[Any]) -> None:
+    layers[2] = dataclasses.replace(layers[2], query_scale=layers[3].query_scale)
+    layers[3] = dataclasses.replace(layers[3], query_scale=None)
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A bug planted in ropeexport's fused decoder of ``name`` (``edit``: its spec changed; ``plant``: the model
+    edited), the findings it must be named by with ``words`` in the first, its effect at least ``effect`` (relative
+    to the logit scale, measured against the correct build) and graft's answer (``proven``, the refusal's words, or
+    "": not run here).
+    """  # noqa: D205
+
+    case: str
+    name: str
+    findings: tuple[str, ...]
+    words: str
+    effect: float
+    graft: str
+    plant: Callable[[Path], None] | None = None
+    edit: Callable[[Any], Any] | None = None
+
+
+PLANTED = [
+    Planted("ds-rope-on-nope-dims", "deepseek_v3", ("rope-slice",),
+            "layers 0-1 rotate the query's channels 0-7 of each 16-channel head (the nope dims: qk_nope_head_dim 8) "
+            "where the config rotates the last 8 (qk_rope_head_dim)", 0.1,
+            "does not change which channels a node rotates", plant=rotate_nope_dims),
+    Planted("ds-mscale-in-cos-sin", "deepseek_v3", ("attention-factor",),
+            "attention factor 1.09801 where the config's yarn implies 1: the softmax's mscale (1.09801: "
+            "mscale_all_dim 0.707 at x4) applied to cos/sin as well", 0.1, "proven", plant=mscale_in_tables),
+    Planted("ds-softmax-without-mscale", "deepseek_v3", ("attention-scale",),
+            "layers 0-1's attention scale 0.25 lacks YaRN's mscale squared (1.20563) where the config gives 0.301407",
+            0.1, "does not change an attention operator's scale", plant=softmax_without_mscale),
+    Planted("l4-nope-rotated", "llama4", ("nope-rotated",), "layer 3 has no RoPE in the config but is rotated", 0.01,
+            "", edit=_layers(_rotate_layer_3)),  # its graft is SmolLM3's (test_audit_layers, nope-layers-rotated)
+    Planted("l4-temperature-wrong-layer", "llama4", ("query-scale", "query-scale"),
+            "layer 2 scales the query by a factor of its position where the config gives it none", 0.01,
+            "does not change the query's scale", edit=_layers(_temperature_on_layer_2)),
+    Planted("l4-temperature-a-position-late", "llama4", ("query-scale",),
+            "layer 3 scales the query one position late: position p takes the config's factor of p - 1", 1e-4,
+            "does not change the query's scale", plant=temperature_a_position_late),
+    Planted("l4-chunk-one-short", "llama4", ("chunk",),
+            "layers 0-2 attend in chunks of 7 key slots where the config gives them chunks of 8 key slots "
+            "(attention_chunk_size; a mask, outside the positional encoding)", 0.1,
+            "does not change an attention's chunks", plant=chunk_one_short),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Callable[[str], Path]:  # noqa: ANN001
+    """``clean(name)``: ropeexport's correct fused decoder of the tiny checkpoint, built once per module."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = built(tiny_checkpoint(name), tmp_path_factory.mktemp(f"clean-{name}"))
+        return made[name]
+
+    return get
+
+
+def planted(bug: Planted, folder: Path, ckpt: Path, clean: Callable[[str], Path]) -> Path:
+    """The planted model (module doc)."""
+    if bug.edit is not None:
+        model = built(ckpt, folder, edit=bug.edit)
+    else:
+        folder.mkdir(parents=True)
+        for part in clean(bug.name).parent.iterdir():
+            shutil.copy(part, folder / part.name)
+        model = folder / "model.onnx"
+    if bug.plant is not None:
+        bug.plant(model)
+    return model
+
+
+@pytest.mark.parametrize("bug", PLANTED, ids=[b.case for b in PLANTED])
+def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_refused(
+    bug: Planted,
+    tmp_path: Path,
+    tiny_checkpoint,  # noqa: ANN001
+    clean: Callable[[str], Path],
+) -> None:
+    from ropeexport.audits.effect import between
+    from ropeexport.audits.layers import encodings_for
+    from ropeexport.audits.model import load_model
+
+    ckpt = tiny_checkpoint(bug.name)
+    model = planted(bug, tmp_path / "planted", ckpt, clean)
+    result = rx.audit(model, ckpt / "config.json", effects=False)
+    assert result.verdict == "findings" and sorted(f["name"] for f in result.findings) == sorted(bug.findings), (
+        result.findings)  # fmt: skip
+    assert any(bug.words in f["text"] for f in result.findings), [f["text"] for f in result.findings]
+    effect = between(clean(bug.name), model, encodings_for(ckpt / "config.json", None, load_model(model)))
+    assert effect["relative"] > bug.effect and not effect.get("short"), effect  # measured to the far end
+    out = tmp_path / "fixed" / "model.onnx"
+    out.parent.mkdir()
+    if not bug.graft:
+        return
+    if bug.graft != "proven":
+        with pytest.raises(rx.errors.SpecError, match=bug.graft):
+            rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
+        assert not out.exists()
+        return
+    grafted = rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
+    assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
+    assert grafted.decoder is not None and grafted.decoder["passed"] == {"original": False, "grafted": True}

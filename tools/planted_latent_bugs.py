@@ -1,0 +1,334 @@
+"""Latent attention (DeepSeek V3) and Llama 4 exports audited, grafted and proven; their planted bugs named (issue 40
+item 5): the table of what the audit says.
+
+    python tools/planted_latent_bugs.py --work /tmp/latent-bugs --out tools/figures [--mobius PATH]
+
+Writes ``planted-latent-bugs.json`` and ``planted-latent-bugs.md``:
+- **planted**: the rows of ``tests/audits/test_audit_latent.py`` (``PLANTED``), each bug planted into ropeexport's own
+  fused decoder of a tiny random checkpoint (``tests/decoder/tiny.py``), audited against its config, its effect
+  measured against the correct build as users run the model (``effect.between``: each its own cache filled by its
+  own prefill to the far end of the context, several draws there) and grafted trusting the config with the proof
+  against the float64 recompute of the whole decoder (``--checkpoint``);
+- **exports**: ropeexport's own decoders in every form they build (the latent cache form too), the float32 tables a
+  peer writes planted into them and grafted; torch.onnx's dynamo export of the same checkpoints (no cache) and
+  mobius-onnx 0.1.0's (``mobius build --config CKPT OUT``; ``--mobius``: its executable, else ``python -m mobius``
+  of this interpreter), audited, their logits against ropeexport's own build of the same checkpoint measured the
+  same way, and grafted where the audit's findings are values graft writes. Where a tool does not build a model its
+  reason is the row. mobius cannot load the tiny checkpoints' mixtures of experts (DeepSeek's routed experts,
+  Llama 4's MoE layers): its rows use all-dense variants of the same configs (``DENSE``), said in each row.
+
+Nothing is downloaded. Dynamo exports run in their own process (minutes each on 2 CPUs).
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# All-dense variants of the tiny configs for mobius-onnx 0.1.0, which does not load their experts (its DeepSeek V3
+# looks for model.layers.N.mlp.moe.experts.*, its Llama 4 builds every layer as a dense MLP intermediate_size wide
+# with learned q/k norms): DeepSeek with every layer dense (first_k_dense_replace 2), Llama 4 with no MoE layer
+# (interleave_moe_layer_step past the last layer), its dense width in both keys and no L2 q/k norm.
+DENSE = {"deepseek_v3-dense": ("deepseek_v3", {"first_k_dense_replace": 2}),
+         "llama4-dense": ("llama4", {"interleave_moe_layer_step": 5, "intermediate_size": 48, "use_qk_norm": False})}
+
+
+def _checkpoint(work: Path, name: str) -> Path:
+    from tests.decoder import tiny
+
+    folder = work / "checkpoints" / name
+    if not (folder / "config.json").is_file():
+        if name in DENSE:
+            base, change = DENSE[name]
+            model_type, fields = tiny.CONFIGS[base]
+            tiny.VARIANTS[name] = (model_type, {**fields, **change})
+        tiny.checkpoint(folder, name)
+    return folder
+
+
+def _effect(effect: dict[str, Any]) -> str:
+    if "relative" in effect:
+        return f"{effect['relative']:.2g} (position {effect['position']})"
+    return f"not measured: {effect.get('not_measured', '')}"
+
+
+def _audit_row(model: Path, config: Path, against: Path | None) -> dict[str, Any]:
+    """The audit of ``model`` (findings, what it read) and, given ``against``, its logits against that model."""
+    import ropeexport as rx
+    from ropeexport.audits.effect import between
+    from ropeexport.audits.layers import encodings_for
+    from ropeexport.audits.model import load_model
+
+    result = rx.audit(model, config)
+    read = {k: result.layers.get(k) for k in ("unrotated", "rope_slices", "query_scales", "chunks", "attention_scales")
+            if result.layers.get(k) is not None}  # fmt: skip
+    row: dict[str, Any] = {"verdict": result.verdict, "sites": [(s["kind"], s["layers"], s.get("interleaved"))
+                                                                for s in result.sites],
+                           "findings": [{"name": f["name"], "text": f["text"], "effect": f.get("effect")}
+                                        for f in result.findings], "read": read}  # fmt: skip
+    if against is not None:
+        row["against_own"] = between(against, model, encodings_for(config, None, load_model(model)))
+    return row
+
+
+def _graft(model: Path, ckpt: Path, out: Path) -> dict[str, Any]:
+    import ropeexport as rx
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        grafted = rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
+    except rx.errors.SpecError as exc:
+        return {"refused": exc.message}
+    calls = (grafted.decoder or {}).get("calls", [])
+    worst = {label: max((c["models"][label].get("rel", 0.0) for c in calls if label in c["models"]), default=None)
+             for label in ("original", "grafted")}  # the worst call's error against float64, per model
+    return {"proven": grafted.proven, "text": grafted.text, "after": grafted.after.verdict if grafted.after else None,
+            "decoder_passed": (grafted.decoder or {}).get("passed"), "worst": worst}  # fmt: skip
+
+
+def planted_rows(work: Path) -> list[dict[str, Any]]:
+    """The test's planted rows (module doc)."""
+    import ropeexport as rx
+    from ropeexport.audits.effect import between
+    from ropeexport.audits.layers import encodings_for
+    from ropeexport.audits.model import load_model
+    from tests.audits.test_audit_latent import PLANTED, built, planted
+
+    clean: dict[str, Path] = {}
+
+    def own(name: str) -> Path:
+        if name not in clean:
+            clean[name] = built(_checkpoint(work, name), work / "clean" / name)
+        return clean[name]
+
+    rows = []
+    for bug in PLANTED:
+        start = time.perf_counter()
+        ckpt = _checkpoint(work, bug.name)
+        model = planted(bug, work / "planted" / bug.case, ckpt, own)
+        result = rx.audit(model, ckpt / "config.json", effects=False)
+        effect = between(own(bug.name), model, encodings_for(ckpt / "config.json", None, load_model(model)))
+        rows.append({"case": bug.case, "model": bug.name, "verdict": result.verdict,
+                     "findings": [{"name": f["name"], "text": f["text"]} for f in result.findings],
+                     "named": sorted(f["name"] for f in result.findings) == sorted(bug.findings),
+                     "effect": effect, "graft": _graft(model, ckpt, work / "fixed" / bug.case / "model.onnx"),
+                     "seconds": round(time.perf_counter() - start, 1)})  # fmt: skip
+        print(f"{bug.case}: {rows[-1]['verdict']} {[f['name'] for f in rows[-1]['findings']]}", flush=True)
+    return rows
+
+
+def _float32_tables(model: Path, ckpt: Path) -> None:
+    """Every cos/sin table recomputed with float32 angles, as the peers compute theirs."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    import ropeexport as rx
+    from ropeexport.families.rope.regimes import frequencies
+
+    spec = rx.from_hf_config(ckpt / "config.json")[0]
+    inv, factor = frequencies(spec, spec.max_positions)
+    proto = onnx.load(str(model))
+    for t in proto.graph.initializer:
+        if t.name.endswith(("cos_table", "sin_table")):
+            angles = np.outer(np.arange(t.dims[0], dtype=np.float32), inv.astype(np.float32))
+            table = factor * (np.cos(angles) if "cos" in t.name else np.sin(angles))
+            t.CopyFrom(numpy_helper.from_array(table.astype(np.float32), t.name))
+    onnx.save(proto, str(model))
+
+
+EXPORT = r"""
+import sys, torch, transformers
+folder, out = sys.argv[1], sys.argv[2]
+# experts through batched_mm, as tools/audit_peers.py exports one (grouped_mm does not lower to ONNX)
+model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                          experts_implementation="batched_mm").eval()
+class Flat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = model
+    def forward(self, input_ids, attention_mask, position_ids):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False).logits
+dyn = torch.export.Dim.DYNAMIC
+example = (torch.zeros(1, 8, dtype=torch.int64), torch.ones(1, 8, dtype=torch.int64), torch.arange(8).reshape(1, 8))
+with torch.no_grad():
+    torch.onnx.export(Flat(), example, out, dynamo=True, external_data=True,
+                      dynamic_shapes=({1: dyn}, {1: dyn}, {1: dyn}),
+                      input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"])
+"""
+
+
+def _reason(stderr: str, code: int) -> str:
+    """The failure in one line: torch.onnx's first error of its exception summary (what it could not translate),
+    else the last line naming an error.
+    """  # noqa: D205
+    summary = stderr.split("## Exception summary", 1)
+    if len(summary) == 2:
+        first = next((line for line in summary[1].splitlines() if "Error" in line), "")
+        if first:
+            return first.strip()[:400]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    found = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
+    return found.strip()[:400] or f"exit {code}"
+
+
+def export_rows(work: Path, mobius: str | None) -> list[dict[str, Any]]:
+    """Own forms, dynamo and mobius (module doc)."""
+    from tests.audits.test_audit_latent import built
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from peer_exports import mobius_command
+
+    rows: list[dict[str, Any]] = []
+    for name in ("deepseek_v3", "llama4"):
+        ckpt = _checkpoint(work, name)
+        own = built(ckpt, work / "own" / name / "fused")
+        forms = [("fused", False), ("decomposed", False), ("gqa", False)]
+        forms += [("decomposed", True)] if name == "deepseek_v3" else [("tensorrt", False)]
+        for graph, latent in forms:
+            label = f"ropeexport {graph}" + (" (latent cache)" if latent else "")
+            model = built(ckpt, work / "own" / name / label.replace(" ", "-"), graph, latent_cache=latent)
+            rows.append({"model": name, "source": label, **_audit_row(model, ckpt / "config.json", None)})
+        f32 = work / "own" / name / "float32"
+        shutil.copytree(own.parent, f32)
+        _float32_tables(f32 / "model.onnx", ckpt)
+        rows.append({"model": name, "source": "ropeexport fused, float32 tables planted",
+                     **_audit_row(f32 / "model.onnx", ckpt / "config.json", own),
+                     "graft": _graft(f32 / "model.onnx", ckpt, work / "fixed" / name / "f32" / "model.onnx")})
+        out = work / "dynamo" / name / "model.onnx"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([sys.executable, "-c", EXPORT, str(ckpt), str(out)], capture_output=True, text=True,
+                              timeout=1800)  # fmt: skip
+        row: dict[str, Any] = {"model": name, "source": "torch.onnx dynamo (no cache)"}
+        if done.returncode == 0 and out.is_file():  # no cache: run beside one with a cache it cannot be (the float64
+            # proof of its graft judges its logits instead)
+            row |= _audit_row(out, ckpt / "config.json", None)
+            row["graft"] = _graft(out, ckpt, work / "fixed" / name / "dynamo" / "model.onnx")
+        else:
+            row["refused"] = _reason(done.stderr, done.returncode)
+        rows.append(row)
+        print(f"{name}: dynamo {row.get('verdict', row.get('refused'))}", flush=True)
+    for name, dense in (("deepseek_v3", "deepseek_v3-dense"), ("llama4", "llama4-dense")):
+        for variant in (name, dense):
+            ckpt = _checkpoint(work, variant)
+            out = work / "mobius" / variant
+            command = mobius_command(ckpt, out, mobius)
+            row = {"model": variant, "source": "mobius-onnx 0.1.0"}
+            if isinstance(command, str):
+                row["refused"] = command
+            else:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+                model = out / "model.onnx"
+                if done.returncode != 0 or not model.is_file():
+                    row["refused"] = _reason(done.stdout + done.stderr, done.returncode)
+                else:
+                    own = built(ckpt, work / "own" / variant / "fused")
+                    row |= _audit_row(model, ckpt / "config.json", own)
+                    row["graft"] = _graft(model, ckpt, work / "fixed" / variant / "mobius" / "model.onnx")
+            rows.append(row)
+            print(f"{variant}: mobius {row.get('verdict', row.get('refused'))}", flush=True)
+    return rows
+
+
+def _graft_words(g: dict[str, Any] | None) -> str:
+    if not g:
+        return ""
+    if "refused" in g:
+        return f"refused: {g['refused']}"
+    worst = g.get("worst") or {}
+    passed = ", ".join(f"{k} {'passes' if v else 'FAILS'}" + (f" ({worst[k]:.2g})" if worst.get(k) is not None else "")
+                       for k, v in (g.get("decoder_passed") or {}).items())  # fmt: skip
+    verdict = g.get("text") or ("proven" if g["proven"] else "NOT proven")
+    return f"{verdict} (audit after: {g['after']}; float64: {passed})"
+
+
+def markdown(planted: list[dict[str, Any]], exports: list[dict[str, Any]], command: str) -> str:
+    """The two tables (module doc)."""
+    lines = ["# Latent attention and Llama 4: planted bugs and exports audited", "",
+             f"`{command}`. Tiny random checkpoints (`tests/decoder/tiny.py`: DeepSeek V3 with latent attention, 8 "
+             "nope + 8 rope channels a head, interleaved pairs, YaRN x4 with mscale 0.707; Llama 4 with layer 3 NoPE "
+             "and the temperature, layers 0-2 chunked over 8 slots), nothing downloaded. Effect: max |logits - "
+             "logits of the correct build| / max |logit| as users run the model (its own cache from its own prefill "
+             "to the far end of the context, several draws there: `audits.runs`), the worst window.", "",
+             "Graft: proven when the grafted model audits exact and its logits are within 1e-4 of the logit scale of "
+             "the float64 recompute of the whole decoder (in brackets: each model's worst call against it); refused "
+             "naming the finding where no value graft writes repairs it. Per layer (`read`): the rope slice of each "
+             "query (q) and key (k) rotation (channels / the width they are cut from), the attention operators' "
+             "scale, the query temperature at the last position, the chunk size (0: none); `none read`: the graph "
+             "has none ropeexport reads (a dynamo export's mask, a decomposed attention's scale).", "",
+             "## Planted bugs", "",
+             "Each planted into ropeexport's own fused decoder; the same rows are asserted by `pytest "
+             "tests/audits/test_audit_latent.py`.", "",
+             "| planted (case) | finding (`name`) | effect on the logits | graft |", "|---|---|---|---|"]  # fmt: skip
+    for r in planted:
+        found = "<br>".join(f"{f['text']} (`{f['name']}`)" for f in r["findings"]) or r["verdict"]
+        effect, graft = _effect(r["effect"]), _graft_words(r["graft"])
+        lines.append(f"| {r['model']} (`{r['case']}`) | {found} | {effect} | {graft} |")
+    lines += ["", "## Exports", "",
+              "Against ropeexport's own build of the same checkpoint where measured (`against own`).", "",
+              "| model | exported by | verdict and findings | read per layer | against own | graft |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in exports:
+        if "refused" in r:
+            lines.append(f"| {r['model']} | {r['source']} | does not build: {r['refused']} | | | |")
+            continue
+        found = "<br>".join(f"{f['text']} (`{f['name']}`)" for f in r["findings"]) or "no finding"
+        read = "; ".join(f"{k}: {_short(v)}" for k, v in r["read"].items())
+        against = _effect(r["against_own"]) if "against_own" in r else "not run (no cache: see graft's proof)" if (
+            "dynamo" in r["source"]) else ""  # fmt: skip
+        lines.append(f"| {r['model']} | {r['source']} | {r['verdict']}: {found} | {read} | {against} | "
+                     f"{_graft_words(r.get('graft'))} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], dict):  # rope slices
+        return ", ".join(f"{s['layer']}{s['role']} {_span(s['channels'])}/{s['head']}" if "channels" in s
+                         else f"{s['layer']}{s['role']} unread" for s in value)  # fmt: skip
+    if isinstance(value, dict):
+        said = (f"{k}: {_number(v['last'] if isinstance(v, dict) else v)}" for k, v in value.items())
+        return ", ".join(said) or "none read"
+    return str(value)
+
+
+def _number(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _span(channels: list[int]) -> str:
+    return f"{channels[0]}-{channels[-1]}" if channels else "none"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Plant, audit, graft; export and audit; write the tables. Exit 1 when a planted bug is not named."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", required=True, help="a folder for checkpoints and models (emptied first)")
+    parser.add_argument("--out", required=True, help="folder for planted-latent-bugs.json and .md")
+    parser.add_argument("--mobius", help="mobius executable of another environment (default: python -m mobius here)")
+    args = parser.parse_args(argv)
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    planted = planted_rows(work)
+    exports = export_rows(work, args.mobius)
+    command = "python tools/planted_latent_bugs.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"command": command, "planted": planted, "exports": exports}
+    (out / "planted-latent-bugs.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    (out / "planted-latent-bugs.md").write_text(markdown(planted, exports, command))
+    return 0 if all(r["named"] for r in planted) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
