@@ -292,17 +292,20 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     if spec.encoding == "rope":  # the query times a factor of its position (Ministral 3, Llama 4's NoPE layers)
         from ropeexport.audits.features import feature_findings
         from ropeexport.audits.query_scale import findings as query_scale_findings
+        from ropeexport.audits.query_scale import tables as query_scale_tables
 
-        # one reader of a query's factor per model: a gathered table (ropeexport's form) is ``audits.query_scale``'s,
-        # which graft can repair; where it finds none, ``audits.features`` reads a factor computed in the graph
+        # one judge of each layer's factor: a gathered table (ropeexport's form) is ``audits.query_scale``'s, which
+        # graft can repair; the layers it finds no table of, ``audits.features`` judges (a factor computed in the graph,
+        # or none)
         scaled = query_scale_findings(graph, hf_config)
-        computed = any(f["kind"] == "query-scale-unread" for f in scaled)
-        result.findings += [f for f in scaled if f["kind"] != "query-scale-unread"] if computed else scaled
+        computed = any(f["name"] == "query-scale-unread" for f in scaled)
+        result.findings += [f for f in scaled if f["name"] != "query-scale-unread"] if computed else scaled
         config_path = None if hf_config is None else Path(hf_config)
+        tabled = frozenset(i for table in query_scale_tables(graph) for i in table.readers)
         extra = feature_findings(path, graph, sites, config_path, result.layers, int(spec.max_positions), threads,
-                                 query_scales=computed)  # fmt: skip
+                                 query_scales=computed, tabled=tabled)  # fmt: skip
         if computed and not result.layers.get("query_scales"):  # nothing computed read either: said unread
-            result.findings += [f for f in scaled if f["kind"] == "query-scale-unread"]
+            result.findings += [f for f in scaled if f["name"] == "query-scale-unread"]
         result.findings += extra
     if effects:
         weigh(result, path, encodings, threads, known or {})

@@ -1,7 +1,7 @@
 """Per-layer features beside the rotation that follow the position, read from the graph against the config.
 
-Llama 4's query temperature (``query-scale-computed``), its chunked attention (``chunk``) and latent attention's rope slice
-(``rope-slice``, ``audits.slices``):
+Llama 4's query temperature (``query-scale``), its chunked attention (``chunk``) and latent attention's rope
+slice (``rope-slice``, ``audits.slices``):
 
 - **Query scale.** A layer's query times a factor of its position (Llama 4's NoPE layers: 1 + attn_scale *
   log(1 + floor((pos + 1) / floor_scale)); Ministral 3's: 1 + beta * log(1 + floor(pos / original)),
@@ -14,7 +14,8 @@ Llama 4's query temperature (``query-scale-computed``), its chunked attention (`
   late) or of other values are each said as what they are. It is part of the positional encoding's effect (a factor
   of the position) but not a rotary site. A gathered table of the factor is judged by ``audits.query_scale`` (its
   ``query-scale`` findings, which graft repairs); this module's findings are said only where that one found no table
-  (a factor the graph computes: ``query-scale-computed``, which graft does not repair, ``fix.UNREPAIRABLE``).
+  (a factor the graph computes, or none where the config gives one: findings without ``tables``, which graft
+  refuses: ``graft._refuse_unchecked``).
 - **Chunks.** Llama 4's RoPE layers attend within chunks of ``attention_chunk_size`` key slots. A chunk is an
   attention mask, outside the positional encoding (no rotary value changes with it), read as windows are
   (``audits.windows``): ropeexport's int64 scalar named ``.../chunk`` followed to the attention nodes it reaches. Not
@@ -121,12 +122,17 @@ def _words(described: Any) -> str:
     return f"q * (1 + {described.get('beta')} * log(1 + floor(pos / {original})))"
 
 
-def scale_findings(seen: dict[int, np.ndarray], spec: Any) -> list[dict[str, Any]]:
-    """``query-scale-computed`` findings (module doc), grouped by what is wrong; each with ``sites`` []."""
+def scale_findings(seen: dict[int, np.ndarray], spec: Any,
+                   skip: frozenset[int] = frozenset()) -> list[dict[str, Any]]:  # fmt: skip
+    """``query-scale`` findings (module doc) of the layers not in ``skip``, grouped by what is wrong; each with
+    ``sites`` [].
+    """  # noqa: D205
     from ropeexport.components.query_scale import QueryScaleSpec, query_scale64
 
     groups: dict[str, list[int]] = {}
     for i, layer in enumerate(spec.layers):
+        if i in skip:  # a gathered table's layer: ``audits.query_scale`` judged it
+            continue
         have = seen.get(i)
         if layer.query_scale is None:
             if have is not None and np.max(np.abs(have - 1.0)) > 1e-6:
@@ -151,7 +157,7 @@ def scale_findings(seen: dict[int, np.ndarray], spec: Any) -> list[dict[str, Any
             text = (f"{{who}} scale{{s}} the query by {have[worst]:.6g} at position {worst} where the config's {said} "
                     f"gives {want[worst]:.6g}")  # fmt: skip
         groups.setdefault(text, []).append(i)
-    return [layer_finding("query-scale-computed", t, "", layers) | {"sites": []} for t, layers in groups.items()]
+    return [layer_finding("query-scale", t, "", layers) | {"sites": []} for t, layers in groups.items()]
 
 
 def chunk_findings(seen: dict[int, int], spec: Any) -> list[dict[str, Any]]:
@@ -216,10 +222,12 @@ def scale_of_softmax_findings(seen: dict[int, float | None], spec: Any) -> list[
 
 def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path: Path | None,
                      readings: dict[str, Any], length: int, threads: int = 2,
-                     query_scales: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+                     query_scales: bool = True,
+                     tabled: frozenset[int] = frozenset()) -> list[dict[str, Any]]:  # fmt: skip
     """Every finding of this module's features (module doc), the query scales read at positions 0 .. ``length`` - 1
     (the positions the audit checks); what was read goes into ``readings``. Query-scale findings only with
-    ``query_scales``: where the caller's ``audits.query_scale`` judged gathered tables, they are its (one judge each).
+    ``query_scales``, and never of the ``tabled`` layers: ``audits.query_scale`` judges gathered tables (one judge
+    each).
     """  # noqa: D205
     from ropeexport.audits.slices import latent_widths, read_slices, slice_findings
     from ropeexport.audits.windows import observed
@@ -239,7 +247,7 @@ def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path
     if any(layer.query_scale is not None for layer in spec.layers) or _anchors(model):
         seen = read_scales(path, model, length, threads)
         readings["query_scales"] = {str(i): {"first": float(v[0]), "last": float(v[-1])} for i, v in seen.items()}
-        out += scale_findings(seen, spec) if query_scales else []
+        out += scale_findings(seen, spec, tabled) if query_scales else []
     if any(layer.attention.mask == "chunked" for layer in spec.layers):
         chunks = observed(model, "chunk")
         readings["chunks"] = {str(i): n for i, n in chunks.items()}

@@ -41,8 +41,6 @@ UNREPAIRABLE = {
     "mrope-positions-1d": "graft replaces rotary values, it does not give a model the position axes (height, width) "
                           "its position_ids input does not take",
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",
-    "query-scale-computed": "graft replaces rotary values and gathered tables, it does not change a factor the "
-                            "graph computes",
     "rope-slice": "graft replaces rotary values, it does not change which channels a node rotates",
     "attention-scale": "graft replaces rotary values, it does not change an attention operator's scale",
 }

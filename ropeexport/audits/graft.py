@@ -323,6 +323,11 @@ def _refuse_unchecked(before: AuditResult) -> None:
     for found in before.findings:
         if found["name"] in UNREPAIRABLE:
             raise SpecError("model", f"{found['text']}: {UNREPAIRABLE[found['name']]}")
+        if found.get("unrepairable"):  # this finding's own reason (``query_scale.findings``)
+            raise SpecError("model", f"{found['text']}: {found['unrepairable']}")
+        if found["name"] == "query-scale" and not found.get("tables"):  # a factor the graph computes or lacks
+            raise SpecError("model", f"{found['text']}: graft replaces rotary values and gathered factor tables, it "
+                            "does not change the query's scale computed in the graph or add one")
     for site in before.sites:
         for found in site["findings"]:
             if found["name"] in STRUCTURAL:

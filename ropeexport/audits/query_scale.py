@@ -144,6 +144,10 @@ def diagnose(table: Table, spec: QueryScaleSpec) -> str | None:
     said = f"the config's {_formula(spec)}"
     if table.divisor != spec.divisor or table.offset != spec.offset:
         shifted = f"(pos + {table.offset})" if table.offset else "pos"
+        if table.divisor == spec.divisor:  # the step taken k positions early or late
+            k = table.offset - spec.offset
+            return (f"the step is floor({shifted} / {table.divisor}) where {said} shifts by {spec.offset}: the query "
+                    f"is scaled {abs(k)} position{'s' if abs(k) > 1 else ''} {'early' if k > 0 else 'late'}")
         return f"the step is floor({shifted} / {table.divisor}) where {said} divides by {spec.divisor}"
     if table.values.size < steps:
         last = spec.max_positions - 1
@@ -175,15 +179,21 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
     read: set[int] = set()
     for table in found:
         by_words: dict[str, list[int]] = {}
+        shifted: set[str] = set()  # the words of a step at another offset: said, not rewritten (``repair``)
         for layer in sorted(table.readers):
             read.add(layer)
             spec = wanted.get(layer)
             words = ("the config gives it no query scale" if spec is None else diagnose(table, spec))
             if words is not None:
                 by_words.setdefault(words, []).append(layer)
+                if spec is not None and spec.offset != table.offset:
+                    shifted.add(words)
         for words, layers in by_words.items():
             template = f"{{who}} scale{{s}} the query by its position wrongly: {words} (table {table.name!r})"
-            out.append(layer_finding("query-scale", template, "", layers) | {"sites": [], "tables": [table.name]})
+            how = {"unrepairable": "graft rewrites a factor table's values and divisor, not the offset of its step"} \
+                if words in shifted else {}
+            out.append(layer_finding("query-scale", template, "", layers) | {"sites": [], "tables": [table.name]}
+                       | how)  # fmt: skip
     missing = sorted(set(wanted) - read)
     if missing:
         spec = wanted[missing[0]]

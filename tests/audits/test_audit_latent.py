@@ -183,11 +183,11 @@ PLANTED = [
     Planted("l4-nope-rotated", "llama4", ("nope-rotated",), "layer 3 has no RoPE in the config but is rotated", 0.01,
             "", edit=_layers(_rotate_layer_3)),  # its graft is SmolLM3's (test_audit_layers, nope-layers-rotated)
     Planted("l4-temperature-wrong-layer", "llama4", ("query-scale", "query-scale"),
-            "layer 2 scales the query by a factor of its position where the config gives it none", 0.01,
+            "layer 2 scales the query by its position wrongly: the config gives it no query scale", 0.01,
             "does not change the query's scale", edit=_layers(_temperature_on_layer_2)),
     Planted("l4-temperature-a-position-late", "llama4", ("query-scale",),
-            "layer 3 scales the query one position late: position p takes the config's factor of p - 1", 1e-4,
-            "does not change the query's scale", plant=temperature_a_position_late),
+            "the query is scaled 1 position late", 1e-4,
+            "not the offset of its step", plant=temperature_a_position_late),
     Planted("l4-chunk-one-short", "llama4", ("chunk",),
             "layers 0-2 attend in chunks of 7 key slots where the config gives them chunks of 8 key slots "
             "(attention_chunk_size; a mask, outside the positional encoding)", 0.1,
@@ -236,8 +236,8 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
     ckpt = tiny_checkpoint(bug.name)
     model = planted(bug, tmp_path / "planted", ckpt, clean)
     result = rx.audit(model, ckpt / "config.json", effects=False)
-    assert result.verdict == "findings" and sorted(f["name"] for f in result.findings) == sorted(bug.findings), (
-        result.findings)  # fmt: skip
+    assert result.verdict == "findings" and sorted(f["name"] for f in result.findings) == sorted(bug.findings), [
+        (f["name"], f["text"]) for f in result.findings]  # fmt: skip
     assert any(bug.words in f["text"] for f in result.findings), [f["text"] for f in result.findings]
     effect = between(clean(bug.name), model, encodings_for(ckpt / "config.json", None, load_model(model)))
     assert effect["relative"] > bug.effect and not effect.get("short"), effect  # measured to the far end
