@@ -1,10 +1,10 @@
 """The audit's effect at the far end of a 131072-position context, against an independent measurement (issue 41 item 2).
 
-A tiny model (2 layers, hidden 64, 4 / 2 heads, head_dim 16, vocab 160, initializer_range 0.1, seed 0) of one of the
-issue's cases (``CASES``): ``qwen3-yarn``, Qwen3 with YaRN x4 (original E / 4); ``llama3-x32``, Llama 3.2's llama3
-scaling (factor 32, low / high frequency factors 1 / 4, theta 5e5, original E / 16: 8192 of 131072), each exported by
-torch.onnx (dynamo) with its float32 angles, as every exporter of transformers models computes them. Measured twice,
-by two different pieces of code:
+A tiny model (``TINY``: 1 layer, hidden 64, 2 / 1 heads, head_dim 16, vocab 160, initializer_range 0.1, seed 0)
+of one of the issue's cases (``CASES``): ``qwen3-yarn``, Qwen3 with YaRN x4 (original E / 4); ``llama3-x32``, Llama
+3.2's llama3 scaling (factor 32, low / high frequency factors 1 / 4, theta 5e5, original E / 16: 8192 of 131072),
+each exported by torch.onnx (dynamo) with its float32 angles, as every exporter of transformers models computes
+them. Measured twice, by two different pieces of code:
 - independent: the export against the same export with its Cos and Sin taking float64 angles (inverse frequencies
   written here and in ``tests/audits/test_uses.py`` from transformers' definitions, not from ropeexport's schedules),
   each fed its own cache to the far end (``tests/audits/uses_planted.users_run_cached``: the prompt in calls of
@@ -14,7 +14,8 @@ by two different pieces of code:
   4 draws there).
 The cost is the prefills' attention (quadratic in E): four prefills of E - 8 tokens, the two independent ones in calls
 whose attention scores (chunk x E x heads, float32) stay under ``SCORES_BYTES``, as the audit's do, so that the
-131072 case fits a 2-core, 23.5 GiB machine shared with others (about 4 minutes a prefill there when it is quiet).
+131072 case fits a 2-core, 23.5 GiB machine shared with others (the 2-layer, 4-head checkpoint took about 4 minutes a
+prefill there when it was quiet).
 The test of the same at 32768 positions is ``test_uses.py::test_float32_angles_of_a_qwen3_yarn_export_weigh_what_they
 _weigh_as_users_run_it`` (slow); ``tests/tools/test_far_end_effect.py`` runs this at a small E.
 
@@ -41,9 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SMALLEST = 1024  # the smallest context run: its original (E / 16 for llama3 x32) still leaves every regime a row
 SCORES_BYTES = 2**29  # one independent prefill call's attention scores, at most (the audit's budget too)
-HEADS = 4
-TINY = {"vocab_size": 160, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": HEADS, "num_key_value_heads": 2, "initializer_range": 0.1, "head_dim": 16,
+HEADS = 2
+# One layer of 2 query heads (1 key-value head) of 16 channels: the prefill's attention, its cost, is a quarter of
+# the 2-layer, 4-head checkpoint of docs/status/peers.md's Qwen3 rows (about 1.1e12 floating-point operations at
+# 131072), so that four prefills to the far end fit an evening's shared 2-core machine.
+TINY = {"vocab_size": 160, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": HEADS, "num_key_value_heads": 1, "initializer_range": 0.1, "head_dim": 16,
         "bos_token_id": 1, "eos_token_id": 2}  # fmt: skip
 
 
