@@ -30,7 +30,7 @@ def test_a_context_it_cannot_run_is_one_line_and_exit_2(positions: str, why: str
 
 
 # (context E, calls of the independent prefill): the scores' budget halves the call where E doubles
-CHUNKS = [(1024, 1024), (65536, 1024), (131072, 512)]
+CHUNKS = [(1024, 1024), (65536, 256), (131072, 128)]
 
 
 @pytest.mark.fast
