@@ -34,8 +34,7 @@ def _grid(n: int) -> Any:  # [3, 1, n]: one frame (temporal 2), rows and columns
 
 
 # (the positions fed, whether their axes differ)
-AXES: list[tuple[str, Callable[[int], Any], bool]] = [
-    ("text [1, s]", _text, False),
+AXES: list[tuple[str, Callable[[int], Any], bool]] = [  # text's [1, s]: test_truth.py's calls
     ("equal axes [3, 1, s]", lambda n: _text(n).expand(3, 1, n), False),
     ("picture [3, 1, s]", _grid, True),
     ("text + picture [4, 1, s]", lambda n: __import__("torch").cat((_text(n)[None], _grid(n))), True),
