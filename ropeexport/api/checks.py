@@ -108,10 +108,12 @@ def verify(
         alone = not listed and isinstance(checked[0][1], DecoderKind)
         # a tree's run is journaled: a rerun after a stopped run skips what it verified (``journal``)
         journal = Journal(folder, names or ["ort"], *tolerances) if listed else None
-        found = {i: _resumed(journal, each, kind) for i, (each, kind, *_) in enumerate(checked)}
-        found = {i: r for i, r in found.items() if r is not None}
-        for result in found.values():
-            report(result, 0.0)
+        found: dict[int, VerifyResult] = {}
+        for i, (each, kind, *_) in enumerate(checked):
+            resumed = _resumed(journal, each, kind)
+            if resumed is not None:
+                found[i] = resumed
+                report(resumed, 0.0)
         todo = [c for i, c in enumerate(checked) if i not in found]
 
         def landed(result: VerifyResult) -> None:
@@ -119,7 +121,7 @@ def verify(
                 journal.record(result.path, result.passed)
 
         if ray is None or alone:  # one decoder: verified here, its float64 passes fanned out (``truth_tasks``)
-            ran = []
+            ran: list[VerifyResult] = []
             for each, kind, manifest, spec in todo:
                 if ray is not None and isinstance(kind, DecoderKind):
                     kind.ray = ray
