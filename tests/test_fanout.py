@@ -1,5 +1,6 @@
 """``--ray ADDRESS`` (``ropeexport.fanout``): a zoo audit and a tree's verify as Ray tasks on a local Ray instance
-write the same bytes as the serial run; a worker killed mid-task is retried and nothing is lost; an address nothing
+write the same bytes as the serial run; a worker killed mid-task is retried and nothing is lost; a driver killed
+mid-run (SIGKILL) loses nothing it wrote, and its rerun skips that; an address nothing
 answers at, a malformed one, and Ray not installed are each one line and exit 2, nothing written.
 
 The Ray tests share one local instance, started and stopped as ``--ray local`` does (``fanout.connected``, module
