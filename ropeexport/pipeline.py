@@ -173,10 +173,12 @@ class VerifyResult(_Verified):
     report: JsonObject
     stored: JsonObject = field(default_factory=dict)
     seconds: float = 0.0
+    resumed: bool = False  # verified by an earlier run of a tree that stopped (``journal``): its report kept
 
     def to_dict(self) -> dict[str, object]:
-        """The result as plain data: path, passed, seconds and the fresh report."""
-        return {"path": str(self.path), "passed": self.passed, "seconds": self.seconds, "report": self.report}
+        """The result as plain data: path, passed, seconds and the fresh report (and ``resumed``, when it was)."""
+        return {"path": str(self.path), "passed": self.passed, "seconds": self.seconds, "report": self.report,
+                **({"resumed": True} if self.resumed else {})}  # fmt: skip
 
 
 def _quiet(*_: Any) -> None:

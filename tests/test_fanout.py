@@ -1,5 +1,6 @@
 """``--ray ADDRESS`` (``ropeexport.fanout``): a zoo audit and a tree's verify as Ray tasks on a local Ray instance
-write the same bytes as the serial run; a worker killed mid-task is retried and nothing is lost; an address nothing
+write the same bytes as the serial run; a worker killed mid-task is retried and nothing is lost; a driver killed
+mid-run (SIGKILL) loses nothing it wrote, and its rerun skips that; an address nothing
 answers at, a malformed one, and Ray not installed are each one line and exit 2, nothing written.
 
 The Ray tests share one local instance, started and stopped as ``--ray local`` does (``fanout.connected``, module
@@ -101,6 +102,72 @@ def test_a_killed_worker_is_retried_and_nothing_is_lost(cluster: str, tmp_path: 
     killed = tmp_path / "zoo" / "llama-unscaled" / "killed-once"
     assert killed.is_file() and int(killed.read_text()) != os.getpid()  # a worker died, not this process
     assert fanned == serial
+
+
+# A driver run in its own process that kills itself (SIGKILL: no ``finally`` runs) as soon as the first model's or
+# artifact's result has landed (written by it), the other tasks still in flight on the cluster it joined.
+DRIVER = r"""
+import os, signal, sys
+import ropeexport as rx
+what, path, out, address = sys.argv[1:5]
+def die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+if what == "zoo":
+    rx.audit_zoo(path, out, ray=address, on_row=die)
+else:
+    rx.verify(path, ray=address, on_done=die)
+"""
+
+
+@needs_ray
+@pytest.mark.parametrize("what", ["zoo", "tree"])
+def test_a_killed_driver_loses_nothing_verified_and_a_rerun_skips_it(what: str, cluster: str,
+                                                                      tmp_path: Path) -> None:  # fmt: skip
+    """``audit --zoo --ray`` and ``verify TREE --ray``: the driver killed (SIGKILL) once its first result landed keeps
+    that result whole, and a rerun on Ray keeps it (found done, not run again, its files as they were) and runs the
+    rest (the zoo: the same bytes as a serial run's). The killed driver joins the module's cluster at its address (its own ``--ray local`` instance would
+    cost a Ray start).
+    """  # noqa: D205
+    import subprocess
+
+    import ray
+
+    from ropeexport.journal import JOURNAL
+
+    target = tmp_path / "killed"
+    if what == "zoo":
+        write_zoo(tmp_path / "zoo", missing=False)  # every row a folder: whichever lands first is kept
+        serial = _zoo(tmp_path, None)
+        path, out = tmp_path / "zoo" / "zoo.toml", target
+    else:  # two artifacts: the killed driver verifies one, one is left
+        for heads in (2, 3):
+            rx.build(rx.spec("alibi", num_heads=heads, head_dim=4, max_positions=16), target)
+        path, out = target, target
+    address = ray.get_runtime_context().gcs_address
+    driver = subprocess.run([sys.executable, "-c", DRIVER, what, str(path), str(out), address], capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert driver.returncode == -signal.SIGKILL, driver.stderr[-2000:]
+    if what == "zoo":
+        rows = json.loads((out / "zoo.json").read_text())["rows"]  # the table of what landed, written as it did
+        assert len(rows) == 1, rows
+        result = rx.audit_zoo(path, out, ray=cluster)
+        assert result.skipped == [rows[0]["name"]] and len(result.rows) == len(serial_rows(serial))
+    else:
+        done = json.loads((out / JOURNAL).read_text())["done"]
+        assert len(done) == 1, done
+        landed = _files(out)  # what the killed driver wrote
+        results = rx.verify(path, ray=cluster)
+        assert [r.path.name for r in results if r.resumed] == list(done) and all(r.passed for r in results)
+        assert len(results) == 2 and not (out / JOURNAL).exists()  # finished: the next verify runs every artifact
+        kept = [name for name in landed if name.startswith(f"{next(iter(done))}/")]
+        assert len(kept) >= 4 and {n: _files(out)[n] for n in kept} == {n: landed[n] for n in kept}
+        return
+    assert _files(out) == serial
+
+
+def serial_rows(files: dict[str, bytes]) -> list[object]:
+    """zoo.json's rows of a zoo run's files."""
+    return list(json.loads(files["zoo.json"])["rows"])
 
 
 @needs_ray

@@ -15,6 +15,7 @@ from ropeexport import artifacts, pipeline
 from ropeexport.api.shared import Tolerance, _index, _names, _path, _tolerance
 from ropeexport.decoder.kind import DecoderKind
 from ropeexport.errors import ArtifactError, InputError, SpecError, renamed
+from ropeexport.journal import Journal
 from ropeexport.pipeline import VerifyResult
 from ropeexport.report.diff import DEFAULT_MAX_GROWTH
 from ropeexport.report.diff_result import ReportDiff
@@ -66,6 +67,11 @@ def verify(
     reason names them. ``on_scenario(result)`` sees each scenario as it finishes (``result["runtime"]`` names its
     runtime). A decoder takes no ``atol`` / ``rtol``.
 
+    In a tree, a run that stops before the end (its process killed) leaves ``TREE/.verify-run.json``
+    (``ropeexport.journal``); a rerun with the same runtimes, tolerances and versions keeps each artifact it lists
+    whose report.json is unchanged since, its stored report the result (``resumed``, ``on_done`` told with 0 s), and
+    verifies the rest. A run that finishes removes the file: the next verifies every artifact again.
+
     ``ray``: a Ray address (``local``, ``auto``, ``HOST:PORT``, ``ray://HOST:PORT``; ``ropeexport.fanout``): each
     artifact of a tree verified by a Ray task (on_scenario is then not called: the scenarios run on the workers),
     its reports written here as they come back, the same bytes as without Ray; one decoder folder is verified here,
@@ -100,29 +106,60 @@ def verify(
                     raise
                 raise renamed(exc, f"{each.name}/{exc.field}") from None  # a tree has many model.onnx files
         alone = not listed and isinstance(checked[0][1], DecoderKind)
+        # a tree's run is journaled: a rerun after a stopped run skips what it verified (``journal``)
+        journal = Journal(folder, names or ["ort"], *tolerances) if listed else None
+        found: dict[int, VerifyResult] = {}
+        for i, (each, kind, *_) in enumerate(checked):
+            resumed = _resumed(journal, each, kind)
+            if resumed is not None:
+                found[i] = resumed
+                report(resumed, 0.0)
+        todo = [c for i, c in enumerate(checked) if i not in found]
+
+        def landed(result: VerifyResult) -> None:
+            if journal is not None:
+                journal.record(result.path, result.passed)
+
         if ray is None or alone:  # one decoder: verified here, its float64 passes fanned out (``truth_tasks``)
-            for each, kind, manifest, spec in checked:
+            ran: list[VerifyResult] = []
+            for each, kind, manifest, spec in todo:
                 if ray is not None and isinstance(kind, DecoderKind):
                     kind.ray = ray
                 began = time.perf_counter()
                 result = pipeline.reverify(kind, each, manifest, spec)
                 if isinstance(kind, DecoderKind):
                     result = kind.result(result)
-                results.append(result)
+                ran.append(result)
+                landed(result)
                 report(result, time.perf_counter() - began)
         else:
-            results = _fanned_out(checked, names, tolerances, ray, report)
+            ran = _fanned_out(todo, names, tolerances, ray, report, landed) if todo else []
+        fresh = iter(ran)
+        results = [found[i] if i in found else next(fresh) for i in range(len(checked))]
+        if journal is not None:
+            journal.finish()
     tree = folder if listed else folder.resolve().parent
     if listed or is_tree(tree):  # the tree's index must not keep the old verdict
         _index(tree)
     return results
 
 
+def _resumed(journal: Journal | None, folder: Path, kind: pipeline.Kind) -> VerifyResult | None:
+    """``folder``'s result as a stopped run of the same settings verified it (its stored report), or None."""
+    passed = journal.done(folder) if journal is not None else None
+    if passed is None:
+        return None
+    stored = pipeline.stored_report(folder)
+    result = VerifyResult(folder, passed, stored, stored, 0.0, resumed=True)
+    return kind.result(result) if isinstance(kind, DecoderKind) else result
+
+
 def _fanned_out(checked: list[tuple[Path, pipeline.Kind, dict[str, object], object]], names: list[str] | None,
                 tolerances: tuple[dict[str, float], dict[str, float]], ray: str,
-                report: Callable[[VerifyResult, float], None]) -> list[VerifyResult]:  # fmt: skip
+                report: Callable[[VerifyResult, float], None],
+                landed_: Callable[[VerifyResult], None]) -> list[VerifyResult]:  # fmt: skip
     """Each checked folder verified by a Ray task (``artifacts.reverify_task``), its reports written here as it comes
-    back (this process holds every folder's lock); the results in the folders' order.
+    back (this process holds every folder's lock), then ``landed_(result)``; the results in the folders' order.
     """  # noqa: D205
     from ropeexport.fanout import fan_out
 
@@ -135,6 +172,7 @@ def _fanned_out(checked: list[tuple[Path, pipeline.Kind, dict[str, object], obje
         if isinstance(kind, DecoderKind):
             result = kind.result(result)
         results[index] = result
+        landed_(result)
         report(result, done.seconds)
 
     fan_out(artifacts.reverify_task, jobs, ray, landed)

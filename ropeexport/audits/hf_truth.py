@@ -10,7 +10,10 @@ Two things transformers computes below float64 even in a float64 model are put r
   6e-8 x position rad). Every text rotary module (a ``*RotaryEmbedding`` that is not a vision one) gets a forward
   whose cos/sin are the cos/sin of float64 positions times float64 inverse frequencies, per layer type where the
   module takes one (Gemma 3n's sliding / full), times the schedule's attention factor, in the regime of
-  L = max(position_ids) + 1. The inverse frequencies come from ropeexport's own schedule code
+  L = max(position_ids) + 1. Qwen3.5's three M-RoPE axes (position_ids [3, b, s]: equal for text, differing for a
+  picture's positions) each get their float64 angles, recomposed per frequency by the module's own
+  ``recomposition_frequencies`` (which picks values and computes none); a module given differing axes without one is
+  refused by name. The inverse frequencies come from ropeexport's own schedule code
   (``families.rope.regimes.frequencies``) for the encoding ropeexport reads from the config for that layer type
   (``hf.import_layers``): the proof runs after the audit has read the config, so this always applies; transformers'
   rope init is not recomputed. Before a module is patched its own output on positions 0..63 is compared with the
@@ -310,23 +313,32 @@ def patch_rotary(module: Any, specs: dict[str, Any], name: str) -> str:
                             f"RoPE (its encodings: {', '.join(specs)})")  # fmt: skip
         return specs[layer_type]
 
+    recompose = getattr(module, "recomposition_frequencies", None)  # Qwen3.5's: [3, b, s, r/2] -> [b, s, r]
+
     def exact(x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> tuple[Any, Any]:
         from ropeexport.families.rope.regimes import frequencies
 
-        positions = position_ids
-        if positions.ndim == 3:  # Qwen3.5's (3, b, s) axes: equal for text, so its recomposition changes nothing
-            if not bool((positions == positions[:1]).all()):
-                raise SpecError("checkpoint", f"{name} is given position axes that differ (vision positions): the "
-                                "transformers truth patches text positions only")  # fmt: skip
-            positions = positions[0]
+        positions = position_ids  # [b, s], or [3, b, s]: M-RoPE's temporal, height and width axes
         inv, factor = frequencies(spec_of(layer_type), int(positions.max()) + 1)  # float64 [r/2], float
-        angles = positions.to(torch.float64)[..., None] * torch.from_numpy(inv)  # [b, s, r/2], float64
+        angles = positions.to(torch.float64)[..., None] * torch.from_numpy(inv)  # [(3,) b, s, r/2], float64
+        if positions.ndim == 3 and bool((positions == positions[:1]).all()):
+            angles = angles[0]  # text positions: every axis the same, so any recomposition gives axis 0's angles
+        if angles.ndim == 4:  # axes that differ (vision positions): each frequency takes the axis the module's own
+            # recomposition gives it, applied to the float64 cos and sin (it picks values, computes none)
+            if recompose is None:
+                raise SpecError("checkpoint", f"{name} ({type(module).__name__}) is given position axes that differ, "
+                                "and has no recomposition_frequencies that says which axis each frequency takes: "
+                                "the transformers truth patches text positions only there")  # fmt: skip
+            return (recompose(angles.cos() * factor).to(x.dtype), recompose(angles.sin() * factor).to(x.dtype))
         both = torch.cat((angles, angles), dim=-1)  # rotate_half's layout: the same angle on i and i + r/2
         return (both.cos() * factor).to(x.dtype), (both.sin() * factor).to(x.dtype)
 
     probe = torch.zeros(1, dtype=torch.float64)
     rows = torch.arange(CHECK_ROWS, dtype=torch.int64).reshape(1, CHECK_ROWS)
-    for kind in kinds:
+    checked = [rows]
+    if recompose is not None:  # its axes made to differ (as a picture's height and width do): the layout checked too
+        checked.append(torch.stack((rows, rows.flip(-1), (rows * 7) % CHECK_ROWS)))  # [3, 1, CHECK_ROWS]
+    for kind, rows in ((k, r) for k in kinds for r in checked):
         args = (probe, rows) if kind is None else (probe, rows, kind)
         with torch.no_grad():
             own = module(*args)

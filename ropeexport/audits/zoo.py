@@ -20,7 +20,9 @@ type, a duplicate name, two or neither of hf_config / spec, and with ``confine``
 ZOO.toml's folder tree are each one SpecError naming ``zoo model[i].FIELD``.
 
 A rerun skips a model whose folder holds the audit of the same files (their sha256, the model's external data
-included), options and ropeexport version: a killed run loses only the models in flight. With ``ray`` each model
+included), options and ropeexport version: a killed run loses only the models in flight. The table is written
+before the first model and again as each lands, so that DIR stays a zoo's (a rerun's ``--out``) whenever the run
+is killed, even by SIGKILL, which no ``finally`` sees. With ``ray`` each model
 is a Ray task (``ropeexport.fanout``); the audits come back to this process, which writes every folder and the
 table, so the files are the same bytes as a run without Ray.
 """
@@ -328,12 +330,17 @@ def audit_zoo(zoo_file: str | Path, out: str | Path, confine: bool = False, opti
         result.rows.append(row_of(model, report, None))
         told(result.rows[-1])
 
+    def table() -> None:  # zoo.json and zoo.html of the rows so far: a killed run's DIR is still a zoo's
+        texts = {"zoo.json": json.dumps(result.to_dict(), indent=2) + "\n", "zoo.html": result.html()}
+        replace_reports(out, texts)
+
     def landed(_: int, audited: Audited) -> None:  # in this process: the folder written through the store
         report = None
         if audited.result is not None:
             write(audited.result, out / audited.model.name, record_of(audited, options))
             report = audited.result.to_dict()
         result.rows.append(row_of(audited.model, report, audited.error))
+        table()
         told(result.rows[-1])
 
     def lost(job: Lost[Job]) -> Audited:
@@ -343,9 +350,9 @@ def audit_zoo(zoo_file: str | Path, out: str | Path, confine: bool = False, opti
         if ray is not None:  # Ray's address and extra checked before anything is written (one connection for all)
             stack.enter_context(connected(parse_address(ray), "ray"))
         out.mkdir(parents=True, exist_ok=True)
+        table()  # before the first model: a driver killed at any point after leaves a DIR a rerun takes
         try:
             fan_out(audit_one, jobs, ray, landed, lost, field="ray")
         finally:  # the table of what is done, even when the run stops: a rerun completes it
-            texts = {"zoo.json": json.dumps(result.to_dict(), indent=2) + "\n", "zoo.html": result.html()}
-            replace_reports(out, texts)
+            table()
     return result

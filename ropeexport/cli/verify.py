@@ -33,6 +33,10 @@ the cluster extra (pip install -e ".[cluster]").
 
   ropeexport verify ropeexport-out --ray local
 
+A tree's run that stops before the end (killed, with --ray or without) leaves DIR/.verify-run.json: a rerun with the
+same runtimes, tolerances and versions keeps each artifact that run verified (its report.json unchanged since) and
+verifies the rest; a run that finishes removes it, so the next verify runs every artifact again.
+
 Exit codes: 0 verified, 1 verification failed, 2 bad input (missing or edited files, unreadable manifest), 3 verified
 but a runtime named with --runtime could not run here (--allow-skip accepts that).
 
@@ -104,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             print(decoder_summary_line(result, seconds))
         else:
             print(summary_line(result.report, result.path, seconds))
+        if getattr(result, "resumed", False):
+            print("  verified by a run of this tree that stopped before the end (.verify-run.json): kept, not run "
+                  "again")  # fmt: skip
         optimizer = result.report.get("optimizer")
         if isinstance(optimizer, dict) and optimizer.get("text"):
             print(f"  {optimizer['text']}")

@@ -385,7 +385,8 @@ class DecoderKind(Kind):
 
     def result(self, verified: VerifyResult) -> DecoderVerifyResult:
         """The verify result with the decoder's per-scenario views."""
-        return DecoderVerifyResult(verified.path, verified.passed, verified.report, verified.stored, verified.seconds)
+        return DecoderVerifyResult(verified.path, verified.passed, verified.report, verified.stored, verified.seconds,
+                                   verified.resumed)
 
     def renderers(self) -> dict[str, Renderer]:
         """report.md and report.html (``decoder.report``)."""
