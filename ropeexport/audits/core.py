@@ -295,18 +295,15 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
         from ropeexport.audits.query_scale import tables as query_scale_tables
 
         # one judge of each layer's factor: a gathered table (ropeexport's form) is ``audits.query_scale``'s, which
-        # graft can repair; the layers it finds no table of, ``audits.features`` judges (a factor computed in the graph,
-        # or none)
+        # graft can repair; every other layer ``audits.features`` judges by use (a factor computed in the graph, one
+        # where the config gives none, or none where it gives one), which supersedes query_scale's "unread"
         scaled = query_scale_findings(graph, hf_config)
-        computed = any(f["name"] == "query-scale-unread" for f in scaled)
-        result.findings += [f for f in scaled if f["name"] != "query-scale-unread"] if computed else scaled
         config_path = None if hf_config is None else Path(hf_config)
         tabled = frozenset(i for table in query_scale_tables(graph) for i in table.readers)
         extra = feature_findings(path, graph, sites, config_path, result.layers, int(spec.max_positions), threads,
-                                 query_scales=computed, tabled=tabled)  # fmt: skip
-        if computed and not result.layers.get("query_scales"):  # nothing computed read either: said unread
-            result.findings += [f for f in scaled if f["name"] == "query-scale-unread"]
-        result.findings += extra
+                                 tabled=tabled)  # fmt: skip
+        judged = "query_scales" in result.layers  # features read the factors: its findings say what is missing
+        result.findings += [f for f in scaled if not (judged and f["name"] == "query-scale-unread")] + extra
     if effects:
         weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them

@@ -13,9 +13,8 @@ slice (``rope-slice``, ``audits.slices``):
   layer the config gives none, none where it gives one, and one off by a position (the step one position early or
   late) or of other values are each said as what they are. It is part of the positional encoding's effect (a factor
   of the position) but not a rotary site. A gathered table of the factor is judged by ``audits.query_scale`` (its
-  ``query-scale`` findings, which graft repairs); this module's findings are said only where that one found no table
-  (a factor the graph computes, or none where the config gives one: findings without ``tables``, which graft
-  refuses: ``graft._refuse_unchecked``).
+  ``query-scale`` findings, which graft repairs); this module judges every other layer (a factor the graph computes, or
+  none where the config gives one: findings without ``tables``, which graft refuses: ``graft._refuse_unchecked``).
 - **Chunks.** Llama 4's RoPE layers attend within chunks of ``attention_chunk_size`` key slots. A chunk is an
   attention mask, outside the positional encoding (no rotary value changes with it), read as windows are
   (``audits.windows``): ropeexport's int64 scalar named ``.../chunk`` followed to the attention nodes it reaches. Not
@@ -222,12 +221,10 @@ def scale_of_softmax_findings(seen: dict[int, float | None], spec: Any) -> list[
 
 def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path: Path | None,
                      readings: dict[str, Any], length: int, threads: int = 2,
-                     query_scales: bool = True,
                      tabled: frozenset[int] = frozenset()) -> list[dict[str, Any]]:  # fmt: skip
     """Every finding of this module's features (module doc), the query scales read at positions 0 .. ``length`` - 1
-    (the positions the audit checks); what was read goes into ``readings``. Query-scale findings only with
-    ``query_scales``, and never of the ``tabled`` layers: ``audits.query_scale`` judges gathered tables (one judge
-    each).
+    (the positions the audit checks); what was read goes into ``readings``. Query-scale findings never of the
+    ``tabled`` layers: ``audits.query_scale`` judges gathered tables (one judge each).
     """  # noqa: D205
     from ropeexport.audits.slices import latent_widths, read_slices, slice_findings
     from ropeexport.audits.windows import observed
@@ -247,7 +244,7 @@ def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path
     if any(layer.query_scale is not None for layer in spec.layers) or _anchors(model):
         seen = read_scales(path, model, length, threads)
         readings["query_scales"] = {str(i): {"first": float(v[0]), "last": float(v[-1])} for i, v in seen.items()}
-        out += scale_findings(seen, spec, tabled) if query_scales else []
+        out += scale_findings(seen, spec, tabled)
     if any(layer.attention.mask == "chunked" for layer in spec.layers):
         chunks = observed(model, "chunk")
         readings["chunks"] = {str(i): n for i, n in chunks.items()}
