@@ -23,6 +23,14 @@ refuses the call.
 What it cannot load, or would run as another model, is refused by name before anything is written (``refusal``):
 each reason is read from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A
 decoder in bf16 is refused too (none is built: ``decoder.spec.DTYPES``).
+
+The int4 mixtures of experts (gpt_oss, qwen3_moe, deepseek_v3, llama4_text) load as their int4 decoders are built:
+ONNX Runtime's QMoE (``com.microsoft``, ``components.qmoe``) in the gqa form, a MatMulNBits per expert elsewhere;
+onnxruntime-node 1.30.0 has QMoE's CPU kernel and runs both (measured: ``tests/decoder/test_transformersjs.py``).
+One form it cannot load: QMoE at an ``accuracy_level`` (``--accuracy-level`` 1-4). That attribute is newer than its
+QMoE schema, which refuses the model ("Unrecognized attribute: accuracy_level for operator QMoE", in Node and in
+the pinned onnxruntime-web's WASM build alike), so such a decoder is refused with the two forms that load
+(``qmoe_refusal``); MatMulNBits takes the attribute there.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from typing import Any
 import onnx
 
 from ropeexport.decoder.genai import TOKENIZER_FILES, _token
+from ropeexport.decoder.parts import in_qmoe
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import geometry
 from ropeexport.errors import SpecError
@@ -45,6 +54,8 @@ ENGINE = "transformers.js"
 ENGINES = (ENGINE,)  # what ``package --for`` takes
 ARTIFACT = "transformers.js-package"  # the manifest's artifact: what ``verify`` recognises a package by
 VERSION = "4.3.1"  # the transformers.js whose source this layout was read from, and the one the tests run
+# The onnxruntime-node it runs on in Node (tools/transformersjs/package-lock.json pins both): what qmoe_refusal measured
+ORT_NODE = "1.30.0"
 # The model types ropeexport builds that transformers.js 4.3.1 loads as one decoder file fed input_ids: each is in its
 # causal-LM map (src/models/registry.js:261-340, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) with a class whose forward is the
 # plain decoder's (llama4_text: Llama4ForCausalLM, line 274; deepseek_v3: DeepseekV3ForCausalLM, line 324, its cache
@@ -104,7 +115,21 @@ def refusal(spec: DecoderSpec) -> str | None:
                 f"packages {', '.join(LOADED)})")  # fmt: skip
     if spec.dtype not in ("fp32", "fp16"):
         return f"transformers.js runs fp32, fp16, q4 and q4f16 models; this decoder is {spec.dtype}"
-    return None
+    return qmoe_refusal(spec)
+
+
+def qmoe_refusal(spec: DecoderSpec) -> str | None:
+    """Why onnxruntime-node cannot load the decoder's QMoE experts (one sentence, with the forms that load), or None:
+    QMoE at an accuracy level (module doc).
+    """  # noqa: D205
+    level = spec.weight_format().accuracy_level
+    if not level or not any(in_qmoe(spec, i) for i in range(spec.num_layers)):
+        return None
+    return (f"its experts are ONNX Runtime's QMoE (int4, the gqa form) at accuracy level {level}, and onnxruntime-node "
+            f"{ORT_NODE}, which transformers.js {VERSION} runs on, has no accuracy_level on QMoE: it refuses the model "
+            "('Unrecognized attribute: accuracy_level for operator QMoE'); build the decoder with --accuracy-level 0 "
+            f"(QMoE, which it runs) or in another form (--graph fused: a MatMulNBits per expert, which it runs at "
+            f"accuracy level {level})")  # fmt: skip
 
 
 def package_config(spec: DecoderSpec, config: Mapping[str, Any], external: bool) -> dict[str, Any]:

@@ -4,11 +4,12 @@ transformers.js 4.3.1 runs in Node (tools/transformersjs, its npm packages pinne
 need it install those packages themselves, once per checkout (``node_ready``: ``npm ci`` as the lockfile pins them), so
 README's one test command runs them on a fresh clone; where node or the registry is absent they skip with the reason
 and the rest still run. Every architecture ropeexport builds that transformers.js has a class for, in fp32 (and the
-forms, fp16 and int4 on Llama, DeepSeek V3's latent cache): greedy tokens from transformers.js's
-own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the logits it hands its logits
-processors are within the bound of the logit scale. Each decoder is built once for the module (``built``), the Node
-and browser tests sharing it. The types it cannot run are refused with the line of its source that says why, and
-those citations are checked against the installed transformers.js.
+forms, fp16 and int4 on Llama, int4 mixtures of experts in ONNX Runtime's QMoE, DeepSeek V3's latent cache): greedy
+tokens from transformers.js's own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the
+logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
+module (``built``), the Node and browser tests sharing it. The types it cannot run are refused with the line of its
+source that says why, and those citations are checked against the installed transformers.js; QMoE at an accuracy
+level is refused too, and the pinned onnxruntime-node's refusal of that attribute is measured.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ import pytest
 import ropeexport as rx
 from ropeexport.api.packages import package
 from ropeexport.architectures import ARCHITECTURES
+from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.serve import DecoderSession
-from ropeexport.decoder.transformersjs import LOADED, VERSION
+from ropeexport.decoder.transformersjs import LOADED, ORT_NODE, VERSION, refusal
 from ropeexport.decoder.transformersjs import REFUSED as TJS_REFUSED
 from ropeexport.decoder.transformersjs_check import Greedy, compare, node_dir, node_missing
 from tests.clirun import run
@@ -66,11 +68,15 @@ def node_ready() -> None:
 needs_node = pytest.mark.usefixtures("node_ready")
 
 # (tiny checkpoint, form, dtype, variant): every architecture transformers.js loads, the forms, fp16 and int4. The
-# variant is "" (fp32 or fp16 weights), "int4" (MatMulNBits: model_q4.onnx) or "latent" (latent attention's latent
-# cache, in the decomposed form; DeepSeek V3's keys and values are otherwise two widths). int4 is not built for a
-# mixture of experts (llama4, deepseek_v3, qwen3_moe, gpt_oss): their rows are fp32. One int4 row per distinct
-# behaviour (llama's, and its tied head): the q4 file is loaded the same way whatever the architecture (cohere2, olmo3
-# and ministral3 in int4 were run by hand, docs/how-to/transformers-js.md).
+# variant is "" (fp32 or fp16 weights), "int4" (MatMulNBits: model_q4.onnx, model_q4f16.onnx in fp16), "int4-b16"
+# (blocks of 16) or "latent" (latent attention's latent cache, in the decomposed form; DeepSeek V3's keys and values
+# are otherwise two widths). One int4 row per distinct behaviour (llama's, and its tied head): the q4 file is loaded
+# the same way whatever the architecture (cohere2, olmo3 and ministral3 in int4 were run by hand,
+# docs/how-to/transformers-js.md). The int4 mixtures of experts in ONNX Runtime's QMoE, one row per way it is fed
+# (HELD): gpt-oss's clamped SwiGLU, biases and own routing; handed its routing weights (Qwen3-MoE's softmax over all
+# experts, as DeepSeek V3's grouped router's are) in q4f16. A MatMulNBits per expert runs ops the int4 llama rows and
+# the fp32 mixture rows run already: those forms, and deepseek_v3 and llama4_text in int4, were run by hand (the
+# how-to).
 CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama", "decomposed", "fp32", ""),
          ("llama", "tensorrt", "fp32", ""), ("llama", "fused", "fp16", ""), ("llama", "fused", "fp32", "int4"),
          ("llama-biases", "fused", "fp32", "int4"), ("llama-llama3", "fused", "fp32", ""),
@@ -83,10 +89,18 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("olmo3", "fused", "fp32", ""), ("qwen3_moe", "fused", "fp32", ""),
          ("ministral3", "fused", "fp32", ""),
          ("llama4", "fused", "fp32", ""), ("deepseek_v3", "fused", "fp32", ""),
-         ("deepseek_v3", "decomposed", "fp32", "latent")]  # fmt: skip
+         ("deepseek_v3", "decomposed", "fp32", "latent"), ("gpt_oss", "gqa", "fp32", "int4-b16"),
+         ("qwen3_moe-qmoe", "gqa", "fp16", "int4")]  # fmt: skip
+# How the int4 mixture rows' experts are held (components.qmoe): checked in the graph, so a row stays the case it names
+HELD = {("gpt_oss", "gqa", "fp32", "int4-b16"): "QMoE",
+        ("qwen3_moe-qmoe", "gqa", "fp16", "int4"): "QMoE router_weights"}  # fmt: skip
 FILES = {("fp32", ""): "model.onnx", ("fp16", ""): "model_fp16.onnx", ("fp32", "int4"): "model_q4.onnx",
+         ("fp32", "int4-b16"): "model_q4.onnx", ("fp16", "int4"): "model_q4f16.onnx",
          ("fp32", "latent"): "model.onnx"}  # fmt: skip
-VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int4"}, "latent": {"latent_cache": True}}
+VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int4"},
+                                          "int4-b16": {"weight_format": "int4", "block_size": 16},
+                                          "int4-level4": {"weight_format": "int4", "accuracy_level": 4},
+                                          "latent": {"latent_cache": True}}  # fmt: skip
 # (tiny checkpoint, what the one line says): glm4, exaone4 and gemma4_text have no causal-LM class in transformers.js
 # 4.3.1 (Gemma 4's runs two files); a Qwen-VL text decoder runs there as two files with decode positions 2n too far
 # (tools/transformersjs_qwen_vl.py).
@@ -133,6 +147,12 @@ def test_transformersjs_generates_the_decoders_tokens(
     assert result.passed, result.report
     model = result.path / "onnx" / FILES[dtype, variant]
     assert _batch_dims(model) == {"batch_size"}  # what transformers.js sizes its first cache from
+    held = HELD.get((name, graph, dtype, variant))
+    if held is not None:
+        qmoe = [n for n in onnx.load(str(model), load_external_data=False).graph.node if n.op_type == "QMoE"]
+        assert bool(qmoe) == held.startswith("QMoE"), held
+        # router_weights: QMoE's input 14, the weights it mixes the chosen experts by (components.qmoe)
+        assert all((len(n.input) > 14 and n.input[14] != "") == held.endswith("router_weights") for n in qmoe), held
     config = json.loads((result.path / "config.json").read_text())
     assert config["model_type"] == check_folder(decoder)[1].model_type
     engines = {e["name"]: e for e in result.report["engines"]}
@@ -250,6 +270,103 @@ def test_a_model_type_transformersjs_cannot_run_is_refused_by_name(
     assert not (tmp_path / "p").exists()
 
 
+def _nothing_but(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.slow
+def test_qmoe_at_an_accuracy_level_is_refused_with_the_forms_that_load(
+    tmp_path: Path, built: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An int4 mixture whose QMoE experts carry an accuracy level (onnxruntime-node's QMoE has no such attribute:
+    ``test_onnxruntime_node_refuses_qmoe_with_an_accuracy_level``): refused by name, the two forms that load named.
+    """  # noqa: D205
+    decoder = built("qwen3_moe-qmoe", "gqa", "fp32", "int4-level4")
+    capsys.readouterr()  # what making the checkpoint printed
+    before = _nothing_but(tmp_path)
+    code, _, err = run(["package", str(decoder), "--for", "transformers.js", "--out", str(tmp_path / "p")], capsys)
+    assert code == 2 and err.startswith("ropeexport: error: DECODER: ") and err.count("\n") == 1, err
+    for said in ("QMoE", "accuracy level 4", f"onnxruntime-node {ORT_NODE}", "--accuracy-level 0", "--graph fused"):
+        assert said in err, (said, err)
+    assert _nothing_but(tmp_path) == before
+
+
+# onnxruntime-node, asked to open the model at argv[1]: {"version": its version, "said": "loaded" or its error}
+_OPEN = ("import * as ort from 'onnxruntime-node'; let said = 'loaded'; try { await ort.InferenceSession.create("
+         "process.argv[1]); } catch (error) { said = String(error?.message ?? error); } "
+         "console.log(JSON.stringify({ version: ort.env.versions.node, said }));")  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_node
+def test_onnxruntime_node_refuses_qmoe_with_an_accuracy_level(tmp_path: Path, built: Callable[..., Path]) -> None:
+    """The refusal's reason, measured on the pinned onnxruntime-node: the decoder's model fails to load for QMoE's
+    accuracy_level alone, and loads without it. When this fails, onnxruntime-node takes the attribute: lift
+    ``qmoe_refusal``.
+    """  # noqa: D205
+    model = onnx.load(str(built("qwen3_moe-qmoe", "gqa", "fp32", "int4-level4") / "model.onnx"))
+    qmoe = [n for n in model.graph.node if n.op_type == "QMoE"]
+    assert qmoe and all(any(a.name == "accuracy_level" for a in n.attribute) for n in qmoe)
+    onnx.save(model, str(tmp_path / "with.onnx"))
+    for node in qmoe:
+        kept = [a for a in node.attribute if a.name != "accuracy_level"]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    onnx.save(model, str(tmp_path / "without.onnx"))
+    said = {}
+    for name in ("with", "without"):
+        done = subprocess.run(["node", "--input-type=module", "-e", _OPEN, str(tmp_path / f"{name}.onnx")],
+                              cwd=node_dir(), capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        said[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["with"]["version"] == ORT_NODE
+    assert "Unrecognized attribute: accuracy_level for operator QMoE" in said["with"]["said"], said
+    assert said["without"]["said"] == "loaded", said
+
+
+_SMALL_MOE = {"vocab_size": 96, "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 256}  # fmt: skip
+_GPT_OSS = {"model_type": "gpt_oss", **_SMALL_MOE, "head_dim": 8, "intermediate_size": 48, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "sliding_window": 6,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
+_DEEPSEEK = {"model_type": "deepseek_v3", **_SMALL_MOE, "num_key_value_heads": 4, "intermediate_size": 48,
+             "moe_intermediate_size": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2,
+             "topk_group": 1, "first_k_dense_replace": 1, "q_lora_rank": 16, "kv_lora_rank": 16,
+             "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "head_dim": 8}  # fmt: skip
+_LLAMA4 = {"model_type": "llama4_text", **_SMALL_MOE, "head_dim": 16, "intermediate_size": 32,
+           "intermediate_size_mlp": 48, "num_local_experts": 4, "num_experts_per_tok": 1}  # fmt: skip
+# (what, config, form, block size, accuracy level, refused): only QMoE at an accuracy level is refused
+QMOE_LEVELS = [("gpt_oss QMoE at level 4", _GPT_OSS, "gqa", 16, 4, True),
+               ("gpt_oss QMoE at level 1", _GPT_OSS, "gqa", 16, 1, True),
+               ("gpt_oss QMoE at level 0", _GPT_OSS, "gqa", 16, 0, False),
+               ("gpt_oss per expert at level 4: fused", _GPT_OSS, "fused", 16, 4, False),
+               ("gpt_oss per expert at level 4: 32 does not divide 48", _GPT_OSS, "gqa", 32, 4, False),
+               ("deepseek_v3 QMoE at level 4", _DEEPSEEK, "gqa", 16, 4, True),
+               ("deepseek_v3 per expert at level 4: decomposed", _DEEPSEEK, "decomposed", 16, 4, False),
+               ("llama4_text at level 4: per expert in every form", _LLAMA4, "gqa", 16, 4, False)]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("what", "config", "graph", "block", "level", "refused"), QMOE_LEVELS,
+                         ids=[q[0] for q in QMOE_LEVELS])  # fmt: skip
+def test_only_qmoe_at_an_accuracy_level_is_refused(
+    what: str, config: dict[str, object], graph: str, block: int, level: int, refused: bool
+) -> None:
+    spec, _ = resolve(DecoderRequest(config=config, graph=graph, weight_format="int4", block_size=block,
+                                     accuracy_level=level))  # fmt: skip
+    why = refusal(spec)
+    assert (why is not None) == refused, why
+    if refused:
+        assert f"accuracy level {level}" in why and "--graph fused" in why, why
+
+
+@pytest.mark.fast
+def test_the_onnxruntime_node_the_refusal_measured_is_the_one_pinned() -> None:
+    """``ORT_NODE`` (what ``qmoe_refusal`` says and measured) is the onnxruntime-node the lockfile installs."""
+    lock = json.loads((node_dir() / "package-lock.json").read_text())
+    assert lock["packages"]["node_modules/onnxruntime-node"]["version"] == ORT_NODE
+
+
 @pytest.mark.fast
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))
 def test_every_architecture_is_packaged_or_refused_with_transformersjs_source_cited(model_type: str) -> None:
@@ -331,8 +448,10 @@ def test_the_how_to_snippet_generates_the_decoders_tokens(tmp_path: Path, seeded
 
 # The browser: onnxruntime-web's WASM backend in Debian's headless Chromium (tools/transformersjs_browser.py). WebGPU
 # is not available on these machines: not run, not claimed.
+# gpt_oss's row is its int4 QMoE one (onnxruntime-web's WASM build has QMoE's CPU kernel); its fp32 fused row and
+# the other mixtures in fp32 were run by hand (docs/status/verified.md).
 BROWSER_CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama", "fused", "fp32", "int4"),
-                 ("gemma3", "fused", "fp32", ""), ("gpt_oss", "fused", "fp32", "")]  # fmt: skip
+                 ("gemma3", "fused", "fp32", ""), ("gpt_oss", "gqa", "fp32", "int4-b16")]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -168,6 +168,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                                              "original_max_position_embeddings": 64,
                                                              "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                                                              "mscale_all_dim": 1.0}}),
+    # Qwen3-MoE whose int4 experts QMoE holds (transformers.js's int4 rows): qwen3_moe-norm's 2 sparse layers with
+    # experts 32 wide (blocks of 16 and 32 divide both widths, qmoe.fits), weighed by the softmax over all 4
+    # (norm_topk_prob false: the weights QMoE is handed as router_weights)
+    "qwen3_moe-qmoe": ("qwen3_moe", {**CONFIGS["qwen3_moe-norm"][1], "moe_intermediate_size": 32,
+                                     "norm_topk_prob": False}),
     # Gemma 4 with shared key/value layers (E2B / E4B's num_kv_shared_layers, shrunk): layers 2 (sliding) and 3 (full)
     # read the keys and values of layers 0 and 1, the last earlier layer of their type; their MLPs twice as wide
     # (use_double_wide_mlp); the full layers' values off their keys (attention_k_eq_v) on layer 1
