@@ -18,8 +18,12 @@ Every decoder architecture ropeexport builds is packaged but these, refused by n
 message citing the line of transformers.js 4.3.1's source that says why: glm4, exaone4 and gemma4_text (no causal-LM
 class for the type; Gemma 4's class runs two files, embed_tokens then a decoder fed inputs_embeds), the Qwen-VL text
 decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places their text-only
-decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py). Refused too: a
-DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a package.
+decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py). An int4 mixture of
+experts is packaged in both its forms (ONNX Runtime's QMoE in the gqa form, a MatMulNBits per expert elsewhere), but
+QMoE at an accuracy level (--accuracy-level 1-4) is refused: onnxruntime-node 1.30, which transformers.js runs on, has
+no accuracy_level on QMoE and refuses the model; the message names the forms that load (--accuracy-level 0, or
+--graph fused). Refused too: a DECODER that is not a decoder folder or whose files changed, a DIR that exists and is
+not a package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
