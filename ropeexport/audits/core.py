@@ -404,7 +404,7 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
     A finding in ``known`` (by ``optimized.finding_key``) takes that effect, measured on this graph already.
     """  # noqa: D205
     from ropeexport.audits.effect import Measure
-    from ropeexport.audits.fix import PICKED_AFTER, UNREPAIRABLE
+    from ropeexport.audits.fix import OPERATOR_AXES, PICKED_AFTER, UNREPAIRABLE
     from ropeexport.audits.optimized import finding_key
 
     last = int(encodings.first.max_positions) - 1
@@ -422,7 +422,8 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
             continue
         sites = [result.sites[i] for i in found["sites"]]
-        if found["name"].startswith("mrope-") and any(s["table"] for s in sites):  # picked after the tables
+        if found["name"].startswith("mrope-") and any(s["table"] and s["kind"] != OPERATOR_AXES for s in sites):
+            # picked after the tables (an operator picking each pair's axis itself has its attributes set instead)
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {PICKED_AFTER}",
                                "unrepairable": PICKED_AFTER}  # fmt: skip
             continue

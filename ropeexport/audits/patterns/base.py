@@ -29,6 +29,7 @@ class SiteKind(enum.Enum):
 
     GROUP_QUERY_ATTENTION = "GroupQueryAttention do_rotary"
     ROTARY_MICROSOFT = "RotaryEmbedding (com.microsoft)"
+    MROTARY_MICROSOFT = "MRotaryEmbedding (com.microsoft)"
     ROTARY_ONNX = "RotaryEmbedding (opset 23)"
     GATHERED = "gathered table"
     COMPUTED = "computed cos/sin"
