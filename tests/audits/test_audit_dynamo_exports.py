@@ -1,0 +1,108 @@
+"""torch.onnx.export (dynamo) of two of issue 39's families, audited as users export them (tiny checkpoints, no cache):
+Qwen2.5-VL's text model fed position_ids [3, batch, seq] (``tools/export_qwen_vl_text.py``: each pair's axis read
+where the exporter recomposes the axes), and Ministral 3, whose query factor 1 + beta * log(1 + floor(pos /
+original)) the graph computes once (Floor, Log) and every layer's query reads. Planted into that computation (the
+exporter's own graph edited): vLLM #48621's multiplier (1.2773 where 1.0: 1 + 0.4 * log 2, our reading of its figure,
+here the step count one ahead, 1 + beta * log(2 + floor(pos / original))) and the floor dropped (1 + beta * log(1 +
+pos / original)). Each export runs in its own process (a dynamo export leaves fake tensors in transformers'
+modules): about 8 s of CPU each, 40 s of wall time on a loaded 2-core machine.
+"""  # noqa: D205
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import ropeexport as rx
+from tests.audits.hybrids import export
+
+pytest.importorskip("transformers", reason="transformers (the test extra) is the model exported")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Callable[..., Path]) -> Callable[[str], tuple[
+        Path, Path]]:  # fmt: skip
+    """``exported(name)``: (its checkpoint, its dynamo export's model.onnx), exported on first use."""
+    root = tmp_path_factory.mktemp("dynamo")
+    made: dict[str, tuple[Path, Path]] = {}
+
+    def get(name: str) -> tuple[Path, Path]:
+        if name not in made:
+            ckpt, model = tiny_checkpoint(name), root / name / "model.onnx"
+            if name == "qwen2_5_vl":
+                done = subprocess.run([sys.executable, str(ROOT / "tools" / "export_qwen_vl_text.py"), str(ckpt),
+                                       str(model)], capture_output=True, text=True, timeout=900)  # fmt: skip
+                assert done.returncode == 0, done.stderr[-2000:]
+            else:
+                got = export(ckpt, model.parent)
+                assert isinstance(got, Path), got
+            made[name] = ckpt, model
+        return made[name]
+
+    return get
+
+
+@pytest.mark.slow  # one dynamo export (module doc), read without effect runs
+def test_a_dynamo_qwen_vl_text_export_reads_each_pairs_axis(exported) -> None:  # noqa: ANN001
+    ckpt, model = exported("qwen2_5_vl")
+    result = rx.audit(model, ckpt / "config.json", effects=False)
+    assert [f["name"] for f in result.findings] == ["float32-angles"], [f["text"] for f in result.findings]
+    spec = rx.from_hf_config(ckpt / "config.json")[0]
+    assert [s["pair_axes"] for s in result.sites] == [list(spec.pair_axes())], [s["pair_axes"] for s in result.sites]
+
+
+def _plant(model: Path, folder: Path, how: str) -> Path:
+    """The dynamo export with the Add of 1 before its factor's Log fed ``how``: "floor dropped" (pos / original, not
+    its floor), "step ahead" (2 added, not 1); "" as exported.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    graph = proto.graph
+    floor = next(n for n in graph.node if n.op_type == "Floor")
+    add = next(n for n in graph.node if floor.output[0] in n.input)  # 1 + floor(pos / original), before the Log
+    at = list(add.input).index(floor.output[0])
+    if how == "floor dropped":
+        add.input[at] = floor.input[0]
+    elif how == "step ahead":
+        graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), "planted_two"))
+        add.input[1 - at] = "planted_two"
+    folder.mkdir(parents=True)
+    onnx.save(proto, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    return folder / "model.onnx"
+
+
+# (label, plant, words of the query-scale finding or None)
+FACTOR = [
+    ("as exported", "", None),
+    ("vLLM #48621's multiplier (the step count one ahead)", "step ahead",
+     "layers 0-1 scale the query by 1.06931 at position 0 where the config's q * (1 + 0.1 * log(1 + floor(pos / 64))) "
+     "gives 1"),
+    ("the floor dropped", "floor dropped", "layers 0-1 scale the query by 1.06853 at position 63 where the config's"),
+]  # fmt: skip
+
+
+@pytest.mark.slow  # one dynamo export (module doc), then an audit a row
+@pytest.mark.parametrize(("label", "plant", "words"), FACTOR, ids=[c[0] for c in FACTOR])
+def test_ministrals_computed_query_factor_is_read_per_layer_and_judged(
+    label: str, plant: str, words: str | None, exported, tmp_path: Path  # noqa: ANN001
+) -> None:
+    ckpt, model = exported("ministral3")
+    result = rx.audit(_plant(model, tmp_path / "planted", plant), ckpt / "config.json")
+    # computed once, read by both layers' queries: each layer's
+    assert sorted(result.layers["query_scales"]) == ["0", "1"], result.layers["query_scales"]
+    named = {f["name"]: f for f in result.findings}
+    assert named.pop("float32-angles")["severity"]["level"] == "harmless"
+    if words is None:
+        assert not named and result.gate["passed"], [f["text"] for f in named.values()]
+        return
+    assert set(named) == {"query-scale"} and words in named["query-scale"]["text"], named
+    found = named["query-scale"]
+    assert "not_measured" in found["effect"] and found["next"]["action"] == "re-export", found
+    assert not result.gate["passed"]
