@@ -36,6 +36,7 @@ class SiteKind(enum.Enum):
     SPLIT = "split sincos table"
     UNIDENTIFIED = "unidentified"
     ALIBI = "ALiBi bias"
+    VISION = "2-D vision rotation (read by running the model)"
 
 
 @dataclass
