@@ -1,17 +1,15 @@
-"""torch.onnx.export (dynamo) of two of issue 39's families, audited as users export them (tiny checkpoints, no cache):
-Qwen2.5-VL's text model fed position_ids [3, batch, seq] (``tools/export_qwen_vl_text.py``: each pair's axis read
-where the exporter recomposes the axes), and Ministral 3, whose query factor 1 + beta * log(1 + floor(pos /
-original)) the graph computes once (Floor, Log) and every layer's query reads. Planted into that computation (the
-exporter's own graph edited): vLLM #48621's multiplier (1.2773 where 1.0: 1 + 0.4 * log 2, our reading of its figure,
-here the step count one ahead, 1 + beta * log(2 + floor(pos / original))) and the floor dropped (1 + beta * log(1 +
-pos / original)). Each export runs in its own process (a dynamo export leaves fake tensors in transformers'
-modules): about 8 s of CPU each, 40 s of wall time on a loaded 2-core machine.
+"""torch.onnx.export (dynamo) of Ministral 3 (tiny checkpoint, no cache), audited as users export it: its query factor
+1 + beta * log(1 + floor(pos / original)) the graph computes once (Floor, Log) and every layer's query reads. Planted
+into that computation (the exporter's own graph edited): vLLM #48621's multiplier (1.2773 where 1.0: 1 + 0.4 * log 2,
+our reading of its figure, here the step count one ahead, 1 + beta * log(2 + floor(pos / original))) and the floor
+dropped (1 + beta * log(1 + pos / original)). The export runs once for the module in its own process (a dynamo export
+leaves fake tensors in transformers' modules): about 9 s of CPU, 30 to 40 s of wall time on a loaded 2-core machine.
+A dynamo export of Qwen2.5-VL's text model is not here: it costs about as much again (``tools/export_qwen_vl_text.py``,
+audited by hand: docs/reference/audit.md).
 """  # noqa: D205
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +22,6 @@ import ropeexport as rx
 from tests.audits.hybrids import export
 
 pytest.importorskip("transformers", reason="transformers (the test extra) is the model exported")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -37,26 +34,12 @@ def exported(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Callable
     def get(name: str) -> tuple[Path, Path]:
         if name not in made:
             ckpt, model = tiny_checkpoint(name), root / name / "model.onnx"
-            if name == "qwen2_5_vl":
-                done = subprocess.run([sys.executable, str(ROOT / "tools" / "export_qwen_vl_text.py"), str(ckpt),
-                                       str(model)], capture_output=True, text=True, timeout=900)  # fmt: skip
-                assert done.returncode == 0, done.stderr[-2000:]
-            else:
-                got = export(ckpt, model.parent)
-                assert isinstance(got, Path), got
+            got = export(ckpt, model.parent)
+            assert isinstance(got, Path), got
             made[name] = ckpt, model
         return made[name]
 
     return get
-
-
-@pytest.mark.slow  # one dynamo export (module doc), read without effect runs
-def test_a_dynamo_qwen_vl_text_export_reads_each_pairs_axis(exported) -> None:  # noqa: ANN001
-    ckpt, model = exported("qwen2_5_vl")
-    result = rx.audit(model, ckpt / "config.json", effects=False)
-    assert [f["name"] for f in result.findings] == ["float32-angles"], [f["text"] for f in result.findings]
-    spec = rx.from_hf_config(ckpt / "config.json")[0]
-    assert [s["pair_axes"] for s in result.sites] == [list(spec.pair_axes())], [s["pair_axes"] for s in result.sites]
 
 
 def _plant(model: Path, folder: Path, how: str) -> Path:

@@ -3,14 +3,12 @@ ropeexport's own artifacts read exact in each form and split, each pair's axis a
 model; planted into them (tables and position picks edited, written from the models' definitions in numpy), height
 and width swapped and Pixtral's even/odd frequency split read as halves, each named with its effect on the outputs
 against float64 over every patch; and a torch.onnx dynamo export of transformers' Pixtral vision rotary applied to q
-and k (slow: its own process, about 8 s of CPU).
+and k (slow: exported in this process).
 """  # noqa: D205
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -115,32 +113,30 @@ def test_a_vision_rope_model_is_read_pair_by_pair_and_each_fault_named_with_its_
     assert not result.gate["passed"] and found["next"]["action"] == "re-export"
 
 
-EXPORT = r"""
-import sys, torch, transformers
-from transformers.models.pixtral.modeling_pixtral import PixtralVisionRotaryEmbedding, apply_rotary_pos_emb
-out = sys.argv[1]
-config = transformers.PixtralVisionConfig(hidden_size=32, num_attention_heads=2, head_dim=16, image_size=64,
-                                          patch_size=4)
-rope = PixtralVisionRotaryEmbedding(config)
-class Rotate(torch.nn.Module):
-    def forward(self, query, key, position_ids):
-        cos, sin = rope(query, position_ids[:, 0].transpose(0, 1))  # [s, 2] -> cos/sin [s, d]
-        return apply_rotary_pos_emb(query, key, cos, sin, unsqueeze_dim=0)
-dyn = torch.export.Dim.DYNAMIC
-example = (torch.zeros(1, 2, 8, 16), torch.zeros(1, 2, 8, 16), torch.zeros(2, 1, 8, dtype=torch.int64))
-with torch.no_grad():
-    torch.onnx.export(Rotate(), example, out, dynamo=True, input_names=["query", "key", "position_ids"],
-                      output_names=["query_out", "key_out"], dynamic_shapes=({2: dyn}, {2: dyn}, {2: dyn}))
-"""
-
-
-@pytest.mark.slow  # one dynamo export, in its own process
+@pytest.mark.slow  # one dynamo export (in this process: a standalone rotary module, nothing of it kept)
 def test_a_dynamo_export_of_pixtrals_vision_rotary_reads_right(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="transformers (the test extra) is the model exported")
-    model = tmp_path / "pixtral-rope.onnx"
-    done = subprocess.run([sys.executable, "-c", EXPORT, str(model)], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    import torch
+    import transformers
+    from transformers.models.pixtral.modeling_pixtral import PixtralVisionRotaryEmbedding, apply_rotary_pos_emb
+
+    config = transformers.PixtralVisionConfig(hidden_size=32, num_attention_heads=2, head_dim=16, image_size=64,
+                                              patch_size=4)  # fmt: skip
+    rope = PixtralVisionRotaryEmbedding(config)
+
+    class Rotate(torch.nn.Module):
+        """q and k [1, n_h, s, d] rotated by position_ids [2, 1, s] as Pixtral's attention does."""
+
+        def forward(self, query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tensor) -> Any:
+            cos, sin = rope(query, position_ids[:, 0].transpose(0, 1))  # [s, 2] -> cos/sin [s, d]
+            return apply_rotary_pos_emb(query, key, cos, sin, unsqueeze_dim=0)
+
+    model, dyn = tmp_path / "pixtral-rope.onnx", torch.export.Dim.DYNAMIC
+    example = (torch.zeros(1, 2, 8, 16), torch.zeros(1, 2, 8, 16), torch.zeros(2, 1, 8, dtype=torch.int64))
+    with torch.no_grad():
+        names = ["query", "key", "position_ids"]
+        torch.onnx.export(Rotate().eval(), example, str(model), dynamo=True, input_names=names,
+                          output_names=["query_out", "key_out"], dynamic_shapes=({2: dyn}, {2: dyn}, {2: dyn}))
     result = rx.audit(model, spec_file=_spec_file(tmp_path, "even-odd"))
     assert result.verdict == "exact", [f["text"] for f in result.findings]
-    spec = _spec()
-    assert result.sites[0]["pair_axes"] == list(spec.pair_axes())
+    assert result.sites[0]["pair_axes"] == list(_spec().pair_axes())
