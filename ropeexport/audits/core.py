@@ -263,7 +263,8 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     if vision is not None:  # 2-D vision RoPE: read by running the model (``audits.vision``)
         from ropeexport.audits.vision import audit_vision
 
-        return audit_vision(path, vision, str(spec_file), fail_on, threads)
+        record, found = audit_vision(path, vision, threads)
+        return AuditResult(str(path), str(spec_file), vision.to_dict(), [record], {}, found, "spec_file", fail_on)
     encodings = encodings_for(hf_config, spec_file, graph)
     named = model_layers(graph)
     encodings.check_count(named)

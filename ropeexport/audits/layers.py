@@ -185,8 +185,9 @@ def describe(spec: Any) -> str:
 def _checked(spec: Any, model: ir.Model | None, field: str) -> Any:
     """``spec`` if audit checks its encoding; for a model ropeexport built, over the positions it declares."""
     if spec.encoding not in ("rope", "alibi"):
-        raise SpecError(field, f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models (and 2-D "
-                        "vision RoPE given as a --spec file of encoding vision_rope)")
+        raise SpecError(field, f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models (a 2-D "
+                        "vision RoPE is audited alone, from a --spec file of encoding vision_rope; graft does not "
+                        "write it)")  # fmt: skip
     declared = None if model is None else model.metadata_props.get(DECLARED)
     if declared is None:
         return spec

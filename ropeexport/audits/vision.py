@@ -147,14 +147,14 @@ def diagnose(seen: dict[str, Any], spec: Any) -> dict[str, str] | None:
                    f"{want[worst]:.6g} ({config})")  # fmt: skip
 
 
-def audit_vision(path: Path, spec: Any, config: str, fail_on: str, threads: int = 2) -> Any:
-    """The ``AuditResult`` of the vision rotation model at ``path`` against ``spec`` (module doc): one site, the
-    rotation read by running the model, and its findings, each with its effect (the outputs against float64).
+def audit_vision(path: Path, spec: Any, threads: int = 2) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the one site's record, the findings) of the vision rotation model at ``path`` against ``spec`` (module doc):
+    the rotation read by running the model, each finding with its effect (the outputs against float64); what
+    ``audits.core.audit`` makes its result of.
     """  # noqa: D205
     import onnxruntime as ort
 
     from ropeexport.audits.advice import severity
-    from ropeexport.audits.core import AuditResult
     from ropeexport.audits.model import quiet
     from ropeexport.audits.patterns.base import Site, SiteKind
 
@@ -177,14 +177,13 @@ def audit_vision(path: Path, spec: Any, config: str, fail_on: str, threads: int 
                         f"at {worst['position']} with every pair's axis and frequency the config's (precision)")
     record["exact"] = found is None
     record["findings"] = [] if found is None else [found]
-    result = AuditResult(str(path), config, spec.to_dict(), [record], {}, source="spec_file", fail_on=fail_on)
-    if found is not None:
-        effect = {"relative": worst["relative"], "max_abs": worst["max_abs"], "position": worst["position"],
-                  "positions": [0, int(spec.max_positions) - 1], "at": worst["position"], "output": worst_name,
-                  "dtype": seen["dtype"], "how": f"the outputs against the float64 rotation over "
-                  f"{worst['patches']} patches of the {spec.max_positions} x {spec.max_positions} grid (a rotation "
-                  "artifact: nothing runs after it)"}  # fmt: skip
-        reason = "graft does not write vision RoPE (no decoder around it to prove): re-export the model"
-        result.findings = [found | {"sites": [0], "effect": effect, "severity": severity(effect),
-                                    "next": {"action": "re-export", "text": reason}}]  # fmt: skip
-    return result
+    if found is None:
+        return record, []
+    effect = {"relative": worst["relative"], "max_abs": worst["max_abs"], "position": worst["position"],
+              "positions": [0, int(spec.max_positions) - 1], "at": worst["position"], "output": worst_name,
+              "dtype": seen["dtype"], "how": f"the outputs against the float64 rotation over {worst['patches']} "
+              f"patches of the {spec.max_positions} x {spec.max_positions} grid (a rotation artifact: nothing runs "
+              "after it)"}  # fmt: skip
+    reason = "graft does not write vision RoPE (no decoder around it to prove): re-export the model"
+    return record, [found | {"sites": [0], "effect": effect, "severity": severity(effect),
+                             "next": {"action": "re-export", "text": reason}}]  # fmt: skip
