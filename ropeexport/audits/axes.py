@@ -201,3 +201,63 @@ def axes_finding(read: tuple[int, ...], spec: Any) -> dict[str, str] | None:
     wrong = [j for j, (a, b) in enumerate(zip(read, want, strict=True)) if a != b]
     return finding("mrope-axes", f"pairs {wrong[:6]}{'...' if len(wrong) > 6 else ''} read other axes than the "
                    f"config's: {counts} pairs per axis (time, height, width); {config}")  # fmt: skip
+
+
+
+def operator_axes(site: Site, length: int = 16) -> list[list[int]]:
+    """Each pair's axis as each reader of ``site`` turns it, one reading per reader (``read_axes``), for an operator
+    that picks each pair's axis itself (com.microsoft ``MRotaryEmbedding``: its ``mrope_section`` and ``mrope_layout``
+    attributes): each reader run alone (``_reader_axes``). What the operator does is read, not what its attributes
+    say.
+    """  # noqa: D205
+    table = site.values[0] if site.values else None
+    last = table.shape[-1] if table is not None and table.shape is not None else None
+    width = last if isinstance(last, int) else 0
+    read = [_reader_axes(reader, width, length) for reader in site.readers] if width else []
+    return [r for r in read if r is not None]
+
+
+def _reader_axes(reader: Any, width: int, length: int) -> list[int] | None:
+    """The axis of each of ``reader``'s ``width`` pairs: the node run alone in ONNX Runtime with its own attributes on
+    tables whose every pair moves (cos/sin of p x 0.1 (j + 1): a zero-frequency pair of the model's own tables reads
+    too), a probe x [1, L, n_h * h_d] of 1 on the first channel of each pair and 0 elsewhere (each output pair is then
+    (cos, sin) of the angle its axis gives), and ``apart(length, axis)`` positions; None where its head is not told.
+    """  # noqa: D205
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from ropeexport.audits.model import quiet
+
+    attrs = {k: a.value for k, a in reader.attributes.items()}
+    heads, rotary, interleaved = int(attrs.get("num_heads", 1)), int(attrs.get("rotary_embedding_dim", 0)), bool(
+        attrs.get("interleaved", 0))  # fmt: skip
+    dims = list(reader.inputs[0].shape) if reader.inputs[0] is not None and reader.inputs[0].shape else []
+    hidden = dims[-1] if dims and isinstance(dims[-1], int) else heads * (rotary or 2 * width)
+    if not heads or hidden % heads:
+        return None
+    head = hidden // heads
+    node = helper.make_node(reader.op_type, ["x", "position_ids", "cos", "sin"], ["y"], domain=reader.domain, **attrs)
+    graph = helper.make_graph([node], "reader", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, length, hidden]),
+        helper.make_tensor_value_info("position_ids", TensorProto.INT64, [AXES, 1, length]),
+        helper.make_tensor_value_info("cos", TensorProto.FLOAT, [length, width]),
+        helper.make_tensor_value_info("sin", TensorProto.FLOAT, [length, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(reader.domain or "", 1)]
+    options, run = quiet(1)
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    angles = np.outer(np.arange(length), 0.1 * np.arange(1, width + 1))  # [L, w]
+    probe = np.zeros((1, length, heads, head), np.float32)
+    probe[..., np.arange(width) * 2 if interleaved else np.arange(width)] = 1.0  # each pair's first channel
+    feeds = {"x": probe.reshape(1, length, hidden), "cos": np.cos(angles).astype(np.float32),
+             "sin": np.sin(angles).astype(np.float32)}  # fmt: skip
+
+    def values(axis: int) -> np.ndarray:
+        y = np.asarray(session.run(None, {**feeds, "position_ids": apart(length, axis)}, run)[0])
+        y = y.reshape(length, heads, head)[..., : 2 * width]
+        if interleaved:  # [L, n, w, 2] -> [L, n, 2, w]
+            return y.reshape(length, heads, width, 2).swapaxes(-1, -2)
+        return y.reshape(length, heads, 2, width)
+
+    return list(read_axes(values))

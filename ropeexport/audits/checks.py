@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ropeexport.audits.axes import axes_finding, picked, read_axes, takes_axes
+from ropeexport.audits.axes import axes_finding, operator_axes, picked, read_axes, takes_axes
 from ropeexport.audits.diagnose import compare, finding
 from ropeexport.audits.layers import Encodings, describe, layer_finding
 from ropeexport.audits.observe import CallRefused, Evaluator, NotEvaluated
@@ -159,6 +159,7 @@ def check_rope_site(site: Site, spec: Any, evaluator: Evaluator, label: str = ""
 
 # Fused readers say how they pair the channels they rotate: their attribute names
 PAIRING = {SiteKind.ROTARY_MICROSOFT: "interleaved", SiteKind.ROTARY_ONNX: "interleaved",
+           SiteKind.MROTARY_MICROSOFT: "interleaved",
            SiteKind.GROUP_QUERY_ATTENTION: "rotary_interleaved"}  # fmt: skip
 _PAIRS = {False: "halves (i, i + r/2: rotate_half)", True: "interleaved pairs (2i, 2i + 1)"}
 
@@ -245,6 +246,9 @@ def mrope_axes(site: Site, spec: Any, evaluator: Evaluator) -> list[int] | None:
     the rotations multiply by); a table picked nowhere the audit follows is None.
     """  # noqa: D205
     length = min(int(spec.max_positions), 16)  # sin moves every pair from position 1 on, in any dtype
+    if site.kind is SiteKind.MROTARY_MICROSOFT:  # the operator picks each pair's axis itself: run it alone
+        read = operator_axes(site, length)
+        return next((r for r in read if r != list(spec.pair_axes())), read[0]) if read else None
     session = evaluator._session(site)  # noqa: SLF001 - the cut-out's own inputs: does it take three axes?
     if not any("position" in i.name and takes_axes(i.shape) for i in session.get_inputs()):
         return ONE_AXIS_INPUT

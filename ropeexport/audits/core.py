@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site, dtype_of
-from ropeexport.audits.layers import Encodings, describe, encodings_for, layer_finding, model_layers, render
+from ropeexport.audits.layers import (
+    Encodings,
+    describe,
+    encodings_for,
+    layer_finding,
+    model_layers,
+    render,
+    vision_spec,
+)
 from ropeexport.audits.model import load_model, refusal
 from ropeexport.audits.observe import Evaluator
 from ropeexport.audits.sites import SiteKind, find_sites, refuse_unread
@@ -206,6 +214,8 @@ def _values(site: dict[str, Any]) -> str:
     inside_ = inside(site)
     if SiteKind(site["kind"]) is SiteKind.ALIBI:
         return f"bias `{site['cos']}`{inside_}"
+    if SiteKind(site["kind"]) is SiteKind.VISION:  # ``audits.vision``: the model's rotated outputs, read by running it
+        return "outputs " + ", ".join(f"`{name}`" for name in (site["cos"], site["sin"]) if name)
     return f"cos `{site['cos']}`, sin `{site['sin']}`{inside_}"
 
 
@@ -224,6 +234,9 @@ def _describe(spec: dict[str, Any]) -> str:
     if spec.get("encoding") == "alibi":
         return (f"ALiBi, {spec['num_heads']} heads, slope_scale {spec['slope_scale']:g}, max_positions "
                 f"{spec['max_positions']}")  # fmt: skip
+    if spec.get("encoding") == "vision_rope":
+        return (f"2-D vision RoPE, {spec['axis_frequencies']}, theta {spec['theta']:g}, head_dim {spec['head_dim']}, "
+                f"{spec['max_positions']} patches a side")  # fmt: skip
     return (f"{spec['scaling']} schedule, theta {spec['theta']:g}, rotary_dim {spec['rotary_dim']}, max_positions "
             f"{spec['max_positions']}")  # fmt: skip
 
@@ -246,6 +259,12 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     check_request(optimized, optimized_model)
     path = Path(model)
     graph = load_model(path)
+    vision = None if spec_file is None or hf_config is not None else vision_spec(Path(spec_file))
+    if vision is not None:  # 2-D vision RoPE: read by running the model (``audits.vision``)
+        from ropeexport.audits.vision import audit_vision
+
+        record, found = audit_vision(path, vision, threads)
+        return AuditResult(str(path), str(spec_file), vision.to_dict(), [record], {}, found, "spec_file", fail_on)
     encodings = encodings_for(hf_config, spec_file, graph)
     named = model_layers(graph)
     encodings.check_count(named)
@@ -404,7 +423,7 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
     A finding in ``known`` (by ``optimized.finding_key``) takes that effect, measured on this graph already.
     """  # noqa: D205
     from ropeexport.audits.effect import Measure
-    from ropeexport.audits.fix import PICKED_AFTER, UNREPAIRABLE
+    from ropeexport.audits.fix import OPERATOR_AXES, PICKED_AFTER, UNREPAIRABLE
     from ropeexport.audits.optimized import finding_key
 
     last = int(encodings.first.max_positions) - 1
@@ -422,7 +441,8 @@ def weigh(result: AuditResult, path: Path, encodings: Encodings, threads: int | 
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {UNREPAIRABLE[found['name']]}"}
             continue
         sites = [result.sites[i] for i in found["sites"]]
-        if found["name"].startswith("mrope-") and any(s["table"] for s in sites):  # picked after the tables
+        if found["name"].startswith("mrope-") and any(s["table"] and s["kind"] != OPERATOR_AXES for s in sites):
+            # picked after the tables (an operator picking each pair's axis itself has its attributes set instead)
             found["effect"] = {"not_measured": f"its repair is not one graft makes: {PICKED_AFTER}",
                                "unrepairable": PICKED_AFTER}  # fmt: skip
             continue

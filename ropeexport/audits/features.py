@@ -3,18 +3,19 @@
 Llama 4's query temperature (``query-scale``), its chunked attention (``chunk``) and latent attention's rope
 slice (``rope-slice``, ``audits.slices``):
 
-- **Query scale.** A layer's query times a factor of its position (Llama 4's NoPE layers: 1 + attn_scale *
-  log(1 + floor((pos + 1) / floor_scale)); Ministral 3's: 1 + beta * log(1 + floor(pos / original)),
+- **Query scale.** A layer's query times a factor of its position (Llama 4's NoPE layers: 1 + attn_scale * log(1 +
+  floor((pos + 1) / floor_scale)); Ministral 3's: 1 + beta * log(1 + floor(pos / original)),
   ``components.query_scale``). It is found by use: a ``Mul`` whose one input is the query (``rotations.role_of``: it
   reaches the left of q.k or an attention operator's query) and whose other is computed from the positions alone
-  through a ``Floor`` (transformers' form, as torch.onnx's dynamo exporter writes it) or a gathered 1-D table
-  (ropeexport's). That factor is evaluated in ONNX Runtime for one call of every position the config declares
-  (0 .. E - 1, an empty cache) and compared with the formula in float64 (``query_scale64``), per layer: a factor on a
-  layer the config gives none, none where it gives one, and one off by a position (the step one position early or
-  late) or of other values are each said as what they are. It is part of the positional encoding's effect (a factor
-  of the position) but not a rotary site. A gathered table of the factor is judged by ``audits.query_scale`` (its
-  ``query-scale`` findings, which graft repairs); this module judges every other layer (a factor the graph computes, or
-  none where the config gives one: findings without ``tables``, which graft refuses: ``graft._refuse_unchecked``).
+  through a ``Floor`` or a ``Log`` (transformers' form, as torch.onnx's dynamo exporter writes it: computed once and
+  read by every layer's query, each layer's then) or a gathered 1-D table (ropeexport's). That factor is evaluated in
+  ONNX Runtime for one call of every position the config declares (0 .. E - 1, an empty cache) and compared with the
+  formula in float64 (``query_scale64``), per layer: a factor on a layer the config gives none, none where it gives
+  one, and one off by a position (the step one position early or late) or of other values are each said as what they
+  are. It is part of the positional encoding's effect (a factor of the position) but not a rotary site. A gathered
+  table of the factor is judged by ``audits.query_scale`` (its ``query-scale`` findings, which graft repairs); this
+  module judges every other layer (a factor the graph computes, or none where the config gives one: findings without
+  ``tables``, which graft refuses: ``graft._refuse_unchecked``).
 - **Chunks.** Llama 4's RoPE layers attend within chunks of ``attention_chunk_size`` key slots. A chunk is an
   attention mask, outside the positional encoding (no rotary value changes with it), read as windows are
   (``audits.windows``): ropeexport's int64 scalar named ``.../chunk`` followed to the attention nodes it reaches. Not
@@ -61,10 +62,12 @@ def expected(config_path: Path | None) -> Any:
 
 
 def _anchors(model: ir.Model) -> list[ir.Node]:
-    """The Floor nodes and the Gathers of a 1-D float constant table (module doc)."""
+    """The Floor and Log nodes and the Gathers of a 1-D float constant table (module doc): the Log too, so that a
+    factor computed without its Floor (the step dropped: log(1 + pos / original)) is still read, and judged.
+    """  # noqa: D205
     found = []
     for node in model.graph:
-        if node.op_type == "Floor":
+        if node.op_type in ("Floor", "Log"):
             found.append(node)
         elif node.op_type == "Gather" and node.inputs and (table := constant_of(node.inputs[0])) is not None:
             if table.ndim == 1 and table.dtype.kind == "f":
@@ -72,9 +75,12 @@ def _anchors(model: ir.Model) -> list[ir.Node]:
     return found
 
 
-def _query_factor(anchor: ir.Node) -> tuple[ir.Value, ir.Node] | None:
-    """(the factor, the query's Mul) the anchor's output reaches through ``CARRIED`` nodes, or None."""
-    frontier, seen = deque([(anchor.outputs[0], 0)]), {id(anchor)}
+def _query_factors(anchor: ir.Node) -> list[tuple[ir.Value, ir.Node]]:
+    """Every (factor, query's Mul) the anchor's output reaches through ``CARRIED`` nodes: one factor computed once
+    and read by every layer's query (torch.onnx's optimizer computes transformers' per-layer factor once) is each
+    of those layers'.
+    """  # noqa: D205
+    frontier, seen, found = deque([(anchor.outputs[0], 0)]), {id(anchor)}, []
     while frontier:
         value, depth = frontier.popleft()
         for use in value.uses():
@@ -84,10 +90,11 @@ def _query_factor(anchor: ir.Node) -> tuple[ir.Value, ir.Node] | None:
             seen.add(id(node))
             other = [v for i, v in enumerate(node.inputs) if i != use.idx and v is not None]
             if node.op_type == "Mul" and other and constant_of(other[0]) is None and role_of(node.outputs[0]) == "q":
-                return value, node
+                found.append((value, node))
+                continue
             if node.op_type in CARRIED:
                 frontier.append((node.outputs[0], depth + 1))
-    return None
+    return found
 
 
 def read_scales(path: Path, model: ir.Model, length: int, threads: int = 2) -> dict[int, np.ndarray]:
@@ -96,9 +103,9 @@ def read_scales(path: Path, model: ir.Model, length: int, threads: int = 2) -> d
 
     found: dict[int, ir.Value] = {}
     for anchor in _anchors(model):
-        hit = _query_factor(anchor)
-        if hit is not None and (layer := layer_of(hit[1].name or "", hit[1].metadata_props)) is not None:
-            found.setdefault(layer, hit[0])
+        for factor, mul in _query_factors(anchor):
+            if (layer := layer_of(mul.name or "", mul.metadata_props)) is not None:
+                found.setdefault(layer, factor)
     if not found:
         return {}
     names = [v.name or "" for v in found.values()]

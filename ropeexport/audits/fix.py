@@ -48,6 +48,9 @@ UNREPAIRABLE = {
 # M-RoPE pairs that pick their axis after the tables one axis gathers (``axes.picked``): graft writes table values
 PICKED_AFTER = ("each pair picks its position axis after the tables, where graft writes nothing (it replaces the "
                 "tables' values, not the picks)")
+# An operator that picks each pair's axis itself (com.microsoft MRotaryEmbedding): graft sets its attributes
+OPERATOR_AXES = SiteKind.MROTARY_MICROSOFT.value
+AXES_FINDINGS = ("mrope-sections-swapped", "mrope-interleaving", "mrope-one-axis", "mrope-axes")
 Need = Group | None  # a group's encoding, or None: no rotation (a layer without RoPE)
 
 
@@ -122,10 +125,14 @@ def repair(model: ir.Model, source: Path, records: list[dict[str, Any]], encodin
         sign = int(record.get("sign", 1))  # a table its rotations read turned the other way is another use of it
         entry = tables.setdefault((id(cos), id(sin), sign), {"cos": cos, "sin": sin, "site": record, "parts": {}})
         repair_pairs = fixed and paired
+        axed = fixed and record["kind"] == OPERATOR_AXES and any(
+            f["name"] in AXES_FINDINGS and (names is None or f["name"] in names) for f in record["findings"])
         for node in _readers(chain, record, (cos, sin)):
             need = need_of(record, node, encodings)
             if repair_pairs and need is not None:
                 replaced.append(_pair(node, need.spec.layout == "interleaved"))
+            if axed and need is not None:
+                replaced.append(_axes(node, need.spec))
             part = entry["parts"].setdefault(_key(need), {"need": need, "nodes": [], "fix": False, "site": record})
             part["nodes"].append(node)
             part["fix"] |= fixed
@@ -182,6 +189,16 @@ def _rebuilt(model: ir.Model, source: Path, records: list[dict[str, Any]],
     repaired = ir.serde.deserialize_model(proto)
     ir.external_data.set_base_dir(repaired.graph, source.resolve().parent)
     return repaired, replaced
+
+
+def _axes(node: ir.Node, spec: Any) -> dict[str, Any]:
+    """``node`` (an MRotaryEmbedding) set to pick each pair's axis as ``spec`` says: its ``mrope_section`` and
+    ``mrope_layout`` (0: contiguous sections, 1: interleaved by frequency index), what was replaced.
+    """  # noqa: D205
+    section, layout = [int(n) for n in spec.mrope_section], int(bool(spec.mrope_interleaved))
+    node.attributes["mrope_section"] = ir.AttrInt64s("mrope_section", section)
+    node.attributes["mrope_layout"] = ir.AttrInt64("mrope_layout", layout)
+    return {"node": node.name, "replaced_by": f"mrope_section={section}, mrope_layout={layout} (the config's axes)"}
 
 
 def _pair(node: ir.Node, interleaved: bool) -> dict[str, Any]:

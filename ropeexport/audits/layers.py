@@ -185,7 +185,9 @@ def describe(spec: Any) -> str:
 def _checked(spec: Any, model: ir.Model | None, field: str) -> Any:
     """``spec`` if audit checks its encoding; for a model ropeexport built, over the positions it declares."""
     if spec.encoding not in ("rope", "alibi"):
-        raise SpecError(field, f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models")
+        raise SpecError(field, f"describes {spec.encoding}; audit checks rotary (RoPE) and ALiBi models (a 2-D "
+                        "vision RoPE is audited alone, from a --spec file of encoding vision_rope; graft does not "
+                        "write it)")  # fmt: skip
     declared = None if model is None else model.metadata_props.get(DECLARED)
     if declared is None:
         return spec
@@ -257,6 +259,14 @@ def from_spec_file(path: Path, model: ir.Model | None = None) -> Encodings:
         raise SpecError("spec_file", f"{where}: mixes ALiBi and RoPE encodings; audit checks one kind per model")
     unrotated = tuple(i for i, n in enumerate(names) if n is None)
     return Encodings(str(path), "spec_file", tuple(groups), unrotated, len(names))
+
+
+def vision_spec(path: Path) -> Any:
+    """The ``vision_rope`` spec a spec file holds (one encoding, no layers: ``audits.vision`` audits it), else None."""
+    from ropeexport.catalog import spec_from_dict
+
+    data = _read(path)
+    return spec_from_dict(data, "spec_file") if data.get("encoding") == "vision_rope" else None
 
 
 def _read(path: Path) -> Mapping[str, Any]:

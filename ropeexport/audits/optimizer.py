@@ -43,7 +43,8 @@ EXTERNAL_BYTES = 1024
 CHECK_BYTES = 1 << 30  # ``check`` (verify's line) leaves a model whose files are larger to ``audit --optimized``
 ROTATION_CHANGES = ("pairing", "width", "values", "gone")  # what makes another rotation; the rest: another form
 # A reader's attribute for the channels it rotates (0 or absent: twice its table's width)
-WIDTH_ATTRIBUTE = {SiteKind.ROTARY_ONNX: "rotary_embedding_dim", SiteKind.ROTARY_MICROSOFT: "rotary_embedding_dim"}
+WIDTH_ATTRIBUTE = {SiteKind.ROTARY_ONNX: "rotary_embedding_dim", SiteKind.ROTARY_MICROSOFT: "rotary_embedding_dim",
+                   SiteKind.MROTARY_MICROSOFT: "rotary_embedding_dim"}  # fmt: skip
 
 
 def check_level(level: str) -> str:

@@ -266,6 +266,10 @@ def effect(path: Path, hf_config: str | Path, found: dict[str, Any], encodings: 
     from ropeexport.audits.effect import between
     from ropeexport.audits.model import load_model, write_model
 
+    if not found.get("tables"):  # read where the graph computes it (``audits.features``): no values to put right
+        why = "a factor the graph computes (no table of it): graft puts table values right, it does not rewrite a " \
+              "computation"  # fmt: skip
+        return {"not_measured": why, "unrepairable": why}
     model = load_model(path)
     if not repair(model, hf_config, set(found.get("tables", []))):
         return {"not_measured": "its table's offset is not the config's: graft does not rewrite it"}

@@ -199,6 +199,10 @@ def plan(path: Path, spec: Any, worst: list[int], windows: list[int] = ()) -> Pl
             places = [p if p.draw is None else Place(p.name, reach - 1, p.draw) for p in places]
         else:
             positions = None
+        while chunk > TOKENS and chunk >= end:  # the image grid's tokens outnumber its positions: a call of more
+            # tokens than the tables have rows is refused by ONNX Runtime's MRotaryEmbedding (onnxruntime-genai's
+            # builder), though every position is in range; a prefill in calls shorter than the context runs
+            chunk //= 2
     return Plan(mode, reach, chunk, places, short, prompts, int(vocab), given_back, inputs, positions)
 
 

@@ -112,10 +112,9 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
 
 
 # Operators that rotate with tables and positions of their own no pattern reads yet: what they do, in words
-OWN_TABLES = {
-    "MRotaryEmbedding": "multimodal RoPE of its own (position_ids [3, batch, seq], mrope_section an attribute; "
-                        "onnxruntime-genai 0.18's Qwen-VL export)",
-}
+# (none now: com.microsoft MRotaryEmbedding, onnxruntime-genai 0.18's Qwen-VL export, is read by
+# ``patterns.mrotary_microsoft``); what the refusal names, should one appear
+OWN_TABLES: dict[str, str] = {}
 
 
 def refuse_unread(model: ir.Model, sites: list[Site]) -> None:

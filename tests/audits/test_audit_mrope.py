@@ -153,30 +153,53 @@ def test_graft_repairs_an_mrope_model_and_proves_it_on_image_grid_calls(
         assert site["pair_axes"] in (None, [0, 0, 1, 1, 1, 2, 2, 2]), site["pair_axes"]
 
 
+# (label, the operator's mrope_section and mrope_layout, the spec's section and interleaving, finding or None): what
+# com.microsoft MRotaryEmbedding (onnxruntime-genai 0.18's Qwen-VL export) does, read by running it alone
+OPERATOR = [
+    ("Qwen2.5-VL, contiguous sections", [2, 3, 3], 0, [2, 3, 3], False, None),
+    ("Qwen3-VL, interleaved", [3, 3, 2], 1, [3, 3, 2], True, None),
+    ("sections swapped", [3, 2, 3], 0, [2, 3, 3], False, "mrope-sections-swapped"),
+    ("Qwen3-VL exported as Qwen2.5-VL", [3, 3, 2], 0, [3, 3, 2], True, "mrope-interleaving"),
+]  # fmt: skip
+
+
 @pytest.mark.fast
-def test_an_operator_with_its_own_mrope_tables_is_refused_by_name(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    """onnxruntime-genai 0.18's builder writes Qwen2.5-VL with com.microsoft MRotaryEmbedding (its tables and
-    mrope_section inside the operator): no pattern reads it yet, so the audit names it, exit 2, never "no rotary".
+@pytest.mark.parametrize(("label", "section", "layout", "config", "interleaved", "expected"), OPERATOR,
+                         ids=[c[0] for c in OPERATOR])  # fmt: skip
+def test_an_operator_with_its_own_mrope_tables_is_read_pair_by_pair(
+    label: str, section: list[int], layout: int, config: list[int], interleaved: bool, expected: str | None,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """An MRotaryEmbedding's tables are a site (rows 0 .. L - 1 against the spec's, exact here: float64 rounded once)
+    and the axis of each of its pairs is read by running the operator with one axis counting at a time, not from its
+    attributes' names: the config's sections and interleaving read right, any other named as what it is.
     """  # noqa: D205
     from onnx import TensorProto, helper
 
-    from ropeexport.cli import main
-
+    rows, width = 64, 8
+    inv = 10000.0 ** (-np.arange(width) / width)
+    angles = np.outer(np.arange(rows), inv)
     rotate = helper.make_node("MRotaryEmbedding", ["query", "position_ids", "cos_cache", "sin_cache"], ["rotated"],
                               name="/model/layers.0/attn/q_rotary/MRotaryEmbedding", domain="com.microsoft",
-                              interleaved=0, rotary_embedding_dim=16, num_heads=4, mrope_section=[2, 3, 3])  # fmt: skip
-    tables = [numpy_helper.from_array(np.ones((64, 8), np.float32), "cos_cache"),
-              numpy_helper.from_array(np.zeros((64, 8), np.float32), "sin_cache")]  # fmt: skip
+                              interleaved=0, rotary_embedding_dim=0, num_heads=4, mrope_section=section,
+                              mrope_layout=layout)  # fmt: skip
+    tables = [numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos_cache"),
+              numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin_cache")]  # fmt: skip
     graph = helper.make_graph([rotate], "g", [helper.make_tensor_value_info("query", TensorProto.FLOAT, [1, "s", 64]),
                                               helper.make_tensor_value_info("position_ids", TensorProto.INT64,
                                                                             [3, 1, "s"])],
                               [helper.make_tensor_value_info("rotated", TensorProto.FLOAT, None)], tables)  # fmt: skip
     opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
-    onnx.save(model, str(tmp_path / "model.onnx"))
-    (tmp_path / "spec.json").write_text(json.dumps({**PARTIAL, "rotary_dim": 16, "mrope_section": [2, 3, 3],
-                                                    "max_positions": 64}))  # fmt: skip
-    assert main(["audit", str(tmp_path / "model.onnx"), "--spec", str(tmp_path / "spec.json")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "com.microsoft MRotaryEmbedding '/model/layers.0/attn/q_rotary/MRotaryEmbedding'" in err, err
-    assert "no verdict on a rotation it has not read" in err and "\n" not in err, err
+    onnx.save(helper.make_model(graph, opset_imports=opsets, ir_version=10), str(tmp_path / "model.onnx"))
+    fields = {**PARTIAL, "rotary_dim": 16, "mrope_section": config, "mrope_interleaved": interleaved,
+              "max_positions": rows}  # fmt: skip
+    (tmp_path / "spec.json").write_text(json.dumps(fields))
+    result = rx.audit(tmp_path / "model.onnx", spec_file=tmp_path / "spec.json", effects=False)
+    (site,) = result.sites
+    assert site["kind"] == "MRotaryEmbedding (com.microsoft)" and site["layers"] == [0], site
+    spec = rx.spec(**{k: v for k, v in fields.items() if k != "encoding"})
+    if expected is None:
+        assert result.verdict == "exact" and site["pair_axes"] == list(spec.pair_axes()), (label, site)
+        return
+    assert [f["name"] for f in result.findings] == [expected], (label, [f["text"] for f in result.findings])
+    assert site["pair_axes"] != list(spec.pair_axes()), site["pair_axes"]

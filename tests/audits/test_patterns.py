@@ -44,7 +44,8 @@ def test_every_pattern_module_is_listed_and_the_list_names_only_modules() -> Non
 
 
 def test_every_site_kind_is_reported_by_some_pattern() -> None:
-    assert {kind for p in PATTERNS for kind in p.kinds} == set(SiteKind)
+    # the one kind no pattern finds: a 2-D vision rotation, read by running the whole model (``audits.vision``)
+    assert {kind for p in PATTERNS for kind in p.kinds} == set(SiteKind) - {SiteKind.VISION}
     assert {p.encoding for p in PATTERNS} == {"rope", "alibi"}
 
 

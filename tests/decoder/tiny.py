@@ -239,16 +239,20 @@ def hf_config(name: str) -> Any:
     return transformers.AutoConfig.for_model(model_type, **fields)
 
 
-def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | None = None) -> Path:
+def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | None = None,
+               vision: dict[str, Any] | None = None) -> Path:
     """A random model of CONFIGS[name] saved with save_pretrained into ``folder``; weights spread (std ~0.2) so the
-    logits have a scale of order one and a wrong position shows.
+    logits have a scale of order one and a wrong position shows. ``vision``: fields of its vision_config changed.
     """  # noqa: D205
     torch.manual_seed(seed)
     # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
     whole = ("mistral3-multimodal", "gemma4-multimodal")
     auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
-    model = auto.from_config(hf_config(name), attn_implementation="eager")
+    config = hf_config(name)
+    for key, value in (vision or {}).items():
+        setattr(config.vision_config, key, value)
+    model = auto.from_config(config, attn_implementation="eager")
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)

@@ -15,6 +15,7 @@ from ropeexport.audits.patterns import (
     computed,
     gathered,
     gqa,
+    mrotary_microsoft,
     rotary_microsoft,
     rotary_onnx,
     split_table,
@@ -25,6 +26,7 @@ from ropeexport.audits.patterns.base import Pattern, Site, SiteKind, Step, Walk
 PATTERNS: tuple[Pattern, ...] = (
     gqa.PATTERN,
     rotary_microsoft.PATTERN,
+    mrotary_microsoft.PATTERN,
     rotary_onnx.PATTERN,
     gathered.PATTERN,
     split_table.PATTERN,

@@ -29,12 +29,14 @@ class SiteKind(enum.Enum):
 
     GROUP_QUERY_ATTENTION = "GroupQueryAttention do_rotary"
     ROTARY_MICROSOFT = "RotaryEmbedding (com.microsoft)"
+    MROTARY_MICROSOFT = "MRotaryEmbedding (com.microsoft)"
     ROTARY_ONNX = "RotaryEmbedding (opset 23)"
     GATHERED = "gathered table"
     COMPUTED = "computed cos/sin"
     SPLIT = "split sincos table"
     UNIDENTIFIED = "unidentified"
     ALIBI = "ALiBi bias"
+    VISION = "2-D vision rotation (read by running the model)"
 
 
 @dataclass

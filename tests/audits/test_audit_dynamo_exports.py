@@ -1,0 +1,91 @@
+"""torch.onnx.export (dynamo) of Ministral 3 (tiny checkpoint, no cache), audited as users export it: its query factor
+1 + beta * log(1 + floor(pos / original)) the graph computes once (Floor, Log) and every layer's query reads. Planted
+into that computation (the exporter's own graph edited): vLLM #48621's multiplier (1.2773 where 1.0: 1 + 0.4 * log 2,
+our reading of its figure, here the step count one ahead, 1 + beta * log(2 + floor(pos / original))) and the floor
+dropped (1 + beta * log(1 + pos / original)). The export runs once for the module in its own process (a dynamo export
+leaves fake tensors in transformers' modules): about 9 s of CPU, 30 to 40 s of wall time on a loaded 2-core machine.
+A dynamo export of Qwen2.5-VL's text model is not here: it costs about as much again (``tools/export_qwen_vl_text.py``,
+audited by hand: docs/reference/audit.md).
+"""  # noqa: D205
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import ropeexport as rx
+from tests.audits.hybrids import export
+
+pytest.importorskip("transformers", reason="transformers (the test extra) is the model exported")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Callable[..., Path]) -> Callable[[str], tuple[
+        Path, Path]]:  # fmt: skip
+    """``exported(name)``: (its checkpoint, its dynamo export's model.onnx), exported on first use."""
+    root = tmp_path_factory.mktemp("dynamo")
+    made: dict[str, tuple[Path, Path]] = {}
+
+    def get(name: str) -> tuple[Path, Path]:
+        if name not in made:
+            ckpt, model = tiny_checkpoint(name), root / name / "model.onnx"
+            got = export(ckpt, model.parent)
+            assert isinstance(got, Path), got
+            made[name] = ckpt, model
+        return made[name]
+
+    return get
+
+
+def _plant(model: Path, folder: Path, how: str) -> Path:
+    """The dynamo export with the Add of 1 before its factor's Log fed ``how``: "floor dropped" (pos / original, not
+    its floor), "step ahead" (2 added, not 1); "" as exported.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    graph = proto.graph
+    floor = next(n for n in graph.node if n.op_type == "Floor")
+    add = next(n for n in graph.node if floor.output[0] in n.input)  # 1 + floor(pos / original), before the Log
+    at = list(add.input).index(floor.output[0])
+    if how == "floor dropped":
+        add.input[at] = floor.input[0]
+    elif how == "step ahead":
+        graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), "planted_two"))
+        add.input[1 - at] = "planted_two"
+    folder.mkdir(parents=True)
+    onnx.save(proto, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    return folder / "model.onnx"
+
+
+# (label, plant, words of the query-scale finding or None)
+FACTOR = [
+    ("as exported", "", None),
+    ("vLLM #48621's multiplier (the step count one ahead)", "step ahead",
+     "layers 0-1 scale the query by 1.06931 at position 0 where the config's q * (1 + 0.1 * log(1 + floor(pos / 64))) "
+     "gives 1"),
+    ("the floor dropped", "floor dropped", "layers 0-1 scale the query by 1.06853 at position 63 where the config's"),
+]  # fmt: skip
+
+
+@pytest.mark.slow  # one dynamo export (module doc), then an audit a row
+@pytest.mark.parametrize(("label", "plant", "words"), FACTOR, ids=[c[0] for c in FACTOR])
+def test_ministrals_computed_query_factor_is_read_per_layer_and_judged(
+    label: str, plant: str, words: str | None, exported, tmp_path: Path  # noqa: ANN001
+) -> None:
+    ckpt, model = exported("ministral3")
+    result = rx.audit(_plant(model, tmp_path / "planted", plant), ckpt / "config.json")
+    # computed once, read by both layers' queries: each layer's
+    assert sorted(result.layers["query_scales"]) == ["0", "1"], result.layers["query_scales"]
+    named = {f["name"]: f for f in result.findings}
+    assert named.pop("float32-angles")["severity"]["level"] == "harmless"
+    if words is None:
+        assert not named and result.gate["passed"], [f["text"] for f in named.values()]
+        return
+    assert set(named) == {"query-scale"} and words in named["query-scale"]["text"], named
+    found = named["query-scale"]
+    assert "not_measured" in found["effect"] and found["next"]["action"] == "re-export", found
+    assert not result.gate["passed"]
