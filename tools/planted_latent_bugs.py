@@ -103,12 +103,14 @@ def planted_rows(work: Path) -> list[dict[str, Any]]:
     from ropeexport.audits.model import load_model
     from tests.audits.test_audit_latent import PLANTED, built, planted
 
-    clean: dict[str, Path] = {}
+    clean: dict[tuple[str, str, bool], Path] = {}
 
-    def own(name: str) -> Path:
-        if name not in clean:
-            clean[name] = built(_checkpoint(work, name), work / "clean" / name)
-        return clean[name]
+    def own(name: str, graph: str = "fused", latent_cache: bool = False) -> Path:
+        key = (name, graph, latent_cache)
+        if key not in clean:
+            folder = work / "clean" / f"{name}-{graph}{'-latent' if latent_cache else ''}"
+            clean[key] = built(_checkpoint(work, name), folder, graph, latent_cache=latent_cache)
+        return clean[key]
 
     rows = []
     for bug in PLANTED:
@@ -116,7 +118,8 @@ def planted_rows(work: Path) -> list[dict[str, Any]]:
         ckpt = _checkpoint(work, bug.name)
         model = planted(bug, work / "planted" / bug.case, ckpt, own)
         result = rx.audit(model, ckpt / "config.json", effects=False)
-        effect = between(own(bug.name), model, encodings_for(ckpt / "config.json", None, load_model(model)))
+        encodings = encodings_for(ckpt / "config.json", None, load_model(model))
+        effect = between(own(bug.name, bug.graph, bug.latent_cache), model, encodings)
         rows.append({"case": bug.case, "model": bug.name, "verdict": result.verdict,
                      "findings": [{"name": f["name"], "text": f["text"]} for f in result.findings],
                      "named": sorted(f["name"] for f in result.findings) == sorted(bug.findings),
