@@ -333,3 +333,47 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
     grafted = rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
     assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
     assert grafted.decoder is not None and grafted.decoder["passed"] == {"original": False, "grafted": True}
+
+
+# --- what a layer's mask says of its chunks (``attention_reads.chunks_of``) ----------------------------------------
+
+
+def _mask(n: int, rule: Callable[[int, int], bool]) -> np.ndarray:
+    """bool [n, n]: ``rule(query slot, key slot)`` under the causal rule."""
+    return np.array([[j <= i and rule(i, j) for j in range(n)] for i in range(n)])
+
+
+CHUNK_READS = [  # (case, mask of 18 slots, what chunks_of reads)
+    ("causal", _mask(18, lambda i, j: True), {"size": 0, "starts": [0]}),
+    ("chunks-of-8", _mask(18, lambda i, j: i // 8 == j // 8), {"size": 8, "starts": [0, 8, 16]}),
+    ("boundary-late", _mask(18, lambda i, j: max(i - 1, 0) // 8 == max(j - 1, 0) // 8),
+     {"size": 8, "starts": [0, 9, 17]}),
+    ("one-boundary", _mask(18, lambda i, j: i // 12 == j // 12), {"size": None, "starts": [0, 12]}),
+    ("sliding-window", _mask(18, lambda i, j: i - j < 4), {"other": "query slot 4 sees keys 1-4"}),
+    ("a hole", _mask(18, lambda i, j: j != 2), {"other": "query slot 2 sees keys 0-1"}),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("case", "mask", "read"), CHUNK_READS, ids=[c[0] for c in CHUNK_READS])
+def test_a_mask_reads_as_its_chunks_or_as_another_mask(case: str, mask: np.ndarray, read: dict[str, Any]) -> None:
+    from ropeexport.audits.attention_reads import chunks_of
+
+    assert chunks_of(mask) == read, case
+
+
+def test_a_mask_too_large_to_evaluate_leaves_the_chunks_unread_never_exact(
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_checkpoint,  # noqa: ANN001
+    clean: Callable[..., Path],
+) -> None:
+    from ropeexport.audits import attention_reads
+
+    model = clean("llama4")
+    monkeypatch.setattr(attention_reads, "BUDGET", 10)  # a real Llama 4's 2 chunks of 8192 over every head, shrunk
+    result = rx.audit(model, tiny_checkpoint("llama4") / "config.json", effects=False)
+    assert result.verdict == "findings" and [f["name"] for f in result.findings] == ["chunk-unread"], result.findings
+    assert result.findings[0]["text"].startswith("the chunks of layers 0-2 are not read (one call of 18 tokens would "
+                                                 "hold"), result.findings  # fmt: skip
+    with pytest.raises(rx.errors.SpecError, match="the chunks were not read"):
+        rx.graft(model, tiny_checkpoint("llama4") / "config.json", model.parent / "fixed.onnx", trust="config")
