@@ -16,11 +16,13 @@ slice (``rope-slice``, ``audits.slices``):
   ``query-scale`` findings, which graft repairs); this module judges every other layer (a factor the graph computes, or
   none where the config gives one: findings without ``tables``, which graft refuses: ``graft._refuse_unchecked``).
 - **Chunks.** Llama 4's RoPE layers attend within chunks of ``attention_chunk_size`` key slots. A chunk is an
-  attention mask, outside the positional encoding (no rotary value changes with it), read as windows are
-  (``audits.windows``): ropeexport's int64 scalar named ``.../chunk`` followed to the attention nodes it reaches. Not
-  read: a dynamo or TorchScript export's chunked mask (transformers builds it from mask functions, one constant among
-  their arithmetic), nor a chunk boundary moved without the size changing (the constant is read, the mask is not
-  evaluated).
+  attention mask, outside the positional encoding (no rotary value changes with it), read from what each layer's
+  attention lets through, evaluated (``audits.attention_reads``: any exporter's form), against the config's chunks
+  starting at 0, C, 2C ...: another size, none, a boundary moved with the size kept, or another mask; a mask that
+  cannot be evaluated is ``chunk-unread``, never exact.
+- **The softmax's scale** on latent layers (``attention-scale``): an attention operator's ``scale``, or the constants
+  a decomposed attention multiplies its logits by (``attention_reads.decomposed_scales``); unread:
+  ``attention-scale-unread``.
 
 Only a config that says them is checked (a decoder ropeexport builds from it: ``decoder.build.resolve``); the
 findings carry ``sites`` [] and the readings go in the audit's ``layers`` (``query_scales``, ``chunks``,
