@@ -97,7 +97,8 @@ def test_an_int4_mixture_is_served_as_float64_greedy_on_its_weights_and_audits_e
     spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph, weight_format="int4", block_size=block))
     # the truth: float64 greedy on the weights the int4 model holds (dequantized), the whole sequence each step
     weights64, pieces = stored_float64(spec, load_checkpoint(spec, ckpt)), position_pieces(spec)
-    prompt, offset, count = [5, 17, 3, 60, 9, 41, 22], spec.position_spec().max_positions - 19, 12  # its last token at 255 of 256
+    last = spec.position_spec().max_positions - 1  # 255: the served tokens reach the end of the context
+    prompt, offset, count = [5, 17, 3, 60, 9, 41, 22], last - 18, 12
     sequence, truth = list(prompt), []
     for _ in range(count):
         ids = np.array([sequence])
