@@ -7,13 +7,17 @@ against it; at a token that is no near tie, nothing excuses it and the call fail
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.greedy import Call
+from ropeexport.decoder.greedy import Call, run_scenario
 from ropeexport.decoder.oracle import Routing, decoder_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.verify import _routed, judge_call
 from ropeexport.decoder.weights import seeded_weights
 from ropeexport.report.views import CallRecord
@@ -80,3 +84,77 @@ def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> Non
     full, kept, _ = _routed(call, truth, TOLERANCE, frozenset(), routed=True)
     assert free not in kept
     assert not CallRecord(judge_call(call, full, None, TOLERANCE)).passed
+
+
+# --- a whole decoder, built and run in ONNX Runtime, with a near tie planted at a known token -----------------------
+
+NEAR_TIE = Scenario("near-tie", (12,), 0, about="one prefill of 12 tokens, a near tie planted at one of them")
+
+
+def _plant_near_tie(spec: Any, weights: dict[str, np.ndarray]) -> int:
+    """Layer 0's router (gpt-oss: logits h W + b, top 2 of 4) set so that exactly one token of ``NEAR_TIE``'s prompt
+    has a near tie at its 2nd / 3rd expert; that token's slot.
+
+    Experts 2 and 3 get the same column v, their biases b and the next float32 after b: in float64 expert 3 leads by
+    one float32 ulp of b (1.2e-10), while in float32 both logits round to one value (b is 1e-3, the sum near 1) and
+    TopK takes the lower index, expert 2. Experts 0 and 1 get v + u and v - u with the bias b + c: both lead the pair
+    (neither of the pair chosen) while |h . u| < c; c is set between the largest and the second |h . u| over the
+    prompt's layer-0 router inputs h (float64, read by a spy on the float64 MoE), so exactly one token puts the pair
+    at the boundary. Shapes: h [T, n], the router's weight [n, E].
+    """  # noqa: D205
+    import ropeexport.decoder.oracle as oracle
+    from ropeexport.decoder.greedy import _prompt
+
+    ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0))  # the prompt run_scenario feeds (seed 0)
+    seen: list[np.ndarray] = []
+    real = oracle.moe64
+
+    def spy(*args: Any, **kwargs: Any) -> np.ndarray:
+        seen.append(np.asarray(args[1]))
+        return real(*args, **kwargs)
+
+    oracle.moe64 = spy
+    try:
+        oracle.decoder_float64(spec, stored_float64(spec, weights), ids, pos, mask, pieces=position_pieces(spec))
+    finally:
+        oracle.moe64 = real
+    h = seen[0].reshape(-1, seen[0].shape[-1])  # layer 0's router inputs [T, n]
+    rng = np.random.default_rng(1)
+    v, u = (rng.normal(size=h.shape[1]) / np.sqrt(h.shape[1]) / np.abs(h).mean() for _ in range(2))
+    reach = np.sort(np.abs(h @ u))[::-1]
+    c, b = (reach[0] + reach[1]) / 2, np.float32(1e-3)
+    w, bias = "layers.0.router_proj", "layers.0.router_bias"
+    column = np.stack([v + u, v - u, v, v], axis=1).astype(np.float32)  # [n, 4]
+    weights[w] = column.astype(weights[w].dtype)
+    weights[bias] = np.array([b + c, b + c, b, np.nextafter(b, np.float32(1))], np.float32).astype(weights[bias].dtype)
+    return int(np.argmax(np.abs(h @ u)))
+
+
+def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_a_tie_not_a_failure(
+    tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.verify import verify_decoder
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.report.views import ScenarioRecord
+    from ropeexport.runtimes.ort import OrtRunner
+
+    ckpt = tiny_checkpoint("gpt_oss")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="fused"))
+    weights = dict(load_checkpoint(spec, ckpt))
+    slot = _plant_near_tie(spec, weights)
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    (record,) = verify_decoder(runner.infer, spec, weights, position_pieces(spec), chosen=[NEAR_TIE])
+    result = ScenarioRecord(record)
+    (call,) = result.calls
+    # ONNX Runtime took expert 2 where float64 takes 3: judged against that routing, reported, passed
+    assert result.passed and call.float64.rel <= 1e-4, record["summary"]
+    assert [f.data for f in call.routing_flips or []] == [
+        {"layer": 0, "row": 0, "slot": slot, "margin": pytest.approx(np.spacing(np.float32(1e-3)), rel=1e-3)}]
+    # the flip is no rounding: against the float64 routing the runtime's logits are far outside fp32's bound
+    (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
+    plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
+                            pieces=position_pieces(spec))  # fmt: skip
+    assert np.abs(ran.logits - plain).max() > 1e-2 * np.abs(plain).max()
