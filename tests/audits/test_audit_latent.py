@@ -9,8 +9,9 @@ effect on the logits measured as users run the model (``effect.between``: the pl
 build, each with its own cache filled by its own prefill to the far end of the context, ``audits.runs``), and
 graft: proven where values repair it, else refused naming the finding. Every row but ``l4-nope-rotated`` (named
 ``nope-rotated`` before: kept as a guard) fails on the audit before these checks, which said "exact" or a bare
-"attention factor 1.09801" of them. ``tools/planted_latent_bugs.py`` renders the same rows as
-tools/figures/planted-latent-bugs.md.
+"attention factor 1.09801" of them; the rows of a chunk boundary moved, no chunks and a decomposed or latent-cache
+attention's scale failed on dev at f4d610f, which said "exact" of each. ``tools/planted_latent_bugs.py`` renders the
+same rows as tools/figures/planted-latent-bugs.md.
 """
 
 from __future__ import annotations
