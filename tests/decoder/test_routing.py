@@ -91,47 +91,76 @@ def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> Non
 NEAR_TIE = Scenario("near-tie", (12,), 0, about="one prefill of 12 tokens, a near tie planted at one of them")
 
 
-def _plant_near_tie(spec: Any, weights: dict[str, np.ndarray]) -> int:
-    """Layer 0's router (gpt-oss: logits h W + b, top 2 of 4) set so that exactly one token of ``NEAR_TIE``'s prompt
-    has a near tie at its 2nd / 3rd expert; that token's slot.
-
-    Experts 2 and 3 get the same column v, their biases b and the next float32 after b: in float64 expert 3 leads by
-    one float32 ulp of b (1.2e-10), while in float32 both logits round to one value (b is 1e-3, the sum near 1) and
-    TopK takes the lower index, expert 2. Experts 0 and 1 get v + u and v - u with the bias b + c: both lead the pair
-    (neither of the pair chosen) while |h . u| < c; c is set between the largest and the second |h . u| over the
-    prompt's layer-0 router inputs h (float64, read by a spy on the float64 MoE), so exactly one token puts the pair
-    at the boundary. Shapes: h [T, n], the router's weight [n, E].
+def _router_inputs(spec: Any, weights: dict[str, np.ndarray]) -> np.ndarray:
+    """float64 [T, n]: the first mixture layer's router inputs over ``NEAR_TIE``'s prompt (the prompt run_scenario
+    feeds, seed 0), read by a spy on the float64 mixtures.
     """  # noqa: D205
     import ropeexport.decoder.oracle as oracle
     from ropeexport.decoder.greedy import _prompt
 
-    ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0))  # the prompt run_scenario feeds (seed 0)
+    ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0))
     seen: list[np.ndarray] = []
-    real = oracle.moe64
+    real = {name: getattr(oracle, name) for name in ("moe64", "shared_moe64")}
 
-    def spy(*args: Any, **kwargs: Any) -> np.ndarray:
-        seen.append(np.asarray(args[1]))
-        return real(*args, **kwargs)
+    def spy(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> np.ndarray:
+            seen.append(np.asarray(args[1]))  # moe64(spec, x, ...), shared_moe64(router, x, ...)
+            return real[name](*args, **kwargs)
 
-    oracle.moe64 = spy
+        return call
+
+    for name in real:
+        setattr(oracle, name, spy(name))
     try:
         oracle.decoder_float64(spec, stored_float64(spec, weights), ids, pos, mask, pieces=position_pieces(spec))
     finally:
-        oracle.moe64 = real
-    h = seen[0].reshape(-1, seen[0].shape[-1])  # layer 0's router inputs [T, n]
+        for name, function in real.items():
+            setattr(oracle, name, function)
+    return seen[0].reshape(-1, seen[0].shape[-1])
+
+
+def _plant_near_tie(name: str, spec: Any, weights: dict[str, np.ndarray]) -> tuple[int, int]:
+    """(layer, slot): the first mixture layer's router set so that exactly one token of ``NEAR_TIE``'s prompt has a
+    near tie at its k-th / (k + 1)-th expert.
+
+    Experts 2 and 3 get the same router column v and, as the bias their choice adds (gpt-oss's router bias,
+    DeepSeek's e_score_correction_bias), b = 1e-3 and the next float32 after it: in float64 expert 3 leads by one
+    float32 ulp of b (1.2e-10), while in float32 both round to one value (b is small beside the logit or score it is
+    added to) and TopK takes the lower index, expert 2. Experts 0 and 1 get v + u and v - u and a bias c more: both
+    lead the pair (neither of it chosen) until the token whose gap is the largest, c set between the largest and the
+    second over the prompt (h, the router inputs, read in float64), so exactly one token puts the pair at the
+    boundary. DeepSeek's other group (experts 4-7) is never kept (a correction of -10). Shapes: h [T, n], the
+    router's weight [n, E].
+    """  # noqa: D205
+    layer = next(i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe")
+    h = _router_inputs(spec, weights)
     rng = np.random.default_rng(1)
     v, u = (rng.normal(size=h.shape[1]) / np.sqrt(h.shape[1]) / np.abs(h).mean() for _ in range(2))
-    reach = np.sort(np.abs(h @ u))[::-1]
-    c, b = (reach[0] + reach[1]) / 2, np.float32(1e-3)
-    w, bias = "layers.0.router_proj", "layers.0.router_bias"
-    column = np.stack([v + u, v - u, v, v], axis=1).astype(np.float32)  # [n, 4]
-    weights[w] = column.astype(weights[w].dtype)
-    weights[bias] = np.array([b + c, b + c, b, np.nextafter(b, np.float32(1))], np.float32).astype(weights[bias].dtype)
-    return int(np.argmax(np.abs(h @ u)))
+    b, w = np.float32(1e-3), f"layers.{layer}.router_proj"
+    if name == "gpt_oss":  # choice = logits: the pair's gap to experts 0 and 1 is u . h + c and -u . h + c
+        gaps = np.abs(h @ u)
+        bias = f"layers.{layer}.router_bias"
+    else:  # DeepSeek: choice = sigmoid(logits) + correction; the gap below the pair of the lower of 0 and 1
+        sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+        gaps = sig(h @ v) - np.minimum(sig(h @ (v + u)), sig(h @ (v - u)))
+        bias = f"layers.{layer}.router_correction"
+    ranked = np.sort(gaps)[::-1]
+    c = (ranked[0] + ranked[1]) / 2
+    columns = np.zeros((h.shape[1], weights[w].shape[1]), np.float32)
+    columns[:, :4] = np.stack([v + u, v - u, v, v], axis=1)
+    biases = np.full(weights[w].shape[1], -10.0, np.float32)  # DeepSeek's second group: never kept
+    biases[:4] = [b + c, b + c, b, np.nextafter(b, np.float32(1))]
+    weights[w], weights[bias] = columns.astype(weights[w].dtype), biases.astype(weights[bias].dtype)
+    return layer, int(np.argmax(gaps))
 
 
+ROUTERS = [("gpt_oss", "fused"),  # softmax over the top 2 of 4 by logits with a bias
+           ("deepseek_v3", "decomposed")]  # sigmoid scores, group-limited top 2 by score + correction bias
+
+
+@pytest.mark.parametrize(("name", "graph"), ROUTERS, ids=[n for n, _ in ROUTERS])
 def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_a_tie_not_a_failure(
-    tmp_path: Path, tiny_checkpoint: Any
+    name: str, graph: str, tmp_path: Path, tiny_checkpoint: Any
 ) -> None:
     from ropeexport.decoder.checkpoint import load_checkpoint
     from ropeexport.decoder.export import build_decoder_graph
@@ -140,10 +169,10 @@ def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_
     from ropeexport.report.views import ScenarioRecord
     from ropeexport.runtimes.ort import OrtRunner
 
-    ckpt = tiny_checkpoint("gpt_oss")
-    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="fused"))
+    ckpt = tiny_checkpoint(name)
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph))
     weights = dict(load_checkpoint(spec, ckpt))
-    slot = _plant_near_tie(spec, weights)
+    layer, slot = _plant_near_tie(name, spec, weights)
     save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
     runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
     (record,) = verify_decoder(runner.infer, spec, weights, position_pieces(spec), chosen=[NEAR_TIE])
@@ -152,7 +181,7 @@ def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_
     # ONNX Runtime took expert 2 where float64 takes 3: judged against that routing, reported, passed
     assert result.passed and call.float64.rel <= 1e-4, record["summary"]
     assert [f.data for f in call.routing_flips or []] == [
-        {"layer": 0, "row": 0, "slot": slot, "margin": pytest.approx(np.spacing(np.float32(1e-3)), rel=1e-3)}]
+        {"layer": layer, "row": 0, "slot": slot, "margin": pytest.approx(np.spacing(np.float32(1e-3)), rel=1e-3)}]
     # the flip is no rounding: against the float64 routing the runtime's logits are far outside fp32's bound
     (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
     plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
