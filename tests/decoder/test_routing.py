@@ -2,7 +2,9 @@
 
 A runtime stands in here as the float64 truth with one token routed the other way: at a near tie (its k-th and
 (k + 1)-th router logits within the tolerance of its scale) the verification finds that routing and judges the call
-against it; at a token that is no near tie, nothing excuses it and the call fails.
+against it; at a token that is no near tie, nothing excuses it and the call fails. Then whole decoders of the four
+routers (gpt-oss, DeepSeek, Qwen3-MoE, Llama 4), built and run in ONNX Runtime, with a near tie planted at one known
+token: the runtime routes it the other way, and verification reports the flip and passes.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def _router_inputs(spec: Any, weights: dict[str, np.ndarray]) -> np.ndarray:
 
 def _plant_near_tie(name: str, spec: Any, weights: dict[str, np.ndarray]) -> tuple[int, int]:
     """(layer, slot): the first mixture layer's router set so that exactly one token of ``NEAR_TIE``'s prompt has a
-    near tie at its k-th / (k + 1)-th expert.
+    near tie at its k-th / (k + 1)-th expert (a router without a bias: ``_plant_without_bias``).
 
     Experts 2 and 3 get the same router column v and, as the bias their choice adds (gpt-oss's router bias,
     DeepSeek's e_score_correction_bias), b = 1e-3 and the next float32 after it: in float64 expert 3 leads by one
@@ -134,6 +136,8 @@ def _plant_near_tie(name: str, spec: Any, weights: dict[str, np.ndarray]) -> tup
     """  # noqa: D205
     layer = next(i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe")
     h = _router_inputs(spec, weights)
+    if name in ("qwen3_moe", "llama4"):
+        return layer, _plant_without_bias(h, weights, f"layers.{layer}.router_proj", spec.layers[layer].ffn.top_k)
     rng = np.random.default_rng(1)
     v, u = (rng.normal(size=h.shape[1]) / np.sqrt(h.shape[1]) / np.abs(h).mean() for _ in range(2))
     b, w = np.float32(1e-3), f"layers.{layer}.router_proj"
@@ -154,8 +158,35 @@ def _plant_near_tie(name: str, spec: Any, weights: dict[str, np.ndarray]) -> tup
     return layer, int(np.argmax(gaps))
 
 
+def _plant_without_bias(h: np.ndarray, weights: dict[str, np.ndarray], w: str, k: int) -> int:
+    """A router without a bias (Qwen3-MoE's softmax top 2, Llama 4's sigmoid top 1): its columns solved on the
+    prompt's router inputs h [T, n] (T <= n: any logits per token are reachable) for exact logits per token: the pair
+    (experts 2 and 3) 1 at the middle token, -1 elsewhere; expert 1 -2 there, 2 elsewhere; expert 0 3 everywhere
+    (top 2) or 0 (top 1). The pair's columns are one but for the component j where that token's |h| is largest: a
+    1e-6 there, and the next float32 after it in the direction of h's sign, so that in float64 expert 3 leads by
+    about 1e-13 while float32 cannot tell the two apart and TopK takes expert 2; the pair stands at the k-th /
+    (k + 1)-th boundary at that token only. The token's slot.
+    """  # noqa: D205
+    T = h.shape[0]
+    t, j = T // 2, int(np.argmax(np.abs(h[T // 2])))
+    at = np.arange(T) == t
+    solve = lambda target, rest=h: np.linalg.lstsq(rest, target, rcond=None)[0]  # noqa: E731
+    small = np.float32(1e-6)
+    others = [i for i in range(h.shape[1]) if i != j]
+    pair = np.zeros(h.shape[1])
+    pair[others] = solve(np.where(at, 1.0, -1.0) - float(small) * h[:, j], h[:, others])
+    pair[j] = small
+    columns = np.stack([solve(np.full(T, 3.0 if k == 2 else 0.0)), solve(np.where(at, -2.0, 2.0)), pair, pair],
+                       axis=1).astype(np.float32)  # fmt: skip
+    columns[j, 3] = np.nextafter(small, np.float32(np.sign(h[t, j])))
+    weights[w] = columns.astype(weights[w].dtype)
+    return t
+
+
 ROUTERS = [("gpt_oss", "fused"),  # softmax over the top 2 of 4 by logits with a bias
-           ("deepseek_v3", "decomposed")]  # sigmoid scores, group-limited top 2 by score + correction bias
+           ("deepseek_v3", "decomposed"),  # sigmoid scores, group-limited top 2 by score + correction bias
+           ("qwen3_moe", "fused"),  # softmax over all 4, the top 2: no bias
+           ("llama4", "fused")]  # top 1 by logits, its sigmoid scaling the input: no bias
 
 
 @pytest.mark.parametrize(("name", "graph"), ROUTERS, ids=[n for n, _ in ROUTERS])
@@ -180,8 +211,9 @@ def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_
     (call,) = result.calls
     # ONNX Runtime took expert 2 where float64 takes 3: judged against that routing, reported, passed
     assert result.passed and call.float64.rel <= 1e-4, record["summary"]
-    assert [f.data for f in call.routing_flips or []] == [
-        {"layer": layer, "row": 0, "slot": slot, "margin": pytest.approx(np.spacing(np.float32(1e-3)), rel=1e-3)}]
+    flips = [f.data for f in call.routing_flips or []]
+    assert [(f["layer"], f["row"], f["slot"]) for f in flips] == [(layer, 0, slot)], flips
+    assert 0 < flips[0]["margin"] < 1e-9, flips  # one float32 ulp of the planted bias or weight, no more
     # the flip is no rounding: against the float64 routing the runtime's logits are far outside fp32's bound
     (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
     plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
