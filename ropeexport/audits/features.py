@@ -262,11 +262,11 @@ def scale_of_softmax_findings(seen: dict[int, float | str | None], spec: Any,
     groups: dict[tuple[str, str], list[int]] = {}
     for i, layer in enumerate(spec.layers):
         a = layer.attention
-        if a.kind != "latent" or i not in seen:
+        if a.kind != "latent":
             continue
         plain = (a.qk_nope_head_dim + a.head_dim) ** -0.5
         want = a.scale or plain
-        read = seen[i]
+        read = seen.get(i, "no attention operator or Softmax names this layer")
         if isinstance(read, str):
             groups.setdefault(("attention-scale-unread", f"{{who}}'s attention scale is not read ({read}) where the "
                                f"config gives {want:.6g} (1/sqrt(qk_head_dim) times the softmax's mscale squared)"),
