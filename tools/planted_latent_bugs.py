@@ -103,12 +103,14 @@ def planted_rows(work: Path) -> list[dict[str, Any]]:
     from ropeexport.audits.model import load_model
     from tests.audits.test_audit_latent import PLANTED, built, planted
 
-    clean: dict[str, Path] = {}
+    clean: dict[tuple[str, str, bool], Path] = {}
 
-    def own(name: str) -> Path:
-        if name not in clean:
-            clean[name] = built(_checkpoint(work, name), work / "clean" / name)
-        return clean[name]
+    def own(name: str, graph: str = "fused", latent_cache: bool = False) -> Path:
+        key = (name, graph, latent_cache)
+        if key not in clean:
+            folder = work / "clean" / f"{name}-{graph}{'-latent' if latent_cache else ''}"
+            clean[key] = built(_checkpoint(work, name), folder, graph, latent_cache=latent_cache)
+        return clean[key]
 
     rows = []
     for bug in PLANTED:
@@ -116,7 +118,8 @@ def planted_rows(work: Path) -> list[dict[str, Any]]:
         ckpt = _checkpoint(work, bug.name)
         model = planted(bug, work / "planted" / bug.case, ckpt, own)
         result = rx.audit(model, ckpt / "config.json", effects=False)
-        effect = between(own(bug.name), model, encodings_for(ckpt / "config.json", None, load_model(model)))
+        encodings = encodings_for(ckpt / "config.json", None, load_model(model))
+        effect = between(own(bug.name, bug.graph, bug.latent_cache), model, encodings)
         rows.append({"case": bug.case, "model": bug.name, "verdict": result.verdict,
                      "findings": [{"name": f["name"], "text": f["text"]} for f in result.findings],
                      "named": sorted(f["name"] for f in result.findings) == sorted(bug.findings),
@@ -166,6 +169,67 @@ with torch.no_grad():
                       dynamic_shapes=({1: dyn}, {1: dyn}, {1: dyn}),
                       input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"])
 """
+
+
+# Llama 4's rotation multiplies complex numbers, which neither torch.onnx exporter writes (dynamo: no decomposition for
+# complex-valued inputs; TorchScript: aten::polar). The same values in real arithmetic (pairs (2i, 2i + 1) turned by
+# cos and sin, both from one float32 angle table) let dynamo export the rest of the model as it is, its chunked mask
+# (transformers' mask functions) among it.
+REAL_ROTATION = r"""
+import torch
+import transformers.models.llama4.modeling_llama4 as m
+
+def forward(self, x, position_ids):
+    freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+    return torch.cat([torch.cos(freqs), torch.sin(freqs)], dim=-1) * self.attention_scaling  # [b, s, d]: cos, sin
+
+def apply_rotary_emb(xq, xk, freqs):
+    half = freqs.shape[-1] // 2
+    c, s = freqs[:, :, None, :half], freqs[:, :, None, half:]
+    def turn(x):
+        p = x.float().reshape(*x.shape[:-1], -1, 2)
+        a, b = p[..., 0], p[..., 1]
+        return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(3).type_as(x)
+    return turn(xq), turn(xk)
+
+m.Llama4TextRotaryEmbedding.forward = forward
+m.apply_rotary_emb = apply_rotary_emb
+"""
+
+
+def _chunk_mask_plants(model: Path, chunk: int, work: Path) -> list[tuple[str, Path]]:
+    """(what, model) of two faults planted into a dynamo export's chunked mask: the int64 divisor ``chunk`` its Div
+    and Mod take (floor division) made ``chunk`` - 1, and the indices it divides taken one later (a boundary early).
+    """  # noqa: D205
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    out = []
+    for what in ("chunk - 1 in its mask", "its chunk boundaries one position early"):
+        folder = work / what.replace(" ", "-")
+        shutil.copytree(model.parent, folder)
+        proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        sizes = {t.name for t in proto.graph.initializer if not t.dims and t.data_type == onnx.TensorProto.INT64
+                 and int(numpy_helper.to_array(t)) == chunk}  # fmt: skip
+        divided = sorted({n.input[0] for n in proto.graph.node if n.op_type == "Div" and n.input[1] in sizes})
+        if what.startswith("chunk"):
+            for t in proto.graph.initializer:
+                if t.name in sizes:
+                    t.CopyFrom(numpy_helper.from_array(np.array(chunk - 1, np.int64), t.name))
+        else:
+            proto.graph.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "planted_one"))
+            nodes = []
+            for node in proto.graph.node:
+                nodes.append(node)
+                for name in [o for o in node.output if o in divided]:
+                    node.output[list(node.output).index(name)] = f"{name}_unplanted"
+                    nodes.append(helper.make_node("Add", [f"{name}_unplanted", "planted_one"], [name]))
+            del proto.graph.node[:]
+            proto.graph.node.extend(nodes)
+        onnx.save(proto, str(folder / "model.onnx"))
+        out.append((what, folder / "model.onnx"))
+    return out
 
 
 def _reason(stderr: str, code: int) -> str:
@@ -218,6 +282,23 @@ def export_rows(work: Path, mobius: str | None) -> list[dict[str, Any]]:
             row["refused"] = _reason(done.stderr, done.returncode)
         rows.append(row)
         print(f"{name}: dynamo {row.get('verdict', row.get('refused'))}", flush=True)
+        if name == "llama4":  # its rotation in real arithmetic: the chunked mask as dynamo writes it, and planted
+            out = work / "dynamo" / "llama4-real" / "model.onnx"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            head = "import sys, torch, transformers"
+            script = EXPORT.replace(head, head + REAL_ROTATION)
+            done = subprocess.run([sys.executable, "-c", script, str(ckpt), str(out)], capture_output=True, text=True,
+                                  timeout=1800)  # fmt: skip
+            source = "torch.onnx dynamo, rotation in real arithmetic (no cache)"
+            if done.returncode != 0 or not out.is_file():
+                rows.append({"model": name, "source": source, "refused": _reason(done.stderr, done.returncode)})
+                continue
+            rows.append({"model": name, "source": source, **_audit_row(out, ckpt / "config.json", None)})
+            chunk = json.loads((ckpt / "config.json").read_text())["attention_chunk_size"]
+            for what, planted in _chunk_mask_plants(out, chunk, work / "dynamo" / "llama4-planted"):
+                rows.append({"model": name, "source": f"{source}, {what}",
+                             **_audit_row(planted, ckpt / "config.json", None)})  # fmt: skip
+            print(f"{name}: dynamo in real arithmetic {rows[-3].get('verdict')}", flush=True)
     for name, dense in (("deepseek_v3", "deepseek_v3-dense"), ("llama4", "llama4-dense")):
         for variant in (name, dense):
             ckpt = _checkpoint(work, variant)
@@ -264,10 +345,11 @@ def markdown(planted: list[dict[str, Any]], exports: list[dict[str, Any]], comma
              "the float64 recompute of the whole decoder (in brackets: each model's worst call against it); refused "
              "naming the finding where no value graft writes repairs it. Per layer (`read`): the rope slice of each "
              "query (q) and key (k) rotation (channels / the width they are cut from), the attention operators' "
-             "scale, the query temperature at the last position, the chunk size (0: none); `none read`: the graph "
-             "has none ropeexport reads (a dynamo export's mask, a decomposed attention's scale).", "",
+             "or decomposed attention's scale, the query temperature at the last position, the chunk size read from "
+             "each layer's evaluated mask (0: none); `none read`: the graph has none the audit reads.", "",
              "## Planted bugs", "",
-             "Each planted into ropeexport's own fused decoder; the same rows are asserted by `pytest "
+             "Each planted into ropeexport's own decoder (fused; the decomposed form or the latent cache where the "
+             "case names it); the same rows are asserted by `pytest "
              "tests/audits/test_audit_latent.py`.", "",
              "| planted (case) | finding (`name`) | effect on the logits | graft |", "|---|---|---|---|"]  # fmt: skip
     for r in planted:
@@ -284,7 +366,8 @@ def markdown(planted: list[dict[str, Any]], exports: list[dict[str, Any]], comma
             continue
         found = "<br>".join(f"{f['text']} (`{f['name']}`)" for f in r["findings"]) or "no finding"
         read = "; ".join(f"{k}: {_short(v)}" for k, v in r["read"].items())
-        against = _effect(r["against_own"]) if "against_own" in r else "not run (no cache: see graft's proof)" if (
+        proof = ": see graft's proof" if r.get("graft") else ""
+        against = _effect(r["against_own"]) if "against_own" in r else f"not run (no cache{proof})" if (
             "dynamo" in r["source"]) else ""  # fmt: skip
         lines.append(f"| {r['model']} | {r['source']} | {r['verdict']}: {found} | {read} | {against} | "
                      f"{_graft_words(r.get('graft'))} |")  # fmt: skip

@@ -17,11 +17,13 @@ slice (``rope-slice``, ``audits.slices``):
   module judges every other layer (a factor the graph computes, or none where the config gives one: findings without
   ``tables``, which graft refuses: ``graft._refuse_unchecked``).
 - **Chunks.** Llama 4's RoPE layers attend within chunks of ``attention_chunk_size`` key slots. A chunk is an
-  attention mask, outside the positional encoding (no rotary value changes with it), read as windows are
-  (``audits.windows``): ropeexport's int64 scalar named ``.../chunk`` followed to the attention nodes it reaches. Not
-  read: a dynamo or TorchScript export's chunked mask (transformers builds it from mask functions, one constant among
-  their arithmetic), nor a chunk boundary moved without the size changing (the constant is read, the mask is not
-  evaluated).
+  attention mask, outside the positional encoding (no rotary value changes with it), read from what each layer's
+  attention lets through, evaluated (``audits.attention_reads``: any exporter's form), against the config's chunks
+  starting at 0, C, 2C ...: another size, none, a boundary moved with the size kept, or another mask; a mask that
+  cannot be evaluated is ``chunk-unread``, never exact.
+- **The softmax's scale** on latent layers (``attention-scale``): an attention operator's ``scale``, or the constants
+  a decomposed attention multiplies its logits by (``attention_reads.decomposed_scales``); unread:
+  ``attention-scale-unread``.
 
 Only a config that says them is checked (a decoder ropeexport builds from it: ``decoder.build.resolve``); the
 findings carry ``sites`` [] and the readings go in the audit's ``layers`` (``query_scales``, ``chunks``,
@@ -166,64 +168,132 @@ def scale_findings(seen: dict[int, np.ndarray], spec: Any,
     return [layer_finding("query-scale", t, "", layers) | {"sites": []} for t, layers in groups.items()]
 
 
-def chunk_findings(seen: dict[int, int], spec: Any) -> list[dict[str, Any]]:
-    """``chunk`` findings: the layers whose mask chunks other than the config (module doc); ``sites`` []."""
-    groups: dict[tuple[int, int], list[int]] = {}
+def _starts(starts: list[int]) -> str:
+    return ", ".join(str(p) for p in starts[:4]) + (", ..." if len(starts) > 4 else "")
+
+
+def _said(reading: dict[str, Any]) -> str:
+    """A layer's chunks in words (``attention_reads.chunks_of``)."""
+    size = reading["size"]
+    if size == 0:
+        return "without chunks (every earlier key)"
+    if size is None:
+        return f"in chunks starting at positions {_starts(reading['starts'])}"
+    return f"in chunks of {size} key slots"
+
+
+def chunk_findings(read: dict[int, dict[str, Any]], unread: dict[int, str], spec: Any,
+                   n: int) -> list[dict[str, Any]]:  # fmt: skip
+    """``chunk`` findings: the layers whose mask cuts the keys otherwise than the config's chunks (module doc:
+    another size, none, a boundary moved, another mask; read at positions 0 .. ``n`` - 1), and ``chunk-unread`` for a
+    chunked layer whose mask was not read; ``sites`` [].
+    """  # noqa: D205
+    groups: dict[tuple[str, str], list[int]] = {}
     for i, layer in enumerate(spec.layers):
         want = layer.attention.window if layer.attention.mask == "chunked" else 0
-        have = seen.get(i, 0)
-        if have != want:
-            groups.setdefault((have, want), []).append(i)
-    out = []
-    for (have, want), layers in groups.items():
-        said = lambda n: f"chunks of {n} key slots" if n else "no chunks"  # noqa: E731
-        template = (f"{{who}} attend{{s}} in {said(have)} where the config gives {{them}} {said(want)} "
-                    "(attention_chunk_size; a mask, outside the positional encoding)")  # fmt: skip
-        out.append(layer_finding("chunk", template, "", layers) | {"sites": []})
-    return out
+        wanted = f"chunks of {want} key slots" if want else "no chunks"
+        if i in unread:
+            if want:
+                groups.setdefault(("chunk-unread", f"the chunks of {{who}} are not read ({unread[i]}): the config "
+                                   f"gives {{them}} {wanted} (attention_chunk_size)"), []).append(i)  # fmt: skip
+            continue
+        have = read.get(i)
+        if have is None:
+            continue
+        starts = list(range(0, n, want)) if want else [0]
+        if have.get("starts") == starts:
+            continue
+        tail = "(attention_chunk_size; a mask, outside the positional encoding)"
+        if "other" in have:
+            text = (f"{{who}} attend{{s}} to keys no chunks explain ({have['other']}) where the config gives {{them}} "
+                    f"{wanted} {tail}")  # fmt: skip
+        elif have["size"] == want and want:
+            moved = have["starts"][1] - want
+            text = (f"{{who}} attend{{s}} in chunks of {want} key slots starting at positions "
+                    f"{_starts(have['starts'])} where the config's start at {_starts(starts)} (a chunk boundary "
+                    f"{abs(moved)} position{'s' if abs(moved) > 1 else ''} {'late' if moved > 0 else 'early'}) "
+                    f"{tail}")  # fmt: skip
+        else:
+            text = f"{{who}} attend{{s}} {_said(have)} where the config gives {{them}} {wanted} {tail}"
+        groups.setdefault(("chunk", text), []).append(i)
+    return [layer_finding(name, t, "", layers) | {"sites": []} for (name, t), layers in groups.items()]
+
+
+def read_chunks(path: Path, model: ir.Model, spec: Any, length: int, threads: int,
+                readings: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+    """The chunks of every layer read from its evaluated mask (``attention_reads``) over 2 chunks and 2 tokens (at
+    most ``length``), kept in ``readings`` (``chunks``: size, 0 none, None one boundary seen; ``chunk_starts``), and
+    their findings.
+    """  # noqa: D205
+    from ropeexport.audits.attention_reads import chunks_of, read_visible
+
+    size = max(layer.attention.window for layer in spec.layers if layer.attention.mask == "chunked")
+    n = min(length, 2 * size + 2)
+    heads = max(layer.attention.num_heads for layer in spec.layers)
+    seen, unread = read_visible(path, model, list(range(len(spec.layers))), n, heads, threads)
+    read = {i: chunks_of(v) for i, v in seen.items()}
+    readings["chunks"] = {str(i): r.get("size", "other") for i, r in sorted(read.items())}
+    readings["chunk_starts"] = {str(i): r.get("starts", r.get("other")) for i, r in sorted(read.items())}
+    if unread:
+        readings["chunks_unread"] = {str(i): why for i, why in sorted(unread.items())}
+    return chunk_findings(read, unread, spec, n)
 
 
 ATTENTION_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention")
 
 
-def read_attention_scales(model: ir.Model) -> dict[int, float | None]:
+def read_attention_scales(model: ir.Model) -> dict[int, float | str | None]:
     """Layer -> the ``scale`` attribute of its attention operator (None: absent or 0, the operator's default
-    1/sqrt(head size)); layers without an attention operator (a decomposed Softmax) are not read.
+    1/sqrt(head size)); a layer without one, the product of the constants its decomposed attention scales the logits
+    by (``attention_reads.decomposed_scales``), or why that is unread.
     """  # noqa: D205
-    seen: dict[int, float | None] = {}
+    from ropeexport.audits.attention_reads import decomposed_scales
+
+    seen: dict[int, float | str | None] = {}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         if node.op_type in ATTENTION_OPS and (layer := layer_of(node.name or "", node.metadata_props)) is not None:
             attr = node.attributes.get("scale")
             seen[layer] = float(attr.value) if attr is not None and float(attr.value) else None
+    for layer, read in decomposed_scales(model).items():
+        seen.setdefault(layer, read)
     return seen
 
 
-def scale_of_softmax_findings(seen: dict[int, float | None], spec: Any) -> list[dict[str, Any]]:
+def scale_of_softmax_findings(seen: dict[int, float | str | None], spec: Any,
+                              operators: frozenset[int] = frozenset()) -> list[dict[str, Any]]:  # fmt: skip
     """``attention-scale`` findings on latent layers: YaRN's mscale, which DeepSeek puts in the softmax scale squared
-    (``1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)**2``), missing, doubled or other; ``sites`` [].
+    (``1/sqrt(qk_head_dim) * mscale(factor, mscale_all_dim)**2``), missing, doubled or other; a layer whose scale is
+    unread, ``attention-scale-unread``; ``sites`` []. ``operators``: the layers read from an operator's attribute
+    (exact to 1e-6); the others are products of constants in the model's dtype (fp16's rounding: 2e-3).
     """  # noqa: D205
-    groups: dict[str, list[int]] = {}
+    groups: dict[tuple[str, str], list[int]] = {}
     for i, layer in enumerate(spec.layers):
         a = layer.attention
-        if a.kind != "latent" or i not in seen:
+        if a.kind != "latent":
             continue
         plain = (a.qk_nope_head_dim + a.head_dim) ** -0.5
         want = a.scale or plain
-        read = seen[i]
+        read = seen.get(i, "no attention operator or Softmax names this layer")
+        if isinstance(read, str):
+            groups.setdefault(("attention-scale-unread", f"{{who}}'s attention scale is not read ({read}) where the "
+                               f"config gives {want:.6g} (1/sqrt(qk_head_dim) times the softmax's mscale squared)"),
+                              []).append(i)  # fmt: skip
+            continue
         have = float(read) if read is not None else plain
-        if math.isclose(have, want, rel_tol=1e-6):
+        tol = 1e-6 if i in operators else 2e-3
+        if math.isclose(have, want, rel_tol=tol):
             continue
         squared = want / plain
-        if math.isclose(have * squared, want, rel_tol=1e-6):
+        if math.isclose(have * squared, want, rel_tol=tol):
             how = f"lacks YaRN's mscale squared ({squared:.6g})"
-        elif math.isclose(have, want * squared, rel_tol=1e-6):
+        elif math.isclose(have, want * squared, rel_tol=tol):
             how = f"has YaRN's mscale squared ({squared:.6g}) twice"
         else:
             how = "is another"
-        groups.setdefault(f"{{who}}'s attention scale {have:.6g} {how} where the config gives {want:.6g} "
-                          f"(1/sqrt(qk_head_dim) times the softmax's mscale squared: YaRN's attention factor, in the "
-                          "softmax)", []).append(i)  # fmt: skip
-    return [layer_finding("attention-scale", t, "", layers) | {"sites": []} for t, layers in groups.items()]
+        groups.setdefault(("attention-scale", f"{{who}}'s attention scale {have:.6g} {how} where the config gives "
+                           f"{want:.6g} (1/sqrt(qk_head_dim) times the softmax's mscale squared: YaRN's attention "
+                           "factor, in the softmax)"), []).append(i)  # fmt: skip
+    return [layer_finding(name, t, "", layers) | {"sites": []} for (name, t), layers in groups.items()]
 
 
 def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path: Path | None,
@@ -234,7 +304,6 @@ def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path
     ``tabled`` layers: ``audits.query_scale`` judges gathered tables (one judge each).
     """  # noqa: D205
     from ropeexport.audits.slices import latent_widths, read_slices, slice_findings
-    from ropeexport.audits.windows import observed
 
     out: list[dict[str, Any]] = []
     widths = latent_widths(config_path)
@@ -247,13 +316,13 @@ def feature_findings(path: Path, model: ir.Model, sites: list[Site], config_path
     if any(layer.attention.kind == "latent" for layer in spec.layers):
         scales = read_attention_scales(model)
         readings["attention_scales"] = {str(i): v for i, v in scales.items()}
-        out += scale_of_softmax_findings(scales, spec)
+        operators = frozenset(layer_of(n.name or "", n.metadata_props) for n in model.graph.all_nodes()
+                              if n.op_type in ATTENTION_OPS) - {None}  # fmt: skip
+        out += scale_of_softmax_findings(scales, spec, operators)  # type: ignore[arg-type]
     if any(layer.query_scale is not None for layer in spec.layers) or _anchors(model):
         seen = read_scales(path, model, length, threads)
         readings["query_scales"] = {str(i): {"first": float(v[0]), "last": float(v[-1])} for i, v in seen.items()}
         out += scale_findings(seen, spec, tabled)
     if any(layer.attention.mask == "chunked" for layer in spec.layers):
-        chunks = observed(model, "chunk")
-        readings["chunks"] = {str(i): n for i, n in chunks.items()}
-        out += chunk_findings(chunks, spec) if chunks else []
+        out += read_chunks(path, model, spec, length, threads, readings)
     return out

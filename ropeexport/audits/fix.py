@@ -43,6 +43,8 @@ UNREPAIRABLE = {
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",
     "rope-slice": "graft replaces rotary values, it does not change which channels a node rotates",
     "attention-scale": "graft replaces rotary values, it does not change an attention operator's scale",
+    "chunk-unread": "the chunks were not read: graft cannot tell whether they are right",
+    "attention-scale-unread": "the attention's scale was not read: graft cannot tell whether it is right",
 }
 
 # M-RoPE pairs that pick their axis after the tables one axis gathers (``axes.picked``): graft writes table values

@@ -9,8 +9,9 @@ effect on the logits measured as users run the model (``effect.between``: the pl
 build, each with its own cache filled by its own prefill to the far end of the context, ``audits.runs``), and
 graft: proven where values repair it, else refused naming the finding. Every row but ``l4-nope-rotated`` (named
 ``nope-rotated`` before: kept as a guard) fails on the audit before these checks, which said "exact" or a bare
-"attention factor 1.09801" of them. ``tools/planted_latent_bugs.py`` renders the same rows as
-tools/figures/planted-latent-bugs.md.
+"attention factor 1.09801" of them; the rows of a chunk boundary moved, no chunks and a decomposed or latent-cache
+attention's scale failed on dev at f4d610f, which said "exact" of each. ``tools/planted_latent_bugs.py`` renders the
+same rows as tools/figures/planted-latent-bugs.md.
 """
 
 from __future__ import annotations
@@ -124,6 +125,52 @@ def temperature_a_position_late(model: Path) -> None:
     onnx.save(proto, str(model))
 
 
+def _scale(model: Path, change: Callable[[onnx.ModelProto, onnx.TensorProto], None]) -> None:
+    """``change`` given the decomposed latent attention's logit scale constant (one, shared by both layers)."""
+    proto = onnx.load(str(model))
+    change(proto, next(t for t in proto.graph.initializer if t.name.endswith("latent/scale")))
+    onnx.save(proto, str(model))
+
+
+def decomposed_without_mscale(model: Path) -> None:
+    """The decomposed attention's logits times 1/sqrt(qk_head_dim), YaRN's mscale squared left out."""
+    _scale(model, lambda _, t: t.CopyFrom(numpy_helper.from_array(np.array(16**-0.5, np.float32), t.name)))
+
+
+def latent_mscale_twice(model: Path) -> None:
+    """The latent cache's logits (its two products added) times the mscale squared twice."""
+    squared = (0.1 * 0.707 * math.log(4.0) + 1.0) ** 2
+    _scale(model, lambda _, t: t.CopyFrom(numpy_helper.from_array(
+        (numpy_helper.to_array(t).astype(np.float64) * squared).astype(np.float32), t.name)))  # fmt: skip
+
+
+def scale_computed(model: Path) -> None:
+    """The decomposed attention's (right) scale computed in the graph, sqrt(scale ** 2): a factor that is not one
+    constant, as an exporter that computes 1/sqrt(d) from a shape writes it.
+    """  # noqa: D205
+
+    def change(proto: onnx.ModelProto, t: onnx.TensorProto) -> None:
+        value = float(numpy_helper.to_array(t))
+        squared = numpy_helper.from_array(np.array(value * value, np.float32), "scale_squared")
+        proto.graph.initializer.append(squared)
+        proto.graph.node.insert(0, onnx.helper.make_node("Sqrt", ["scale_squared"], ["scale_computed"]))
+        for node in proto.graph.node:
+            node.input[:] = ["scale_computed" if i == t.name else i for i in node.input]
+
+    _scale(model, change)
+
+
+def chunk_boundary_late(model: Path) -> None:
+    """The chunks' left padding counted one too many (Equal(cumsum, 1) for Equal(cumsum, 0): the first real token
+    counted as padding): chunks of 8 starting at 1, 9, 17, the size unchanged.
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    for t in proto.graph.initializer:
+        if t.name.endswith("/chunk_none"):
+            t.CopyFrom(numpy_helper.from_array(np.array(1.0, np.float32), t.name))
+    onnx.save(proto, str(model))
+
+
 def chunk_one_short(model: Path) -> None:
     """The chunk constant attention_chunk_size - 1."""
     proto = onnx.load(str(model))
@@ -146,6 +193,13 @@ def _rotate_layer_3(layers: list[Any]) -> None:
     layers[3] = dataclasses.replace(layers[3], position=layers[0].position)
 
 
+def _no_chunks(layers: list[Any]) -> None:
+    """Every layer a plain causal mask (mobius-onnx 0.1.0's Llama 4: a plain decoder, no chunking)."""
+    for i, layer in enumerate(layers):
+        plain = dataclasses.replace(layer.attention, mask="full", window=0)
+        layers[i] = dataclasses.replace(layer, attention=plain)
+
+
 def _temperature_on_layer_2(layers: list[Any]) -> None:
     layers[2] = dataclasses.replace(layers[2], query_scale=layers[3].query_scale)
     layers[3] = dataclasses.replace(layers[3], query_scale=None)
@@ -153,10 +207,11 @@ def _temperature_on_layer_2(layers: list[Any]) -> None:
 
 @dataclass(frozen=True)
 class Planted:
-    """A bug planted in ropeexport's fused decoder of ``name`` (``edit``: its spec changed; ``plant``: the model
-    edited), the findings it must be named by with ``words`` in the first, its effect at least ``effect`` (relative
-    to the logit scale, measured against the correct build) and graft's answer (``proven``, the refusal's words, or
-    "": not run here).
+    """A bug planted in ropeexport's decoder of ``name`` in ``graph`` (the latent cache with ``latent_cache``;
+    ``edit``: its spec changed; ``plant``: the model edited), the findings it must be named by with ``words`` in one,
+    its effect at least ``effect`` (relative to the logit scale, measured against the correct build of the same form;
+    0: a right model whose feature is unread, its effect below 1e-5) and graft's answer (``proven``, the refusal's
+    words, or "": not run here).
     """  # noqa: D205
 
     case: str
@@ -167,6 +222,8 @@ class Planted:
     graft: str
     plant: Callable[[Path], None] | None = None
     edit: Callable[[Any], Any] | None = None
+    graph: str = "fused"
+    latent_cache: bool = False
 
 
 PLANTED = [
@@ -192,29 +249,51 @@ PLANTED = [
             "layers 0-2 attend in chunks of 7 key slots where the config gives them chunks of 8 key slots "
             "(attention_chunk_size; a mask, outside the positional encoding)", 0.1,
             "does not change an attention's chunks", plant=chunk_one_short),
+    # issue 40's unread places: a boundary moved with the size kept, a mask without ropeexport's chunk constant
+    # (mobius's plain causal one), a decomposed attention's scale (one Mul; the latent cache's two products added)
+    Planted("l4-chunk-boundary-late", "llama4", ("chunk",),
+            "layers 0-2 attend in chunks of 8 key slots starting at positions 0, 9, 17 where the config's start at "
+            "0, 8, 16 (a chunk boundary 1 position late)", 0.1, "does not change an attention's chunks",
+            plant=chunk_boundary_late),
+    Planted("l4-no-chunks", "llama4", ("chunk",),
+            "layers 0-2 attend without chunks (every earlier key) where the config gives them chunks of 8 key slots",
+            0.1, "does not change an attention's chunks", edit=_layers(_no_chunks)),
+    Planted("ds-decomposed-without-mscale", "deepseek_v3", ("attention-scale",),
+            "layers 0-1's attention scale 0.25 lacks YaRN's mscale squared (1.20563) where the config gives 0.301407",
+            0.1, "does not change an attention operator's scale", plant=decomposed_without_mscale, graph="decomposed"),
+    Planted("ds-latent-cache-mscale-twice", "deepseek_v3", ("attention-scale",),
+            "layers 0-1's attention scale 0.363385 has YaRN's mscale squared (1.20563) twice where the config gives "
+            "0.301407", 0.1, "", plant=latent_mscale_twice, graph="decomposed", latent_cache=True),
+    Planted("ds-decomposed-scale-computed", "deepseek_v3", ("attention-scale-unread",),
+            "layers 0-1's attention scale is not read (a Mul by a factor that is not one constant)", 0.0,
+            "the attention's scale was not read", plant=scale_computed, graph="decomposed"),
 ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Callable[[str], Path]:  # noqa: ANN001
-    """``clean(name)``: ropeexport's correct fused decoder of the tiny checkpoint, built once per module."""
-    made: dict[str, Path] = {}
+def clean(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Callable[..., Path]:  # noqa: ANN001
+    """``clean(name, graph, latent_cache)``: ropeexport's correct decoder of the tiny checkpoint (default fused),
+    built once per module.
+    """  # noqa: D205
+    made: dict[tuple[str, str, bool], Path] = {}
 
-    def get(name: str) -> Path:
-        if name not in made:
-            made[name] = built(tiny_checkpoint(name), tmp_path_factory.mktemp(f"clean-{name}"))
-        return made[name]
+    def get(name: str, graph: str = "fused", latent_cache: bool = False) -> Path:
+        key = (name, graph, latent_cache)
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"clean-{name}-{graph}")
+            made[key] = built(tiny_checkpoint(name), folder, graph, latent_cache=latent_cache)
+        return made[key]
 
     return get
 
 
-def planted(bug: Planted, folder: Path, ckpt: Path, clean: Callable[[str], Path]) -> Path:
+def planted(bug: Planted, folder: Path, ckpt: Path, clean: Callable[..., Path]) -> Path:
     """The planted model (module doc)."""
     if bug.edit is not None:
-        model = built(ckpt, folder, edit=bug.edit)
+        model = built(ckpt, folder, bug.graph, edit=bug.edit, latent_cache=bug.latent_cache)
     else:
         folder.mkdir(parents=True)
-        for part in clean(bug.name).parent.iterdir():
+        for part in clean(bug.name, bug.graph, bug.latent_cache).parent.iterdir():
             shutil.copy(part, folder / part.name)
         model = folder / "model.onnx"
     if bug.plant is not None:
@@ -227,7 +306,7 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
     bug: Planted,
     tmp_path: Path,
     tiny_checkpoint,  # noqa: ANN001
-    clean: Callable[[str], Path],
+    clean: Callable[..., Path],
 ) -> None:
     from ropeexport.audits.effect import between
     from ropeexport.audits.layers import encodings_for
@@ -239,8 +318,10 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
     assert result.verdict == "findings" and sorted(f["name"] for f in result.findings) == sorted(bug.findings), [
         (f["name"], f["text"]) for f in result.findings]  # fmt: skip
     assert any(bug.words in f["text"] for f in result.findings), [f["text"] for f in result.findings]
-    effect = between(clean(bug.name), model, encodings_for(ckpt / "config.json", None, load_model(model)))
-    assert effect["relative"] > bug.effect and not effect.get("short"), effect  # measured to the far end
+    effect = between(clean(bug.name, bug.graph, bug.latent_cache), model,
+                     encodings_for(ckpt / "config.json", None, load_model(model)))  # fmt: skip
+    assert not effect.get("short"), effect  # measured to the far end
+    assert effect["relative"] > bug.effect if bug.effect else effect["relative"] < 1e-5, effect
     out = tmp_path / "fixed" / "model.onnx"
     out.parent.mkdir()
     if not bug.graft:
@@ -253,3 +334,47 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
     grafted = rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
     assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
     assert grafted.decoder is not None and grafted.decoder["passed"] == {"original": False, "grafted": True}
+
+
+# --- what a layer's mask says of its chunks (``attention_reads.chunks_of``) ----------------------------------------
+
+
+def _mask(n: int, rule: Callable[[int, int], bool]) -> np.ndarray:
+    """bool [n, n]: ``rule(query slot, key slot)`` under the causal rule."""
+    return np.array([[j <= i and rule(i, j) for j in range(n)] for i in range(n)])
+
+
+CHUNK_READS = [  # (case, mask of 18 slots, what chunks_of reads)
+    ("causal", _mask(18, lambda i, j: True), {"size": 0, "starts": [0]}),
+    ("chunks-of-8", _mask(18, lambda i, j: i // 8 == j // 8), {"size": 8, "starts": [0, 8, 16]}),
+    ("boundary-late", _mask(18, lambda i, j: max(i - 1, 0) // 8 == max(j - 1, 0) // 8),
+     {"size": 8, "starts": [0, 9, 17]}),
+    ("one-boundary", _mask(18, lambda i, j: i // 12 == j // 12), {"size": None, "starts": [0, 12]}),
+    ("sliding-window", _mask(18, lambda i, j: i - j < 4), {"other": "query slot 4 sees keys 1-4"}),
+    ("a hole", _mask(18, lambda i, j: j != 2), {"other": "query slot 2 sees keys 0-1"}),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("case", "mask", "read"), CHUNK_READS, ids=[c[0] for c in CHUNK_READS])
+def test_a_mask_reads_as_its_chunks_or_as_another_mask(case: str, mask: np.ndarray, read: dict[str, Any]) -> None:
+    from ropeexport.audits.attention_reads import chunks_of
+
+    assert chunks_of(mask) == read, case
+
+
+def test_a_mask_too_large_to_evaluate_leaves_the_chunks_unread_never_exact(
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_checkpoint,  # noqa: ANN001
+    clean: Callable[..., Path],
+) -> None:
+    from ropeexport.audits import attention_reads
+
+    model = clean("llama4")
+    monkeypatch.setattr(attention_reads, "BUDGET", 10)  # a real Llama 4's 2 chunks of 8192 over every head, shrunk
+    result = rx.audit(model, tiny_checkpoint("llama4") / "config.json", effects=False)
+    assert result.verdict == "findings" and [f["name"] for f in result.findings] == ["chunk-unread"], result.findings
+    assert result.findings[0]["text"].startswith("the chunks of layers 0-2 are not read (one call of 18 tokens would "
+                                                 "hold"), result.findings  # fmt: skip
+    with pytest.raises(rx.errors.SpecError, match="the chunks were not read"):
+        rx.graft(model, tiny_checkpoint("llama4") / "config.json", model.parent / "fixed.onnx", trust="config")

@@ -2,18 +2,24 @@
 
 A runtime stands in here as the float64 truth with one token routed the other way: at a near tie (its k-th and
 (k + 1)-th router logits within the tolerance of its scale) the verification finds that routing and judges the call
-against it; at a token that is no near tie, nothing excuses it and the call fails.
+against it; at a token that is no near tie, nothing excuses it and the call fails. Then whole decoders of the four
+routers (gpt-oss, DeepSeek, Qwen3-MoE, Llama 4), built and run in ONNX Runtime, with a near tie planted at one known
+token: the runtime routes it the other way, and verification reports the flip and passes.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from ropeexport.decoder.build import DecoderRequest, resolve
-from ropeexport.decoder.greedy import Call
+from ropeexport.decoder.greedy import Call, run_scenario
 from ropeexport.decoder.oracle import Routing, decoder_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.verify import _routed, judge_call
 from ropeexport.decoder.weights import seeded_weights
 from ropeexport.report.views import CallRecord
@@ -80,3 +86,136 @@ def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> Non
     full, kept, _ = _routed(call, truth, TOLERANCE, frozenset(), routed=True)
     assert free not in kept
     assert not CallRecord(judge_call(call, full, None, TOLERANCE)).passed
+
+
+# --- a whole decoder, built and run in ONNX Runtime, with a near tie planted at a known token -----------------------
+
+NEAR_TIE = Scenario("near-tie", (12,), 0, about="one prefill of 12 tokens, a near tie planted at one of them")
+
+
+def _router_inputs(spec: Any, weights: dict[str, np.ndarray]) -> np.ndarray:
+    """float64 [T, n]: the first mixture layer's router inputs over ``NEAR_TIE``'s prompt (the prompt run_scenario
+    feeds, seed 0), read by a spy on the float64 mixtures.
+    """  # noqa: D205
+    import ropeexport.decoder.oracle as oracle
+    from ropeexport.decoder.greedy import _prompt
+
+    ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0))
+    seen: list[np.ndarray] = []
+    real = {name: getattr(oracle, name) for name in ("moe64", "shared_moe64")}
+
+    def spy(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> np.ndarray:
+            seen.append(np.asarray(args[1]))  # moe64(spec, x, ...), shared_moe64(router, x, ...)
+            return real[name](*args, **kwargs)
+
+        return call
+
+    for name in real:
+        setattr(oracle, name, spy(name))
+    try:
+        oracle.decoder_float64(spec, stored_float64(spec, weights), ids, pos, mask, pieces=position_pieces(spec))
+    finally:
+        for name, function in real.items():
+            setattr(oracle, name, function)
+    return seen[0].reshape(-1, seen[0].shape[-1])
+
+
+def _plant_near_tie(name: str, spec: Any, weights: dict[str, np.ndarray]) -> tuple[int, int]:
+    """(layer, slot): the first mixture layer's router set so that exactly one token of ``NEAR_TIE``'s prompt has a
+    near tie at its k-th / (k + 1)-th expert (a router without a bias: ``_plant_without_bias``).
+
+    Experts 2 and 3 get the same router column v and, as the bias their choice adds (gpt-oss's router bias,
+    DeepSeek's e_score_correction_bias), b = 1e-3 and the next float32 after it: in float64 expert 3 leads by one
+    float32 ulp of b (1.2e-10), while in float32 both round to one value (b is small beside the logit or score it is
+    added to) and TopK takes the lower index, expert 2. Experts 0 and 1 get v + u and v - u and a bias c more: both
+    lead the pair (neither of it chosen) until the token whose gap is the largest, c set between the largest and the
+    second over the prompt (h, the router inputs, read in float64), so exactly one token puts the pair at the
+    boundary. DeepSeek's other group (experts 4-7) is never kept (a correction of -10). Shapes: h [T, n], the
+    router's weight [n, E].
+    """  # noqa: D205
+    layer = next(i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe")
+    h = _router_inputs(spec, weights)
+    if name in ("qwen3_moe", "llama4"):
+        return layer, _plant_without_bias(h, weights, f"layers.{layer}.router_proj", spec.layers[layer].ffn.top_k)
+    rng = np.random.default_rng(1)
+    v, u = (rng.normal(size=h.shape[1]) / np.sqrt(h.shape[1]) / np.abs(h).mean() for _ in range(2))
+    b, w = np.float32(1e-3), f"layers.{layer}.router_proj"
+    if name == "gpt_oss":  # choice = logits: the pair's gap to experts 0 and 1 is u . h + c and -u . h + c
+        gaps = np.abs(h @ u)
+        bias = f"layers.{layer}.router_bias"
+    else:  # DeepSeek: choice = sigmoid(logits) + correction; the gap below the pair of the lower of 0 and 1
+        sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+        gaps = sig(h @ v) - np.minimum(sig(h @ (v + u)), sig(h @ (v - u)))
+        bias = f"layers.{layer}.router_correction"
+    ranked = np.sort(gaps)[::-1]
+    c = (ranked[0] + ranked[1]) / 2
+    columns = np.zeros((h.shape[1], weights[w].shape[1]), np.float32)
+    columns[:, :4] = np.stack([v + u, v - u, v, v], axis=1)
+    biases = np.full(weights[w].shape[1], -10.0, np.float32)  # DeepSeek's second group: never kept
+    biases[:4] = [b + c, b + c, b, np.nextafter(b, np.float32(1))]
+    weights[w], weights[bias] = columns.astype(weights[w].dtype), biases.astype(weights[bias].dtype)
+    return layer, int(np.argmax(gaps))
+
+
+def _plant_without_bias(h: np.ndarray, weights: dict[str, np.ndarray], w: str, k: int) -> int:
+    """A router without a bias (Qwen3-MoE's softmax top 2, Llama 4's sigmoid top 1): its columns solved on the
+    prompt's router inputs h [T, n] (T <= n: any logits per token are reachable) for exact logits per token: the pair
+    (experts 2 and 3) 1 at the middle token, -1 elsewhere; expert 1 -2 there, 2 elsewhere; expert 0 3 everywhere
+    (top 2) or 0 (top 1). The pair's columns are one but for the component j where that token's |h| is largest: a
+    1e-6 there, and the next float32 after it in the direction of h's sign, so that in float64 expert 3 leads by
+    about 1e-13 while float32 cannot tell the two apart and TopK takes expert 2; the pair stands at the k-th /
+    (k + 1)-th boundary at that token only. The token's slot.
+    """  # noqa: D205
+    T = h.shape[0]
+    t, j = T // 2, int(np.argmax(np.abs(h[T // 2])))
+    at = np.arange(T) == t
+    solve = lambda target, rest=h: np.linalg.lstsq(rest, target, rcond=None)[0]  # noqa: E731
+    small = np.float32(1e-6)
+    others = [i for i in range(h.shape[1]) if i != j]
+    pair = np.zeros(h.shape[1])
+    pair[others] = solve(np.where(at, 1.0, -1.0) - float(small) * h[:, j], h[:, others])
+    pair[j] = small
+    columns = np.stack([solve(np.full(T, 3.0 if k == 2 else 0.0)), solve(np.where(at, -2.0, 2.0)), pair, pair],
+                       axis=1).astype(np.float32)  # fmt: skip
+    columns[j, 3] = np.nextafter(small, np.float32(np.sign(h[t, j])))
+    weights[w] = columns.astype(weights[w].dtype)
+    return t
+
+
+ROUTERS = [("gpt_oss", "fused"),  # softmax over the top 2 of 4 by logits with a bias
+           ("deepseek_v3", "decomposed"),  # sigmoid scores, group-limited top 2 by score + correction bias
+           ("qwen3_moe", "fused"),  # softmax over all 4, the top 2: no bias
+           ("llama4", "fused")]  # top 1 by logits, its sigmoid scaling the input: no bias
+
+
+@pytest.mark.parametrize(("name", "graph"), ROUTERS, ids=[n for n, _ in ROUTERS])
+def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_a_tie_not_a_failure(
+    name: str, graph: str, tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.verify import verify_decoder
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.report.views import ScenarioRecord
+    from ropeexport.runtimes.ort import OrtRunner
+
+    ckpt = tiny_checkpoint(name)
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph))
+    weights = dict(load_checkpoint(spec, ckpt))
+    layer, slot = _plant_near_tie(name, spec, weights)
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    (record,) = verify_decoder(runner.infer, spec, weights, position_pieces(spec), chosen=[NEAR_TIE])
+    result = ScenarioRecord(record)
+    (call,) = result.calls
+    # ONNX Runtime took expert 2 where float64 takes 3: judged against that routing, reported, passed
+    assert result.passed and call.float64.rel <= 1e-4, record["summary"]
+    flips = [f.data for f in call.routing_flips or []]
+    assert [(f["layer"], f["row"], f["slot"]) for f in flips] == [(layer, 0, slot)], flips
+    assert 0 < flips[0]["margin"] < 1e-9, flips  # one float32 ulp of the planted bias or weight, no more
+    # the flip is no rounding: against the float64 routing the runtime's logits are far outside fp32's bound
+    (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
+    plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
+                            pieces=position_pieces(spec))  # fmt: skip
+    assert np.abs(ran.logits - plain).max() > 1e-2 * np.abs(plain).max()
