@@ -67,21 +67,27 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
             "out_hidden_size": 2560, "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]},
         "tie_word_embeddings": True, "image_token_id": 151655, "video_token_id": 151656,
         "vision_start_token_id": 151652, "vision_end_token_id": 151653}),
-    # Gemma 4 31B's text model (models/gemma-4-31b.toml: its released text_config): 5 sliding layers then 1 full,
-    # ten times; the full ones of head_dim 512, 4 key/value heads, values off the keys. Gemma's ids (bos 2, eos 1,
-    # pad 0: Gemma4TextConfig's defaults). ``--layers N`` keeps the first N layer types (N a multiple of 6 ends on a
-    # full layer, as transformers forces the last one).
-    "gemma-4-31b": ("gemma4_text", {
-        "vocab_size": 262144, "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
-        "num_attention_heads": 32, "num_key_value_heads": 16, "num_global_key_value_heads": 4, "head_dim": 256,
-        "global_head_dim": 512, "attention_k_eq_v": True, "sliding_window": 1024, "max_position_embeddings": 262144,
-        "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(60)],
-        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                                               "rope_theta": 1000000.0}},
-        "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0,
-        "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0, "enable_moe_block": False,
-        "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}),
+    # Gemma 4 31B as released (a gemma4 wrapper, Gemma4ForConditionalGeneration: onnxruntime-genai's builder takes
+    # Gemma 4 by that class alone): the text model under text_config (models/gemma-4-31b.toml: its released
+    # text_config), 5 sliding layers then 1 full, ten times, the full ones of head_dim 512, 4 key/value heads, values
+    # off the keys; beside it a vision tower of Gemma4VisionConfig's defaults (not the 31B's own: ropeexport and the
+    # builder pass it over) and no audio tower (the 31B has none). Gemma's ids (bos 2, eos 1, pad 0:
+    # Gemma4TextConfig's defaults). ``--layers N`` keeps the first N layer types (N a multiple of 6 ends on a full
+    # layer, as transformers forces the last one).
+    "gemma-4-31b": ("gemma4", {
+        "text_config": {
+            "vocab_size": 262144, "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "num_global_key_value_heads": 4, "head_dim": 256,
+            "global_head_dim": 512, "attention_k_eq_v": True, "sliding_window": 1024,
+            "max_position_embeddings": 262144,
+            "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(60)],
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                   "rope_theta": 1000000.0}},
+            "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0,
+            "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0, "enable_moe_block": False,
+            "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0},
+        "vision_config": {}, "audio_config": None, "tie_word_embeddings": True}),
 }  # fmt: skip
 STD = 0.02
 BLOCK_BYTES = 64 * 2**20  # float32 bytes drawn at once

@@ -36,6 +36,8 @@ def test_a_real_size_entry_holds_its_preset_cards_values(model: str, card: str, 
 
 _TINY = {"hidden_size": 64, "intermediate_size": 96, "vocab_size": 300, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}  # fmt: skip
+_VISION = {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4, "position_embedding_size": 64}  # fmt: skip
 # (entry, layers, overrides, transformers' class named in config.json, the type ropeexport builds, per layer its
 # (key/value heads, head_dim) as ropeexport reads them)
 WRITTEN = [
@@ -45,8 +47,9 @@ WRITTEN = [
                         "vision_config.intermediate_size": 48, "vision_config.out_hidden_size": 64,
                         "vision_config.deepstack_visual_indexes": [0]},
      "Qwen3VLForConditionalGeneration", "qwen3_vl_text", [(2, 16)] * 2),
-    ("gemma-4-31b", 6, {**_TINY, "num_global_key_value_heads": 1, "global_head_dim": 32, "sliding_window": 8},
-     "Gemma4ForCausalLM", "gemma4_text", [(2, 16)] * 5 + [(1, 32)]),
+    ("gemma-4-31b", 6, {**_TINY, "num_global_key_value_heads": 1, "global_head_dim": 32, "sliding_window": 8,
+                        **{f"vision_config.{k}": v for k, v in _VISION.items()}},
+     "Gemma4ForConditionalGeneration", "gemma4_text", [(2, 16)] * 5 + [(1, 32)]),
 ]  # fmt: skip
 
 
