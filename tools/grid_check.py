@@ -1,6 +1,8 @@
 """A built Qwen-VL decoder fed image-grid positions, judged against the float64 truth at any size (a real one too).
 
     python tools/grid_check.py OUT/qwen3-vl-4b-decoder-fp32-int4-b32-gqa CHECKPOINT --json grid.json
+    python tools/grid_check.py EXPORTED CHECKPOINT --request '{"graph": "gqa", "dtype": "fp32", "weight_format": "int4",
+        "block_size": 32, "symmetric": true}'   # a folder of the export alone (no decoder.json): the build's request
 
 The build's own scenarios are text only (three equal rows); ``tests/decoder/test_qwen_vl.py`` feeds image grids to
 tiny models. This is that check where the whole model cannot be held: each prompt of ``PROMPTS`` (text around image
@@ -38,8 +40,10 @@ PROMPTS: list[tuple[str, int, list[tuple[str, Any]]]] = [
 ]  # fmt: skip
 
 
-def check(folder: Path, checkpoint: Path) -> dict[str, Any]:
-    """Every prompt of ``PROMPTS`` on the decoder in ``folder`` (module doc); a record per prompt."""
+def check(folder: Path, checkpoint: Path, request: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every prompt of ``PROMPTS`` on the decoder in ``folder`` (module doc); a record per prompt. ``request``: the
+    ``DecoderRequest`` fields it was built with, for a folder without decoder.json (``bench_sizes.py``'s export).
+    """  # noqa: D205
     import onnx
     import onnxruntime as ort
 
@@ -52,7 +56,12 @@ def check(folder: Path, checkpoint: Path) -> dict[str, Any]:
     from ropeexport.decoder.verify import tolerance
     from ropeexport.families.rope.mrope import prompt_positions, rope_deltas, text_rows
 
-    spec = DecoderSpec.from_dict(json.loads((folder / "decoder.json").read_text())["spec"])
+    if request is None:
+        spec = DecoderSpec.from_dict(json.loads((folder / "decoder.json").read_text())["spec"])
+    else:
+        from ropeexport.decoder.build import DecoderRequest, resolve
+
+        spec, _ = resolve(DecoderRequest(checkpoint=checkpoint, **request))
     if spec.positions.one_axis:
         raise SystemExit(f"folder: {folder} holds a decoder of one-axis positions; give a Qwen-VL one")
     rng = np.random.default_rng(0)
@@ -105,7 +114,7 @@ def check(folder: Path, checkpoint: Path) -> dict[str, Any]:
                         "tokens": int(positions.shape[-1]), "worst": worst, "tolerance": bound,
                         "agreement": int((ours[k].argmax(-1) == truth.argmax(-1)).sum()),
                         "text_rows_moved": moved, "passed": worst <= bound and moved > 1e-2})  # fmt: skip
-    return {"decoder": str(folder), "checkpoint": str(checkpoint), "served_s": round(served, 1),
+    return {"decoder": str(folder), "checkpoint": str(checkpoint), "request": request, "served_s": round(served, 1),
             "seconds": round(time.perf_counter() - start, 1), "prompts": records,
             "passed": all(r["passed"] for r in records)}  # fmt: skip
 
@@ -116,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("decoder", type=Path, help="a built decoder's folder (decoder.json, model.onnx)")
     p.add_argument("checkpoint", type=Path, help="the checkpoint it was built from")
     p.add_argument("--json", type=Path, help="write the records here")
+    p.add_argument("--request", type=json.loads, help="the build's DecoderRequest fields (JSON), for a folder "
+                   "without decoder.json")  # fmt: skip
     args = p.parse_args(argv)
-    if not (args.decoder / "decoder.json").exists():
-        raise SystemExit(f"decoder: {args.decoder} holds no decoder.json; give a built decoder's folder")
-    result = check(args.decoder, args.checkpoint)
+    if args.request is None and not (args.decoder / "decoder.json").exists():
+        raise SystemExit(f"decoder: {args.decoder} holds no decoder.json; give a built decoder's folder or --request")
+    result = check(args.decoder, args.checkpoint, args.request)
     text = json.dumps(result, indent=1)
     if args.json is not None:
         args.json.write_text(text + "\n")
