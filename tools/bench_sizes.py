@@ -330,6 +330,9 @@ def markdown(results: list[dict[str, Any]]) -> str:
             elif m["exit"] == -9:
                 notes.append(f"- {r['model']} {_form(r)} {run}: killed by the kernel, out of memory, at "
                              f"{m['peak_rss_gib']} GiB (of {_free()['MemTotal'] / 2**30:.1f} GiB)")  # fmt: skip
+            elif m["exit"] != 0:  # a refusal or a crash: its last line says which
+                last = (m.get("log_tail") or "").strip().splitlines()[-1:] or ["(no output)"]
+                notes.append(f"- {r['model']} {_form(r)} {run}: exit {m['exit']}: {last[0][:300]}")
         ours, theirs = (r["runs"].get(k, {}).get("served") for k in ("genai", "builder-genai"))
         if ours and theirs:  # both served by onnxruntime-genai, one after the other (not alternating rounds)
             notes.append(f"- {r['model']} {_form(r)}: served by onnxruntime-genai, ropeexport / builder: decode "
