@@ -113,8 +113,11 @@ def dequantize(packed: Packed) -> np.ndarray:
     q = _nibbles(packed.weight, 2 * packed.weight.shape[2]).reshape(o, blocks, packed.block_size)
     zero = np.full((o, blocks), 8.0) if packed.zero_points is None else _nibbles(packed.zero_points, blocks)
     scales = np.asarray(packed.scales, np.float64).reshape(o, blocks)
-    values = (q - zero[:, :, None]) * scales[:, :, None]  # [o, n_b, block]
-    return values.reshape(o, blocks * packed.block_size)[:, : packed.K].T
+    # in place, the same float64 operations: one weight-sized array, not three (Gemma 4 31B's gate | up, 43008 x 5376,
+    # is 1.85 GB in float64)
+    q -= zero[:, :, None]
+    q *= scales[:, :, None]  # [o, n_b, block]
+    return q.reshape(o, blocks * packed.block_size)[:, : packed.K].T
 
 
 def gathered64(packed: Packed) -> np.ndarray:
