@@ -119,6 +119,7 @@ def check(folder: Path, checkpoint: Path, request: dict[str, Any] | None = None)
         worst = float(np.abs(ours[k] - truth).max()) / scale
         moved = None if one_axis else float(np.abs(truths[per * k + 1] - truth).max()) / scale
         positions = feeds[per * k].position_ids
+        label = f"{label}: its {positions.shape[-1] - 1} tokens as text" if one_axis else label
         records.append({"prompt": label, "segments": [[kind, size] for kind, size in segments],
                         "positions": f"{int(positions.min())}-{int(positions.max())}",
                         "tokens": int(positions.shape[-1]), "worst": worst, "tolerance": bound,
