@@ -3,6 +3,8 @@
     python tools/write_checkpoint.py llama-3.2-1b /tmp/ckpt/llama-3.2-1b
     python tools/write_checkpoint.py llama-3.1-8b /tmp/ckpt/llama-3.1-8b --layers 2
     python tools/write_checkpoint.py qwen3-4b /tmp/ckpt/q --set hidden_size=64 --set vocab_size=300   # tiny (tests)
+    python tools/write_checkpoint.py qwen3-vl-4b /tmp/ckpt/vl --set vision_config.depth=1   # a wrapper: --set and
+        --layers name its text model's fields; vision_config.FIELD its vision tower's
 
 What a benchmark needs instead of a download: the real sizes (``MODELS``: the config fields of the released
 config.json, made into a config by transformers' ``AutoConfig.for_model`` and saved as it writes it), bf16 tensors
@@ -11,10 +13,10 @@ device: no memory), sharded as transformers shards (``model-0000i-of-0000n.safet
 ``model.safetensors.index.json``), and a small word-level tokenizer (the onnxruntime-genai builder saves one; ids
 past its words decode to nothing).
 
-Values: norm weights 1, everything else normal with std 0.02 (the models' ``initializer_range``: activations stay
-of unit scale through any depth), drawn per tensor by torch's generator seeded with (seed, tensor index) in blocks of
-rows and rounded once to bf16 (to nearest even): the same seed writes the same bytes. Memory: one block of rows
-(64 MiB of float32) at a time, whatever the model's size.
+Values: norm weights (and Gemma 4's layer scalars) 1, everything else normal with std 0.02 (the models'
+``initializer_range``: activations stay of unit scale through any depth), drawn per tensor by torch's generator seeded
+with (seed, tensor index) in blocks of rows and rounded once to bf16 (to nearest even): the same seed writes the same
+bytes. Memory: one block of rows (64 MiB of float32) at a time, whatever the model's size.
 """
 
 from __future__ import annotations
@@ -47,6 +49,45 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
         "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
         "tie_word_embeddings": True, "bos_token_id": 151643, "eos_token_id": 151645, "use_sliding_window": False}),
+    # Qwen3-VL-4B-Instruct as released (a qwen3_vl wrapper): the text model under text_config (transformers 5.23 reads
+    # its rope_scaling and rope_theta as rope_parameters), the whole vision tower beside it (ropeexport passes it
+    # over; the builder's qwen3_vl text model too). Qwen3VLTextConfig's defaults are the 8B-like 4096/32-layer
+    # ones, so every text field is given.
+    "qwen3-vl-4b": ("qwen3_vl", {
+        "text_config": {
+            "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": True,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                "mrope_interleaved": True},
+            "bos_token_id": 151643, "eos_token_id": 151645},
+        "vision_config": {
+            "depth": 24, "hidden_size": 1024, "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 4096,
+            "num_heads": 16, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+            "out_hidden_size": 2560, "num_position_embeddings": 2304, "deepstack_visual_indexes": [5, 11, 17]},
+        "tie_word_embeddings": True, "image_token_id": 151655, "video_token_id": 151656,
+        "vision_start_token_id": 151652, "vision_end_token_id": 151653}),
+    # Gemma 4 31B as released (a gemma4 wrapper, Gemma4ForConditionalGeneration: onnxruntime-genai's builder takes
+    # Gemma 4 by that class alone): the text model under text_config (models/gemma-4-31b.toml: its released
+    # text_config), 5 sliding layers then 1 full, ten times, the full ones of head_dim 512, 4 key/value heads, values
+    # off the keys; beside it a vision tower of Gemma4VisionConfig's defaults (not the 31B's own: ropeexport and the
+    # builder pass it over) and no audio tower (the 31B has none). Gemma's ids (bos 2, eos 1, pad 0:
+    # Gemma4TextConfig's defaults). ``--layers N`` keeps the first N layer types (N a multiple of 6 ends on a full
+    # layer, as transformers forces the last one).
+    "gemma-4-31b": ("gemma4", {
+        "text_config": {
+            "vocab_size": 262144, "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "num_global_key_value_heads": 4, "head_dim": 256,
+            "global_head_dim": 512, "attention_k_eq_v": True, "sliding_window": 1024,
+            "max_position_embeddings": 262144,
+            "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(60)],
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                   "rope_theta": 1000000.0}},
+            "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0,
+            "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0, "enable_moe_block": False,
+            "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0},
+        "vision_config": {}, "audio_config": None, "tie_word_embeddings": True}),
 }  # fmt: skip
 STD = 0.02
 BLOCK_BYTES = 64 * 2**20  # float32 bytes drawn at once
@@ -60,13 +101,32 @@ def config_of(model: str, layers: int | None = None, overrides: dict[str, Any] |
     if model not in MODELS:
         raise SystemExit(f"model: must be one of {', '.join(MODELS)}, got {model!r}")
     model_type, fields = MODELS[model]
-    fields = {**fields, **(overrides or {})}
+    fields = {**fields}
+    wrapped = "text_config" in fields  # a wrapper (qwen3_vl): depth and overrides are its text model's
+    text = fields
+    if wrapped:
+        text = fields["text_config"] = {**fields["text_config"]}
+    for key, value in (overrides or {}).items():  # "vision_config.depth=1": a field of a sub-config
+        sub, _, name = key.rpartition(".")
+        if sub:
+            fields[sub] = {**fields.get(sub, {}), name: value}
+        else:
+            (fields if key in fields else text)[key] = value
     if layers is not None:
-        fields["num_hidden_layers"] = layers
-    for key in ("bos_token_id", "eos_token_id"):  # a shrunk vocabulary (a tiny test model) has no such ids
-        if fields.get(key) is not None and fields[key] >= fields["vocab_size"]:
-            fields[key] = None
+        text["num_hidden_layers"] = layers
+        if "layer_types" in text:  # one type a layer (Gemma 4): the first ``layers``
+            text["layer_types"] = text["layer_types"][:layers]
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):  # a shrunk vocabulary (a tiny model) has no such ids
+        if text.get(key) is not None and text[key] >= text["vocab_size"]:
+            text[key] = None
     return transformers.AutoConfig.for_model(model_type, **fields, dtype="bfloat16")
+
+
+def _text(config: Any) -> Any:
+    """The text model's config: a wrapper's ``text_config`` (a sub-config of its class), else ``config`` (a text
+    config's own ``text_config``, where it has one, is itself or a view of it).
+    """  # noqa: D205
+    return config.text_config if "text_config" in (getattr(config, "sub_configs", None) or {}) else config
 
 
 def tensors_of(config: Any) -> list[tuple[str, tuple[int, ...]]]:
@@ -77,8 +137,10 @@ def tensors_of(config: Any) -> list[tuple[str, tuple[int, ...]]]:
     import torch
     import transformers
 
+    auto = (transformers.AutoModelForImageTextToText if _text(config) is not config else
+            transformers.AutoModelForCausalLM)  # a wrapper: its ForConditionalGeneration, as it is saved  # fmt: skip
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        model = auto.from_config(config)
     config.architectures = [type(model).__name__]  # as a saved model's config.json names it (the builder reads it)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     return [(name, tuple(t.shape)) for name, t in model.state_dict().items() if not (tied and name == "lm_head.weight")]
@@ -88,7 +150,7 @@ def _values(name: str, shape: tuple[int, ...], seed: int) -> Iterator[bytes]:
     """bf16 bytes of one tensor, in blocks of rows (module doc: norms 1, else N(0, 0.02^2))."""
     import torch
 
-    if name.endswith("norm.weight"):
+    if name.endswith(("norm.weight", "layer_scalar")):  # Gemma 4's scalar of a layer's residual stream: 1 as a norm
         yield torch.ones(shape, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()
         return
     generator = torch.Generator().manual_seed(seed)
@@ -146,7 +208,7 @@ def write_checkpoint(model: str, folder: Path, layers: int | None = None, overri
         _tokenizer(config, folder)
     parameters = sum(math.prod(shape) for _, shape in tensors)
     return {"model": model, "folder": str(folder), "parameters": parameters, "bytes": total, "files": names,
-            "layers": config.num_hidden_layers}  # fmt: skip
+            "layers": _text(config).num_hidden_layers}  # fmt: skip
 
 
 def _tokenizer(config: Any, folder: Path) -> None:
@@ -154,7 +216,7 @@ def _tokenizer(config: Any, folder: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {f"t{i}": i for i in range(min(WORDS, config.vocab_size))}
+    vocab = {f"t{i}": i for i in range(min(WORDS, _text(config).vocab_size))}
     unk = next(iter(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -31,7 +31,7 @@ from ropeexport.components import MICROSOFT, qmoe
 from ropeexport.components.attention.graph import SHARED, attention
 from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.latent.graph import latent_model
-from ropeexport.components.linear import gather, is_weight, linear
+from ropeexport.components.linear import Packed, WeightFormat, gather, is_weight, joined_columns, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
 from ropeexport.components.moe import MoESpec, SharedMoESpec, moe, shared_moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
@@ -48,7 +48,7 @@ from ropeexport.decoder.parts import (
     weight_format,
 )
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, cache_shapes, expected, layer_weights, lm_head
+from ropeexport.decoder.weights import BLOCK_NAMES, cache_shapes, expected, layer_weights, lm_head, vocab_part
 from ropeexport.dtypes import DTYPES
 from ropeexport.forms import FORMS
 from ropeexport.graph.compose import call
@@ -74,6 +74,26 @@ if TYPE_CHECKING:
 def embed_scale(spec: DecoderSpec) -> np.ndarray:
     """Gemma's embedding multiplier: sqrt(hidden_size) in float32 (transformers' buffer), cast to the dtype."""
     return round_once(np.array(np.float32(math.sqrt(spec.hidden_size)), np.float64), spec.dtype)
+
+
+# float32 bytes of the output projection's columns packed at once in int4 (``head_weight``)
+HEAD_SLICE_BYTES = 256 * 2**20
+
+
+def head_weight(spec: DecoderSpec, weights: Mapping[str, np.ndarray], stores: WeightFormat) -> np.ndarray | Packed:
+    """The output projection [hidden, vocab] as ``stores.store`` takes it: whole in a float dtype; in int4 packed a
+    slice of columns at a time, each read alone (``vocab_part``) and joined (``linear.joined_columns``: the same
+    bytes), since Gemma 4's 262144-word head tied to a 5376-wide embedding is 5.6 GB in float32 whole.
+    """  # noqa: D205
+    if not stores.quantized:
+        return lm_head(spec, weights)
+    name = "embed" if spec.tie_embeddings else "lm_head"
+    step = max(1, HEAD_SLICE_BYTES // (4 * spec.hidden_size))
+    parts = []
+    for start in range(0, spec.vocab_size, step):
+        part = vocab_part(weights, name, start, min(spec.vocab_size, start + step))  # embed rows / head columns
+        parts.append(stores.pack(part.T if name == "embed" else part))
+    return joined_columns(parts)
 
 
 def cache_names(i: int) -> tuple[str, str, str, str]:
@@ -113,7 +133,9 @@ def build_decoder_graph(
     norm_of, stores = norm_spec(spec), weight_format(spec)
     fused = form.fused_norms and fusable(norm_of)  # the residual add and the RMSNorm after it as one node
 
-    def stored(name: str, values: np.ndarray) -> str:  # projections as the weight format stores them
+    def stored(name: str, values: np.ndarray | Packed) -> str:  # projections as the weight format stores them
+        if isinstance(values, Packed):  # the int4 head, packed in slices (``head_weight``)
+            return stores.store(g, name, values)
         if name.endswith("router_correction"):  # added to float32 scores (``moe.grouped_routing``): float32
             return g.const(name, round_once(values, "fp32"))
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
@@ -131,7 +153,7 @@ def build_decoder_graph(
     top = {n: stored(n, weights[n]) for n in weights if not n.startswith("layers.") and n not in ("embed", "lm_head")}
     head = embed = ""  # the weights' names as stored
     if spec.storage.tied_embedding_int4:  # the tied head first: the embedding is gathered from its int4 bytes
-        head = stored("lm_head", lm_head(spec, weights))
+        head = stored("lm_head", head_weight(spec, weights, stores))
         h = gather(g, head, "input_ids")
     else:
         embed = stored("embed", weights["embed"])
@@ -217,7 +239,7 @@ def build_decoder_graph(
     if g.nodes[-1].op_type == "SkipSimplifiedLayerNormalization":
         g.nodes[-1].output[3] = ""  # the last residual sum: read by nothing
     if not head and head_name(spec) == "lm_head":
-        head = stored("lm_head", lm_head(spec, weights))
+        head = stored("lm_head", head_weight(spec, weights, stores))
     elif not head:  # tied: the embedding read transposed, stored once
         head = g.op("Transpose", [embed], perm=[1, 0])
     logits = linear(g, h, head, top.get("lm_head_bias"))

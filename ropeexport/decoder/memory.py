@@ -15,21 +15,22 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
   CPU; int4 projections dequantized into it, the same), and for seeded weights the float32 state dict it is loaded
   from and its copy in the dtype, while loading (4 + 4 or 2);
 
-plus what the verification holds beside them (``resident``): one layer's float64 weights and one slice of the
-output head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus every scenario's activations, held together
-(each scenario's ``rows`` x ``tokens`` x vocab logits in float64, three times: the truth, the runtime's widened and
-transformers', an int4 decoder's unquantized truth a fourth; the truth's hidden states for every call), all of it
-times ``MARGIN`` (what the allocator keeps of freed
-buffers), plus ``BASE`` (the interpreter with torch, transformers and onnxruntime imported). The export's peak
-(``export``: the weights as built and the largest tensor in flight, read as bf16 and float32 and made contiguous,
-``EXPORT_BYTES`` an element) comes first and is gone before the verification's; the larger of the two is the
-estimate.
+plus what the verification holds beside them (``resident``): one layer's float64 weights and one slice of the output
+head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus every scenario's activations, held together (each
+scenario's ``rows`` x ``tokens`` x vocab logits in float64, three times: the truth, the runtime's widened and
+transformers', an int4 decoder's unquantized truth a fourth; the truth's hidden states for every call), all of it times
+``MARGIN`` (what the allocator keeps of freed buffers), plus ``BASE`` (the interpreter with torch, transformers and
+onnxruntime imported). The export's peak (``export``: the weights as built and the largest tensor in flight, read as
+bf16 and float32 and made contiguous, ``EXPORT_BYTES`` an element; an int4 head one slice of its columns,
+``decoder.export.head_weight``, beside its packed bytes twice while the slices are joined) comes first and is gone
+before the verification's; the larger of the two is the estimate.
 
 Measured (peak RSS of the process tree, the estimate beside it; ``tools/figures/sizes.md``), bf16 checkpoints, fp32:
-Llama-3.2-1B verified without transformers 5.93 GiB (7.92, x1.34), with it 11.81 GiB (13.22, x1.12); its 2-layer
-shape 2.79 GiB (4.28, x1.53) and 4.30 GiB (5.92, x1.38). The export alone: Llama-3.1-8B in fp16 7.02 GiB (7.34),
-Llama-3.2-1B 1.58 GiB (3.96). int4 weights, verified without transformers: Llama-3.1-8B 7.98 GiB (11.6, x1.46).
-``tests/decoder/test_memory.py`` measures a small seeded build against it.
+Llama-3.2-1B verified without transformers 5.93 GiB (7.92, x1.34), with it 11.81 GiB (13.22, x1.12); its 2-layer shape
+2.79 GiB (4.28, x1.53) and 4.30 GiB (5.92, x1.38). The export alone: Llama-3.1-8B in fp16 7.02 GiB (7.34), Llama-3.2-1B
+1.58 GiB (3.96). int4 weights, verified without transformers: Llama-3.1-8B 7.98 GiB (11.6, x1.46). Gemma 4 31B's widths
+on 2 layers (a 262144 x 5376 tied head), the int4 export alone: 4.41 GiB (3.52 with BASE, x0.80: under; the old
+whole-head figure said 16.3 GiB). ``tests/decoder/test_memory.py`` measures a small seeded build against it.
 
 ``ROPEEXPORT_MEMORY_LIMIT`` (bytes, or a size such as ``8G``: binary units) replaces what ``available()`` finds:
 physical memory, the cgroup's memory limit and ``ulimit -v``, whichever is smallest.
@@ -43,6 +44,7 @@ import re
 from dataclasses import dataclass
 
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, is_weight
+from ropeexport.decoder.export import HEAD_SLICE_BYTES as EXPORT_HEAD_SLICE_BYTES
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import expected
@@ -127,12 +129,19 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     """  # noqa: D205
     shapes = expected(spec)
     count = sum(math.prod(shape) for shape in shapes.values())
-    largest = max(math.prod(shape) for shape in shapes.values())
+    # an int4 head is read and packed a slice of columns at a time (``export.head_weight``), and so is the embedding
+    # gathered from it: its in-flight part is one slice, not the vocabulary (Gemma 4's 262144 x 5376: 1.4e9 values)
+    sliced = {"lm_head", "embed"} if spec.storage.tied_embedding_int4 else {"lm_head"}
+    part = EXPORT_HEAD_SLICE_BYTES // 4
+    largest = max(min(math.prod(shape), part) if spec.storage.format == "int4" and name in sliced else
+                  math.prod(shape) for name, shape in shapes.items())  # fmt: skip
     layer = max((sum(math.prod(v) for k, v in shapes.items() if k.startswith(f"layers.{i}.")) for i in
                  range(spec.num_layers)), default=0)  # fmt: skip
     head = min(HEAD_SLICE_BYTES, 8 * spec.hidden_size * spec.vocab_size)
     resident = 8 * layer + head + head // 2
     export = (8 * count if seeded else 0) + EXPORT_BYTES * largest
+    if spec.storage.format == "int4":  # the head's packed slices and their join (``linear.joined_columns``)
+        export += int(2 * spec.vocab_size * spec.hidden_size * int4_bytes(spec) / INT4_COPIES)
     runs = scenarios(spec)
     # Every scenario's slots are judged together (``verify.verify_decoder``: one float64 pass for all): their logits
     # three times in float64 (an int4 decoder's unquantized truth a fourth) and the truth's hidden states of every

@@ -108,6 +108,23 @@ def test_a_tied_int4_embedding_gathered_from_the_head_is_counted_at_its_packed_s
     assert need.total < before.total
 
 
+def test_an_int4_heads_export_is_a_slice_of_it_and_its_packed_bytes(tmp_path: Path) -> None:
+    # Gemma 4 31B's text model (write_checkpoint's entry: a 262144 x 5376 tied head), int4 from a checkpoint: the
+    # export reads and packs the head a slice at a time (export.head_weight), so its in-flight part is the widest
+    # layer weight (gate, 21504 x 5376) and the head's packed bytes twice, not 1.4e9 values in bf16 and float32
+    from ropeexport.decoder.export import HEAD_SLICE_BYTES as SLICE
+    from ropeexport.decoder.memory import EXPORT_BYTES
+
+    _, fields = tool("write_checkpoint").MODELS["gemma-4-31b"]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma4_text", **fields["text_config"]}))
+    spec, _ = resolve(DecoderRequest(hf_config=tmp_path / "config.json", weight_format="int4", block_size=32))
+    need = estimate(spec, seeded=False, eager=False)
+    head = 262144 * 5376
+    assert SLICE // 4 < 21504 * 5376 < head
+    assert need.export == EXPORT_BYTES * 21504 * 5376 + int(2 * head * (0.5 + 4 / 32))
+    assert need.export < EXPORT_BYTES * head / 4  # the whole head in flight: over 4x this
+
+
 @pytest.mark.parametrize(
     ("dtype", "seeded", "eager", "count"),
     [("fp32", True, True, 24), ("fp16", True, True, 26), ("fp32", False, True, 8), ("fp16", False, True, 12),

@@ -27,9 +27,11 @@ import pytest
 
 import ropeexport as rx
 import ropeexport.decoder.export as export
+from ropeexport.components.linear import Packed
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import CheckpointWeights, load_checkpoint
-from ropeexport.decoder.weights import describe
+from ropeexport.decoder.parts import weight_format
+from ropeexport.decoder.weights import describe, lm_head
 from ropeexport.graph.onnx_io import DATA_FILE, ExternalData
 from tests.clirun import run
 from tests.toolmod import tool
@@ -150,6 +152,31 @@ def test_the_export_holds_one_layers_unit_at_a_time(tmp_path: Path, model: str) 
     assert weights.most <= max(attention, 2 * largest), (weights.most, total)
     assert weights.most < total / 4
     assert graph.ByteSize() < 1 << 20  # the graph itself: names, shapes, places
+
+
+# (checkpoint, symmetric): a tied head packed from the embedding's rows, an untied one from its own columns
+HEADS = [("qwen3-4b", True), ("llama-3.1-8b", False)]
+
+
+@pytest.mark.parametrize(("model", "symmetric"), HEADS)
+def test_an_int4_head_packed_in_slices_is_the_whole_heads_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, symmetric: bool
+) -> None:
+    folder = write(tmp_path / model, model, layers=1, shard_gb=1.0)
+    spec, _ = resolve(DecoderRequest(checkpoint=folder, dtype="fp32", weight_format="int4", block_size=32,
+                                     symmetric=symmetric))  # fmt: skip
+    weights, stores = CheckpointWeights(spec, folder), weight_format(spec)
+    monkeypatch.setattr(export, "HEAD_SLICE_BYTES", 4 * spec.hidden_size * 7)  # 7 columns a slice: 43 of 300
+    reads: list[int] = []
+    read = CheckpointWeights.vocab_part
+    monkeypatch.setattr(CheckpointWeights, "vocab_part", lambda self, name, start, stop: reads.append(stop - start)
+                        or read(self, name, start, stop))  # fmt: skip
+    sliced = export.head_weight(spec, weights, stores)
+    whole = stores.pack(lm_head(spec, weights))
+    assert isinstance(sliced, Packed) and max(reads) == 7 and sum(reads) == spec.vocab_size  # never read whole
+    assert (sliced.zero_points is None) == symmetric
+    for field in ("weight", "scales", "zero_points"):
+        np.testing.assert_array_equal(getattr(sliced, field), getattr(whole, field), err_msg=field)
 
 
 def _built(out: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:

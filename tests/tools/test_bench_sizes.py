@@ -36,16 +36,20 @@ def test_int4_is_the_builders_settings_in_both_tools() -> None:
     assert sizes._cli_fields("fp16") == ["--dtype", "fp16"]
 
 
-def test_the_table_notes_served_speed_a_killed_run_and_the_ratios() -> None:
+def test_the_table_notes_served_speed_a_killed_or_capped_run_and_the_ratios() -> None:
     run = {"wall_s": 10.0, "peak_rss_gib": 1.0, "peak_rss_bytes": 2**30, "disk_gib": 1.0, "exit": 0}
     results = [{"model": "m", "dtype": "int4", "layers": 2, "runs": {
         "build": run, "builder": {**run, "wall_s": 4.0, "peak_rss_bytes": 2**31},
         "genai": {**run, "served": {"prefill_tokens_per_second": 81.0, "decode_ms_per_token": 95.0}},
         "builder-genai": {**run, "served": {"prefill_tokens_per_second": 90.0, "decode_ms_per_token": 76.0}},
-        "verified": {**run, "exit": -9, "peak_rss_gib": 22.4}}}]  # fmt: skip
+        "verified": {**run, "exit": -9, "peak_rss_gib": 22.4},
+        "eager": {**run, "exit": -9, "peak_rss_gib": 8.1, "stopped": True},
+        "generate": {**run, "exit": 1, "log_tail": "Traceback ...\nValueError: no such model\n"}}}]  # fmt: skip
     text = tool("bench_sizes").markdown(results)
     assert "- m int4 genai: prefill 81 tokens/s (128-token prompt), decode 95 ms/token" in text
     assert "- m int4 verified: killed by the kernel, out of memory, at 22.4 GiB" in text
+    assert "- m int4 eager: stopped at the run's memory cap, 8.1 GiB after 10.0 s" in text  # --cap-gib's kill
+    assert "- m int4 generate: exit 1: ValueError: no such model" in text  # a failed run's last line
     assert "- m int4: served by onnxruntime-genai, ropeexport / builder: decode speed x0.80, prefill x0.90" in text
     assert "wall x2.50 (target <= 2), peak RSS x0.50 (target <= 1.5)" in text
 
