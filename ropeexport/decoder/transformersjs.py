@@ -20,9 +20,12 @@ dimension renamed (inputs and outputs; nothing else changes, so per-layer cache 
 experts are the decoder's own). Left as ``batch``, transformers.js feeds a batch of 0 and ONNX Runtime's Attention
 refuses the call.
 
-What it cannot load, or would run as another model, is refused by name before anything is written (``refusal``):
-each reason is read from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A
-decoder in bf16 is refused too (none is built: ``decoder.spec.DTYPES``).
+A model type transformers.js has no class for, but whose decoder runs as it is under another type's plain class
+(glm4 as ``glm``, exaone4 as ``exaone``: ``MAPPED``, each with the lines of its source that say so), is packaged with
+that type in config.json and the config keys that class reads; the manifest keeps the decoder's own type. What it
+cannot load, or would run as another model, is refused by name before anything is written (``refusal``): each reason
+is read from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A decoder in bf16 is
+refused too (none is built: ``decoder.spec.DTYPES``).
 
 The int4 mixtures of experts (gpt_oss, qwen3_moe, deepseek_v3, llama4_text) load as their int4 decoders are built:
 ONNX Runtime's QMoE (``com.microsoft``, ``components.qmoe``) in the gqa form, a MatMulNBits per expert elsewhere;
@@ -64,6 +67,28 @@ ORT_NODE = "1.30.0"
 LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "bloom",
           "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3", "llama4_text",
           "deepseek_v3")  # fmt: skip
+# The model types ropeexport builds that transformers.js 4.3.1 has no class of their own for, but runs under another
+# type's class: {ours: (the type config.json says, why that class runs this decoder as it is)}. Each class named is a
+# bare PreTrainedModel (no forward of its own), so it runs the plain decoder's: decoder_forward feeds input_ids,
+# attention_mask, position_ids counted from 0 and the cache, sized from the model's own cache inputs
+# (src/models/modeling_utils.js:1355-1384, 1288-1321); what the architecture computes is inside the graph. The config
+# keys that class's normalized config reads are written with the decoder's values (package_config). The package's
+# manifest keeps the decoder's own type ("model_type").
+_PLAIN = ("a bare PreTrainedModel with no forward of its own ({}), so transformers.js runs it as the plain decoder: "
+          "input_ids, attention_mask, position_ids from 0 and a cache sized from the model's own inputs "
+          "(src/models/modeling_utils.js:1355-1384); {}")  # fmt: skip
+MAPPED = {
+    "glm4": ("glm", "transformers.js 4.3.1 has no class for 'glm4', and its causal-LM map "
+             "(src/models/registry.js:261-340) has 'glm' (GlmForCausalLM, line 296): " + _PLAIN.format(
+                 "src/models/glm/modeling_glm.js:5", "its config reads num_key_value_heads, num_hidden_layers and "
+                 "head_dim (src/configs.js:170-181), as GLM-4's config names them; the sandwich norms, q/k/v biases "
+                 "and interleaved partial RoPE are inside the graph")),
+    "exaone4": ("exaone", "transformers.js 4.3.1 has no class for 'exaone4', and its causal-LM map "
+                "(src/models/registry.js:261-340) has 'exaone' (ExaoneForCausalLM, line 280): " + _PLAIN.format(
+                    "src/models/exaone/modeling_exaone.js:5", "its config reads the layer count from num_layers "
+                    "(src/configs.js:203-208), which EXAONE 4's config lacks, so the package's config.json adds it; "
+                    "the sliding windows, the global layers without RoPE and the q/k norms are inside the graph")),
+}  # fmt: skip
 # AutoModelForCausalLM of a model_type missing from that map throws "Unsupported model type"
 # (src/models/auto/modeling_auto.js:135).
 _NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {{!r}}: its causal-LM map "
@@ -76,8 +101,6 @@ _NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {
 SPLIT = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited).
 REFUSED = {
-    "glm4": _NO_CLASS.format("glm4", "has 'glm' (GlmForCausalLM, line 296) and no 'glm4'"),
-    "exaone4": _NO_CLASS.format("exaone4", "has 'exaone' (ExaoneForCausalLM, line 280) and no 'exaone4'"),
     "gemma4_text": _NO_CLASS.format("gemma4_text", "has 'gemma4' (Gemma4ForCausalLM, line 312) and no "
                                     "'gemma4_text'") + (
         "; and that Gemma 4 class runs Gemma 3n's forward (src/models/gemma4/modeling_gemma4.js:27, "
@@ -106,13 +129,21 @@ def model_file(spec: DecoderSpec) -> str:
     return f"onnx/model{suffix(spec)[1]}.onnx"
 
 
+def loaded_as(spec: DecoderSpec) -> str:
+    """The model_type the package's config.json says: the decoder's own, or the class transformers.js runs it under
+    (``MAPPED``).
+    """  # noqa: D205
+    return MAPPED[spec.model_type][0] if spec.model_type in MAPPED else spec.model_type
+
+
 def refusal(spec: DecoderSpec) -> str | None:
     """Why transformers.js 4.3.1 cannot run the decoder as ropeexport built it (one sentence), or None when it can."""
     if spec.model_type in REFUSED:
         return REFUSED[spec.model_type]
-    if spec.model_type not in LOADED:  # an architecture added to ropeexport and not yet read against transformers.js
+    # an architecture added to ropeexport and not yet read against transformers.js
+    if spec.model_type not in LOADED and spec.model_type not in MAPPED:
         return (f"ropeexport has not checked model_type {spec.model_type!r} against transformers.js {VERSION} (it "
-                f"packages {', '.join(LOADED)})")  # fmt: skip
+                f"packages {', '.join((*LOADED, *MAPPED))})")  # fmt: skip
     if spec.dtype not in ("fp32", "fp16"):
         return f"transformers.js runs fp32, fp16, q4 and q4f16 models; this decoder is {spec.dtype}"
     return qmoe_refusal(spec)
@@ -134,13 +165,14 @@ def qmoe_refusal(spec: DecoderSpec) -> str | None:
 
 def package_config(spec: DecoderSpec, config: Mapping[str, Any], external: bool) -> dict[str, Any]:
     """config.json: the checkpoint's config (its text config, for a multimodal wrapper) with every field
-    transformers.js reads set from the decoder's spec (a shrunk decoder has fewer layers than its checkpoint), and
+    transformers.js reads set from the decoder's spec (a shrunk decoder has fewer layers than its checkpoint), its
+    ``model_type`` the class transformers.js runs it under (``loaded_as``), and
     ``transformers.js_config`` naming the model's external data when it has some.
     """  # noqa: D205
     text = config.get("text_config")
     base = dict(text) if isinstance(text, Mapping) and text.get("model_type") == spec.model_type else dict(config)
     H, KV, d = geometry(spec, 0)
-    out: dict[str, Any] = {**base, "model_type": spec.model_type, "num_hidden_layers": spec.num_layers,
+    out: dict[str, Any] = {**base, "model_type": loaded_as(spec), "num_hidden_layers": spec.num_layers,
                            "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": d,
                            "hidden_size": spec.hidden_size, "vocab_size": spec.vocab_size}  # fmt: skip
     # gptj and bloom name the same fields their own way (configs.js: n_head, n_layer, n_embd)
@@ -148,6 +180,8 @@ def package_config(spec: DecoderSpec, config: Mapping[str, Any], external: bool)
         out |= {"n_head": H, "n_layer": spec.num_layers}
     if spec.model_type == "gptj":
         out["n_embd"] = spec.hidden_size
+    if loaded_as(spec) == "exaone":  # its config reads the layer count from num_layers (src/configs.js:205)
+        out["num_layers"] = spec.num_layers
     if external:
         out["transformers.js_config"] = {"use_external_data_format": {Path(model_file(spec)).name: 1}}
     return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -111,7 +112,9 @@ def node_greedy(package: Path, spec: DecoderSpec, prompt: Sequence[int], count: 
     done = subprocess.run(command, capture_output=True, text=True, timeout=NODE_TIMEOUT, check=False)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["(no output)"]
-        said = next((line for line in lines if "Error" in line), lines[-1])  # Node ends with its own version line
+        # Node prints the throwing source line ("throw new Error(") before the error itself, and ends with its version
+        errors = [line for line in lines if re.match(r"\s*\w*Error: ", line)]
+        said = errors[0] if errors else next((line for line in lines if "Error" in line), lines[-1])
         raise RuntimeError(f"transformers.js failed (exit {done.returncode}): {said.strip()}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return [int(t) for t in result["tokens"]], np.asarray(result["logits"], np.float64).reshape(len(result["tokens"]),
