@@ -116,7 +116,9 @@ def package(decoder: str | Path, out: str | Path, engine: str = ENGINE, replace:
 
 
 def _model_type(spec: DecoderSpec) -> dict[str, str | None]:
-    """The manifest's ``model_type``: the decoder's own, the one config.json says, and why they differ (or None)."""
+    """The manifest's and report's ``model_type``: the decoder's own, the one config.json says, and why they differ
+    (or None).
+    """  # noqa: D205
     mapped = MAPPED.get(spec.model_type)
     return {"decoder": spec.model_type, "config": loaded_as(spec), "why": mapped[1] if mapped else None}
 
@@ -127,7 +129,8 @@ def _report(
     """report.json: the package's check (``transformersjs_check.check``) with what it was checked against."""
     verdict = check(folder, folder / model_file(spec), spec, reference["prompts"])
     return {"schema": "ropeexport.package-report/1", "artifact": ARTIFACT, "engine": ENGINE, "decoder": source,
-            "model": model_file(spec), **verdict, "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+            "model": model_file(spec), "model_type": _model_type(spec), **verdict,
+            "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
 def verify_package(folder: str | Path) -> PackageResult:

@@ -162,6 +162,7 @@ def test_transformersjs_generates_the_decoders_tokens(
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["model_type"]["decoder"] == manifest["decoder"]["spec"]["model_type"] == ours  # its own, kept
     assert (manifest["model_type"]["why"] is None) == (ours not in LOADED_AS)
+    assert result.report["model_type"] == manifest["model_type"]  # what the command's line reads
     engines = {e["name"]: e for e in result.report["engines"]}
     assert engines["transformers.js"]["status"] == "ran"
     rows = engines["transformers.js"]["prompts"]
@@ -483,6 +484,27 @@ def test_without_what_the_mapping_writes_transformersjs_fails(
     with pytest.raises(RuntimeError, match="transformers.js failed") as failed:
         node_greedy(tmp_path, spec, [1, 15, 29], 2)
     assert said in str(failed.value), failed.value
+
+
+# (decoder's type, config.json's, why, the line ``package`` prints about it or None)
+TYPE_LINES = [("llama", "llama", None, None),
+              ("glm4", "glm", "bare class", "config.json says model_type 'glm', the decoder is 'glm4'")]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("ours", "config", "why", "line"), TYPE_LINES, ids=[t[0] for t in TYPE_LINES])
+def test_the_command_says_when_config_json_names_another_type(
+    ours: str, config: str, why: str | None, line: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ropeexport.api.packages import PackageResult
+    from ropeexport.cli.package import print_result
+
+    report = {"engine": "transformers.js", "decoder": {"name": "d"}, "model": "onnx/model.onnx", "bound": 2e-4,
+              "model_type": {"decoder": ours, "config": config, "why": why}, "engines": []}  # fmt: skip
+    assert print_result(PackageResult(Path("p"), True, report)) == 0
+    printed = capsys.readouterr().out
+    assert ("model_type" in printed) == (line is not None), printed
+    assert line is None or line in printed, printed
 
 
 _ROWS = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
