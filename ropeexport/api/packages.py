@@ -28,10 +28,10 @@ from ropeexport.decoder.transformersjs import (
     ARTIFACT,
     ENGINE,
     ENGINES,
-    MAPPED,
     loaded_as,
     model_file,
     refusal,
+    why_loaded_as,
     write_package,
 )
 from ropeexport.decoder.transformersjs_check import REFERENCE, check, ort_greedy, reference_record
@@ -119,8 +119,7 @@ def _model_type(spec: DecoderSpec) -> dict[str, str | None]:
     """The manifest's and report's ``model_type``: the decoder's own, the one config.json says, and why they differ
     (or None).
     """  # noqa: D205
-    mapped = MAPPED.get(spec.model_type)
-    return {"decoder": spec.model_type, "config": loaded_as(spec), "why": mapped[1] if mapped else None}
+    return {"decoder": spec.model_type, "config": loaded_as(spec), "why": why_loaded_as(spec)}
 
 
 def _report(

@@ -35,6 +35,7 @@ from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.serve import DecoderSession
 from ropeexport.decoder.transformersjs import LOADED, MAPPED, ORT_NODE, VERSION, package_config, refusal, write_package
 from ropeexport.decoder.transformersjs import REFUSED as TJS_REFUSED
+from ropeexport.decoder.transformersjs import TWO_FILES as TJS_TWO_FILES
 from ropeexport.decoder.transformersjs_check import Greedy, compare, node_dir, node_greedy, node_missing
 from ropeexport.decoder.weights import geometry
 from tests.clirun import run
@@ -92,10 +93,15 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("llama4", "fused", "fp32", ""), ("deepseek_v3", "fused", "fp32", ""),
          ("deepseek_v3", "decomposed", "fp32", "latent"), ("gpt_oss", "gqa", "fp32", "int4-b16"),
          ("qwen3_moe-qmoe", "gqa", "fp16", "int4"), ("glm4", "fused", "fp32", ""),
-         ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", "")]  # fmt: skip
-# The types transformers.js has no class for, packaged as the type whose plain class runs them (transformersjs.MAPPED):
-# what config.json must say. The others say their own.
-LOADED_AS = {"glm4": "glm", "exaone4": "exaone"}
+         ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", ""), ("gemma4", "fused", "fp32", ""),
+         ("gemma4-ple", "fused", "fp32", "")]  # fmt: skip
+# The types transformers.js has no class for, packaged as the type whose plain class runs them (transformersjs.MAPPED),
+# or as the two files of the class that runs them (TWO_FILES: Gemma 4's embed_tokens, then decoder_model_merged fed
+# inputs_embeds, and per_layer_inputs where the model has per-layer input embeddings): what config.json must say.
+# The others say their own.
+LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma4_text": "gemma4"}
+# two-file type -> (the embed model, the decoder): the embed model's outputs are the decoder's new inputs
+TWO_FILES = {"gemma4_text": ("onnx/embed_tokens.onnx", "onnx/decoder_model_merged.onnx")}
 # How the int4 mixture rows' experts are held (components.qmoe): checked in the graph, so a row stays the case it names
 HELD = {("gpt_oss", "gqa", "fp32", "int4-b16"): "QMoE",
         ("qwen3_moe-qmoe", "gqa", "fp16", "int4"): "QMoE router_weights"}  # fmt: skip
@@ -106,11 +112,9 @@ VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int
                                           "int4-b16": {"weight_format": "int4", "block_size": 16},
                                           "int4-level4": {"weight_format": "int4", "accuracy_level": 4},
                                           "latent": {"latent_cache": True}}  # fmt: skip
-# (tiny checkpoint, what the one line says): gemma4_text has no causal-LM class in transformers.js 4.3.1 (Gemma 4's
-# runs two files); a Qwen-VL text decoder runs there as two files with decode positions 2n too far
-# (tools/transformersjs_qwen_vl.py).
-REFUSED = [("gemma4", "no causal-LM class for model_type 'gemma4_text'"),
-           ("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]  # fmt: skip
+# (tiny checkpoint, what the one line says): a Qwen-VL text decoder runs in transformers.js 4.3.1 as two files with
+# decode positions 2n too far (tools/transformersjs_qwen_vl.py).
+REFUSED = [("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +152,17 @@ def test_transformersjs_generates_the_decoders_tokens(
     decoder = built(name, graph, dtype, variant)
     result = package(decoder, tmp_path / "web" / name)
     assert result.passed, result.report
-    model = result.path / "onnx" / FILES[dtype, variant]
+    ours = check_folder(decoder)[1].model_type
+    model = result.path / (TWO_FILES[ours][1] if ours in TWO_FILES else f"onnx/{FILES[dtype, variant]}")
     assert _batch_dims(model) == {"batch_size"}  # what transformers.js sizes its first cache from
+    if ours in TWO_FILES:  # the embed model is the token lookups alone; the decoder is fed what it gives
+        embed = onnx.load(str(result.path / TWO_FILES[ours][0])).graph
+        assert [v.name for v in embed.input] == ["input_ids"] and {n.op_type for n in embed.node} == {"Gather", "Mul"}
+        given = [v.name for v in embed.output]
+        assert given[0] == "inputs_embeds" and set(given) <= {"inputs_embeds", "per_layer_inputs"}, given
+        taken = [v.name for v in onnx.load(str(model), load_external_data=False).graph.input]
+        assert "input_ids" not in taken and set(given) <= set(taken), taken
+        assert ("per_layer_inputs" in given) == (name == "gemma4-ple"), given
     held = HELD.get((name, graph, dtype, variant))
     if held is not None:
         qmoe = [n for n in onnx.load(str(model), load_external_data=False).graph.node if n.op_type == "QMoE"]
@@ -157,8 +170,10 @@ def test_transformersjs_generates_the_decoders_tokens(
         # router_weights: QMoE's input 14, the weights it mixes the chosen experts by (components.qmoe)
         assert all((len(n.input) > 14 and n.input[14] != "") == held.endswith("router_weights") for n in qmoe), held
     config = json.loads((result.path / "config.json").read_text())
-    ours = check_folder(decoder)[1].model_type
     assert config["model_type"] == LOADED_AS.get(ours, ours)
+    if ours in TWO_FILES:  # the wrapper's architecture makes transformers.js load the two files, text only
+        assert config["architectures"] == ["Gemma4ForConditionalGeneration"]
+        assert config["text_config"]["model_type"] == ours
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["model_type"]["decoder"] == manifest["decoder"]["spec"]["model_type"] == ours  # its own, kept
     assert (manifest["model_type"]["why"] is None) == (ours not in LOADED_AS)
@@ -381,8 +396,10 @@ def test_every_architecture_is_packaged_or_refused_with_transformersjs_source_ci
     """A new architecture is a decision: packaged as itself (LOADED), packaged as the type whose class runs it
     (MAPPED), or refused; the last two with the line of transformers.js that says why.
     """  # noqa: D205
-    assert [model_type in LOADED, model_type in MAPPED, model_type in TJS_REFUSED].count(True) == 1, model_type
-    why = MAPPED[model_type][1] if model_type in MAPPED else TJS_REFUSED.get(model_type)
+    groups = (LOADED, MAPPED, TJS_TWO_FILES, TJS_REFUSED)
+    assert [model_type in group for group in groups].count(True) == 1, model_type
+    why = (MAPPED[model_type][1] if model_type in MAPPED else TJS_TWO_FILES[model_type][2]
+           if model_type in TJS_TWO_FILES else TJS_REFUSED.get(model_type))  # fmt: skip
     if why is not None:
         assert re.search(r"src/models/[\w/]+\.js:\d+", why), why
 
@@ -408,8 +425,9 @@ def test_what_is_packaged_and_refused_agrees_with_transformersjs_source() -> Non
     assert [t for t in LOADED if t not in classes] == []
     assert [t for t, why in TJS_REFUSED.items() if "no causal-LM class" in why and t in classes] == []
     assert {t: t in classes or m not in classes for t, (m, _) in MAPPED.items()} == dict.fromkeys(MAPPED, False)
+    assert [t for t, (m, _, _) in TJS_TWO_FILES.items() if t in classes or m not in classes] == []
     lines = registry.splitlines()
-    for why in [*TJS_REFUSED.values(), *(why for _, why in MAPPED.values())]:
+    for why in [*TJS_REFUSED.values(), *(why for _, why in MAPPED.values()), *(w for *_, w in TJS_TWO_FILES.values())]:
         for path, first, last in re.findall(r"(src/[\w/]+\.js):(\d+)(?:-(\d+))?", why):
             assert len((source / path).read_text().splitlines()) >= int(last or first), (path, first, last)
         for model_type, cls, line in re.findall(r"'(\w+)' \((\w+), line (\d+)\)", why):
