@@ -7,9 +7,11 @@ and the rest still run. Every architecture ropeexport builds that transformers.j
 forms, fp16 and int4 on Llama, int4 mixtures of experts in ONNX Runtime's QMoE, DeepSeek V3's latent cache): greedy
 tokens from transformers.js's own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the
 logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
-module (``built``), the Node and browser tests sharing it. The types it cannot run are refused with the line of its
-source that says why, and those citations are checked against the installed transformers.js; QMoE at an accuracy
-level is refused too, and the pinned onnxruntime-node's refusal of that attribute is measured.
+module (``built``), the Node and browser tests sharing it. glm4 and exaone4 run under the bare classes of glm and
+exaone (what those classes read checked in its source, and the package shown failing without the mapping), gemma4_text
+as Gemma 4's two files. The types it cannot run are refused with the line of its source that says why, and those
+citations are checked against the installed transformers.js; QMoE at an accuracy level is refused too, and the pinned
+onnxruntime-node's refusal of that attribute is measured.
 """
 
 from __future__ import annotations
