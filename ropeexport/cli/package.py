@@ -70,8 +70,8 @@ def print_result(result: Any) -> int:
     types = report.get("model_type") or {}  # absent from a report written before it was recorded
     if types.get("why"):
         print(f"  config.json says model_type {types['config']!r}, the decoder is {types['decoder']!r}: "
-              f"{report['engine']} has no class for {types['decoder']!r} and runs it under {types['config']!r}'s "
-              "(why: report.json's model_type)")  # fmt: skip
+              f"{report['engine']} has no class for {types['decoder']!r} and runs it under the class of "
+              f"{types['config']!r} (why: report.json's model_type)")  # fmt: skip
     for engine in report["engines"]:
         if engine["status"] == "skipped":
             print(f"  {engine['name']}: skipped: {engine['reason']}")
