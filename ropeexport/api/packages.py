@@ -24,7 +24,16 @@ from typing import Any
 
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.transformersjs import ARTIFACT, ENGINE, ENGINES, model_file, refusal, write_package
+from ropeexport.decoder.transformersjs import (
+    ARTIFACT,
+    ENGINE,
+    ENGINES,
+    loaded_as,
+    model_file,
+    refusal,
+    why_loaded_as,
+    write_package,
+)
 from ropeexport.decoder.transformersjs_check import REFERENCE, check, ort_greedy, reference_record
 from ropeexport.errors import ArtifactError, InputError, SpecError, renamed
 from ropeexport.graph.onnx_io import sha256
@@ -98,11 +107,19 @@ def package(decoder: str | Path, out: str | Path, engine: str = ENGINE, replace:
         write_json(draft.path / "report.json", report)
         manifest = {"artifact": ARTIFACT, "engine": engine, "ropeexport": __version__,
                     "spec": {"decoder": source["model_sha256"], "engine": engine}, "decoder": source | {
-                        "spec": spec.to_dict()}, "package_files": [*names, REFERENCE]}  # fmt: skip
+                        "spec": spec.to_dict()}, "package_files": [*names, REFERENCE],
+                    "model_type": _model_type(spec)}  # fmt: skip
         # a package that failed its check never replaces one that passed (the store keeps it at _failed/NAME)
         committed = draft.commit(manifest, report["passed"])
     return PackageResult(committed.path, report["passed"], report, round(time.perf_counter() - start, 2),
                          _skipped(report), committed.kept)  # fmt: skip
+
+
+def _model_type(spec: DecoderSpec) -> dict[str, str | None]:
+    """The manifest's and report's ``model_type``: the decoder's own, the one config.json says, and why they differ
+    (or None).
+    """  # noqa: D205
+    return {"decoder": spec.model_type, "config": loaded_as(spec), "why": why_loaded_as(spec)}
 
 
 def _report(
@@ -111,7 +128,8 @@ def _report(
     """report.json: the package's check (``transformersjs_check.check``) with what it was checked against."""
     verdict = check(folder, folder / model_file(spec), spec, reference["prompts"])
     return {"schema": "ropeexport.package-report/1", "artifact": ARTIFACT, "engine": ENGINE, "decoder": source,
-            "model": model_file(spec), **verdict, "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
+            "model": model_file(spec), "model_type": _model_type(spec), **verdict,
+            "seconds": round(time.perf_counter() - start, 2)}  # fmt: skip
 
 
 def verify_package(folder: str | Path) -> PackageResult:

@@ -14,16 +14,21 @@ within twice the decoder's tolerance of the logit scale. Without node or the npm
 tools/transformersjs) that engine is skipped with the reason and the exit is 3. ``ropeexport verify DIR`` checks the
 hashes and runs the same comparison again.
 
-Every decoder architecture ropeexport builds is packaged but these, refused by name (exit 2, nothing written), the
-message citing the line of transformers.js 4.3.1's source that says why: glm4, exaone4 and gemma4_text (no causal-LM
-class for the type; Gemma 4's class runs two files, embed_tokens then a decoder fed inputs_embeds), the Qwen-VL text
-decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places their text-only
+glm4 and exaone4, which transformers.js 4.3.1 has no class for, are packaged with config.json's model_type glm and
+exaone: those classes are bare, so transformers.js runs the decoder as it is (input_ids, attention_mask, position_ids
+and the cache), and exaone's config gets the num_layers it reads; the output says so, and the manifest and report keep
+the decoder's own type with why (their model_type). gemma4_text is packaged as transformers.js runs Gemma 4: config.json
+a gemma4 wrapper (architectures Gemma4ForConditionalGeneration) around the text config, and the decoder split in two,
+onnx/embed_tokens.onnx (input_ids to inputs_embeds, and per_layer_inputs with per-layer input embeddings) and
+onnx/decoder_model_merged.onnx fed them. Every decoder architecture ropeexport builds is packaged but these, refused by
+name (exit 2, nothing written), the message citing the line of transformers.js 4.3.1's source that says why: the Qwen-VL
+text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places their text-only
 decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py). An int4 mixture of
 experts is packaged in both its forms (ONNX Runtime's QMoE in the gqa form, a MatMulNBits per expert elsewhere), but
 QMoE at an accuracy level (--accuracy-level 1-4) is refused: onnxruntime-node 1.30, which transformers.js runs on, has
-no accuracy_level on QMoE and refuses the model; the message names the forms that load (--accuracy-level 0, or
---graph fused). Refused too: a DECODER that is not a decoder folder or whose files changed, a DIR that exists and is
-not a package.
+no accuracy_level on QMoE and refuses the model; the message names the forms that load (--accuracy-level 0, or --graph
+fused). Refused too: a DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a
+package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
@@ -62,6 +67,11 @@ def print_result(result: Any) -> int:
     report = result.report
     print(f"{'PASS' if result.passed else 'FAIL'} {report['engine']} package of {report['decoder']['name']} "
           f"({report['model']}, bound {report['bound']:.1e} of the logit scale, {result.seconds:.1f}s)")  # fmt: skip
+    types = report.get("model_type") or {}  # absent from a report written before it was recorded
+    if types.get("why"):
+        print(f"  config.json says model_type {types['config']!r}, the decoder is {types['decoder']!r}: "
+              f"{report['engine']} has no class for {types['decoder']!r} and runs it under the class of "
+              f"{types['config']!r} (why: report.json's model_type)")  # fmt: skip
     for engine in report["engines"]:
         if engine["status"] == "skipped":
             print(f"  {engine['name']}: skipped: {engine['reason']}")

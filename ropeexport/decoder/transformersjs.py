@@ -20,9 +20,14 @@ dimension renamed (inputs and outputs; nothing else changes, so per-layer cache 
 experts are the decoder's own). Left as ``batch``, transformers.js feeds a batch of 0 and ONNX Runtime's Attention
 refuses the call.
 
-What it cannot load, or would run as another model, is refused by name before anything is written (``refusal``):
-each reason is read from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A
-decoder in bf16 is refused too (none is built: ``decoder.spec.DTYPES``).
+A model type transformers.js has no class for, but whose decoder runs as it is under another type's plain class (glm4 as
+``glm``, exaone4 as ``exaone``: ``MAPPED``, each with the lines of its source that say so), is packaged with that type
+in config.json and the config keys that class reads; the manifest keeps the decoder's own type. gemma4_text is packaged
+as transformers.js runs Gemma 4 (``TWO_FILES``): config.json a ``gemma4`` wrapper around its text config, the decoder
+split into ``onnx/embed_tokens.onnx`` and ``onnx/decoder_model_merged.onnx`` (``transformersjs_split``). What it cannot
+load, or would run as another model, is refused by name before anything is written (``refusal``): each reason is read
+from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A decoder in bf16 is refused
+too (none is built: ``decoder.spec.DTYPES``).
 
 The int4 mixtures of experts (gpt_oss, qwen3_moe, deepseek_v3, llama4_text) load as their int4 decoders are built:
 ONNX Runtime's QMoE (``com.microsoft``, ``components.qmoe``) in the gqa form, a MatMulNBits per expert elsewhere;
@@ -46,6 +51,7 @@ import onnx
 from ropeexport.decoder.genai import TOKENIZER_FILES, _token
 from ropeexport.decoder.parts import in_qmoe
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.transformersjs_split import DECODER, EMBED, split
 from ropeexport.decoder.weights import geometry
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import DATA_FILE
@@ -64,6 +70,41 @@ ORT_NODE = "1.30.0"
 LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "bloom",
           "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3", "llama4_text",
           "deepseek_v3")  # fmt: skip
+# The model types ropeexport builds that transformers.js 4.3.1 has no class of their own for, but runs under another
+# type's class: {ours: (the type config.json says, why that class runs this decoder as it is)}. Each class named is a
+# bare PreTrainedModel (no forward of its own), so it runs the plain decoder's: decoder_forward feeds input_ids,
+# attention_mask, position_ids counted from 0 and the cache, sized from the model's own cache inputs
+# (src/models/modeling_utils.js:1355-1384, 1288-1321); what the architecture computes is inside the graph. The config
+# keys that class's normalized config reads are written with the decoder's values (package_config). The package's
+# manifest keeps the decoder's own type ("model_type").
+_PLAIN = ("a bare PreTrainedModel with no forward of its own ({}), so transformers.js runs it as the plain decoder: "
+          "input_ids, attention_mask, position_ids from 0 and a cache sized from the model's own inputs "
+          "(src/models/modeling_utils.js:1355-1384); {}")  # fmt: skip
+MAPPED = {
+    "glm4": ("glm", "transformers.js 4.3.1 has no class for 'glm4', and its causal-LM map "
+             "(src/models/registry.js:261-340) has 'glm' (GlmForCausalLM, line 296): " + _PLAIN.format(
+                 "src/models/glm/modeling_glm.js:5", "its config reads num_key_value_heads, num_hidden_layers and "
+                 "head_dim (src/configs.js:170-181), as GLM-4's config names them; the sandwich norms, q/k/v biases "
+                 "and interleaved partial RoPE are inside the graph")),
+    "exaone4": ("exaone", "transformers.js 4.3.1 has no class for 'exaone4', and its causal-LM map "
+                "(src/models/registry.js:261-340) has 'exaone' (ExaoneForCausalLM, line 280): " + _PLAIN.format(
+                    "src/models/exaone/modeling_exaone.js:5", "its config reads the layer count from num_layers "
+                    "(src/configs.js:203-208), which EXAONE 4's config lacks, so the package's config.json adds it; "
+                    "the sliding windows, the global layers without RoPE and the q/k norms are inside the graph")),
+}  # fmt: skip
+# The model types packaged as two files, the layout of the class transformers.js runs them under: {ours: (the type
+# config.json says, the architecture it names, why)}. transformersjs_split.py splits the decoder so.
+TWO_FILES = {
+    "gemma4_text": ("gemma4", "Gemma4ForConditionalGeneration", (
+        f"transformers.js {VERSION} has no class for 'gemma4_text', and its causal-LM map (src/models/registry.js:"
+        "261-340) has 'gemma4' (Gemma4ForCausalLM, line 312), whose forward is Gemma 3n's "
+        "(src/models/gemma4/modeling_gemma4.js:27, src/models/gemma3n/modeling_gemma3n.js:46-50 and 78-91): an "
+        "embed_tokens model fed input_ids gives inputs_embeds and per_layer_inputs, then decoder_model_merged is fed "
+        "them; with config.json's architectures naming Gemma4ForConditionalGeneration (src/models/registry.js:633-637) "
+        "it loads those two files in text-only mode (src/models/modeling_utils.js:180-202, "
+        "src/models/session_config.js:78-90) and feeds the cache of the layers that store one "
+        "(src/configs.js:403-415), so the decoder is split there (transformersjs_split)")),
+}  # fmt: skip
 # AutoModelForCausalLM of a model_type missing from that map throws "Unsupported model type"
 # (src/models/auto/modeling_auto.js:135).
 _NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {{!r}}: its causal-LM map "
@@ -76,13 +117,6 @@ _NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {
 SPLIT = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited).
 REFUSED = {
-    "glm4": _NO_CLASS.format("glm4", "has 'glm' (GlmForCausalLM, line 296) and no 'glm4'"),
-    "exaone4": _NO_CLASS.format("exaone4", "has 'exaone' (ExaoneForCausalLM, line 280) and no 'exaone4'"),
-    "gemma4_text": _NO_CLASS.format("gemma4_text", "has 'gemma4' (Gemma4ForCausalLM, line 312) and no "
-                                    "'gemma4_text'") + (
-        "; and that Gemma 4 class runs Gemma 3n's forward (src/models/gemma4/modeling_gemma4.js:27, "
-        "src/models/gemma3n/modeling_gemma3n.js:46-50): an embed_tokens model giving inputs_embeds and "
-        "per_layer_inputs, then a decoder fed them, where this decoder is one model fed input_ids"),
     **{text: (f"transformers.js {VERSION} runs a Qwen-VL text model (model_type {wrapper!r}) from two files, "
               "embed_tokens and decoder_model_merged (src/models/session_config.js:58-61), and places its text-only "
               "decode steps 2 x the prompt length past transformers' positions (its rope delta is max + 1 + n, "
@@ -102,17 +136,41 @@ def suffix(spec: DecoderSpec) -> tuple[str, str]:
 
 
 def model_file(spec: DecoderSpec) -> str:
-    """The model's path inside the package: ``onnx/model{suffix}.onnx``."""
-    return f"onnx/model{suffix(spec)[1]}.onnx"
+    """The decoder's path inside the package: ``onnx/model{suffix}.onnx``, or ``onnx/decoder_model_merged{suffix}.onnx``
+    for a type packaged as two files (``TWO_FILES``).
+    """  # noqa: D205
+    return f"onnx/{DECODER if spec.model_type in TWO_FILES else 'model'}{suffix(spec)[1]}.onnx"
+
+
+def embed_file(spec: DecoderSpec) -> str | None:
+    """The embed model's path inside a two-file package (``onnx/embed_tokens{suffix}.onnx``), else None."""
+    return f"onnx/{EMBED}{suffix(spec)[1]}.onnx" if spec.model_type in TWO_FILES else None
+
+
+def loaded_as(spec: DecoderSpec) -> str:
+    """The model_type the package's config.json says: the decoder's own, or the class transformers.js runs it under
+    (``MAPPED``).
+    """  # noqa: D205
+    if spec.model_type in TWO_FILES:
+        return TWO_FILES[spec.model_type][0]
+    return MAPPED[spec.model_type][0] if spec.model_type in MAPPED else spec.model_type
+
+
+def why_loaded_as(spec: DecoderSpec) -> str | None:
+    """Why config.json's model_type is not the decoder's (``MAPPED``, ``TWO_FILES``), or None when it is."""
+    if spec.model_type in TWO_FILES:
+        return TWO_FILES[spec.model_type][2]
+    return MAPPED[spec.model_type][1] if spec.model_type in MAPPED else None
 
 
 def refusal(spec: DecoderSpec) -> str | None:
     """Why transformers.js 4.3.1 cannot run the decoder as ropeexport built it (one sentence), or None when it can."""
     if spec.model_type in REFUSED:
         return REFUSED[spec.model_type]
-    if spec.model_type not in LOADED:  # an architecture added to ropeexport and not yet read against transformers.js
+    # an architecture added to ropeexport and not yet read against transformers.js
+    if spec.model_type not in (*LOADED, *MAPPED, *TWO_FILES):
         return (f"ropeexport has not checked model_type {spec.model_type!r} against transformers.js {VERSION} (it "
-                f"packages {', '.join(LOADED)})")  # fmt: skip
+                f"packages {', '.join((*LOADED, *MAPPED, *TWO_FILES))})")  # fmt: skip
     if spec.dtype not in ("fp32", "fp16"):
         return f"transformers.js runs fp32, fp16, q4 and q4f16 models; this decoder is {spec.dtype}"
     return qmoe_refusal(spec)
@@ -134,13 +192,14 @@ def qmoe_refusal(spec: DecoderSpec) -> str | None:
 
 def package_config(spec: DecoderSpec, config: Mapping[str, Any], external: bool) -> dict[str, Any]:
     """config.json: the checkpoint's config (its text config, for a multimodal wrapper) with every field
-    transformers.js reads set from the decoder's spec (a shrunk decoder has fewer layers than its checkpoint), and
+    transformers.js reads set from the decoder's spec (a shrunk decoder has fewer layers than its checkpoint), its
+    ``model_type`` the class transformers.js runs it under (``loaded_as``), and
     ``transformers.js_config`` naming the model's external data when it has some.
     """  # noqa: D205
     text = config.get("text_config")
     base = dict(text) if isinstance(text, Mapping) and text.get("model_type") == spec.model_type else dict(config)
     H, KV, d = geometry(spec, 0)
-    out: dict[str, Any] = {**base, "model_type": spec.model_type, "num_hidden_layers": spec.num_layers,
+    out: dict[str, Any] = {**base, "model_type": loaded_as(spec), "num_hidden_layers": spec.num_layers,
                            "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": d,
                            "hidden_size": spec.hidden_size, "vocab_size": spec.vocab_size}  # fmt: skip
     # gptj and bloom name the same fields their own way (configs.js: n_head, n_layer, n_embd)
@@ -148,8 +207,15 @@ def package_config(spec: DecoderSpec, config: Mapping[str, Any], external: bool)
         out |= {"n_head": H, "n_layer": spec.num_layers}
     if spec.model_type == "gptj":
         out["n_embd"] = spec.hidden_size
+    if loaded_as(spec) == "exaone":  # its config reads the layer count from num_layers (src/configs.js:205)
+        out["num_layers"] = spec.num_layers
+    if spec.model_type in TWO_FILES:  # the text config inside the wrapper whose class runs the two files
+        _, architecture, _ = TWO_FILES[spec.model_type]
+        out = {"model_type": loaded_as(spec), "architectures": [architecture],
+               "text_config": out | {"model_type": spec.model_type}}  # fmt: skip
     if external:
-        out["transformers.js_config"] = {"use_external_data_format": {Path(model_file(spec)).name: 1}}
+        files = [model_file(spec), *[name for name in [embed_file(spec)] if name is not None]]
+        out["transformers.js_config"] = {"use_external_data_format": {Path(name).name: 1 for name in files}}
     return out
 
 
@@ -167,14 +233,10 @@ def write_model(decoder: Path, spec: DecoderSpec, into: Path) -> bool:
     """The decoder's model.onnx written as the package's model file (its batch dimension renamed ``batch_size``, its
     external data renamed ``model{suffix}.onnx_data`` and copied as it is); whether it has external data.
     """  # noqa: D205
+    if spec.model_type in TWO_FILES:
+        return _write_split(decoder, spec, into)
     model = onnx.load(str(decoder / "model.onnx"), load_external_data=False)  # the weights stay on disk
-    renamed = 0
-    for value in (*model.graph.input, *model.graph.output):
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.dim_param == OUR_BATCH:
-                dim.dim_param = BATCH
-                renamed += 1
-    if not renamed:
+    if not _rename_batch(model):
         raise SpecError("decoder", f"{str(decoder / 'model.onnx')!r} has no dimension named {OUR_BATCH!r}: not a "
                         "decoder this ropeexport built")  # fmt: skip
     target = into / model_file(spec)
@@ -193,12 +255,45 @@ def write_model(decoder: Path, spec: DecoderSpec, into: Path) -> bool:
     return external
 
 
+def _rename_batch(model: onnx.ModelProto) -> int:
+    """Every input's and output's batch dimension renamed ``batch_size``; how many."""
+    renamed = 0
+    for value in (*model.graph.input, *model.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param == OUR_BATCH:
+                dim.dim_param = BATCH
+                renamed += 1
+    return renamed
+
+
+def _write_split(decoder: Path, spec: DecoderSpec, into: Path) -> bool:
+    """The decoder written as two files, ``embed_tokens`` and ``decoder_model_merged`` (``transformersjs_split``),
+    their batch dimension renamed; whether the decoder has external data (kept so, beside the decoder's file).
+    """  # noqa: D205
+    whole = onnx.load(str(decoder / "model.onnx"))  # its tables are split between the two files
+    if not _rename_batch(whole):  # the split's new inputs take the batch dimension's name from input_ids
+        raise SpecError("decoder", f"{str(decoder / 'model.onnx')!r} has no dimension named {OUR_BATCH!r}: not a "
+                        "decoder this ropeexport built")  # fmt: skip
+    external = (decoder / DATA_FILE).is_file()
+    embed_name = embed_file(spec)
+    assert embed_name is not None  # a two-file type
+    for part, name in zip(split(whole), (embed_name, model_file(spec)), strict=True):
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if external:  # each file's tables beside it, as transformers.js names them (a real embed table is GBs)
+            onnx.save(part, str(target), save_as_external_data=True, location=f"{target.name}_data")
+        else:
+            target.write_bytes(part.SerializeToString(deterministic=True))
+    return external
+
+
 def write_package(decoder: Path, spec: DecoderSpec, record: Mapping[str, Any], into: Path) -> list[str]:
     """Every file of the package written into ``into`` (module doc); their names, relative to it."""
     config = record.get("config")
     config = config if isinstance(config, Mapping) else {}
     external = write_model(decoder, spec, into)
-    names = [model_file(spec)] + ([f"{model_file(spec)}_data"] if external else [])
+    models = [model_file(spec), *[name for name in [embed_file(spec)] if name is not None]]
+    names = [*models, *[f"{name}_data" for name in models if external and (into / f"{name}_data").is_file()]]
     for name, data in (("config.json", package_config(spec, config, external)),
                        ("generation_config.json", generation_config(spec, config))):  # fmt: skip
         (into / name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

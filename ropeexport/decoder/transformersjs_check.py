@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ import numpy as np
 from ropeexport.decoder.greedy import run_scenario
 from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.transformersjs import suffix
+from ropeexport.decoder.transformersjs import embed_file, suffix
 from ropeexport.decoder.verify import tolerance
 from ropeexport.runtimes.ort import CPU, OrtRunner
 
@@ -68,12 +69,24 @@ class Greedy:
     logits: np.ndarray
 
 
-def ort_greedy(model: Path, spec: DecoderSpec) -> list[Greedy]:
-    """Both prompts on ``model`` in ONNX Runtime (Python, CPU), ropeexport's loop under ``keep`` (module doc)."""
+def ort_greedy(model: Path, spec: DecoderSpec, embed: Path | None = None) -> list[Greedy]:
+    """Both prompts on ``model`` in ONNX Runtime (Python, CPU), ropeexport's loop under ``keep`` (module doc). With
+    ``embed`` (a two-file package: ``transformersjs_split``), each call's input_ids go through it first and the model
+    is fed its outputs, as transformers.js feeds them.
+    """  # noqa: D205
     runner = OrtRunner(model, providers=[CPU])
+    infer = runner.infer
+    if embed is not None:
+        first = OrtRunner(embed, providers=[CPU])
+
+        def infer(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            ids = {"input_ids": feeds["input_ids"]}
+            rest = {k: v for k, v in feeds.items() if k != "input_ids"}
+            return runner.infer(first.infer(ids) | rest)
+
     out = []
     for name, length in prompts(spec):
-        calls = run_scenario(runner.infer, spec, Scenario(name, (length,), STEPS, policy="keep"))
+        calls = run_scenario(infer, spec, Scenario(name, (length,), STEPS, policy="keep"))
         rows = np.stack([np.asarray(c.logits[0, -1], np.float64) for c in calls])
         out.append(Greedy(name, calls[0].input_ids[0, :length].tolist(), rows.argmax(-1).tolist(), rows))
     return out
@@ -111,7 +124,9 @@ def node_greedy(package: Path, spec: DecoderSpec, prompt: Sequence[int], count: 
     done = subprocess.run(command, capture_output=True, text=True, timeout=NODE_TIMEOUT, check=False)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["(no output)"]
-        said = next((line for line in lines if "Error" in line), lines[-1])  # Node ends with its own version line
+        # Node prints the throwing source line ("throw new Error(") before the error itself, and ends with its version
+        errors = [line for line in lines if re.match(r"\s*\w*Error: ", line)]
+        said = errors[0] if errors else next((line for line in lines if "Error" in line), lines[-1])
         raise RuntimeError(f"transformers.js failed (exit {done.returncode}): {said.strip()}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return [int(t) for t in result["tokens"]], np.asarray(result["logits"], np.float64).reshape(len(result["tokens"]),
@@ -142,7 +157,8 @@ def check(package: Path, model: Path, spec: DecoderSpec, expected: Sequence[dict
     transformers.js's are compared with.
     """  # noqa: D205
     limit = bound(spec)
-    ours = ort_greedy(model, spec)
+    embed = embed_file(spec)
+    ours = ort_greedy(model, spec, None if embed is None else package / embed)
     recorded = [Greedy(e["name"], list(e["prompt"]), list(e["tokens"]), np.zeros((0, 0))) for e in expected]
     ort_rows = [compare(want, run.tokens, None, limit) | {"worst_rel": None}
                 for want, run in zip(recorded, ours, strict=True)]  # fmt: skip

@@ -7,9 +7,11 @@ and the rest still run. Every architecture ropeexport builds that transformers.j
 forms, fp16 and int4 on Llama, int4 mixtures of experts in ONNX Runtime's QMoE, DeepSeek V3's latent cache): greedy
 tokens from transformers.js's own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the
 logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
-module (``built``), the Node and browser tests sharing it. The types it cannot run are refused with the line of its
-source that says why, and those citations are checked against the installed transformers.js; QMoE at an accuracy
-level is refused too, and the pinned onnxruntime-node's refusal of that attribute is measured.
+module (``built``), the Node and browser tests sharing it. glm4 and exaone4 run under the bare classes of glm and
+exaone (what those classes read checked in its source, and the package shown failing without the mapping), gemma4_text
+as Gemma 4's two files. The types it cannot run are refused with the line of its source that says why, and those
+citations are checked against the installed transformers.js; QMoE at an accuracy level is refused too, and the pinned
+onnxruntime-node's refusal of that attribute is measured.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from ropeexport.architectures import ARCHITECTURES
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.serve import DecoderSession
-from ropeexport.decoder.transformersjs import LOADED, ORT_NODE, VERSION, refusal
+from ropeexport.decoder.transformersjs import LOADED, MAPPED, ORT_NODE, VERSION, package_config, refusal, write_package
 from ropeexport.decoder.transformersjs import REFUSED as TJS_REFUSED
-from ropeexport.decoder.transformersjs_check import Greedy, compare, node_dir, node_missing
+from ropeexport.decoder.transformersjs import TWO_FILES as TJS_TWO_FILES
+from ropeexport.decoder.transformersjs_check import Greedy, compare, node_dir, node_greedy, node_missing
+from ropeexport.decoder.weights import geometry
 from tests.clirun import run
 
 
@@ -90,7 +94,16 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("ministral3", "fused", "fp32", ""),
          ("llama4", "fused", "fp32", ""), ("deepseek_v3", "fused", "fp32", ""),
          ("deepseek_v3", "decomposed", "fp32", "latent"), ("gpt_oss", "gqa", "fp32", "int4-b16"),
-         ("qwen3_moe-qmoe", "gqa", "fp16", "int4")]  # fmt: skip
+         ("qwen3_moe-qmoe", "gqa", "fp16", "int4"), ("glm4", "fused", "fp32", ""),
+         ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", ""), ("gemma4", "fused", "fp32", ""),
+         ("gemma4-ple", "fused", "fp32", "")]  # fmt: skip
+# The types transformers.js has no class for, packaged as the type whose plain class runs them (transformersjs.MAPPED),
+# or as the two files of the class that runs them (TWO_FILES: Gemma 4's embed_tokens, then decoder_model_merged fed
+# inputs_embeds, and per_layer_inputs where the model has per-layer input embeddings): what config.json must say.
+# The others say their own.
+LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma4_text": "gemma4"}
+# two-file type -> (the embed model, the decoder): the embed model's outputs are the decoder's new inputs
+TWO_FILES = {"gemma4_text": ("onnx/embed_tokens.onnx", "onnx/decoder_model_merged.onnx")}
 # How the int4 mixture rows' experts are held (components.qmoe): checked in the graph, so a row stays the case it names
 HELD = {("gpt_oss", "gqa", "fp32", "int4-b16"): "QMoE",
         ("qwen3_moe-qmoe", "gqa", "fp16", "int4"): "QMoE router_weights"}  # fmt: skip
@@ -101,13 +114,9 @@ VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int
                                           "int4-b16": {"weight_format": "int4", "block_size": 16},
                                           "int4-level4": {"weight_format": "int4", "accuracy_level": 4},
                                           "latent": {"latent_cache": True}}  # fmt: skip
-# (tiny checkpoint, what the one line says): glm4, exaone4 and gemma4_text have no causal-LM class in transformers.js
-# 4.3.1 (Gemma 4's runs two files); a Qwen-VL text decoder runs there as two files with decode positions 2n too far
-# (tools/transformersjs_qwen_vl.py).
-REFUSED = [("glm4", "no causal-LM class for model_type 'glm4'"),
-           ("exaone4", "no causal-LM class for model_type 'exaone4'"),
-           ("gemma4", "no causal-LM class for model_type 'gemma4_text'"),
-           ("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]  # fmt: skip
+# (tiny checkpoint, what the one line says): a Qwen-VL text decoder runs in transformers.js 4.3.1 as two files with
+# decode positions 2n too far (tools/transformersjs_qwen_vl.py).
+REFUSED = [("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +154,17 @@ def test_transformersjs_generates_the_decoders_tokens(
     decoder = built(name, graph, dtype, variant)
     result = package(decoder, tmp_path / "web" / name)
     assert result.passed, result.report
-    model = result.path / "onnx" / FILES[dtype, variant]
+    ours = check_folder(decoder)[1].model_type
+    model = result.path / (TWO_FILES[ours][1] if ours in TWO_FILES else f"onnx/{FILES[dtype, variant]}")
     assert _batch_dims(model) == {"batch_size"}  # what transformers.js sizes its first cache from
+    if ours in TWO_FILES:  # the embed model is the token lookups alone; the decoder is fed what it gives
+        embed = onnx.load(str(result.path / TWO_FILES[ours][0])).graph
+        assert [v.name for v in embed.input] == ["input_ids"] and {n.op_type for n in embed.node} == {"Gather", "Mul"}
+        given = [v.name for v in embed.output]
+        assert given[0] == "inputs_embeds" and set(given) <= {"inputs_embeds", "per_layer_inputs"}, given
+        taken = [v.name for v in onnx.load(str(model), load_external_data=False).graph.input]
+        assert "input_ids" not in taken and set(given) <= set(taken), taken
+        assert ("per_layer_inputs" in given) == (name == "gemma4-ple"), given
     held = HELD.get((name, graph, dtype, variant))
     if held is not None:
         qmoe = [n for n in onnx.load(str(model), load_external_data=False).graph.node if n.op_type == "QMoE"]
@@ -154,7 +172,14 @@ def test_transformersjs_generates_the_decoders_tokens(
         # router_weights: QMoE's input 14, the weights it mixes the chosen experts by (components.qmoe)
         assert all((len(n.input) > 14 and n.input[14] != "") == held.endswith("router_weights") for n in qmoe), held
     config = json.loads((result.path / "config.json").read_text())
-    assert config["model_type"] == check_folder(decoder)[1].model_type
+    assert config["model_type"] == LOADED_AS.get(ours, ours)
+    if ours in TWO_FILES:  # the wrapper's architecture makes transformers.js load the two files, text only
+        assert config["architectures"] == ["Gemma4ForConditionalGeneration"]
+        assert config["text_config"]["model_type"] == ours
+    manifest = json.loads((result.path / "manifest.json").read_text())
+    assert manifest["model_type"]["decoder"] == manifest["decoder"]["spec"]["model_type"] == ours  # its own, kept
+    assert (manifest["model_type"]["why"] is None) == (ours not in LOADED_AS)
+    assert result.report["model_type"] == manifest["model_type"]  # what the command's line reads
     engines = {e["name"]: e for e in result.report["engines"]}
     assert engines["transformers.js"]["status"] == "ran"
     rows = engines["transformers.js"]["prompts"]
@@ -370,10 +395,15 @@ def test_the_onnxruntime_node_the_refusal_measured_is_the_one_pinned() -> None:
 @pytest.mark.fast
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))
 def test_every_architecture_is_packaged_or_refused_with_transformersjs_source_cited(model_type: str) -> None:
-    """A new architecture is a decision: packaged (LOADED) or refused with the line of transformers.js that says why."""
-    assert (model_type in LOADED) != (model_type in TJS_REFUSED), model_type
-    if model_type in TJS_REFUSED:
-        assert re.search(r"src/models/[\w/]+\.js:\d+", TJS_REFUSED[model_type]), TJS_REFUSED[model_type]
+    """A new architecture is a decision: packaged as itself (LOADED), packaged as the type whose class runs it
+    (MAPPED), or refused; the last two with the line of transformers.js that says why.
+    """  # noqa: D205
+    groups = (LOADED, MAPPED, TJS_TWO_FILES, TJS_REFUSED)
+    assert [model_type in group for group in groups].count(True) == 1, model_type
+    why = (MAPPED[model_type][1] if model_type in MAPPED else TJS_TWO_FILES[model_type][2]
+           if model_type in TJS_TWO_FILES else TJS_REFUSED.get(model_type))  # fmt: skip
+    if why is not None:
+        assert re.search(r"src/models/[\w/]+\.js:\d+", why), why
 
 
 def _causal_lm_map(registry: str) -> dict[str, str]:
@@ -396,12 +426,105 @@ def test_what_is_packaged_and_refused_agrees_with_transformersjs_source() -> Non
     assert len(classes) > 50, "the causal-LM map was not found in registry.js"
     assert [t for t in LOADED if t not in classes] == []
     assert [t for t, why in TJS_REFUSED.items() if "no causal-LM class" in why and t in classes] == []
+    assert {t: t in classes or m not in classes for t, (m, _) in MAPPED.items()} == dict.fromkeys(MAPPED, False)
+    assert [t for t, (m, _, _) in TJS_TWO_FILES.items() if t in classes or m not in classes] == []
     lines = registry.splitlines()
-    for why in TJS_REFUSED.values():
+    for why in [*TJS_REFUSED.values(), *(why for _, why in MAPPED.values()), *(w for *_, w in TJS_TWO_FILES.values())]:
         for path, first, last in re.findall(r"(src/[\w/]+\.js):(\d+)(?:-(\d+))?", why):
             assert len((source / path).read_text().splitlines()) >= int(last or first), (path, first, last)
         for model_type, cls, line in re.findall(r"'(\w+)' \((\w+), line (\d+)\)", why):
             assert f"['{model_type}', '{cls}']" in lines[int(line) - 1], (model_type, cls, line)
+
+
+def _normalized_keys(configs: list[str], model_type: str) -> tuple[int, dict[str, str]]:
+    """transformers.js's normalized config of ``model_type``, read from its configs.js: (the 1-based line of its
+    ``case``, {what it normalizes: the config.json key it reads}).
+    """  # noqa: D205
+    first = configs.index(f"        case '{model_type}':")
+    found: dict[str, str] = {}
+    for line in configs[first:]:
+        if line.strip() == "break;":
+            break
+        found |= dict(re.findall(r"mapping\['(\w+)'\] = '(\w+)';", line))
+    return first + 1, found
+
+
+@pytest.mark.slow
+@needs_node
+@pytest.mark.parametrize("ours", sorted(MAPPED))
+def test_a_mapped_type_runs_under_a_plain_class_that_reads_what_the_package_writes(ours: str) -> None:
+    """Read from the installed transformers.js, for each type packaged as another (MAPPED): the class it is packaged
+    under is a bare class (no forward or input preparation of its own: the plain decoder's), at the line cited; and
+    every config key that type's normalized config reads (configs.js, the lines cited) is in the package's
+    config.json with the decoder's value (exaone's ``num_layers``, which EXAONE 4's config lacks, included).
+    """  # noqa: D205
+    from tests.decoder.tiny import CONFIGS
+
+    theirs, why = MAPPED[ours]
+    source = node_dir() / "node_modules" / "@huggingface" / "transformers"
+    cls = _causal_lm_map((source / "src" / "models" / "registry.js").read_text())[theirs]
+    ((path, line),) = re.findall(r"(src/models/\w+/modeling_\w+\.js):(\d+)", why)
+    modeling = (source / path).read_text()
+    assert re.fullmatch(rf"export class {cls} extends \w+ \{{\}}", modeling.splitlines()[int(line) - 1]), line
+    bare = re.findall(r"^export class \w+ extends \w+ \{\}$", modeling, flags=re.M)
+    assert bare == re.findall(r"^export class .*$", modeling, flags=re.M)  # every class of the file
+    configs = (source / "src" / "configs.js").read_text().splitlines()
+    case, keys = _normalized_keys(configs, theirs)
+    ((first, last),) = re.findall(r"src/configs\.js:(\d+)-(\d+)", why)
+    assert int(first) <= case < int(last) and "num_layers" in keys, (case, keys)
+    name = next(n for n, (t, _) in CONFIGS.items() if t == ours)  # the tiny checkpoint's config
+    config = {"model_type": ours, **CONFIGS[name][1]}
+    spec, _ = resolve(DecoderRequest(config=config))
+    written = package_config(spec, config, external=False)
+    H, KV, d = geometry(spec, 0)
+    want = {"num_heads": KV, "num_layers": spec.num_layers, "dim_kv": d, "num_attention_heads": H,
+            "hidden_size": spec.hidden_size}  # fmt: skip
+    assert written["model_type"] == theirs
+    assert {k: written.get(key) for k, key in keys.items()} == {k: want[k] for k in keys}
+
+
+# (tiny checkpoint, what is changed in the package's config.json, what transformers.js says): without the mapped type,
+# or without the num_layers exaone's config reads (transformers.js then feeds no cache), the package does not load.
+UNMAPPED = [("exaone4", {"model_type": "exaone4"}, "Unsupported model type: exaone4"),
+            ("exaone4", {"num_layers": None}, "Missing the following inputs: past_key_values.0.key")]  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_node
+@pytest.mark.parametrize(("name", "change", "said"), UNMAPPED, ids=["own-type", "no-num_layers"])
+def test_without_what_the_mapping_writes_transformersjs_fails(
+    name: str, change: dict[str, object], said: str, tmp_path: Path, built: Callable[..., Path]
+) -> None:
+    decoder = built(name, "fused", "fp32", "")  # the generating row's decoder
+    record, spec = check_folder(decoder)
+    write_package(decoder, spec, record, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config = {k: v for k, v in (config | change).items() if v is not None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RuntimeError, match="transformers.js failed") as failed:
+        node_greedy(tmp_path, spec, [1, 15, 29], 2)
+    assert said in str(failed.value), failed.value
+
+
+# (decoder's type, config.json's, why, the line ``package`` prints about it or None)
+TYPE_LINES = [("llama", "llama", None, None),
+              ("glm4", "glm", "bare class", "config.json says model_type 'glm', the decoder is 'glm4'")]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("ours", "config", "why", "line"), TYPE_LINES, ids=[t[0] for t in TYPE_LINES])
+def test_the_command_says_when_config_json_names_another_type(
+    ours: str, config: str, why: str | None, line: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ropeexport.api.packages import PackageResult
+    from ropeexport.cli.package import print_result
+
+    report = {"engine": "transformers.js", "decoder": {"name": "d"}, "model": "onnx/model.onnx", "bound": 2e-4,
+              "model_type": {"decoder": ours, "config": config, "why": why}, "engines": []}  # fmt: skip
+    assert print_result(PackageResult(Path("p"), True, report)) == 0
+    printed = capsys.readouterr().out
+    assert ("model_type" in printed) == (line is not None), printed
+    assert line is None or line in printed, printed
 
 
 _ROWS = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
