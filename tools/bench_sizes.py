@@ -230,9 +230,9 @@ def _cli_fields(dtype: str, level: int = 0) -> list[str]:
 
 
 def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: str = "fused",
-          level: int = 0) -> dict[str, Any]:  # fmt: skip
+          level: int = 0, cap_gib: float | None = None) -> dict[str, Any]:  # fmt: skip
     """Every run of ``runs`` on one checkpoint (module doc); ``graph``: our decoder's form, ``level`` its int4
-    accuracy level.
+    accuracy level; ``cap_gib``: each run stopped once its peak RSS passes it (``measure``'s ``stopped``).
     """  # noqa: D205
     name, _, layers = model.partition(":")
     checkpoint = work / "checkpoints" / model.replace(":", "-l")
@@ -278,7 +278,8 @@ def bench(model: str, dtype: str, runs: list[str], work: Path, tag: str, graph: 
             command = [PYTHON, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(target),
                        "-p", dtype, "-e", "cpu", "-c", str(cache)]  # fmt: skip
         before = _free()
-        result = measure(command, work / f"{tag}-{run}.log", env)
+        cap = int(cap_gib * 2**30) if cap_gib is not None else None
+        result = measure(command, work / f"{tag}-{run}.log", env, cap)
         result["mem_available_before_gib"] = round(before["MemAvailable"] / 2**30, 1)
         result["disk_bytes"] = disk(target)
         result["disk_gib"] = round(result["disk_bytes"] / 2**30, 2)
@@ -322,7 +323,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
                 notes.append(f"- {r['model']} {_form(r)} {run}: prefill {f['prefill_tokens_per_second']:.0f} "
                              f"tokens/s ({PROMPT}-token prompt), decode {f['decode_ms_per_token']:.0f} ms/token "
                              f"(median of {NEW} new tokens)")  # fmt: skip
-            if m["exit"] == -9:
+            if m.get("stopped"):
+                notes.append(f"- {r['model']} {_form(r)} {run}: stopped at {m['peak_rss_gib']} GiB, past --cap-gib "
+                             "(the machine shared)")  # fmt: skip
+            elif m["exit"] == -9:
                 notes.append(f"- {r['model']} {_form(r)} {run}: killed by the kernel, out of memory, at "
                              f"{m['peak_rss_gib']} GiB (of {_free()['MemTotal'] / 2**30:.1f} GiB)")  # fmt: skip
         ours, theirs = (r["runs"].get(k, {}).get("served") for k in ("genai", "builder-genai"))
@@ -355,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="int4: our MatMulNBits' accuracy level (the builder's CPU model: 4; module doc)")
     p.add_argument("--graph", default="fused", choices=("fused", "gqa", "decomposed"),
                    help="our decoder's graph form (the builder writes GroupQueryAttention: gqa is the like for like)")
+    p.add_argument("--cap-gib", type=float, help="stop a run once its peak RSS passes this (a machine shared: the "
+                   "run's figure is then its peak until stopped, exit -9, 'stopped')")  # fmt: skip
     p.add_argument("--out", type=Path, help="folder for sizes.json and sizes.md")
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -362,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.model or ["llama-3.2-1b"]:
         level = args.accuracy_level if args.dtype == "int4" else 0
         tag = _key({"model": model.replace(":", "-l"), "dtype": args.dtype, "graph": args.graph, "level": level})
-        results.append(bench(model, args.dtype, args.runs, args.work, tag.replace("/", "-"), args.graph, level))
+        results.append(bench(model, args.dtype, args.runs, args.work, tag.replace("/", "-"), args.graph, level,
+                             args.cap_gib))  # fmt: skip
     document = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                             "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)},
                 "python": platform.python_version(), "results": results}  # fmt: skip
