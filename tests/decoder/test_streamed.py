@@ -92,6 +92,7 @@ MIXTURES = {
 }  # fmt: skip
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("model", sorted(MIXTURES))
 def test_a_written_mixture_holds_the_tensors_save_pretrained_writes(tmp_path: Path, model: str) -> None:
     import transformers
