@@ -112,6 +112,35 @@ def test_a_written_mixture_holds_the_tensors_save_pretrained_writes(tmp_path: Pa
     assert {k: weights[k].shape for k in weights} == expected(spec)
 
 
+class OneExpertAtATime(CheckpointWeights):
+    """A checkpoint that refuses to read a mixture's [E, ...] weight whole (a real size's truth cannot hold it)."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        assert ".experts_" not in name, f"{name} read whole"
+        return super().__getitem__(name)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model", sorted(MIXTURES))
+def test_the_truth_reads_a_mixtures_experts_one_at_a_time(tmp_path: Path, model: str) -> None:
+    from ropeexport.decoder.oracle import Feed, Stored64, decoders_float64
+    from ropeexport.decoder.parts import position_pieces
+
+    folder = tmp_path / "w"
+    tool("write_checkpoint").write_checkpoint(model, folder, 2, MIXTURES[model], tokenizer=False)
+    spec, _ = resolve(DecoderRequest(checkpoint=str(folder), weight_format="int4", block_size=16))
+    ids = np.array([[3, 1, 4, 1, 5, 9]])
+    feed = Feed(ids, np.arange(6)[None], np.ones((1, 6), dtype=np.int64))
+    whole = Stored64(spec, CheckpointWeights(spec, folder))
+    lazy = Stored64(spec, OneExpertAtATime(spec, folder))
+    for name in [n for n in whole if ".experts_" in n]:  # each expert as the whole weight's, quantized alone
+        stacked = whole[name]
+        assert all(np.array_equal(lazy.expert(name, e), stacked[e]) for e in range(len(stacked))), name
+    [expected_logits] = decoders_float64(spec, whole, [feed], position_pieces(spec))
+    [logits] = decoders_float64(spec, lazy, [feed], position_pieces(spec))
+    np.testing.assert_array_equal(logits, expected_logits)
+
+
 def test_a_streamed_decoder_builds_verifies_and_verifies_again_where_it_lies(
     ckpt: Path, tmp_path: Path, streamed: None
 ) -> None:
