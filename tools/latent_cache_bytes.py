@@ -8,11 +8,18 @@ decomposed with ``latent_cache``: the latent and the rotated rope key), the grap
 layer's past inputs [batch, heads, past, width] give heads x width x 2 bytes a token.
 
     python tools/latent_cache_bytes.py            # writes tools/figures/latent-cache-bytes.json
+    python tools/latent_cache_bytes.py --model deepseek-v2-lite   # latent-cache-bytes-v2-lite.json
+
+``--model deepseek-v2-lite``: DeepSeek-V2-Lite's widths as ``tools/write_checkpoint.py``'s ``deepseek-v2-lite-v3``
+writes them (16 heads, latent 512, keys 128 + 64, values 128, no query LoRA, YaRN x40 with mscale 0.707; 27 layers),
+at deepseek_v3 (ropeexport builds no deepseek_v2; the attention and its cache are the same).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 ROPE = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
@@ -21,7 +28,7 @@ FORMS = (("expanded", "fused", False), ("expanded, gqa (values padded)", "gqa", 
          ("latent", "decomposed", True))  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Build each form's graph and write the figures."""
     import transformers
 
@@ -29,8 +36,20 @@ def main() -> None:
     from ropeexport.decoder.export import build_decoder_graph, cache_names
     from ropeexport.decoder.weights import seeded_weights
 
-    full = transformers.DeepseekV3Config()
-    config = {**full.to_dict(), "model_type": "deepseek_v3", "rope_parameters": ROPE, "intermediate_size": 64,
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--model", choices=("deepseek-v3", "deepseek-v2-lite"), default="deepseek-v3")
+    args = p.parse_args(argv)
+    if args.model == "deepseek-v3":
+        full, name, out_name = transformers.DeepseekV3Config(), "DeepSeek V3 (DeepseekV3Config defaults)", ""
+        rope = ROPE
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from write_checkpoint import MODELS
+
+        fields = MODELS["deepseek-v2-lite-v3"][1]
+        full, rope = transformers.DeepseekV3Config(**fields), fields["rope_parameters"]
+        name, out_name = "DeepSeek-V2-Lite's widths at deepseek_v3 (tools/write_checkpoint.py)", "-v2-lite"
+    config = {**full.to_dict(), "model_type": "deepseek_v3", "rope_parameters": rope, "intermediate_size": 64,
               "max_position_embeddings": 163840}  # fmt: skip
     rows = []
     for label, graph, latent in FORMS:
@@ -44,8 +63,8 @@ def main() -> None:
         rows.append({"cache": label, "graph": graph, "key": key, "value": value, "bytes_per_token_per_layer": per_token,
                      "bytes_per_token_all_layers": full.num_hidden_layers * per_token})  # fmt: skip
         print(f"{label:32s} key {key} value {value}: {per_token:,} bytes a token a layer")
-    out = Path(__file__).parent / "figures" / "latent-cache-bytes.json"
-    out.write_text(json.dumps({"dtype": "fp16", "model": "DeepSeek V3 (DeepseekV3Config defaults)",
+    out = Path(__file__).parent / "figures" / f"latent-cache-bytes{out_name}.json"
+    out.write_text(json.dumps({"dtype": "fp16", "model": name,
                                "layers": full.num_hidden_layers, "rows": rows}, indent=1) + "\n")  # fmt: skip
 
 

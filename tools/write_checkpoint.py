@@ -2,6 +2,7 @@
 
     python tools/write_checkpoint.py llama-3.2-1b /tmp/ckpt/llama-3.2-1b
     python tools/write_checkpoint.py llama-3.1-8b /tmp/ckpt/llama-3.1-8b --layers 2
+    python tools/write_checkpoint.py qwen3-30b-a3b /tmp/ckpt/qwen3-30b-a3b --layers 6   # all 128 experts a layer
     python tools/write_checkpoint.py qwen3-4b /tmp/ckpt/q --set hidden_size=64 --set vocab_size=300   # tiny (tests)
     python tools/write_checkpoint.py qwen3-vl-4b /tmp/ckpt/vl --set vision_config.depth=1   # a wrapper: --set and
         --layers name its text model's fields; vision_config.FIELD its vision tower's
@@ -88,6 +89,29 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
             "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0, "enable_moe_block": False,
             "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0},
         "vision_config": {}, "audio_config": None, "tie_word_embeddings": True}),
+    # Qwen3-30B-A3B's released config.json (transformers 5.23 reads num_experts as num_local_experts and defaults
+    # norm_topk_prob to false and theta to 1e4: both given; intermediate_size is its dense layers', none here).
+    "qwen3-30b-a3b": ("qwen3_moe", {
+        "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False,
+        "bos_token_id": 151643, "eos_token_id": 151645, "use_sliding_window": False}),
+    # DeepSeek-V2-Lite's released config.json at deepseek_v3 (ropeexport builds no deepseek_v2): the same widths,
+    # latent attention (no query LoRA), YaRN and shared experts; what differs is V2's router (softmax scores, greedy
+    # top-6, unnormalized) against V3's (sigmoid scores plus a correction bias, here one group: plain top-6).
+    "deepseek-v2-lite-v3": ("deepseek_v3", {
+        "vocab_size": 102400, "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512,
+        "q_lora_rank": None, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "n_group": 1, "topk_group": 1,
+        "routed_scaling_factor": 1.0, "norm_topk_prob": False, "first_k_dense_replace": 1,
+        "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_interleave": True,
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 0.707,
+                            "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                            "beta_slow": 1.0},
+        "tie_word_embeddings": False, "bos_token_id": 100000, "eos_token_id": 100001}),
 }  # fmt: skip
 STD = 0.02
 BLOCK_BYTES = 64 * 2**20  # float32 bytes drawn at once
@@ -143,7 +167,27 @@ def tensors_of(config: Any) -> list[tuple[str, tuple[int, ...]]]:
         model = auto.from_config(config)
     config.architectures = [type(model).__name__]  # as a saved model's config.json names it (the builder reads it)
     tied = bool(getattr(config, "tie_word_embeddings", False))
-    return [(name, tuple(t.shape)) for name, t in model.state_dict().items() if not (tied and name == "lm_head.weight")]
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for name, t in model.state_dict().items():
+        if tied and name == "lm_head.weight":
+            continue
+        out += _saved(name, tuple(t.shape))
+    return out
+
+
+def _saved(name: str, shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) as save_pretrained writes the tensor: transformers 5 fuses a mixture's experts in memory only
+    (``experts.gate_up_proj`` [E, 2 x inner, hidden], ``experts.down_proj`` [E, hidden, inner]) and saves each
+    expert's gate, up and down apart (``experts.{e}.gate_proj.weight`` [inner, hidden], read from a tiny qwen3_moe and
+    deepseek_v3 saved by 5.23); every other tensor as it is.
+    """  # noqa: D205
+    prefix, _, last = name.rpartition(".")
+    if not prefix.endswith(".experts") or last not in ("gate_up_proj", "down_proj") or len(shape) != 3:
+        return [(name, shape)]
+    experts, rows, cols = shape
+    if last == "down_proj":
+        return [(f"{prefix}.{e}.down_proj.weight", (rows, cols)) for e in range(experts)]
+    return [(f"{prefix}.{e}.{part}_proj.weight", (rows // 2, cols)) for e in range(experts) for part in ("gate", "up")]
 
 
 def _values(name: str, shape: tuple[int, ...], seed: int) -> Iterator[bytes]:

@@ -326,6 +326,15 @@ class CheckpointWeights(Mapping[str, np.ndarray]):
             return np.stack([self._read(part, self._parts[part]) for part in self._stacked[name]])
         return self._read(name, self._source[name])
 
+    def expert(self, name: str, e: int) -> np.ndarray:
+        """Expert e's part of the [E, ...] tensor ``name`` (``self[name][e]``), read alone when the experts are
+        stored apart (module doc), else sliced from the whole.
+        """  # noqa: D205
+        if name in self._stacked:
+            part = self._stacked[name][e]
+            return self._read(part, self._parts[part])
+        return self[name][e]
+
     def _read(self, name: str, where: tuple[str, str]) -> np.ndarray:
         key, group = where
         if self._last is not None and self._last[0] == key:

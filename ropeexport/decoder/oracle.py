@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -116,6 +117,16 @@ class Stored64(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return len(self.weights) + self.derived
+
+    def expert(self, name: str, e: int) -> np.ndarray:
+        """float64 expert e's part of the [E, ...] weight ``name`` as stored, read alone where the weights can
+        (``CheckpointWeights.expert``: experts stored apart): the same values as ``self[name][e]``, each expert
+        quantized alone either way (``WeightFormat.read64``).
+        """  # noqa: D205
+        if name in self.held:
+            return self.held[name][e]
+        one = getattr(self.weights, "expert", None)
+        return self._stored(name, one(name, e) if one is not None else self.weights[name][e])
 
     def vocab_part(self, name: str, start: int, stop: int) -> np.ndarray:
         """float64 rows [start, stop) of ``embed`` or columns of ``lm_head``, as stored."""
@@ -251,7 +262,7 @@ def decoders_float64(
         if on_layer is not None:
             on_layer(i)
         (key_heads, key_width), (value_heads, value_width) = layer.cache_shapes()  # as computed: unpadded
-        w = dict(layer_weights(weights64, i))  # this layer's weights in float64, read once for every feed
+        w = _layer64(weights64, i)  # this layer's weights in float64, read once for every feed (experts: _Experts)
         block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
@@ -367,6 +378,30 @@ def chained_float64(
         for j in chain:
             out[j] = logits[:, feeds[j].first - run.first : feeds[j].input_ids.shape[1] - run.first]
     return out
+
+
+class _Experts:
+    """A mixture's [E, ...] float64 weight read one expert at a time (``Stored64.expert``): ``[e]`` is all the
+    twins (``moe64``, ``shared_moe64``) ask of it. A real size needs it: Qwen3-30B-A3B's 128 experts of one layer are
+    4.5 GiB in float64, its whole int4 decoder of two layers 2.1 GiB on disk.
+    """  # noqa: D205
+
+    def __init__(self, weights64: Stored64, name: str) -> None:
+        self.weights64, self.name = weights64, name
+
+    def __getitem__(self, e: int) -> np.ndarray:
+        return self.weights64.expert(self.name, int(e))
+
+
+def _layer64(weights64: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Layer i's float64 weights under their names without the prefix, a mixture's experts as ``_Experts`` where
+    the weights read one expert alone (``Stored64``), else every weight whole.
+    """  # noqa: D205
+    view = layer_weights(weights64, i)
+    if not isinstance(weights64, Stored64):
+        return dict(view)
+    lazy: Any = _Experts  # the twins index it as they index an array
+    return {n: lazy(weights64, f"layers.{i}.{n}") if n.startswith("experts_") else view[n] for n in view}
 
 
 def _embedded(weights64: Mapping[str, np.ndarray], input_ids: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from ropeexport.components.linear import Packed
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import CheckpointWeights, load_checkpoint
 from ropeexport.decoder.parts import weight_format
-from ropeexport.decoder.weights import describe, lm_head
+from ropeexport.decoder.weights import describe, expected, lm_head
 from ropeexport.graph.onnx_io import DATA_FILE, ExternalData
 from tests.clirun import run
 from tests.toolmod import tool
@@ -82,6 +82,65 @@ def test_the_written_checkpoint_is_what_transformers_reads(ckpt: Path) -> None:
     again = write(ckpt.parent / "again")  # the same seed writes the same bytes, in this process as on the command line
     for shard in ckpt.glob("*.safetensors"):
         assert (again / shard.name).read_bytes() == shard.read_bytes()
+
+
+# Mixtures at a test's size: their experts are what transformers 5 fuses in memory and saves apart.
+MIXTURES = {
+    "qwen3-30b-a3b": {**TINY, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2},
+    "deepseek-v2-lite-v3": {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
+                            "vocab_size": 300, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                            "num_attention_heads": 2, "num_key_value_heads": 2, "kv_lora_rank": 32,
+                            "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16},
+}  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model", sorted(MIXTURES))
+def test_a_written_mixture_holds_the_tensors_save_pretrained_writes(tmp_path: Path, model: str) -> None:
+    import transformers
+    from safetensors import safe_open
+
+    written = tool("write_checkpoint").write_checkpoint(model, tmp_path / "w", 2, MIXTURES[model], tokenizer=False)
+    config = transformers.AutoConfig.from_pretrained(written["folder"])
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "saved")
+    shapes = {}
+    for folder in ("w", "saved"):
+        with safe_open(str(tmp_path / folder / "model.safetensors"), "pt") as f:
+            shapes[folder] = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    assert any(".experts.1.up_proj." in k for k in shapes["w"])  # experts apart, as saved
+    assert shapes["w"] == shapes["saved"]
+    spec, _ = resolve(DecoderRequest(checkpoint=str(tmp_path / "w"), weight_format="int4", block_size=16))
+    weights = CheckpointWeights(spec, tmp_path / "w")  # every tensor read as the config's: none unexpected
+    assert {k: weights[k].shape for k in weights} == expected(spec)
+
+
+class OneExpertAtATime(CheckpointWeights):
+    """A checkpoint that refuses to read a mixture's [E, ...] weight whole (a real size's truth cannot hold it)."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        assert ".experts_" not in name, f"{name} read whole"
+        return super().__getitem__(name)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model", sorted(MIXTURES))
+def test_the_truth_reads_a_mixtures_experts_one_at_a_time(tmp_path: Path, model: str) -> None:
+    from ropeexport.decoder.oracle import Feed, Stored64, decoders_float64
+    from ropeexport.decoder.parts import position_pieces
+
+    folder = tmp_path / "w"
+    tool("write_checkpoint").write_checkpoint(model, folder, 2, MIXTURES[model], tokenizer=False)
+    spec, _ = resolve(DecoderRequest(checkpoint=str(folder), weight_format="int4", block_size=16))
+    ids = np.array([[3, 1, 4, 1, 5, 9]])
+    feed = Feed(ids, np.arange(6)[None], np.ones((1, 6), dtype=np.int64))
+    whole = Stored64(spec, CheckpointWeights(spec, folder))
+    lazy = Stored64(spec, OneExpertAtATime(spec, folder))
+    for name in [n for n in whole if ".experts_" in n]:  # each expert as the whole weight's, quantized alone
+        stacked = whole[name]
+        assert all(np.array_equal(lazy.expert(name, e), stacked[e]) for e in range(len(stacked))), name
+    [expected_logits] = decoders_float64(spec, whole, [feed], position_pieces(spec))
+    [logits] = decoders_float64(spec, lazy, [feed], position_pieces(spec))
+    np.testing.assert_array_equal(logits, expected_logits)
 
 
 def test_a_streamed_decoder_builds_verifies_and_verifies_again_where_it_lies(
