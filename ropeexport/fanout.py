@@ -11,7 +11,8 @@ Addresses (``ADDRESSES``): ``local`` starts a Ray instance on this machine for t
 joins the cluster already running here (``ray start --head``); ``HOST:PORT`` a head node's GCS; ``ray://HOST:PORT``
 a cluster through Ray Client. A remote address is tried with a plain TCP connection first (``CONNECT_SECONDS``): Ray's
 own connect waits minutes on an address nothing answers at. A process that is connected to Ray already (the caller
-ran ``ray.init``) uses that connection whatever the address, and leaves it open.
+ran ``ray.init``) uses that connection whatever the address, and leaves it open. A connection made here leaves the
+process as it found it: ``ray.init``'s own SIGTERM handler and the variables it sets are undone after ``ray.shutdown``.
 
 A local instance's workers get this process's BLAS thread count (``blas_threads``): Ray would give each one thread,
 and a float64 matmul's last bits follow the thread count, so a decoder's float64 truth computed there would differ
@@ -28,7 +29,9 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -120,16 +123,41 @@ def connected(address: Address, field: str = "ray") -> Iterator[Any]:
     settings: dict[str, Any] = {}
     if address.kind == "local":  # this machine's workers compute as this process would (module doc: BLAS threads)
         settings["runtime_env"] = {"env_vars": blas_threads()}
+    handlers, environ = _signal_handlers(), dict(os.environ)
     try:
         ray.init(address=target, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
                  **settings)  # fmt: skip
     except (ConnectionError, ValueError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _put_back(handlers, environ, set(os.environ) | set(environ))
         raise SpecError(field, f"cannot connect to Ray at {address.text!r}: {first}") from None
+    set_by_init = {k for k in set(os.environ) | set(environ) if os.environ.get(k) != environ.get(k)}
     try:
         yield ray
     finally:
         ray.shutdown()
+        # ray.init installs its own SIGTERM handler and sets RAY_* variables and PYTHONBREAKPOINT; ray.shutdown leaves
+        # them, so a caller that goes on (a Python API user, a test run) would have lost its own handler for good
+        _put_back(handlers, environ, set_by_init)
+
+
+def _signal_handlers() -> dict[int, Any]:
+    """The process's SIGINT and SIGTERM handlers (none off the main thread: handlers belong to it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _put_back(handlers: dict[int, Any], environ: dict[str, str], names: set[str]) -> None:
+    """``handlers`` installed again; the variables ``names`` as ``environ`` had them (absent where it lacked them)."""
+    for signum, handler in handlers.items():
+        if handler is not None:  # None: a handler not installed from Python, which cannot be put back from here
+            signal.signal(signum, handler)
+    for name in names:
+        if name in environ:
+            os.environ[name] = environ[name]
+        else:
+            os.environ.pop(name, None)
 
 
 @dataclass(frozen=True)

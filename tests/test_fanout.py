@@ -42,9 +42,18 @@ def cluster() -> Iterator[str]:
     """``--ray local``'s own start and stop (``fanout.connected``), once for the module's Ray tests."""
     import ray
 
+    handler, environ = signal.getsignal(signal.SIGTERM), _ray_variables()
     with connected(parse_address("local")):
         yield "local"
     assert not ray.is_initialized()  # stopped after
+    # and the process as it was: ray.init's SIGTERM handler and RAY_* variables outlived ray.shutdown, so the rest of
+    # this pytest process had lost the suite's SIGTERM handler (tests/conftest.py)
+    assert signal.getsignal(signal.SIGTERM) == handler and _ray_variables() == environ
+
+
+def _ray_variables() -> dict[str, str]:
+    """The environment variables ``ray.init`` sets (RAY_*, PYTHONBREAKPOINT), as they are now."""
+    return {k: v for k, v in os.environ.items() if k.startswith("RAY_") or k == "PYTHONBREAKPOINT"}
 
 
 def _files(folder: Path) -> dict[str, bytes]:

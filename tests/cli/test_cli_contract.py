@@ -15,6 +15,7 @@ import pytest
 
 from ropeexport.cli import COMMANDS, EXIT_SKIPPED, main, make_parser
 from ropeexport.report.views import EncodingReport, read_report
+from tests.clirun import run
 from tests.docs.pages import RUN, SHELL, all_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,29 +214,33 @@ def _fixtures(folder: Path) -> None:
     checkpoint(folder / "qwen2.5-vl-3b", "qwen2_5_vl", 0)
 
 
-def _planned(argv: list[str], cwd: Path) -> list[str]:
-    proc = subprocess.run([*PY, *argv, "--dry-run", "--json"], cwd=cwd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{shlex.join(argv)}: {proc.stderr}"
-    plan = json.loads(proc.stdout)
+def _planned(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    code, stdout, stderr = run([*argv, "--dry-run", "--json"], capsys)
+    assert code == 0, f"{shlex.join(argv)}: {stderr}"
+    plan = json.loads(stdout)
     return [a["name"] for a in plan.get("artifacts", plan.get("decoders"))]  # a decoder's dry run lists decoders
 
 
 @pytest.mark.slow  # every example of the help texts run
-def test_every_example_runs(tmp_path: Path) -> None:
+def test_every_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # In-process (tests.clirun), in the examples' folder: an interpreter started and ropeexport imported for each of
+    # the 26 examples was most of this test's time; the installed command's own start-up is tested above
     examples = list(dict.fromkeys(_help_examples() + _doc_examples()))
     assert any(e.startswith("ropeexport build") for e in examples)
     _fixtures(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the examples' relative paths (./my-llama, configs) are the fixtures' folder
     built: dict[str, set[str]] = {}
     for example in (e for e in examples if e.startswith("ropeexport build")):
         argv = shlex.split(example.replace("~/models", str(tmp_path / "models")))[1:]
         argv = [a for a in argv if a not in ("--json", "--dry-run")]
         out = argv[argv.index("--out") + 1] if "--out" in argv else "ropeexport-out"
-        built.setdefault(out, set()).update(_planned(argv, tmp_path))
+        built.setdefault(out, set()).update(_planned(argv, capsys))
     for example in (e for e in examples if not e.startswith("ropeexport build")):
         argv = shlex.split(example)[1:]
         if argv[0] == "list":
-            proc = subprocess.run([*PY, *argv], capture_output=True, text=True, timeout=120)
-            assert proc.returncode == 0, f"{example}: {proc.stderr}"
+            code, _, stderr = run(argv, capsys)
+            assert code == 0, f"{example}: {stderr}"
             continue
         for arg in argv[1:]:
             head, _, rest = arg.partition("/")
