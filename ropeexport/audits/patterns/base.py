@@ -192,7 +192,9 @@ def stored(value: ir.Value | None) -> ir.Value | None:
     if value is None or value.const_value is not None:
         return value
     cast = value.producer()
-    source = cast.inputs[0] if cast is not None and cast.op_type == "Cast" and cast.inputs else None
+    if cast is None or cast.op_type != "Cast" or not cast.inputs:
+        return None
+    source = cast.inputs[0]
     if source is None or source.const_value is None:
         return None
     widened = (source.const_value.dtype, ir.DataType(attr(cast, "to")))
