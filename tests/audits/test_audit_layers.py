@@ -478,9 +478,10 @@ def test_spec_and_hf_config_are_one_or_the_other(argv: list[str], capsys) -> Non
 
 
 def _onnx_attention_model(path: Path, masks: list[str]) -> Path:
-    """Four layers' ONNX Attention (opset 23, as mobius-onnx writes it), layer i taking ``masks[i]``: ``padding`` (the
-    attention_mask's keys, [b, 1, 1, k]: every key, mobius's OLMo 3), ``window`` (causal keys fewer than 4 back,
-    [1, 1, q, k]) or ``none`` (no attn_mask: causal only). Only the masks are computed by the audit.
+    """Four layers' ONNX Attention (opset 23, as mobius-onnx writes it), layer i taking ``masks[i]``: ``padding``
+    (the attention_mask's keys, [b, 1, 1, k]: every key, as mobius's OLMo 3's causal mask gives its sliding layers),
+    ``window`` (causal keys fewer than 4 back, [1, 1, q, k]) or ``none`` (no attn_mask: causal only). Only the masks
+    are computed by the audit.
     """  # noqa: D205
     from onnx import TensorProto, helper
 
