@@ -149,28 +149,6 @@ def _float32_tables(model: Path, ckpt: Path) -> None:
     onnx.save(proto, str(model))
 
 
-EXPORT = r"""
-import sys, torch, transformers
-folder, out = sys.argv[1], sys.argv[2]
-# experts through batched_mm, as tools/audit_peers.py exports one (grouped_mm does not lower to ONNX)
-model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                          experts_implementation="batched_mm").eval()
-class Flat(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inner = model
-    def forward(self, input_ids, attention_mask, position_ids):
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=False).logits
-dyn = torch.export.Dim.DYNAMIC
-example = (torch.zeros(1, 8, dtype=torch.int64), torch.ones(1, 8, dtype=torch.int64), torch.arange(8).reshape(1, 8))
-with torch.no_grad():
-    torch.onnx.export(Flat(), example, out, dynamo=True, external_data=True,
-                      dynamic_shapes=({1: dyn}, {1: dyn}, {1: dyn}),
-                      input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"])
-"""
-
-
 # Llama 4's rotation multiplies complex numbers, which neither torch.onnx exporter writes (dynamo: no decomposition for
 # complex-valued inputs; TorchScript: aten::polar). The same values in real arithmetic (pairs (2i, 2i + 1) turned by
 # cos and sin, both from one float32 angle table) let dynamo export the rest of the model as it is, its chunked mask
@@ -232,22 +210,9 @@ def _chunk_mask_plants(model: Path, chunk: int, work: Path) -> list[tuple[str, P
     return out
 
 
-def _reason(stderr: str, code: int) -> str:
-    """The failure in one line: torch.onnx's first error of its exception summary (what it could not translate),
-    else the last line naming an error.
-    """  # noqa: D205
-    summary = stderr.split("## Exception summary", 1)
-    if len(summary) == 2:
-        first = next((line for line in summary[1].splitlines() if "Error" in line), "")
-        if first:
-            return first.strip()[:400]
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    found = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
-    return found.strip()[:400] or f"exit {code}"
-
-
 def export_rows(work: Path, mobius: str | None) -> list[dict[str, Any]]:
     """Own forms, dynamo and mobius (module doc)."""
+    from tests.audits.hybrids import export, reason
     from tests.audits.test_audit_latent import built
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -269,29 +234,22 @@ def export_rows(work: Path, mobius: str | None) -> list[dict[str, Any]]:
         rows.append({"model": name, "source": "ropeexport fused, float32 tables planted",
                      **_audit_row(f32 / "model.onnx", ckpt / "config.json", own),
                      "graft": _graft(f32 / "model.onnx", ckpt, work / "fixed" / name / "f32" / "model.onnx")})
-        out = work / "dynamo" / name / "model.onnx"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([sys.executable, "-c", EXPORT, str(ckpt), str(out)], capture_output=True, text=True,
-                              timeout=1800)  # fmt: skip
+        # the experts through batched_mm on both (Llama 4's composite config names them in its text config)
+        out = export(ckpt, work / "dynamo" / name, batched_mm=True, timeout=1800)
         row: dict[str, Any] = {"model": name, "source": "torch.onnx dynamo (no cache)"}
-        if done.returncode == 0 and out.is_file():  # no cache: run beside one with a cache it cannot be (the float64
-            # proof of its graft judges its logits instead)
+        if isinstance(out, Path):  # no cache: run beside one with a cache it cannot be (the float64 proof of its
+            # graft judges its logits instead)
             row |= _audit_row(out, ckpt / "config.json", None)
             row["graft"] = _graft(out, ckpt, work / "fixed" / name / "dynamo" / "model.onnx")
         else:
-            row["refused"] = _reason(done.stderr, done.returncode)
+            row["refused"] = out
         rows.append(row)
         print(f"{name}: dynamo {row.get('verdict', row.get('refused'))}", flush=True)
         if name == "llama4":  # its rotation in real arithmetic: the chunked mask as dynamo writes it, and planted
-            out = work / "dynamo" / "llama4-real" / "model.onnx"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            head = "import sys, torch, transformers"
-            script = EXPORT.replace(head, head + REAL_ROTATION)
-            done = subprocess.run([sys.executable, "-c", script, str(ckpt), str(out)], capture_output=True, text=True,
-                                  timeout=1800)  # fmt: skip
+            out = export(ckpt, work / "dynamo" / "llama4-real", batched_mm=True, timeout=1800, prelude=REAL_ROTATION)
             source = "torch.onnx dynamo, rotation in real arithmetic (no cache)"
-            if done.returncode != 0 or not out.is_file():
-                rows.append({"model": name, "source": source, "refused": _reason(done.stderr, done.returncode)})
+            if not isinstance(out, Path):
+                rows.append({"model": name, "source": source, "refused": out})
                 continue
             rows.append({"model": name, "source": source, **_audit_row(out, ckpt / "config.json", None)})
             chunk = json.loads((ckpt / "config.json").read_text())["attention_chunk_size"]
@@ -311,7 +269,7 @@ def export_rows(work: Path, mobius: str | None) -> list[dict[str, Any]]:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
                 model = out / "model.onnx"
                 if done.returncode != 0 or not model.is_file():
-                    row["refused"] = _reason(done.stdout + done.stderr, done.returncode)
+                    row["refused"] = reason(done.stdout + done.stderr, done.returncode)
                 else:
                     own = built(ckpt, work / "own" / variant / "fused")
                     row |= _audit_row(model, ckpt / "config.json", own)

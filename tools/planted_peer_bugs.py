@@ -36,6 +36,24 @@ NOT_PLANTED = [
 ]  # fmt: skip
 
 
+def _findings(result: Any) -> list[dict[str, Any]]:
+    """An audit's findings as a row keeps them: name, text, effect."""
+    return [{"name": f["name"], "text": f["text"], "effect": f.get("effect")} for f in result.findings]
+
+
+def _graft(model: Path, config: Path, checkpoint: Path, out: Path) -> dict[str, Any]:
+    """graft trusting the config, proven against the checkpoint's float64 decoder: the row's record, or its refusal."""
+    import ropeexport as rx
+
+    out.parent.mkdir(parents=True)
+    try:
+        grafted = rx.graft(model, config, out, trust="config", checkpoint=checkpoint)
+    except rx.errors.SpecError as exc:
+        return {"refused": exc.message}
+    return {"proven": grafted.proven, "text": grafted.text, "after": grafted.after.verdict if grafted.after else None,
+            "decoder_passed": (grafted.decoder or {}).get("passed")}
+
+
 def run_one(fault: Any, work: Path) -> dict[str, Any]:
     """One row: the fault planted, audited, grafted (trusting the config) and proven."""
     import ropeexport as rx
@@ -54,18 +72,8 @@ def run_one(fault: Any, work: Path) -> dict[str, Any]:
     result = rx.audit(model, config)
     found = next((f for f in result.findings if f["name"] == fault.finding), None)
     row: dict[str, Any] = {"case": fault.case, "peer": fault.peer, "model": fault.name, "verdict": result.verdict,
-                           "findings": [{"name": f["name"], "text": f["text"], "effect": f.get("effect")}
-                                        for f in result.findings],
-                           "named": found is not None}  # fmt: skip
-    out = work / fault.case / "fixed" / "model.onnx"
-    out.parent.mkdir(parents=True)
-    try:
-        grafted = rx.graft(model, config, out, trust="config", checkpoint=ckpt)
-        row["graft"] = {"proven": grafted.proven, "text": grafted.text,
-                        "after": grafted.after.verdict if grafted.after else None,
-                        "decoder_passed": (grafted.decoder or {}).get("passed")}  # fmt: skip
-    except rx.errors.SpecError as exc:
-        row["graft"] = {"refused": exc.message}
+                           "findings": _findings(result), "named": found is not None}  # fmt: skip
+    row["graft"] = _graft(model, config, ckpt, work / fault.case / "fixed" / "model.onnx")
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 
@@ -99,19 +107,9 @@ def run_family(bug: Any, work: Path) -> dict[str, Any]:
     found = next((f for f in result.findings if f["name"] == bug.finding), None)
     measured = between(clean, model, encodings_for(audited / "config.json", None, load_model(clean)))
     row: dict[str, Any] = {"case": bug.case, "peer": bug.peer, "model": bug.family, "verdict": result.verdict,
-                           "findings": [{"name": f["name"], "text": f["text"], "effect": f.get("effect")}
-                                        for f in result.findings],
-                           "named": found is not None and bug.words in found["text"], "before": bug.before,
-                           "against_right_model": measured}  # fmt: skip
-    out = work / bug.case / "fixed" / "model.onnx"
-    out.parent.mkdir(parents=True)
-    try:
-        grafted = rx.graft(model, audited / "config.json", out, trust="config", checkpoint=audited)
-        row["graft"] = {"proven": grafted.proven, "text": grafted.text,
-                        "after": grafted.after.verdict if grafted.after else None,
-                        "decoder_passed": (grafted.decoder or {}).get("passed")}  # fmt: skip
-    except rx.errors.SpecError as exc:
-        row["graft"] = {"refused": exc.message}
+                           "findings": _findings(result), "named": found is not None and bug.words in found["text"],
+                           "before": bug.before, "against_right_model": measured}  # fmt: skip
+    row["graft"] = _graft(model, audited / "config.json", audited, work / bug.case / "fixed" / "model.onnx")
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 

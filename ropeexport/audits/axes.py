@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.audits.causes import finding
-from ropeexport.audits.patterns.base import Site
+from ropeexport.audits.patterns.base import Site, lookups
 
 AXES = 3  # time, height, width
 NAMES = ("time", "height", "width")
@@ -130,8 +130,7 @@ def picked(site: Site) -> list[Site]:
             return []
         start = value
         if site.table:  # the rows one axis gathers
-            gathers = [u.node for u in value.uses() if u.node.op_type == "Gather" and u.idx == 0
-                       and u.node.inputs[1] is not None and u.node.inputs[1].name == site.positions]  # fmt: skip
+            gathers = [g for g in lookups(value) if g.inputs[1] is not None and g.inputs[1].name == site.positions]
             if len(gathers) != 1:
                 return []
             start = gathers[0].outputs[0]

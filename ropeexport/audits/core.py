@@ -307,7 +307,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     name_layers(result.sites)
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
     result.findings = inverted(result.findings, encodings, named) + result.findings
-    result.findings += window_findings(graph, None if hf_config is None else Path(hf_config))
+    result.findings += window_findings(graph, None if hf_config is None else Path(hf_config), path)
     if spec.encoding == "rope":  # the query times a factor of its position (Ministral 3, Llama 4's NoPE layers)
         from ropeexport.audits.features import feature_findings
         from ropeexport.audits.query_scale import findings as query_scale_findings

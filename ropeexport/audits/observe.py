@@ -179,6 +179,28 @@ class Evaluator:
         return good
 
 
+def evaluate_values(path: Path, names: list[str], length: int, threads: int = 2) -> list[np.ndarray]:
+    """The main graph's values ``names`` of the model at ``path`` as it computes them in one call of ``length`` tokens
+    at positions 0 .. L - 1 with an empty cache (``feed``): the nodes computing them cut out and run (module doc).
+    """  # noqa: D205
+    import onnxruntime as ort
+
+    model = load_model(path)
+    wanted = [find_value([model.graph], n) for n in names]
+    if any(v is None for v in wanted):
+        raise NotEvaluated(f"the values {names!r} are not all in the main graph")
+    model.graph.outputs.clear()
+    model.graph.outputs.extend(_output_for(model.graph, v) for v in wanted if v is not None)
+    _cut(model.graph)
+    materialize(model)
+    proto = ir.serde.serialize_model(model)
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), quiet(threads)[0], providers=["CPUExecutionProvider"])
+        return session.run(None, session_feeds(session, length), quiet()[1])
+    except Exception as exc:  # noqa: BLE001 - ORT's reason is what the caller reports
+        raise NotEvaluated(ort_reason(exc)) from None
+
+
 def session_feeds(session: Any, length: int, given: Any = None) -> dict[str, np.ndarray]:
     """Feeds for every input of an ORT ``session``: ``given(value, length)`` (default ``feed``) of a value carrying
     the input's name, declared shape (None where symbolic) and dtype.

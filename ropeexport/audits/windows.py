@@ -6,7 +6,11 @@ A window is an attention mask, not a rotary site: nothing of it is probed, only 
 - ropeexport's masks: the window constant ``i - j < window`` reads (an int64 scalar named ``.../window``), followed
   down the mask to the attention nodes that take it (a Softmax, or a fused attention: their names give the layers;
   the walk stops at a product, past which the mask is the attention's output);
-  a layer whose attention takes no windowed mask attends to every key.
+  a layer whose attention takes no windowed mask attends to every key;
+- ONNX's own Attention (opset 23: mobius-onnx writes it), where neither form above says a window: each layer's
+  ``attn_mask`` (its input 3; none: causal only, every key) evaluated in ONNX Runtime on one call of window + 1
+  tokens from position 0 with an empty cache (``mask_windows``): the keys its last query may see, all window + 1 of
+  them read as every key (a window wider than that call is not told apart from none).
 Checked only where the config says windows per layer type (``layer_types`` with ``sliding_attention``, Gemma 2 / 3,
 gpt-oss, SmolLM3): a sliding layer must see ``sliding_window`` key slots, a full one every key. Not read: a dynamo
 or TorchScript export's masks (transformers builds them from functions; the window is one constant among the
@@ -111,18 +115,61 @@ def _readers(value: ir.Value, consumers: dict[int, list[ir.Node]]) -> set[int]:
     return layers
 
 
+def _attention_masks(model: ir.Model) -> dict[int, ir.Value | None]:
+    """Layer -> the ``attn_mask`` its ONNX Attention (opset 23) of the main graph takes (None: no mask)."""
+    out: dict[int, ir.Value | None] = {}
+    for node in model.graph:
+        if node.op_type == "Attention" and node.domain in ("", "ai.onnx"):
+            layer = layer_of(node.name or "", node.metadata_props)
+            if layer is not None:
+                out[layer] = node.inputs[3] if len(node.inputs) > 3 else None
+    return out
+
+
+def mask_windows(path: Path, model: ir.Model, window: int) -> dict[int, int]:
+    """Layer -> the key slots its ONNX Attention's mask lets the last query of a call of ``window`` + 1 tokens see
+    (module doc; 0: all of them, every key); {} where no layer has that Attention, or ONNX Runtime refuses the graph
+    that computes the masks (nothing read, nothing said).
+    """  # noqa: D205
+    from ropeexport.audits.observe import NotEvaluated, evaluate_values
+
+    masks = _attention_masks(model)
+    names = sorted({v.name for v in masks.values() if v is not None and v.name})
+    try:
+        computed = dict(zip(names, evaluate_values(path, names, window + 1), strict=True)) if names else {}
+    except (NotEvaluated, SpecError):
+        return {}
+    seen: dict[int, int] = {}
+    for layer, mask in masks.items():
+        if mask is None:  # causal only
+            seen[layer] = 0
+            continue
+        values = np.asarray(computed.get(mask.name or ""))
+        if values.ndim == 0 or values.shape[-1] != window + 1:
+            return {}  # not one column a key of the call: not read
+        last = (values[..., -1, :] if values.ndim >= 2 else values).reshape(-1, window + 1)[0]
+        # a boolean mask says who takes part; an additive one masks with a large negative number (-inf, the dtype's
+        # lowest, -1e4)
+        allowed = int(np.count_nonzero(last if last.dtype == np.bool_ else last > -1e4))
+        seen[layer] = 0 if allowed > window else allowed
+    return seen
+
+
 def _slots(window: int) -> str:
     return f"a window of {window} key slots" if window else "every key"
 
 
-def window_findings(model: ir.Model, config_path: Path | None) -> list[dict[str, Any]]:
+def window_findings(model: ir.Model, config_path: Path | None, path: Path | None = None) -> list[dict[str, Any]]:
     """``window`` findings: the layers whose attention sees another window than the config gives them, grouped by
-    (what the graph says, what the config says); each with ``sites`` [] (no rotary site).
+    (what the graph says, what the config says); each with ``sites`` [] (no rotary site). ``path``: the model's file,
+    where its masks are evaluated (``mask_windows``).
     """  # noqa: D205
     want = None if config_path is None else expected(config_path)
     if want is None:
         return []
     have = observed(model)
+    if not have and path is not None:  # no window said by name: the masks ONNX's own Attention takes, evaluated
+        have = mask_windows(path, model, max(want.values()))
     groups: dict[tuple[int, int], list[int]] = {}
     for layer, window in sorted(have.items()):
         if layer in want and want[layer] != window:

@@ -9,11 +9,12 @@ original + 1 for LongRoPE and dynamic NTK) and compares every position with the 
 (its readers' names say which) in float64; names what differs (scaling ignored, switch not taken, float32 angles,
 attention factor, the sliding layers given the global layers' table, a layer without RoPE rotated, channels paired
 otherwise, YaRN applied twice, ..) and, where the config says windows per layer type, each layer's attention window
-as the graph says it (a mask's window constant, GroupQueryAttention's local_window_size), and measures
-what each finding does to the logits (its sites repaired alone, 8 tokens ending where it is worst), with a severity
-from it (harmless: within the bound ropeexport verifies the logits' dtype to, float32 1e-4 of the logit scale; minor:
-up to 1e-2; wrong: above) and the next step (graft, graft --trust config, re-export, or nothing). Where no
-transformers config is at hand, --spec FILE gives the position spec: one spec's fields (.json or .toml), or per layer
+as the graph says it (a mask's window constant, GroupQueryAttention's local_window_size, else the mask ONNX's own
+Attention takes, evaluated on one call of window + 1 tokens), and measures what each finding does to the logits
+(its sites repaired alone, 8 tokens ending where it is worst), with a severity from it (harmless: within the bound
+ropeexport verifies the logits' dtype to, float32 1e-4 of the logit scale; minor: up to 1e-2; wrong: above) and the
+next step (graft, graft --trust config, re-export, or nothing). Where no transformers config is at hand, --spec FILE
+gives the position spec: one spec's fields (.json or .toml), or per layer
 {"layers": ["local", "global", null, ...], "encodings": {"local": {...}, "global": {...}}}. For a config that describes
 ALiBi (BLOOM, MPT, ..), finds the bias added to the attention scores instead and checks every head's slope and every
 key position's bias against the paper's slopes for the config's head count.

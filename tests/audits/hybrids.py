@@ -62,10 +62,12 @@ model.save_pretrained(folder)
 
 EXPORT = r"""
 import sys, torch, transformers
-folder, out = sys.argv[1], sys.argv[2]
-# A mixture of experts through batched_mm, as tools/audit_peers.py exports one (grouped_mm does not lower to ONNX)
-moe = {"experts_implementation": "batched_mm"} if transformers.AutoConfig.from_pretrained(
-    folder).to_dict().get("num_local_experts") else {}
+folder, out, experts = sys.argv[1], sys.argv[2], sys.argv[3]
+# A mixture of experts through batched_mm, as tools/audit_peers.py exports one (grouped_mm does not lower to ONNX):
+# "always", or "auto": where the config names num_local_experts
+if experts == "auto":
+    experts = "always" if transformers.AutoConfig.from_pretrained(folder).to_dict().get("num_local_experts") else ""
+moe = {"experts_implementation": "batched_mm"} if experts == "always" else {}
 model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **moe).eval()
 class Flat(torch.nn.Module):
     def __init__(self):
@@ -95,16 +97,35 @@ def write_checkpoint(family: str, folder: Path) -> Path:
     return folder
 
 
-def export(checkpoint: Path, folder: Path) -> Path | str:
+def export(checkpoint: Path, folder: Path, batched_mm: bool | None = None, timeout: int = 900,
+           prelude: str = "") -> Path | str:
     """torch.onnx.export (dynamo) of the checkpoint without a cache, in its own process (a dynamo export leaves fake
-    tensors in transformers' modules): the model, or the exporter's reason in one line.
+    tensors in transformers' modules): ``folder``/model.onnx, or the exporter's reason in one line (``reason``).
+    ``batched_mm``: the experts through batched_mm always (True), or where the config names num_local_experts (None;
+    a composite config, Llama 4's, names them in its text config: say True). ``prelude``: Python run after the
+    imports, before the model loads (e.g. transformers' functions replaced by ones the exporter can write).
     """  # noqa: D205
     folder.mkdir(parents=True, exist_ok=True)
     model = folder / "model.onnx"
-    done = subprocess.run([sys.executable, "-c", EXPORT, str(checkpoint), str(model)], capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    experts = "always" if batched_mm else "auto" if batched_mm is None else "never"
+    head = "import sys, torch, transformers\n"
+    script = EXPORT.replace(head, head + prelude + "\n", 1)
+    done = subprocess.run([sys.executable, "-c", script, str(checkpoint), str(model), experts], capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
     if done.returncode == 0 and model.is_file():
         return model
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    reason = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
-    return reason.strip()[:300] or f"exit {done.returncode}"
+    return reason(done.stderr, done.returncode)
+
+
+def reason(stderr: str, code: int) -> str:
+    """A failed export or build in one line: torch.onnx's first error of its exception summary (what it could not
+    translate), else the last line naming an error.
+    """  # noqa: D205
+    summary = stderr.split("## Exception summary", 1)
+    if len(summary) == 2:
+        first = next((line for line in summary[1].splitlines() if "Error" in line), "")
+        if first:
+            return first.strip()[:400]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    found = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
+    return found.strip()[:400] or f"exit {code}"

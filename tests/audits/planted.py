@@ -676,3 +676,23 @@ CASES = [
         "head 9 has 0.3 where",
     ),
 ]
+
+
+def graft_as_planted(model: Path, config: Path, checkpoint: Path, out: Path, graft: str) -> None:
+    """graft of a planted model into ``out`` trusting ``config``, proven against ``checkpoint``'s float64 decoder, as
+    its row says: ``graft`` "proven": the tables exact after, the grafted model passing where the original fails;
+    else a pattern of the refusal's words (the finding graft cannot repair), and nothing written.
+    """  # noqa: D205
+    import pytest
+
+    import ropeexport as rx
+
+    out.parent.mkdir(parents=True)
+    if graft != "proven":
+        with pytest.raises(rx.errors.SpecError, match=graft):
+            rx.graft(model, config, out, trust="config", checkpoint=checkpoint)
+        assert not out.exists()
+        return
+    result = rx.graft(model, config, out, trust="config", checkpoint=checkpoint)
+    assert result.proven and result.after is not None and result.after.verdict == "exact", result.to_dict()
+    assert result.decoder is not None and result.decoder["passed"] == {"original": False, "grafted": True}

@@ -13,6 +13,7 @@ import pytest
 
 import ropeexport as rx
 from tests.audits.families import BUGS, FamilyBug, planted
+from tests.audits.planted import graft_as_planted
 from tests.audits.test_audit_own_decoders import _decoder
 
 
@@ -101,13 +102,4 @@ GRAFTED = [b for b in BUGS if b.before != "named as now"]
 def test_graft_repairs_what_values_can_and_proves_it(bug: FamilyBug, family, tmp_path: Path) -> None:  # noqa: ANN001
     ckpt, clean = family(bug.family)
     model, audited = planted(bug, tmp_path, clean, ckpt, lambda f, c: _decoder(f, c, "fused"))
-    out = tmp_path / "fixed" / "model.onnx"
-    out.parent.mkdir()
-    if bug.graft != "proven":
-        with pytest.raises(rx.errors.SpecError, match=bug.graft):
-            rx.graft(model, audited / "config.json", out, trust="config", checkpoint=audited)
-        assert not out.exists()
-        return
-    result = rx.graft(model, audited / "config.json", out, trust="config", checkpoint=audited)
-    assert result.proven and result.after is not None and result.after.verdict == "exact", result.to_dict()
-    assert result.decoder is not None and result.decoder["passed"] == {"original": False, "grafted": True}
+    graft_as_planted(model, audited / "config.json", audited, tmp_path / "fixed" / "model.onnx", bug.graft)

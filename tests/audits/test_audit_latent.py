@@ -34,6 +34,7 @@ from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import load_checkpoint
 from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.graph.onnx_io import save_model
+from tests.audits.planted import graft_as_planted
 
 ROPE_LAST = list(range(8, 16))  # the tiny DeepSeek's heads: 8 nope channels, then 8 rotated
 KEY_LAST = list(range(16, 24))  # kv_a_proj's output: the latent's 16 channels, then the rotated key's 8
@@ -322,18 +323,8 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
                      encodings_for(ckpt / "config.json", None, load_model(model)))  # fmt: skip
     assert not effect.get("short"), effect  # measured to the far end
     assert effect["relative"] > bug.effect if bug.effect else effect["relative"] < 1e-5, effect
-    out = tmp_path / "fixed" / "model.onnx"
-    out.parent.mkdir()
-    if not bug.graft:
-        return
-    if bug.graft != "proven":
-        with pytest.raises(rx.errors.SpecError, match=bug.graft):
-            rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
-        assert not out.exists()
-        return
-    grafted = rx.graft(model, ckpt / "config.json", out, trust="config", checkpoint=ckpt)
-    assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()
-    assert grafted.decoder is not None and grafted.decoder["passed"] == {"original": False, "grafted": True}
+    if bug.graft:
+        graft_as_planted(model, ckpt / "config.json", ckpt, tmp_path / "fixed" / "model.onnx", bug.graft)
 
 
 # --- what a layer's mask says of its chunks (``attention_reads.chunks_of``) ----------------------------------------

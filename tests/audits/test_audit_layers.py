@@ -475,3 +475,66 @@ def test_spec_and_hf_config_are_one_or_the_other(argv: list[str], capsys) -> Non
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert "--spec" in err and "--hf-config" in err and "\n" not in err, err
+
+
+def _onnx_attention_model(path: Path, masks: list[str]) -> Path:
+    """Four layers' ONNX Attention (opset 23, as mobius-onnx writes it), layer i taking ``masks[i]``: ``padding``
+    (the attention_mask's keys, [b, 1, 1, k]: every key, as mobius's OLMo 3's causal mask gives its sliding layers),
+    ``window`` (causal keys fewer than 4 back, [1, 1, q, k]) or ``none`` (no attn_mask: causal only). Only the masks
+    are computed by the audit.
+    """  # noqa: D205
+    from onnx import TensorProto, helper
+
+    i64 = TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["input_ids"], ["length"], start=1, end=2),
+             helper.make_node("Squeeze", ["length"], ["l"]),
+             helper.make_node("Range", ["zero", "l", "one"], ["slots"]),
+             helper.make_node("Unsqueeze", ["slots", "last"], ["queries"]),  # [q, 1]
+             helper.make_node("Sub", ["queries", "slots"], ["back"]),  # [q, k]: q - k
+             helper.make_node("GreaterOrEqual", ["back", "zero"], ["causal"]),
+             helper.make_node("Less", ["back", "width"], ["near"]),
+             helper.make_node("And", ["causal", "near"], ["windowed"]),
+             helper.make_node("Unsqueeze", ["windowed", "heads"], ["window_mask"]),  # [1, 1, q, k]
+             helper.make_node("Cast", ["attention_mask"], ["keys"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["keys", "heads_queries"], ["padding_mask"])]  # [b, 1, 1, k]  # fmt: skip
+    for layer, mask in enumerate(masks):
+        inputs = ["q", "k", "v"] + ([] if mask == "none" else [f"{mask}_mask"])
+        nodes.append(helper.make_node("Attention", inputs, [f"out{layer}"], name=f"model/layers.{layer}/self_attn/"
+                                      "Attention", q_num_heads=1, kv_num_heads=1, is_causal=1))  # fmt: skip
+    consts = [helper.make_tensor(n, i64, dims, values) for n, dims, values in (
+        ("zero", [], [0]), ("one", [], [1]), ("width", [], [4]), ("last", [1], [1]), ("heads", [2], [0, 1]),
+        ("heads_queries", [2], [1, 2]))]  # fmt: skip
+    f32 = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("input_ids", i64, [1, "s"]),
+              helper.make_tensor_value_info("attention_mask", i64, [1, "s"])]
+    inputs += [helper.make_tensor_value_info(n, f32, [1, 1, "s", 16]) for n in "qkv"]
+    outputs = [helper.make_tensor_value_info(f"out{i}", f32, None) for i in range(len(masks))]
+    graph = helper.make_graph(nodes, "attention", inputs, outputs, consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10  # what the pinned ONNX Runtime loads
+    onnx.save(model, str(path))
+    return path
+
+
+# (each layer's mask, the window findings): the config slides layers 0-2 over 4 key slots, layer 3 sees every key
+ONNX_ATTENTION = [
+    (["padding"] * 4, ["layers 0-2 attend to every key where the config gives them a window of 4 key slots "
+                       "(sliding_attention in layer_types)"]),  # mobius-onnx 0.1.0's OLMo 3
+    (["window"] * 3 + ["none"], []),
+    (["window"] * 4, ["layer 3 attends to a window of 4 key slots where the config gives it every key "
+                      "(full_attention in layer_types)"]),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("masks", "said"), ONNX_ATTENTION, ids=["one-padding-mask", "as-configured", "all-windowed"])
+def test_windows_are_read_from_the_masks_onnx_attention_takes(masks: list[str], said: list[str],
+                                                              tmp_path: Path) -> None:  # fmt: skip
+    model = _onnx_attention_model(tmp_path / "model.onnx", masks)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "olmo3", "num_hidden_layers": 4, "hidden_size": 64,
+                                  "num_attention_heads": 4, "max_position_embeddings": 256, "sliding_window": 4,
+                                  "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}))  # fmt: skip
+    found = windows.window_findings(rx_load(model), config, model)
+    assert [f["text"] for f in found] == said
+    assert windows.observed(rx_load(model)) == {}  # no window said by name: read from the masks only

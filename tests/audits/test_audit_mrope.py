@@ -71,6 +71,32 @@ def test_ropeexports_own_qwen_vl_decoders_audit_exact_pair_by_pair(
     assert sorted({i for s in result.sites for i in s["layers"]}) == [0, 1]
 
 
+def test_an_fp16_decomposed_decoders_optimized_graph_is_read_through_the_cast_onnx_runtime_inserts(
+    tiny_checkpoint: Callable[..., Path], tmp_path: Path
+) -> None:
+    """ONNX Runtime's CPU provider has no float16 Where: the decomposed form's Where per axis after its three lookups
+    makes its optimizer cast each float16 table to float32 where it is stored, the lookups reading the cast. The
+    audit of that graph reads through the Cast (before: no rotary site in the optimized graph, exit 2), the tables
+    at float16's bound, as stored. (A Llama fp16 decomposed graph keeps its lookups float16, the Cast after them.)
+    """  # noqa: D205
+    from ropeexport.audits.optimizer import optimize
+
+    ckpt = tiny_checkpoint("qwen3_vl")
+    model = _decoder(tmp_path, ckpt, "decomposed", "fp16")
+    (tmp_path / "optimized").mkdir()
+    saved = onnx.load(str(optimize(model, "all", tmp_path / "optimized")))
+    tables = {t.name for t in saved.graph.initializer if t.name.endswith(("cos_table", "sin_table"))}
+    casts = {o for n in saved.graph.node if n.op_type == "Cast" and n.input[0] in tables for o in n.output}
+    assert tables and casts & {n.input[0] for n in saved.graph.node if n.op_type == "Gather"}  # the case it names
+    result = rx.audit(model, ckpt / "config.json", optimized="all", effects=False)
+    record = result.optimized
+    assert record is not None and record["verdict"] == "exact" and not record["changed"], record
+    read = {i for s in record["sites"] for i in s["layers"]}
+    assert read == {i for s in result.sites for i in s["layers"]} == {0, 1}  # every layer read in what runs
+    assert {p["tolerance"] for s in record["sites"] for p in s["probes"]} == {
+        p["tolerance"] for s in result.sites for p in s["probes"]}  # float16's bound, not float32's  # fmt: skip
+
+
 PARTIAL = {"encoding": "rope", "head_dim": 16, "rotary_dim": 8, "num_heads": 4, "num_kv_heads": 2,
            "max_positions": 256, "mrope_section": [2, 1, 1]}  # fmt: skip
 # (label, checkpoint, form, plant, --spec fields instead of the config, finding, its level, words of its text)

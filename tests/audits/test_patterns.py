@@ -114,3 +114,38 @@ def test_each_pattern_finds_its_form_alone_and_in_the_walk(name: str, make, kind
     walked = find_sites(model, pattern.encoding)
     assert [s.kind for s in walked] == kinds  # no earlier pattern claims it, no later one reports it again
     assert all(s.scope == () and "graph" not in s.to_dict() for s in walked)
+
+
+def _cast_before_lookups(stored: int, to: int) -> Callable[[Path], Path]:
+    """ropeexport's decomposed encoding with its tables stored as ``stored`` and cast to ``to`` before their lookups
+    (what ONNX Runtime's optimizer does to a float16 table read by an operator it has no float16 kernel for).
+    """  # noqa: D205
+    def make(tmp: Path) -> Path:
+        model = onnx.load(str(_own("decomposed", "llama3")(tmp)))
+        for table in [t for t in model.graph.initializer if t.name.endswith(("cos_table", "sin_table"))]:
+            values = numpy_helper.to_array(table).astype(helper.tensor_dtype_to_np_dtype(stored))
+            table.CopyFrom(numpy_helper.from_array(values, table.name))
+            for node in model.graph.node:
+                node.input[:] = [f"{table.name}_cast" if i == table.name else i for i in node.input]
+            model.graph.node.insert(0, helper.make_node("Cast", [table.name], [f"{table.name}_cast"], to=to))
+        onnx.save(model, str(tmp / "cast.onnx"))
+        return tmp / "cast.onnx"
+
+    return make
+
+
+# (stored, cast to, the table read as stored): a widening Cast keeps every value; a narrowing one rounds them, and the
+# stored table is not what the lookups read
+CASTS = [(TensorProto.FLOAT16, TensorProto.FLOAT, True), (TensorProto.FLOAT, TensorProto.FLOAT16, False)]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("stored", "to", "read"), CASTS, ids=["widening", "narrowing"])
+def test_gathered_tables_are_read_through_a_cast_that_keeps_their_values(stored: int, to: int, read: bool,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    model = ir.load(_cast_before_lookups(stored, to)(tmp_path))
+    sites = find_sites(model, "rope")
+    assert [s.kind for s in sites] == ([SiteKind.GATHERED] if read else [])
+    if read:  # the stored initializers, their lookups the readers
+        assert sites[0].cos.endswith("cos_table") and sites[0].sin.endswith("sin_table"), sites[0]
+        assert [n.op_type for n in sites[0].readers] == ["Gather", "Gather"]

@@ -179,6 +179,41 @@ def constant_of(value: ir.Value | None) -> np.ndarray | None:
     return None if tensor is None else np.asarray(tensor.numpy())
 
 
+# Casts that keep every value: ONNX Runtime's CPU provider has no float16 kernel for some operators (Where among
+# them), and its optimizer casts a float16 table to float32 where it is stored (a Cast named
+# ``InsertedPrecisionFreeCast_<table>``), its lookups reading the cast; each (from, to) holds every value of ``from``
+WIDENING = {(ir.DataType.FLOAT16, ir.DataType.FLOAT), (ir.DataType.FLOAT16, ir.DataType.DOUBLE),
+            (ir.DataType.BFLOAT16, ir.DataType.FLOAT), (ir.DataType.BFLOAT16, ir.DataType.DOUBLE),
+            (ir.DataType.FLOAT, ir.DataType.DOUBLE)}  # fmt: skip
+
+
+def stored(value: ir.Value | None) -> ir.Value | None:
+    """The initializer ``value`` holds the values of: itself, or the one a widening Cast of it reads (``WIDENING``:
+    the same values, so the table is the stored one, read in its stored dtype); None when neither.
+    """  # noqa: D205
+    if value is None or value.const_value is not None:
+        return value
+    cast = value.producer()
+    if cast is None or cast.op_type != "Cast" or not cast.inputs:
+        return None
+    source = cast.inputs[0]
+    if source is None or source.const_value is None:
+        return None
+    widened = (source.const_value.dtype, ir.DataType(attr(cast, "to")))
+    return source if widened in WIDENING else None
+
+
+def lookups(table: ir.Value) -> list[ir.Node]:
+    """The Gathers that look rows of the initializer ``table`` up: directly, or through a widening Cast of it."""
+    found = []
+    for use in table.uses():
+        if use.node.op_type == "Gather" and use.idx == 0:
+            found.append(use.node)
+        elif use.node.op_type == "Cast" and stored(use.node.outputs[0]) is table:
+            found += [u.node for u in use.node.outputs[0].uses() if u.node.op_type == "Gather" and u.idx == 0]
+    return found
+
+
 def subgraphs(node: ir.Node) -> Iterable[ir.Graph]:
     """The graphs ``node`` holds in its attributes (an If's branches, a Loop's or Scan's body)."""
     for found in node.attributes.values():

@@ -24,6 +24,7 @@ from ropeexport.audits.patterns.base import (
     index_of,
     model_inputs,
     name_of,
+    stored,
 )
 
 
@@ -86,7 +87,8 @@ def find(graph: ir.Graph, walk: Walk) -> list[Site]:
     """Its sites in ``graph`` (module doc)."""
     by_rows: dict[int, list[Lookup]] = {}  # (gather, its table value, tensor), by the rows they read
     for node in graph:
-        data = node.inputs[0] if node.op_type == "Gather" and node.inputs else None
+        # the table as stored: a widening Cast before the lookup (ONNX Runtime's, ``base.WIDENING``) keeps its values
+        data = stored(node.inputs[0]) if node.op_type == "Gather" and node.inputs else None
         if data is None or data.const_value is None or id(node.outputs[0]) in walk.covered:
             continue
         if len(data.const_value.shape) == 2 and attr(node, "axis") == 0:
