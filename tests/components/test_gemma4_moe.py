@@ -10,7 +10,7 @@ import pytest
 
 from ropeexport.architectures.base import NORMS
 from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch, branch64, route
-from ropeexport.components.mlp import joined
+from ropeexport.components.mlp import activation64, joined
 from ropeexport.components.moe import near_ties
 from ropeexport.components.norm import NormSpec
 from ropeexport.errors import SpecError
@@ -119,3 +119,51 @@ def test_gemma4_moe_spec_refuses_by_field(fields: dict[str, object], words: str)
     with pytest.raises(SpecError) as error:
         Gemma4MoESpec(**(base | fields))  # type: ignore[arg-type]
     assert error.value.field == words
+
+
+def test_ort_cpu_moe_has_no_gated_gelu_expert() -> None:
+    # Why Gemma 4's experts take the portable graph in every form, int4 included (a MatMulNBits per expert, not QMoE):
+    # ONNX Runtime 1.31.1's CPU MoE computes its "gelu" (the tanh form) on fc1 alone, gelu(x W1) W2, and refuses the
+    # fc3 that would gate it (gelu(x W1) * (x W3): Gemma4TextExperts). When this fails, ORT may compute it: measure
+    # it against the twin and let the gqa form take it.
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    x, logits = rng.standard_normal((T, N)).astype(np.float32), rng.standard_normal((T, E)).astype(np.float32)
+    w1, w3 = ((rng.standard_normal((E, M, N)) / 4).astype(np.float32) for _ in range(2))  # [E, m, n]: rows out
+    w2 = (rng.standard_normal((E, N, M)) / 3).astype(np.float32)
+
+    def run(fc3: bool) -> np.ndarray | str:
+        node = helper.make_node("MoE", ["x", "r", "w1", "", "w2", "", *(["w3"] if fc3 else [])], ["y"],
+                                domain="com.microsoft", k=K, activation_type="gelu", normalize_routing_weights=1)
+        weights = [helper.make_tensor(n, TensorProto.FLOAT, v.shape, v.ravel()) for n, v in
+                   (("w1", w1), ("w2", w2), ("w3", w3)) if fc3 or n != "w3"]  # fmt: skip
+        io = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
+        graph = helper.make_graph([node], "moe", [io("x", [T, N]), io("r", [T, E])], [io("y", None)], weights)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                        helper.make_opsetid("com.microsoft", 1)], ir_version=10)
+        try:
+            session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            return session.run(None, {"x": x, "r": logits})[0].astype(np.float64)
+        except Exception as error:  # noqa: BLE001 (the kernel's refusal is what is measured)
+            return str(error)
+
+    def plain64(gated: bool) -> np.ndarray:  # softmax of the k chosen logits, gelu_tanh(x W1) (* x W3) W2
+        out = np.zeros((T, N))
+        for t in range(T):
+            top = np.argsort(-logits[t], kind="stable")[:K]
+            weights = np.exp(logits[t, top] - logits[t, top].max())
+            for e, weight in zip(top, weights / weights.sum(), strict=True):
+                h = activation64("gelu_tanh", x[t] @ w1[e].T.astype(np.float64))
+                h = h * (x[t] @ w3[e].T.astype(np.float64)) if gated else h
+                out[t] += weight * (h @ w2[e].T.astype(np.float64))
+        return out
+
+    plain = run(fc3=False)
+    assert isinstance(plain, np.ndarray)
+    scale = float(np.abs(plain64(False)).max())
+    assert float(np.abs(plain - plain64(False)).max()) <= 1e-6 * scale  # ungated, in GELU's tanh form
+    assert float(np.abs(plain - plain64(True)).max()) > 0.1 * scale
+    gated = run(fc3=True)
+    assert isinstance(gated, str) and "FC3 is not implemented for CPU MoE" in gated, gated

@@ -49,7 +49,7 @@ CASES = [
     ("exaone4", "fp32", "fused", 32, 0, True, "int4-b32"),
     ("olmo3", "fp16", "gqa", 32, 0, True, "int4-b32"),
     ("ministral3", "fp32", "gqa", 16, 0, True, "int4-b16"),
-    # keys as values: one MatMulNBits of q | k on full layers; the mixture's experts a MatMulNBits each (26B-A4B's shape)
+    # keys as values: one MatMulNBits of q | k on full layers; the mixture's experts a MatMulNBits each (26B-A4B)
     ("gemma4-moe", "fp32", "fused", 32, 0, True, "int4-b32"),
     ("gemma4-shared", "fp32", "gqa", 32, 0, True, "int4-b32"),  # shared layers: a MatMulNBits of q alone
 ]
