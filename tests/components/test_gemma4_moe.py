@@ -71,6 +71,17 @@ def test_gemma4_moe_graph_matches_its_twin(dtype: str, opset: int) -> None:
     assert float(np.abs(got - branch64(spec, y, y, w)).max()) > 10 * TOL[dtype] * scale
 
 
+def test_a_flipped_token_takes_its_next_expert_and_near_ties_are_reported() -> None:
+    # the twin's routing as the other mixtures' (``moe.route64``, ``moe.near_ties``): what a verification reads
+    spec, w, (h, y) = _spec(), _weights("fp32"), _hy("fp32")
+    found: list[tuple[int, float]] = []
+    base = branch64(spec, h, y, w, ties=(10.0, found))  # bound 10: every token's margin is within it
+    assert sorted(t for t, _ in found) == list(range(T))
+    flipped = branch64(spec, h, y, w, flips=[3]).reshape(T, N)
+    moved = np.abs(flipped - base.reshape(T, N)).max(axis=-1)
+    assert moved[3] > 1e-3 and np.delete(moved, 3).max() <= 1e-12  # the others as they were (summation order aside)
+
+
 @pytest.mark.parametrize("top_k", [1, 2])
 def test_gemma4_moe_twin_is_transformers_modules(top_k: int) -> None:
     # transformers' Gemma4TextRouter, Gemma4TextExperts (gate_up_proj [E, 2m, n]: gate rows, then up; down_proj
