@@ -394,3 +394,15 @@ def test_a_tiny_model_of_gemma4_26b_keeps_its_mlp_a_whole_number_of_experts_wide
     assert (small["intermediate_size"], small["moe_intermediate_size"]) == (inner, moe)
     ffn = from_config(small, "tiny").layers[0].ffn
     assert (ffn.router, ffn.inner, ffn.shared, ffn.experts) == ("gemma4", moe, 3, 128)
+
+
+@pytest.mark.parametrize("card", ["gemma-4-e2b", "gemma-4-e4b"])
+def test_a_tiny_model_of_gemma4_e2b_e4b_shrinks_its_per_layer_table(card: str) -> None:
+    # the per-layer input embeddings' table has a row per token id (262144 in the cards): a smaller vocabulary shrinks
+    # it too, or a tiny model would hold 262144 x layers x 256 values (2.7 GB at 10 layers, in fp32)
+    from ropeexport.decoder.config import from_config, shrink
+    from ropeexport.presets import get_preset
+
+    small = shrink(dict(get_preset(card).config or {}), hidden_size=512, vocab_size=512)
+    spec = from_config(small, "tiny")
+    assert (spec.vocab_size, spec.per_layer_vocab, spec.per_layer_input) == (512, 512, 256)

@@ -60,6 +60,8 @@ def shrink(
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
             if not (isinstance(out.get(key), int) and out[key] < vocab_size):
                 out[key] = None
+        if out.get("model_type") == "gemma4_text":  # its per-layer table is indexed by the same ids (262144 absent)
+            out["vocab_size_per_layer_input"] = min(int(out.get("vocab_size_per_layer_input") or 2**18), vocab_size)
     if hidden_size is None:
         return out
     new = require_int("hidden_size", hidden_size, 1, 2**17)
