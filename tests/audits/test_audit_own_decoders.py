@@ -30,10 +30,10 @@ from tests.decoder.tiny import CONFIGS, VARIANTS
 # values differ in width). Gemma 3's layers use two encodings and SmolLM3's leave some layers unrotated: each site is
 # checked against the encoding of the layers reading it.
 NO_TENSORRT = ("gemma2", "deepseek_v3")
-CASES = [(name, form) for name in CONFIGS for form in FORMS if not (name in NO_TENSORRT and form == "tensorrt")]
-# Gemma 4 with its mixture beside every MLP (26B-A4B's shape, ``tests.decoder.tiny.VARIANTS``): its rotations read
-# among the router's, the experts' and their norms' nodes, in every form
-CASES += [("gemma4-moe", form) for form in FORMS]
+# Gemma 4 as 26B-A4B's shape (``tests.decoder.tiny.VARIANTS``: the dense tiny gemma4 with the mixture beside every
+# MLP) in place of the dense one: the same rotations, read among the router's, the experts' and their norms' nodes
+CASES = [(name if name != "gemma4" else "gemma4-moe", form) for name in CONFIGS for form in FORMS
+         if not (name in NO_TENSORRT and form == "tensorrt")]  # fmt: skip
 # Fast tier: BLOOM in every form, a RoPE decoder of each site kind the forms make (fused operator, gathered table), and
 # the per-layer decoders (two encodings; layers without RoPE; gpt-oss's sinks, windows and YaRN untruncated) in one
 # form each
