@@ -380,3 +380,29 @@ def test_a_one_layer_model_keeps_its_layers_window() -> None:
     spec = from_config(shrink(config("gemma3_text"), num_layers=1, hidden_size=512, vocab_size=256), "tiny")
     assert spec.layers[0].attention.mask == "sliding" and spec.layers[0].window == 4096
     assert spec.layer_position_spec(0).theta == 1e4
+
+
+@pytest.mark.parametrize(("hidden", "inner", "moe"), [(512, 384, 128), (1024, 768, 256)])
+def test_a_tiny_model_of_gemma4_26b_keeps_its_mlp_a_whole_number_of_experts_wide(hidden: int, inner: int,
+                                                                                  moe: int) -> None:  # fmt: skip
+    # the 26B-A4B card's MLP is 3 experts wide (2112 = 3 x 704): shrunk apart, the two widths would round apart and the
+    # decoder refuse the config (its MLP is written as n_shared_experts x moe_intermediate_size)
+    from ropeexport.decoder.config import from_config, shrink
+    from ropeexport.presets import get_preset
+
+    small = shrink(dict(get_preset("gemma-4-26b-a4b").config or {}), num_layers=6, hidden_size=hidden)
+    assert (small["intermediate_size"], small["moe_intermediate_size"]) == (inner, moe)
+    ffn = from_config(small, "tiny").layers[0].ffn
+    assert (ffn.router, ffn.inner, ffn.shared, ffn.experts) == ("gemma4", moe, 3, 128)
+
+
+@pytest.mark.parametrize("card", ["gemma-4-e2b", "gemma-4-e4b"])
+def test_a_tiny_model_of_gemma4_e2b_e4b_shrinks_its_per_layer_table(card: str) -> None:
+    # the per-layer input embeddings' table has a row per token id (262144 in the cards): a smaller vocabulary shrinks
+    # it too, or a tiny model would hold 262144 x layers x 256 values (2.7 GB at 10 layers, in fp32)
+    from ropeexport.decoder.config import from_config, shrink
+    from ropeexport.presets import get_preset
+
+    small = shrink(dict(get_preset(card).config or {}), hidden_size=512, vocab_size=512)
+    spec = from_config(small, "tiny")
+    assert (spec.vocab_size, spec.per_layer_vocab, spec.per_layer_input) == (512, 512, 256)

@@ -50,6 +50,12 @@ EXPECTED = {
                     "mrope_section": [24, 20, 20], "mrope_interleaved": True, "max_positions": 262144},
     "gemma-4-31b": {"num_heads": 32, "num_kv_heads": 4, "head_dim": 512, "theta": 1000000.0,
                     "scaling": "proportional", "max_positions": 262144},
+    "gemma-4-26b-a4b": {"num_heads": 16, "num_kv_heads": 2, "head_dim": 512, "theta": 1000000.0,
+                        "scaling": "proportional", "max_positions": 262144},
+    "gemma-4-e2b": {"num_heads": 8, "num_kv_heads": 1, "head_dim": 512, "theta": 1000000.0,
+                    "scaling": "proportional", "max_positions": 131072},
+    "gemma-4-e4b": {"num_heads": 8, "num_kv_heads": 2, "head_dim": 512, "theta": 1000000.0,
+                    "scaling": "proportional", "max_positions": 131072},
     # vision towers' 2-D RoPE: 1024 / 16 patches a side; Qwen's head_dim 1280 / 16
     "pixtral-12b-vision": {"encoding": "vision_rope", "axis_frequencies": "even-odd", "head_dim": 64, "num_heads": 16,
                            "max_positions": 64, "theta": 10000.0},
@@ -135,3 +141,44 @@ def test_a_text_decoder_card_resolves_to_its_layers(name: str, groups: list, axe
     for layers, geometry, window, k_eq_v in groups:
         assert {(spec.layers[i].geometry, spec.layers[i].window, spec.layers[i].attention.k_eq_v) for i in layers} == {
             (geometry, window, k_eq_v)}
+
+
+GEMMA4_CARDS = ["gemma-4-31b", "gemma-4-26b-a4b", "gemma-4-e2b", "gemma-4-e4b"]
+
+
+@pytest.mark.parametrize("name", GEMMA4_CARDS)
+def test_a_gemma4_card_is_read_as_transformers_reads_its_config(name: str) -> None:
+    # transformers 5.23's own reading of the card's config: Gemma4TextConfig, and each decoder layer built on the meta
+    # device (no weights) with its attention's head_dim, key/value heads, window, values off the keys and sharing, its
+    # MLP's width (twice under use_double_wide_mlp on a shared layer) and the mixture beside it
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.gemma4 import configuration_gemma4, modeling_gemma4
+
+    from ropeexport.decoder.build import DecoderRequest, resolve
+
+    fields = {k: v for k, v in (get_preset(name).config or {}).items() if k != "model_type"}
+    config = configuration_gemma4.Gemma4TextConfig(**fields)
+    spec, _ = resolve(DecoderRequest(preset=name))
+    assert (spec.num_layers, spec.hidden_size, spec.vocab_size) == (config.num_hidden_layers, config.hidden_size,
+                                                                     config.vocab_size)  # fmt: skip
+    assert spec.final_softcap == config.final_logit_softcapping and spec.norm_eps == config.rms_norm_eps
+    assert spec.per_layer_input == (config.hidden_size_per_layer_input or 0)
+    if spec.per_layer_input:
+        assert spec.per_layer_vocab == config.vocab_size_per_layer_input
+    for i, layer in enumerate(spec.layers):
+        with torch.device("meta"):
+            theirs = modeling_gemma4.Gemma4TextDecoderLayer(config, i)
+        attention, a = theirs.self_attn, layer.attention
+        assert a.head_dim == attention.head_dim and a.num_heads == config.num_attention_heads, i
+        assert a.num_kv_heads == config.num_attention_heads // attention.num_key_value_groups, i
+        assert layer.window == (attention.sliding_window or 0) and a.k_eq_v == attention.use_alternative_attention, i
+        assert (a.kv_from is not None) == attention.is_kv_shared_layer, i
+        ffn = layer.ffn
+        dense = ffn.shared * ffn.inner if ffn.router == "gemma4" else ffn.inner
+        assert dense == theirs.mlp.intermediate_size, i
+        assert (ffn.router == "gemma4") == theirs.enable_moe_block, i
+        if theirs.enable_moe_block:
+            experts = theirs.experts
+            assert (ffn.experts, ffn.inner) == (experts.num_experts, experts.intermediate_dim), i
+            assert ffn.top_k == theirs.router.config.top_k_experts, i

@@ -58,8 +58,9 @@ FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (g
 # correction bias, the k best among the ``topk_group`` best of ``n_group`` groups (``components.moe.GroupedRouter``),
 # its experts gated SiLU MLPs beside ``n_shared_experts`` shared ones; ``topk_sigmoid`` Llama 4's: each of the k
 # chosen experts fed the token times the sigmoid of its logit (gated experts without biases), beside at most one
-# shared gated expert as wide as an expert (``n_shared_experts`` 0 or 1).
-ROUTERS = ("topk_softmax", "softmax_topk", "grouped", "topk_sigmoid")
+# shared gated expert as wide as an expert (``n_shared_experts`` 0 or 1); ``gemma4`` Gemma 4's (``gemma4_moe``):
+# topk_softmax of its own norm of the residual, times a per-expert scale, beside the dense MLP (n_shared_experts x m).
+ROUTERS = ("topk_softmax", "softmax_topk", "grouped", "topk_sigmoid", "gemma4")
 # A mixture's experts, by what each computes: ``clamped_swiglu`` gpt-oss's (biases, a gain and a clamp); ``gated``
 # the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE, DeepSeek V3), biases only with
 # ``mlp_bias``.
@@ -239,7 +240,7 @@ class FeedForward:
         if self.router == "grouped":
             self._check_grouped()
             return
-        if self.router == "topk_sigmoid":
+        if self.router in ("topk_sigmoid", "gemma4"):
             self._check_sigmoid()
             return
         named = next((n for n, v in zip(GROUPED, values[5:], strict=True) if v), None)
@@ -262,18 +263,21 @@ class FeedForward:
 
     def _check_sigmoid(self) -> None:
         """Llama 4's router (``components.moe``'s ``topk_sigmoid``): gated experts without biases (an unchosen
-        expert is fed 0 and must give 0), no groups, at most one shared expert (``Llama4TextMoe.shared_expert``).
+        expert is fed 0 and must give 0), no groups, at most one shared expert (``Llama4TextMoe.shared_expert``); Gemma
+        4's (``gemma4``) the same, its dense MLP at least one expert's width (``components.gemma4_moe``).
         """  # noqa: D205
         object.__setattr__(self, "expert", "gated")
         if self.bias:
-            raise SpecError("mlp_bias", "must be false: a topk_sigmoid router feeds the unchosen experts 0, which "
-                            "only experts without biases turn into 0")  # fmt: skip
+            raise SpecError("mlp_bias", f"must be false: a {self.router} router's experts have no biases (an "
+                            "unchosen one must give 0)")  # fmt: skip
         for name, value in (("swiglu_alpha", self.swiglu_alpha), ("swiglu_limit", self.swiglu_limit),
                             ("n_group", self.groups), ("topk_group", self.topk_group),
                             ("norm_topk_prob", self.norm_topk_prob), ("routed_scaling_factor", self.scaling)):
             if value:
-                raise SpecError(name, f"must be 0 (or false): a topk_sigmoid router has none, got {value!r}")
-        object.__setattr__(self, "shared", require_int("n_shared_experts", self.shared, 0, 1))
+                raise SpecError(name, f"must be 0 (or false): a {self.router} router has none, got {value!r}")
+        gemma = self.router == "gemma4"  # its dense MLP (n_shared_experts x inner wide) beside the experts, always
+        shared = require_int("n_shared_experts", self.shared, int(gemma), 2**10 if gemma else 1)
+        object.__setattr__(self, "shared", shared)
 
     def _check_grouped(self) -> None:
         """DeepSeek V3's router's fields (``components.moe.GroupedRouter``'s checks, under the config's key names).

@@ -18,7 +18,7 @@ MULTI_AXIS = ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
 ONE_AXIS = "the Qwen-VL text decoders (qwen2_vl, qwen2_5_vl, qwen3_vl: their checkpoints' text models)"
 # transformers' keys for the experts of a mixture, and the model types whose mixtures are built (``components.moe``)
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
-MIXTURES = ("gpt_oss", "qwen3_moe", "llama4_text", "deepseek_v3")
+MIXTURES = ("gpt_oss", "qwen3_moe", "llama4_text", "deepseek_v3", "gemma4_text")
 LATENT = "deepseek_v3"  # the model type whose multi-head latent attention is built (DeepSeek V3, Kimi K2)
 
 

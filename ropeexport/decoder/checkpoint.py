@@ -65,7 +65,8 @@ def _sources(spec: DecoderSpec) -> dict[str, str]:
     out |= {key: canonical for canonical, key in arch.names.items() if "{i}" not in canonical}
     fused = {"qkv_proj": ("q_proj",), "qkv_bias": ("q_bias",), "gate_up_proj": ("gate_proj",),
              "experts_gate_up_proj": ("experts_gate_proj",), "experts_gate_up_bias": ("experts_gate_bias",),
-             "experts_gate_up_halves": ("experts_gate_proj",)}
+             "experts_gate_up_halves": ("experts_gate_proj",), "experts_gate_up_rows": ("experts_gate_proj",),
+             "experts_down_rows": ("experts_down_proj",)}
 
     def needed(canonical: str) -> bool:
         canonical = canonical.partition(EXPERT)[0]
@@ -100,6 +101,11 @@ def _split(spec: DecoderSpec, canonical: str, value: np.ndarray) -> dict[str, np
     if base == "experts_gate_up_halves":  # Llama 4: [E, n, 2m], the gate's m columns, then the up's (gate_up.chunk(2))
         gate, up = np.split(value, 2, axis=-1)
         return {f"{stem}experts_gate_proj": gate, f"{stem}experts_up_proj": up}
+    if base == "experts_gate_up_rows":  # Gemma 4: [E, 2m, n] ([out, in] per expert), the gate's m rows, then the up's
+        gate, up = np.split(value.transpose(0, 2, 1), 2, axis=-1)
+        return {f"{stem}experts_gate_proj": gate, f"{stem}experts_up_proj": up}
+    if base == "experts_down_rows":  # Gemma 4: [E, n, m] ([out, in] per expert)
+        return {f"{stem}experts_down_proj": value.transpose(0, 2, 1)}
     if base.startswith("experts_"):  # stored [E, in, out] (and [E, out]) as the graph reads them
         return {canonical: value}
     return {canonical: value.T if value.ndim == 2 and canonical not in EMBEDDINGS else value}
@@ -125,6 +131,8 @@ def _fused_shape(spec: DecoderSpec, canonical: str) -> tuple[int, ...]:
     E = ffn.experts
     if base in ("experts_gate_up_proj", "experts_gate_up_halves"):
         return (E, hidden, 2 * inner)
+    if base in ("experts_gate_up_rows", "experts_down_rows"):  # Gemma 4's, [out, in] per expert
+        return (E, 2 * inner, hidden) if base == "experts_gate_up_rows" else (E, hidden, inner)
     if base == "experts_gate_up_bias":
         return (E, 2 * inner)
     shape = expected(spec)[canonical]
@@ -376,8 +384,10 @@ def _split_names(spec: DecoderSpec, group: str) -> tuple[str, ...]:
     if base in ("experts_gate_up_proj", "experts_gate_up_bias"):  # gpt-oss's interleaved gate and up
         kind = base.rpartition("_")[2]
         return (f"{stem}experts_gate_{kind}", f"{stem}experts_up_{kind}")
-    if base == "experts_gate_up_halves":  # Llama 4's gate columns, then up
+    if base in ("experts_gate_up_halves", "experts_gate_up_rows"):  # Llama 4's gate columns, then up; Gemma 4's rows
         return (f"{stem}experts_gate_proj", f"{stem}experts_up_proj")
+    if base == "experts_down_rows":
+        return (f"{stem}experts_down_proj",)
     return (group,)
 
 
@@ -453,6 +463,11 @@ def to_transformers(spec: DecoderSpec, weights: Mapping[str, np.ndarray]) -> dic
             value = np.stack([gate, up], axis=-1).reshape(*gate.shape[:-1], 2 * gate.shape[-1])
         elif base == "experts_gate_up_halves":  # Llama 4: gate columns, then up
             value = np.concatenate([weights[f"{stem}experts_gate_proj"], weights[f"{stem}experts_up_proj"]], axis=-1)
+        elif base == "experts_gate_up_rows":  # Gemma 4: [E, 2m, n], gate rows, then up
+            both = [weights[f"{stem}experts_{p}_proj"].transpose(0, 2, 1) for p in ("gate", "up")]
+            value = np.concatenate(both, axis=1)
+        elif base == "experts_down_rows":
+            value = weights[f"{stem}experts_down_proj"].transpose(0, 2, 1)
         elif base.startswith("experts_"):
             value = weights[canonical]
         else:

@@ -38,7 +38,8 @@ def shrink(
 ) -> dict[str, Any]:
     """A copy of ``config`` with fewer layers, a narrower width or a smaller vocabulary (a tiny model of a real
     config): head_dim kept, heads = hidden_size / head_dim, the query-per-KV-head ratio kept (at least one KV head),
-    the MLP scaled by the same factor. The positional encoding's schedule is untouched.
+    the MLP scaled by the same factor (Gemma 4's experts too, its MLP kept a whole number of them wide). The
+    positional encoding's schedule is untouched.
     """  # noqa: D205
     out: dict[str, Any] = copy.deepcopy(dict(config))
     wrapper = out.get("model_type")
@@ -59,6 +60,8 @@ def shrink(
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
             if not (isinstance(out.get(key), int) and out[key] < vocab_size):
                 out[key] = None
+        if out.get("model_type") == "gemma4_text":  # its per-layer table is indexed by the same ids (262144 absent)
+            out["vocab_size_per_layer_input"] = min(int(out.get("vocab_size_per_layer_input") or 2**18), vocab_size)
     if hidden_size is None:
         return out
     new = require_int("hidden_size", hidden_size, 1, 2**17)
@@ -79,9 +82,14 @@ def shrink(
                 kv -= 1
             out[kv_key] = kv
     out[hidden_key], out[heads_key] = new, new_heads
-    for key in ("intermediate_size", "n_inner"):
+    moe, inner = out.get("moe_intermediate_size"), out.get("intermediate_size")
+    # Gemma 4's mixture: its MLP a whole number of experts wide (``components.gemma4_moe``), a ratio kept as it shrinks
+    ratio = int(inner) // int(moe) if out.get("enable_moe_block") and moe and inner and not int(inner) % int(moe) else 0
+    for key in ("intermediate_size", "n_inner", *(("moe_intermediate_size",) if ratio else ())):
         if out.get(key):
             out[key] = max(1, round(int(out[key]) * new / old))
+    if ratio:
+        out["intermediate_size"] = ratio * int(out["moe_intermediate_size"])
     return out
 
 

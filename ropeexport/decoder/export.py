@@ -29,6 +29,7 @@ from onnx import TensorProto, helper
 from ropeexport.architectures.sharing import cached_layers
 from ropeexport.components import MICROSOFT, qmoe
 from ropeexport.components.attention.graph import SHARED, attention
+from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch
 from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import Packed, WeightFormat, gather, is_weight, joined_columns, linear
@@ -140,7 +141,8 @@ def build_decoder_graph(
             return g.const(name, round_once(values, "fp32"))
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
 
-    def feedforward(mlp_of: MLPSpec | MoESpec | SharedMoESpec, y: str, w: Mapping[str, str]) -> str:
+    def feedforward(mlp_of: MLPSpec | MoESpec | SharedMoESpec | Gemma4MoESpec, y: str, w: Mapping[str, str]) -> str:
+        assert not isinstance(mlp_of, Gemma4MoESpec)  # a sandwich layer's branch (``gemma4_moe.branch``)
         if isinstance(mlp_of, SharedMoESpec) and qmoe.holds(g, w["experts_gate_up_proj"]):  # its experts in QMoE
             return grouped_qmoe(g, mlp_of.router, mlp_of.dtype, y, w)
         if isinstance(mlp_of, SharedMoESpec):  # DeepSeek's grouped router and shared experts
@@ -177,7 +179,8 @@ def build_decoder_graph(
             arrays = to_graph(mlp_of, arrays)
         elif qmoe_held:  # DeepSeek's experts as QMoE stores them
             arrays = interleaved(arrays)
-        elif isinstance(mlp_of, SharedMoESpec):  # gate | up columns [E, n, 2m], as ``moe.shared_moe`` reads them
+        elif isinstance(mlp_of, (SharedMoESpec, Gemma4MoESpec)):  # gate | up columns [E, n, 2m], as read
+            pair = ("gate_proj", "up_proj") if isinstance(mlp_of, Gemma4MoESpec) else ()  # Gemma 4's dense MLP
             arrays = {k: v for k, v in arrays.items() if k not in ("experts_gate_proj", "experts_up_proj")} | {
                 "experts_gate_up_proj": np.concatenate([arrays["experts_gate_proj"], arrays["experts_up_proj"]], -1)}
         elif mlp_of.kind == "gated":
@@ -220,7 +223,9 @@ def build_decoder_graph(
         if layer.residual == "sandwich":  # Gemma: each branch normed on its way in and on its way out
             attended = norm(g, norm_of, out["output"], w["norm2.weight"], None, opset)
             h, y = normed(h, attended, w, "norm3")
-            pending = norm(g, norm_of, feedforward(mlp_of, y, w), w["norm4.weight"], None, opset)
+            # Gemma 4's mixture beside its MLP reads the residual stream h as well (``gemma4_moe``)
+            mixed = branch(g, mlp_of, h, y, w, opset) if isinstance(mlp_of, Gemma4MoESpec) else None
+            pending = norm(g, norm_of, mixed or feedforward(mlp_of, y, w), w["norm4.weight"], None, opset)
         elif layer.residual == "sequential":
             h, y = normed(h, out["output"], w, "norm2")
             pending = feedforward(mlp_of, y, w)

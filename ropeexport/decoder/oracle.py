@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from ropeexport.components.attention.float64 import Bias64, Rotate64, attention64
+from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch64
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.latent.float64 import latent64
 from ropeexport.components.linear import is_weight, linear64
-from ropeexport.components.mlp import mlp64
-from ropeexport.components.moe import MoESpec, SharedMoESpec, moe64, shared_moe64
+from ropeexport.components.mlp import MLPSpec, mlp64
+from ropeexport.components.moe import SharedMoESpec, moe64, shared_moe64
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import (
@@ -230,12 +231,17 @@ def decoders_float64(
     mlps = [mlp_spec(spec, i) for i in range(spec.num_layers)]
     routings = list(routings) if routings is not None else [None] * len(feeds)
 
-    def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None) -> np.ndarray:
-        mlp_of = mlps[layer]
-        if not isinstance(mlp_of, (MoESpec, SharedMoESpec)):
+    def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None,
+                    h: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        mlp_of = mlps[layer]  # h: the residual stream, which Gemma 4's mixture reads beside y (``gemma4_moe``)
+        if isinstance(mlp_of, MLPSpec):
             return mlp64(mlp_of, y, w)
-        mixed = (lambda *a: shared_moe64(mlp_of.router, *a)) if isinstance(mlp_of, SharedMoESpec) else (  # noqa: E731
-            lambda *a: moe64(mlp_of, *a))  # fmt: skip
+        if isinstance(mlp_of, Gemma4MoESpec):
+            assert h is not None  # a sandwich layer's (the only residual form Gemma 4 has)
+            mixed = lambda y, w, *a: branch64(mlp_of, h, y, w, *a)  # noqa: E731
+        else:
+            mixed = (lambda *a: shared_moe64(mlp_of.router, *a)) if isinstance(mlp_of, SharedMoESpec) else (  # noqa: E731
+                lambda *a: moe64(mlp_of, *a))  # fmt: skip
         if routing is None:
             return mixed(y, w)
         t = y.shape[1]  # a token's flat index: row x t + slot
@@ -286,7 +292,7 @@ def decoders_float64(
             if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)
-                h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j]), w, "norm4")
+                h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j], h), w, "norm4")
                 seen(j, Stage(i, "mlp"), h)
             elif layer.residual == "post":
                 h = h + normed(attended, w, "norm2")

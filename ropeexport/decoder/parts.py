@@ -18,6 +18,7 @@ from ropeexport.architectures.sharing import sharing_modes
 from ropeexport.catalog import recipe_for
 from ropeexport.components import qmoe
 from ropeexport.components.attention import AttentionSpec
+from ropeexport.components.gemma4_moe import Gemma4MoESpec
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
@@ -53,13 +54,17 @@ def norm_spec(spec: DecoderSpec) -> NormSpec:
     return NormSpec(kind, spec.norm_eps, spec.dtype, offset=offset, wide=wide)
 
 
-def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec:
+def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec | Gemma4MoESpec:
     """Layer i's feed-forward: gated or plain with its activation and inner width; a mixture of experts computed by
     ONNX Runtime's MoE kernel in the gqa form (its contrib form; int4: QMoE where ``qmoe.fits``, ``components.qmoe``),
     by ONNX ops elsewhere (int4: one MatMulNBits per expert, ``linear``); DeepSeek's grouped router
-    with its shared experts (``SharedMoESpec``), by ONNX ops in every form (int4 experts in QMoE: ``in_qmoe``).
+    with its shared experts (``SharedMoESpec``), by ONNX ops in every form (int4 experts in QMoE: ``in_qmoe``);
+    Gemma 4's mixture beside its MLP (``Gemma4MoESpec``), by ONNX ops in every form (int4: a MatMulNBits per expert).
     """  # noqa: D205
     ffn = spec.layers[i].ffn
+    if ffn.router == "gemma4":
+        return Gemma4MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.shared * ffn.inner, spec.hidden_size, ffn.act,
+                             norm_spec(spec), spec.dtype)  # fmt: skip
     if ffn.router == "grouped":  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
         router = GroupedRouter(ffn.experts, ffn.top_k, ffn.groups, ffn.topk_group, ffn.norm_topk_prob, ffn.scaling)
         return SharedMoESpec(router, ffn.inner, ffn.shared * ffn.inner, spec.dtype)

@@ -122,6 +122,15 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
                 out |= {f"{p}shared_gate_proj": (n, shared), f"{p}shared_up_proj": (n, shared),
                         f"{p}shared_down_proj": (shared, n)}  # fmt: skip
             continue
+        if ffn.router == "gemma4":  # the dense MLP, the router, the experts and their norms (``gemma4_moe``)
+            E, n, m, dense = ffn.experts, hidden, inner, ffn.shared * inner
+            out |= {f"{p}gate_proj": (n, dense), f"{p}up_proj": (n, dense), f"{p}down_proj": (dense, n),
+                    f"{p}router_proj": (n, E), f"{p}router_scale": (n,), f"{p}router_expert_scale": (E,),
+                    f"{p}experts_gate_proj": (E, n, m), f"{p}experts_up_proj": (E, n, m),
+                    f"{p}experts_down_proj": (E, m, n)}  # fmt: skip
+            for slot in ("post_mlp_norm", "pre_experts_norm", "post_experts_norm"):
+                norm(f"{p}{slot}")
+            continue
         if ffn.kind == "moe":
             E, n, m = ffn.experts, hidden, inner
             out |= {f"{p}router_proj": (n, E), f"{p}router_bias": (E,), f"{p}experts_gate_proj": (E, n, m),
@@ -174,7 +183,7 @@ def seeded_weights(spec: DecoderSpec) -> dict[str, np.ndarray]:
     for name, shape in expected(spec).items():
         if name in ("embed", "embed_per_layer") or name.endswith("sinks"):  # a sink is a logit: of the logits' order
             values = rng.standard_normal(shape)
-        elif name.endswith((".weight", "_norm", "layer_scalar")):  # a norm's scale, a layer's output scale
+        elif name.endswith((".weight", "_norm", "layer_scalar", "_scale")):  # a norm's scale, a layer's or router's
             values = 1.0 + 0.1 * rng.standard_normal(shape)
         elif "bias" in name or name.endswith("_correction"):  # DeepSeek's router correction is a bias too
             values = 0.1 * rng.standard_normal(shape)

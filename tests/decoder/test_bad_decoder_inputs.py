@@ -61,6 +61,7 @@ GEMMA4 = {"model_type": "gemma4_text", "num_key_value_heads": 2, "head_dim": 8, 
           "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
                               "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                  "rope_theta": 1e6}}}  # fmt: skip
+GEMMA4_MOE = {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}
 GEMMA4_TWO = {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"], "global_head_dim": None}
 # A tiny DeepSeek V3 config's own keys (with _config's sizes): 8 experts in 2 groups, 2 a token, a query LoRA.
 DEEPSEEK = {"model_type": "deepseek_v3", "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
@@ -250,8 +251,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("Gemma 4's shared full layer with no full layer before it",
      lambda t: _config(t, **(GEMMA4 | GEMMA4_TWO), num_kv_shared_layers=1),
      "num_kv_shared_layers: 1 leaves no layer before layer 1 of type 'full_attention'"),
-    ("Gemma 4's experts", lambda t: _config(t, **GEMMA4, enable_moe_block=True),
-     "enable_moe_block: is True: Gemma 4's mixture of experts"),
+    ("Gemma 4's experts without their count", lambda t: _config(t, **(GEMMA4 | GEMMA4_MOE | {"num_experts": None})),
+     "num_experts: must be a whole number >= 1 with enable_moe_block, got None"),
+    ("Gemma 4 choosing more experts than it has", lambda t: _config(t, **(GEMMA4 | GEMMA4_MOE | {"top_k_experts": 5})),
+     "top_k_experts: must be at most num_experts (4), got 5"),
+    ("Gemma 4's MLP not a whole number of experts wide",
+     lambda t: _config(t, **(GEMMA4 | GEMMA4_MOE | {"moe_intermediate_size": 20})),
+     "intermediate_size: 48 is not a multiple of moe_intermediate_size (20)"),
     ("Gemma 4's global_head_dim against per_layer_config",
      lambda t: _config(t, **(GEMMA4 | {"global_head_dim": 32}), per_layer_config={"0": {"head_dim": 16}}),
      "global_head_dim: (32) contradicts per_layer_config's full layers' head_dim (16)"),

@@ -49,8 +49,8 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("qwen3_moe", "gqa"),  # qwen3_moe-norm's routing in ORT's MoE: tests/components/test_moe.py (CI time)
     ("ministral3", "gqa"),
     # Gemma 4: two head geometries (8 sliding, 16 full), keys as values, v_norm, layer_scalar, in the contrib form
-    # (GroupQueryAttention per layer) and written out (decomposed)
-    ("gemma4", "gqa"),
+    # (GroupQueryAttention per layer; 26B-A4B's shape: with the mixture beside every MLP) and written out (decomposed)
+    ("gemma4-moe", "gqa"),
     ("gemma4", "decomposed"),
     # Gemma 4's shared key/value layers: layers 2 and 3 attend over layers 0's and 1's keys and values, no cache; in
     # the fused form beside per-layer input embeddings (E2B / E4B's shape: both at once)
@@ -123,7 +123,7 @@ FP16 = [
     ("olmo3", "gqa"),
     ("qwen3_moe", "gqa"),
     ("ministral3", "gqa"),
-    ("gemma4", "gqa"),
+    ("gemma4-moe", "gqa"),  # Gemma 4 with its mixture (26B-A4B's shape)
     ("gemma4-shared", "gqa"),
     ("deepseek_v3", "gqa"),
     ("llama4", "gqa"),

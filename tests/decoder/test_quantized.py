@@ -49,7 +49,8 @@ CASES = [
     ("exaone4", "fp32", "fused", 32, 0, True, "int4-b32"),
     ("olmo3", "fp16", "gqa", 32, 0, True, "int4-b32"),
     ("ministral3", "fp32", "gqa", 16, 0, True, "int4-b16"),
-    ("gemma4", "fp32", "fused", 32, 0, True, "int4-b32"),  # keys as values: one MatMulNBits of q | k on full layers
+    # keys as values: one MatMulNBits of q | k on full layers; the mixture's experts a MatMulNBits each (26B-A4B)
+    ("gemma4-moe", "fp32", "fused", 32, 0, True, "int4-b32"),
     ("gemma4-shared", "fp32", "gqa", 32, 0, True, "int4-b32"),  # shared layers: a MatMulNBits of q alone
 ]
 
@@ -92,12 +93,15 @@ def test_int4_decoders_are_faithful_and_report_their_cost_apart(
     model = onnx.load(str(result.path / "model.onnx"), load_external_data=False)
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     layers = spec["num_layers"]
-    # qkv, o, gate | up, down per layer; lm_head, a tied one too (Gemma: the embedding's transpose in int4, the
-    # embedding gathered from its very bytes): no float MatMul over the vocabulary (half a 1B decode step)
-    assert len(nbits) == 4 * layers + 1
+    # qkv, o, gate | up, down per layer (and each expert's gate | up and down); lm_head, a tied one too (Gemma: the
+    # embedding's transpose in int4, the embedding gathered from its very bytes): no float MatMul over the vocabulary
+    # (half a 1B decode step); a router's projection stays in the dtype (``linear.is_weight``)
+    experts = sum(int(layer.get("num_experts") or 0) for layer in spec.get("layers", []))
+    assert len(nbits) == 4 * layers + 2 * experts + 1
     tied = bool(spec.get("tie_embeddings"))
     assert spec.get("tied_head_int4", False) is tied and spec.get("tied_embedding_int4", False) is tied
-    assert not any(n.op_type == "MatMul" and "proj" in "".join(n.input) for n in model.graph.node)
+    floats = [n for n in model.graph.node if n.op_type == "MatMul" and "proj" in "".join(n.input)]
+    assert all("router_proj" in "".join(n.input) for n in floats), [n.input for n in floats]
     assert all({a.name: a.i for a in n.attribute}["block_size"] == block for n in nbits)
     assert all({a.name: a.i for a in n.attribute}.get("accuracy_level", 0) == level for n in nbits)
     (gathers,) = [n for n in model.graph.node if n.op_type.startswith("Gather") and n.input[1] == "input_ids"]

@@ -53,8 +53,9 @@ CASES = {
     "qwen3-moe-to-the-end": ("qwen3_moe", "gqa", 7, 237, 12),  # dense and sparse layers, ORT's MoE; reaches 255
     # the query scale's step at 128 crossed while decoding (and YaRN's switch at 64 behind it)
     "ministral3-query-step": ("ministral3", "gqa", 7, 117, 16),
-    # two cache geometries (head_dim 8 sliding, 16 full, one key/value head there), windows of 6; reaches 255
-    "gemma4-to-the-end": ("gemma4", "gqa", 7, 237, 12),
+    # two cache geometries (head_dim 8 sliding, 16 full, one key/value head there), windows of 6, the mixture beside
+    # every MLP (26B-A4B's shape); reaches 255
+    "gemma4-moe-to-the-end": ("gemma4-moe", "gqa", 7, 237, 12),
     # shared key/value layers: the served cache holds layers 0 and 1 only, layers 2 and 3 read theirs in place
     "gemma4-shared-to-the-end": ("gemma4-shared", "gqa", 7, 237, 12),
     # latent attention (keys 16 wide, values 8: cached padded to 16 in the gqa form), YaRN's far end; reaches 255

@@ -181,6 +181,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # the 96 tokens)
     "gemma4-ple": ("gemma4_text", {**CONFIGS["gemma4"][1], "num_kv_shared_layers": 2, "use_double_wide_mlp": True,
                                    "hidden_size_per_layer_input": 4, "vocab_size_per_layer_input": 96}),
+    # Gemma 4 26B-A4B's shape, shrunk: gemma4 with the mixture beside every layer's MLP (enable_moe_block): 4 experts
+    # 16 wide, 2 a token (the MLP 48 wide: 3 x 16, as 26B-A4B's 2112 is 3 x 704)
+    "gemma4-moe": ("gemma4_text", {**CONFIGS["gemma4"][1], "enable_moe_block": True, "num_experts": 4,
+                                   "top_k_experts": 2, "moe_intermediate_size": 16}),
 }  # fmt: skip
 
 

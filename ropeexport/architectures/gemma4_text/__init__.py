@@ -19,9 +19,14 @@ Per-layer input embeddings (``hidden_size_per_layer_input`` > 0, 256 when absent
 small input from its own token table and a projection of the embeddings, added after its feed-forward
 (``decoder.per_layer``; ``per_layer_input`` / ``per_layer_vocab`` in decoder.json).
 
-Refused by their keys (not built; each one line, exit 2): the mixture of experts
-(``enable_moe_block``), bidirectional attention (``use_bidirectional_attention: all``), and a ``layer_types`` whose
-last layer is not full (transformers forces it full: the config would say two things).
+The mixture of experts beside the MLP (``enable_moe_block``: 26B-A4B): on every layer, ``num_experts`` gated experts
+``moe_intermediate_size`` wide, ``top_k_experts`` a token, routed by ``Gemma4TextRouter`` from the residual stream,
+with their own norms (``components.gemma4_moe``; the layer's ``router`` ``gemma4``, its dense MLP written as
+``n_shared_experts`` x ``moe_intermediate_size``: an ``intermediate_size`` that is not a multiple of it is refused).
+
+Refused by their keys (not built; each one line, exit 2): bidirectional attention
+(``use_bidirectional_attention: all``), and a ``layer_types`` whose last layer is not full (transformers forces it
+full: the config would say two things).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -35,12 +40,9 @@ from ropeexport.architectures.gemma3_text import ARCHITECTURE as GEMMA3
 from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.errors import SpecError
 
-# key -> what it is (on when truthy): Gemma4TextConfig's fields ropeexport does not build (a key absent takes the
-# config class's default).
-UNBUILT = {
-    "enable_moe_block": "Gemma 4's mixture of experts beside the MLP (router, experts, their norms) is not built",
-}
-DEFAULTS = {"enable_moe_block": False}
+# Gemma4TextConfig's mixture keys (``enable_moe_block``), each read as the decoder's layer field it gives
+MOE = (("num_experts", "num_experts"), ("top_k_experts", "experts_per_token"),
+       ("moe_intermediate_size", "intermediate_size"))  # fmt: skip
 # Gemma4TextConfig's per-layer input embeddings: (its key, the config class's default, the decoder's field)
 PER_LAYER = (("hidden_size_per_layer_input", 256, "per_layer_input"),
              ("vocab_size_per_layer_input", 262144, "per_layer_vocab"))  # fmt: skip
@@ -51,11 +53,6 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dic
     scaling``; Gemma 3's ``query_pre_attn_scalar`` is not read, as transformers' Gemma 4 never reads it), and its
     unbuilt features refused by their keys (module doc).
     """  # noqa: D205
-    for key, what in UNBUILT.items():
-        value = config[key] if key in config else DEFAULTS[key]  # null: off, as the modeling code's ``if`` reads it
-        if value:
-            shown = repr(value) if key in config else f"absent, so the config class's default {value!r}"
-            raise SpecError(f"{where}: {key}", f"is {shown}: {what}")
     if config.get("use_bidirectional_attention") == "all":
         raise SpecError(f"{where}: use_bidirectional_attention", "is 'all': bidirectional attention (no causal mask) "
                         "is not built; a decoder is causal")  # fmt: skip
@@ -98,7 +95,34 @@ def changes(config: Mapping[str, Any], where: str, layout: Mapping[str, Any]) ->
     if any("kv_from" in layer for layer in out):
         said["kv_from"] = ("num_kv_shared_layers (the last ones read the last earlier layer of their type: "
                            "Gemma4TextConfig.kv_sharing_modes)")
+    if config.get("enable_moe_block"):  # null or absent: off (the class's default False, the modeling code's ``if``)
+        moe = experts(config, where)
+        for layer in out:
+            dense = int(str(layer.get("intermediate_size", layout["intermediate_size"])))  # a double-wide MLP's too
+            if dense % moe["intermediate_size"]:
+                raise SpecError(f"{where}: intermediate_size", f"{dense} is not a multiple of moe_intermediate_size "
+                                f"({moe['intermediate_size']}): Gemma 4's MLP beside its experts is built as "
+                                "n_shared_experts x moe_intermediate_size wide (26B-A4B: 3 x 704)")  # fmt: skip
+            layer |= moe | {"n_shared_experts": dense // moe["intermediate_size"]}
+        said["experts"] = ("enable_moe_block: num_experts, top_k_experts, moe_intermediate_size; the MLP beside them "
+                           "(intermediate_size) as n_shared_experts x moe_intermediate_size")  # fmt: skip
     return out, said
+
+
+def experts(config: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The layer fields of Gemma 4's mixture (``MOE``; ``components.gemma4_moe``), each key a whole number >= 1
+    (transformers' class defaults are None: the config must give them), top_k_experts at most num_experts.
+    """  # noqa: D205
+    sizes: dict[str, int] = {}
+    for key, name in MOE:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{where}: {key}", f"must be a whole number >= 1 with enable_moe_block, got {value!r}")
+        sizes[name] = value
+    if sizes["experts_per_token"] > sizes["num_experts"]:
+        raise SpecError(f"{where}: top_k_experts", f"must be at most num_experts ({sizes['num_experts']}), got "
+                        f"{sizes['experts_per_token']}")  # fmt: skip
+    return {"mlp": "moe", "router": "gemma4", "expert": "gated", **sizes}
 
 
 def shared(config: Mapping[str, Any], where: str, types: list[str], inner: int) -> list[dict[str, object]]:
@@ -133,14 +157,24 @@ _NAMES = {**GEMMA3.names, "layers.{i}.layer_scalar": "model.layers.{i}.layer_sca
           "per_layer_projection_norm.weight": "model.per_layer_projection_norm.weight",
           "layers.{i}.per_layer_input_gate": "model.layers.{i}.per_layer_input_gate.weight",
           "layers.{i}.per_layer_projection": "model.layers.{i}.per_layer_projection.weight",
-          "layers.{i}.per_layer_norm.weight": "model.layers.{i}.post_per_layer_input_norm.weight"}  # fmt: skip
+          "layers.{i}.per_layer_norm.weight": "model.layers.{i}.post_per_layer_input_norm.weight",
+          # the mixture beside the MLP (``components.gemma4_moe``)
+          "layers.{i}.router_proj": "model.layers.{i}.router.proj.weight",
+          "layers.{i}.router_scale": "model.layers.{i}.router.scale",
+          "layers.{i}.router_expert_scale": "model.layers.{i}.router.per_expert_scale",
+          "layers.{i}.experts_gate_up_rows": "model.layers.{i}.experts.gate_up_proj",
+          "layers.{i}.experts_down_rows": "model.layers.{i}.experts.down_proj",
+          "layers.{i}.post_mlp_norm.weight": "model.layers.{i}.post_feedforward_layernorm_1.weight",
+          "layers.{i}.pre_experts_norm.weight": "model.layers.{i}.pre_feedforward_layernorm_2.weight",
+          "layers.{i}.post_experts_norm.weight": "model.layers.{i}.post_feedforward_layernorm_2.weight"}  # fmt: skip
 ARCHITECTURE = replace(
     GEMMA3,
     model_type="gemma4_text",
     names=_NAMES,
     norm="rms_wide",  # Gemma4RMSNorm: normed * weight in float32, then cast (Gemma 3's was 1 + weight)
     layer_fields={"qk_norm": "rms", "v_norm": True, "layer_scale": True},
-    keys=replace(GEMMA3.keys, scale_key="", reads=("final_logit_softcapping",)),  # no attention soft cap either
+    # no attention soft cap either; the mixture's keys read where enable_moe_block is on (``changes``)
+    keys=replace(GEMMA3.keys, scale_key="", reads=("final_logit_softcapping", "num_experts", "moe_intermediate_size")),
     read=read,
     changes=changes,
     # every 6th layer full, the rest sliding (no pattern key: the config class's ``sliding_window_pattern = 6``);
