@@ -542,6 +542,7 @@ _FED = ("import * as ort from 'onnxruntime-node'; import { AutoModelForCausalLM,
 # fills the context is fed position 512, which the decoder refuses. When the second row fails, transformers.js no
 # longer shifts gemma3_text: the mapping can go.
 FED = [("packaged as gemma2: from 0 to the last position", None, 0, 1, 0, None),
+       ("packaged as gemma2: a decode step at the last position", None, 1, 2, 0, None),
        ("as gemma3_text: from 1", "gemma3_text", 500, 2, 1, None),
        ("as gemma3_text: the full context is fed max_positions", "gemma3_text", 0, 1, 1,
         "position_ids must lie in [0, 511]")]  # fmt: skip
