@@ -17,18 +17,20 @@ hashes and runs the same comparison again.
 glm4 and exaone4, which transformers.js 4.3.1 has no class for, are packaged with config.json's model_type glm and
 exaone: those classes are bare, so transformers.js runs the decoder as it is (input_ids, attention_mask, position_ids
 and the cache), and exaone's config gets the num_layers it reads; the output says so, and the manifest and report keep
-the decoder's own type with why (their model_type). gemma4_text is packaged as transformers.js runs Gemma 4: config.json
-a gemma4 wrapper (architectures Gemma4ForConditionalGeneration) around the text config, and the decoder split in two,
-onnx/embed_tokens.onnx (input_ids to inputs_embeds, and per_layer_inputs with per-layer input embeddings) and
-onnx/decoder_model_merged.onnx fed them. Every decoder architecture ropeexport builds is packaged but these, refused by
-name (exit 2, nothing written), the message citing the line of transformers.js 4.3.1's source that says why: the Qwen-VL
-text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and places their text-only
-decode steps 2 x the prompt length past transformers' positions: tools/transformersjs_qwen_vl.py). An int4 mixture of
-experts is packaged in both its forms (ONNX Runtime's QMoE in the gqa form, a MatMulNBits per expert elsewhere), but
-QMoE at an accuracy level (--accuracy-level 1-4) is refused: onnxruntime-node 1.30, which transformers.js runs on, has
-no accuracy_level on QMoE and refuses the model; the message names the forms that load (--accuracy-level 0, or --graph
-fused). Refused too: a DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a
-package.
+the decoder's own type with why (their model_type). gemma3_text is packaged as gemma2, whose class is bare too: under
+its own type transformers.js feeds position_ids counted from 1 (transformers and the decoder count from 0), so a prompt
+filling the context would be fed max_positions, which the decoder refuses. gemma4_text is packaged as transformers.js
+runs Gemma 4: config.json a gemma4 wrapper (architectures Gemma4ForConditionalGeneration) around the text config, and
+the decoder split in two, onnx/embed_tokens.onnx (input_ids to inputs_embeds, and per_layer_inputs with per-layer input
+embeddings) and onnx/decoder_model_merged.onnx fed them. Every decoder architecture ropeexport builds is packaged but
+these, refused by name (exit 2, nothing written), the message citing the line of transformers.js 4.3.1's source that
+says why: the Qwen-VL text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and
+places their text-only decode steps 2 x the prompt length past transformers' positions:
+tools/transformersjs_qwen_vl.py). An int4 mixture of experts is packaged in both its forms (ONNX Runtime's QMoE in the
+gqa form, a MatMulNBits per expert elsewhere), but QMoE at an accuracy level (--accuracy-level 1-4) is refused:
+onnxruntime-node 1.30, which transformers.js runs on, has no accuracy_level on QMoE and refuses the model; the message
+names the forms that load (--accuracy-level 0, or --graph fused). Refused too: a DECODER that is not a decoder folder or
+whose files changed, a DIR that exists and is not a package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama

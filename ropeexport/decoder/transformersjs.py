@@ -22,12 +22,15 @@ refuses the call.
 
 A model type transformers.js has no class for, but whose decoder runs as it is under another type's plain class (glm4 as
 ``glm``, exaone4 as ``exaone``: ``MAPPED``, each with the lines of its source that say so), is packaged with that type
-in config.json and the config keys that class reads; the manifest keeps the decoder's own type. gemma4_text is packaged
-as transformers.js runs Gemma 4 (``TWO_FILES``): config.json a ``gemma4`` wrapper around its text config, the decoder
-split into ``onnx/embed_tokens.onnx`` and ``onnx/decoder_model_merged.onnx`` (``transformersjs_split``). What it cannot
-load, or would run as another model, is refused by name before anything is written (``refusal``): each reason is read
-from transformers.js 4.3.1's own source (``REFUSED``, with file and line), never guessed. A decoder in bf16 is refused
-too (none is built: ``decoder.spec.DTYPES``).
+in config.json and the config keys that class reads; the manifest keeps the decoder's own type. gemma3_text is packaged
+as ``gemma2`` too: under its own type transformers.js feeds position_ids from 1 (``START_ONE``; transformers counts from
+0, as the decoder does), so its logits were rotated one position off and a prompt reaching the last position of the
+context fed ``max_positions``, which the decoder refuses (measured: ``tests/decoder/test_transformersjs.py``).
+gemma4_text is packaged as transformers.js runs Gemma 4 (``TWO_FILES``): config.json a ``gemma4`` wrapper around its
+text config, the decoder split into ``onnx/embed_tokens.onnx`` and ``onnx/decoder_model_merged.onnx``
+(``transformersjs_split``). What it cannot load, or would run as another model, is refused by name before anything is
+written (``refusal``): each reason is read from transformers.js 4.3.1's own source (``REFUSED``, with file and line),
+never guessed. A decoder in bf16 is refused too (none is built: ``decoder.spec.DTYPES``).
 
 The int4 mixtures of experts (gpt_oss, qwen3_moe, deepseek_v3, llama4_text) load as their int4 decoders are built:
 ONNX Runtime's QMoE (``com.microsoft``, ``components.qmoe``) in the gqa form, a MatMulNBits per expert elsewhere;
@@ -67,16 +70,19 @@ ORT_NODE = "1.30.0"
 # plain decoder's (llama4_text: Llama4ForCausalLM, line 274; deepseek_v3: DeepseekV3ForCausalLM, line 324, its cache
 # inputs named past_key_values.{i}.key/value and sized from the model's own input shapes, so latent attention's keys
 # and values of two widths, or its latent cache, load as they are: modeling_utils.js:1288-1321).
-LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gemma3_text", "gpt_neox", "gptj", "bloom",
+LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gpt_neox", "gptj", "bloom",
           "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3", "llama4_text",
           "deepseek_v3")  # fmt: skip
-# The model types ropeexport builds that transformers.js 4.3.1 has no class of their own for, but runs under another
-# type's class: {ours: (the type config.json says, why that class runs this decoder as it is)}. Each class named is a
+# The model types ropeexport builds that transformers.js 4.3.1 has no class of their own for, or one that feeds them
+# other positions than transformers does (gemma3_text: issue 42), but runs under another type's class:
+# {ours: (the type config.json says, why that class runs this decoder as it is)}. Each class named is a
 # bare PreTrainedModel (no forward of its own), so it runs the plain decoder's: decoder_forward feeds input_ids,
 # attention_mask, position_ids counted from 0 and the cache, sized from the model's own cache inputs
 # (src/models/modeling_utils.js:1355-1384, 1288-1321); what the architecture computes is inside the graph. The config
 # keys that class's normalized config reads are written with the decoder's values (package_config). The package's
 # manifest keeps the decoder's own type ("model_type").
+# The line of transformers.js 4.3.1 that counts position_ids from 1 for the types it lists (decoder_forward)
+START_ONE = "src/models/modeling_utils.js:1371"
 _PLAIN = ("a bare PreTrainedModel with no forward of its own ({}), so transformers.js runs it as the plain decoder: "
           "input_ids, attention_mask, position_ids from 0 and a cache sized from the model's own inputs "
           "(src/models/modeling_utils.js:1355-1384); {}")  # fmt: skip
@@ -91,6 +97,14 @@ MAPPED = {
                     "src/models/exaone/modeling_exaone.js:5", "its config reads the layer count from num_layers "
                     "(src/configs.js:203-208), which EXAONE 4's config lacks, so the package's config.json adds it; "
                     "the sliding windows, the global layers without RoPE and the q/k norms are inside the graph")),
+    "gemma3_text": ("gemma2", "transformers.js 4.3.1 feeds the types 'paligemma', 'gemma3_text' and 'gemma3' "
+                    f"position_ids counted from 1 ({START_ONE}), where transformers' Gemma3ForCausalLM counts from 0 "
+                    "as the decoder does (so under its own type the last position of the context would be "
+                    "max_positions, which the decoder refuses); its causal-LM map (src/models/registry.js:261-340) "
+                    "has 'gemma2' (Gemma2ForCausalLM, line 291): " + _PLAIN.format(
+                        "src/models/gemma2/modeling_gemma2.js:13", "its config reads num_key_value_heads, "
+                        "num_hidden_layers and head_dim (src/configs.js:165-181, the case gemma3_text shares); the "
+                        "per-layer RoPE, the sliding windows and the q/k norms are inside the graph")),
 }  # fmt: skip
 # The model types packaged as two files, the layout of the class transformers.js runs them under: {ours: (the type
 # config.json says, the architecture it names, why)}. transformersjs_split.py splits the decoder so.

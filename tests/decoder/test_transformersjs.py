@@ -35,7 +35,16 @@ from ropeexport.architectures import ARCHITECTURES
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.serve import DecoderSession
-from ropeexport.decoder.transformersjs import LOADED, MAPPED, ORT_NODE, VERSION, package_config, refusal, write_package
+from ropeexport.decoder.transformersjs import (
+    LOADED,
+    MAPPED,
+    ORT_NODE,
+    START_ONE,
+    VERSION,
+    package_config,
+    refusal,
+    write_package,
+)
 from ropeexport.decoder.transformersjs import REFUSED as TJS_REFUSED
 from ropeexport.decoder.transformersjs import TWO_FILES as TJS_TWO_FILES
 from ropeexport.decoder.transformersjs_check import Greedy, compare, node_dir, node_greedy, node_missing
@@ -101,7 +110,7 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
 # or as the two files of the class that runs them (TWO_FILES: Gemma 4's embed_tokens, then decoder_model_merged fed
 # inputs_embeds, and per_layer_inputs where the model has per-layer input embeddings): what config.json must say.
 # The others say their own.
-LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma4_text": "gemma4"}
+LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma3_text": "gemma2", "gemma4_text": "gemma4"}
 # two-file type -> (the embed model, the decoder): the embed model's outputs are the decoder's new inputs
 TWO_FILES = {"gemma4_text": ("onnx/embed_tokens.onnx", "onnx/decoder_model_merged.onnx")}
 # How the int4 mixture rows' experts are held (components.qmoe): checked in the graph, so a row stays the case it names
@@ -426,7 +435,13 @@ def test_what_is_packaged_and_refused_agrees_with_transformersjs_source() -> Non
     assert len(classes) > 50, "the causal-LM map was not found in registry.js"
     assert [t for t in LOADED if t not in classes] == []
     assert [t for t, why in TJS_REFUSED.items() if "no causal-LM class" in why and t in classes] == []
-    assert {t: t in classes or m not in classes for t, (m, _) in MAPPED.items()} == dict.fromkeys(MAPPED, False)
+    # a mapped type has no class, or one that feeds it positions from 1 (START_ONE's line lists it, not its mapping)
+    path, line = START_ONE.split(":")
+    start_one = (source / path).read_text().splitlines()[int(line) - 1]
+    assert re.search(r"start_index = \[.*\]\.includes\(self\.config\.model_type\) \? 1 : 0;", start_one), start_one
+    shifted = set(re.findall(r"'(\w+)'", start_one.split("]")[0]))
+    kept = {t: (t in classes) == (t in shifted) and m in classes and m not in shifted for t, (m, _) in MAPPED.items()}
+    assert kept == dict.fromkeys(MAPPED, True), shifted
     assert [t for t, (m, _, _) in TJS_TWO_FILES.items() if t in classes or m not in classes] == []
     lines = registry.splitlines()
     for why in [*TJS_REFUSED.values(), *(why for _, why in MAPPED.values()), *(w for *_, w in TJS_TWO_FILES.values())]:
@@ -504,6 +519,59 @@ def test_without_what_the_mapping_writes_transformersjs_fails(
     with pytest.raises(RuntimeError, match="transformers.js failed") as failed:
         node_greedy(tmp_path, spec, [1, 15, 29], 2)
     assert said in str(failed.value), failed.value
+
+
+# transformers.js's generate on the package at argv[1]: a prompt of argv[2] tokens, argv[3] new ones; every position_ids
+# it feeds the model recorded by wrapping onnxruntime-node's run (the same module instance transformers.js calls).
+# Prints {"fed": [[first, last, count] per call], "said": "ok" or the error}.
+_FED = ("import * as ort from 'onnxruntime-node'; import { AutoModelForCausalLM, Tensor, env } from "
+        "'@huggingface/transformers'; const fed = []; const run = ort.InferenceSession.prototype.run; "
+        "ort.InferenceSession.prototype.run = function (feeds, ...rest) { if (feeds.position_ids) "
+        "fed.push(Array.from(feeds.position_ids.data, Number)); return run.call(this, feeds, ...rest); }; "
+        "env.allowRemoteModels = false; env.localModelPath = ''; const n = Number(process.argv[2]); "
+        "const model = await AutoModelForCausalLM.from_pretrained(process.argv[1], { dtype: 'fp32', device: 'cpu', "
+        "local_files_only: true }); let said = 'ok'; try { await model.generate({ input_ids: new Tensor('int64', "
+        "BigInt64Array.from({ length: n }, (_, i) => BigInt(1 + (i % 90))), [1, n]), attention_mask: new "
+        "Tensor('int64', new BigInt64Array(n).fill(1n), [1, n]), max_new_tokens: Number(process.argv[3]), "
+        "do_sample: false, eos_token_id: null }); } catch (error) { said = String(error?.message ?? error); } "
+        "console.log(JSON.stringify({ fed: fed.map((p) => [p[0], p.at(-1), p.length]), said }));")  # fmt: skip
+# Issue 42: (what, config.json's model_type or None as packaged, prompt tokens before the end of the context (0: it
+# fills the context), new tokens, the first position fed, the error or None). The tiny gemma3 decoder's context is
+# max_positions 512. As packaged (gemma2's class) positions count from 0, as transformers' Gemma3ForCausalLM and the
+# decoder count, to the last position; under its own type transformers.js counts from 1 (START_ONE) and a prompt that
+# fills the context is fed position 512, which the decoder refuses. When the second row fails, transformers.js no
+# longer shifts gemma3_text: the mapping can go.
+FED = [("packaged as gemma2: from 0 to the last position", None, 0, 1, 0, None),
+       ("packaged as gemma2: a decode step at the last position", None, 1, 2, 0, None),
+       ("as gemma3_text: from 1", "gemma3_text", 500, 2, 1, None),
+       ("as gemma3_text: the full context is fed max_positions", "gemma3_text", 0, 1, 1,
+        "position_ids must lie in [0, 511]")]  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_node
+@pytest.mark.parametrize(("what", "model_type", "short", "count", "first", "error"), FED, ids=[f[0] for f in FED])
+def test_transformersjs_feeds_gemma3_positions_from_0_as_packaged(
+    what: str, model_type: str | None, short: int, count: int, first: int, error: str | None, tmp_path: Path,
+    built: Callable[..., Path],
+) -> None:
+    decoder = built("gemma3", "fused", "fp32", "")  # the generating row's decoder
+    record, spec = check_folder(decoder)
+    top = int(spec.position_spec().max_positions)
+    write_package(decoder, spec, record, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gemma2"
+    if model_type is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config | {"model_type": model_type}))
+    prompt = top - short
+    done = subprocess.run(["node", "--input-type=module", "-e", _FED, str(tmp_path.resolve()), str(prompt), str(count)],
+                          cwd=node_dir(), capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    # the prefill, then one call per new token but the last: each a run of consecutive positions from ``first``
+    calls = [[first, first + prompt - 1, prompt]] + [[first + prompt + i] * 2 + [1] for i in range(count - 1)]
+    assert said["fed"] == calls, said
+    assert (said["said"] == "ok") == (error is None) and (error is None or error in said["said"]), said
 
 
 # (decoder's type, config.json's, why, the line ``package`` prints about it or None)
