@@ -263,8 +263,9 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     if vision is not None:  # 2-D vision RoPE: read by running the model (``audits.vision``)
         from ropeexport.audits.vision import audit_vision
 
-        record, found = audit_vision(path, vision, threads)
-        return AuditResult(str(path), str(spec_file), vision.to_dict(), [record], {}, found, "spec_file", fail_on)
+        read, named_faults = audit_vision(path, vision, threads)
+        return AuditResult(str(path), str(spec_file), vision.to_dict(), [read], {}, named_faults, "spec_file",
+                           fail_on)  # fmt: skip
     encodings = encodings_for(hf_config, spec_file, graph)
     named = model_layers(graph)
     encodings.check_count(named)
