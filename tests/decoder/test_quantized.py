@@ -270,7 +270,10 @@ def test_the_truth_reads_the_int4_weights_the_model_holds(key: str, built: dict,
     held, _ = held_weights(model, spec, result.path)
     repacked, read = Stored64(spec, weights), Stored64(spec, weights, held)
     projections = [n for n in weights if n.rpartition(".")[2].endswith("_proj") or n == "lm_head"]
-    assert projections and set(projections) - {"lm_head"} <= set(held)
+    # a mixture's router stays in the model's dtype, and its experts (one MatMulNBits each) are quantized again from
+    # the checkpoint by the truth, as for every int4 mixture (tests/decoder/test_int4_experts.py judges those models)
+    mixture = {n for n in projections if n.rpartition(".")[2] == "router_proj" or ".experts_" in n}
+    assert projections and set(projections) - {"lm_head"} - mixture <= set(held)
     assert set(held.tables) == ({"embed"} if spec.storage.tied_embedding_int4 else set())
     for name in [*projections, *held.tables]:
         np.testing.assert_array_equal(read[name], repacked[name], err_msg=name)
