@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                "mem_total_gib": round(_free()["MemTotal"] / 2**30, 1)}  # fmt: skip
     document = {"decoder": str(args.decoder), "machine": machine, "runs": runs, "same_report": same,
                 "reproduce": f"python tools/bench_ray_truth.py {args.decoder} --work {args.work} --out {args.out} "
-                             f"--name {args.name}"}  # fmt: skip
+                             f"--name {args.name} --runs {' '.join(args.runs)}"}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(document, indent=1) + "\n")
     print(json.dumps(same))
