@@ -359,6 +359,27 @@ def _zoo_ray(_: str | None) -> str:
         + "\n".join(lines) + "\n"
 
 
+def _ray_truth(name: str | None) -> str:
+    """A decoder's ``verify`` in one process against ``--ray local`` (tools/bench_ray_truth.py): wall, peak RSS of the
+    process tree, load, and whether the two report.json are the same.
+    """  # noqa: D205
+    data = load_figure(name or "ray-8b-truth")
+    lines = ["| run | wall (s) | peak RSS, process tree (GiB) | exit | load average before / after (1, 5, 15 min) |",
+             "|---|---:|---:|---:|:--|"]  # fmt: skip
+    for r in data["runs"].values():
+        loads = [r[k].split("load average:")[-1].strip() for k in ("load_before", "load_after")]
+        lines.append(f"| `{r['command'].split(' -m ', 1)[-1]}` | {r['wall_s']:.1f} | {r['peak_rss_gib']:.2f} | "
+                     f"{r['exit']} | {loads[0]} / {loads[1]} |")  # fmt: skip
+    same = data["same_report"]
+    if same:
+        said = ("the same bytes" if same["bytes"] else "not the same bytes: the same JSON but the `seconds` fields"
+                if same["json_but_seconds"] else "different beyond `seconds`: " + ", ".join(same["differences"]))
+        lines += ["", f"The two report.json files: {said} ({len(same['seconds_paths'])} `seconds` fields differ)."]
+    measured = _measured([f"{data['machine']['cpus']} CPUs, {data['machine']['mem_total_gib']} GiB",
+                          data.get("load_note", "")])  # fmt: skip
+    return _head(data["reproduce"], measured) + "\n" + "\n".join(lines) + "\n"
+
+
 def _suite(_: str | None) -> str:
     """The last fresh-clone CI run's pytest summary line (tools/figures/ci-fresh-venv.log)."""
     log = FIGURES / "ci-fresh-venv.log"
@@ -578,6 +599,7 @@ FIGURE_RENDERERS: dict[str, Callable[[str | None], str]] = {
     "suite": _suite,
     "fast-tier": _fast_tier,
     "zoo-ray": _zoo_ray,
+    "ray-8b-truth": _ray_truth,
     "newest-versions": _newest_versions,
 }
 
