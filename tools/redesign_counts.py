@@ -8,6 +8,12 @@ ones, ``_x``, left out), and the branches on a graph form's name in ``ropeexport
 ``in``, ``not in``) with a form name (``fused``, ``decomposed``, ``tensorrt``, ``static-cache``, ``gqa``) on either
 side, outside the two modules whose job is to name forms (``forms.py``, ``runtimes/capabilities.py``). ``-v`` lists
 each branch's file:line.
+
+    python tools/redesign_counts.py --touched 20bbb53 fbc6c78
+
+``--touched COMMIT...``: the files in ``ropeexport/`` each commit changed, split into an architecture's own folder
+(``ropeexport/architectures/NAME/``) and the rest (shared files), for "files touched to add a layer feature". A
+commit is what its author put in it: read its subject (printed) before taking its count as one feature's.
 """
 
 from __future__ import annotations
@@ -79,12 +85,25 @@ def counts(rev: str) -> dict[str, object]:
     return out
 
 
+def touched(commit: str) -> dict[str, object]:
+    """{"subject", "shared": [files], "own folder": [files]}: the ``ropeexport/`` files ``commit`` changed."""
+    shown = subprocess.run(["git", "show", "--name-only", "--format=%s", commit, "--", "ropeexport"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    files = [f for f in shown[1:] if f]
+    own = [f for f in files if f.startswith("ropeexport/architectures/") and f.count("/") >= 3]
+    return {"subject": shown[0], "shared": [f for f in files if f not in own], "own folder": own}
+
+
 def main() -> None:
     """Print the counts of each revision given (JSON), and with ``-v`` each form branch."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("revs", nargs="+")
     parser.add_argument("-v", action="store_true", help="list each form branch")
+    parser.add_argument("--touched", action="store_true", help="the REVS are commits: list the files each changed")
     args = parser.parse_args()
+    if args.touched:
+        print(json.dumps({commit: touched(commit) for commit in args.revs}, indent=1))
+        return
     print(json.dumps({rev: counts(rev) for rev in args.revs}, indent=1))
     if args.v:
         for rev in args.revs:
