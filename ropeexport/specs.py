@@ -149,6 +149,25 @@ def require_float(name: str, value: Any, minimum: float | None = None, strict: b
     return number
 
 
+def require_number(name: str, value: Any, zero: str, positive: bool = False) -> float:
+    """A finite number >= 0 (> 0 with ``positive``), as float; SpecError naming ``name`` otherwise.
+
+    ``zero``: what 0 means for the field (or what the value is for), said in the message.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SpecError(name, f"must be a finite number >= 0 ({zero}), got {value!r}")
+    if positive and not value:
+        raise SpecError(name, f"must be a finite number > 0 ({zero}), got {value!r}")
+    return float(value)
+
+
+def require_flag(name: str, value: Any) -> bool:
+    """A bool, and only a bool (a layer's flags as decoder.json holds them); else SpecError."""
+    if not isinstance(value, bool):
+        raise SpecError(name, f"must be true or false, got {value!r}")
+    return value
+
+
 def require_bool(name: str, value: Any) -> bool:
     """A bool, or the strings true/false; else SpecError."""
     if isinstance(value, bool):

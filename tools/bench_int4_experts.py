@@ -38,9 +38,10 @@ def _layer(n: int, m: int, E: int, k: int, kind: str, qmoe_form: bool) -> tuple[
     from onnx import helper
 
     from ropeexport.components import qmoe
+    from ropeexport.components.grouped_moe import GroupedRouter, shared_moe
     from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
     from ropeexport.components.linear import WeightFormat, is_weight
-    from ropeexport.components.moe import GroupedRouter, MoESpec, moe, shared_moe, to_graph
+    from ropeexport.components.moe import MoESpec, moe, to_graph
     from ropeexport.graph.onnx_io import GraphBuilder, make_model
     from ropeexport.numerics import round_once
 

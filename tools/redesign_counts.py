@@ -32,7 +32,7 @@ RECORDS = [
     ("Keys", ["ropeexport/architectures/base.py"]),
     ("LayerSpec", ["ropeexport/architectures/layers.py", "ropeexport/decoder/spec.py"]),
     ("AttentionLayer", ["ropeexport/architectures/layers.py"]),
-    ("FeedForward", ["ropeexport/architectures/layers.py"]),
+    ("FeedForward", ["ropeexport/architectures/feedforward.py", "ropeexport/architectures/layers.py"]),
 ]
 
 

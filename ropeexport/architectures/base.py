@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropeexport.architectures.feedforward import FeedForward
 from ropeexport.architectures.hooks import ConfigHook
-from ropeexport.architectures.layers import RESIDUAL_NORMS, AttentionLayer, FeedForward, LayerSpec
+from ropeexport.architectures.layers import RESIDUAL_NORMS, AttentionLayer, LayerSpec
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_int
 

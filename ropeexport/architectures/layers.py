@@ -29,13 +29,13 @@ model's default layer is written as the fields where it differs (``{"attention":
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ropeexport.architectures.feedforward import FeedForward
 from ropeexport.errors import SpecError
-from ropeexport.specs import require_choice, require_int
+from ropeexport.specs import require_choice, require_flag, require_int, require_number
 
 # chunked (Llama 4): key slot j seen by query slot i iff (j - l) // C == (i - l) // C, l the row's left padding
 # (transformers' chunked_overlay), and causal
@@ -49,22 +49,6 @@ QK_NORM_OVER = ("head", "projection")  # each head's d values (Qwen3, Gemma 3), 
 QUERY_SCALES = {"log_floor": ("beta", "original_max_position_embeddings"),
                 "temperature": ("floor_scale", "attn_scale")}  # fmt: skip
 DIVISORS = ("original_max_position_embeddings", "floor_scale")  # the parameters a position is floor-divided by
-FEEDFORWARDS = ("gated", "plain", "moe")
-FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
-# A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
-# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen: Qwen3-MoE's norm_topk_prob);
-# ``softmax_topk`` the k largest of the softmax over all E, weighed by those probabilities as they are (Qwen3-MoE
-# without norm_topk_prob: the k weights sum to less than 1); ``grouped`` DeepSeek V3's sigmoid scores with a
-# correction bias, the k best among the ``topk_group`` best of ``n_group`` groups (``components.moe.GroupedRouter``),
-# its experts gated SiLU MLPs beside ``n_shared_experts`` shared ones; ``topk_sigmoid`` Llama 4's: each of the k
-# chosen experts fed the token times the sigmoid of its logit (gated experts without biases), beside at most one
-# shared gated expert as wide as an expert (``n_shared_experts`` 0 or 1); ``gemma4`` Gemma 4's (``gemma4_moe``):
-# topk_softmax of its own norm of the residual, times a per-expert scale, beside the dense MLP (n_shared_experts x m).
-ROUTERS = ("topk_softmax", "softmax_topk", "grouped", "topk_sigmoid", "gemma4")
-# A mixture's experts, by what each computes: ``clamped_swiglu`` gpt-oss's (biases, a gain and a clamp); ``gated``
-# the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE, DeepSeek V3), biases only with
-# ``mlp_bias``.
-EXPERTS = ("clamped_swiglu", "gated")
 RESIDUALS = ("sequential", "parallel", "shared", "sandwich", "post")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
 # MLP (post_attention_layernorm in Llama's names); Gemma's sandwich: norm1 before attention, norm2 on its output,
@@ -76,7 +60,6 @@ RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sa
                   "post": (NORMS[1], NORMS[3])}
 GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
 LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")  # a latent layer's widths' wire names
-GROUPED = ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "n_shared_experts")  # wire names
 
 
 def plain(value: Any, field_name: str) -> Any:
@@ -85,21 +68,6 @@ def plain(value: Any, field_name: str) -> Any:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError) as error:
         raise SpecError(field_name, f"must be plain data (numbers, strings, lists, tables): {error}") from None
-
-
-def _number(name: str, value: Any, zero: str, positive: bool = False) -> float:
-    """A finite number >= 0 (> 0 with ``positive``), as float; SpecError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise SpecError(name, f"must be a finite number >= 0 ({zero}), got {value!r}")
-    if positive and not value:
-        raise SpecError(name, f"must be a finite number > 0 ({zero}), got {value!r}")
-    return float(value)
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise SpecError(name, f"must be true or false, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -161,10 +129,10 @@ class AttentionLayer:
         object.__setattr__(self, "window", window)
         require_choice("qk_norm", self.qk_norm, QK_NORMS)
         require_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
-        object.__setattr__(self, "scale", _number("attn_scale", self.scale, "0: 1 / sqrt(head_dim)"))
-        object.__setattr__(self, "softcap", _number("attn_softcap", self.softcap, "0: no cap"))
+        object.__setattr__(self, "scale", require_number("attn_scale", self.scale, "0: 1 / sqrt(head_dim)"))
+        object.__setattr__(self, "softcap", require_number("attn_softcap", self.softcap, "0: no cap"))
         for name in ("sinks", "qkv_bias", "o_bias", "gate", "v_norm", "k_eq_v"):
-            _flag(name, getattr(self, name))
+            require_flag(name, getattr(self, name))
         if self.kv_from is not None:
             object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
         self._check_latent()
@@ -189,123 +157,6 @@ class AttentionLayer:
         if self.num_kv_heads != self.num_heads:
             raise SpecError("num_kv_heads", f"a latent layer rebuilds one key/value head per query head: "
                             f"{self.num_heads}, got {self.num_kv_heads}")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class FeedForward:
-    """One layer's feed-forward: ``gated`` (down(act(gate x) * up x)), ``plain`` (down(act(up x))) or ``moe``.
-
-    ``inner``: the inner width (each expert's in a mixture). A mixture (``components.moe``): ``experts`` experts,
-    ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert an ``expert`` (``EXPERTS``): gpt-oss's
-    clamped SwiGLU of gain ``swiglu_alpha`` and clamp ``swiglu_limit``, or a gated MLP of ``act`` (no gain or clamp).
-    ``expert`` is read in a mixture only. ``grouped`` (DeepSeek V3, gated experts): ``groups`` groups (n_group), the
-    ``topk_group`` best kept, the weights over their sum when ``norm_topk_prob``, times ``scaling``
-    (routed_scaling_factor); ``shared`` shared experts (n_shared_experts, one gated MLP ``shared`` * inner wide) on
-    every token.
-    """
-
-    kind: str
-    act: str
-    inner: int
-    bias: bool = False
-    experts: int = 0
-    top_k: int = 0
-    router: str = ""
-    swiglu_alpha: float = 0.0
-    swiglu_limit: float = 0.0
-    expert: str = "clamped_swiglu"
-    groups: int = 0
-    topk_group: int = 0
-    norm_topk_prob: bool = False
-    scaling: float = 0.0
-    shared: int = 0
-
-    def __post_init__(self) -> None:
-        require_choice("mlp", self.kind, FEEDFORWARDS)
-        require_choice("act", self.act, FORMULAS)
-        object.__setattr__(self, "inner", require_int("intermediate_size", self.inner, 1, 2**20))
-        _flag("mlp_bias", self.bias)
-        names = ("num_experts", "experts_per_token", "router", "swiglu_alpha", "swiglu_limit", *GROUPED)
-        values = (self.experts, self.top_k, self.router, self.swiglu_alpha, self.swiglu_limit, self.groups,
-                  self.topk_group, self.norm_topk_prob, self.scaling, self.shared)  # fmt: skip
-        if self.kind != "moe":
-            named = next((n for n, v in zip(names, values, strict=True) if v), None)
-            if named is not None:
-                raise SpecError(named, f"must be 0 (or empty): a {self.kind} MLP is not a mixture of experts")
-            return
-        experts = require_int("num_experts", self.experts, 1, 2**12)
-        object.__setattr__(self, "experts", experts)
-        object.__setattr__(self, "top_k", require_int("experts_per_token", self.top_k, 1, experts))
-        require_choice("router", self.router, ROUTERS)
-        if self.router == "grouped":
-            self._check_grouped()
-            return
-        if self.router in ("topk_sigmoid", "gemma4"):
-            self._check_sigmoid()
-            return
-        named = next((n for n, v in zip(GROUPED, values[5:], strict=True) if v), None)
-        if named is not None:
-            raise SpecError(named, f"must be 0 (or false): a {self.router} router has no groups or shared experts")
-        require_choice("expert", self.expert, EXPERTS)
-        if self.expert == "gated":  # no gain or clamp: a value would be silently unused
-            named = next((n for n in ("swiglu_alpha", "swiglu_limit") if getattr(self, n)), None)
-            if named is not None:
-                raise SpecError(named, "must be 0: a gated expert has no gain or clamp (clamped_swiglu's)")
-            return
-        for name in ("swiglu_alpha", "swiglu_limit"):
-            value = _number(name, getattr(self, name), "a mixture's clamped SwiGLU", positive=True)
-            object.__setattr__(self, name, value)
-
-    @property
-    def moe_bias(self) -> bool:
-        """Whether a mixture's router and experts have biases: gpt-oss's clamped experts do, gated ones with bias."""
-        return self.expert == "clamped_swiglu" or self.bias
-
-    def _check_sigmoid(self) -> None:
-        """Llama 4's router (``components.moe``'s ``topk_sigmoid``): gated experts without biases (an unchosen
-        expert is fed 0 and must give 0), no groups, at most one shared expert (``Llama4TextMoe.shared_expert``); Gemma
-        4's (``gemma4``) the same, its dense MLP at least one expert's width (``components.gemma4_moe``).
-        """  # noqa: D205
-        object.__setattr__(self, "expert", "gated")
-        if self.bias:
-            raise SpecError("mlp_bias", f"must be false: a {self.router} router's experts have no biases (an "
-                            "unchosen one must give 0)")  # fmt: skip
-        for name, value in (("swiglu_alpha", self.swiglu_alpha), ("swiglu_limit", self.swiglu_limit),
-                            ("n_group", self.groups), ("topk_group", self.topk_group),
-                            ("norm_topk_prob", self.norm_topk_prob), ("routed_scaling_factor", self.scaling)):
-            if value:
-                raise SpecError(name, f"must be 0 (or false): a {self.router} router has none, got {value!r}")
-        gemma = self.router == "gemma4"  # its dense MLP (n_shared_experts x inner wide) beside the experts, always
-        shared = require_int("n_shared_experts", self.shared, int(gemma), 2**10 if gemma else 1)
-        object.__setattr__(self, "shared", shared)
-
-    def _check_grouped(self) -> None:
-        """DeepSeek V3's router's fields (``components.moe.GroupedRouter``'s checks, under the config's key names).
-
-        Its experts are gated SiLU MLPs: ``expert`` is set so.
-        """
-        object.__setattr__(self, "expert", "gated")
-        for name in ("swiglu_alpha", "swiglu_limit"):
-            if getattr(self, name):
-                raise SpecError(name, f"must be 0: a grouped router's experts are plain gated SiLU MLPs (no clamped "
-                                f"SwiGLU), got {getattr(self, name)!r}")  # fmt: skip
-        experts = self.experts
-        groups = require_int("n_group", self.groups, 1, experts)
-        if experts % groups:
-            raise SpecError("n_group", f"must divide n_routed_experts ({experts}), got {groups}")
-        if experts // groups < 2:
-            raise SpecError("n_group", f"leaves {experts // groups} expert per group; a group is scored by its two "
-                            "best experts (at most n_routed_experts / 2 groups)")  # fmt: skip
-        kept = require_int("topk_group", self.topk_group, 1, groups)
-        if self.top_k > kept * (experts // groups):
-            raise SpecError("experts_per_token", f"{self.top_k} exceeds the experts of the topk_group ({kept}) groups "
-                            f"kept ({kept * (experts // groups)})")  # fmt: skip
-        object.__setattr__(self, "groups", groups)
-        object.__setattr__(self, "topk_group", kept)
-        _flag("norm_topk_prob", self.norm_topk_prob)
-        object.__setattr__(self, "scaling", _number("routed_scaling_factor", self.scaling, "the routed weights' "
-                                                    "factor", positive=True))  # fmt: skip
-        object.__setattr__(self, "shared", require_int("n_shared_experts", self.shared, 0, 2**10))
 
 
 # The wire names of each component's fields (``LayerSpec.to_dict``): decoder.json's names for the same settings.
@@ -360,7 +211,7 @@ class LayerSpec:
                                 f"encoding; got {self.position!r}")  # fmt: skip
             object.__setattr__(self, "position", plain(dict(self.position), "position"))
         require_choice("residual", self.residual, RESIDUALS)
-        _flag("layer_scale", self.layer_scale)
+        require_flag("layer_scale", self.layer_scale)
         if self.query_scale is not None:
             object.__setattr__(self, "query_scale", _query_scale(self.query_scale))
         norms = self.norms
@@ -476,7 +327,7 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
         return "router", "DeepSeek's grouped router is built in DeepSeek's layer only (beside latent attention)"
     if layer.ffn.router == "grouped" and not layer.ffn.shared:
         return "n_shared_experts", ("0 is not built: DeepSeek's mixture is composed with its shared experts "
-                                    "(components.moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
+                                    "(components.grouped_moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
     if a.gate:
         return "attn_gate", "a gated attention output (Qwen3-Next, Qwen3.5) is described but not built yet"
     return None
@@ -493,7 +344,7 @@ def _query_scale(value: object) -> dict[str, object]:
     if unknown is not None:
         raise SpecError(f"query_scale.{unknown}", f"is not a parameter of {kind}; it has {', '.join(wanted)}")
     for name in wanted:
-        _number(f"query_scale.{name}", value.get(name), f"{kind}'s {name}", positive=True)
+        require_number(f"query_scale.{name}", value.get(name), f"{kind}'s {name}", positive=True)
         if name in DIVISORS:  # the position is floor-divided by it: a whole number of positions
             require_int(f"query_scale.{name}", value.get(name), 1)
     return dict(plain(dict(value), "query_scale"))

@@ -1,6 +1,6 @@
-"""DeepSeek's mixture (``moe.shared_moe``) with its routed experts in ONNX Runtime's QMoE (``components.qmoe``).
+"""DeepSeek's mixture (``grouped_moe.shared_moe``) with its routed experts in ONNX Runtime's QMoE (``components.qmoe``).
 
-The grouped router is computed as ``moe.grouped_routing`` computes it (sigmoid scores in float32, the correction
+The grouped router is computed as ``grouped_moe.grouped_routing`` computes it (sigmoid scores in float32, the correction
 bias, the best ``topk_group`` groups, the top k of their experts, each weighed by its score, renormalized and
 scaled): its result, each expert's weight [T, E] with exact zeros for the experts not chosen, is handed to QMoE twice,
 as the scores it selects by (the k chosen are the only positive ones, so its top k are they) and as
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from onnx import TensorProto
 
+from ropeexport.components.grouped_moe import GroupedRouter, grouped_routing
 from ropeexport.components.linear import linear
-from ropeexport.components.moe import GroupedRouter, grouped_routing
 from ropeexport.components.qmoe import experts_op
 from ropeexport.dtypes import DTYPES
 
@@ -43,7 +43,8 @@ def interleaved(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def grouped_qmoe(g: GraphBuilder, router: GroupedRouter, dtype: str, x: str, w: Mapping[str, str]) -> str:
-    """x [b, s, n] -> [b, s, n]: ``moe.shared_moe``'s definition with the routed experts in one QMoE node (module doc).
+    """x [b, s, n] -> [b, s, n]: ``grouped_moe.shared_moe``'s definition with the routed experts in one QMoE node
+    (module doc).
     ``w``: the stored names of ``router_proj`` (in the dtype), ``router_correction`` (float32), the experts as
     ``qmoe.store`` returned them (``interleaved``'s layout) and the shared experts' ``shared_*_proj``.
     """  # noqa: D205

@@ -30,11 +30,12 @@ from ropeexport.architectures.sharing import cached_layers
 from ropeexport.components import MICROSOFT, qmoe
 from ropeexport.components.attention.graph import SHARED, attention
 from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch
+from ropeexport.components.grouped_moe import SharedMoESpec, shared_moe
 from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.latent.graph import latent_model
 from ropeexport.components.linear import Packed, WeightFormat, gather, is_weight, joined_columns, linear
 from ropeexport.components.mlp import MLPSpec, joined, mlp
-from ropeexport.components.moe import MoESpec, SharedMoESpec, moe, shared_moe, to_graph
+from ropeexport.components.moe import MoESpec, moe, to_graph
 from ropeexport.components.norm import add_norm, fusable, norm
 from ropeexport.decoder import per_layer
 from ropeexport.decoder.parts import (
@@ -137,7 +138,7 @@ def build_decoder_graph(
     def stored(name: str, values: np.ndarray | Packed) -> str:  # projections as the weight format stores them
         if isinstance(values, Packed):  # the int4 head, packed in slices (``head_weight``)
             return stores.store(g, name, values)
-        if name.endswith("router_correction"):  # added to float32 scores (``moe.grouped_routing``): float32
+        if name.endswith("router_correction"):  # added to float32 scores (``grouped_moe.grouped_routing``): float32
             return g.const(name, round_once(values, "fp32"))
         return stores.store(g, name, values) if is_weight(name) else g.const(name, round_once(values, spec.dtype))
 

@@ -34,11 +34,12 @@ import numpy as np
 
 from ropeexport.components.attention.float64 import Bias64, Rotate64, attention64
 from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch64
+from ropeexport.components.grouped_moe import SharedMoESpec, shared_moe64
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.latent.float64 import latent64
 from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mlp import MLPSpec, mlp64
-from ropeexport.components.moe import SharedMoESpec, moe64, shared_moe64
+from ropeexport.components.moe import moe64
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import (
@@ -96,7 +97,7 @@ class Stored64(Mapping[str, np.ndarray]):
     def _stored(self, name: str, value: np.ndarray) -> np.ndarray:
         if is_weight(name):
             return self.reads.read64(value)
-        if name.endswith("router_correction"):  # the graph holds it in float32 (``moe.grouped_routing``)
+        if name.endswith("router_correction"):  # the graph holds it in float32 (``grouped_moe.grouped_routing``)
             return round_once(value, "fp32").astype(np.float64)
         if name == "embed" and self.spec.storage.tied_embedding_int4:  # rows [vocab, hidden] from the int4 head
             return self.reads.rows64(value.T)

@@ -19,10 +19,11 @@ from ropeexport.catalog import recipe_for
 from ropeexport.components import qmoe
 from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.gemma4_moe import Gemma4MoESpec
+from ropeexport.components.grouped_moe import GroupedRouter, SharedMoESpec
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
-from ropeexport.components.moe import GroupedRouter, MoESpec, SharedMoESpec
+from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
 from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.decoder.spec import DecoderSpec

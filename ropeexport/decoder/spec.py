@@ -26,7 +26,8 @@ from typing import Any
 
 from ropeexport.architectures import ARCHITECTURES
 from ropeexport.architectures.base import Architecture
-from ropeexport.architectures.layers import GEOMETRY, GROUPED, LATENT_WIRE, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
+from ropeexport.architectures.feedforward import GROUPED
+from ropeexport.architectures.layers import GEOMETRY, LATENT_WIRE, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
 from ropeexport.architectures.sharing import check_sharing
 from ropeexport.catalog import spec_from_dict
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat

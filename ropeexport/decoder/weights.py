@@ -114,7 +114,7 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
                 norm(f"{p}{slot}")
         if layer.layer_scale:
             out[f"{p}layer_scalar"] = (1,)
-        if ffn.router == "grouped":  # DeepSeek's: a correction bias, no biases, shared experts (``moe.shared_moe``)
+        if ffn.router == "grouped":  # DeepSeek's: a correction bias, no biases, shared experts (``grouped_moe``)
             E, n, m, shared = ffn.experts, hidden, inner, ffn.shared * inner
             out |= {f"{p}router_proj": (n, E), f"{p}router_correction": (E,), f"{p}experts_gate_proj": (E, n, m),
                     f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n)}  # fmt: skip

@@ -14,9 +14,10 @@ import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from ropeexport.components import qmoe
+from ropeexport.components.grouped_moe import GroupedRouter, shared_moe, shared_moe64
 from ropeexport.components.grouped_qmoe import grouped_qmoe, interleaved
 from ropeexport.components.linear import WeightFormat, is_weight
-from ropeexport.components.moe import GroupedRouter, MoESpec, moe, moe64, near_ties, shared_moe, shared_moe64, to_graph
+from ropeexport.components.moe import MoESpec, moe, moe64, near_ties, to_graph
 from ropeexport.graph.onnx_io import GraphBuilder
 from ropeexport.numerics import round_once
 from tests.components.test_components import TOL, _run, _stored

@@ -1,4 +1,4 @@
-"""DeepSeek's grouped router (``components.moe.GroupedRouter``): its twin against transformers 5.23's
+"""DeepSeek's grouped router (``components.grouped_moe.GroupedRouter``): its twin against transformers 5.23's
 ``DeepseekV3TopkRouter`` and ``DeepseekV3MoE`` (float64 modules; the router's logits in float32 inside, as
 transformers computes them), its graph in ONNX Runtime against the twin, and its refusals.
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.components.moe import GroupedRouter, grouped_route64, grouped_routing, shared_moe, shared_moe64
+from ropeexport.components.grouped_moe import GroupedRouter, grouped_route64, grouped_routing, shared_moe, shared_moe64
 from ropeexport.errors import SpecError
 from ropeexport.verification.compare import TOLERANCES
 
@@ -240,7 +240,7 @@ def test_a_near_tie_is_found_and_its_flip_takes_the_other_side(label: str, shape
                                                                scores: list[float], kind: str,
                                                                flipped: set[int]) -> None:  # fmt: skip
     # Token 1 has no tie (well-separated scores): never reported, never moved by token 0's flip.
-    from ropeexport.components.moe import grouped_margins, grouped_near_ties
+    from ropeexport.components.grouped_moe import grouped_margins, grouped_near_ties
 
     experts, groups, topk_group, top_k = shape
     router = GroupedRouter(experts, top_k, groups, topk_group)

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.architectures.layers import AttentionLayer, FeedForward, LayerSpec
+from ropeexport.architectures.feedforward import FeedForward
+from ropeexport.architectures.layers import AttentionLayer, LayerSpec
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.norm import NormSpec
 from ropeexport.decoder import serve

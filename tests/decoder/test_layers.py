@@ -22,7 +22,8 @@ import numpy as np
 import onnx
 import pytest
 
-from ropeexport.architectures.layers import AttentionLayer, FeedForward
+from ropeexport.architectures.feedforward import FeedForward
+from ropeexport.architectures.layers import AttentionLayer
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.config import from_config

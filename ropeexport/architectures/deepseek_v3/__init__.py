@@ -16,16 +16,17 @@ from dataclasses import replace
 from typing import Any
 
 from ropeexport.architectures.base import Architecture, Keys, number, read_layout
+from ropeexport.architectures.feedforward import FeedForward
 from ropeexport.architectures.hooks import interleaved
-from ropeexport.architectures.layers import AttentionLayer, FeedForward, LayerSpec
+from ropeexport.architectures.layers import AttentionLayer, LayerSpec
 from ropeexport.architectures.llama import NAMES
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_int
 
 # The checkpoint's names (transformers 5.23's DeepseekV3ForCausalLM, as save_pretrained writes it): the latent
 # attention's projections under ``components.latent``'s canonical names, the dense layers' MLP as Llama's, the
-# mixture's under ``components.moe.shared_moe``'s (each expert's gate, up and down apart, as saved: transformers 5
-# fuses them in memory only).
+# mixture's under ``components.grouped_moe.shared_moe``'s (each expert's gate, up and down apart, as saved:
+# transformers 5 fuses them in memory only).
 NAMES_V3 = {
     **{k: v for k, v in NAMES.items() if "self_attn" not in v and ".mlp." not in v},
     "layers.{i}.q_proj": "model.layers.{i}.self_attn.q_proj.weight",  # q_lora_rank null: a plain query projection
