@@ -212,7 +212,7 @@ def _folder(args: argparse.Namespace) -> int:
 def print_audit(result: Any) -> None:
     """One audit's lines: its sites, its findings by effect, the optimized graph's, the gate."""
     from ropeexport.audits.checks import dtype_of
-    from ropeexport.audits.core import inside
+    from ropeexport.audits.pages import inside
 
     what = "ALiBi" if result.spec.get("encoding") == "alibi" else "rotary"
     print(f"{result.model}: {len(result.sites)} {what} site(s), {result.verdict}")
