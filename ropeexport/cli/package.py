@@ -74,6 +74,8 @@ def print_result(result: Any) -> int:
         print(f"  config.json says model_type {types['config']!r}, the decoder is {types['decoder']!r}: "
               f"{report['engine']} has no class for {types['decoder']!r} and runs it under the class of "
               f"{types['config']!r} (why: report.json's model_type)")  # fmt: skip
+    if types.get("text_only"):
+        print(f"  {types['text_only']}")
     for engine in report["engines"]:
         if engine["status"] == "skipped":
             print(f"  {engine['name']}: skipped: {engine['reason']}")
