@@ -163,9 +163,9 @@ MAPPED |= {
 }
 # What a package of a multi-axis (Qwen-VL) text decoder cannot do, said by ``package`` and in report.json
 TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a text-only prompt, so image positions "
-             "cannot be fed (ropeexport builds no vision tower); with images use transformers.js's own Qwen-VL model, "
-             "whose text-only decode positions are 2 x the prompt length off (src/models/qwen2_vl/modeling_qwen2_vl.js:"
-             "44)")  # fmt: skip
+             "cannot be fed (nor is a vision tower built); a prompt with images needs transformers.js's own Qwen-VL "
+             "model and its vision tower, whose text-only decode positions are 2 x the prompt length off "
+             "(src/models/qwen2_vl/modeling_qwen2_vl.js:44)")  # fmt: skip
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). None today: the
 # Qwen-VL text decoders were refused here until they were packaged as their plain text type (above).
 REFUSED: dict[str, str] = {}
