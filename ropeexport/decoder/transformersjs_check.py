@@ -85,9 +85,9 @@ def ort_greedy(model: Path, spec: DecoderSpec, embed: Path | None = None) -> lis
             rest = {k: v for k, v in feeds.items() if k != "input_ids"}
             return runner.infer(first.infer(ids) | rest)
     positions = spec.positions
-    taken = next(i for i in runner.session.get_inputs() if i.name == positions.name)
+    taken = next((i for i in runner.session.get_inputs() if i.name == positions.name), None)
     # a Qwen-VL package: its prefix makes the three rows from one (transformersjs_rows)
-    if not positions.one_axis and len(taken.shape) == 2:
+    if not positions.one_axis and taken is not None and len(taken.shape) == 2:
         axes = infer
 
         def infer(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
