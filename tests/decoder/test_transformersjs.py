@@ -9,9 +9,11 @@ tokens from transformers.js's own ``generate`` equal the decoder's own, at posit
 logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
 module (``built``), the Node and browser tests sharing it. glm4 and exaone4 run under the bare classes of glm and
 exaone (what those classes read checked in its source, and the package shown failing without the mapping), gemma4_text
-as Gemma 4's two files. The types it cannot run are refused with the line of its source that says why, and those
-citations are checked against the installed transformers.js; QMoE at an accuracy level is refused too, and the pinned
-onnxruntime-node's refusal of that attribute is measured.
+as Gemma 4's two files, the Qwen-VL text decoders under qwen2's and qwen3's with their position rows made in the
+graph (bit-identical to the decoder fed three rows; the positions transformers.js feeds their own type measured). Every
+reason a type is mapped or refused cites transformers.js's source, and those citations are checked against the
+installed transformers.js; QMoE at an accuracy level is refused, and the pinned onnxruntime-node's refusal of that
+attribute is measured.
 """
 
 from __future__ import annotations
