@@ -668,6 +668,35 @@ def test_the_command_says_when_config_json_names_another_type(
     assert line is None or line in printed, printed
 
 
+_TEXT = {"vocab_size": 96, "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 48,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
+_CHUNKED = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
+# (model_type, rope_parameters, config.json's type, whether the package is text only): a multi-axis (Qwen-VL) decoder's
+# package says, in the command's output and its report's model_type, that image positions cannot be fed
+TEXT_ONLY_ROWS = [("qwen2_vl_text", _CHUNKED, "qwen2", True), ("qwen2_5_vl_text", _CHUNKED, "qwen2", True),
+                  ("qwen3_vl_text", {**_CHUNKED, "mrope_section": [3, 3, 2], "mrope_interleaved": True}, "qwen3", True),
+                  ("qwen3", {"rope_type": "default", "rope_theta": 1e4}, "qwen3", False)]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("ours", "rope", "config", "text"), TEXT_ONLY_ROWS, ids=[t[0] for t in TEXT_ONLY_ROWS])
+def test_a_qwen_vl_package_says_it_is_text_only(
+    ours: str, rope: dict[str, object], config: str, text: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ropeexport.api.packages import PackageResult, _model_type
+    from ropeexport.cli.package import print_result
+
+    spec, _ = resolve(DecoderRequest(config={"model_type": ours, **_TEXT, "rope_parameters": rope}))
+    types = _model_type(spec)  # what the manifest and the report record
+    assert types["config"] == config and (types["text_only"] is not None) == text, types
+    report = {"engine": "transformers.js", "decoder": {"name": "d"}, "model": "onnx/model.onnx", "bound": 2e-4,
+              "model_type": types, "engines": []}  # fmt: skip
+    assert print_result(PackageResult(Path("p"), True, report)) == 0
+    printed = capsys.readouterr().out
+    assert ("text only: position_ids [b, s]" in printed) == text, printed
+    assert ("src/models/qwen2_vl/modeling_qwen2_vl.js:44" in printed) == text, printed  # why not its own Qwen-VL type
+
+
 _ROWS = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
 # (tokens, logits, bound, first difference, passed): how one prompt is judged.
 JUDGED = [([1, 0], _ROWS, 1e-4, None, True),
