@@ -1,4 +1,4 @@
-"""Why a Qwen-VL text decoder is not packaged for transformers.js 4.3.1: its decode positions, measured.
+"""Why a Qwen-VL text decoder is packaged for transformers.js 4.3.1 as qwen2 / qwen3, not as its own type: measured.
 
 transformers.js runs Qwen2-VL / Qwen2.5-VL / Qwen3-VL text-only as ``Qwen2_5_VLForCausalLM`` (model_type
 ``qwen2_5_vl``) from two files: ``onnx/embed_tokens.onnx`` (input_ids -> inputs_embeds) and
@@ -15,7 +15,12 @@ transformers' is max + 1 - n, so each decode step sits 2n further). It prints th
 Measured on the tiny qwen2_5_vl checkpoint of tests/decoder/tiny.py (5-token prompt, 8 tokens): transformers.js
 [26, 88, 9, 59, 59, 81, 58, 59]; the decoder with transformers' positions (what ``ropeexport generate`` gives)
 [26, 59, 59, 59, 59, 59, 59, 33]; the decoder with positions shifted by 2n [26, 88, 9, 59, 59, 81, 58, 59]. The first
-token (prefill) agrees; from the first decode step transformers.js's positions are not transformers'.
+token (prefill) agrees; from the first decode step transformers.js's positions are not transformers'. The package
+``ropeexport package --for transformers.js`` writes (model_type qwen2, position_ids [b, s] made three rows in the
+graph: ``decoder.transformersjs_rows``), run by tools/transformersjs/generate.mjs on the same prompt, gave
+[26, 59, 59, 59, 59, 59, 59, 33], the decoder's. tests/decoder/test_transformersjs.py keeps the positions
+transformers.js feeds this split measured
+(``test_transformersjs_places_qwen_vl_decode_steps_where_transformers_does_only_as_packaged``).
 """
 
 from __future__ import annotations

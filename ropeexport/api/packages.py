@@ -31,6 +31,7 @@ from ropeexport.decoder.transformersjs import (
     loaded_as,
     model_file,
     refusal,
+    text_only,
     why_loaded_as,
     write_package,
 )
@@ -116,10 +117,11 @@ def package(decoder: str | Path, out: str | Path, engine: str = ENGINE, replace:
 
 
 def _model_type(spec: DecoderSpec) -> dict[str, str | None]:
-    """The manifest's and report's ``model_type``: the decoder's own, the one config.json says, and why they differ
-    (or None).
+    """The manifest's and report's ``model_type``: the decoder's own, the one config.json says, why they differ (or
+    None), and what a multi-axis (Qwen-VL) text decoder's package cannot do (``text_only``, or None).
     """  # noqa: D205
-    return {"decoder": spec.model_type, "config": loaded_as(spec), "why": why_loaded_as(spec)}
+    return {"decoder": spec.model_type, "config": loaded_as(spec), "why": why_loaded_as(spec),
+            "text_only": text_only(spec)}
 
 
 def _report(

@@ -22,15 +22,16 @@ its own type transformers.js feeds position_ids counted from 1 (transformers and
 filling the context would be fed max_positions, which the decoder refuses. gemma4_text is packaged as transformers.js
 runs Gemma 4: config.json a gemma4 wrapper (architectures Gemma4ForConditionalGeneration) around the text config, and
 the decoder split in two, onnx/embed_tokens.onnx (input_ids to inputs_embeds, and per_layer_inputs with per-layer input
-embeddings) and onnx/decoder_model_merged.onnx fed them. Every decoder architecture ropeexport builds is packaged but
-these, refused by name (exit 2, nothing written), the message citing the line of transformers.js 4.3.1's source that
-says why: the Qwen-VL text decoders (transformers.js runs them as two files, embed_tokens and decoder_model_merged, and
-places their text-only decode steps 2 x the prompt length past transformers' positions:
-tools/transformersjs_qwen_vl.py). An int4 mixture of experts is packaged in both its forms (ONNX Runtime's QMoE in the
-gqa form, a MatMulNBits per expert elsewhere), but QMoE at an accuracy level (--accuracy-level 1-4) is refused:
-onnxruntime-node 1.30, which transformers.js runs on, has no accuracy_level on QMoE and refuses the model; the message
-names the forms that load (--accuracy-level 0, or --graph fused). Refused too: a DECODER that is not a decoder folder or
-whose files changed, a DIR that exists and is not a package.
+embeddings) and onnx/decoder_model_merged.onnx fed them. The Qwen-VL text decoders (qwen2_vl_text, qwen2_5_vl_text,
+qwen3_vl_text) are packaged as qwen2 or qwen3, their text model but for multimodal RoPE: under their own wrapper's type
+transformers.js places text-only decode steps 2 x the prompt length past transformers' positions
+(src/models/qwen2_vl/modeling_qwen2_vl.js:44), while the plain class feeds position_ids [b, s] from 0, which one Expand
+in front of the graph turns into the three equal rows [3, b, s] of a text-only prompt. Text only: image positions cannot
+be fed (ropeexport builds no vision tower), and the output says so. An int4 mixture of experts is packaged in both its
+forms (ONNX Runtime's QMoE in the gqa form, a MatMulNBits per expert elsewhere), but QMoE at an accuracy level
+(--accuracy-level 1-4) is refused: onnxruntime-node 1.30, which transformers.js runs on, has no accuracy_level on QMoE
+and refuses the model; the message names the forms that load (--accuracy-level 0, or --graph fused). Refused too: a
+DECODER that is not a decoder folder or whose files changed, a DIR that exists and is not a package.
 
 Examples:
   ropeexport package out/llama-decoder-fp32-fused --for transformers.js --out web/llama
@@ -74,6 +75,8 @@ def print_result(result: Any) -> int:
         print(f"  config.json says model_type {types['config']!r}, the decoder is {types['decoder']!r}: "
               f"{report['engine']} has no class for {types['decoder']!r} and runs it under the class of "
               f"{types['config']!r} (why: report.json's model_type)")  # fmt: skip
+    if types.get("text_only"):
+        print(f"  {types['text_only']}")
     for engine in report["engines"]:
         if engine["status"] == "skipped":
             print(f"  {engine['name']}: skipped: {engine['reason']}")

@@ -26,6 +26,12 @@ in config.json and the config keys that class reads; the manifest keeps the deco
 as ``gemma2`` too: under its own type transformers.js feeds position_ids from 1 (``START_ONE``; transformers counts from
 0, as the decoder does), so its logits were rotated one position off and a prompt reaching the last position of the
 context fed ``max_positions``, which the decoder refuses (measured: ``tests/decoder/test_transformersjs.py``).
+The Qwen-VL text decoders (qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text) are packaged as ``qwen2`` or ``qwen3``,
+the plain text types their text model is but for multimodal RoPE: under their own wrapper's type transformers.js
+places every text-only decode step 2 x the prompt length past transformers' position
+(``src/models/qwen2_vl/modeling_qwen2_vl.js:44``). The plain class feeds ``position_ids`` [b, s] from 0, and one Expand
+in front of the graph (``transformersjs_rows``) makes the three equal rows [3, b, s] a text-only prompt takes; image
+positions cannot be fed (``TEXT_ONLY``: no vision tower is built).
 gemma4_text is packaged as transformers.js runs Gemma 4 (``TWO_FILES``): config.json a ``gemma4`` wrapper around its
 text config, the decoder split into ``onnx/embed_tokens.onnx`` and ``onnx/decoder_model_merged.onnx``
 (``transformersjs_split``). What it cannot load, or would run as another model, is refused by name before anything is
@@ -54,6 +60,7 @@ import onnx
 from ropeexport.decoder.genai import TOKENIZER_FILES, _token
 from ropeexport.decoder.parts import in_qmoe
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.decoder.transformersjs_rows import prefix_rows
 from ropeexport.decoder.transformersjs_split import DECODER, EMBED, split
 from ropeexport.decoder.weights import geometry
 from ropeexport.errors import SpecError
@@ -74,7 +81,8 @@ LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gpt_neox", "g
           "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3", "llama4_text",
           "deepseek_v3")  # fmt: skip
 # The model types ropeexport builds that transformers.js 4.3.1 has no class of their own for, or one that feeds them
-# other positions than transformers does (gemma3_text: issue 42), but runs under another type's class:
+# other positions than transformers does (gemma3_text, and the Qwen-VL text decoders added below: issue 42), but runs
+# under another type's class:
 # {ours: (the type config.json says, why that class runs this decoder as it is)}. Each class named is a
 # bare PreTrainedModel (no forward of its own), so it runs the plain decoder's: decoder_forward feeds input_ids,
 # attention_mask, position_ids counted from 0 and the cache, sized from the model's own cache inputs
@@ -124,20 +132,43 @@ TWO_FILES = {
 _NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {{!r}}: its causal-LM map "
              "(src/models/registry.js:261-340) {}, and AutoModelForCausalLM throws 'Unsupported model type' for a "
              "type it lacks (src/models/auto/modeling_auto.js:135)")  # fmt: skip
-# The Qwen-VL text decoders: transformers.js runs their wrapper's model_type (qwen2_vl ...) from two files, an
-# embed_tokens model and a decoder_model_merged fed inputs_embeds (src/models/session_config.js:58-61), and feeds their
-# [3, b, s] position_ids itself; split so by hand (tools/transformersjs_qwen_vl.py), its prefill agrees with the
-# decoder and every decode step's position is 2n too far.
-SPLIT = {"qwen2_vl_text": "qwen2_vl", "qwen2_5_vl_text": "qwen2_5_vl", "qwen3_vl_text": "qwen3_vl"}
-# model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited).
-REFUSED = {
-    **{text: (f"transformers.js {VERSION} runs a Qwen-VL text model (model_type {wrapper!r}) from two files, "
-              "embed_tokens and decoder_model_merged (src/models/session_config.js:58-61), and places its text-only "
-              "decode steps 2 x the prompt length past transformers' positions (its rope delta is max + 1 + n, "
-              "src/models/qwen2_vl/modeling_qwen2_vl.js:44, where transformers' is max + 1 - n; measured by "
-              "tools/transformersjs_qwen_vl.py): its tokens would not be the decoder's, so none is packaged")
-           for text, wrapper in SPLIT.items()},
-}  # fmt: skip
+# The Qwen-VL text decoders (issue 42). transformers.js runs their wrapper's model_type (qwen2_vl ...) from two files,
+# an embed_tokens model and a decoder_model_merged fed inputs_embeds (src/models/session_config.js:58-61), and computes
+# their [3, b, s] position_ids itself: for a text-only prompt its rope delta is max + 1 + n
+# (src/models/qwen2_vl/modeling_qwen2_vl.js:44, where transformers' is max + 1 - n), so every decode step sits 2n past
+# transformers' position (measured by tools/transformersjs_qwen_vl.py and tests/decoder/test_transformersjs.py). Their
+# text model is qwen2's (qwen2_vl_text, qwen2_5_vl_text: q/k/v biases) or qwen3's (qwen3_vl_text: q/k norms) but for
+# multimodal RoPE, which is inside the graph; so each is packaged as that plain type, whose bare class feeds
+# position_ids [b, s] from 0, with one node in front of the graph that makes the three equal rows a text-only prompt
+# takes (transformersjs_rows). Lost: image positions (no vision tower is built; TEXT_ONLY).
+def _qwen_vl(wrapper: str, plain: str, line: int, keys: str, inside: str) -> str:
+    """Why a Qwen-VL text decoder is packaged as ``plain`` (the comment above), its source cited."""
+    cls = f"{plain.capitalize()}ForCausalLM"
+    return (f"transformers.js {VERSION} runs {wrapper!r} (its class for the text model) from two files and places its "
+            "text-only decode steps 2 x the prompt length past transformers' positions (its rope delta is max + 1 + "
+            "n, src/models/qwen2_vl/modeling_qwen2_vl.js:44, where transformers' is max + 1 - n); the text model is "
+            f"{plain}'s but for multimodal RoPE, and the causal-LM map (src/models/registry.js:261-340) has {plain!r} "
+            f"({cls}, line {line}): " + _PLAIN.format(f"src/models/{plain}/modeling_{plain}.js:13", f"its config "
+            f"reads {keys}; the package's graph takes that position_ids [b, s] and makes the three equal rows "
+            f"[3, b, s] of a text-only prompt in one Expand (transformersjs_rows); {inside} are inside the graph"))
+
+
+_QWEN2 = ("num_key_value_heads, num_hidden_layers, hidden_size, num_attention_heads and head_dim "
+          "(src/configs.js:143-160)")
+_QWEN3 = "num_key_value_heads, num_hidden_layers and head_dim (src/configs.js:161-181)"
+MAPPED |= {
+    "qwen2_vl_text": ("qwen2", _qwen_vl("qwen2_vl", "qwen2", 299, _QWEN2, "the q/k/v biases and M-RoPE")),
+    "qwen2_5_vl_text": ("qwen2", _qwen_vl("qwen2_5_vl", "qwen2", 299, _QWEN2, "the q/k/v biases and M-RoPE")),
+    "qwen3_vl_text": ("qwen3", _qwen_vl("qwen3_vl", "qwen3", 301, _QWEN3, "the q/k norms and interleaved M-RoPE")),
+}
+# What a package of a multi-axis (Qwen-VL) text decoder cannot do, said by ``package`` and in report.json
+TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a text-only prompt, so image positions "
+             "cannot be fed (nor is a vision tower built); a prompt with images needs transformers.js's own Qwen-VL "
+             "model and its vision tower, whose text-only decode positions are 2 x the prompt length off "
+             "(src/models/qwen2_vl/modeling_qwen2_vl.js:44)")  # fmt: skip
+# model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). None today: the
+# Qwen-VL text decoders were refused here until they were packaged as their plain text type (above).
+REFUSED: dict[str, str] = {}
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
@@ -168,6 +199,11 @@ def loaded_as(spec: DecoderSpec) -> str:
     if spec.model_type in TWO_FILES:
         return TWO_FILES[spec.model_type][0]
     return MAPPED[spec.model_type][0] if spec.model_type in MAPPED else spec.model_type
+
+
+def text_only(spec: DecoderSpec) -> str | None:
+    """What the package of a multi-axis (Qwen-VL) text decoder cannot do (``TEXT_ONLY``), or None."""
+    return None if spec.positions.one_axis else TEXT_ONLY
 
 
 def why_loaded_as(spec: DecoderSpec) -> str | None:
@@ -244,8 +280,9 @@ def generation_config(spec: DecoderSpec, config: Mapping[str, Any]) -> dict[str,
 
 
 def write_model(decoder: Path, spec: DecoderSpec, into: Path) -> bool:
-    """The decoder's model.onnx written as the package's model file (its batch dimension renamed ``batch_size``, its
-    external data renamed ``model{suffix}.onnx_data`` and copied as it is); whether it has external data.
+    """The decoder's model.onnx written as the package's model file (its batch dimension renamed ``batch_size``, a
+    multi-axis position input fed from one row (``transformersjs_rows``), its external data renamed
+    ``model{suffix}.onnx_data`` and copied as it is); whether it has external data.
     """  # noqa: D205
     if spec.model_type in TWO_FILES:
         return _write_split(decoder, spec, into)
@@ -253,6 +290,8 @@ def write_model(decoder: Path, spec: DecoderSpec, into: Path) -> bool:
     if not _rename_batch(model):
         raise SpecError("decoder", f"{str(decoder / 'model.onnx')!r} has no dimension named {OUR_BATCH!r}: not a "
                         "decoder this ropeexport built")  # fmt: skip
+    if not spec.positions.one_axis:  # Qwen-VL: fed [b, s] by the plain class it runs under (MAPPED)
+        prefix_rows(model, spec.positions.axes)
     target = into / model_file(spec)
     target.parent.mkdir(parents=True, exist_ok=True)
     data = f"{target.name}_data"

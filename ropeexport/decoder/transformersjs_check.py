@@ -72,7 +72,8 @@ class Greedy:
 def ort_greedy(model: Path, spec: DecoderSpec, embed: Path | None = None) -> list[Greedy]:
     """Both prompts on ``model`` in ONNX Runtime (Python, CPU), ropeexport's loop under ``keep`` (module doc). With
     ``embed`` (a two-file package: ``transformersjs_split``), each call's input_ids go through it first and the model
-    is fed its outputs, as transformers.js feeds them.
+    is fed its outputs, as transformers.js feeds them. A package model that takes one row of positions where the decoder
+    takes three (a Qwen-VL text decoder: ``transformersjs_rows``) is fed that row, the one the three equal rows repeat.
     """  # noqa: D205
     runner = OrtRunner(model, providers=[CPU])
     infer = runner.infer
@@ -83,6 +84,16 @@ def ort_greedy(model: Path, spec: DecoderSpec, embed: Path | None = None) -> lis
             ids = {"input_ids": feeds["input_ids"]}
             rest = {k: v for k, v in feeds.items() if k != "input_ids"}
             return runner.infer(first.infer(ids) | rest)
+    positions = spec.positions
+    taken = next((i for i in runner.session.get_inputs() if i.name == positions.name), None)
+    # a Qwen-VL package: its prefix makes the three rows from one (transformersjs_rows)
+    if not positions.one_axis and taken is not None and len(taken.shape) == 2:
+        axes = infer
+
+        def infer(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            fed = feeds[positions.name]  # [axes, b, s], text only: the same row on every axis
+            assert (fed == fed[:1]).all(), "a text-only prompt's position rows are equal"
+            return axes(feeds | {positions.name: fed[0]})
 
     out = []
     for name, length in prompts(spec):

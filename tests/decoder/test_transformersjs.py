@@ -9,9 +9,11 @@ tokens from transformers.js's own ``generate`` equal the decoder's own, at posit
 logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
 module (``built``), the Node and browser tests sharing it. glm4 and exaone4 run under the bare classes of glm and
 exaone (what those classes read checked in its source, and the package shown failing without the mapping), gemma4_text
-as Gemma 4's two files. The types it cannot run are refused with the line of its source that says why, and those
-citations are checked against the installed transformers.js; QMoE at an accuracy level is refused too, and the pinned
-onnxruntime-node's refusal of that attribute is measured.
+as Gemma 4's two files, the Qwen-VL text decoders under qwen2's and qwen3's with their position rows made in the
+graph (bit-identical to the decoder fed three rows; the positions transformers.js feeds their own type measured). Every
+reason a type is mapped or refused cites transformers.js's source, and those citations are checked against the
+installed transformers.js; QMoE at an accuracy level is refused, and the pinned onnxruntime-node's refusal of that
+attribute is measured.
 """
 
 from __future__ import annotations
@@ -106,11 +108,18 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("qwen3_moe-qmoe", "gqa", "fp16", "int4"), ("glm4", "fused", "fp32", ""),
          ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", ""), ("gemma4", "fused", "fp32", ""),
          ("gemma4-ple", "fused", "fp32", "")]  # fmt: skip
+# The Qwen-VL text decoders, packaged as qwen2 / qwen3 with their position rows made in the graph (transformersjs_rows):
+# one fp32 row per distinct graph (Qwen2.5-VL's chunked M-RoPE and q/k/v biases, as qwen2_vl's; Qwen3-VL's interleaved
+# M-RoPE and q/k norms) and one int4 row (qwen2_vl, and qwen2_5_vl in int4, were run by hand: the how-to).
+QWEN_VL = [("qwen2_5_vl", "fused", "fp32", ""), ("qwen3_vl", "fused", "fp32", ""),
+           ("qwen3_vl", "fused", "fp32", "int4")]  # fmt: skip
+CASES += QWEN_VL
 # The types transformers.js has no class for, packaged as the type whose plain class runs them (transformersjs.MAPPED),
 # or as the two files of the class that runs them (TWO_FILES: Gemma 4's embed_tokens, then decoder_model_merged fed
 # inputs_embeds, and per_layer_inputs where the model has per-layer input embeddings): what config.json must say.
 # The others say their own.
-LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma3_text": "gemma2", "gemma4_text": "gemma4"}
+LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma3_text": "gemma2", "gemma4_text": "gemma4",
+             "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3"}  # fmt: skip
 # two-file type -> (the embed model, the decoder): the embed model's outputs are the decoder's new inputs
 TWO_FILES = {"gemma4_text": ("onnx/embed_tokens.onnx", "onnx/decoder_model_merged.onnx")}
 # How the int4 mixture rows' experts are held (components.qmoe): checked in the graph, so a row stays the case it names
@@ -123,9 +132,7 @@ VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int
                                           "int4-b16": {"weight_format": "int4", "block_size": 16},
                                           "int4-level4": {"weight_format": "int4", "accuracy_level": 4},
                                           "latent": {"latent_cache": True}}  # fmt: skip
-# (tiny checkpoint, what the one line says): a Qwen-VL text decoder runs in transformers.js 4.3.1 as two files with
-# decode positions 2n too far (tools/transformersjs_qwen_vl.py).
-REFUSED = [("qwen2_5_vl", "Qwen-VL text model (model_type 'qwen2_5_vl') from two files")]
+
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +195,12 @@ def test_transformersjs_generates_the_decoders_tokens(
     manifest = json.loads((result.path / "manifest.json").read_text())
     assert manifest["model_type"]["decoder"] == manifest["decoder"]["spec"]["model_type"] == ours  # its own, kept
     assert (manifest["model_type"]["why"] is None) == (ours not in LOADED_AS)
+    # a Qwen-VL package takes the one row [b, s] the plain class feeds, and says what it cannot take
+    rows_fed = (name, graph, dtype, variant) in QWEN_VL
+    assert (manifest["model_type"]["text_only"] is not None) == rows_fed
+    if rows_fed:
+        taken = next(v for v in onnx.load(str(model), load_external_data=False).graph.input if v.name == "position_ids")
+        assert [d.dim_param or d.dim_value for d in taken.type.tensor_type.shape.dim] == ["batch_size", "seq"]
     assert result.report["model_type"] == manifest["model_type"]  # what the command's line reads
     engines = {e["name"]: e for e in result.report["engines"]}
     assert engines["transformers.js"]["status"] == "ran"
@@ -288,20 +301,6 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert code == 2, printed
     assert err.startswith(f"ropeexport: error: {said}") and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "said"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_a_model_type_transformersjs_cannot_run_is_refused_by_name(
-    name: str, said: str, tmp_path: Path, built: Callable[..., Path], capsys: pytest.CaptureFixture[str]
-) -> None:
-    decoder = built(name, "fused", "fp32", "")
-    capsys.readouterr()  # what making the checkpoint printed
-    code, _, err = run(["package", str(decoder), "--for", "transformers.js", "--out", str(tmp_path / "p")], capsys)
-    assert code == 2
-    assert err.startswith("ropeexport: error: DECODER: ") and said in err and err.count("\n") == 1, err
-    assert re.search(r"src/models/[\w/]+\.js:\d+", err), err  # the reason is transformers.js's source, cited
-    assert not (tmp_path / "p").exists()
 
 
 def _nothing_but(root: Path) -> list[str]:
@@ -473,12 +472,13 @@ def test_a_mapped_type_runs_under_a_plain_class_that_reads_what_the_package_writ
     every config key that type's normalized config reads (configs.js, the lines cited) is in the package's
     config.json with the decoder's value (exaone's ``num_layers``, which EXAONE 4's config lacks, included).
     """  # noqa: D205
-    from tests.decoder.tiny import CONFIGS
+    from tests.decoder.tiny import CONFIGS, VL_CONFIGS
 
     theirs, why = MAPPED[ours]
     source = node_dir() / "node_modules" / "@huggingface" / "transformers"
     cls = _causal_lm_map((source / "src" / "models" / "registry.js").read_text())[theirs]
-    ((path, line),) = re.findall(r"(src/models/\w+/modeling_\w+\.js):(\d+)", why)
+    # the class's own file (a Qwen-VL type's reason also cites its wrapper's modeling_qwen2_vl.js)
+    ((path, line),) = re.findall(rf"(src/models/{theirs}/modeling_{theirs}\.js):(\d+)", why)
     modeling = (source / path).read_text()
     assert re.fullmatch(rf"export class {cls} extends \w+ \{{\}}", modeling.splitlines()[int(line) - 1]), line
     bare = re.findall(r"^export class \w+ extends \w+ \{\}$", modeling, flags=re.M)
@@ -487,8 +487,9 @@ def test_a_mapped_type_runs_under_a_plain_class_that_reads_what_the_package_writ
     case, keys = _normalized_keys(configs, theirs)
     ((first, last),) = re.findall(r"src/configs\.js:(\d+)-(\d+)", why)
     assert int(first) <= case < int(last) and "num_layers" in keys, (case, keys)
-    name = next(n for n, (t, _) in CONFIGS.items() if t == ours)  # the tiny checkpoint's config
-    config = {"model_type": ours, **CONFIGS[name][1]}
+    configs = {**CONFIGS, **VL_CONFIGS}  # a Qwen-VL text model's apart (tiny.VL_CONFIGS)
+    name = next(n for n, (t, _) in configs.items() if t == ours)  # the tiny checkpoint's config
+    config = {"model_type": ours, **configs[name][1]}
     spec, _ = resolve(DecoderRequest(config=config))
     written = package_config(spec, config, external=False)
     H, KV, d = geometry(spec, 0)
@@ -574,6 +575,78 @@ def test_transformersjs_feeds_gemma3_positions_from_0_as_packaged(
     assert (said["said"] == "ok") == (error is None) and (error is None or error in said["said"]), said
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "graph", "dtype", "variant"), QWEN_VL,
+                         ids=["-".join(filter(None, c)) for c in QWEN_VL])  # fmt: skip
+def test_a_qwen_vl_package_fed_one_row_computes_what_the_decoder_fed_three_does(
+    name: str, graph: str, dtype: str, variant: str, tmp_path: Path, built: Callable[..., Path]
+) -> None:
+    """The package's model (one Expand in front: ``transformersjs_rows``) fed position_ids [b, s] against the
+    decoder's fed the three equal rows [3, b, s], call by call through the check's two prompts (prefill, then each
+    decode step with the cache each returned): every output, logits and cache, bit-identical.
+    """  # noqa: D205
+    from ropeexport.decoder.greedy import run_scenario
+    from ropeexport.decoder.scenarios import Scenario
+    from ropeexport.decoder.transformersjs import model_file
+    from ropeexport.decoder.transformersjs_check import STEPS, prompts
+    from ropeexport.runtimes.ort import CPU, OrtRunner
+
+    decoder = built(name, graph, dtype, variant)
+    record, spec = check_folder(decoder)
+    write_package(decoder, spec, record, tmp_path)
+    theirs, ours = OrtRunner(decoder / "model.onnx", providers=[CPU]), OrtRunner(tmp_path / model_file(spec), [CPU])
+    calls = 0
+
+    def both(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal calls
+        axes = feeds["position_ids"]  # [3, b, s]: a text-only prompt's, every row the same
+        assert axes.shape[0] == 3 and (axes == axes[:1]).all()
+        want, got = theirs.infer(feeds), ours.infer(feeds | {"position_ids": axes[0]})
+        assert want.keys() == got.keys()
+        assert [k for k in want if not np.array_equal(want[k], got[k])] == []
+        calls += 1
+        return want
+
+    for what, length in prompts(spec):
+        run_scenario(both, spec, Scenario(what, (length,), STEPS, policy="keep"))
+    assert calls == 2 * (1 + STEPS)
+
+
+# Issue 42: (what, how the folder is written, the prompt's three rows fed or one, the first decode position over the
+# prompt length n). As packaged (qwen2's plain class) transformers.js feeds one row from 0 and the first decode step at
+# n, as transformers places a text-only prompt's; as transformers.js runs the Qwen-VL type itself (two files, split as
+# tools/transformersjs_qwen_vl.py does) it feeds three rows and the first decode step at 3n (its rope delta max + 1 + n,
+# src/models/qwen2_vl/modeling_qwen2_vl.js:44). When the second row fails, transformers.js places text-only Qwen-VL
+# decode steps where transformers does: its own Qwen-VL class may then run these decoders (issue 42).
+QWEN_FED = [("packaged as qwen2: one row, decode at n", "package", 1, 1),
+            ("as qwen2_5_vl, two files: three rows, decode at 3n", "wrapper", 3, 3)]  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_node
+@pytest.mark.parametrize(("what", "written", "rows", "decode"), QWEN_FED, ids=[f[0] for f in QWEN_FED])
+def test_transformersjs_places_qwen_vl_decode_steps_where_transformers_does_only_as_packaged(
+    what: str, written: str, rows: int, decode: int, tmp_path: Path, built: Callable[..., Path],
+    tiny_checkpoint: Callable[..., Path],
+) -> None:
+    decoder = built("qwen2_5_vl", "fused", "fp32", "")  # the generating row's decoder
+    if written == "package":
+        record, spec = check_folder(decoder)
+        write_package(decoder, spec, record, tmp_path)
+    else:
+        from tests.toolmod import tool
+
+        tool("transformersjs_qwen_vl").split(decoder, tiny_checkpoint("qwen2_5_vl"), tmp_path)
+    prompt, count = 5, 3
+    done = subprocess.run(["node", "--input-type=module", "-e", _FED, str(tmp_path.resolve()), str(prompt), str(count)],
+                          cwd=node_dir(), capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    # [first, last, count] of each call's position_ids, flattened: the prefill, then one call per new token but the last
+    calls = [[0, prompt - 1, rows * prompt]] + [[decode * prompt + i] * 2 + [rows] for i in range(count - 1)]
+    assert said == {"fed": calls, "said": "ok"}, said
+
+
 # (decoder's type, config.json's, why, the line ``package`` prints about it or None)
 TYPE_LINES = [("llama", "llama", None, None),
               ("glm4", "glm", "bare class", "config.json says model_type 'glm', the decoder is 'glm4'")]  # fmt: skip
@@ -593,6 +666,35 @@ def test_the_command_says_when_config_json_names_another_type(
     printed = capsys.readouterr().out
     assert ("model_type" in printed) == (line is not None), printed
     assert line is None or line in printed, printed
+
+
+_TEXT = {"vocab_size": 96, "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 48,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}  # fmt: skip
+_CHUNKED = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
+# (model_type, rope_parameters, config.json's type, whether the package is text only): a multi-axis (Qwen-VL) decoder's
+# package says, in the command's output and its report's model_type, that image positions cannot be fed
+TEXT_ONLY_ROWS = [("qwen2_vl_text", _CHUNKED, "qwen2", True), ("qwen2_5_vl_text", _CHUNKED, "qwen2", True),
+                  ("qwen3_vl_text", {**_CHUNKED, "mrope_section": [3, 3, 2], "mrope_interleaved": True}, "qwen3", True),
+                  ("qwen3", {"rope_type": "default", "rope_theta": 1e4}, "qwen3", False)]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("ours", "rope", "config", "text"), TEXT_ONLY_ROWS, ids=[t[0] for t in TEXT_ONLY_ROWS])
+def test_a_qwen_vl_package_says_it_is_text_only(
+    ours: str, rope: dict[str, object], config: str, text: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ropeexport.api.packages import PackageResult, _model_type
+    from ropeexport.cli.package import print_result
+
+    spec, _ = resolve(DecoderRequest(config={"model_type": ours, **_TEXT, "rope_parameters": rope}))
+    types = _model_type(spec)  # what the manifest and the report record
+    assert types["config"] == config and (types["text_only"] is not None) == text, types
+    report = {"engine": "transformers.js", "decoder": {"name": "d"}, "model": "onnx/model.onnx", "bound": 2e-4,
+              "model_type": types, "engines": []}  # fmt: skip
+    assert print_result(PackageResult(Path("p"), True, report)) == 0
+    printed = capsys.readouterr().out
+    assert ("text only: position_ids [b, s]" in printed) == text, printed
+    assert ("src/models/qwen2_vl/modeling_qwen2_vl.js:44" in printed) == text, printed  # why not its own Qwen-VL type
 
 
 _ROWS = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
