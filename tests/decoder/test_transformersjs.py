@@ -4,9 +4,10 @@ transformers.js 4.3.1 runs in Node (tools/transformersjs, its npm packages pinne
 need it install those packages themselves, once per checkout (``node_ready``: ``npm ci`` as the lockfile pins them), so
 README's one test command runs them on a fresh clone; where node or the registry is absent they skip with the reason
 and the rest still run. Every architecture ropeexport builds that transformers.js has a class for, in fp32 (and the
-forms, fp16 and int4 on Llama, int4 mixtures of experts in ONNX Runtime's QMoE, DeepSeek V3's latent cache): greedy
-tokens from transformers.js's own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the
-logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
+forms, fp16 and int4 on Llama, int4 in Gemma 4's two files and its mixture, int4 mixtures of experts in ONNX Runtime's
+QMoE, DeepSeek V3's latent cache): greedy tokens from transformers.js's own ``generate`` equal the decoder's own, at
+position 0 and after a long prompt, and the logits it hands its logits processors are within the bound of the logit
+scale. Each decoder is built once for the
 module (``built``), the Node and browser tests sharing it. glm4 and exaone4 run under the bare classes of glm and
 exaone (what those classes read checked in its source, and the package shown failing without the mapping), gemma4_text
 as Gemma 4's two files. The types it cannot run are refused with the line of its source that says why, and those
@@ -84,7 +85,7 @@ needs_node = pytest.mark.usefixtures("node_ready")
 # variant is "" (fp32 or fp16 weights), "int4" (MatMulNBits: model_q4.onnx, model_q4f16.onnx in fp16), "int4-b16"
 # (blocks of 16) or "latent" (latent attention's latent cache, in the decomposed form; DeepSeek V3's keys and values
 # are otherwise two widths). One int4 row per distinct behaviour (llama's, and its tied head): the q4 file is loaded
-# the same way whatever the architecture (cohere2, olmo3 and ministral3 in int4 were run by hand,
+# the same way whatever the architecture (every architecture's int4 was run by hand with tools/transformersjs_every.py,
 # docs/how-to/transformers-js.md). The int4 mixtures of experts in ONNX Runtime's QMoE, one row per way it is fed
 # (HELD): gpt-oss's clamped SwiGLU, biases and own routing; handed its routing weights (Qwen3-MoE's softmax over all
 # experts, as DeepSeek V3's grouped router's are) in q4f16. A MatMulNBits per expert runs ops the int4 llama rows and
