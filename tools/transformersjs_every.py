@@ -38,7 +38,7 @@ from ropeexport.errors import SpecError  # noqa: E402
 VARIANTS: dict[str, dict[str, object]] = {"": {}, "int4": {"weight_format": "int4"}}
 # Every architecture ropeexport builds but the Qwen-VL text decoders (refused: docs/how-to/transformers-js.md), in
 # int4 with fp32 activations (model_q4.onnx), fused form (tied heads, where the checkpoint ties it: gemma2, gemma3,
-# cohere2, gemma4); Gemma 4's mixture in fp32 and in int4, fused and gqa.
+# cohere2, gemma4); Gemma 4's mixture in fp32 and in int4, fused and gqa, and gqa q4f16 (fp16 activations).
 ROWS: list[tuple[str, str, str, str]] = [
     ("llama", "fused", "fp32", "int4"), ("mistral-window", "fused", "fp32", "int4"),
     ("qwen2-yarn", "fused", "fp32", "int4"), ("phi3-longrope", "fused", "fp32", "int4"),
@@ -50,7 +50,7 @@ ROWS: list[tuple[str, str, str, str]] = [
     ("deepseek_v3", "fused", "fp32", "int4"), ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", "int4"),
     ("gemma4", "fused", "fp32", "int4"), ("gemma4-ple", "fused", "fp32", "int4"),
     ("gemma4-moe", "fused", "fp32", ""), ("gemma4-moe", "fused", "fp32", "int4"),
-    ("gemma4-moe", "gqa", "fp32", "int4"),
+    ("gemma4-moe", "gqa", "fp32", "int4"), ("gemma4-moe", "gqa", "fp16", "int4"),
 ]  # fmt: skip
 
 
