@@ -4,9 +4,10 @@ transformers.js 4.3.1 runs in Node (tools/transformersjs, its npm packages pinne
 need it install those packages themselves, once per checkout (``node_ready``: ``npm ci`` as the lockfile pins them), so
 README's one test command runs them on a fresh clone; where node or the registry is absent they skip with the reason
 and the rest still run. Every architecture ropeexport builds that transformers.js has a class for, in fp32 (and the
-forms, fp16 and int4 on Llama, int4 mixtures of experts in ONNX Runtime's QMoE, DeepSeek V3's latent cache): greedy
-tokens from transformers.js's own ``generate`` equal the decoder's own, at position 0 and after a long prompt, and the
-logits it hands its logits processors are within the bound of the logit scale. Each decoder is built once for the
+forms, fp16 and int4 on Llama, int4 in Gemma 4's two files and its mixture, int4 mixtures of experts in ONNX Runtime's
+QMoE, DeepSeek V3's latent cache): greedy tokens from transformers.js's own ``generate`` equal the decoder's own, at
+position 0 and after a long prompt, and the logits it hands its logits processors are within the bound of the logit
+scale. Each decoder is built once for the
 module (``built``), the Node and browser tests sharing it. glm4 and exaone4 run under the bare classes of glm and
 exaone (what those classes read checked in its source, and the package shown failing without the mapping), gemma4_text
 as Gemma 4's two files, the Qwen-VL text decoders under qwen2's and qwen3's with their position rows made in the
@@ -86,7 +87,7 @@ needs_node = pytest.mark.usefixtures("node_ready")
 # variant is "" (fp32 or fp16 weights), "int4" (MatMulNBits: model_q4.onnx, model_q4f16.onnx in fp16), "int4-b16"
 # (blocks of 16) or "latent" (latent attention's latent cache, in the decomposed form; DeepSeek V3's keys and values
 # are otherwise two widths). One int4 row per distinct behaviour (llama's, and its tied head): the q4 file is loaded
-# the same way whatever the architecture (cohere2, olmo3 and ministral3 in int4 were run by hand,
+# the same way whatever the architecture (every architecture's int4 was run by hand with tools/transformersjs_every.py,
 # docs/how-to/transformers-js.md). The int4 mixtures of experts in ONNX Runtime's QMoE, one row per way it is fed
 # (HELD): gpt-oss's clamped SwiGLU, biases and own routing; handed its routing weights (Qwen3-MoE's softmax over all
 # experts, as DeepSeek V3's grouped router's are) in q4f16. A MatMulNBits per expert runs ops the int4 llama rows and
@@ -107,7 +108,12 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("deepseek_v3", "decomposed", "fp32", "latent"), ("gpt_oss", "gqa", "fp32", "int4-b16"),
          ("qwen3_moe-qmoe", "gqa", "fp16", "int4"), ("glm4", "fused", "fp32", ""),
          ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", ""), ("gemma4", "fused", "fp32", ""),
-         ("gemma4-ple", "fused", "fp32", "")]  # fmt: skip
+         ("gemma4-ple", "fused", "fp32", ""), ("gemma4-ple", "fused", "fp32", "int4"),
+         ("gemma4-moe", "fused", "fp32", "int4")]  # fmt: skip
+# The int4 rows of gemma4-ple and gemma4-moe: int4 in the two files (the tied head's GatherBlockQuantized in the embed
+# model, the per-layer input table beside it, caches on two layers of four) and Gemma 4's mixture (a MatMulNBits per
+# expert). Every other architecture's int4 was run by hand (tools/transformersjs_every.py, the how-to's table): their
+# q4 file loads as llama's does, over ops the int4 rows here and the fp32 rows run already.
 # The Qwen-VL text decoders, packaged as qwen2 / qwen3 with their position rows made in the graph (transformersjs_rows):
 # one fp32 row per distinct graph (Qwen2.5-VL's chunked M-RoPE and q/k/v biases, as qwen2_vl's; Qwen3-VL's interleaved
 # M-RoPE and q/k norms) and one int4 row (qwen2_vl, and qwen2_5_vl in int4, were run by hand: the how-to).
@@ -122,9 +128,11 @@ LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma3_text": "gemma2", "gemma
              "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3"}  # fmt: skip
 # two-file type -> (the embed model, the decoder): the embed model's outputs are the decoder's new inputs
 TWO_FILES = {"gemma4_text": ("onnx/embed_tokens.onnx", "onnx/decoder_model_merged.onnx")}
+LOOKUP = "GatherBlockQuantized"  # com.microsoft: an embedding gathered from int4 bytes
 # How the int4 mixture rows' experts are held (components.qmoe): checked in the graph, so a row stays the case it names
 HELD = {("gpt_oss", "gqa", "fp32", "int4-b16"): "QMoE",
-        ("qwen3_moe-qmoe", "gqa", "fp16", "int4"): "QMoE router_weights"}  # fmt: skip
+        ("qwen3_moe-qmoe", "gqa", "fp16", "int4"): "QMoE router_weights",
+        ("gemma4-moe", "fused", "fp32", "int4"): "a MatMulNBits per expert"}  # fmt: skip
 FILES = {("fp32", ""): "model.onnx", ("fp16", ""): "model_fp16.onnx", ("fp32", "int4"): "model_q4.onnx",
          ("fp32", "int4-b16"): "model_q4.onnx", ("fp16", "int4"): "model_q4f16.onnx",
          ("fp32", "latent"): "model.onnx"}  # fmt: skip
@@ -155,6 +163,13 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Callable
     return get
 
 
+def _two_files(ours: str, dtype: str, variant: str) -> tuple[str, str]:
+    """The embed model's and the decoder's paths in a two-file package of that dtype (``_q4`` for int4 ...)."""
+    tail = FILES[dtype, variant].removeprefix("model")
+    embed, decoder = TWO_FILES[ours]
+    return embed.removesuffix(".onnx") + tail, decoder.removesuffix(".onnx") + tail
+
+
 def _batch_dims(model: Path) -> set[str]:
     """The symbolic names of every input's and output's first dimension."""
     graph = onnx.load(str(model), load_external_data=False).graph
@@ -171,11 +186,17 @@ def test_transformersjs_generates_the_decoders_tokens(
     result = package(decoder, tmp_path / "web" / name)
     assert result.passed, result.report
     ours = check_folder(decoder)[1].model_type
-    model = result.path / (TWO_FILES[ours][1] if ours in TWO_FILES else f"onnx/{FILES[dtype, variant]}")
+    model = result.path / (_two_files(ours, dtype, variant)[1] if ours in TWO_FILES else
+                           f"onnx/{FILES[dtype, variant]}")  # fmt: skip
     assert _batch_dims(model) == {"batch_size"}  # what transformers.js sizes its first cache from
     if ours in TWO_FILES:  # the embed model is the token lookups alone; the decoder is fed what it gives
-        embed = onnx.load(str(result.path / TWO_FILES[ours][0])).graph
-        assert [v.name for v in embed.input] == ["input_ids"] and {n.op_type for n in embed.node} == {"Gather", "Mul"}
+        embed = onnx.load(str(result.path / _two_files(ours, dtype, variant)[0])).graph
+        ops = {n.op_type for n in embed.node}
+        assert [v.name for v in embed.input] == ["input_ids"] and ops - {"Reshape"} <= {"Gather", "Mul", LOOKUP}, ops
+        # int4: Gemma's tied head is int4, the embedding gathered from its bytes in the embed model; a float table
+        # (the embedding in fp32, the per-layer input table in any form) by Gather
+        assert (LOOKUP in ops) == variant.startswith("int4"), ops
+        assert ("Gather" in ops) == (not variant or name == "gemma4-ple"), ops
         given = [v.name for v in embed.output]
         assert given[0] == "inputs_embeds" and set(given) <= {"inputs_embeds", "per_layer_inputs"}, given
         taken = [v.name for v in onnx.load(str(model), load_external_data=False).graph.input]

@@ -110,6 +110,22 @@ def _copy(packaged: Path, tmp_path: Path) -> Path:
 
 # (kill -9 when this file is in the package's work folder): the model being written; its check running
 KILL_AT = ["onnx/model.onnx", "reference.json"]
+# The writer, whose commit waits (up to 120 s) until it is killed: reference.json is written a few ms before the commit
+# (the check is short with Node skipped), so at a load average of 10-16 the test's poll missed that window and the
+# writer had committed (or exited) first; holding the commit makes the kill land before it at any load.
+HOLD = """
+import sys, time
+from ropeexport import store
+from ropeexport.cli import main
+real = store.Draft.commit
+
+def commit(self, *args, **kwargs):
+    time.sleep(120)
+    return real(self, *args, **kwargs)
+
+store.Draft.commit = commit
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 @pytest.mark.slow
@@ -120,8 +136,8 @@ def test_kill_9_during_a_write_leaves_the_previous_package(
     out = _copy(packaged, tmp_path)
     before = _snapshot(out)
     env = {**os.environ, NO_NODE: str(tmp_path / "no-node")}
-    command = [sys.executable, "-m", "ropeexport", "package", str(seeded_decoder), "--for", "transformers.js",
-               "--out", str(out)]  # fmt: skip
+    command = [sys.executable, "-c", HOLD, "package", str(seeded_decoder), "--for", "transformers.js", "--out",
+               str(out)]  # fmt: skip
     writer = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline, seen = time.monotonic() + 300, None
     while seen is None and writer.poll() is None and time.monotonic() < deadline:
