@@ -127,11 +127,6 @@ TWO_FILES = {
         "src/models/session_config.js:78-90) and feeds the cache of the layers that store one "
         "(src/configs.js:403-415), so the decoder is split there (transformersjs_split)")),
 }  # fmt: skip
-# AutoModelForCausalLM of a model_type missing from that map throws "Unsupported model type"
-# (src/models/auto/modeling_auto.js:135).
-_NO_CLASS = (f"transformers.js {VERSION} has no causal-LM class for model_type {{!r}}: its causal-LM map "
-             "(src/models/registry.js:261-340) {}, and AutoModelForCausalLM throws 'Unsupported model type' for a "
-             "type it lacks (src/models/auto/modeling_auto.js:135)")  # fmt: skip
 # The Qwen-VL text decoders (issue 42). transformers.js runs their wrapper's model_type (qwen2_vl ...) from two files,
 # an embed_tokens model and a decoder_model_merged fed inputs_embeds (src/models/session_config.js:58-61), and computes
 # their [3, b, s] position_ids itself: for a text-only prompt its rope delta is max + 1 + n
