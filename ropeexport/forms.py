@@ -33,6 +33,11 @@ class Form:
     as is (the static cache's buffers are a block's). ``shared_buffer``: past and present may be one buffer
     (onnxruntime-genai's past_present_share_buffer). ``refuses``: each feature of ``FEATURES`` it cannot offer, with
     why (the spec that asks for it is a one-line error naming the feature and the forms that have it).
+    ``fused_ops``: its rotation and attention are one node each (RotaryEmbedding, Attention or GroupQueryAttention);
+    False spells them in primitives (MatMul, Softmax, ...). ``one_head_size``: its attention (GroupQueryAttention)
+    takes keys and values of one head size, so a layer whose values are narrower than its keys (latent attention)
+    caches them padded with zeros to the key's width; ``head_multiple``: that head size must be a multiple of it.
+    ``latent_caches``: the latent-attention caches (``components.latent.CACHES``) built in this form; () none.
     """
 
     name: str
@@ -43,6 +48,10 @@ class Form:
     decoder: bool = True
     shared_buffer: bool = False
     refuses: Mapping[str, str] = field(default_factory=dict)
+    fused_ops: bool = True
+    one_head_size: bool = False
+    head_multiple: int = 1
+    latent_caches: tuple[str, ...] = ()
 
     @property
     def moe_kernel(self) -> str:
@@ -67,8 +76,9 @@ _INT4 = "int4 (MatMulNBits, an ONNX Runtime contrib op) is not parsed by TensorR
 FORMS: dict[str, Form] = {
     f.name: f
     for f in (
-        Form("fused", 23, "opset-23 Attention reading and writing the cache itself"),
-        Form("decomposed", 17, "opset-17 primitives (MatMul, Softmax, ...): any runtime, TensorRT included"),
+        Form("fused", 23, "opset-23 Attention reading and writing the cache itself", latent_caches=("expanded",)),
+        Form("decomposed", 17, "opset-17 primitives (MatMul, Softmax, ...): any runtime, TensorRT included",
+             fused_ops=False, latent_caches=("expanded", "latent")),
         Form("tensorrt", 23, "what TensorRT 10.15 parses: the cache concatenated outside a cache-less Attention, an "
              "additive mask", refuses={"softcap": _TRT_SOFTCAP, "int4": _INT4}),
         Form("static-cache", 24, "a preallocated cache as a server keeps it (TensorScatter, nonpad_kv_seqlen)",
@@ -77,7 +87,8 @@ FORMS: dict[str, Form] = {
                       "whole buffer per call", "window": "a sliding window over a static buffer is not built",
                       "chunk": "chunked attention over a static buffer is not built"}),
         Form("gqa", 23, "ONNX Runtime's GroupQueryAttention (its own rotary on decode steps)", contrib=True,
-             shared_buffer=True),
+             shared_buffer=True, one_head_size=True, head_multiple=8,  # ORT 1.31 CPU: "head_size must be a multiple
+             latent_caches=("expanded",)),  # of 8"
     )
 }  # fmt: skip
 GRAPHS = ("fused", "decomposed")  # the forms of an encoding artifact
