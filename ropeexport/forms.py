@@ -6,7 +6,9 @@ it needs ONNX Runtime's contrib ops, what it cannot offer and why) and one lower
 (``components.attention.lowering.<name>``); what a runtime runs is its capability record
 (``runtimes.capabilities``), which names forms from here. Adding a form is one record and one lowering module;
 everything else (spec validation, the decoder's opset and contrib domain, the mixture-of-experts kernel, fused norms,
-serving with one shared cache buffer) reads the record.
+serving with one shared cache buffer, the forms latent attention is built in and its cache's widths) reads the
+record, and no other module compares a form's name (``tests/layout/test_form_names.py``, which lists the four older
+comparisons it still allows).
 
 Encoding artifacts have two forms (``GRAPHS``: ``fused``, ``decomposed``); the block and the decoder have the forms of
 their cache (``BLOCK_FORMS``): ``tensorrt``, ``static-cache``, ``gqa``.
@@ -86,9 +88,9 @@ FORMS: dict[str, Form] = {
              refuses={"sinks": "Attention reads the static buffer in place; a sink slot beside it would copy the "
                       "whole buffer per call", "window": "a sliding window over a static buffer is not built",
                       "chunk": "chunked attention over a static buffer is not built"}),
+        # head_multiple 8: ONNX Runtime 1.31 CPU's GroupQueryAttention says "head_size must be a multiple of 8"
         Form("gqa", 23, "ONNX Runtime's GroupQueryAttention (its own rotary on decode steps)", contrib=True,
-             shared_buffer=True, one_head_size=True, head_multiple=8,  # ORT 1.31 CPU: "head_size must be a multiple
-             latent_caches=("expanded",)),  # of 8"
+             shared_buffer=True, one_head_size=True, head_multiple=8, latent_caches=("expanded",)),
     )
 }  # fmt: skip
 GRAPHS = ("fused", "decomposed")  # the forms of an encoding artifact
