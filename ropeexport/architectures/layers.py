@@ -35,6 +35,7 @@ from typing import Any
 
 from ropeexport.architectures.feedforward import FeedForward
 from ropeexport.errors import SpecError
+from ropeexport.forms import FORMS
 from ropeexport.specs import require_choice, require_flag, require_int, require_number
 
 # chunked (Llama 4): key slot j seen by query slot i iff (j - l) // C == (i - l) // C, l the row's left padding
@@ -234,8 +235,8 @@ class LayerSpec:
 
         The one place a decoder reads its cache's geometry from. A standard layer: (num_kv_heads, head_dim) both. A
         latent layer's ``expanded`` cache: keys (heads, nope + rope), values (heads, v_head_dim), or (heads, nope +
-        rope) in the ``gqa`` form (GroupQueryAttention has one head size: values padded with zeros, as
-        ``components.latent.LatentSpec.cache_shapes`` pads them); its ``latent`` cache: the normed latent (1,
+        rope) in a form of one head size (``forms.Form.one_head_size``: gqa's GroupQueryAttention; values padded with
+        zeros, as ``components.latent.LatentSpec.cache_shapes`` pads them); its ``latent`` cache: the normed latent (1,
         kv_lora_rank) and the rotated rope key (1, qk_rope_head_dim). ``graph`` "" (or any other form): the cache
         as the layer computes it, unpadded (what the float64 recompute holds).
         """
@@ -246,7 +247,8 @@ class LayerSpec:
         if cache == "latent":
             return (1, a.kv_lora_rank), (1, a.head_dim)
         key = a.qk_nope_head_dim + a.head_dim
-        return (a.num_heads, key), (a.num_heads, key if graph == "gqa" else a.v_head_dim)
+        padded = graph in FORMS and FORMS[graph].one_head_size  # values padded to the key's width
+        return (a.num_heads, key), (a.num_heads, key if padded else a.v_head_dim)
 
     @property
     def window(self) -> int:

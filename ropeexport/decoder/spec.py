@@ -377,19 +377,22 @@ class DecoderSpec:
         """A latent layer's form: the ones ``components.latent`` builds (SpecError naming ``graph`` otherwise)."""
         from ropeexport.components.latent.spec import GRAPHS as LATENT_GRAPHS  # onnx-free
 
-        a = layer.attention
+        a, form = layer.attention, ALL_FORMS[self.graph]
         if self.graph not in LATENT_GRAPHS:
             raise SpecError("graph", f"the {self.graph} form is not built for latent attention (its keys are nope + "
                             "rope wide, its values v_head_dim: TensorRT's form of one head size around a cache-less "
                             f"Attention is not written for it); use {', '.join(LATENT_GRAPHS)}")  # fmt: skip
-        if self.latent_cache and (self.graph != "decomposed" or self.storage.format):
-            raise SpecError("latent_cache", f"is built in the decomposed form with weights in the dtype (the absorbed "
+        if self.latent_cache and ("latent" not in form.latent_caches or self.storage.format):
+            builds = ", ".join(name for name, f in ALL_FORMS.items() if "latent" in f.latent_caches)
+            raise SpecError("latent_cache", f"is built in the {builds} form with weights in the dtype (the absorbed "
                             f"kv_b_proj halves are plain MatMuls); got the {self.graph} form"
                             f"{' in ' + self.storage.format if self.storage.format else ''}")  # fmt: skip
-        if self.graph == "gqa" and (a.qk_nope_head_dim + a.head_dim) % 8:
-            raise SpecError("graph", f"the gqa form needs qk_nope_head_dim + qk_rope_head_dim a multiple of 8 "
-                            f"(GroupQueryAttention's head size), got {a.qk_nope_head_dim + a.head_dim}; use fused "
-                            "or decomposed")  # fmt: skip
+        width = a.qk_nope_head_dim + a.head_dim
+        if width % form.head_multiple:  # gqa: GroupQueryAttention's head size
+            fits = [name for name, f in ALL_FORMS.items() if name in LATENT_GRAPHS and not width % f.head_multiple]
+            raise SpecError("graph", f"the {self.graph} form needs qk_nope_head_dim + qk_rope_head_dim a multiple of "
+                            f"{form.head_multiple} (GroupQueryAttention's head size), got {width}; use "
+                            f"{' or '.join(fits)}")  # fmt: skip
 
     def _check_layer(self, where: str, layer: LayerSpec) -> None:
         """What a decoder can build of ``layer`` (SpecError naming ``where.field`` otherwise): its norms its residual

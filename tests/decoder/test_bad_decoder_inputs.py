@@ -220,6 +220,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("DeepSeek V3 in the tensorrt form (latent attention's keys and values differ in width)",
      lambda t: [*_config(t, **DEEPSEEK), "--graph", "tensorrt"],
      "graph: the tensorrt form is not built for latent attention"),
+    ("DeepSeek V3 in the gqa form with keys 12 wide",
+     lambda t: [*_config(t, **(DEEPSEEK | {"qk_nope_head_dim": 4})), "--graph", "gqa"],
+     "graph: the gqa form needs qk_nope_head_dim + qk_rope_head_dim a multiple of 8 (GroupQueryAttention's head "
+     "size), got 12; use fused or decomposed"),
     ("the latent cache of a model without latent attention", lambda t: [*_config(t), "--latent-cache"],
      "latent_cache: is latent attention's cache; llama's layers have none"),
     ("DeepSeek V3's latent cache in the fused form",

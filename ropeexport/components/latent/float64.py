@@ -18,6 +18,7 @@ from ropeexport.components.attention.float64 import visible
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
+from ropeexport.forms import FORMS
 from ropeexport.recipes import Feeds
 
 # rotate(x [b, heads, s, rope] float64, position_ids [b, s]) -> float64
@@ -75,7 +76,7 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
         present = {"present_latent": latents, "present_rope_key": rope_keys}
     else:
         new_keys, new_values = expand64(spec, latent, rope_key, w)
-        if spec.graph == "gqa":  # its cache holds values padded with zeros to the key's width (``cache_shapes``)
+        if FORMS[spec.graph].one_head_size:  # its cache holds values padded with zeros to the key's width
             pad = spec.qk_head_dim - spec.v_head_dim
             new_values = np.concatenate([new_values, np.zeros((*new_values.shape[:3], pad))], axis=-1)
         keys = np.concatenate([np.asarray(feeds["past_key"], np.float64), new_keys], axis=2)

@@ -109,9 +109,10 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     range guard on position_ids (none without a piece).
     """  # noqa: D205
     hidden = check_weights(spec, weights)
-    if spec.cache == "latent" and spec.graph != "decomposed":
-        raise SpecError("graph", f"the {spec.graph} form is built for the expanded cache only; the latent cache is the "
-                        "decomposed form's")  # fmt: skip
+    if spec.cache not in FORMS[spec.graph].latent_caches:
+        builds = [name for name, f in FORMS.items() if spec.cache in f.latent_caches]
+        raise SpecError("graph", f"the {spec.graph} form is built for the expanded cache only; the {spec.cache} "
+                        f"cache is the {', '.join(builds)} form's")  # fmt: skip
     if spec.cache == "latent" and spec.weight_format.quantized:
         raise SpecError("weights", "int4 with the latent cache is not built: the absorbed kv_b_proj halves are read "
                         "by plain MatMuls (use the expanded cache for int4)")  # fmt: skip
@@ -170,10 +171,11 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         shape = g.op("Concat", [g.op("Shape", [k_nope], end=3), g.const("rope_width", _i64(rope))], axis=0)
         keys = g.op("Concat", [k_nope, g.op("Expand", [rope_key, shape])], axis=-1)  # [b, H, s, nope + rope]
         query = g.op("Concat", [q_nope, q_rope], axis=-1)
-        if spec.graph == "gqa":
+        form = FORMS[spec.graph]
+        if form.one_head_size:  # GroupQueryAttention: values padded to the key's width
             attended = _attend_gqa(g, spec, query, keys, values)
             sees = None  # GroupQueryAttention's head_sink zeroes a query that sees no key (``attention.gqa``)
-        elif spec.graph == "fused":  # opset-23 Attention: the cache read and written by the op, v its own width
+        elif form.fused_ops:  # opset-23 Attention: the cache read and written by the op, v its own width
             attributes = {"scale": spec.logit_scale}
             if spec.dtype != "fp32":  # the softmax in float32, as transformers' eager attention computes it
                 attributes["softmax_precision"] = TensorProto.FLOAT

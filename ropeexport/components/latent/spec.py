@@ -30,11 +30,13 @@ from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
+from ropeexport.forms import FORMS
 from ropeexport.recipes import PositionPiece
 from ropeexport.specs import require_choice, require_int
 
 CACHES = ("expanded", "latent")
-GRAPHS = ("decomposed", "fused", "gqa")  # the forms built (``forms.FORMS``' names); fused, gqa: the expanded cache
+# the forms built: those that build a latent cache (``forms.Form.latent_caches``), sorted as messages have listed them
+GRAPHS = tuple(sorted(name for name, f in FORMS.items() if f.latent_caches))
 
 
 def softmax_scale(qk_head_dim: int, rope_parameters: Mapping[str, Any]) -> float:
@@ -99,9 +101,10 @@ class LatentSpec:
         require_choice("dtype", self.dtype, tuple(DTYPES))
         require_choice("latent_cache", self.cache, CACHES)
         require_choice("graph", self.graph, GRAPHS)
-        if self.graph == "gqa" and self.qk_head_dim % 8:  # ORT 1.31 CPU: "head_size must be a multiple of 8"
-            raise SpecError("graph", f"the gqa form needs nope + rope a multiple of 8 (GroupQueryAttention's head "
-                            f"size), got {self.qk_head_dim}")  # fmt: skip
+        multiple = FORMS[self.graph].head_multiple  # gqa, ORT 1.31 CPU: "head_size must be a multiple of 8"
+        if self.qk_head_dim % multiple:
+            raise SpecError("graph", f"the {self.graph} form needs nope + rope a multiple of {multiple} "
+                            f"(GroupQueryAttention's head size), got {self.qk_head_dim}")  # fmt: skip
         if self.position is not None and (not isinstance(self.position, PositionPiece) or self.position.rotary is None):
             raise SpecError("position", "must be a RoPE PositionPiece (a rotary graph) or None")
         if self.weights is not None and (
@@ -142,7 +145,7 @@ class LatentSpec:
         if self.cache == "latent":
             return {"past_latent": ("batch", 1, "past", self.kv_lora_rank),
                     "past_rope_key": ("batch", 1, "past", self.qk_rope_head_dim)}  # fmt: skip
-        value = self.qk_head_dim if self.graph == "gqa" else self.v_head_dim  # gqa: one head size, values padded
+        value = self.qk_head_dim if FORMS[self.graph].one_head_size else self.v_head_dim  # values padded to the key's
         return {"past_key": ("batch", self.num_heads, "past", self.qk_head_dim),
                 "past_value": ("batch", self.num_heads, "past", value)}  # fmt: skip
 

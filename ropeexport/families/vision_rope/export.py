@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.vision_rope.reference import stored_tables
 from ropeexport.families.vision_rope.spec import VISION_AXES, VisionRopeSpec
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 
 OPSETS = {"fused": 23, "decomposed": 17}
@@ -50,7 +51,7 @@ def vision_cos_sin(g: GraphBuilder, spec: VisionRopeSpec, pos: str) -> tuple[str
 
 def _rotate(g: GraphBuilder, spec: VisionRopeSpec, x: str, cos: str, sin: str, out: str) -> None:
     """x [b, h, s, d] rotated by cos/sin [b, s, d/2] (rotate-half pairs), written to ``out``."""
-    if spec.graph == "fused":
+    if FORMS[spec.graph].fused_ops:
         g.op("RotaryEmbedding", [x, cos, sin], name=out, interleaved=0, num_heads=spec.num_heads,
              rotary_embedding_dim=spec.head_dim)  # fmt: skip
         return
