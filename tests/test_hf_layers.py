@@ -406,3 +406,26 @@ def test_a_tiny_model_of_gemma4_e2b_e4b_shrinks_its_per_layer_table(card: str) -
     small = shrink(dict(get_preset(card).config or {}), hidden_size=512, vocab_size=512)
     spec = from_config(small, "tiny")
     assert (spec.vocab_size, spec.per_layer_vocab, spec.per_layer_input) == (512, 512, 256)
+
+
+# (card, layers kept (a Gemma 4 ends on a full layer), its num_kv_shared_layers then): the card's share (E2B 20 of 35,
+# E4B 18 of 42) rounded, then the most at or below it whose first layers hold a full one (transformers raises
+# otherwise): E2B's 10 layers 6 -> 5, its 15 layers 9 (as scaled), its 5 layers none (their one full layer is the last)
+SHARED = [("gemma-4-e2b", 10, 5), ("gemma-4-e4b", 12, 5), ("gemma-4-e2b", 15, 9), ("gemma-4-e2b", 5, 0),
+          ("gemma-4-31b", 6, 0)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("card", "layers", "shared"), SHARED, ids=[f"{c}-{n}" for c, n, _ in SHARED])
+def test_a_tiny_model_of_gemma4_scales_its_shared_key_value_layers(card: str, layers: int, shared: int) -> None:
+    # kept at the card's 20, a 10-layer E2B is refused (20 shared of 10 layers): the count follows the layers, and
+    # which layer each reads is transformers' own (Gemma4TextConfig.kv_sharing_modes, built from the same numbers)
+    from ropeexport.architectures.sharing import sharing_modes
+    from ropeexport.decoder.config import from_config, shrink
+    from ropeexport.presets import get_preset
+
+    transformers = pytest.importorskip("transformers", reason="transformers reads the shrunk config")
+    small = shrink(dict(get_preset(card).config or {}), num_layers=layers, hidden_size=512, vocab_size=512)
+    assert small["num_kv_shared_layers"] == shared
+    spec = from_config(small, "tiny")
+    theirs = transformers.Gemma4TextConfig(**{k: v for k, v in small.items() if k != "model_type"}).kv_sharing_modes
+    assert sharing_modes(spec.layers) == [mode or "" for mode in theirs]

@@ -2,11 +2,12 @@
 
 The card's config shrunk (``decoder.config.shrink``: hidden 512 or as given, vocabulary 512, the first ``--layers``
 layers), seeded weights, built and verified by generation against the float64 recompute and ``Gemma4ForCausalLM``
-(``rx.build_decoder``). Two edits a shrunk Gemma 4 needs, each said in the output: ``--shared`` (the layers reading an
-earlier layer's keys and values: shrink keeps the card's count, which fewer layers refuse) and ``--window`` (the
-sliding window, so that a short ``--max-positions`` still crosses it). Run once for verified.md's Gemma 4 row:
+(``rx.build_decoder``). Two edits by hand, each said in the output: ``--shared`` (the layers reading an earlier
+layer's keys and values; shrink scales the card's count with the layers and caps it as transformers requires: E2B's 20
+of 35 is 5 of 10, what verified.md's run set by hand before shrink did) and ``--window`` (the sliding window, so that a
+short ``--max-positions`` still crosses it). Run once for verified.md's Gemma 4 row:
 
-    python tools/gemma4_card_check.py gemma-4-e2b --layers 10 --shared 5 --max-positions 1024 --out /tmp/e2b
+    python tools/gemma4_card_check.py gemma-4-e2b --layers 10 --max-positions 1024 --out /tmp/e2b
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("card", help="a Gemma 4 preset card (gemma-4-e2b, gemma-4-e4b, gemma-4-26b-a4b, gemma-4-31b)")
     parser.add_argument("--layers", type=int, required=True, help="keep the card's first N layers (end on a full one)")
     parser.add_argument("--hidden", type=int, default=512, help="hidden size (a multiple of head_dim 256)")
-    parser.add_argument("--shared", type=int, default=None, help="num_kv_shared_layers for the shrunk model")
+    parser.add_argument("--shared", type=int, default=None, help="num_kv_shared_layers (default: shrink's)")
     parser.add_argument("--window", type=int, default=None, help="sliding_window for the shrunk model")
     parser.add_argument("--max-positions", type=int, default=1024)
     parser.add_argument("--graph", default="gqa")

@@ -146,18 +146,27 @@ def generate(
     max_new_tokens: int = 32,
     position_offset: int = 0,
     threads: int | None = None,
-    policy: str = "re-prefill",
+    policy: str | None = None,
     stop_at_eos: bool = False,
+    engine: str = "ort",
 ) -> Generation:
     """Greedy generation with a built decoder folder (``ropeexport.decoder.serve``): ONNX Runtime on the CPU, IO
     binding, a cache allocated once. The prompt is token ids or text (read by the folder's tokenizer.json), placed at
-    ``position_offset``; every token must stay below max_positions (else SpecError). Returns a ``Generation``
+    ``position_offset``; every token must stay below max_positions (else SpecError). ``policy``: re-prefill (the
+    default) or keep. ``engine`` "onnxruntime-genai": its own loop instead (``decoder.genai_serve``: offset 0, keep,
+    stopping at its eos; SpecError naming ``engine`` for a decoder it cannot serve). Returns a ``Generation``
     (``.tokens``, ``.text``, ``.steps`` with each call's kind, positions, RoPE regime and seconds).
     """  # noqa: D205
+    from ropeexport.decoder.genai_serve import ENGINES, genai_generate
     from ropeexport.decoder.serve import DecoderSession
 
-    session = DecoderSession(_path(folder, "path"), threads)
-    return session.generate(session.prompt_of(prompt_ids, prompt), max_new_tokens, position_offset, policy, stop_at_eos)
+    if engine not in ENGINES:
+        raise SpecError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    session = DecoderSession(_path(folder, "path"), threads, runtime=engine == "ort")
+    ids = session.prompt_of(prompt_ids, prompt)
+    if engine == "ort":
+        return session.generate(ids, max_new_tokens, position_offset, policy or "re-prefill", stop_at_eos)
+    return genai_generate(session, ids, max_new_tokens, position_offset, policy)
 
 
 def open_decoder(folder: str | Path, threads: int | None = None) -> DecoderSession:

@@ -337,7 +337,7 @@ def _untold(site: Site, encodings: Encodings, evaluator: Evaluator) -> dict[str,
         group, record = min(tried, key=lambda t: max((p["max_abs"] for p in t[1]["probes"]), default=float("inf")))
         told = "; ".join(f"{g.words()}: {describe(g.spec)}" for g in encodings.groups)
         record["findings"].insert(0, finding("layers-unknown", f"its readers name no layer and it matches none of "
-                                             f"the encodings ({told}); compared with the {group.label} layers'"))
+                                             f"the encodings ({told}); compared with {group.words()}'s"))
     record["checked_as"] = [group.label]
     return record
 

@@ -28,6 +28,7 @@ import onnx_ir as ir
 import tomllib
 
 from ropeexport.audits.downstream import consumers
+from ropeexport.audits.patterns.base import is_constant
 from ropeexport.errors import SpecError
 from ropeexport.hf import spans
 from ropeexport.inputs import check_depth, loads_json, read_text
@@ -90,7 +91,8 @@ def site_layers(site: Any) -> tuple[int, ...] | None:
     """The layers whose nodes read ``site`` (module doc): those of the rotations that use it where they were read
     (``audits.uses``), else of its readers, where a table lookup (Gather) that names its layer serves every layer whose
     nodes compute with what it looked up (``audits.downstream``: ONNX Runtime's optimizer leaves one lookup per table
-    for the whole model); None when none names one.
+    for the whole model), and a join of its own cos and sin that names no layer (``_joins``) by what the join reaches;
+    None when none names one.
     """  # noqa: D205
     rotations = getattr(site, "rotations", None)
     if rotations:
@@ -98,12 +100,24 @@ def site_layers(site: Any) -> tuple[int, ...] | None:
     else:
         readers = reader_nodes(site)
         found = {layer_of(n.name or "", n.metadata_props) for n in readers} - {None}
+        if not found and readers and all(_joins(n, site) for n in readers):
+            # cos and sin joined where the model computes them, in no layer (transformers' Llama 4 rotary module:
+            # cat([cos, sin]), exported by dynamo): the layers are those of what the join reaches
+            readers = consumers(o for n in readers for o in n.outputs)
+            found = {layer_of(n.name or "", n.metadata_props) for n in readers} - {None}
         # one layer's lookup, or its slice of a computed cos/sin, may serve them all (ONNX Runtime's and torch.onnx's
         # optimizers merge identical subexpressions: a dynamo export of DeepSeek V3 slices cos/sin once, in layer 0)
         if found and readers and all(n.op_type in ("Gather", "Slice") for n in readers):
             reached = consumers(o for n in readers for o in n.outputs)
             found |= {layer_of(n.name or "", n.metadata_props) for n in reached} - {None}
     return tuple(sorted(i for i in found if i is not None)) or None
+
+
+def _joins(node: ir.Node, site: Any) -> bool:
+    """``node`` names no layer and computes with nothing but the site's own cos and sin (and constants)."""
+    own = {id(v) for v in site.values[:2] if v is not None}
+    return layer_of(node.name or "", node.metadata_props) is None and all(
+        v is None or id(v) in own or is_constant(v) for v in node.inputs)  # fmt: skip
 
 
 def model_layers(model: ir.Model) -> set[int]:

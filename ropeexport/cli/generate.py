@@ -11,6 +11,10 @@ At a RoPE regime switch (LongRoPE past original_max_position_embeddings, dynamic
 recomputes the whole sequence so every cached key is rotated under the regime in effect (what the build verified
 against the float64 recompute); --policy keep keeps the cache, as onnxruntime-genai does.
 
+--engine onnxruntime-genai runs the folder in onnxruntime-genai instead (its own loop, from its genai_config.json):
+the prompt at position 0, the keep policy, stopping at its end-of-sequence id. A decoder it cannot serve (DeepSeek V3 /
+Kimi K2's latent attention, Gemma 4) is one line saying why, exit 2.
+
 Prints the prompt and the new tokens (and text, with a tokenizer), prefill and decode speed, and the RoPE regime of
 every step (runs of steps in one regime; --steps for one line per call); --json prints all of it as one object.
 
@@ -18,9 +22,11 @@ Examples:
   ropeexport generate out/llama-decoder-fp32-fused --prompt-ids 1,15043,29892 --max-new-tokens 32
   ropeexport generate out/phi-3-mini-128k-decoder-fp32-fused --prompt "The capital of" --position-offset 4000
   ropeexport generate out/llama-decoder-fp32-gqa --prompt-ids 5,6,7 --threads 2 --json
+  ropeexport generate out/gpt_oss-decoder-fp32-int4-b16-gqa --prompt-ids 5,6,7 --engine onnxruntime-genai
 
 Exit codes: 0 generated; 2 bad input (not a decoder folder, edited files, ids outside the vocabulary, positions past
-max_positions, --prompt without a tokenizer or not UTF-8, numbers not in ASCII digits).
+max_positions, --prompt without a tokenizer or not UTF-8, numbers not in ASCII digits, a decoder or option
+onnxruntime-genai cannot take); 3 onnxruntime-genai not installed.
 
 """
 
@@ -33,6 +39,7 @@ from typing import Any
 
 from ropeexport.cli import subcommand
 from ropeexport.cli.options import ascii_int, int_flag
+from ropeexport.decoder.genai_serve import ENGINES, genai_generate
 from ropeexport.decoder.serve import DecoderSession, Generation
 from ropeexport.decoder.spec import POLICIES
 from ropeexport.errors import SpecError
@@ -51,8 +58,10 @@ def add_parser(sub: Any) -> None:
                    help="position of the first prompt token (default 0)")  # fmt: skip
     p.add_argument("--threads", type=int_flag("threads"), default=None, metavar="N",
                    help="ONNX Runtime intra-op threads (default: one per physical core)")  # fmt: skip
-    p.add_argument("--policy", choices=POLICIES, default="re-prefill", help="the cache at a RoPE regime switch: "
-                   "re-prefill (default, exact) or keep")  # fmt: skip
+    p.add_argument("--policy", choices=POLICIES, default=None, help="the cache at a RoPE regime switch: "
+                   "re-prefill (default, exact) or keep (onnxruntime-genai's, its only one)")  # fmt: skip
+    p.add_argument("--engine", choices=ENGINES, default="ort", help="ort (default: ONNX Runtime, ropeexport's loop) "
+                   "or onnxruntime-genai (its own loop, from the folder's genai_config.json)")  # fmt: skip
     p.add_argument("--stop-at-eos", action="store_true", help="stop at the checkpoint's eos_token_id (default: "
                    "generate all N)")  # fmt: skip
     p.add_argument("--steps", action="store_true", help="one line per model call")
@@ -80,16 +89,22 @@ def _regimes(result: Generation) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and print (module doc); bad input raises SpecError (exit 2)."""
-    session = DecoderSession(args.folder, args.threads)
+    ort = args.engine == "ort"
+    session = DecoderSession(args.folder, args.threads, runtime=ort)
     ids = session.prompt_of(_ids(args.prompt_ids) if args.prompt_ids is not None else None, args.prompt)
-    result = session.generate(ids, args.max_new_tokens, args.position_offset, args.policy, args.stop_at_eos)
+    if ort:
+        result = session.generate(ids, args.max_new_tokens, args.position_offset, args.policy or "re-prefill",
+                                  args.stop_at_eos)  # fmt: skip
+    else:
+        result = genai_generate(session, ids, args.max_new_tokens, args.position_offset, args.policy)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
     n = len(result.prompt)
     offset = result.position_offset
     print(f"{result.model}: {n}-token prompt at positions {offset}..{offset + n - 1} of {result.max_positions}, "
-          f"policy {result.policy}, threads {result.threads or 'default'}")  # fmt: skip
+          f"policy {result.policy}, threads {result.threads or 'default'}"
+          f"{'' if ort else ', served by onnxruntime-genai'}")  # fmt: skip
     if result.positions:  # M-RoPE (Qwen-VL): what position_ids [3, batch, seq] held
         print(f"positions: {result.positions}")
     print(f"tokens: {' '.join(map(str, result.tokens))}")

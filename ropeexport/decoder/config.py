@@ -38,7 +38,8 @@ def shrink(
 ) -> dict[str, Any]:
     """A copy of ``config`` with fewer layers, a narrower width or a smaller vocabulary (a tiny model of a real
     config): head_dim kept, heads = hidden_size / head_dim, the query-per-KV-head ratio kept (at least one KV head),
-    the MLP scaled by the same factor (Gemma 4's experts too, its MLP kept a whole number of them wide). The
+    the MLP scaled by the same factor (Gemma 4's experts too, its MLP kept a whole number of them wide), Gemma 4's
+    shared key/value layers scaled with the layers and capped to what transformers holds (``_shared_layers``). The
     positional encoding's schedule is untouched.
     """  # noqa: D205
     out: dict[str, Any] = copy.deepcopy(dict(config))
@@ -53,6 +54,9 @@ def shrink(
             value = out.get(per_layer)
             if isinstance(value, list) and len(value) == old_count and num_layers <= len(value):
                 out[per_layer] = value[:num_layers]
+        shared = out.get("num_kv_shared_layers")
+        if isinstance(shared, int) and not isinstance(shared, bool) and shared > 0 and isinstance(old_count, int):
+            out["num_kv_shared_layers"] = _shared_layers(shared, old_count, num_layers, out.get("layer_types"))
     if vocab_size is not None:
         out["vocab_size"] = require_int("vocab_size", vocab_size, 1, 2**22)
         # Special ids past the new vocabulary mean nothing (and an absent one takes the class default: Phi-3's pad
@@ -91,6 +95,19 @@ def shrink(
     if ratio:
         out["intermediate_size"] = ratio * int(out["moe_intermediate_size"])
     return out
+
+
+def _shared_layers(shared: int, old_count: int, new_count: int, types: object) -> int:
+    """Gemma 4's ``num_kv_shared_layers`` for ``new_count`` layers: the card's share of its layers (at least one), then
+    the most, at or below that, that transformers 5.23 holds (``Gemma4TextConfig.kv_sharing_modes`` raises unless the
+    layers before the first shared one hold every layer type: each shared layer reads the last of its type there).
+    E2B's 20 of 35 on 10 layers: 6, then 5 (the first 4 are all sliding; the fifth is its full layer).
+    """  # noqa: D205
+    n = min(new_count - 1, max(1, round(shared * new_count / old_count)))
+    if isinstance(types, list) and len(types) == new_count:  # absent, the decoder says what it cannot read
+        while n > 0 and set(types[: new_count - n]) != set(types):
+            n -= 1
+    return max(n, 0)
 
 
 def from_config(

@@ -129,7 +129,8 @@ class DecoderSession:
     ``threads``: ONNX Runtime's intra-op threads (None: its default, one per physical core). ``spinning``: idle ORT
     threads busy-wait for the next call (ORT's and onnxruntime-genai's default: about 1 ms less per decode step on 2
     cores, ``tools/bench_serving.py``); False leaves the cores to other work between calls. ``profile_prefix`` turns
-    on ORT's profiler (``session_options``).
+    on ORT's profiler (``session_options``). ``runtime`` False opens no ONNX Runtime session: the folder checked, its
+    prompt checks and tokenizer only (what ``genai_serve`` takes before onnxruntime-genai opens the model itself).
 
     The low-level loop: ``reset(position_offset)``, then ``append(ids)`` as often as wanted (each returns the logits
     [s, vocab] of the tokens appended); ``generate`` is built on it.
@@ -141,6 +142,7 @@ class DecoderSession:
         threads: int | None = None,
         spinning: bool = True,
         profile_prefix: str | None = None,
+        runtime: bool = True,
     ) -> None:
         folder = Path(folder)
         if threads is not None:
@@ -150,6 +152,9 @@ class DecoderSession:
         self.config: dict[str, Any] = record["config"]
         self.position = spec.position_spec()
         self.max_positions = int(self.position.max_positions)
+        self._tokenizer: Tokenizer | None = None
+        if not runtime:
+            return
         options = session_options(threads, profile_prefix=profile_prefix, spinning=spinning)
         self.session = open_session(folder / "model.onnx", options, PROVIDERS)  # the options as built, unchanged
         self.binding = self.session.io_binding()
@@ -168,7 +173,6 @@ class DecoderSession:
         self._buffers: list[list[np.ndarray]] = []
         self._mask = np.ones((1, 0), np.int64)
         self._logits: np.ndarray = np.empty(0, self._np_dtype)
-        self._tokenizer: Tokenizer | None = None
 
     # -- the cache ------------------------------------------------------------------------------------------------
     def reserve(self, capacity: int) -> None:

@@ -538,3 +538,69 @@ def test_windows_are_read_from_the_masks_onnx_attention_takes(masks: list[str], 
     found = windows.window_findings(rx_load(model), config, model)
     assert [f["text"] for f in found] == said
     assert windows.observed(rx_load(model)) == {}  # no window said by name: read from the masks only
+
+
+ROTARY = "['', 'inner', 'inner.model', 'inner.model.rotary_emb', 'cat']"
+
+
+def _joined_cos_sin(other: str) -> Any:
+    """(model, the site's cos and sin) of dynamo's Llama 4 with its rotation in real arithmetic, shrunk: cos and sin of
+    position x inv_freq computed in the model's rotary module (no layer) and joined there, cat([cos, sin]) with
+    ``other`` (``"sin"``, or ``"q"``: a join that reads something else); unsqueezed and sliced in layer 0's scope
+    (dynamo merged the three layers' copies), then multiplied into the query by layers 0-2.
+    """  # noqa: D205
+    import onnx_ir as ir
+    from onnx import TensorProto, helper
+
+    def scope(path: str) -> list[onnx.StringStringEntryProto]:
+        return [onnx.StringStringEntryProto(key="pkg.torch.onnx.name_scopes", value=path)]
+
+    layer0 = "['', 'inner', 'inner.model', 'inner.model.layers.0', 'inner.model.layers.0.self_attn']"
+    consts = [numpy_helper.from_array(np.arange(1, 9, dtype=np.float32) / 8, "inv_freq"),
+              numpy_helper.from_array(np.array([2], np.int64), "axis2")]  # fmt: skip
+    consts += [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("zero", 0), ("half", 8), ("all", 16),
+                                                                                ("last", -1))]  # fmt: skip
+    nodes = [helper.make_node("Cast", ["position_ids"], ["pos"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["pos", "last"], ["pos1"]),
+             helper.make_node("Mul", ["pos1", "inv_freq"], ["freqs"]),
+             helper.make_node("Cos", ["freqs"], ["cos"], name="node_cos"),
+             helper.make_node("Sin", ["freqs"], ["sin"], name="node_sin"),
+             helper.make_node("Concat", ["cos", other], ["cat"], name="node_cat", axis=-1),
+             helper.make_node("Unsqueeze", ["cat", "axis2"], ["cat4"], name="node_unsqueeze_25"),
+             helper.make_node("Slice", ["cat4", "zero", "half", "last"], ["c"], name="node_slice_6"),
+             helper.make_node("Slice", ["cat4", "half", "all", "last"], ["s"], name="node_slice_8")]  # fmt: skip
+    for node in nodes[3:6]:
+        node.metadata_props.extend(scope(ROTARY))
+    for node in nodes[6:]:
+        node.metadata_props.extend(scope(layer0))
+    for i in range(3):
+        mul = helper.make_node("Mul", ["q", "c" if i % 2 else "s"], [f"out{i}"], name=f"node_mul_{i}")
+        mul.metadata_props.extend(scope(layer0.replace("layers.0", f"layers.{i}")))
+        nodes.append(mul)
+    graph = helper.make_graph(nodes, "joined", [helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                                              [1, "s"]),
+                                                helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, "s", 4, 8])],
+                              [helper.make_tensor_value_info(f"out{i}", TensorProto.FLOAT, None) for i in range(3)],
+                              consts)  # fmt: skip
+    model = ir.from_proto(helper.make_model(graph))
+    values = {v.name: v for n in model.graph for v in n.outputs}
+    return model, (values["cos"], values["sin"])
+
+
+# (what cos is joined with, the layers the site is read by): a join of the site's own cos and sin in no layer reads
+# as what it reaches (the shared cos/sin of a dynamo Llama 4 export: it was `layers-unknown`); one with another input
+# is a reader in its own right, and it names no layer
+JOINS = [("sin", (0, 1, 2)), ("q", None)]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("other", "layers"), JOINS, ids=["cos-sin-joined", "joined-with-the-query"])
+def test_cos_and_sin_joined_in_the_rotary_module_are_read_by_the_layers_they_reach(
+    other: str, layers: tuple[int, ...] | None
+) -> None:
+    from types import SimpleNamespace
+
+    from ropeexport.audits.layers import site_layers
+
+    _, values = _joined_cos_sin(other)
+    assert site_layers(SimpleNamespace(values=values, readers=[], rotations=None)) == layers

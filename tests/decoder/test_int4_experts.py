@@ -109,6 +109,55 @@ def test_an_int4_mixture_is_served_as_float64_greedy_on_its_weights_and_audits_e
     code = main(["generate", str(result.path), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens",
                  str(count), "--position-offset", str(offset), "--threads", "1", "--json"])  # fmt: skip
     assert code == 0 and json.loads(capsys.readouterr().out)["tokens"] == truth
+    # onnxruntime-genai cannot cache its latent attention (``genai.unservable``): one line, before it is asked
+    code = main(["generate", str(result.path), "--prompt-ids", "5,17", "--engine", "onnxruntime-genai"])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and "engine: onnxruntime-genai cannot serve" in error, error
+    assert "latent attention" in error and not (result.path / "genai_config.json").exists()
     audited = rx.audit(result.path / "model.onnx", ckpt / "config.json", effects=False)
     assert audited.verdict == "exact" and not audited.findings, audited.findings
     assert audited.layers["attention_scales"] == pytest.approx({"0": 0.301407, "1": 0.301407}, rel=1e-5)
+
+
+# (tiny checkpoint, form, block) served by onnxruntime-genai 0.18 (``generate --engine onnxruntime-genai``): Qwen3-MoE's
+# softmax over all E handed to QMoE as router_weights (the most QMoE is asked to take); gpt_oss (QMoE and per expert),
+# qwen3_moe per expert and llama4_text per expert were served the same way by hand (docs/status/verified.md)
+GENAI = [("qwen3_moe-qmoe", "gqa", 16)]
+
+
+@pytest.mark.parametrize(("name", "graph", "block"), GENAI, ids=[f"{n}-{g}-b{b}" for n, g, b in GENAI])
+def test_onnxruntime_genai_serves_an_int4_mixture_as_float64_greedy_on_its_weights(
+    name: str, graph: str, block: int, tiny_checkpoint: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import numpy as np
+
+    import ropeexport as rx
+    from ropeexport.cli import main
+    from ropeexport.decoder.oracle import decoder_float64, stored_float64
+
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the serving engine")
+    ckpt = tiny_checkpoint(name)
+    # 76 positions: the fewest the build verifies over (decode-64 after a 12-token prompt)
+    result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, weight_format="int4", block_size=block,
+                              eager=False, max_positions=76)  # fmt: skip
+    assert result.passed
+    model = onnx.load(str(result.path / "model.onnx"), load_external_data=False)
+    assert any(n.op_type == "QMoE" for n in model.graph.node)  # served as built: ONNX Runtime's quantized mixture
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph, weight_format="int4", block_size=block,
+                                     max_positions=76))  # fmt: skip
+    weights64, pieces = stored_float64(spec, load_checkpoint(spec, ckpt)), position_pieces(spec)
+    prompt, count = [88, 31, 6, 54, 19, 70, 3, 44], 16  # a prompt whose greedy tokens vary (none is eos 0)
+    sequence, truth = list(prompt), []
+    for _ in range(count):
+        ids = np.array([sequence])
+        logits = decoder_float64(spec, weights64, ids, np.arange(ids.shape[1])[None], np.ones_like(ids),
+                                 pieces=pieces)  # fmt: skip
+        truth.append(int(logits[0, -1].argmax()))
+        sequence.append(truth[-1])
+    assert len(set(truth)) > 4, truth  # tokens that can tell a wrong serving apart
+    code = main(["generate", str(result.path), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens",
+                 str(count), "--engine", "onnxruntime-genai", "--threads", "1", "--json"])  # fmt: skip
+    served = json.loads(capsys.readouterr().out)
+    assert code == 0 and served["tokens"] == truth and served["policy"] == "keep"

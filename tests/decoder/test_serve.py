@@ -295,6 +295,11 @@ BAD = [
      "must be an integer in ASCII digits"),
     ("arabic-indic-offset", _copy, ["--prompt-ids", "1", "--position-offset", "\u0662"],
      "argument --position-offset", "ASCII digits"),
+    # onnxruntime-genai's loop places a prompt at 0 and keeps its cache: what it cannot do is said before it runs
+    ("genai-offset", _copy, ["--prompt-ids", "1", "--engine", "onnxruntime-genai", "--position-offset", "3"],
+     "--position-offset", "must be 0 with onnxruntime-genai"),
+    ("genai-re-prefill", _copy, ["--prompt-ids", "1", "--engine", "onnxruntime-genai", "--policy", "re-prefill"],
+     "--policy", "onnxruntime-genai keeps its cache"),
 ]  # fmt: skip
 
 
@@ -332,6 +337,8 @@ def test_the_api_names_the_field(built: dict) -> None:
         rx.generate(folder, prompt_ids=[1], prompt="w1")
     with pytest.raises(SpecError, match=r"^policy: must be one of re-prefill, keep"):
         rx.generate(folder, prompt_ids=[1], policy="wrap")
+    with pytest.raises(SpecError, match=r"^engine: must be one of ort, onnxruntime-genai, got 'trt'"):
+        rx.generate(folder, prompt_ids=[1], engine="trt")
     with pytest.raises(SpecError, match=r"^prompt_ids: the prompt is empty"):
         rx.generate(folder, prompt_ids=[])
     with pytest.raises(SpecError, match=r"^path: is empty"):
