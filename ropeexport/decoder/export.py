@@ -119,12 +119,11 @@ def prefill_and_step(
     """  # noqa: D205
     b, s = input_ids.shape
     cached = cached_layers(spec.layers)  # a layer reading another's keys and values has no cache of its own
-    zeros = lambda heads, width: np.zeros((b, heads, 0, width), DTYPES[spec.dtype].np_dtype)  # noqa: E731
     feed = {"input_ids": input_ids, "attention_mask": np.ones((b, s), np.int64), "position_ids": position_ids}
     for i in cached:
         past_key, past_value, _, _ = cache_names(i)
-        (key_heads, key_width), (value_heads, value_width) = cache_shapes(spec, i)
-        feed[past_key], feed[past_value] = zeros(key_heads, key_width), zeros(value_heads, value_width)
+        for name, (heads, width) in zip((past_key, past_value), cache_shapes(spec, i), strict=True):
+            feed[name] = np.zeros((b, heads, 0, width), DTYPES[spec.dtype].np_dtype)
     out = infer(feed)
     token = np.argmax(out["logits"][:, -1], axis=-1)[:, None].astype(np.int64)
     step = {"input_ids": token, "attention_mask": np.ones((b, s + 1), np.int64), "position_ids": step_positions}
