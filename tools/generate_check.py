@@ -48,6 +48,21 @@ def generated(folder: Path, prompt: list[int], new: int, offset: int) -> dict[st
     return out
 
 
+def judged(run: dict[str, Any], truth: np.ndarray, n: int) -> dict[str, Any]:
+    """One generation's record: ``run``, ``ropeexport generate --json``'s object; ``truth`` [N, vocab], the float64
+    logits of the slots that picked its N new tokens; ``n``, the prompt's length.
+    """  # noqa: D205
+    ordered = np.sort(truth, axis=-1)
+    picks = truth.argmax(-1)
+    same = [int(a) == int(b) for a, b in zip(picks, run["tokens"], strict=True)]
+    return {"positions": f"{run['position_offset']}-{run['position_offset'] + n + len(run['tokens']) - 1}",
+            "tokens": run["tokens"], "float64": [int(t) for t in picks], "agreement": f"{sum(same)}/{len(same)}",
+            "first_divergence": None if all(same) else same.index(False),
+            "margin_min": float((ordered[:, -1] - ordered[:, -2]).min()),
+            "prefill_tokens_per_second": run["prefill_tokens_per_second"],
+            "decode_ms_per_token": run["decode_ms_per_token"], "passed": all(same)}  # fmt: skip
+
+
 def check(folder: Path, checkpoint: Path, prompt: list[int], new: int) -> dict[str, Any]:
     """Both generations of the module doc on the decoder in ``folder``, judged against one float64 pass."""
     import onnx
@@ -74,18 +89,7 @@ def check(folder: Path, checkpoint: Path, prompt: list[int], new: int) -> dict[s
         held, _ = held_weights(onnx.load(folder / "model.onnx", load_external_data=False), spec, folder)
     truths = decoders_float64(spec, Stored64(spec, CheckpointWeights(spec, checkpoint), held), feeds,
                               position_pieces(spec))  # fmt: skip
-    records = []
-    for run, truth in zip(runs, truths, strict=True):
-        ordered = np.sort(truth[0], axis=-1)  # [N, vocab]
-        picks = truth[0].argmax(-1)
-        margins = ordered[:, -1] - ordered[:, -2]
-        same = [int(a) == int(b) for a, b in zip(picks, run["tokens"], strict=True)]
-        records.append({"positions": f"{run['position_offset']}-{run['position_offset'] + n + len(run['tokens']) - 1}",
-                        "tokens": run["tokens"], "float64": [int(t) for t in picks],
-                        "agreement": f"{sum(same)}/{len(same)}", "first_divergence": same.index(False) if
-                        not all(same) else None, "margin_min": float(margins.min()),
-                        "prefill_tokens_per_second": run["prefill_tokens_per_second"],
-                        "decode_ms_per_token": run["decode_ms_per_token"], "passed": all(same)})  # fmt: skip
+    records = [judged(run, truth[0], n) for run, truth in zip(runs, truths, strict=True)]
     return {"decoder": str(folder), "checkpoint": str(checkpoint), "prompt": prompt, "new": new,
             "generate_s": round(served, 1), "seconds": round(time.perf_counter() - start, 1), "runs": records,
             "passed": all(r["passed"] for r in records)}  # fmt: skip
@@ -101,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the records here")
     args = p.parse_args(argv)
     if not (args.decoder / "decoder.json").exists():
-        raise SystemExit(f"decoder: {args.decoder} holds no decoder.json; give a folder ropeexport build wrote")
+        p.error(f"decoder: {args.decoder} holds no decoder.json; give a folder ropeexport build wrote")
+    if not all(t.strip().isdigit() for t in args.prompt_ids.split(",")):
+        p.error(f"--prompt-ids: must be comma-separated token ids (ASCII digits), got {args.prompt_ids!r}")
     prompt = [int(t) for t in args.prompt_ids.split(",")]
     result = check(args.decoder, args.checkpoint, prompt, args.max_new_tokens)
     text = json.dumps(result, indent=1)
