@@ -51,7 +51,7 @@ def check(folder: Path, checkpoint: Path, request: dict[str, Any] | None = None)
     import onnxruntime as ort
 
     from ropeexport.decoder.checkpoint import CheckpointWeights
-    from ropeexport.decoder.export import cache_names
+    from ropeexport.decoder.export import prefill_and_step
     from ropeexport.decoder.held import held_weights
     from ropeexport.decoder.oracle import Feed, Stored64, decoders_float64
     from ropeexport.decoder.parts import position_pieces, weight_format
@@ -72,6 +72,8 @@ def check(folder: Path, checkpoint: Path, request: dict[str, Any] | None = None)
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    infer = lambda feed, run=session.run: dict(zip(names, run(None, feed), strict=True))  # noqa: E731
     feeds, ours = [], []
     for _, first, segments in prompts:
         pos = prompt_positions(segments, first)[:, None]  # [3, 1, s]
@@ -79,31 +81,17 @@ def check(folder: Path, checkpoint: Path, request: dict[str, Any] | None = None)
         if one_axis:
             pos = np.arange(first, first + s, dtype=np.int64)[None]  # [1, s]
         ids = rng.integers(0, min(spec.vocab_size, 256), (1, s)).astype(np.int64)  # the tokenizer's words
-        feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": np.ones((1, s), np.int64),
-                                       "position_ids": pos}  # fmt: skip
-        for i in range(spec.num_layers):
-            kv, d = spec.layers[i].geometry[1], spec.layers[i].geometry[2]
-            past_key, past_value, _, _ = cache_names(i)
-            feed[past_key] = feed[past_value] = np.zeros((1, kv, 0, d), np.float32)
-        names = [o.name for o in session.get_outputs()]
-        out = dict(zip(names, session.run(None, feed), strict=True))
         step = (np.full((1, 1), first + s, np.int64) if one_axis else
                 np.full((3, 1, 1), s + rope_deltas(pos[:, 0]), np.int64))  # cache position + rope_deltas  # fmt: skip
-        nxt = np.argmax(out["logits"][:, -1], axis=-1)[:, None].astype(np.int64)
-        feed2 = {"input_ids": nxt, "attention_mask": np.ones((1, s + 1), np.int64), "position_ids": step}
-        for i in range(spec.num_layers):
-            past_key, past_value, present_key, present_value = cache_names(i)
-            feed2[past_key], feed2[past_value] = out[present_key], out[present_value]
-        decoded = session.run(["logits"], feed2)[0]
-        ours.append(np.concatenate([out["logits"], decoded], axis=1).astype(np.float64))
+        logits, nxt = prefill_and_step(infer, spec, ids, pos, step)
+        ours.append(logits)
         full_ids = np.concatenate([ids, nxt], axis=1)
         full_pos = np.concatenate([pos, step], axis=-1)
         mask = np.ones((1, s + 1), np.int64)
         feeds.append(Feed(full_ids, full_pos, mask))
         if not one_axis:  # the same tokens at text rows
             feeds.append(Feed(full_ids, text_rows(np.arange(first, first + s + 1)[None]), mask))
-        del out, feed, feed2
-    del session  # its weights out of memory before the truth's pass
+    del session, infer  # its weights out of memory before the truth's pass
     served = time.perf_counter() - start
     held = None
     if weight_format(spec).quantized:

@@ -49,8 +49,8 @@ def calls(spec: Any) -> list[tuple[str, list[Call]]]:
 
 
 def feeds(made: list[Call]) -> list[Feed]:
-    """The truth's feeds of the calls, as ``verify`` makes them."""
-    return [Feed(c.input_ids, c.position_ids, c.attention_mask, c.first) for c in made]
+    """The truth's feeds of the calls, as ``verify`` makes them (M-RoPE: the [3, b, s] positions fed)."""
+    return [Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in made]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,7 +68,7 @@ from ropeexport.positions import AXES_INPUT
 from ropeexport.version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from ropeexport.pipeline import Stage
 
@@ -101,6 +101,38 @@ def head_weight(spec: DecoderSpec, weights: Mapping[str, np.ndarray], stores: We
 def cache_names(i: int) -> tuple[str, str, str, str]:
     """Layer i's (past key, past value, present key, present value) names."""
     return f"past_key_values.{i}.key", f"past_key_values.{i}.value", f"present.{i}.key", f"present.{i}.value"
+
+
+def prefill_and_step(
+    infer: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    spec: DecoderSpec,
+    input_ids: np.ndarray,
+    position_ids: np.ndarray,
+    step_positions: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A prompt prefilled from an empty cache, then one greedy decode step reading its cache at ``step_positions``
+    (an image prompt's checks: ``tools/grid_check.py``, ``tests/decoder/test_qwen_vl.py``).
+
+    ``infer``: a runner's feeds -> every output by name; input_ids [b, s] (every slot real); position_ids [b, s] or
+    M-RoPE's [3, b, s]; step_positions [b, 1] or [3, b, 1] (M-RoPE: the cache position plus ``rope_deltas``).
+    Returns (float64 logits [b, s + 1, vocab]: the prompt's slots then the step's, as the runtime returned them; the
+    step's token [b, 1], the argmax of the prompt's last slot).
+    """  # noqa: D205
+    b, s = input_ids.shape
+    cached = cached_layers(spec.layers)  # a layer reading another's keys and values has no cache of its own
+    feed = {"input_ids": input_ids, "attention_mask": np.ones((b, s), np.int64), "position_ids": position_ids}
+    for i in cached:
+        past_key, past_value, _, _ = cache_names(i)
+        for name, (heads, width) in zip((past_key, past_value), cache_shapes(spec, i), strict=True):
+            feed[name] = np.zeros((b, heads, 0, width), DTYPES[spec.dtype].np_dtype)
+    out = infer(feed)
+    token = np.argmax(out["logits"][:, -1], axis=-1)[:, None].astype(np.int64)
+    step = {"input_ids": token, "attention_mask": np.ones((b, s + 1), np.int64), "position_ids": step_positions}
+    for i in cached:
+        past_key, past_value, present_key, present_value = cache_names(i)
+        step[past_key], step[past_value] = out[present_key], out[present_value]
+    logits = np.concatenate([out["logits"], infer(step)["logits"]], axis=1).astype(np.float64)
+    return logits, token
 
 
 def build_decoder_graph(

@@ -161,9 +161,9 @@ class Stage:
 
 @dataclass(frozen=True)
 class Feed:
-    """One call to recompute: the sequence so far (input_ids, position_ids [b, s]; attention_mask [b, p + s]), the
-    slots whose logits are wanted ([first, s)), and ``past``: per layer the (key, value) [b, KV, p, d] cached before
-    it, given rather than recomputed (None: none).
+    """One call to recompute: the sequence so far (input_ids [b, s], position_ids [b, s] or M-RoPE's [3, b, s];
+    attention_mask [b, p + s]), the slots whose logits are wanted ([first, s)), and ``past``: per layer the (key,
+    value) [b, KV, p, d] cached before it, given rather than recomputed (None: none).
     """  # noqa: D205
 
     input_ids: np.ndarray
@@ -327,8 +327,10 @@ def extends(spec: DecoderSpec, longer: Feed, shorter: Feed, pieces: Pieces) -> b
     b, s = shorter.input_ids.shape
     if longer.past is not None or shorter.past is not None or longer.input_ids.shape[0] != b:
         return False
+    # the sequence is the last axis of every input: position_ids [b, s] or M-RoPE's [3, b, s] (``[:, :s]`` there
+    # would cut the batch axis, and no M-RoPE call would ever chain)
     if longer.input_ids.shape[1] < s or not all(
-        np.array_equal(getattr(longer, name)[:, :s], getattr(shorter, name))
+        np.array_equal(getattr(longer, name)[..., :s], getattr(shorter, name))
         for name in ("input_ids", "position_ids", "attention_mask")
     ):
         return False

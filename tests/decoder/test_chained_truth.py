@@ -17,10 +17,12 @@ from ropeexport.decoder.weights import seeded_weights
 from tests.decoder.test_mixed_regimes import DYNAMIC
 from tests.decoder.test_planted import LLAMA, MISTRAL, PHI3
 from tests.decoder.tiny import CONFIGS as TINY
+from tests.decoder.tiny import VL_CONFIGS
 from tests.toolmod import tool
 
 GEMMA3 = {"model_type": TINY["gemma3"][0], **TINY["gemma3"][1]}
 BLOOM = {"model_type": "bloom", "vocab_size": 96, "n_layer": 2, "hidden_size": 32, "n_head": 4}
+QWEN3_VL = {"model_type": VL_CONFIGS["qwen3_vl"][0], **VL_CONFIGS["qwen3_vl"][1]}  # position_ids [3, b, s] fed
 # name -> (config, the runs a scenario's calls fall in: "one" for every scenario, or "regimes": a new run exactly
 # where some row's regime differs from the call before's)
 CASES: dict[str, tuple[dict[str, Any], str]] = {
@@ -28,6 +30,7 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "mistral-window": (MISTRAL, "one"),
     "bloom-alibi": (BLOOM, "one"),
     "gemma3-two-tables": (GEMMA3, "one"),
+    "qwen3-vl-mrope": (QWEN3_VL, "one"),
     "phi3-longrope": (PHI3, "regimes"),
     "llama-dynamic": (DYNAMIC, "regimes"),
 }

@@ -19,7 +19,7 @@ import pytest
 import ropeexport as rx
 from ropeexport.decoder.build import DecoderRequest
 from ropeexport.decoder.checkpoint import CheckpointWeights
-from ropeexport.decoder.export import cache_names
+from ropeexport.decoder.export import prefill_and_step
 from ropeexport.decoder.oracle import decoder_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.spec import DecoderSpec
@@ -88,30 +88,19 @@ def test_image_grid_positions_and_rope_deltas_match_transformers_and_float64(
     result = rx.build_decoder(DecoderRequest(checkpoint=folder, graph=graph, name=f"{name}-{graph}-img"), tmp_path)
     spec = DecoderSpec.from_dict(json.loads((Path(result.path) / "decoder.json").read_text())["spec"])
     session = ort.InferenceSession(str(Path(result.path) / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    infer = lambda feed: dict(zip(names, session.run(None, feed), strict=True))  # noqa: E731
     model = transformers.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
     weights64 = stored_float64(spec, CheckpointWeights(spec, folder))
     pieces = position_pieces(spec)
-    layers = [(spec.layers[i].geometry[1], spec.layers[i].geometry[2]) for i in range(spec.num_layers)]
     rng = np.random.default_rng(0)
     for label, segments in PROMPTS:
         pos = prompt_positions(segments)[:, None]  # [3, 1, s]
         s = pos.shape[-1]
         ids = rng.integers(0, spec.vocab_size, (1, s)).astype(np.int64)
-        feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": np.ones((1, s), np.int64),
-                                       "position_ids": pos}  # fmt: skip
-        for i, (kv, d) in enumerate(layers):
-            past_key, past_value, _, _ = cache_names(i)
-            feed[past_key] = feed[past_value] = np.zeros((1, kv, 0, d), np.float32)
-        names = [o.name for o in session.get_outputs()]
-        out = dict(zip(names, session.run(None, feed), strict=True))
         # decode after the image: its cache position plus rope_deltas on every axis
         step = np.full((3, 1, 1), s + rope_deltas(pos[:, 0]), np.int64)
-        nxt = np.argmax(out["logits"][:, -1], axis=-1)[:, None].astype(np.int64)
-        feed2 = {"input_ids": nxt, "attention_mask": np.ones((1, s + 1), np.int64), "position_ids": step}
-        for i in range(spec.num_layers):
-            past_key, past_value, present_key, present_value = cache_names(i)
-            feed2[past_key], feed2[past_value] = out[present_key], out[present_value]
-        decoded = session.run(["logits"], feed2)[0]
+        ours, nxt = prefill_and_step(infer, spec, ids, pos, step)
         full_ids = np.concatenate([ids, nxt], axis=1)
         full_pos = np.concatenate([pos, step], axis=2)
         mask = np.ones((1, s + 1), np.int64)
@@ -119,7 +108,6 @@ def test_image_grid_positions_and_rope_deltas_match_transformers_and_float64(
         with torch.no_grad():
             theirs = model(input_ids=torch.from_numpy(full_ids), position_ids=torch.from_numpy(full_pos),
                            attention_mask=torch.from_numpy(mask)).logits.double().numpy()  # fmt: skip
-        ours = np.concatenate([out["logits"], decoded], axis=1).astype(np.float64)
         scale = np.abs(truth).max()
         assert np.abs(ours - truth).max() / scale < 1e-4, (label, "onnx vs float64")
         assert np.abs(theirs - truth).max() / scale < 1e-4, (label, "transformers vs float64")
