@@ -102,11 +102,11 @@ def _router_inputs(spec: Any, weights: dict[str, np.ndarray]) -> np.ndarray:
 
     ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0))
     seen: list[np.ndarray] = []
-    real = {name: getattr(oracle, name) for name in ("moe64", "shared_moe64")}
+    real = {name: getattr(oracle, name) for name in ("moe_mixing", "shared_mixing")}
 
     def spy(name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> np.ndarray:
-            seen.append(np.asarray(args[1]))  # moe64(spec, x, ...), shared_moe64(router, x, ...)
+            seen.append(np.asarray(args[1]))  # moe_mixing(spec, x, ...), shared_mixing(router, x, ...)
             return real[name](*args, **kwargs)
 
         return call
