@@ -9,6 +9,7 @@ expert may be read twice in one pass. One row per router kind.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.oracle import Feed, Routing, Stored64, decoders_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.weights import seeded_weights
 from tests.decoder.tiny import hf_config
 
@@ -81,3 +83,42 @@ def test_every_call_routed_first_then_each_expert_read_once_gives_each_calls_own
     assert counted.expert_reads, "no expert read alone: the pass did not go through Stored64.expert"
     twice = {key: n for key, n in counted.expert_reads.items() if n > 1}
     assert not twice, f"experts read more than once in one pass: {sorted(twice)[:4]}"
+
+
+DECODE = Scenario("decode", (6, 4), 5, about="two rows of 6 and 4 tokens, left-padded, then 5 greedy steps")
+
+
+def test_a_mixtures_verification_reads_each_expert_once_for_every_call(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    # Qwen3-MoE in fp32 run by ONNX Runtime: every call's float64 routing in one pass (``verify.verify_decoder``), each
+    # call judged as the call computed alone judges it (``verify_scenario`` without that pass: a recompute per call)
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.greedy import run_scenario
+    from ropeexport.decoder.verify import verify_decoder, verify_scenario
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.runtimes.ort import OrtRunner
+
+    spec, _ = resolve(DecoderRequest(config=hf_config("qwen3_moe").to_dict()))
+    weights, pieces = seeded_weights(spec), position_pieces(spec)
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    infer = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"]).infer
+    reads: Counter[tuple[str, int]] = Counter()
+    real = Stored64.expert
+
+    def counted(self: Stored64, name: str, e: int) -> np.ndarray:
+        reads[name, e] += 1
+        return real(self, name, e)
+
+    monkeypatch.setattr(Stored64, "expert", counted)
+    (record,) = verify_decoder(infer, spec, weights, pieces, chosen=[DECODE])
+    assert record["passed"] and not any("routing_flips" in c for c in record["calls"]), record["summary"]
+    assert reads and max(reads.values()) == 1, sorted(k for k, n in reads.items() if n > 1)[:4]
+    calls = run_scenario(infer, spec, DECODE)
+    assert len(calls) == 6
+
+    def alone(ids, pos, mask, flips=frozenset(), bound=0.0, ties=None, first=0):  # noqa: ANN001, ANN202
+        routing = Routing(flips, bound, ties if ties is not None else [])
+        return decoders_float64(spec, Stored64(spec, weights), [Feed(ids, pos, mask, first)], pieces, [routing])[0]
+
+    by_call = verify_scenario(spec, DECODE, calls, [None] * len(calls), None, [None] * len(calls), alone)
+    assert by_call["calls"] == record["calls"]

@@ -38,9 +38,9 @@ def setting() -> tuple:  # type: ignore[type-arg]
     weights64 = stored_float64(spec, seeded_weights(spec))
     pieces = position_pieces(spec)
 
-    def truth(ids, pos, mask, flips=frozenset(), bound=0.0, ties=None):  # noqa: ANN001, ANN202
+    def truth(ids, pos, mask, flips=frozenset(), bound=0.0, ties=None, first=0):  # noqa: ANN001, ANN202
         routing = Routing(flips, bound, ties if ties is not None else [])
-        return decoder_float64(spec, weights64, ids, pos, mask, pieces=pieces, routing=routing)
+        return decoder_float64(spec, weights64, ids, pos, mask, pieces=pieces, routing=routing)[:, first:]
 
     ids = np.random.default_rng(0).integers(0, spec.vocab_size, (2, 40))  # 160 routings: 5 near ties at fp16's bound
     pos, mask = np.tile(np.arange(40), (2, 1)), np.ones((2, 40), np.int64)
