@@ -236,6 +236,7 @@ def decoders_float64(
                 h: np.ndarray | None = None) -> Mixing:  # fmt: skip
         """One feed's mixture routed (``mixing``), its near ties collected and flips applied by ``routing``."""
         mlp_of = mlps[layer]  # h: the residual stream, which Gemma 4's mixture reads beside y (``gemma4_moe``)
+        assert not isinstance(mlp_of, MLPSpec)  # a dense MLP is computed a feed at a time (``_forward``)
         if isinstance(mlp_of, Gemma4MoESpec):
             assert h is not None  # a sandwich layer's (the only residual form Gemma 4 has)
             plan = lambda y, w, *a: branch_mixing(mlp_of, h, y, w, *a)  # noqa: E731
@@ -323,8 +324,10 @@ def decoders_float64(
                 h = h * w["layer_scalar"]
             hs[j] = h
 
-        _forward([through(j, feed) for j, feed in enumerate(feeds)], mlps[i], w,
-                 lambda y, h, j, w=w, i=i: planned(y, w, i, routings[j], h))
+        def plan(y: np.ndarray, h: np.ndarray, j: int, w: dict[str, np.ndarray] = w, i: int = i) -> Mixing:
+            return planned(y, w, i, routings[j], h)
+
+        _forward([through(j, feed) for j, feed in enumerate(feeds)], mlps[i], w, plan)
         del w, block
     finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]
     return [_softcapped(spec, _scaled(spec, logits)) for logits in _head(spec, weights64, finals,
