@@ -275,9 +275,8 @@ def decoders_float64(
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
         reads = layer.attention.kv_from  # another layer's keys and values (Gemma 4): its cache and new ones
 
-        # A feed through the layer, pausing at its feed-forward: it yields (the MLP's input y, the residual stream)
-        # and is sent the MLP's output, so a mixture routes every feed before reading any expert (``_forward``). The
-        # layer's values are bound as defaults: each pass runs to its end within this iteration.
+        # A feed through the layer, paused at its feed-forward (``Pass``, ``_forward``); the layer's values bound as
+        # defaults: each pass runs to its end within this iteration.
         def through(j: int, feed: Feed, i: int = i, layer: Any = layer, w: dict[str, np.ndarray] = w,
                     block: dict[str, np.ndarray] = block, attend: Any = attend, reads: int | None = reads,
                     shapes: tuple[int, ...] = (key_heads, key_width, value_heads, value_width)) -> Pass:  # fmt: skip
@@ -401,18 +400,15 @@ def chained_float64(
     return out
 
 
-# A feed's pass through one layer (``decoders_float64``): yields (the feed-forward's input y [b, s, n], the residual
-# stream h [b, s, n]) once and is sent the feed-forward's output [b, s, n]
+# A feed's pass through a layer: yields (the feed-forward's input y, the residual stream h) [b, s, n], is sent y's
 Pass = Generator[tuple[np.ndarray, np.ndarray], np.ndarray, None]
 
 
 def _forward(runs: list[Pass], mlp_of: object, w: Mapping[str, np.ndarray],
              plan: Callable[[np.ndarray, np.ndarray, int], Mixing]) -> None:  # fmt: skip
-    """Every feed's pass through a layer run to its end, its feed-forward computed: a dense MLP a feed at a time,
-    each feed finished before the next starts (one feed's activations at a time); a mixture's feeds all routed first
-    (``plan(y, h, feed)``), then each expert read once for all of them and applied to each feed's tokens alone
-    (``mixing.mixed_together``: per feed the same operations as its twin alone, bit for bit). Before, each feed read
-    every expert it chose again: a real size's pass read and quantized each expert once per call.
+    """Every feed's pass through a layer run to its end: a dense MLP a feed at a time (one feed's activations held); a
+    mixture's feeds all routed first (``plan(y, h, feed)``), then each expert read once for all of them and applied to
+    each feed's tokens alone (``mixing.mixed_together``: per feed its twin's operations alone, bit for bit).
     """  # noqa: D205
     if isinstance(mlp_of, MLPSpec):
         for run in runs:
