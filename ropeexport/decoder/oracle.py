@@ -400,7 +400,7 @@ def chained_float64(
     return out
 
 
-# A feed's pass through a layer: yields (the feed-forward's input y, the residual stream h) [b, s, n], is sent y's
+# A feed's pass through a layer: yields (the feed-forward's input y, residual stream h) [b, s, n], is sent its output
 Pass = Generator[tuple[np.ndarray, np.ndarray], np.ndarray, None]
 
 
