@@ -219,3 +219,60 @@ def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_
     plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
                             pieces=position_pieces(spec))  # fmt: skip
     assert np.abs(ran.logits - plain).max() > 1e-2 * np.abs(plain).max()
+
+
+def _plant_group_tie(spec: Any, weights: dict[str, np.ndarray]) -> tuple[int, int]:
+    """(layer, slot): DeepSeek's router of ``deepseek_v3-groups`` (3 groups of 4, the best group kept) set so that
+    at exactly one token of ``NEAR_TIE``'s prompt its best two groups tie: groups A (experts 0-3) and B (4-7) get the
+    same two experts (0, 1 and 4, 5: router column v, correction b; the rest -10), but expert 5's correction is the
+    next float32 after b, so in float64 B leads A by one float32 ulp of b (1.2e-10) and in float32 their scores are
+    one value (TopK keeps the lower index, A). Group C (8, 9: v + u, b + c) beats both at every token but the one
+    whose gap sig(v . h) - sig((v + u) . h) is the largest (c set between the largest and the second over the
+    prompt): there the kept group is B in float64 and A in ONNX Runtime. Shapes: h [T, n], the router [n, E].
+    """  # noqa: D205
+    layer = next(i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe")
+    h = _router_inputs(spec, weights)
+    rng = np.random.default_rng(1)
+    v, u = (rng.normal(size=h.shape[1]) / np.sqrt(h.shape[1]) / np.abs(h).mean() for _ in range(2))
+    sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+    gaps = sig(h @ v) - sig(h @ (v + u))
+    ranked = np.sort(gaps)[::-1]
+    c, b, w = (ranked[0] + ranked[1]) / 2, np.float32(1e-3), f"layers.{layer}.router_proj"
+    columns = np.zeros((h.shape[1], weights[w].shape[1]), np.float32)
+    columns[:, [0, 1, 4, 5]] = v[:, None]
+    columns[:, [8, 9]] = (v + u)[:, None]
+    biases = np.full(weights[w].shape[1], -10.0, np.float32)
+    biases[[0, 1, 4]], biases[5], biases[[8, 9]] = b, np.nextafter(b, np.float32(1)), b + c
+    bias = f"layers.{layer}.router_correction"
+    weights[w], weights[bias] = columns.astype(weights[w].dtype), biases.astype(weights[bias].dtype)
+    return layer, int(np.argmax(gaps))
+
+
+def test_a_tie_between_deepseeks_expert_groups_taken_the_other_way_is_reported_and_passes(
+    tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.verify import verify_decoder
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.report.views import ScenarioRecord
+    from ropeexport.runtimes.ort import OrtRunner
+
+    ckpt = tiny_checkpoint("deepseek_v3-groups")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed"))
+    weights = dict(load_checkpoint(spec, ckpt))
+    layer, slot = _plant_group_tie(spec, weights)
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    (record,) = verify_decoder(runner.infer, spec, weights, position_pieces(spec), chosen=[NEAR_TIE])
+    result = ScenarioRecord(record)
+    (call,) = result.calls
+    assert result.passed and call.float64.rel <= 1e-4, record["summary"]
+    flips = [f.data for f in call.routing_flips or []]
+    assert [(f["layer"], f["row"], f["slot"]) for f in flips] == [(layer, 0, slot)], flips
+    assert 0 < flips[0]["margin"] < 1e-9, flips  # the group scores' gap: one float32 ulp of b
+    # the other group, not rounding: against the float64 routing the runtime's logits are far outside fp32's bound
+    (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
+    plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
+                            pieces=position_pieces(spec))  # fmt: skip
+    assert np.abs(ran.logits - plain).max() > 1e-2 * np.abs(plain).max()
