@@ -20,7 +20,8 @@ from ropeexport.decoder.oracle import Feed, Routing, Stored64, decoders_float64,
 from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.scenarios import Scenario
 from ropeexport.decoder.weights import seeded_weights
-from tests.decoder.tiny import hf_config
+from tests.decoder.test_shared_kv import ROPE
+from tests.decoder.tiny import CONFIGS, VARIANTS
 
 # name in tests/decoder/tiny.py -> what its mixture is
 ROUTERS = {
@@ -61,7 +62,10 @@ def _feeds(vocab: int) -> list[Feed]:
 @pytest.mark.fast
 @pytest.mark.parametrize("name", sorted(ROUTERS))
 def test_every_call_routed_first_then_each_expert_read_once_gives_each_calls_own_truth(name: str) -> None:
-    spec, _ = resolve(DecoderRequest(config=hf_config(name).to_dict()))  # as transformers saves it
+    model_type, fields = {**CONFIGS, **VARIANTS}[name]
+    # Gemma 4's RoPE nested by layer type, as transformers saves it (its config class not imported: seconds)
+    config = {"model_type": model_type, **fields, **({"rope_parameters": ROPE} if "gemma4" in name else {})}
+    spec, _ = resolve(DecoderRequest(config=config))
     weights, pieces = seeded_weights(spec), position_pieces(spec)
     moe = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe"]
     assert moe, name
@@ -98,7 +102,7 @@ def test_a_mixtures_verification_reads_each_expert_once_for_every_call(monkeypat
     from ropeexport.graph.onnx_io import save_model
     from ropeexport.runtimes.ort import OrtRunner
 
-    spec, _ = resolve(DecoderRequest(config=hf_config("qwen3_moe").to_dict()))
+    spec, _ = resolve(DecoderRequest(config={"model_type": "qwen3_moe", **CONFIGS["qwen3_moe"][1]}))
     weights, pieces = seeded_weights(spec), position_pieces(spec)
     save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
     infer = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"]).infer
