@@ -37,9 +37,8 @@ def work(folder: Path, prompt: list[int], new: int, far: bool) -> dict[str, Any]
     """The runtime's generation and the float64 truth's greedy tokens on it (module doc)."""
     import onnx
 
-    from ropeexport.decoder.checkpoint import CheckpointWeights
     from ropeexport.decoder.held import held_weights
-    from ropeexport.decoder.kind import checkpoint_of, read_record
+    from ropeexport.decoder.kind import checkpoint_of, read_record, weights_of
     from ropeexport.decoder.oracle import Feed, Stored64, decoders_float64
     from ropeexport.decoder.parts import position_pieces, weight_format
     from ropeexport.decoder.serve import DecoderSession
@@ -52,10 +51,7 @@ def work(folder: Path, prompt: list[int], new: int, far: bool) -> dict[str, Any]
     ran, limit = generation.to_dict(), session.max_positions
     del session
     record = read_record(folder)
-    checkpoint = checkpoint_of(record["weights"])
-    weights = CheckpointWeights(spec, checkpoint) if checkpoint is not None else None
-    if weights is None:
-        raise SystemExit("the decoder was built from seeded weights: its float64 truth needs the checkpoint")
+    weights = weights_of(spec, checkpoint_of(record["weights"]))  # the checkpoint's, or the seeded draws
     held = None
     if weight_format(spec).quantized:
         held, _ = held_weights(onnx.load(folder / "model.onnx", load_external_data=False), spec, folder)
