@@ -271,12 +271,14 @@ def verify_decoder(
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
     quantized decoder's calls also get their quantization cost (module doc). Every scenario runs, then one float64
-    pass judges all of their calls (a quantized decoder: two). ``stage(what, done, total)`` is told each scenario as
-    it starts and each layer of the float64 passes (``every scenario: float64``, a quantized decoder's ``every
-    scenario: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
+    pass judges all of their calls (a quantized decoder: two; a mixture of experts: its pass under the float64
+    routing, then a call recomputed alone after one that took a flip). ``stage(what, done, total)`` is told each
+    scenario as it starts and each layer of the float64 passes (``every scenario: float64``, a mixture's ``every
+    scenario: float64 routed``, a quantized decoder's ``every scenario: float64 unquantized``, layer i of
+    num_layers). ``held``: the projections as the written model holds
     them (``Stored64``), read there instead of quantized again from ``weights``. ``spread``: the float64 passes run
-    as parts elsewhere (``truth_tasks``: Ray tasks, one per scenario), a mixture of experts' aside (its truth is a
-    call at a time).
+    as parts elsewhere (``truth_tasks``: Ray tasks, one per scenario), a mixture of experts' aside (its flips carry
+    from call to call).
     """  # noqa: D205
     weights64 = Stored64(spec, weights, held)  # read layer by layer, once a float64 pass (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
