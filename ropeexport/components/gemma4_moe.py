@@ -37,6 +37,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ropeexport.components.linear import linear, linear64
+from ropeexport.components.mixing import Mixing, mixed
 from ropeexport.components.mlp import MLPSpec, activation, activation64, mlp, mlp64
 from ropeexport.components.moe import MoESpec, near_ties, route64
 from ropeexport.components.norm import NormSpec, norm, norm64
@@ -152,6 +153,18 @@ def branch64(
     stored weights in float64 (the MLP's ``gate_proj`` / ``up_proj`` [n, dense] apart, the experts' ``NAMES``).
     ``flips`` and ``ties``: as ``moe.moe64``'s (tokens are flat indices into b x s).
     """  # noqa: D205
+    return mixed(branch_mixing(spec, h, y, w, flips, ties), w)
+
+
+def branch_mixing(
+    spec: Gemma4MoESpec,
+    h: np.ndarray,
+    y: np.ndarray,
+    w: Mapping[str, np.ndarray],
+    flips: Collection[int] = (),
+    ties: tuple[float, list[tuple[int, float]]] | None = None,
+) -> Mixing:
+    """``branch64`` routed, its dense MLP computed, its experts not yet applied (``mixing``)."""
     dense = norm64(spec.norm, mlp64(spec.mlp, y, w), w["post_mlp_norm.weight"])
     logits = route(spec, h, w)
     if ties is not None:
@@ -159,10 +172,10 @@ def branch64(
     chosen, weights = route64(spec.mixture, logits, flips)
     weights = weights * w["router_expert_scale"][chosen]  # [T, k]
     tokens = norm64(spec.norm, h, w["pre_experts_norm.weight"]).reshape(-1, h.shape[-1])
-    out = np.zeros_like(tokens)
-    for e in np.unique(chosen):
-        rows, slot = np.nonzero(chosen == e)
-        gate, up = tokens[rows] @ w["experts_gate_proj"][e], tokens[rows] @ w["experts_up_proj"][e]
-        hidden = activation64(spec.act, gate) * up
-        out[rows] += weights[rows, slot, None] * (hidden @ w["experts_down_proj"][e])
-    return dense + norm64(spec.norm, out.reshape(h.shape), w["post_experts_norm.weight"])
+
+    def expert(x: np.ndarray, one: Mapping[str, np.ndarray]) -> np.ndarray:
+        gate, up = x @ one["experts_gate_proj"], x @ one["experts_up_proj"]
+        return (activation64(spec.act, gate) * up) @ one["experts_down_proj"]
+
+    finish = lambda out: dense + norm64(spec.norm, out.reshape(h.shape), w["post_experts_norm.weight"])  # noqa: E731
+    return Mixing(tokens, chosen, weights, np.zeros_like(tokens), expert, NAMES[3:6], finish)  # its projections

@@ -19,12 +19,17 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ropeexport.components.linear import linear
+from ropeexport.components.mixing import Mixing, mixed
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.specs import require_choice, require_int
 
 if TYPE_CHECKING:
     from ropeexport.graph.onnx_io import GraphBuilder
+
+
+# the routed experts' weights, each [E, ...] (``shared_mixing`` reads them one expert at a time)
+EXPERTS = ("experts_gate_proj", "experts_up_proj", "experts_down_proj")
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,12 @@ def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarra
     [E, m, n], ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n]. ``flips`` and
     ``ties``: as ``moe64``'s, by this router's near ties (``grouped_near_ties``).
     """  # noqa: D205
+    return mixed(shared_mixing(router, x, w, flips, ties), w)
+
+
+def shared_mixing(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Collection[int] = (),
+                  ties: tuple[float, list[tuple[int, float]]] | None = None) -> Mixing:  # fmt: skip
+    """``shared_moe64`` routed, the shared experts' output summed, the routed ones not yet applied (``mixing``)."""
     silu_mlp = lambda y, gate, up, down: (y @ gate) / (1.0 + np.exp(-(y @ gate))) * (y @ up) @ down  # noqa: E731
     tokens = x.reshape(-1, x.shape[-1])
     logits = tokens @ w["router_proj"]
@@ -178,11 +189,8 @@ def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarra
         ties[1].extend(grouped_near_ties(router, logits, w["router_correction"], ties[0]))
     chosen, weights = grouped_route64(router, logits, w["router_correction"], flips)
     out = silu_mlp(tokens, w["shared_gate_proj"], w["shared_up_proj"], w["shared_down_proj"])
-    for e in np.unique(chosen):
-        rows, slot = np.nonzero(chosen == e)
-        y = silu_mlp(tokens[rows], w["experts_gate_proj"][e], w["experts_up_proj"][e], w["experts_down_proj"][e])
-        out[rows] += weights[rows, slot, None] * y
-    return out.reshape(x.shape)
+    expert = lambda y, one: silu_mlp(y, *(one[f"experts_{p}_proj"] for p in ("gate", "up", "down")))  # noqa: E731
+    return Mixing(tokens, chosen, weights, out, expert, EXPERTS, lambda out: out.reshape(x.shape))
 
 
 def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x: str, w: Mapping[str, str]) -> str:

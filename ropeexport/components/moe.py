@@ -46,6 +46,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ropeexport.components.linear import linear, linear64
+from ropeexport.components.mixing import Mixing, mixed
 from ropeexport.components.mlp import MLPSpec, activation, activation64, mlp, mlp64
 from ropeexport.components.qmoe import experts_op
 from ropeexport.dtypes import DTYPES
@@ -253,45 +254,42 @@ def near_ties(spec: MoESpec, logits: np.ndarray, bound: float) -> list[tuple[int
     return [(int(t), float(margins[t])) for t in np.nonzero(margins <= bound * scale)[0]]
 
 
-def expert64(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], e: int) -> np.ndarray:
-    """float64 [t, n] -> [t, n]: expert e's clamped SwiGLU, or its gated MLP (module doc)."""
+def expert64(spec: MoESpec, x: np.ndarray, one: Mapping[str, np.ndarray]) -> np.ndarray:
+    """float64 [t, n] -> [t, n]: an expert's clamped SwiGLU or gated MLP (module doc) from its weights ``one``."""
     if spec.expert == "gated":
-        bias = lambda name: w[name][e] if name in w else None  # noqa: E731
-        hidden = activation64(spec.act, linear64(x, w["experts_gate_proj"][e], bias("experts_gate_bias")))
-        hidden = hidden * linear64(x, w["experts_up_proj"][e], bias("experts_up_bias"))
-        return linear64(hidden, w["experts_down_proj"][e], bias("experts_down_bias"))
-    gate = np.minimum(linear64(x, w["experts_gate_proj"][e], w["experts_gate_bias"][e]), spec.limit)
-    up = np.clip(linear64(x, w["experts_up_proj"][e], w["experts_up_bias"][e]), -spec.limit, spec.limit)
+        hidden = activation64(spec.act, linear64(x, one["experts_gate_proj"], one.get("experts_gate_bias")))
+        hidden = hidden * linear64(x, one["experts_up_proj"], one.get("experts_up_bias"))
+        return linear64(hidden, one["experts_down_proj"], one.get("experts_down_bias"))
+    gate = np.minimum(linear64(x, one["experts_gate_proj"], one["experts_gate_bias"]), spec.limit)
+    up = np.clip(linear64(x, one["experts_up_proj"], one["experts_up_bias"]), -spec.limit, spec.limit)
     glu = gate / (1.0 + np.exp(-spec.alpha * gate))
-    return linear64((up + 1.0) * glu, w["experts_down_proj"][e], w["experts_down_bias"][e])
+    return linear64((up + 1.0) * glu, one["experts_down_proj"], one["experts_down_bias"])
 
 
 def moe64(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Collection[int] = (),
           ties: tuple[float, list[tuple[int, float]]] | None = None) -> np.ndarray:  # fmt: skip
     """float64 x [b, s, n] -> [b, s, n] from the stored weights under their canonical names (``NAMES``): each token
-    through its k experts only, chosen and weighed by its float64 router logits.
-
-    ``flips``: tokens (flat indices into b x s) routed the other way at their near tie (``route64``). ``ties``:
-    (bound, a list) to which the (token, margin) of every near tie within that bound is appended (``near_ties``).
+    through its k experts only, chosen and weighed by its float64 router logits. ``flips``: tokens (flat indices into
+    b x s) routed the other way at their near tie (``route64``). ``ties``: (bound, a list) to which the (token,
+    margin) of every near tie within that bound is appended (``near_ties``).
     """  # noqa: D205
+    return mixed(moe_mixing(spec, x, w, flips, ties), w)
+
+
+def moe_mixing(spec: MoESpec, x: np.ndarray, w: Mapping[str, np.ndarray], flips: Collection[int] = (),
+               ties: tuple[float, list[tuple[int, float]]] | None = None) -> Mixing:  # fmt: skip
+    """``moe64`` routed, its experts not yet applied (``mixing``): ``mixed`` of it is ``moe64``."""
     needed = NAMES if spec.bias else tuple(name for name in NAMES if "bias" not in name)
-    missing = next((name for name in needed if name not in w), None)
-    if missing is not None:
+    if (missing := next((name for name in needed if name not in w), None)) is not None:
         raise SpecError("weights", f"a mixture of experts needs {missing!r}, which the weights do not hold")
-    n = x.shape[-1]
-    tokens = x.reshape(-1, n)
+    tokens = x.reshape(-1, x.shape[-1])
     logits = linear64(tokens, w["router_proj"], w.get("router_bias"))
     if ties is not None:
         ties[1].extend(near_ties(spec, logits, ties[0]))
     chosen, weights = route64(spec, logits, flips)
-    out = np.zeros_like(tokens)
-    for e in np.unique(chosen):
-        rows, slot = np.nonzero(chosen == e)
-        if spec.router == "topk_sigmoid":  # the input scaled (module doc)
-            out[rows] += expert64(spec, weights[rows, slot, None] * tokens[rows], w, int(e))
-        else:
-            out[rows] += weights[rows, slot, None] * expert64(spec, tokens[rows], w, int(e))
-    if spec.shared:
-        shared = {name: w[f"shared_{name}"] for name in ("gate_proj", "up_proj", "down_proj")}
-        out += mlp64(MLPSpec("gated", spec.act, spec.shared), tokens, shared)
-    return out.reshape(x.shape)
+    shared = {name: w[f"shared_{name}"] for name in ("gate_proj", "up_proj", "down_proj")} if spec.shared else {}
+    extra = mlp64(MLPSpec("gated", spec.act, spec.shared), tokens, shared) if shared else None  # after the k
+    finish = lambda out: (out if extra is None else out + extra).reshape(x.shape)  # noqa: E731
+    return Mixing(tokens, chosen, weights, np.zeros_like(tokens), lambda y, one: expert64(spec, y, one),
+                  tuple(n for n in needed if n.startswith("experts_")), finish, spec.router == "topk_sigmoid")
+

@@ -26,20 +26,21 @@ under an old regime), and every bias on the shorter call's slots likewise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ropeexport.components.attention.float64 import Bias64, Rotate64, attention64
-from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch64
-from ropeexport.components.grouped_moe import SharedMoESpec, shared_moe64
+from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch_mixing
+from ropeexport.components.grouped_moe import SharedMoESpec, shared_mixing
 from ropeexport.components.latent import LatentSpec
 from ropeexport.components.latent.float64 import latent64
 from ropeexport.components.linear import is_weight, linear64
+from ropeexport.components.mixing import Mixing, mixed_together, part
 from ropeexport.components.mlp import MLPSpec, mlp64
-from ropeexport.components.moe import moe64
+from ropeexport.components.moe import moe_mixing
 from ropeexport.components.norm import norm64
 from ropeexport.decoder.export import embed_scale
 from ropeexport.decoder.parts import (
@@ -232,22 +233,22 @@ def decoders_float64(
     mlps = [mlp_spec(spec, i) for i in range(spec.num_layers)]
     routings = list(routings) if routings is not None else [None] * len(feeds)
 
-    def feedforward(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None,
-                    h: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def planned(y: np.ndarray, w: Mapping[str, np.ndarray], layer: int, routing: Routing | None,
+                h: np.ndarray | None = None) -> Mixing:  # fmt: skip
+        """One feed's mixture routed (``mixing``), its near ties collected and flips applied by ``routing``."""
         mlp_of = mlps[layer]  # h: the residual stream, which Gemma 4's mixture reads beside y (``gemma4_moe``)
-        if isinstance(mlp_of, MLPSpec):
-            return mlp64(mlp_of, y, w)
+        assert not isinstance(mlp_of, MLPSpec)  # a dense MLP is computed a feed at a time (``_forward``)
         if isinstance(mlp_of, Gemma4MoESpec):
             assert h is not None  # a sandwich layer's (the only residual form Gemma 4 has)
-            mixed = lambda y, w, *a: branch64(mlp_of, h, y, w, *a)  # noqa: E731
+            plan = lambda y, w, *a: branch_mixing(mlp_of, h, y, w, *a)  # noqa: E731
         else:
-            mixed = (lambda *a: shared_moe64(mlp_of.router, *a)) if isinstance(mlp_of, SharedMoESpec) else (  # noqa: E731
-                lambda *a: moe64(mlp_of, *a))  # fmt: skip
+            plan = (lambda *a: shared_mixing(mlp_of.router, *a)) if isinstance(mlp_of, SharedMoESpec) else (  # noqa: E731
+                lambda *a: moe_mixing(mlp_of, *a))  # fmt: skip
         if routing is None:
-            return mixed(y, w)
+            return plan(y, w)
         t = y.shape[1]  # a token's flat index: row x t + slot
         found: tuple[float, list[tuple[int, float]]] = (routing.bound, [])
-        out = mixed(y, w, [r * t + j for (at, r, j) in routing.flips if at == layer], found if routing.bound else None)
+        out = plan(y, w, [r * t + j for (at, r, j) in routing.flips if at == layer], found if routing.bound else None)
         routing.ties.extend((layer, token // t, token % t, margin) for token, margin in found[1])
         return out
 
@@ -274,7 +275,13 @@ def decoders_float64(
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
         reads = layer.attention.kv_from  # another layer's keys and values (Gemma 4): its cache and new ones
-        for j, feed in enumerate(feeds):
+
+        # A feed through the layer, paused at its feed-forward (``Pass``, ``_forward``); the layer's values bound as
+        # defaults: each pass runs to its end within this iteration.
+        def through(j: int, feed: Feed, i: int = i, layer: Any = layer, w: dict[str, np.ndarray] = w,
+                    block: dict[str, np.ndarray] = block, attend: Any = attend, reads: int | None = reads,
+                    shapes: tuple[int, ...] = (key_heads, key_width, value_heads, value_width)) -> Pass:  # fmt: skip
+            key_heads, key_width, value_heads, value_width = shapes
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
@@ -290,30 +297,37 @@ def decoders_float64(
                 attended = out["output"]
                 if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed
                     shared.setdefault(i, []).append({n: out[n] for n in ("shared_key", "shared_value")})
+                del out  # every feed's pass is held at its pause at once: what it no longer reads goes
+            del wired, key, value
             if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)
-                h = h + normed(feedforward(normed(h, w, "norm3"), w, i, routings[j], h), w, "norm4")
+                h = h + normed((yield normed(h, w, "norm3"), h), w, "norm4")
                 seen(j, Stage(i, "mlp"), h)
             elif layer.residual == "post":
                 h = h + normed(attended, w, "norm2")
                 seen(j, Stage(i, "attention"), h)
-                h = h + normed(feedforward(h, w, i, routings[j]), w, "norm4")
+                h = h + normed((yield h, h), w, "norm4")
                 seen(j, Stage(i, "mlp"), h)
             elif layer.residual == "sequential":
                 h = h + attended
                 seen(j, Stage(i, "attention"), h)
-                h = h + feedforward(normed(h, w, "norm2"), w, i, routings[j])
+                h = h + (yield normed(h, w, "norm2"), h)
                 seen(j, Stage(i, "mlp"), h)
             else:  # parallel: the MLP reads its own norm of the layer input, or the attention's (no norm2: GPT-J)
                 y = normed(h, w, "norm2") if "norm2" in layer.norms else x
-                h = h + attended + feedforward(y, w, i, routings[j])
+                h = h + attended + (yield y, h)
                 seen(j, Stage(i, "block"), h)
             if plis:  # Gemma 4: the per-layer input's term, before the layer's scalar
                 h = layer64(norm_of, layer.ffn.act, h, plis[j][:, :, i], w)
             if layer.layer_scale:  # Gemma 4: the residual stream after the layer times its scalar
                 h = h * w["layer_scalar"]
             hs[j] = h
+
+        def plan(y: np.ndarray, h: np.ndarray, j: int, w: dict[str, np.ndarray] = w, i: int = i) -> Mixing:
+            return planned(y, w, i, routings[j], h)
+
+        _forward([through(j, feed) for j, feed in enumerate(feeds)], mlps[i], w, plan)
         del w, block
     finals = [normed(h[:, feed.first :], top, "final_norm") for h, feed in zip(hs, feeds, strict=True)]
     return [_softcapped(spec, _scaled(spec, logits)) for logits in _head(spec, weights64, finals,
@@ -387,6 +401,35 @@ def chained_float64(
         for j in chain:
             out[j] = logits[:, feeds[j].first - run.first : feeds[j].input_ids.shape[1] - run.first]
     return out
+
+
+# A feed's pass through a layer: yields (the feed-forward's input y, residual stream h) [b, s, n], is sent its output
+Pass = Generator[tuple[np.ndarray, np.ndarray], np.ndarray, None]
+
+
+def _forward(runs: list[Pass], mlp_of: object, w: Mapping[str, np.ndarray],
+             plan: Callable[[np.ndarray, np.ndarray, int], Mixing]) -> None:  # fmt: skip
+    """Every feed's pass through a layer run to its end: a dense MLP a feed at a time (one feed's activations held); a
+    mixture's feeds all routed first (``plan(y, h, feed)``), then each expert read once for all of them and applied to
+    each feed's tokens alone (``mixing.mixed_together``: per feed its twin's operations alone, bit for bit).
+    """  # noqa: D205
+    if isinstance(mlp_of, MLPSpec):
+        for run in runs:
+            y, _ = next(run)
+            _send(run, mlp64(mlp_of, y, w))
+        return
+    mixings = [plan(y, h, j) for j, (y, h) in enumerate(next(run) for run in runs)]
+    for run, out in zip(runs, mixed_together(mixings, lambda e: part(w, mixings[0].names, e)), strict=True):
+        _send(run, out)
+
+
+def _send(run: Pass, out: np.ndarray) -> None:
+    """The feed-forward's output sent to a feed's pass, which then ends."""
+    try:
+        run.send(out)
+    except StopIteration:
+        return
+    raise RuntimeError("a layer's pass asked for its feed-forward twice")
 
 
 class _Experts:

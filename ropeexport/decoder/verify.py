@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
-from ropeexport.decoder.oracle import Feed, Routing, Stored64, chained_float64, decoder_float64
+from ropeexport.decoder.oracle import Feed, Routing, Stored64, chained_float64, decoders_float64
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
@@ -48,9 +48,12 @@ from ropeexport.recipes import PositionPiece
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
 Flip = tuple[int, int, int]  # (layer, row, slot): a token routed to its (k + 1)-th expert in place of its k-th
 # (input_ids, position_ids, attention_mask, the flips to apply, the bound of the near ties to collect or 0, the list
-# that collects them) -> float64 logits [b, t, vocab]
-Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[tuple[int, int, int, float]]],
-                     np.ndarray]  # fmt: skip
+# that collects them, the first slot wanted) -> float64 logits [b, t - first, vocab]
+Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[tuple[int, int, int, float]],
+                      int], np.ndarray]  # fmt: skip
+# A call's truth under the float64 routing (no flip) and the near ties it collected within the tolerance, computed
+# beside every other call's in one pass (``verify_decoder``)
+Ahead = tuple[np.ndarray, list[tuple[int, int, int, float]]]
 # Every call of a scenario -> each call's float64 logits over its slots [first, t): the truth, all calls at once
 # (layer by layer, ``decoder.oracle``).
 Truths = Callable[[list[Call]], list[np.ndarray]]
@@ -181,16 +184,21 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip],
-            routed: bool) -> tuple[np.ndarray, frozenset[Flip], list[dict[str, Any]]]:  # fmt: skip
+def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip], routed: bool,
+            ahead: Ahead | None = None) -> tuple[np.ndarray, frozenset[Flip], list[dict[str, Any]]]:  # fmt: skip
     """(the truth of the call's slots, the flips it took, their records): the float64 routing with ``kept`` flipped,
     else, when that fails the call and ``routed`` (a mixture of experts), the nearest of the routings its near ties
-    allow (module doc).
+    allow (module doc). ``ahead``: the float64 routing's truth and near ties, already computed (taken when ``kept``
+    is empty: the same arrays ``truth`` would give, bit for bit).
     """  # noqa: D205
     ties: list[tuple[int, int, int, float]] = []
     recompute = lambda flips, bound, into: truth(  # noqa: E731
-        call.input_ids, call.fed_positions, call.attention_mask, flips, bound, into)[:, call.first :]
-    full = recompute(kept, tolerance if routed else 0.0, ties)
+        call.input_ids, call.fed_positions, call.attention_mask, flips, bound, into, call.first)
+    if ahead is not None and routed and not kept:
+        full = ahead[0]
+        ties.extend(ahead[1])
+    else:
+        full = recompute(kept, tolerance if routed else 0.0, ties)
     runtime = np.asarray(call.logits, np.float64)
     rel = lambda reference: _compare(call, runtime, reference)["rel"]  # noqa: E731
     margins = {(layer, row, slot): margin for layer, row, slot, margin in ties}
@@ -213,20 +221,22 @@ def verify_scenario(
     eager: Any | None,
     costs: Sequence[np.ndarray | None],
     routed: Recompute | None = None,
+    aheads: Sequence[Ahead | None] | None = None,
 ) -> dict[str, Any]:
     """Judge every call of one scenario (``greedy.run_scenario``'s) against its truth in ``fulls`` (a mixture of
-    experts: None, each call recomputed by ``routed`` with the flips it took, module doc) and, for a quantized
-    decoder, report its cost against ``costs`` (None each otherwise).
+    experts: None, each call recomputed by ``routed`` with the flips it took, module doc; ``aheads``: per call its
+    float64 routing's truth already computed, or None) and, for a quantized decoder, report its cost against
+    ``costs`` (None each otherwise).
     """  # noqa: D205
     if eager is not None:
         eager.fresh()
     records = []
     flips: frozenset[Flip] = frozenset()
     bound = tolerance(spec)
-    for call, full, cost in zip(calls, fulls, costs, strict=True):
+    for call, full, cost, ahead in zip(calls, fulls, costs, aheads or [None] * len(calls), strict=True):
         taken: list[dict[str, Any]] = []
         if routed is not None:  # a call at a time: the flips one call takes carry to the next
-            full, flips, taken = _routed(call, routed, bound, flips, True)
+            full, flips, taken = _routed(call, routed, bound, flips, True, ahead)
         assert full is not None
         theirs = None
         if eager is not None:
@@ -261,12 +271,14 @@ def verify_decoder(
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
     quantized decoder's calls also get their quantization cost (module doc). Every scenario runs, then one float64
-    pass judges all of their calls (a quantized decoder: two). ``stage(what, done, total)`` is told each scenario as
-    it starts and each layer of the float64 passes (``every scenario: float64``, a quantized decoder's ``every
-    scenario: float64 unquantized``, layer i of num_layers). ``held``: the projections as the written model holds
+    pass judges all of their calls (a quantized decoder: two; a mixture of experts: its pass under the float64
+    routing, then a call recomputed alone after one that took a flip). ``stage(what, done, total)`` is told each
+    scenario as it starts and each layer of the float64 passes (``every scenario: float64``, a mixture's ``every
+    scenario: float64 routed``, a quantized decoder's ``every scenario: float64 unquantized``, layer i of
+    num_layers). ``held``: the projections as the written model holds
     them (``Stored64``), read there instead of quantized again from ``weights``. ``spread``: the float64 passes run
-    as parts elsewhere (``truth_tasks``: Ray tasks, one per scenario), a mixture of experts' aside (its truth is a
-    call at a time).
+    as parts elsewhere (``truth_tasks``: Ray tasks, one per scenario), a mixture of experts' aside (its flips carry
+    from call to call).
     """  # noqa: D205
     weights64 = Stored64(spec, weights, held)  # read layer by layer, once a float64 pass (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
@@ -286,10 +298,21 @@ def verify_decoder(
         # a call at a time, its routing's near ties collected and flips applied (module doc)
 
         def routed(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, flips: frozenset[Flip] = frozenset(),
-                   bound: float = 0.0, ties: list[tuple[int, int, int, float]] | None = None,
+                   bound: float = 0.0, ties: list[tuple[int, int, int, float]] | None = None, first: int = 0,
                    ) -> np.ndarray:  # fmt: skip
             routing = Routing(flips, bound, ties if ties is not None else [])
-            return decoder_float64(spec, weights64, ids, pos, mask, pieces=layers, routing=routing)
+            return decoders_float64(spec, weights64, [Feed(ids, pos, mask, first)], layers, [routing])[0]
+
+    def ahead(calls: list[Call]) -> list[Ahead | None]:
+        """Every call under the float64 routing in one pass (``oracle.decoders_float64``: each expert read once for
+        all of them), its near ties within the tolerance collected: what ``_routed`` asks first of each call whose
+        scenario has taken no flip before it. A call after a flip is recomputed alone (module doc).
+        """  # noqa: D205
+        routings = [Routing(frozenset(), tolerance(spec), []) for _ in calls]
+        feeds = [Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls]
+        told = None if stage is None else (lambda i: stage(f"{now[0]}: float64 routed", i, spec.num_layers))
+        found = decoders_float64(spec, weights64, feeds, layers, routings, on_layer=told)
+        return [(logits, routing.ties) for logits, routing in zip(found, routings, strict=True)]
 
     unquantized: Truths | None = None
     if spec.storage.format:
@@ -310,6 +333,7 @@ def verify_decoder(
     now[0] = "every scenario" if len(runs) > 1 else runs[0].name
     fulls: list[np.ndarray | None] = [None] * len(flat)
     costs: list[np.ndarray | None] = [None] * len(flat)
+    aheads: list[Ahead | None] = ahead(flat) if routed is not None else [None] * len(flat)
     if spread is not None and routed is None:  # the passes as parts, each computing its calls as the one pass does
         groups = [[Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls] for calls in ran]
         fulls = list(spread(groups, False))
@@ -320,8 +344,8 @@ def verify_decoder(
     out = []
     for scenario, calls in zip(runs, ran, strict=True):
         n = len(calls)
-        result = verify_scenario(spec, scenario, calls, fulls[:n], eager, costs[:n], routed)
-        fulls, costs = fulls[n:], costs[n:]
+        result = verify_scenario(spec, scenario, calls, fulls[:n], eager, costs[:n], routed, aheads[:n])
+        fulls, costs, aheads = fulls[n:], costs[n:], aheads[n:]
         out.append(result)
         if on_scenario is not None:
             on_scenario(result)

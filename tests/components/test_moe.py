@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ropeexport.components.mixing import part
 from ropeexport.components.mlp import MLPSpec, mlp64
-from ropeexport.components.moe import MoESpec, expert64, moe, moe64, near_ties, route64, to_graph
+from ropeexport.components.moe import NAMES, MoESpec, expert64, moe, moe64, near_ties, route64, to_graph
 from ropeexport.errors import SpecError
 from ropeexport.graph.onnx_io import GraphBuilder
 from ropeexport.numerics import round_once
@@ -247,7 +248,8 @@ def test_sigmoid_routed_moe_graph_matches_its_twin(kernel: str, dtype: str, opse
     shared = mlp64(MLPSpec("gated", "silu", S), tokens, {"gate_proj": w["shared_gate_proj"],
                                                           "up_proj": w["shared_up_proj"],
                                                           "down_proj": w["shared_down_proj"]})  # fmt: skip
-    outputs_weighed = shared + np.concatenate([weights[t, 0] * expert64(spec, tokens[t : t + 1], w, int(chosen[t, 0]))
+    outputs_weighed = shared + np.concatenate([weights[t, 0] * expert64(spec, tokens[t : t + 1],
+                                                                        part(w, NAMES, int(chosen[t, 0])))
                                                for t in range(T)])  # fmt: skip
     assert float(np.abs(got - outputs_weighed.reshape(want.shape)).max()) > 10 * TOL[dtype] * scale
 

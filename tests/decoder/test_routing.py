@@ -38,9 +38,9 @@ def setting() -> tuple:  # type: ignore[type-arg]
     weights64 = stored_float64(spec, seeded_weights(spec))
     pieces = position_pieces(spec)
 
-    def truth(ids, pos, mask, flips=frozenset(), bound=0.0, ties=None):  # noqa: ANN001, ANN202
+    def truth(ids, pos, mask, flips=frozenset(), bound=0.0, ties=None, first=0):  # noqa: ANN001, ANN202
         routing = Routing(flips, bound, ties if ties is not None else [])
-        return decoder_float64(spec, weights64, ids, pos, mask, pieces=pieces, routing=routing)
+        return decoder_float64(spec, weights64, ids, pos, mask, pieces=pieces, routing=routing)[:, first:]
 
     ids = np.random.default_rng(0).integers(0, spec.vocab_size, (2, 40))  # 160 routings: 5 near ties at fp16's bound
     pos, mask = np.tile(np.arange(40), (2, 1)), np.ones((2, 40), np.int64)
@@ -93,20 +93,22 @@ def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> Non
 NEAR_TIE = Scenario("near-tie", (12,), 0, about="one prefill of 12 tokens, a near tie planted at one of them")
 
 
-def _router_inputs(spec: Any, weights: dict[str, np.ndarray]) -> np.ndarray:
+def _router_inputs(spec: Any, weights: dict[str, np.ndarray], sequence: Any = None) -> np.ndarray:
     """float64 [T, n]: the first mixture layer's router inputs over ``NEAR_TIE``'s prompt (the prompt run_scenario
-    feeds, seed 0), read by a spy on the float64 mixtures.
+    feeds, seed 0), or over ``sequence`` (input_ids, position_ids, attention_mask [1, T]), read by a spy on the
+    float64 mixtures.
     """  # noqa: D205
     import ropeexport.decoder.oracle as oracle
     from ropeexport.decoder.greedy import _prompt
 
-    ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0))
+    ids, mask, pos = _prompt(spec, NEAR_TIE, np.random.default_rng(0)) if sequence is None else (
+        sequence[0], sequence[2], sequence[1])  # fmt: skip
     seen: list[np.ndarray] = []
-    real = {name: getattr(oracle, name) for name in ("moe64", "shared_moe64")}
+    real = {name: getattr(oracle, name) for name in ("moe_mixing", "shared_mixing")}
 
     def spy(name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> np.ndarray:
-            seen.append(np.asarray(args[1]))  # moe64(spec, x, ...), shared_moe64(router, x, ...)
+            seen.append(np.asarray(args[1]))  # moe_mixing(spec, x, ...), shared_mixing(router, x, ...)
             return real[name](*args, **kwargs)
 
         return call
@@ -158,17 +160,18 @@ def _plant_near_tie(name: str, spec: Any, weights: dict[str, np.ndarray]) -> tup
     return layer, int(np.argmax(gaps))
 
 
-def _plant_without_bias(h: np.ndarray, weights: dict[str, np.ndarray], w: str, k: int) -> int:
+def _plant_without_bias(h: np.ndarray, weights: dict[str, np.ndarray], w: str, k: int, t: int | None = None) -> int:
     """A router without a bias (Qwen3-MoE's softmax top 2, Llama 4's sigmoid top 1): its columns solved on the
     prompt's router inputs h [T, n] (T <= n: any logits per token are reachable) for exact logits per token: the pair
     (experts 2 and 3) 1 at the middle token, -1 elsewhere; expert 1 -2 there, 2 elsewhere; expert 0 3 everywhere
     (top 2) or 0 (top 1). The pair's columns are one but for the component j where that token's |h| is largest: a
     1e-6 there, and the next float32 after it in the direction of h's sign, so that in float64 expert 3 leads by
     about 1e-13 while float32 cannot tell the two apart and TopK takes expert 2; the pair stands at the k-th /
-    (k + 1)-th boundary at that token only. The token's slot.
+    (k + 1)-th boundary at that token only (``t``, default the middle one). The token's slot.
     """  # noqa: D205
     T = h.shape[0]
-    t, j = T // 2, int(np.argmax(np.abs(h[T // 2])))
+    t = T // 2 if t is None else t
+    j = int(np.argmax(np.abs(h[t])))
     at = np.arange(T) == t
     solve = lambda target, rest=h: np.linalg.lstsq(rest, target, rcond=None)[0]  # noqa: E731
     small = np.float32(1e-6)
@@ -219,3 +222,109 @@ def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_
     plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
                             pieces=position_pieces(spec))  # fmt: skip
     assert np.abs(ran.logits - plain).max() > 1e-2 * np.abs(plain).max()
+
+
+def _plant_group_tie(spec: Any, weights: dict[str, np.ndarray]) -> tuple[int, int]:
+    """(layer, slot): DeepSeek's router of ``deepseek_v3-groups`` (3 groups of 4, the best group kept) set so that
+    at exactly one token of ``NEAR_TIE``'s prompt its best two groups tie: groups A (experts 0-3) and B (4-7) get the
+    same two experts (0, 1 and 4, 5: router column v, correction b; the rest -10), but expert 5's correction is the
+    next float32 after b, so in float64 B leads A by one float32 ulp of b (1.2e-10) and in float32 their scores are
+    one value (TopK keeps the lower index, A). Group C (8, 9: v + u, b + c) beats both at every token but the one
+    whose gap sig(v . h) - sig((v + u) . h) is the largest (c set between the largest and the second over the
+    prompt): there the kept group is B in float64 and A in ONNX Runtime. Shapes: h [T, n], the router [n, E].
+    """  # noqa: D205
+    layer = next(i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe")
+    h = _router_inputs(spec, weights)
+    rng = np.random.default_rng(1)
+    v, u = (rng.normal(size=h.shape[1]) / np.sqrt(h.shape[1]) / np.abs(h).mean() for _ in range(2))
+    sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+    gaps = sig(h @ v) - sig(h @ (v + u))
+    ranked = np.sort(gaps)[::-1]
+    c, b, w = (ranked[0] + ranked[1]) / 2, np.float32(1e-3), f"layers.{layer}.router_proj"
+    columns = np.zeros((h.shape[1], weights[w].shape[1]), np.float32)
+    columns[:, [0, 1, 4, 5]] = v[:, None]
+    columns[:, [8, 9]] = (v + u)[:, None]
+    biases = np.full(weights[w].shape[1], -10.0, np.float32)
+    biases[[0, 1, 4]], biases[5], biases[[8, 9]] = b, np.nextafter(b, np.float32(1)), b + c
+    bias = f"layers.{layer}.router_correction"
+    weights[w], weights[bias] = columns.astype(weights[w].dtype), biases.astype(weights[bias].dtype)
+    return layer, int(np.argmax(gaps))
+
+
+def test_a_tie_between_deepseeks_expert_groups_taken_the_other_way_is_reported_and_passes(
+    tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.verify import verify_decoder
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.report.views import ScenarioRecord
+    from ropeexport.runtimes.ort import OrtRunner
+
+    ckpt = tiny_checkpoint("deepseek_v3-groups")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed"))
+    weights = dict(load_checkpoint(spec, ckpt))
+    layer, slot = _plant_group_tie(spec, weights)
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    (record,) = verify_decoder(runner.infer, spec, weights, position_pieces(spec), chosen=[NEAR_TIE])
+    result = ScenarioRecord(record)
+    (call,) = result.calls
+    assert result.passed and call.float64.rel <= 1e-4, record["summary"]
+    flips = [f.data for f in call.routing_flips or []]
+    assert [(f["layer"], f["row"], f["slot"]) for f in flips] == [(layer, 0, slot)], flips
+    assert 0 < flips[0]["margin"] < 1e-9, flips  # the group scores' gap: one float32 ulp of b
+    # the other group, not rounding: against the float64 routing the runtime's logits are far outside fp32's bound
+    (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
+    plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
+                            pieces=position_pieces(spec))  # fmt: skip
+    assert np.abs(ran.logits - plain).max() > 1e-2 * np.abs(plain).max()
+
+
+DECODE_TIE = Scenario("decode-tie", (6,), 6, about="a 6-token prompt, then 6 steps; a near tie at a decode step")
+
+
+def test_a_near_tie_at_a_cached_decode_step_taken_the_other_way_is_reported_and_passes(
+    tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    # Qwen3-MoE's router solved for a near tie at slot 9, the token the 4th decode step feeds (ONNX Runtime computes it
+    # from the cache). The plant reroutes every token, so the tokens generated before slot 9 may change with it: it is
+    # solved again on the new generation until the tokens up to slot 9 stay (the router inputs there with them).
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.verify import verify_decoder
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.report.views import ScenarioRecord
+    from ropeexport.runtimes.ort import OrtRunner
+
+    ckpt = tiny_checkpoint("qwen3_moe")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="fused"))
+    weights = dict(load_checkpoint(spec, ckpt))
+    layer = next(i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe")
+    slot, planted = 9, weights
+
+    def generated(weights: dict[str, np.ndarray], attempt: int) -> tuple[Any, list[Call]]:
+        save_model(build_decoder_graph(spec, weights, "test"), tmp_path / str(attempt))
+        runner = OrtRunner(tmp_path / str(attempt) / "model.onnx", providers=["CPUExecutionProvider"])
+        return runner, run_scenario(runner.infer, spec, DECODE_TIE)
+
+    runner, calls = generated(weights, 0)
+    for attempt in range(1, 5):
+        last = calls[-1]  # the sequence so far: slots 0-10
+        h = _router_inputs(spec, weights, (last.input_ids, last.fed_positions, last.attention_mask))
+        planted = dict(weights)
+        _plant_without_bias(h, planted, f"layers.{layer}.router_proj", spec.layers[layer].ffn.top_k, slot)
+        runner, again = generated(planted, attempt)
+        if np.array_equal(again[-1].input_ids[:, : slot + 1], last.input_ids[:, : slot + 1]):
+            break
+        calls = again
+    else:
+        pytest.fail("the tokens before the planted slot kept changing with the plant")
+    (record,) = verify_decoder(runner.infer, spec, planted, position_pieces(spec), chosen=[DECODE_TIE])
+    result = ScenarioRecord(record)
+    assert result.passed, record["summary"]
+    flipped = [(c.data["index"], c.data["kind"], [(f.data["layer"], f.data["row"], f.data["slot"])
+                                                  for f in c.routing_flips or []]) for c in result.calls]  # fmt: skip
+    first = next(k for k, (_, _, flips) in enumerate(flipped) if flips)
+    assert flipped[first][1:] == ("decode", [(layer, 0, slot)]), flipped  # found at the step that computes slot 9
+    assert all(flips == [(layer, 0, slot)] for _, _, flips in flipped[first:]), flipped  # and kept after it

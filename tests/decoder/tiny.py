@@ -168,6 +168,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                                              "original_max_position_embeddings": 64,
                                                              "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                                                              "mscale_all_dim": 1.0}}),
+    # DeepSeek V3 with three groups of 4 experts, the best group kept, 2 experts a token: room for a tie between two
+    # groups that a third beats at every token but one (tests/decoder/test_routing.py)
+    "deepseek_v3-groups": ("deepseek_v3", {**CONFIGS["deepseek_v3"][1], "n_routed_experts": 12, "n_group": 3}),
     # Qwen3-MoE whose int4 experts QMoE holds (transformers.js's int4 rows): qwen3_moe-norm's 2 sparse layers with
     # experts 32 wide (blocks of 16 and 32 divide both widths, qmoe.fits), weighed by the softmax over all 4
     # (norm_topk_prob false: the weights QMoE is handed as router_weights)

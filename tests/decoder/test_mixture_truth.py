@@ -1,0 +1,128 @@
+"""A mixture's float64 truth over several calls at once (``decoder.oracle``, ``components.mixing``).
+
+Every call of a layer is routed first, then each expert is read once and applied to each call's tokens alone: the
+logits of every call, and the near ties and flips of its routing, must be bit for bit those of the call computed by
+itself from the weights held whole (the twins ``moe64``, ``shared_moe64``, ``branch64`` one call at a time), and no
+expert may be read twice in one pass. One row per router kind.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.oracle import Feed, Routing, Stored64, decoders_float64, stored_float64
+from ropeexport.decoder.parts import position_pieces
+from ropeexport.decoder.scenarios import Scenario
+from ropeexport.decoder.weights import seeded_weights
+from tests.decoder.test_shared_kv import ROPE
+from tests.decoder.tiny import CONFIGS, VARIANTS
+
+# name in tests/decoder/tiny.py -> what its mixture is
+ROUTERS = {
+    "gpt_oss": "softmax of the top k by logits plus a bias, clamped SwiGLU experts",
+    "qwen3_moe": "softmax over all E at the top k, gated experts; dense and sparse layers mixed",
+    "deepseek_v3": "sigmoid scores, group-limited top k by score plus correction, shared expert",
+    "llama4": "top 1 by logits, its sigmoid scaling the input, shared expert",
+    "gemma4-moe": "Gemma 4's mixture beside the MLP, routed from the residual stream",
+}
+
+
+class CountedReads(Stored64):
+    """``Stored64`` counting each (weight, expert) it reads alone."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.expert_reads: Counter[tuple[str, int]] = Counter()
+
+    def expert(self, name: str, e: int) -> np.ndarray:  # noqa: D102
+        self.expert_reads[name, e] += 1
+        return super().expert(name, e)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.int64)  # -0.0 and 0.0 told apart, as every NaN payload
+
+
+def _feeds(vocab: int) -> list[Feed]:
+    """Three calls of other shapes: two rows of 7 tokens (logits from slot 2), one token, one row of 5."""
+    rng = np.random.default_rng(3)
+    out = []
+    for b, s, first in ((2, 7, 2), (1, 1, 0), (1, 5, 0)):
+        out.append(Feed(rng.integers(0, vocab, (b, s)), np.tile(np.arange(s), (b, 1)), np.ones((b, s), np.int64),
+                        first))  # fmt: skip
+    return out
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+def test_every_call_routed_first_then_each_expert_read_once_gives_each_calls_own_truth(name: str) -> None:
+    model_type, fields = {**CONFIGS, **VARIANTS}[name]
+    # Gemma 4's RoPE nested by layer type, as transformers saves it (its config class not imported: seconds)
+    config = {"model_type": model_type, **fields, **({"rope_parameters": ROPE} if "gemma4" in name else {})}
+    spec, _ = resolve(DecoderRequest(config=config))
+    weights, pieces = seeded_weights(spec), position_pieces(spec)
+    moe = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind == "moe"]
+    assert moe, name
+    feeds = _feeds(spec.vocab_size)
+    # the first call takes one token the other way at the last mixture layer; near ties collected within a wide bound
+    # (every token has one at 1.0 x its largest |logit|: the lists are long, their order checked too)
+    routing = lambda: [Routing(frozenset({(moe[-1], 1, 4)}), 1.0, []), None, Routing(bound=1.0)]  # noqa: E731
+    together_routing = routing()
+    counted = CountedReads(spec, weights)
+    together = decoders_float64(spec, counted, feeds, pieces, together_routing)
+    whole = stored_float64(spec, weights)
+    for j, feed in enumerate(feeds):
+        alone_routing = routing()[j]
+        (alone,) = decoders_float64(spec, whole, [feed], pieces, [alone_routing])
+        assert np.array_equal(_bits(together[j]), _bits(alone)), f"{name}: call {j}'s logits differ"
+        if alone_routing is not None:
+            assert together_routing[j] is not None and together_routing[j].ties == alone_routing.ties, j
+            assert alone_routing.ties, "no near tie collected: the bound checks nothing"
+    assert counted.expert_reads, "no expert read alone: the pass did not go through Stored64.expert"
+    twice = {key: n for key, n in counted.expert_reads.items() if n > 1}
+    assert not twice, f"experts read more than once in one pass: {sorted(twice)[:4]}"
+
+
+DECODE = Scenario("decode", (6, 4), 5, about="two rows of 6 and 4 tokens, left-padded, then 5 greedy steps")
+
+
+def test_a_mixtures_verification_reads_each_expert_once_for_every_call(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    # Qwen3-MoE in fp32 run by ONNX Runtime: every call's float64 routing in one pass (``verify.verify_decoder``), each
+    # call judged as the call computed alone judges it (``verify_scenario`` without that pass: a recompute per call)
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.greedy import run_scenario
+    from ropeexport.decoder.verify import verify_decoder, verify_scenario
+    from ropeexport.graph.onnx_io import save_model
+    from ropeexport.runtimes.ort import OrtRunner
+
+    spec, _ = resolve(DecoderRequest(config={"model_type": "qwen3_moe", **CONFIGS["qwen3_moe"][1]}))
+    weights, pieces = seeded_weights(spec), position_pieces(spec)
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    infer = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"]).infer
+    reads: Counter[tuple[str, int]] = Counter()
+    real = Stored64.expert
+
+    def counted(self: Stored64, name: str, e: int) -> np.ndarray:
+        reads[name, e] += 1
+        return real(self, name, e)
+
+    monkeypatch.setattr(Stored64, "expert", counted)
+    (record,) = verify_decoder(infer, spec, weights, pieces, chosen=[DECODE])
+    assert record["passed"] and not any("routing_flips" in c for c in record["calls"]), record["summary"]
+    assert reads and max(reads.values()) == 1, sorted(k for k, n in reads.items() if n > 1)[:4]
+    calls = run_scenario(infer, spec, DECODE)
+    assert len(calls) == 6
+
+    def alone(ids, pos, mask, flips=frozenset(), bound=0.0, ties=None, first=0):  # noqa: ANN001, ANN202
+        routing = Routing(flips, bound, ties if ties is not None else [])
+        return decoders_float64(spec, Stored64(spec, weights), [Feed(ids, pos, mask, first)], pieces, [routing])[0]
+
+    by_call = verify_scenario(spec, DECODE, calls, [None] * len(calls), None, [None] * len(calls), alone)
+    assert by_call["calls"] == record["calls"]
