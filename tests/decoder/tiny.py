@@ -138,6 +138,17 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                                         "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                                         "beta_slow": 1.0, "mscale": 0.707,
                                                         "mscale_all_dim": 0.707}}),
+    # GLM-4.7-Flash (model_type glm4_moe_lite): DeepSeek V3's layers with GLM's keys; its pattern from mlp_layer_types
+    # (one first_k_dense_replace cannot say: layer 0 the mixture, layer 1 dense); query LoRA 16, latent 16, keys 8
+    # nope + 8 rope, values 12 (wider than the nope part, as GLM's 256 over 192);
+    # plain RoPE (theta 1e6, no scaling); 8 experts in one group, 2 a token, times 1.8, one shared expert.
+    "glm4_moe_lite": ("glm4_moe_lite", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                                        "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 1,
+                                        "topk_group": 1, "routed_scaling_factor": 1.8,
+                                        "mlp_layer_types": ["sparse", "dense"], "q_lora_rank": 16,
+                                        "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                        "v_head_dim": 12, "max_position_embeddings": 128, "pad_token_id": 0,
+                                        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}),
     # Llama 4: layers 0-2 chunked over 8 slots with RoPE (llama3 x8 over 64, interleaved pairs) and the L2 q/k norm,
     # layer 3 NoPE with the temperature q * (log(floor((pos + 1) / 4) + 1) * 0.1 + 1): a step every 4 positions;
     # layers 1 and 3 a mixture of 4 experts 24 wide, top-1 by sigmoid, beside a shared expert; 0 and 2 dense, 48 wide.

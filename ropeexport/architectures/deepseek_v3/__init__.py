@@ -56,6 +56,9 @@ DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "
             "n_routed_experts": 256, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
             "routed_scaling_factor": 2.5, "norm_topk_prob": True, "n_shared_experts": 1,
             "first_k_dense_replace": 3, "moe_intermediate_size": 2048, "intermediate_size": 18432}  # fmt: skip
+# (the config class's name, its defaults): what a type that reads DeepSeek V3's keys with other defaults hands
+# ``read`` (glm4_moe_lite's Glm4MoeLiteConfig)
+Defaults = tuple[str, Mapping[str, Any]]
 
 
 # Each field read here: its key, its kind (size: an integer >= 1; count: >= 0; factor: a number > 0; flag).
@@ -67,11 +70,12 @@ FIELDS = (("kv_lora_rank", "kv_lora_rank", "size"), ("qk_nope_head_dim", "qk_nop
           ("moe_intermediate_size", "intermediate_size", "size"))  # fmt: skip
 
 
-def _value(config: Mapping[str, Any], where: str, key: str, kind: str) -> tuple[Any, str]:
-    """(config[key] checked as ``kind``, its source); DeepseekV3Config's default when absent."""
+def _value(config: Mapping[str, Any], where: str, key: str, kind: str,
+           defaults: Defaults = ("DeepseekV3Config", DEFAULTS)) -> tuple[Any, str]:  # fmt: skip
+    """(config[key] checked as ``kind``, its source); the config class's default (``defaults``) when absent."""
     value = config.get(key)
     if value is None:
-        return DEFAULTS[key], f"default ({DEFAULTS[key]}, transformers' DeepseekV3Config)"
+        return defaults[1][key], f"default ({defaults[1][key]}, transformers' {defaults[0]})"
     if kind == "flag":
         if not isinstance(value, bool):
             raise SpecError(f"{where}: {key}", f"must be true or false, got {value!r}")
@@ -87,10 +91,11 @@ def _value(config: Mapping[str, Any], where: str, key: str, kind: str) -> tuple[
     return number(where, key, value), key
 
 
-def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.json") -> tuple[dict[str, Any],
-                                                                                               dict[str, str]]:
+def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.json",
+         defaults: Defaults = ("DeepseekV3Config", DEFAULTS)) -> tuple[dict[str, Any], dict[str, str]]:  # fmt: skip
     """The decoder's model-wide fields of a DeepSeek V3 config (the default layer: latent attention, the mixture;
-    ``dense_layers`` the first ones), each with its key; SpecError naming the key at fault (one line).
+    ``dense_layers`` the first ones), each with its key, ``defaults`` where a key is absent; SpecError naming the key
+    at fault (one line).
     """  # noqa: D205
     from ropeexport.components.latent import softmax_scale  # onnx-free; lazily: components import the catalog
 
@@ -105,12 +110,12 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.jso
                         "no bias here")  # fmt: skip
     fields, sources = read_layout(replace(arch, layer_fields={}), config, where)
     del fields["intermediate_size"], sources["intermediate_size"]  # the dense layers' (``dense_layers``)
-    q_rank = config.get("q_lora_rank", DEFAULTS["q_lora_rank"])  # null: a plain q_proj (DeepSeek-V2-Lite)
+    q_rank = config.get("q_lora_rank", defaults[1]["q_lora_rank"])  # null: a plain q_proj (DeepSeek-V2-Lite)
     fields["q_lora_rank"] = 0 if q_rank is None else number(where, "q_lora_rank", q_rank)
     sources["q_lora_rank"] = ("q_lora_rank (null: a plain q_proj)" if "q_lora_rank" in config
-                              else f"default ({DEFAULTS['q_lora_rank']}, transformers' DeepseekV3Config)")  # fmt: skip
+                              else f"default ({defaults[1]['q_lora_rank']}, transformers' {defaults[0]})")  # fmt: skip
     for key, name, kind in FIELDS:
-        fields[name], sources[name] = _value(config, where, key, kind)
+        fields[name], sources[name] = _value(config, where, key, kind, defaults)
     experts, groups = fields["num_experts"], fields["n_group"]
     if experts % groups:
         raise SpecError(f"{where}: n_group", f"must divide n_routed_experts ({experts}), got {groups}")
@@ -133,10 +138,14 @@ def dense_layers(config: Mapping[str, Any], count: int, where: str = "config.jso
     if not k:
         return [{} for _ in range(count)]
     width, _ = _value(config, where, "intermediate_size", "size")
-    dense = {"mlp": "gated", "intermediate_size": width, "num_experts": 0, "experts_per_token": 0, "router": "",
-             "n_group": 0, "topk_group": 0, "norm_topk_prob": False, "routed_scaling_factor": 0.0,
-             "n_shared_experts": 0}  # fmt: skip
-    return [dict(dense) if i < k else {} for i in range(count)]
+    return [dense_mlp(width) if i < k else {} for i in range(count)]
+
+
+def dense_mlp(width: int) -> dict[str, object]:
+    """A dense layer's fields where they differ from the default (mixture) layer's: a gated MLP ``width`` wide."""
+    return {"mlp": "gated", "intermediate_size": width, "num_experts": 0, "experts_per_token": 0, "router": "",
+            "n_group": 0, "topk_group": 0, "norm_topk_prob": False, "routed_scaling_factor": 0.0,
+            "n_shared_experts": 0}  # fmt: skip
 
 
 def _changes(config: Mapping[str, Any], where: str,
