@@ -161,9 +161,13 @@ TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a te
              "cannot be fed (nor is a vision tower built); a prompt with images needs transformers.js's own Qwen-VL "
              "model and its vision tower, whose text-only decode positions are 2 x the prompt length off "
              "(src/models/qwen2_vl/modeling_qwen2_vl.js:44)")  # fmt: skip
-# model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). None today: the
-# Qwen-VL text decoders were refused here until they were packaged as their plain text type (above).
-REFUSED: dict[str, str] = {}
+# model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). The Qwen-VL text
+# decoders were refused here until they were packaged as their plain text type (above).
+REFUSED: dict[str, str] = {
+    "glm4_moe_lite": ("transformers.js 4.3.1 has no causal-LM class for 'glm4_moe_lite' (src/models/registry.js:"
+                      "261-340); its layers are those of 'deepseek_v3' (DeepseekV3ForCausalLM, line 324), but "
+                      "packaging it under that type has not been run in transformers.js, so it is refused"),
+}  # fmt: skip
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
