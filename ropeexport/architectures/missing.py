@@ -51,9 +51,9 @@ def missing(config: Mapping[str, Any], built: tuple[str, ...]) -> str | None:
         return (f"a multimodal wrapper: its text model is text_config (model_type {inner!r}), which has no decoder "
                 "architecture here either")  # fmt: skip
     if config.get("kv_lora_rank"):
-        have = [t for t in LATENT if t in built]
-        where = (f"is built for {', '.join(have)} only (DeepSeek V3, Kimi K2, GLM-4.7-Flash), not for {model_type!r}"
-                 if have else "is not built; no decoder here has it")  # fmt: skip
+        latent = ", ".join(t for t in LATENT if t in built)
+        where = (f"is built for {latent} only (DeepSeek V3, Kimi K2, GLM-4.7-Flash), not for {model_type!r}"
+                 if latent else "is not built; no decoder here has it")  # fmt: skip
         return f"multi-head latent attention (kv_lora_rank: DeepSeek's compressed keys and values) {where}"
     experts = next((k for k in EXPERTS if config.get(k)), None)
     if experts is not None:

@@ -70,7 +70,7 @@ FIELDS = (("kv_lora_rank", "kv_lora_rank", "size"), ("qk_nope_head_dim", "qk_nop
           ("moe_intermediate_size", "intermediate_size", "size"))  # fmt: skip
 
 
-def _value(config: Mapping[str, Any], where: str, key: str, kind: str,
+def field_value(config: Mapping[str, Any], where: str, key: str, kind: str,
            defaults: Defaults = ("DeepseekV3Config", DEFAULTS)) -> tuple[Any, str]:  # fmt: skip
     """(config[key] checked as ``kind``, its source); the config class's default (``defaults``) when absent."""
     value = config.get(key)
@@ -115,7 +115,7 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.jso
     sources["q_lora_rank"] = ("q_lora_rank (null: a plain q_proj)" if "q_lora_rank" in config
                               else f"default ({defaults[1]['q_lora_rank']}, transformers' {defaults[0]})")  # fmt: skip
     for key, name, kind in FIELDS:
-        fields[name], sources[name] = _value(config, where, key, kind, defaults)
+        fields[name], sources[name] = field_value(config, where, key, kind, defaults)
     experts, groups = fields["num_experts"], fields["n_group"]
     if experts % groups:
         raise SpecError(f"{where}: n_group", f"must divide n_routed_experts ({experts}), got {groups}")
@@ -134,10 +134,10 @@ def dense_layers(config: Mapping[str, Any], count: int, where: str = "config.jso
     """Per layer the fields where it differs from the default one: the first ``first_k_dense_replace`` layers are
     dense gated MLPs of ``intermediate_size``, no experts (transformers' ``DeepseekV3DecoderLayer``).
     """  # noqa: D205
-    k, _ = _value(config, where, "first_k_dense_replace", "count")
+    k, _ = field_value(config, where, "first_k_dense_replace", "count")
     if not k:
         return [{} for _ in range(count)]
-    width, _ = _value(config, where, "intermediate_size", "size")
+    width, _ = field_value(config, where, "intermediate_size", "size")
     return [dense_mlp(width) if i < k else {} for i in range(count)]
 
 

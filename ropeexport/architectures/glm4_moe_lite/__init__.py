@@ -45,8 +45,9 @@ DEFAULTS = {"q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "v
 MLP_KINDS = ("dense", "sparse")
 
 
-def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.json") -> tuple[dict[str, Any],
-                                                                                               dict[str, str]]:
+def read(
+    arch: Architecture, config: Mapping[str, Any], where: str = "config.json"
+) -> tuple[dict[str, Any], dict[str, str]]:
     """DeepSeek V3's reading (``deepseek_v3.read``) with Glm4MoeLiteConfig's defaults; a ``partial_rotary_factor``
     other than 1 refused (transformers' rotation cannot apply it to the rope slice).
     """  # noqa: D205
@@ -66,7 +67,8 @@ def mlp_layer_types(config: Mapping[str, Any], count: int, where: str = "config.
     """  # noqa: D205
     said = config.get("mlp_layer_types")
     if said is None:
-        kinds, source = ["dense"] + ["sparse"] * (count - 1), "default (layer 0 dense, the rest sparse: Glm4MoeLiteConfig)"
+        kinds = ["dense"] + ["sparse"] * (count - 1)
+        source = "default (layer 0 dense, the rest sparse: Glm4MoeLiteConfig)"
     else:
         if not isinstance(said, list) or len(said) != count or any(k not in MLP_KINDS for k in said):
             raise SpecError(f"{where}: mlp_layer_types", f"must list {count} entries (num_hidden_layers), each "
@@ -86,7 +88,7 @@ def _changes(config: Mapping[str, Any], where: str,
     kinds, source = mlp_layer_types(config, int(layout["num_layers"]), where)
     if "dense" not in kinds:
         return [{} for _ in kinds], {}
-    width, _ = v3._value(config, where, "intermediate_size", "size", ("Glm4MoeLiteConfig", DEFAULTS))
+    width, _ = v3.field_value(config, where, "intermediate_size", "size", ("Glm4MoeLiteConfig", DEFAULTS))
     return [v3.dense_mlp(width) if k == "dense" else {} for k in kinds], {"dense layers": f"{source}, "
                                                                           "intermediate_size"}  # fmt: skip
 
@@ -97,6 +99,7 @@ ARCHITECTURE = replace(
     keys=Keys(eps=("rms_norm_eps",), eps_default=1e-5, reads=v3.READS),  # Glm4MoeLiteConfig's rms_norm_eps 1e-5
     read=read,
     changes=_changes,
-    hook=interleaved("glm4_moe_lite", "apply_rotary_pos_emb_interleave: x[..., 0::2], x[..., 1::2]",
-                     shared_rope_key=True),  # fmt: skip
+    hook=interleaved(
+        "glm4_moe_lite", "apply_rotary_pos_emb_interleave: x[..., 0::2], x[..., 1::2]", shared_rope_key=True
+    ),  # fmt: skip
 )
