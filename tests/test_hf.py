@@ -214,6 +214,31 @@ CASES = [
         },
     ),
     (
+        # GLM-4.7-Flash: Glm4MoeLiteConfig's widths (attribute_map: head_dim is qk_rope_head_dim); DeepSeek's one
+        # shared rope key, interleaved (apply_rotary_pos_emb_interleave), the whole slice rotated
+        "glm4_moe_lite-shared-key-interleaved",
+        {
+            "model_type": "glm4_moe_lite",
+            "hidden_size": 2048,
+            "num_attention_heads": 20,
+            "num_key_value_heads": 20,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 192,
+            "max_position_embeddings": 202752,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+        {
+            "layout": "interleaved",
+            "head_dim": 64,
+            "rotary_dim": 64,
+            "num_heads": 20,
+            "num_kv_heads": 1,
+            "theta": 1000000.0,
+            "scaling": "default",
+            "max_positions": 202752,
+        },
+    ),
+    (
         "dynamic-original-is-max_position_embeddings",
         {
             "model_type": "llama",
