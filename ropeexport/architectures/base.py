@@ -149,7 +149,9 @@ class Architecture:
     ([H, 3, d] rows, GPT-NeoX and BLOOM). ``norm``: every norm of the model (``NORMS``). ``embed_scale``: the
     embeddings times sqrt(hidden_size), rounded to the dtype (Gemma). ``residual``: the layers' residual form unless
     the config hook says otherwise. ``changes``: what differs per layer beyond its encoding and window, read from the
-    config (``Changes``; None: nothing).
+    config (``Changes``; None: nothing). ``passed_over``: a pattern of the checkpoint keys transformers ignores when
+    they are not the model's (its ``_keys_to_ignore_on_load_unexpected``: DeepSeek V3's multi-token prediction layer
+    61, GLM-4.7-Flash's 47), passed over by the reader likewise; any other unexpected tensor is still refused.
     """  # noqa: D205
 
     model_type: str
@@ -167,6 +169,7 @@ class Architecture:
     hook: ConfigHook | None = None  # how its config says its encoding per layer; None: RoPE in halves, theta 1e4
     wrappers: tuple[str, ...] = ()  # multimodal model types whose ``text_config`` is this type's (Gemma 3's gemma3)
     changes: Changes | None = None
+    passed_over: str = ""
 
     @property
     def config_hook(self) -> ConfigHook:

@@ -291,8 +291,9 @@ class CheckpointWeights(Mapping[str, np.ndarray]):
                 found[name] = key
             elif IGNORED.search(key) or (spec.tie_embeddings and name == "lm_head.weight") or (
                 spec.text_of and name.startswith(OTHER_TOWERS)
-            ):  # fmt: skip
-                continue  # a buffer, or the tied head stored anyway (transformers ties it to the embedding)
+            ) or (arch.passed_over and re.match(arch.passed_over, name)):  # fmt: skip
+                continue  # a buffer, the tied head stored anyway (transformers ties it to the embedding), or what
+                # transformers ignores when unexpected (``Architecture.passed_over``)
             else:
                 raise CheckpointError(f"tensor {key!r} is not a weight of this {arch.model_type} config (unexpected; "
                                       f"is the config the checkpoint's own?)")  # fmt: skip

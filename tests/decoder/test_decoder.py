@@ -276,3 +276,34 @@ def test_gemma4s_text_model_is_read_from_its_multimodal_checkpoint(tmp_path: Pat
     (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
     with pytest.raises(rx.errors.CheckpointError, match="'model.language_model.layers.0.adapter.weight' is not a"):
         load_checkpoint(spec, tmp_path)
+
+
+# (tiny checkpoint, the extra tensor saved beside its weights, passed over): what transformers ignores when unexpected
+# (its ``_keys_to_ignore_on_load_unexpected``: the multi-token prediction layer the released checkpoints carry, 61 in
+# DeepSeek V3's, 47 in GLM-4.7-Flash's) is passed over; any other tensor the model lacks is still refused.
+PASSED_OVER = [
+    ("glm4_moe_lite", "model.layers.47.eh_proj.weight", True),
+    ("glm4_moe_lite", "model.layers.61.eh_proj.weight", False),  # DeepSeek V3's layer: not GLM's
+    ("deepseek_v3", "model.layers.61.eh_proj.weight", True),
+]
+
+
+@pytest.mark.parametrize(("name", "extra", "passed"), PASSED_OVER, ids=[f"{n}-{e}" for n, e, _ in PASSED_OVER])
+def test_what_transformers_ignores_unexpected_is_passed_over(name: str, extra: str, passed: bool, tmp_path: Path,
+                                                             tiny_checkpoint) -> None:  # noqa: ANN001
+    from safetensors.numpy import load_file, save_file
+
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import CheckpointWeights
+
+    ckpt = tiny_checkpoint(name)
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    save_file(tensors | {extra: tensors["model.norm.weight"]}, str(tmp_path / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
+    spec, _ = resolve(DecoderRequest(checkpoint=tmp_path))
+    if passed:
+        assert set(CheckpointWeights(spec, tmp_path)) == set(CheckpointWeights(spec, ckpt))
+    else:
+        with pytest.raises(rx.errors.CheckpointError, match=f"'{extra}' is not a weight of this {spec.model_type}"):
+            CheckpointWeights(spec, tmp_path)

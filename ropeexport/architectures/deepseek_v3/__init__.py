@@ -185,4 +185,7 @@ ARCHITECTURE = Architecture(
     layer=layer,
     changes=_changes,
     hook=interleaved("deepseek_v3", "view_as_complex", shared_rope_key=True),
+    # the multi-token prediction layer the released checkpoints carry, not part of transformers' model
+    # (DeepseekV3PreTrainedModel._keys_to_ignore_on_load_unexpected)
+    passed_over=r"model\.layers\.61\.",
 )

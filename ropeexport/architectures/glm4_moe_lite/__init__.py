@@ -99,6 +99,9 @@ ARCHITECTURE = replace(
     keys=Keys(eps=("rms_norm_eps",), eps_default=1e-5, reads=v3.READS),  # Glm4MoeLiteConfig's rms_norm_eps 1e-5
     read=read,
     changes=_changes,
+    # the multi-token prediction layer, not part of transformers' model (Glm4MoeLitePreTrainedModel's
+    # _keys_to_ignore_on_load_unexpected, modeling line 562)
+    passed_over=r"model\.layers\.47\.",
     hook=interleaved(
         "glm4_moe_lite", "apply_rotary_pos_emb_interleave: x[..., 0::2], x[..., 1::2]", shared_rope_key=True
     ),  # fmt: skip
