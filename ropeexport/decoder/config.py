@@ -50,7 +50,8 @@ def shrink(
     if num_layers is not None:
         key = _first(out, _LAYERS) or "num_hidden_layers"
         old_count, out[key] = out.get(key), require_int("num_layers", num_layers, 1, 1024)
-        for per_layer in ("layer_types", "no_rope_layers"):  # the first layers of the model, as they are
+        # the first layers of the model, as they are (GLM-4.7-Flash's mlp_layer_types: each layer's MLP kind)
+        for per_layer in ("layer_types", "no_rope_layers", "mlp_layer_types"):
             value = out.get(per_layer)
             if isinstance(value, list) and len(value) == old_count and num_layers <= len(value):
                 out[per_layer] = value[:num_layers]

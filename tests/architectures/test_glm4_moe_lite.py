@@ -90,3 +90,15 @@ def test_a_bad_key_is_named(label: str, changes: dict[str, Any], key: str) -> No
         from_config(_config(changes), "glm")
     assert error.value.field == f"config.json: {key}", (label, str(error.value))
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.fast
+def test_a_tiny_model_of_the_full_config_keeps_its_first_layers_mlps() -> None:
+    # transformers saves mlp_layer_types, one entry per layer (47 at its defaults): --num-layers keeps the first ones
+    from ropeexport.decoder.config import from_config, shrink
+
+    full = transformers.Glm4MoeLiteConfig().to_dict()
+    tiny = shrink(full, num_layers=3, vocab_size=64)
+    assert tiny["mlp_layer_types"] == full["mlp_layer_types"][:3] == ["dense", "sparse", "sparse"]
+    spec = from_config(tiny, "glm")
+    assert [layer.ffn.kind for layer in spec.layers] == ["gated", "moe", "moe"]
