@@ -17,7 +17,8 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 
 plus the runtime's logits of every call, float32, held from the scenarios to the judging (``running``). ONNX Runtime's
 session is let go once every scenario has run (``verify_decoder``'s ``release``: ``session`` of the bytes a parameter),
-before the float64 passes, which hold (``resident``) one layer's float64 weights and one slice of the output head
+before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then its dense
+MLP's: ``decoder.phases``, each beside its norms) and one slice of the output head
 (``oracle.HEAD_SLICE_BYTES``, with its float32 read), and (``activations``) one pass's float64 logits of every slot
 (an int4 decoder's unquantized pass runs first and keeps only each call's figures: its logits are gone before the
 truth's pass), transformers' of one call, one layer's widest activations of one call and the truth's hidden states
@@ -48,10 +49,11 @@ from dataclasses import dataclass
 
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, is_weight
 from ropeexport.decoder.export import HEAD_SLICE_BYTES as EXPORT_HEAD_SLICE_BYTES
+from ropeexport.decoder.phases import MLP_NAMES
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.verify import COMPARE_BYTES
-from ropeexport.decoder.weights import expected
+from ropeexport.decoder.weights import BLOCK_NAMES, expected
 from ropeexport.errors import SpecError
 
 ENV = "ROPEEXPORT_MEMORY_LIMIT"
@@ -143,6 +145,17 @@ def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded
     return whole - (ort - int4_bytes(spec)) * quantized / count
 
 
+def _phase(shapes: dict[str, tuple[int, ...]], i: int) -> int:
+    """Layer i's float64 weights held at once by the truth's pass (``decoder.phases``): the attention's, then a
+    dense MLP's once the attention's are gone, each beside the layer's other weights (its norms).
+    """  # noqa: D205
+    prefix = f"layers.{i}."
+    sizes = {k[len(prefix) :]: math.prod(v) for k, v in shapes.items() if k.startswith(prefix)}
+    attention = sum(n for k, n in sizes.items() if k in BLOCK_NAMES)
+    mlp = sum(n for k, n in sizes.items() if k in MLP_NAMES)
+    return sum(sizes.values()) - min(attention, mlp)
+
+
 def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstimate:
     """The peak memory of building ``spec`` (seeded weights, or a checkpoint's; ``eager``: with the transformers
     reference); nothing is allocated.
@@ -155,8 +168,7 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     part = EXPORT_HEAD_SLICE_BYTES // 4
     largest = max(min(math.prod(shape), part) if spec.storage.format == "int4" and name in sliced else
                   math.prod(shape) for name, shape in shapes.items())  # fmt: skip
-    layer = max((sum(math.prod(v) for k, v in shapes.items() if k.startswith(f"layers.{i}.")) for i in
-                 range(spec.num_layers)), default=0)  # fmt: skip
+    layer = max((_phase(shapes, i) for i in range(spec.num_layers)), default=0)
     head = min(HEAD_SLICE_BYTES, 8 * spec.hidden_size * spec.vocab_size)
     resident = 8 * layer + head + head // 2
     export = (8 * count if seeded else 0) + EXPORT_BYTES * largest

@@ -449,9 +449,9 @@ def _layer64(weights64: Mapping[str, np.ndarray], i: int) -> PhasedLayer:
     """Layer i's float64 weights under their names without the prefix (``phases``: read from ``Stored64``, a dense
     MLP's after the attention's go), a mixture's experts as ``_Experts`` there (read one at a time), else whole.
     """  # noqa: D205
-    view, stored = layer_weights(weights64, i), isinstance(weights64, Stored64)
-    experts = {n: _Experts(weights64, f"layers.{i}.{n}") for n in view if stored and n.startswith("experts_")}
-    return PhasedLayer(view, experts, MLP_NAMES if stored else frozenset())
+    view, stored = layer_weights(weights64, i), weights64 if isinstance(weights64, Stored64) else None
+    experts = {n: _Experts(stored, f"layers.{i}.{n}") for n in view if stored is not None and n.startswith("experts_")}
+    return PhasedLayer(view, experts, MLP_NAMES if stored is not None else frozenset())
 
 
 def _embedded(weights64: Mapping[str, np.ndarray], input_ids: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ class PhasedLayer(dict[str, Any]):
         self._deferred.discard(name)
         return value
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         """``w[name]`` (a deferred weight read now), or ``default`` when the layer has no such weight."""
         return self[name] if name in self or name in self._deferred else default
 

@@ -113,8 +113,8 @@ def _compare(
             seen = True
     if not seen:
         raise ValueError("a call compared on no real slot")
-    worst, scale = float(worst), float(scale)
-    return {"max_abs": worst, "rel": worst / scale if scale else worst, "scale": scale}
+    top, of = float(worst), float(scale)
+    return {"max_abs": top, "rel": top / of if of else top, "scale": of}
 
 
 @dataclass(frozen=True)
