@@ -17,8 +17,8 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 
 plus the runtime's logits of every call, float32, held from the scenarios to the judging (``running``). ONNX Runtime's
 session is let go once every scenario has run (``verify_decoder``'s ``release``: ``session`` of the bytes a parameter),
-before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then its dense
-MLP's: ``decoder.phases``, each beside its norms) and one slice of the output head
+before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then one dense
+MLP projection at a time: ``decoder.phases``, each beside its norms) and one slice of the output head
 (``oracle.HEAD_SLICE_BYTES``, with its float32 read), and (``activations``) one pass's float64 logits of every slot
 (an int4 decoder's unquantized pass runs first and keeps only each call's figures: its logits are gone before the
 truth's pass), transformers' of one call, one layer's widest activations of one call and the truth's hidden states
@@ -146,14 +146,14 @@ def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded
 
 
 def _phase(shapes: dict[str, tuple[int, ...]], i: int) -> int:
-    """Layer i's float64 weights held at once by the truth's pass (``decoder.phases``): the attention's, then a
-    dense MLP's once the attention's are gone, each beside the layer's other weights (its norms).
+    """Layer i's float64 weights held at once by the truth's pass (``decoder.phases``): the attention's, then one
+    dense MLP projection at a time once the attention's are gone, each beside the layer's other weights (its norms).
     """  # noqa: D205
     prefix = f"layers.{i}."
     sizes = {k[len(prefix) :]: math.prod(v) for k, v in shapes.items() if k.startswith(prefix)}
     attention = sum(n for k, n in sizes.items() if k in BLOCK_NAMES)
-    mlp = sum(n for k, n in sizes.items() if k in MLP_NAMES)
-    return sum(sizes.values()) - min(attention, mlp)
+    mlp = [n for k, n in sizes.items() if k in MLP_NAMES]
+    return sum(sizes.values()) - sum(mlp) - attention + max(attention, max(mlp, default=0))
 
 
 def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstimate:

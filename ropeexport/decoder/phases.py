@@ -1,9 +1,10 @@
 """One layer's float64 weights for the truth's pass, in two phases: the attention's, then a dense MLP's.
 
 ``oracle.decoders_float64`` runs every feed through a layer's attention first (each feed's pass paused at its
-feed-forward), then lets the attention's weights go (``PhasedLayer.attention_done``) before the MLP's are read (on
-first use): the layer never holds both in float64. Gemma 4 31B's full layer is 4.3 GB of float64 weights, its
-5376 x 21504 MLP 2.8 GB of it and the attention 1.5 GB; held together beside a pass's logits they passed a 9 GiB cap.
+feed-forward), then lets the attention's weights go (``PhasedLayer.attention_done``) before the MLP's are read, a
+projection at a time, each feed reading them again: the layer holds its attention's float64 weights or one MLP
+projection, never more. Gemma 4 31B's full layer is 4.3 GB of float64 weights, its 5376 x 21504 MLP 2.8 GB of it
+(0.9 GB a projection) and the attention 1.5 GB; held together beside a pass's logits they passed a 9 GiB cap.
 Every weight read is the one the whole layer's read gives (the same ``Stored64`` read), and each feed's arithmetic is
 unchanged: only when a weight is read and let go moves.
 """
@@ -23,8 +24,9 @@ MLP_NAMES = frozenset({"gate_proj", "up_proj", "down_proj", "gate_bias", "up_bia
 
 class PhasedLayer(dict[str, Any]):
     """Layer i's weights under their names without the prefix: every weight of ``view`` read now but those named in
-    ``deferred``, each read on first use (``w[name]``, ``w.get(name)``) and kept; ``given`` replaces a name's read
-    (a mixture's experts, read one at a time). ``block()``: the attention's weights (``BLOCK_NAMES``);
+    ``deferred``, each read when asked for (``w[name]``, ``w.get(name)``) and not kept (``mlp64`` lets each projection
+    go before it reads the next: one held at a time, read again for each feed); ``given`` replaces a name's read (a
+    mixture's experts, read one at a time). ``block()``: the attention's weights (``BLOCK_NAMES``);
     ``attention_done()`` lets them go, here and in that block.
     """  # noqa: D205
 
@@ -36,9 +38,7 @@ class PhasedLayer(dict[str, Any]):
     def __missing__(self, name: str) -> Any:
         if name not in self._deferred:
             raise KeyError(name)
-        value = self[name] = self._view[name]
-        self._deferred.discard(name)
-        return value
+        return self._view[name]  # not kept: read again for each feed, one projection held at a time
 
     def get(self, name: str, default: Any = None) -> Any:
         """``w[name]`` (a deferred weight read now), or ``default`` when the layer has no such weight."""

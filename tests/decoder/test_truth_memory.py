@@ -197,8 +197,9 @@ def test_a_layers_mlp_is_read_after_its_attentions_weights_go_with_the_logits_un
     case: str, config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Read from ``Stored64`` (as a verification reads a checkpoint), a layer's MLP weights are read only once every
-    feed has passed its attention and the attention's float64 weights are gone (watched by weak references); the
-    logits are bit for bit those of the same weights held whole (``stored_float64``: every weight read at once).
+    feed has passed its attention and the attention's float64 weights are gone, a projection at a time (watched by
+    weak references); the logits are bit for bit those of the same weights held whole (``stored_float64``: every
+    weight read at once).
     """  # noqa: D205
     from ropeexport.decoder.phases import MLP_NAMES
     from ropeexport.decoder.weights import BLOCK_NAMES
@@ -210,7 +211,8 @@ def test_a_layers_mlp_is_read_after_its_attentions_weights_go_with_the_logits_un
              for b, s, first in ((2, 9, 0), (1, 13, 5))]  # fmt: skip
     held = oracle.decoders_float64(spec, oracle.stored_float64(spec, weights), feeds, position_pieces(spec))
     attention: list[weakref.ref[np.ndarray]] = []
-    mlp_reads: list[tuple[str, bool]] = []  # (name, an attention weight of its layer still alive)
+    projections: list[weakref.ref[np.ndarray]] = []
+    mlp_reads: list[tuple[str, bool, bool]] = []  # (name, an attention weight alive, another projection alive)
     real = oracle.Stored64.__getitem__
 
     def read(self: oracle.Stored64, name: str) -> np.ndarray:
@@ -219,12 +221,16 @@ def test_a_layers_mlp_is_read_after_its_attentions_weights_go_with_the_logits_un
         if short in BLOCK_NAMES:
             attention.append(weakref.ref(value))
         elif short in MLP_NAMES:
-            mlp_reads.append((name, any(ref() is not None for ref in attention)))
+            alive = lambda refs: any(ref() is not None for ref in refs)  # noqa: E731
+            mlp_reads.append((name, alive(attention), alive(projections)))
+            projections.append(weakref.ref(value))
         return value
 
     monkeypatch.setattr(oracle.Stored64, "__getitem__", read)
     phased = oracle.decoders_float64(spec, oracle.Stored64(spec, weights), feeds, position_pieces(spec))
     assert len(mlp_reads) >= 3 * spec.num_layers and attention
-    assert not [name for name, alive in mlp_reads if alive], mlp_reads
+    assert not [name for name, attending, _ in mlp_reads if attending], mlp_reads
+    assert not [name for name, _, another in mlp_reads if another], mlp_reads  # one projection held at a time
+    assert len(mlp_reads) == 3 * spec.num_layers * len(feeds)  # read again for each feed
     for a, b in zip(held, phased, strict=True):
         assert np.array_equal(a, b)
