@@ -191,7 +191,6 @@ PHASED = [("llama", LLAMA),
                       "query_pre_attn_scalar": 8, "layer_types": ["sliding_attention", "full_attention"]})]  # fmt: skip
 
 
-@pytest.mark.fast
 @pytest.mark.parametrize(("case", "config"), PHASED, ids=[c[0] for c in PHASED])
 def test_a_layers_mlp_is_read_after_its_attentions_weights_go_with_the_logits_unchanged(
     case: str, config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
@@ -234,3 +233,36 @@ def test_a_layers_mlp_is_read_after_its_attentions_weights_go_with_the_logits_un
     assert len(mlp_reads) == 3 * spec.num_layers * len(feeds)  # read again for each feed
     for a, b in zip(held, phased, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_a_fused_int4_weights_parts_are_read_alone_with_the_truth_unchanged(
+    int4_capped: tuple[Any, Any, Any], tmp_path: Path
+) -> None:
+    """A fused MatMulNBits (q | k | v, gate | up) is read a part's columns at a time (``held.HeldWeights``), not
+    whole and kept: each part is the whole read's columns bit for bit, and the truth read through either is the same.
+    """  # noqa: D205
+    import onnx
+
+    from ropeexport.decoder.held import held_weights
+
+    spec, weights, runner = int4_capped
+    folder = Path(runner.model_path).parent
+    held, _ = held_weights(onnx.load(folder / "model.onnx", load_external_data=False), spec, folder)
+    fused = {n: (w, span) for n, (w, span) in held._parts.items() if span != (0, w.N)}
+    assert len(fused) >= 5 * spec.num_layers  # q, k, v, gate, up of each layer
+    whole = {n: w.read(held._tensors)[:, a:b] for n, (w, (a, b)) in fused.items()}  # as read before: a view each
+    for name, before in whole.items():
+        part = held[name]
+        assert np.array_equal(part, before), name
+        root = part
+        while root.base is not None:  # the array the part's values live in
+            root = root.base
+        kept = weakref.ref(root)
+        del part, root
+        assert kept() is None, f"{name}: its fused weight is still held after the part is let go"
+    former = {n: whole[n] if n in whole else held[n] for n in held}
+    rng = np.random.default_rng(1)
+    feeds = [oracle.Feed(rng.integers(0, 96, (2, 9)), np.tile(np.arange(9), (2, 1)), np.ones((2, 9), np.int64))]
+    now = oracle.decoders_float64(spec, oracle.Stored64(spec, weights, held), feeds, position_pieces(spec))
+    then = oracle.decoders_float64(spec, oracle.Stored64(spec, weights, former), feeds, position_pieces(spec))
+    assert np.array_equal(now[0], then[0])
