@@ -15,7 +15,10 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
   CPU; int4 projections dequantized into it, the same), and for seeded weights the float32 state dict it is loaded
   from and its copy in the dtype, while loading (4 + 4 or 2);
 
-plus the runtime's logits of every call, float32, held from the scenarios to the judging (``running``). ONNX Runtime's
+plus the runtime's logits of every call, float32, held from the scenarios to the judging, and an embedding gathered
+from its int4 head as the truth reads it back from the model (``decoder.held.HeldWeights``: the table's packed
+tensors kept once read, ``int4_bytes`` a value; Gemma 4 31B's widths on 2 layers, a 262144 x 5376 tied head, verified
+at 9.35 GiB, estimated at 9.27 without them) (``running``). ONNX Runtime's
 session is let go once every scenario has run (``verify_decoder``'s ``release``: ``session`` of the bytes a parameter),
 before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then one dense
 MLP projection at a time: ``decoder.phases``, each beside its norms) and one slice of the output head
@@ -84,7 +87,7 @@ class MemoryEstimate:
     resident: int = 0
     export: int = 0
     session: float = 0.0  # of ``per_parameter``: ONNX Runtime's, let go before the float64 passes
-    running: int = 0  # the runtime's logits of every call, held through both phases
+    running: int = 0  # the runtime's logits of every call (an int4 table's packed bytes), held through both
 
     @property
     def total(self) -> int:
@@ -129,6 +132,13 @@ def _session(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]]) -> float:
     quantized = sum(math.prod(shape) for name, shape in shapes.items() if is_weight(name)
                     or (name == "embed" and spec.storage.tied_embedding_int4))  # fmt: skip
     return whole - (whole - int4_bytes(spec)) * quantized / count
+
+
+def _packed(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]]) -> float:
+    """Bytes of an embedding gathered from its int4 head as the truth keeps it (its packed table; 0 without one)."""
+    if spec.storage.format != "int4" or not spec.storage.tied_embedding_int4:
+        return 0.0
+    return math.prod(shapes["embed"]) * int4_bytes(spec) / INT4_COPIES
 
 
 def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded: bool, eager: bool) -> float:
@@ -189,7 +199,7 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
         inner = max(inner, ffn.experts * (3 * ffn.inner + spec.hidden_size) if ffn.kind == "moe" else 3 * ffn.inner)
     activations = 8 * ((slots + (widest if eager else 0)) * spec.vocab_size + widest * (inner + 8 * spec.hidden_size)
                        + states * spec.hidden_size) + 4 * min(COMPARE_BYTES, 8 * widest * spec.vocab_size)  # fmt: skip
-    running = RUNTIME_LOGIT_BYTES * slots * spec.vocab_size
+    running = RUNTIME_LOGIT_BYTES * slots * spec.vocab_size + math.ceil(_packed(spec, shapes))
     return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export,
                           _session(spec, shapes), running)  # fmt: skip
 
