@@ -221,12 +221,12 @@ def run_scenarios(spec: DecoderSpec, config: Mapping[str, Any], weights: Mapping
     names = runtimes or ["ort"]
     several = len(names) > 1
 
-    def verify(name: str, infer: Any) -> list[dict[str, Any]]:
+    def verify(name: str, infer: Any, release: Callable[[], None]) -> list[dict[str, Any]]:
         told = None if on_scenario is None else (lambda r: on_scenario({**r, "runtime": name}))
         staged = stage if stage is None or not several else (lambda what, *n: stage(f"{name}: {what}", *n))
         spread = None if ray is None else spread_on(ray, spec, checkpoint, model_path)
         return verify_decoder(infer, spec, weights, pieces, reference, on_scenario=told, stage=staged, held=stored,
-                              spread=spread)  # fmt: skip
+                              spread=spread, release=release)  # fmt: skip
 
     records = run_on(names, model_path, verify)
     ran = [r for r in records if r["status"] == "verified"]

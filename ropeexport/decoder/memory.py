@@ -15,15 +15,22 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
   CPU; int4 projections dequantized into it, the same), and for seeded weights the float32 state dict it is loaded
   from and its copy in the dtype, while loading (4 + 4 or 2);
 
-plus what the verification holds beside them (``resident``): one layer's float64 weights and one slice of the output
-head (``oracle.HEAD_SLICE_BYTES``, with its float32 read); plus every scenario's activations, held together (each
-scenario's ``rows`` x ``tokens`` x vocab logits in float64, three times: the truth, the runtime's widened and
-transformers', an int4 decoder's unquantized truth a fourth; the truth's hidden states for every call), all of it times
-``MARGIN`` (what the allocator keeps of freed buffers), plus ``BASE`` (the interpreter with torch, transformers and
-onnxruntime imported). The export's peak (``export``: the weights as built and the largest tensor in flight, read as
-bf16 and float32 and made contiguous, ``EXPORT_BYTES`` an element; an int4 head one slice of its columns,
-``decoder.export.head_weight``, beside its packed bytes twice while the slices are joined) comes first and is gone
-before the verification's; the larger of the two is the estimate.
+plus the runtime's logits of every call, float32, held from the scenarios to the judging, and an embedding gathered
+from its int4 head as the truth reads it back from the model (``decoder.held.HeldWeights``: the table's packed
+tensors kept once read, ``int4_bytes`` a value; Gemma 4 31B's widths on 2 layers, a 262144 x 5376 tied head, verified
+at 9.35 GiB, estimated at 9.27 without them) (``running``). ONNX Runtime's
+session is let go once every scenario has run (``verify_decoder``'s ``release``: ``session`` of the bytes a parameter),
+before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then one dense
+MLP projection at a time: ``decoder.phases``, each beside its norms) and one slice of the output head
+(``oracle.HEAD_SLICE_BYTES``, with its float32 read), and (``activations``) one pass's float64 logits of every slot
+(an int4 decoder's unquantized pass runs first and keeps only each call's figures: its logits are gone before the
+truth's pass), transformers' of one call, one layer's widest activations of one call and the truth's hidden states
+for every call, beside the blocks a comparison widens (``verify.COMPARE_BYTES``). The verification's peak is the
+larger of the two phases, times ``MARGIN`` (what the allocator keeps of freed buffers), plus ``BASE`` (the interpreter
+with torch, transformers and onnxruntime imported). The export's peak (``export``: the weights as built and the
+largest tensor in flight, read as bf16 and float32 and made contiguous, ``EXPORT_BYTES`` an element; an int4 head one
+slice of its columns, ``decoder.export.head_weight``, beside its packed bytes twice while the slices are joined) comes
+first and is gone before the verification's; the larger of the two is the estimate.
 
 Measured (peak RSS of the process tree, the estimate beside it; ``tools/figures/sizes.md``), bf16 checkpoints, fp32:
 Llama-3.2-1B verified without transformers 5.93 GiB (7.92, x1.34), with it 11.81 GiB (13.22, x1.12); its 2-layer shape
@@ -45,9 +52,11 @@ from dataclasses import dataclass
 
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, is_weight
 from ropeexport.decoder.export import HEAD_SLICE_BYTES as EXPORT_HEAD_SLICE_BYTES
+from ropeexport.decoder.phases import MLP_NAMES
 from ropeexport.decoder.scenarios import scenarios
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import expected
+from ropeexport.decoder.verify import COMPARE_BYTES
+from ropeexport.decoder.weights import BLOCK_NAMES, expected
 from ropeexport.errors import SpecError
 
 ENV = "ROPEEXPORT_MEMORY_LIMIT"
@@ -56,7 +65,7 @@ BASE = 600 * MiB  # measured 502 MiB: a 13k-parameter decoder's whole build, tra
 MARGIN = 1.15
 FP16_WIDENED = 4  # a float32 copy of each fp16 weight: ONNX Runtime's CPU kernels, torch's CPU matmuls
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
-LOGIT_COPIES = 3
+RUNTIME_LOGIT_BYTES = 4  # the runtime's logits as returned (float32; fp16 decoders' are 2: bounded by 4)
 EXPORT_BYTES = 12  # an element in flight: bf16 read (2), float32 (4), rounded and contiguous copies (2-4 each), a mask
 # MatMulNBits' weight as ONNX Runtime holds it: its CPU kernel prepacks the initializer and lets the original go (ORT
 # 1.31). Measured: Llama-3.1-8B int4 verified peaks at 7.98 GiB; the estimate with one copy is 11.6 GiB, with two
@@ -67,8 +76,9 @@ HEAD_SLICE_BYTES = 256 * MiB  # decoder.oracle's slice of the output head in flo
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """A build's peak (module doc): the verification's ``parameters`` x ``per_parameter`` + ``resident`` +
-    ``activations``, or the export's ``export`` if larger, times MARGIN, plus BASE.
+    """A build's peak (module doc): the verification's, the larger of its scenarios (``parameters`` x
+    ``per_parameter`` + ``running``) and its float64 passes (``parameters`` x (``per_parameter`` - ``session``) +
+    ``running`` + ``resident`` + ``activations``), or the export's ``export`` if larger, times MARGIN, plus BASE.
     """  # noqa: D205
 
     parameters: int
@@ -76,12 +86,16 @@ class MemoryEstimate:
     activations: int
     resident: int = 0
     export: int = 0
+    session: float = 0.0  # of ``per_parameter``: ONNX Runtime's, let go before the float64 passes
+    running: int = 0  # the runtime's logits of every call (an int4 table's packed bytes), held through both
 
     @property
     def total(self) -> int:
         """The estimate in bytes."""
-        verification = math.ceil(self.parameters * self.per_parameter) + self.resident + self.activations
-        return BASE + math.ceil(MARGIN * max(verification, self.export))
+        scenarios = math.ceil(self.parameters * self.per_parameter) + self.running
+        passes = (math.ceil(self.parameters * (self.per_parameter - self.session)) + self.running + self.resident
+                  + self.activations)  # fmt: skip
+        return BASE + math.ceil(MARGIN * max(scenarios, passes, self.export))
 
     def describe(self) -> str:
         """``about 7.2 GiB (1.24e+09 parameters x 4 bytes: ..., plus 848 MiB for the float64 truth's one layer)``."""
@@ -109,6 +123,24 @@ def int4_bytes(spec: DecoderSpec) -> float:
     return INT4_COPIES * (0.5 + per_block / block)
 
 
+def _session(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]]) -> float:
+    """Bytes a parameter ONNX Runtime's session holds, averaged over the model (``_per_parameter``'s ``ort`` part)."""
+    whole = DTYPE_BYTES[spec.dtype] + (FP16_WIDENED if spec.dtype == "fp16" else 0)
+    if spec.storage.format != "int4":
+        return whole
+    count = sum(math.prod(shape) for shape in shapes.values())
+    quantized = sum(math.prod(shape) for name, shape in shapes.items() if is_weight(name)
+                    or (name == "embed" and spec.storage.tied_embedding_int4))  # fmt: skip
+    return whole - (whole - int4_bytes(spec)) * quantized / count
+
+
+def _packed(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]]) -> float:
+    """Bytes of an embedding gathered from its int4 head as the truth keeps it (its packed table; 0 without one)."""
+    if spec.storage.format != "int4" or not spec.storage.tied_embedding_int4:
+        return 0.0
+    return math.prod(shapes["embed"]) * int4_bytes(spec) / INT4_COPIES
+
+
 def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded: bool, eager: bool) -> float:
     """Bytes a parameter at the build's peak, averaged over the model (``per_parameter``; int4 projections, and an
     embedding gathered from the int4 head, hold ``int4_bytes`` in ONNX Runtime in place of the dtype's bytes).
@@ -123,6 +155,17 @@ def _per_parameter(spec: DecoderSpec, shapes: dict[str, tuple[int, ...]], seeded
     return whole - (ort - int4_bytes(spec)) * quantized / count
 
 
+def _phase(shapes: dict[str, tuple[int, ...]], i: int) -> int:
+    """Layer i's float64 weights held at once by the truth's pass (``decoder.phases``): the attention's, then one
+    dense MLP projection at a time once the attention's are gone, each beside the layer's other weights (its norms).
+    """  # noqa: D205
+    prefix = f"layers.{i}."
+    sizes = {k[len(prefix) :]: math.prod(v) for k, v in shapes.items() if k.startswith(prefix)}
+    attention = sum(n for k, n in sizes.items() if k in BLOCK_NAMES)
+    mlp = [n for k, n in sizes.items() if k in MLP_NAMES]
+    return sum(sizes.values()) - sum(mlp) - attention + max(attention, max(mlp, default=0))
+
+
 def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstimate:
     """The peak memory of building ``spec`` (seeded weights, or a checkpoint's; ``eager``: with the transformers
     reference); nothing is allocated.
@@ -135,19 +178,18 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     part = EXPORT_HEAD_SLICE_BYTES // 4
     largest = max(min(math.prod(shape), part) if spec.storage.format == "int4" and name in sliced else
                   math.prod(shape) for name, shape in shapes.items())  # fmt: skip
-    layer = max((sum(math.prod(v) for k, v in shapes.items() if k.startswith(f"layers.{i}.")) for i in
-                 range(spec.num_layers)), default=0)  # fmt: skip
+    layer = max((_phase(shapes, i) for i in range(spec.num_layers)), default=0)
     head = min(HEAD_SLICE_BYTES, 8 * spec.hidden_size * spec.vocab_size)
     resident = 8 * layer + head + head // 2
     export = (8 * count if seeded else 0) + EXPORT_BYTES * largest
     if spec.storage.format == "int4":  # the head's packed slices and their join (``linear.joined_columns``)
         export += int(2 * spec.vocab_size * spec.hidden_size * int4_bytes(spec) / INT4_COPIES)
     runs = scenarios(spec)
-    # Every scenario's slots are judged together (``verify.verify_decoder``: one float64 pass for all): their logits
-    # three times in float64 (an int4 decoder's unquantized truth a fourth) and the truth's hidden states of every
-    # call (a call recomputed whole at most); one layer's widest activations of one call at a time (the MLP's, the
-    # hidden states; a mixture's portable graph computes every expert for every token: E times the MLP's, and E
-    # outputs).
+    # Every scenario's slots are judged together (``verify.verify_decoder``: one float64 pass for all, an int4
+    # decoder's unquantized pass let go before the truth's): one pass's logits in float64, transformers' of one call,
+    # the truth's hidden states of every call (a call recomputed whole at most); one layer's widest activations of one
+    # call at a time (the MLP's, the hidden states; a mixture's portable graph computes every expert for every token:
+    # E times the MLP's, and E outputs); the runtime's logits of every call, float32, held meanwhile.
     rows = [len(s.prompts) * (max(s.prompts) + s.steps) for s in runs]  # each scenario's token-rows
     slots, widest = sum(rows), max(rows)
     states = sum(n * (s.steps + 1) for n, s in zip(rows, runs, strict=True))
@@ -155,10 +197,11 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     for each in spec.layers:  # the widest layer's feed-forward
         ffn = each.ffn
         inner = max(inner, ffn.experts * (3 * ffn.inner + spec.hidden_size) if ffn.kind == "moe" else 3 * ffn.inner)
-    copies = LOGIT_COPIES + (1 if spec.storage.format else 0)
-    activations = 8 * (slots * copies * spec.vocab_size + widest * (inner + 8 * spec.hidden_size)
-                       + states * spec.hidden_size)  # fmt: skip
-    return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export)
+    activations = 8 * ((slots + (widest if eager else 0)) * spec.vocab_size + widest * (inner + 8 * spec.hidden_size)
+                       + states * spec.hidden_size) + 4 * min(COMPARE_BYTES, 8 * widest * spec.vocab_size)  # fmt: skip
+    running = RUNTIME_LOGIT_BYTES * slots * spec.vocab_size + math.ceil(_packed(spec, shapes))
+    return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export,
+                          _session(spec, shapes), running)  # fmt: skip
 
 
 def size(count: int) -> str:

@@ -53,8 +53,9 @@ from ropeexport.decoder.parts import (
     weight_format,
 )
 from ropeexport.decoder.per_layer import inputs64, layer64
+from ropeexport.decoder.phases import MLP_NAMES, PhasedLayer
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import BLOCK_NAMES, layer_weights, vocab_part
+from ropeexport.decoder.weights import layer_weights, vocab_part
 from ropeexport.numerics import round_once
 from ropeexport.recipes import PositionPiece
 
@@ -270,7 +271,7 @@ def decoders_float64(
             on_layer(i)
         (key_heads, key_width), (value_heads, value_width) = layer.cache_shapes()  # as computed: unpadded
         w = _layer64(weights64, i)  # this layer's weights in float64, read once for every feed (experts: _Experts)
-        block = {n: v for n, v in w.items() if n in BLOCK_NAMES}
+        block = w.block()  # the attention's weights: gone once every feed has passed it (``phases``)
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
         reads = layer.attention.kv_from  # another layer's keys and values (Gemma 4): its cache and new ones
@@ -405,15 +406,16 @@ def chained_float64(
 Pass = Generator[tuple[np.ndarray, np.ndarray], np.ndarray, None]
 
 
-def _forward(runs: list[Pass], mlp_of: object, w: Mapping[str, np.ndarray],
+def _forward(runs: list[Pass], mlp_of: object, w: PhasedLayer,
              plan: Callable[[np.ndarray, np.ndarray, int], Mixing]) -> None:  # fmt: skip
-    """Every feed's pass through a layer run to its end: a dense MLP a feed at a time (one feed's activations held); a
-    mixture's feeds all routed first (``plan(y, h, feed)``), then each expert read once for all of them and applied to
-    each feed's tokens alone (``mixing.mixed_together``: per feed its twin's operations alone, bit for bit).
+    """Every feed's pass through a layer run to its end: every feed's attention, then its weights go (``phases``) and
+    a dense MLP is applied a feed at a time; a mixture's feeds all routed (``plan(y, h, feed)``), each expert read once
+    for all and applied to each feed's tokens alone (``mixing.mixed_together``: per feed its twin's, bit for bit).
     """  # noqa: D205
     if isinstance(mlp_of, MLPSpec):
-        for run in runs:
-            y, _ = next(run)
+        paused = [next(run)[0] for run in runs]  # [b, s, hidden] each: the feed's MLP input
+        w.attention_done()
+        for run, y in zip(runs, paused, strict=True):
             _send(run, mlp64(mlp_of, y, w))
         return
     mixings = [plan(y, h, j) for j, (y, h) in enumerate(next(run) for run in runs)]
@@ -443,15 +445,13 @@ class _Experts:
         return self.weights64.expert(self.name, int(e))
 
 
-def _layer64(weights64: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
-    """Layer i's float64 weights under their names without the prefix, a mixture's experts as ``_Experts`` where
-    the weights read one expert alone (``Stored64``), else every weight whole.
+def _layer64(weights64: Mapping[str, np.ndarray], i: int) -> PhasedLayer:
+    """Layer i's float64 weights under their names without the prefix (``phases``: read from ``Stored64``, a dense
+    MLP's after the attention's go), a mixture's experts as ``_Experts`` there (read one at a time), else whole.
     """  # noqa: D205
-    view = layer_weights(weights64, i)
-    if not isinstance(weights64, Stored64):
-        return dict(view)
-    lazy: Any = _Experts  # the twins index it as they index an array
-    return {n: lazy(weights64, f"layers.{i}.{n}") if n.startswith("experts_") else view[n] for n in view}
+    view, stored = layer_weights(weights64, i), weights64 if isinstance(weights64, Stored64) else None
+    experts = {n: _Experts(stored, f"layers.{i}.{n}") for n in view if stored is not None and n.startswith("experts_")}
+    return PhasedLayer(view, experts, MLP_NAMES if stored is not None else frozenset())
 
 
 def _embedded(weights64: Mapping[str, np.ndarray], input_ids: np.ndarray) -> np.ndarray:
@@ -489,7 +489,7 @@ def _scaled(spec: DecoderSpec, logits: np.ndarray) -> np.ndarray:
     """Cohere 2's logits * logit_scale (the scale as the graph holds it, rounded once to the dtype), when set."""
     if not spec.logit_scale:
         return logits
-    return logits * float(round_once(np.array(spec.logit_scale), spec.dtype))
+    return np.multiply(logits, float(round_once(np.array(spec.logit_scale), spec.dtype)), out=logits)  # in place
 
 
 def _softcapped(spec: DecoderSpec, logits: np.ndarray) -> np.ndarray:
@@ -497,4 +497,4 @@ def _softcapped(spec: DecoderSpec, logits: np.ndarray) -> np.ndarray:
     if not spec.final_softcap:
         return logits
     cap = float(round_once(np.array(spec.final_softcap), spec.dtype))
-    return cap * np.tanh(logits / cap)
+    return np.multiply(np.tanh(np.divide(logits, cap, out=logits), out=logits), cap, out=logits)  # in place: no copy

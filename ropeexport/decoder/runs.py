@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 FALLBACK = "ort"
 # (runtime name, its runner's infer) -> every scenario's result (``decoder.verify.verify_decoder``)
-Verify = Callable[[str, "Infer"], list[dict[str, Any]]]
+# (the runtime's name, its infer, what lets the runtime go once every scenario has run) -> the scenarios' records
+Verify = Callable[[str, "Infer", Callable[[], None]], list[dict[str, Any]]]
 
 
 class RuntimeRaised(Exception):  # noqa: N818 - a runtime's own failure, carried past the scenario loop
@@ -91,7 +92,7 @@ def _run(name: str, model_path: Any, verify: Verify) -> dict[str, Any]:
     device = runner.describe()
     with runner:
         try:
-            scenarios = verify(name, _raising(runner.infer))
+            scenarios = verify(name, _raising(runner.infer), runner.close)
         except RuntimeUnavailable as exc:
             return {"name": name, "status": "skipped", "reason": str(exc)}
         except RuntimeRaised as exc:

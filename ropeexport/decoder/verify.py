@@ -30,6 +30,7 @@ checkpoint's values exactly), and the next token that recompute picks: reported,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,19 +82,55 @@ def tolerance(spec: DecoderSpec) -> float:
     return max(own, COMPUTED[COMPUTE[storage.accuracy_level]])
 
 
+# Slots a comparison widens and subtracts at a time: a call's logits are compared in blocks of at most this many
+# float64 bytes, not whole (Gemma 4's 1048-slot window crossing is 2 GiB of float64 logits a copy, and the whole
+# comparison made four such copies: the widened runtime, the difference, its absolute value and its real slots). A
+# maximum is the same taken in any order, so the figures are the whole comparison's bit for bit.
+COMPARE_BYTES = 64 * 2**20
+
+
 def _compare(
     call: Call, runtime: np.ndarray, reference: np.ndarray, rows: np.ndarray | None = None
 ) -> dict[str, float]:
-    """max abs and relative error of ``runtime`` against ``reference`` on the call's real slots (of ``rows`` [b]
-    bool only, when given).
+    """max abs and relative error of ``runtime`` (float32 as the runtime returned it, or float64) against
+    ``reference`` [b, s, vocab] on the call's real slots (of ``rows`` [b] bool only, when given), a block of slots at
+    a time (``COMPARE_BYTES``).
     """  # noqa: D205
     real = call.attention_mask[:, call.first :] != 0  # [b, s]
     if rows is not None:
         real = real & rows[:, None]
-    diff = np.abs(runtime - reference)[real]
-    scale = float(np.abs(reference[real]).max())
-    worst = float(diff.max())
-    return {"max_abs": worst, "rel": worst / scale if scale else worst, "scale": scale}
+    step = max(1, COMPARE_BYTES // (8 * reference.shape[-1]))
+    worst, scale, seen = np.float64(-np.inf), np.float64(-np.inf), False
+    for b in range(real.shape[0]):
+        for start in range(0, real.shape[1], step):
+            kept = real[b, start : start + step]  # [<= step]
+            if not kept.any():
+                continue
+            truth = reference[b, start : start + step][kept]  # [n, vocab]
+            widened = np.asarray(runtime[b, start : start + step][kept], np.float64)
+            worst = np.maximum(worst, np.abs(widened - truth).max())  # np.maximum: a NaN is kept, as whole
+            scale = np.maximum(scale, np.abs(truth).max())
+            seen = True
+    if not seen:
+        raise ValueError("a call compared on no real slot")
+    top, of = float(worst), float(scale)
+    return {"max_abs": top, "rel": top / of if of else top, "scale": of}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A call's quantization cost as its record keeps it (``cost_of``): what is left of the unquantized float64
+    recompute's logits once compared, so that a pass's logits need not be held beside the truth's.
+    """  # noqa: D205
+
+    compared: dict[str, float]  # ``_compare`` of the runtime against the unquantized recompute
+    picks: np.ndarray  # [b]: the token the unquantized recompute picks at each row's last slot
+
+
+def cost_of(call: Call, unquantized: np.ndarray) -> Cost:
+    """The call's ``Cost`` against ``unquantized`` [b, s, vocab] (its slots' float64 logits, weights unquantized)."""
+    rows = np.arange(unquantized.shape[0])
+    return Cost(_compare(call, call.logits, unquantized), unquantized[rows, _last(call)].argmax(-1))
 
 
 def _last(call: Call) -> np.ndarray:
@@ -102,11 +139,12 @@ def _last(call: Call) -> np.ndarray:
 
 
 def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, tolerance: float,
-               unquantized: np.ndarray | None = None) -> dict[str, Any]:  # fmt: skip
+               unquantized: np.ndarray | Cost | None = None) -> dict[str, Any]:  # fmt: skip
     """The record of one call (module doc); ``truth`` / ``eager`` / ``unquantized`` (the float64 recompute with the
-    weights unquantized, for a quantized decoder's cost) [b, s, vocab] over the call's slots.
+    weights unquantized, for a quantized decoder's cost, or its ``Cost`` already taken) [b, s, vocab] over the call's
+    slots.
     """  # noqa: D205
-    runtime = np.asarray(call.logits, np.float64)
+    runtime = call.logits  # [b, s, vocab] float32 as returned: widened a block at a time (``_compare``)
     rows = np.arange(runtime.shape[0])
     last = _last(call)
     stale = call.stale_rows  # [b]: judged on the other rows (module doc)
@@ -114,8 +152,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
     versus = _compare(call, runtime, truth, judged)
     ordered = np.sort(truth[rows, last], axis=-1)
     margins = ordered[:, -1] - ordered[:, -2]
-    errors = np.abs(runtime[rows, last] - truth[rows, last]).max(axis=-1)
-    picks = {"runtime": runtime[rows, last].argmax(-1), "float64": truth[rows, last].argmax(-1)}
+    ends = np.asarray(runtime[rows, last], np.float64)  # [b, vocab]: each row's last slot
+    errors = np.abs(ends - truth[rows, last]).max(axis=-1)
+    picks = {"runtime": ends.argmax(-1), "float64": truth[rows, last].argmax(-1)}
     record: dict[str, Any] = {
         "index": call.index,
         "kind": call.kind,
@@ -133,8 +172,9 @@ def judge_call(call: Call, truth: np.ndarray, eager: np.ndarray | None, toleranc
         record["transformers_vs_float64"] = _compare(call, eager, truth)
         picks["transformers"] = eager[rows, last].argmax(-1)
     if unquantized is not None:  # reported, never judged (module doc)
-        record["quantization_cost"] = _compare(call, runtime, unquantized)
-        picks["unquantized"] = unquantized[rows, last].argmax(-1)
+        cost = unquantized if isinstance(unquantized, Cost) else cost_of(call, unquantized)
+        record["quantization_cost"] = dict(cost.compared)
+        picks["unquantized"] = cost.picks
     counted = rows if judged is None else rows[judged]
     ties = [int(r) for r in counted if picks["runtime"][r] != picks["float64"][r] and margins[r] <= 2 * errors[r]]
     differ = [int(r) for r in counted if picks["runtime"][r] != picks["float64"][r] and int(r) not in ties]
@@ -219,7 +259,7 @@ def verify_scenario(
     calls: list[Call],
     fulls: Sequence[np.ndarray | None],
     eager: Any | None,
-    costs: Sequence[np.ndarray | None],
+    costs: Sequence[np.ndarray | Cost | None],
     routed: Recompute | None = None,
     aheads: Sequence[Ahead | None] | None = None,
 ) -> dict[str, Any]:
@@ -267,6 +307,7 @@ def verify_decoder(
     stage: Callable[[str, int | None, int | None], None] | None = None,
     held: Mapping[str, np.ndarray] | None = None,
     spread: Spread | None = None,
+    release: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every scenario (``scenarios.scenarios``, or ``chosen``) judged against the float64 truth of ``pieces``: per
     layer its position piece (``parts.position_pieces``), or one piece for every layer that has an encoding. A
@@ -278,7 +319,8 @@ def verify_decoder(
     num_layers). ``held``: the projections as the written model holds
     them (``Stored64``), read there instead of quantized again from ``weights``. ``spread``: the float64 passes run
     as parts elsewhere (``truth_tasks``: Ray tasks, one per scenario), a mixture of experts' aside (its flips carry
-    from call to call).
+    from call to call). ``release``: called once every scenario has run, before the float64 passes (the runtime's
+    session let go: nothing runs on it after).
     """  # noqa: D205
     weights64 = Stored64(spec, weights, held)  # read layer by layer, once a float64 pass (decoder.oracle)
     layers = twins(spec, pieces) if isinstance(pieces, PositionPiece) else list(pieces)
@@ -330,17 +372,23 @@ def verify_decoder(
             stage(scenario.name, k, len(runs))
         ran.append(run_scenario(infer, spec, scenario))
     flat = [call for calls in ran for call in calls]
+    if release is not None:  # the runtime's outputs are held in the calls; its weights need not be beside the truth's
+        release()
     now[0] = "every scenario" if len(runs) > 1 else runs[0].name
     fulls: list[np.ndarray | None] = [None] * len(flat)
-    costs: list[np.ndarray | None] = [None] * len(flat)
+    costs: list[Cost | None] = [None] * len(flat)
+    # The unquantized pass first, each call's logits kept only as its Cost, so that the truth's pass does not hold
+    # them beside its own (Gemma 4's vocabulary of 262144: 2.5 GiB of float64 logits a pass for its 1261 slots)
+    groups = [[Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls] for calls in ran]
+    if unquantized is not None:
+        passed = spread(groups, True) if spread is not None and routed is None else unquantized(flat)
+        costs = [cost_of(call, logits) for call, logits in zip(flat, passed, strict=True)]
+        del passed
     aheads: list[Ahead | None] = ahead(flat) if routed is not None else [None] * len(flat)
     if spread is not None and routed is None:  # the passes as parts, each computing its calls as the one pass does
-        groups = [[Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls] for calls in ran]
         fulls = list(spread(groups, False))
-        costs = list(spread(groups, True)) if unquantized is not None else costs
-    else:
-        fulls = fulls if routed is not None else list(truths(spec, weights64)(flat))
-        costs = list(unquantized(flat)) if unquantized is not None else costs
+    elif routed is None:
+        fulls = list(truths(spec, weights64)(flat))
     out = []
     for scenario, calls in zip(runs, ran, strict=True):
         n = len(calls)

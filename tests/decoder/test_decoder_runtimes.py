@@ -235,10 +235,11 @@ class _Fake(Runner):
         return {"logits": np.zeros(1)}
 
 
-def _scenarios(name: str, infer: Any) -> list[dict[str, Any]]:
-    """Two scenarios of three calls each, as ``verify_decoder`` would return them."""
+def _scenarios(name: str, infer: Any, release: Any) -> list[dict[str, Any]]:
+    """Two scenarios of three calls each, as ``verify_decoder`` would return them (the runtime let go after them)."""
     for _ in range(6):
         infer({})
+    release()
     return [{"name": f"s{k}", "passed": True, "summary": {"worst_rel": 1e-6 * (k + 1), "agreement": "3/3"}}
             for k in range(2)]  # fmt: skip
 

@@ -66,7 +66,8 @@ def test_the_parameter_count_is_llama_3_1_8bs(monkeypatch: pytest.MonkeyPatch) -
     assert need.per_parameter == 24 and 205 * 2**30 < need.total < 215 * 2**30
     # from a checkpoint, streamed, without the transformers reference: ONNX Runtime's copy alone scales with the model
     streamed = estimate(spec, seeded=False, eager=False)
-    assert streamed.per_parameter == 4 and 37 * 2**30 < streamed.total < 40 * 2**30
+    # (ONNX Runtime's session let go before the float64 passes: the scenarios' phase, its fp32 weights, is the peak)
+    assert streamed.per_parameter == 4 and 34 * 2**30 < streamed.total < 37 * 2**30
 
 
 # (block size, symmetric, ONNX Runtime's bytes a projection weight: half a byte plus the block's fp32 scale and,
@@ -86,9 +87,11 @@ def test_an_int4_8b_decoder_is_estimated_at_its_packed_size(block: int, symmetri
     floats = 128256 * 4096 + (2 * 32 + 1) * 4096
     expected = (floats * 4 + (need.parameters - floats) * projection) / need.parameters
     assert need.per_parameter == pytest.approx(expected, rel=1e-9)
-    # measured 7.98 GiB verified (tools/figures/sizes.md): the estimate above it, within 1.5x as for fp32
-    assert 7.98 * 2**30 < need.total < 1.5 * 7.98 * 2**30 < estimate(rx.resolve_decoder(preset="llama-3.1-8b"),
-                                                                     False, False).total
+    # measured 7.98 GiB verified (tools/figures/sizes.md; block 32, symmetric, the session then held through the
+    # float64 passes): the estimate above it for that form, every form within 1.5x of it as for fp32
+    if (block, symmetric) == (32, True):
+        assert 7.98 * 2**30 < need.total
+    assert need.total < 1.5 * 7.98 * 2**30 < estimate(rx.resolve_decoder(preset="llama-3.1-8b"), False, False).total
 
 
 def test_a_tied_int4_embedding_gathered_from_the_head_is_counted_at_its_packed_size(tmp_path: Path) -> None:
@@ -172,3 +175,15 @@ def test_without_the_override_the_machines_memory_is_found(monkeypatch: pytest.M
     assert have is not None and have > 2**28
     assert where in ("physical memory", "the cgroup's memory limit", "ulimit -v")
     assert have <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_gemma_4_31bs_two_layers_are_estimated_above_their_measured_verification(tmp_path: Path) -> None:
+    # Gemma 4 31B's widths on 2 layers (tools/write_checkpoint.py gemma-4-31b --layers 2: one sliding, one full;
+    # a 262144-word tied head), int4 gqa, verified without transformers: measured 9.35 GiB peak RSS
+    # (tools/figures/sizes.md, after the verification let go of the session and the unquantized pass before the
+    # truth's, and read a layer's MLP a projection at a time; before: stopped at a 9 GiB cap, estimated 20.7 GiB)
+    tool("write_checkpoint").config_of("gemma-4-31b", 2).save_pretrained(tmp_path)
+    spec, _ = resolve(DecoderRequest(hf_config=tmp_path / "config.json", weight_format="int4", block_size=32,
+                                     symmetric=True, graph="gqa"))  # fmt: skip
+    need = estimate(spec, seeded=False, eager=False)
+    assert 9.35 * 2**30 < need.total < 1.5 * 9.35 * 2**30, need

@@ -83,7 +83,7 @@ def _raising_runtime(folder: Path) -> list[dict[str, Any]]:
         def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise ValueError("no kernel")
 
-    def verify(name: str, infer: Any) -> list[dict[str, Any]]:
+    def verify(name: str, infer: Any, release: Any) -> list[dict[str, Any]]:
         infer({})
         return []
 
