@@ -156,6 +156,14 @@ MAPPED |= {
     "qwen2_5_vl_text": ("qwen2", _qwen_vl("qwen2_5_vl", "qwen2", 299, _QWEN2, "the q/k/v biases and M-RoPE")),
     "qwen3_vl_text": ("qwen3", _qwen_vl("qwen3_vl", "qwen3", 301, _QWEN3, "the q/k norms and interleaved M-RoPE")),
 }
+MAPPED |= {
+    "glm4_moe_lite": ("deepseek_v3", "transformers.js 4.3.1 has no class for 'glm4_moe_lite' (GLM-4.7-Flash), and its "
+                      "causal-LM map (src/models/registry.js:261-340) has 'deepseek_v3' (DeepseekV3ForCausalLM, line "
+                      "324), whose layers these are: " + _PLAIN.format(
+                          "src/models/deepseek_v3/modeling_deepseek_v3.js:5", "its config reads num_key_value_heads, "
+                          "num_hidden_layers, qk_head_dim and num_attention_heads (src/configs.js:210-218); the "
+                          "latent attention, the experts and mlp_layer_types' dense layers are inside the graph")),
+}  # fmt: skip
 # What a package of a multi-axis (Qwen-VL) text decoder cannot do, said by ``package`` and in report.json
 TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a text-only prompt, so image positions "
              "cannot be fed (nor is a vision tower built); a prompt with images needs transformers.js's own Qwen-VL "
@@ -163,11 +171,7 @@ TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a te
              "(src/models/qwen2_vl/modeling_qwen2_vl.js:44)")  # fmt: skip
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). The Qwen-VL text
 # decoders were refused here until they were packaged as their plain text type (above).
-REFUSED: dict[str, str] = {
-    "glm4_moe_lite": ("transformers.js 4.3.1 has no causal-LM class for 'glm4_moe_lite' (src/models/registry.js:"
-                      "261-340); its layers are those of 'deepseek_v3' (DeepseekV3ForCausalLM, line 324), but "
-                      "packaging it under that type has not been run in transformers.js, so it is refused"),
-}  # fmt: skip
+REFUSED: dict[str, str] = {}
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
