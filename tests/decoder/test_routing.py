@@ -16,13 +16,17 @@ import numpy as np
 import pytest
 
 from ropeexport.decoder.build import DecoderRequest, resolve
+from ropeexport.decoder.checkpoint import load_checkpoint
+from ropeexport.decoder.export import build_decoder_graph
 from ropeexport.decoder.greedy import Call, run_scenario
 from ropeexport.decoder.oracle import Routing, decoder_float64, stored_float64
 from ropeexport.decoder.parts import position_pieces
 from ropeexport.decoder.scenarios import Scenario
-from ropeexport.decoder.verify import _routed, judge_call
+from ropeexport.decoder.verify import _routed, judge_call, verify_decoder
 from ropeexport.decoder.weights import seeded_weights
-from ropeexport.report.views import CallRecord
+from ropeexport.graph.onnx_io import save_model
+from ropeexport.report.views import CallRecord, ScenarioRecord
+from ropeexport.runtimes.ort import OrtRunner
 
 CONFIG = {"model_type": "gpt_oss", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
           "head_dim": 8, "num_hidden_layers": 2, "intermediate_size": 48, "vocab_size": 96, "num_local_experts": 4,
@@ -196,13 +200,6 @@ ROUTERS = [("gpt_oss", "fused"),  # softmax over the top 2 of 4 by logits with a
 def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_a_tie_not_a_failure(
     name: str, graph: str, tmp_path: Path, tiny_checkpoint: Any
 ) -> None:
-    from ropeexport.decoder.checkpoint import load_checkpoint
-    from ropeexport.decoder.export import build_decoder_graph
-    from ropeexport.decoder.verify import verify_decoder
-    from ropeexport.graph.onnx_io import save_model
-    from ropeexport.report.views import ScenarioRecord
-    from ropeexport.runtimes.ort import OrtRunner
-
     ckpt = tiny_checkpoint(name)
     spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph=graph))
     weights = dict(load_checkpoint(spec, ckpt))
@@ -254,13 +251,6 @@ def _plant_group_tie(spec: Any, weights: dict[str, np.ndarray]) -> tuple[int, in
 def test_a_tie_between_deepseeks_expert_groups_taken_the_other_way_is_reported_and_passes(
     tmp_path: Path, tiny_checkpoint: Any
 ) -> None:
-    from ropeexport.decoder.checkpoint import load_checkpoint
-    from ropeexport.decoder.export import build_decoder_graph
-    from ropeexport.decoder.verify import verify_decoder
-    from ropeexport.graph.onnx_io import save_model
-    from ropeexport.report.views import ScenarioRecord
-    from ropeexport.runtimes.ort import OrtRunner
-
     ckpt = tiny_checkpoint("deepseek_v3-groups")
     spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed"))
     weights = dict(load_checkpoint(spec, ckpt))
@@ -290,12 +280,6 @@ def test_a_near_tie_at_a_cached_decode_step_taken_the_other_way_is_reported_and_
     # Qwen3-MoE's router solved for a near tie at slot 9, the token the 4th decode step feeds (ONNX Runtime computes it
     # from the cache). The plant reroutes every token, so the tokens generated before slot 9 may change with it: it is
     # solved again on the new generation until the tokens up to slot 9 stay (the router inputs there with them).
-    from ropeexport.decoder.checkpoint import load_checkpoint
-    from ropeexport.decoder.export import build_decoder_graph
-    from ropeexport.decoder.verify import verify_decoder
-    from ropeexport.graph.onnx_io import save_model
-    from ropeexport.report.views import ScenarioRecord
-    from ropeexport.runtimes.ort import OrtRunner
 
     ckpt = tiny_checkpoint("qwen3_moe")
     spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="fused"))
