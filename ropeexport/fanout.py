@@ -15,9 +15,9 @@ ran ``ray.init``) uses that connection whatever the address, and leaves it open.
 process as it found it: ``ray.init``'s own SIGTERM handler and the variables it sets are undone after ``ray.shutdown``.
 
 A local instance's workers get this process's BLAS thread count (``blas_threads``): Ray would give each one thread,
-and a float64 matmul's last bits follow the thread count, so a decoder's float64 truth computed there would differ
-from this process's in its last bits. A cluster's workers keep Ray's setting: their truth is that of a machine with
-their thread count (verdicts the same; figures equal to about 1e-15 relative).
+and a float64 matmul's last bits follow the thread count. A decoder's float64 truth runs on one BLAS thread wherever
+it is computed (``numerics.one_blas_thread``), so its bits do not depend on either; the count still holds for the
+rest of a worker's numpy work, which a cluster's workers do with Ray's setting.
 
 Every job must be a function importable by name on the workers (ropeexport installed there, its paths readable
 there: shared storage), and its item and result plain picklable data.

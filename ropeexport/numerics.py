@@ -5,14 +5,33 @@ with ties to even. numpy rounds float64 -> float32 and float64 -> float16 correc
 float64 -> bfloat16 through float32: that is two roundings, and a value a hair above a bfloat16 midpoint can land on
 the wrong side (1 + 2**-8 + 2**-40 becomes 1.0 instead of 1.0078125). So bfloat16 gets its own rounding on the
 float64 bits.
+
+The float64 truth's products run on one BLAS thread (``one_blas_thread``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import ml_dtypes
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ropeexport.dtypes import DTYPES
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def one_blas_thread(function: F) -> F:
+    """``function`` run with numpy's BLAS on one thread, its own count restored after. A float64 product's last bits
+    follow the thread count (the reduction splits with it: 206 of 602 of a mixture's products differed, by up to 8e-16
+    relative), so a truth computed here and in a Ray worker with another thread count is the same bits; and on a
+    loaded 2-core machine two threads wait on each other at every small product (a decoder's float64 pass measured
+    3-25x slower with numpy's default two, docs/status/speed.md).
+    """  # noqa: D205
+    wrapped: F = threadpool_limits.wrap(limits=1, user_api="blas")(function)
+    return wrapped
 
 
 def _bf16_from_float64(x: np.ndarray) -> np.ndarray:

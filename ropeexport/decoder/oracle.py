@@ -56,11 +56,10 @@ from ropeexport.decoder.per_layer import inputs64, layer64
 from ropeexport.decoder.phases import MLP_NAMES, PhasedLayer
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import layer_weights, vocab_part
-from ropeexport.numerics import round_once
+from ropeexport.numerics import one_blas_thread, round_once
 from ropeexport.recipes import PositionPiece
 
-# The output head is multiplied in slices of at most this many float64 bytes: Llama 3's 128256 x 2048 head is 2 GiB
-# in float64, 8B's 4 GiB.
+# The output head multiplied in slices of at most this many float64 bytes (in float64 Llama-3.2-1B's is 2 GiB, 8B's 4)
 HEAD_SLICE_BYTES = 256 * 2**20
 
 
@@ -208,6 +207,7 @@ def decoder_float64(
     return decoders_float64(spec, weights64, [feed], pieces, [routing])[0]
 
 
+@one_blas_thread  # wherever the truth runs: its bits the same, and no two threads waiting on each other
 def decoders_float64(
     spec: DecoderSpec,
     weights64: Mapping[str, np.ndarray],
