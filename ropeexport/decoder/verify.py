@@ -239,8 +239,8 @@ def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip
         ties.extend(ahead[1])
     else:
         full = recompute(kept, tolerance if routed else 0.0, ties)
-    runtime = np.asarray(call.logits, np.float64)
-    rel = lambda reference: _compare(call, runtime, reference)["rel"]  # noqa: E731
+    # the runtime's logits as returned, widened a block at a time (``_compare``), never whole
+    rel = lambda reference: _compare(call, call.logits, reference)["rel"]  # noqa: E731
     margins = {(layer, row, slot): margin for layer, row, slot, margin in ties}
     if routed and margins and rel(full) > tolerance:
         tried = {kept | {t} if t not in kept else kept - {t} for t in margins} | {frozenset({t}) for t in margins}

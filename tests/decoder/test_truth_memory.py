@@ -1,8 +1,9 @@
 """What the verification holds beside the float64 truth (issue 39's Gemma 4 at real size), with the figures unchanged.
 
-Three changes, each checked bit for bit against the computation it replaced (written out here as it was):
+The changes, each checked bit for bit against the computation it replaced (written out here as it was):
 ``verify._compare`` widens and subtracts a block of slots at a time (``COMPARE_BYTES``), not the whole call (four
-float64 copies of its logits before: Gemma 4's 1048-slot window crossing is 2 GiB a copy); ``oracle``'s final soft
+float64 copies of its logits before: Gemma 4's 1048-slot window crossing is 2 GiB a copy), a mixture's calls too
+(``verify._routed`` had widened each call's logits whole before comparing them); ``oracle``'s final soft
 cap and logit scale are applied in place (two whole copies of a pass's logits before); an int4 decoder's unquantized
 pass runs first and each call keeps only its ``Cost``, so that the truth's pass does not hold its logits beside its
 own (before: both passes' logits held together).
@@ -102,6 +103,51 @@ def test_judging_a_call_holds_a_block_not_copies_of_its_logits(monkeypatch: pyte
     assert held < whole / 4, f"judging held {held / 2**20:.1f} MiB beside a {whole / 2**20:.0f} MiB call"
     assert record["float64"] == _former_compare(call, call.logits, truth)
     assert record["quantization_cost"] == record["float64"]
+
+
+# (case, the float64 routing's error over the runtime's, a near tie to try, the routings' errors with it flipped): the
+# float64 routing within the tolerance (nothing tried); a call only a flipped routing passes (the tie tried and taken)
+ROUTED = [("the float64 routing passes", 0.0, None, None),
+          ("a near tie flipped", 1.0, (0, 0, 5), 0.0)]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("case", "off", "tie", "flipped_off"), ROUTED, ids=[c[0] for c in ROUTED])
+def test_a_mixtures_call_is_judged_in_blocks_with_the_same_routing_and_truth(
+    case: str, off: float, tie: tuple[int, int, int] | None, flipped_off: float | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mixture's call (``verify._routed``) over a vocabulary of 16384 (16 MiB of float64 logits), compared in
+    blocks of 512 KiB: it holds under a quarter of one float64 copy beside the truths handed to it (the whole call
+    widened before: one copy), and chooses the routing and truth the whole comparison chooses.
+    """  # noqa: D205
+    monkeypatch.setattr(verify, "COMPARE_BYTES", 2**19)
+    call, near = _call(1, 128, 16384, 0, seed=2)
+    exact = np.asarray(call.logits, np.float64)
+    truths = {frozenset(): exact + off}  # per routing (its flips), the truth the recompute gives
+    if tie is not None:
+        truths[frozenset({tie})] = exact + flipped_off
+    ties = [] if tie is None else [(*tie, 1e-6)]
+
+    def recompute(ids: Any, pos: Any, mask: Any, flips: frozenset[Any], bound: float, into: list[Any],
+                  first: int) -> np.ndarray:  # fmt: skip
+        into.extend(ties if not flips else [])
+        return truths[flips]
+
+    rel = lambda t: _former_compare(call, call.logits, t)["rel"]  # noqa: E731
+    want = min(truths, key=lambda f: (rel(truths[f]), sorted(f))) if rel(truths[frozenset()]) > 1e-4 else frozenset()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        full, kept, records = verify._routed(call, recompute, 1e-4, frozenset(), True, (truths[frozenset()], ties))
+        held = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    whole = exact.nbytes
+    assert held < whole / 4, f"judging held {held / 2**20:.1f} MiB beside a {whole / 2**20:.0f} MiB call"
+    assert kept == want and full is truths[want]
+    assert [(r["layer"], r["row"], r["slot"]) for r in records] == sorted(want)
 
 
 # (case, final soft cap, logit scale): Gemma's cap, Cohere 2's scale, both
