@@ -18,14 +18,22 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 plus the runtime's logits of every call, float32, held from the scenarios to the judging, and an embedding gathered
 from its int4 head as the truth reads it back from the model (``decoder.held.HeldWeights``: the table's packed
 tensors kept once read, ``int4_bytes`` a value; Gemma 4 31B's widths on 2 layers, a 262144 x 5376 tied head, verified
-at 9.35 GiB, estimated at 9.27 without them) (``running``). ONNX Runtime's
+at 9.35 GiB, estimated at 9.27 without them) (``running``). While a call runs, ONNX Runtime also holds its own
+logits for it ([slots, vocab] float32; ``workspace``, the widest call's): the head's output, and with ops after the
+head (a logit scale, a final soft cap) an op's input and output at once (``HEAD_BUFFERS``; Gemma 4 31B's 2 layers:
+its scenarios' phase measured 6.84 GiB, estimated 4.57 without them, 6.92 with its 1048-slot call's two). ONNX Runtime's
 session is let go once every scenario has run (``verify_decoder``'s ``release``: ``session`` of the bytes a parameter),
 before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then one dense
 MLP projection at a time: ``decoder.phases``, each beside its norms) and one slice of the output head
 (``oracle.HEAD_SLICE_BYTES``, with its float32 read), and (``activations``) one pass's float64 logits of every slot
 (an int4 decoder's unquantized pass runs first and keeps only each call's figures: its logits are gone before the
-truth's pass), transformers' of one call, one layer's widest activations of one call and the truth's hidden states
-for every call, beside the blocks a comparison widens (``verify.COMPARE_BYTES``). The verification's peak is the
+truth's pass), transformers' of one call, one layer's widest activations of one run of calls (its attention's
+[b, heads, s, s] float64 scores ``SCORE_COPIES`` times: the scores, their masked copy, the shifted exponent and its
+normalised weights; quadratic in the run, 1.05 GiB for Gemma 4's 1048-slot one, not counted before) and the truth's
+hidden states of every run (``oracle.chained_float64``: the calls of a scenario that extend one another are one run
+when every layer's positions are static; a length-dependent schedule's are counted as recomputed call by call, a
+bound: before, every decoder's were, 24853 token-rows for Gemma 4's five scenarios against the 1261 of their runs),
+beside the blocks a comparison widens (``verify.COMPARE_BYTES``). The verification's peak is the
 larger of the two phases, times ``MARGIN`` (what the allocator keeps of freed buffers), plus ``BASE`` (the interpreter
 with torch, transformers and onnxruntime imported). The export's peak (``export``: the weights as built and the
 largest tensor in flight, read as bf16 and float32 and made contiguous, ``EXPORT_BYTES`` an element; an int4 head one
@@ -53,7 +61,7 @@ from dataclasses import dataclass
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, is_weight
 from ropeexport.decoder.export import HEAD_SLICE_BYTES as EXPORT_HEAD_SLICE_BYTES
 from ropeexport.decoder.phases import MLP_NAMES
-from ropeexport.decoder.scenarios import scenarios
+from ropeexport.decoder.scenarios import regime_kind, scenarios
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.verify import COMPARE_BYTES
 from ropeexport.decoder.weights import BLOCK_NAMES, expected
@@ -72,13 +80,18 @@ EXPORT_BYTES = 12  # an element in flight: bf16 read (2), float32 (4), rounded a
 # (the packed initializer kept beside its prepacked copy, as assumed before) 16.7.
 INT4_COPIES = 1
 HEAD_SLICE_BYTES = 256 * MiB  # decoder.oracle's slice of the output head in float64 (+ half as much read in float32)
+# ONNX Runtime's [slots, vocab] float32 buffers while the widest call runs (module doc): the head's output, and with
+# elementwise ops after it an op's input and output at once; the returned copy is the call's part of ``running``
+HEAD_BUFFERS = {False: 1, True: 2}
+SCORE_COPIES = 4  # [b, heads, s, t] float64 arrays alive at once in ``attention64``'s softmax (module doc)
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
     """A build's peak (module doc): the verification's, the larger of its scenarios (``parameters`` x
     ``per_parameter`` + ``running``) and its float64 passes (``parameters`` x (``per_parameter`` - ``session``) +
-    ``running`` + ``resident`` + ``activations``), or the export's ``export`` if larger, times MARGIN, plus BASE.
+    ``running`` + ``resident`` + ``activations``), or the export's ``export`` if larger, times MARGIN, plus BASE;
+    the scenarios' phase also holds ONNX Runtime's ``workspace``.
     """  # noqa: D205
 
     parameters: int
@@ -88,14 +101,23 @@ class MemoryEstimate:
     export: int = 0
     session: float = 0.0  # of ``per_parameter``: ONNX Runtime's, let go before the float64 passes
     running: int = 0  # the runtime's logits of every call (an int4 table's packed bytes), held through both
+    workspace: int = 0  # ONNX Runtime's own logits buffers while the widest call runs (module doc)
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Each phase's estimate in bytes (times MARGIN, plus BASE): ``export``, ``scenarios`` (ONNX Runtime's
+        session running them), ``passes`` (the float64 passes and the judging).
+        """  # noqa: D205
+        scenarios = math.ceil(self.parameters * self.per_parameter) + self.running + self.workspace
+        passes = (math.ceil(self.parameters * (self.per_parameter - self.session)) + self.running + self.resident
+                  + self.activations)  # fmt: skip
+        return {k: BASE + math.ceil(MARGIN * v) for k, v in
+                (("export", self.export), ("scenarios", scenarios), ("passes", passes))}  # fmt: skip
 
     @property
     def total(self) -> int:
-        """The estimate in bytes."""
-        scenarios = math.ceil(self.parameters * self.per_parameter) + self.running
-        passes = (math.ceil(self.parameters * (self.per_parameter - self.session)) + self.running + self.resident
-                  + self.activations)  # fmt: skip
-        return BASE + math.ceil(MARGIN * max(scenarios, passes, self.export))
+        """The estimate in bytes: the largest phase's."""
+        return max(self.phases.values())
 
     def describe(self) -> str:
         """``about 7.2 GiB (1.24e+09 parameters x 4 bytes: ..., plus 848 MiB for the float64 truth's one layer)``."""
@@ -192,16 +214,23 @@ def estimate(spec: DecoderSpec, seeded: bool, eager: bool = True) -> MemoryEstim
     # E times the MLP's, and E outputs); the runtime's logits of every call, float32, held meanwhile.
     rows = [len(s.prompts) * (max(s.prompts) + s.steps) for s in runs]  # each scenario's token-rows
     slots, widest = sum(rows), max(rows)
-    states = sum(n * (s.steps + 1) for n, s in zip(rows, runs, strict=True))
+    # a scenario's calls are one run when they extend one another under the same tables (every layer's positions
+    # static), else each recomputed from its start at most
+    static = all(regime_kind(p) == "static" for p in spec.position_specs())
+    states = slots if static else sum(n * (s.steps + 1) for n, s in zip(rows, runs, strict=True))
     inner = 0
     for each in spec.layers:  # the widest layer's feed-forward
         ffn = each.ffn
         inner = max(inner, ffn.experts * (3 * ffn.inner + spec.hidden_size) if ffn.kind == "moe" else 3 * ffn.inner)
+    heads = max(each.attention.num_heads for each in spec.layers)
+    scores = max(len(s.prompts) * (max(s.prompts) + s.steps) ** 2 for s in runs) * heads  # a run's [b, H, s, s]
     activations = 8 * ((slots + (widest if eager else 0)) * spec.vocab_size + widest * (inner + 8 * spec.hidden_size)
-                       + states * spec.hidden_size) + 4 * min(COMPARE_BYTES, 8 * widest * spec.vocab_size)  # fmt: skip
+                       + states * spec.hidden_size + SCORE_COPIES * scores) + 4 * min(COMPARE_BYTES,
+                       8 * widest * spec.vocab_size)  # fmt: skip
     running = RUNTIME_LOGIT_BYTES * slots * spec.vocab_size + math.ceil(_packed(spec, shapes))
+    workspace = 4 * HEAD_BUFFERS[bool(spec.logit_scale or spec.final_softcap)] * widest * spec.vocab_size
     return MemoryEstimate(count, _per_parameter(spec, shapes, seeded, eager), activations, resident, export,
-                          _session(spec, shapes), running)  # fmt: skip
+                          _session(spec, shapes), running, workspace)  # fmt: skip
 
 
 def size(count: int) -> str:

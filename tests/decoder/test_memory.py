@@ -187,3 +187,26 @@ def test_gemma_4_31bs_two_layers_are_estimated_above_their_measured_verification
                                      symmetric=True, graph="gqa"))  # fmt: skip
     need = estimate(spec, seeded=False, eager=False)
     assert 9.35 * 2**30 < need.total < 1.5 * 9.35 * 2**30, need
+    # by phase (the process's VmHWM at each phase's end): ONNX Runtime's scenarios 6.84 GiB (estimated 4.57 before its
+    # own two [1048, 262144] float32 buffers of the soft-capped head were counted), the float64 passes 9.35; the
+    # export, measured 4.53, is estimated under it (3.96: not explained here)
+    phases = need.phases
+    assert 6.84 * 2**30 < phases["scenarios"] < 1.5 * 6.84 * 2**30, phases
+    assert 9.35 * 2**30 < phases["passes"] == need.total, phases
+
+
+def test_the_truths_hidden_states_are_counted_per_run_of_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Qwen3-VL-4B (M-RoPE, static tables): a scenario's calls extend one another and are one run of the truth
+    # (oracle.chained_float64), so its hidden states are the scenario's token-rows once; a length-dependent schedule's
+    # are bounded as every call recomputed from its start (the count every decoder had before)
+    from ropeexport.decoder import memory
+
+    tool("write_checkpoint").config_of("qwen3-vl-4b", 2).save_pretrained(tmp_path)
+    spec, _ = resolve(DecoderRequest(hf_config=tmp_path / "config.json", weight_format="int4", graph="gqa"))
+    runs = memory.scenarios(spec)
+    rows = [len(s.prompts) * (max(s.prompts) + s.steps) for s in runs]
+    whole = sum(n * (s.steps + 1) for n, s in zip(rows, runs, strict=True))
+    chained = estimate(spec, seeded=False, eager=False)
+    monkeypatch.setattr(memory, "regime_kind", lambda position: "continuous")
+    bound = estimate(spec, seeded=False, eager=False)
+    assert bound.activations - chained.activations == 8 * spec.hidden_size * (whole - sum(rows)) > 0
