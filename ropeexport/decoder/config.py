@@ -37,10 +37,10 @@ def shrink(
     vocab_size: int | None = None,
 ) -> dict[str, Any]:
     """A copy of ``config`` with fewer layers, a narrower width or a smaller vocabulary (a tiny model of a real
-    config): head_dim kept, heads = hidden_size / head_dim, the query-per-KV-head ratio kept (at least one KV head),
-    the MLP scaled by the same factor (Gemma 4's experts too, its MLP kept a whole number of them wide), Gemma 4's
-    shared key/value layers scaled with the layers and capped to what transformers holds (``_shared_layers``). The
-    positional encoding's schedule is untouched.
+    config): head_dim kept (latent attention's: qk_rope_head_dim), heads = hidden_size / head_dim, the query-per-KV-head
+    ratio kept (at least one KV head), the MLP scaled by the same factor (Gemma 4's experts too, its MLP kept a whole
+    number of them wide), Gemma 4's shared key/value layers scaled with the layers and capped to what transformers
+    holds (``_shared_layers``). The positional encoding's schedule is untouched.
     """  # noqa: D205
     out: dict[str, Any] = copy.deepcopy(dict(config))
     wrapper = out.get("model_type")
@@ -74,11 +74,14 @@ def shrink(
     if hidden_key is None or heads_key is None:
         raise SpecError("hidden_size", "the config names no hidden size or head count to shrink")
     old, heads = int(out[hidden_key]), int(out[heads_key])
-    head_dim = int(out.get("head_dim") or old // heads)
+    # latent attention's heads are not hidden / heads wide (GLM-4.7-Flash: 2048 / 20): its rotary width is the
+    # rope part of each head, qk_rope_head_dim (DeepSeek V3's config says it as head_dim too)
+    latent = "qk_rope_head_dim" if out.get("kv_lora_rank") and out.get("qk_rope_head_dim") else None
+    width = "head_dim" if out.get("head_dim") or latent is None else latent
+    head_dim = int(out.get(width) or old // heads)
     if new % head_dim:
-        raise SpecError(
-            "hidden_size", f"must be a multiple of head_dim ({head_dim}) to keep the rotary width, got {new}"
-        )
+        raise SpecError("hidden_size", f"must be a multiple of {width} ({head_dim}) to keep the rotary width, "
+                        f"got {new}")  # fmt: skip
     new_heads = new // head_dim
     for kv_key in ("num_key_value_heads", "num_global_key_value_heads"):  # the second: Gemma 4's full layers'
         if out.get(kv_key):

@@ -9,6 +9,7 @@ naming the key.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -102,3 +103,31 @@ def test_a_tiny_model_of_the_full_config_keeps_its_first_layers_mlps() -> None:
     assert tiny["mlp_layer_types"] == full["mlp_layer_types"][:3] == ["dense", "sparse", "sparse"]
     spec = from_config(tiny, "glm")
     assert [layer.ffn.kind for layer in spec.layers] == ["gated", "moe", "moe"]
+
+
+# (label, transformers' default config of the type, --hidden-size, heads then, or the key a refusal names): latent
+# attention's rotary width is qk_rope_head_dim (64 in both), not hidden / heads (GLM-4.7-Flash's 2048 / 20 is 102.4:
+# every width was refused as no multiple of 102); DeepSeek V3's config says it as head_dim
+SHRINKS = [("glm4_moe_lite", "Glm4MoeLiteConfig", 512, 8),
+           ("glm4_moe_lite, not a multiple of 64", "Glm4MoeLiteConfig", 500, "qk_rope_head_dim (64)"),
+           ("deepseek_v3 as before", "DeepseekV3Config", 512, 8)]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("label", "kind", "hidden", "heads"), SHRINKS, ids=[s[0] for s in SHRINKS])
+def test_a_latent_attention_config_shrinks_its_width_by_the_rotary_part_of_its_heads(
+    label: str, kind: str, hidden: int, heads: int | str
+) -> None:
+    from ropeexport.decoder.config import from_config, shrink
+
+    full = getattr(transformers, kind)().to_dict()
+    if isinstance(heads, str):
+        with pytest.raises(SpecError, match=rf"must be a multiple of {re.escape(heads)}") as error:
+            shrink(full, num_layers=2, hidden_size=hidden, vocab_size=64)
+        assert error.value.field == "hidden_size"
+        return
+    tiny = shrink(full, num_layers=2, hidden_size=hidden, vocab_size=64)
+    attention = from_config(tiny, "tiny").layers[1].attention
+    assert (tiny["hidden_size"], attention.num_heads, attention.num_kv_heads) == (hidden, heads, heads)
+    assert (attention.kind, attention.head_dim, attention.qk_nope_head_dim) == (
+        "latent", full["qk_rope_head_dim"], full["qk_nope_head_dim"])  # each head's geometry kept
