@@ -88,3 +88,33 @@ def test_no_form_name_is_compared_outside_the_naming_modules() -> None:
     assert not unexplained, ("a form's name compared outside forms.py and runtimes/capabilities.py; read what the "
                              f"form means from its record (forms.Form) instead: {unexplained}")  # fmt: skip
     assert found == set(ALLOWED), f"allowed comparisons no longer there (drop them): {sorted(set(ALLOWED) - found)}"
+
+
+def opset_tables(source: str) -> list[int]:
+    """Lines of every dict literal that maps a form's name to a whole number (its own opset per form)."""
+    def numbered(node: ast.Dict) -> bool:
+        pairs = zip(node.keys, node.values, strict=True)
+        whole = lambda v: isinstance(v, ast.Constant) and type(v.value) is int  # noqa: E731
+        return any(k is not None and _named(k) and whole(v) for k, v in pairs)
+
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Dict) and numbered(node)]
+
+
+# (source, tables found): a form's opset is its record's (``forms.FORMS[name].opset``), never a table of its own
+OPSET_CASES = [('OPSETS = {"fused": 23, "decomposed": 17}', 1),
+               ("OPSETS = {name: form.opset for name, form in FORMS.items()}", 0),
+               ('attrs = {"graph": "fused", "dtype": "fp32"}', 0)]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("source", "found"), OPSET_CASES, ids=[c[0] for c in OPSET_CASES])
+def test_the_rule_catches_an_opset_table_of_its_own(source: str, found: int) -> None:
+    assert len(opset_tables(source)) == found
+
+
+@pytest.mark.fast
+def test_no_module_keeps_its_own_opset_per_form() -> None:
+    found = [f"{file.relative_to(ROOT).as_posix()}:{line}" for file in sorted((ROOT / "ropeexport").rglob("*.py"))
+             if file.relative_to(ROOT).as_posix() not in NAMING and "opset" in file.read_text().lower()
+             for line in opset_tables(file.read_text())]  # fmt: skip
+    assert not found, f"a form's opset written again outside forms.py: read forms.FORMS[name].opset: {found}"

@@ -24,13 +24,13 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.dtypes import DTYPES
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 from ropeexport.recipes import KPOS, QPOS
 
 BiasFn = Callable[[GraphBuilder, Any, str, str], str]
 SinglePassFn = Callable[[GraphBuilder, Any, str, str], "str | None"]
-OPSETS = {"fused": 23, "decomposed": 17}
 
 
 def unsqueeze(g: GraphBuilder, x: str, axes: list[int], name: str) -> str:
@@ -90,7 +90,7 @@ def _model(
 ) -> onnx.ModelProto:
     graph = helper.make_graph(g.nodes, spec.name, inputs, [output], g.initializers)
     metadata = artifact_metadata(spec, [QPOS, KPOS])
-    return make_model(graph, OPSETS[spec.graph], metadata)
+    return make_model(graph, FORMS[spec.graph].opset, metadata)
 
 
 def _positions() -> list[onnx.ValueInfoProto]:

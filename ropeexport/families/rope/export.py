@@ -37,10 +37,9 @@ from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.reference import table_regimes
 from ropeexport.families.rope.schedules import get_schedule
 from ropeexport.families.rope.spec import RopeSpec
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
-
-OPSETS = {"fused": 23, "decomposed": 17}
 
 
 def rope_tables(g: GraphBuilder, spec: RopeSpec) -> tuple[str, str]:
@@ -229,7 +228,7 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     g = GraphBuilder()
     tables = rope_tables(g, spec)
     regime = get_schedule(spec.scaling).regime
-    length = row_lengths(g, ["position_ids"], OPSETS[spec.graph]) if regime != "static" else None
+    length = row_lengths(g, ["position_ids"], FORMS[spec.graph].opset) if regime != "static" else None
     rows = (  # shared by query and key
         mrope_cos_sin(g, spec, tables, "position_ids")
         if spec.mrope_section
@@ -237,7 +236,7 @@ def build_rope_graph(spec: RopeSpec) -> onnx.ModelProto:
     )
     for x, heads in (("query", spec.num_heads), ("key", spec.num_kv_heads)):
         _rotate(g, spec, x, heads, rows, f"{x}_out")
-    return make_model(rope_graph(spec, g), OPSETS[spec.graph], metadata=artifact_metadata(spec, ["position_ids"]))
+    return make_model(rope_graph(spec, g), FORMS[spec.graph].opset, metadata=artifact_metadata(spec, ["position_ids"]))
 
 
 def rope_graph(spec: RopeSpec, g: GraphBuilder) -> onnx.GraphProto:
@@ -272,7 +271,7 @@ def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
     tables = rope_tables(g, spec)
     positions = ["query_position_ids", "key_position_ids"]
     regime = get_schedule(spec.scaling).regime
-    length = row_lengths(g, positions, OPSETS[spec.graph]) if regime != "static" else None
+    length = row_lengths(g, positions, FORMS[spec.graph].opset) if regime != "static" else None
     _rotate(g, spec, "query", spec.num_heads, cos_sin_rows(g, spec, tables, positions[0], length), "query_rotated")
     _rotate(g, spec, "key", spec.num_kv_heads, cos_sin_rows(g, spec, tables, positions[1], length), "key_rotated")
     key = "key_rotated"
@@ -302,4 +301,4 @@ def build_rope_scores_graph(spec: RopeSpec) -> onnx.ModelProto:
         [_io("scores", dtype, ["batch", H, "q_len", "k_len"])],
         g.initializers,
     )
-    return make_model(graph, OPSETS[spec.graph], metadata=artifact_metadata(spec, positions))
+    return make_model(graph, FORMS[spec.graph].opset, metadata=artifact_metadata(spec, positions))

@@ -30,9 +30,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.dtypes import DTYPES
-from ropeexport.families.bias.export import KPOS, OPSETS, QPOS, pair_shape, unsqueeze
+from ropeexport.families.bias.export import KPOS, QPOS, pair_shape, unsqueeze
 from ropeexport.families.shaw.reference import shaw_weights
 from ropeexport.families.shaw.spec import ShawSpec
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
@@ -108,7 +109,7 @@ def _model(spec: ShawSpec, g: GraphBuilder, names: tuple[str, ...], output: onnx
     inputs += [_io(QPOS, TensorProto.INT64, ["batch", "q_len"]), _io(KPOS, TensorProto.INT64, ["batch", "k_len"])]
     graph = helper.make_graph(g.nodes, spec.name, inputs, [output], g.initializers)
     metadata = artifact_metadata(spec, [QPOS, KPOS])
-    return make_model(graph, OPSETS[spec.graph], metadata)
+    return make_model(graph, FORMS[spec.graph].opset, metadata)
 
 
 def build_shaw_scores_graph(spec: ShawSpec) -> onnx.ModelProto:

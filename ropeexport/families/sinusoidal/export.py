@@ -25,11 +25,10 @@ from onnx import TensorProto, helper
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.sinusoidal.reference import input_scale, stored_table
 from ropeexport.families.sinusoidal.spec import SinusoidalSpec
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 from ropeexport.recipes import KPOS, QPOS
-
-OPSETS = {"fused": 23, "decomposed": 17}
 
 
 def _rows(g: GraphBuilder, spec: SinusoidalSpec, pos: str) -> str:
@@ -54,7 +53,7 @@ def _model(
 ) -> onnx.ModelProto:
     graph = helper.make_graph(g.nodes, spec.name, inputs, [output], g.initializers)
     metadata = artifact_metadata(spec, positions)
-    return make_model(graph, OPSETS[spec.graph], metadata)
+    return make_model(graph, FORMS[spec.graph].opset, metadata)
 
 
 def build_apply_graph(spec: SinusoidalSpec) -> onnx.ModelProto:

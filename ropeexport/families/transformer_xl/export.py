@@ -34,11 +34,10 @@ from onnx import TensorProto, helper
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.transformer_xl.reference import relative_table, stored_weights
 from ropeexport.families.transformer_xl.spec import TransformerXLSpec
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 from ropeexport.recipes import KPOS, QPOS
-
-OPSETS = {"fused": 23, "decomposed": 17}
 
 
 def _i64(*values: int) -> np.ndarray:
@@ -141,4 +140,4 @@ def build_transformer_xl_scores_graph(spec: TransformerXLSpec) -> onnx.ModelProt
         g.initializers,
     )
     metadata = artifact_metadata(spec, [QPOS, KPOS])
-    return make_model(graph, OPSETS[spec.graph], metadata)
+    return make_model(graph, FORMS[spec.graph].opset, metadata)

@@ -30,9 +30,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from ropeexport.dtypes import DTYPES
-from ropeexport.families.bias.export import KPOS, OPSETS, QPOS, unsqueeze
+from ropeexport.families.bias.export import KPOS, QPOS, unsqueeze
 from ropeexport.families.tupe.reference import bucket_map, bucket_span, tupe_tables, tupe_weights
 from ropeexport.families.tupe.spec import TupeSpec
+from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 from ropeexport.numerics import round_once
 
@@ -108,4 +109,4 @@ def build_tupe_scores_graph(spec: TupeSpec) -> onnx.ModelProto:
         g.nodes, spec.name, inputs, [_io("scores", dtype, ["batch", H, "q_len", "k_len"])], g.initializers
     )
     metadata = artifact_metadata(spec, [QPOS, KPOS])
-    return make_model(graph, OPSETS[spec.graph], metadata)
+    return make_model(graph, FORMS[spec.graph].opset, metadata)

@@ -24,8 +24,6 @@ from ropeexport.families.vision_rope.spec import VISION_AXES, VisionRopeSpec
 from ropeexport.forms import FORMS
 from ropeexport.graph.onnx_io import GraphBuilder, artifact_metadata, make_model
 
-OPSETS = {"fused": 23, "decomposed": 17}
-
 
 def _rows(g: GraphBuilder, spec: VisionRopeSpec, pos: str) -> str:
     """Table rows for ``pos`` [b, s]: the position itself, or max_positions (past the table) where it is invalid."""
@@ -81,4 +79,4 @@ def build_vision_rope_graph(spec: VisionRopeSpec) -> onnx.ModelProto:
         [io("query_out", dtype, ["batch", H, "seq", d]), io("key_out", dtype, ["batch", H, "seq", d])],
         g.initializers,
     )  # fmt: skip
-    return make_model(graph, OPSETS[spec.graph], metadata=artifact_metadata(spec, ["position_ids"]))
+    return make_model(graph, FORMS[spec.graph].opset, metadata=artifact_metadata(spec, ["position_ids"]))
