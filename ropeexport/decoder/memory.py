@@ -18,10 +18,11 @@ so what scales with the whole model is only what the runtimes hold (bytes a para
 plus the runtime's logits of every call, float32, held from the scenarios to the judging, and an embedding gathered
 from its int4 head as the truth reads it back from the model (``decoder.held.HeldWeights``: the table's packed
 tensors kept once read, ``int4_bytes`` a value; Gemma 4 31B's widths on 2 layers, a 262144 x 5376 tied head, verified
-at 9.35 GiB, estimated at 9.27 without them) (``running``). While a call runs, ONNX Runtime also holds its own
-logits for it ([slots, vocab] float32; ``workspace``, the widest call's): the head's output, and with ops after the
-head (a logit scale, a final soft cap) an op's input and output at once (``HEAD_BUFFERS``; Gemma 4 31B's 2 layers:
-its scenarios' phase measured 6.84 GiB, estimated 4.57 without them, 6.92 with its 1048-slot call's two). ONNX Runtime's
+at 9.35 GiB, estimated at 9.27 without them) (``running``). With ops after the head (a logit scale, a final soft
+cap) ONNX Runtime also holds one more [slots, vocab] float32 buffer of the widest call in its arena (an op's input
+beside its output; ``HEAD_BUFFERS``, ``workspace``: measured, ``tests/decoder/test_memory.py``). Gemma 4 31B's 2
+layers: its scenarios' phase measured 6.84 GiB, estimated 4.57 without it, 5.74 with its 1048-slot call's buffer:
+still under, by about a GiB not explained here. ONNX Runtime's
 session is let go once every scenario has run (``verify_decoder``'s ``release``: ``session`` of the bytes a parameter),
 before the float64 passes, which hold (``resident``) one layer's float64 weights (its attention's, then one dense
 MLP projection at a time: ``decoder.phases``, each beside its norms) and one slice of the output head
@@ -45,9 +46,9 @@ bf16 checkpoints, fp32: Llama-3.2-1B verified without transformers 5.93 GiB (6.0
 x0.96: under); its 2-layer shape 2.79 GiB (3.96, x1.42) and 4.30 GiB (4.07, x0.95: under). The export alone:
 Llama-3.1-8B in fp16 7.02 GiB (7.34), Llama-3.2-1B 1.58 GiB (3.96). int4 weights, verified without transformers:
 Llama-3.1-8B 7.98 GiB (8.05, x1.01). Gemma 4 31B's widths on 2 layers (a 262144 x 5376 tied head), int4 gqa: the
-export 4.41 GiB alone, 4.53 in the verified run (3.96 with BASE: under), ONNX Runtime's scenarios 6.84 (6.92), the
-float64 passes 9.35 (10.3, x1.10). Qwen3-VL-4B int4 gqa, ``ropeexport verify``: 4.91 GiB (3.73: under, its phase not
-measured). Where the estimate is under, what is missed was not found (the figures were measured once, at load).
+export 4.41 GiB alone, 4.53 in the verified run (3.96 with BASE: under), ONNX Runtime's scenarios 6.84 (5.74: under),
+the float64 passes 9.35 (10.3, x1.10). Qwen3-VL-4B int4 gqa, ``ropeexport verify``: 4.91 GiB (3.73: under, its phase
+not measured). Where the estimate is under, what is missed was not found (the figures were measured once, at load).
 ``tests/decoder/test_memory.py`` measures a small seeded build against it.
 
 ``ROPEEXPORT_MEMORY_LIMIT`` (bytes, or a size such as ``8G``: binary units) replaces what ``available()`` finds:
@@ -83,9 +84,10 @@ EXPORT_BYTES = 12  # an element in flight: bf16 read (2), float32 (4), rounded a
 # (the packed initializer kept beside its prepacked copy, as assumed before) 16.7.
 INT4_COPIES = 1
 HEAD_SLICE_BYTES = 256 * MiB  # decoder.oracle's slice of the output head in float64 (+ half as much read in float32)
-# ONNX Runtime's [slots, vocab] float32 buffers while the widest call runs (module doc): the head's output, and with
-# elementwise ops after it an op's input and output at once; the returned copy is the call's part of ``running``
-HEAD_BUFFERS = {False: 1, True: 2}
+# ONNX Runtime's [slots, vocab] float32 buffers of the widest call beyond the logits it returns (those are the call's
+# part of ``running``), with ops after the head or not. Measured on one 1024 x 65536 call (fused fp32 and gqa int4),
+# its peak above the logits returned: 0.08 and 0.13 of a buffer without a cap, 1.12 and 1.16 with one
+HEAD_BUFFERS = {False: 0, True: 1}
 SCORE_COPIES = 4  # [b, heads, s, t] float64 arrays alive at once in ``attention64``'s softmax (module doc)
 
 

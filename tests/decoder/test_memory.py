@@ -187,12 +187,59 @@ def test_gemma_4_31bs_two_layers_are_estimated_above_their_measured_verification
                                      symmetric=True, graph="gqa"))  # fmt: skip
     need = estimate(spec, seeded=False, eager=False)
     assert 9.35 * 2**30 < need.total < 1.5 * 9.35 * 2**30, need
-    # by phase (the process's VmHWM at each phase's end): ONNX Runtime's scenarios 6.84 GiB (estimated 4.57 before its
-    # own two [1048, 262144] float32 buffers of the soft-capped head were counted), the float64 passes 9.35; the
-    # export, measured 4.53, is estimated under it (3.96: not explained here)
+    # by phase (the process's VmHWM at each phase's end): the float64 passes 9.35 GiB, the estimate's peak above it;
+    # ONNX Runtime's scenarios 6.84, estimated 5.74 with the soft-capped head's buffer in its arena (4.57 before) and
+    # the export 4.53, estimated 3.96: both under, by what is not explained here (held so: a change to either shows)
     phases = need.phases
-    assert 6.84 * 2**30 < phases["scenarios"] < 1.5 * 6.84 * 2**30, phases
     assert 9.35 * 2**30 < phases["passes"] == need.total, phases
+    assert 0.8 * 6.84 * 2**30 < phases["scenarios"] < 6.84 * 2**30, phases
+    assert 0.8 * 4.53 * 2**30 < phases["export"] < 4.53 * 2**30, phases
+
+
+# One ONNX Runtime call of 1024 slots over a vocabulary of 65536 (256 MiB of float32 logits) on a 1-layer decoder, in
+# a fresh interpreter (its VmHWM its own): how far the process's peak rises above the logits it returns.
+CALL = """
+import json, sys
+import numpy as np
+from pathlib import Path
+from ropeexport.runtimes.ort import OrtRunner
+runner = OrtRunner(Path(sys.argv[1]) / "model.onnx", providers=["CPUExecutionProvider"])
+feeds = {"input_ids": np.ones((1, 1024), np.int64), "attention_mask": np.ones((1, 1024), np.int64),
+         "position_ids": np.arange(1024, dtype=np.int64)[None]}
+for i in runner.session.get_inputs():
+    if i.name not in feeds:  # an empty cache
+        feeds[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+status = lambda key: next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
+before = status("VmRSS:")
+assert status("VmHWM:") == before  # nothing above it yet: the call's peak is what rises past it
+logits = runner.session.run(None, feeds)[0]
+print(json.dumps({"peak": status("VmHWM:") - before, "logits": logits.nbytes}))
+"""
+
+# (case, final soft cap, graph form, weight format): ONNX Runtime's buffers beyond the returned logits, HEAD_BUFFERS
+HEADS = [("plain head", 0.0, "fused", ""), ("soft cap after it", 30.0, "fused", ""),
+         ("soft cap, gqa int4", 30.0, "gqa", "int4")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "cap", "graph", "weights"), HEADS, ids=[h[0] for h in HEADS])
+def test_onnx_runtime_holds_the_head_buffers_the_estimate_counts(
+    case: str, cap: float, graph: str, weights: str, tmp_path: Path
+) -> None:
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.memory import HEAD_BUFFERS
+    from ropeexport.decoder.weights import seeded_weights
+    from ropeexport.graph.onnx_io import save_model
+
+    config = {**SMALL, "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1, "vocab_size": 65536,
+              "max_position_embeddings": 2048}  # fmt: skip
+    request = DecoderRequest(config=config, name="head", graph=graph, weight_format=weights)
+    spec = resolve(request)[0].replace(final_softcap=cap)
+    save_model(build_decoder_graph(spec, seeded_weights(spec), "seeded"), tmp_path)
+    run = subprocess.run([sys.executable, "-c", CALL, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    beyond = out["peak"] / out["logits"] - 1  # buffers held beyond the returned logits, at the call's peak
+    assert HEAD_BUFFERS[bool(cap)] - 0.05 < beyond < HEAD_BUFFERS[bool(cap)] + 0.3, (case, beyond)
 
 
 def test_the_truths_hidden_states_are_counted_per_run_of_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
