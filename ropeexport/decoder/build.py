@@ -13,6 +13,7 @@ from typing import Any
 
 from ropeexport.decoder.config import from_config, shrink
 from ropeexport.decoder.genai import check_tokenizer
+from ropeexport.decoder.learned_rope import with_learned_rope
 from ropeexport.decoder.memory import check_memory
 from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import check_positions
@@ -64,7 +65,7 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     if resized and checkpoint is not None:
         raise SpecError("num_layers", "size overrides (--num-layers, --hidden-size, --vocab-size) need seeded weights, "
                         "not a --checkpoint (its tensors have the config's sizes)")  # fmt: skip
-    used = shrink(config, num_layers, hidden_size, vocab_size)
+    used = dict(with_learned_rope(shrink(config, num_layers, hidden_size, vocab_size), checkpoint))
     heads = next((used[k] for k in ("num_attention_heads", "n_head") if used.get(k)), None)
     if used.get("model_type") in GROUPED and used.get("num_key_value_heads") is None and heads:
         # Absent means one KV head per query head here (as ropeexport.hf reads it); written out so the transformers

@@ -117,12 +117,19 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     """Layer i's latent attention (``components.latent``) over the decoder's cache (``DecoderSpec.cache``) in its
     form, or over the expanded cache in ``graph`` (the float64 recompute's: unpadded, any form but gqa; the twin of
     the absorbed latent graph is the plain attention it rewrites): its widths, the logit scale
-    (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at eps 1e-6
-    whatever the config's rms_norm_eps (transformers' ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``).
+    (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at the
+    architecture's ``latent_norm_eps``: 1e-6 whatever the config's rms_norm_eps for DeepSeek V3 (transformers'
+    ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``), the model's for Mistral Large 4.
     """  # noqa: D205
-    a = spec.layers[i].attention
-    return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=a.qk_nope_head_dim,
-                      qk_rope_head_dim=a.head_dim, v_head_dim=a.v_head_dim, norm=NormSpec("rms", 1e-6, spec.dtype),
+    a, layer = spec.layers[i].attention, spec.layers[i]
+    # NoPE (no position, Mistral Large 4): the rope slice joins the part never rotated (``components.latent``)
+    nope, rope = (a.qk_nope_head_dim, a.head_dim) if layer.position is not None else (
+        a.qk_nope_head_dim + a.head_dim, 0)  # fmt: skip
+    learned = (layer.query_scale or {}).get("kind") == "learned_log"  # its log table reaches the context length
+    eps = spec.architecture.latent_norm_eps or spec.norm_eps
+    return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=nope,
+                      qk_rope_head_dim=rope, v_head_dim=a.v_head_dim, norm=NormSpec("rms", eps, spec.dtype),
+                      query_scale_positions=spec.position_spec().max_positions if learned else 0,
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
                       cache=spec.cache if graph is None else "expanded")  # fmt: skip

@@ -28,7 +28,8 @@ SEED = 0
 
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
 BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
-               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj")  # fmt: skip
+               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj", "q_scale",
+               "q_scale_bias")  # fmt: skip
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
@@ -48,11 +49,16 @@ def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tup
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
     """A latent layer's attention weights by canonical name ([in, out]; ``components.latent.LatentSpec.shapes``):
     the query (``q_proj``, or ``q_a_proj``, ``q_a_norm``, ``q_b_proj`` with a query LoRA), ``kv_a_proj``,
-    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``.
+    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``; the learned query scale's ``q_scale`` and ``q_scale_bias`` (Mistral
+    Large 4). A NoPE layer (no position): the rope slice is part of the nope one, ``kv_a_proj`` r wide.
     """  # noqa: D205
     a = layer.attention
     H, r, nope, rope, v = a.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.head_dim, a.v_head_dim
     out: dict[str, tuple[int, ...]] = {}
+    if (layer.query_scale or {}).get("kind") == "learned_log":
+        out |= {"q_scale": (H,), "q_scale_bias": (H,)}
+    if layer.position is None:  # transformers' NoPE latent layer (``components.latent``: qk_rope_head_dim 0)
+        nope, rope = nope + rope, 0
     if a.q_lora_rank:
         out |= {"q_a_proj": (hidden, a.q_lora_rank), "q_a_norm": (a.q_lora_rank,),
                 "q_b_proj": (a.q_lora_rank, H * (nope + rope))}  # fmt: skip

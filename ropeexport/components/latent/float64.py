@@ -68,6 +68,9 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     if rotate is not None:
         q_rope, rope_key = rotate(q_rope, pos), rotate(rope_key, pos)
     query = np.concatenate([q_nope, q_rope], axis=-1)
+    if spec.query_scale_positions:  # scale[h] * log(p + 1) + bias[h], the whole query of head h at position p
+        log = np.log(pos.astype(np.float64) + 1.0)[:, None, :, None]  # [b, 1, s, 1]
+        query = query * (w["q_scale"][None, :, None, None] * log + w["q_scale_bias"][None, :, None, None])
     if spec.cache == "latent":
         latents = np.concatenate([np.asarray(feeds["past_latent"], np.float64), latent], axis=2)
         rope_keys = np.concatenate([np.asarray(feeds["past_rope_key"], np.float64), rope_key], axis=2)
