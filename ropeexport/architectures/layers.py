@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ropeexport.architectures.feedforward import FeedForward
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS, FeedForward
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
 from ropeexport.specs import require_choice, require_flag, require_int, require_number
@@ -334,9 +334,9 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
                                   "value norm, keys as values or attention biases beside it)")
     if learned and a.kind != "latent":
         return "query_scale", "learned_log (Mistral Large 4's) is built beside latent attention only"
-    if layer.ffn.router == "grouped" and a.kind != "latent":
+    if layer.ffn.router in GROUPED_ROUTERS and a.kind != "latent":
         return "router", "DeepSeek's grouped router is built in DeepSeek's layer only (beside latent attention)"
-    if layer.ffn.router == "grouped" and not layer.ffn.shared:
+    if layer.ffn.router in GROUPED_ROUTERS and not layer.ffn.shared:
         return "n_shared_experts", ("0 is not built: DeepSeek's mixture is composed with its shared experts "
                                     "(components.grouped_moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
     if a.gate:

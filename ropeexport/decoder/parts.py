@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ropeexport.architectures.base import NORMS
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS
 from ropeexport.architectures.sharing import sharing_modes
 from ropeexport.catalog import recipe_for
 from ropeexport.components import qmoe
@@ -66,8 +67,9 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec | G
     if ffn.router == "gemma4":
         return Gemma4MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.shared * ffn.inner, spec.hidden_size, ffn.act,
                              norm_spec(spec), spec.dtype)  # fmt: skip
-    if ffn.router == "grouped":  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
-        router = GroupedRouter(ffn.experts, ffn.top_k, ffn.groups, ffn.topk_group, ffn.norm_topk_prob, ffn.scaling)
+    if ffn.router in GROUPED_ROUTERS:  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
+        router = GroupedRouter.of(ffn.router, ffn.experts, ffn.top_k, ffn.groups, ffn.topk_group, ffn.norm_topk_prob,
+                                  ffn.scaling)  # fmt: skip
         return SharedMoESpec(router, ffn.inner, ffn.shared * ffn.inner, spec.dtype)
     if ffn.kind == "moe":
         kernel = FORMS[spec.graph].moe_kernel

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS
 from ropeexport.architectures.layers import LayerSpec
 from ropeexport.block.projections import rounded_float64
 from ropeexport.decoder.spec import DecoderSpec
@@ -120,10 +121,12 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
                 norm(f"{p}{slot}")
         if layer.layer_scale:
             out[f"{p}layer_scalar"] = (1,)
-        if ffn.router == "grouped":  # DeepSeek's: a correction bias, no biases, shared experts (``grouped_moe``)
+        if ffn.router in GROUPED_ROUTERS:  # DeepSeek's: no biases, shared experts (``grouped_moe``)
             E, n, m, shared = ffn.experts, hidden, inner, ffn.shared * inner
             out |= {f"{p}router_proj": (n, E), f"{p}router_correction": (E,), f"{p}experts_gate_proj": (E, n, m),
                     f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n)}  # fmt: skip
+            if ffn.router != "grouped":  # the softmax kinds add no correction bias (``grouped_moe.KINDS``)
+                del out[f"{p}router_correction"]
             if shared:
                 out |= {f"{p}shared_gate_proj": (n, shared), f"{p}shared_up_proj": (n, shared),
                         f"{p}shared_down_proj": (shared, n)}  # fmt: skip
