@@ -34,8 +34,8 @@ generated from it; its line numbers where they differ). What transformers comput
   default 1, by ``GlmMoeDsaConfig.__post_init__`` 153-156 only when absent: saved configs carry both, and
   ``first_k_dense_replace`` is then unread);
 - the router of the sparse layers (520-550: the softmax in float32 of all experts, groups scored by their top-2 sum,
-  always renormalised, times ``routed_scaling_factor``, no correction bias): not built yet (a sparse layer refused
-  by name);
+  always renormalised, times ``routed_scaling_factor``, no correction bias): ``components.grouped_moe``'s
+  ``grouped_softmax`` with ``norm_topk_prob`` true (the config has no such field), beside the shared experts;
 - the output logits soft-capped at ``final_logit_softcapping`` (30) by ``MistralLarge4ForConditionalGeneration``
   (850-853, read from the text config at 789): transformers has no causal LM of the text model alone
   (``mistral_large4_text`` maps to ``MistralLarge4TextModel``, no head), so the decoder of either type applies the
@@ -190,28 +190,25 @@ def _changes(config: Mapping[str, Any], where: str,
     """``Architecture.changes``: the dense layers and the shared latent caches (``kv_sources``)."""
     count = int(layout["num_layers"])
     kinds, source = mlp_kinds(config, count, where)
-    if "sparse" in kinds:
-        sparse = [i for i, k in enumerate(kinds) if k == "sparse"]
-        raise SpecError(f"{where}: mlp_layer_types", f"layers {sparse} are sparse ({source}): Mistral Large 4's "
-                        "router (the softmax of all experts in float32, groups by their top-2 sum, always "
-                        "renormalised) is not built yet; only dense layers build")  # fmt: skip
     width, _ = v3.field_value(config, where, "intermediate_size", "size", CLASS)
     reads = kv_sources(config, count, where)
-    out: list[dict[str, object]] = [{**v3.dense_mlp(width), **({"kv_from": j} if j is not None else {})}
-                                    for j in reads]  # fmt: skip
-    said = {"dense layers": f"{source}, intermediate_size"}
+    out: list[dict[str, object]] = [{**(v3.dense_mlp(width) if kind == "dense" else {}),
+                                     **({"kv_from": j} if j is not None else {})}
+                                    for kind, j in zip(kinds, reads, strict=True)]  # fmt: skip
+    said = {"dense layers": f"{source}, intermediate_size"} if "dense" in kinds else {}
     if any(j is not None for j in reads):
         said["shared latent caches"] = "kv_source_layers, no_rope_layers (the last storing layer of the same kind)"
     return out, said
 
 
 def layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
-    """DeepSeek V3's layer (``deepseek_v3.layer``) with a plain q_proj, the sparse attention's ``index_topk`` and the
-    learned query scale.
+    """DeepSeek V3's layer (``deepseek_v3.layer``) with a plain q_proj, the sparse attention's ``index_topk``, the
+    learned query scale and Mistral Large 4's router (``grouped_softmax``, always renormalised).
     """  # noqa: D205
     base = v3.layer(arch, fields)
     attention = replace(base.attention, index_topk=int(fields.get("index_topk", 0)))
-    return replace(base, attention=attention, query_scale=fields.get("query_scale"))
+    ffn = replace(base.ffn, router="grouped_softmax", norm_topk_prob=True)
+    return replace(base, attention=attention, ffn=ffn, query_scale=fields.get("query_scale"))
 
 
 ARCHITECTURE = replace(
