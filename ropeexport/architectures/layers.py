@@ -250,8 +250,8 @@ class LayerSpec:
         if a.kind != "latent":
             return (a.num_kv_heads, a.head_dim), (a.num_kv_heads, a.head_dim)
         require_choice("latent_cache", cache, ("expanded", "latent"))
-        if cache == "latent":
-            return (1, a.kv_lora_rank), (1, a.head_dim)
+        if cache == "latent":  # a NoPE latent layer's rope key is 0 wide (``components.latent``)
+            return (1, a.kv_lora_rank), (1, a.head_dim if self.position is not None else 0)
         key = a.qk_nope_head_dim + a.head_dim
         padded = graph in FORMS and FORMS[graph].one_head_size  # values padded to the key's width
         return (a.num_heads, key), (a.num_heads, key if padded else a.v_head_dim)
@@ -326,11 +326,11 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
     # the latent component reads none of these (``components.latent``): each would be dropped from the graph and
     # its twin alike, so verification could not see it (Gemma 4's v_norm and k_eq_v came after latent attention)
     learned = (layer.query_scale or {}).get("kind") == "learned_log"
-    if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate or a.kv_from is not None
+    if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate
                                or (layer.query_scale is not None and not learned) or a.v_norm or a.k_eq_v
                                or a.qkv_bias or a.o_bias):  # fmt: skip
         return "attention_kind", ("latent attention is built full and causal only (no window, q/k norm, soft cap, "
-                                  "sinks, gate, shared key/value, query scale but Mistral Large 4's learned one, "
+                                  "sinks, gate, query scale but Mistral Large 4's learned one, "
                                   "value norm, keys as values or attention biases beside it)")
     if learned and a.kind != "latent":
         return "query_scale", "learned_log (Mistral Large 4's) is built beside latent attention only"

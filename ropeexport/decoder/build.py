@@ -101,6 +101,12 @@ def check_buildable(spec: DecoderSpec, request: DecoderRequest) -> None:
         if why is not None:
             forms = [f for f in CAPABILITIES[runtime].forms if FORMS[f].decoder]
             raise SpecError("runtime", f"{why}; build a decoder for it with --graph {' or '.join(forms)}")
+    shares = next((i for i, layer in enumerate(spec.layers) if layer.attention.kind == "latent"
+                   and layer.attention.kv_from is not None), None)  # fmt: skip
+    if shares is not None and not spec.latent_cache:
+        raise SpecError("latent_cache", f"must be true: layer {shares} reads another layer's latent "
+                        "(kv_source_layers), built over the latent cache only (the expanded cache holds the source's "
+                        "keys as its own kv_b_proj made them); build with --latent-cache")  # fmt: skip
     given = request.max_positions is not None
     check_positions(spec, None if given else spec.sources.get("position.max_positions"))
     field = next((f for f in ("checkpoint", "hf_config", "config") if getattr(request, f) is not None), "preset")

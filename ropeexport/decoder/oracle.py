@@ -289,7 +289,12 @@ def decoders_float64(
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             if isinstance(attend, LatentSpec):
-                attended = latent64(attend, wired, block)["output"]
+                wired |= {} if reads is None else shared[reads][j]
+                out = latent64(attend, wired, block)
+                attended = out["output"]
+                if attend.kv_sharing == "store":  # Mistral Large 4: the whole latent and rope key, per feed
+                    shared.setdefault(i, []).append({n: out[n] for n in ("shared_latent", "shared_rope_key")})
+                del out
             else:
                 wired |= {} if reads is None else shared[reads][j]
                 out = attention64(attend, wired, block)

@@ -132,6 +132,7 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=nope,
                       qk_rope_head_dim=rope, v_head_dim=a.v_head_dim, norm=NormSpec("rms", eps, spec.dtype),
                       query_scale_positions=spec.position_spec().max_positions if learned else 0,
+                      kv_sharing=sharing_modes(spec.layers)[i],
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
                       cache=spec.cache if graph is None else "expanded")  # fmt: skip

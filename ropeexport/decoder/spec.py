@@ -387,9 +387,6 @@ class DecoderSpec:
             raise SpecError("latent_cache", f"is built in the {builds} form with weights in the dtype (the absorbed "
                             f"kv_b_proj halves are plain MatMuls); got the {self.graph} form"
                             f"{' in ' + self.storage.format if self.storage.format else ''}")  # fmt: skip
-        if self.latent_cache and layer.position is None:
-            raise SpecError("latent_cache", "a NoPE latent layer (no_rope_layers) has no rope key to cache: its latent "
-                            "cache is not built; build the expanded cache")  # fmt: skip
         reach = self.position_spec().max_positions
         if a.index_topk and reach > a.index_topk:  # the DSA indexer's seam: a component of its own when built
             raise SpecError("max_positions", f"must be at most index_topk ({a.index_topk}), got {reach}: DeepSeek "

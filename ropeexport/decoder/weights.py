@@ -65,8 +65,9 @@ def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
                 "q_b_proj": (a.q_lora_rank, H * (nope + rope))}  # fmt: skip
     else:
         out["q_proj"] = (hidden, H * (nope + rope))
-    return out | {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,), "kv_b_proj": (r, H * (nope + v)),
-                  "o_proj": (H * v, hidden)}  # fmt: skip
+    if a.kv_from is None:  # a layer reading another's latent (Mistral Large 4's kv_source_layers) has no kv_a
+        out |= {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,)}
+    return out | {"kv_b_proj": (r, H * (nope + v)), "o_proj": (H * v, hidden)}
 
 
 def _layer_of(canonical: str) -> int | None:

@@ -131,6 +131,10 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         builds = [name for name, f in FORMS.items() if spec.cache in f.latent_caches]
         raise SpecError("graph", f"the {spec.graph} form is built for the expanded cache only; the {spec.cache} "
                         f"cache is the {', '.join(builds)} form's")  # fmt: skip
+    if spec.kv_sharing == "reuse" and spec.cache != "latent":
+        raise SpecError("latent_cache", "a latent layer reading another's latent (kv_sharing) is built over the "
+                        "latent cache only: the expanded cache holds keys and values through the source's own "
+                        "kv_b_proj")  # fmt: skip
     if spec.cache == "latent" and spec.weight_format.quantized:
         raise SpecError("weights", "int4 with the latent cache is not built: the absorbed kv_b_proj halves are read "
                         "by plain MatMuls (use the expanded cache for int4)")  # fmt: skip
@@ -147,28 +151,41 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         spec.kv_lora_rank,
     )
     q_nope, q_rope = _query(g, spec, stored)
-    compressed = linear(g, "hidden", stored["kv_a_proj"])  # [b, s, r + rope]
-    latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1) if rope else (
-        compressed, None)  # fmt: skip
-    latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
     one_head = g.const("one_head_axis", _i64(1))
-    latent = g.op("Unsqueeze", [latent, one_head])  # [b, 1, s, r]
-    if rope_key is not None:
-        rope_key = g.op("Unsqueeze", [rope_key, one_head])  # [b, 1, s, rope]: one key slice for every head
+    reuse = spec.kv_sharing == "reuse"
+    if reuse:  # another layer's latent and rotated rope key over the whole sequence: no kv_a of its own
+        latent, rope_key = "shared_latent", "shared_rope_key"
+    else:
+        compressed = linear(g, "hidden", stored["kv_a_proj"])  # [b, s, r + rope]
+        latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1) if (
+            rope) else (compressed, None)  # fmt: skip
+        latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
+        latent = g.op("Unsqueeze", [latent, one_head])  # [b, 1, s, r]
+        if rope_key is None and spec.cache == "latent":  # NoPE: a rope key 0 wide, so its cache is one too
+            rope_key = g.op("Slice", [compressed, *(g.const(f"no_rope_{n}", _i64(v)) for n, v in
+                                                    (("start", r), ("end", r), ("axis", 2)))])  # [b, s, 0]
+        if rope_key is not None:
+            rope_key = g.op("Unsqueeze", [rope_key, one_head])  # [b, 1, s, rope]: one key slice for every head
     extra: list[onnx.ValueInfoProto] = []
     rotary = spec.position.rotary if spec.position is not None else None
     if rotary is not None and rope_key is not None:
         extra = [i for i in rotary.graph.input if i.name not in ("query", "key", "position_ids")]
-        wired = {"query": q_rope, "key": rope_key,
+        # a reused key is rotated already: the piece's key input is then head 0 of the query, its rotation unread
+        first = [g.const(f"head0_{n}", _i64(v)) for n, v in (("start", 0), ("end", 1), ("axis", 1))]
+        wired = {"query": q_rope, "key": g.op("Slice", [q_rope, *first]) if reuse else rope_key,
                  **{i.name: i.name for i in rotary.graph.input if i.name not in ("query", "key")}}  # fmt: skip
         rotated = call(g, rotary, wired, "rope/")
-        q_rope, rope_key = rotated["query_out"], rotated["key_out"]
+        q_rope = rotated["query_out"]
+        rope_key = rope_key if reuse else rotated["key_out"]
     # the logits' scale as a constant of the dtype: the forms that multiply it out (fused and gqa take an attribute)
     scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
     caches = list(spec.cache_shapes())
     if spec.cache == "latent":
-        latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
-        rope_keys = g.op("Concat", [caches[1], rope_key], axis=2, name="present_rope_key")
+        if reuse:
+            latents, rope_keys = latent, rope_key
+        else:
+            latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
+            rope_keys = g.op("Concat", [caches[1], rope_key], axis=2, name="present_rope_key")
         kv_b = np.asarray(weights["kv_b_proj"], np.float64).reshape(r, H, nope + v)
         absorb_k = g.const(
             "kv_b_key_absorbed", round_once(kv_b[..., :nope].transpose(1, 2, 0), spec.dtype)
@@ -176,18 +193,15 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         absorb_v = g.const(
             "kv_b_value_absorbed", round_once(kv_b[..., nope:].transpose(1, 0, 2), spec.dtype)
         )  # [H,r,v]
-        assert q_rope is not None and rope_key is not None  # LatentSpec: no latent cache on a NoPE layer
+        assert rope_key is not None
         if spec.query_scale_positions:  # the whole query, as its two halves (elementwise: the same products)
             factor = _query_factor(g, spec, stored)
-            q_nope, q_rope = g.op("Mul", [q_nope, factor]), g.op("Mul", [q_rope, factor])
+            q_nope = g.op("Mul", [q_nope, factor])
+            q_rope = None if q_rope is None else g.op("Mul", [q_rope, factor])
         q_latent = g.op("MatMul", [q_nope, absorb_k])  # [b, H, s, r]
-        logits = g.op(
-            "Add",
-            [
-                g.op("MatMul", [q_latent, g.op("Transpose", [latents], perm=[0, 1, 3, 2])]),
-                g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])]),
-            ],
-        )
+        logits = g.op("MatMul", [q_latent, g.op("Transpose", [latents], perm=[0, 1, 3, 2])])
+        if q_rope is not None:  # a NoPE layer's logits are the latent's alone
+            logits = g.op("Add", [logits, g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])])])
         probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
@@ -231,6 +245,9 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
               io("attention_mask", TensorProto.INT64, ["batch", "total"])]  # fmt: skip
     outputs = [io("output", dtype, ["batch", "seq", hidden])]
     for cache, shape in spec.cache_shapes().items():
+        if reuse:  # no cache of its own: the source's whole latent and rope key instead
+            inputs.append(io(cache.replace("past_", "shared_"), dtype, [shape[0], shape[1], "total", shape[3]]))
+            continue
         inputs.append(io(cache, dtype, list(shape)))
         outputs.append(io(cache.replace("past_", "present_"), dtype, [shape[0], shape[1], "total", shape[3]]))
     graph = helper.make_graph(g.nodes, name, inputs + extra, outputs, g.initializers)
