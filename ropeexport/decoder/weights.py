@@ -21,8 +21,10 @@ import numpy as np
 
 from ropeexport.architectures.feedforward import GROUPED_ROUTERS
 from ropeexport.architectures.layers import LayerSpec
+from ropeexport.architectures.sharing import cached_layers
 from ropeexport.block.projections import rounded_float64
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.dtypes import DTYPES
 
 SEED = 0
 
@@ -45,6 +47,15 @@ def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tup
     """  # noqa: D205
     form = spec.graph if graph is None else graph
     return spec.layers[layer].cache_shapes(form, spec.cache if form else "expanded")  # "": the twin's, expanded
+
+
+def cache_bytes_per_token(spec: DecoderSpec) -> int:
+    """The bytes one token adds to the decoder's whole cache in its dtype and form: each layer with a cache of its own
+    (``architectures.sharing.cached_layers``: a layer reading another's keys and values, or latent, has none).
+    """  # noqa: D205
+    size = DTYPES[spec.dtype].np_dtype(0).itemsize
+    return sum(size * (kh * kw + vh * vw) for i in cached_layers(spec.layers)
+               for (kh, kw), (vh, vw) in [cache_shapes(spec, i)])  # fmt: skip
 
 
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:

@@ -119,3 +119,20 @@ def test_lerope_frequencies_are_transformers_in_float64() -> None:
     assert ours.attention_factor == rotary.attention_scaling == 1.0
     plain = schedule.frequencies(8, 1e4, schedule.resolve(params, 8, 64), 64).inv_freq
     assert not np.allclose(plain, theirs, rtol=1e-3)  # alpha moves them: the comparison sees it
+
+
+def test_a_reusing_layer_has_no_cache_and_its_bytes_are_saved() -> None:
+    # The tiny checkpoint's layers (tests/decoder/tiny.py LATENT_TEXT): layer 2 reads layer 1's latent, layer 3 NoPE
+    # (its rope key 0 wide); the latent cache holds layers 0, 1 and 3 only: (16 + 8) x 2 + 16 floats a token
+    from ropeexport.architectures.sharing import cached_layers
+    from ropeexport.decoder.config import from_config
+    from ropeexport.decoder.weights import cache_bytes_per_token
+    from tests.decoder.tiny import LATENT_TEXT
+
+    config = {"model_type": "mistral_large4_text", **LATENT_TEXT["mistral_large4"][1]}
+    spec = from_config(config, "large4", graph="decomposed").replace(latent_cache=True)
+    assert cached_layers(spec.layers) == [0, 1, 3]
+    unshared = from_config({**config, "kv_source_layers": None}, "large4", graph="decomposed").replace(
+        latent_cache=True)  # fmt: skip
+    assert cache_bytes_per_token(spec) == 4 * ((16 + 8) * 2 + 16)
+    assert cache_bytes_per_token(unshared) - cache_bytes_per_token(spec) == 4 * (16 + 8)  # layer 2's, saved

@@ -151,7 +151,6 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         spec.kv_lora_rank,
     )
     q_nope, q_rope = _query(g, spec, stored)
-    one_head = g.const("one_head_axis", _i64(1))
     reuse = spec.kv_sharing == "reuse"
     if reuse:  # another layer's latent and rotated rope key over the whole sequence: no kv_a of its own
         latent, rope_key = "shared_latent", "shared_rope_key"
@@ -160,6 +159,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1) if (
             rope) else (compressed, None)  # fmt: skip
         latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
+        one_head = g.const("one_head_axis", _i64(1))  # (made here: the graph's bytes as before sharing came)
         latent = g.op("Unsqueeze", [latent, one_head])  # [b, 1, s, r]
         if rope_key is None and spec.cache == "latent":  # NoPE: a rope key 0 wide, so its cache is one too
             rope_key = g.op("Slice", [compressed, *(g.const(f"no_rope_{n}", _i64(v)) for n, v in

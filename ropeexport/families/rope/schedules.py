@@ -45,6 +45,7 @@ class Param:
     minimum: float | None = None
     strict_minimum: bool = False  # True: value must be > minimum, False: >= minimum
     maximum: float = MAX_PARAM  # no schedule of any model comes near it; 1e308 would overflow the formulas
+    omitted: bool = False  # absent stays absent (not None) in the resolved set: specs written before it hash alike
 
     def allowed(self) -> str:
         """Describe the allowed values in words, for error messages and ``ropeexport list``."""
@@ -132,6 +133,8 @@ class Schedule:
                 out[p.name] = p.coerce(raw[p.name], f"scaling_params.{p.name}")
             elif p.required:
                 raise SpecError(f"scaling_params.{p.name}", f"required for scaling '{self.name}' ({p.help})")
+            elif p.omitted:
+                continue
             elif p.name in self.derived:
                 out[p.name] = self.derived[p.name](max_positions, out)
             else:
@@ -345,7 +348,7 @@ register(
             ),
             Param("truncate", "bool", "round the correction range to whole dimensions", default=True),
             Param("alpha", "floats", "rotary_dim/2 learned log factors: inv_freq * exp(alpha) (Mistral Large 4's "
-                  "LeRoPE, its checkpoint's rotary_emb.alpha)", maximum=80.0),
+                  "LeRoPE, its checkpoint's lerope.alpha)", maximum=80.0, omitted=True),
         ),
         _yarn,
         check=_check_yarn,
