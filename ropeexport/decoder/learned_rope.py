@@ -39,7 +39,8 @@ def with_learned_rope(config: Mapping[str, Any], checkpoint: str | Path | None) 
     """  # noqa: D205
     from ropeexport.architectures import ARCHITECTURES
 
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    inner = config.get("text_config")
+    text: Mapping[str, Any] = inner if isinstance(inner, Mapping) else config
     arch = ARCHITECTURES.get(str(text.get("model_type")))
     if arch is None or not arch.rope_buffer or checkpoint is None:
         return config

@@ -152,6 +152,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     )
     q_nope, q_rope = _query(g, spec, stored)
     reuse = spec.kv_sharing == "reuse"
+    rope_key: str | None
     if reuse:  # another layer's latent and rotated rope key over the whole sequence: no kv_a of its own
         latent, rope_key = "shared_latent", "shared_rope_key"
     else:
@@ -168,11 +169,14 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             rope_key = g.op("Unsqueeze", [rope_key, one_head])  # [b, 1, s, rope]: one key slice for every head
     extra: list[onnx.ValueInfoProto] = []
     rotary = spec.position.rotary if spec.position is not None else None
-    if rotary is not None and rope_key is not None:
+    if rotary is not None and rope_key is not None and q_rope is not None:
         extra = [i for i in rotary.graph.input if i.name not in ("query", "key", "position_ids")]
         # a reused key is rotated already: the piece's key input is then head 0 of the query, its rotation unread
-        first = [g.const(f"head0_{n}", _i64(v)) for n, v in (("start", 0), ("end", 1), ("axis", 1))]
-        wired = {"query": q_rope, "key": g.op("Slice", [q_rope, *first]) if reuse else rope_key,
+        key = rope_key
+        if reuse:
+            key = g.op("Slice", [q_rope, *(g.const(f"head0_{n}", _i64(v)) for n, v in
+                                           (("start", 0), ("end", 1), ("axis", 1)))])  # fmt: skip
+        wired = {"query": q_rope, "key": key,
                  **{i.name: i.name for i in rotary.graph.input if i.name not in ("query", "key")}}  # fmt: skip
         rotated = call(g, rotary, wired, "rope/")
         q_rope = rotated["query_out"]
@@ -181,6 +185,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
     caches = list(spec.cache_shapes())
     if spec.cache == "latent":
+        assert rope_key is not None  # a NoPE layer's is 0 wide in the latent cache
         if reuse:
             latents, rope_keys = latent, rope_key
         else:
@@ -193,7 +198,6 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         absorb_v = g.const(
             "kv_b_value_absorbed", round_once(kv_b[..., nope:].transpose(1, 0, 2), spec.dtype)
         )  # [H,r,v]
-        assert rope_key is not None
         if spec.query_scale_positions:  # the whole query, as its two halves (elementwise: the same products)
             factor = _query_factor(g, spec, stored)
             q_nope = g.op("Mul", [q_nope, factor])
