@@ -174,7 +174,7 @@ class Architecture:
     # the config says; 0: the model's norm_eps (Mistral Large 4's kv_a_layernorm takes rms_norm_eps)
     latent_norm_eps: float = 1e-6
     # (a checkpoint tensor under the text model's ``model.`` prefix, the rope scaling parameter it is read into) of a
-    # RoPE learned as a buffer (Mistral Large 4's LeRoPE alpha: ``decoder.learned_rope``); () none
+    # RoPE learned as a buffer (Mistral Large 4's LeRoPE alpha: ``hf.learned_rope``); () none
     rope_buffer: tuple[str, ...] = ()
 
     @property

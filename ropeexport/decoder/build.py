@@ -13,7 +13,6 @@ from typing import Any
 
 from ropeexport.decoder.config import from_config, shrink
 from ropeexport.decoder.genai import check_tokenizer
-from ropeexport.decoder.learned_rope import with_learned_rope
 from ropeexport.decoder.memory import check_memory
 from ropeexport.decoder.request import DecoderRequest
 from ropeexport.decoder.scenarios import check_positions
@@ -21,6 +20,7 @@ from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
 from ropeexport.hf import model_name, read_config
+from ropeexport.hf.learned_rope import with_learned_rope
 from ropeexport.presets import get_preset
 from ropeexport.runtimes.capabilities import CAPABILITIES, runs
 

@@ -221,7 +221,7 @@ ARCHITECTURE = replace(
     layer=layer,
     changes=_changes,
     latent_norm_eps=0.0,  # MistralLarge4RMSNorm(kv_lora_rank, eps=config.rms_norm_eps) (modular 412-414)
-    rope_buffer=("lerope.alpha", "alpha"),  # LeRoPE: read into rope_parameters (``decoder.learned_rope``)
+    rope_buffer=("lerope.alpha", "alpha"),  # LeRoPE: read into rope_parameters (``hf.learned_rope``)
     # its DSA indexer (kept whole while a query sees at most index_topk keys: module doc) and the multi-token
     # prediction head transformers does not load (_keys_to_ignore_on_load_unexpected, modular 609)
     passed_over=r"(layers\.\d+\.attention\.indexer\.|mtp_dspark\.|lerope\.alpha$)",

@@ -6,7 +6,8 @@ encoding's tables depend on it, so it belongs to the position spec (the yarn sch
 ``families.rope.schedules``), where a rebuild with other values is another artifact. ``with_learned_rope`` copies
 the buffer's float32 values (exactly, as float64) into the text config's ``rope_parameters`` under the architecture's
 ``Architecture.rope_buffer``; without a checkpoint (seeded weights) nothing is added and the factor is exp(0) = 1, the
-value transformers initialises it to.
+value transformers initialises it to. ``beside``: the checkpoint next to a config.json, where one is (what an audit
+or an encoding read from a config takes as the model's: ``requests.from_hf_config``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def _read_tensor(checkpoint: Path, names: tuple[str, ...]) -> np.ndarray | None:
             if found is not None:
                 return np.asarray(f.get_tensor(found), np.float64)
     return None
+
+
+def beside(config_path: str | Path) -> Path | None:
+    """The folder of ``config_path`` when it holds safetensors (a checkpoint beside its config), else None."""
+    folder = Path(config_path).parent
+    return folder if any(folder.glob("*.safetensors")) else None
 
 
 def with_learned_rope(config: Mapping[str, Any], checkpoint: str | Path | None) -> Mapping[str, Any]:
