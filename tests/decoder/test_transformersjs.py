@@ -496,7 +496,7 @@ def test_a_mapped_type_runs_under_a_plain_class_that_reads_what_the_package_writ
     every config key that type's normalized config reads (configs.js, the lines cited) is in the package's
     config.json with the decoder's value (exaone's ``num_layers``, which EXAONE 4's config lacks, included).
     """  # noqa: D205
-    from tests.decoder.tiny import CONFIGS, VL_CONFIGS
+    from tests.decoder.tiny import CONFIGS, LATENT_TEXT, VL_CONFIGS
 
     theirs, why = MAPPED[ours]
     source = node_dir() / "node_modules" / "@huggingface" / "transformers"
@@ -511,7 +511,7 @@ def test_a_mapped_type_runs_under_a_plain_class_that_reads_what_the_package_writ
     case, keys = _normalized_keys(configs, theirs)
     ((first, last),) = re.findall(r"src/configs\.js:(\d+)-(\d+)", why)
     assert int(first) <= case < int(last) and "num_layers" in keys, (case, keys)
-    configs = {**CONFIGS, **VL_CONFIGS}  # a Qwen-VL text model's apart (tiny.VL_CONFIGS)
+    configs = {**CONFIGS, **VL_CONFIGS, **LATENT_TEXT}  # a Qwen-VL text model's apart (tiny.VL_CONFIGS), ...
     name = next(n for n, (t, _) in configs.items() if t == ours)  # the tiny checkpoint's config
     config = {"model_type": ours, **configs[name][1]}
     spec, _ = resolve(DecoderRequest(config=config))
