@@ -136,3 +136,28 @@ def test_a_reusing_layer_has_no_cache_and_its_bytes_are_saved() -> None:
         latent_cache=True)  # fmt: skip
     assert cache_bytes_per_token(spec) == 4 * ((16 + 8) * 2 + 16)
     assert cache_bytes_per_token(unshared) - cache_bytes_per_token(spec) == 4 * (16 + 8)  # layer 2's, saved
+
+
+def test_the_dsa_indexer_keeps_every_key_up_to_index_topk_in_transformers() -> None:
+    # What the decoder's max_positions <= index_topk rests on (module doc of architectures.mistral_large4_text):
+    # transformers' indexer keeps min(index_topk, T) of a query's T keys, so up to index_topk every key is kept (the
+    # masked future keys of a prefill among them) and the output is the dense model's bit for bit; one key more and
+    # the indexer drops some (the output moves). The indexer's weights are random, as the model's.
+    from transformers.models.mistral_large4.modeling_mistral_large4 import MistralLarge4TextModel
+
+    config = transformers.MistralLarge4TextConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
+    torch.manual_seed(0)
+    model = MistralLarge4TextModel(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+
+    def run(ids: list[int], topk: int) -> Any:
+        for layer in model.layers:
+            layer.self_attn.indexer.index_topk = topk
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([ids])).last_hidden_state
+
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5]
+    assert torch.equal(run(ids[:8], 8), run(ids[:8], 64))  # T = 8 = index_topk: every key kept
+    assert not torch.allclose(run(ids, 8), run(ids, 64), atol=1e-4)  # T = 9: the indexer drops keys
