@@ -121,6 +121,7 @@ def test_lerope_frequencies_are_transformers_in_float64() -> None:
     assert not np.allclose(plain, theirs, rtol=1e-3)  # alpha moves them: the comparison sees it
 
 
+@pytest.mark.fast
 def test_a_reusing_layer_has_no_cache_and_its_bytes_are_saved() -> None:
     # The tiny checkpoint's layers (tests/decoder/tiny.py LATENT_TEXT): layer 2 reads layer 1's latent, layer 3 NoPE
     # (its rope key 0 wide); the latent cache holds layers 0, 1 and 3 only: (16 + 8) x 2 + 16 floats a token
