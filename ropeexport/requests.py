@@ -14,6 +14,7 @@ from typing import Any
 
 from ropeexport.catalog import encodings
 from ropeexport.hf import import_layers, model_name, read_config, spans
+from ropeexport.hf.learned_rope import beside, with_learned_rope
 from ropeexport.hf.vision import import_vision, is_vision_config
 from ropeexport.presets import Request, expand, get_preset
 from ropeexport.specs import read_spec_file
@@ -46,7 +47,8 @@ def from_hf_config(
     layers use its encoding and which use none. ``vision`` (or a vision tower's own config): the vision tower's 2-D
     RoPE (``hf.vision``), read from the config's ``vision_config``.
     """
-    config = read_config(path)
+    # a RoPE learned as a checkpoint buffer (Mistral Large 4's LeRoPE alpha): read from the checkpoint beside it
+    config = dict(with_learned_rope(read_config(path), beside(path)))
     if vision or is_vision_config(config):
         tower = import_vision(config, where=str(path))
         return expand(

@@ -239,6 +239,35 @@ CASES = [
         },
     ),
     (
+        # Mistral Large 4: MistralLarge4TextConfig's YaRN x2048 over 512 with attention_factor 1 (its __post_init__);
+        # DeepSeek's one shared rope key, interleaved; its DSA layer types read as full attention
+        "mistral_large4_text-shared-key-interleaved-yarn",
+        {
+            "model_type": "mistral_large4_text",
+            "hidden_size": 6144,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 64,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 64,
+            "num_hidden_layers": 2,
+            "layer_types": ["indexed_attention"] * 2,
+            "max_position_embeddings": 1048576,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2048.0,
+                                "original_max_position_embeddings": 512, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "attention_factor": 1.0},
+        },
+        {
+            "layout": "interleaved",
+            "head_dim": 64,
+            "rotary_dim": 64,
+            "num_heads": 64,
+            "num_kv_heads": 1,
+            "theta": 10000.0,
+            "scaling": "yarn",
+            "max_positions": 1048576,
+        },
+    ),
+    (
         "dynamic-original-is-max_position_embeddings",
         {
             "model_type": "llama",

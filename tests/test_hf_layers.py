@@ -273,9 +273,11 @@ BAD = [
     ("cohere2-head-dim-not-its-own", lambda: config("cohere2", num_hidden_layers=4, head_dim=64),
      "head_dim: (64) is not hidden_size / num_attention_heads (128): transformers' cohere2 config sets head_dim"),
     ("cohere2-no-rope-layers-not-imported", lambda: config("cohere2", num_hidden_layers=4, no_rope_layers=[1, 0, 1, 1]),
-     "no_rope_layers: not imported for 'cohere2' (ropeexport reads no-RoPE layers for llama4_text, smollm3)"),
+     "no_rope_layers: not imported for 'cohere2' (ropeexport reads no-RoPE layers for llama4_text, "
+     "mistral_large4_text, smollm3)"),
     ("llama-no-rope-layers-not-imported", lambda: config("llama", num_hidden_layers=2, no_rope_layers=[1, 0]),
-     "no_rope_layers: not imported for 'llama' (ropeexport reads no-RoPE layers for llama4_text, smollm3)"),
+     "no_rope_layers: not imported for 'llama' (ropeexport reads no-RoPE layers for llama4_text, "
+     "mistral_large4_text, smollm3)"),
     ("glm4-partial-said-two-ways", lambda: config("glm4", num_hidden_layers=2, partial_rotary_factor=0.25),
      "partial_rotary_factor: (0.25) contradicts rope_parameters.partial_rotary_factor (0.5): 4.x and 5.x keys"),
     ("exaone4-pattern-a-string", lambda: config("exaone4", num_hidden_layers=4, layer_types=None,

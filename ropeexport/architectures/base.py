@@ -170,6 +170,12 @@ class Architecture:
     wrappers: tuple[str, ...] = ()  # multimodal model types whose ``text_config`` is this type's (Gemma 3's gemma3)
     changes: Changes | None = None
     passed_over: str = ""
+    # a latent layer's LoRA norms' eps (``decoder.parts.latent_spec``): DeepSeek V3's RMSNorm default 1e-6 whatever
+    # the config says; 0: the model's norm_eps (Mistral Large 4's kv_a_layernorm takes rms_norm_eps)
+    latent_norm_eps: float = 1e-6
+    # (a checkpoint tensor under the text model's ``model.`` prefix, the rope scaling parameter it is read into) of a
+    # RoPE learned as a buffer (Mistral Large 4's LeRoPE alpha: ``hf.learned_rope``); () none
+    rope_buffer: tuple[str, ...] = ()
 
     @property
     def config_hook(self) -> ConfigHook:

@@ -11,17 +11,21 @@ from ropeexport.specs import require_choice, require_flag, require_int, require_
 
 FEEDFORWARDS = ("gated", "plain", "moe")
 FORMULAS = ("silu", "relu", "gelu", "gelu_tanh")  # the activations' formulas (gelu: erf; gelu_tanh: its tanh form)
-# A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of
-# those k (gpt-oss; the same as a softmax over all E renormalized over the k chosen: Qwen3-MoE's norm_topk_prob);
+# A mixture's router, by what it computes: ``topk_softmax`` the k largest router logits, weighed by the softmax of those
+# k (gpt-oss; the same as a softmax over all E renormalized over the k chosen: Qwen3-MoE's norm_topk_prob);
 # ``softmax_topk`` the k largest of the softmax over all E, weighed by those probabilities as they are (Qwen3-MoE
-# without norm_topk_prob: the k weights sum to less than 1); ``grouped`` DeepSeek V3's sigmoid scores with a
-# correction bias, the k best among the ``topk_group`` best of ``n_group`` groups
-# (``components.grouped_moe.GroupedRouter``), its experts gated SiLU MLPs beside ``n_shared_experts`` shared ones;
-# ``topk_sigmoid`` Llama 4's: each of the k chosen experts fed the token times the sigmoid of its logit (gated experts
-# without biases), beside at most one shared gated expert as wide as an expert (``n_shared_experts`` 0 or 1);
-# ``gemma4`` Gemma 4's (``gemma4_moe``): topk_softmax of its own norm of the residual, times a per-expert scale, beside
-# the dense MLP (n_shared_experts x m).
-ROUTERS = ("topk_softmax", "softmax_topk", "grouped", "topk_sigmoid", "gemma4")
+# without norm_topk_prob: the k weights sum to less than 1); ``grouped`` DeepSeek V3's sigmoid scores with a correction
+# bias, the k best among the ``topk_group`` best of ``n_group`` groups (``components.grouped_moe.GroupedRouter``), its
+# experts gated SiLU MLPs beside ``n_shared_experts`` shared ones; ``grouped_softmax`` Mistral 4's (and Mistral Large
+# 4's) and ``grouped_softmax_max`` DeepSeek V2's: the same grouping over the softmax of all E, no correction bias, a
+# group scored by its two best / its best (``components.grouped_moe.KINDS``); ``topk_sigmoid`` Llama 4's: each of the k
+# chosen experts fed the token times the sigmoid of its logit (gated experts without biases), beside at most one shared
+# gated expert as wide as an expert (``n_shared_experts`` 0 or 1); ``gemma4`` Gemma 4's (``gemma4_moe``): topk_softmax
+# of its own norm of the residual, times a per-expert scale, beside the dense MLP (n_shared_experts x m).
+ROUTERS = ("topk_softmax", "softmax_topk", "grouped", "topk_sigmoid", "gemma4", "grouped_softmax",
+           "grouped_softmax_max")  # fmt: skip
+# DeepSeek's grouped router's kinds (``components.grouped_moe.KINDS``, keyed alike): gated experts, shared experts
+GROUPED_ROUTERS = ("grouped", "grouped_softmax", "grouped_softmax_max")
 # A mixture's experts, by what each computes: ``clamped_swiglu`` gpt-oss's (biases, a gain and a clamp); ``gated``
 # the gated MLP down(act(gate x) * up x) of the layer's activation (Qwen3-MoE, DeepSeek V3), biases only with
 # ``mlp_bias``.
@@ -36,10 +40,10 @@ class FeedForward:
     ``inner``: the inner width (each expert's in a mixture). A mixture (``components.moe``): ``experts`` experts,
     ``top_k`` chosen per token by its ``router`` (``ROUTERS``), each expert an ``expert`` (``EXPERTS``): gpt-oss's
     clamped SwiGLU of gain ``swiglu_alpha`` and clamp ``swiglu_limit``, or a gated MLP of ``act`` (no gain or clamp).
-    ``expert`` is read in a mixture only. ``grouped`` (DeepSeek V3, gated experts): ``groups`` groups (n_group), the
-    ``topk_group`` best kept, the weights over their sum when ``norm_topk_prob``, times ``scaling``
-    (routed_scaling_factor); ``shared`` shared experts (n_shared_experts, one gated MLP ``shared`` * inner wide) on
-    every token.
+    ``expert`` is read in a mixture only. ``grouped`` and its kinds (``GROUPED_ROUTERS``; gated experts): ``groups``
+    groups (n_group), the ``topk_group`` best kept, the weights over their sum when ``norm_topk_prob``, times
+    ``scaling`` (routed_scaling_factor); ``shared`` shared experts (n_shared_experts, one gated MLP ``shared`` * inner
+    wide) on every token.
     """
 
     kind: str
@@ -75,7 +79,7 @@ class FeedForward:
         object.__setattr__(self, "experts", experts)
         object.__setattr__(self, "top_k", require_int("experts_per_token", self.top_k, 1, experts))
         require_choice("router", self.router, ROUTERS)
-        if self.router == "grouped":
+        if self.router in GROUPED_ROUTERS:
             self._check_grouped()
             return
         if self.router in ("topk_sigmoid", "gemma4"):
@@ -118,7 +122,7 @@ class FeedForward:
         object.__setattr__(self, "shared", shared)
 
     def _check_grouped(self) -> None:
-        """DeepSeek V3's router (``components.grouped_moe.GroupedRouter``'s checks, under the config's key names).
+        """DeepSeek's grouped routers (``components.grouped_moe.GroupedRouter``'s checks, under the config's keys).
 
         Its experts are gated SiLU MLPs: ``expert`` is set so.
         """
@@ -131,7 +135,7 @@ class FeedForward:
         groups = require_int("n_group", self.groups, 1, experts)
         if experts % groups:
             raise SpecError("n_group", f"must divide n_routed_experts ({experts}), got {groups}")
-        if experts // groups < 2:
+        if experts // groups < 2 and self.router != "grouped_softmax_max":  # DeepSeek V2's scores a group by its max
             raise SpecError("n_group", f"leaves {experts // groups} expert per group; a group is scored by its two "
                             "best experts (at most n_routed_experts / 2 groups)")  # fmt: skip
         kept = require_int("topk_group", self.topk_group, 1, groups)

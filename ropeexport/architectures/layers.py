@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ropeexport.architectures.feedforward import FeedForward
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS, FeedForward
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
 from ropeexport.specs import require_choice, require_flag, require_int, require_number
@@ -47,8 +47,10 @@ QK_NORM_OVER = ("head", "projection")  # each head's d values (Qwen3, Gemma 3), 
 # Position-dependent query scales, by what they compute (``LayerSpec.query_scale``: {"kind": ..., its parameters}):
 # ``log_floor`` Ministral 3's q * (1 + beta * log(1 + floor(pos / original))); ``temperature`` Llama 4's NoPE layers'
 # q * (log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1).
+# ``learned_log`` Mistral Large 4's q * (scale[h] * log(pos + 1) + bias[h]), scale and bias learned per head (the
+# layer's weights ``q_scale`` and ``q_scale_bias``, no parameters in the spec).
 QUERY_SCALES = {"log_floor": ("beta", "original_max_position_embeddings"),
-                "temperature": ("floor_scale", "attn_scale")}  # fmt: skip
+                "temperature": ("floor_scale", "attn_scale"), "learned_log": ()}  # fmt: skip
 DIVISORS = ("original_max_position_embeddings", "floor_scale")  # the parameters a position is floor-divided by
 RESIDUALS = ("sequential", "parallel", "shared", "sandwich", "post")
 # A layer's norm slots, by their canonical weight names: norm1 before attention (input_layernorm), norm2 before the
@@ -60,7 +62,8 @@ PAIR = NORMS[:2]
 RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS,
                   "post": (NORMS[1], NORMS[3])}
 GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
-LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")  # a latent layer's widths' wire names
+# a latent layer's widths' wire names, and its sparse attention's keys per query (``AttentionLayer.index_topk``)
+LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "index_topk")
 
 
 def plain(value: Any, field_name: str) -> Any:
@@ -87,7 +90,9 @@ class AttentionLayer:
     key/value head per query head; a standard layer has none of the four (0). ``v_norm``: each value head
     RMS-normalized over head_dim with no weight (Gemma 4's ``v_norm``). ``k_eq_v``: the values are the key
     projection's output before its norm and rotation, the layer has no v_proj (Gemma 4's ``attention_k_eq_v`` on its
-    full layers).
+    full layers). ``index_topk``: a latent layer's DeepSeek sparse attention (DSA: an indexer keeps each query's
+    ``index_topk`` best keys; 0: none): the indexer is not built, so a decoder takes it only while every query sees at
+    most ``index_topk`` keys, where transformers' indexer keeps them all (``decoder.spec``).
     """
 
     num_heads: int
@@ -111,6 +116,7 @@ class AttentionLayer:
     v_head_dim: int = 0
     v_norm: bool = False
     k_eq_v: bool = False
+    index_topk: int = 0
 
     def __post_init__(self) -> None:
         heads = require_int("num_heads", self.num_heads, 1, 4096)
@@ -140,7 +146,7 @@ class AttentionLayer:
 
     def _check_latent(self) -> None:
         """A latent layer's widths (the class doc); a standard layer's all 0. SpecError naming the field."""
-        names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")
+        names = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "index_topk")
         if self.kind != "latent":
             if self.k_eq_v and self.qkv_bias:  # no released Gemma 4 has attention_bias; its weights would differ
                 raise SpecError("k_eq_v", "keys as values with q/k/v biases (attention_bias) are not built: the "
@@ -150,8 +156,8 @@ class AttentionLayer:
                 raise SpecError(named, f"must be 0: a {self.kind} attention has no latent (say attention_kind "
                                 "latent)")  # fmt: skip
             return
-        for name, low in zip(names, (0, 1, 0, 1), strict=True):
-            object.__setattr__(self, name, require_int(name, getattr(self, name), low, 2**16))
+        for name, low, top in zip(names, (0, 1, 0, 1, 0), (2**16,) * 4 + (2**24,), strict=True):
+            object.__setattr__(self, name, require_int(name, getattr(self, name), low, top))
         if self.head_dim % 2:
             raise SpecError("head_dim", f"a latent layer's head_dim is its rotated slice (qk_rope_head_dim): even, "
                             f"got {self.head_dim}")  # fmt: skip
@@ -167,7 +173,7 @@ ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "hea
                   "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from",
                   "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
                   "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim", "v_norm": "v_norm",
-                  "k_eq_v": "k_eq_v"}  # fmt: skip
+                  "k_eq_v": "k_eq_v", "index_topk": "index_topk"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
                     "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "expert": "expert",
@@ -244,8 +250,8 @@ class LayerSpec:
         if a.kind != "latent":
             return (a.num_kv_heads, a.head_dim), (a.num_kv_heads, a.head_dim)
         require_choice("latent_cache", cache, ("expanded", "latent"))
-        if cache == "latent":
-            return (1, a.kv_lora_rank), (1, a.head_dim)
+        if cache == "latent":  # a NoPE latent layer's rope key is 0 wide (``components.latent``)
+            return (1, a.kv_lora_rank), (1, a.head_dim if self.position is not None else 0)
         key = a.qk_nope_head_dim + a.head_dim
         padded = graph in FORMS and FORMS[graph].one_head_size  # values padded to the key's width
         return (a.num_heads, key), (a.num_heads, key if padded else a.v_head_dim)
@@ -319,15 +325,18 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
     a = layer.attention
     # the latent component reads none of these (``components.latent``): each would be dropped from the graph and
     # its twin alike, so verification could not see it (Gemma 4's v_norm and k_eq_v came after latent attention)
-    if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate or a.kv_from is not None
-                               or layer.query_scale is not None or a.v_norm or a.k_eq_v or a.qkv_bias
-                               or a.o_bias):  # fmt: skip
+    learned = (layer.query_scale or {}).get("kind") == "learned_log"
+    if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate
+                               or (layer.query_scale is not None and not learned) or a.v_norm or a.k_eq_v
+                               or a.qkv_bias or a.o_bias):  # fmt: skip
         return "attention_kind", ("latent attention is built full and causal only (no window, q/k norm, soft cap, "
-                                  "sinks, gate, shared key/value, query scale, value norm, keys as values or "
-                                  "attention biases beside it)")
-    if layer.ffn.router == "grouped" and a.kind != "latent":
+                                  "sinks, gate, query scale but Mistral Large 4's learned one, "
+                                  "value norm, keys as values or attention biases beside it)")
+    if learned and a.kind != "latent":
+        return "query_scale", "learned_log (Mistral Large 4's) is built beside latent attention only"
+    if layer.ffn.router in GROUPED_ROUTERS and a.kind != "latent":
         return "router", "DeepSeek's grouped router is built in DeepSeek's layer only (beside latent attention)"
-    if layer.ffn.router == "grouped" and not layer.ffn.shared:
+    if layer.ffn.router in GROUPED_ROUTERS and not layer.ffn.shared:
         return "n_shared_experts", ("0 is not built: DeepSeek's mixture is composed with its shared experts "
                                     "(components.grouped_moe.shared_moe; DeepSeek V3 and Kimi K2 have 1)")
     if a.gate:

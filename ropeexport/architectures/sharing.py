@@ -53,6 +53,13 @@ def check_sharing(layers: Sequence[LayerSpec], graph: str) -> None:
         if b.kv_from is not None:
             raise SpecError(where, f"layer {j} reads layer {b.kv_from}'s keys and values itself; name the layer that "
                             "computes them")  # fmt: skip
+        if a.kind == "latent" and b.kind == "latent":  # Mistral Large 4: the latent and the rotated rope key
+            if (a.kv_lora_rank, a.head_dim) != (b.kv_lora_rank, b.head_dim) or (
+                    (layers[i].position is None) != (layers[j].position is None)):  # fmt: skip
+                raise SpecError(where, f"layer {j}'s latent ({b.kv_lora_rank} wide, rope {b.head_dim}, "
+                                f"{'NoPE' if layers[j].position is None else 'RoPE'}) is not layer {i}'s kind "
+                                f"({a.kv_lora_rank}, {a.head_dim}, {'NoPE' if layers[i].position is None else 'RoPE'})")
+            continue
         if (a.num_kv_heads, a.head_dim) != (b.num_kv_heads, b.head_dim) or b.kind != "standard":
             raise SpecError(where, f"layer {j}'s keys are ({b.num_kv_heads} heads, {b.head_dim} wide, {b.kind}); "
                             f"layer {i} takes ({a.num_kv_heads}, {a.head_dim}, {a.kind})")  # fmt: skip

@@ -141,6 +141,8 @@ def scale_findings(seen: dict[int, np.ndarray], spec: Any,
     for i, layer in enumerate(spec.layers):
         if i in skip:  # a gathered table's layer: ``audits.query_scale`` judged it
             continue
+        if (layer.query_scale or {}).get("kind") == "learned_log":  # the checkpoint's weights (Mistral Large 4), not
+            continue  # the config's: nothing to judge a config against
         have = seen.get(i)
         if layer.query_scale is None:
             if have is not None and np.max(np.abs(have - 1.0)) > 1e-6:

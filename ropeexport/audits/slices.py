@@ -169,8 +169,10 @@ def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list
     """  # noqa: D205
     groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
     for s in slices:
+        if "channels" not in s:  # unread (a rotation whose role nothing tells has no head width either)
+            continue
         want = list(range(s["head"] - widths["rope"], s["head"]))
-        if "channels" in s and s["channels"] != want and s["layer"] is not None:
+        if s["channels"] != want and s["layer"] is not None:
             groups.setdefault((s["role"], tuple(s["channels"])), []).append(s["layer"])
     out = []
     for (role, channels), layers in groups.items():

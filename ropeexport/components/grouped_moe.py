@@ -1,6 +1,14 @@
-"""DeepSeek's mixture (transformers 5.23 ``DeepseekV3MoE``): the ``grouped`` router (``GroupedRouter``: sigmoid
-scores with a correction bias, the k best experts among the ``topk_group`` best of ``n_group`` groups), its routed
-experts gated SiLU MLPs beside the shared experts' one MLP, and its float64 twin.
+"""DeepSeek's mixture (transformers 5.23 ``DeepseekV3MoE``): the grouped router (``GroupedRouter``: the k best experts
+among the ``topk_group`` best of ``n_group`` groups), its routed experts gated SiLU MLPs beside the shared experts' one
+MLP, and its float64 twin.
+
+The router is one router with options (``KINDS``: each kind transformers 5.23 computes, with the lines it is read
+from): its scores (``sigmoid``, or ``softmax`` over all experts), whether a correction bias is added to choose by,
+how a group is scored (``top2_sum``: its two best choice scores summed; ``max``: its best), whether the k weights are
+renormalized (``norm_topk_prob``, + 1e-20), and ``routed_scaling_factor``. DeepSeek V2 and Mistral 4 mask the
+experts of the groups not kept to 0 before the top k where DeepSeek V3 masks them to -inf; softmax scores are
+positive, so the two choose alike unless a kept expert's float32 softmax underflows to exactly 0 (a logit ~104 below
+the largest), where transformers' choice among zeros is torch's and the twin's is the lower index.
 
 Like ``components.moe``'s, the twin chooses by the float64 scores, and a token whose nearest routing tie (a group or
 an expert) is within the runtime's rounding may be routed otherwise by a graph (``grouped_near_ties``); the twin can
@@ -30,17 +38,32 @@ if TYPE_CHECKING:
 
 # the routed experts' weights, each [E, ...] (``shared_mixing`` reads them one expert at a time)
 EXPERTS = ("experts_gate_proj", "experts_up_proj", "experts_down_proj")
+SCORES = ("sigmoid", "softmax")
+GROUP_RULES = ("top2_sum", "max")
+# Each grouped router transformers 5.23 computes: (score, group rule, correction bias, renormalized), the last None
+# where ``norm_topk_prob`` says. A layer names its kind (``architectures.feedforward.ROUTERS``).
+KINDS: dict[str, tuple[str, str, bool, bool | None]] = {
+    # DeepseekV3TopkRouter (modeling_deepseek_v3.py:133-158): sigmoid of float32 logits, + e_score_correction_bias
+    "grouped": ("sigmoid", "top2_sum", True, None),
+    # DeepseekV2TopkRouter (modular_deepseek_v2.py:172-191): softmax in float32; topk_method greedy is one group,
+    # group_limited_greedy scores a group by its max; never renormalized (norm_topk_prob deleted, :166)
+    "grouped_softmax_max": ("softmax", "max", False, False),
+    # Mistral4TopkRouter (modular_mistral4.py:70-93): softmax, a group by its two best summed, norm_topk_prob read;
+    # Mistral Large 4's (modular_mistral_large4.py:520-550) the same in float32 logits, always renormalized
+    "grouped_softmax": ("softmax", "top2_sum", False, None),
+}
 
 
 @dataclass(frozen=True)
 class GroupedRouter:
-    """DeepSeek-V3's router (transformers 5.23 ``DeepseekV3TopkRouter``; arXiv:2412.19437 section 2.1.2).
+    """DeepSeek's grouped router and its kinds (module doc; DeepSeek-V3: arXiv:2412.19437 section 2.1.2).
 
-    Per token: scores s = sigmoid(x W_r) [E] (the logits in float32, as transformers computes them); the choice
-    scores s + ``e_score_correction_bias``; the ``experts`` split into ``groups`` groups, each scored by the sum of its
-    two best choice scores; the ``topk_group`` best groups kept; the ``top_k`` best choice scores among their experts
-    chosen; each chosen expert weighted by its s (not the choice score), over their sum when ``norm_topk_prob``
-    (+ 1e-20), times ``scaling`` (``routed_scaling_factor``).
+    Per token: scores s = ``score``(x W_r) [E] (sigmoid, or the softmax over all E; the logits in float32 in the
+    graph); the choice scores s, plus ``e_score_correction_bias`` when ``correction``; the ``experts`` split into
+    ``groups`` groups, each scored by ``group_rule`` (the sum of its two best choice scores, or its best); the
+    ``topk_group`` best groups kept; the ``top_k`` best choice scores among their experts chosen; each chosen expert
+    weighted by its s (not the choice score), over their sum when ``norm_topk_prob`` (+ 1e-20), times ``scaling``
+    (``routed_scaling_factor``). The defaults are DeepSeek V3's.
     """
 
     experts: int
@@ -49,14 +72,31 @@ class GroupedRouter:
     topk_group: int = 1
     norm_topk_prob: bool = True
     scaling: float = 1.0
+    score: str = "sigmoid"
+    group_rule: str = "top2_sum"
+    correction: bool = True
+
+    @classmethod
+    def of(cls, kind: str, experts: int, top_k: int, groups: int = 1, topk_group: int = 1, norm_topk_prob: bool = True,
+           scaling: float = 1.0) -> GroupedRouter:  # fmt: skip
+        """The router of ``kind`` (``KINDS``); a kind that always or never renormalizes overrides ``norm_topk_prob``."""
+        require_choice("router", kind, tuple(KINDS))
+        score, rule, correction, renormalized = KINDS[kind]
+        norm = norm_topk_prob if renormalized is None else renormalized
+        return cls(experts, top_k, groups, topk_group, norm, scaling, score, rule, correction)
 
     def __post_init__(self) -> None:
+        require_choice("router.score", self.score, SCORES)
+        require_choice("router.group_rule", self.group_rule, GROUP_RULES)
+        if not isinstance(self.correction, bool) or (self.correction and self.score != "sigmoid"):
+            raise SpecError("e_score_correction_bias", f"is added to sigmoid scores only (DeepSeek V3's router), "
+                            f"got correction={self.correction!r} with {self.score} scores")  # fmt: skip
         require_int("n_routed_experts", self.experts, 1)
         require_int("num_experts_per_tok", self.top_k, 1, self.experts)
         require_int("n_group", self.groups, 1, self.experts)
         if self.experts % self.groups:
             raise SpecError("n_group", f"must divide n_routed_experts ({self.experts}), got {self.groups}")
-        if self.experts // self.groups < 2:
+        if self.group_rule == "top2_sum" and self.experts // self.groups < 2:
             raise SpecError("n_group", f"leaves {self.experts // self.groups} expert per group; a group is scored by "
                             "its two best experts (at most n_routed_experts / 2 groups)")  # fmt: skip
         require_int("topk_group", self.topk_group, 1, self.groups)
@@ -70,15 +110,29 @@ class GroupedRouter:
             raise SpecError("routed_scaling_factor", f"must be a finite number > 0, got {value!r}")
 
 
-def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray,
+def scores64(router: GroupedRouter, logits: np.ndarray) -> np.ndarray:
+    """float64 [T, E]: the router's scores of its logits [T, E] (sigmoid, or the softmax over the E experts)."""
+    if router.score == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-logits))
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))  # the largest logit's exp is 1: no overflow
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def choice64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """float64 [T, E]: the scores the router chooses by, its scores plus the correction ``bias`` [E] if it has one."""
+    scores = scores64(router, logits)
+    return scores + bias if router.correction else scores
+
+
+def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray | None,
                     flips: Collection[int] = ()) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """(chosen [T, k], weights [T, k]) of router logits [T, E] and ``e_score_correction_bias`` [E] (float64; the class
-    doc). Ties go to the lower index (group and expert), as ONNX's TopK breaks them. A token in ``flips`` takes the
-    other side of its nearest tie (``grouped_margins``): its (topk_group + 1)-th group in place of its last kept one,
-    or its (k + 1)-th expert in place of its k-th.
+    doc; ``bias`` unread by a router without correction). Ties go to the lower index (group and expert), as ONNX's
+    TopK breaks them. A token in ``flips`` takes the other side of its nearest tie (``grouped_margins``): its
+    (topk_group + 1)-th group in place of its last kept one, or its (k + 1)-th expert in place of its k-th.
     """  # noqa: D205
-    scores = 1.0 / (1.0 + np.exp(-logits))
-    choice = scores + bias
+    scores = scores64(router, logits)
+    choice = scores + bias if router.correction else scores
     group_order = _group_order(router, choice)
     kept = group_order[:, : router.topk_group].copy()
     group_margin, expert_margin = grouped_margins(router, choice)
@@ -96,9 +150,12 @@ def grouped_route64(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray,
 
 
 def _group_scores(router: GroupedRouter, choice: np.ndarray) -> np.ndarray:
-    """[T, G]: each group's score, the sum of its two best choice scores."""
+    """[T, G]: each group's score, the sum of its two best choice scores (``top2_sum``) or its best (``max``)."""
     T, E = choice.shape
-    return -np.sort(-choice.reshape(T, router.groups, E // router.groups), axis=-1)[..., :2].sum(axis=-1)
+    grouped = choice.reshape(T, router.groups, E // router.groups)
+    if router.group_rule == "max":
+        return grouped.max(axis=-1)
+    return -np.sort(-grouped, axis=-1)[..., :2].sum(axis=-1)
 
 
 def _group_order(router: GroupedRouter, choice: np.ndarray) -> np.ndarray:
@@ -114,7 +171,7 @@ def _open(router: GroupedRouter, choice: np.ndarray, kept: np.ndarray) -> np.nda
 
 
 def grouped_margins(router: GroupedRouter, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per token of choice scores [T, E] (scores + correction): (the margin between its topk_group-th and next group's
+    """Per token of choice scores [T, E] (``choice64``): (the margin between its topk_group-th and next group's
     scores, between its k-th and (k + 1)-th open experts' choice scores), inf where there is no next one.
     """  # noqa: D205
     T = choice.shape[0]
@@ -126,28 +183,37 @@ def grouped_margins(router: GroupedRouter, choice: np.ndarray) -> tuple[np.ndarr
     return group, np.where(np.isfinite(expert), expert, np.inf)
 
 
-def grouped_near_ties(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray,
+def grouped_near_ties(router: GroupedRouter, logits: np.ndarray, bias: np.ndarray | None,
                       bound: float) -> list[tuple[int, float]]:  # fmt: skip
     """(token, margin) of each token whose nearest routing tie (``grouped_margins``) is within ``bound`` x its largest
     |choice score|: a runtime off by that much may route it either way (``near_ties``' rule for this router).
     """  # noqa: D205
-    choice = 1.0 / (1.0 + np.exp(-logits)) + bias
+    choice = choice64(router, logits, bias)
     margin = np.minimum(*grouped_margins(router, choice))
     scale = np.abs(choice).max(axis=-1)
     return [(int(t), float(margin[t])) for t in np.nonzero(margin <= bound * scale)[0]]
 
 
-def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: str) -> str:
-    """Router logits [b, s, E] (float32) and the correction bias [E] (float32) -> each expert's weight [b, s, E]
-    (float32, 0 for an expert not chosen): ``grouped_route64`` in ONNX ops (TopK, ScatterElements, GatherElements).
+def grouped_routing(g: GraphBuilder, router: GroupedRouter, logits: str, bias: str | None) -> str:
+    """Router logits [b, s, E] (float32) and the correction bias [E] (float32; None without correction) -> each
+    expert's weight [b, s, E] (float32, 0 for an expert not chosen): ``grouped_route64`` in ONNX ops (TopK,
+    ScatterElements, GatherElements).
     """  # noqa: D205
     E, G = router.experts, router.groups
     i64 = lambda name, *v: g.shared_const(f"router_{name}", np.array(v, np.int64))  # noqa: E731
     f32 = lambda name, v: g.shared_const(f"router_{name}", np.array(v, np.float32))  # noqa: E731
-    scores = g.op("Sigmoid", [logits])
-    choice = g.op("Add", [scores, bias])
+    scores = g.op("Sigmoid", [logits]) if router.score == "sigmoid" else g.op("Softmax", [logits], axis=-1)
+    if router.correction:
+        if bias is None:
+            raise SpecError("router_correction", "is missing: this router adds e_score_correction_bias to its scores")
+        choice = g.op("Add", [scores, bias])
+    else:
+        choice = scores
     grouped = g.op("Reshape", [choice, i64("grouped", 0, 0, G, E // G)])
-    best_two = g.op("TopK", [grouped, i64("two", 2)], n_out=2, axis=-1)[0]
+    # a group's best (``max``) as its top 1 summed: TopK and ReduceSum read the same inputs in every opset a form
+    # uses, where ReduceMax took its axes as an attribute before opset 18
+    best = i64("one", 1) if router.group_rule == "max" else i64("two", 2)
+    best_two = g.op("TopK", [grouped, best], n_out=2, axis=-1)[0]
     group_scores = g.op("ReduceSum", [best_two, i64("last", -1)], keepdims=0)  # [b, s, G]
     kept = g.op("TopK", [group_scores, i64("topk_group", router.topk_group)], n_out=2, axis=-1)[1]
     filled = lambda like, value: g.op("ConstantOfShape", [g.op("Shape", [like])],  # noqa: E731
@@ -172,9 +238,9 @@ def shared_moe64(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarra
     """float64 x [b, s, n] -> [b, s, n]: DeepSeek's mixture (transformers' ``DeepseekV3MoE``): each token through its
     chosen experts (``grouped_route64``), each a SiLU-gated MLP (down(silu(gate x) * up x)), weighted, plus the shared
     experts' MLP (one of inner width n_shared x moe_intermediate_size). Weights: ``router_proj`` [n, E],
-    ``router_correction`` [E], ``experts_gate_proj`` / ``experts_up_proj`` [E, n, m], ``experts_down_proj``
-    [E, m, n], ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n]. ``flips`` and
-    ``ties``: as ``moe64``'s, by this router's near ties (``grouped_near_ties``).
+    ``router_correction`` [E] (a router with correction only), ``experts_gate_proj`` / ``experts_up_proj`` [E, n, m],
+    ``experts_down_proj`` [E, m, n], ``shared_gate_proj`` / ``shared_up_proj`` [n, m_s], ``shared_down_proj`` [m_s, n].
+    ``flips`` and ``ties``: as ``moe64``'s, by this router's near ties (``grouped_near_ties``).
     """  # noqa: D205
     return mixed(shared_mixing(router, x, w, flips, ties), w)
 
@@ -185,9 +251,10 @@ def shared_mixing(router: GroupedRouter, x: np.ndarray, w: Mapping[str, np.ndarr
     silu_mlp = lambda y, gate, up, down: (y @ gate) / (1.0 + np.exp(-(y @ gate))) * (y @ up) @ down  # noqa: E731
     tokens = x.reshape(-1, x.shape[-1])
     logits = tokens @ w["router_proj"]
+    bias = w["router_correction"] if router.correction else None
     if ties is not None:
-        ties[1].extend(grouped_near_ties(router, logits, w["router_correction"], ties[0]))
-    chosen, weights = grouped_route64(router, logits, w["router_correction"], flips)
+        ties[1].extend(grouped_near_ties(router, logits, bias, ties[0]))
+    chosen, weights = grouped_route64(router, logits, bias, flips)
     out = silu_mlp(tokens, w["shared_gate_proj"], w["shared_up_proj"], w["shared_down_proj"])
     expert = lambda y, one: silu_mlp(y, *(one[f"experts_{p}_proj"] for p in ("gate", "up", "down")))  # noqa: E731
     return Mixing(tokens, chosen, weights, out, expert, EXPERTS, lambda out: out.reshape(x.shape))
@@ -204,7 +271,7 @@ def shared_moe(g: GraphBuilder, router: GroupedRouter, inner: int, dtype: str, x
     """  # noqa: D205
     wide = lambda v: v if dtype == "fp32" else g.op("Cast", [v], to=TensorProto.FLOAT)  # noqa: E731
     logits = g.op("MatMul", [wide(x), wide(w["router_proj"])])  # [b, s, E] float32
-    spread = grouped_routing(g, router, logits, w["router_correction"])
+    spread = grouped_routing(g, router, logits, w.get("router_correction"))
     if dtype != "fp32":
         spread = g.op("Cast", [spread], to=DTYPES[dtype].onnx)
     per_expert = g.op("Unsqueeze", [g.op("Transpose", [g.op("Flatten", [spread], axis=2)], perm=[1, 0]),

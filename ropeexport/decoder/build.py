@@ -20,6 +20,7 @@ from ropeexport.decoder.spec import DecoderSpec, weight_label
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
 from ropeexport.hf import model_name, read_config
+from ropeexport.hf.learned_rope import with_learned_rope
 from ropeexport.presets import get_preset
 from ropeexport.runtimes.capabilities import CAPABILITIES, runs
 
@@ -64,7 +65,7 @@ def resolve(request: DecoderRequest) -> tuple[DecoderSpec, dict[str, Any]]:
     if resized and checkpoint is not None:
         raise SpecError("num_layers", "size overrides (--num-layers, --hidden-size, --vocab-size) need seeded weights, "
                         "not a --checkpoint (its tensors have the config's sizes)")  # fmt: skip
-    used = shrink(config, num_layers, hidden_size, vocab_size)
+    used = dict(with_learned_rope(shrink(config, num_layers, hidden_size, vocab_size), checkpoint))
     heads = next((used[k] for k in ("num_attention_heads", "n_head") if used.get(k)), None)
     if used.get("model_type") in GROUPED and used.get("num_key_value_heads") is None and heads:
         # Absent means one KV head per query head here (as ropeexport.hf reads it); written out so the transformers
@@ -100,6 +101,12 @@ def check_buildable(spec: DecoderSpec, request: DecoderRequest) -> None:
         if why is not None:
             forms = [f for f in CAPABILITIES[runtime].forms if FORMS[f].decoder]
             raise SpecError("runtime", f"{why}; build a decoder for it with --graph {' or '.join(forms)}")
+    shares = next((i for i, layer in enumerate(spec.layers) if layer.attention.kind == "latent"
+                   and layer.attention.kv_from is not None), None)  # fmt: skip
+    if shares is not None and not spec.latent_cache:
+        raise SpecError("latent_cache", f"must be true: layer {shares} reads another layer's latent "
+                        "(kv_source_layers), built over the latent cache only (the expanded cache holds the source's "
+                        "keys as its own kv_b_proj made them); build with --latent-cache")  # fmt: skip
     given = request.max_positions is not None
     check_positions(spec, None if given else spec.sources.get("position.max_positions"))
     field = next((f for f in ("checkpoint", "hf_config", "config") if getattr(request, f) is not None), "preset")

@@ -246,7 +246,9 @@ _TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.",
 OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
                 "visual.", "model.visual.",  # Qwen-VL: its vision tower and merger
                 "model.embed_vision.", "model.audio_tower.", "model.embed_audio.",
-                "vision_model.", "model.vision_model.")  # Gemma 4's towers and projections, Llama 4's vision tower
+                "vision_model.", "model.vision_model.",  # Gemma 4's towers and projections, Llama 4's vision tower
+                # Mistral's own format (Mistral Large 4): its vision tower and projector at the root
+                "vision_encoder.", "patch_merger.", "pre_mm_projector_norm.", "vision_language_adapter.")
 
 
 def _text_key(key: str) -> str:

@@ -239,9 +239,12 @@ def build_decoder_graph(
         if layer.attention.kind == "latent":  # DeepSeek's latent attention over its cache
             latent_of = latent_spec(spec, i, pieces[i])
             if latent_of.cache == "latent":  # the latent and the rotated rope key under the layer's cache names
-                wired = {k: v for k, v in wired.items() if k not in ("past_key", "past_value")} | {
-                    "past_latent": past_key, "past_rope_key": past_value}
+                wired = {k: v for k, v in wired.items() if k not in ("past_key", "past_value")} | (
+                    {"past_latent": past_key, "past_rope_key": past_value} if reads is None else
+                    dict(zip(("shared_latent", "shared_rope_key"), shared[reads], strict=True)))  # fmt: skip
             out = call(g, latent_model(latent_of, block), wired, f"layers.{i}/")
+            if latent_of.kv_sharing == "store":  # its whole latent and rope key, read by later layers
+                shared[i] = (out["present_latent"], out["present_rope_key"])
             out = {"output": out["output"], "present_key": out.get("present_key", out.get("present_latent", "")),
                    "present_value": out.get("present_value", out.get("present_rope_key", ""))}  # fmt: skip
         else:

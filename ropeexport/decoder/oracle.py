@@ -288,15 +288,13 @@ def decoders_float64(
                           if feed.past is None else feed.past[i if reads is None else reads])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
-            if isinstance(attend, LatentSpec):
-                attended = latent64(attend, wired, block)["output"]
-            else:
-                wired |= {} if reads is None else shared[reads][j]
-                out = attention64(attend, wired, block)
-                attended = out["output"]
-                if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed
-                    shared.setdefault(i, []).append({n: out[n] for n in ("shared_key", "shared_value")})
-                del out  # every feed's pass is held at its pause at once: what it no longer reads goes
+            wired |= {} if reads is None else shared[reads][j]
+            out = (latent64 if isinstance(attend, LatentSpec) else attention64)(attend, wired, block)
+            attended = out["output"]
+            if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed (Mistral Large
+                # 4's latent layers: the whole latent and rope key; else keys and values)
+                shared.setdefault(i, []).append({n: v for n, v in out.items() if n.startswith("shared_")})
+            del out  # every feed's pass is held at its pause at once: what it no longer reads goes
             del wired, key, value
             if layer.residual == "sandwich":
                 h = h + normed(attended, w, "norm2")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ropeexport.architectures.base import NORMS
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS
 from ropeexport.architectures.sharing import sharing_modes
 from ropeexport.catalog import recipe_for
 from ropeexport.components import qmoe
@@ -66,8 +67,9 @@ def mlp_spec(spec: DecoderSpec, i: int) -> MLPSpec | MoESpec | SharedMoESpec | G
     if ffn.router == "gemma4":
         return Gemma4MoESpec(ffn.experts, ffn.top_k, ffn.inner, ffn.shared * ffn.inner, spec.hidden_size, ffn.act,
                              norm_spec(spec), spec.dtype)  # fmt: skip
-    if ffn.router == "grouped":  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
-        router = GroupedRouter(ffn.experts, ffn.top_k, ffn.groups, ffn.topk_group, ffn.norm_topk_prob, ffn.scaling)
+    if ffn.router in GROUPED_ROUTERS:  # DeepSeek's: its own graph (every form: ONNX Runtime's MoE has no shared expert)
+        router = GroupedRouter.of(ffn.router, ffn.experts, ffn.top_k, ffn.groups, ffn.topk_group, ffn.norm_topk_prob,
+                                  ffn.scaling)  # fmt: skip
         return SharedMoESpec(router, ffn.inner, ffn.shared * ffn.inner, spec.dtype)
     if ffn.kind == "moe":
         kernel = FORMS[spec.graph].moe_kernel
@@ -117,12 +119,20 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     """Layer i's latent attention (``components.latent``) over the decoder's cache (``DecoderSpec.cache``) in its
     form, or over the expanded cache in ``graph`` (the float64 recompute's: unpadded, any form but gqa; the twin of
     the absorbed latent graph is the plain attention it rewrites): its widths, the logit scale
-    (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at eps 1e-6
-    whatever the config's rms_norm_eps (transformers' ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``).
+    (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at the
+    architecture's ``latent_norm_eps``: 1e-6 whatever the config's rms_norm_eps for DeepSeek V3 (transformers'
+    ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``), the model's for Mistral Large 4.
     """  # noqa: D205
-    a = spec.layers[i].attention
-    return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=a.qk_nope_head_dim,
-                      qk_rope_head_dim=a.head_dim, v_head_dim=a.v_head_dim, norm=NormSpec("rms", 1e-6, spec.dtype),
+    a, layer = spec.layers[i].attention, spec.layers[i]
+    # NoPE (no position, Mistral Large 4): the rope slice joins the part never rotated (``components.latent``)
+    nope, rope = (a.qk_nope_head_dim, a.head_dim) if layer.position is not None else (
+        a.qk_nope_head_dim + a.head_dim, 0)  # fmt: skip
+    learned = (layer.query_scale or {}).get("kind") == "learned_log"  # its log table reaches the context length
+    eps = spec.architecture.latent_norm_eps or spec.norm_eps
+    return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=nope,
+                      qk_rope_head_dim=rope, v_head_dim=a.v_head_dim, norm=NormSpec("rms", eps, spec.dtype),
+                      query_scale_positions=spec.position_spec().max_positions if learned else 0,
+                      kv_sharing=sharing_modes(spec.layers)[i],
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
                       cache=spec.cache if graph is None else "expanded")  # fmt: skip

@@ -96,6 +96,11 @@ class TransformersReference:
             if whole and not spec.text_of:
                 raise RuntimeUnavailable(f"transformers has no causal LM of {spec.model_type} alone: the reference "
                                          "of a Qwen-VL text decoder needs its whole model's config")  # fmt: skip
+            if not whole and text.get("model_type") not in _causal_types(transformers):
+                # Mistral Large 4: its causal LM is the wrapper's alone (MistralLarge4ForConditionalGeneration), whose
+                # names these weights (int4's dequantized, or seeded) are not written under
+                raise RuntimeUnavailable(f"transformers has no causal LM of {text.get('model_type')!r} alone (only "
+                                         "its multimodal wrapper's, loaded from a checkpoint folder as saved)")
             kept = config if whole else text  # Qwen-VL: the whole model (its vision tower left at random: unused)
             fields = {k: v for k, v in kept.items() if k != "model_type"}
             hf_config = transformers.AutoConfig.for_model(str(kept["model_type"]), **fields)

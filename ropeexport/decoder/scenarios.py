@@ -98,7 +98,9 @@ def _query_scale_steps(spec: DecoderSpec) -> list[int]:
     scenario each would be hundreds).
     """  # noqa: D205
     top = spec.position_spec().max_positions
-    described = [layer.query_scale for layer in spec.layers if layer.query_scale is not None]
+    # Mistral Large 4's learned log scale is smooth in the position (no steps): the scenarios' spread covers it
+    described = [layer.query_scale for layer in spec.layers
+                 if layer.query_scale is not None and layer.query_scale.get("kind") != "learned_log"]  # fmt: skip
     out: set[int] = set()
     for d in described:
         # the steps a 16-token prompt straddling them fits around (8 positions before, 8 after)

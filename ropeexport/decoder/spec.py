@@ -387,6 +387,11 @@ class DecoderSpec:
             raise SpecError("latent_cache", f"is built in the {builds} form with weights in the dtype (the absorbed "
                             f"kv_b_proj halves are plain MatMuls); got the {self.graph} form"
                             f"{' in ' + self.storage.format if self.storage.format else ''}")  # fmt: skip
+        reach = self.position_spec().max_positions
+        if a.index_topk and reach > a.index_topk:  # the DSA indexer's seam: a component of its own when built
+            raise SpecError("max_positions", f"must be at most index_topk ({a.index_topk}), got {reach}: DeepSeek "
+                            "sparse attention's indexer is not built; transformers' indexer keeps every key "
+                            "while a query sees at most index_topk: dense attention there")  # fmt: skip
         width = a.qk_nope_head_dim + a.head_dim
         if width % form.head_multiple:  # gqa: GroupQueryAttention's head size
             fits = [name for name, f in ALL_FORMS.items() if name in LATENT_GRAPHS and not width % f.head_multiple]

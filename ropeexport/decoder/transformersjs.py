@@ -163,6 +163,16 @@ MAPPED |= {
                           "src/models/deepseek_v3/modeling_deepseek_v3.js:5", "its config reads num_key_value_heads, "
                           "num_hidden_layers, qk_head_dim and num_attention_heads (src/configs.js:210-218); the "
                           "latent attention, the experts and mlp_layer_types' dense layers are inside the graph")),
+    "mistral_large4_text": ("deepseek_v3", "transformers.js 4.3.1 has no class for 'mistral_large4_text' (Mistral "
+                            "Large 4), and its causal-LM map (src/models/registry.js:261-340) has 'deepseek_v3' "
+                            "(DeepseekV3ForCausalLM, line 324): " + _PLAIN.format(
+                                "src/models/deepseek_v3/modeling_deepseek_v3.js:5", "its config reads "
+                                "num_key_value_heads, num_hidden_layers, qk_head_dim and num_attention_heads "
+                                "(src/configs.js:210-218); its cache is made from the session's own cache inputs "
+                                "(src/models/modeling_utils.js:1289-1321), so a layer "
+                                "that reads another's latent (no cache input) and a NoPE layer's 0-wide rope key "
+                                "load as they are; LeRoPE, the learned query scale, the shared latents and the "
+                                "soft cap are inside the graph")),
 }  # fmt: skip
 # What a package of a multi-axis (Qwen-VL) text decoder cannot do, said by ``package`` and in report.json
 TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a text-only prompt, so image positions "

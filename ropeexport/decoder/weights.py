@@ -19,16 +19,20 @@ from typing import Any
 
 import numpy as np
 
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS
 from ropeexport.architectures.layers import LayerSpec
+from ropeexport.architectures.sharing import cached_layers
 from ropeexport.block.projections import rounded_float64
 from ropeexport.decoder.spec import DecoderSpec
+from ropeexport.dtypes import DTYPES
 
 SEED = 0
 
 
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
 BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
-               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj")  # fmt: skip
+               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj", "q_scale",
+               "q_scale_bias")  # fmt: skip
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
@@ -45,21 +49,36 @@ def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tup
     return spec.layers[layer].cache_shapes(form, spec.cache if form else "expanded")  # "": the twin's, expanded
 
 
+def cache_bytes_per_token(spec: DecoderSpec) -> int:
+    """The bytes one token adds to the decoder's whole cache in its dtype and form: each layer with a cache of its own
+    (``architectures.sharing.cached_layers``: a layer reading another's keys and values, or latent, has none).
+    """  # noqa: D205
+    size = DTYPES[spec.dtype].np_dtype(0).itemsize
+    return sum(size * (kh * kw + vh * vw) for i in cached_layers(spec.layers)
+               for (kh, kw), (vh, vw) in [cache_shapes(spec, i)])  # fmt: skip
+
+
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
     """A latent layer's attention weights by canonical name ([in, out]; ``components.latent.LatentSpec.shapes``):
     the query (``q_proj``, or ``q_a_proj``, ``q_a_norm``, ``q_b_proj`` with a query LoRA), ``kv_a_proj``,
-    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``.
+    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``; the learned query scale's ``q_scale`` and ``q_scale_bias`` (Mistral
+    Large 4). A NoPE layer (no position): the rope slice is part of the nope one, ``kv_a_proj`` r wide.
     """  # noqa: D205
     a = layer.attention
     H, r, nope, rope, v = a.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.head_dim, a.v_head_dim
     out: dict[str, tuple[int, ...]] = {}
+    if (layer.query_scale or {}).get("kind") == "learned_log":
+        out |= {"q_scale": (H,), "q_scale_bias": (H,)}
+    if layer.position is None:  # transformers' NoPE latent layer (``components.latent``: qk_rope_head_dim 0)
+        nope, rope = nope + rope, 0
     if a.q_lora_rank:
         out |= {"q_a_proj": (hidden, a.q_lora_rank), "q_a_norm": (a.q_lora_rank,),
                 "q_b_proj": (a.q_lora_rank, H * (nope + rope))}  # fmt: skip
     else:
         out["q_proj"] = (hidden, H * (nope + rope))
-    return out | {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,), "kv_b_proj": (r, H * (nope + v)),
-                  "o_proj": (H * v, hidden)}  # fmt: skip
+    if a.kv_from is None:  # a layer reading another's latent (Mistral Large 4's kv_source_layers) has no kv_a
+        out |= {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,)}
+    return out | {"kv_b_proj": (r, H * (nope + v)), "o_proj": (H * v, hidden)}
 
 
 def _layer_of(canonical: str) -> int | None:
@@ -114,10 +133,12 @@ def expected(spec: DecoderSpec) -> dict[str, tuple[int, ...]]:
                 norm(f"{p}{slot}")
         if layer.layer_scale:
             out[f"{p}layer_scalar"] = (1,)
-        if ffn.router == "grouped":  # DeepSeek's: a correction bias, no biases, shared experts (``grouped_moe``)
+        if ffn.router in GROUPED_ROUTERS:  # DeepSeek's: no biases, shared experts (``grouped_moe``)
             E, n, m, shared = ffn.experts, hidden, inner, ffn.shared * inner
             out |= {f"{p}router_proj": (n, E), f"{p}router_correction": (E,), f"{p}experts_gate_proj": (E, n, m),
                     f"{p}experts_up_proj": (E, n, m), f"{p}experts_down_proj": (E, m, n)}  # fmt: skip
+            if ffn.router != "grouped":  # the softmax kinds add no correction bias (``grouped_moe.KINDS``)
+                del out[f"{p}router_correction"]
             if shared:
                 out |= {f"{p}shared_gate_proj": (n, shared), f"{p}shared_up_proj": (n, shared),
                         f"{p}shared_down_proj": (shared, n)}  # fmt: skip

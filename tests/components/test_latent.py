@@ -297,7 +297,9 @@ def test_latent_caches_agree_and_the_latent_one_is_smaller() -> None:
 
 # (spec fields changed, the field the SpecError names)
 BAD_SPECS = [
-    ({"qk_rope_head_dim": 0}, "qk_rope_head_dim"),
+    ({"qk_rope_head_dim": 0, "position": "piece"}, "qk_rope_head_dim"),  # 0 only on a NoPE layer (no position)
+    ({"kv_sharing": "borrow"}, "kv_sharing"),
+    ({"query_scale_positions": -1}, "query_scale_positions"),
     ({"qk_rope_head_dim": 5}, "qk_rope_head_dim"),
     ({"kv_lora_rank": 0}, "kv_lora_rank"),
     ({"cache": "paged"}, "latent_cache"),
@@ -310,6 +312,7 @@ BAD_SPECS = [
 
 @pytest.mark.parametrize(("changes", "field"), BAD_SPECS, ids=[b[1] + "-" + str(i) for i, b in enumerate(BAD_SPECS)])
 def test_latent_spec_refuses_by_field(changes: dict[str, Any], field: str) -> None:
+    changes = {k: _piece("interleaved", "fp32") if v == "piece" else v for k, v in changes.items()}
     with pytest.raises(SpecError) as error:
         dataclasses.replace(_spec(), **changes)
     assert error.value.field == field and "\n" not in str(error.value)
@@ -330,3 +333,55 @@ def test_latent_refuses_weights_it_cannot_read() -> None:
             latent_model(spec, bad)
         assert error.value.field == "weights" and "\n" not in str(error.value)
 
+
+
+# Mistral Large 4's layer (``architectures.mistral_large4_text``): (label, cache, form, NoPE, kv_sharing). The learned
+# query scale on every row; a NoPE layer has no rope slice (qk_rope_head_dim 0, the nope part nope + rope wide); a
+# reusing layer reads another's whole latent and rotated rope key (shared_latent / shared_rope_key), no cache.
+LARGE4 = [("nope", "expanded", "decomposed", True, ""), ("nope", "expanded", "fused", True, ""),
+          ("nope", "expanded", "gqa", True, ""), ("nope", "latent", "decomposed", True, ""),
+          ("rope", "expanded", "gqa", False, ""), ("rope-reuse", "latent", "decomposed", False, "reuse"),
+          ("nope-reuse", "latent", "decomposed", True, "reuse")]  # fmt: skip
+
+
+def _large4(cache: str, form: str, nope: bool, sharing: str) -> LatentSpec:
+    return LatentSpec(num_heads=H, kv_lora_rank=R, qk_nope_head_dim=NOPE + ROPE if nope else NOPE,
+                      qk_rope_head_dim=0 if nope else ROPE, v_head_dim=V, norm=NormSpec("rms", 1e-5, "fp32"),
+                      cache=cache, graph=form, position=None if nope else _piece("interleaved", "fp32"),
+                      query_scale_positions=2560, kv_sharing=sharing)  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "cache", "form", "nope", "sharing"), LARGE4,
+                         ids=[f"{r[0]}-{r[1]}-{r[2]}" for r in LARGE4])  # fmt: skip
+def test_mistral_large4_layer_graph_matches_its_twin(label: str, cache: str, form: str, nope: bool,
+                                                     sharing: str) -> None:  # fmt: skip
+    import onnxruntime as ort
+
+    from ropeexport.components.latent.graph import latent_model
+
+    spec = _large4(cache, form, nope, sharing)
+    rng = np.random.default_rng(14)
+    weights = _weights(spec, rng)
+    weights["q_scale"], weights["q_scale_bias"] = 0.3 * rng.standard_normal(H), 1 + 0.3 * rng.standard_normal(H)
+    assert ("kv_a_proj" in weights) == (sharing != "reuse")
+    session = ort.InferenceSession(latent_model(spec, weights).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])  # fmt: skip
+    names = [o.name for o in session.get_outputs()]
+    unscaled = dataclasses.replace(spec, query_scale_positions=0)  # planted: the learned scale left out
+    plain = {n: w for n, w in weights.items() if not n.startswith("q_scale")}
+    for name, (pos, mask) in _calls(form).items():
+        feeds = _feeds(spec, pos, mask, rng)
+        if sharing:  # the source's latent and rope key over the whole sequence, in place of a cache
+            feeds = {k: v for k, v in feeds.items() if not k.startswith("past_")}
+            b, t = mask.shape
+            feeds |= {"shared_latent": rng.standard_normal((b, 1, t, R)).astype(np.float32),
+                      "shared_rope_key": rng.standard_normal((b, 1, t, 0 if nope else ROPE)).astype(np.float32)}
+        got = dict(zip(names, session.run(None, feeds), strict=True))
+        want = latent64(spec, feeds, weights)
+        assert set(want) == set(names), (label, sorted(want))
+        for output, value in want.items():
+            assert got[output].shape == value.shape, (label, name, output)
+            if value.size:  # a NoPE layer's rope key cache is 0 wide
+                assert _within_rows(got[output].astype(np.float64), value, "fp32"), (label, name, output)
+        wrong = latent64(unscaled, feeds, plain)["output"]
+        assert not _within_rows(got["output"].astype(np.float64), wrong, "fp32"), (label, name)

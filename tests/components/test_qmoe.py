@@ -137,11 +137,16 @@ def test_qmoe_refuses_a_block_that_does_not_divide_the_inner_width() -> None:
         _run(g, out, {"x": np.ones((T, N), np.float32)}, "fp32", 23, MICROSOFT)
 
 
-@pytest.mark.parametrize(("dtype", "block", "symmetric"), [("fp32", 16, True), ("fp16", 32, False)])
-def test_deepseek_experts_in_qmoe_match_the_twin_of_their_dequantized_weights(dtype: str, block: int,
-                                                                              symmetric: bool) -> None:  # fmt: skip
-    # the grouped router's weights handed to QMoE as the scores it selects by and the weights it mixes by
-    fmt, router = WeightFormat.int4(dtype, block, 0, symmetric), GroupedRouter(E, K, 2, 1, True, 2.5)
+KINDS = [("fp32", 16, True, "grouped"), ("fp16", 32, False, "grouped"), ("fp32", 16, True, "grouped_softmax"),
+         ("fp16", 32, True, "grouped_softmax_max")]  # (dtype, block, symmetric, the router's kind)
+
+
+@pytest.mark.parametrize(("dtype", "block", "symmetric", "kind"), KINDS)
+def test_deepseek_experts_in_qmoe_match_the_twin_of_their_dequantized_weights(dtype: str, block: int, symmetric: bool,
+                                                                              kind: str) -> None:  # fmt: skip
+    # the grouped router's weights (each kind: DeepSeek V3's, Mistral 4's, DeepSeek V2's) handed to QMoE as the
+    # scores it selects by and the weights it mixes by
+    fmt, router = WeightFormat.int4(dtype, block, 0, symmetric), GroupedRouter.of(kind, E, K, 2, 1, True, 2.5)
     w, x = _weights(None, dtype), _x(dtype)
     g = GraphBuilder()
     arrays = interleaved(w)
@@ -154,7 +159,7 @@ def test_deepseek_experts_in_qmoe_match_the_twin_of_their_dequantized_weights(dt
     assert float(np.abs(got - want).max()) <= TOL[dtype] * scale
     assert float(np.abs(got - shared_moe64(router, x, w)).max()) > 10 * TOL[dtype] * scale
     # the routing is the grouped router's: the plain top k of the scores would choose other experts here
-    plain = GroupedRouter(E, K, 1, 1, True, 2.5)
+    plain = GroupedRouter.of(kind, E, K, 1, 1, True, 2.5)
     assert float(np.abs(got - shared_moe64(plain, x, dequantized)).max()) > 10 * TOL[dtype] * scale
     assert [n.op_type for n in g.nodes].count("QMoE") == 1
 

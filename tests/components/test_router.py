@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ropeexport.components.grouped_moe import GroupedRouter, grouped_route64, grouped_routing, shared_moe, shared_moe64
+from ropeexport.components.grouped_moe import (
+    GroupedRouter,
+    grouped_margins,
+    grouped_route64,
+    grouped_routing,
+    scores64,
+    shared_moe,
+    shared_moe64,
+)
 from ropeexport.errors import SpecError
 from ropeexport.verification.compare import TOLERANCES
 
@@ -175,8 +183,9 @@ def test_grouped_router_refuses_by_field(fields: dict[str, Any], field: str) -> 
     assert error.value.field == field and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-def test_shared_moe_graph_matches_its_twin(dtype: str) -> None:
+@pytest.mark.parametrize(("dtype", "kind"), [("fp32", "grouped"), ("fp16", "grouped"), ("fp16", "grouped_softmax"),
+                                            ("fp32", "grouped_softmax_max")])  # fmt: skip
+def test_shared_moe_graph_matches_its_twin(dtype: str, kind: str) -> None:
     # The portable graph of DeepSeek's mixture in ONNX Runtime against shared_moe64 on the same stored weights (the
     # router's logits float32 in both: the twin is handed the graph's own float32 rounding of them, near ties checked
     # absent). The twin without its shared experts, or routed without the correction bias, falls outside.
@@ -188,7 +197,7 @@ def test_shared_moe_graph_matches_its_twin(dtype: str) -> None:
     from ropeexport.numerics import round_once
 
     E, M, MS = 8, 8, 16
-    router = GroupedRouter(E, 3, 4, 2, True, 2.5)
+    router = GroupedRouter.of(kind, E, 3, 4, 2, True, 2.5)  # each kind (components.grouped_moe.KINDS)
     rng = np.random.default_rng(31)
     proj, bias = _router_weights(E, rng)
     w = {"router_proj": proj, "experts_gate_proj": rng.standard_normal((E, N, M)) / 4,
@@ -210,7 +219,10 @@ def test_shared_moe_graph_matches_its_twin(dtype: str) -> None:
     x = rng.standard_normal((2, T // 2, N)).astype(DTYPES[dtype].np_dtype)
     (got,) = session.run(None, {"x": x})
     logits = (x.reshape(-1, N).astype(np.float32) @ w["router_proj"].astype(np.float32)).astype(np.float64)
-    assert _margin(router, logits, w["router_correction"]) > 1e-4
+    if router.correction:
+        assert _margin(router, logits, w["router_correction"]) > 1e-4
+    else:
+        assert np.min(np.minimum(*grouped_margins(router, scores64(router, logits)))) > 1e-4
     want = shared_moe64(router, x.astype(np.float64), w)
     # the dtype's tolerance, rtol of each row's largest |value| (the experts' sums round at that size)
     tolerance = TOLERANCES[dtype]
@@ -218,7 +230,12 @@ def test_shared_moe_graph_matches_its_twin(dtype: str) -> None:
     assert np.all(np.abs(got - want) <= bound), float(np.abs(got - want).max())
     wrongs = {"no shared experts": want - shared_moe64(router, x.astype(np.float64), w | {"experts_down_proj": 0 * w[
         "experts_down_proj"]}), "no correction bias": shared_moe64(router, x.astype(np.float64),
-                                                                  w | {"router_correction": 0 * bias})}  # fmt: skip
+                                                                  w | {"router_correction": 0 * bias}),
+              "another kind's scores": shared_moe64(GroupedRouter.of("grouped_softmax_max" if router.correction else
+                                                                     "grouped", E, 3, 4, 2, True, 2.5),
+                                                    x.astype(np.float64), w)}  # fmt: skip
+    if not router.correction:
+        del wrongs["no correction bias"]
     for mistake, wrong in wrongs.items():
         assert not np.all(np.abs(got - wrong) <= bound), mistake
 

@@ -63,6 +63,13 @@ GEMMA4 = {"model_type": "gemma4_text", "num_key_value_heads": 2, "head_dim": 8, 
                                                  "rope_theta": 1e6}}}  # fmt: skip
 GEMMA4_MOE = {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}
 GEMMA4_TWO = {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"], "global_head_dim": None}
+# A tiny Mistral Large 4 text config's own keys (with _config's sizes, 2 dense layers): no query LoRA, index_topk 128
+LARGE4 = {"model_type": "mistral_large4_text", "num_hidden_layers": 2, "num_key_value_heads": 4, "kv_lora_rank": 16,
+          "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 4,
+          "num_experts_per_tok": 2, "moe_intermediate_size": 16, "index_topk": 128,
+          "mlp_layer_types": ["dense", "dense"], "no_rope_layers": [1, 1],
+          "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                              "original_max_position_embeddings": 32, "attention_factor": 1.0}}  # fmt: skip
 # A tiny DeepSeek V3 config's own keys (with _config's sizes): 8 experts in 2 groups, 2 a token, a query LoRA.
 DEEPSEEK = {"model_type": "deepseek_v3", "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 16,
             "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8,
@@ -229,6 +236,18 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("DeepSeek V3's latent cache in the fused form",
      lambda t: [*_config(t, **DEEPSEEK), "--latent-cache", "--graph", "fused"],
      "latent_cache: is built in the decomposed form with weights in the dtype"),
+    ("Mistral Large 4's kv_source_layers pointing forward", lambda t: _config(t, **LARGE4, kv_source_layers=[1, 1]),
+     "config.json: kv_source_layers: entry 0 must name layer 0 or an earlier layer that owns its cache"),
+    ("Mistral Large 4's no_rope_layers not one per layer", lambda t: _config(t, **(LARGE4 | {"no_rope_layers": [1]})),
+     "config.json: no_rope_layers: holds 1 entries, the model has 2 layers"),
+    ("Mistral Large 4's NoPE layer sharing with no NoPE layer before it (a KeyError in transformers)",
+     lambda t: _config(t, **(LARGE4 | {"no_rope_layers": [1, 0]}), kv_source_layers=[0, 0]),
+     "config.json: kv_source_layers: entry 1 (0): transformers reads the last earlier storing NoPE layer's cache"),
+    ("Mistral Large 4 past index_topk (its DSA indexer not built)",
+     lambda t: _config(t, **(LARGE4 | {"index_topk": 64})),
+     "max_positions: must be at most index_topk (64), got 128: DeepSeek sparse attention's indexer is not built"),
+    ("Mistral Large 4 with a query LoRA", lambda t: _config(t, **LARGE4, q_lora_rank=16),
+     "config.json: q_lora_rank: must be absent or null for mistral_large4_text"),
     ("DeepSeek V3 without shared experts", lambda t: _config(t, **DEEPSEEK, n_shared_experts=0),
      "n_shared_experts"),
     ("gpt-oss's MXFP4 experts", lambda t: _config(t, **OSS, quantization_config={"quant_method": "mxfp4"}),

@@ -9,6 +9,7 @@ cache for every layer before) with the logits of one uncached run.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +45,36 @@ CASES: list[tuple[str, AttentionLayer, str, str, tuple[tuple[int, int], tuple[in
     ("latent expanded, gqa: values padded to the key's width", LATENT, "gqa", "expanded", ((4, 16), (4, 16))),
     ("latent expanded, as computed", LATENT, "", "expanded", ((4, 16), (4, 12))),
     ("latent cache: the latent and the rope key", LATENT, "decomposed", "latent", ((1, 24), (1, 8))),
+    # Mistral Large 4's NoPE latent layer (no position): the rope slice is part of the nope one, its rope key 0 wide
+    ("latent cache, NoPE: a rope key 0 wide", LATENT, "decomposed", "latent", ((1, 24), (1, 0))),
+    ("latent expanded, NoPE: the same widths", LATENT, "decomposed", "expanded", ((4, 16), (4, 12))),
 ]
+
+
+@functools.cache
+def _piece() -> Any:
+    """A rope piece over LATENT's rope slice (8 wide, one key head): what a RoPE latent layer rotates by."""
+    import ropeexport as rx
+    from ropeexport.catalog import recipe_for
+
+    spec = rx.spec("rope", artifact="block", head_dim=8, num_heads=4, num_kv_heads=1, max_positions=64,
+                   graph="decomposed")  # fmt: skip
+    return recipe_for(spec).piece_of(spec)
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize(("label", "attention", "graph", "cache", "shapes"), CASES, ids=[c[0] for c in CASES])
 def test_a_layers_cache_shapes(label: str, attention: AttentionLayer, graph: str, cache: str,
                                shapes: tuple[tuple[int, int], tuple[int, int]]) -> None:  # fmt: skip
-    layer = LayerSpec(attention, MLP)
+    nope = "NoPE" in label
+    layer = LayerSpec(attention, MLP, position=None if nope else {"encoding": "rope"})
     assert layer.cache_shapes(graph, cache) == shapes, label
     if attention.kind == "latent" and graph:  # the component caches what the layer says
         a = attention
-        component = LatentSpec(a.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.head_dim, a.v_head_dim,
-                               NormSpec("rms", 1e-6, "fp32"), q_lora_rank=a.q_lora_rank, cache=cache,
-                               graph=graph)  # fmt: skip
+        widths = (a.qk_nope_head_dim + a.head_dim, 0) if nope else (a.qk_nope_head_dim, a.head_dim)
+        piece = None if nope else _piece()
+        component = LatentSpec(a.num_heads, a.kv_lora_rank, *widths, a.v_head_dim, NormSpec("rms", 1e-6, "fp32"),
+                               q_lora_rank=a.q_lora_rank, cache=cache, graph=graph, position=piece)  # fmt: skip
         declared = [(int(s[1]), int(s[3])) for s in component.cache_shapes().values()]
         assert tuple(declared) == shapes, label
 

@@ -59,6 +59,9 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     ("deepseek_v3-kimi", "decomposed"),
     ("llama4", "decomposed"),  # the chunk rule in opset-17 primitives
     ("llama4", "gqa"),  # chunked layers through GroupQueryAttention's attention_bias, the experts' portable graph
+    # Mistral Large 4 (its wrapper's checkpoint): LeRoPE, the learned query scale, a NoPE layer, a shared latent cache
+    # (transformers' source, not the one kv_source_layers names), its router, the final soft cap; the latent cache
+    ("mistral_large4", "decomposed"),
 ]
 # Decoders whose query scale follows position_ids where transformers' follows the cache slot (Llama 4's temperature:
 # architectures.llama4_text): compared with transformers only where each row's positions are its slots (no left
@@ -68,7 +71,8 @@ BY_SLOT = {"llama4": {"decode-64", "chunked-prefill"}}
 
 # Rows built with a build option: Kimi K2's shape with latent attention's latent cache (the latent and the rotated rope
 # key cached, kv_b_proj absorbed; the decomposed form's)
-OPTIONS = {("deepseek_v3-kimi", "decomposed"): {"latent_cache": True}}
+OPTIONS = {("deepseek_v3-kimi", "decomposed"): {"latent_cache": True},
+           ("mistral_large4", "decomposed"): {"latent_cache": True}}  # fmt: skip
 
 # Fast tier: a grouped-query llama, Phi-3 LongRoPE in the gqa form and BLOOM (ALiBi); CI builds every case.
 FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemma3", "fused"), ("gpt_oss", "fused")}
@@ -221,15 +225,17 @@ def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
     # from a real checkpoint nor compared with transformers: adding one is its row, its config in tests/decoder/tiny.py
     # (and a case above), and its pinned model bytes (tests/pinned).
     from ropeexport.architectures import ARCHITECTURES
-    from tests.decoder.tiny import CONFIGS, VL_CONFIGS
+    from tests.decoder.tiny import CONFIGS, LATENT_TEXT, VL_CONFIGS
 
-    tiny = {model_type for model_type, _ in (*CONFIGS.values(), *VL_CONFIGS.values())}  # Qwen-VL: test_qwen_vl.py
+    # Qwen-VL: test_qwen_vl.py; Mistral Large 4: its wrapper's checkpoint (transformers has no causal LM of its text)
+    tiny = {model_type for model_type, _ in (*CONFIGS.values(), *VL_CONFIGS.values(), *LATENT_TEXT.values())}
     assert tiny == set(ARCHITECTURES)
     assert {name.split("-")[0] for name, _ in CASES} >= {n.split("-")[0] for n in CONFIGS}
 
 
-# Qwen-VL's: tests/decoder/test_qwen_vl.py; Gemma 4's read below (its whole model as the reference: minutes in CI)
-@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS) - {"gemma4-multimodal"}))
+# Qwen-VL's: tests/decoder/test_qwen_vl.py; Gemma 4's read below (its whole model as the reference: minutes in CI);
+# Mistral Large 4's checkpoint is its wrapper's alone (Mistral's own format): its row in CASES
+@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS) - {"gemma4-multimodal", "mistral_large4"}))
 def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     # Gemma 3 4B-27B ship as gemma3: the text model's weights under language_model., a vision tower beside them.
     ckpt = tiny_checkpoint(name)

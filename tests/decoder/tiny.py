@@ -205,7 +205,29 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 # Multimodal wrappers around a text model of CONFIGS or VL_CONFIGS (Gemma 3 4B-27B ship as gemma3: the text model's
 # weights under language_model., a vision tower beside): name -> (wrapper model_type, its text model's name there,
 # wrapper fields).
+# Mistral Large 4's text model (mistral_large4_text), apart from CONFIGS: transformers has no causal LM of it alone,
+# only the mistral_large4 wrapper's (WRAPPED). 4 layers: latent attention without a query LoRA (latent 16, keys 8 nope
+# + 8 rope, values 8), LeRoPE over YaRN x4 (alpha, the query scale and bias set away from their identity init by
+# ``checkpoint``), layer 3 NoPE, kv_source_layers [0, 1, 0, 3]: layer 2 names layer 0 but transformers hands it layer
+# 1's latent (the last storing RoPE layer); layer 0 dense, 1-3 the softmax grouped router over 4 experts in 2 groups,
+# 2 a token, times 1.5, one shared expert; index_topk 128 = the context (the DSA indexer keeps every key).
+LATENT_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
+    "mistral_large4": ("mistral_large4_text", {
+        **_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
+        "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"], "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 8, "v_head_dim": 8, "index_topk": 128, "index_head_dim": 16, "index_n_heads": 2,
+        "no_rope_layers": [1, 1, 1, 0], "kv_source_layers": [0, 1, 0, 3], "max_position_embeddings": 128,
+        "pad_token_id": 0, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                               "original_max_position_embeddings": 32, "beta_fast": 32.0,
+                                               "beta_slow": 1.0, "attention_factor": 1.0}}),
+}  # fmt: skip
 WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    # Mistral Large 4: Mistral's own checkpoint format (transformers 5.23 saves it so), a one-layer Pixtral tower
+    "mistral_large4": ("mistral_large4", "mistral_large4", {
+        "vision_config": {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 32,
+                          "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 8, "image_size": 28,
+                          "patch_size": 14}}),
     "gemma3-multimodal": ("gemma3", "gemma3", {
         "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
                           "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
@@ -250,7 +272,7 @@ def hf_config(name: str) -> Any:
         wrapper, text, fields = WRAPPED[name]
         if text in VL_CONFIGS:  # Qwen-VL: its config class names its text model's type itself
             return transformers.AutoConfig.for_model(wrapper, text_config=VL_CONFIGS[text][1], **fields)
-        text_type, text_fields = CONFIGS[text]  # named: a wrapper's default text type may be another (mistral3's)
+        text_type, text_fields = (CONFIGS | LATENT_TEXT)[text]  # named: a wrapper's default text type may differ
         return transformers.AutoConfig.for_model(wrapper, text_config={"model_type": text_type, **text_fields},
                                                  **fields)  # fmt: skip
     model_type, fields = CONFIGS[name] if name in CONFIGS else VARIANTS[name]
@@ -264,7 +286,7 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     """  # noqa: D205
     torch.manual_seed(seed)
     # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
-    whole = ("mistral3-multimodal", "gemma4-multimodal")
+    whole = ("mistral3-multimodal", "gemma4-multimodal", "mistral_large4")
     auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     config = hf_config(name)
@@ -276,7 +298,8 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
             p.add_(torch.randn_like(p) * 0.2)
         for buffer_name, b in model.named_buffers():  # Gemma 4's learned layer_scalar (a saved buffer): away from 1;
             # DeepSeek's router correction is a buffer too (zeros as made)
-            if buffer_name.endswith(("layer_scalar", "e_score_correction_bias")):
+            # Mistral Large 4's LeRoPE alpha (zeros as made: exp(alpha) 1) too
+            if buffer_name.endswith(("layer_scalar", "e_score_correction_bias", "rotary_emb.alpha")):
                 b.add_(torch.randn_like(b) * 0.2)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)

@@ -115,7 +115,30 @@ def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: 
     for name in {**CONFIGS, **VL_CONFIGS}:  # the Qwen-VL ones: whole checkpoints (tiny.WRAPPED)
         hf_config(name).save_pretrained(root / "cfg" / name)
         out[name] = (root / "cfg" / name / "config.json", tiny_checkpoint(name))
+    out["mistral_large4"] = (Path(), tiny_checkpoint("mistral_large4"))  # its wrapper's checkpoint (tiny.LATENT_TEXT)
     return out
+
+
+def _latent_text_decoders(ckpt: Path, tmp_path: Path) -> dict[str, str]:
+    """Mistral Large 4's (its layers share latent caches: the latent cache's decomposed form only), from its
+    checkpoint in fp32 (LeRoPE's alpha read from it) and seeded in fp16.
+    """  # noqa: D205
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.export import build_decoder_graph
+    from ropeexport.decoder.weights import describe, seeded_weights
+
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="decomposed", latent_cache=True))
+    model = build_decoder_graph(spec, load_checkpoint(spec, ckpt), describe(ckpt))
+    for prop in model.metadata_props:
+        if prop.key == "ropeexport.weights":
+            prop.value = "PINNED"
+    got = {"checkpoint/mistral_large4/fp32-latent/decomposed": hashlib.sha256(model.SerializeToString()).hexdigest()}
+    spec, _ = resolve(DecoderRequest(hf_config=ckpt / "config.json", dtype="fp16", graph="decomposed",
+                                     latent_cache=True))  # fmt: skip
+    model = build_decoder_graph(spec, seeded_weights(spec), describe(None))
+    got["seeded/mistral_large4/fp16-latent/decomposed"] = _written(model, tmp_path / "seeded" / "mistral_large4")
+    return got
 
 
 def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
@@ -126,6 +149,8 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
 
     got = {}
     for name, (config, ckpt) in tiny_checkpoints.items():
+        if name == "mistral_large4":  # the latent cache only (``_latent_text_decoders``)
+            continue
         for dtype in ("fp32", "fp16"):
             for graph in FORMS:
                 if name in NO_TENSORRT and graph == "tensorrt":  # refused (NO_TENSORRT)
@@ -153,6 +178,7 @@ def test_every_decoder_writes_its_pinned_model(tiny_checkpoints: dict[str, tuple
             if prop.key == "ropeexport.weights":
                 prop.value = "PINNED"
         got[f"checkpoint/{name}/fp32-int4-b32/decomposed"] = hashlib.sha256(model.SerializeToString()).hexdigest()
+    got |= _latent_text_decoders(tiny_checkpoints["mistral_large4"][1], tmp_path)
     if os.environ.get("ROPEEXPORT_PIN_NEW"):  # adding an architecture: pin its new decoders, never change one
         assert {k: got[k] for k in PINNED["decoders"]} == PINNED["decoders"]
         pinned = dict(PINNED, decoders=dict(sorted((PINNED["decoders"] | got).items())))

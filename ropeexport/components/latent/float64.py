@@ -44,7 +44,8 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     ``feeds``: hidden [b, s, n], position_ids [b, s], attention_mask [b, t], and the cache (``spec.cache_shapes``:
     past_key / past_value, or past_latent / past_rope_key). Outputs: expanded, present_key [b, H, t, nope + rope] /
     present_value [b, H, t, v] (the gqa form's padded with zeros to nope + rope); latent, present_latent
-    [b, 1, t, r] / present_rope_key [b, 1, t, rope] (rotated).
+    [b, 1, t, r] / present_rope_key [b, 1, t, rope] (rotated). ``kv_sharing`` ``reuse``: feeds shared_latent /
+    shared_rope_key [b, 1, t, *] instead of a cache, no cache out; ``store``: shared_latent / shared_rope_key out too.
     ``weights``: the stored values (``spec.shapes``). ``rotate``: the rotation twin, default the piece's ``rotate64``
     (None and no piece: nothing rotated).
     """
@@ -62,19 +63,33 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
         q = linear64(x, w["q_proj"])
     q = q.reshape(b, s, H, spec.qk_head_dim).transpose(0, 2, 1, 3)  # [b, H, s, nope + rope]
     q_nope, q_rope = q[..., :nope], q[..., nope:]
-    compressed = linear64(x, w["kv_a_proj"])  # [b, s, r + rope]
-    latent = norm64(spec.norm, compressed[..., :r], w["kv_a_norm"])[:, None]  # [b, 1, s, r]
-    rope_key = compressed[..., r:][:, None]  # [b, 1, s, rope]: one key slice for every head
+    reuse = spec.kv_sharing == "reuse"
+    if reuse:  # another layer's latent and rotated rope key, its cache and its new tokens [b, 1, t, *]
+        latent = np.asarray(feeds["shared_latent"], np.float64)
+        rope_key = np.asarray(feeds["shared_rope_key"], np.float64)
+    else:
+        compressed = linear64(x, w["kv_a_proj"])  # [b, s, r + rope]
+        latent = norm64(spec.norm, compressed[..., :r], w["kv_a_norm"])[:, None]  # [b, 1, s, r]
+        rope_key = compressed[..., r:][:, None]  # [b, 1, s, rope]: one key slice for every head
     if rotate is not None:
-        q_rope, rope_key = rotate(q_rope, pos), rotate(rope_key, pos)
+        q_rope = rotate(q_rope, pos)
+        rope_key = rope_key if reuse else rotate(rope_key, pos)
     query = np.concatenate([q_nope, q_rope], axis=-1)
-    if spec.cache == "latent":
+    if spec.query_scale_positions:  # scale[h] * log(p + 1) + bias[h], the whole query of head h at position p
+        log = np.log(pos.astype(np.float64) + 1.0)[:, None, :, None]  # [b, 1, s, 1]
+        query = query * (w["q_scale"][None, :, None, None] * log + w["q_scale_bias"][None, :, None, None])
+    if reuse:
+        keys, values = expand64(spec, latent, rope_key, w)
+        past, present = latent.shape[2] - s, {}
+    elif spec.cache == "latent":
         latents = np.concatenate([np.asarray(feeds["past_latent"], np.float64), latent], axis=2)
         rope_keys = np.concatenate([np.asarray(feeds["past_rope_key"], np.float64), rope_key], axis=2)
         keys, values = expand64(spec, latents, rope_keys, w)
         past = feeds["past_latent"].shape[2]
         present = {"present_latent": latents, "present_rope_key": rope_keys}
     else:
+        if spec.kv_sharing == "store" and feeds["past_key"].shape[2]:
+            raise ValueError("a storing layer's twin over the expanded cache has no past latent to share")
         new_keys, new_values = expand64(spec, latent, rope_key, w)
         if FORMS[spec.graph].one_head_size:  # its cache holds values padded with zeros to the key's width
             pad = spec.qk_head_dim - spec.v_head_dim
@@ -91,4 +106,7 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     e = np.where(np.isfinite(logits), np.exp(logits - np.where(sees, top, 0.0)), 0.0)
     probs = e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0)
     attended = (probs @ values).transpose(0, 2, 1, 3).reshape(b, s, H * spec.v_head_dim)
+    if spec.kv_sharing == "store":  # what a later layer reads: the whole latent and rotated rope key so far
+        present |= {"shared_latent": latents if spec.cache == "latent" else latent,
+                    "shared_rope_key": rope_keys if spec.cache == "latent" else rope_key}  # fmt: skip
     return {"output": linear64(attended, w["o_proj"]), **present}

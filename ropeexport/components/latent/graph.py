@@ -56,8 +56,10 @@ def _heads(g: GraphBuilder, x: str, heads: int, width: int, name: str) -> str:
     return g.op("Transpose", [split], perm=[0, 2, 1, 3])
 
 
-def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str]:
-    """(q_nope [b, H, s, nope], q_rope [b, H, s, rope]), the query through its LoRA and norm when it has one."""
+def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str | None]:
+    """(q_nope [b, H, s, nope], q_rope [b, H, s, rope] or None on a NoPE layer), the query through its LoRA and
+    norm when it has one.
+    """  # noqa: D205
     if spec.q_lora_rank:
         opset = FORMS[spec.graph].opset
         low = norm(g, spec.norm, linear(g, "hidden", stored["q_a_proj"]), stored["q_a_norm"], None, opset)
@@ -65,9 +67,25 @@ def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tupl
     else:
         q = linear(g, "hidden", stored["q_proj"])
     q = _heads(g, q, spec.num_heads, spec.qk_head_dim, "q")
+    if not spec.qk_rope_head_dim:  # a NoPE layer: the whole head is the part never rotated
+        return q, None
     widths = g.const("q_split", _i64(spec.qk_nope_head_dim, spec.qk_rope_head_dim))
     nope, rope = g.op("Split", [q, widths], n_out=2, axis=-1)
     return nope, rope
+
+
+def _query_factor(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> str:
+    """The learned query scale [b, H, s, 1] of each head and position (``spec`` module doc): the log of p + 1
+    gathered from a table computed in float64 and rounded once to the dtype (transformers takes the float32 log and
+    casts it), times ``q_scale`` [H] plus ``q_scale_bias`` [H] in the dtype, as transformers computes them. A
+    position past the table is a Gather out of range (an error, never a clamp).
+    """  # noqa: D205
+    table = g.const("log_table", round_once(np.log1p(np.arange(spec.query_scale_positions, dtype=np.float64)),
+                                            spec.dtype))  # fmt: skip
+    log = g.op("Unsqueeze", [g.op("Gather", [table, "position_ids"], axis=0), g.const("log_axes", _i64(1, 3))])
+    heads = g.const("head_axes", _i64(0, 2, 3))  # [H] -> [1, H, 1, 1] against log [b, 1, s, 1]
+    scale, bias = (g.op("Unsqueeze", [stored[n], heads]) for n in ("q_scale", "q_scale_bias"))
+    return g.op("Add", [g.op("Mul", [scale, log]), bias])
 
 
 def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str) -> tuple[str, str]:
@@ -113,12 +131,17 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         builds = [name for name, f in FORMS.items() if spec.cache in f.latent_caches]
         raise SpecError("graph", f"the {spec.graph} form is built for the expanded cache only; the {spec.cache} "
                         f"cache is the {', '.join(builds)} form's")  # fmt: skip
+    if spec.kv_sharing == "reuse" and spec.cache != "latent":
+        raise SpecError("latent_cache", "a latent layer reading another's latent (kv_sharing) is built over the "
+                        "latent cache only: the expanded cache holds keys and values through the source's own "
+                        "kv_b_proj")  # fmt: skip
     if spec.cache == "latent" and spec.weight_format.quantized:
         raise SpecError("weights", "int4 with the latent cache is not built: the absorbed kv_b_proj halves are read "
                         "by plain MatMuls (use the expanded cache for int4)")  # fmt: skip
     g = GraphBuilder(prefix="latent/")
     fmt = spec.weight_format
-    stored = {n: (g.const(n, round_once(w, spec.dtype)) if n.endswith("_norm") else fmt.store(g, n, w))
+    stored = {n: (g.const(n, round_once(w, spec.dtype)) if n.endswith("_norm") or n.startswith("q_scale")
+                  else fmt.store(g, n, w))
               for n, w in weights.items() if not (spec.cache == "latent" and n == "kv_b_proj")}  # fmt: skip
     H, nope, rope, v, r = (
         spec.num_heads,
@@ -128,26 +151,46 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         spec.kv_lora_rank,
     )
     q_nope, q_rope = _query(g, spec, stored)
-    compressed = linear(g, "hidden", stored["kv_a_proj"])  # [b, s, r + rope]
-    latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1)
-    latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
-    one_head = g.const("one_head_axis", _i64(1))
-    latent = g.op("Unsqueeze", [latent, one_head])  # [b, 1, s, r]
-    rope_key = g.op("Unsqueeze", [rope_key, one_head])  # [b, 1, s, rope]: one key slice for every head
+    reuse = spec.kv_sharing == "reuse"
+    rope_key: str | None
+    if reuse:  # another layer's latent and rotated rope key over the whole sequence: no kv_a of its own
+        latent, rope_key = "shared_latent", "shared_rope_key"
+    else:
+        compressed = linear(g, "hidden", stored["kv_a_proj"])  # [b, s, r + rope]
+        latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1) if (
+            rope) else (compressed, None)  # fmt: skip
+        latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
+        one_head = g.const("one_head_axis", _i64(1))  # (made here: the graph's bytes as before sharing came)
+        latent = g.op("Unsqueeze", [latent, one_head])  # [b, 1, s, r]
+        if rope_key is None and spec.cache == "latent":  # NoPE: a rope key 0 wide, so its cache is one too
+            rope_key = g.op("Slice", [compressed, *(g.const(f"no_rope_{n}", _i64(v)) for n, v in
+                                                    (("start", r), ("end", r), ("axis", 2)))])  # [b, s, 0]
+        if rope_key is not None:
+            rope_key = g.op("Unsqueeze", [rope_key, one_head])  # [b, 1, s, rope]: one key slice for every head
     extra: list[onnx.ValueInfoProto] = []
     rotary = spec.position.rotary if spec.position is not None else None
-    if rotary is not None:
+    if rotary is not None and rope_key is not None and q_rope is not None:
         extra = [i for i in rotary.graph.input if i.name not in ("query", "key", "position_ids")]
-        wired = {"query": q_rope, "key": rope_key,
+        # a reused key is rotated already: the piece's key input is then head 0 of the query, its rotation unread
+        key = rope_key
+        if reuse:
+            key = g.op("Slice", [q_rope, *(g.const(f"head0_{n}", _i64(v)) for n, v in
+                                           (("start", 0), ("end", 1), ("axis", 1)))])  # fmt: skip
+        wired = {"query": q_rope, "key": key,
                  **{i.name: i.name for i in rotary.graph.input if i.name not in ("query", "key")}}  # fmt: skip
         rotated = call(g, rotary, wired, "rope/")
-        q_rope, rope_key = rotated["query_out"], rotated["key_out"]
+        q_rope = rotated["query_out"]
+        rope_key = rope_key if reuse else rotated["key_out"]
     # the logits' scale as a constant of the dtype: the forms that multiply it out (fused and gqa take an attribute)
     scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
     caches = list(spec.cache_shapes())
     if spec.cache == "latent":
-        latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
-        rope_keys = g.op("Concat", [caches[1], rope_key], axis=2, name="present_rope_key")
+        assert rope_key is not None  # a NoPE layer's is 0 wide in the latent cache
+        if reuse:
+            latents, rope_keys = latent, rope_key
+        else:
+            latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
+            rope_keys = g.op("Concat", [caches[1], rope_key], axis=2, name="present_rope_key")
         kv_b = np.asarray(weights["kv_b_proj"], np.float64).reshape(r, H, nope + v)
         absorb_k = g.const(
             "kv_b_key_absorbed", round_once(kv_b[..., :nope].transpose(1, 2, 0), spec.dtype)
@@ -155,22 +198,27 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         absorb_v = g.const(
             "kv_b_value_absorbed", round_once(kv_b[..., nope:].transpose(1, 0, 2), spec.dtype)
         )  # [H,r,v]
+        if spec.query_scale_positions:  # the whole query, as its two halves (elementwise: the same products)
+            factor = _query_factor(g, spec, stored)
+            q_nope = g.op("Mul", [q_nope, factor])
+            q_rope = None if q_rope is None else g.op("Mul", [q_rope, factor])
         q_latent = g.op("MatMul", [q_nope, absorb_k])  # [b, H, s, r]
-        logits = g.op(
-            "Add",
-            [
-                g.op("MatMul", [q_latent, g.op("Transpose", [latents], perm=[0, 1, 3, 2])]),
-                g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])]),
-            ],
-        )
+        logits = g.op("MatMul", [q_latent, g.op("Transpose", [latents], perm=[0, 1, 3, 2])])
+        if q_rope is not None:  # a NoPE layer's logits are the latent's alone
+            logits = g.op("Add", [logits, g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])])])
         probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
         kv = _heads(g, linear(g, g.op("Squeeze", [latent, one_head]), stored["kv_b_proj"]), H, nope + v, "kv")
         k_nope, values = g.op("Split", [kv, g.const("kv_b_split", _i64(nope, v))], n_out=2, axis=-1)
-        shape = g.op("Concat", [g.op("Shape", [k_nope], end=3), g.const("rope_width", _i64(rope))], axis=0)
-        keys = g.op("Concat", [k_nope, g.op("Expand", [rope_key, shape])], axis=-1)  # [b, H, s, nope + rope]
-        query = g.op("Concat", [q_nope, q_rope], axis=-1)
+        if rope_key is not None and q_rope is not None:
+            shape = g.op("Concat", [g.op("Shape", [k_nope], end=3), g.const("rope_width", _i64(rope))], axis=0)
+            keys = g.op("Concat", [k_nope, g.op("Expand", [rope_key, shape])], axis=-1)  # [b, H, s, nope + rope]
+            query = g.op("Concat", [q_nope, q_rope], axis=-1)
+        else:  # a NoPE layer: keys and query all nope
+            keys, query = k_nope, q_nope
+        if spec.query_scale_positions:
+            query = g.op("Mul", [query, _query_factor(g, spec, stored)])
         form = FORMS[spec.graph]
         if form.one_head_size:  # GroupQueryAttention: values padded to the key's width
             attended = _attend_gqa(g, spec, query, keys, values)
@@ -201,6 +249,9 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
               io("attention_mask", TensorProto.INT64, ["batch", "total"])]  # fmt: skip
     outputs = [io("output", dtype, ["batch", "seq", hidden])]
     for cache, shape in spec.cache_shapes().items():
+        if reuse:  # no cache of its own: the source's whole latent and rope key instead
+            inputs.append(io(cache.replace("past_", "shared_"), dtype, [shape[0], shape[1], "total", shape[3]]))
+            continue
         inputs.append(io(cache, dtype, list(shape)))
         outputs.append(io(cache.replace("past_", "present_"), dtype, [shape[0], shape[1], "total", shape[3]]))
     graph = helper.make_graph(g.nodes, name, inputs + extra, outputs, g.initializers)

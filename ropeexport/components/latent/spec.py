@@ -12,6 +12,16 @@ DeepSeek-V2 (arXiv:2405.04434, section 2.1) and transformers 5.23's ``DeepseekV3
 - logits q . k * scale (``softmax_scale``: (nope + rope) ** -0.5 times YaRN's mscale(factor, mscale_all_dim)
   squared), causal over the cache, softmax, times v, ``o_proj`` [H v, n].
 
+Mistral Large 4 adds two things (``architectures.mistral_large4_text``): a NoPE layer (``position`` None,
+``qk_rope_head_dim`` 0: ``kv_a_proj`` x = c alone, every key width from ``kv_b_proj``, nothing rotated) and a learned
+query scale (``query_scale_positions`` > 0): the whole query [q_nope, q_rope] of head h at position p times
+``q_scale[h] * log(p + 1) + q_scale_bias[h]`` (transformers' ``MistralLarge4TextSoftmaxScaling``, following
+``position_ids`` as the rotation does). Its latent caches are shared across layers (``kv_sharing``): a ``reuse``
+layer has no ``kv_a_proj`` / ``kv_a_norm`` and no cache; it reads ``shared_latent`` [b, 1, t, r] and the rotated
+``shared_rope_key`` [b, 1, t, rope] another layer cached (its cache and its new tokens) and expands them through its
+own ``kv_b_proj`` (built over the latent cache only: the expanded cache holds the source's keys as its own
+``kv_b_proj`` made them).
+
 Two caches (``CACHES``): ``expanded`` stores the rebuilt keys [b, H, t, nope + rope] and values [b, H, t, v] (plain
 attention, any runtime); ``latent`` stores c [b, 1, t, kv_lora_rank] and the rotated k_rope [b, 1, t, rope] and
 absorbs ``kv_b_proj`` into the query and the output (what a serving engine caches: ``cache_bytes_per_token``).
@@ -64,7 +74,8 @@ class LatentSpec:
     dtype). ``position``: the RoPE piece over query [b, H, s, rope] and key [b, 1, s, rope], or None (no rotation).
     ``graph``: ``decomposed`` (opset-17 primitives, either cache), ``fused`` (opset-23 Attention) or ``gqa``
     (GroupQueryAttention, values padded to the key's width), the expanded cache; tensorrt and static-cache are not
-    built (refused by name).
+    built (refused by name). ``query_scale_positions`` > 0: the learned query scale (module doc), its log table
+    reaching that many positions; 0: none. ``qk_rope_head_dim`` 0 only without a ``position`` (a NoPE layer).
     """  # noqa: D205
 
     num_heads: int
@@ -80,12 +91,14 @@ class LatentSpec:
     graph: str = "decomposed"
     position: PositionPiece | None = None
     weights: WeightFormat | None = None
+    query_scale_positions: int = 0
+    kv_sharing: str = ""  # "", "store" (another layer reads its latent) or "reuse" (module doc)
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1, 4096)
         require_int("kv_lora_rank", self.kv_lora_rank, 1, 2**16)
         require_int("qk_nope_head_dim", self.qk_nope_head_dim, 0, 65536)
-        require_int("qk_rope_head_dim", self.qk_rope_head_dim, 2, 65536)
+        require_int("qk_rope_head_dim", self.qk_rope_head_dim, 0 if self.position is None else 2, 65536)
         if self.qk_rope_head_dim % 2:
             raise SpecError("qk_rope_head_dim", f"must be even (RoPE rotates pairs), got {self.qk_rope_head_dim}")
         require_int("v_head_dim", self.v_head_dim, 1, 65536)
@@ -100,6 +113,8 @@ class LatentSpec:
             )
         require_choice("dtype", self.dtype, tuple(DTYPES))
         require_choice("latent_cache", self.cache, CACHES)
+        require_int("query_scale_positions", self.query_scale_positions, 0, 2**31)
+        require_choice("kv_sharing", self.kv_sharing, ("", "store", "reuse"))
         require_choice("graph", self.graph, GRAPHS)
         multiple = FORMS[self.graph].head_multiple  # gqa, ORT 1.31 CPU: "head_size must be a multiple of 8"
         if self.qk_head_dim % multiple:
@@ -133,11 +148,15 @@ class LatentSpec:
         out: dict[str, tuple[int, ...]] = {"kv_a_proj": (hidden, r + self.qk_rope_head_dim), "kv_a_norm": (r,),
                                            "kv_b_proj": (r, H * (self.qk_nope_head_dim + self.v_head_dim)),
                                            "o_proj": (H * self.v_head_dim, hidden)}  # fmt: skip
+        if self.kv_sharing == "reuse":  # the latent is another layer's
+            del out["kv_a_proj"], out["kv_a_norm"]
         if self.q_lora_rank:
             out |= {"q_a_proj": (hidden, self.q_lora_rank), "q_a_norm": (self.q_lora_rank,),
                     "q_b_proj": (self.q_lora_rank, H * qk)}  # fmt: skip
         else:
             out["q_proj"] = (hidden, H * qk)
+        if self.query_scale_positions:
+            out |= {"q_scale": (H,), "q_scale_bias": (H,)}
         return out
 
     def cache_shapes(self) -> dict[str, tuple[int | str, ...]]:
@@ -157,9 +176,9 @@ class LatentSpec:
 
 def check_weights(spec: LatentSpec, weights: Mapping[str, Any]) -> int:
     """The model width the weights say; SpecError naming the weight when one is missing, extra or misshapen."""
-    if "kv_a_proj" not in weights:
-        raise SpecError("weights", "latent attention needs 'kv_a_proj', which the weights do not hold")
-    hidden = int(weights["kv_a_proj"].shape[0])
+    if "o_proj" not in weights:
+        raise SpecError("weights", "latent attention needs 'o_proj', which the weights do not hold")
+    hidden = int(weights["o_proj"].shape[-1])
     wanted = spec.shapes(hidden)
     for name, shape in wanted.items():
         if name not in weights:

@@ -45,6 +45,7 @@ class Param:
     minimum: float | None = None
     strict_minimum: bool = False  # True: value must be > minimum, False: >= minimum
     maximum: float = MAX_PARAM  # no schedule of any model comes near it; 1e308 would overflow the formulas
+    omitted: bool = False  # absent stays absent (not None) in the resolved set: specs written before it hash alike
 
     def allowed(self) -> str:
         """Describe the allowed values in words, for error messages and ``ropeexport list``."""
@@ -132,6 +133,8 @@ class Schedule:
                 out[p.name] = p.coerce(raw[p.name], f"scaling_params.{p.name}")
             elif p.required:
                 raise SpecError(f"scaling_params.{p.name}", f"required for scaling '{self.name}' ({p.help})")
+            elif p.omitted:
+                continue
             elif p.name in self.derived:
                 out[p.name] = self.derived[p.name](max_positions, out)
             else:
@@ -231,7 +234,15 @@ def _yarn(dim: int, theta: float, params: Mapping[str, Any], seq_len: int) -> Fr
     extrapolation = 1.0 - ramp  # 1: keep the original frequency, 0: interpolate it by `factor`
     inv_freq = default_inv_freq(dim, theta)
     inv_freq = (inv_freq / factor) * (1.0 - extrapolation) + inv_freq * extrapolation
+    if params.get("alpha") is not None:  # LeRoPE (Mistral Large 4): each frequency times exp(its learned alpha)
+        inv_freq = inv_freq * np.exp(np.asarray(params["alpha"], np.float64))
     return Frequencies(inv_freq, float(attention))
+
+
+def _check_yarn(dim: int, max_positions: int, params: Mapping[str, Any]) -> None:
+    alpha = params.get("alpha")
+    if alpha is not None and len(alpha) != dim // 2:
+        raise SpecError("scaling_params.alpha", f"must have rotary_dim/2 = {dim // 2} entries, got {len(alpha)}")
 
 
 def _llama3(dim: int, theta: float, params: Mapping[str, Any], seq_len: int) -> Frequencies:
@@ -336,8 +347,11 @@ register(
                 "attention_factor", "float", "overrides the derived attention factor", minimum=0, strict_minimum=True
             ),
             Param("truncate", "bool", "round the correction range to whole dimensions", default=True),
+            Param("alpha", "floats", "rotary_dim/2 learned log factors: inv_freq * exp(alpha) (Mistral Large 4's "
+                  "LeRoPE, its checkpoint's lerope.alpha)", maximum=80.0, omitted=True),
         ),
         _yarn,
+        check=_check_yarn,
     )
 )
 register(
