@@ -102,6 +102,9 @@ class ConfigHook:
     text_flat: bool = False
     global_head_dim: int = 0
     chunked: bool = False
+    # latent attention whose partial_rotary_factor is a share of qk_nope_head_dim + qk_rope_head_dim (Mistral 4's
+    # head_dim, Mistral4Config.__post_init__): it must come to the rope slice, every channel of which rotates
+    partial_of_qk_head: bool = False
 
     def __post_init__(self) -> None:
         if self.rope_on not in ROPE_ON:

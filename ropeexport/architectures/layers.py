@@ -320,11 +320,10 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
     # the latent component reads none of these (``components.latent``): each would be dropped from the graph and
     # its twin alike, so verification could not see it (Gemma 4's v_norm and k_eq_v came after latent attention)
     if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate or a.kv_from is not None
-                               or layer.query_scale is not None or a.v_norm or a.k_eq_v or a.qkv_bias
-                               or a.o_bias):  # fmt: skip
+                               or a.v_norm or a.k_eq_v or a.qkv_bias or a.o_bias):  # fmt: skip
         return "attention_kind", ("latent attention is built full and causal only (no window, q/k norm, soft cap, "
-                                  "sinks, gate, shared key/value, query scale, value norm, keys as values or "
-                                  "attention biases beside it)")
+                                  "sinks, gate, shared key/value, value norm, keys as values or attention biases "
+                                  "beside it)")
     if layer.ffn.router in GROUPED_ROUTERS and a.kind != "latent":
         return "router", "DeepSeek's grouped router is built in DeepSeek's layer only (beside latent attention)"
     if layer.ffn.router in GROUPED_ROUTERS and not layer.ffn.shared:

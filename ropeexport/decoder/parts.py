@@ -123,11 +123,13 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     whatever the config's rms_norm_eps (transformers' ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``).
     """  # noqa: D205
     a = spec.layers[i].attention
+    described = spec.layers[i].query_scale  # Mistral 4's; its table reaches the model's context length
+    scaled = None if described is None else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype)
     return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=a.qk_nope_head_dim,
                       qk_rope_head_dim=a.head_dim, v_head_dim=a.v_head_dim, norm=NormSpec("rms", 1e-6, spec.dtype),
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
-                      cache=spec.cache if graph is None else "expanded")  # fmt: skip
+                      cache=spec.cache if graph is None else "expanded", query_scale=scaled)  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

@@ -18,6 +18,7 @@ from ropeexport.components.attention.float64 import visible
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
+from ropeexport.components.query_scale import query_scale64
 from ropeexport.forms import FORMS
 from ropeexport.recipes import Feeds
 
@@ -68,6 +69,8 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     if rotate is not None:
         q_rope, rope_key = rotate(q_rope, pos), rotate(rope_key, pos)
     query = np.concatenate([q_nope, q_rope], axis=-1)
+    if spec.query_scale is not None:  # the whole query times its position's factor (Mistral 4)
+        query = query * query_scale64(spec.query_scale, pos)[:, None, :, None]
     if spec.cache == "latent":
         latents = np.concatenate([np.asarray(feeds["past_latent"], np.float64), latent], axis=2)
         rope_keys = np.concatenate([np.asarray(feeds["past_rope_key"], np.float64), rope_key], axis=2)
