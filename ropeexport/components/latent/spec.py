@@ -51,7 +51,8 @@ def softmax_scale(qk_head_dim: int, rope_parameters: Mapping[str, Any]) -> float
     separate, and DeepSeek V3's mscale = mscale_all_dim makes the table's factor exactly 1.
     """
     scale = qk_head_dim**-0.5
-    if rope_parameters.get("rope_type", "default") != "default":
+    # a 4.x config says "type" (DeepSeek V3 and V2-Lite as released); transformers reads it as rope_type
+    if rope_parameters.get("rope_type", rope_parameters.get("type", "default")) != "default":
         all_dim = rope_parameters.get("mscale_all_dim", 0) or 0
         if all_dim:
             factor = float(rope_parameters["factor"])
