@@ -41,6 +41,7 @@ PACKAGES = (
     "ropeexport.architectures.deepseek_v3",
     "ropeexport.architectures.glm4_moe_lite",
     "ropeexport.architectures.mistral4",
+    "ropeexport.architectures.deepseek_v2",
     "ropeexport.architectures.llama4_text",
     "ropeexport.architectures.qwen2_5_vl_text",
     "ropeexport.architectures.qwen2_vl_text",

@@ -153,7 +153,6 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
                                   "olmo", "olmo2", "stablelm", "granite", "granitemoe", "nemotron", "persimmon")),
         ConfigHook("falcon", alibi_key="alibi", multi_query=True),  # Falcon 7B/40B use RoPE; Falcon-RW uses ALiBi
         interleaved("codegen", "rotate_every_two"),
-        interleaved("deepseek_v2", "view_as_complex", shared_rope_key=True),
         interleaved("cohere", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
         interleaved("glm", "repeat_interleave cos/sin"),
         interleaved("helium", "repeat_interleave cos/sin"),
