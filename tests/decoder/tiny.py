@@ -150,19 +150,19 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                         "v_head_dim": 12, "max_position_embeddings": 128, "pad_token_id": 0,
                                         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}),
     # Mistral Small 4 (model_type mistral4): DeepSeek V3's latent attention (query LoRA 16, latent 16, keys 8 nope + 8
-    # rope, values 8) with YaRN x4 over 64 positions (mscale pair 1.0, as the config class fills in; its real x128 over
-    # 8192) and the whole query times 1 + 0.1 * log(1 + floor(pos / 64)): steps at 64, 128 and 192 of its 256 positions;
-    # layer 0 dense (first_k_dense_replace 1), layer 1 the softmax grouped router: 8 experts in 2 groups, the best
-    # group kept, 2 a token renormalized, times 2.0, one shared expert
+    # rope, values 8) with YaRN x2 over 64 positions (mscale pair 1.0, as the config class fills in; its real x128 over
+    # 8192) and the whole query times 1 + 0.1 * log(1 + floor(pos / 64)): a step at 64 of its 128 positions, crossed by
+    # the YaRN switch's scenarios; layer 0 dense (first_k_dense_replace 1), layer 1 the softmax grouped router: 8
+    # experts in 2 groups, the best group kept, 2 a token renormalized, times 2.0, one shared expert
     "mistral4": ("mistral4", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
                               "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
                               "routed_scaling_factor": 2.0, "first_k_dense_replace": 1, "q_lora_rank": 16,
                               "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
-                              "max_position_embeddings": 256, "pad_token_id": 0,
-                              "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                              "max_position_embeddings": 128, "pad_token_id": 0,
+                              "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
                                                   "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                                                  "max_position_embeddings": 256, "llama_4_scaling_beta": 0.1}}),
+                                                  "max_position_embeddings": 128, "llama_4_scaling_beta": 0.1}}),
     # DeepSeek-V2 (model_type deepseek_v2): latent attention as deepseek_v3's (a plain q_proj, as V2-Lite's; latent 16,
     # keys 8 nope + 8 rope, values 8) rotated in complex form, YaRN x4 over 64 with V2's mscale pair 0.707 under the
     # 4.x key "type" (as V2-Lite's config.json says it); layer 0 dense, layer 1 V2's router: softmax over 8 experts in
