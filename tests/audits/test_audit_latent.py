@@ -62,8 +62,9 @@ def read_right(result: Any, name: str) -> None:
         assert all(s["channels"] == (ROPE_LAST if s["role"] == "q" else KEY_LAST) for s in slices), slices
         # the fused forms' Attention operators carry the softmax's scale (with YaRN's mscale squared); a Softmax not.
         # glm4_moe_lite's plain RoPE: 16 ** -0.5 alone
-        # mistral4's YaRN x2 with mscale_all_dim 1.0: 0.25 x (1 + 0.1 ln 2) ** 2
-        scale = {"glm4_moe_lite": 0.25, "mistral4": 0.25 * (1 + 0.1 * math.log(2.0)) ** 2}.get(name, 0.301407)
+        # mistral4's and deepseek_v2's YaRN x2 with mscale_all_dim 1.0 and 0.707: 0.25 x (1 + 0.1 m ln 2) ** 2
+        scale = {"glm4_moe_lite": 0.25, "mistral4": 0.25 * (1 + 0.1 * math.log(2.0)) ** 2,
+                 "deepseek_v2": 0.25 * (1 + 0.1 * 0.707 * math.log(2.0)) ** 2}.get(name, 0.301407)  # fmt: skip
         assert set(layers["attention_scales"]) <= {"0", "1"} and all(
             v == pytest.approx(scale, rel=1e-5) for v in layers["attention_scales"].values()), layers  # fmt: skip
         # mistral4's whole query times 1 + 0.1 log(1 + floor(pos / 64)) on both layers: 1 at 0, 1 + 0.1 ln 2 at 127

@@ -164,17 +164,17 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                                                   "max_position_embeddings": 128, "llama_4_scaling_beta": 0.1}}),
     # DeepSeek-V2 (model_type deepseek_v2): latent attention as deepseek_v3's (a plain q_proj, as V2-Lite's; latent 16,
-    # keys 8 nope + 8 rope, values 8) rotated in complex form, YaRN x4 over 64 with V2's mscale pair 0.707 under the
-    # 4.x key "type" (as V2-Lite's config.json says it); layer 0 dense, layer 1 V2's router: softmax over 8 experts in
-    # 4 groups each scored by its best, 2 groups kept, 3 experts a token, not renormalized, times 16 (DeepSeek-V2's),
-    # two shared experts
+    # keys 8 nope + 8 rope, values 8) rotated in complex form, YaRN x2 over 64 (128 positions) with V2's mscale pair
+    # 0.707 under the 4.x key "type" (as V2-Lite's config.json says it); layer 0 dense, layer 1 V2's router: softmax
+    # over 8 experts in 4 groups each scored by its best, 2 groups kept, 3 experts a token, not renormalized, times 16
+    # (DeepSeek-V2's), two shared experts
     "deepseek_v2": ("deepseek_v2", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
                                     "n_routed_experts": 8, "num_experts_per_tok": 3, "n_group": 4, "topk_group": 2,
                                     "topk_method": "group_limited_greedy", "routed_scaling_factor": 16.0,
                                     "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None,
                                     "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
-                                    "v_head_dim": 8, "max_position_embeddings": 256, "pad_token_id": 0,
-                                    "rope_scaling": {"type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                    "v_head_dim": 8, "max_position_embeddings": 128, "pad_token_id": 0,
+                                    "rope_scaling": {"type": "yarn", "factor": 2.0, "rope_theta": 10000.0,
                                                      "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                                      "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}}),
     # Llama 4: layers 0-2 chunked over 8 slots with RoPE (llama3 x8 over 64, interleaved pairs) and the L2 q/k norm,
