@@ -232,7 +232,9 @@ def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
 
 
 # Qwen-VL's: tests/decoder/test_qwen_vl.py; Gemma 4's read below (its whole model as the reference: minutes in CI)
-@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS) - {"gemma4-multimodal"}))
+# Mistral Small 4 in its mistral3 wrapper: its text model read below (a whole build of it as of mistral3-multimodal's,
+# by hand: docs/reference/decoders.md; CI time)
+@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS) - {"gemma4-multimodal", "mistral3-mistral4"}))
 def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     # Gemma 3 4B-27B ship as gemma3: the text model's weights under language_model., a vision tower beside them.
     ckpt = tiny_checkpoint(name)
@@ -252,6 +254,20 @@ def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, ti
     (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
     with pytest.raises(rx.errors.CheckpointError, match="'language_model.model.layers.0.adapter.weight' is not a"):
         rx.build_decoder(tmp_path / "out2", checkpoint=tmp_path, graph="fused")
+
+
+def test_mistral_small_4s_text_model_is_read_from_its_mistral3_checkpoint(tiny_checkpoint) -> None:  # noqa: ANN001
+    # Mistral3ForConditionalGeneration over a mistral4 text model: every weight the text model reads found under the
+    # wrapper's prefix (its fused experts among them), the vision tower passed over
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.weights import expected
+
+    spec, _ = resolve(DecoderRequest(checkpoint=tiny_checkpoint("mistral3-mistral4")))
+    assert (spec.model_type, spec.text_of) == ("mistral4", "mistral3")
+    assert [layer.ffn.router for layer in spec.layers] == ["", "grouped_softmax"]
+    weights = load_checkpoint(spec, tiny_checkpoint("mistral3-mistral4"))
+    assert {k: tuple(v.shape) for k, v in weights.items()} == expected(spec)
 
 
 def test_gemma4s_text_model_is_read_from_its_multimodal_checkpoint(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001

@@ -244,6 +244,13 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                           "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
                           "patch_size": 14},
         "image_token_index": 95, "tie_word_embeddings": False}),
+    # Mistral Small 4 as a mistral3 checkpoint (Mistral3ForConditionalGeneration over a mistral4 text model): the same
+    # Pixtral tower beside it
+    "mistral3-mistral4": ("mistral3", "mistral4", {
+        "vision_config": {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 48,
+                          "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
+                          "patch_size": 14},
+        "image_token_index": 95, "tie_word_embeddings": False}),
     # Gemma 4 (its released sizes ship as gemma4): a vision tower of one layer and its projection beside the text model
     # (model.language_model.), no audio tower
     "gemma4-multimodal": ("gemma4", "gemma4", {
@@ -292,7 +299,7 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     """  # noqa: D205
     torch.manual_seed(seed)
     # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
-    whole = ("mistral3-multimodal", "gemma4-multimodal")
+    whole = ("mistral3-multimodal", "mistral3-mistral4", "gemma4-multimodal")
     auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     config = hf_config(name)

@@ -90,6 +90,7 @@ ARCHITECTURE = replace(
     layer=layer,
     changes=_changes,
     passed_over="",  # Mistral4PreTrainedModel._keys_to_ignore_on_load_unexpected is empty
+    wrappers=("mistral3",),  # Mistral 3's wrapper takes any text_config (Mistral3Config), a mistral4 one too
     hook=ConfigHook("mistral4", pairing="interleaved",
                     pairing_why="pairs (2i, 2i + 1) (apply_rotary_pos_emb_interleave under rope_interleave)",
                     shared_rope_key=True, partial_of_qk_head=True, rope_extra_keys=(BETA, "max_position_embeddings"),
