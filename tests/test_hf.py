@@ -214,6 +214,34 @@ CASES = [
         },
     ),
     (
+        # Mistral Small 4: Mistral4Config's defaults; its partial_rotary_factor a share of nope + rope (its head_dim),
+        # which comes to the rope slice: every channel of it rotated; llama_4_scaling_beta read by the architecture
+        "mistral4-partial-of-nope-plus-rope",
+        {
+            "model_type": "mistral4",
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 64,
+            "head_dim": 128,
+            "max_position_embeddings": 1048576,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 128.0,
+                                "original_max_position_embeddings": 8192, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1,
+                                "max_position_embeddings": 1048576, "partial_rotary_factor": 0.5},
+        },
+        {
+            "layout": "interleaved",
+            "head_dim": 64,
+            "rotary_dim": 64,
+            "num_heads": 32,
+            "num_kv_heads": 1,
+            "scaling": "yarn",
+            "max_positions": 1048576,
+        },
+    ),
+    (
         # GLM-4.7-Flash: Glm4MoeLiteConfig's widths (attribute_map: head_dim is qk_rope_head_dim); DeepSeek's one
         # shared rope key, interleaved (apply_rotary_pos_emb_interleave), the whole slice rotated
         "glm4_moe_lite-shared-key-interleaved",

@@ -289,7 +289,7 @@ BAD = [
     ("ministral3-without-rope-parameters", lambda: config("ministral3", num_hidden_layers=2, rope_parameters=None),
      "rope_parameters: missing: transformers' ministral3 config fills in YaRN x16"),
     ("mistral3-text-of-another-type", lambda: {"model_type": "mistral3", "text_config": config("qwen3")},
-     "text_config.model_type: must be 'mistral' or 'ministral3' in a mistral3 config, got 'qwen3'"),
+     "text_config.model_type: must be one of 'mistral', 'ministral3', 'mistral4' in a mistral3 config, got 'qwen3'"),
     ("wrapper-text-config-missing", lambda: {"model_type": "gemma3", "vision_config": {}},
      "text_config: must be the text model's config (an object) in a gemma3 config"),
     ("gemma4-per-layer-config-differs", lambda: config("gemma4_text", num_hidden_layers=12, per_layer_config={

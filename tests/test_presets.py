@@ -186,7 +186,7 @@ def test_a_gemma4_card_is_read_as_transformers_reads_its_config(name: str) -> No
 
 # The latent-attention model types (multi-head latent attention: the rope slice of one key shared by every head): a
 # block built from their encoding would be a plain attention layer, not theirs
-LATENT = ["deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral_large4_text"]
+LATENT = ["deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4", "mistral_large4_text"]
 
 
 @pytest.mark.fast
@@ -195,9 +195,10 @@ def test_a_latent_attention_model_gets_no_plain_attention_block(model_type: str)
     from ropeexport.hf import import_config
     from ropeexport.presets import expand
 
+    rope = {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}} if model_type == "mistral4" else {}
     imported = import_config({"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4,
                               "num_key_value_heads": 4, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
-                              "max_position_embeddings": 64, "num_hidden_layers": 4})  # fmt: skip
+                              "max_position_embeddings": 64, "num_hidden_layers": 4, **rope})  # fmt: skip
     assert expand(imported, "m", ["rope"], ["fp32"], ["fused"], {"flags": True})  # its encoding alone builds
     with pytest.raises(SpecError) as error:
         expand(imported, "m", ["block"], ["fp32"], ["fused"], {"flags": True})

@@ -98,9 +98,24 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
         "mlp_only_layers": [], "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False,
         "bos_token_id": 151643, "eos_token_id": 151645, "use_sliding_window": False}),
-    # DeepSeek-V2-Lite's released config.json at deepseek_v3 (ropeexport builds no deepseek_v2): the same widths,
-    # latent attention (no query LoRA), YaRN and shared experts; what differs is V2's router (softmax scores, greedy
-    # top-6, unnormalized) against V3's (sigmoid scores plus a correction bias, here one group: plain top-6).
+    # DeepSeek-V2-Lite's released config.json (deepseek-ai/DeepSeek-V2-Lite), its keys as it says them (rope_scaling
+    # under the 4.x key "type", rope_theta at the top; its remote code's keys transformers does not read kept):
+    # latent attention without a query LoRA, YaRN x40 with mscale 0.707 pairs, V2's router (softmax over 64 experts,
+    # greedy top-6, not renormalized), two shared experts, layer 0 dense.
+    "deepseek-v2-lite": ("deepseek_v2", {
+        "vocab_size": 102400, "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512,
+        "q_lora_rank": None, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "n_group": 1, "topk_group": 1,
+        "topk_method": "greedy", "routed_scaling_factor": 1.0, "norm_topk_prob": False, "first_k_dense_replace": 1,
+        "moe_layer_freq": 1, "scoring_func": "softmax", "aux_loss_alpha": 0.001, "seq_aux": True,
+        "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+        "rope_scaling": {"type": "yarn", "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1},
+        "tie_word_embeddings": False, "bos_token_id": 100000, "eos_token_id": 100001}),
+    # DeepSeek-V2-Lite's widths at deepseek_v3 (kept from before deepseek_v2 was built: its figures in
+    # tools/figures/sizes.md): latent attention (no query LoRA), YaRN and shared experts as V2-Lite's, V3's router
+    # (sigmoid scores plus a correction bias, here one group: plain top-6) in place of V2's.
     "deepseek-v2-lite-v3": ("deepseek_v3", {
         "vocab_size": 102400, "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
         "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512,

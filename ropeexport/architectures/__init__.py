@@ -41,6 +41,8 @@ PACKAGES = (
     "ropeexport.architectures.deepseek_v3",
     "ropeexport.architectures.glm4_moe_lite",
     "ropeexport.architectures.mistral_large4_text",
+    "ropeexport.architectures.mistral4",
+    "ropeexport.architectures.deepseek_v2",
     "ropeexport.architectures.llama4_text",
     "ropeexport.architectures.qwen2_5_vl_text",
     "ropeexport.architectures.qwen2_vl_text",
@@ -65,9 +67,9 @@ def load(packages: tuple[str, ...]) -> dict[str, Architecture]:
 
 ARCHITECTURES = load(PACKAGES)
 # Multimodal wrappers whose text model is an architecture here (``text_config``): wrapper -> the text model's types
-# (``TEXT_TYPES``: Mistral 3's is mistral or ministral3) and the one its config class takes when text_config names none
-# (``TEXT_CONFIGS``: the first architecture in catalog order that declares the wrapper; mistral for mistral3, as
-# transformers' Mistral3Config's default text_config).
+# (``TEXT_TYPES``: Mistral 3's is mistral, ministral3 or mistral4) and the one its config class takes when text_config
+# names none (``TEXT_CONFIGS``: the first architecture in catalog order that declares the wrapper; mistral for
+# mistral3, as transformers' Mistral3Config's default text_config).
 TEXT_TYPES: dict[str, tuple[str, ...]] = {}
 for _arch in ARCHITECTURES.values():
     for _wrapper in _arch.wrappers:

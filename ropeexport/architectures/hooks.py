@@ -105,6 +105,9 @@ class ConfigHook:
     text_flat: bool = False
     global_head_dim: int = 0
     chunked: bool = False
+    # latent attention whose partial_rotary_factor is a share of qk_nope_head_dim + qk_rope_head_dim (Mistral 4's
+    # head_dim, Mistral4Config.__post_init__): it must come to the rope slice, every channel of which rotates
+    partial_of_qk_head: bool = False
 
     def __post_init__(self) -> None:
         if self.rope_on not in ROPE_ON:
@@ -153,7 +156,6 @@ ENCODING_TYPES: dict[str, ConfigHook] = {
                                   "olmo", "olmo2", "stablelm", "granite", "granitemoe", "nemotron", "persimmon")),
         ConfigHook("falcon", alibi_key="alibi", multi_query=True),  # Falcon 7B/40B use RoPE; Falcon-RW uses ALiBi
         interleaved("codegen", "rotate_every_two"),
-        interleaved("deepseek_v2", "view_as_complex", shared_rope_key=True),
         interleaved("cohere", "its rotate_half takes x[..., ::2], x[..., 1::2]"),
         interleaved("glm", "repeat_interleave cos/sin"),
         interleaved("helium", "repeat_interleave cos/sin"),

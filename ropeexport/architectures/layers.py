@@ -327,11 +327,9 @@ def unbuilt(layer: LayerSpec) -> tuple[str, str] | None:
     # its twin alike, so verification could not see it (Gemma 4's v_norm and k_eq_v came after latent attention)
     learned = (layer.query_scale or {}).get("kind") == "learned_log"
     if a.kind == "latent" and (a.mask != "full" or a.qk_norm or a.softcap or a.sinks or a.gate
-                               or (layer.query_scale is not None and not learned) or a.v_norm or a.k_eq_v
-                               or a.qkv_bias or a.o_bias):  # fmt: skip
+                               or a.v_norm or a.k_eq_v or a.qkv_bias or a.o_bias):  # fmt: skip
         return "attention_kind", ("latent attention is built full and causal only (no window, q/k norm, soft cap, "
-                                  "sinks, gate, query scale but Mistral Large 4's learned one, "
-                                  "value norm, keys as values or attention biases beside it)")
+                                  "sinks, gate, value norm, keys as values or attention biases beside it)")
     if learned and a.kind != "latent":
         return "query_scale", "learned_log (Mistral Large 4's) is built beside latent attention only"
     if layer.ffn.router in GROUPED_ROUTERS and a.kind != "latent":

@@ -127,7 +127,10 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     # NoPE (no position, Mistral Large 4): the rope slice joins the part never rotated (``components.latent``)
     nope, rope = (a.qk_nope_head_dim, a.head_dim) if layer.position is not None else (
         a.qk_nope_head_dim + a.head_dim, 0)  # fmt: skip
-    learned = (layer.query_scale or {}).get("kind") == "learned_log"  # its log table reaches the context length
+    described = layer.query_scale  # Mistral 4's or Mistral Large 4's; its table reaches the context length
+    learned = (described or {}).get("kind") == "learned_log"
+    scaled = (None if described is None or learned
+              else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype))  # fmt: skip
     eps = spec.architecture.latent_norm_eps or spec.norm_eps
     return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=nope,
                       qk_rope_head_dim=rope, v_head_dim=a.v_head_dim, norm=NormSpec("rms", eps, spec.dtype),
@@ -135,7 +138,7 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
                       kv_sharing=sharing_modes(spec.layers)[i],
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
-                      cache=spec.cache if graph is None else "expanded")  # fmt: skip
+                      cache=spec.cache if graph is None else "expanded", query_scale=scaled)  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

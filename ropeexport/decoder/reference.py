@@ -88,6 +88,8 @@ class TransformersReference:
         auto: Any = transformers.AutoModelForImageTextToText if whole else transformers.AutoModelForCausalLM
         if checkpoint is not None and spec.text_of and spec.text_of not in _causal_types(transformers):
             auto = transformers.AutoModelForImageTextToText  # Mistral 3: its model is a ForConditionalGeneration only
+        elif not whole and not spec.text_of and spec.model_type not in _causal_types(transformers):
+            auto = _Direct.of(transformers, spec.model_type) or auto  # 5.23's mistral4 (``_Direct``)
         if checkpoint is not None:
             model = auto.from_pretrained(str(checkpoint), attn_implementation="eager", dtype=dtype,
                                          local_files_only=True)  # fmt: skip
@@ -187,6 +189,30 @@ def _converted(auto: Any, hf_config: Any, state: Mapping[str, Any], dtype: Any) 
         model, info = auto.from_pretrained(folder, attn_implementation="eager", dtype=dtype, local_files_only=True,
                                            output_loading_info=True)  # fmt: skip
     return model, sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
+
+
+class _Direct:
+    """A causal LM class AutoModelForCausalLM does not list, loaded as the Auto class loads (``from_pretrained``,
+    ``from_config``): transformers 5.23 lists ``Mistral4ForCausalLM`` for pretraining only, and its
+    AutoModelForCausalLM refuses a mistral4 config ("Unrecognized configuration class").
+    """  # noqa: D205
+
+    def __init__(self, cls: Any) -> None:
+        self.cls = cls
+
+    @classmethod
+    def of(cls, transformers: Any, model_type: str) -> _Direct | None:
+        """The causal LM class the pretraining mapping names for ``model_type``, or None."""
+        from transformers.models.auto.modeling_auto import MODEL_FOR_PRETRAINING_MAPPING_NAMES
+
+        name = MODEL_FOR_PRETRAINING_MAPPING_NAMES.get(model_type, "")
+        return cls(getattr(transformers, name)) if name.endswith("ForCausalLM") else None
+
+    def from_pretrained(self, *args: Any, **kwargs: Any) -> Any:
+        return self.cls.from_pretrained(*args, **kwargs)
+
+    def from_config(self, config: Any, **kwargs: Any) -> Any:
+        return self.cls._from_config(config, **kwargs)
 
 
 def _causal_types(transformers: Any) -> set[str]:

@@ -76,10 +76,13 @@ ORT_NODE = "1.30.0"
 # causal-LM map (src/models/registry.js:261-340, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) with a class whose forward is the
 # plain decoder's (llama4_text: Llama4ForCausalLM, line 274; deepseek_v3: DeepseekV3ForCausalLM, line 324, its cache
 # inputs named past_key_values.{i}.key/value and sized from the model's own input shapes, so latent attention's keys
-# and values of two widths, or its latent cache, load as they are: modeling_utils.js:1288-1321).
+# and values of two widths, or its latent cache, load as they are: modeling_utils.js:1288-1321; mistral4:
+# Mistral4ForCausalLM, line 319, a bare class (src/models/mistral4/modeling_mistral4.js:5) whose config reads
+# deepseek_v3's keys (src/configs.js:210-218), fed position_ids from 0 where the model takes them
+# (modeling_utils.js:1365-1372), which its query scale reads inside the graph).
 LOADED = ("llama", "mistral", "qwen2", "phi3", "qwen3", "gemma2", "gpt_neox", "gptj", "bloom",
           "gpt_oss", "smollm3", "olmo3", "cohere2", "qwen3_moe", "ministral3", "llama4_text",
-          "deepseek_v3")  # fmt: skip
+          "deepseek_v3", "mistral4")  # fmt: skip
 # The model types ropeexport builds that transformers.js 4.3.1 has no class of their own for, or one that feeds them
 # other positions than transformers does (gemma3_text, and the Qwen-VL text decoders added below: issue 42), but runs
 # under another type's class:
@@ -173,6 +176,12 @@ MAPPED |= {
                                 "that reads another's latent (no cache input) and a NoPE layer's 0-wide rope key "
                                 "load as they are; LeRoPE, the learned query scale, the shared latents and the "
                                 "soft cap are inside the graph")),
+    "deepseek_v2": ("deepseek_v3", "transformers.js 4.3.1 has no class for 'deepseek_v2' (DeepSeek-V2, V2-Lite), and "
+                    "its causal-LM map (src/models/registry.js:261-340) has 'deepseek_v3' (DeepseekV3ForCausalLM, line "
+                    "324), whose latent attention this is: " + _PLAIN.format(
+                        "src/models/deepseek_v3/modeling_deepseek_v3.js:5", "its config reads num_key_value_heads, "
+                        "num_hidden_layers, qk_head_dim and num_attention_heads (src/configs.js:210-218); the latent "
+                        "attention and DeepSeek V2's router and experts are inside the graph")),
 }  # fmt: skip
 # What a package of a multi-axis (Qwen-VL) text decoder cannot do, said by ``package`` and in report.json
 TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a text-only prompt, so image positions "

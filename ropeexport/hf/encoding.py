@@ -354,6 +354,15 @@ def _rotary_dim(r: _Reader, params: Mapping[str, Any], prefix: str, hook: Config
         fraction: tuple[str, Any] | None = (f"{prefix}partial_rotary_factor", said)
     else:
         fraction = r.get("partial_rotary_factor", "rotary_pct")
+    if fraction is not None and hook.partial_of_qk_head:  # Mistral 4: a share of nope + rope (ConfigHook)
+        nope, rope = r.get("qk_nope_head_dim"), r.get("qk_rope_head_dim")
+        whole = (r.integer(*nope) if nope is not None else 0) + head_dim
+        if rope is None or int(whole * r.number(*fraction)) != head_dim:
+            raise r.error(fraction[0], f"({fraction[1]!r}) x (qk_nope_head_dim + qk_rope_head_dim = {whole}) must be "
+                          f"qk_rope_head_dim ({head_dim}): transformers' {hook.model_type} rotates that many channels "
+                          "of the rope slice, which its rotation cannot apply otherwise")  # fmt: skip
+        r.set("rotary_dim", 0, f"int((qk_nope_head_dim + qk_rope_head_dim) x {fraction[0]}): the whole rope slice")
+        return
     if fraction is None and hook.default_partial:
         fraction = (f"transformers' default partial_rotary_factor for {hook.model_type}", hook.default_partial)
     if fraction is None:

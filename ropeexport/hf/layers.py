@@ -131,8 +131,9 @@ def text_config(config: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any
     found = inner.get("model_type", WRAPPERS[wrapper])  # none named: the wrapper's config class's default
     allowed = TEXT_TYPES.get(wrapper, (WRAPPERS[wrapper],))
     if not isinstance(found, str) or found not in allowed:
-        raise SpecError(f"{where}: text_config.model_type", f"must be {' or '.join(map(repr, allowed))} in a "
-                        f"{wrapper} config, got {inner.get('model_type')!r}")  # fmt: skip
+        named = " or ".join(map(repr, allowed)) if len(allowed) < 3 else f"one of {', '.join(map(repr, allowed))}"
+        raise SpecError(f"{where}: text_config.model_type", f"must be {named} in a {wrapper} config, got "
+                        f"{inner.get('model_type')!r}")  # fmt: skip
     return {**inner, "model_type": found}, f"{where}: text_config"
 
 

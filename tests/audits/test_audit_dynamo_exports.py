@@ -4,7 +4,9 @@ into that computation (the exporter's own graph edited): vLLM #48621's multiplie
 our reading of its figure, here the step count one ahead, 1 + beta * log(2 + floor(pos / original))) and the floor
 dropped (1 + beta * log(1 + pos / original)). The export runs once for the module in its own process (a dynamo export
 leaves fake tensors in transformers' modules): about 9 s of CPU, 30 to 40 s of wall time on a loaded 2-core machine.
-A dynamo export of Qwen2.5-VL's text model is not here: it costs about as much again (``tools/export_qwen_vl_text.py``,
+Mistral 4's (tiny, its latent attention and experts through batched_mm) is audited as it is: its rope slice, its
+softmax scale and each layer's query scale read as its config says. A dynamo export of Qwen2.5-VL's text model is not
+here: it costs about as much again (``tools/export_qwen_vl_text.py``,
 audited by hand: docs/reference/audit.md).
 """  # noqa: D205
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -34,12 +37,18 @@ def exported(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Callable
     def get(name: str) -> tuple[Path, Path]:
         if name not in made:
             ckpt, model = tiny_checkpoint(name), root / name / "model.onnx"
-            got = export(ckpt, model.parent)
+            got = export(ckpt, model.parent, **HOW.get(name, {}))
             assert isinstance(got, Path), got
             made[name] = ckpt, model
         return made[name]
 
     return get
+
+
+# How a model is exported where it differs: mistral4's experts through batched_mm (grouped_mm does not lower), its
+# class named (transformers 5.23's AutoModelForCausalLM has no mistral4 entry)
+HOW: dict[str, dict[str, Any]] = {"mistral4": {"batched_mm": True, "prelude": "transformers.AutoModelForCausalLM = "
+                                               "transformers.Mistral4ForCausalLM"}}  # fmt: skip
 
 
 def _plant(model: Path, folder: Path, how: str) -> Path:
@@ -89,3 +98,15 @@ def test_ministrals_computed_query_factor_is_read_per_layer_and_judged(
     found = named["query-scale"]
     assert "not_measured" in found["effect"] and found["next"]["action"] == "re-export", found
     assert not result.gate["passed"]
+
+
+@pytest.mark.slow  # one dynamo export (module doc)
+def test_mistral4s_export_is_read_with_its_rope_slice_softmax_and_query_scales(exported) -> None:  # noqa: ANN001
+    from tests.audits.test_audit_latent import read_right
+
+    ckpt, model = exported("mistral4")
+    result = rx.audit(model, ckpt / "config.json")
+    named = {f["name"]: f for f in result.findings}
+    assert named.pop("float32-angles")["severity"]["level"] == "harmless"  # its angles as transformers computes them
+    assert not named and result.gate["passed"], [f["text"] for f in named.values()]
+    read_right(result, "mistral4")  # each layer's rope slice, softmax scale and query scale, as the config says

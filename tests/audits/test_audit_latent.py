@@ -52,19 +52,24 @@ def built(ckpt: Path, folder: Path, graph: str = "fused", edit: Callable[[Any], 
 
 
 def read_right(result: Any, name: str) -> None:
-    """The readings of ropeexport's own decoder of ``name`` (deepseek_v3, glm4_moe_lite, llama4) say what its config
-    says.
+    """The readings of ropeexport's own decoder of ``name`` (deepseek_v3, glm4_moe_lite, mistral4, deepseek_v2,
+    llama4) say what its config says.
     """  # noqa: D205
     layers = result.layers
-    if name.startswith(("deepseek_v3", "glm4_moe_lite")):  # the same widths (tests/decoder/tiny.py)
+    if name.startswith(("deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v2")):  # the same widths (tiny.py)
         slices = layers["rope_slices"]
         assert {(s["layer"], s["role"]) for s in slices} == {(i, r) for i in (0, 1) for r in "qk"}, slices
         assert all(s["channels"] == (ROPE_LAST if s["role"] == "q" else KEY_LAST) for s in slices), slices
         # the fused forms' Attention operators carry the softmax's scale (with YaRN's mscale squared); a Softmax not.
         # glm4_moe_lite's plain RoPE: 16 ** -0.5 alone
-        scale = 0.25 if name == "glm4_moe_lite" else 0.301407
+        # mistral4's and deepseek_v2's YaRN x2 with mscale_all_dim 1.0 and 0.707: 0.25 x (1 + 0.1 m ln 2) ** 2
+        scale = {"glm4_moe_lite": 0.25, "mistral4": 0.25 * (1 + 0.1 * math.log(2.0)) ** 2,
+                 "deepseek_v2": 0.25 * (1 + 0.1 * 0.707 * math.log(2.0)) ** 2}.get(name, 0.301407)  # fmt: skip
         assert set(layers["attention_scales"]) <= {"0", "1"} and all(
             v == pytest.approx(scale, rel=1e-5) for v in layers["attention_scales"].values()), layers  # fmt: skip
+        # mistral4's whole query times 1 + 0.1 log(1 + floor(pos / 64)) on both layers: 1 at 0, 1 + 0.1 ln 2 at 127
+        scaled = {str(i): {"first": 1.0, "last": pytest.approx(1 + 0.1 * math.log(2.0), rel=1e-6)} for i in (0, 1)}
+        assert (layers.get("query_scales") or {}) == (scaled if name == "mistral4" else {}), layers
     if name == "llama4":  # layer 3 NoPE, with the temperature; 0-2 rotated and chunked over 8 slots
         assert layers["unrotated"] == [3] and [g["layers"] for g in layers["groups"]] == [[0, 1, 2]], layers
         assert list(layers["query_scales"]) == ["3"] and layers["query_scales"]["3"]["first"] == 1.0, layers

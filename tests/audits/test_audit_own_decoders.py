@@ -29,9 +29,10 @@ from tests.decoder.tiny import CONFIGS, VARIANTS
 # Gemma 2 has no tensorrt form (TensorRT cannot cap attention logits), nor DeepSeek V3 (latent attention's keys and
 # values differ in width). Gemma 3's layers use two encodings and SmolLM3's leave some layers unrotated: each site is
 # checked against the encoding of the layers reading it.
-NO_TENSORRT = ("gemma2", "deepseek_v3", "glm4_moe_lite")
-# GLM-4.7-Flash's latent attention is DeepSeek V3's component, audited above in every form: its decoder in one (CI time)
-ONE_FORM = {"glm4_moe_lite": "fused"}
+NO_TENSORRT = ("gemma2", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v2")
+# GLM-4.7-Flash's, Mistral 4's and DeepSeek V2's latent attention is DeepSeek V3's component, audited above in every
+# form: their decoders in one (CI time)
+ONE_FORM = {"glm4_moe_lite": "fused", "mistral4": "fused", "deepseek_v2": "fused"}
 # Gemma 4 as 26B-A4B's shape (``tests.decoder.tiny.VARIANTS``: the dense tiny gemma4 with the mixture beside every
 # MLP) in place of the dense one: the same rotations, read among the router's, the experts' and their norms' nodes
 CASES = [(name if name != "gemma4" else "gemma4-moe", form) for name in CONFIGS for form in FORMS
@@ -60,7 +61,7 @@ def test_every_decoder_ropeexport_builds_audits_exact(name: str, graph: str, tmp
     assert result.spec["max_positions"] == int(declared["ropeexport.max_positions"])
     alibi = (CONFIGS | VARIANTS)[name][0] == "bloom"
     assert result.sites and all((s["kind"] == "ALiBi bias") == alibi for s in result.sites), result.sites
-    if name in ("deepseek_v3", "glm4_moe_lite", "llama4"):  # each rope slice, the NoPE layer, temperature, chunks
+    if name in ("deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v2", "llama4"):  # rope slices, NoPE, scales
         from tests.audits.test_audit_latent import read_right
 
         read_right(result, name)

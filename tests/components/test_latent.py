@@ -264,6 +264,36 @@ def test_latent_graph_matches_its_twin(cache: str, dtype: str, layout: str, form
     assert all(seen.values()), seen
 
 
+# Mistral 4's query scale (``LatentSpec.query_scale``, 1 + 0.1 log(1 + floor(pos / 64))) in each graph that builds it:
+# (cache, form). The far chunk (positions 2045-2047) is scaled by 1 + 0.1 ln 32, the decodes at 4 and 6 by 1.
+QUERY_SCALED = [("expanded", "decomposed"), ("latent", "decomposed"), ("expanded", "fused"), ("expanded", "gqa")]
+
+
+@pytest.mark.parametrize(("cache", "form"), QUERY_SCALED, ids=["-".join(c) for c in QUERY_SCALED])
+def test_latent_query_scale_matches_its_twin(cache: str, form: str) -> None:
+    import onnxruntime as ort
+
+    from ropeexport.components.latent.graph import latent_model
+    from ropeexport.components.query_scale import QueryScaleSpec
+
+    scaled = QueryScaleSpec("log_floor", 0.1, 64, 0, 2560)
+    spec = dataclasses.replace(_spec(True, softmax_scale(NOPE + ROPE, YARN), "fp32", cache), graph=form,
+                               position=_piece("interleaved", "fp32"), query_scale=scaled)  # fmt: skip
+    rng = np.random.default_rng(13)
+    weights = _weights(spec, rng)
+    session = ort.InferenceSession(latent_model(spec, weights).SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    unscaled_seen = False
+    for name, (pos, mask) in _calls(form).items():
+        feeds = _feeds(spec, pos, mask, rng)
+        got = dict(zip(names, session.run(None, feeds), strict=True))
+        want = latent64(spec, feeds, weights)
+        assert _within_rows(got["output"].astype(np.float64), want["output"], "fp32"), name
+        unscaled = latent64(dataclasses.replace(spec, query_scale=None), feeds, weights)["output"]
+        unscaled_seen |= not _within_rows(got["output"].astype(np.float64), unscaled, "fp32")
+    assert unscaled_seen  # the scale is really applied: the twin without it falls outside at the far chunk
+
+
 def test_latent_caches_agree_and_the_latent_one_is_smaller() -> None:
     # The same layer, cache for cache: the latent cache's twin expands what it holds, so both twins give one output
     # for one history (float64, to 1e-12); the cache's bytes per token are the spec's shapes, DeepSeek V3's printed.

@@ -16,7 +16,8 @@ import ropeexport as rx
 from tests.cases import tiered
 from tests.decoder.tiny import CONFIGS, VL_CONFIGS, WRAPPED, checkpoint
 
-CASES = [(name, "fused") for name in CONFIGS] + [
+# (mistral4's one row is its latent cache's, below: the fused form's latent attention is deepseek_v3's row's; CI time)
+CASES = [(name, "fused") for name in CONFIGS if name != "mistral4"] + [
     ("llama", "decomposed"),
     ("phi3-longrope", "decomposed"),
     ("bloom", "decomposed"),
@@ -62,6 +63,7 @@ CASES = [(name, "fused") for name in CONFIGS] + [
     # Mistral Large 4 (its wrapper's checkpoint): LeRoPE, the learned query scale, a NoPE layer, a shared latent cache
     # (transformers' source, not the one kv_source_layers names), its router, the final soft cap; the latent cache
     ("mistral_large4", "decomposed"),
+    ("mistral4", "decomposed"),  # its query scale in the latent cache's absorbed form (logits scaled per query row)
 ]
 # Decoders whose query scale follows position_ids where transformers' follows the cache slot (Llama 4's temperature:
 # architectures.llama4_text): compared with transformers only where each row's positions are its slots (no left
@@ -72,7 +74,8 @@ BY_SLOT = {"llama4": {"decode-64", "chunked-prefill"}}
 # Rows built with a build option: Kimi K2's shape with latent attention's latent cache (the latent and the rotated rope
 # key cached, kv_b_proj absorbed; the decomposed form's)
 OPTIONS = {("deepseek_v3-kimi", "decomposed"): {"latent_cache": True},
-           ("mistral_large4", "decomposed"): {"latent_cache": True}}  # fmt: skip
+           ("mistral_large4", "decomposed"): {"latent_cache": True},
+           ("mistral4", "decomposed"): {"latent_cache": True}}  # fmt: skip
 
 # Fast tier: a grouped-query llama, Phi-3 LongRoPE in the gqa form and BLOOM (ALiBi); CI builds every case.
 FAST = {("llama", "fused"), ("phi3-longrope", "gqa"), ("bloom", "fused"), ("gemma3", "fused"), ("gpt_oss", "fused")}
@@ -83,7 +86,7 @@ def test_decoder_matches_float64_and_transformers(name: str, graph: str, tmp_pat
     ckpt = tiny_checkpoint(name)
     result = rx.build_decoder(tmp_path / "out", checkpoint=ckpt, graph=graph, **OPTIONS.get((name, graph), {}))
     report = result.decoder_report
-    assert report.spec.get("latent_cache", False) == bool(OPTIONS.get((name, graph)))
+    assert report.spec.get("latent_cache", False) == OPTIONS.get((name, graph), {}).get("latent_cache", False)
     failing = [(s.name, c.index, c.float64.rel) for s in report.scenarios for c in s.calls if not c.passed]
     assert result.passed, failing
     assert report.references.transformers.startswith("transformers")
@@ -234,8 +237,11 @@ def test_every_architecture_has_a_tiny_checkpoint_in_the_case_tables() -> None:
 
 
 # Qwen-VL's: tests/decoder/test_qwen_vl.py; Gemma 4's read below (its whole model as the reference: minutes in CI);
-# Mistral Large 4's checkpoint is its wrapper's alone (Mistral's own format): its row in CASES
-@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS) - {"gemma4-multimodal", "mistral_large4"}))
+# Mistral Large 4's checkpoint is its wrapper's alone (Mistral's own format): its row in CASES; Mistral Small 4 in its
+# mistral3 wrapper: its text model read below (a whole build of it as of mistral3-multimodal's, by hand:
+# docs/reference/decoders.md; CI time)
+@pytest.mark.parametrize("name", sorted(set(WRAPPED) - set(VL_CONFIGS)
+                                        - {"gemma4-multimodal", "mistral_large4", "mistral3-mistral4"}))  # fmt: skip
 def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     # Gemma 3 4B-27B ship as gemma3: the text model's weights under language_model., a vision tower beside them.
     ckpt = tiny_checkpoint(name)
@@ -255,6 +261,20 @@ def test_the_text_model_of_a_multimodal_checkpoint(name: str, tmp_path: Path, ti
     (tmp_path / "config.json").write_text((ckpt / "config.json").read_text())
     with pytest.raises(rx.errors.CheckpointError, match="'language_model.model.layers.0.adapter.weight' is not a"):
         rx.build_decoder(tmp_path / "out2", checkpoint=tmp_path, graph="fused")
+
+
+def test_mistral_small_4s_text_model_is_read_from_its_mistral3_checkpoint(tiny_checkpoint) -> None:  # noqa: ANN001
+    # Mistral3ForConditionalGeneration over a mistral4 text model: every weight the text model reads found under the
+    # wrapper's prefix (its fused experts among them), the vision tower passed over
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.checkpoint import load_checkpoint
+    from ropeexport.decoder.weights import expected
+
+    spec, _ = resolve(DecoderRequest(checkpoint=tiny_checkpoint("mistral3-mistral4")))
+    assert (spec.model_type, spec.text_of) == ("mistral4", "mistral3")
+    assert [layer.ffn.router for layer in spec.layers] == ["", "grouped_softmax"]
+    weights = load_checkpoint(spec, tiny_checkpoint("mistral3-mistral4"))
+    assert {k: tuple(v.shape) for k, v in weights.items()} == expected(spec)
 
 
 def test_gemma4s_text_model_is_read_from_its_multimodal_checkpoint(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001

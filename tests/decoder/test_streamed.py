@@ -87,6 +87,11 @@ def test_the_written_checkpoint_is_what_transformers_reads(ckpt: Path) -> None:
 # Mixtures at a test's size: their experts are what transformers 5 fuses in memory and saves apart.
 MIXTURES = {
     "qwen3-30b-a3b": {**TINY, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2},
+    # DeepSeek-V2-Lite's released keys (deepseek_v2), shrunk as the V3 stand-in below
+    "deepseek-v2-lite": {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32, "vocab_size": 300,
+                         "n_routed_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 2,
+                         "num_key_value_heads": 2, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                         "v_head_dim": 16},
     "deepseek-v2-lite-v3": {"hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
                             "vocab_size": 300, "n_routed_experts": 4, "num_experts_per_tok": 2,
                             "num_attention_heads": 2, "num_key_value_heads": 2, "kv_lora_rank": 32,

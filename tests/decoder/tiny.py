@@ -149,6 +149,34 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                         "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
                                         "v_head_dim": 12, "max_position_embeddings": 128, "pad_token_id": 0,
                                         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}),
+    # Mistral Small 4 (model_type mistral4): DeepSeek V3's latent attention (query LoRA 16, latent 16, keys 8 nope + 8
+    # rope, values 8) with YaRN x2 over 64 positions (mscale pair 1.0, as the config class fills in; its real x128 over
+    # 8192) and the whole query times 1 + 0.1 * log(1 + floor(pos / 64)): a step at 64 of its 128 positions, crossed by
+    # the YaRN switch's scenarios; layer 0 dense (first_k_dense_replace 1), layer 1 the softmax grouped router: 8
+    # experts in 2 groups, the best group kept, 2 a token renormalized, times 2.0, one shared expert
+    "mistral4": ("mistral4", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                              "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                              "routed_scaling_factor": 2.0, "first_k_dense_replace": 1, "q_lora_rank": 16,
+                              "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+                              "max_position_embeddings": 128, "pad_token_id": 0,
+                              "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                                  "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                                  "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                  "max_position_embeddings": 128, "llama_4_scaling_beta": 0.1}}),
+    # DeepSeek-V2 (model_type deepseek_v2): latent attention as deepseek_v3's (a plain q_proj, as V2-Lite's; latent 16,
+    # keys 8 nope + 8 rope, values 8) rotated in complex form, YaRN x2 over 64 (128 positions) with V2's mscale pair
+    # 0.707 under the 4.x key "type" (as V2-Lite's config.json says it); layer 0 dense, layer 1 V2's router: softmax
+    # over 8 experts in 4 groups each scored by its best, 2 groups kept, 3 experts a token, not renormalized, times 16
+    # (DeepSeek-V2's), two shared experts
+    "deepseek_v2": ("deepseek_v2", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                                    "n_routed_experts": 8, "num_experts_per_tok": 3, "n_group": 4, "topk_group": 2,
+                                    "topk_method": "group_limited_greedy", "routed_scaling_factor": 16.0,
+                                    "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None,
+                                    "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                    "v_head_dim": 8, "max_position_embeddings": 128, "pad_token_id": 0,
+                                    "rope_scaling": {"type": "yarn", "factor": 2.0, "rope_theta": 10000.0,
+                                                     "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                                     "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}}),
     # Llama 4: layers 0-2 chunked over 8 slots with RoPE (llama3 x8 over 64, interleaved pairs) and the L2 q/k norm,
     # layer 3 NoPE with the temperature q * (log(floor((pos + 1) / 4) + 1) * 0.1 + 1): a step every 4 positions;
     # layers 1 and 3 a mixture of 4 experts 24 wide, top-1 by sigmoid, beside a shared expert; 0 and 2 dense, 48 wide.
@@ -238,6 +266,13 @@ WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                           "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
                           "patch_size": 14},
         "image_token_index": 95, "tie_word_embeddings": False}),
+    # Mistral Small 4 as a mistral3 checkpoint (Mistral3ForConditionalGeneration over a mistral4 text model): the same
+    # Pixtral tower beside it
+    "mistral3-mistral4": ("mistral3", "mistral4", {
+        "vision_config": {"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 48,
+                          "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
+                          "patch_size": 14},
+        "image_token_index": 95, "tie_word_embeddings": False}),
     # Gemma 4 (its released sizes ship as gemma4): a vision tower of one layer and its projection beside the text model
     # (model.language_model.), no audio tower
     "gemma4-multimodal": ("gemma4", "gemma4", {
@@ -286,13 +321,16 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     """  # noqa: D205
     torch.manual_seed(seed)
     # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
-    whole = ("mistral3-multimodal", "gemma4-multimodal", "mistral_large4")
+    whole = ("mistral3-multimodal", "mistral3-mistral4", "gemma4-multimodal", "mistral_large4")
     auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     config = hf_config(name)
     for key, value in (vision or {}).items():
         setattr(config.vision_config, key, value)
-    model = auto.from_config(config, attn_implementation="eager")
+    if config.model_type == "mistral4":  # transformers 5.23's AutoModelForCausalLM has no mistral4 entry: its class
+        model = transformers.Mistral4ForCausalLM._from_config(config, attn_implementation="eager")
+    else:
+        model = auto.from_config(config, attn_implementation="eager")
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)

@@ -39,9 +39,10 @@ INT4 = [("fp32", "fused", "int4-b32", {"weight_format": "int4"}),
                                               "symmetric": False})]  # fmt: skip
 
 # The tiny decoders whose tensorrt form is refused: gemma2 (TensorRT cannot cap attention logits), the Qwen-VL ones
-# (M-RoPE: no TensorRT run of it verified), deepseek_v3 and glm4_moe_lite (latent attention's keys and values differ
-# in width).
-NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "deepseek_v3", "glm4_moe_lite")
+# (M-RoPE: no TensorRT run of it verified), deepseek_v3, glm4_moe_lite, mistral4 and deepseek_v2 (latent attention's
+# keys and values differ in width).
+NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "deepseek_v3", "glm4_moe_lite", "mistral4",
+               "deepseek_v2")  # fmt: skip
 
 
 def _written(model: object, folder: Path) -> str:

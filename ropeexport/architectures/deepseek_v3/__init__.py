@@ -130,14 +130,16 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.jso
     return fields, sources
 
 
-def dense_layers(config: Mapping[str, Any], count: int, where: str = "config.json") -> list[dict[str, object]]:
+def dense_layers(config: Mapping[str, Any], count: int, where: str = "config.json",
+                 defaults: Defaults = ("DeepseekV3Config", DEFAULTS)) -> list[dict[str, object]]:  # fmt: skip
     """Per layer the fields where it differs from the default one: the first ``first_k_dense_replace`` layers are
-    dense gated MLPs of ``intermediate_size``, no experts (transformers' ``DeepseekV3DecoderLayer``).
+    dense gated MLPs of ``intermediate_size``, no experts (transformers' ``DeepseekV3DecoderLayer``; Mistral 4's and
+    DeepSeek V2's alike), ``defaults`` where a key is absent.
     """  # noqa: D205
-    k, _ = field_value(config, where, "first_k_dense_replace", "count")
+    k, _ = field_value(config, where, "first_k_dense_replace", "count", defaults)
     if not k:
         return [{} for _ in range(count)]
-    width, _ = field_value(config, where, "intermediate_size", "size")
+    width, _ = field_value(config, where, "intermediate_size", "size", defaults)
     return [dense_mlp(width) if i < k else {} for i in range(count)]
 
 
@@ -169,11 +171,12 @@ def layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
                                qk_nope_head_dim=fields.get("qk_nope_head_dim", 0),
                                v_head_dim=fields.get("v_head_dim", 0))  # fmt: skip
     ffn = FeedForward("moe", fields["act"], fields["intermediate_size"], experts=fields.get("num_experts", 0),
-                      top_k=fields.get("experts_per_token", 0), router="grouped", groups=fields.get("n_group", 0),
+                      top_k=fields.get("experts_per_token", 0), router=fields.get("router", "grouped"),
+                      groups=fields.get("n_group", 0),
                       topk_group=fields.get("topk_group", 0), norm_topk_prob=fields.get("norm_topk_prob", False),
                       scaling=fields.get("routed_scaling_factor", 0.0),
                       shared=fields.get("n_shared_experts", 0))  # fmt: skip
-    return LayerSpec(attention, ffn, position)
+    return LayerSpec(attention, ffn, position, query_scale=fields.get("query_scale"))
 
 
 ARCHITECTURE = Architecture(

@@ -35,6 +35,17 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dic
     read) must agree with the top-level one where both are given.
     """
     fields, sources = read_layout(arch, config, where)
+    scale, source = query_scale(config, where, "ministral3")
+    if source:
+        fields["query_scale"], sources["query_scale"] = scale, source
+    return fields, sources
+
+
+def query_scale(config: Mapping[str, Any], where: str, model_type: str) -> tuple[dict[str, Any] | None, str]:
+    """(every layer's query scale from the scaling dict (module doc), its source); (None, "") where the config has no
+    scaling dict (the encoding's import refuses it); SpecError naming the key at fault. Mistral 4 reads it alike
+    (``architectures.mistral4``).
+    """  # noqa: D205
     key = next((k for k in ("rope_parameters", "rope_scaling") if isinstance(config.get(k), Mapping)), None)
     params: Mapping[str, Any] = config[key] if key is not None else {}
     stated, top = params.get("max_position_embeddings"), config.get("max_position_embeddings")
@@ -42,24 +53,21 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str) -> tuple[dic
         raise SpecError(f"{where}: {key}.max_position_embeddings", f"({stated!r}) contradicts max_position_embeddings "
                         f"({top!r}); transformers reads the top-level one")  # fmt: skip
     if key is None:
-        return fields, sources  # the encoding's import refuses it (its config class fills in a whole YaRN setting)
+        return None, ""  # the encoding's import refuses it (its config class fills in a whole YaRN setting)
     beta = params.get(BETA)
     if beta is None:
-        raise SpecError(f"{where}: {key}.{BETA}", "missing: transformers' ministral3 attention multiplies the query by "
-                        f"1 + {BETA} * log(1 + floor(position / {ORIGINAL})) and has no default for it")  # fmt: skip
+        raise SpecError(f"{where}: {key}.{BETA}", f"missing: transformers' {model_type} attention multiplies the query "
+                        f"by 1 + {BETA} * log(1 + floor(position / {ORIGINAL})) and has no default for it")  # fmt: skip
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta < float("inf"):
         raise SpecError(f"{where}: {key}.{BETA}", f"must be a finite number >= 0 (0: no query scale), got {beta!r}")
     if not beta:
-        fields["query_scale"], sources["query_scale"] = None, f"{key}.{BETA} 0 (the query times 1: none)"
-        return fields, sources
+        return None, f"{key}.{BETA} 0 (the query times 1: none)"
     if params.get(ORIGINAL) is None:
         raise SpecError(f"{where}: {key}.{ORIGINAL}", f"missing: {key}.{BETA} ({beta!r}) scales the query by the "
                         f"position over {key}.{ORIGINAL}, which transformers reads from the dict alone")  # fmt: skip
     original = number(where, f"{key}.{ORIGINAL}", params[ORIGINAL])
-    fields["query_scale"] = {"kind": "log_floor", "beta": float(beta), ORIGINAL: original}
-    sources["query_scale"] = (f"log_floor: beta <- {key}.{BETA}; {ORIGINAL} <- {key}.{ORIGINAL} "
-                              "(transformers' get_llama_4_attn_scale)")  # fmt: skip
-    return fields, sources
+    return {"kind": "log_floor", "beta": float(beta), ORIGINAL: original}, (
+        f"log_floor: beta <- {key}.{BETA}; {ORIGINAL} <- {key}.{ORIGINAL} (transformers' get_llama_4_attn_scale)")
 
 
 ARCHITECTURE = replace(

@@ -18,6 +18,7 @@ from ropeexport.components.attention.float64 import visible
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
+from ropeexport.components.query_scale import query_scale64
 from ropeexport.forms import FORMS
 from ropeexport.recipes import Feeds
 
@@ -78,6 +79,8 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     if spec.query_scale_positions:  # scale[h] * log(p + 1) + bias[h], the whole query of head h at position p
         log = np.log(pos.astype(np.float64) + 1.0)[:, None, :, None]  # [b, 1, s, 1]
         query = query * (w["q_scale"][None, :, None, None] * log + w["q_scale_bias"][None, :, None, None])
+    if spec.query_scale is not None:  # the whole query times its position's factor (Mistral 4)
+        query = query * query_scale64(spec.query_scale, pos)[:, None, :, None]
     if reuse:
         keys, values = expand64(spec, latent, rope_key, w)
         past, present = latent.shape[2] - s, {}

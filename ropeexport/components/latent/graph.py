@@ -18,6 +18,11 @@ query, key and position_ids (tables computed once for a model) become the layer'
   (q_nope W_uk) . c) and its value half applied after the softmax (weights [b, H, s, t] x c [b, 1, t, r] x W_uv
   [H, r, v]). The absorbed matrices are the stored kv_b_proj's values, transposed: one rounding, as stored.
 
+A ``query_scale`` (Mistral 4) multiplies the whole query [q_nope, q_rope] by its position's factor
+(``components.query_scale``): the expanded forms scale the concatenated query, as transformers does; the latent form
+scales the logits of each query row [b, H, s, t] by it, the same product regrouped ((f q) . k = f (q . k)), since its
+query is never concatenated (q_nope is absorbed into the latent's width).
+
 Both: logits times ``logit_scale`` (YaRN's mscale squared in it), masked with the dtype's most negative finite
 value (the causal rule over the cache and the padding, ``attention.masks.causal_mask``), softmax in float32 below
 fp32 (as transformers' eager attention), rows that see no key multiplied by 0.
@@ -38,6 +43,7 @@ from ropeexport.components.attention.spec import AttentionSpec
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
+from ropeexport.components.query_scale import scale_query
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
@@ -206,6 +212,8 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         logits = g.op("MatMul", [q_latent, g.op("Transpose", [latents], perm=[0, 1, 3, 2])])
         if q_rope is not None:  # a NoPE layer's logits are the latent's alone
             logits = g.op("Add", [logits, g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])])])
+        if spec.query_scale is not None:  # [b, 1, s, 1] against [b, H, s, t]: each query row's factor (module doc)
+            logits = scale_query(g, spec.query_scale, logits, flat=False)
         probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
@@ -219,6 +227,8 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             keys, query = k_nope, q_nope
         if spec.query_scale_positions:
             query = g.op("Mul", [query, _query_factor(g, spec, stored)])
+        if spec.query_scale is not None:  # the whole query, after the rotation (Mistral 4)
+            query = scale_query(g, spec.query_scale, query, flat=False)
         form = FORMS[spec.graph]
         if form.one_head_size:  # GroupQueryAttention: values padded to the key's width
             attended = _attend_gqa(g, spec, query, keys, values)

@@ -9,6 +9,8 @@ DeepSeek-V2 (arXiv:2405.04434, section 2.1) and transformers 5.23's ``DeepseekV3
 - q_rope and k_rope rotated by the position piece (RoPE on the ``qk_rope_head_dim`` slice only; the nope dims are
   never rotated), interleaved pairs (2i, 2i + 1) when the config's ``rope_interleave`` says so (the piece's layout);
 - ``kv_b_proj`` c = [k_nope, v] per head ([H, nope + v]); the key of head h is [k_nope_h, k_rope];
+- with a ``query_scale`` (Mistral 4, transformers 5.23 ``Mistral4Attention.forward``, modular_mistral4.py:145-149)
+  the whole query [q_nope, rotated q_rope] times the factor of its position (``components.query_scale``);
 - logits q . k * scale (``softmax_scale``: (nope + rope) ** -0.5 times YaRN's mscale(factor, mscale_all_dim)
   squared), causal over the cache, softmax, times v, ``o_proj`` [H v, n].
 
@@ -38,6 +40,7 @@ from typing import Any
 
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
+from ropeexport.components.query_scale import QueryScaleSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
@@ -58,7 +61,8 @@ def softmax_scale(qk_head_dim: int, rope_parameters: Mapping[str, Any]) -> float
     separate, and DeepSeek V3's mscale = mscale_all_dim makes the table's factor exactly 1.
     """
     scale = qk_head_dim**-0.5
-    if rope_parameters.get("rope_type", "default") != "default":
+    # a 4.x config says "type" (DeepSeek V3 and V2-Lite as released); transformers reads it as rope_type
+    if rope_parameters.get("rope_type", rope_parameters.get("type", "default")) != "default":
         all_dim = rope_parameters.get("mscale_all_dim", 0) or 0
         if all_dim:
             factor = float(rope_parameters["factor"])
@@ -74,8 +78,9 @@ class LatentSpec:
     dtype). ``position``: the RoPE piece over query [b, H, s, rope] and key [b, 1, s, rope], or None (no rotation).
     ``graph``: ``decomposed`` (opset-17 primitives, either cache), ``fused`` (opset-23 Attention) or ``gqa``
     (GroupQueryAttention, values padded to the key's width), the expanded cache; tensorrt and static-cache are not
-    built (refused by name). ``query_scale_positions`` > 0: the learned query scale (module doc), its log table
-    reaching that many positions; 0: none. ``qk_rope_head_dim`` 0 only without a ``position`` (a NoPE layer).
+    built (refused by name). ``query_scale_positions`` > 0: the learned per-head query scale (module doc), its log
+    table reaching that many positions; 0: none. ``query_scale``: the query times a factor of its position alone
+    (Mistral 4's, module doc), or None. ``qk_rope_head_dim`` 0 only without a ``position`` (a NoPE layer).
     """  # noqa: D205
 
     num_heads: int
@@ -93,6 +98,7 @@ class LatentSpec:
     weights: WeightFormat | None = None
     query_scale_positions: int = 0
     kv_sharing: str = ""  # "", "store" (another layer reads its latent) or "reuse" (module doc)
+    query_scale: QueryScaleSpec | None = None
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1, 4096)
@@ -126,6 +132,11 @@ class LatentSpec:
             not isinstance(self.weights, WeightFormat) or self.weights.dtype != self.dtype
         ):
             raise SpecError("weights", f"must be a linear.WeightFormat in the layer's dtype ({self.dtype}) or None")
+        if self.query_scale is not None and (
+            not isinstance(self.query_scale, QueryScaleSpec) or self.query_scale.dtype != self.dtype
+        ):
+            raise SpecError("query_scale", f"must be a query_scale.QueryScaleSpec in the layer's dtype ({self.dtype}) "
+                            f"or None, got {self.query_scale!r}")  # fmt: skip
 
     @property
     def qk_head_dim(self) -> int:
