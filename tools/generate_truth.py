@@ -2,6 +2,8 @@
 
     python tools/generate_truth.py DIR --prompt-ids 1,2,..,16 --max-new-tokens 16 --far --json OUT.json
     python tools/generate_truth.py DIR ... --cap-gib 7   # the worker's process tree killed past 7 GiB of RSS
+    python tools/generate_truth.py DIR --prompt-ids 1,2,..,16 --engine onnxruntime-genai --json OUT.json
+    python tools/generate_truth.py DIR --prompt-length 2032 --max-new-tokens 16 --engine onnxruntime-genai ...
 
 ``ropeexport generate``'s loop (``decoder.serve.DecoderSession``: ONNX Runtime, the cache kept, greedy) generates
 ``--max-new-tokens`` after the prompt, placed with ``--far`` so that the last new token sits at the decoder's last
@@ -12,6 +14,12 @@ the prompt's last on: its greedy token at each step, taken on the runtime's sequ
 runtime picked. A step where they differ is reported with the float64 top-2 margin there (a near tie: within the
 decoder's tolerance x the logit scale; anything else is a wrong token). Both tokens lists equal means the two greedy
 generations are the same sequence (each step's prefix is the same).
+
+``--engine onnxruntime-genai``: the generation is onnxruntime-genai's own loop (``genai_serve.genai_generate``, as
+``ropeexport generate --engine onnxruntime-genai`` runs it), judged by the same truth. It places a prompt at positions
+0 .. n - 1 only (no offset: ``--far`` is refused), so its far positions are reached by a long prompt:
+``--prompt-length N`` is the prompt 1, 2, .., N (each id taken modulo the vocabulary), the truth's one pass then
+covering all N + new - 1 slots. It stops early at its eos id: a shorter list is reported unequal.
 
 Run as a worker under ``bench_sizes.measure`` (wall, peak RSS of the process tree, ``--cap-gib``); its JSON holds
 both generations, the agreement, the runtime's prefill / decode speed, and the truth's seconds.
@@ -33,8 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def work(folder: Path, prompt: list[int], new: int, far: bool) -> dict[str, Any]:
-    """The runtime's generation and the float64 truth's greedy tokens on it (module doc)."""
+def work(
+    folder: Path, prompt: list[int], new: int, far: bool, engine: str = "ort", wrap: bool = False
+) -> dict[str, Any]:
+    """The runtime's generation (``engine``: ``ort``, ropeexport's loop, or ``onnxruntime-genai``) and the float64
+    truth's greedy tokens on it (module doc). ``wrap``: ids past the vocabulary taken modulo it (``--prompt-length``).
+    """  # noqa: D205
     import onnx
 
     from ropeexport.decoder.held import held_weights
@@ -46,8 +58,15 @@ def work(folder: Path, prompt: list[int], new: int, far: bool) -> dict[str, Any]
 
     session = DecoderSession(folder, threads=None, spinning=False)
     spec = session.spec
+    if wrap:  # 1 .. vocab - 1 again (0 left out: often a special id)
+        prompt = [1 + (t - 1) % (spec.vocab_size - 1) for t in prompt]
     offset = session.max_positions - len(prompt) - new if far else 0
-    generation = session.generate(prompt, new, offset)
+    if engine == "onnxruntime-genai":
+        from ropeexport.decoder.genai_serve import genai_generate
+
+        generation = genai_generate(session, prompt, new, offset)  # an offset refused there, in one line
+    else:
+        generation = session.generate(prompt, new, offset)
     ran, limit = generation.to_dict(), session.max_positions
     del session
     record = read_record(folder)
@@ -71,7 +90,8 @@ def work(folder: Path, prompt: list[int], new: int, far: bool) -> dict[str, Any]
     differ = [{"step": k, "runtime": tokens[k], "float64": int(picked[k]), "margin": float(ordered[k, 0] -
                ordered[k, 1]), "near_tie": bool(ordered[k, 0] - ordered[k, 1] <= 2 * bound)}
               for k in range(len(tokens)) if int(picked[k]) != tokens[k]]  # fmt: skip
-    return {"folder": str(folder), "model": spec.name, "position_offset": offset,
+    return {"folder": str(folder), "model": spec.name, "engine": engine, "prompt_length": len(prompt),
+            "position_offset": offset,
             "last_position": offset + len(prompt) + new - 1, "max_positions": limit,
             "runtime": {k: ran[k] for k in ("tokens", "prefill_tokens_per_second", "decode_ms_per_token", "regimes")},
             "float64_tokens": [int(t) for t in picked], "equal": not differ, "differ": differ,
@@ -83,22 +103,38 @@ def main(argv: list[str] | None = None) -> int:
     """Run the worker under ``bench_sizes.measure`` and write its JSON with the measurement (module doc)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path)
-    p.add_argument("--prompt-ids", required=True)
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt-ids", help="comma-separated token ids")
+    given.add_argument("--prompt-length", type=int, help="the prompt 1, 2, .., N (modulo the vocabulary)")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--far", action="store_true", help="the last new token at max_positions - 1")
     p.add_argument("--json", type=Path, help="write the result here")
+    p.add_argument("--engine", default="ort", choices=("ort", "onnxruntime-genai"))
     p.add_argument("--cap-gib", type=float)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    prompt = [int(t) for t in args.prompt_ids.split(",")]
+    if args.prompt_length is not None and args.prompt_length < 1:
+        p.error(f"--prompt-length must be at least 1, got {args.prompt_length}")
+    if args.far and args.engine == "onnxruntime-genai":
+        p.error("--far: onnxruntime-genai places a prompt at positions 0 .. n - 1 only; reach far positions with "
+                "--prompt-length")  # fmt: skip
+    prompt = ([int(t) for t in args.prompt_ids.split(",")] if args.prompt_ids is not None else
+              list(range(1, args.prompt_length + 1)))  # fmt: skip
     if args.worker:
-        print(json.dumps(work(args.folder, prompt, args.max_new_tokens, args.far)))
+        wrap = args.prompt_length is not None
+        print(json.dumps(work(args.folder, prompt, args.max_new_tokens, args.far, args.engine, wrap)))
         return 0
     sys.path.insert(0, str(ROOT / "tools"))
     from bench_sizes import _free, measure
 
-    command = [sys.executable, str(Path(__file__).resolve()), str(args.folder), "--prompt-ids", args.prompt_ids,
-               "--max-new-tokens", str(args.max_new_tokens), "--worker", *(["--far"] if args.far else [])]  # fmt: skip
+    given = (
+        ["--prompt-ids", args.prompt_ids]
+        if args.prompt_ids is not None
+        else ["--prompt-length", str(args.prompt_length)]
+    )
+    command = [sys.executable, str(Path(__file__).resolve()), str(args.folder), *given, "--max-new-tokens",
+               str(args.max_new_tokens), "--engine", args.engine, "--worker",
+               *(["--far"] if args.far else [])]  # fmt: skip
     log = (args.json or Path("generate_truth.json")).with_suffix(".log")
     load = lambda: subprocess.run(["cat", "/proc/loadavg"], capture_output=True, text=True).stdout.split()[:3]  # noqa: E731
     before, free = load(), _free()
