@@ -2,6 +2,7 @@
 
     python tools/generate_check.py OUT/qwen3-vl-4b-decoder-fp32-int4-b32-gqa CHECKPOINT --json generate.json
     python tools/generate_check.py DIR --prompt-ids 1,2,..,16 --max-new-tokens 16 --far --cap-gib 7 --json OUT.json
+    python tools/generate_check.py DIR --prompt-length 2032 --engine onnxruntime-genai --cap-gib 7 --json OUT.json
 
 Each generation is the command a user runs (``python -m ropeexport generate DIR --prompt-ids IDS
 --max-new-tokens N --position-offset K --json``, its own process): once at position 0, once placed so its last new
@@ -15,6 +16,11 @@ every new token is the truth's argmax, taken on the server's own sequence so far
 with the truth's top-2 margin there and whether that is a near tie (within twice the decoder's tolerance x the
 logit scale: ``decoder.verify.tolerance``); the server prints no logits, so a near tie cannot be told from an
 error here. The truth's smallest top-2 margin is reported beside the verdict.
+
+``--engine onnxruntime-genai``: each generation is ``ropeexport generate --engine onnxruntime-genai`` (its own
+loop), judged by the same truth. It places a prompt at positions 0 .. n - 1 only (no offset: ``--far`` is refused,
+the generation at 0 alone runs), so its far positions are reached by a long prompt: ``--prompt-length N`` is the
+prompt 1, 2, .., N (each id taken into 1 .. vocab - 1), the truth's one pass covering all n + N - 1 slots.
 
 ``--cap-gib``: the check runs as a worker under ``bench_sizes.measure`` (wall, peak RSS of its process tree, which
 is killed past the cap), and the measurement and the load are written beside the records.
@@ -45,11 +51,13 @@ NEW = 16
 Served = Callable[[Path, list[int], int, int], dict[str, Any]]
 
 
-def generated(folder: Path, prompt: list[int], new: int, offset: int) -> dict[str, Any]:
-    """``ropeexport generate``'s JSON for the prompt at ``offset`` (module doc): its own process, as a user runs it."""
+def generated(folder: Path, prompt: list[int], new: int, offset: int, engine: str = "ort") -> dict[str, Any]:
+    """``ropeexport generate``'s JSON for the prompt at ``offset`` in ``engine`` (module doc): its own process, as a
+    user runs it.
+    """  # noqa: D205
     command = [sys.executable, "-m", "ropeexport", "generate", str(folder), "--prompt-ids",
                ",".join(str(t) for t in prompt), "--max-new-tokens", str(new), "--position-offset", str(offset),
-               "--json"]  # fmt: skip
+               "--engine", engine, "--json"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"ropeexport generate exited {done.returncode}: {done.stderr.strip()[-2000:]}")
@@ -78,9 +86,10 @@ def judged(run: dict[str, Any], truth: np.ndarray, n: int, bound: float) -> dict
 
 
 def check(folder: Path, checkpoint: Path | None, prompt: list[int], new: int, far: bool = False,
-          serve: Served = generated) -> dict[str, Any]:  # fmt: skip
+          serve: Served = generated, engine: str = "ort") -> dict[str, Any]:  # fmt: skip
     """The generations of the module doc on the decoder in ``folder`` (``far``: the far one only), judged against one
-    float64 pass; ``checkpoint`` None: the weights decoder.json names. ``serve``: how a generation is run.
+    float64 pass; ``checkpoint`` None: the weights decoder.json names. ``serve``: how a generation is run;
+    ``engine``: ``ort`` or ``onnxruntime-genai`` (the generation at position 0 only: it takes no offset).
     """  # noqa: D205
     import onnx
 
@@ -95,8 +104,12 @@ def check(folder: Path, checkpoint: Path | None, prompt: list[int], new: int, fa
     spec = DecoderSpec.from_dict(record["spec"])
     top = int(spec.position_spec().max_positions)
     start = time.perf_counter()
-    offsets = ([] if far else [0]) + [top - len(prompt) - new]
-    runs = [serve(folder, prompt, new, offset) for offset in offsets]
+    offsets = [0] if engine != "ort" else ([] if far else [0]) + [top - len(prompt) - new]
+    if engine == "ort":
+        runs = [serve(folder, prompt, new, offset) for offset in offsets]
+    else:  # the default server in that engine; a test's own server as it is
+        runs = [(generated(folder, prompt, new, o, engine) if serve is generated else serve(folder, prompt, new, o))
+                for o in offsets]  # fmt: skip
     served = time.perf_counter() - start
     n = len(prompt)
     feeds = []
@@ -112,7 +125,7 @@ def check(folder: Path, checkpoint: Path | None, prompt: list[int], new: int, fa
     truths = decoders_float64(spec, Stored64(spec, weights, held), feeds, position_pieces(spec), on_layer=told)
     records = [judged(run, truth[0], n, tolerance(spec)) for run, truth in zip(runs, truths, strict=True)]
     return {"decoder": str(folder), "checkpoint": None if checkpoint is None else str(checkpoint),
-            "weights": record["weights"], "prompt": prompt, "new": new, "max_positions": top,
+            "weights": record["weights"], "engine": engine, "prompt": prompt, "new": new, "max_positions": top,
             "generate_s": round(served, 1), "seconds": round(time.perf_counter() - start, 1), "runs": records,
             "passed": all(r["passed"] for r in records)}  # fmt: skip
 
@@ -138,15 +151,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("decoder", type=Path, help="a built decoder's folder (ropeexport build --artifact decoder)")
     p.add_argument("checkpoint", type=Path, nargs="?", help="its checkpoint (default: decoder.json's)")
-    p.add_argument("--prompt-ids", default=",".join(str(t) for t in PROMPT), help="comma-separated token ids")
+    p.add_argument("--prompt-ids", help=f"comma-separated token ids (default {','.join(str(t) for t in PROMPT)})")
+    p.add_argument("--prompt-length", type=int, help="the prompt 1, 2, .., N (each id taken into the vocabulary)")
+    p.add_argument("--engine", default="ort", choices=("ort", "onnxruntime-genai"),
+                   help="ort (ropeexport's loop) or onnxruntime-genai (its own loop, positions from 0 only)")
     p.add_argument("--max-new-tokens", type=int, default=NEW)
     p.add_argument("--far", action="store_true", help="only the generation whose last token is at max_positions - 1")
     p.add_argument("--cap-gib", type=float, help="run as a measured worker, its process tree killed past this RSS")
     p.add_argument("--json", type=Path, help="write the records here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.prompt_length is not None and args.prompt_ids is not None:
+        p.error("--prompt-length: give it or --prompt-ids, not both")
+    if args.prompt_length is not None and args.prompt_length < 1:
+        p.error(f"--prompt-length: must be at least 1, got {args.prompt_length}")
+    if args.far and args.engine != "ort":
+        p.error("--far: onnxruntime-genai places a prompt at positions 0 .. n - 1 only; reach far positions with "
+                "--prompt-length")  # fmt: skip
     if not (args.decoder / "decoder.json").exists():
         p.error(f"decoder: {args.decoder} holds no decoder.json; give a folder ropeexport build wrote")
+    if args.prompt_length is not None:  # 1 .. vocab - 1 again (0 left out: often a special id)
+        vocab = int(json.loads((args.decoder / "decoder.json").read_text())["spec"]["vocab_size"])
+        args.prompt_ids = ",".join(str(1 + t % (vocab - 1)) for t in range(args.prompt_length))
+    args.prompt_ids = args.prompt_ids or ",".join(str(t) for t in PROMPT)
     if not all(t.strip().isdigit() for t in args.prompt_ids.split(",")):
         p.error(f"--prompt-ids: must be comma-separated token ids (ASCII digits), got {args.prompt_ids!r}")
     if args.max_new_tokens < 1:
@@ -157,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cap_gib is not None and not args.worker:
         forwarded = [str(args.decoder), *([str(args.checkpoint)] if args.checkpoint else []),
                      "--prompt-ids", args.prompt_ids, "--max-new-tokens", str(args.max_new_tokens),
-                     *(["--far"] * args.far)]  # fmt: skip
+                     "--engine", args.engine, *(["--far"] * args.far)]  # fmt: skip
         result = measured(forwarded, (args.json or Path("generate_check.json")).with_suffix(".log"), args.cap_gib)
     else:
-        result = check(args.decoder, args.checkpoint, prompt, args.max_new_tokens, args.far)
+        result = check(args.decoder, args.checkpoint, prompt, args.max_new_tokens, args.far, engine=args.engine)
     text = json.dumps(result, indent=None if args.worker else 1)
     if args.json is not None and not args.worker:
         args.json.write_text(text + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,41 @@ def test_the_served_tokens_are_checked_step_by_step_at_the_last_positions(
     assert run["positions"] == f"{out['max_positions'] - 10}-{out['max_positions'] - 1}"  # the last new token's
     assert out["passed"] is agrees, run["differ"]
     assert run["first_divergence"] == first_differing, run["differ"]
+
+
+# (engine, --prompt-length): each engine's own loop at positions 0 .. judged by the same truth (onnxruntime-genai
+# takes no offset); --prompt-length's ids 1 .. N past the seeded vocabulary (128) taken into it
+ENGINES = [("onnxruntime-genai", 6), ("ort", 140)]
+
+
+@pytest.mark.parametrize(("engine", "length"), ENGINES, ids=[e[0] for e in ENGINES])
+def test_each_engines_own_loop_is_judged_by_the_float64_truth(
+    seeded_decoder: Path, tmp_path: Path, engine: str, length: int
+) -> None:
+    if engine == "onnxruntime-genai":
+        pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (the test extra) is the engine under test")
+    out = tmp_path / "out.json"
+    code = tool("generate_check").main([str(seeded_decoder), "--prompt-length", str(length), "--max-new-tokens", "4",
+                                        "--engine", engine, "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    run = result["runs"][0]  # ort also runs the generation ending at the last position
+    assert (code, result["engine"], run["positions"]) == (0, engine, f"0-{length + 4 - 1}")
+    assert len(result["runs"]) == (1 if engine == "onnxruntime-genai" else 2)
+    assert max(result["prompt"]) < 128 and len(result["prompt"]) == length  # taken into the vocabulary
+    assert all(r["agreement"] == "4/4" for r in result["runs"]), result["runs"]
+
+
+# (argv past the folder, what the one line names): refused before anything runs, exit 2
+REFUSED = [(["--far", "--engine", "onnxruntime-genai"], "--far"), (["--prompt-length", "0"], "--prompt-length"),
+           (["--prompt-length", "3", "--prompt-ids", "1,2"], "--prompt-length")]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("argv", "named"), REFUSED, ids=[" ".join(r[0]) for r in REFUSED])
+def test_what_the_tool_cannot_run_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        tool("generate_check").main([str(tmp_path), *argv])
+    assert stopped.value.code == 2
+    assert named in capsys.readouterr().err.strip().splitlines()[-1]
