@@ -10,11 +10,13 @@ Notation as in ``components.latent.spec``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
 from ropeexport.components.attention.float64 import visible
+from ropeexport.components.latent.indexer import indexer_weights
+from ropeexport.components.latent.indexer64 import Flip, index64, select64
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
@@ -37,8 +39,8 @@ def expand64(spec: LatentSpec, latent: np.ndarray, rope_key: np.ndarray,
     return np.concatenate([kv[..., :nope], shared], axis=-1), kv[..., nope:]
 
 
-def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
-             rotate: Rotate64 | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], rotate: Rotate64 | None = None,
+             index_rotate: Rotate64 | None = None, flips: Collection[Flip] = ()) -> dict[str, np.ndarray]:  # fmt: skip
     """float64 ``output`` [b, s, n] and the spec's cache outputs of a dynamic call.
 
     ``feeds``: hidden [b, s, n], position_ids [b, s], attention_mask [b, t], and the cache (``spec.cache_shapes``:
@@ -47,6 +49,10 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     [b, 1, t, r] / present_rope_key [b, 1, t, rope] (rotated).
     ``weights``: the stored values (``spec.shapes``). ``rotate``: the rotation twin, default the piece's ``rotate64``
     (None and no piece: nothing rotated).
+
+    With an indexer (``spec.indexer``): ``present_index_key`` [b, 1, t, D] and ``index_selected`` bool [b, 1, s, t]
+    out, the attention seeing only the selected keys (``indexer64.select64`` with ``flips``; ``index_rotate``: the
+    indexer's rotation twin, default its piece's); a shared layer reads ``index_selected`` from ``feeds``.
     """
     check_weights(spec, weights)
     if rotate is None and spec.position is not None:
@@ -56,8 +62,10 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     x = np.asarray(feeds["hidden"], np.float64)
     b, s, _ = x.shape
     pos = np.asarray(feeds["position_ids"])
+    low = None
     if spec.q_lora_rank:
-        q = linear64(norm64(spec.norm, linear64(x, w["q_a_proj"]), w["q_a_norm"]), w["q_b_proj"])
+        low = norm64(spec.norm, linear64(x, w["q_a_proj"]), w["q_a_norm"])  # [b, s, q_lora_rank]
+        q = linear64(low, w["q_b_proj"])
     else:
         q = linear64(x, w["q_proj"])
     q = q.reshape(b, s, H, spec.qk_head_dim).transpose(0, 2, 1, 3)  # [b, H, s, nope + rope]
@@ -84,8 +92,17 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
         past = feeds["past_key"].shape[2]
         present = {"present_key": keys, "present_value": values}
         values = values[..., : spec.v_head_dim]  # the padding (gqa) read by nothing
+    seen = visible(s, past, np.asarray(feeds["attention_mask"]))  # [b, 1, s, t]
+    index = spec.indexer
+    if index is not None and index.shared:
+        seen = seen & np.asarray(feeds["index_selected"], bool)
+    elif index is not None:
+        scores, present["present_index_key"] = index64(index, x, low, pos, feeds["past_index_key"], seen,
+                                                       indexer_weights(w), index_rotate)  # fmt: skip
+        present["index_selected"] = select64(scores, index.topk, flips)
+        seen = seen & present["index_selected"]
     logits = np.einsum("bhid,bhjd->bhij", query, keys) * spec.logit_scale
-    logits = np.where(visible(s, past, np.asarray(feeds["attention_mask"])), logits, -np.inf)  # [b, H, s, t]
+    logits = np.where(seen, logits, -np.inf)  # [b, H, s, t]
     top = np.max(logits, axis=-1, keepdims=True)
     sees = np.isfinite(top)
     e = np.where(np.isfinite(logits), np.exp(logits - np.where(sees, top, 0.0)), 0.0)

@@ -35,6 +35,7 @@ from ropeexport.components import MICROSOFT
 from ropeexport.components.attention import gqa
 from ropeexport.components.attention.masks import causal_mask
 from ropeexport.components.attention.spec import AttentionSpec
+from ropeexport.components.latent.indexer_graph import selection, store_indexer
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
@@ -56,8 +57,11 @@ def _heads(g: GraphBuilder, x: str, heads: int, width: int, name: str) -> str:
     return g.op("Transpose", [split], perm=[0, 2, 1, 3])
 
 
-def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str]:
-    """(q_nope [b, H, s, nope], q_rope [b, H, s, rope]), the query through its LoRA and norm when it has one."""
+def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str, str | None]:
+    """(q_nope [b, H, s, nope], q_rope [b, H, s, rope], the LoRA's normed output [b, s, q_lora_rank] or None), the
+    query through its LoRA and norm when it has one (the indexer's ``lora`` query reads the normed output).
+    """  # noqa: D205
+    low = None
     if spec.q_lora_rank:
         opset = FORMS[spec.graph].opset
         low = norm(g, spec.norm, linear(g, "hidden", stored["q_a_proj"]), stored["q_a_norm"], None, opset)
@@ -67,12 +71,13 @@ def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tupl
     q = _heads(g, q, spec.num_heads, spec.qk_head_dim, "q")
     widths = g.const("q_split", _i64(spec.qk_nope_head_dim, spec.qk_rope_head_dim))
     nope, rope = g.op("Split", [q, widths], n_out=2, axis=-1)
-    return nope, rope
+    return nope, rope, low
 
 
-def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str) -> tuple[str, str]:
-    """(softmax weights [b, H, s, t] in the dtype, sees [b, 1, s, 1]: 0 where a query sees no key)."""
-    mask = causal_mask(g, 0, shared=True)  # p = t - s: the cache inputs are not named past_key in the latent form
+def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str, mask: str) -> tuple[str, str]:
+    """(softmax weights [b, H, s, t] in the dtype, sees [b, 1, s, 1]: 0 where a query sees no key) under ``mask``
+    bool [b, 1, s, t] (the causal rule, narrowed to the indexer's selection when the layer has one).
+    """  # noqa: D205
     dtype = DTYPES[spec.dtype]
     closed = g.const("masked_logit", round_once(np.array(dtype.finite_min), spec.dtype))
     logits = g.op("Where", [mask, logits, closed])
@@ -119,7 +124,8 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     g = GraphBuilder(prefix="latent/")
     fmt = spec.weight_format
     stored = {n: (g.const(n, round_once(w, spec.dtype)) if n.endswith("_norm") else fmt.store(g, n, w))
-              for n, w in weights.items() if not (spec.cache == "latent" and n == "kv_b_proj")}  # fmt: skip
+              for n, w in weights.items()
+              if not (spec.cache == "latent" and n == "kv_b_proj") and not n.startswith("indexer.")}  # fmt: skip
     H, nope, rope, v, r = (
         spec.num_heads,
         spec.qk_nope_head_dim,
@@ -127,7 +133,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         spec.v_head_dim,
         spec.kv_lora_rank,
     )
-    q_nope, q_rope = _query(g, spec, stored)
+    q_nope, q_rope, q_low = _query(g, spec, stored)
     compressed = linear(g, "hidden", stored["kv_a_proj"])  # [b, s, r + rope]
     latent, rope_key = g.op("Split", [compressed, g.const("kv_split", _i64(r, rope))], n_out=2, axis=-1)
     latent = norm(g, spec.norm, latent, stored["kv_a_norm"], None, FORMS[spec.graph].opset)
@@ -144,7 +150,17 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         q_rope, rope_key = rotated["query_out"], rotated["key_out"]
     # the logits' scale as a constant of the dtype: the forms that multiply it out (fused and gqa take an attribute)
     scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
-    caches = list(spec.cache_shapes())
+    caches = list(spec.cache_shapes())[:2]  # the attention's two; an indexer's key cache is its own
+    # p = t - s: the cache inputs are not named past_key in the latent form
+    mask = causal_mask(g, 0, shared=True)
+    index = spec.indexer
+    if index is not None and index.shared:  # GLM-5's shared layer: the previous full layer's selection, handed in
+        mask = g.op("And", [mask, "index_selected"])
+    elif index is not None:
+        own = {n.removeprefix("indexer."): w for n, w in weights.items() if n.startswith("indexer.")}
+        chosen, _ = selection(g, index, store_indexer(g, index, own, fmt, spec.dtype), q_low, mask, spec.dtype,
+                              FORMS[spec.graph].opset)  # fmt: skip
+        mask = g.op("And", [mask, chosen])
     if spec.cache == "latent":
         latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
         rope_keys = g.op("Concat", [caches[1], rope_key], axis=2, name="present_rope_key")
@@ -163,7 +179,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
                 g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])]),
             ],
         )
-        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
+        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), mask)
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
         kv = _heads(g, linear(g, g.op("Squeeze", [latent, one_head]), stored["kv_b_proj"]), H, nope + v, "kv")
@@ -179,7 +195,6 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             attributes = {"scale": spec.logit_scale}
             if spec.dtype != "fp32":  # the softmax in float32, as transformers' eager attention computes it
                 attributes["softmax_precision"] = TensorProto.FLOAT
-            mask = causal_mask(g, 0, shared=True)
             attended, present_key, present_value = g.op("Attention", [query, keys, values, mask, *caches], n_out=3,
                                                         name="attention", **attributes)  # fmt: skip
             g.name_output(present_key, "present_key")
@@ -189,7 +204,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             keys = g.op("Concat", [caches[0], keys], axis=2, name="present_key")
             values = g.op("Concat", [caches[1], values], axis=2, name="present_value")
             logits = g.op("MatMul", [query, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
+            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), mask)
             attended = g.op("MatMul", [probs, values])  # [b, H, s, v]
     if sees is not None:
         attended = g.op("Mul", [attended, sees])
@@ -203,6 +218,13 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     for cache, shape in spec.cache_shapes().items():
         inputs.append(io(cache, dtype, list(shape)))
         outputs.append(io(cache.replace("past_", "present_"), dtype, [shape[0], shape[1], "total", shape[3]]))
+    if index is not None:  # the selection: a shared layer's input, a full layer's output (what verification reads)
+        selected = io("index_selected", TensorProto.BOOL, ["batch", 1, "seq", "total"])
+        (inputs if index.shared else outputs).append(selected)
+    index_rotary = index.position.rotary if index is not None and index.position is not None else None
+    if index_rotary is not None:  # the indexer's rotation: its own layout, its table inputs as the attention's
+        named = {i.name for i in inputs + extra}
+        extra += [i for i in index_rotary.graph.input if i.name not in ("query", "key") and i.name not in named]
     graph = helper.make_graph(g.nodes, name, inputs + extra, outputs, g.initializers)
     if metadata is None and rotary is not None:
         props = {p.key: p.value for p in rotary.metadata_props}

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ropeexport.components.latent.indexer import IndexerSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
 from ropeexport.dtypes import DTYPES
@@ -80,6 +81,7 @@ class LatentSpec:
     graph: str = "decomposed"
     position: PositionPiece | None = None
     weights: WeightFormat | None = None
+    indexer: IndexerSpec | None = None
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1, 4096)
@@ -111,6 +113,16 @@ class LatentSpec:
             not isinstance(self.weights, WeightFormat) or self.weights.dtype != self.dtype
         ):
             raise SpecError("weights", f"must be a linear.WeightFormat in the layer's dtype ({self.dtype}) or None")
+        if self.indexer is not None:
+            if not isinstance(self.indexer, IndexerSpec):
+                raise SpecError("indexer", f"must be an IndexerSpec or None, got {self.indexer!r}")
+            if self.indexer.query == "lora" and not self.indexer.shared and not self.q_lora_rank:
+                raise SpecError("index_query", "'lora' reads the query LoRA's normed output: the layer needs "
+                                "q_lora_rank > 0 (or the 'hidden' query, Mistral Large 4's)")  # fmt: skip
+            if FORMS[self.graph].one_head_size:
+                raise SpecError("graph", f"the {self.graph} form is not built with the indexer: GroupQueryAttention "
+                                "takes no mask beyond causal and the sequence lengths, so the selection cannot "
+                                "narrow it (the decomposed and fused forms can)")  # fmt: skip
 
     @property
     def qk_head_dim(self) -> int:
@@ -138,16 +150,21 @@ class LatentSpec:
                     "q_b_proj": (self.q_lora_rank, H * qk)}  # fmt: skip
         else:
             out["q_proj"] = (hidden, H * qk)
+        if self.indexer is not None:
+            out |= {f"indexer.{n}": shape for n, shape in self.indexer.shapes(hidden, self.q_lora_rank).items()}
         return out
 
     def cache_shapes(self) -> dict[str, tuple[int | str, ...]]:
-        """The cache inputs by name, [b, heads, past, width] (``b`` and ``past`` symbolic)."""
+        """The cache inputs by name, [b, heads, past, width] (``b`` and ``past`` symbolic); an indexer's key cache
+        ``past_index_key`` [b, 1, past, index_head_dim] last, in either cache (a shared indexer layer has none).
+        """  # noqa: D205
+        index = {} if self.indexer is None or self.indexer.shared else {"past_index_key": self.indexer.cache_shape()}
         if self.cache == "latent":
             return {"past_latent": ("batch", 1, "past", self.kv_lora_rank),
-                    "past_rope_key": ("batch", 1, "past", self.qk_rope_head_dim)}  # fmt: skip
+                    "past_rope_key": ("batch", 1, "past", self.qk_rope_head_dim), **index}  # fmt: skip
         value = self.qk_head_dim if FORMS[self.graph].one_head_size else self.v_head_dim  # values padded to the key's
         return {"past_key": ("batch", self.num_heads, "past", self.qk_head_dim),
-                "past_value": ("batch", self.num_heads, "past", value)}  # fmt: skip
+                "past_value": ("batch", self.num_heads, "past", value), **index}  # fmt: skip
 
     def cache_bytes_per_token(self) -> int:
         """Bytes one token adds to this layer's cache in the dtype (both caches: ``cache_shapes``' last two axes)."""
