@@ -39,6 +39,7 @@ PACKAGES = (
     "ropeexport.architectures.qwen3_moe",
     "ropeexport.architectures.ministral3",
     "ropeexport.architectures.deepseek_v3",
+    "ropeexport.architectures.deepseek_v32",
     "ropeexport.architectures.glm4_moe_lite",
     "ropeexport.architectures.llama4_text",
     "ropeexport.architectures.qwen2_5_vl_text",

@@ -35,7 +35,7 @@ from ropeexport.components.attention.float64 import Bias64, Rotate64, attention6
 from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch_mixing
 from ropeexport.components.grouped_moe import SharedMoESpec, shared_mixing
 from ropeexport.components.latent import LatentSpec
-from ropeexport.components.latent.float64 import latent64
+from ropeexport.components.latent.float64 import index_feeds, latent64
 from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mixing import Mixing, mixed_together, part
 from ropeexport.components.mlp import MLPSpec, mlp64
@@ -266,10 +266,11 @@ def decoders_float64(
     for j, h in enumerate(hs):
         seen(j, Stage(-1, "embedding"), h)
     shared: dict[int, list[dict[str, np.ndarray]]] = {}  # per storing layer, per feed: its new keys and values
+    selections: dict[int, Any] = {}  # per feed, the last full indexer layer's selection (``index_feeds``)
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
-        (key_heads, key_width), (value_heads, value_width) = layer.cache_shapes()  # as computed: unpadded
+        (key_heads, key_width), (value_heads, value_width), *_ = layer.cache_shapes()  # as computed: unpadded
         w = _layer64(weights64, i)  # this layer's weights in float64, read once for every feed (experts: _Experts)
         block = w.block()  # the attention's weights: gone once every feed has passed it (``phases``)
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
@@ -280,20 +281,19 @@ def decoders_float64(
         def through(j: int, feed: Feed, i: int = i, layer: Any = layer, w: dict[str, np.ndarray] = w,
                     block: dict[str, np.ndarray] = block, attend: Any = attend, reads: int | None = reads,
                     shapes: tuple[int, ...] = (key_heads, key_width, value_heads, value_width)) -> Pass:  # fmt: skip
-            key_heads, key_width, value_heads, value_width = shapes
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
-            key, value = ((np.zeros((b, key_heads, 0, key_width)), np.zeros((b, value_heads, 0, value_width)))
+            key, value = ((np.zeros((b, shapes[0], 0, shapes[1])), np.zeros((b, shapes[2], 0, shapes[3])))
                           if feed.past is None else feed.past[i if reads is None else reads])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
-            if isinstance(attend, LatentSpec):
-                attended = latent64(attend, wired, block)["output"]
+            if isinstance(attend, LatentSpec):  # its indexer's selection read by the next shared ones (GLM-5)
+                out = latent64(attend, index_feeds(attend, wired, selections.get(j)), block)
+                attended, selections[j] = out["output"], out.get("index_selected", selections.get(j))
             else:
                 wired |= {} if reads is None else shared[reads][j]
-                out = attention64(attend, wired, block)
-                attended = out["output"]
+                attended = (out := attention64(attend, wired, block))["output"]
                 if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed
                     shared.setdefault(i, []).append({n: out[n] for n in ("shared_key", "shared_value")})
                 del out  # every feed's pass is held at its pause at once: what it no longer reads goes

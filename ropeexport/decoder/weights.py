@@ -28,7 +28,8 @@ SEED = 0
 
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
 BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
-               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj")  # fmt: skip
+               "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj", "indexer.wq_b",
+               "indexer.wk", "indexer.k_norm", "indexer.k_norm_bias", "indexer.weights_proj")  # fmt: skip
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
@@ -36,8 +37,9 @@ def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int
     return (spec.layers[layer] if layer is not None else spec.default).geometry
 
 
-def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
-    """((heads, width) of layer ``layer``'s cached key, of its value) in the decoder's form (``graph`` None) or
+def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], ...]:
+    """((heads, width) of layer ``layer``'s cached key, of its value[, of its indexer's keys]) in the decoder's form
+    (``graph`` None) or
     ``graph`` ("": as the layer computes it, unpadded and expanded): ``LayerSpec.cache_shapes`` with the spec's
     ``cache`` (a latent layer's latent cache where ``latent_cache``), each tensor [b, heads, past, width].
     """  # noqa: D205
@@ -48,7 +50,8 @@ def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tup
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
     """A latent layer's attention weights by canonical name ([in, out]; ``components.latent.LatentSpec.shapes``):
     the query (``q_proj``, or ``q_a_proj``, ``q_a_norm``, ``q_b_proj`` with a query LoRA), ``kv_a_proj``,
-    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``.
+    ``kv_a_norm``, ``kv_b_proj``, ``o_proj``; a layer with its own indexer, ``indexer.wq_b``, ``indexer.wk``,
+    ``indexer.k_norm`` and its bias, ``indexer.weights_proj``.
     """  # noqa: D205
     a = layer.attention
     H, r, nope, rope, v = a.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.head_dim, a.v_head_dim
@@ -58,8 +61,13 @@ def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
                 "q_b_proj": (a.q_lora_rank, H * (nope + rope))}  # fmt: skip
     else:
         out["q_proj"] = (hidden, H * (nope + rope))
-    return out | {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,), "kv_b_proj": (r, H * (nope + v)),
-                  "o_proj": (H * v, hidden)}  # fmt: skip
+    out |= {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,), "kv_b_proj": (r, H * (nope + v)),
+            "o_proj": (H * v, hidden)}  # fmt: skip
+    if a.index_topk and not a.index_shared:  # the indexer's (``components.latent.indexer``, its ``lora`` query)
+        D, IH = a.index_head_dim, a.index_n_heads
+        out |= {"indexer.wq_b": (a.q_lora_rank, IH * D), "indexer.wk": (hidden, D), "indexer.k_norm": (D,),
+                "indexer.k_norm_bias": (D,), "indexer.weights_proj": (hidden, IH)}  # fmt: skip
+    return out
 
 
 def _layer_of(canonical: str) -> int | None:

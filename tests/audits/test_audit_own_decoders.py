@@ -29,9 +29,10 @@ from tests.decoder.tiny import CONFIGS, VARIANTS
 # Gemma 2 has no tensorrt form (TensorRT cannot cap attention logits), nor DeepSeek V3 (latent attention's keys and
 # values differ in width). Gemma 3's layers use two encodings and SmolLM3's leave some layers unrotated: each site is
 # checked against the encoding of the layers reading it.
-NO_TENSORRT = ("gemma2", "deepseek_v3", "glm4_moe_lite")
-# GLM-4.7-Flash's latent attention is DeepSeek V3's component, audited above in every form: its decoder in one (CI time)
-ONE_FORM = {"glm4_moe_lite": "fused"}
+NO_TENSORRT = ("gemma2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite")
+# GLM-4.7-Flash's latent attention is DeepSeek V3's component, audited above in every form: its decoder in one (CI
+# time); DeepSeek V3.2's too (its indexer's half-split rotation a second site in each layer)
+ONE_FORM = {"glm4_moe_lite": "fused", "deepseek_v32": "fused"}
 # Gemma 4 as 26B-A4B's shape (``tests.decoder.tiny.VARIANTS``: the dense tiny gemma4 with the mixture beside every
 # MLP) in place of the dense one: the same rotations, read among the router's, the experts' and their norms' nodes
 CASES = [(name if name != "gemma4" else "gemma4-moe", form) for name in CONFIGS for form in FORMS

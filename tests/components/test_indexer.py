@@ -257,7 +257,7 @@ def test_indexer_graph_matches_its_twin(variant: str, cache: str, form: str, dty
     import onnxruntime as ort
 
     from ropeexport.components.latent.graph import latent_model
-    from ropeexport.components.linear import WeightFormat
+    from ropeexport.components.linear import WeightFormat, is_weight
 
     fmt = WeightFormat.int4(dtype, block_size=16) if stored == "int4" else None
     spec = dataclasses.replace(_indexed(variant, dtype, cache, pieces=True), graph=form, weights=fmt)
@@ -267,9 +267,7 @@ def test_indexer_graph_matches_its_twin(variant: str, cache: str, form: str, dty
     ops = {n.op_type for n in model.graph.node}
     assert {"TopK", "ScatterElements"} <= ops and ("Attention" in ops) == (form == "fused")
     if fmt is not None:  # the twin reads what MatMulNBits multiplies by
-        quantized = ("_proj", "indexer.wq_b", "indexer.wk")
-        weights = {n: fmt.read64(w) if n.endswith(quantized) and n != "indexer.weights_proj" else w
-                   for n, w in weights.items()}  # fmt: skip
+        weights = {n: fmt.read64(w) if is_weight(n) else w for n, w in weights.items()}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     assert names == ["output", *(n.replace("past_", "present_") for n in spec.cache_shapes()), "index_selected"]

@@ -109,3 +109,23 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], 
     probs = e / np.where(sees, e.sum(axis=-1, keepdims=True), 1.0)
     attended = (probs @ values).transpose(0, 2, 1, 3).reshape(b, s, H * spec.v_head_dim)
     return {"output": linear64(attended, w["o_proj"]), **present}
+
+
+def index_feeds(spec: LatentSpec, feeds: Feeds, selected: np.ndarray | None) -> Feeds:
+    """``feeds`` with what the layer's indexer reads beside them: an empty key cache ``past_index_key``
+    [b, 1, 0, D] (a recompute over no cache), or a shared layer's ``selected`` [b, 1, s, t] (the last full indexer
+    layer's ``index_selected``); ``feeds`` as given for a layer without an indexer. ValueError for a past cache (a
+    recompute with past keys has no indexer keys for them).
+    """  # noqa: D205
+    index = spec.indexer
+    if index is None:
+        return feeds
+    past = next(np.asarray(feeds[n]).shape[2] for n in ("past_key", "past_latent") if n in feeds)
+    if past:
+        raise ValueError("a float64 recompute over past keys has no indexer keys for them: recompute the whole call")
+    if index.shared:
+        if selected is None:
+            raise ValueError("a shared indexer layer reads a full indexer layer's selection: none came before it")
+        return {**feeds, "index_selected": selected}
+    b = np.asarray(feeds["hidden"]).shape[0]
+    return {**feeds, "past_index_key": np.zeros((b, 1, 0, index.head_dim))}

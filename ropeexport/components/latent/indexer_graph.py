@@ -6,7 +6,8 @@ attention's visibility [b, 1, s, t] (causal and padding). It returns the selecti
 key cache ``present_index_key`` [b, 1, t, D].
 
 The scores are computed in float32 whatever the dtype (transformers' ``q.float()``, its ``weights_proj`` kept in
-float32): the projections' products are cast up before the dot products, ``weights_proj`` stored in float32. The
+float32): the projections' products are cast up before the dot products, ``weights_proj`` (stored in the dtype)
+cast up before it multiplies. The
 selection is ``TopK`` over the masked scores with K = min(topk, t) (t read from the cache, so a decode step's
 K grows with the cache until it reaches topk), its indices scattered into zeros; ONNX's ``TopK`` takes equal
 scores in ascending key order, as the twin does (``indexer64``).
@@ -20,7 +21,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ropeexport.components.latent.indexer import INDEXER_NORM_EPS, IndexerSpec
-from ropeexport.components.linear import WeightFormat, linear
+from ropeexport.components.linear import WeightFormat, is_weight, linear
 from ropeexport.components.norm import NormSpec, norm
 from ropeexport.dtypes import DTYPES
 from ropeexport.graph.compose import call
@@ -34,15 +35,14 @@ def _i64(*values: int) -> np.ndarray:
 
 def store_indexer(g: GraphBuilder, spec: IndexerSpec, weights: Mapping[str, np.ndarray], fmt: WeightFormat,
                   dtype: str) -> dict[str, str]:  # fmt: skip
-    """The indexer's weights as initializers (``indexer/`` names): the projections by the layer's weight format,
-    the norms' weights and biases and Large 4's factors rounded once to the dtype, ``weights_proj`` in float32
-    (transformers keeps it there). Returns {canonical name: value name}.
+    """The indexer's weights as initializers (``indexer/`` names): ``wq_b`` and ``wk`` by the layer's weight format
+    (``linear.is_weight``), the rest rounded once to the dtype: the norms' weights and biases, Large 4's factors and
+    ``weights_proj`` (never int4: it weighs the scores that select; the scores computed in float32 from it, as
+    transformers keeps it in float32). Returns {canonical name: value name}.
     """  # noqa: D205
     out = {}
     for name, w in weights.items():
-        if name == "weights_proj":
-            out[name] = g.const(f"indexer/{name}", round_once(w, "fp32"))
-        elif name in ("wq_b", "wk"):
+        if is_weight(f"indexer.{name}"):
             out[name] = fmt.store(g, f"indexer/{name}", w)
         else:
             out[name] = g.const(f"indexer/{name}", round_once(w, dtype))
@@ -91,7 +91,7 @@ def selection(g: GraphBuilder, spec: IndexerSpec, stored: Mapping[str, str], q_s
     present = g.op("Concat", ["past_index_key", k], axis=2, name="present_index_key")  # [b, 1, t, D]
     logits = g.op("MatMul", [wide(q), g.op("Transpose", [wide(present)], perm=[0, 1, 3, 2])])  # [b, H, s, t]
     scores = g.op("Relu", [g.op("Mul", [logits, g.const("indexer/scale", np.array(D**-0.5, np.float32))])])
-    heads = g.op("Mul", [linear(g, wide("hidden"), stored["weights_proj"]),
+    heads = g.op("Mul", [linear(g, wide("hidden"), wide(stored["weights_proj"])),
                          g.const("indexer/head_scale", np.array(H**-0.5, np.float32))])  # [b, s, H] # fmt: skip
     heads = g.op("Unsqueeze", [g.op("Transpose", [heads], perm=[0, 2, 1]), g.const("indexer/w_axis", _i64(3))])
     index = g.op("ReduceSum", [g.op("Mul", [scores, heads]), g.const("indexer/head_sum", _i64(1))], keepdims=1)
