@@ -26,7 +26,7 @@ between them fails it, and the call is recomputed whole), and every bias on the 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from ropeexport.decoder.parts import (
 )
 from ropeexport.decoder.per_layer import inputs64, layer64
 from ropeexport.decoder.phases import MLP_NAMES, PhasedLayer
+from ropeexport.decoder.routing import Routing
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import layer_weights, vocab_part
 from ropeexport.numerics import round_once
@@ -62,18 +63,6 @@ from ropeexport.recipes import PositionPiece
 # The output head is multiplied in slices of at most this many float64 bytes: Llama 3's 128256 x 2048 head is 2 GiB
 # in float64, 8B's 4 GiB.
 HEAD_SLICE_BYTES = 256 * 2**20
-
-
-@dataclass
-class Routing:
-    """A recompute's routing of a mixture of experts (``components.moe``): ``flips``, the (layer, row, slot) tokens
-    routed the other way at their near tie; with ``bound`` > 0, every near tie within it (``moe.near_ties``) is
-    appended to ``ties`` as (layer, row, slot, margin).
-    """  # noqa: D205
-
-    flips: frozenset[tuple[int, int, int]] = frozenset()
-    bound: float = 0.0
-    ties: list[tuple[int, int, int, float]] = field(default_factory=list)
 
 
 class Stored64(Mapping[str, np.ndarray]):
@@ -248,7 +237,7 @@ def decoders_float64(
             return plan(y, w)
         t = y.shape[1]  # a token's flat index: row x t + slot
         found: tuple[float, list[tuple[int, float]]] = (routing.bound, [])
-        out = plan(y, w, [r * t + j for (at, r, j) in routing.flips if at == layer], found if routing.bound else None)
+        out = plan(y, w, [r * t + j for r, j in routing.router_flips(layer)], found if routing.bound else None)
         routing.ties.extend((layer, token // t, token % t, margin) for token, margin in found[1])
         return out
 
@@ -289,8 +278,13 @@ def decoders_float64(
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             if isinstance(attend, LatentSpec):  # its indexer's selection read by the next shared ones (GLM-5)
-                out = latent64(attend, index_feeds(attend, wired, selections.get(j)), block)
+                r = routings[j]
+                found: tuple[float, list[Any]] | None = (r.bound, []) if r is not None and r.bound else None
+                out = latent64(attend, index_feeds(attend, wired, selections.get(j)), block,
+                               flips=r.index_flips(i) if r else (), ties=found)  # fmt: skip
                 attended, selections[j] = out["output"], out.get("index_selected", selections.get(j))
+                if r and found:  # its indexer's near ties, named as a router's are (``routing``)
+                    r.ties.extend((i, t.row, t.query, t.entering, t.leaving, t.margin) for t in found[1])
             else:
                 wired |= {} if reads is None else shared[reads][j]
                 attended = (out := attention64(attend, wired, block))["output"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ropeexport.components.attention.float64 import visible
 from ropeexport.components.latent.indexer import indexer_weights
-from ropeexport.components.latent.indexer64 import Flip, index64, select64
+from ropeexport.components.latent.indexer64 import Flip, Tie, index64, near_ties, select64
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
@@ -40,7 +40,8 @@ def expand64(spec: LatentSpec, latent: np.ndarray, rope_key: np.ndarray,
 
 
 def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], rotate: Rotate64 | None = None,
-             index_rotate: Rotate64 | None = None, flips: Collection[Flip] = ()) -> dict[str, np.ndarray]:  # fmt: skip
+             index_rotate: Rotate64 | None = None, flips: Collection[Flip] = (),
+             ties: tuple[float, list[Tie]] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """float64 ``output`` [b, s, n] and the spec's cache outputs of a dynamic call.
 
     ``feeds``: hidden [b, s, n], position_ids [b, s], attention_mask [b, t], and the cache (``spec.cache_shapes``:
@@ -52,7 +53,9 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], 
 
     With an indexer (``spec.indexer``): ``present_index_key`` [b, 1, t, D] and ``index_selected`` bool [b, 1, s, t]
     out, the attention seeing only the selected keys (``indexer64.select64`` with ``flips``; ``index_rotate``: the
-    indexer's rotation twin, default its piece's); a shared layer reads ``index_selected`` from ``feeds``.
+    indexer's rotation twin, default its piece's); a shared layer reads ``index_selected`` from ``feeds``. ``ties``
+    (bound, list): the selection's near ties within the bound times each row's largest |score| appended to the list
+    (``indexer64.near_ties``).
     """
     check_weights(spec, weights)
     if rotate is None and spec.position is not None:
@@ -100,6 +103,8 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], 
         scores, present["present_index_key"] = index64(index, x, low, pos, feeds["past_index_key"], seen,
                                                        indexer_weights(w), index_rotate)  # fmt: skip
         present["index_selected"] = select64(scores, index.topk, flips)
+        if ties is not None:
+            ties[1].extend(near_ties(scores, index.topk, ties[0], relative=True))
         seen = seen & present["index_selected"]
     logits = np.einsum("bhid,bhjd->bhij", query, keys) * spec.logit_scale
     logits = np.where(seen, logits, -np.inf)  # [b, H, s, t]

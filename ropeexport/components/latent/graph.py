@@ -25,7 +25,7 @@ fp32 (as transformers' eager attention), rows that see no key multiplied by 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -74,10 +74,11 @@ def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tupl
     return nope, rope, low
 
 
-def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str, mask: str) -> tuple[str, str]:
-    """(softmax weights [b, H, s, t] in the dtype, sees [b, 1, s, 1]: 0 where a query sees no key) under ``mask``
-    bool [b, 1, s, t] (the causal rule, narrowed to the indexer's selection when the layer has one).
+def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str, visible: Callable[[], str]) -> tuple[str, str]:
+    """(softmax weights [b, H, s, t] in the dtype, sees [b, 1, s, 1]: 0 where a query sees no key) under the mask
+    ``visible`` makes, bool [b, 1, s, t] (the causal rule, narrowed to the indexer's selection when the layer has one).
     """  # noqa: D205
+    mask = visible()
     dtype = DTYPES[spec.dtype]
     closed = g.const("masked_logit", round_once(np.array(dtype.finite_min), spec.dtype))
     logits = g.op("Where", [mask, logits, closed])
@@ -151,16 +152,20 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     # the logits' scale as a constant of the dtype: the forms that multiply it out (fused and gqa take an attribute)
     scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
     caches = list(spec.cache_shapes())[:2]  # the attention's two; an indexer's key cache is its own
-    # p = t - s: the cache inputs are not named past_key in the latent form
-    mask = causal_mask(g, 0, shared=True)
     index = spec.indexer
-    if index is not None and index.shared:  # GLM-5's shared layer: the previous full layer's selection, handed in
-        mask = g.op("And", [mask, "index_selected"])
-    elif index is not None:
-        own = {n.removeprefix("indexer."): w for n, w in weights.items() if n.startswith("indexer.")}
-        chosen, _ = selection(g, index, store_indexer(g, index, own, fmt, spec.dtype), q_low, mask, spec.dtype,
-                              FORMS[spec.graph].opset)  # fmt: skip
-        mask = g.op("And", [mask, chosen])
+
+    def visible() -> str:
+        # the attention's mask, made where each form reads it: a layer without an indexer gets the same nodes, in the
+        # same order, as before the indexer came (its bytes are pinned)
+        mask = causal_mask(g, 0, shared=True)  # p = t - s: the cache inputs are not named past_key in the latent form
+        if index is not None and index.shared:  # GLM-5's shared layer: the previous full layer's selection
+            return g.op("And", [mask, "index_selected"])
+        if index is not None:
+            own = {n.removeprefix("indexer."): w for n, w in weights.items() if n.startswith("indexer.")}
+            chosen, _ = selection(g, index, store_indexer(g, index, own, fmt, spec.dtype), q_low, mask, spec.dtype,
+                                  FORMS[spec.graph].opset)  # fmt: skip
+            return g.op("And", [mask, chosen])
+        return mask
     if spec.cache == "latent":
         latents = g.op("Concat", [caches[0], latent], axis=2, name="present_latent")
         rope_keys = g.op("Concat", [caches[1], rope_key], axis=2, name="present_rope_key")
@@ -179,7 +184,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
                 g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])]),
             ],
         )
-        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), mask)
+        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), visible)
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
         kv = _heads(g, linear(g, g.op("Squeeze", [latent, one_head]), stored["kv_b_proj"]), H, nope + v, "kv")
@@ -195,6 +200,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             attributes = {"scale": spec.logit_scale}
             if spec.dtype != "fp32":  # the softmax in float32, as transformers' eager attention computes it
                 attributes["softmax_precision"] = TensorProto.FLOAT
+            mask = visible()
             attended, present_key, present_value = g.op("Attention", [query, keys, values, mask, *caches], n_out=3,
                                                         name="attention", **attributes)  # fmt: skip
             g.name_output(present_key, "present_key")
@@ -204,7 +210,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             keys = g.op("Concat", [caches[0], keys], axis=2, name="present_key")
             values = g.op("Concat", [caches[1], values], axis=2, name="present_value")
             logits = g.op("MatMul", [query, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), mask)
+            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), visible)
             attended = g.op("MatMul", [probs, values])  # [b, H, s, v]
     if sees is not None:
         attended = g.op("Mul", [attended, sees])

@@ -33,14 +33,17 @@ Flip = tuple[int, int, int, int]  # (row, query slot, the key taken in, the key 
 class Tie:
     """A query row whose selection is within ``margin`` of choosing otherwise, at row ``row``, query slot ``query``
     (of this call's new tokens): ``keys``, every visible key whose score is within the bound of the boundary (the
-    k-th highest score: kept and left-out keys both), best first; ``margin``, the k-th minus the (k + 1)-th score.
-    Any key of ``keys`` may replace any other of them in a selection as near to the truth.
+    k-th highest score: kept and left-out keys both), best first; ``margin``, the k-th minus the (k + 1)-th score;
+    ``entering`` and ``leaving``, the best key left out and the worst kept (the pair a flip swaps first). Any key of
+    ``keys`` may replace any other of them in a selection as near to the truth.
     """  # noqa: D205
 
     row: int
     query: int
     keys: tuple[int, ...]
     margin: float
+    entering: int = -1
+    leaving: int = -1
 
 
 def index64(spec: IndexerSpec, hidden: np.ndarray, q_source: np.ndarray | None, position_ids: np.ndarray,
@@ -92,10 +95,11 @@ def select64(scores: np.ndarray, topk: int, flips: Collection[Flip] = ()) -> np.
     return chosen[:, None]
 
 
-def near_ties(scores: np.ndarray, topk: int, bound: float) -> list[Tie]:
+def near_ties(scores: np.ndarray, topk: int, bound: float, relative: bool = False) -> list[Tie]:
     """Every query row of ``scores`` [b, s, t] whose selection bites (more than min(topk, t) visible keys) and whose
     k-th and (k + 1)-th highest visible scores are within ``bound`` (exact ties included: margin 0), with every
-    key near the boundary (``Tie``).
+    key near the boundary (``Tie``). ``relative``: the bound times the row's largest visible |score| (a runtime's
+    error on a score is of the size of the row's largest terms).
     """  # noqa: D205
     b, s, t = scores.shape
     k = min(topk, t)
@@ -107,7 +111,10 @@ def near_ties(scores: np.ndarray, topk: int, bound: float) -> list[Tie]:
     for row in range(b):
         for query in range(s):
             kept, out_best = ranked[row, query, k - 1], ranked[row, query, k]
-            if np.isfinite(out_best) and kept - out_best <= bound:
-                near = np.abs(ranked[row, query] - kept) <= bound
-                out.append(Tie(row, query, tuple(int(j) for j in order[row, query][near]), float(kept - out_best)))
+            seen = ranked[row, query][np.isfinite(ranked[row, query])]
+            within = bound * (float(np.abs(seen).max()) if relative and seen.size else 1.0)
+            if np.isfinite(out_best) and kept - out_best <= within:
+                near = np.abs(ranked[row, query] - kept) <= within
+                out.append(Tie(row, query, tuple(int(j) for j in order[row, query][near]), float(kept - out_best),
+                               int(order[row, query, k]), int(order[row, query, k - 1])))  # fmt: skip
     return out
