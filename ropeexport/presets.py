@@ -29,7 +29,7 @@ from ropeexport.hf.vision import import_vision, is_vision_config
 from ropeexport.specs import NAME_PATTERN
 
 # model types whose attention is MLA, not q/k/v heads
-LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite")
+LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa")
 _CARD_KEYS = ("name", "summary", "source", "notes", "config", "spec", "build")
 _BUILD_KEYS = ("artifacts", "dtypes", "graphs", "max_positions")
 

@@ -41,6 +41,7 @@ PACKAGES = (
     "ropeexport.architectures.deepseek_v3",
     "ropeexport.architectures.deepseek_v32",
     "ropeexport.architectures.glm4_moe_lite",
+    "ropeexport.architectures.glm_moe_dsa",
     "ropeexport.architectures.llama4_text",
     "ropeexport.architectures.qwen2_5_vl_text",
     "ropeexport.architectures.qwen2_vl_text",

@@ -1,4 +1,5 @@
-"""The ``deepseek_v32`` architecture (DeepSeek V3.2): its config read as transformers 5.23 reads it, its layers.
+"""The ``deepseek_v32`` (DeepSeek V3.2) and ``glm_moe_dsa`` (GLM-5) architectures: their configs read as
+transformers 5.23 reads them, their layers (GLM-5's: its shared indexer layers as ``GlmMoeDsaConfig`` derives them).
 
 Each row is a tiny config; every field read (DeepSeek V3's and the indexer's) is compared with transformers' own
 ``DeepseekV32Config`` of the same keys, the logit scale with ``DeepseekV32Attention.scaling``, each layer's MLP kind
@@ -88,5 +89,51 @@ def test_a_bad_key_is_named(label: str, changes: dict[str, Any], key: str) -> No
     config = {**_config({}), **changes}  # None kept: q_lora_rank null is a value here
     with pytest.raises(SpecError) as error:
         from_config(config, "v32")
+    assert error.value.field == f"config.json: {key}", (label, str(error.value))
+    assert "\n" not in str(error.value)
+
+
+# GLM-5 (glm_moe_dsa): DeepSeek V3.2's layers, its indexer's RoPE interleaved, "shared" layers reusing the previous
+# full layer's selection. (label, the config's changes to TINY): indexer_types as GlmMoeDsaConfig derives them.
+GLM = {**TINY, "model_type": "glm_moe_dsa", "num_hidden_layers": 5}
+GLM_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("indexer_types given", {"indexer_types": ["full", "shared", "shared", "full", "shared"]}),
+    ("index_topk_pattern", {"index_topk_pattern": "FSFSS"}),
+    ("index_topk_freq 2 from offset 1", {"index_topk_freq": 2, "index_skip_topk_offset": 1}),
+    ("nothing said: every layer full (freq 1)", {}),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("label", "changes"), GLM_CASES, ids=[c[0] for c in GLM_CASES])
+def test_glm5s_shared_indexer_layers_are_transformers(label: str, changes: dict[str, Any]) -> None:
+    config = {**GLM, **changes}
+    arch = architecture(config)
+    fields, _ = arch.layout(config)
+    theirs = transformers.GlmMoeDsaConfig(**{k: v for k, v in config.items() if k != "model_type"})
+    fields["position"] = {"num_heads": 4, "num_kv_heads": 1, "head_dim": 8}
+    layer = arch.default_layer(fields)
+    assert (layer.attention.index_layout, fields["index_n_heads"]) == ("interleaved", theirs.index_n_heads), label
+    assert arch.changes is not None
+    per_layer, _ = arch.changes(config, "config.json", {"num_layers": config["num_hidden_layers"]})
+    shared = ["shared" if layer.with_fields(c).attention.index_shared else "full" for c in per_layer]
+    assert shared == theirs.indexer_types, label
+    assert [len(layer.with_fields(c).cache_shapes("fused")) for c in per_layer] == [
+        2 if k == "shared" else 3 for k in shared]  # a shared layer caches no indexer keys  # fmt: skip
+
+
+GLM_REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("a shared first layer (no selection before it)", {"index_topk_pattern": "SFFFF"}, "index_topk_pattern"),
+    ("indexer_types of the wrong length", {"indexer_types": ["full", "shared"]}, "indexer_types"),
+]  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("label", "changes", "key"), GLM_REFUSED, ids=[r[0] for r in GLM_REFUSED])
+def test_glm5s_bad_indexer_types_are_named(label: str, changes: dict[str, Any], key: str) -> None:
+    from ropeexport.decoder.config import from_config
+
+    with pytest.raises(SpecError) as error:
+        from_config({**GLM, **changes}, "glm5")
     assert error.value.field == f"config.json: {key}", (label, str(error.value))
     assert "\n" not in str(error.value)

@@ -59,9 +59,9 @@ class Case(NamedTuple):
 # cannot run: the gqa form (ONNX Runtime's contrib ops), int4 weights (MatMulNBits), and a runtime named alone that
 # cannot run (ORT's CPU provider verifies instead: the fallback; still exit 3).
 # glm4_moe_lite's layers are deepseek_v3's (latent attention, the grouped mixture), run here on both: left out (CI
-# time); deepseek_v32's too, with its indexer (TopK, ScatterElements) besides: left out (CI time; not run on
-# onnx-reference)
-SAME_LAYERS = ("glm4_moe_lite", "deepseek_v32")
+# time); deepseek_v32's and glm_moe_dsa's too, with the indexer (TopK, ScatterElements) besides: left out (CI time;
+# not run on onnx-reference)
+SAME_LAYERS = ("glm4_moe_lite", "deepseek_v32", "glm_moe_dsa")
 CASES = [Case(name, "fused") for name in CONFIGS if name not in SAME_LAYERS] + [
     Case("llama", "decomposed"),
     Case("gemma2", "decomposed"),

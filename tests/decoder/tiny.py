@@ -149,6 +149,16 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                       "index_topk": 4, "index_head_dim": 16, "index_n_heads": 8,
                                       "max_position_embeddings": 128, "pad_token_id": 0,
                                       "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # GLM-5 (model_type glm_moe_dsa): deepseek_v32's with its indexer's RoPE interleaved and 3 layers, the middle one
+    # "shared" (the first layer's selection reused: no indexer, no key cache of its own); layer 0 dense
+    "glm_moe_dsa": ("glm_moe_dsa", {**_SMALL, "num_hidden_layers": 3, "num_key_value_heads": 4,
+                                    "moe_intermediate_size": 16, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                                    "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "q_lora_rank": 16,
+                                    "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                    "v_head_dim": 12, "index_topk": 4, "index_head_dim": 16, "index_n_heads": 8,
+                                    "indexer_types": ["full", "shared", "full"], "max_position_embeddings": 128,
+                                    "pad_token_id": 0,
+                                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     # GLM-4.7-Flash (model_type glm4_moe_lite): DeepSeek V3's layers with GLM's keys; its pattern from mlp_layer_types
     # (one first_k_dense_replace cannot say: layer 0 the mixture, layer 1 dense); query LoRA 16, latent 16, keys 8
     # nope + 8 rope, values 12 (wider than the nope part, as GLM's 256 over 192);

@@ -41,10 +41,11 @@ INT4 = [("fp32", "fused", "int4-b32", {"weight_format": "int4"}),
 # The tiny decoders whose tensorrt form is refused: gemma2 (TensorRT cannot cap attention logits), the Qwen-VL ones
 # (M-RoPE: no TensorRT run of it verified), deepseek_v3 and glm4_moe_lite (latent attention's keys and values differ
 # in width).
-NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "deepseek_v3", "deepseek_v32", "glm4_moe_lite")
-# The tiny decoders whose gqa form is refused: deepseek_v32 (GroupQueryAttention takes no mask for the indexer's
-# selection to narrow)
-NO_GQA = ("deepseek_v32",)
+NO_TENSORRT = ("gemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "deepseek_v3", "deepseek_v32", "glm4_moe_lite",
+               "glm_moe_dsa")
+# The tiny decoders whose gqa form is refused: deepseek_v32 and glm_moe_dsa (GroupQueryAttention takes no mask for the
+# indexer's selection to narrow)
+NO_GQA = ("deepseek_v32", "glm_moe_dsa")
 
 
 def _written(model: object, folder: Path) -> str:

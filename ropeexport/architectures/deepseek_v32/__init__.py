@@ -77,11 +77,12 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.jso
     return fields | index, sources | said
 
 
-def mlp_layer_types(config: Mapping[str, Any], count: int, where: str = "config.json") -> list[str]:
+def mlp_layer_types(config: Mapping[str, Any], count: int, where: str = "config.json",
+                    defaults: v3.Defaults = CONFIG) -> list[str]:  # fmt: skip
     """Each layer's ``"dense"`` or ``"sparse"``: ``mlp_layer_types``, else the first ``first_k_dense_replace``
     (default 3) dense (DeepseekV32Config.__post_init__); the two contradicting is a SpecError naming the key.
     """  # noqa: D205
-    k, _ = v3.field_value(config, where, "first_k_dense_replace", "count", CONFIG)
+    k, _ = v3.field_value(config, where, "first_k_dense_replace", "count", defaults)
     derived = ["dense" if i < k else "sparse" for i in range(count)]
     said = config.get("mlp_layer_types")
     if said is None:
