@@ -4,17 +4,17 @@ Sparse Attention's indexer on every layer (``components.latent.indexer``).
 Read from transformers 5.23's ``deepseek_v32/modular_deepseek_v32.py`` (line numbers there):
 
 - attention: ``DeepseekV32Attention`` (271-355) is DeepSeek V3's latent attention with a query LoRA always (AXK1's
-  ``q_a_proj``: "Qlora rank formulation is dropped", 273; ``q_lora_rank`` null refused), its rope slice always
+  ``q_a_proj``: "Qlora rank formulation is dropped", 274; ``q_lora_rank`` null refused), its rope slice always
   rotated in interleaved pairs (``apply_rotary_pos_emb_interleave``, 303; the config has no ``rope_interleave``,
-  158), the softmax scale DeepSeek V3's (``yarn_apply_mscale``);
+  145), the softmax scale DeepSeek V3's (``yarn_apply_mscale``);
 - the indexer (``DeepseekV32Indexer``, 174-268): ``index_n_heads`` heads ``index_head_dim`` wide over the query
-  LoRA's normed output, one LayerNorm'd key, HALF-SPLIT RoPE on its first ``qk_rope_head_dim`` dims (248), relu
+  LoRA's normed output, one LayerNorm'd key, HALF-SPLIT RoPE on its first ``qk_rope_head_dim`` dims (247), relu
   scores weighted per head, each query keeping its ``index_topk`` best keys (its own key cache per layer);
 - MLPs: ``DeepseekV32DecoderLayer`` is GLM-4.7-Flash's (reads ``mlp_layer_types``, 359), whose default
-  ``DeepseekV32Config.__post_init__`` makes from ``first_k_dense_replace`` (the first k dense, 168-170): a
+  ``DeepseekV32Config.__post_init__`` makes from ``first_k_dense_replace`` (the first k dense, 154-156): a
   ``first_k_dense_replace`` that contradicts a given ``mlp_layer_types`` is refused;
-- defaults (``DeepseekV32Config``, 95-150): DeepSeek V3's widths and router, ``index_topk`` 2048,
-  ``index_head_dim`` 128, ``index_n_heads`` 64; the multi-token prediction layer 61 passed over (380);
+- defaults (``DeepseekV32Config``, 106-147): DeepSeek V3's widths and router, ``index_topk`` 2048,
+  ``index_head_dim`` 128, ``index_n_heads`` 64; the multi-token prediction layer 61 passed over (366);
 - checkpoint names: DeepSeek V3's, the indexer's under ``self_attn.indexer``.
 """  # noqa: D205
 

@@ -4,26 +4,26 @@ transformers 5.23, ``models/deepseek_v32/modular_deepseek_v32.py`` (``DeepseekV3
 attention that folds it into its mask (``DeepseekV32Attention``, 271-355): per query token x [n] at position p,
 
 - the indexer's query: ``wq_b`` over the query LoRA's normed low-rank output (``query`` "lora", the attention's
-  ``q_a_layernorm(q_a_proj(x))``, 283), or Mistral Large 4's ``wq_b`` over LayerNorm(x) (``query`` "hidden",
-  ``mistral_large4/modular_mistral_large4.py``: 317-321, 347-349: Large 4's attention has no query LoRA), [H, D] per
+  ``q_a_layernorm(q_a_proj(x))``, 282), or Mistral Large 4's ``wq_b`` over LayerNorm(x) (``query`` "hidden",
+  ``mistral_large4/modular_mistral_large4.py``: 319-321, 353-354: Large 4's attention has no query LoRA), [H, D] per
   token; Large 4's query times its learned per-head factor ``q_scale[h] * log(p + 1) + q_bias[h]``
-  (``log_scale``; ``MistralLarge4TextSoftmaxScaling``, 300-307, 350);
-- ONE key per token shared by the heads, k = LayerNorm(``wk`` x) [D] (eps 1e-6, weight and bias, 205-206);
+  (``log_scale``; ``MistralLarge4TextSoftmaxScaling``, 295-308, 356);
+- ONE key per token shared by the heads, k = LayerNorm(``wk`` x) [D] (eps 1e-6, weight and bias, 200-201);
 - RoPE on the FIRST ``rope_dim`` dims of q and k (q_rot, q_pass split in that order, 241-245; the latent attention
-  rotates its LAST dims): half-split pairs in DeepSeek V3.2 (248, "NON-interleaved"), interleaved in GLM-5
-  (``glm_moe_dsa/modular_glm_moe_dsa.py``: 170-171) and Large 4 (356-361), none on Large 4's NoPE layers (353);
+  rotates its LAST dims): half-split pairs in DeepSeek V3.2 (246-247, "NON-interleaved"), interleaved in GLM-5
+  (``glm_moe_dsa/modular_glm_moe_dsa.py``: 170-171) and Large 4 (362-368), none on Large 4's NoPE layers (322);
   ``position`` is that rotation's piece, in that layout, or None;
-- the keys cached per layer beside the attention's cache (``update_indexer``, 253-254): ``past_index_key``
+- the keys cached per layer beside the attention's cache (``update_indexer``, 251-252): ``past_index_key``
   [b, 1, t, D];
 - index[b, s, t] = sum_h w[b, s, h] relu(q[b, s, h] . k[b, t] * D ** -0.5), w = ``weights_proj`` x * H ** -0.5
-  (256-261), computed in float32 whatever the model's dtype (``q.float()``; ``weights_proj`` kept in float32,
+  (254-260), computed in float32 whatever the model's dtype (``q.float()``; ``weights_proj`` kept in float32,
   ``_keep_in_fp32_modules``);
-- masked by the attention's causal and padding mask (264-267), then the top k = min(``topk``, t) keys of each
-  query row kept (269-270): only they are visible to the attention (the selection scattered into its mask,
-  312-331). Up to ``topk`` keys a query sees them all: DSA is exact-equal to dense attention there.
+- masked by the attention's causal and padding mask (262-265), then the top k = min(``topk``, t) keys of each
+  query row kept (267-268): only they are visible to the attention (the selection scattered into its mask,
+  319-331). Up to ``topk`` keys a query sees them all: DSA is exact-equal to dense attention there.
 
 GLM-5's ``indexer_types`` "shared" layers reuse the previous "full" layer's selection
-(``modular_glm_moe_dsa.py``: 104-122, 244-257): a layer spec says ``shared`` and runs no indexer (no weights, no
+(``modular_glm_moe_dsa.py``: 104-122, 245-257): a layer spec says ``shared`` and runs no indexer (no weights, no
 cache); the decoder hands it the selection.
 
 Notation: b batch, s new tokens, t cached + new, n hidden, H the indexer's heads, D its head width.

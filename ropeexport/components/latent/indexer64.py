@@ -1,7 +1,7 @@
 """The indexer's float64 twin (``components.latent.indexer`` module doc), its top-k selection and its near ties.
 
 Written from transformers 5.23's ``DeepseekV32Indexer.forward`` (``deepseek_v32/modular_deepseek_v32.py``:
-218-270), never from the graph. The selection keeps, per query row, the ``min(topk, t)`` highest scores; equal
+210-268), never from the graph. The selection keeps, per query row, the ``min(topk, t)`` highest scores; equal
 scores go to the LOWER key index first, ONNX's ``TopK`` rule ("the element with the lower index will appear first")
 and what ONNX Runtime 1.31 CPU does (measured, ``tests/components/test_indexer.py``); torch.topk promises no order
 among equal values. relu makes exact ties common: a key every head scores negative scores exactly 0.
