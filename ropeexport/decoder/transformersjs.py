@@ -190,7 +190,16 @@ TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a te
              "(src/models/qwen2_vl/modeling_qwen2_vl.js:44)")  # fmt: skip
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). The Qwen-VL text
 # decoders were refused here until they were packaged as their plain text type (above).
-REFUSED: dict[str, str] = {}
+REFUSED: dict[str, str] = {
+    "deepseek_v32": ("transformers.js 4.3.1 has no causal-LM class for 'deepseek_v32' "
+                     "(src/models/registry.js:261-340), and for a model type it does not list it feeds only "
+                     "past_key_values.{i}.key and .value (src/configs.js:457, getKeyValueNames): the indexer's key "
+                     "cache, past_key_values.{i}.index_key, would never be fed"),
+    "glm_moe_dsa": ("transformers.js 4.3.1 lists 'glm_moe_dsa' (GlmMoeDsaForCausalLM, line 297), a bare class "
+                    "(src/models/glm_moe_dsa/modeling_glm_moe_dsa.js:5), but feeds it only past_key_values.{i}.key "
+                    "and .value (src/configs.js:457, getKeyValueNames): the indexer's key cache, "
+                    "past_key_values.{i}.index_key, would never be fed"),
+}
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
