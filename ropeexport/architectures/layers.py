@@ -95,9 +95,7 @@ class AttentionLayer:
     (``components.latent.indexer``): ``index_n_heads`` heads ``index_head_dim`` wide, its RoPE on the first
     head_dim dims in ``index_layout`` (``half`` DeepSeek V3.2, ``interleaved`` GLM-5), each query keeping its
     ``index_topk`` best keys; ``index_shared``: the previous full indexer layer's selection reused (GLM-5's
-    ``indexer_types`` "shared"; no indexer weights or key cache of its own). An ``index_topk`` with no heads
-    described (Mistral Large 4 until its indexer is wired) builds no indexer: a decoder then takes it only while
-    every query sees at most ``index_topk`` keys, where transformers' indexer keeps them all (``decoder.spec``).
+    ``indexer_types`` "shared"; no indexer weights or key cache of its own).
     """
 
     num_heads: int
@@ -168,8 +166,8 @@ class AttentionLayer:
         if self.kind != "latent":
             raise SpecError("index_topk", f"DeepSeek Sparse Attention's indexer is a latent layer's; a {self.kind} "
                             "attention has none")  # fmt: skip
-        if self.index_shared or not (self.index_n_heads or self.index_head_dim or self.index_layout):
-            return  # shared, or no indexer described (Mistral Large 4's: not built, ``decoder.spec`` bounds it)
+        if self.index_shared:
+            return
         require_int("index_n_heads", self.index_n_heads, 1, 4096)
         require_int("index_head_dim", self.index_head_dim, 1, 65536)
         if self.index_head_dim < self.head_dim:
@@ -288,7 +286,7 @@ class LayerSpec:
         if a.kind != "latent":
             return (a.num_kv_heads, a.head_dim), (a.num_kv_heads, a.head_dim)
         require_choice("latent_cache", cache, ("expanded", "latent"))
-        index = ((1, a.index_head_dim),) if a.index_topk and not a.index_shared and a.index_n_heads else ()
+        index = ((1, a.index_head_dim),) if a.index_topk and not a.index_shared else ()
         if cache == "latent":  # a NoPE latent layer's rope key is 0 wide (``components.latent``)
             return (1, a.kv_lora_rank), (1, a.head_dim if self.position is not None else 0), *index
         key = a.qk_nope_head_dim + a.head_dim

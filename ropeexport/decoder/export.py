@@ -111,12 +111,15 @@ def index_cache_names(i: int) -> tuple[str, str]:
 
 def layer_caches(spec: DecoderSpec, i: int, graph: str | None = None) -> list[tuple[str, str, int, int]]:
     """Layer i's cached tensors as (past name, present name, heads, width): key and value (``cache_names``), and a
-    layer with its own indexer its key cache third (``index_cache_names``); shapes as ``weights.cache_shapes``.
+    layer with its own indexer its key cache third (``index_cache_names``; that one alone on a layer reading another's
+    latent); shapes as ``weights.cache_shapes``.
     """  # noqa: D205
     past_key, past_value, present_key, present_value = cache_names(i)
     names = [(past_key, present_key), (past_value, present_value), index_cache_names(i)]
-    return [(past, present, heads, width)
-            for (past, present), (heads, width) in zip(names, cache_shapes(spec, i, graph), strict=False)]  # fmt: skip
+    out = [(past, present, heads, width)
+           for (past, present), (heads, width) in zip(names, cache_shapes(spec, i, graph), strict=False)]  # fmt: skip
+    # a layer reading another's latent keeps only its own indexer's keys (Mistral Large 4's reuse_but_indexer)
+    return out[2:] if spec.layers[i].attention.kv_from is not None else out
 
 
 def prefill_and_step(

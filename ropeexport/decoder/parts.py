@@ -123,7 +123,7 @@ def index_piece(spec: DecoderSpec, i: int) -> PositionPiece | None:
     the one ``position_embeddings``).
     """  # noqa: D205
     a, position = spec.layers[i].attention, spec.layer_position_spec(i)
-    if not a.index_topk or a.index_shared or not a.index_n_heads or position is None:
+    if not a.index_topk or a.index_shared or position is None:
         return None
     own = position.replace(name="", layout=a.index_layout, num_heads=a.index_n_heads, num_kv_heads=1)
     return recipe_for(own).piece_of(own)
@@ -137,21 +137,25 @@ def index_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:
         a, position = spec.layers[i].attention, spec.layer_position_spec(i)
         key = None if position is None else (position, a.index_layout, a.index_n_heads)
         piece = next((p for k, p in built if k == key), None)
-        if piece is None and key is not None and a.index_topk and a.index_n_heads and not a.index_shared:
+        if piece is None and key is not None and a.index_topk and not a.index_shared:
             piece = index_piece(spec, i)
             if piece is not None:
                 built.append((key, piece))
-        out.append(piece if a.index_topk and a.index_n_heads and not a.index_shared else None)
+        out.append(piece if a.index_topk and not a.index_shared else None)
     return out
 
 
 def indexer_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> IndexerSpec | None:
     """Layer i's indexer (``components.latent.indexer``) with its rotation ``piece`` (``index_piece``), or None."""
     a = spec.layers[i].attention
-    if not a.index_topk or not (a.index_n_heads or a.index_shared):  # none described: not built (``decoder.spec``)
+    if not a.index_topk:
         return None
+    # no query LoRA (Mistral Large 4): the query over LayerNorm(x), times its per-head log scale; rope_dim the
+    # config's qk_rope_head_dim on a NoPE layer too (its piece None: nothing rotated)
+    hidden = not a.q_lora_rank and not a.index_shared
     return IndexerSpec(num_heads=a.index_n_heads or 1, head_dim=a.index_head_dim or a.head_dim, rope_dim=a.head_dim,
-                       topk=a.index_topk, position=piece, shared=a.index_shared)  # fmt: skip
+                       topk=a.index_topk, query="hidden" if hidden else "lora", log_scale=hidden, position=piece,
+                       shared=a.index_shared)  # fmt: skip
 
 
 def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None,

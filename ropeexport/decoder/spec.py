@@ -396,11 +396,6 @@ class DecoderSpec:
             raise SpecError("latent_cache", f"is built in the {builds} form with weights in the dtype (the absorbed "
                             f"kv_b_proj halves are plain MatMuls); got the {self.graph} form"
                             f"{' in ' + self.storage.format if self.storage.format else ''}")  # fmt: skip
-        reach = self.position_spec().max_positions
-        if a.index_topk and not a.index_shared and not a.index_n_heads and reach > a.index_topk:  # not built
-            raise SpecError("max_positions", f"must be at most index_topk ({a.index_topk}), got {reach}: DeepSeek "
-                            "sparse attention's indexer is not built for this model; transformers' indexer keeps "
-                            "every key while a query sees at most index_topk: dense attention there")  # fmt: skip
         if a.index_topk and form.one_head_size:  # DeepSeek Sparse Attention: the selection narrows the mask
             raise SpecError("graph", f"the {self.graph} form is not built with the indexer (index_topk): "
                             "GroupQueryAttention takes no mask beyond causal and the sequence lengths; use "

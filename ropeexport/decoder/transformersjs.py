@@ -248,6 +248,10 @@ def refusal(spec: DecoderSpec) -> str | None:
     """Why transformers.js 4.3.1 cannot run the decoder as ropeexport built it (one sentence), or None when it can."""
     if spec.model_type in REFUSED:
         return REFUSED[spec.model_type]
+    if any(layer.attention.index_topk for layer in spec.layers):  # Mistral Large 4's, packaged as deepseek_v3
+        return (f"its layers run DeepSeek Sparse Attention's indexer, and transformers.js {VERSION} feeds only "
+                "past_key_values.{i}.key and .value (src/configs.js:457, getKeyValueNames): the indexer's key cache, "
+                "past_key_values.{i}.index_key, would never be fed")  # fmt: skip
     # an architecture added to ropeexport and not yet read against transformers.js
     if spec.model_type not in (*LOADED, *MAPPED, *TWO_FILES):
         return (f"ropeexport has not checked model_type {spec.model_type!r} against transformers.js {VERSION} (it "

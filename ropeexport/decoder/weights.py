@@ -33,7 +33,8 @@ SEED = 0
 BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
                "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj", "q_scale",
                "q_scale_bias", "indexer.wq_b", "indexer.wk", "indexer.k_norm", "indexer.k_norm_bias",
-               "indexer.weights_proj")  # fmt: skip
+               "indexer.weights_proj", "indexer.q_norm", "indexer.q_norm_bias", "indexer.q_scale",
+               "indexer.q_bias")  # fmt: skip
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
@@ -57,7 +58,8 @@ def cache_bytes_per_token(spec: DecoderSpec) -> int:
     """  # noqa: D205
     size = DTYPES[spec.dtype].np_dtype(0).itemsize
     # every cached tensor: keys, values and an indexer's keys (DeepSeek Sparse Attention)
-    return sum(size * heads * width for i in cached_layers(spec.layers) for heads, width in cache_shapes(spec, i))
+    return sum(size * heads * width for i in cached_layers(spec.layers)  # a reusing layer: its indexer keys alone
+               for heads, width in cache_shapes(spec, i)[0 if spec.layers[i].attention.kv_from is None else 2:])
 
 
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
@@ -83,10 +85,13 @@ def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
     if a.kv_from is None:  # a layer reading another's latent (Mistral Large 4's kv_source_layers) has no kv_a
         out |= {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,)}
     out |= {"kv_b_proj": (r, H * (nope + v)), "o_proj": (H * v, hidden)}
-    if a.index_topk and a.index_n_heads and not a.index_shared:  # the indexer's (``components.latent.indexer``)
+    if a.index_topk and not a.index_shared:  # the indexer's (``components.latent.indexer``)
         D, IH = a.index_head_dim, a.index_n_heads
-        out |= {"indexer.wq_b": (a.q_lora_rank, IH * D), "indexer.wk": (hidden, D), "indexer.k_norm": (D,),
+        out |= {"indexer.wq_b": (a.q_lora_rank or hidden, IH * D), "indexer.wk": (hidden, D), "indexer.k_norm": (D,),
                 "indexer.k_norm_bias": (D,), "indexer.weights_proj": (hidden, IH)}  # fmt: skip
+        if not a.q_lora_rank:  # Mistral Large 4's query over LayerNorm(x), times its per-head log scale
+            out |= {"indexer.q_norm": (hidden,), "indexer.q_norm_bias": (hidden,), "indexer.q_scale": (IH,),
+                    "indexer.q_bias": (IH,)}  # fmt: skip
     return out
 
 

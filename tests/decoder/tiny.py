@@ -259,14 +259,16 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 # + 8 rope, values 8), LeRoPE over YaRN x4 (alpha, the query scale and bias set away from their identity init by
 # ``checkpoint``), layer 3 NoPE, kv_source_layers [0, 1, 0, 3]: layer 2 names layer 0 but transformers hands it layer
 # 1's latent (the last storing RoPE layer); layer 0 dense, 1-3 the softmax grouped router over 4 experts in 2 groups,
-# 2 a token, times 1.5, one shared expert; index_topk 128 = the context (the DSA indexer keeps every key).
+# 2 a token, times 1.5, one shared expert; DSA's indexer (16 heads 16 wide) keeping 4 keys of each query: layer 1 shared
+# (layer 0's selection), layer 2 its own indexer and key cache over layer 1's latent, layer 3's without RoPE.
 LATENT_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral_large4": ("mistral_large4_text", {
         **_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 4, "moe_intermediate_size": 16,
         "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
         "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"], "kv_lora_rank": 16, "qk_nope_head_dim": 8,
-        "qk_rope_head_dim": 8, "v_head_dim": 8, "index_topk": 128, "index_head_dim": 16, "index_n_heads": 2,
-        "no_rope_layers": [1, 1, 1, 0], "kv_source_layers": [0, 1, 0, 3], "max_position_embeddings": 128,
+        "qk_rope_head_dim": 8, "v_head_dim": 8, "index_topk": 4, "index_head_dim": 16, "index_n_heads": 16,
+        "indexer_types": ["full", "shared", "full", "full"], "no_rope_layers": [1, 1, 1, 0],
+        "kv_source_layers": [0, 1, 0, 3], "max_position_embeddings": 128,
         "pad_token_id": 0, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                "original_max_position_embeddings": 32, "beta_fast": 32.0,
                                                "beta_slow": 1.0, "attention_factor": 1.0}}),
