@@ -96,7 +96,7 @@ class ConfigHook:
     pattern_other: str = "sliding_attention"
     attention_index_key: str = ""
     # its layer_types say ``indexed_attention`` (DeepSeek sparse attention, Mistral Large 4): full causal attention as
-    # far as the encoding goes; its architecture bounds the context by the indexer's index_topk
+    # far as the encoding goes; the indexer is its architecture's (``AttentionLayer.index_topk``)
     indexed: bool = False
     position_key: str = ""
     rope_extra_keys: tuple[str, ...] = ()

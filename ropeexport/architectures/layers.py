@@ -93,9 +93,9 @@ class AttentionLayer:
     projection's output before its norm and rotation, the layer has no v_proj (Gemma 4's ``attention_k_eq_v`` on its
     full layers). ``index_topk`` > 0: DeepSeek Sparse Attention's indexer on a latent layer
     (``components.latent.indexer``): ``index_n_heads`` heads ``index_head_dim`` wide, its RoPE on the first
-    head_dim dims in ``index_layout`` (``half`` DeepSeek V3.2, ``interleaved`` GLM-5), each query keeping its
-    ``index_topk`` best keys; ``index_shared``: the previous full indexer layer's selection reused (GLM-5's
-    ``indexer_types`` "shared"; no indexer weights or key cache of its own).
+    head_dim dims in ``index_layout`` (``half`` DeepSeek V3.2, ``interleaved`` GLM-5 and Mistral Large 4), each query
+    keeping its ``index_topk`` best keys; ``index_shared``: the previous full indexer layer's selection reused (GLM-5's
+    and Large 4's ``indexer_types`` "shared"; no indexer weights or key cache of its own).
     """
 
     num_heads: int
