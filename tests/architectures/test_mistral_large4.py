@@ -178,3 +178,22 @@ def test_the_dsa_indexer_keeps_every_key_up_to_index_topk_in_transformers() -> N
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5]
     assert torch.equal(run(ids[:8], 8), run(ids[:8], 64))  # T = 8 = index_topk: every key kept
     assert not torch.allclose(run(ids, 8), run(ids, 64), atol=1e-4)  # T = 9: the indexer drops keys
+
+
+def test_the_indexers_rotation_carries_lerope_alpha(tiny_checkpoint) -> None:  # noqa: ANN001
+    # transformers hands the indexer the attention's one cos / sin (LeRoPE's, alpha in it): each RoPE layer's indexer
+    # piece has the attention piece's schedule, alpha included, in its own layout and heads; a NoPE layer's none
+    import json
+
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.parts import index_pieces, position_pieces
+
+    spec, _ = resolve(DecoderRequest(checkpoint=tiny_checkpoint("mistral_large4"), graph="decomposed",
+                                     latent_cache=True))  # fmt: skip
+    said = lambda piece: json.loads({p.key: p.value for p in piece.rotary.metadata_props}["ropeexport.spec"])  # noqa: E731
+    index, attention = index_pieces(spec), position_pieces(spec)
+    assert [p is None for p in index] == [False, True, False, True]  # layer 1 shared, layer 3 NoPE
+    for i in (0, 2):
+        ours, theirs = said(index[i]), said(attention[i])
+        assert any(ours["scaling_params"]["alpha"]) and ours["scaling_params"] == theirs["scaling_params"], i
+        assert (ours["layout"], ours["num_heads"], ours["num_kv_heads"]) == ("interleaved", 16, 1), ours
