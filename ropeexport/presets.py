@@ -29,7 +29,8 @@ from ropeexport.hf.vision import import_vision, is_vision_config
 from ropeexport.specs import NAME_PATTERN
 
 # model types whose attention is MLA, not q/k/v heads
-LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4", "mistral_large4_text")
+LATENT_ATTENTION = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa", "mistral4",
+                    "mistral_large4_text")
 _CARD_KEYS = ("name", "summary", "source", "notes", "config", "spec", "build")
 _BUILD_KEYS = ("artifacts", "dtypes", "graphs", "max_positions")
 

@@ -186,7 +186,8 @@ def test_a_gemma4_card_is_read_as_transformers_reads_its_config(name: str) -> No
 
 # The latent-attention model types (multi-head latent attention: the rope slice of one key shared by every head): a
 # block built from their encoding would be a plain attention layer, not theirs
-LATENT = ["deepseek_v2", "deepseek_v3", "glm4_moe_lite", "mistral4", "mistral_large4_text"]
+LATENT = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa", "mistral4",
+          "mistral_large4_text"]
 
 
 @pytest.mark.fast

@@ -96,11 +96,12 @@ class ConfigHook:
     pattern_other: str = "sliding_attention"
     attention_index_key: str = ""
     # its layer_types say ``indexed_attention`` (DeepSeek sparse attention, Mistral Large 4): full causal attention as
-    # far as the encoding goes; its architecture bounds the context by the indexer's index_topk
+    # far as the encoding goes; the indexer is its architecture's (``AttentionLayer.index_topk``)
     indexed: bool = False
     position_key: str = ""
     rope_extra_keys: tuple[str, ...] = ()
     mrope: str = ""
+    full_alias: str = ""  # a layer type its config names for full attention (DeepSeek V3.2's "indexed_attention")
     mrope_default: tuple[int, ...] = ()
     text_flat: bool = False
     global_head_dim: int = 0
@@ -142,10 +143,10 @@ def mrope_text(model_type: str) -> ConfigHook:
     raise ValueError(f"{model_type!r} is not a Qwen-VL text model (qwen2_vl_text, qwen2_5_vl_text, qwen3_vl_text)")
 
 
-def interleaved(model_type: str, why: str, shared_rope_key: bool = False) -> ConfigHook:
+def interleaved(model_type: str, why: str, shared_rope_key: bool = False, full_alias: str = "") -> ConfigHook:
     """The hook of a RoPE type whose pairs are (2i, 2i + 1), ``why`` the code that says so."""
     return ConfigHook(model_type, pairing="interleaved", pairing_why=f"{_PAIRS} ({why})",
-                      shared_rope_key=shared_rope_key)  # fmt: skip
+                      shared_rope_key=shared_rope_key, full_alias=full_alias)  # fmt: skip
 
 
 # The model types ropeexport reads only for their encoding (no decoder architecture): one line each.

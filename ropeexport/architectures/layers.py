@@ -62,8 +62,9 @@ PAIR = NORMS[:2]
 RESIDUAL_NORMS = {"sequential": PAIR, "parallel": PAIR, "shared": NORMS[:1], "sandwich": NORMS,
                   "post": (NORMS[1], NORMS[3])}
 GEOMETRY = ("num_heads", "num_kv_heads", "head_dim")
-# a latent layer's widths' wire names, and its sparse attention's keys per query (``AttentionLayer.index_topk``)
-LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "index_topk")
+LATENT_WIRE = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")  # a latent layer's widths' wire names
+# a latent layer's indexer (DeepSeek Sparse Attention) by wire name, with the value that says "none"
+INDEX_WIRE = {"index_topk": 0, "index_n_heads": 0, "index_head_dim": 0, "index_layout": "", "index_shared": False}
 
 
 def plain(value: Any, field_name: str) -> Any:
@@ -90,9 +91,11 @@ class AttentionLayer:
     key/value head per query head; a standard layer has none of the four (0). ``v_norm``: each value head
     RMS-normalized over head_dim with no weight (Gemma 4's ``v_norm``). ``k_eq_v``: the values are the key
     projection's output before its norm and rotation, the layer has no v_proj (Gemma 4's ``attention_k_eq_v`` on its
-    full layers). ``index_topk``: a latent layer's DeepSeek sparse attention (DSA: an indexer keeps each query's
-    ``index_topk`` best keys; 0: none): the indexer is not built, so a decoder takes it only while every query sees at
-    most ``index_topk`` keys, where transformers' indexer keeps them all (``decoder.spec``).
+    full layers). ``index_topk`` > 0: DeepSeek Sparse Attention's indexer on a latent layer
+    (``components.latent.indexer``): ``index_n_heads`` heads ``index_head_dim`` wide, its RoPE on the first
+    head_dim dims in ``index_layout`` (``half`` DeepSeek V3.2, ``interleaved`` GLM-5 and Mistral Large 4), each query
+    keeping its ``index_topk`` best keys; ``index_shared``: the previous full indexer layer's selection reused (GLM-5's
+    and Large 4's ``indexer_types`` "shared"; no indexer weights or key cache of its own).
     """
 
     num_heads: int
@@ -117,6 +120,10 @@ class AttentionLayer:
     v_norm: bool = False
     k_eq_v: bool = False
     index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_layout: str = ""
+    index_shared: bool = False
 
     def __post_init__(self) -> None:
         heads = require_int("num_heads", self.num_heads, 1, 4096)
@@ -138,11 +145,35 @@ class AttentionLayer:
         require_choice("qk_norm_over", self.qk_norm_over, QK_NORM_OVER)
         object.__setattr__(self, "scale", require_number("attn_scale", self.scale, "0: 1 / sqrt(head_dim)"))
         object.__setattr__(self, "softcap", require_number("attn_softcap", self.softcap, "0: no cap"))
-        for name in ("sinks", "qkv_bias", "o_bias", "gate", "v_norm", "k_eq_v"):
+        for name in ("sinks", "qkv_bias", "o_bias", "gate", "v_norm", "k_eq_v", "index_shared"):
             require_flag(name, getattr(self, name))
         if self.kv_from is not None:
             object.__setattr__(self, "kv_from", require_int("kv_from", self.kv_from, 0))
         self._check_latent()
+        self._check_indexer()
+
+    def _check_indexer(self) -> None:
+        """An indexed layer's fields (the class doc): on a latent layer only, index_topk >= 1, index_head_dim at
+        least the rotated slice; all 0 / "" otherwise. SpecError naming the field.
+        """  # noqa: D205
+        if not self.index_topk:
+            named = next((n for n in ("index_n_heads", "index_head_dim", "index_layout", "index_shared")
+                          if getattr(self, n)), None)  # fmt: skip
+            if named is not None:
+                raise SpecError(named, "is an indexer's: the layer has none (index_topk 0)")
+            return
+        object.__setattr__(self, "index_topk", require_int("index_topk", self.index_topk, 1, 2**31 - 1))
+        if self.kind != "latent":
+            raise SpecError("index_topk", f"DeepSeek Sparse Attention's indexer is a latent layer's; a {self.kind} "
+                            "attention has none")  # fmt: skip
+        if self.index_shared:
+            return
+        require_int("index_n_heads", self.index_n_heads, 1, 4096)
+        require_int("index_head_dim", self.index_head_dim, 1, 65536)
+        if self.index_head_dim < self.head_dim:
+            raise SpecError("index_head_dim", f"must be at least qk_rope_head_dim ({self.head_dim}): the indexer "
+                            f"rotates its first qk_rope_head_dim dims, got {self.index_head_dim}")  # fmt: skip
+        require_choice("index_layout", self.index_layout, ("half", "interleaved"))
 
     def _check_latent(self) -> None:
         """A latent layer's widths (the class doc); a standard layer's all 0. SpecError naming the field."""
@@ -173,7 +204,9 @@ ATTENTION_WIRE = {"num_heads": "num_heads", "num_kv_heads": "num_kv_heads", "hea
                   "qkv_bias": "qkv_bias", "o_bias": "o_bias", "gate": "attn_gate", "kv_from": "kv_from",
                   "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
                   "qk_nope_head_dim": "qk_nope_head_dim", "v_head_dim": "v_head_dim", "v_norm": "v_norm",
-                  "k_eq_v": "k_eq_v", "index_topk": "index_topk"}  # fmt: skip
+                  "k_eq_v": "k_eq_v", "index_topk": "index_topk", "index_n_heads": "index_n_heads",
+                  "index_head_dim": "index_head_dim", "index_layout": "index_layout",
+                  "index_shared": "index_shared"}  # fmt: skip
 FEEDFORWARD_WIRE = {"kind": "mlp", "act": "act", "inner": "intermediate_size", "bias": "mlp_bias",
                     "experts": "num_experts", "top_k": "experts_per_token", "router": "router",
                     "swiglu_alpha": "swiglu_alpha", "swiglu_limit": "swiglu_limit", "expert": "expert",
@@ -236,8 +269,11 @@ class LayerSpec:
         a = self.attention
         return a.num_heads, a.num_kv_heads, a.head_dim
 
-    def cache_shapes(self, graph: str = "", cache: str = "expanded") -> tuple[tuple[int, int], tuple[int, int]]:
-        """((heads, width) of the key's cache, of the value's): each cached tensor [b, heads, past, width].
+    def cache_shapes(self, graph: str = "", cache: str = "expanded") -> tuple[tuple[int, int], ...]:
+        """((heads, width) of the key's cache, of the value's[, of the indexer's keys]): each cached tensor.
+
+        Each [b, heads, past, width]; a layer with its own indexer (``AttentionLayer.index_topk``, not shared) caches
+        its keys third, (1, index_head_dim), in either latent cache.
 
         The one place a decoder reads its cache's geometry from. A standard layer: (num_kv_heads, head_dim) both. A
         latent layer's ``expanded`` cache: keys (heads, nope + rope), values (heads, v_head_dim), or (heads, nope +
@@ -250,11 +286,12 @@ class LayerSpec:
         if a.kind != "latent":
             return (a.num_kv_heads, a.head_dim), (a.num_kv_heads, a.head_dim)
         require_choice("latent_cache", cache, ("expanded", "latent"))
+        index = ((1, a.index_head_dim),) if a.index_topk and not a.index_shared else ()
         if cache == "latent":  # a NoPE latent layer's rope key is 0 wide (``components.latent``)
-            return (1, a.kv_lora_rank), (1, a.head_dim if self.position is not None else 0)
+            return (1, a.kv_lora_rank), (1, a.head_dim if self.position is not None else 0), *index
         key = a.qk_nope_head_dim + a.head_dim
         padded = graph in FORMS and FORMS[graph].one_head_size  # values padded to the key's width
-        return (a.num_heads, key), (a.num_heads, key if padded else a.v_head_dim)
+        return (a.num_heads, key), (a.num_heads, key if padded else a.v_head_dim), *index
 
     @property
     def window(self) -> int:

@@ -18,11 +18,12 @@ MULTI_AXIS = ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v")
 ONE_AXIS = "the Qwen-VL text decoders (qwen2_vl, qwen2_5_vl, qwen3_vl: their checkpoints' text models)"
 # transformers' keys for the experts of a mixture, and the model types whose mixtures are built (``components.moe``)
 EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
-MIXTURES = ("gpt_oss", "qwen3_moe", "llama4_text", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v2",
-            "gemma4_text", "mistral_large4_text")  # fmt: skip
-# the model types whose multi-head latent attention is built (DeepSeek V3 and Kimi K2; GLM-4.7-Flash; Mistral Small 4;
-# DeepSeek-V2; Mistral Large 4)
-LATENT = ("deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v2", "mistral_large4_text")
+MIXTURES = ("gpt_oss", "qwen3_moe", "llama4_text", "deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa",
+            "mistral4", "deepseek_v2", "gemma4_text", "mistral_large4_text")  # fmt: skip
+# the model types whose multi-head latent attention is built (DeepSeek V3 and Kimi K2; DeepSeek V3.2; GLM-4.7-Flash;
+# GLM-5; Mistral Small 4; DeepSeek-V2; Mistral Large 4)
+LATENT = ("deepseek_v3", "deepseek_v32", "glm4_moe_lite", "glm_moe_dsa", "mistral4", "deepseek_v2",
+          "mistral_large4_text")  # fmt: skip
 
 
 def _scaling(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -54,8 +55,8 @@ def missing(config: Mapping[str, Any], built: tuple[str, ...]) -> str | None:
                 "architecture here either")  # fmt: skip
     if config.get("kv_lora_rank"):
         latent = ", ".join(t for t in LATENT if t in built)
-        where = (f"is built for {latent} only (DeepSeek V3, Kimi K2, GLM-4.7-Flash, Mistral Small 4, DeepSeek-V2, "
-                 f"Mistral Large 4), not for {model_type!r}"
+        where = (f"is built for {latent} only (DeepSeek V3, Kimi K2, V3.2, GLM-4.7-Flash, GLM-5, Mistral Small 4, "
+                 f"DeepSeek-V2, Mistral Large 4), not for {model_type!r}"
                  if latent else "is not built; no decoder here has it")  # fmt: skip
         return f"multi-head latent attention (kv_lora_rank: DeepSeek's compressed keys and values) {where}"
     experts = next((k for k in EXPERTS if config.get(k)), None)

@@ -29,9 +29,17 @@ def sharing_modes(layers: Sequence[LayerSpec]) -> list[str]:
             for i, layer in enumerate(layers)]  # fmt: skip
 
 
+def own_index_cache(layer: LayerSpec) -> bool:
+    """Whether the layer caches its own indexer keys (DeepSeek Sparse Attention: an indexer, not a shared one)."""
+    a = layer.attention
+    return bool(a.index_topk and a.index_n_heads and not a.index_shared)
+
+
 def cached_layers(layers: Sequence[LayerSpec]) -> list[int]:
-    """The layers with a cache of their own (every layer but those that reuse another's), in order."""
-    return [i for i, layer in enumerate(layers) if layer.attention.kv_from is None]
+    """The layers with a cache of their own, in order: every layer but those that reuse another's keys and values,
+    and those too when they keep their own indexer keys (Mistral Large 4's ``reuse_but_indexer``: that cache alone).
+    """  # noqa: D205
+    return [i for i, layer in enumerate(layers) if layer.attention.kv_from is None or own_index_cache(layer)]
 
 
 def check_sharing(layers: Sequence[LayerSpec], graph: str) -> None:

@@ -62,11 +62,14 @@ _EXPERTS: weakref.WeakKeyDictionary[GraphBuilder, dict[str, list[str]]] = weakre
 
 
 def is_weight(name: str) -> bool:
-    """True for a canonical name the weight format stores (a projection: ``*_proj``, ``lm_head``); biases, norm
-    scales, the embedding and a mixture's router (``router_proj``, [n, E]: in int4 its rounding would move the
-    routing itself, at a few kB a layer) are held in the activation dtype.
+    """True for a canonical name the weight format stores (a projection: ``*_proj``, ``lm_head``, the indexer's
+    ``wq_b`` and ``wk``); biases, norm scales, the embedding, a mixture's router (``router_proj``, [n, E]: in int4
+    its rounding would move the routing itself, at a few kB a layer) and the indexer's ``weights_proj`` [n, H] (as
+    the router: it weighs the scores that select the keys) are held in the activation dtype.
     """  # noqa: D205
     last = name.rpartition(".")[2]
+    if name.startswith("indexer.") or ".indexer." in name:  # DeepSeek Sparse Attention's indexer: its query and key
+        return last in ("wq_b", "wk")  # projections; weights_proj [n, H] kept, as the router (it moves the selection)
     return (last.endswith("_proj") and last != "router_proj") or name == "lm_head"
 
 

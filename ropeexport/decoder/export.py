@@ -43,6 +43,7 @@ from ropeexport.decoder.parts import (
     attention_spec,
     head_name,
     in_qmoe,
+    index_pieces,
     latent_spec,
     mlp_spec,
     norm_spec,
@@ -103,6 +104,24 @@ def cache_names(i: int) -> tuple[str, str, str, str]:
     return f"past_key_values.{i}.key", f"past_key_values.{i}.value", f"present.{i}.key", f"present.{i}.value"
 
 
+def index_cache_names(i: int) -> tuple[str, str]:
+    """Layer i's indexer key cache (past, present) names (DeepSeek Sparse Attention: ``components.latent.indexer``)."""
+    return f"past_key_values.{i}.index_key", f"present.{i}.index_key"
+
+
+def layer_caches(spec: DecoderSpec, i: int, graph: str | None = None) -> list[tuple[str, str, int, int]]:
+    """Layer i's cached tensors as (past name, present name, heads, width): key and value (``cache_names``), and a
+    layer with its own indexer its key cache third (``index_cache_names``; that one alone on a layer reading another's
+    latent); shapes as ``weights.cache_shapes``.
+    """  # noqa: D205
+    past_key, past_value, present_key, present_value = cache_names(i)
+    names = [(past_key, present_key), (past_value, present_value), index_cache_names(i)]
+    out = [(past, present, heads, width)
+           for (past, present), (heads, width) in zip(names, cache_shapes(spec, i, graph), strict=False)]  # fmt: skip
+    # a layer reading another's latent keeps only its own indexer's keys (Mistral Large 4's reuse_but_indexer)
+    return out[2:] if spec.layers[i].attention.kv_from is not None else out
+
+
 def prefill_and_step(
     infer: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
     spec: DecoderSpec,
@@ -122,15 +141,14 @@ def prefill_and_step(
     cached = cached_layers(spec.layers)  # a layer reading another's keys and values has no cache of its own
     feed = {"input_ids": input_ids, "attention_mask": np.ones((b, s), np.int64), "position_ids": position_ids}
     for i in cached:
-        past_key, past_value, _, _ = cache_names(i)
-        for name, (heads, width) in zip((past_key, past_value), cache_shapes(spec, i), strict=True):
+        for name, _, heads, width in layer_caches(spec, i):
             feed[name] = np.zeros((b, heads, 0, width), DTYPES[spec.dtype].np_dtype)
     out = infer(feed)
     token = np.argmax(out["logits"][:, -1], axis=-1)[:, None].astype(np.int64)
     step = {"input_ids": token, "attention_mask": np.ones((b, s + 1), np.int64), "position_ids": step_positions}
     for i in cached:
-        past_key, past_value, present_key, present_value = cache_names(i)
-        step[past_key], step[past_value] = out[present_key], out[present_value]
+        for past, present, _, _ in layer_caches(spec, i):
+            step[past] = out[present]
     logits = np.concatenate([out["logits"], infer(step)["logits"]], axis=1).astype(np.float64)
     return logits, token
 
@@ -201,6 +219,8 @@ def build_decoder_graph(
     inputs_of = per_layer.inputs_graph(g, spec, norm_of, h, top, opset) if spec.per_layer_input else []
     pending = None  # the residual add a layer leaves to the next norm (made there, fused with it in the gqa form)
     shared: dict[int, tuple[str, str]] = {}  # a storing layer's new keys and values (kv_sharing), by layer
+    selected = ""  # the last full indexer layer's selection: what a shared indexer layer reads (GLM-5)
+    indexing = index_pieces(spec) if any(x.attention.index_topk for x in spec.layers) else [None] * spec.num_layers
     for i, layer in enumerate(spec.layers):
         if stage is not None:
             stage("export", i, spec.num_layers)
@@ -237,14 +257,22 @@ def build_decoder_graph(
                  "past_key": past_key, "past_value": past_value, **axes_wired}  # fmt: skip
         block = {n: arrays[n] for n in arrays if n in BLOCK_NAMES}
         if layer.attention.kind == "latent":  # DeepSeek's latent attention over its cache
-            latent_of = latent_spec(spec, i, pieces[i])
+            latent_of = latent_spec(spec, i, pieces[i], index=indexing[i])
             if latent_of.cache == "latent":  # the latent and the rotated rope key under the layer's cache names
                 wired = {k: v for k, v in wired.items() if k not in ("past_key", "past_value")} | (
                     {"past_latent": past_key, "past_rope_key": past_value} if reads is None else
                     dict(zip(("shared_latent", "shared_rope_key"), shared[reads], strict=True)))  # fmt: skip
+            own_index = latent_of.indexer is not None and not latent_of.indexer.shared
+            if own_index:  # its own key cache, even on a layer reading another's latent (Mistral Large 4)
+                wired["past_index_key"] = index_cache_names(i)[0]
+            elif latent_of.indexer is not None:
+                wired["index_selected"] = selected
             out = call(g, latent_model(latent_of, block), wired, f"layers.{i}/")
             if latent_of.kv_sharing == "store":  # its whole latent and rope key, read by later layers
                 shared[i] = (out["present_latent"], out["present_rope_key"])
+            if own_index:
+                g.name_output(out["present_index_key"], index_cache_names(i)[1])
+                selected = out["index_selected"]
             out = {"output": out["output"], "present_key": out.get("present_key", out.get("present_latent", "")),
                    "present_value": out.get("present_value", out.get("present_rope_key", ""))}  # fmt: skip
         else:
@@ -298,9 +326,7 @@ def build_decoder_graph(
     ]
     outputs = [io("logits", dtype, ["batch", "seq", spec.vocab_size])]
     for i in cached_layers(spec.layers):  # a layer that reads another's keys and values has no cache of its own
-        past_key, past_value, present_key, present_value = cache_names(i)
-        for past, present, (heads, width) in zip((past_key, past_value), (present_key, present_value),
-                                                 cache_shapes(spec, i), strict=True):  # fmt: skip
+        for past, present, heads, width in layer_caches(spec, i):
             inputs.append(io(past, dtype, ["batch", heads, "past", width]))
             outputs.append(io(present, dtype, ["batch", heads, "total", width]))
     graph = helper.make_graph(g.nodes, spec.name, inputs, outputs, g.initializers)

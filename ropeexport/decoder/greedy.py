@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ropeexport.architectures.sharing import cached_layers
-from ropeexport.decoder.export import cache_names
+from ropeexport.decoder.export import layer_caches
 from ropeexport.decoder.scenarios import Scenario, regime
 from ropeexport.decoder.spec import DecoderSpec
-from ropeexport.decoder.weights import cache_shapes
 from ropeexport.dtypes import DTYPES
 from ropeexport.families.rope.regimes import row_lengths
 
@@ -89,8 +88,10 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
     # each cached layer's own cache shapes, key then value (a latent layer's differ: ``LayerSpec.cache_shapes``); a
     # layer that reads another's keys and values has none (``architectures.sharing``)
     cached = cached_layers(spec.layers)
+    # (a layer with its own indexer caches its keys third: ``export.layer_caches``)
+    names = [(past, present) for i in cached for past, present, _, _ in layer_caches(spec, i)]
     empty: list[np.ndarray] = [np.zeros((b, heads, 0, width), np_dtype) for i in cached
-                               for heads, width in cache_shapes(spec, i)]  # fmt: skip
+                               for _, _, heads, width in layer_caches(spec, i)]  # fmt: skip
     calls: list[Call] = []
 
     def regimes_of(positions: np.ndarray) -> tuple[str, ...]:  # each row's regime, of its own L_b
@@ -100,14 +101,13 @@ def run_scenario(infer: Infer, spec: DecoderSpec, scenario: Scenario, seed: int 
             cache_regimes: tuple[str, ...] | None) -> list[np.ndarray]:  # fmt: skip
         feeds = {"input_ids": ids[:, first:last], "attention_mask": mask[:, :last],
                  inputs.name: inputs.text(pos[:, first:last])}  # fmt: skip
-        for n, i in enumerate(cached):
-            past_key, past_value, _, _ = cache_names(i)
-            feeds[past_key], feeds[past_value] = cache[2 * n], cache[2 * n + 1]
+        for (past, _), value in zip(names, cache, strict=True):
+            feeds[past] = value
         out = infer(feeds)
         calls.append(Call(len(calls), kind, ids[:, :last].copy(), pos[:, :last].copy(), mask[:, :last].copy(), first,
                           out["logits"], regimes_of(pos[:, first:last]), cache_regimes,
                           None if inputs.one_axis else inputs.text(pos[:, :last])))  # fmt: skip
-        return [out[name] for i in cached for name in cache_names(i)[2:]]
+        return [out[present] for _, present in names]
 
     edges = np.cumsum((0, *scenario.chunks)) if scenario.chunks else np.array([0, ids.shape[1]])
     cache = empty

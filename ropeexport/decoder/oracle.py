@@ -26,7 +26,7 @@ between them fails it, and the call is recomputed whole), and every bias on the 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from ropeexport.components.attention.float64 import Bias64, Rotate64, attention6
 from ropeexport.components.gemma4_moe import Gemma4MoESpec, branch_mixing
 from ropeexport.components.grouped_moe import SharedMoESpec, shared_mixing
 from ropeexport.components.latent import LatentSpec
-from ropeexport.components.latent.float64 import latent64
+from ropeexport.components.latent.float64 import index_feeds, latent64
 from ropeexport.components.linear import is_weight, linear64
 from ropeexport.components.mixing import Mixing, mixed_together, part
 from ropeexport.components.mlp import MLPSpec, mlp64
@@ -54,6 +54,7 @@ from ropeexport.decoder.parts import (
 )
 from ropeexport.decoder.per_layer import inputs64, layer64
 from ropeexport.decoder.phases import MLP_NAMES, PhasedLayer
+from ropeexport.decoder.routing import Routing
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.weights import layer_weights, vocab_part
 from ropeexport.numerics import one_blas_thread, round_once
@@ -61,18 +62,6 @@ from ropeexport.recipes import PositionPiece
 
 # The output head multiplied in slices of at most this many float64 bytes (in float64 Llama-3.2-1B's is 2 GiB, 8B's 4)
 HEAD_SLICE_BYTES = 256 * 2**20
-
-
-@dataclass
-class Routing:
-    """A recompute's routing of a mixture of experts (``components.moe``): ``flips``, the (layer, row, slot) tokens
-    routed the other way at their near tie; with ``bound`` > 0, every near tie within it (``moe.near_ties``) is
-    appended to ``ties`` as (layer, row, slot, margin).
-    """  # noqa: D205
-
-    flips: frozenset[tuple[int, int, int]] = frozenset()
-    bound: float = 0.0
-    ties: list[tuple[int, int, int, float]] = field(default_factory=list)
 
 
 class Stored64(Mapping[str, np.ndarray]):
@@ -248,7 +237,7 @@ def decoders_float64(
             return plan(y, w)
         t = y.shape[1]  # a token's flat index: row x t + slot
         found: tuple[float, list[tuple[int, float]]] = (routing.bound, [])
-        out = plan(y, w, [r * t + j for (at, r, j) in routing.flips if at == layer], found if routing.bound else None)
+        out = plan(y, w, [r * t + j for r, j in routing.router_flips(layer)], found if routing.bound else None)
         routing.ties.extend((layer, token // t, token % t, margin) for token, margin in found[1])
         return out
 
@@ -266,10 +255,11 @@ def decoders_float64(
     for j, h in enumerate(hs):
         seen(j, Stage(-1, "embedding"), h)
     shared: dict[int, list[dict[str, np.ndarray]]] = {}  # per storing layer, per feed: its new keys and values
+    selections: dict[int, Any] = {}  # per feed, the last full indexer layer's selection (``index_feeds``)
     for i, layer in enumerate(spec.layers):
         if on_layer is not None:
             on_layer(i)
-        (key_heads, key_width), (value_heads, value_width) = layer.cache_shapes()  # as computed: unpadded
+        (key_heads, key_width), (value_heads, value_width), *_ = layer.cache_shapes()  # as computed: unpadded
         w = _layer64(weights64, i)  # this layer's weights in float64, read once for every feed (experts: _Experts)
         block = w.block()  # the attention's weights: gone once every feed has passed it (``phases``)
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
@@ -280,17 +270,24 @@ def decoders_float64(
         def through(j: int, feed: Feed, i: int = i, layer: Any = layer, w: dict[str, np.ndarray] = w,
                     block: dict[str, np.ndarray] = block, attend: Any = attend, reads: int | None = reads,
                     shapes: tuple[int, ...] = (key_heads, key_width, value_heads, value_width)) -> Pass:  # fmt: skip
-            key_heads, key_width, value_heads, value_width = shapes
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
-            key, value = ((np.zeros((b, key_heads, 0, key_width)), np.zeros((b, value_heads, 0, value_width)))
+            key, value = ((np.zeros((b, shapes[0], 0, shapes[1])), np.zeros((b, shapes[2], 0, shapes[3])))
                           if feed.past is None else feed.past[i if reads is None else reads])  # fmt: skip
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
                      "past_key": key, "past_value": value}  # fmt: skip
             wired |= {} if reads is None else shared[reads][j]
-            out = (latent64 if isinstance(attend, LatentSpec) else attention64)(attend, wired, block)
-            attended = out["output"]
+            if isinstance(attend, LatentSpec):  # its indexer's selection read by the next shared ones (GLM-5)
+                r = routings[j]
+                found: tuple[float, list[Any]] | None = (r.bound, []) if r is not None and r.bound else None
+                out = latent64(attend, index_feeds(attend, wired, selections.get(j)), block,
+                               flips=r.index_flips(i) if r else (), ties=found)  # fmt: skip
+                attended, selections[j] = out["output"], out.get("index_selected", selections.get(j))
+                if r and found:  # its indexer's near ties, named as a router's are (``routing``)
+                    r.ties.extend((i, t.row, t.query, t.entering, t.leaving, t.margin) for t in found[1])
+            else:
+                attended = (out := attention64(attend, wired, block))["output"]
             if attend.kv_sharing == "store":  # read by the later layers that reuse them, per feed (Mistral Large
                 # 4's latent layers: the whole latent and rope key; else keys and values)
                 shared.setdefault(i, []).append({n: v for n, v in out.items() if n.startswith("shared_")})

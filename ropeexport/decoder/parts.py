@@ -22,6 +22,7 @@ from ropeexport.components.attention import AttentionSpec
 from ropeexport.components.gemma4_moe import Gemma4MoESpec
 from ropeexport.components.grouped_moe import GroupedRouter, SharedMoESpec
 from ropeexport.components.latent import LatentSpec
+from ropeexport.components.latent.indexer import IndexerSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
 from ropeexport.components.moe import MoESpec
@@ -115,15 +116,61 @@ def attention_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> At
                          kv_sharing=sharing_modes(spec.layers)[i])  # fmt: skip
 
 
-def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None) -> LatentSpec:
+def index_piece(spec: DecoderSpec, i: int) -> PositionPiece | None:
+    """Layer i's indexer rotation (DeepSeek Sparse Attention): the layer's RoPE with the indexer's pair layout
+    (``index_layout``) over its ``index_n_heads`` query heads and one key, or None (no indexer of its own, or no
+    positional encoding). Same frequencies, schedule and range as the attention's rotation (transformers hands both
+    the one ``position_embeddings``).
+    """  # noqa: D205
+    a, position = spec.layers[i].attention, spec.layer_position_spec(i)
+    if not a.index_topk or a.index_shared or position is None:
+        return None
+    own = position.replace(name="", layout=a.index_layout, num_heads=a.index_n_heads, num_kv_heads=1)
+    return recipe_for(own).piece_of(own)
+
+
+def index_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:
+    """Per layer its indexer rotation (``index_piece``); one piece object per distinct spec, as ``position_pieces``."""
+    built: list[tuple[object, PositionPiece]] = []
+    out: list[PositionPiece | None] = []
+    for i in range(spec.num_layers):
+        a, position = spec.layers[i].attention, spec.layer_position_spec(i)
+        key = None if position is None else (position, a.index_layout, a.index_n_heads)
+        piece = next((p for k, p in built if k == key), None)
+        if piece is None and key is not None and a.index_topk and not a.index_shared:
+            piece = index_piece(spec, i)
+            if piece is not None:
+                built.append((key, piece))
+        out.append(piece if a.index_topk and not a.index_shared else None)
+    return out
+
+
+def indexer_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> IndexerSpec | None:
+    """Layer i's indexer (``components.latent.indexer``) with its rotation ``piece`` (``index_piece``), or None."""
+    a = spec.layers[i].attention
+    if not a.index_topk:
+        return None
+    # no query LoRA (Mistral Large 4): the query over LayerNorm(x), times its per-head log scale; rope_dim the
+    # config's qk_rope_head_dim on a NoPE layer too (its piece None: nothing rotated)
+    hidden = not a.q_lora_rank and not a.index_shared
+    return IndexerSpec(num_heads=a.index_n_heads or 1, head_dim=a.index_head_dim or a.head_dim, rope_dim=a.head_dim,
+                       topk=a.index_topk, query="hidden" if hidden else "lora", log_scale=hidden, position=piece,
+                       shared=a.index_shared)  # fmt: skip
+
+
+def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None,
+                index: PositionPiece | None = None) -> LatentSpec:  # fmt: skip
     """Layer i's latent attention (``components.latent``) over the decoder's cache (``DecoderSpec.cache``) in its
     form, or over the expanded cache in ``graph`` (the float64 recompute's: unpadded, any form but gqa; the twin of
     the absorbed latent graph is the plain attention it rewrites): its widths, the logit scale
     (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at the
     architecture's ``latent_norm_eps``: 1e-6 whatever the config's rms_norm_eps for DeepSeek V3 (transformers'
     ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``), the model's for Mistral Large 4.
+    ``index``: the indexer's rotation (``index_pieces``; built here when the layer has an indexer and none is given).
     """  # noqa: D205
     a, layer = spec.layers[i].attention, spec.layers[i]
+    if index is None and a.index_topk and not a.index_shared:
+        index = index_piece(spec, i)
     # NoPE (no position, Mistral Large 4): the rope slice joins the part never rotated (``components.latent``)
     nope, rope = (a.qk_nope_head_dim, a.head_dim) if layer.position is not None else (
         a.qk_nope_head_dim + a.head_dim, 0)  # fmt: skip
@@ -138,7 +185,8 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
                       kv_sharing=sharing_modes(spec.layers)[i],
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
-                      cache=spec.cache if graph is None else "expanded", query_scale=scaled)  # fmt: skip
+                      cache=spec.cache if graph is None else "expanded", query_scale=scaled,
+                      indexer=indexer_spec(spec, i, index))  # fmt: skip
 
 
 def position_pieces(spec: DecoderSpec) -> list[PositionPiece | None]:

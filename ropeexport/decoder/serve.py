@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ropeexport.architectures.sharing import cached_layers
-from ropeexport.decoder.export import cache_names
+from ropeexport.decoder.export import layer_caches
 from ropeexport.decoder.kind import check_folder
 from ropeexport.decoder.scenarios import regime
 from ropeexport.decoder.spec import POLICIES, DecoderSpec
-from ropeexport.decoder.weights import cache_shapes
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import RuntimeUnavailable, SpecError
 from ropeexport.forms import FORMS
@@ -165,7 +164,9 @@ class DecoderSession:
         # (heads, width) of each cached tensor, layer by layer, key then value (``LayerSpec.cache_shapes``)
         # (a layer that reads another's keys and values has none: ``architectures.sharing``)
         self._cached = cached_layers(spec.layers)
-        self._shapes = [shape for i in self._cached for shape in cache_shapes(spec, i)]
+        # each cached tensor's (past name, present name) and (heads, width): key, value and an indexer's keys
+        self._names = [(past, present) for i in self._cached for past, present, _, _ in layer_caches(spec, i)]
+        self._shapes = [(h, w) for i in self._cached for _, _, h, w in layer_caches(spec, i)]
         # GroupQueryAttention writes the new keys into the buffer it reads when past and present are one buffer: no
         # per-step copy of the cache. The other forms' present is a concatenation, written into a second buffer.
         self.shared = FORMS[spec.graph].shared_buffer
@@ -198,10 +199,9 @@ class DecoderSession:
         self._mask = np.ones((1, capacity), np.int64)
         self._capacity = capacity
         if self.shared:  # bound once per allocation, not per call: a decode step binds only its four small arrays
-            for n, i in enumerate(self._cached):
-                for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
-                    self._bind_array(past_name, self._buffers[0][2 * n + j])
-                    self._bind_array(present_name, self._buffers[0][2 * n + j], output=True)
+            for k, (past_name, present_name) in enumerate(self._names):
+                self._bind_array(past_name, self._buffers[0][k])
+                self._bind_array(present_name, self._buffers[0][k], output=True)
 
     def reset(self, position_offset: int = 0) -> None:
         """Empty the cache; the next ``append`` starts at ``position_offset`` (buffers kept)."""
@@ -254,13 +254,11 @@ class DecoderSession:
         self._bind_array(self.spec.positions.name, position_ids)
         self._bind_array("attention_mask", self._mask[:, :total])
         self._bind_array("logits", logits, output=True)
-        for n, i in enumerate([] if self.shared else self._cached):  # shared: one buffer, bound by reserve
-            for j, (past_name, present_name) in enumerate(zip(cache_names(i)[:2], cache_names(i)[2:], strict=True)):
-                read = self._buffers[self._source][2 * n + j]
-                write = self._buffers[1 - self._source][2 * n + j]
-                h, w = self._shapes[2 * n + j]
-                self._bind_array(past_name, read[: h * past * w].reshape(1, h, past, w))
-                self._bind_array(present_name, write[: h * total * w].reshape(1, h, total, w), output=True)
+        for k, (past_name, present_name) in enumerate([] if self.shared else self._names):  # shared: bound by reserve
+            read, write = self._buffers[self._source][k], self._buffers[1 - self._source][k]
+            h, w = self._shapes[k]
+            self._bind_array(past_name, read[: h * past * w].reshape(1, h, past, w))
+            self._bind_array(present_name, write[: h * total * w].reshape(1, h, total, w), output=True)
         self.session.run_with_iobinding(self.binding)
         if not self.shared:
             self._source = 1 - self._source

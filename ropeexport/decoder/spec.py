@@ -27,7 +27,15 @@ from typing import Any
 from ropeexport.architectures import ARCHITECTURES
 from ropeexport.architectures.base import Architecture
 from ropeexport.architectures.feedforward import GROUPED
-from ropeexport.architectures.layers import GEOMETRY, LATENT_WIRE, RESIDUAL_NORMS, LayerSpec, plain, unbuilt
+from ropeexport.architectures.layers import (
+    GEOMETRY,
+    INDEX_WIRE,
+    LATENT_WIRE,
+    RESIDUAL_NORMS,
+    LayerSpec,
+    plain,
+    unbuilt,
+)
 from ropeexport.architectures.sharing import check_sharing
 from ropeexport.catalog import spec_from_dict
 from ropeexport.components.linear import DEFAULT_BLOCK_SIZE, WeightFormat
@@ -56,7 +64,8 @@ WIRE = (("name", False), ("model_type", False), ("num_layers", False), ("hidden_
         *((name, True) for name in LATENT_WIRE), *((name, True) for name in GROUPED),
         ("weight_format", True), ("block_size", True), ("accuracy_level", True), ("symmetric", True),
         ("tied_head_int4", True), ("tied_embedding_int4", True), ("query_scale", True),
-        ("latent_cache", True), ("per_layer_input", True), ("per_layer_vocab", True))  # fmt: skip
+        ("latent_cache", True), ("per_layer_input", True), ("per_layer_vocab", True),
+        *((name, True) for name in INDEX_WIRE))  # fmt: skip
 STORAGE = ("weight_format", "block_size", "accuracy_level", "symmetric", "tied_head_int4", "tied_embedding_int4")
 
 
@@ -225,7 +234,7 @@ class DecoderSpec:
         }  # fmt: skip
         for name in ("intermediate_size", "act", "residual", "position", "qkv_bias", "o_bias", "mlp_bias",
                      "attn_scale", "attn_softcap", "num_experts", "experts_per_token", "swiglu_alpha",
-                     "swiglu_limit", "query_scale", *LATENT_WIRE, *GROUPED):  # fmt: skip
+                     "swiglu_limit", "query_scale", *LATENT_WIRE, *GROUPED, *INDEX_WIRE):  # fmt: skip
             values[name] = wide[name]
         out = {}
         for name, optional in WIRE:
@@ -387,11 +396,10 @@ class DecoderSpec:
             raise SpecError("latent_cache", f"is built in the {builds} form with weights in the dtype (the absorbed "
                             f"kv_b_proj halves are plain MatMuls); got the {self.graph} form"
                             f"{' in ' + self.storage.format if self.storage.format else ''}")  # fmt: skip
-        reach = self.position_spec().max_positions
-        if a.index_topk and reach > a.index_topk:  # the DSA indexer's seam: a component of its own when built
-            raise SpecError("max_positions", f"must be at most index_topk ({a.index_topk}), got {reach}: DeepSeek "
-                            "sparse attention's indexer is not built; transformers' indexer keeps every key "
-                            "while a query sees at most index_topk: dense attention there")  # fmt: skip
+        if a.index_topk and form.one_head_size:  # DeepSeek Sparse Attention: the selection narrows the mask
+            raise SpecError("graph", f"the {self.graph} form is not built with the indexer (index_topk): "
+                            "GroupQueryAttention takes no mask beyond causal and the sequence lengths; use "
+                            "fused or decomposed")  # fmt: skip
         width = a.qk_nope_head_dim + a.head_dim
         if width % form.head_multiple:  # gqa: GroupQueryAttention's head size
             fits = [name for name, f in ALL_FORMS.items() if name in LATENT_GRAPHS and not width % f.head_multiple]
@@ -456,8 +464,9 @@ class DecoderSpec:
 _ZERO: dict[str, object] = {"attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "logit_scale": 0.0,
                             "text_of": "",
                             "num_experts": 0, "experts_per_token": 0, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
-                            "query_scale": None, **dict.fromkeys(LATENT_WIRE, 0), "n_group": 0, "topk_group": 0,
-                            "norm_topk_prob": False, "routed_scaling_factor": 0.0, "n_shared_experts": 0}
+                            "query_scale": None, **dict.fromkeys(LATENT_WIRE, 0), **INDEX_WIRE, "n_group": 0,
+                            "topk_group": 0, "norm_topk_prob": False, "routed_scaling_factor": 0.0,
+                            "n_shared_experts": 0}
 _STORAGE_FIELD = dict(zip(STORAGE, ("format", "block_size", "accuracy_level", "symmetric", "tied_head_int4",
                                     "tied_embedding_int4"), strict=True))  # fmt: skip
 

@@ -166,16 +166,6 @@ MAPPED |= {
                           "src/models/deepseek_v3/modeling_deepseek_v3.js:5", "its config reads num_key_value_heads, "
                           "num_hidden_layers, qk_head_dim and num_attention_heads (src/configs.js:210-218); the "
                           "latent attention, the experts and mlp_layer_types' dense layers are inside the graph")),
-    "mistral_large4_text": ("deepseek_v3", "transformers.js 4.3.1 has no class for 'mistral_large4_text' (Mistral "
-                            "Large 4), and its causal-LM map (src/models/registry.js:261-340) has 'deepseek_v3' "
-                            "(DeepseekV3ForCausalLM, line 324): " + _PLAIN.format(
-                                "src/models/deepseek_v3/modeling_deepseek_v3.js:5", "its config reads "
-                                "num_key_value_heads, num_hidden_layers, qk_head_dim and num_attention_heads "
-                                "(src/configs.js:210-218); its cache is made from the session's own cache inputs "
-                                "(src/models/modeling_utils.js:1289-1321), so a layer "
-                                "that reads another's latent (no cache input) and a NoPE layer's 0-wide rope key "
-                                "load as they are; LeRoPE, the learned query scale, the shared latents and the "
-                                "soft cap are inside the graph")),
     "deepseek_v2": ("deepseek_v3", "transformers.js 4.3.1 has no class for 'deepseek_v2' (DeepSeek-V2, V2-Lite), and "
                     "its causal-LM map (src/models/registry.js:261-340) has 'deepseek_v3' (DeepseekV3ForCausalLM, line "
                     "324), whose latent attention this is: " + _PLAIN.format(
@@ -190,7 +180,23 @@ TEXT_ONLY = ("text only: position_ids [b, s] become the three equal rows of a te
              "(src/models/qwen2_vl/modeling_qwen2_vl.js:44)")  # fmt: skip
 # model_type -> why transformers.js 4.3.1 cannot run the decoder (one sentence, its source cited). The Qwen-VL text
 # decoders were refused here until they were packaged as their plain text type (above).
-REFUSED: dict[str, str] = {}
+REFUSED: dict[str, str] = {
+    "deepseek_v32": ("transformers.js 4.3.1 has no causal-LM class for 'deepseek_v32' "
+                     "(src/models/registry.js:261-340), and for a model type it does not list it feeds only "
+                     "past_key_values.{i}.key and .value (src/configs.js:457, getKeyValueNames): the indexer's key "
+                     "cache, past_key_values.{i}.index_key, would never be fed"),
+    "glm_moe_dsa": ("transformers.js 4.3.1 lists 'glm_moe_dsa' (GlmMoeDsaForCausalLM, line 297), a bare class "
+                    "(src/models/glm_moe_dsa/modeling_glm_moe_dsa.js:5), but feeds it only past_key_values.{i}.key "
+                    "and .value (src/configs.js:457, getKeyValueNames): the indexer's key cache, "
+                    "past_key_values.{i}.index_key, would never be fed"),
+    # packaged as deepseek_v3 until its indexer was wired: the empty cache is made of the session inputs that
+    # getCacheNames names (src/models/modeling_utils.js:1297-1308), key and value only
+    "mistral_large4_text": ("transformers.js 4.3.1 has no causal-LM class for 'mistral_large4_text' "
+                            "(src/models/registry.js:261-340), and it makes a decoder's empty cache of the inputs "
+                            "getCacheNames names (src/models/modeling_utils.js:1297-1308): past_key_values.{i}.key "
+                            "and .value (src/configs.js:457, getKeyValueNames); the indexer's key cache, "
+                            "past_key_values.{i}.index_key, would never be fed"),
+}
 BATCH = "batch_size"  # the symbolic dimension transformers.js sizes the first empty cache from
 OUR_BATCH = "batch"
 
@@ -239,6 +245,10 @@ def refusal(spec: DecoderSpec) -> str | None:
     """Why transformers.js 4.3.1 cannot run the decoder as ropeexport built it (one sentence), or None when it can."""
     if spec.model_type in REFUSED:
         return REFUSED[spec.model_type]
+    if any(layer.attention.index_topk for layer in spec.layers):  # Mistral Large 4's, packaged as deepseek_v3
+        return (f"its layers run DeepSeek Sparse Attention's indexer, and transformers.js {VERSION} feeds only "
+                "past_key_values.{i}.key and .value (src/configs.js:457, getKeyValueNames): the indexer's key cache, "
+                "past_key_values.{i}.index_key, would never be fed")  # fmt: skip
     # an architecture added to ropeexport and not yet read against transformers.js
     if spec.model_type not in (*LOADED, *MAPPED, *TWO_FILES):
         return (f"ropeexport has not checked model_type {spec.model_type!r} against transformers.js {VERSION} (it "

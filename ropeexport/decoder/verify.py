@@ -18,7 +18,11 @@ every later layer and, by the cache, every later call. The truth is then the flo
 runtime took, among those the near ties allow: a call that fails against the float64 routing is judged against the
 recomputes with near-tie tokens taken the other way (the flips the previous call kept, then each near tie added or
 dropped alone), the nearest one kept. The call record lists the flips (``routing_flips``: layer, row, slot, float64
-margin); a runtime wrong in any other way matches none of them and fails.
+margin); a runtime wrong in any other way matches none of them and fails. DeepSeek Sparse Attention's indexer
+(``components.latent.indexer``) selects each query's top-k keys the same way: its near ties (the k-th and
+(k + 1)-th scores within the tolerance x the query's largest |score|; exact ties included, which ONNX's TopK and the
+twin both give to the lower key) are flips of their own, listed with the key taken in and the key left out
+(``key_in``, ``key_out``; ``decoder.routing``).
 
 A decoder with int4 weights gets two figures per call, never mixed: its positional fidelity is the comparison above
 (the float64 truth reads the dequantized weights the model holds, ``linear.WeightFormat.read64``), judged by
@@ -36,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
-from ropeexport.decoder.oracle import Feed, Routing, Stored64, chained_float64, decoders_float64
+from ropeexport.decoder.oracle import Feed, Stored64, chained_float64, decoders_float64
 from ropeexport.decoder.parts import Pieces, twins
+from ropeexport.decoder.routing import Flip, NearTie, Routing
 from ropeexport.decoder.scenarios import Scenario, scenarios
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.decoder.truth_tasks import Spread, plain
@@ -47,14 +52,13 @@ from ropeexport.recipes import PositionPiece
 # ulps at the scale (2^-10 ~ 1e-3 relative): its rounding grows with the activations through every layer (seeded
 # tiny presets measure 5e-4 to 7e-4, the tests' random checkpoints with spread weights up to 7e-3).
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
-Flip = tuple[int, int, int]  # (layer, row, slot): a token routed to its (k + 1)-th expert in place of its k-th
 # (input_ids, position_ids, attention_mask, the flips to apply, the bound of the near ties to collect or 0, the list
 # that collects them, the first slot wanted) -> float64 logits [b, t - first, vocab]
-Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[tuple[int, int, int, float]],
-                      int], np.ndarray]  # fmt: skip
+Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[NearTie], int],
+                     np.ndarray]  # fmt: skip
 # A call's truth under the float64 routing (no flip) and the near ties it collected within the tolerance, computed
 # beside every other call's in one pass (``verify_decoder``)
-Ahead = tuple[np.ndarray, list[tuple[int, int, int, float]]]
+Ahead = tuple[np.ndarray, list[NearTie]]
 # Every call of a scenario -> each call's float64 logits over its slots [first, t): the truth, all calls at once
 # (layer by layer, ``decoder.oracle``).
 Truths = Callable[[list[Call]], list[np.ndarray]]
@@ -231,7 +235,7 @@ def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip
     allow (module doc). ``ahead``: the float64 routing's truth and near ties, already computed (taken when ``kept``
     is empty: the same arrays ``truth`` would give, bit for bit).
     """  # noqa: D205
-    ties: list[tuple[int, int, int, float]] = []
+    ties: list[NearTie] = []
     recompute = lambda flips, bound, into: truth(  # noqa: E731
         call.input_ids, call.fed_positions, call.attention_mask, flips, bound, into, call.first)
     if ahead is not None and routed and not kept:
@@ -241,15 +245,16 @@ def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip
         full = recompute(kept, tolerance if routed else 0.0, ties)
     # the runtime's logits as returned, widened a block at a time (``_compare``), never whole
     rel = lambda reference: _compare(call, call.logits, reference)["rel"]  # noqa: E731
-    margins = {(layer, row, slot): margin for layer, row, slot, margin in ties}
+    # a router's (layer, row, slot) or an indexer's (layer, row, slot, key in, key out): its margin
+    margins: dict[Flip, float] = {tuple(int(x) for x in t[:-1]): float(t[-1]) for t in ties}
     if routed and margins and rel(full) > tolerance:
         tried = {kept | {t} if t not in kept else kept - {t} for t in margins} | {frozenset({t}) for t in margins}
         best = min(((rel(r), sorted(f), f, r) for f in tried - {kept} for r in [recompute(f, 0.0, [])]),
                    key=lambda x: (x[0], x[1]))  # fmt: skip
         if best[0] < rel(full):
             full, kept = best[3], best[2]
-    records = [{"layer": layer, "row": row, "slot": slot, "margin": margins.get((layer, row, slot))}
-               for layer, row, slot in sorted(kept)]  # fmt: skip
+    records = [{"layer": f[0], "row": f[1], "slot": f[2], "margin": margins.get(f),
+                **({"key_in": f[3], "key_out": f[4]} if len(f) == 5 else {})} for f in sorted(kept)]  # fmt: skip
     return full, kept, records
 
 
@@ -336,11 +341,12 @@ def verify_decoder(
         return run
 
     routed: Recompute | None = None
-    if any(layer.ffn.kind == "moe" for layer in spec.layers):
-        # a call at a time, its routing's near ties collected and flips applied (module doc)
+    if any(layer.ffn.kind == "moe" or layer.attention.index_topk for layer in spec.layers):
+        # a call at a time, its routing's near ties collected and flips applied (module doc); an indexer's selection
+        # too (DeepSeek Sparse Attention: a query's keys, ``routing``)
 
         def routed(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, flips: frozenset[Flip] = frozenset(),
-                   bound: float = 0.0, ties: list[tuple[int, int, int, float]] | None = None, first: int = 0,
+                   bound: float = 0.0, ties: list[NearTie] | None = None, first: int = 0,
                    ) -> np.ndarray:  # fmt: skip
             routing = Routing(flips, bound, ties if ties is not None else [])
             return decoders_float64(spec, weights64, [Feed(ids, pos, mask, first)], layers, [routing])[0]

@@ -32,7 +32,9 @@ SEED = 0
 # A layer's attention weights: what its block takes (``block.export.build_block_graph``); the rest is norms and MLP.
 BLOCK_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm",
                "sinks", "q_a_proj", "q_a_norm", "q_b_proj", "kv_a_proj", "kv_a_norm", "kv_b_proj", "q_scale",
-               "q_scale_bias")  # fmt: skip
+               "q_scale_bias", "indexer.wq_b", "indexer.wk", "indexer.k_norm", "indexer.k_norm_bias",
+               "indexer.weights_proj", "indexer.q_norm", "indexer.q_norm_bias", "indexer.q_scale",
+               "indexer.q_bias")  # fmt: skip
 
 
 def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int]:
@@ -40,8 +42,9 @@ def geometry(spec: DecoderSpec, layer: int | None = None) -> tuple[int, int, int
     return (spec.layers[layer] if layer is not None else spec.default).geometry
 
 
-def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
-    """((heads, width) of layer ``layer``'s cached key, of its value) in the decoder's form (``graph`` None) or
+def cache_shapes(spec: DecoderSpec, layer: int, graph: str | None = None) -> tuple[tuple[int, int], ...]:
+    """((heads, width) of layer ``layer``'s cached key, of its value[, of its indexer's keys]) in the decoder's form
+    (``graph`` None) or
     ``graph`` ("": as the layer computes it, unpadded and expanded): ``LayerSpec.cache_shapes`` with the spec's
     ``cache`` (a latent layer's latent cache where ``latent_cache``), each tensor [b, heads, past, width].
     """  # noqa: D205
@@ -54,15 +57,18 @@ def cache_bytes_per_token(spec: DecoderSpec) -> int:
     (``architectures.sharing.cached_layers``: a layer reading another's keys and values, or latent, has none).
     """  # noqa: D205
     size = DTYPES[spec.dtype].np_dtype(0).itemsize
-    return sum(size * (kh * kw + vh * vw) for i in cached_layers(spec.layers)
-               for (kh, kw), (vh, vw) in [cache_shapes(spec, i)])  # fmt: skip
+    # every cached tensor: keys, values and an indexer's keys (DeepSeek Sparse Attention)
+    return sum(size * heads * width for i in cached_layers(spec.layers)  # a reusing layer: its indexer keys alone
+               for heads, width in cache_shapes(spec, i)[0 if spec.layers[i].attention.kv_from is None else 2:])
 
 
 def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
     """A latent layer's attention weights by canonical name ([in, out]; ``components.latent.LatentSpec.shapes``):
     the query (``q_proj``, or ``q_a_proj``, ``q_a_norm``, ``q_b_proj`` with a query LoRA), ``kv_a_proj``,
     ``kv_a_norm``, ``kv_b_proj``, ``o_proj``; the learned query scale's ``q_scale`` and ``q_scale_bias`` (Mistral
-    Large 4). A NoPE layer (no position): the rope slice is part of the nope one, ``kv_a_proj`` r wide.
+    Large 4); a layer with its own indexer, ``indexer.wq_b``, ``indexer.wk``, ``indexer.k_norm`` and its bias,
+    ``indexer.weights_proj``. A NoPE layer (no position): the rope slice is part of the nope one, ``kv_a_proj`` r
+    wide.
     """  # noqa: D205
     a = layer.attention
     H, r, nope, rope, v = a.num_heads, a.kv_lora_rank, a.qk_nope_head_dim, a.head_dim, a.v_head_dim
@@ -78,7 +84,15 @@ def latent_shapes(layer: LayerSpec, hidden: int) -> dict[str, tuple[int, ...]]:
         out["q_proj"] = (hidden, H * (nope + rope))
     if a.kv_from is None:  # a layer reading another's latent (Mistral Large 4's kv_source_layers) has no kv_a
         out |= {"kv_a_proj": (hidden, r + rope), "kv_a_norm": (r,)}
-    return out | {"kv_b_proj": (r, H * (nope + v)), "o_proj": (H * v, hidden)}
+    out |= {"kv_b_proj": (r, H * (nope + v)), "o_proj": (H * v, hidden)}
+    if a.index_topk and not a.index_shared:  # the indexer's (``components.latent.indexer``)
+        D, IH = a.index_head_dim, a.index_n_heads
+        out |= {"indexer.wq_b": (a.q_lora_rank or hidden, IH * D), "indexer.wk": (hidden, D), "indexer.k_norm": (D,),
+                "indexer.k_norm_bias": (D,), "indexer.weights_proj": (hidden, IH)}  # fmt: skip
+        if not a.q_lora_rank:  # Mistral Large 4's query over LayerNorm(x), times its per-head log scale
+            out |= {"indexer.q_norm": (hidden,), "indexer.q_norm_bias": (hidden,), "indexer.q_scale": (IH,),
+                    "indexer.q_bias": (IH,)}  # fmt: skip
+    return out
 
 
 def _layer_of(canonical: str) -> int | None:

@@ -163,6 +163,8 @@ def _layer_types(r: _Reader, hook: ConfigHook | None, count: int | None) -> tupl
         types = _per_layer_list(r, "layer_types", count)
         if hook and hook.indexed:  # DSA's layers: full causal attention to the encoding (the indexer: its architecture)
             types = ["full_attention" if t == "indexed_attention" else t for t in types]
+        if hook is not None and hook.full_alias:  # its own name for full attention (DeepSeek V3.2's indexed layers)
+            types = ["full_attention" if t == hook.full_alias else t for t in types]
         others = hook.other_layers if hook else ()  # a hybrid's layers without attention: no encoding, read so
         chunked = ("chunked_attention",) if hook and hook.chunked else ()  # Llama 4's: its architecture reads them
         for i, kind in enumerate(types):  # a kind of layer not built is named first (Llama 4's chunked attention)

@@ -17,6 +17,7 @@ import pytest
 from ropeexport.architectures import architecture
 from ropeexport.architectures.deepseek_v3 import FIELDS
 from ropeexport.architectures.mistral_large4_text import kv_sources
+from ropeexport.architectures.sharing import cached_layers
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -37,6 +38,11 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("a NoPE pair sharing: layer 3 reads layer 1; mlp_layer_types beside first_k_dense_replace (unread)",
      {"no_rope_layers": [1, 0, 1, 0], "kv_source_layers": [0, 1, 2, 1], "first_k_dense_replace": 2,
       "mlp_layer_types": ["dense", "sparse", "dense", "sparse"]}),
+    ("indexer_types: layer 1 shared, layer 2 reads layer 1's latent with its own indexer (reuse_but_indexer)",
+     {"no_rope_layers": [1, 1, 1, 0], "kv_source_layers": [0, 1, 1, 3], "indexer_types": ["full", "shared", "full",
+                                                                                          "full"]}),
+    ("index_topk_pattern FSSF: layers 1 and 2 shared (the reusing layer 2 then caches nothing of its own)",
+     {"no_rope_layers": [1, 1, 1, 1], "kv_source_layers": [0, 1, 1, 3], "index_topk_pattern": "FSSF"}),
 ]  # fmt: skip
 
 
@@ -97,6 +103,13 @@ def test_the_config_reads_as_transformers_reads_it(label: str, changes: dict[str
     said = theirs.kv_source_layers
     planted = [i for i, j in enumerate(reads) if j is not None and j != said[i]]
     assert bool(planted) == ("layers 2 and 3" in label), (label, planted)  # where the two differ, transformers' holds
+    # the indexer: its widths, its shared layers, and which layers keep a cache of their own (transformers'
+    # kv_sharing_modes: every mode but "reuse", "reuse_but_indexer" keeping its indexer keys)
+    a = spec.layers[0].attention
+    assert (a.index_topk, a.index_n_heads, a.index_head_dim) == (theirs.index_topk, theirs.index_n_heads,
+                                                                 theirs.index_head_dim), label  # fmt: skip
+    assert [layer.attention.index_shared for layer in spec.layers] == [t == "shared" for t in theirs.indexer_types]
+    assert cached_layers(spec.layers) == [i for i, m in enumerate(theirs.kv_sharing_modes) if m != "reuse"], label
 
 
 @pytest.mark.fast
@@ -122,28 +135,31 @@ def test_lerope_frequencies_are_transformers_in_float64() -> None:
 
 
 @pytest.mark.fast
-def test_a_reusing_layer_has_no_cache_and_its_bytes_are_saved() -> None:
-    # The tiny checkpoint's layers (tests/decoder/tiny.py LATENT_TEXT): layer 2 reads layer 1's latent, layer 3 NoPE
-    # (its rope key 0 wide); the latent cache holds layers 0, 1 and 3 only: (16 + 8) x 2 + 16 floats a token
-    from ropeexport.architectures.sharing import cached_layers
+def test_a_reusing_layer_keeps_only_its_indexer_cache_and_its_bytes_are_saved() -> None:
+    # The tiny checkpoint's layers (tests/decoder/tiny.py LATENT_TEXT): layer 2 reads layer 1's latent with its own
+    # indexer (transformers' reuse_but_indexer), layer 1's indexer shared (no indexer keys), layer 3 NoPE (its rope
+    # key 0 wide); indexer keys 16 wide: (16 + 8 + 16) + (16 + 8) + 16 + (16 + 16) floats a token
     from ropeexport.decoder.config import from_config
+    from ropeexport.decoder.export import layer_caches
     from ropeexport.decoder.weights import cache_bytes_per_token
     from tests.decoder.tiny import LATENT_TEXT
 
     config = {"model_type": "mistral_large4_text", **LATENT_TEXT["mistral_large4"][1]}
     spec = from_config(config, "large4", graph="decomposed").replace(latent_cache=True)
-    assert cached_layers(spec.layers) == [0, 1, 3]
+    assert cached_layers(spec.layers) == [0, 1, 2, 3]
+    assert [past for past, *_ in layer_caches(spec, 2)] == ["past_key_values.2.index_key"]
+    assert [past for past, *_ in layer_caches(spec, 1)] == ["past_key_values.1.key", "past_key_values.1.value"]
     unshared = from_config({**config, "kv_source_layers": None}, "large4", graph="decomposed").replace(
         latent_cache=True)  # fmt: skip
-    assert cache_bytes_per_token(spec) == 4 * ((16 + 8) * 2 + 16)
-    assert cache_bytes_per_token(unshared) - cache_bytes_per_token(spec) == 4 * (16 + 8)  # layer 2's, saved
+    assert cache_bytes_per_token(spec) == 4 * ((16 + 8 + 16) + (16 + 8) + 16 + (16 + 16))
+    assert cache_bytes_per_token(unshared) - cache_bytes_per_token(spec) == 4 * (16 + 8)  # layer 2's latent, saved
 
 
 def test_the_dsa_indexer_keeps_every_key_up_to_index_topk_in_transformers() -> None:
-    # What the decoder's max_positions <= index_topk rests on (module doc of architectures.mistral_large4_text):
-    # transformers' indexer keeps min(index_topk, T) of a query's T keys, so up to index_topk every key is kept (the
-    # masked future keys of a prefill among them) and the output is the dense model's bit for bit; one key more and
-    # the indexer drops some (the output moves). The indexer's weights are random, as the model's.
+    # Where the indexer starts to matter (module doc of architectures.mistral_large4_text): transformers' indexer
+    # keeps min(index_topk, T) of a query's T keys, so up to index_topk every key is kept (the masked future keys of
+    # a prefill among them) and the output is the dense model's bit for bit; one key more and the indexer drops some
+    # (the output moves). The indexer's weights are random, as the model's.
     from transformers.models.mistral_large4.modeling_mistral_large4 import MistralLarge4TextModel
 
     config = transformers.MistralLarge4TextConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
@@ -162,3 +178,22 @@ def test_the_dsa_indexer_keeps_every_key_up_to_index_topk_in_transformers() -> N
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5]
     assert torch.equal(run(ids[:8], 8), run(ids[:8], 64))  # T = 8 = index_topk: every key kept
     assert not torch.allclose(run(ids, 8), run(ids, 64), atol=1e-4)  # T = 9: the indexer drops keys
+
+
+def test_the_indexers_rotation_carries_lerope_alpha(tiny_checkpoint) -> None:  # noqa: ANN001
+    # transformers hands the indexer the attention's one cos / sin (LeRoPE's, alpha in it): each RoPE layer's indexer
+    # piece has the attention piece's schedule, alpha included, in its own layout and heads; a NoPE layer's none
+    import json
+
+    from ropeexport.decoder.build import DecoderRequest, resolve
+    from ropeexport.decoder.parts import index_pieces, position_pieces
+
+    spec, _ = resolve(DecoderRequest(checkpoint=tiny_checkpoint("mistral_large4"), graph="decomposed",
+                                     latent_cache=True))  # fmt: skip
+    said = lambda piece: json.loads({p.key: p.value for p in piece.rotary.metadata_props}["ropeexport.spec"])  # noqa: E731
+    index, attention = index_pieces(spec), position_pieces(spec)
+    assert [p is None for p in index] == [False, True, False, True]  # layer 1 shared, layer 3 NoPE
+    for i in (0, 2):
+        ours, theirs = said(index[i]), said(attention[i])
+        assert any(ours["scaling_params"]["alpha"]) and ours["scaling_params"] == theirs["scaling_params"], i
+        assert (ours["layout"], ours["num_heads"], ours["num_kv_heads"]) == ("interleaved", 16, 1), ours

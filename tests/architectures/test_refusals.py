@@ -35,14 +35,15 @@ CASES: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("MiniCPM3", {"model_type": "minicpm3", **SIZES, "kv_lora_rank": 16, "q_lora_rank": 24, "qk_rope_head_dim": 8,
                   "qk_nope_head_dim": 8, "v_head_dim": 16},
      "multi-head latent attention (kv_lora_rank: DeepSeek's compressed keys and values) is built for deepseek_v3, "
-     "glm4_moe_lite, mistral4, deepseek_v2, mistral_large4_text only (DeepSeek V3, Kimi K2, GLM-4.7-Flash, Mistral "
-     "Small 4, DeepSeek-V2, Mistral Large 4), not for 'minicpm3'", "unknown model type 'minicpm3'"),
+     "deepseek_v32, glm4_moe_lite, glm_moe_dsa, mistral4, deepseek_v2, mistral_large4_text only (DeepSeek V3, Kimi "
+     "K2, V3.2, GLM-4.7-Flash, GLM-5, Mistral Small 4, DeepSeek-V2, Mistral Large 4), not for 'minicpm3'",
+     "unknown model type 'minicpm3'"),
     ("Qwen2-MoE", {"model_type": "qwen2_moe", **SIZES, "num_experts": 4, "num_experts_per_tok": 2},
      "a mixture of experts (num_experts = 4) is built for gpt_oss, qwen3_moe, llama4_text, deepseek_v3, "
-     "glm4_moe_lite, mistral4, deepseek_v2, gemma4_text, mistral_large4_text", None),
+     "deepseek_v32, glm4_moe_lite, glm_moe_dsa, mistral4, deepseek_v2, gemma4_text, mistral_large4_text", None),
     ("Mixtral", {"model_type": "mixtral", **SIZES, "num_local_experts": 8, "num_experts_per_tok": 2},
      "a mixture of experts (num_local_experts = 8) is built for gpt_oss, qwen3_moe, llama4_text, deepseek_v3, "
-     "glm4_moe_lite, mistral4, deepseek_v2, gemma4_text, mistral_large4_text", None),
+     "deepseek_v32, glm4_moe_lite, glm_moe_dsa, mistral4, deepseek_v2, gemma4_text, mistral_large4_text", None),
     ("Falcon: nothing recognised, the types built listed", {"model_type": "falcon", **SIZES},
      "'falcon' has no decoder architecture here; built: llama,", None),
     ("a made-up type", {"model_type": "baichuan", **SIZES}, "'baichuan' has no decoder architecture here; built:",

@@ -33,10 +33,17 @@ NO_TENSORRT = ("gemma2", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v
 # GLM-4.7-Flash's, Mistral 4's and DeepSeek V2's latent attention is DeepSeek V3's component, audited above in every
 # form: their decoders in one (CI time)
 ONE_FORM = {"glm4_moe_lite": "fused", "mistral4": "fused", "deepseek_v2": "fused"}
+# Not audited, nor proven, here: DeepSeek V3.2 and GLM-5. The audit does not know DeepSeek Sparse Attention's
+# indexer: it reads the indexer's half-split rotation (its own RotaryEmbedding in each layer) as a pairing fault
+# against the config's interleaved pairs (measured on deepseek_v32: "findings", one per layer; GLM-5's interleaved
+# indexer sites not run); the graft proof feeds no indexer key cache (past_key_values.{i}.index_key: refused by
+# name). Teaching both is not done.
+NOT_AUDITED = ("deepseek_v32", "glm_moe_dsa")
 # Gemma 4 as 26B-A4B's shape (``tests.decoder.tiny.VARIANTS``: the dense tiny gemma4 with the mixture beside every
 # MLP) in place of the dense one: the same rotations, read among the router's, the experts' and their norms' nodes
 CASES = [(name if name != "gemma4" else "gemma4-moe", form) for name in CONFIGS for form in FORMS
-         if not (name in NO_TENSORRT and form == "tensorrt") and ONE_FORM.get(name, form) == form]  # fmt: skip
+         if not (name in NO_TENSORRT and form == "tensorrt") and ONE_FORM.get(name, form) == form
+         and name not in NOT_AUDITED]  # fmt: skip
 # Fast tier: BLOOM in every form, a RoPE decoder of each site kind the forms make (fused operator, gathered table), and
 # the per-layer decoders (two encodings; layers without RoPE; gpt-oss's sinks, windows and YaRN untruncated) in one
 # form each
@@ -106,7 +113,10 @@ def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
 PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3", "gpt_oss")
 
 
-@pytest.mark.parametrize("name", tiered(list(CONFIGS), lambda n: n in PROVEN_FAST), ids=list(CONFIGS))
+PROVEN = [name for name in CONFIGS if name not in NOT_AUDITED]
+
+
+@pytest.mark.parametrize("name", tiered(PROVEN, lambda n: n in PROVEN_FAST), ids=PROVEN)
 def test_the_graft_proof_judges_every_decoder_ropeexport_builds(name: str, tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
     from ropeexport.audits.prove import DecoderProof
 

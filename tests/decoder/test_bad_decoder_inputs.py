@@ -75,6 +75,8 @@ DEEPSEEK = {"model_type": "deepseek_v3", "num_key_value_heads": 4, "q_lora_rank"
             "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8,
             "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "first_k_dense_replace": 0,
             "moe_intermediate_size": 16}  # fmt: skip
+# DeepSeek V3.2's: DeepSeek V3's with its indexer (2 heads 16 wide, the best 4 keys)
+DEEPSEEK_V32 = {**DEEPSEEK, "model_type": "deepseek_v32", "index_topk": 4, "index_head_dim": 16, "index_n_heads": 2}
 # A tiny gpt-oss config's own keys (with _config's sizes): 4 experts, 2 a token, its YaRN written out.
 OSS = {"model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 2, "num_key_value_heads": 2,
        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 150000.0,
@@ -243,11 +245,20 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("Mistral Large 4's NoPE layer sharing with no NoPE layer before it (a KeyError in transformers)",
      lambda t: _config(t, **(LARGE4 | {"no_rope_layers": [1, 0]}), kv_source_layers=[0, 0]),
      "config.json: kv_source_layers: entry 1 (0): transformers reads the last earlier storing NoPE layer's cache"),
-    ("Mistral Large 4 past index_topk (its DSA indexer not built)",
-     lambda t: _config(t, **(LARGE4 | {"index_topk": 64})),
-     "max_positions: must be at most index_topk (64), got 128: DeepSeek sparse attention's indexer is not built"),
+    ("Mistral Large 4's first indexer layer shared (no selection before it: transformers raises at run time)",
+     lambda t: _config(t, **(LARGE4 | {"indexer_types": ["shared", "full"]})),
+     "config.json: indexer_types: layer 0 is 'shared': a shared layer reuses the previous full indexer layer's"),
     ("Mistral Large 4 with a query LoRA", lambda t: _config(t, **LARGE4, q_lora_rank=16),
      "config.json: q_lora_rank: must be absent or null for mistral_large4_text"),
+    ("DeepSeek V3.2's index_topk 0", lambda t: _config(t, **(DEEPSEEK_V32 | {"index_topk": 0})),
+     "config.json: index_topk: must be an integer >= 1, got 0"),
+    ("DeepSeek V3.2's indexer narrower than its rotated dims",
+     lambda t: _config(t, **(DEEPSEEK_V32 | {"index_head_dim": 4})),
+     "config.json: index_head_dim: must be at least qk_rope_head_dim (8): the indexer rotates its first"),
+    ("DeepSeek V3.2 without the query LoRA its indexer reads",
+     lambda t: _config(t, **(DEEPSEEK_V32 | {"q_lora_rank": None})), "config.json: q_lora_rank: null is not built"),
+    ("DeepSeek V3.2 in the gqa form (GroupQueryAttention takes no mask to narrow)",
+     lambda t: [*_config(t, **DEEPSEEK_V32), "--graph", "gqa"], "graph: the gqa form is not built with the indexer"),
     ("DeepSeek V3 without shared experts", lambda t: _config(t, **DEEPSEEK, n_shared_experts=0),
      "n_shared_experts"),
     ("gpt-oss's MXFP4 experts", lambda t: _config(t, **OSS, quantization_config={"quant_method": "mxfp4"}),

@@ -312,3 +312,41 @@ def test_a_near_tie_at_a_cached_decode_step_taken_the_other_way_is_reported_and_
     first = next(k for k, (_, _, flips) in enumerate(flipped) if flips)
     assert flipped[first][1:] == ("decode", [(layer, 0, slot)]), flipped  # found at the step that computes slot 9
     assert all(flips == [(layer, 0, slot)] for _, _, flips in flipped[first:]), flipped  # and kept after it
+
+
+def test_an_indexer_near_tie_an_fp16_runtime_takes_the_other_way_is_named_and_passes(
+    tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    # DeepSeek Sparse Attention's selection is a top-k as a router's is: the tiny deepseek_v32 in fp16 (its scores
+    # rounded to fp16 before they are ranked) keeps another key than float64 at one query of decode-64 (measured:
+    # layer 1, slot 68, key 22 in for key 17, 7.7e-4 of the query's largest score apart). Verification names that
+    # flip (layer, row, slot, key in, key out, margin) and passes; against the float64 selection the call fails.
+    from ropeexport.decoder.scenarios import scenarios
+
+    ckpt = tiny_checkpoint("deepseek_v32")
+    spec, _ = resolve(DecoderRequest(checkpoint=ckpt, graph="fused", dtype="fp16"))
+    weights = dict(load_checkpoint(spec, ckpt))
+    save_model(build_decoder_graph(spec, weights, "test"), tmp_path)
+    runner = OrtRunner(tmp_path / "model.onnx", providers=["CPUExecutionProvider"])
+    chosen = [s for s in scenarios(spec) if s.name == "decode-64"]
+    (record,) = verify_decoder(runner.infer, spec, weights, position_pieces(spec), chosen=chosen)
+    result = ScenarioRecord(record)
+    flipped = [c for c in result.calls if c.routing_flips]
+    assert result.passed and flipped, record["summary"]
+    flips = {tuple(f.data[k] for k in ("layer", "row", "slot", "key_in", "key_out")) for c in flipped
+             for f in c.routing_flips or []}  # fmt: skip
+    assert all(len(f) == 5 and f[3] != f[4] for f in flips), flips  # each names the key taken in and the key left
+    margins = [f.data["margin"] for c in flipped for f in c.routing_flips or []]
+    assert all(0 <= m <= TOLERANCE for m in margins), margins  # near ties, within fp16's bound of the query's scale
+    first = flipped[0]
+    plain = _routed_plain(runner, spec, weights, chosen[0], first.index)
+    assert plain > TOLERANCE, plain  # the float64 selection alone fails that call
+
+
+def _routed_plain(runner: OrtRunner, spec: Any, weights: dict[str, Any], scenario: Scenario, index: int) -> float:
+    """The call ``index`` of ``scenario``'s error over its logit scale against the float64 recompute with no flip."""
+    calls = run_scenario(runner.infer, spec, scenario)
+    call = calls[index]
+    truth = decoder_float64(spec, stored_float64(spec, weights), call.input_ids, call.fed_positions,
+                            call.attention_mask, pieces=position_pieces(spec))[:, call.first:]  # fmt: skip
+    return float(np.abs(call.logits - truth).max() / np.abs(truth).max())

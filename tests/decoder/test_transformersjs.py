@@ -110,8 +110,7 @@ CASES = [("llama", "fused", "fp32", ""), ("llama", "gqa", "fp32", ""), ("llama",
          ("glm4", "fused", "fp32", "int4"), ("exaone4", "fused", "fp32", ""), ("gemma4", "fused", "fp32", ""),
          ("gemma4-ple", "fused", "fp32", ""), ("gemma4-ple", "fused", "fp32", "int4"),
          ("gemma4-moe", "fused", "fp32", "int4"), ("glm4_moe_lite", "fused", "fp32", "int4"),
-         ("mistral4", "fused", "fp32", "int4"), ("deepseek_v2", "fused", "fp32", "int4"),
-         ("mistral_large4", "decomposed", "fp32", "latent")]  # fmt: skip
+         ("mistral4", "fused", "fp32", "int4"), ("deepseek_v2", "fused", "fp32", "int4")]  # fmt: skip
 # The int4 rows of gemma4-ple and gemma4-moe: int4 in the two files (the tied head's GatherBlockQuantized in the embed
 # model, the per-layer input table beside it, caches on two layers of four) and Gemma 4's mixture (a MatMulNBits per
 # expert). Every other architecture's int4 was run by hand (tools/transformersjs_every.py, the how-to's table): their
@@ -127,7 +126,7 @@ CASES += QWEN_VL
 # inputs_embeds, and per_layer_inputs where the model has per-layer input embeddings): what config.json must say.
 # The others say their own.
 LOADED_AS = {"glm4": "glm", "exaone4": "exaone", "gemma3_text": "gemma2", "gemma4_text": "gemma4",
-             "glm4_moe_lite": "deepseek_v3", "deepseek_v2": "deepseek_v3", "mistral_large4_text": "deepseek_v3",
+             "glm4_moe_lite": "deepseek_v3", "deepseek_v2": "deepseek_v3",
              "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3"}  # fmt: skip
 # two-file type -> (the embed model, the decoder): the embed model's outputs are the decoder's new inputs
 TWO_FILES = {"gemma4_text": ("onnx/embed_tokens.onnx", "onnx/decoder_model_merged.onnx")}

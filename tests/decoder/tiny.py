@@ -138,6 +138,27 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                                         "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                                         "beta_slow": 1.0, "mscale": 0.707,
                                                         "mscale_all_dim": 0.707}}),
+    # DeepSeek V3.2 (model_type deepseek_v32): deepseek_v3's layers (plain RoPE: YaRN is deepseek_v3's row) with
+    # DeepSeek Sparse Attention's indexer on each: 8 heads 16 wide (its first 8 dims rotated, half-split pairs), each
+    # query keeping its best 4 keys, so the selection bites from the 5th token on, in prefill and in decode (with 2
+    # heads relu leaves exact-zero scores at most keys: ties torch.topk breaks otherwise than ONNX's TopK)
+    "deepseek_v32": ("deepseek_v32", {**_SMALL, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                                      "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                                      "first_k_dense_replace": 1, "q_lora_rank": 16, "kv_lora_rank": 16,
+                                      "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+                                      "index_topk": 4, "index_head_dim": 16, "index_n_heads": 8,
+                                      "max_position_embeddings": 128, "pad_token_id": 0,
+                                      "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # GLM-5 (model_type glm_moe_dsa): deepseek_v32's with its indexer's RoPE interleaved and 3 layers, the middle one
+    # "shared" (the first layer's selection reused: no indexer, no key cache of its own); layer 0 dense
+    "glm_moe_dsa": ("glm_moe_dsa", {**_SMALL, "num_hidden_layers": 3, "num_key_value_heads": 4,
+                                    "moe_intermediate_size": 16, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                                    "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "q_lora_rank": 16,
+                                    "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                    "v_head_dim": 12, "index_topk": 4, "index_head_dim": 16, "index_n_heads": 8,
+                                    "indexer_types": ["full", "shared", "full"], "max_position_embeddings": 128,
+                                    "pad_token_id": 0,
+                                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}),
     # GLM-4.7-Flash (model_type glm4_moe_lite): DeepSeek V3's layers with GLM's keys; its pattern from mlp_layer_types
     # (one first_k_dense_replace cannot say: layer 0 the mixture, layer 1 dense); query LoRA 16, latent 16, keys 8
     # nope + 8 rope, values 12 (wider than the nope part, as GLM's 256 over 192);
@@ -238,14 +259,16 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 # + 8 rope, values 8), LeRoPE over YaRN x4 (alpha, the query scale and bias set away from their identity init by
 # ``checkpoint``), layer 3 NoPE, kv_source_layers [0, 1, 0, 3]: layer 2 names layer 0 but transformers hands it layer
 # 1's latent (the last storing RoPE layer); layer 0 dense, 1-3 the softmax grouped router over 4 experts in 2 groups,
-# 2 a token, times 1.5, one shared expert; index_topk 128 = the context (the DSA indexer keeps every key).
+# 2 a token, times 1.5, one shared expert; DSA's indexer (16 heads 16 wide) keeping 4 keys of each query: layer 1 shared
+# (layer 0's selection), layer 2 its own indexer and key cache over layer 1's latent, layer 3's without RoPE.
 LATENT_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral_large4": ("mistral_large4_text", {
         **_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 4, "moe_intermediate_size": 16,
         "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
         "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"], "kv_lora_rank": 16, "qk_nope_head_dim": 8,
-        "qk_rope_head_dim": 8, "v_head_dim": 8, "index_topk": 128, "index_head_dim": 16, "index_n_heads": 2,
-        "no_rope_layers": [1, 1, 1, 0], "kv_source_layers": [0, 1, 0, 3], "max_position_embeddings": 128,
+        "qk_rope_head_dim": 8, "v_head_dim": 8, "index_topk": 4, "index_head_dim": 16, "index_n_heads": 16,
+        "indexer_types": ["full", "shared", "full", "full"], "no_rope_layers": [1, 1, 1, 0],
+        "kv_source_layers": [0, 1, 0, 3], "max_position_embeddings": 128,
         "pad_token_id": 0, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                "original_max_position_embeddings": 32, "beta_fast": 32.0,
                                                "beta_slow": 1.0, "attention_factor": 1.0}}),

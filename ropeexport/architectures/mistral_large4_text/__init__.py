@@ -27,9 +27,11 @@ generated from it; its line numbers where they differ). What transformers comput
 - DeepSeek sparse attention (DSA, 466-491): an indexer keeps each query's ``min(index_topk, T)`` best keys over the
   T keys of the cache and the new tokens (deepseek_v32's ``topk(min(index_topk, T))`` at 386): with T <= index_topk
   every index of the row is kept (the masked future keys of a prefill too, their scores -inf but inside the top T), so
-  the mask it adds is all-False and attention is dense and causal. The indexer is not built: a decoder takes
-  ``max_positions <= index_topk`` only (``AttentionLayer.index_topk``, one line naming it otherwise); the indexer's
-  weights (``attention.indexer.*``) are passed over as unread;
+  the mask it adds is all-False and attention is dense and causal. Built as ``components.latent.indexer``'s
+  ``hidden`` query (``MistralLarge4TextIndexer``, 311-387: ``wq_b`` over LayerNorm(x) times the per-head log scale,
+  RoPE in interleaved pairs from LeRoPE's one cos / sin, none on a NoPE layer); ``indexer_types`` "shared" layers
+  reuse the previous full layer's selection (GLM-5's reading); a layer reading another's latent
+  (``reuse_but_indexer``) keeps its own indexer and its key cache (``past_key_values.{i}.index_key`` alone);
 - dense layers (``mlp_layer_types``, read by the decoder layer, modeling 623; derived from ``first_k_dense_replace``,
   default 1, by ``GlmMoeDsaConfig.__post_init__`` 153-156 only when absent: saved configs carry both, and
   ``first_k_dense_replace`` is then unread);
@@ -51,6 +53,8 @@ from dataclasses import replace
 from typing import Any
 
 from ropeexport.architectures import deepseek_v3 as v3
+from ropeexport.architectures import deepseek_v32 as v32
+from ropeexport.architectures import glm_moe_dsa as glm
 from ropeexport.architectures.base import Architecture, Keys
 from ropeexport.architectures.hooks import ConfigHook
 from ropeexport.architectures.layers import LayerSpec
@@ -62,7 +66,7 @@ DEFAULTS = {"q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 64, "v
             "n_routed_experts": 128, "num_experts_per_tok": 4, "n_group": 1, "topk_group": 1,
             "routed_scaling_factor": 1.0, "norm_topk_prob": True, "n_shared_experts": 1,
             "first_k_dense_replace": 1, "moe_intermediate_size": 6144, "intermediate_size": 24576,
-            "index_topk": 2048}  # fmt: skip
+            "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32}  # fmt: skip
 CLASS = ("MistralLarge4TextConfig", DEFAULTS)
 # The checkpoint's names: Mistral's own format, which transformers 5.23 reads and writes for ``mistral_large4``
 # (``conversion_mapping.py`` 2484-2546: ``save_pretrained`` reverses its renaming), the text model's tensors at the
@@ -81,6 +85,16 @@ NAMES = {
     "layers.{i}.o_proj": "layers.{i}.attention.wo.weight",
     "layers.{i}.q_scale": "layers.{i}.attention.ssmax_scaling.s",
     "layers.{i}.q_scale_bias": "layers.{i}.attention.ssmax_scaling.b",
+    # the DSA indexer (``MistralLarge4TextIndexer``): its query's LayerNorm and log scale beside V3.2's weights
+    "layers.{i}.indexer.wq_b": "layers.{i}.attention.indexer.wq_b.weight",
+    "layers.{i}.indexer.wk": "layers.{i}.attention.indexer.wk.weight",
+    "layers.{i}.indexer.k_norm": "layers.{i}.attention.indexer.k_norm.weight",
+    "layers.{i}.indexer.k_norm_bias": "layers.{i}.attention.indexer.k_norm.bias",
+    "layers.{i}.indexer.weights_proj": "layers.{i}.attention.indexer.weights_proj.weight",
+    "layers.{i}.indexer.q_norm": "layers.{i}.attention.indexer.q_input_norm.weight",
+    "layers.{i}.indexer.q_norm_bias": "layers.{i}.attention.indexer.q_input_norm.bias",
+    "layers.{i}.indexer.q_scale": "layers.{i}.attention.indexer.ssmax_scaling.s",
+    "layers.{i}.indexer.q_bias": "layers.{i}.attention.indexer.ssmax_scaling.b",
     "layers.{i}.gate_proj": "layers.{i}.feed_forward.w1.weight",
     "layers.{i}.down_proj": "layers.{i}.feed_forward.w2.weight",
     "layers.{i}.up_proj": "layers.{i}.feed_forward.w3.weight",
@@ -108,8 +122,9 @@ def read(arch: Architecture, config: Mapping[str, Any], where: str = "config.jso
                         "positions with attention_factor 1 when absent (transformers' saved configs carry it); give "
                         "rope_parameters")  # fmt: skip
     fields, sources = v3.read(arch, config, where, CLASS)
-    topk, sources["index_topk"] = v3.field_value(config, where, "index_topk", "size", CLASS)
-    fields["index_topk"] = topk
+    index, said = v32.read_indexer(config, where, CLASS)
+    fields |= index
+    sources |= said
     if "final_logit_softcapping" in config and config["final_logit_softcapping"] is None:
         raise SpecError(f"{where}: final_logit_softcapping", "must be a positive number (default 30): transformers' "
                         "MistralLarge4ForConditionalGeneration divides the logits by it unconditionally")  # fmt: skip
@@ -187,26 +202,36 @@ def mlp_kinds(config: Mapping[str, Any], count: int, where: str = "config.json")
 
 def _changes(config: Mapping[str, Any], where: str,
              layout: Mapping[str, Any]) -> tuple[list[dict[str, object]], dict[str, str]]:  # fmt: skip
-    """``Architecture.changes``: the dense layers and the shared latent caches (``kv_sources``)."""
+    """``Architecture.changes``: the dense layers, the shared latent caches (``kv_sources``) and the shared indexer
+    layers (``indexer_types``, read and derived as GLM-5's: ``glm_moe_dsa.indexer_types``).
+    """  # noqa: D205
     count = int(layout["num_layers"])
     kinds, source = mlp_kinds(config, count, where)
     width, _ = v3.field_value(config, where, "intermediate_size", "size", CLASS)
     reads = kv_sources(config, count, where)
+    indexers, index_source = glm.indexer_types(config, count, where)
     out: list[dict[str, object]] = [{**(v3.dense_mlp(width) if kind == "dense" else {}),
-                                     **({"kv_from": j} if j is not None else {})}
-                                    for kind, j in zip(kinds, reads, strict=True)]  # fmt: skip
+                                     **({"kv_from": j} if j is not None else {}),
+                                     **({"index_shared": True} if x == "shared" else {})}
+                                    for kind, j, x in zip(kinds, reads, indexers, strict=True)]  # fmt: skip
     said = {"dense layers": f"{source}, intermediate_size"} if "dense" in kinds else {}
+    if "shared" in indexers:
+        said["shared indexer layers"] = index_source
     if any(j is not None for j in reads):
         said["shared latent caches"] = "kv_source_layers, no_rope_layers (the last storing layer of the same kind)"
     return out, said
 
 
 def layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
-    """DeepSeek V3's layer (``deepseek_v3.layer``) with a plain q_proj, the sparse attention's ``index_topk``, the
-    learned query scale and Mistral Large 4's router (``grouped_softmax``, always renormalised).
+    """DeepSeek V3's layer (``deepseek_v3.layer``) with a plain q_proj, its DSA indexer (RoPE in interleaved pairs,
+    the query over LayerNorm(x): ``decoder.parts.indexer_spec``), the learned query scale and Mistral Large 4's router
+    (``grouped_softmax``, always renormalised).
     """  # noqa: D205
     base = v3.layer(arch, fields)
-    attention = replace(base.attention, index_topk=int(fields.get("index_topk", 0)))
+    attention = replace(base.attention, index_topk=int(fields.get("index_topk", 0)),
+                        index_n_heads=int(fields.get("index_n_heads", 0)),
+                        index_head_dim=int(fields.get("index_head_dim", 0)),
+                        index_layout=str(fields.get("index_layout") or "interleaved"))  # fmt: skip
     ffn = replace(base.ffn, router="grouped_softmax", norm_topk_prob=True)
     return replace(base, attention=attention, ffn=ffn, query_scale=fields.get("query_scale"))
 
@@ -222,9 +247,8 @@ ARCHITECTURE = replace(
     changes=_changes,
     latent_norm_eps=0.0,  # MistralLarge4RMSNorm(kv_lora_rank, eps=config.rms_norm_eps) (modular 412-414)
     rope_buffer=("lerope.alpha", "alpha"),  # LeRoPE: read into rope_parameters (``hf.learned_rope``)
-    # its DSA indexer (kept whole while a query sees at most index_topk keys: module doc) and the multi-token
-    # prediction head transformers does not load (_keys_to_ignore_on_load_unexpected, modular 609)
-    passed_over=r"(layers\.\d+\.attention\.indexer\.|mtp_dspark\.|lerope\.alpha$)",
+    # the multi-token prediction head transformers does not load (_keys_to_ignore_on_load_unexpected, modular 609)
+    passed_over=r"(mtp_dspark\.|lerope\.alpha$)",
     hook=ConfigHook("mistral_large4_text", pairing="interleaved",
                     pairing_why="(2i, 2i + 1) pairs (apply_rotary_pos_emb_interleave: x[..., 0::2], x[..., 1::2])",
                     shared_rope_key=True, reads_no_rope_layers=True, no_rope_interval=4, indexed=True),  # fmt: skip

@@ -10,11 +10,13 @@ Notation as in ``components.latent.spec``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
 from ropeexport.components.attention.float64 import visible
+from ropeexport.components.latent.indexer import indexer_weights
+from ropeexport.components.latent.indexer64 import Flip, Tie, index64, near_ties, select64
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
@@ -38,8 +40,9 @@ def expand64(spec: LatentSpec, latent: np.ndarray, rope_key: np.ndarray,
     return np.concatenate([kv[..., :nope], shared], axis=-1), kv[..., nope:]
 
 
-def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
-             rotate: Rotate64 | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], rotate: Rotate64 | None = None,
+             index_rotate: Rotate64 | None = None, flips: Collection[Flip] = (),
+             ties: tuple[float, list[Tie]] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """float64 ``output`` [b, s, n] and the spec's cache outputs of a dynamic call.
 
     ``feeds``: hidden [b, s, n], position_ids [b, s], attention_mask [b, t], and the cache (``spec.cache_shapes``:
@@ -49,6 +52,12 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     shared_rope_key [b, 1, t, *] instead of a cache, no cache out; ``store``: shared_latent / shared_rope_key out too.
     ``weights``: the stored values (``spec.shapes``). ``rotate``: the rotation twin, default the piece's ``rotate64``
     (None and no piece: nothing rotated).
+
+    With an indexer (``spec.indexer``): ``present_index_key`` [b, 1, t, D] and ``index_selected`` bool [b, 1, s, t]
+    out, the attention seeing only the selected keys (``indexer64.select64`` with ``flips``; ``index_rotate``: the
+    indexer's rotation twin, default its piece's); a shared layer reads ``index_selected`` from ``feeds``. ``ties``
+    (bound, list): the selection's near ties within the bound times each row's largest |score| appended to the list
+    (``indexer64.near_ties``).
     """
     check_weights(spec, weights)
     if rotate is None and spec.position is not None:
@@ -58,8 +67,10 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
     x = np.asarray(feeds["hidden"], np.float64)
     b, s, _ = x.shape
     pos = np.asarray(feeds["position_ids"])
+    low = None
     if spec.q_lora_rank:
-        q = linear64(norm64(spec.norm, linear64(x, w["q_a_proj"]), w["q_a_norm"]), w["q_b_proj"])
+        low = norm64(spec.norm, linear64(x, w["q_a_proj"]), w["q_a_norm"])  # [b, s, q_lora_rank]
+        q = linear64(low, w["q_b_proj"])
     else:
         q = linear64(x, w["q_proj"])
     q = q.reshape(b, s, H, spec.qk_head_dim).transpose(0, 2, 1, 3)  # [b, H, s, nope + rope]
@@ -102,8 +113,19 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
         past = feeds["past_key"].shape[2]
         present = {"present_key": keys, "present_value": values}
         values = values[..., : spec.v_head_dim]  # the padding (gqa) read by nothing
+    seen = visible(s, past, np.asarray(feeds["attention_mask"]))  # [b, 1, s, t]
+    index = spec.indexer
+    if index is not None and index.shared:
+        seen = seen & np.asarray(feeds["index_selected"], bool)
+    elif index is not None:
+        scores, present["present_index_key"] = index64(index, x, low, pos, feeds["past_index_key"], seen,
+                                                       indexer_weights(w), index_rotate)  # fmt: skip
+        present["index_selected"] = select64(scores, index.topk, flips)
+        if ties is not None:
+            ties[1].extend(near_ties(scores, index.topk, ties[0], relative=True))
+        seen = seen & present["index_selected"]
     logits = np.einsum("bhid,bhjd->bhij", query, keys) * spec.logit_scale
-    logits = np.where(visible(s, past, np.asarray(feeds["attention_mask"])), logits, -np.inf)  # [b, H, s, t]
+    logits = np.where(seen, logits, -np.inf)  # [b, H, s, t]
     top = np.max(logits, axis=-1, keepdims=True)
     sees = np.isfinite(top)
     e = np.where(np.isfinite(logits), np.exp(logits - np.where(sees, top, 0.0)), 0.0)
@@ -113,3 +135,23 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray],
         present |= {"shared_latent": latents if spec.cache == "latent" else latent,
                     "shared_rope_key": rope_keys if spec.cache == "latent" else rope_key}  # fmt: skip
     return {"output": linear64(attended, w["o_proj"]), **present}
+
+
+def index_feeds(spec: LatentSpec, feeds: Feeds, selected: np.ndarray | None) -> Feeds:
+    """``feeds`` with what the layer's indexer reads beside them: an empty key cache ``past_index_key``
+    [b, 1, 0, D] (a recompute over no cache), or a shared layer's ``selected`` [b, 1, s, t] (the last full indexer
+    layer's ``index_selected``); ``feeds`` as given for a layer without an indexer. ValueError for a past cache (a
+    recompute with past keys has no indexer keys for them).
+    """  # noqa: D205
+    index = spec.indexer
+    if index is None:
+        return feeds
+    past = next(np.asarray(feeds[n]).shape[2] for n in ("past_key", "past_latent") if n in feeds)
+    if past:
+        raise ValueError("a float64 recompute over past keys has no indexer keys for them: recompute the whole call")
+    if index.shared:
+        if selected is None:
+            raise ValueError("a shared indexer layer reads a full indexer layer's selection: none came before it")
+        return {**feeds, "index_selected": selected}
+    b = np.asarray(feeds["hidden"]).shape[0]
+    return {**feeds, "past_index_key": np.zeros((b, 1, 0, index.head_dim))}

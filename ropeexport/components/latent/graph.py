@@ -30,7 +30,7 @@ fp32 (as transformers' eager attention), rows that see no key multiplied by 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -40,6 +40,7 @@ from ropeexport.components import MICROSOFT
 from ropeexport.components.attention import gqa
 from ropeexport.components.attention.masks import causal_mask
 from ropeexport.components.attention.spec import AttentionSpec
+from ropeexport.components.latent.indexer_graph import selection, store_indexer
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
@@ -62,10 +63,12 @@ def _heads(g: GraphBuilder, x: str, heads: int, width: int, name: str) -> str:
     return g.op("Transpose", [split], perm=[0, 2, 1, 3])
 
 
-def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str | None]:
-    """(q_nope [b, H, s, nope], q_rope [b, H, s, rope] or None on a NoPE layer), the query through its LoRA and
-    norm when it has one.
+def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tuple[str, str | None, str | None]:
+    """(q_nope [b, H, s, nope], q_rope [b, H, s, rope] or None on a NoPE layer, the LoRA's normed output
+    [b, s, q_lora_rank] or None), the query through its LoRA and norm when it has one (the indexer's ``lora`` query
+    reads the normed output).
     """  # noqa: D205
+    low = None
     if spec.q_lora_rank:
         opset = FORMS[spec.graph].opset
         low = norm(g, spec.norm, linear(g, "hidden", stored["q_a_proj"]), stored["q_a_norm"], None, opset)
@@ -74,10 +77,10 @@ def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tupl
         q = linear(g, "hidden", stored["q_proj"])
     q = _heads(g, q, spec.num_heads, spec.qk_head_dim, "q")
     if not spec.qk_rope_head_dim:  # a NoPE layer: the whole head is the part never rotated
-        return q, None
+        return q, None, low
     widths = g.const("q_split", _i64(spec.qk_nope_head_dim, spec.qk_rope_head_dim))
     nope, rope = g.op("Split", [q, widths], n_out=2, axis=-1)
-    return nope, rope
+    return nope, rope, low
 
 
 def _query_factor(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> str:
@@ -94,9 +97,11 @@ def _query_factor(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) 
     return g.op("Add", [g.op("Mul", [scale, log]), bias])
 
 
-def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str) -> tuple[str, str]:
-    """(softmax weights [b, H, s, t] in the dtype, sees [b, 1, s, 1]: 0 where a query sees no key)."""
-    mask = causal_mask(g, 0, shared=True)  # p = t - s: the cache inputs are not named past_key in the latent form
+def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str, visible: Callable[[], str]) -> tuple[str, str]:
+    """(softmax weights [b, H, s, t] in the dtype, sees [b, 1, s, 1]: 0 where a query sees no key) under the mask
+    ``visible`` makes, bool [b, 1, s, t] (the causal rule, narrowed to the indexer's selection when the layer has one).
+    """  # noqa: D205
+    mask = visible()
     dtype = DTYPES[spec.dtype]
     closed = g.const("masked_logit", round_once(np.array(dtype.finite_min), spec.dtype))
     logits = g.op("Where", [mask, logits, closed])
@@ -148,7 +153,8 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
     fmt = spec.weight_format
     stored = {n: (g.const(n, round_once(w, spec.dtype)) if n.endswith("_norm") or n.startswith("q_scale")
                   else fmt.store(g, n, w))
-              for n, w in weights.items() if not (spec.cache == "latent" and n == "kv_b_proj")}  # fmt: skip
+              for n, w in weights.items()
+              if not (spec.cache == "latent" and n == "kv_b_proj") and not n.startswith("indexer.")}  # fmt: skip
     H, nope, rope, v, r = (
         spec.num_heads,
         spec.qk_nope_head_dim,
@@ -156,7 +162,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         spec.v_head_dim,
         spec.kv_lora_rank,
     )
-    q_nope, q_rope = _query(g, spec, stored)
+    q_nope, q_rope, q_low = _query(g, spec, stored)
     reuse = spec.kv_sharing == "reuse"
     rope_key: str | None
     if reuse:  # another layer's latent and rotated rope key over the whole sequence: no kv_a of its own
@@ -189,7 +195,21 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         rope_key = rope_key if reuse else rotated["key_out"]
     # the logits' scale as a constant of the dtype: the forms that multiply it out (fused and gqa take an attribute)
     scale = lambda: g.const("scale", round_once(np.array(spec.logit_scale), spec.dtype))  # noqa: E731
-    caches = list(spec.cache_shapes())
+    caches = list(spec.cache_shapes())[:2]  # the attention's two; an indexer's key cache is its own
+    index = spec.indexer
+
+    def visible() -> str:
+        # the attention's mask, made where each form reads it: a layer without an indexer gets the same nodes, in the
+        # same order, as before the indexer came (its bytes are pinned)
+        mask = causal_mask(g, 0, shared=True)  # p = t - s: the cache inputs are not named past_key in the latent form
+        if index is not None and index.shared:  # GLM-5's shared layer: the previous full layer's selection
+            return g.op("And", [mask, "index_selected"])
+        if index is not None:
+            own = {n.removeprefix("indexer."): w for n, w in weights.items() if n.startswith("indexer.")}
+            chosen, _ = selection(g, index, store_indexer(g, index, own, fmt, spec.dtype), q_low, mask, spec.dtype,
+                                  FORMS[spec.graph].opset)  # fmt: skip
+            return g.op("And", [mask, chosen])
+        return mask
     if spec.cache == "latent":
         assert rope_key is not None  # a NoPE layer's is 0 wide in the latent cache
         if reuse:
@@ -214,7 +234,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             logits = g.op("Add", [logits, g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])])])
         if spec.query_scale is not None:  # [b, 1, s, 1] against [b, H, s, t]: each query row's factor (module doc)
             logits = scale_query(g, spec.query_scale, logits, flat=False)
-        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
+        probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), visible)
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
     else:
         kv = _heads(g, linear(g, g.op("Squeeze", [latent, one_head]), stored["kv_b_proj"]), H, nope + v, "kv")
@@ -237,7 +257,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             attributes = {"scale": spec.logit_scale}
             if spec.dtype != "fp32":  # the softmax in float32, as transformers' eager attention computes it
                 attributes["softmax_precision"] = TensorProto.FLOAT
-            mask = causal_mask(g, 0, shared=True)
+            mask = visible()
             attended, present_key, present_value = g.op("Attention", [query, keys, values, mask, *caches], n_out=3,
                                                         name="attention", **attributes)  # fmt: skip
             g.name_output(present_key, "present_key")
@@ -247,7 +267,7 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             keys = g.op("Concat", [caches[0], keys], axis=2, name="present_key")
             values = g.op("Concat", [caches[1], values], axis=2, name="present_value")
             logits = g.op("MatMul", [query, g.op("Transpose", [keys], perm=[0, 1, 3, 2])])
-            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]))
+            probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), visible)
             attended = g.op("MatMul", [probs, values])  # [b, H, s, v]
     if sees is not None:
         attended = g.op("Mul", [attended, sees])
@@ -259,11 +279,18 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
               io("attention_mask", TensorProto.INT64, ["batch", "total"])]  # fmt: skip
     outputs = [io("output", dtype, ["batch", "seq", hidden])]
     for cache, shape in spec.cache_shapes().items():
-        if reuse:  # no cache of its own: the source's whole latent and rope key instead
+        if reuse and cache != "past_index_key":  # the source's whole latent and rope key; its indexer keys its own
             inputs.append(io(cache.replace("past_", "shared_"), dtype, [shape[0], shape[1], "total", shape[3]]))
             continue
         inputs.append(io(cache, dtype, list(shape)))
         outputs.append(io(cache.replace("past_", "present_"), dtype, [shape[0], shape[1], "total", shape[3]]))
+    if index is not None:  # the selection: a shared layer's input, a full layer's output (what verification reads)
+        selected = io("index_selected", TensorProto.BOOL, ["batch", 1, "seq", "total"])
+        (inputs if index.shared else outputs).append(selected)
+    index_rotary = index.position.rotary if index is not None and index.position is not None else None
+    if index_rotary is not None:  # the indexer's rotation: its own layout, its table inputs as the attention's
+        named = {i.name for i in inputs + extra}
+        extra += [i for i in index_rotary.graph.input if i.name not in ("query", "key") and i.name not in named]
     graph = helper.make_graph(g.nodes, name, inputs + extra, outputs, g.initializers)
     if metadata is None and rotary is not None:
         props = {p.key: p.value for p in rotary.metadata_props}

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ropeexport.components.latent.indexer import IndexerSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
 from ropeexport.components.query_scale import QueryScaleSpec
@@ -99,6 +100,7 @@ class LatentSpec:
     query_scale_positions: int = 0
     kv_sharing: str = ""  # "", "store" (another layer reads its latent) or "reuse" (module doc)
     query_scale: QueryScaleSpec | None = None
+    indexer: IndexerSpec | None = None
 
     def __post_init__(self) -> None:
         require_int("num_heads", self.num_heads, 1, 4096)
@@ -137,6 +139,16 @@ class LatentSpec:
         ):
             raise SpecError("query_scale", f"must be a query_scale.QueryScaleSpec in the layer's dtype ({self.dtype}) "
                             f"or None, got {self.query_scale!r}")  # fmt: skip
+        if self.indexer is not None:
+            if not isinstance(self.indexer, IndexerSpec):
+                raise SpecError("indexer", f"must be an IndexerSpec or None, got {self.indexer!r}")
+            if self.indexer.query == "lora" and not self.indexer.shared and not self.q_lora_rank:
+                raise SpecError("index_query", "'lora' reads the query LoRA's normed output: the layer needs "
+                                "q_lora_rank > 0 (or the 'hidden' query, Mistral Large 4's)")  # fmt: skip
+            if FORMS[self.graph].one_head_size:
+                raise SpecError("graph", f"the {self.graph} form is not built with the indexer: GroupQueryAttention "
+                                "takes no mask beyond causal and the sequence lengths, so the selection cannot "
+                                "narrow it (the decomposed and fused forms can)")  # fmt: skip
 
     @property
     def qk_head_dim(self) -> int:
@@ -168,16 +180,21 @@ class LatentSpec:
             out["q_proj"] = (hidden, H * qk)
         if self.query_scale_positions:
             out |= {"q_scale": (H,), "q_scale_bias": (H,)}
+        if self.indexer is not None:
+            out |= {f"indexer.{n}": shape for n, shape in self.indexer.shapes(hidden, self.q_lora_rank).items()}
         return out
 
     def cache_shapes(self) -> dict[str, tuple[int | str, ...]]:
-        """The cache inputs by name, [b, heads, past, width] (``b`` and ``past`` symbolic)."""
+        """The cache inputs by name, [b, heads, past, width] (``b`` and ``past`` symbolic); an indexer's key cache
+        ``past_index_key`` [b, 1, past, index_head_dim] last, in either cache (a shared indexer layer has none).
+        """  # noqa: D205
+        index = {} if self.indexer is None or self.indexer.shared else {"past_index_key": self.indexer.cache_shape()}
         if self.cache == "latent":
             return {"past_latent": ("batch", 1, "past", self.kv_lora_rank),
-                    "past_rope_key": ("batch", 1, "past", self.qk_rope_head_dim)}  # fmt: skip
+                    "past_rope_key": ("batch", 1, "past", self.qk_rope_head_dim), **index}  # fmt: skip
         value = self.qk_head_dim if FORMS[self.graph].one_head_size else self.v_head_dim  # values padded to the key's
         return {"past_key": ("batch", self.num_heads, "past", self.qk_head_dim),
-                "past_value": ("batch", self.num_heads, "past", value)}  # fmt: skip
+                "past_value": ("batch", self.num_heads, "past", value), **index}  # fmt: skip
 
     def cache_bytes_per_token(self) -> int:
         """Bytes one token adds to this layer's cache in the dtype (both caches: ``cache_shapes``' last two axes)."""
