@@ -81,13 +81,6 @@ def read(arch: Architecture, config: Mapping[str, Any],
     return fields, sources
 
 
-def _changes(config: Mapping[str, Any], where: str,
-             layout: Mapping[str, Any]) -> tuple[list[dict[str, object]], dict[str, str]]:  # fmt: skip
-    """``Architecture.changes``: the dense first layers (``first_k_dense_replace``, DeepseekV2Config's default 0)."""
-    said = v3.dense_layers(config, int(layout["num_layers"]), where, CONFIG)
-    return said, ({"dense first layers": "first_k_dense_replace, intermediate_size"} if any(said) else {})
-
-
 def layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
     """DeepSeek V3's default layer with DeepSeek V2's router (``grouped_softmax_max``)."""
     return v3.layer(arch, {**fields, "router": "grouped_softmax_max"})
@@ -100,7 +93,7 @@ ARCHITECTURE = replace(
     keys=Keys(eps=("rms_norm_eps",), eps_default=1e-6, reads=v3.READS),
     read=read,
     layer=layer,
-    changes=_changes,
+    changes=v3.dense_changes(CONFIG),  # first_k_dense_replace, DeepseekV2Config's default 0
     passed_over="",  # DeepSeek-V2's checkpoints carry no multi-token prediction layer
     hook=interleaved("deepseek_v2", "view_as_complex", shared_rope_key=True),
 )

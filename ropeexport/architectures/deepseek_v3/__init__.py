@@ -11,7 +11,7 @@ layers (``decoder.export``, ``decoder.oracle``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -150,11 +150,24 @@ def dense_mlp(width: int) -> dict[str, object]:
             "n_shared_experts": 0}  # fmt: skip
 
 
-def _changes(config: Mapping[str, Any], where: str,
-             layout: Mapping[str, Any]) -> tuple[list[dict[str, object]], dict[str, str]]:  # fmt: skip
-    """``Architecture.changes``: the dense first layers (``dense_layers``) and the keys they come from."""
-    said = dense_layers(config, int(layout["num_layers"]), where)
-    return said, ({"dense first layers": "first_k_dense_replace, intermediate_size"} if any(said) else {})
+Changes = Callable[[Mapping[str, Any], str, Mapping[str, Any]], tuple[list[dict[str, object]], dict[str, str]]]
+
+
+def dense_changes(defaults: Defaults = ("DeepseekV3Config", DEFAULTS)) -> Changes:
+    """``Architecture.changes`` of a type whose first ``first_k_dense_replace`` layers are dense (``dense_layers``,
+    its config class's ``defaults`` where a key is absent: DeepSeek V3's, V2's, Mistral 4's) and the keys they come
+    from.
+    """  # noqa: D205
+
+    def changes(config: Mapping[str, Any], where: str,
+                layout: Mapping[str, Any]) -> tuple[list[dict[str, object]], dict[str, str]]:  # fmt: skip
+        said = dense_layers(config, int(layout["num_layers"]), where, defaults)
+        return said, ({"dense first layers": "first_k_dense_replace, intermediate_size"} if any(said) else {})
+
+    return changes
+
+
+_changes = dense_changes()
 
 
 def layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:

@@ -69,13 +69,6 @@ def read(arch: Architecture, config: Mapping[str, Any],
     return fields, sources
 
 
-def _changes(config: Mapping[str, Any], where: str,
-             layout: Mapping[str, Any]) -> tuple[list[dict[str, object]], dict[str, str]]:  # fmt: skip
-    """``Architecture.changes``: the dense first layers (``first_k_dense_replace``, Mistral4Config's default 0)."""
-    said = v3.dense_layers(config, int(layout["num_layers"]), where, CONFIG)
-    return said, ({"dense first layers": "first_k_dense_replace, intermediate_size"} if any(said) else {})
-
-
 def layer(arch: Architecture, fields: Mapping[str, Any]) -> LayerSpec:
     """DeepSeek V3's default layer with Mistral 4's router (``grouped_softmax``) and the query scale."""
     return v3.layer(arch, {**fields, "router": "grouped_softmax"})
@@ -88,7 +81,7 @@ ARCHITECTURE = replace(
     keys=Keys(eps=("rms_norm_eps",), eps_default=1e-6, reads=v3.READS),
     read=read,
     layer=layer,
-    changes=_changes,
+    changes=v3.dense_changes(CONFIG),  # first_k_dense_replace, Mistral4Config's default 0
     passed_over="",  # Mistral4PreTrainedModel._keys_to_ignore_on_load_unexpected is empty
     wrappers=("mistral3",),  # Mistral 3's wrapper takes any text_config (Mistral3Config), a mistral4 one too
     hook=ConfigHook("mistral4", pairing="interleaved",
