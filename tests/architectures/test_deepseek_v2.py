@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from ropeexport.architectures import architecture
-from ropeexport.errors import SpecError
+from tests.architectures.reading import assert_refused, read_both
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,9 +48,7 @@ def test_the_config_reads_as_transformers_reads_it(label: str, changes: dict[str
     from transformers.models.deepseek_v2 import modeling_deepseek_v2 as modeling
 
     config = _config(changes)
-    arch = architecture(config)
-    fields, _ = arch.layout(config)
-    theirs = transformers.DeepseekV2Config(**{k: v for k, v in config.items() if k != "model_type"})
+    arch, fields, _, theirs = read_both(config, transformers.DeepseekV2Config)
     router = modeling.DeepseekV2TopkRouter(theirs)
     greedy = router.topk_method == "greedy"
     for name, want in (("kv_lora_rank", theirs.kv_lora_rank), ("qk_nope_head_dim", theirs.qk_nope_head_dim),
@@ -91,9 +88,4 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.fast
 @pytest.mark.parametrize(("label", "changes", "key"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_a_bad_key_is_named(label: str, changes: dict[str, Any], key: str) -> None:
-    from ropeexport.decoder.config import from_config
-
-    with pytest.raises(SpecError) as error:
-        from_config(_config(changes), "v2")
-    assert error.value.field == f"config.json: {key}", (label, str(error.value))
-    assert "\n" not in str(error.value)
+    assert_refused(_config(changes), "v2", key, label)

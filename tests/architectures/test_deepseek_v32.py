@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from ropeexport.architectures import architecture
 from ropeexport.architectures.deepseek_v3 import FIELDS
-from ropeexport.errors import SpecError
+from tests.architectures.reading import assert_refused, read_both
 
 transformers = pytest.importorskip("transformers")
 
@@ -47,9 +46,7 @@ def test_the_config_reads_as_transformers_reads_it(label: str, changes: dict[str
     from transformers.models.deepseek_v32 import modeling_deepseek_v32 as modeling
 
     config = _config(changes)
-    arch = architecture(config)
-    fields, sources = arch.layout(config)
-    theirs = transformers.DeepseekV32Config(**{k: v for k, v in config.items() if k != "model_type"})
+    arch, fields, sources, theirs = read_both(config, transformers.DeepseekV32Config)
     for key, name, _ in FIELDS:
         assert fields[name] == getattr(theirs, key), f"{label}: {key}"
     for key in ("index_topk", "index_head_dim", "index_n_heads"):
@@ -84,13 +81,8 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.fast
 @pytest.mark.parametrize(("label", "changes", "key"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_a_bad_key_is_named(label: str, changes: dict[str, Any], key: str) -> None:
-    from ropeexport.decoder.config import from_config
-
     config = {**_config({}), **changes}  # None kept: q_lora_rank null is a value here
-    with pytest.raises(SpecError) as error:
-        from_config(config, "v32")
-    assert error.value.field == f"config.json: {key}", (label, str(error.value))
-    assert "\n" not in str(error.value)
+    assert_refused(config, "v32", key, label)
 
 
 # GLM-5 (glm_moe_dsa): DeepSeek V3.2's layers, its indexer's RoPE interleaved, "shared" layers reusing the previous
@@ -108,9 +100,7 @@ GLM_CASES: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize(("label", "changes"), GLM_CASES, ids=[c[0] for c in GLM_CASES])
 def test_glm5s_shared_indexer_layers_are_transformers(label: str, changes: dict[str, Any]) -> None:
     config = {**GLM, **changes}
-    arch = architecture(config)
-    fields, _ = arch.layout(config)
-    theirs = transformers.GlmMoeDsaConfig(**{k: v for k, v in config.items() if k != "model_type"})
+    arch, fields, _, theirs = read_both(config, transformers.GlmMoeDsaConfig)
     fields["position"] = {"num_heads": 4, "num_kv_heads": 1, "head_dim": 8}
     layer = arch.default_layer(fields)
     assert (layer.attention.index_layout, fields["index_n_heads"]) == ("interleaved", theirs.index_n_heads), label
@@ -131,9 +121,4 @@ GLM_REFUSED: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.fast
 @pytest.mark.parametrize(("label", "changes", "key"), GLM_REFUSED, ids=[r[0] for r in GLM_REFUSED])
 def test_glm5s_bad_indexer_types_are_named(label: str, changes: dict[str, Any], key: str) -> None:
-    from ropeexport.decoder.config import from_config
-
-    with pytest.raises(SpecError) as error:
-        from_config({**GLM, **changes}, "glm5")
-    assert error.value.field == f"config.json: {key}", (label, str(error.value))
-    assert "\n" not in str(error.value)
+    assert_refused({**GLM, **changes}, "glm5", key, label)

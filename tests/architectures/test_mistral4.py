@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from ropeexport.architectures import architecture
 from ropeexport.architectures.deepseek_v3 import FIELDS
-from ropeexport.errors import SpecError
+from tests.architectures.reading import assert_refused, read_both
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,9 +48,7 @@ def test_the_config_reads_as_transformers_reads_it(label: str, changes: dict[str
     from transformers.models.mistral4 import modeling_mistral4
 
     config = _config(changes)
-    arch = architecture(config)
-    fields, sources = arch.layout(config)
-    theirs = transformers.Mistral4Config(**{k: v for k, v in config.items() if k != "model_type"})
+    arch, fields, sources, theirs = read_both(config, transformers.Mistral4Config)
     for key, name, _ in FIELDS:
         assert fields[name] == getattr(theirs, key), f"{label}: {key}"
         said = sources[name]
@@ -93,9 +90,4 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.fast
 @pytest.mark.parametrize(("label", "changes", "key"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_a_bad_key_is_named(label: str, changes: dict[str, Any], key: str) -> None:
-    from ropeexport.decoder.config import from_config
-
-    with pytest.raises(SpecError) as error:
-        from_config(_config(changes), "m4")
-    assert error.value.field == f"config.json: {key}", (label, str(error.value))
-    assert "\n" not in str(error.value)
+    assert_refused(_config(changes), "m4", key, label)
