@@ -38,6 +38,8 @@ UNREPAIRABLE = {
     "layers-unknown": "which encoding the site's layers need cannot be told from the model",
     "window": "graft replaces rotary values, it does not change an attention's window",
     "query-scale-unread": "no table of the query's factor was read: there are no values to put right",
+    "learned-query-scale-unread": "a learned per-head factor is the checkpoint's weights: graft has no values of "
+                                  "the config to put there",
     "mrope-positions-1d": "graft replaces rotary values, it does not give a model the position axes (height, width) "
                           "its position_ids input does not take",
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",

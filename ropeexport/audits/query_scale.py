@@ -13,6 +13,9 @@ checked, per layer that reads it, against the formula in float64 at every step (
   1.2773 is 1 + 0.4 * log 2), another coefficient, another divisor or offset, or other values (said as measured);
 - ``query-scale-unread``: the config scales the query of some layers and no table of them is found (another
   exporter computes it in the graph, say): not checked, never called exact.
+- ``learned-query-scale-unread``: the layers whose factor is learned per head (Mistral Large 4's
+  ``q_scale[h] * log(pos + 1) + q_bias[h]``): the checkpoint's weights, which the config does not give, so not
+  checked, never called exact.
 
 A wrong table is repaired by replacing its values (``repair``: a table read by layers of different factors is
 split, each group its own copy); its effect is the model against that repair, run as users run it
@@ -48,24 +51,34 @@ class Table:
     readers: dict[int, list[str]] = field(default_factory=dict)  # layer -> the Gather nodes of that layer
 
 
-def expected(hf_config: str | Path | None) -> dict[int, QueryScaleSpec]:
-    """Layer -> the query scale the config gives it (none: the config describes none, or is not a decoder's)."""
+def _decoder_layers(hf_config: str | Path | None) -> list[tuple[Any, int]]:
+    """(layer, max_positions) per decoder layer ropeexport reads from ``hf_config`` ([]: none given, or not a
+    decoder's).
+    """  # noqa: D205
     if hf_config is None:
-        return {}
+        return []
     from ropeexport.decoder.config import from_config
 
     try:
         spec = from_config(json.loads(Path(hf_config).read_text()), "audit")
     except (InputError, OSError, ValueError, KeyError, TypeError):
-        return {}  # not a decoder ropeexport reads: it says no query scale
-    positions = spec.position_spec().max_positions
-    out = {}
-    for i, layer in enumerate(spec.layers):
-        # Mistral Large 4's learned scale is the checkpoint's weights (q_scale, q_scale_bias), not the config's: an
-        # audit of the config alone has no expected value for it (not judged here)
-        if layer.query_scale is not None and layer.query_scale.get("kind") != "learned_log":
-            out[i] = QueryScaleSpec.of(layer.query_scale, positions, "fp32")
-    return out
+        return []  # not a decoder ropeexport reads: it says no query scale
+    return [(layer, spec.position_spec().max_positions) for layer in spec.layers]
+
+
+def expected(hf_config: str | Path | None) -> dict[int, QueryScaleSpec]:
+    """Layer -> the query scale the config gives it (none: the config describes none, or is not a decoder's)."""
+    # Mistral Large 4's learned scale is the checkpoint's weights (q_scale, q_scale_bias), not the config's: it has no
+    # expected value here (``learned``)
+    return {i: QueryScaleSpec.of(layer.query_scale, positions, "fp32")
+            for i, (layer, positions) in enumerate(_decoder_layers(hf_config))
+            if layer.query_scale is not None and layer.query_scale.get("kind") != "learned_log"}  # fmt: skip
+
+
+def learned(hf_config: str | Path | None) -> list[int]:
+    """The layers whose query scale is learned per head (Mistral Large 4's ``learned_log``: weights, not config)."""
+    return [i for i, (layer, _) in enumerate(_decoder_layers(hf_config))
+            if (layer.query_scale or {}).get("kind") == "learned_log"]  # fmt: skip
 
 
 def _constant(value: ir.Value | None) -> np.ndarray | None:
@@ -202,6 +215,11 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
         template = (f"{{who}} scale{{s}} the query by {_formula(spec)} in the config, and no table of it was found "
                     "(ropeexport reads a Gather of a factor table at position_ids // divisor): not checked")
         out.append(layer_finding("query-scale-unread", template, "", missing) | {"sites": []})
+    weighed = learned(hf_config)
+    if weighed:  # never exact about a factor nobody read (its own name: a read factor does not supersede it)
+        template = ("{who} scale{s} the query by a learned per-head factor (q_scale[h] * log(pos + 1) + q_bias[h], "
+                    "the checkpoint's weights, not the config's): not checked")
+        out.append(layer_finding("learned-query-scale-unread", template, "", weighed) | {"sites": []})
     return out
 
 
