@@ -173,6 +173,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config), path)
     if spec.encoding == "rope":  # the query times a factor of its position (Ministral 3, Llama 4's NoPE layers)
         from ropeexport.audits.features import feature_findings
+        from ropeexport.audits.learned_scale import findings as learned_scale_findings
         from ropeexport.audits.query_scale import findings as query_scale_findings
         from ropeexport.audits.query_scale import tables as query_scale_tables
 
@@ -186,6 +187,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
                                  tabled=tabled)  # fmt: skip
         judged = "query_scales" in result.layers  # features read the factors: its findings say what is missing
         result.findings += [f for f in scaled if not (judged and f["name"] == "query-scale-unread")] + extra
+        result.findings += learned_scale_findings(graph, hf_config)  # the checkpoint's per-head factor (Large 4)
     if effects:
         weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them

@@ -40,6 +40,9 @@ UNREPAIRABLE = {
     "query-scale-unread": "no table of the query's factor was read: there are no values to put right",
     "learned-query-scale-unread": "a learned per-head factor is the checkpoint's weights: graft has no values of "
                                   "the config to put there",
+    "learned-query-scale": "graft puts the config's values right; a learned per-head factor's scale, bias and log "
+                           "are the checkpoint's weights and the graph's computation, which it does not rewrite "
+                           "(re-export from the checkpoint)",
     "mrope-positions-1d": "graft replaces rotary values, it does not give a model the position axes (height, width) "
                           "its position_ids input does not take",
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",

@@ -13,9 +13,9 @@ checked, per layer that reads it, against the formula in float64 at every step (
   1.2773 is 1 + 0.4 * log 2), another coefficient, another divisor or offset, or other values (said as measured);
 - ``query-scale-unread``: the config scales the query of some layers and no table of them is found (another
   exporter computes it in the graph, say): not checked, never called exact.
-- ``learned-query-scale-unread``: the layers whose factor is learned per head (Mistral Large 4's
-  ``q_scale[h] * log(pos + 1) + q_bias[h]``): the checkpoint's weights, which the config does not give, so not
-  checked, never called exact.
+- not here: the layers whose factor is learned per head (Mistral Large 4's ``q_scale[h] * log(pos + 1) +
+  q_bias[h]``, ``learned``): the checkpoint's weights, which the config does not give, judged against the checkpoint
+  beside it by ``audits.learned_scale`` (``learned-query-scale``, ``learned-query-scale-unread``).
 
 A wrong table is repaired by replacing its values (``repair``: a table read by layers of different factors is
 split, each group its own copy); its effect is the model against that repair, run as users run it
@@ -215,11 +215,6 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
         template = (f"{{who}} scale{{s}} the query by {_formula(spec)} in the config, and no table of it was found "
                     "(ropeexport reads a Gather of a factor table at position_ids // divisor): not checked")
         out.append(layer_finding("query-scale-unread", template, "", missing) | {"sites": []})
-    weighed = learned(hf_config)
-    if weighed:  # never exact about a factor nobody read (its own name: a read factor does not supersede it)
-        template = ("{who} scale{s} the query by a learned per-head factor (q_scale[h] * log(pos + 1) + q_bias[h], "
-                    "the checkpoint's weights, not the config's): not checked")
-        out.append(layer_finding("learned-query-scale-unread", template, "", weighed) | {"sites": []})
     return out
 
 

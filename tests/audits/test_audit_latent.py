@@ -83,18 +83,17 @@ def test_the_latent_cache_form_audits_exact_with_its_rope_slice_read(tmp_path: P
     read_right(result, "deepseek_v3")
 
 
-def test_mistral_large4s_export_reads_its_learned_rope_beside_the_config_and_never_calls_its_learned_scale_exact(
+def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_scale_read_beside_the_config(
         tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
     # LeRoPE's alpha is the checkpoint's (lerope.alpha), not the config's: read from the checkpoint beside config.json
     # (hf.learned_rope.beside). The same config alone, no checkpoint beside it, expects plain YaRN: the export's
     # (right) frequencies then differ, as they would for an export that left alpha out against the full model.
-    # Its learned per-head query scale is weights the audit does not judge: said on every layer that has it, so the
-    # verdict is not exact, the same with the scale planted out of the graph (the audit cannot tell the two apart)
+    # Its learned per-head query scale is the checkpoint's weights too: read beside the config and right
+    # (audits.learned_scale; its planted faults: test_audit_learned_scale.py), unread without it, never exact
     ckpt = tiny_checkpoint("mistral_large4")
     model = built(ckpt, tmp_path / "decoder", "decomposed", latent_cache=True)
     result = rx.audit(model, ckpt / "config.json", effects=False)
-    assert [f["name"] for f in result.findings] == ["learned-query-scale-unread"], result.findings
-    assert result.findings[0]["layers"] == [0, 1, 2, 3] and result.verdict != "exact", result.findings
+    assert result.verdict == "exact" and not result.findings, result.findings
     assert result.layers["unrotated"] == [3], result.layers  # its NoPE layer
     alone = tmp_path / "alone"
     alone.mkdir()

@@ -1,0 +1,158 @@
+"""Mistral Large 4's learned query scale audited against the checkpoint beside its config (``audits.learned_scale``).
+
+ropeexport's own latent-cache build of the tiny Mistral Large 4 (``tests/decoder/tiny.py``: the scales and biases set
+away from their identity init; layers 0, 2 and 3 with an indexer of their own, layer 1 sharing layer 0's), built once
+here, then planted: each row edits the graph's values or nodes and must be named as what it is, the rest of the
+audit unchanged. Before ``learned_scale``, every row (the right build too) said ``learned-query-scale-unread``
+alone, whatever the graph held.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import ropeexport as rx
+from tests.audits.test_audit_latent import built
+
+
+def _edit(model: Path, change: Callable[[onnx.ModelProto], None]) -> None:
+    proto = onnx.load(str(model))
+    change(proto)
+    onnx.save(proto, str(model))
+
+
+def _values(name: str, change: Callable[[np.ndarray], np.ndarray]) -> Callable[[Path], None]:
+    """The initializer whose name ends with ``name`` set to ``change`` of its values."""
+
+    def plant(model: Path) -> None:
+        def edit(proto: onnx.ModelProto) -> None:
+            t = next(t for t in proto.graph.initializer if t.name.endswith(name))
+            t.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(t).copy()), t.name))
+
+        _edit(model, edit)
+
+    return plant
+
+
+def _swap(values: np.ndarray) -> np.ndarray:
+    values[[0, 2]] = values[[2, 0]]
+    return values
+
+
+def _negate_head_0(values: np.ndarray) -> np.ndarray:
+    values[0] = -values[0]
+    return values
+
+
+def drop_bias(model: Path) -> None:
+    """Layer 0's attention factor without its bias: the Add of q_scale_bias removed, its readers reading the Mul."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        nodes = list(proto.graph.node)
+        shaped = next(n for n in nodes if n.input and n.input[0] == "layers.0/latent/q_scale_bias").output[0]
+        add = next(n for n in nodes if n.op_type == "Add" and shaped in n.input)
+        kept = next(i for i in add.input if i != shaped)
+        for node in nodes:
+            node.input[:] = [kept if i == add.output[0] else i for i in node.input]
+        proto.graph.node.remove(add)
+
+    _edit(model, edit)
+
+
+def indexer_log_of_pos(model: Path) -> None:
+    """Every indexer's log of position_ids + 0 (its computed form, Log(Cast(position_ids + 1)), the 1 dropped)."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        made = {o: n for n in proto.graph.node for o in n.output}
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "planted_zero"))
+        for log in (n for n in proto.graph.node if n.op_type == "Log"):
+            add = made[made[log.input[0]].input[0]]  # Log <- Cast <- Add(position_ids, 1)
+            add.input[1] = "planted_zero"
+
+    _edit(model, edit)
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A fault planted in the build (``plant``), the finding names it must give and words one of them says."""
+
+    case: str
+    plant: Callable[[Path], None] | None
+    findings: tuple[str, ...]
+    words: str
+
+
+PLANTED = [
+    Planted("right", None, (), ""),
+    Planted("head-swapped", _values("layers.1/latent/q_scale", _swap), ("learned-query-scale",),
+            "layer 1 scales the attention's query by a learned factor other than the checkpoint's: the scale of heads "
+            "0, 2 is 0.326976, -0.126725 where the checkpoint's layers.1.attention.ssmax_scaling.s holds -0.126725, "
+            "0.326976 (the heads' values swapped)"),
+    Planted("bias-dropped", drop_bias, ("learned-query-scale",),
+            "layer 0 scales the attention's query by a learned factor other than the checkpoint's: no bias is added "
+            "where the checkpoint's layers.0.attention.ssmax_scaling.b holds 1.26099, 0.711249, 1.10225, 0.621067 "
+            "(heads 0, 1, 2, 3)"),
+    # the table ropeexport gathers at the position, log(p + 2) for log(p + 1): one table read by every layer
+    Planted("log-one-ahead", _values("latent/log_table", lambda v: np.log(np.arange(v.size) + 2.0).astype(v.dtype)),
+            ("learned-query-scale",),
+            "layers 0-3 scale the attention's query by a learned factor other than the checkpoint's: the log is "
+            "log(pos + 2) where transformers takes log(pos + 1) (the factor one position ahead)"),
+    Planted("indexer-log-of-pos", indexer_log_of_pos, ("learned-query-scale",),
+            "layers 0, 2-3 scale the indexer's query by a learned factor other than the checkpoint's: the log is "
+            "log(pos) where transformers takes log(pos + 1) (the factor one position behind)"),
+    Planted("indexer-scale", _values("layers.2/latent/indexer/q_scale", _negate_head_0), ("learned-query-scale",),
+            "layer 2 scales the indexer's query by a learned factor other than the checkpoint's: the scale of head 0 "
+            "is 0.244952 where the checkpoint's layers.2.attention.indexer.ssmax_scaling.s holds -0.244952"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def large4(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> tuple[Path, Path]:  # noqa: ANN001
+    """(the tiny Mistral Large 4's checkpoint, its latent-cache decoder's model.onnx), built once."""
+    ckpt = tiny_checkpoint("mistral_large4")
+    return ckpt, built(ckpt, tmp_path_factory.mktemp("large4"), "decomposed", latent_cache=True)
+
+
+def _copy(model: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for part in model.parent.iterdir():
+        shutil.copy(part, folder / part.name)
+    return folder / model.name
+
+
+@pytest.mark.parametrize("bug", PLANTED, ids=[b.case for b in PLANTED])
+def test_a_learned_query_scale_is_read_against_the_checkpoint_and_a_planted_fault_named(
+        bug: Planted, tmp_path: Path, large4: tuple[Path, Path]) -> None:  # fmt: skip
+    ckpt, clean = large4
+    model = _copy(clean, tmp_path / "planted")
+    if bug.plant is not None:
+        bug.plant(model)
+    result = rx.audit(model, ckpt / "config.json", effects=False)
+    assert [f["name"] for f in result.findings] == list(bug.findings), [(f["name"], f["text"]) for f in result.findings]
+    assert result.verdict == ("findings" if bug.findings else "exact")
+    assert not bug.words or result.findings[0]["text"] == bug.words, result.findings[0]["text"]
+
+
+def test_without_its_checkpoint_the_learned_scale_is_unread_never_exact_and_graft_refuses_a_wrong_one(
+        tmp_path: Path, large4: tuple[Path, Path]) -> None:  # fmt: skip
+    ckpt, clean = large4
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(ckpt / "config.json", alone / "config.json")
+    result = rx.audit(clean, alone / "config.json", effects=False)
+    unread = [f for f in result.findings if f["name"] == "learned-query-scale-unread"]
+    assert len(unread) == 1 and unread[0]["layers"] == [0, 1, 2, 3], result.findings
+    assert unread[0]["text"].endswith("not checked, no checkpoint beside the config (its safetensors in the config's "
+                                      "folder) to read them from"), unread[0]["text"]  # fmt: skip
+    model = _copy(clean, tmp_path / "planted")
+    drop_bias(model)
+    with pytest.raises(rx.errors.SpecError, match="no bias is added .*: graft puts the config's values right"):
+        rx.graft(model, ckpt / "config.json", tmp_path / "fixed.onnx", trust="config")
