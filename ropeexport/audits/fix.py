@@ -47,6 +47,8 @@ UNREPAIRABLE = {
                           "its position_ids input does not take",
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",
     "rope-slice": "graft replaces rotary values, it does not change which channels a node rotates",
+    "rope-slice-unread": "which channels a rotation turns was not read: graft replaces rotary values, it does not "
+                         "change which channels a node rotates",
     "attention-scale": "graft replaces rotary values, it does not change an attention operator's scale",
     "chunk-unread": "the chunks were not read: graft cannot tell whether they are right",
     "attention-scale-unread": "the attention's scale was not read: graft cannot tell whether it is right",

@@ -13,9 +13,13 @@ channels (``MOVES``) to the tensor it is cut from (its ``source``: the projectio
 ONNX Runtime for one call of ``LENGTH`` tokens (the model's own weights: every value a product of random-looking
 weights, so a value names the channel it sits in), and each rotated value is looked up among the source's channels.
 The channels found, modulo the head's width (``qk_nope_head_dim + qk_rope_head_dim`` for the query,
-``kv_lora_rank + qk_rope_head_dim`` for the key), must be the last ``qk_rope_head_dim``. A rotation whose values are
-not found among its source's (a norm or a scale between them) is not read, and said so in ``slices`` (never
-"right").
+``kv_lora_rank + qk_rope_head_dim`` for the key), must be the last ``qk_rope_head_dim``. A query or key rotation
+whose values are not found among its source's (a norm or a scale between them), or that cannot be evaluated apart
+from its source, is not read: said so in ``slices`` and a ``rope-slice-unread`` finding of its layers (never exact).
+Not findings: a rotation nothing reads as a query or a key (its role untold: a reusing layer's key rotation, whose
+output Mistral Large 4's build leaves unused), and the DSA indexer's rotation (its name or module path says
+``indexer``: its own head, the rotated channels first, ``components.latent.indexer``; what it selects is not latent
+attention's rope slice), each said in ``slices`` as not read.
 
 Shapes: source [.., W] (W = heads * width, or width), a rotation's input [.., r] (r the rotated channels).
 """
@@ -29,7 +33,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audits.layers import layer_finding, layer_of
+from ropeexport.audits.layers import SCOPES, layer_finding, layer_of
 from ropeexport.audits.model import load_model, materialize, quiet
 from ropeexport.audits.observe import _cut, _output_for, session_feeds
 from ropeexport.audits.patterns.base import Site, is_constant
@@ -66,16 +70,22 @@ def _source(value: ir.Value) -> ir.Value:
     return value
 
 
+def _indexer(node: ir.Node) -> bool:
+    """A node of the DSA indexer: its name or module path says ``indexer`` (module doc)."""
+    return "indexer" in " ".join([node.name or "", *(node.metadata_props.get(k, "") for k in SCOPES)])
+
+
 def _rotations(model: ir.Model, sites: list[Site]) -> list[tuple[int | None, str | None, list[ir.Value]]]:
     """(layer, role, the rotation's inputs) of every rotation: a fused operator's X; in a decomposed rotation, the
     tensors multiplied by the cos a site makes (x itself: the sin's tensor is rotate(x), negated in part), grouped by
-    the Mul's layer and role.
+    the Mul's layer and role. The indexer's rotations take the role ``indexer`` (module doc).
     """  # noqa: D205
     found: list[tuple[int | None, str | None, list[ir.Value]]] = []
     nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
     for node in nodes:
         if node.op_type in ROTARY_OPS and node.inputs and node.inputs[0] is not None:
-            found.append((layer_of(node.name or "", node.metadata_props), role_of(node.outputs[0]), [node.inputs[0]]))
+            role = "indexer" if _indexer(node) else role_of(node.outputs[0])
+            found.append((layer_of(node.name or "", node.metadata_props), role, [node.inputs[0]]))
     cosines = [pair[0] for s in sites if (pair := _sources(s)) is not None]
     carried = _carried(cosines)
     grouped: dict[tuple[int | None, str | None], list[ir.Value]] = {}
@@ -84,7 +94,8 @@ def _rotations(model: ir.Model, sites: list[Site]) -> list[tuple[int | None, str
             continue
         hits = [i for i, v in enumerate(node.inputs) if id(v) in carried and carried[id(v)][2] == 1]
         if len(hits) == 1 and not is_constant(node.inputs[1 - hits[0]]):
-            key = (layer_of(node.name or "", node.metadata_props), role_of(node.outputs[0]))
+            role = "indexer" if _indexer(node) else role_of(node.outputs[0])
+            key = (layer_of(node.name or "", node.metadata_props), role)
             grouped.setdefault(key, []).append(node.inputs[1 - hits[0]])  # type: ignore[arg-type]
     found += [(layer, role, inputs) for (layer, role), inputs in grouped.items()]
     return found
@@ -140,9 +151,12 @@ def read_slices(path: Path, model: ir.Model, sites: list[Site], widths: dict[str
                 threads: int = 2) -> list[dict[str, Any]]:  # fmt: skip
     """Per rotation: its layer, role, the channels of its head it turns (modulo the head's width) or why unread."""
     rotations = _rotations(model, sites)
-    untold = "what it rotates (a query or a key) is not told by what reads it"
-    out: list[dict[str, Any]] = [{"layer": layer, "role": role, "unread": untold}
-                                 for layer, role, _ in rotations if role not in ("q", "k")]  # fmt: skip
+    untold = {"indexer": "the DSA indexer's rotation (its own head, the rotated channels first): not latent "
+              "attention's rope slice, not read here"}  # fmt: skip
+    out: list[dict[str, Any]] = [
+        {"layer": layer, "role": role, "unread": untold.get(str(role), "what it rotates (a query or a key) is not "
+                                                            "told by what reads it")}
+        for layer, role, _ in rotations if role not in ("q", "k")]  # fmt: skip
     named = [(r, [_source(v) for v in r[2]]) for r in rotations if r[1] in ("q", "k")]
     values = [v for (_, _, inputs), srcs in named for v in (*inputs, *srcs)]
     names = [v.name or "" for v in values]
@@ -165,11 +179,15 @@ def read_slices(path: Path, model: ir.Model, sites: list[Site], widths: dict[str
 
 def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list[dict[str, Any]]:
     """``rope-slice`` findings: the layers whose query or key rotation turns other channels than the config's last
-    ``qk_rope_head_dim`` of each head (module doc), grouped by (role, channels); each with ``sites`` [].
+    ``qk_rope_head_dim`` of each head (module doc), grouped by (role, channels); ``rope-slice-unread``: those whose
+    query or key rotation was not read, grouped by (role, why); each with ``sites`` [].
     """  # noqa: D205
     groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    unread: dict[tuple[str, str], list[int]] = {}
     for s in slices:
-        if "channels" not in s:  # unread (a rotation whose role nothing tells has no head width either)
+        if "channels" not in s:  # unread: a finding for a query or key (module doc)
+            if s["role"] in ("q", "k") and s["layer"] is not None:
+                unread.setdefault((s["role"], s["unread"]), []).append(s["layer"])
             continue
         want = list(range(s["head"] - widths["rope"], s["head"]))
         if s["channels"] != want and s["layer"] is not None:
@@ -185,4 +203,8 @@ def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list
         template = (f"{{who}} rotate{{s}} the {noun} {spans(list(channels))} {of} ({what}) where the config "
                     f"rotates the last {widths['rope']} (qk_rope_head_dim)")  # fmt: skip
         out.append(layer_finding("rope-slice", template, "", sorted(set(layers))) | {"sites": []})
+    for (role, why), layers in unread.items():
+        template = (f"the {'query' if role == 'q' else 'key'} rotation of {{who}} is not read ({why}): which channels "
+                    "it turns is not checked")  # fmt: skip
+        out.append(layer_finding("rope-slice-unread", template, "", sorted(set(layers))) | {"sites": []})
     return out

@@ -145,6 +145,21 @@ def rotate_nope_dims(model: Path) -> None:
     onnx.save(proto, str(model))
 
 
+def scale_before_rotation(model: Path) -> None:
+    """Layer 0's query rope part times 2 between its projection and its rotation: the rotated values are no longer
+    the projection's, so which channels it turns cannot be read (``slices``).
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    node = next(n for n in proto.graph.node if n.op_type == "RotaryEmbedding" and "query" in n.name
+                and n.name.startswith("layers.0/"))  # fmt: skip
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), "planted_two"))
+    proto.graph.node.insert(list(proto.graph.node).index(node),
+                            onnx.helper.make_node("Mul", [node.input[0], "planted_two"], ["planted_scaled"],
+                                                  name="layers.0/planted_mul"))  # fmt: skip
+    node.input[0] = "planted_scaled"
+    onnx.save(proto, str(model))
+
+
 def temperature_a_position_late(model: Path) -> None:
     """The temperature's + 1 dropped: floor(pos / floor_scale), each step one position late."""
     proto = onnx.load(str(model))
@@ -354,6 +369,25 @@ def test_a_planted_latent_or_llama4_bug_is_named_with_its_effect_and_grafted_or_
     assert effect["relative"] > bug.effect if bug.effect else effect["relative"] < 1e-5, effect
     if bug.graft:
         graft_as_planted(model, ckpt / "config.json", ckpt, tmp_path / "fixed" / "model.onnx", bug.graft)
+
+
+def test_a_scale_between_a_projection_and_its_rotation_leaves_the_slice_unread_never_exact(
+        tmp_path: Path, tiny_checkpoint, clean: Callable[..., Path]) -> None:  # noqa: ANN001  # fmt: skip
+    # which channels layer 0's query rotation turns cannot be read through the planted scale: said, never exact (it
+    # had said "exact", the slice unread in the reading alone); graft refuses it. Not a PLANTED row: those rows are
+    # tools/figures/planted-latent-bugs.json's, rendered with dynamo and mobius exports (tests/tools)
+    ckpt = tiny_checkpoint("deepseek_v3")
+    bug = Planted("ds-scale-before-rotation", "deepseek_v3", ("rope-slice-unread",), "", 0.0, "",
+                  plant=scale_before_rotation)  # fmt: skip
+    model = planted(bug, tmp_path / "planted", ckpt, clean)
+    result = rx.audit(model, ckpt / "config.json", effects=False)
+    assert result.verdict == "findings" and [f["name"] for f in result.findings] == ["rope-slice-unread"], (
+        result.findings)  # fmt: skip
+    assert result.findings[0]["text"] == ("the query rotation of layer 0 is not read (its values are not moved "
+                                          "channels of the projection's output): which channels it turns is not "
+                                          "checked"), result.findings[0]["text"]  # fmt: skip
+    graft_as_planted(model, ckpt / "config.json", ckpt, tmp_path / "fixed" / "model.onnx",
+                     "which channels a rotation turns was not read")  # fmt: skip
 
 
 # --- what a layer's mask says of its chunks (``attention_reads.chunks_of``) ----------------------------------------
