@@ -12,6 +12,13 @@ Both kinds a layer describes (``architectures.layers.QUERY_SCALES``) are one for
   position wherever a row starts at position 0 with no left padding (measured: the tiny Llama 4 decoder agrees with
   Llama4ForCausalLM to 1e-6 of the logit scale there, and differs by 1e-2 on a left-padded row, by design).
 
+A third kind is learned, not a formula of the config: Mistral Large 4's ``learned_log`` (``LearnedScaleSpec``;
+transformers 5.23 ``MistralLarge4TextSoftmaxScaling``, modular_mistral_large4.py 295-308), the query of head h at
+position p times ``q_scale[h] * log(p + 1) + q_scale_bias[h]``, the two [H] vectors the checkpoint's weights; the log
+gathered from a table of every position computed in float64 and rounded once to the dtype (transformers takes the
+float32 log and casts it), times the scale plus the bias in the dtype, as transformers computes them
+(``learned_factor``; its twin ``learned_scale64``).
+
 The graph takes n = (pos + offset) // divisor with an integer Div (positions are >= 0, so it is the floor) and
 gathers the factor from a table of every step up to ``max_positions``, computed in float64 and rounded once to the
 dtype: the factor is exact to half an ulp, where transformers computes it in float32 (its float32 quotient floors to
@@ -19,7 +26,8 @@ the same n below 2^24: the distance from p / o to the next integer is at least 1
 A position past the table is a Gather out of range (an error, never a clamp); the layer's range guard on
 ``position_ids`` stops it first. The twin computes the formula in float64 from the positions.
 
-Shapes: position_ids [b, s] -> factor [b, s]; the query [b, H, s, d] (or flat [b, s, H * d]) times it.
+Shapes: position_ids [b, s] -> factor [b, s]; the query [b, H, s, d] (or flat [b, s, H * d]) times it. The learned
+factor: scale and bias [H], position_ids [b, s] -> factor [b, H, s, 1].
 """
 
 from __future__ import annotations
@@ -104,3 +112,37 @@ def scale_query(g: GraphBuilder, spec: QueryScaleSpec, q: str, flat: bool) -> st
     axes = (2,) if flat else (1, 3)  # [b, s, 1] against [b, s, H * d]; [b, 1, s, 1] against [b, H, s, d]
     shaped = g.op("Unsqueeze", [factor, g.const(f"query_scale_axes{len(axes)}", i64(*axes))])
     return g.op("Mul", [q, shaped])
+
+
+@dataclass(frozen=True)
+class LearnedScaleSpec:
+    """Mistral Large 4's learned per-head query scale (module doc): its log table reaching ``max_positions``, the
+    activations' ``dtype``; the scale and bias are the layer's weights (``q_scale``, ``q_scale_bias`` [H]).
+    """  # noqa: D205
+
+    max_positions: int
+    dtype: str = "fp32"
+    kind: str = "learned_log"
+
+    def __post_init__(self) -> None:
+        require_int("max_positions", self.max_positions, 1)
+        require_choice("dtype", self.dtype, tuple(DTYPES))
+        require_choice("query_scale.kind", self.kind, ("learned_log",))
+
+
+def learned_scale64(scale: np.ndarray, bias: np.ndarray, position_ids: np.ndarray) -> np.ndarray:
+    """float64 [b, H, s, 1]: ``scale[h] * log(p + 1) + bias[h]`` of each head and query position (module doc)."""
+    log = np.log(np.asarray(position_ids, np.float64) + 1.0)[:, None, :, None]  # [b, 1, s, 1]
+    return np.asarray(scale, np.float64)[None, :, None, None] * log + np.asarray(bias, np.float64)[None, :, None, None]
+
+
+def learned_factor(g: GraphBuilder, spec: LearnedScaleSpec, scale: str, bias: str) -> str:
+    """The learned factor [b, H, s, 1] of each head and position (module doc) from the stored ``scale`` and ``bias``
+    [H]. A position past the table is a Gather out of range (an error, never a clamp).
+    """  # noqa: D205
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    table = g.const("log_table", round_once(np.log1p(np.arange(spec.max_positions, dtype=np.float64)), spec.dtype))
+    log = g.op("Unsqueeze", [g.op("Gather", [table, "position_ids"], axis=0), g.const("log_axes", i64(1, 3))])
+    heads = g.const("head_axes", i64(0, 2, 3))  # [H] -> [1, H, 1, 1] against log [b, 1, s, 1]
+    scaled, shifted = (g.op("Unsqueeze", [v, heads]) for v in (scale, bias))
+    return g.op("Add", [g.op("Mul", [scaled, log]), shifted])

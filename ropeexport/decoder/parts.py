@@ -27,7 +27,7 @@ from ropeexport.components.linear import WeightFormat
 from ropeexport.components.mlp import MLPSpec
 from ropeexport.components.moe import MoESpec
 from ropeexport.components.norm import NormSpec
-from ropeexport.components.query_scale import QueryScaleSpec
+from ropeexport.components.query_scale import LearnedScaleSpec, QueryScaleSpec
 from ropeexport.decoder.spec import DecoderSpec
 from ropeexport.forms import FORMS
 from ropeexport.recipes import PositionPiece
@@ -175,13 +175,12 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
     nope, rope = (a.qk_nope_head_dim, a.head_dim) if layer.position is not None else (
         a.qk_nope_head_dim + a.head_dim, 0)  # fmt: skip
     described = layer.query_scale  # Mistral 4's or Mistral Large 4's; its table reaches the context length
-    learned = (described or {}).get("kind") == "learned_log"
-    scaled = (None if described is None or learned
-              else QueryScaleSpec.of(described, spec.position_spec().max_positions, spec.dtype))  # fmt: skip
+    positions = spec.position_spec().max_positions
+    scaled = None if described is None else LearnedScaleSpec(positions, spec.dtype) if described.get("kind") == (
+        "learned_log") else QueryScaleSpec.of(described, positions, spec.dtype)  # fmt: skip
     eps = spec.architecture.latent_norm_eps or spec.norm_eps
     return LatentSpec(num_heads=a.num_heads, kv_lora_rank=a.kv_lora_rank, qk_nope_head_dim=nope,
                       qk_rope_head_dim=rope, v_head_dim=a.v_head_dim, norm=NormSpec("rms", eps, spec.dtype),
-                      query_scale_positions=spec.position_spec().max_positions if learned else 0,
                       kv_sharing=sharing_modes(spec.layers)[i],
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),

@@ -20,6 +20,7 @@ from ropeexport.components.attention.float64 import visible
 from ropeexport.components.latent import LatentSpec, softmax_scale
 from ropeexport.components.latent.float64 import latent64
 from ropeexport.components.norm import NormSpec
+from ropeexport.components.query_scale import LearnedScaleSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.numerics import round_once
@@ -329,7 +330,7 @@ def test_latent_caches_agree_and_the_latent_one_is_smaller() -> None:
 BAD_SPECS = [
     ({"qk_rope_head_dim": 0, "position": "piece"}, "qk_rope_head_dim"),  # 0 only on a NoPE layer (no position)
     ({"kv_sharing": "borrow"}, "kv_sharing"),
-    ({"query_scale_positions": -1}, "query_scale_positions"),
+    ({"query_scale": "learned_log"}, "query_scale"),  # a spec of components.query_scale, not a name
     ({"qk_rope_head_dim": 5}, "qk_rope_head_dim"),
     ({"kv_lora_rank": 0}, "kv_lora_rank"),
     ({"cache": "paged"}, "latent_cache"),
@@ -378,7 +379,7 @@ def _large4(cache: str, form: str, nope: bool, sharing: str) -> LatentSpec:
     return LatentSpec(num_heads=H, kv_lora_rank=R, qk_nope_head_dim=NOPE + ROPE if nope else NOPE,
                       qk_rope_head_dim=0 if nope else ROPE, v_head_dim=V, norm=NormSpec("rms", 1e-5, "fp32"),
                       cache=cache, graph=form, position=None if nope else _piece("interleaved", "fp32"),
-                      query_scale_positions=2560, kv_sharing=sharing)  # fmt: skip
+                      query_scale=LearnedScaleSpec(2560, "fp32"), kv_sharing=sharing)  # fmt: skip
 
 
 @pytest.mark.parametrize(("label", "cache", "form", "nope", "sharing"), LARGE4,
@@ -397,7 +398,7 @@ def test_mistral_large4_layer_graph_matches_its_twin(label: str, cache: str, for
     session = ort.InferenceSession(latent_model(spec, weights).SerializeToString(),
                                    providers=["CPUExecutionProvider"])  # fmt: skip
     names = [o.name for o in session.get_outputs()]
-    unscaled = dataclasses.replace(spec, query_scale_positions=0)  # planted: the learned scale left out
+    unscaled = dataclasses.replace(spec, query_scale=None)  # planted: the learned scale left out
     plain = {n: w for n, w in weights.items() if not n.startswith("q_scale")}
     for name, (pos, mask) in _calls(form).items():
         feeds = _feeds(spec, pos, mask, rng)

@@ -20,7 +20,7 @@ from ropeexport.components.latent.indexer64 import Flip, Tie, index64, near_ties
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear64
 from ropeexport.components.norm import norm64
-from ropeexport.components.query_scale import query_scale64
+from ropeexport.components.query_scale import LearnedScaleSpec, QueryScaleSpec, learned_scale64, query_scale64
 from ropeexport.forms import FORMS
 from ropeexport.recipes import Feeds
 
@@ -87,10 +87,9 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], 
         q_rope = rotate(q_rope, pos)
         rope_key = rope_key if reuse else rotate(rope_key, pos)
     query = np.concatenate([q_nope, q_rope], axis=-1)
-    if spec.query_scale_positions:  # scale[h] * log(p + 1) + bias[h], the whole query of head h at position p
-        log = np.log(pos.astype(np.float64) + 1.0)[:, None, :, None]  # [b, 1, s, 1]
-        query = query * (w["q_scale"][None, :, None, None] * log + w["q_scale_bias"][None, :, None, None])
-    if spec.query_scale is not None:  # the whole query times its position's factor (Mistral 4)
+    if isinstance(spec.query_scale, LearnedScaleSpec):  # scale[h] * log(p + 1) + bias[h], head h at position p
+        query = query * learned_scale64(w["q_scale"], w["q_scale_bias"], pos)
+    if isinstance(spec.query_scale, QueryScaleSpec):  # the whole query times its position's factor (Mistral 4)
         query = query * query_scale64(spec.query_scale, pos)[:, None, :, None]
     if reuse:
         keys, values = expand64(spec, latent, rope_key, w)

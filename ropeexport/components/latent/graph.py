@@ -18,10 +18,11 @@ query, key and position_ids (tables computed once for a model) become the layer'
   (q_nope W_uk) . c) and its value half applied after the softmax (weights [b, H, s, t] x c [b, 1, t, r] x W_uv
   [H, r, v]). The absorbed matrices are the stored kv_b_proj's values, transposed: one rounding, as stored.
 
-A ``query_scale`` (Mistral 4) multiplies the whole query [q_nope, q_rope] by its position's factor
-(``components.query_scale``): the expanded forms scale the concatenated query, as transformers does; the latent form
-scales the logits of each query row [b, H, s, t] by it, the same product regrouped ((f q) . k = f (q . k)), since its
-query is never concatenated (q_nope is absorbed into the latent's width).
+A ``query_scale`` (``components.query_scale``) multiplies the whole query [q_nope, q_rope] by its position's factor:
+the expanded forms scale the concatenated query, as transformers does. Mistral 4's (one factor a position) scales the
+latent form's logits of each query row [b, H, s, t], the same product regrouped ((f q) . k = f (q . k)), since its
+query is never concatenated (q_nope is absorbed into the latent's width); Mistral Large 4's learned one (a factor per
+head and position, ``learned_factor``) scales the latent form's two query halves before q_nope is absorbed.
 
 Both: logits times ``logit_scale`` (YaRN's mscale squared in it), masked with the dtype's most negative finite
 value (the causal rule over the cache and the padding, ``attention.masks.causal_mask``), softmax in float32 below
@@ -44,7 +45,7 @@ from ropeexport.components.latent.indexer_graph import selection, store_indexer
 from ropeexport.components.latent.spec import LatentSpec, check_weights
 from ropeexport.components.linear import linear
 from ropeexport.components.norm import norm
-from ropeexport.components.query_scale import scale_query
+from ropeexport.components.query_scale import LearnedScaleSpec, QueryScaleSpec, learned_factor, scale_query
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
@@ -81,20 +82,6 @@ def _query(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> tupl
     widths = g.const("q_split", _i64(spec.qk_nope_head_dim, spec.qk_rope_head_dim))
     nope, rope = g.op("Split", [q, widths], n_out=2, axis=-1)
     return nope, rope, low
-
-
-def _query_factor(g: GraphBuilder, spec: LatentSpec, stored: Mapping[str, str]) -> str:
-    """The learned query scale [b, H, s, 1] of each head and position (``spec`` module doc): the log of p + 1
-    gathered from a table computed in float64 and rounded once to the dtype (transformers takes the float32 log and
-    casts it), times ``q_scale`` [H] plus ``q_scale_bias`` [H] in the dtype, as transformers computes them. A
-    position past the table is a Gather out of range (an error, never a clamp).
-    """  # noqa: D205
-    table = g.const("log_table", round_once(np.log1p(np.arange(spec.query_scale_positions, dtype=np.float64)),
-                                            spec.dtype))  # fmt: skip
-    log = g.op("Unsqueeze", [g.op("Gather", [table, "position_ids"], axis=0), g.const("log_axes", _i64(1, 3))])
-    heads = g.const("head_axes", _i64(0, 2, 3))  # [H] -> [1, H, 1, 1] against log [b, 1, s, 1]
-    scale, bias = (g.op("Unsqueeze", [stored[n], heads]) for n in ("q_scale", "q_scale_bias"))
-    return g.op("Add", [g.op("Mul", [scale, log]), bias])
 
 
 def _softmax(g: GraphBuilder, spec: LatentSpec, logits: str, visible: Callable[[], str]) -> tuple[str, str]:
@@ -224,15 +211,15 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
         absorb_v = g.const(
             "kv_b_value_absorbed", round_once(kv_b[..., nope:].transpose(1, 0, 2), spec.dtype)
         )  # [H,r,v]
-        if spec.query_scale_positions:  # the whole query, as its two halves (elementwise: the same products)
-            factor = _query_factor(g, spec, stored)
+        if isinstance(spec.query_scale, LearnedScaleSpec):  # the whole query, as its two halves (the same products)
+            factor = learned_factor(g, spec.query_scale, stored["q_scale"], stored["q_scale_bias"])
             q_nope = g.op("Mul", [q_nope, factor])
             q_rope = None if q_rope is None else g.op("Mul", [q_rope, factor])
         q_latent = g.op("MatMul", [q_nope, absorb_k])  # [b, H, s, r]
         logits = g.op("MatMul", [q_latent, g.op("Transpose", [latents], perm=[0, 1, 3, 2])])
         if q_rope is not None:  # a NoPE layer's logits are the latent's alone
             logits = g.op("Add", [logits, g.op("MatMul", [q_rope, g.op("Transpose", [rope_keys], perm=[0, 1, 3, 2])])])
-        if spec.query_scale is not None:  # [b, 1, s, 1] against [b, H, s, t]: each query row's factor (module doc)
+        if isinstance(spec.query_scale, QueryScaleSpec):  # [b, 1, s, 1] against [b, H, s, t]: each row's factor
             logits = scale_query(g, spec.query_scale, logits, flat=False)
         probs, sees = _softmax(g, spec, g.op("Mul", [logits, scale()]), visible)
         attended = g.op("MatMul", [g.op("MatMul", [probs, latents]), absorb_v])  # [b, H, s, v]
@@ -245,9 +232,9 @@ def latent_model(spec: LatentSpec, weights: Mapping[str, np.ndarray], name: str 
             query = g.op("Concat", [q_nope, q_rope], axis=-1)
         else:  # a NoPE layer: keys and query all nope
             keys, query = k_nope, q_nope
-        if spec.query_scale_positions:
-            query = g.op("Mul", [query, _query_factor(g, spec, stored)])
-        if spec.query_scale is not None:  # the whole query, after the rotation (Mistral 4)
+        if isinstance(spec.query_scale, LearnedScaleSpec):
+            query = g.op("Mul", [query, learned_factor(g, spec.query_scale, stored["q_scale"], stored["q_scale_bias"])])
+        if isinstance(spec.query_scale, QueryScaleSpec):  # the whole query, after the rotation (Mistral 4)
             query = scale_query(g, spec.query_scale, query, flat=False)
         form = FORMS[spec.graph]
         if form.one_head_size:  # GroupQueryAttention: values padded to the key's width

@@ -16,7 +16,7 @@ DeepSeek-V2 (arXiv:2405.04434, section 2.1) and transformers 5.23's ``DeepseekV3
 
 Mistral Large 4 adds two things (``architectures.mistral_large4_text``): a NoPE layer (``position`` None,
 ``qk_rope_head_dim`` 0: ``kv_a_proj`` x = c alone, every key width from ``kv_b_proj``, nothing rotated) and a learned
-query scale (``query_scale_positions`` > 0): the whole query [q_nope, q_rope] of head h at position p times
+query scale (a ``query_scale.LearnedScaleSpec``): the whole query [q_nope, q_rope] of head h at position p times
 ``q_scale[h] * log(p + 1) + q_scale_bias[h]`` (transformers' ``MistralLarge4TextSoftmaxScaling``, following
 ``position_ids`` as the rotation does). Its latent caches are shared across layers (``kv_sharing``): a ``reuse``
 layer has no ``kv_a_proj`` / ``kv_a_norm`` and no cache; it reads ``shared_latent`` [b, 1, t, r] and the rotated
@@ -41,7 +41,7 @@ from typing import Any
 from ropeexport.components.latent.indexer import IndexerSpec
 from ropeexport.components.linear import WeightFormat
 from ropeexport.components.norm import NormSpec
-from ropeexport.components.query_scale import QueryScaleSpec
+from ropeexport.components.query_scale import LearnedScaleSpec, QueryScaleSpec
 from ropeexport.dtypes import DTYPES
 from ropeexport.errors import SpecError
 from ropeexport.forms import FORMS
@@ -79,9 +79,10 @@ class LatentSpec:
     dtype). ``position``: the RoPE piece over query [b, H, s, rope] and key [b, 1, s, rope], or None (no rotation).
     ``graph``: ``decomposed`` (opset-17 primitives, either cache), ``fused`` (opset-23 Attention) or ``gqa``
     (GroupQueryAttention, values padded to the key's width), the expanded cache; tensorrt and static-cache are not
-    built (refused by name). ``query_scale_positions`` > 0: the learned per-head query scale (module doc), its log
-    table reaching that many positions; 0: none. ``query_scale``: the query times a factor of its position alone
-    (Mistral 4's, module doc), or None. ``qk_rope_head_dim`` 0 only without a ``position`` (a NoPE layer).
+    built (refused by name). ``query_scale``: the query times a factor of its position alone (a ``QueryScaleSpec``:
+    Mistral 4's), or of each head and position learned (a ``LearnedScaleSpec``: Mistral Large 4's, its weights
+    ``q_scale`` and ``q_scale_bias``), or None (module doc; both ``components.query_scale``). ``qk_rope_head_dim`` 0
+    only without a ``position`` (a NoPE layer).
     """  # noqa: D205
 
     num_heads: int
@@ -97,9 +98,8 @@ class LatentSpec:
     graph: str = "decomposed"
     position: PositionPiece | None = None
     weights: WeightFormat | None = None
-    query_scale_positions: int = 0
     kv_sharing: str = ""  # "", "store" (another layer reads its latent) or "reuse" (module doc)
-    query_scale: QueryScaleSpec | None = None
+    query_scale: QueryScaleSpec | LearnedScaleSpec | None = None
     indexer: IndexerSpec | None = None
 
     def __post_init__(self) -> None:
@@ -121,7 +121,6 @@ class LatentSpec:
             )
         require_choice("dtype", self.dtype, tuple(DTYPES))
         require_choice("latent_cache", self.cache, CACHES)
-        require_int("query_scale_positions", self.query_scale_positions, 0, 2**31)
         require_choice("kv_sharing", self.kv_sharing, ("", "store", "reuse"))
         require_choice("graph", self.graph, GRAPHS)
         multiple = FORMS[self.graph].head_multiple  # gqa, ORT 1.31 CPU: "head_size must be a multiple of 8"
@@ -135,10 +134,10 @@ class LatentSpec:
         ):
             raise SpecError("weights", f"must be a linear.WeightFormat in the layer's dtype ({self.dtype}) or None")
         if self.query_scale is not None and (
-            not isinstance(self.query_scale, QueryScaleSpec) or self.query_scale.dtype != self.dtype
+            not isinstance(self.query_scale, (QueryScaleSpec, LearnedScaleSpec)) or self.query_scale.dtype != self.dtype
         ):
-            raise SpecError("query_scale", f"must be a query_scale.QueryScaleSpec in the layer's dtype ({self.dtype}) "
-                            f"or None, got {self.query_scale!r}")  # fmt: skip
+            raise SpecError("query_scale", f"must be a query_scale.QueryScaleSpec or LearnedScaleSpec in the layer's "
+                            f"dtype ({self.dtype}) or None, got {self.query_scale!r}")  # fmt: skip
         if self.indexer is not None:
             if not isinstance(self.indexer, IndexerSpec):
                 raise SpecError("indexer", f"must be an IndexerSpec or None, got {self.indexer!r}")
@@ -178,7 +177,7 @@ class LatentSpec:
                     "q_b_proj": (self.q_lora_rank, H * qk)}  # fmt: skip
         else:
             out["q_proj"] = (hidden, H * qk)
-        if self.query_scale_positions:
+        if isinstance(self.query_scale, LearnedScaleSpec):
             out |= {"q_scale": (H,), "q_scale_bias": (H,)}
         if self.indexer is not None:
             out |= {f"indexer.{n}": shape for n, shape in self.indexer.shapes(hidden, self.q_lora_rank).items()}
