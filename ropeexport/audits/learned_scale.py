@@ -184,8 +184,11 @@ def _log_words(log: np.ndarray) -> str | None:
     return f"the log at position {p} is {float(log[p]):.6g} where log({p} + 1) is {float(np.log1p(p)):.6g}"
 
 
-def _checkpoint(hf_config: str | Path) -> tuple[Any, Any] | str:
-    """(the decoder spec of ``hf_config``, its checkpoint's weights) from the checkpoint beside it, or why not."""
+def _checkpoint(hf_config: str | Path, layers: list[int]) -> tuple[Any, dict[str, np.ndarray]] | str:
+    """(the decoder spec of ``hf_config``, the scales and biases [H] of ``layers`` in float64 by canonical name) from
+    the checkpoint beside it, or why not. The values are read here, under the same guard as the headers: a tensor
+    that does not read (a NaN in it, say) leaves the factor unread, not a crash of the whole audit.
+    """  # noqa: D205
     from ropeexport.decoder.build import resolve
     from ropeexport.decoder.checkpoint import CheckpointWeights
     from ropeexport.decoder.request import DecoderRequest
@@ -197,7 +200,9 @@ def _checkpoint(hf_config: str | Path) -> tuple[Any, Any] | str:
         return "no checkpoint beside the config (its safetensors in the config's folder) to read them from"
     try:
         spec, _ = resolve(DecoderRequest(hf_config=Path(hf_config)))
-        return spec, CheckpointWeights(spec, folder)
+        weights = CheckpointWeights(spec, folder)
+        names = [f"layers.{i}.{n}" for i in layers for pair in PARTS.values() for n in pair]
+        return spec, {name: np.asarray(weights[name], np.float64) for name in names if name in weights}
     except (CheckpointError, InputError, OSError, ValueError, KeyError) as exc:
         return f"the checkpoint beside the config does not read ({exc})"
 
@@ -209,7 +214,7 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
     layers = learned(hf_config)
     if not layers or hf_config is None:
         return []
-    read = _checkpoint(hf_config)
+    read = _checkpoint(hf_config, layers)
     if isinstance(read, str):
         return [_unread(layers, read)]
     spec, weights = read
@@ -228,7 +233,7 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
                 missing.append(i)
                 continue
             keys = [spec.architecture.names.get(f"layers.{{i}}.{n}", n).format(i=i) for n in names]
-            scale, bias = (np.asarray(weights[name], np.float64) for name in canonical)
+            scale, bias = (weights[name] for name in canonical)
             said = {words for factor in graph[i, part]
                     for words in (_compare("scale", factor.scale, scale, keys[0]),
                                   _compare("bias", factor.bias, bias, keys[1]), _log_words(factor.log))

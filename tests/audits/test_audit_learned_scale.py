@@ -156,3 +156,23 @@ def test_without_its_checkpoint_the_learned_scale_is_unread_never_exact_and_graf
     drop_bias(model)
     with pytest.raises(rx.errors.SpecError, match="no bias is added .*: graft puts the config's values right"):
         rx.graft(model, ckpt / "config.json", tmp_path / "fixed.onnx", trust="config")
+
+
+def test_a_checkpoint_whose_scale_does_not_read_leaves_the_learned_scale_unread_not_a_crash(
+        tmp_path: Path, large4: tuple[Path, Path]) -> None:  # fmt: skip
+    # its headers read (names and shapes right), one value does not (a NaN in layer 2's bias, refused on reading it):
+    # the module doc's "one that does not read", said unread on every layer, the rest of the audit still reported
+    from safetensors.numpy import load_file, save_file
+
+    ckpt, clean = large4
+    broken = tmp_path / "broken"
+    shutil.copytree(ckpt, broken)
+    tensors = load_file(broken / "model.safetensors")
+    tensors["layers.2.attention.ssmax_scaling.b"][1] = np.nan
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    result = rx.audit(clean, broken / "config.json", effects=False)
+    assert [f["name"] for f in result.findings] == ["learned-query-scale-unread"], result.findings
+    assert result.findings[0]["layers"] == [0, 1, 2, 3] and result.verdict != "exact", result.findings
+    assert result.findings[0]["text"].endswith(
+        "the checkpoint beside the config does not read (checkpoint: tensor 'layers.2.attention.ssmax_scaling.b' holds "
+        "1 non-finite value(s) (NaN or inf))"), result.findings[0]["text"]  # fmt: skip
