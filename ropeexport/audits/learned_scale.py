@@ -9,10 +9,10 @@ decoder's own reading of a checkpoint (``decoder.checkpoint.CheckpointWeights``:
 
 Found in the graph by what it computes, not by its names: a ``Mul`` of a constant of H >= 2 values (through nodes that
 only shape or cast it, ``SHAPING``) by a log of the position (``log_of``: a ``Gather`` of a 1-D float table at
-``position_ids`` plus a constant, ropeexport's form, ``components.query_scale.learned_factor``; or a ``Log`` of ``position_ids``
-plus a constant, cast, transformers' form and ropeexport's indexer's), and the ``Add`` of a constant of H values
-after it (the bias; none found: no bias added). Its layer is its name's or module path's (``layers.layer_of``); it is
-the indexer's when either says ``indexer``. Checked in float64 per layer and head, each value within two units of
+``position_ids`` plus a constant, ropeexport's form, ``components.query_scale.learned_factor``; or a ``Log`` of
+``position_ids`` plus a constant, cast, transformers' form and ropeexport's indexer's), and the ``Add`` of a constant of
+H values after it (the bias; none found: no bias added). Its layer is its name's or module path's (``layers.layer_of``);
+it is the indexer's when either says ``indexer``. Checked in float64 per layer and head, each value within two units of
 its stored dtype of the checkpoint's value rounded once to that dtype: the scale, the bias, and the log at every
 position 0 .. max_positions - 1 against log(p + 1) (``query_scale._close``).
 
