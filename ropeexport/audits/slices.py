@@ -183,10 +183,10 @@ def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list
     query or key rotation was not read, grouped by (role, why); each with ``sites`` [].
     """  # noqa: D205
     groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
-    unread: dict[tuple[str, str], list[int]] = {}
+    unread: dict[tuple[str, str], list[int | None]] = {}
     for s in slices:
-        if "channels" not in s:  # unread: a finding for a query or key (module doc)
-            if s["role"] in ("q", "k") and s["layer"] is not None:
+        if "channels" not in s:  # unread: a finding for a query or key (module doc), its layer told or not
+            if s["role"] in ("q", "k"):
                 unread.setdefault((s["role"], s["unread"]), []).append(s["layer"])
             continue
         want = list(range(s["head"] - widths["rope"], s["head"]))
@@ -204,7 +204,13 @@ def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list
                     f"rotates the last {widths['rope']} (qk_rope_head_dim)")  # fmt: skip
         out.append(layer_finding("rope-slice", template, "", sorted(set(layers))) | {"sites": []})
     for (role, why), layers in unread.items():
-        template = (f"the {'query' if role == 'q' else 'key'} rotation of {{who}} is not read ({why}): which channels "
-                    "it turns is not checked")  # fmt: skip
-        out.append(layer_finding("rope-slice-unread", template, "", sorted(set(layers))) | {"sites": []})
+        noun = "query" if role == "q" else "key"
+        told = sorted({i for i in layers if i is not None})
+        if told:
+            template = f"the {noun} rotation of {{who}} is not read ({why}): which channels it turns is not checked"
+            out.append(layer_finding("rope-slice-unread", template, "", told) | {"sites": []})
+        if None in layers:  # no layer to name, still never exact
+            template = (f"a {noun} rotation whose layer no name or module path tells is not read ({why}): which "
+                        "channels it turns is not checked")  # fmt: skip
+            out.append(layer_finding("rope-slice-unread", template, "", []) | {"sites": []})
     return out

@@ -390,6 +390,31 @@ def test_a_scale_between_a_projection_and_its_rotation_leaves_the_slice_unread_n
                      "which channels a rotation turns was not read")  # fmt: skip
 
 
+def test_an_unread_query_rotation_whose_layer_no_name_tells_is_still_a_finding(
+        tmp_path: Path, tiny_checkpoint, clean: Callable[..., Path]) -> None:  # noqa: ANN001  # fmt: skip
+    # the scale planted as above, and the rotation's name and module path then say no layer (an exporter or optimizer
+    # that names nodes otherwise): its slice is as unread, so the audit must not say exact (it had: the unread
+    # rotation was dropped with its layer None)
+    ckpt = tiny_checkpoint("deepseek_v3")
+
+    def unnamed(model: Path) -> None:
+        scale_before_rotation(model)
+        proto = onnx.load(str(model))
+        node = next(n for n in proto.graph.node if n.input and n.input[0] == "planted_scaled")
+        node.name = "rotary_query_planted"
+        del node.metadata_props[:]
+        onnx.save(proto, str(model))
+
+    bug = Planted("ds-scale-before-unnamed-rotation", "deepseek_v3", ("rope-slice-unread",), "", 0.0, "",
+                  plant=unnamed)  # fmt: skip
+    result = rx.audit(planted(bug, tmp_path / "planted", ckpt, clean), ckpt / "config.json", effects=False)
+    assert result.verdict == "findings" and [f["name"] for f in result.findings] == ["rope-slice-unread"], (
+        result.findings)  # fmt: skip
+    assert result.findings[0]["text"] == ("a query rotation whose layer no name or module path tells is not read "
+                                          "(its values are not moved channels of the projection's output): which "
+                                          "channels it turns is not checked"), result.findings[0]["text"]  # fmt: skip
+
+
 # --- what a layer's mask says of its chunks (``attention_reads.chunks_of``) ----------------------------------------
 
 
