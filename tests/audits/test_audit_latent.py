@@ -100,7 +100,7 @@ def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_sca
     shutil.copy(ckpt / "config.json", alone / "config.json")
     result = rx.audit(model, alone / "config.json", effects=False)
     assert sorted(f["name"] for f in result.findings) == ["frequencies-differ", "learned-query-scale-unread"], (
-        result.findings)
+        result.findings)  # fmt: skip
 
 
 # --- planted bugs --------------------------------------------------------------------------------------------------
