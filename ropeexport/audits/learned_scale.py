@@ -95,9 +95,21 @@ def _position_plus(value: ir.Value | None) -> int | None:
     return None
 
 
+def _dtype(value: ir.Value) -> np.dtype:
+    """The numpy dtype of ``value``: its type's, else the ``to`` of the Cast making it, else float32
+    (transformers' ``(position_ids + 1).float().log()``).
+    """  # noqa: D205
+    if value.dtype is not None:
+        return np.dtype(value.dtype.numpy())
+    node = value.producer()
+    if node is not None and node.op_type == "Cast" and "to" in node.attributes:
+        return np.dtype(ir.DataType(node.attributes["to"].value).numpy())
+    return np.dtype(np.float32)
+
+
 def log_of(value: ir.Value, positions: int) -> np.ndarray | None:
     """[positions]: the log ``value`` holds at positions 0 .. positions - 1 (module doc: a gathered table at
-    position_ids + c, or the float32 Log of position_ids + c), in its dtype; None when it is neither.
+    position_ids + c, or the Log of position_ids + c in the dtype the Log takes), in its dtype; None when it is neither.
     """  # noqa: D205
     node = _through(value).producer()
     if node is None or not node.inputs:
@@ -106,8 +118,9 @@ def log_of(value: ir.Value, positions: int) -> np.ndarray | None:
         step = _position_plus(node.inputs[0])
         if step is None:
             return None
-        with np.errstate(divide="ignore", invalid="ignore"):  # log(0) is -inf, as the graph takes it
-            return np.log((np.arange(positions) + step).astype(np.float32))
+        # in the dtype the Log takes (float16 holds no position + 1 past 65504: inf there), log(0) -inf, as the graph
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.log((np.arange(positions) + step).astype(_dtype(node.inputs[0])))
     if node.op_type == "Gather" and len(node.inputs) == 2:
         table, step = constant_of(node.inputs[0]), _position_plus(node.inputs[1])
         if table is None or table.ndim != 1 or table.dtype.kind != "f" or step is None:
@@ -179,8 +192,9 @@ def _log_words(log: np.ndarray) -> str | None:
         if np.all(np.isfinite(log[finite])) and _close(log[finite], other[finite]):
             return (f"the log is log(pos{f' + {step}' if step else ''}) where transformers takes log(pos + 1) (the "
                     f"factor one position {'behind' if step == 0 else 'ahead'})")  # fmt: skip
-    bad = np.flatnonzero(~np.isfinite(log) | (np.abs(log.astype(np.float64) - np.log1p(positions)) > 1e-3))
-    p = int(bad[0]) if bad.size else int(np.argmax(np.abs(log.astype(np.float64) - np.log1p(positions))))
+    off = np.abs(log.astype(np.float64) - np.log1p(positions))  # beyond two units of the log's dtype (``_close``)
+    bad = np.flatnonzero(~np.isfinite(log) | (off > 2 * np.spacing(np.log1p(positions).astype(log.dtype))))
+    p = int(bad[0]) if bad.size else int(np.argmax(off))
     return f"the log at position {p} is {float(log[p]):.6g} where log({p} + 1) is {float(np.log1p(p)):.6g}"
 
 

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import numpy_helper
 
 import ropeexport as rx
+from ropeexport.audits import learned_scale
 from tests.audits.test_audit_latent import built
 
 
@@ -176,3 +178,34 @@ def test_a_checkpoint_whose_scale_does_not_read_leaves_the_learned_scale_unread_
     assert result.findings[0]["text"].endswith(
         "the checkpoint beside the config does not read (checkpoint: tensor 'layers.2.attention.ssmax_scaling.b' holds "
         "1 non-finite value(s) (NaN or inf))"), result.findings[0]["text"]  # fmt: skip
+
+
+def _log_graph(dtype: int) -> ir.Value:
+    """transformers' form of the log, Log(Cast(position_ids + 1)), the Cast to ``dtype``: the Log's output."""
+    helper = onnx.helper
+    nodes = [
+        helper.make_node("Add", ["position_ids", "one"], ["plus"]),
+        helper.make_node("Cast", ["plus"], ["cast"], to=dtype),
+        helper.make_node("Log", ["cast"], ["log"]),
+    ]
+    graph = helper.make_graph(nodes, "log", [helper.make_tensor_value_info("position_ids", onnx.TensorProto.INT64,
+                                                                           [1, "s"])],
+                              [helper.make_tensor_value_info("log", dtype, [1, "s"])],
+                              [helper.make_tensor("one", onnx.TensorProto.INT64, [], [1])])  # fmt: skip
+    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return next(n for n in model.graph if n.op_type == "Log").outputs[0]
+
+
+# (the dtype the Log takes, the words at 65600 positions): float16 holds no position + 1 past 65504, so its log is inf
+# there, transformers' reason for its float32 log ("to avoid overflow")
+LOG_DTYPES = [
+    (onnx.TensorProto.FLOAT, None),
+    (onnx.TensorProto.FLOAT16, "the log at position 65519 is inf where log(65519 + 1) is 11.0901"),
+]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("dtype", "words"), LOG_DTYPES, ids=["float32", "float16"])
+def test_a_log_of_the_position_is_judged_in_the_dtype_the_graph_takes_it(dtype: int, words: str | None) -> None:
+    # it had been taken as float32 whatever the Cast before it: a float16 Log, inf from position 65519, read right
+    assert learned_scale._log_words(learned_scale.log_of(_log_graph(dtype), 65600)) == words  # type: ignore[arg-type]
