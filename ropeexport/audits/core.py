@@ -187,7 +187,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
                                  tabled=tabled)  # fmt: skip
         judged = "query_scales" in result.layers  # features read the factors: its findings say what is missing
         result.findings += [f for f in scaled if not (judged and f["name"] == "query-scale-unread")] + extra
-        result.findings += learned_scale_findings(graph, hf_config)  # the checkpoint's per-head factor (Large 4)
+        result.findings += learned_scale_findings(graph, hf_config, sites)  # the checkpoint's per-head factor (Large 4)
     if effects:
         weigh(result, path, encodings, threads, known or {})
     else:  # each measure runs the model twice; a caller who only wants the names skips them

@@ -14,10 +14,13 @@ only shape or cast it, ``SHAPING``) by a log of the position (``log_of``: a ``Ga
 H values after it (the bias; none found: no bias added). Its layer is its name's or module path's (``layers.layer_of``);
 it is the indexer's when either says ``indexer``. Checked in float64 per layer and head, each value within two units of
 its stored dtype of the checkpoint's value rounded once to that dtype: the scale, the bias, and the log at every
-position 0 .. max_positions - 1 against log(p + 1) (``query_scale._close``).
+position 0 .. max_positions - 1 against log(p + 1) (``query_scale._close``). The attention's factor must also multiply
+the layer's query rotation (``slices``' reading of it, ``_applied``): after it, before the query meets a key, or
+before it, after the projection; not traced: the nope half alone, a NoPE layer's query, the indexer's query.
 
 - ``learned-query-scale``: a scale, a bias or the log's position step other than the checkpoint's (the words say
-  the layers, the part, the heads, what the graph holds and what the checkpoint holds);
+  the layers, the part, the heads, what the graph holds and what the checkpoint holds), or a factor right but not
+  on its layer's query rotation's path (``NOT_APPLIED``);
 - ``learned-query-scale-unread``: no checkpoint beside the config, one that does not read, or a layer whose factor is
   not found in the graph: not checked, never called exact.
 
@@ -36,12 +39,17 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.layers import SCOPES, layer_finding, layer_of
-from ropeexport.audits.patterns.base import constant_of
+from ropeexport.audits.patterns.base import Site, constant_of
 from ropeexport.audits.query_scale import _close, learned
 
 SHAPING = {"Unsqueeze", "Squeeze", "Reshape", "Cast", "Identity", "Expand"}
 # part -> the canonical names of its scale and bias (``architectures.mistral_large4_text.NAMES``)
 PARTS = {"attention": ("q_scale", "q_scale_bias"), "indexer": ("indexer.q_scale", "indexer.q_bias")}
+# where a query's path ends: it meets a key (forward) or its projection (backward)
+MEETS = {"MatMul", "Gemm", "MatMulNBits", "Einsum", "Softmax", "Attention", "GroupQueryAttention", "MultiHeadAttention",
+         "Shape"}  # fmt: skip
+NOT_APPLIED = ("its query rotation's output reaches the attention without the factor (a half or all of the query "
+               "unscaled)")  # fmt: skip
 FOUND_AS = ("ropeexport reads a Mul of H constants by a log of position_ids (a gathered table or a Log), then an Add "
             "of H constants")  # fmt: skip
 
@@ -56,6 +64,7 @@ class Factor:
     bias: np.ndarray | None  # [H], as stored; None: no bias added
     log: np.ndarray  # [P] in its dtype: the log the graph takes at positions 0 .. P - 1 (NaN past a table's end)
     node: str
+    out: ir.Value | None = None  # the factor the query is multiplied by: the bias's Add, else the Mul
 
 
 def _through(value: ir.Value) -> ir.Value:
@@ -144,16 +153,38 @@ def factors(model: ir.Model, positions: int) -> list[Factor]:
             log = None if scale is None else log_of(node.inputs[1 - k], positions)  # type: ignore[arg-type]
             if scale is None or log is None:
                 continue
-            bias = next((b for use in node.outputs[0].uses() if use[0].op_type == "Add"
-                         for b in (_heads(v) for v in use[0].inputs if v is not node.outputs[0]) if b is not None),
-                        None)  # fmt: skip
+            bias, out = next(((b, use[0].outputs[0]) for use in node.outputs[0].uses() if use[0].op_type == "Add"
+                              for b in (_heads(v) for v in use[0].inputs if v is not node.outputs[0])
+                              if b is not None), (None, node.outputs[0]))  # fmt: skip
             props = dict(node.metadata_props)
             said = " ".join([node.name or "", _through(node.inputs[k]).name or "",  # type: ignore[arg-type]
                              *(props.get(s, "") for s in SCOPES)])  # fmt: skip
             part = "indexer" if "indexer" in said else "attention"
-            found.append(Factor(layer_of(node.name or "", props), part, scale, bias, log, node.name or ""))
+            found.append(Factor(layer_of(node.name or "", props), part, scale, bias, log, node.name or "", out))
             break
     return found
+
+
+def _applied(rotation: list[ir.Value], factor: Factor) -> bool:
+    """Whether a Mul by ``factor`` (through ``SHAPING``) lies on the query's path through its ``rotation`` (the
+    rotation's inputs): after it, before the query meets a key (``MEETS``), as transformers applies it to the
+    concatenated rotated query, or before it, after the projection (a per-head factor commutes with the rotation).
+    """  # noqa: D205
+    for forward in (True, False):
+        seen: set[int] = set()
+        frontier = list(rotation)
+        while frontier:
+            value = frontier.pop()
+            nodes = [use[0] for use in value.uses()] if forward else [value.producer()]
+            for node in nodes:
+                if node is None or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if node.op_type == "Mul" and any(v is not None and _through(v) is factor.out for v in node.inputs):
+                    return True
+                if node.op_type not in MEETS:
+                    frontier += node.outputs if forward else [v for v in node.inputs if v is not None]
+    return False
 
 
 def _values(values: np.ndarray, heads: list[int]) -> str:
@@ -221,10 +252,12 @@ def _checkpoint(hf_config: str | Path, layers: list[int]) -> tuple[Any, dict[str
         return f"the checkpoint beside the config does not read ({exc})"
 
 
-def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, Any]]:
+def findings(model: ir.Model, hf_config: str | Path | None, sites: list[Site]) -> list[dict[str, Any]]:
     """The findings of the learned query scale of the layers the config gives one (module doc), each with ``sites``
-    [].
+    []; ``sites`` the rotary sites (``slices``: each layer's query rotation, which the factor must scale).
     """  # noqa: D205
+    from ropeexport.audits.slices import _rotations
+
     layers = learned(hf_config)
     if not layers or hf_config is None:
         return []
@@ -234,6 +267,10 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
     spec, weights = read
     positions = spec.position_spec().max_positions
     graph: dict[tuple[int | None, str], list[Factor]] = {}
+    rotations: dict[int | None, list[ir.Value]] = {}  # each layer's query rotations' inputs
+    for layer, role, inputs in _rotations(model, sites):
+        if role == "q":
+            rotations.setdefault(layer, []).extend(inputs)
     for read_one in factors(model, positions):  # each copy checked (a graph may compute one factor more than once)
         graph.setdefault((read_one.layer, read_one.part), []).append(read_one)
     groups: dict[str, list[int]] = {}
@@ -252,6 +289,8 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
                     for words in (_compare("scale", factor.scale, scale, keys[0]),
                                   _compare("bias", factor.bias, bias, keys[1]), _log_words(factor.log))
                     if words}  # fmt: skip
+            if part == "attention" and i in rotations and not any(_applied(rotations[i], f) for f in graph[i, part]):
+                said.add(NOT_APPLIED)  # computed right, not multiplied into its rotated query
             for words in sorted(said):
                 groups.setdefault(f"{part}: {words}", []).append(i)
     out = []

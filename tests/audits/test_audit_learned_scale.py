@@ -82,6 +82,21 @@ def indexer_log_of_pos(model: Path) -> None:
     _edit(model, edit)
 
 
+def rope_half_unscaled(model: Path) -> None:
+    """Layer 1's factor left off its rotated query half (the latent form multiplies q_nope and q_rope apart): the Mul
+    of the query rotation's output by it removed, its readers reading the rotation's output.
+    """  # noqa: D205
+
+    def edit(proto: onnx.ModelProto) -> None:
+        nodes = list(proto.graph.node)
+        mul = next(n for n in nodes if n.op_type == "Mul" and "layers.1/rope/query_out" in n.input)
+        for node in nodes:
+            node.input[:] = ["layers.1/rope/query_out" if i == mul.output[0] else i for i in node.input]
+        proto.graph.node.remove(mul)
+
+    _edit(model, edit)
+
+
 @dataclass(frozen=True)
 class Planted:
     """A fault planted in the build (``plant``), the finding names it must give and words one of them says."""
@@ -110,6 +125,10 @@ PLANTED = [
     Planted("indexer-log-of-pos", indexer_log_of_pos, ("learned-query-scale",),
             "layers 0, 2-3 scale the indexer's query by a learned factor other than the checkpoint's: the log is "
             "log(pos) where transformers takes log(pos + 1) (the factor one position behind)"),
+    # the factor computed right, the rotated half of layer 1's query not multiplied by it (a false "exact" before)
+    Planted("rope-half-unscaled", rope_half_unscaled, ("learned-query-scale",),
+            "layer 1 scales the attention's query by a learned factor other than the checkpoint's: its query "
+            "rotation's output reaches the attention without the factor (a half or all of the query unscaled)"),
     Planted("indexer-scale", _values("layers.2/latent/indexer/q_scale", _negate_head_0), ("learned-query-scale",),
             "layer 2 scales the indexer's query by a learned factor other than the checkpoint's: the scale of head 0 "
             "is 0.244952 where the checkpoint's layers.2.attention.indexer.ssmax_scaling.s holds -0.244952"),
