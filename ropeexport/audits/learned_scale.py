@@ -104,10 +104,12 @@ def _position_plus(value: ir.Value | None) -> int | None:
     return None
 
 
-def _dtype(value: ir.Value) -> np.dtype:
+def _dtype(value: ir.Value | None) -> np.dtype:
     """The numpy dtype of ``value``: its type's, else the ``to`` of the Cast making it, else float32
     (transformers' ``(position_ids + 1).float().log()``).
     """  # noqa: D205
+    if value is None:
+        return np.dtype(np.float32)
     if value.dtype is not None:
         return np.dtype(value.dtype.numpy())
     node = value.producer()

@@ -203,13 +203,13 @@ def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list
         template = (f"{{who}} rotate{{s}} the {noun} {spans(list(channels))} {of} ({what}) where the config "
                     f"rotates the last {widths['rope']} (qk_rope_head_dim)")  # fmt: skip
         out.append(layer_finding("rope-slice", template, "", sorted(set(layers))) | {"sites": []})
-    for (role, why), layers in unread.items():
+    for (role, why), found in unread.items():
         noun = "query" if role == "q" else "key"
-        told = sorted({i for i in layers if i is not None})
+        told = sorted({i for i in found if i is not None})
         if told:
             template = f"the {noun} rotation of {{who}} is not read ({why}): which channels it turns is not checked"
             out.append(layer_finding("rope-slice-unread", template, "", told) | {"sites": []})
-        if None in layers:  # no layer to name, still never exact
+        if None in found:  # no layer to name, still never exact
             template = (f"a {noun} rotation whose layer no name or module path tells is not read ({why}): which "
                         "channels it turns is not checked")  # fmt: skip
             out.append(layer_finding("rope-slice-unread", template, "", []) | {"sites": []})
