@@ -97,6 +97,19 @@ def rope_half_unscaled(model: Path) -> None:
     _edit(model, edit)
 
 
+def layer_2_factor_unnamed(model: Path) -> None:
+    """Layer 2's attention factor (its Mul of the scale by the log) named for no layer: found, but not as layer 2's."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        made = {o: n for n in proto.graph.node for o in n.output}
+        scale = ["layers.2/latent/q_scale"]  # the Unsqueeze of it is the Mul's input
+        mul = next(n for n in proto.graph.node if n.op_type == "Mul" and n.name.startswith("layers.2/")
+                   and any(i in made and made[i].input[:1] == scale for i in n.input))  # fmt: skip
+        mul.name = "planted/scale_times_log"
+
+    _edit(model, edit)
+
+
 @dataclass(frozen=True)
 class Planted:
     """A fault planted in the build (``plant``), the finding names it must give and words one of them says."""
@@ -129,6 +142,12 @@ PLANTED = [
     Planted("rope-half-unscaled", rope_half_unscaled, ("learned-query-scale",),
             "layer 1 scales the attention's query by a learned factor other than the checkpoint's: its query "
             "rotation's output reaches the attention without the factor (a half or all of the query unscaled)"),
+    # a factor found on layers 0, 1 and 3 but not as layer 2's: layer 2 unread, never exact
+    Planted("layer-2-not-found", layer_2_factor_unnamed, ("learned-query-scale-unread",),
+            "layer 2 scales the query by a learned per-head factor (q_scale[h] * log(pos + 1) + q_bias[h], the "
+            "checkpoint's weights, not the config's): not checked, no factor of it was found in the graph (ropeexport "
+            "reads a Mul of H constants by a log of position_ids (a gathered table or a Log), then an Add of H "
+            "constants)"),
     Planted("indexer-scale", _values("layers.2/latent/indexer/q_scale", _negate_head_0), ("learned-query-scale",),
             "layer 2 scales the indexer's query by a learned factor other than the checkpoint's: the scale of head 0 "
             "is 0.244952 where the checkpoint's layers.2.attention.indexer.ssmax_scaling.s holds -0.244952"),
