@@ -22,14 +22,20 @@ from ropeexport.errors import CheckpointError, SpecError
 
 
 def _read_tensor(checkpoint: Path, names: tuple[str, ...]) -> np.ndarray | None:
-    """The first of ``names`` found in the folder's safetensors shards (float64), None when no shard holds one."""
+    """The first of ``names`` found in the folder's safetensors shards (float64), None when no shard holds one;
+    CheckpointError naming a shard that does not read (truncated, not safetensors).
+    """  # noqa: D205
     from safetensors import safe_open
 
     for shard in sorted(checkpoint.glob("*.safetensors")):
-        with safe_open(str(shard), framework="np") as f:  # headers first: only the one tensor is read
-            found = next((n for n in names if n in f.keys()), None)  # noqa: SIM118 (safe_open is no Mapping)
-            if found is not None:
-                return np.asarray(f.get_tensor(found), np.float64)
+        try:
+            with safe_open(str(shard), framework="np") as f:  # headers first: only the one tensor is read
+                found = next((n for n in names if n in f.keys()), None)  # noqa: SIM118 (safe_open is no Mapping)
+                if found is not None:
+                    return np.asarray(f.get_tensor(found), np.float64)
+        except Exception as error:  # noqa: BLE001 (safetensors raises its own types: a truncated shard, not one)
+            first = (str(error).splitlines() or [type(error).__name__])[0]
+            raise CheckpointError(f"is not a safetensors file that reads ({first})", field=str(shard)) from None
     return None
 
 

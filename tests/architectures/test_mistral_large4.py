@@ -197,3 +197,20 @@ def test_the_indexers_rotation_carries_lerope_alpha(tiny_checkpoint) -> None:  #
         ours, theirs = said(index[i]), said(attention[i])
         assert any(ours["scaling_params"]["alpha"]) and ours["scaling_params"] == theirs["scaling_params"], i
         assert (ours["layout"], ours["num_heads"], ours["num_kv_heads"]) == ("interleaved", 16, 1), ours
+
+
+@pytest.mark.parametrize("shard", [b"", b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"], ids=["empty", "bad-header"])
+def test_a_shard_beside_the_config_that_does_not_read_is_one_line_naming_it(
+    shard: bytes, tmp_path: Any, tiny_checkpoint: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # LeRoPE's alpha is read from the safetensors beside config.json (hf.learned_rope): a truncated or foreign shard
+    # there is the user's bad input, one line naming the file, exit 2 (it had been safetensors' traceback)
+    from ropeexport.cli import main
+
+    (tmp_path / "config.json").write_bytes((tiny_checkpoint("mistral_large4") / "config.json").read_bytes())
+    (tmp_path / "model.safetensors").write_bytes(shard)
+    capsys.readouterr()  # the session's checkpoint writer's progress, when this test made it
+    assert main(["build", "--hf-config", str(tmp_path / "config.json"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"ropeexport: error: {tmp_path / 'model.safetensors'}: "), err
+    assert "is not a safetensors file that reads" in err and not (tmp_path / "out").exists(), err
