@@ -24,6 +24,7 @@ from typing import Any
 import onnx_ir as ir
 
 from ropeexport.audits.functions import origins
+from ropeexport.audits.indexer import mark
 from ropeexport.audits.layers import reader_nodes, site_layers
 from ropeexport.audits.patterns import Site, SiteKind, Step, Walk, for_encoding
 from ropeexport.audits.patterns.base import ancestors
@@ -104,6 +105,7 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
         from ropeexport.audits.uses import by_use
 
         out = by_use(model, out)
+        out = mark(out)  # the indexer's rotations, judged against its own pairs (``audits.indexer``)
     for site in out:
         site.layers = site_layers(site)
         made = [v.producer() for v in site.values if v is not None]
