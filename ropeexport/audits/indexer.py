@@ -11,10 +11,11 @@ attention: the same tables, the indexer's pairing.
 Which rotation is the indexer's is read from the graph, not from names: the indexer's scores pick each query's keys
 with a ``TopK``, the attention's go through a ``Softmax`` (or an attention operator). A rotation is the indexer's
 when its output (a decomposed rotation's y, a ``RotaryEmbedding``'s output) reaches a score product (``MatMul`` or
-``Einsum``: q . k, the rotated value on either side) through nodes that are none of ``STOPS``, and that product
-reaches a ``TopK`` through no other product, ``Softmax`` or attention operator (``feeds_selection``). The attention's
-q . k meets its ``Softmax`` first; a mixture's router (a ``TopK`` too) reads a product of the hidden state, which no
-rotation reaches without passing an attention first.
+``Einsum``: q . k, the rotated value on either side) through nodes that are none of ``STOPS`` nor another product,
+and that product reaches a ``TopK`` through no ``Softmax``, ``Sigmoid`` or attention operator (products allowed:
+transformers weighs the heads' scores with a second MatMul) (``feeds_selection``). The attention's q . k meets its
+``Softmax`` (or its operator) first; a mixture's router (a ``TopK`` too) reads a product of the hidden state through
+a ``Softmax`` or ``Sigmoid``, which no rotation reaches without passing an attention first.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -30,38 +31,40 @@ from ropeexport.audits.patterns import Site
 
 SCORES = ("MatMul", "Einsum")  # the indexer's q . k (its heads' scores)
 STOPS = {"Softmax", "Attention", "GroupQueryAttention", "MultiHeadAttention", "SparseAttention", "PagedAttention"}
+ROUTERS = {"Sigmoid"}  # a mixture's router scores (DeepSeek's sigmoid; a softmax router meets STOPS): not the indexer's
 DEPTH = 16  # nodes followed from a rotation to its score product, and from that product to the TopK
 
 
 def feeds_selection(value: ir.Value) -> bool:
-    """Whether the rotated ``value`` is the indexer's (module doc): it reaches a score product, and that product a
-    ``TopK``, through no ``Softmax`` or attention operator (nor, after the product, another product).
+    """Whether the rotated ``value`` is the indexer's (module doc): it reaches a score product through no ``Softmax``,
+    attention operator or other product, and that product a ``TopK`` through no ``Softmax``, ``Sigmoid`` or attention
+    operator.
     """  # noqa: D205
     onward = lambda n: n.op_type not in STOPS and n.op_type not in SCORES  # noqa: E731
+    scored = lambda n: n.op_type not in STOPS and n.op_type not in ROUTERS  # noqa: E731
     for use in reached(value, DEPTH, onward):  # every product before a stop: the indexer's when one selects keys
         if use.node.op_type in SCORES and any(u.node.op_type == "TopK"
-                                              for u in reached(use.node.outputs[0], DEPTH, onward)):  # fmt: skip
+                                              for u in reached(use.node.outputs[0], DEPTH, scored)):  # fmt: skip
             return True
     return False
 
 
-def _rotated(site: Site) -> list[ir.Value]:
-    """What a site's rotations give: a decomposed rotation's y, a fused reader's rotated output."""
-    if site.rotations:
-        return [r.y for r in site.rotations]
-    return [n.outputs[0] for n in site.readers if n.op_type == "RotaryEmbedding" and n.outputs]
-
-
 def mark(sites: list[Site]) -> list[Site]:
-    """``sites`` with ``Site.indexer`` set where every rotation reading it is the indexer's (module doc); a fused
-    site read by the indexer and the attention alike (one cos/sin cache for both) split into one site of each's
-    readers, so that each is judged against its own pairs. A decomposed site's uses are told apart by
-    ``audits.uses`` already (``Rotation.indexer`` is part of a use's key).
+    """``sites`` with ``Site.indexer`` set where every rotation reading it is the indexer's (module doc); a site read
+    by the indexer and the attention alike (one cos/sin for both, one pairing: GLM-5's dynamo export) split into one
+    site of each's rotations (or fused readers), so that each is judged against its own pairs. The two keep the same
+    values and readers: a repair of their values gives both the same exact rows (their tables are the same; only
+    their pairs may differ, which a use of its own says: ``audits.uses``).
     """  # noqa: D205
     out: list[Site] = []
     for site in sites:
         if site.rotations:
-            site.indexer = all(r.indexer for r in site.rotations)
+            own = [r for r in site.rotations if r.indexer]
+            if own and len(own) < len(site.rotations):
+                theirs = [r for r in site.rotations if not r.indexer]
+                out += [replace(site, rotations=theirs), replace(site, rotations=own, indexer=True)]
+                continue
+            site.indexer = bool(own)
             out.append(site)
             continue
         rotary = [n for n in site.readers if n.op_type == "RotaryEmbedding" and n.outputs]

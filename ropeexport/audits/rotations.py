@@ -77,11 +77,11 @@ class Rotation:
     indexer: bool = False  # DeepSeek Sparse Attention's indexer's (``indexer.feeds_selection``), not the attention's
 
     @property
-    def key(self) -> tuple[int, int, int, str, bool]:
-        """What rotations read alike: the same two sources in the same places, the same sign and pairing, the
-        attention's or the indexer's alike (each judged against its own pairs).
+    def key(self) -> tuple[int, int, int, str]:
+        """What rotations read alike: the same two sources in the same places, the same sign and pairing (the
+        attention's and the indexer's of one use told apart after: ``indexer.mark``).
         """  # noqa: D205
-        return (id(self.sources[0]), id(self.sources[1]), self.sign, self.pairing, self.indexer)
+        return (id(self.sources[0]), id(self.sources[1]), self.sign, self.pairing)
 
 
 def _carried(sources: Iterable[ir.Value]) -> dict[int, tuple[ir.Value, ir.Node | None, int, ir.Value]]:
