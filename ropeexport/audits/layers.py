@@ -256,8 +256,8 @@ def _indexer(path: Path, encodings: Encodings) -> Encodings | None:
         return None
     try:
         spec = resolve(DecoderRequest(hf_config=path))[0]
-    except SpecError:  # a model type ropeexport does not build: its indexer's rotations judged as the attention's
-        return None
+    except Exception:  # noqa: BLE001 - a type ropeexport does not build (as ``features.expected``): the indexer's
+        return None  # rotations are then judged by the attention's pairs, and said so (``indexer.worded``)
     layouts = {i: layer.attention.index_layout for i, layer in enumerate(spec.layers)
                if layer.attention.index_topk and not layer.attention.index_shared
                and spec.layer_position_spec(i) is not None}  # fmt: skip
