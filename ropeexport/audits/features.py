@@ -88,7 +88,7 @@ def _query_factors(anchor: ir.Node) -> list[tuple[ir.Value, ir.Node]]:
         node = use.node
         other = [v for i, v in enumerate(node.inputs) if i != use.idx and v is not None]
         if node.op_type == "Mul" and other and constant_of(other[0]) is None and role_of(node.outputs[0]) == "q":
-            found.append((node.inputs[use.idx], node))  # type: ignore[arg-type]
+            found.append((node.inputs[use.idx], node))
             taken.add(id(node))
     return found
 
