@@ -20,6 +20,7 @@ from typing import Any
 
 from ropeexport.audits import pages
 from ropeexport.audits.checks import STRUCTURAL, check_bias_site, check_site
+from ropeexport.audits.indexer import not_rotated, worded
 from ropeexport.audits.layers import (
     Encodings,
     describe,
@@ -148,8 +149,10 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
                          layers=encodings.to_dict(), source=source, fail_on=fail_on)  # fmt: skip
     for site in sites:
         try:
-            record = check_site(site, encodings, evaluator) if spec.encoding == "rope" else (
+            record = check_site(site, encodings.judging(site), evaluator) if spec.encoding == "rope" else (
                 check_bias_site(site, spec, evaluator))  # fmt: skip
+            if record is not None and site.indexer:  # the indexer's rotation: its findings say so
+                worded(record, encodings.indexer is not None)
         except SpecError as exc:  # the checks name the config; a model that --spec does not fit is the spec's fault
             if exc.field != "hf_config" or source == "hf_config":
                 raise
@@ -169,6 +172,7 @@ def audit(model: str | Path, hf_config: str | Path | None = None, threads: int =
     translations(result.sites)  # a position offset of q and k alike: a translation, said so
     name_layers(result.sites)
     result.findings = merge(result.sites) + unread(result.sites, encodings, named)
+    result.findings += not_rotated(result.sites, encodings.indexer, named)
     result.findings = inverted(result.findings, encodings, named) + result.findings
     result.findings += window_findings(graph, None if hf_config is None else Path(hf_config), path)
     if spec.encoding == "rope":  # the query times a factor of its position (Ministral 3, Llama 4's NoPE layers)
@@ -241,6 +245,8 @@ def merge(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
             key = (found["name"], found.get("template", found["text"]), found.get("label"))
             merged = out.setdefault(key, {"name": found["name"], "text": found["text"], "sites": []})
             merged["sites"].append(index)
+            if found.get("indexer"):  # the indexer's rotation (``audits.indexer``): kept on the model's finding
+                merged["indexer"] = True
             if "template" in found:
                 merged["layers"] = sorted({*merged.get("layers", []), *found["layers"]})
                 merged["text"] = render(found["template"], found["label"], merged["layers"])
@@ -251,7 +257,7 @@ def unread(sites: list[dict[str, Any]], encodings: Encodings, named: set[int]) -
     """``not-rotated``: layers of the model the encodings rotate that no site is read by; only where every rotary
     site's readers name their layers (else which layers read a site is not known).
     """  # noqa: D205
-    rope = [s for s in sites if s["kind"] != "ALiBi bias"]
+    rope = [s for s in sites if s["kind"] != "ALiBi bias" and not s.get("indexer")]  # an indexer's: ``indexer``
     if not rope or any(s.get("layers") is None for s in rope) or encodings.first.encoding != "rope":
         return []
     read = {layer for s in rope for layer in s["layers"]}
@@ -270,7 +276,8 @@ def inverted(findings: list[dict[str, Any]], encodings: Encodings, named: set[in
     """``rope-condition-inverted``: every layer the config rotates is unrotated and every one it leaves without RoPE
     is rotated (Cohere 2's condition inverted, vLLM PR #11203), said as one finding before the two it is made of.
     """  # noqa: D205
-    layers = {f["name"]: set(f.get("layers", [])) for f in findings if f["name"] in ("nope-rotated", "not-rotated")}
+    layers = {f["name"]: set(f.get("layers", [])) for f in findings
+              if f["name"] in ("nope-rotated", "not-rotated") and not f.get("indexer")}  # fmt: skip
     if len(layers) < 2 or encodings.count is None:
         return []
     nope = {i for i in named if i < encodings.count and encodings.of(i) is None}

@@ -9,7 +9,9 @@ layers read the site is then said by the nodes the lookup reaches, not by the lo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import onnx_ir as ir
 
@@ -38,6 +40,25 @@ def consumers(values: Iterable[ir.Value | None]) -> list[ir.Node]:
             else:
                 found.setdefault(id(node), node)
     return list(found.values())
+
+
+def reached(start: ir.Value, depth: int, follow: Callable[[ir.Node], bool]) -> Iterator[Any]:
+    """Every use (onnx_ir's ``Usage``: ``node``, ``idx``) of a value ``start`` reaches, breadth first, each node
+    once, at most ``depth`` nodes deep, followed past a node only where ``follow(node)`` holds (asked once its use has
+    been handed out).
+    """  # noqa: D205
+    frontier: deque[tuple[ir.Value, int]] = deque([(start, 0)])
+    seen: set[int] = set()
+    while frontier:
+        value, level = frontier.popleft()
+        for use in value.uses():
+            node = use.node
+            if id(node) in seen or level >= depth:
+                continue
+            seen.add(id(node))
+            yield use
+            if follow(node):
+                frontier.extend((out, level + 1) for out in node.outputs)
 
 
 def _pick(node: ir.Node, index: int) -> bool:

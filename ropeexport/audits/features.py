@@ -33,13 +33,13 @@ findings carry ``sites`` [] and the readings go in the audit's ``layers`` (``que
 from __future__ import annotations
 
 import math
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
+from ropeexport.audits.downstream import reached
 from ropeexport.audits.layers import layer_finding, layer_of
 from ropeexport.audits.patterns.base import Site, constant_of
 from ropeexport.audits.rotations import role_of
@@ -82,20 +82,14 @@ def _query_factors(anchor: ir.Node) -> list[tuple[ir.Value, ir.Node]]:
     and read by every layer's query (torch.onnx's optimizer computes transformers' per-layer factor once) is each
     of those layers'.
     """  # noqa: D205
-    frontier, seen, found = deque([(anchor.outputs[0], 0)]), {id(anchor)}, []
-    while frontier:
-        value, depth = frontier.popleft()
-        for use in value.uses():
-            node = use.node
-            if id(node) in seen or depth >= DEPTH:
-                continue
-            seen.add(id(node))
-            other = [v for i, v in enumerate(node.inputs) if i != use.idx and v is not None]
-            if node.op_type == "Mul" and other and constant_of(other[0]) is None and role_of(node.outputs[0]) == "q":
-                found.append((value, node))
-                continue
-            if node.op_type in CARRIED:
-                frontier.append((node.outputs[0], depth + 1))
+    found: list[tuple[ir.Value, ir.Node]] = []
+    taken: set[int] = set()  # the queries' Muls: not followed past
+    for use in reached(anchor.outputs[0], DEPTH, lambda n: n.op_type in CARRIED and id(n) not in taken):
+        node = use.node
+        other = [v for i, v in enumerate(node.inputs) if i != use.idx and v is not None]
+        if node.op_type == "Mul" and other and constant_of(other[0]) is None and role_of(node.outputs[0]) == "q":
+            found.append((node.inputs[use.idx], node))
+            taken.add(id(node))
     return found
 
 

@@ -48,7 +48,7 @@ UNREPAIRABLE = {
     "chunk": "graft replaces rotary values, it does not change an attention's chunks",
     "rope-slice": "graft replaces rotary values, it does not change which channels a node rotates",
     "rope-slice-unread": "which channels a rotation turns was not read: graft replaces rotary values, it does not "
-                         "change which channels a node rotates",
+                         "change which channels a node rotates, and cannot tell whether they are right",
     "attention-scale": "graft replaces rotary values, it does not change an attention operator's scale",
     "chunk-unread": "the chunks were not read: graft cannot tell whether they are right",
     "attention-scale-unread": "the attention's scale was not read: graft cannot tell whether it is right",
@@ -64,7 +64,10 @@ Need = Group | None  # a group's encoding, or None: no rotation (a layer without
 
 
 def need_of(record: dict[str, Any], node: ir.Node | Any, encodings: Encodings) -> Need:
-    """What ``node``, a reader of the site ``record`` (None: any of them), needs (module doc)."""
+    """What ``node``, a reader of the site ``record`` (None: any of them), needs (module doc); an indexer's rotation,
+    its layer's indexer's (``Encodings.judging``).
+    """  # noqa: D205
+    encodings = encodings.judging(record)
     if record.get("layers") is None or not encodings.per_layer or node is None:
         label = (record.get("checked_as") or [encodings.groups[0].label])[0]
         return next((g for g in encodings.groups if g.label == label), encodings.groups[0])
@@ -188,8 +191,9 @@ def _rebuilt(model: ir.Model, source: Path, records: list[dict[str, Any]],
     proto = ir.serde.serialize_model(model)
     replaced = []
     for k, (record, rotations) in enumerate(zip(records, found, strict=True)):
-        need = need_of(record, None, encodings) if not record.get("layers") or not encodings.per_layer else (
-            encodings.of(record["layers"][0]))  # fmt: skip
+        judged = encodings.judging(record)  # an indexer's rotation: its layer's indexer's pairs
+        need = need_of(record, None, judged) if not record.get("layers") or not judged.per_layer else (
+            judged.of(record["layers"][0]))  # fmt: skip
         if need is None:
             raise SpecError("model", f"the rotations reading {record['cos']!r} are layers with no RoPE in the config: "
                             "graft does not rebuild them")  # fmt: skip
@@ -265,7 +269,8 @@ def _computed(model: ir.Model, source: Path, records: list[dict[str, Any]],
     by_name = {n.name: n for n in proto.graph.node}
     for k, record in enumerate(records):
         parts: dict[str, tuple[Need, set[str]]] = {}
-        needs = [encodings.of(i) for i in record["layers"]] if record.get("layers") and encodings.per_layer else []
+        judged = encodings.judging(record)
+        needs = [judged.of(i) for i in record["layers"]] if record.get("layers") and judged.per_layer else []
         if len({_key(n) for n in needs}) > 1:  # its readers need different encodings: each rewired to its own
             for name in record["users"]:
                 node = by_name.get(name)

@@ -153,6 +153,12 @@ class Encodings:
     groups: tuple[Group, ...]
     unrotated: tuple[int, ...] = ()
     count: int | None = None
+    indexer: Encodings | None = None  # what each layer's indexer rotation needs (``audits.indexer``), if any
+
+    def judging(self, site: Any) -> Encodings:
+        """The encodings a site (or its record) is judged against: its layers' indexer's for an indexer site."""
+        mine = site.get("indexer") if isinstance(site, dict) else getattr(site, "indexer", False)
+        return self.indexer if mine and self.indexer is not None else self
 
     @property
     def first(self) -> Any:
@@ -184,9 +190,12 @@ class Encodings:
 
     def to_dict(self) -> dict[str, object]:
         """The encodings as audit.json holds them."""
-        return {"source": self.source, "count": self.count, "unrotated": list(self.unrotated),
-                "groups": [{"label": g.label, "layers": list(g.layers), "spec": g.spec.to_dict(),
-                            "words": describe(g.spec)} for g in self.groups]}  # fmt: skip
+        out: dict[str, object] = {"source": self.source, "count": self.count, "unrotated": list(self.unrotated),
+                                  "groups": [{"label": g.label, "layers": list(g.layers), "spec": g.spec.to_dict(),
+                                              "words": describe(g.spec)} for g in self.groups]}  # fmt: skip
+        if self.indexer is not None:  # layer -> its indexer's pairs (a layer whose indexer rotates none left out)
+            out["indexer"] = {str(i): g.spec.layout for g in self.indexer.groups for i in g.layers}
+        return out
 
 
 def describe(spec: Any) -> str:
@@ -227,7 +236,40 @@ def from_config(path: Path, model: ir.Model | None = None) -> Encodings:
         label = "" if len(found) == 1 else "/".join(_LABELS.get(k, k) if sliding else k for k in kinds)
         groups.append(Group(label, _checked(spec_from_dict(request.fields), model, "hf_config"), indices))
     count = len(layers.types) if len(layers.types) > 1 else None
-    return Encodings(str(path), "hf_config", tuple(groups), layers.unrotated(), count)
+    encodings = Encodings(str(path), "hf_config", tuple(groups), layers.unrotated(), count)
+    return replace(encodings, indexer=_indexer(path, encodings))
+
+
+def _indexer(path: Path, encodings: Encodings) -> Encodings | None:
+    """What each layer's indexer rotation needs (DeepSeek Sparse Attention, ``audits.indexer``): its layer's encoding
+    in the indexer's pairs (``index_layout``, as the architecture reads the config: ``decoder.build.resolve``); a
+    layer whose indexer rotates nothing (a NoPE layer, a shared layer, a layer without an indexer) among
+    ``unrotated``. None for a config without ``index_topk`` (nor its text model), or one ropeexport does not build.
+    """  # noqa: D205
+    from ropeexport.decoder.build import resolve
+    from ropeexport.decoder.request import DecoderRequest
+    from ropeexport.hf import read_config
+
+    config = read_config(path)
+    text = config.get("text_config")
+    if "index_topk" not in config and not (isinstance(text, Mapping) and "index_topk" in text):
+        return None
+    try:
+        spec = resolve(DecoderRequest(hf_config=path))[0]
+    except Exception:  # noqa: BLE001 - a type ropeexport does not build (as ``features.expected``): the indexer's
+        return None  # rotations are then judged by the attention's pairs, and said so (``indexer.worded``)
+    layouts = {i: layer.attention.index_layout for i, layer in enumerate(spec.layers)
+               if layer.attention.index_topk and not layer.attention.index_shared
+               and spec.layer_position_spec(i) is not None}  # fmt: skip
+    count = len(spec.layers)
+    groups = []
+    for group in encodings.groups:
+        mine = [i for i in (group.layers or range(count)) if i in layouts]
+        for layout in dict.fromkeys(layouts[i] for i in mine):
+            chosen = tuple(i for i in mine if layouts[i] == layout)
+            groups.append(Group(group.label, replace(group.spec, layout=layout), chosen))
+    unrotated = tuple(i for i in range(count) if i not in layouts)
+    return Encodings(encodings.source, encodings.field, tuple(groups), unrotated, count) if groups else None
 
 
 _LABELS = {"sliding_attention": "sliding", "full_attention": "global"}  # the field's words where layers slide

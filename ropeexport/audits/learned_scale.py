@@ -270,8 +270,8 @@ def findings(model: ir.Model, hf_config: str | Path | None, sites: list[Site]) -
     positions = spec.position_spec().max_positions
     graph: dict[tuple[int | None, str], list[Factor]] = {}
     rotations: dict[int | None, list[ir.Value]] = {}  # each layer's query rotations' inputs
-    for layer, role, inputs in _rotations(model, sites):
-        if role == "q":
+    for layer, role, own, inputs in _rotations(model, sites):
+        if role == "q" and not own:  # the attention's query (the indexer's has its own factor, not traced)
             rotations.setdefault(layer, []).extend(inputs)
     for read_one in factors(model, positions):  # each copy checked (a graph may compute one factor more than once)
         graph.setdefault((read_one.layer, read_one.part), []).append(read_one)

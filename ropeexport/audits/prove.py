@@ -11,7 +11,9 @@ angles per layer type (``audits.hf_truth``). Each verdict names its truth (``tru
 runs in ORT on the same call, one model's session at a time. A call's n tokens sit at positions p .. p + n - 1:
 - against the oracle, a model with a cache input gets p random entries per layer (keys as if already rotated; the
   recompute is given the same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n
-  slots, and position_ids p .. p + n - 1 where it takes them; such a call whose cache, given and given back, would
+  slots, and position_ids p .. p + n - 1 where it takes them (DeepSeek Sparse Attention's indexer keys,
+  ``past_key_values.{i}.index_key`` [b, 1, p, D], their own p random keys: ``Cache.index_key``, D read from the
+  input's shape, the recompute given the same); such a call whose cache, given and given back, would
   pass ``cache_gib`` (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run,
   and says why (the verdict is then ``partial``, never ``proven``: proven up to the last position of the calls run);
 - against transformers, which runs without a cache and so never sees random entries, no model is fed any: the n
@@ -65,6 +67,7 @@ __all__ = ["BlockTable", "Cache", "DecoderProof", "Feeder", "HeldWeights", "NBit
            "far_calls", "held_weights", "nbits_weights"]
 
 DTYPES = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
+INDEXED = ("index_key",)  # the last part of an indexer's key cache input (DeepSeek Sparse Attention)
 
 
 def far_calls(position: Any) -> list[tuple[str, int]]:
@@ -86,22 +89,30 @@ class Feeder:
         self.session, self.spec = session, spec
         inputs = {i.name: i for i in session.get_inputs()}
         self.cached: dict[int, dict[str, Any]] = {}
+        self.indexed: dict[int, Any] = {}  # layer -> its indexer's key cache input (``index_width``)
         self.states: dict[str, tuple[tuple[int, ...], Any]] = {}  # a hybrid's state input -> (its zeros' shape, type)
         other = []
         for name, value in inputs.items():
             tail = name.rsplit(".", 1)[-1].lower()
             layer = re.findall(r"\d+", name)
             state = state_shape(name, value.shape)
-            if len(value.shape) == 4 and ("past" in name or "cache" in name) and layer and tail in ("key", "value"):
+            if len(value.shape) == 4 and ("past" in name or "cache" in name) and layer and tail in INDEXED:
+                self.indexed[int(layer[0])] = value  # DeepSeek Sparse Attention's indexer keys [b, 1, past, D]
+            elif len(value.shape) == 4 and ("past" in name or "cache" in name) and layer and tail in ("key", "value"):
                 self.cached.setdefault(int(layer[0]), {})[tail] = value
             elif state is not None:
                 self.states[name] = (state, value.type)
             elif name not in ("input_ids", "attention_mask", "position_ids"):
                 other.append(name)
-        if "input_ids" not in inputs or other:
-            what = f"inputs it cannot feed ({', '.join(other)})" if other else "no input_ids input"
+        odd = [n for layer, v in self.indexed.items() for n in [v.name] if self.index_width(layer) is None
+               or layer not in self.cached]  # fmt: skip
+        if "input_ids" not in inputs or other or odd:
+            what = (f"inputs it cannot feed ({', '.join(other)})" if other else "no input_ids input" if not odd else
+                    f"indexer key caches it cannot feed ({', '.join(odd)}: [batch, 1, past, D] with D fixed, beside "
+                    "the layer's .key / .value)")  # fmt: skip
             raise SpecError("model", f"{str(path)!r} has {what}: the decoder proof feeds input_ids, attention_mask, "
-                            f"position_ids, past_key_values.<layer>.key / .value, and zeros to state inputs ({RULE})")
+                            f"position_ids, past_key_values.<layer>.key / .value (and .index_key, an indexer's keys), "
+                            f"and zeros to state inputs ({RULE})")  # fmt: skip
         # a hybrid's layers without attention hold a state (or nothing) instead: its cached layers are some of them
         layers = set(range(spec.num_layers)) if self.states else None
         if self.cached and ((sorted(self.cached) != list(range(spec.num_layers)) if layers is None
@@ -139,6 +150,16 @@ class Feeder:
             if length < TOKENS:
                 self.kept[layer] = length
 
+    def index_width(self, layer: int) -> int | None:
+        """The width D of layer ``layer``'s indexer keys, read from its input's shape [batch, 1, past, D] (None: not
+        that shape, or no such input).
+        """  # noqa: D205
+        value = self.indexed.get(layer)
+        shape = None if value is None else list(value.shape)
+        if shape is None or shape[1] != 1 or not isinstance(shape[3], int) or shape[3] < 1:
+            return None
+        return int(shape[3])
+
     def placeable(self, past: int) -> str | None:
         """Why a call after ``past`` entries cannot be fed, or None."""
         if past and not self.cached and not self.positions:
@@ -152,8 +173,8 @@ class Feeder:
         total = 0
         for layer, kv in self.cached.items():
             size = 2 if "float16" in kv["key"].type else 4
-            shapes = self.spec.layers[layer].cache_shapes(self.spec.graph)  # the key's and value's, each its own
-            width = sum(heads * w for heads, w in shapes)
+            shapes = self.spec.layers[layer].cache_shapes(self.spec.graph)  # the key's, value's (, indexer keys')
+            width = sum(heads * w for heads, w in shapes)  # an indexer's keys among them (``cache_shapes``)
             total += width * size * (2 * past + n)
         return total
 
@@ -177,6 +198,11 @@ class Feeder:
                 if layer in self.kept:  # a sliding layer given what it keeps itself: its window's last entries
                     values = values[:, :, max(0, values.shape[2] - self.kept[layer]) :]
                 feeds[kv[tail].name] = values.astype(numpy.get(kv[tail].type, np.float32), copy=False)
+        for layer, value in self.indexed.items():  # the indexer's keys, drawn as the recompute is given them
+            width, entries = self.index_width(layer) or 0, cache[layer][0].shape[2]
+            drawn = getattr(cache, "index_key", None)
+            keys = drawn(layer, width) if drawn is not None else np.zeros((1, 1, entries, width), np.float32)
+            feeds[value.name] = keys.astype(numpy.get(value.type, np.float32), copy=False)
         for name, (shape, kind) in self.states.items():  # a first call's state: what the truth starts from
             feeds[name] = np.zeros(shape, numpy.get(kind, np.float32))
         for name, value in list(feeds.items()):  # integer inputs in the model's own width

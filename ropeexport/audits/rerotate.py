@@ -8,7 +8,7 @@ to the rotated channels in the config's layout (halves: (c, c); interleaved pair
 config's ((-x2, x1) of the halves, or (-x_odd, x_even) of the pairs), the channels it leaves alone concatenated back;
 every reader of the old y reads the new one and the old nodes are pruned (``rows.prune``); the new nodes name the
 old rotation's layer in their metadata (``layers.SCOPES``), so that the audit after reads them on their layer. x is
-[b, h, s, d]: a rotation of another rank is refused, with the reason.
+[b, h, s, d], or [b, s, d] (one head whose axis is added after it: the indexer's key) read as [b, 1, s, d].
 """  # noqa: D205
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ Rotation = tuple[str, str, int, int, int | None]  # (x, y, rotated channels r, c
 
 
 def rotations_of(model: Any, record: dict[str, Any]) -> list[Rotation]:
-    """Each rotation of ``model`` (ir) that reads the site ``record`` (its cos and sin as named, in those places):
-    (x, y, rotated channels r, channels d, the layer its nodes name or None).
+    """Each rotation of ``model`` (ir) that reads the site ``record`` (its cos and sin as named, in those places; the
+    indexer's where the record is: ``audits.indexer``): (x, y, rotated channels r, channels d, its layer or None).
     """  # noqa: D205
     from ropeexport.audits.sites import find_sites
 
     found = []
     for site in find_sites(model):
-        if (site.cos, site.sin) == (record["cos"], record["sin"]) and site.rotations:
+        mine = site.indexer == bool(record.get("indexer"))  # one table, the attention's and the indexer's rotations
+        if (site.cos, site.sin) == (record["cos"], record["sin"]) and site.rotations and mine:
             found += [(r.x.name, r.y.name, r.width, r.channels, r.layer) for r in site.rotations]
     return found
 
@@ -75,6 +76,7 @@ def rebuild(proto: Any, record: dict[str, Any], rotations: list[Rotation], spec:
             raise SpecError("model", f"the rotation of {x!r} turns {r} channels where the config rotates "
                             f"{spec.rotary_dim}: graft rebuilds a rotation of the config's width only")  # fmt: skip
         start = len(g.nodes)
+        given, x = x, _heads(g, x)  # [b, h, s, d]
         part = x if r == d else g.op("Slice", [x, g.const("zero", i64(0)), g.const("width", i64(r)),
                                                  g.const("last", i64(-1))])  # fmt: skip
         if interleaved:
@@ -95,7 +97,7 @@ def rebuild(proto: Any, record: dict[str, Any], rotations: list[Rotation], spec:
         if r != d:  # the channels it leaves alone
             rest = g.op("Slice", [x, g.const("width", i64(r)), g.const("depth", i64(d)), g.const("last", i64(-1))])
             out = g.op("Concat", [out, rest], axis=-1)
-        parts.append((x, y, out, start))
+        parts.append((given, y, out, start))
         layers.append(layer)
     for k, layer in enumerate(layers):  # each rebuilt rotation names its layer, as the old one did (``layer_of``)
         stop = parts[k + 1][3] if k + 1 < len(parts) else len(g.nodes)
@@ -127,3 +129,18 @@ def rebuild(proto: Any, record: dict[str, Any], rotations: list[Rotation], spec:
             "regime_length": None, "layout": spec.layout,
             "replaced_by": f"{len(parts)} rotation(s) rebuilt as the config's ({spec.layout} pairs) with the rope "
             "family's gathered rows"}  # fmt: skip
+
+
+
+def _heads(g: Any, x: str) -> str:
+    """``x`` [b, h, s, d] as it is, or [b, s, d] (one head whose axis its rotation adds after ``rotations.root``:
+    the indexer's key) as [b, 1, s, d]: the head axis read from x's rank as the graph runs (no shape is declared).
+    """  # noqa: D205
+    from onnx import TensorProto, helper
+
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    # Shape's start / end, not Slices: a Slice's constants are what the audit after guesses x's width from
+    ones = g.op("ConstantOfShape", [g.op("Sub", [g.const("four", i64(4)), g.op("Shape", [g.op("Shape", [x])])])],
+                value=helper.make_tensor("value", TensorProto.INT64, [1], [1]))  # fmt: skip
+    batch, rest = g.op("Shape", [x], end=1), g.op("Shape", [x], start=1)
+    return g.op("Reshape", [x, g.op("Concat", [batch, ones, rest], axis=0)])

@@ -32,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.channels import moved, pair_swap
+from ropeexport.audits.indexer import feeds_selection
 from ropeexport.audits.layers import layer_of
 from ropeexport.audits.patterns.base import constant_of, is_constant
 
@@ -73,10 +74,13 @@ class Rotation:
     entries: tuple[list[ir.Node], list[ir.Node]] = field(default_factory=lambda: ([], []))
     layer: int | None = None
     role: str | None = None
+    indexer: bool = False  # DeepSeek Sparse Attention's indexer's (``indexer.feeds_selection``), not the attention's
 
     @property
     def key(self) -> tuple[int, int, int, str]:
-        """What rotations read alike: the same two sources in the same places, the same sign and pairing."""
+        """What rotations read alike: the same two sources in the same places, the same sign and pairing (the
+        attention's and the indexer's of one use told apart after: ``indexer.mark``).
+        """  # noqa: D205
         return (id(self.sources[0]), id(self.sources[1]), self.sign, self.pairing)
 
 
@@ -286,8 +290,9 @@ class _Runner:
         dtype = x.dtype.numpy() if x.dtype is not None else np.float32
         mul_dtype = [(v.dtype.numpy() if v.dtype is not None else dtype) for v in ops]
         elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-        rank = len(x.shape) if x.shape is not None else 4
-        for width in _width_guesses(x, nodes):
+        # an undeclared x: [b, h, s, d], else [b, s, d] (one head whose axis is added after x: the indexer's key)
+        ranks = [len(x.shape)] if x.shape is not None else [4, 3]
+        for rank, width in ((r, w) for w in _width_guesses(x, nodes) for r in ranks):
             dims = [1] * (rank - 1) + [width]
             if x.shape is not None:
                 dims = [d if isinstance(d, int) else 2 for d in list(x.shape)[:-1]] + [width]
@@ -415,6 +420,7 @@ def find_rotations(model: ir.Model, sources: list[ir.Value]) -> list[Rotation]:
             layers = {layer_of(n.name or "", n.metadata_props) for n in nodes} - {None}
             rotation.layer = next(iter(layers)) if len(layers) == 1 else None
             rotation.role = role_of(y)
+            rotation.indexer = feeds_selection(y)
             out.append(rotation)
     return out
 

@@ -24,6 +24,7 @@ from typing import Any
 import onnx_ir as ir
 
 from ropeexport.audits.functions import origins
+from ropeexport.audits.indexer import mark
 from ropeexport.audits.layers import reader_nodes, site_layers
 from ropeexport.audits.patterns import Site, SiteKind, Step, Walk, for_encoding
 from ropeexport.audits.patterns.base import ancestors
@@ -101,9 +102,11 @@ def find_sites(model: ir.Model, encoding: str = "rope") -> list[Site]:
             site.blocked = None if not reads else f"{sorted(reads)[0]} (it changes from one iteration to the next)"
             out.append(site)
     if encoding == "rope":  # cos and sin as the rotations use them, per layer (``audits.uses``)
-        from ropeexport.audits.uses import by_use
+        from ropeexport.audits.uses import by_use, roles_of
 
-        out = by_use(model, out)
+        out = mark(by_use(model, out))  # the indexer's rotations apart, judged against its own pairs (``indexer``)
+        for site in out:
+            site.roles = roles_of(site)  # a site split between the attention and the indexer: each its own
     for site in out:
         site.layers = site_layers(site)
         made = [v.producer() for v in site.values if v is not None]

@@ -17,9 +17,10 @@ The channels found, modulo the head's width (``qk_nope_head_dim + qk_rope_head_d
 whose values are not found among its source's (a norm or a scale between them), or that cannot be evaluated apart
 from its source, is not read: said so in ``slices`` and a ``rope-slice-unread`` finding of its layers (never exact).
 Not findings: a rotation nothing reads as a query or a key (its role untold: a reusing layer's key rotation, whose
-output Mistral Large 4's build leaves unused), and the DSA indexer's rotation (its name or module path says
-``indexer``: its own head, the rotated channels first, ``components.latent.indexer``; what it selects is not latent
-attention's rope slice), each said in ``slices`` as not read.
+output Mistral Large 4's build leaves unused), said in ``slices`` as not read. The DSA indexer's rotations (its
+output reaches a score product that reaches a TopK: ``indexer.feeds_selection``) are read apart from the attention's:
+each indexer head's and its key's FIRST ``qk_rope_head_dim`` channels (``components.latent.indexer``), a wrong one
+``rope-slice``, an unread one ``rope-slice-unread``, both marked ``indexer``.
 
 Shapes: source [.., W] (W = heads * width, or width), a rotation's input [.., r] (r the rotated channels).
 """
@@ -33,7 +34,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ropeexport.audits.layers import SCOPES, layer_finding, layer_of
+from ropeexport.audits.indexer import feeds_selection
+from ropeexport.audits.layers import layer_finding, layer_of
 from ropeexport.audits.model import load_model, materialize, quiet
 from ropeexport.audits.observe import _cut, _output_for, session_feeds
 from ropeexport.audits.patterns.base import Site, is_constant
@@ -60,7 +62,11 @@ def latent_widths(config_path: Path | None) -> dict[str, int] | None:
     rope, nope, lora = (config.get(k) for k in ("qk_rope_head_dim", "qk_nope_head_dim", "kv_lora_rank"))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rope, nope, lora)):
         return None
-    return {"q": nope + rope, "k": lora + rope, "rope": rope}
+    out = {"q": nope + rope, "k": lora + rope, "rope": rope}
+    index = config.get("index_head_dim") if "index_topk" in config else None
+    if isinstance(index, int) and not isinstance(index, bool) and index >= rope:
+        out["index"] = index  # DeepSeek Sparse Attention's indexer: its heads' and its key's width
+    return out
 
 
 def _source(value: ir.Value) -> ir.Value:
@@ -70,34 +76,33 @@ def _source(value: ir.Value) -> ir.Value:
     return value
 
 
-def _indexer(node: ir.Node) -> bool:
-    """A node of the DSA indexer: its name or module path says ``indexer`` (module doc)."""
-    return "indexer" in " ".join([node.name or "", *(node.metadata_props.get(k, "") for k in SCOPES)])
+Rotated = tuple[int | None, str | None, bool, list[ir.Value]]  # (layer, role, the indexer's, the rotation's inputs)
 
 
-def _rotations(model: ir.Model, sites: list[Site]) -> list[tuple[int | None, str | None, list[ir.Value]]]:
-    """(layer, role, the rotation's inputs) of every rotation: a fused operator's X; in a decomposed rotation, the
-    tensors multiplied by the cos a site makes (x itself: the sin's tensor is rotate(x), negated in part), grouped by
-    the Mul's layer and role. The indexer's rotations take the role ``indexer`` (module doc).
+def _rotations(model: ir.Model, sites: list[Site]) -> list[Rotated]:
+    """(layer, role, the indexer's, the rotation's inputs) of every rotation: a fused operator's X; in a decomposed
+    rotation, the tensors multiplied by the cos a site makes (x itself: the sin's tensor is rotate(x), negated in
+    part), grouped by the Mul's layer and role, the indexer's apart from the attention's (``indexer.feeds_selection``).
     """  # noqa: D205
-    found: list[tuple[int | None, str | None, list[ir.Value]]] = []
+    found: list[Rotated] = []
     nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
     for node in nodes:
         if node.op_type in ROTARY_OPS and node.inputs and node.inputs[0] is not None:
-            role = "indexer" if _indexer(node) else role_of(node.outputs[0])
-            found.append((layer_of(node.name or "", node.metadata_props), role, [node.inputs[0]]))
+            out = node.outputs[0]
+            layer = layer_of(node.name or "", node.metadata_props)
+            found.append((layer, role_of(out), feeds_selection(out), [node.inputs[0]]))
     cosines = [pair[0] for s in sites if (pair := _sources(s)) is not None]
     carried = _carried(cosines)
-    grouped: dict[tuple[int | None, str | None], list[ir.Value]] = {}
+    grouped: dict[tuple[int | None, str | None, bool], list[ir.Value]] = {}
     for node in nodes:
         if node.op_type != "Mul" or len(node.inputs) != 2 or any(v is None for v in node.inputs):
             continue
         hits = [i for i, v in enumerate(node.inputs) if id(v) in carried and carried[id(v)][2] == 1]
         if len(hits) == 1 and not is_constant(node.inputs[1 - hits[0]]):
-            role = "indexer" if _indexer(node) else role_of(node.outputs[0])
-            key = (layer_of(node.name or "", node.metadata_props), role)
+            out = node.outputs[0]
+            key = (layer_of(node.name or "", node.metadata_props), role_of(out), feeds_selection(out))
             grouped.setdefault(key, []).append(node.inputs[1 - hits[0]])  # type: ignore[arg-type]
-    found += [(layer, role, inputs) for (layer, role), inputs in grouped.items()]
+    found += [(layer, role, own, inputs) for (layer, role, own), inputs in grouped.items()]
     return found
 
 
@@ -151,20 +156,20 @@ def read_slices(path: Path, model: ir.Model, sites: list[Site], widths: dict[str
                 threads: int = 2) -> list[dict[str, Any]]:  # fmt: skip
     """Per rotation: its layer, role, the channels of its head it turns (modulo the head's width) or why unread."""
     rotations = _rotations(model, sites)
-    untold = {"indexer": "the DSA indexer's rotation (its own head, the rotated channels first): not latent "
-              "attention's rope slice, not read here"}  # fmt: skip
-    out: list[dict[str, Any]] = [
-        {"layer": layer, "role": role, "unread": untold.get(str(role), "what it rotates (a query or a key) is not "
-                                                            "told by what reads it")}
-        for layer, role, _ in rotations if role not in ("q", "k")]  # fmt: skip
-    named = [(r, [_source(v) for v in r[2]]) for r in rotations if r[1] in ("q", "k")]
-    values = [v for (_, _, inputs), srcs in named for v in (*inputs, *srcs)]
+    untold = "what it rotates (a query or a key) is not told by what reads it"
+    out: list[dict[str, Any]] = [{"layer": layer, "role": role, "unread": untold} | ({"indexer": True} if own else {})
+                                 for layer, role, own, _ in rotations if role not in ("q", "k")]  # fmt: skip
+    named = [(r, [_source(v) for v in r[3]]) for r in rotations if r[1] in ("q", "k")]
+    values = [v for (_, _, _, inputs), srcs in named for v in (*inputs, *srcs)]
     names = [v.name or "" for v in values]
     got = evaluate(path, names, LENGTH, threads) if values and all(names) else None
     arrays = dict(zip(names, got or [], strict=False))
-    for (layer, role, inputs), srcs in named:
-        head = widths[str(role)]
-        record: dict[str, Any] = {"layer": layer, "role": role, "head": head}
+    for (layer, role, own, inputs), srcs in named:
+        if own and "index" not in widths:  # an indexer's rotation where the config gives none: its width not told
+            out.append({"layer": layer, "role": role, "indexer": True, "unread": "the config gives no indexer"})
+            continue
+        head = widths["index" if own else str(role)]
+        record: dict[str, Any] = {"layer": layer, "role": role, "head": head} | ({"indexer": True} if own else {})
         if got is None or len({id(s) for s in srcs}) != 1:
             out.append(record | {"unread": "its input and the tensor it is cut from could not be evaluated apart"})
             continue
@@ -179,20 +184,26 @@ def read_slices(path: Path, model: ir.Model, sites: list[Site], widths: dict[str
 
 def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list[dict[str, Any]]:
     """``rope-slice`` findings: the layers whose query or key rotation turns other channels than the config's last
-    ``qk_rope_head_dim`` of each head (module doc), grouped by (role, channels); ``rope-slice-unread``: those whose
-    query or key rotation was not read, grouped by (role, why); each with ``sites`` [].
+    ``qk_rope_head_dim`` of each head (module doc; an indexer's, its first), grouped by (role, channels);
+    ``rope-slice-unread``: those whose query or key rotation (any indexer rotation) was not read, grouped by (role,
+    why); each with ``sites`` [].
     """  # noqa: D205
     groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
-    unread: dict[tuple[str, str], list[int | None]] = {}
+    indexed: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    unread: dict[tuple[str, str, bool], list[int | None]] = {}
     for s in slices:
         if "channels" not in s:  # unread: a finding for a query or key (module doc), its layer told or not
-            if s["role"] in ("q", "k"):
-                unread.setdefault((s["role"], s["unread"]), []).append(s["layer"])
+            if s["role"] in ("q", "k") or s.get("indexer"):
+                unread.setdefault((str(s["role"]), s["unread"], bool(s.get("indexer"))), []).append(s["layer"])
+            continue
+        if s.get("indexer"):  # the indexer rotates the FIRST qk_rope_head_dim dims of its heads and its key
+            if s["channels"] != list(range(widths["rope"])) and s["layer"] is not None:
+                indexed.setdefault((s["role"], tuple(s["channels"])), []).append(s["layer"])
             continue
         want = list(range(s["head"] - widths["rope"], s["head"]))
         if s["channels"] != want and s["layer"] is not None:
             groups.setdefault((s["role"], tuple(s["channels"])), []).append(s["layer"])
-    out = []
+    out = [_indexer_slice(role, channels, layers, widths) for (role, channels), layers in indexed.items()]
     for (role, channels), layers in groups.items():
         head = widths[role]
         part = ("nope dims: qk_nope_head_dim" if role == "q" else "latent: kv_lora_rank") + f" {head - widths['rope']}"
@@ -203,14 +214,44 @@ def slice_findings(slices: list[dict[str, Any]], widths: dict[str, int]) -> list
         template = (f"{{who}} rotate{{s}} the {noun} {spans(list(channels))} {of} ({what}) where the config "
                     f"rotates the last {widths['rope']} (qk_rope_head_dim)")  # fmt: skip
         out.append(layer_finding("rope-slice", template, "", sorted(set(layers))) | {"sites": []})
-    for (role, why), found in unread.items():
-        noun = "query" if role == "q" else "key"
-        told = sorted({i for i in found if i is not None})
-        if told:
-            template = f"the {noun} rotation of {{who}} is not read ({why}): which channels it turns is not checked"
-            out.append(layer_finding("rope-slice-unread", template, "", told) | {"sites": []})
-        if None in found:  # no layer to name, still never exact
-            template = (f"a {noun} rotation whose layer no name or module path tells is not read ({why}): which "
-                        "channels it turns is not checked")  # fmt: skip
-            out.append(layer_finding("rope-slice-unread", template, "", []) | {"sites": []})
+    for (role, why, own), found in unread.items():
+        out += _unread(role, why, own, found)
     return out
+
+
+def _unread(role: str, why: str, own: bool, found: list[int | None]) -> list[dict[str, Any]]:
+    """The ``rope-slice-unread`` findings of the rotations of ``role`` left unread for ``why`` on layers ``found``
+    (None: a rotation whose layer nothing tells, still never exact); ``own``: the indexer's, marked so.
+    """  # noqa: D205
+    told = sorted({i for i in found if i is not None})
+    out = []
+    if own:  # never exact about channels nobody read (the indexer's)
+        what = {"q": "query's", "k": "key's"}.get(role, "")
+        template = (f"the indexer on {{who}}: which channels its {what + ' ' if what else ''}rotation turns is not "
+                    f"read ({why}): not checked")  # fmt: skip
+        if told:
+            out.append(layer_finding("rope-slice-unread", template, "", told) | {"sites": [], "indexer": True})
+        return out
+    noun = "query" if role == "q" else "key"
+    if told:
+        template = f"the {noun} rotation of {{who}} is not read ({why}): which channels it turns is not checked"
+        out.append(layer_finding("rope-slice-unread", template, "", told) | {"sites": []})
+    if None in found:  # no layer to name, still never exact
+        template = (f"a {noun} rotation whose layer no name or module path tells is not read ({why}): which "
+                    "channels it turns is not checked")  # fmt: skip
+        out.append(layer_finding("rope-slice-unread", template, "", []) | {"sites": []})
+    return out
+
+
+def _indexer_slice(role: str, channels: tuple[int, ...], layers: list[int], widths: dict[str, int]) -> dict[str, Any]:
+    """The ``rope-slice`` finding of indexer rotations turning other channels than the first ``qk_rope_head_dim`` of
+    each indexer head (its query's) or of its one key, marked ``indexer``.
+    """  # noqa: D205
+    rope, head = widths["rope"], widths["index"]
+    inside = set(channels) <= set(range(rope, head))
+    what = f"its nope part: index_head_dim {head} past qk_rope_head_dim {rope}" if inside else f"not the first {rope}"
+    noun = "query's channels" if role == "q" else "key's channels"
+    of = f"of each {head}-channel indexer head" if role == "q" else f"of its {head}-channel key"
+    template = (f"the indexer on {{who}} rotates its {noun} {spans(list(channels))} {of} ({what}) where the config "
+                f"rotates the first {rope} (qk_rope_head_dim)")  # fmt: skip
+    return layer_finding("rope-slice", template, "", sorted(set(layers))) | {"sites": [], "indexer": True}

@@ -67,7 +67,8 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
     def __getitem__(self, layer: Any) -> Any:
         if not isinstance(layer, int) or not 0 <= layer < len(self):
             raise IndexError(layer)
-        (key_heads, key_width), (value_heads, value_width) = self.spec.layers[layer].cache_shapes(self.spec.graph)
+        # an indexer's keys, cached third, are drawn apart (``index_key``)
+        (key_heads, key_width), (value_heads, value_width), *_ = self.spec.layers[layer].cache_shapes(self.spec.graph)
         rng = np.random.default_rng((self.call, layer))
         # key then value from one generator: the draws a standard layer's [2, 1, KV, past, d] gave, in that order
         k = rng.standard_normal((1, key_heads, self.past, key_width), dtype=np.float32)
@@ -76,6 +77,14 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
 
     def __len__(self) -> int:
         return int(self.spec.num_layers)
+
+    def index_key(self, layer: int, width: int) -> np.ndarray:
+        """Layer ``layer``'s indexer keys [1, 1, past, width] cached before the call (DeepSeek Sparse Attention's
+        ``past_key_values.{i}.index_key``: ``width`` its index_head_dim, the model's input's last axis): std 1, from a
+        generator of their own (the call, the layer, 1), so the key and value draws stay those above.
+        """  # noqa: D205
+        rng = np.random.default_rng((self.call, layer, 1))
+        return rng.standard_normal((1, 1, self.past, width), dtype=np.float32).astype(self.dtype, copy=False)
 
 
 class ProofWeights(Mapping[str, np.ndarray]):

@@ -33,7 +33,7 @@ from ropeexport.audits.patterns import Site, SiteKind
 from ropeexport.audits.patterns.base import model_inputs, name_of
 from ropeexport.audits.rotations import Rotation, find_rotations, reader_roles
 
-__all__ = ["by_use", "name_layers", "translations"]
+__all__ = ["by_use", "name_layers", "roles_of", "translations"]
 
 
 def _sources(site: Site) -> tuple[ir.Value, ir.Value] | None:
@@ -91,7 +91,7 @@ def by_use(model: ir.Model, sites: list[Site]) -> list[Site]:
             taken[id(node)] = taken.get(id(node), 0) + 1
     out += [_use_site(model, group, owners, taken) for group in others]
     for site in out:
-        site.roles = _roles(site)
+        site.roles = roles_of(site)
     return out
 
 
@@ -146,7 +146,7 @@ def _use_site(model: ir.Model, group: list[Rotation], owners: dict[int, tuple[Si
     return site
 
 
-def _roles(site: Site) -> dict[int, tuple[str, ...]]:
+def roles_of(site: Site) -> dict[int, tuple[str, ...]]:
     """Per layer, ``q`` / ``k``: what the site's rotations (or fused readers) turn (``rotations.role_of``)."""
     found: dict[int, set[str]] = {}
     if site.rotations:

@@ -281,7 +281,10 @@ def decoders_float64(
             if isinstance(attend, LatentSpec):  # its indexer's selection read by the next shared ones (GLM-5)
                 r = routings[j]
                 found: tuple[float, list[Any]] | None = (r.bound, []) if r is not None and r.bound else None
-                out = latent64(attend, index_feeds(attend, wired, selections.get(j)), block,
+                given = getattr(feed.past, "index_key", None)  # the proof's cached indexer keys (``truth.Cache``)
+                keys = None if given is None or attend.indexer is None or attend.indexer.shared else given(
+                    i, attend.indexer.head_dim)  # fmt: skip
+                out = latent64(attend, index_feeds(attend, wired, selections.get(j), keys), block,
                                flips=r.index_flips(i) if r else (), ties=found)  # fmt: skip
                 attended, selections[j] = out["output"], out.get("index_selected", selections.get(j))
                 if r and found:  # its indexer's near ties, named as a router's are (``routing``)

@@ -5,9 +5,10 @@ our reading of its figure, here the step count one ahead, 1 + beta * log(2 + flo
 dropped (1 + beta * log(1 + pos / original)). The export runs once for the module in its own process (a dynamo export
 leaves fake tensors in transformers' modules): about 9 s of CPU, 30 to 40 s of wall time on a loaded 2-core machine.
 Mistral 4's (tiny, its latent attention and experts through batched_mm) is audited as it is: its rope slice, its
-softmax scale and each layer's query scale read as its config says. A dynamo export of Qwen2.5-VL's text model is not
-here: it costs about as much again (``tools/export_qwen_vl_text.py``,
-audited by hand: docs/reference/audit.md).
+softmax scale and each layer's query scale read as its config says; DeepSeek V3.2's (its experts through
+batched_mm) with its indexer's half-split rotation read as the indexer's, grafted and proven. A dynamo export of
+Qwen2.5-VL's text model is not here: it costs about as much again (``tools/export_qwen_vl_text.py``, audited by hand:
+docs/reference/audit.md).
 """  # noqa: D205
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Callable
 # How a model is exported where it differs: mistral4's experts through batched_mm (grouped_mm does not lower), its
 # class named (transformers 5.23's AutoModelForCausalLM has no mistral4 entry)
 HOW: dict[str, dict[str, Any]] = {"mistral4": {"batched_mm": True, "prelude": "transformers.AutoModelForCausalLM = "
-                                               "transformers.Mistral4ForCausalLM"}}  # fmt: skip
+                                               "transformers.Mistral4ForCausalLM"},
+                                  "deepseek_v32": {"batched_mm": True}}  # fmt: skip
 
 
 def _plant(model: Path, folder: Path, how: str) -> Path:
@@ -110,3 +112,23 @@ def test_mistral4s_export_is_read_with_its_rope_slice_softmax_and_query_scales(e
     assert named.pop("float32-angles")["severity"]["level"] == "harmless"  # its angles as transformers computes them
     assert not named and result.gate["passed"], [f["text"] for f in named.values()]
     read_right(result, "mistral4")  # each layer's rope slice, softmax scale and query scale, as the config says
+
+
+@pytest.mark.slow  # one dynamo export (module doc)
+def test_deepseek_v32s_export_reads_its_indexers_half_split_rotation_as_its_own_and_is_grafted_and_proven(
+        exported, tmp_path: Path) -> None:  # noqa: ANN001  # fmt: skip
+    # transformers' DeepseekV32ForCausalLM as torch.onnx exports it (no cache): one computed cos/sin, read by the
+    # attention's interleaved rotations and its indexer's half-split ones (which dev at 27f5bb9 named a pairing
+    # fault, and found no indexer rotation); each read on its layers with its own slice; float32 angles alone
+    ckpt, model = exported("deepseek_v32")
+    result = rx.audit(model, ckpt / "config.json")
+    assert sorted(f["name"] for f in result.findings) == ["float32-angles"] * 2, [f["text"] for f in result.findings]
+    assert result.gate["passed"] and sorted(bool(f.get("indexer")) for f in result.findings) == [False, True]
+    own = [s for s in result.sites if s.get("indexer")]
+    assert len(own) == 1 and own[0]["interleaved"] is False and own[0]["roles"] == {"0": ["k", "q"], "1": ["k", "q"]}
+    slices = {(s["layer"], s["role"], bool(s.get("indexer"))): s.get("channels") for s in result.layers["rope_slices"]}
+    last = {"q": list(range(8, 16)), "k": list(range(16, 24))}  # the attention's: each head's, kv_a_proj's last 8
+    wanted = {(i, r, False): last[r] for i in (0, 1) for r in "qk"}
+    assert slices == {(i, r, True): list(range(8)) for i in (0, 1) for r in "qk"} | wanted, slices
+    grafted = rx.graft(model, ckpt / "config.json", tmp_path / "fixed.onnx", checkpoint=ckpt)
+    assert grafted.proven and grafted.after is not None and grafted.after.verdict == "exact", grafted.to_dict()

@@ -33,11 +33,9 @@ NO_TENSORRT = ("gemma2", "deepseek_v3", "glm4_moe_lite", "mistral4", "deepseek_v
 # GLM-4.7-Flash's, Mistral 4's and DeepSeek V2's latent attention is DeepSeek V3's component, audited above in every
 # form: their decoders in one (CI time)
 ONE_FORM = {"glm4_moe_lite": "fused", "mistral4": "fused", "deepseek_v2": "fused"}
-# Not audited, nor proven, here: DeepSeek V3.2 and GLM-5. The audit does not know DeepSeek Sparse Attention's
-# indexer: it reads the indexer's half-split rotation (its own RotaryEmbedding in each layer) as a pairing fault
-# against the config's interleaved pairs (measured on deepseek_v32: "findings", one per layer; GLM-5's interleaved
-# indexer sites not run); the graft proof feeds no indexer key cache (past_key_values.{i}.index_key: refused by
-# name). Teaching both is not done.
+# DeepSeek V3.2 and GLM-5 are audited in tests/audits/test_audit_indexer.py (every form they build, exact): their
+# indexer layers read two rotary sites of one kind (the attention's and the indexer's), which the count of sites per
+# kind below does not take. Their graft proof (its indexer keys fed) is a row of PROVEN.
 NOT_AUDITED = ("deepseek_v32", "glm_moe_dsa")
 # Gemma 4 as 26B-A4B's shape (``tests.decoder.tiny.VARIANTS``: the dense tiny gemma4 with the mixture beside every
 # MLP) in place of the dense one: the same rotations, read among the router's, the experts' and their norms' nodes
@@ -113,7 +111,7 @@ def test_wrong_slopes_in_ropeexports_bloom_decoder_are_found_in_every_form(
 PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3", "gpt_oss")
 
 
-PROVEN = [name for name in CONFIGS if name not in NOT_AUDITED]
+PROVEN = list(CONFIGS)
 
 
 @pytest.mark.parametrize("name", tiered(PROVEN, lambda n: n in PROVEN_FAST), ids=PROVEN)

@@ -79,6 +79,7 @@ class Site:
     roles: dict[int, tuple[str, ...]] = field(default_factory=dict)  # layer -> ``q`` / ``k`` its rotations rotate
     only: bool = False  # graft rewires its readers only (other sites read its values otherwise)
     shared: str | None = None  # a node on the way to its rotations that other rotations read through too
+    indexer: bool = False  # every rotation reading it is DeepSeek Sparse Attention's indexer's (``audits.indexer``)
     rotations: list[Any] = field(default_factory=list, repr=False, compare=False)  # ``rotations.Rotation``
     values: tuple[ir.Value | None, ...] = field(default=(), repr=False, compare=False)
     readers: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
@@ -101,6 +102,8 @@ class Site:
             out["only"] = True
         if self.shared:
             out["shared"] = self.shared
+        if self.indexer:
+            out["indexer"] = True
         return out
 
     @classmethod
@@ -112,7 +115,8 @@ class Site:
                    record.get("graph", ""),
                    layers=None if record.get("layers") is None else tuple(record["layers"]),
                    functions=tuple(record.get("functions", ())), sign=int(record.get("sign", 1)),
-                   only=bool(record.get("only", False)), shared=record.get("shared"))  # fmt: skip
+                   only=bool(record.get("only", False)), shared=record.get("shared"),
+                   indexer=bool(record.get("indexer", False)))  # fmt: skip
 
 
 @dataclass

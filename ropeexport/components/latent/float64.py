@@ -136,21 +136,28 @@ def latent64(spec: LatentSpec, feeds: Feeds, weights: Mapping[str, np.ndarray], 
     return {"output": linear64(attended, w["o_proj"]), **present}
 
 
-def index_feeds(spec: LatentSpec, feeds: Feeds, selected: np.ndarray | None) -> Feeds:
-    """``feeds`` with what the layer's indexer reads beside them: an empty key cache ``past_index_key``
-    [b, 1, 0, D] (a recompute over no cache), or a shared layer's ``selected`` [b, 1, s, t] (the last full indexer
-    layer's ``index_selected``); ``feeds`` as given for a layer without an indexer. ValueError for a past cache (a
-    recompute with past keys has no indexer keys for them).
+def index_feeds(spec: LatentSpec, feeds: Feeds, selected: np.ndarray | None,
+                past_index_key: np.ndarray | None = None) -> Feeds:  # fmt: skip
+    """``feeds`` with what the layer's indexer reads beside them: its key cache ``past_index_key`` [b, 1, p, D] (the
+    one given beside a past cache, as the graft proof's random cached entries give one: ``audits.truth.Cache``; empty
+    over no cache), or a shared layer's ``selected`` [b, 1, s, t] (the last full indexer layer's
+    ``index_selected``); ``feeds`` as given for a layer without an indexer. ValueError for a past cache without its
+    indexer keys (a recompute with past keys has no indexer keys for them), or given keys of another length.
     """  # noqa: D205
     index = spec.indexer
     if index is None:
         return feeds
     past = next(np.asarray(feeds[n]).shape[2] for n in ("past_key", "past_latent") if n in feeds)
-    if past:
-        raise ValueError("a float64 recompute over past keys has no indexer keys for them: recompute the whole call")
     if index.shared:
         if selected is None:
             raise ValueError("a shared indexer layer reads a full indexer layer's selection: none came before it")
         return {**feeds, "index_selected": selected}
+    if past_index_key is not None:
+        if np.asarray(past_index_key).shape[2] != past:
+            raise ValueError(f"the indexer's key cache holds {np.asarray(past_index_key).shape[2]} entries where the "
+                             f"attention's holds {past}")  # fmt: skip
+        return {**feeds, "past_index_key": np.asarray(past_index_key, np.float64)}
+    if past:
+        raise ValueError("a float64 recompute over past keys has no indexer keys for them: recompute the whole call")
     b = np.asarray(feeds["hidden"]).shape[0]
     return {**feeds, "past_index_key": np.zeros((b, 1, 0, index.head_dim))}
