@@ -133,15 +133,15 @@ PLANTED = [
     Planted("v32-indexer-theta", "deepseek_v32", ("theta",), "the indexer on layers 0-1: theta 500000 where the "
             "config says 10000", 0.1, "proven", plant=plant.indexer_theta(5e5)),
     # Large 4's NoPE layer 3 given an indexer rotation (layer 0's), as an exporter rotating every indexer writes it;
-    # its learned query scale is unread as ever, and graft refuses it for that (test_audit_latent), so not run here
-    Planted("l4-indexer-on-nope-layer", "mistral_large4", ("nope-rotated", "learned-query-scale-unread"),
+    # (its learned query scale read right from the checkpoint beside the config: audits.learned_scale)
+    Planted("l4-indexer-on-nope-layer", "mistral_large4", ("nope-rotated",),
             "the indexer on layer 3 rotates where the config gives it no indexer rotation", 0.01, "",
             graph="decomposed", latent_cache=True, build=lambda: plant.rotated_nope_layer(3, 0)),
     # a scale between the indexer's projection and its rotation: the selection unchanged (a positive factor keeps
     # each query's order) but which channels it rotates cannot be read: said unread, never exact
     Planted("v32-slice-unread", "deepseek_v32", ("rope-slice-unread",), "the indexer on layers 0-1: which channels "
             "its query's rotation turns is not read (its values are not moved channels of the projection's output): "
-            "not checked", 0.0, "the indexer's rotation turns was not read", plant=plant.query_scaled_before_rotation),
+            "not checked", 0.0, "a rotation turns was not read", plant=plant.query_scaled_before_rotation),
 ]  # fmt: skip
 
 
