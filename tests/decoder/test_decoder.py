@@ -74,9 +74,10 @@ CASES = [(name, "fused") for name in CONFIGS if name != "mistral4"] + [
     ("mistral4", "gqa"),
     # DeepSeek V3.2 with the latent cache: the indexer's query over the query LoRA (Large 4's row: over the hidden
     # state) and its key cache beside the latent and rope key, as served (glm_moe_dsa's latent cache: the same
-    # component with its shared layer, which Large 4's row has; deepseek_v2's, gqa and latent: deepseek_v3's attention
-    # and kimi's latent row, its router the same ONNX ops in every form; CI time)
+    # component with its shared layer, which Large 4's row has; CI time)
     ("deepseek_v32", "decomposed"),
+    # (deepseek_v2's gqa and latent-cache forms: deepseek_v3's attention, in its gqa and kimi's latent rows, and its
+    # router the same ONNX ops in every form; CI time)
 ]
 # Decoders whose query scale follows position_ids where transformers' follows the cache slot (Llama 4's temperature:
 # architectures.llama4_text): compared with transformers only where each row's positions are its slots (no left
@@ -186,8 +187,8 @@ def test_fp16_gpt_oss_is_judged_against_the_routing_it_took(tmp_path: Path, tiny
 # on layer 2 in decode-64 and a router's on layer 1 in far-positions; mistral_large4 with the latent cache, the
 # indexer's on its NoPE layer 3 in chunked-prefill). Each flip is named (an indexer's with the key it took in and the
 # key it left out) and every call that took it passes within fp16's bound of the float64 recompute with that selection
-# taken. transformers is not run: in fp16 its figures are reported, not judged (by hand, its fp16 logits were 0.56 and
-# 1.3 of the logit scale from these builds', which were within 4.4e-3 and 6.6e-3 of float64; decoders.md says more).
+# taken. transformers is not run: in fp16 its figures are reported, not judged (by hand, its fp16 logits were 1.3 and
+# 0.56 of the logit scale from these builds', which were within 6.6e-3 and 4.4e-3 of float64; decoders.md says more).
 # deepseek_v32's fp16 indexer tie: tests/decoder/test_routing.py.
 # (checkpoint, form, build options, the kinds of flip taken)
 FP16_TIES = [
