@@ -60,12 +60,14 @@ class Case(NamedTuple):
 # cannot run (ORT's CPU provider verifies instead: the fallback; still exit 3).
 # glm4_moe_lite's layers are deepseek_v3's (latent attention, the grouped mixture), run here on both: left out (CI
 # time); so are mistral4's and deepseek_v2's (the same components; their routers' Softmax and group TopK, and
-# mistral4's query scale, not run on onnx.reference here); deepseek_v32's and glm_moe_dsa's too, with the indexer
-# (TopK, ScatterElements) besides: left out (CI time; not run on onnx-reference)
+# mistral4's query scale, not run on onnx.reference here). DeepSeek Sparse Attention's indexer (TopK, ScatterElements)
+# on both in one row: glm_moe_dsa decomposed (its shared indexer layer; the expanded cache's decomposed form, which no
+# other row builds with the indexer); deepseek_v32's fused form is the same component (CI time)
 SAME_LAYERS = ("glm4_moe_lite", "mistral4", "deepseek_v2", "deepseek_v32", "glm_moe_dsa")
 CASES = [Case(name, "fused") for name in CONFIGS if name not in SAME_LAYERS] + [
     Case("llama", "decomposed"),
     Case("gemma2", "decomposed"),
+    Case("glm_moe_dsa", "decomposed"),
     Case("gptj", "tensorrt"),
     Case("gpt_oss", "tensorrt"),
     Case("phi3-longrope", "fused", dtype="fp16"),

@@ -1,9 +1,10 @@
-"""Decoders with a mixture of experts in int4 (issue 40 item 3): gpt-oss, Qwen3-MoE, DeepSeek V3 and Llama 4 built,
+"""Decoders with a mixture of experts in int4 (issue 40 item 3): gpt-oss, Qwen3-MoE, DeepSeek V3, Mistral Small 4,
+DeepSeek V3.2 and Llama 4 built,
 each judged against the float64 truth of its own dequantized weights (one short scenario: a prefill of two rows, then
 greedy steps; routing near ties handled as every mixture's are) with the quantization cost reported apart, and each
 graph holding its experts as it says: QMoE where ONNX Runtime's kernel computes them (the gqa form, a block dividing
 both widths, a router QMoE weighs as the model does: gpt-oss's, DeepSeek's), else one MatMulNBits per expert, never
-a float expert weight.
+a float expert weight; an indexer's ``wq_b`` and ``wk`` a MatMulNBits each.
 
 Case table: (tiny checkpoint, dtype, form, block size, what holds the experts).
 """  # noqa: D205
@@ -18,6 +19,7 @@ from typing import Any
 import onnx
 import pytest
 
+from ropeexport.architectures.feedforward import GROUPED_ROUTERS
 from ropeexport.components.moe import MoESpec
 from ropeexport.decoder.build import DecoderRequest, resolve
 from ropeexport.decoder.checkpoint import load_checkpoint
@@ -37,6 +39,12 @@ CASES = [
     ("qwen3_moe-norm", "fp32", "gqa", 16, "MatMulNBits"),  # inner 24: no block of 16 or more divides it
     ("deepseek_v3", "fp32", "decomposed", 32, "MatMulNBits"),  # the grouped router's portable graph
     ("deepseek_v3", "fp16", "gqa", 16, "QMoE"),  # its routing weights handed to QMoE (components.grouped_qmoe)
+    # the softmax grouped router's weights (renormalized, times 2) handed to QMoE as deepseek_v3's are, beside the query
+    # scale (deepseek_v2's softmax kind takes the same path, not renormalized: tests/components/test_qmoe.py; CI time)
+    ("mistral4", "fp32", "gqa", 16, "QMoE"),
+    # DeepSeek Sparse Attention in int4: the indexer's projections quantized beside the experts (GLM-5's indexer is
+    # the same component: CI time); the gqa form, QMoE's, is refused with the indexer
+    ("deepseek_v32", "fp32", "fused", 32, "MatMulNBits"),
     ("llama4", "fp32", "gqa", 16, "MatMulNBits"),  # the router scales each expert's input: no QMoE form
 ]
 _PER_EXPERT = re.compile(r"experts_(gate_up|down)_proj\.\d+_Q4$")
@@ -59,7 +67,13 @@ def test_int4_experts_are_faithful_to_their_dequantized_weights(name: str, dtype
     per_expert = [n for n in model.graph.node if n.op_type == "MatMulNBits" and _PER_EXPERT.search(n.input[1])]
     assert ops["QMoE"] == (len(mixtures) if holder == "QMoE" else 0) and ops["MoE"] == 0
     assert len(per_expert) == (0 if holder == "QMoE" else 2 * experts * len(mixtures))
-    assert all(isinstance(mlp_spec(spec, i), MoESpec) == (name != "deepseek_v3") for i in mixtures)
+    assert all(isinstance(mlp_spec(spec, i), MoESpec) == (spec.layers[i].ffn.router not in GROUPED_ROUTERS)
+               for i in mixtures)  # fmt: skip
+    # each indexer of its own: its query and key projections a MatMulNBits each (weights_proj stays in the dtype)
+    indexers = [i for i, layer in enumerate(spec.layers) if layer.attention.index_topk
+                and not layer.attention.index_shared]  # fmt: skip
+    quantized = [n.input[1] for n in model.graph.node if n.op_type == "MatMulNBits" and "/indexer/" in n.input[1]]
+    assert sorted(quantized) == sorted(f"layers.{i}/latent/indexer/{w}_Q4" for i in indexers for w in ("wq_b", "wk"))
     # no float weight of an expert: every tensor named for one is packed uint8, its scales, or a bias
     floats = [t.name for t in model.graph.initializer if "experts_" in t.name and "_proj" in t.name
               and t.data_type != onnx.TensorProto.UINT8 and not t.name.endswith(("_scales", "_experts", "_each"))]

@@ -273,12 +273,17 @@ LATENT_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
                                                "original_max_position_embeddings": 32, "beta_fast": 32.0,
                                                "beta_slow": 1.0, "attention_factor": 1.0}}),
 }  # fmt: skip
+# Its twin with no shared latent cache (kv_source_layers [0, 1, 2, 3], MistralLarge4TextConfig's default: each layer its
+# own), every other field and the seed the same: the expanded-cache forms, which a reusing layer refuses, build on it
+LATENT_TEXT["mistral_large4-unshared"] = ("mistral_large4_text", {**LATENT_TEXT["mistral_large4"][1],
+                                                                  "kv_source_layers": [0, 1, 2, 3]})  # fmt: skip
+_PIXTRAL_L4 = {"vision_config": {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 32,
+                                 "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 8, "image_size": 28,
+                                 "patch_size": 14}}  # fmt: skip
 WRAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     # Mistral Large 4: Mistral's own checkpoint format (transformers 5.23 saves it so), a one-layer Pixtral tower
-    "mistral_large4": ("mistral_large4", "mistral_large4", {
-        "vision_config": {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 32,
-                          "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 8, "image_size": 28,
-                          "patch_size": 14}}),
+    "mistral_large4": ("mistral_large4", "mistral_large4", _PIXTRAL_L4),
+    "mistral_large4-unshared": ("mistral_large4", "mistral_large4-unshared", _PIXTRAL_L4),
     "gemma3-multimodal": ("gemma3", "gemma3", {
         "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
                           "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
@@ -344,7 +349,8 @@ def checkpoint(folder: Path, name: str, seed: int = 0, max_shard_size: str | Non
     """  # noqa: D205
     torch.manual_seed(seed)
     # Mistral 3, Gemma 4 and Qwen-VL: their ForConditionalGeneration, as their checkpoints are saved
-    whole = ("mistral3-multimodal", "mistral3-mistral4", "gemma4-multimodal", "mistral_large4")
+    whole = ("mistral3-multimodal", "mistral3-mistral4", "gemma4-multimodal", "mistral_large4",
+             "mistral_large4-unshared")  # fmt: skip
     auto = transformers.AutoModelForImageTextToText if name in whole or name in VL_CONFIGS else (
         transformers.AutoModelForCausalLM)  # fmt: skip
     config = hf_config(name)
