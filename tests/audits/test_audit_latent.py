@@ -105,6 +105,21 @@ def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_sca
                      ("learned-query-scale-unread", False)], result.findings  # fmt: skip
 
 
+
+@pytest.mark.parametrize("graph", ["fused", "decomposed"])
+def test_mistral_large4s_expanded_forms_audit_exact_on_its_unshared_twin(graph: str, tmp_path: Path,
+                                                                        tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
+    # The expanded cache's forms (fused: the Attention operator; decomposed: Softmax), which the suite's Large 4
+    # refuses by name (its reusing layer), built on its twin with kv_source_layers [0, 1, 2, 3] (tests/decoder/tiny.py,
+    # the config's default): the learned query scale, LeRoPE's alpha and the indexer read from the checkpoint beside
+    # the config, every rotation right, layer 3 NoPE (1.0-1.4 s a form, measured by hand)
+    ckpt = tiny_checkpoint("mistral_large4-unshared")
+    result = rx.audit(built(ckpt, tmp_path / "decoder", graph), ckpt / "config.json", effects=False)
+    assert result.verdict == "exact" and not result.findings, result.findings
+    assert result.layers["unrotated"] == [3], result.layers
+    # the indexer's interleaved pairs on layers 0 and 2 (layer 1's selection shared, layer 3 NoPE): audits.indexer
+    assert result.layers["indexer"] == {"0": "interleaved", "2": "interleaved"}, result.layers
+
 # --- planted bugs --------------------------------------------------------------------------------------------------
 
 
