@@ -54,8 +54,10 @@ class LayerShape:
 
     geometry: tuple[int, int, int]
 
-    def cache_shapes(self, graph: str = "") -> tuple[tuple[int, int], tuple[int, int]]:
-        """((KV heads, head_dim) of the cached key, of the value): ``LayerSpec.cache_shapes`` of a standard layer."""
+    def cache_shapes(self, graph: str = "", cache: str = "expanded") -> tuple[tuple[int, int], tuple[int, int]]:
+        """((KV heads, head_dim) of the cached key, of the value): ``LayerSpec.cache_shapes`` of a standard layer
+        (whatever ``cache``: no latent layer).
+        """  # noqa: D205
         _, kv, d = self.geometry
         return (kv, d), (kv, d)
 

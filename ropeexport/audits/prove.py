@@ -120,6 +120,7 @@ class Feeder:
                             or any(len(kv) != 2 for kv in self.cached.values())):  # fmt: skip
             raise SpecError("model", f"{str(path)!r} has cache inputs for layers {sorted(self.cached)}, the config "
                             f"has {spec.num_layers} layers (each needs a .key and a .value)")  # fmt: skip
+        self.cache = Cache.form(spec, self.cached, path)  # its cache inputs' form: ``expanded`` or ``latent``
         self.kept: dict[int, int] = {}  # layer -> the entries it keeps of its cache (``keeps``)
         self.mask = "attention_mask" in inputs
         self.positions = "position_ids" in inputs
@@ -140,11 +141,8 @@ class Feeder:
                             None) for layer in self.cached}  # fmt: skip
         if not self.cached or any(i is None for i in back.values()):
             return
-        shapes = {i: self.spec.layers[i].cache_shapes(self.spec.graph) for i in self.cached}  # key's, value's
-        empty = [(np.zeros((1, shapes[i][0][0], 0, shapes[i][0][1]), np.float32),
-                  np.zeros((1, shapes[i][1][0], 0, shapes[i][1][1]), np.float32)) for i in sorted(self.cached)]
         ids = np.ones((1, TOKENS), np.int64)
-        got = session.run(None, self.feeds(ids, 0, empty))
+        got = session.run(None, self.feeds(ids, 0, Cache(self.spec, 0, 0, cache=self.cache)))
         for layer, index in back.items():
             length = np.asarray(got[index]).shape[2]
             if length < TOKENS:
@@ -173,7 +171,7 @@ class Feeder:
         total = 0
         for layer, kv in self.cached.items():
             size = 2 if "float16" in kv["key"].type else 4
-            shapes = self.spec.layers[layer].cache_shapes(self.spec.graph)  # the key's, value's (, indexer keys')
+            shapes = self.spec.layers[layer].cache_shapes(self.spec.graph, self.cache)  # key's, value's (, indexer's)
             width = sum(heads * w for heads, w in shapes)  # an indexer's keys among them (``cache_shapes``)
             total += width * size * (2 * past + n)
         return total
@@ -286,7 +284,8 @@ class DecoderProof:
             raise SpecError("checkpoint", f"{str(checkpoint)!r} has a vocabulary of {self.spec.vocab_size} tokens but "
                             f"{str(model)!r} gives {width} logits per token: not the checkpoint the model was "
                             "exported from")  # fmt: skip
-        Feeder(declared, self.spec, model)  # the inputs are checked now, not after the graft is written
+        # the inputs are checked now, not after the graft is written; its cache's form the one every call is given
+        self.cache = Feeder(declared, self.spec, model).cache
         self.tolerance = self.truth.tolerance
         self.source = self.truth.source
         self.checkpoint = str(checkpoint)
@@ -305,7 +304,7 @@ class DecoderProof:
 
     def _call(self, index: int, past: int, how: str) -> Call:
         """Call ``index`` as ``how`` places it (``truth.Call``)."""
-        return Call(index, past, how, call_ids(self.spec.vocab_size, index, past, how))
+        return Call(index, past, how, call_ids(self.spec.vocab_size, index, past, how), self.cache)
 
     def _truth(self, wanted: list[Call]) -> None:
         """float64 logits [n, vocab] of each call not yet computed, all in one go (the oracle: one pass over the
@@ -321,8 +320,8 @@ class DecoderProof:
         empty cache where the model has one), or the whole sequence after none.
         """  # noqa: D205
         if call.how == "cache":
-            return feeder.feeds(call.ids, call.past, Cache(self.spec, call.index, call.past))
-        empty = Cache(self.spec, call.index, 0)
+            return feeder.feeds(call.ids, call.past, Cache(self.spec, call.index, call.past, cache=call.cache))
+        empty = Cache(self.spec, call.index, 0, cache=call.cache)
         return feeder.feeds(call.ids, 0, empty, start=call.past if call.how == "positions" else 0)
 
     def judge(self, path: Path) -> list[dict[str, Any]]:

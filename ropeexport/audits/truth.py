@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ropeexport.audits.axes import AXES, call_positions
+from ropeexport.errors import SpecError
 
 TOKENS = 8  # the tokens of a call judged
 WHOLE = 4096  # the longest sequence a ``whole`` call feeds (the truth's eager attention is quadratic in it)
@@ -46,6 +47,7 @@ class Call:
     past: int
     how: str
     ids: np.ndarray
+    cache: str = "expanded"  # the form of its cached entries (``Cache``): the model's, read from its inputs
 
 
 def call_ids(vocab: int, index: int, past: int, how: str) -> np.ndarray:
@@ -59,16 +61,20 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
     """Per layer the (key, value) [1, KV, past, d] cached before call ``index``: std 1, drawn when asked for from a
     generator seeded by the call and the layer (the model and the recompute get the same values), in ``dtype``.
     The recompute asks for one layer's at a time (float64); the model takes them all at once (float32).
+    ``cache`` ``latent``: a latent layer's pair is its latent cache instead (``LayerSpec.cache_shapes``), the normed
+    latent [1, 1, past, kv_lora_rank] and the rotated rope key [1, 1, past, rope], which the recompute expands
+    through kv_b_proj as the model does (``components.latent.float64``).
     """  # noqa: D205
 
-    def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32) -> None:
-        self.spec, self.call, self.past, self.dtype = spec, index, past, dtype
+    def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32, cache: str = "expanded") -> None:
+        self.spec, self.call, self.past, self.dtype, self.cache = spec, index, past, dtype, cache
 
     def __getitem__(self, layer: Any) -> Any:
         if not isinstance(layer, int) or not 0 <= layer < len(self):
             raise IndexError(layer)
         # an indexer's keys, cached third, are drawn apart (``index_key``)
-        (key_heads, key_width), (value_heads, value_width), *_ = self.spec.layers[layer].cache_shapes(self.spec.graph)
+        (key_heads, key_width), (value_heads, value_width), *_ = self.spec.layers[layer].cache_shapes(
+            self.spec.graph, self.cache)  # fmt: skip
         rng = np.random.default_rng((self.call, layer))
         # key then value from one generator: the draws a standard layer's [2, 1, KV, past, d] gave, in that order
         k = rng.standard_normal((1, key_heads, self.past, key_width), dtype=np.float32)
@@ -78,6 +84,35 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
     def __len__(self) -> int:
         return int(self.spec.num_layers)
 
+    @staticmethod
+    def form(spec: Any, cached: Mapping[int, Mapping[str, Any]], model: Path) -> str:
+        """The form of a model's cache inputs (``cached``: per layer its ``key`` and ``value`` input, each with a
+        name and a declared shape [batch, heads, past, width]): ``latent`` where the latent layers' are their latent
+        cache (the normed latent [batch, 1, past, kv_lora_rank] and the rotated rope key [batch, 1, past, rope]:
+        ``LayerSpec.cache_shapes``), else ``expanded``. SpecError naming the first layer's inputs whose fixed heads
+        or width are neither's (ONNX Runtime would refuse what a ``Cache`` of either form draws for them).
+        """  # noqa: D205
+
+        def shapes(layer: int, form: str) -> list[tuple[int, int]]:  # (heads, width) of its key's, of its value's
+            return list(spec.layers[layer].cache_shapes(spec.graph, form))[:2]
+
+        def fit(form: str) -> list[int]:  # the layers whose key and value inputs take the form's shapes
+            return [layer for layer, kv in sorted(cached.items()) if all(_fits(kv[tail].shape, shape) for tail, shape
+                                                                         in zip(("key", "value"), shapes(layer, form),
+                                                                                strict=True))]  # fmt: skip
+
+        expanded, latent = fit("expanded"), fit("latent")
+        # the form more layers take (a standard layer takes both): a layer that takes it not is named
+        form, fits = ("latent", latent) if len(latent) > len(expanded) else ("expanded", expanded)
+        odd = next((layer for layer in sorted(cached) if layer not in fits), None)
+        if odd is not None:
+            key, value = cached[odd]["key"], cached[odd]["value"]
+            raise SpecError("model", f"{str(model)!r} has cache inputs {key.name} {list(key.shape)} and "
+                            f"{value.name} {list(value.shape)}: the decoder proof feeds layer {odd} (heads, width) "
+                            f"{shapes(odd, 'expanded')} (its keys and values) or, a latent layer, "
+                            f"{shapes(odd, 'latent')} (its latent and rotated rope key)")  # fmt: skip
+        return form
+
     def index_key(self, layer: int, width: int) -> np.ndarray:
         """Layer ``layer``'s indexer keys [1, 1, past, width] cached before the call (DeepSeek Sparse Attention's
         ``past_key_values.{i}.index_key``: ``width`` its index_head_dim, the model's input's last axis): std 1, from a
@@ -85,6 +120,12 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
         """  # noqa: D205
         rng = np.random.default_rng((self.call, layer, 1))
         return rng.standard_normal((1, 1, self.past, width), dtype=np.float32).astype(self.dtype, copy=False)
+
+
+def _fits(declared: Any, shape: tuple[int, int]) -> bool:
+    """Whether an input declared [batch, heads, past, width] takes (heads, width) (a named axis takes any)."""
+    dims = list(declared)
+    return len(dims) == 4 and all(not isinstance(d, int) or d == w for d, w in zip(dims[1::2], shape, strict=True))
 
 
 class ProofWeights(Mapping[str, np.ndarray]):
@@ -207,7 +248,7 @@ class OracleTruth:
         pos = np.arange(start, start + n, dtype=np.int64).reshape(1, n)
         if self.spec.positions.axes == AXES:  # M-RoPE: the call's image grid, as the model is fed (``axes``)
             pos = call_positions(start, n)
-        cache = Cache(self.spec, call.index, call.past, np.float64) if call.how == "cache" else None
+        cache = Cache(self.spec, call.index, call.past, np.float64, call.cache) if call.how == "cache" else None
         mask = np.ones((1, n + (call.past if cache is not None else 0)), np.int64)
         return Feed(call.ids, pos, mask, n - TOKENS, cache)
 

@@ -152,7 +152,8 @@ class Stage:
 class Feed:
     """One call to recompute: the sequence so far (input_ids [b, s], position_ids [b, s] or M-RoPE's [3, b, s];
     attention_mask [b, p + s]), the slots whose logits are wanted ([first, s)), and ``past``: per layer the (key,
-    value) [b, KV, p, d] cached before it, given rather than recomputed (None: none).
+    value) [b, KV, p, d] cached before it, given rather than recomputed (None: none; the graft proof's latent cache:
+    ``audits.truth.Cache``, a latent layer's pair its latent and rotated rope key [b, 1, p, *], its twin expands).
     """  # noqa: D205
 
     input_ids: np.ndarray
@@ -264,19 +265,24 @@ def decoders_float64(
         block = w.block()  # the attention's weights: gone once every feed has passed it (``phases``)
         latent = layer.attention.kind == "latent"  # its twin holds the cache unpadded (the decomposed form's)
         attend = latent_spec(spec, i, pieces[i], "decomposed") if latent else attention_spec(spec, i, pieces[i])
+        given = latent_spec(spec, i, pieces[i], "decomposed", "latent") if latent else None  # over a latent past
         reads = layer.attention.kv_from  # another layer's keys and values (Gemma 4): its cache and new ones
         # A feed through the layer, paused at its feed-forward (``Pass``, ``_forward``); the layer's values bound as
         # defaults: each pass runs to its end within this iteration.
         def through(j: int, feed: Feed, i: int = i, layer: Any = layer, w: dict[str, np.ndarray] = w,
                     block: dict[str, np.ndarray] = block, attend: Any = attend, reads: int | None = reads,
-                    shapes: tuple[int, ...] = (key_heads, key_width, value_heads, value_width)) -> Pass:  # fmt: skip
+                    shapes: tuple[int, ...] = (key_heads, key_width, value_heads, value_width),
+                    given: LatentSpec | None = given) -> Pass:  # fmt: skip
             h = hs[j]
             x = normed(h, w, "norm1") if "norm1" in layer.norms else h  # the post residual has no norm before
             b = feed.input_ids.shape[0]
             key, value = ((np.zeros((b, shapes[0], 0, shapes[1])), np.zeros((b, shapes[2], 0, shapes[3])))
                           if feed.past is None else feed.past[i if reads is None else reads])  # fmt: skip
+            expands = given is not None and getattr(feed.past, "cache", "") == "latent"  # the proof's: ``truth.Cache``
+            attend = given if expands else attend  # its twin over the latent cache expands what it is given
+            names = ("past_latent", "past_rope_key") if expands else ("past_key", "past_value")
             wired = {"hidden": x, "position_ids": feed.position_ids, "attention_mask": feed.attention_mask,
-                     "past_key": key, "past_value": value}  # fmt: skip
+                     names[0]: key, names[1]: value}  # fmt: skip
             wired |= {} if reads is None else shared[reads][j]
             if isinstance(attend, LatentSpec):  # its indexer's selection read by the next shared ones (GLM-5)
                 r = routings[j]
@@ -375,13 +381,8 @@ def chained(spec: DecoderSpec, feeds: Sequence[Feed], pieces: Pieces) -> list[li
     return chains
 
 
-def chained_float64(
-    spec: DecoderSpec,
-    weights64: Mapping[str, np.ndarray],
-    feeds: Sequence[Feed],
-    pieces: Pieces,
-    on_layer: Callable[[int], None] | None = None,
-) -> list[np.ndarray]:
+def chained_float64(spec: DecoderSpec, weights64: Mapping[str, np.ndarray], feeds: Sequence[Feed], pieces: Pieces,
+                    on_layer: Callable[[int], None] | None = None) -> list[np.ndarray]:  # fmt: skip
     """``decoders_float64`` of ``feeds`` (no past, no routing), each run of feeds that extend one another computed
     once, as its last feed with the first slot any of them asks for (module doc); per feed its logits
     [b, s - first, vocab].

@@ -159,10 +159,11 @@ def indexer_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None) -> Inde
 
 
 def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: str | None = None,
-                index: PositionPiece | None = None) -> LatentSpec:  # fmt: skip
+                cache: str | None = None, index: PositionPiece | None = None) -> LatentSpec:  # fmt: skip
     """Layer i's latent attention (``components.latent``) over the decoder's cache (``DecoderSpec.cache``) in its
     form, or over the expanded cache in ``graph`` (the float64 recompute's: unpadded, any form but gqa; the twin of
-    the absorbed latent graph is the plain attention it rewrites): its widths, the logit scale
+    the absorbed latent graph is the plain attention it rewrites; ``cache`` ``latent``: over the latent cache, the
+    graft proof's random latent entries expanded by the twin as the model expands them): its widths, the logit scale
     (YaRN's mscale squared in it), ``piece`` rotating the rope slice. The LoRA norms are RMSNorms at the
     architecture's ``latent_norm_eps``: 1e-6 whatever the config's rms_norm_eps for DeepSeek V3 (transformers'
     ``DeepseekV3RMSNorm(q_lora_rank)`` and ``(kv_lora_rank)``), the model's for Mistral Large 4.
@@ -184,7 +185,7 @@ def latent_spec(spec: DecoderSpec, i: int, piece: PositionPiece | None, graph: s
                       kv_sharing=sharing_modes(spec.layers)[i],
                       q_lora_rank=a.q_lora_rank, scale=a.scale, dtype=spec.dtype,
                       graph=spec.graph if graph is None else graph, position=piece, weights=weight_format(spec),
-                      cache=spec.cache if graph is None else "expanded", query_scale=scaled,
+                      cache=cache or (spec.cache if graph is None else "expanded"), query_scale=scaled,
                       indexer=indexer_spec(spec, i, index))  # fmt: skip
 
 

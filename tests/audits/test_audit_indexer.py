@@ -119,10 +119,9 @@ PLANTED = [
     Planted("glm-half-decomposed", "glm_moe_dsa", ("pairing",), f"the indexer on layers 0, 2: channels paired as "
             f"{HALVES} (read from its rotations) where the config's indexer pairs {PAIRS}", 0.1, "proven",
             graph="decomposed", edit=plant.layout("half")),
-    # the latent cache form: named alike; its graft not proven here (the proof draws every latent model's cache in the
-    # expanded shapes: ONNX Runtime refuses the call, indexer or not)
+    # the latent cache form: named alike, and grafted proven (the proof feeds its latent cache: ``truth.Cache``)
     Planted("glm-half-latent-cache", "glm_moe_dsa", ("pairing",), f"the indexer on layers 0, 2: channels paired as "
-            f"{HALVES} (read from its rotations) where the config's indexer pairs {PAIRS}", 0.1, "",
+            f"{HALVES} (read from its rotations) where the config's indexer pairs {PAIRS}", 0.1, "proven",
             graph="decomposed", latent_cache=True, edit=plant.layout("half")),
     # the indexer's rope on its nope part (transformers splits q_rot first, the attention's rope part last)
     Planted("v32-rope-on-nope-part", "deepseek_v32", ("rope-slice",), "the indexer on layers 0-1 rotates its "

@@ -83,6 +83,53 @@ def test_the_latent_cache_form_audits_exact_with_its_rope_slice_read(tmp_path: P
     read_right(result, "deepseek_v3")
 
 
+@pytest.mark.parametrize("zeroed", ["key", "value"])
+def test_the_graft_proof_feeds_the_latent_cache_and_fails_when_it_is_not_the_truths(
+        zeroed: str, tmp_path: Path, tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001  # fmt: skip
+    # the latent-cache build passes the proof (test_audit_own_decoders' PROVEN; before, ONNX Runtime refused the
+    # expanded cache it was fed, a traceback); here what it feeds, the latent [1, 1, p, 16] as .key and the rotated
+    # rope key [1, 1, p, 8] as .value, and the control: the same build fed zeros in one of them where the recompute
+    # is given random entries fails, so the pass reads each of the two
+    from ropeexport.audits import prove
+
+    ckpt = tiny_checkpoint("deepseek_v3")
+    model = built(ckpt, tmp_path, "decomposed", latent_cache=True)
+    proof = prove.DecoderProof(ckpt / "config.json", ckpt, model)
+    fed = prove.Feeder(prove.Signature(model), proof.spec, model)
+    feeds = fed.feeds(np.ones((1, 8), np.int64), 5, prove.Cache(proof.spec, 0, 5, cache=fed.cache))
+    assert fed.cache == "latent" and {n: v.shape for n, v in feeds.items() if n.startswith("past")} == {
+        f"past_key_values.{i}.{t}": (1, 1, 5, w) for i in (0, 1) for t, w in (("key", 16), ("value", 8))}  # fmt: skip
+    assert all(v.std() > 0.5 for n, v in feeds.items() if n.startswith("past")), feeds  # std 1, not zeros
+    given = prove.Feeder.feeds
+
+    def zeros(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return {k: v * 0 if k.endswith(f".{zeroed}") else v for k, v in given(self, *args, **kwargs).items()}
+
+    monkeypatch.setattr(prove.Feeder, "feeds", zeros)
+    run = proof.run({"built": model})
+    assert not run["passed"]["built"], run
+
+
+def test_a_cache_input_of_neither_form_is_refused_by_the_proof_in_one_line(tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001
+    # a latent cache input declared 12 wide (the latent is 16): neither the expanded cache nor the latent one, which
+    # ONNX Runtime would refuse as a traceback when the proof feeds it; said as the proof reads the model's inputs
+    # (before any session: graft asks this before it writes anything)
+    from ropeexport.audits.prove import DecoderProof
+
+    ckpt = tiny_checkpoint("deepseek_v3")
+    model = built(ckpt, tmp_path, "decomposed", latent_cache=True)
+    proto = onnx.load(str(model), load_external_data=False)
+    (latent,) = [i for i in proto.graph.input if i.name == "past_key_values.1.key"]
+    latent.type.tensor_type.shape.dim[3].dim_value = 12
+    onnx.save(proto, str(model))
+    with pytest.raises(rx.errors.SpecError) as refused:
+        DecoderProof(ckpt / "config.json", ckpt, model)
+    said = str(refused.value)
+    assert "\n" not in said and "past_key_values.1.key ['batch', 1, 'past', 12]" in said, said
+    assert "layer 1 (heads, width) [(4, 16), (4, 8)] (its keys and values) or, a latent layer, [(1, 16), (1, 8)]" in (
+        said), said  # fmt: skip
+
+
 def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_scale_read_beside_the_config(
         tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
     # LeRoPE's alpha is the checkpoint's (lerope.alpha), not the config's: read from the checkpoint beside config.json
