@@ -13,7 +13,8 @@ runs in ORT on the same call, one model's session at a time. A call's n tokens s
   recompute is given the same ones, drawn per call and layer: ``Cache``), an attention_mask of ones over p + n
   slots, and position_ids p .. p + n - 1 where it takes them (DeepSeek Sparse Attention's indexer keys,
   ``past_key_values.{i}.index_key`` [b, 1, p, D], their own p random keys: ``Cache.index_key``, D read from the
-  input's shape, the recompute given the same); such a call whose cache, given and given back, would
+  input's shape, the recompute given the same; a latent-cache model's latent layers their latent and rotated rope key,
+  ``Cache.form``, which the recompute expands through kv_b_proj); such a call whose cache, given and given back, would
   pass ``cache_gib`` (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run,
   and says why (the verdict is then ``partial``, never ``proven``: proven up to the last position of the calls run);
 - against transformers, which runs without a cache and so never sees random entries, no model is fed any: the n
