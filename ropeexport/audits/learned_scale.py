@@ -14,9 +14,10 @@ only shape or cast it, ``SHAPING``) by a log of the position (``log_of``: a ``Ga
 H values after it (the bias; none found: no bias added). Its layer is its name's or module path's (``layers.layer_of``);
 it is the indexer's when either says ``indexer``. Checked in float64 per layer and head, each value within two units of
 its stored dtype of the checkpoint's value rounded once to that dtype: the scale, the bias, and the log at every
-position 0 .. max_positions - 1 against log(p + 1) (``query_scale._close``). The attention's factor must also multiply
-the layer's query rotation (``slices``' reading of it, ``_applied``): after it, before the query meets a key, or
-before it, after the projection; not traced: the nope half alone, a NoPE layer's query, the indexer's query.
+position 0 .. max_positions - 1 against log(p + 1) (``query_scale._close``). The attention's factor, and the
+indexer's, must also multiply that part's query rotation (``slices``' reading of it, ``_applied``): after it, before
+the query meets a key, or before it, after the projection; not traced: the nope half alone, a NoPE layer's query (no
+rotation to follow).
 
 - ``learned-query-scale``: a scale, a bias or the log's position step other than the checkpoint's (the words say
   the layers, the part, the heads, what the graph holds and what the checkpoint holds), or a factor right but not
@@ -48,8 +49,8 @@ PARTS = {"attention": ("q_scale", "q_scale_bias"), "indexer": ("indexer.q_scale"
 # where a query's path ends: it meets a key (forward) or its projection (backward)
 MEETS = {"MatMul", "Gemm", "MatMulNBits", "Einsum", "Softmax", "Attention", "GroupQueryAttention", "MultiHeadAttention",
          "Shape"}  # fmt: skip
-NOT_APPLIED = ("its query rotation's output reaches the attention without the factor (a half or all of the query "
-               "unscaled)")  # fmt: skip
+NOT_APPLIED = ("its query rotation's output reaches the query . key product without the factor (a half or all of the "
+               "query unscaled)")  # fmt: skip
 FOUND_AS = ("ropeexport reads a Mul of H constants by a log of position_ids (a gathered table or a Log), then an Add "
             "of H constants")  # fmt: skip
 
@@ -269,10 +270,10 @@ def findings(model: ir.Model, hf_config: str | Path | None, sites: list[Site]) -
     spec, weights = read
     positions = spec.position_spec().max_positions
     graph: dict[tuple[int | None, str], list[Factor]] = {}
-    rotations: dict[int | None, list[ir.Value]] = {}  # each layer's query rotations' inputs
+    rotations: dict[tuple[int | None, str], list[ir.Value]] = {}  # each layer's and part's query rotations' inputs
     for layer, role, own, inputs in _rotations(model, sites):
-        if role == "q" and not own:  # the attention's query (the indexer's has its own factor, not traced)
-            rotations.setdefault(layer, []).extend(inputs)
+        if role == "q":  # the attention's query, or the indexer's (own: its own factor)
+            rotations.setdefault((layer, "indexer" if own else "attention"), []).extend(inputs)
     for read_one in factors(model, positions):  # each copy checked (a graph may compute one factor more than once)
         graph.setdefault((read_one.layer, read_one.part), []).append(read_one)
     groups: dict[str, list[int]] = {}
@@ -291,7 +292,7 @@ def findings(model: ir.Model, hf_config: str | Path | None, sites: list[Site]) -
                     for words in (_compare("scale", factor.scale, scale, keys[0]),
                                   _compare("bias", factor.bias, bias, keys[1]), _log_words(factor.log))
                     if words}  # fmt: skip
-            if part == "attention" and i in rotations and not any(_applied(rotations[i], f) for f in graph[i, part]):
+            if (i, part) in rotations and not any(_applied(rotations[i, part], f) for f in graph[i, part]):
                 said.add(NOT_APPLIED)  # computed right, not multiplied into its rotated query
             for words in sorted(said):
                 groups.setdefault(f"{part}: {words}", []).append(i)

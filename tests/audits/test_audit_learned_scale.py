@@ -97,6 +97,24 @@ def rope_half_unscaled(model: Path) -> None:
     _edit(model, edit)
 
 
+def indexer_query_unscaled(model: Path) -> None:
+    """Layer 2's indexer factor computed right and multiplied into nothing: the Mul of its query by the factor (the
+    Add of the bias's output) removed, its readers reading the unscaled query.
+    """  # noqa: D205
+
+    def edit(proto: onnx.ModelProto) -> None:
+        nodes = list(proto.graph.node)
+        bias = next(n for n in nodes if n.input and n.input[0] == "layers.2/latent/indexer/q_bias").output[0]
+        factor = next(n for n in nodes if n.op_type == "Add" and bias in n.input).output[0]
+        mul = next(n for n in nodes if n.op_type == "Mul" and factor in n.input)
+        query = next(i for i in mul.input if i != factor)
+        for node in nodes:
+            node.input[:] = [query if i == mul.output[0] else i for i in node.input]
+        proto.graph.node.remove(mul)
+
+    _edit(model, edit)
+
+
 def layer_2_factor_unnamed(model: Path) -> None:
     """Layer 2's attention factor (its Mul of the scale by the log) named for no layer: found, but not as layer 2's."""
 
@@ -141,13 +159,19 @@ PLANTED = [
     # the factor computed right, the rotated half of layer 1's query not multiplied by it (a false "exact" before)
     Planted("rope-half-unscaled", rope_half_unscaled, ("learned-query-scale",),
             "layer 1 scales the attention's query by a learned factor other than the checkpoint's: its query "
-            "rotation's output reaches the attention without the factor (a half or all of the query unscaled)"),
+            "rotation's output reaches the query . key product without the factor (a half or all of the query "
+            "unscaled)"),
     # a factor found on layers 0, 1 and 3 but not as layer 2's: layer 2 unread, never exact
     Planted("layer-2-not-found", layer_2_factor_unnamed, ("learned-query-scale-unread",),
             "layer 2 scales the query by a learned per-head factor (q_scale[h] * log(pos + 1) + q_bias[h], the "
             "checkpoint's weights, not the config's): not checked, no factor of it was found in the graph (ropeexport "
             "reads a Mul of H constants by a log of position_ids (a gathered table or a Log), then an Add of H "
             "constants)"),
+    # the indexer's factor computed right, its query not multiplied by it (a false "exact" before: the query-path
+    # check read the attention's query only)
+    Planted("indexer-query-unscaled", indexer_query_unscaled, ("learned-query-scale",),
+            "layer 2 scales the indexer's query by a learned factor other than the checkpoint's: its query rotation's "
+            "output reaches the query . key product without the factor (a half or all of the query unscaled)"),
     Planted("indexer-scale", _values("layers.2/latent/indexer/q_scale", _negate_head_0), ("learned-query-scale",),
             "layer 2 scales the indexer's query by a learned factor other than the checkpoint's: the scale of head 0 "
             "is 0.244952 where the checkpoint's layers.2.attention.indexer.ssmax_scaling.s holds -0.244952"),
