@@ -18,6 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from ropeexport.audits.hf_truth import LayerShape
 from ropeexport.audits.prove import Feeder, Signature
 from ropeexport.audits.states import layer_tail, state_shape
 from ropeexport.errors import SpecError
@@ -78,8 +79,8 @@ def hybrid(path: Path, state_dims: list[Any]) -> Path:
     return path
 
 
-SPEC = SimpleNamespace(num_layers=2, vocab_size=V, max_positions=64, num_heads=KV, num_kv_heads=KV, head_dim=D,
-                       layers=[SimpleNamespace(geometry=(KV, KV, D))] * 2)  # fmt: skip
+SPEC = SimpleNamespace(num_layers=2, graph="", vocab_size=V, max_positions=64, num_heads=KV, num_kv_heads=KV,
+                       head_dim=D, layers=[LayerShape((KV, KV, D))] * 2)  # fmt: skip
 
 
 def test_the_proof_feeds_a_state_input_zeros_of_its_shape(tmp_path: Path) -> None:
