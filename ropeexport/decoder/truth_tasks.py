@@ -9,7 +9,7 @@ for int4 the projections the written model holds (its external data), from the p
 every worker reads. Each run's logits are computed by the same float64 operations on the same values as in the one
 pass (runs never mix within a layer's arithmetic), so the report is the same; ``tests/test_fanout.py`` compares it.
 
-A mixture of experts is not fanned out: its truth is recomputed a call at a time, with the routing each call took
+A mixture of experts is not fanned out: its truth follows the routing each call took, a call at a time
 (``verify._routed``), in the driver.
 """
 

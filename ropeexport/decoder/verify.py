@@ -18,7 +18,11 @@ every later layer and, by the cache, every later call. The truth is then the flo
 runtime took, among those the near ties allow: a call that fails against the float64 routing is judged against the
 recomputes with near-tie tokens taken the other way (the flips the previous call kept, then each near tie added or
 dropped alone), the nearest one kept. The call record lists the flips (``routing_flips``: layer, row, slot, float64
-margin); a runtime wrong in any other way matches none of them and fails. DeepSeek Sparse Attention's indexer
+margin); a runtime wrong in any other way matches none of them and fails. A routing is computed over a run of calls
+at once (the call and the later ones that extend it, ``oracle.chained``: the longest computed, each call's slots and
+near ties taken from it), and a call's candidates in one pass: a real size's pass is minutes of reading weights, so a
+near tie costs one pass, whatever the candidates and the calls after it (before: one pass per candidate and one per
+later call). DeepSeek Sparse Attention's indexer
 (``components.latent.indexer``) selects each query's top-k keys the same way: its near ties (the k-th and
 (k + 1)-th scores within the tolerance x the query's largest |score|; exact ties included, which ONNX's TopK and the
 twin both give to the lower key) are flips of their own, listed with the key taken in and the key left out
@@ -40,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ropeexport.decoder.greedy import Call, Infer, run_scenario
-from ropeexport.decoder.oracle import Feed, Stored64, chained_float64, decoders_float64
+from ropeexport.decoder.oracle import Feed, Stored64, chained, chained_float64, decoders_float64
 from ropeexport.decoder.parts import Pieces, twins
 from ropeexport.decoder.routing import Flip, NearTie, Routing
 from ropeexport.decoder.scenarios import Scenario, scenarios
@@ -52,13 +56,13 @@ from ropeexport.recipes import PositionPiece
 # ulps at the scale (2^-10 ~ 1e-3 relative): its rounding grows with the activations through every layer (seeded
 # tiny presets measure 5e-4 to 7e-4, the tests' random checkpoints with spread weights up to 7e-3).
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
-# (input_ids, position_ids, attention_mask, the flips to apply, the bound of the near ties to collect or 0, the list
-# that collects them, the first slot wanted) -> float64 logits [b, t - first, vocab]
-Recompute = Callable[[np.ndarray, np.ndarray, np.ndarray, frozenset[Flip], float, list[NearTie], int],
-                     np.ndarray]  # fmt: skip
-# A call's truth under the float64 routing (no flip) and the near ties it collected within the tolerance, computed
-# beside every other call's in one pass (``verify_decoder``)
+# A call's truth under one routing: its float64 logits over its slots [b, s - first, vocab] and the near ties within
+# the tolerance among its tokens (``NearTie``)
 Ahead = tuple[np.ndarray, list[NearTie]]
+# (a scenario's calls from the one judged on, the routings to compute: per routing its flips) -> per routing, per call
+# of the run that starts at the first (it and the calls after it that each extend the one before, ``oracle.chained``)
+# its ``Ahead``: every routing one feed of one pass (``verify_decoder``)
+Recompute = Callable[[Sequence[Call], Sequence[frozenset[Flip]]], list[list[Ahead]]]
 # Every call of a scenario -> each call's float64 logits over its slots [first, t): the truth, all calls at once
 # (layer by layer, ``decoder.oracle``).
 Truths = Callable[[list[Call]], list[np.ndarray]]
@@ -228,34 +232,62 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _routed(call: Call, truth: Recompute, tolerance: float, kept: frozenset[Flip], routed: bool,
-            ahead: Ahead | None = None) -> tuple[np.ndarray, frozenset[Flip], list[dict[str, Any]]]:  # fmt: skip
-    """(the truth of the call's slots, the flips it took, their records): the float64 routing with ``kept`` flipped,
-    else, when that fails the call and ``routed`` (a mixture of experts), the nearest of the routings its near ties
-    allow (module doc). ``ahead``: the float64 routing's truth and near ties, already computed (taken when ``kept``
-    is empty: the same arrays ``truth`` would give, bit for bit).
+def _routed(calls: Sequence[Call], k: int, known: dict[frozenset[Flip], dict[int, Ahead]], recompute: Recompute,
+            tolerance: float, kept: frozenset[Flip],
+            ) -> tuple[np.ndarray, frozenset[Flip], list[dict[str, Any]]]:  # fmt: skip
+    """(the truth of call k's slots, the flips it took, their records): the float64 routing with ``kept`` flipped,
+    else, when that fails the call, the nearest of the routings its near ties allow (module doc). ``known``: per
+    routing (its flips), per call index, its ``Ahead`` computed so far (the float64 routing's: every call's, one pass
+    ahead); a routing not known at call k is computed from call k on (``Recompute``), the candidates of a call in
+    one pass. Routings other than the float64 one and the one kept are dropped once the call is judged.
     """  # noqa: D205
-    ties: list[NearTie] = []
-    recompute = lambda flips, bound, into: truth(  # noqa: E731
-        call.input_ids, call.fed_positions, call.attention_mask, flips, bound, into, call.first)
-    if ahead is not None and routed and not kept:
-        full = ahead[0]
-        ties.extend(ahead[1])
-    else:
-        full = recompute(kept, tolerance if routed else 0.0, ties)
+
+    def learn(routings: list[frozenset[Flip]]) -> None:
+        for flips, found in zip(routings, recompute(calls[k:], routings) if routings else [], strict=True):
+            known.setdefault(flips, {}).update({k + i: ahead for i, ahead in enumerate(found)})
+
+    if k not in known.get(kept, {}):
+        learn([kept])
+    full, ties = known[kept][k]
     # the runtime's logits as returned, widened a block at a time (``_compare``), never whole
-    rel = lambda reference: _compare(call, call.logits, reference)["rel"]  # noqa: E731
+    rel = lambda reference: _compare(calls[k], calls[k].logits, reference)["rel"]  # noqa: E731
     # a router's (layer, row, slot) or an indexer's (layer, row, slot, key in, key out): its margin
     margins: dict[Flip, float] = {tuple(int(x) for x in t[:-1]): float(t[-1]) for t in ties}
-    if routed and margins and rel(full) > tolerance:
-        tried = {kept | {t} if t not in kept else kept - {t} for t in margins} | {frozenset({t}) for t in margins}
-        best = min(((rel(r), sorted(f), f, r) for f in tried - {kept} for r in [recompute(f, 0.0, [])]),
-                   key=lambda x: (x[0], x[1]))  # fmt: skip
+    if margins and rel(full) > tolerance:
+        tried = ({kept | {t} if t not in kept else kept - {t} for t in margins}
+                 | {frozenset({t}) for t in margins}) - {kept}  # fmt: skip
+        learn(sorted((f for f in tried if k not in known.get(f, {})), key=sorted))
+        best = min(((rel(known[f][k][0]), sorted(f), f) for f in tried), key=lambda x: (x[0], x[1]))
         if best[0] < rel(full):
-            full, kept = best[3], best[2]
+            full, kept = known[best[2]][k][0], best[2]
+    for flips in [f for f in known if f and f != kept]:  # the candidates not taken: no later call reads them
+        del known[flips]
     records = [{"layer": f[0], "row": f[1], "slot": f[2], "margin": margins.get(f),
                 **({"key_in": f[3], "key_out": f[4]} if len(f) == 5 else {})} for f in sorted(kept)]  # fmt: skip
     return full, kept, records
+
+
+def routed_passes(spec: DecoderSpec, weights64: Mapping[str, np.ndarray], pieces: Pieces, bound: float,
+                  jobs: Sequence[tuple[Sequence[Feed], frozenset[Flip]]],
+                  on_layer: Callable[[int], None] | None = None) -> list[list[Ahead]]:  # fmt: skip
+    """Per job (feeds that each extend the one before, ``oracle.chained``; the flips to take), per feed its float64
+    logits over its slots [b, s - first, vocab] and the near ties within ``bound`` among its tokens (a tie at slot
+    j: the feeds at least j + 1 long). Each job is one feed of one pass (``oracle.decoders_float64``): its last,
+    from the first slot any of them asks for; each feed's values are the run's (causal: a slot reads only the
+    slots before it; ``oracle.chained_float64``).
+    """  # noqa: D205
+    runs = [Feed(feeds[-1].input_ids, feeds[-1].position_ids, feeds[-1].attention_mask, min(f.first for f in feeds))
+            for feeds, _ in jobs]  # fmt: skip
+    routings = [Routing(flips, bound, []) for _, flips in jobs]
+    found = decoders_float64(spec, weights64, runs, pieces, routings, on_layer=on_layer)
+    return [[(logits[:, f.first - run.first : f.input_ids.shape[1] - run.first],
+              [t for t in routing.ties if int(t[2]) < f.input_ids.shape[1]]) for f in feeds]
+            for (feeds, _), run, logits, routing in zip(jobs, runs, found, routings, strict=True)]  # fmt: skip
+
+
+def _feed(call: Call) -> Feed:
+    """The call as the float64 recompute takes it: the sequence so far, its slots from ``first``."""
+    return Feed(call.input_ids, call.fed_positions, call.attention_mask, call.first)
 
 
 def verify_scenario(
@@ -269,19 +301,21 @@ def verify_scenario(
     aheads: Sequence[Ahead | None] | None = None,
 ) -> dict[str, Any]:
     """Judge every call of one scenario (``greedy.run_scenario``'s) against its truth in ``fulls`` (a mixture of
-    experts: None, each call recomputed by ``routed`` with the flips it took, module doc; ``aheads``: per call its
-    float64 routing's truth already computed, or None) and, for a quantized decoder, report its cost against
-    ``costs`` (None each otherwise).
+    experts: None, each call's truth under the routing it took computed by ``routed``, module doc; ``aheads``: per
+    call its float64 routing's truth and near ties already computed, or None) and, for a quantized decoder, report
+    its cost against ``costs`` (None each otherwise).
     """  # noqa: D205
     if eager is not None:
         eager.fresh()
     records = []
     flips: frozenset[Flip] = frozenset()
     bound = tolerance(spec)
-    for call, full, cost, ahead in zip(calls, fulls, costs, aheads or [None] * len(calls), strict=True):
+    # per routing (its flips), per call: its truth and near ties (``_routed``)
+    known: dict[frozenset[Flip], dict[int, Ahead]] = {frozenset(): {k: a for k, a in enumerate(aheads or []) if a}}
+    for k, (call, full, cost) in enumerate(zip(calls, fulls, costs, strict=True)):
         taken: list[dict[str, Any]] = []
         if routed is not None:  # a call at a time: the flips one call takes carry to the next
-            full, flips, taken = _routed(call, routed, bound, flips, True, ahead)
+            full, flips, taken = _routed(calls, k, known, routed, bound, flips)
         assert full is not None
         theirs = None
         if eager is not None:
@@ -334,33 +368,34 @@ def verify_decoder(
 
     def truths(of: DecoderSpec, held: Stored64, label: str = "float64") -> Truths:
         def run(calls: list[Call]) -> list[np.ndarray]:
-            feeds = [Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls]
+            feeds = [_feed(c) for c in calls]
             told = None if stage is None else (lambda i: stage(f"{now[0]}: {label}", i, of.num_layers))
             return chained_float64(of, held, feeds, layers, on_layer=told)
 
         return run
 
     routed: Recompute | None = None
+    bound = tolerance(spec)
     if any(layer.ffn.kind == "moe" or layer.attention.index_topk for layer in spec.layers):
         # a call at a time, its routing's near ties collected and flips applied (module doc); an indexer's selection
         # too (DeepSeek Sparse Attention: a query's keys, ``routing``)
 
-        def routed(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, flips: frozenset[Flip] = frozenset(),
-                   bound: float = 0.0, ties: list[NearTie] | None = None, first: int = 0,
-                   ) -> np.ndarray:  # fmt: skip
-            routing = Routing(flips, bound, ties if ties is not None else [])
-            return decoders_float64(spec, weights64, [Feed(ids, pos, mask, first)], layers, [routing])[0]
+        def routed(calls: Sequence[Call], flipsets: Sequence[frozenset[Flip]]) -> list[list[Ahead]]:
+            feeds = [_feed(c) for c in calls]
+            run = [feeds[j] for j in chained(spec, feeds, layers)[0]]  # the first call and the calls extending it
+            told = None if stage is None else (lambda i: stage(f"{now[0]}: float64 routed again", i, spec.num_layers))
+            return routed_passes(spec, weights64, layers, bound, [(run, f) for f in flipsets], on_layer=told)
 
     def ahead(calls: list[Call]) -> list[Ahead | None]:
-        """Every call under the float64 routing in one pass (``oracle.decoders_float64``: each expert read once for
-        all of them), its near ties within the tolerance collected: what ``_routed`` asks first of each call whose
-        scenario has taken no flip before it. A call after a flip is recomputed alone (module doc).
+        """Every call under the float64 routing in one pass (``routed_passes``: each expert read once for all of
+        them, the calls that extend one another computed once), its near ties within the tolerance collected: what
+        ``_routed`` asks first of each call whose scenario has taken no flip before it.
         """  # noqa: D205
-        routings = [Routing(frozenset(), tolerance(spec), []) for _ in calls]
-        feeds = [Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls]
+        feeds = [_feed(c) for c in calls]
+        runs = [[feeds[j] for j in chain] for chain in chained(spec, feeds, layers)]
         told = None if stage is None else (lambda i: stage(f"{now[0]}: float64 routed", i, spec.num_layers))
-        found = decoders_float64(spec, weights64, feeds, layers, routings, on_layer=told)
-        return [(logits, routing.ties) for logits, routing in zip(found, routings, strict=True)]
+        found = routed_passes(spec, weights64, layers, bound, [(run, frozenset()) for run in runs], on_layer=told)
+        return [a for run in found for a in run]
 
     unquantized: Truths | None = None
     if spec.storage.format:
@@ -385,7 +420,7 @@ def verify_decoder(
     costs: list[Cost | None] = [None] * len(flat)
     # The unquantized pass first, each call's logits kept only as its Cost, so that the truth's pass does not hold
     # them beside its own (Gemma 4's vocabulary of 262144: 2.5 GiB of float64 logits a pass for its 1261 slots)
-    groups = [[Feed(c.input_ids, c.fed_positions, c.attention_mask, c.first) for c in calls] for calls in ran]
+    groups = [[_feed(c) for c in calls] for calls in ran]
     if unquantized is not None:
         passed = spread(groups, True) if spread is not None and routed is None else unquantized(flat)
         costs = [cost_of(call, logits) for call, logits in zip(flat, passed, strict=True)]

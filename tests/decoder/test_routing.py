@@ -57,6 +57,22 @@ def _call(ids: np.ndarray, pos: np.ndarray, mask: np.ndarray, logits: np.ndarray
     return Call(0, "prefill", ids, pos, mask, 0, logits, "base", None)
 
 
+def _recompute(truth: Any, passes: list[int]) -> Any:
+    """``verify.Recompute`` of a lone call from ``setting``'s truth: each routing recomputed with its near ties
+    collected at fp16's bound; ``passes`` told how many routings each pass computed.
+    """  # noqa: D205
+
+    def recompute(calls: list[Call], routings: list[frozenset[Any]]) -> list[list[Any]]:
+        passes.append(len(routings))
+        c, out = calls[0], []
+        for flips in routings:
+            ties: list[Any] = []
+            out.append([(truth(c.input_ids, c.position_ids, c.attention_mask, flips, TOLERANCE, ties, c.first), ties)])
+        return out
+
+    return recompute
+
+
 def test_a_runtime_that_took_a_near_tie_the_other_way_is_judged_against_that_routing(setting: tuple) -> None:  # type: ignore[type-arg]
     truth, ids, pos, mask, ties = setting
     assert ties, "the seeded model has no near tie at fp16's bound (the case this test is for)"
@@ -70,14 +86,18 @@ def test_a_runtime_that_took_a_near_tie_the_other_way_is_judged_against_that_rou
             break
     else:
         pytest.fail(f"no near tie's flip moves the logits past {TOLERANCE} of their scale: {ties}")
-    full, kept, records = _routed(call, truth, TOLERANCE, frozenset(), routed=True)
+    passes: list[int] = []
+    known: dict[Any, Any] = {}
+    full, kept, records = _routed([call], 0, known, _recompute(truth, passes), TOLERANCE, frozenset())
     assert kept == {flip}
     assert records == [{"layer": layer, "row": row, "slot": slot, "margin": margin}]
+    # the float64 routing, then every candidate its near ties allow in one pass
+    assert passes == [1, len(ties)], passes
     # that routing's truth is the runtime's logits exactly
     assert CallRecord(judge_call(call, full, None, 1e-12)).passed
-    # the next call starts from the flips kept: found again at once, with no search
-    again, kept_again, _ = _routed(call, truth, TOLERANCE, kept, routed=True)
-    assert kept_again == kept and np.array_equal(again, full)
+    # the next call starts from the flips kept: found again at once, with no search and no pass
+    again, kept_again, _ = _routed([call], 0, known, _recompute(truth, passes), TOLERANCE, kept)
+    assert kept_again == kept and np.array_equal(again, full) and len(passes) == 2
 
 
 def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> None:  # type: ignore[type-arg]
@@ -87,7 +107,7 @@ def test_a_flip_where_there_is_no_near_tie_is_not_excused(setting: tuple) -> Non
     runtime = truth(ids, pos, mask, frozenset({free}))
     call = _call(ids, pos, mask, runtime)
     assert not CallRecord(judge_call(call, truth(ids, pos, mask), None, TOLERANCE)).passed
-    full, kept, _ = _routed(call, truth, TOLERANCE, frozenset(), routed=True)
+    full, kept, _ = _routed([call], 0, {}, _recompute(truth, []), TOLERANCE, frozenset())
     assert free not in kept
     assert not CallRecord(judge_call(call, full, None, TOLERANCE)).passed
 

@@ -129,10 +129,8 @@ def test_a_mixtures_call_is_judged_in_blocks_with_the_same_routing_and_truth(
         truths[frozenset({tie})] = exact + flipped_off
     ties = [] if tie is None else [(*tie, 1e-6)]
 
-    def recompute(ids: Any, pos: Any, mask: Any, flips: frozenset[Any], bound: float, into: list[Any],
-                  first: int) -> np.ndarray:  # fmt: skip
-        into.extend(ties if not flips else [])
-        return truths[flips]
+    def recompute(calls: list[Call], routings: list[frozenset[Any]]) -> list[list[tuple[np.ndarray, list[Any]]]]:
+        return [[(truths[flips], ties if not flips else [])] for flips in routings]  # the one call's run
 
     rel = lambda t: _former_compare(call, call.logits, t)["rel"]  # noqa: E731
     want = min(truths, key=lambda f: (rel(truths[f]), sorted(f))) if rel(truths[frozenset()]) > 1e-4 else frozenset()
@@ -140,7 +138,8 @@ def test_a_mixtures_call_is_judged_in_blocks_with_the_same_routing_and_truth(
     try:
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
-        full, kept, records = verify._routed(call, recompute, 1e-4, frozenset(), True, (truths[frozenset()], ties))
+        known = {frozenset(): {0: (truths[frozenset()], ties)}}  # the float64 routing's, computed ahead
+        full, kept, records = verify._routed([call], 0, known, recompute, 1e-4, frozenset())
         held = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
