@@ -153,27 +153,41 @@ def _close(got: Any, want: Any) -> None:
 
 
 T, U = (1, 0, 1), (1, 0, 3)  # two router near ties: (layer, row, slot), at slots 1 and 3 of the sequence
-# (case, per call the near ties its truth holds from there on: their flip and from which call, the passes wanted:
-# (the call recomputed from, the routings in that pass)): a scenario of 5 calls, each extending the one before. Call
-# k's truth under a routing is the runtime's own logits, or off by 1 (past the bound) at every call from a tie's on
-# where the routing leaves that tie out.
+NEAR = [(2, 0, j) for j in range(1, 7)]  # six near ties of layer 2, at slots 1-6, the closest first
+S = frozenset
+
+
+def _six(taken: int) -> list[tuple[tuple[int, ...], int, float, bool]]:
+    """NEAR's ties all met from call 1 on, 1e-7 x (j + 1) apart, the runtime taking the ``taken``-th closest."""
+    return [(tie, 1, 1e-7 * (j + 1), j == taken) for j, tie in enumerate(NEAR)]
+
+
+# (case, the near ties: (the flip, the call they are met from, their margin, whether the runtime took it), the passes
+# wanted: (the call recomputed from, the routings in that pass)): a scenario of 5 calls, each extending the one
+# before. Call k's truth under a routing is the runtime's logits, off by 1 (past the bound) for every tie met by then
+# that the runtime took and the routing leaves out, and for every tie the routing takes that the runtime did not.
 PASSES = [("no tie met", [], []),
-          ("a tie at call 1, kept after", [(T, 1)], [(1, {frozenset({T})})]),
-          ("a second tie at call 3", [(T, 1), (U, 3)],
-           [(1, {frozenset({T})}), (3, {frozenset({U}), frozenset({T, U})})])]  # fmt: skip
+          ("a tie at call 1, kept after", [(T, 1, 1e-6, True)], [(1, {S({T})})]),
+          ("a second tie at call 3", [(T, 1, 1e-6, True), (U, 3, 1e-6, True)],
+           [(1, {S({T})}), (3, {S({U}), S({T, U})})]),
+          ("six ties, the closest taken: one pass of the closest four", _six(0), [(1, {S({t}) for t in NEAR[:4]})]),
+          ("six ties, the fifth closest taken: a second pass", _six(4),
+           [(1, {S({t}) for t in NEAR[:4]}), (1, {S({t}) for t in NEAR[4:]})])]  # fmt: skip
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize(("case", "ties", "passes"), PASSES, ids=[c[0] for c in PASSES])
-def test_a_near_tie_costs_one_pass_whatever_its_candidates_and_the_calls_after_it(
-    case: str, ties: list[tuple[tuple[int, ...], int]], passes: list[tuple[int, set[frozenset[Any]]]]
+def test_a_near_tie_costs_one_pass_whatever_the_calls_after_it(
+    case: str, ties: list[tuple[tuple[int, ...], int, float, bool]], passes: list[tuple[int, set[frozenset[Any]]]]
 ) -> None:
     # ``verify_scenario`` given the float64 routing's truths ahead: a call the runtime computed under a flipped tie is
-    # judged by one recompute of every candidate together, from that call on; the calls after it read the routing
-    # kept from that pass (before: a pass per candidate, then one per later call).
+    # judged by a recompute of its candidates (the closest ties' first, four a pass, until one passes) from that call
+    # on; the calls after it read the routing kept from that pass (before: a pass per candidate, then one per later
+    # call).
     from ropeexport.decoder.greedy import Call
-    from ropeexport.decoder.verify import verify_scenario
+    from ropeexport.decoder.verify import CANDIDATES, verify_scenario
 
+    assert CANDIDATES == 4  # the passes wanted above are counted in fours
     spec, _ = resolve(DecoderRequest(config={"model_type": "qwen3_moe", **CONFIGS["qwen3_moe"][1]}))
     rng = np.random.default_rng(0)
     calls = []
@@ -183,8 +197,9 @@ def test_a_near_tie_costs_one_pass_whatever_its_candidates_and_the_calls_after_i
         calls.append(Call(k, "decode", ids, np.cumsum(mask, 1) - 1, mask, k + 1, logits, ("short",), None))
 
     def truth(k: int, flips: frozenset[Any]) -> tuple[np.ndarray, list[Any]]:
-        off = sum(1.0 for tie, at in ties if k >= at and tie not in flips)
-        return calls[k].logits.astype(np.float64) + off, [(*tie, 1e-6) for tie, at in ties if k >= at]
+        met = [(tie, margin, taken) for tie, at, margin, taken in ties if k >= at]
+        off = sum(1.0 for tie, _, taken in met if (tie in flips) != taken)
+        return calls[k].logits.astype(np.float64) + off, [(*tie, margin) for tie, margin, _ in met]
 
     seen: list[tuple[int, set[frozenset[Any]]]] = []
 
@@ -199,4 +214,4 @@ def test_a_near_tie_costs_one_pass_whatever_its_candidates_and_the_calls_after_i
     assert record["passed"], record["summary"]
     assert seen == passes
     kept = [sorted((f["layer"], f["row"], f["slot"]) for f in c.get("routing_flips", [])) for c in record["calls"]]
-    assert kept == [sorted(tie for tie, at in ties if k >= at) for k in range(5)], kept
+    assert kept == [sorted(tie for tie, at, _, taken in ties if k >= at and taken) for k in range(5)], kept
