@@ -39,18 +39,23 @@ ROUTERS = {"Sigmoid"}  # a mixture's router scores (DeepSeek's sigmoid; a softma
 DEPTH = 16  # nodes followed from a rotation to its score product, and from that product to the TopK
 
 
-def feeds_selection(value: ir.Value) -> bool:
+def feeds_selection(value: ir.Value, known: dict[int, bool] | None = None) -> bool:
     """Whether the rotated ``value`` is the indexer's (module doc): it reaches a score product through no ``Softmax``,
     attention operator or other product, and that product a ``TopK`` through no ``Softmax``, ``Sigmoid`` or attention
-    operator.
+    operator. ``known``: the answers one reading of the graph has already found, by id(value) (``Site.selection``),
+    this one added: a value is walked once per reading.
     """  # noqa: D205
+    if known is not None and id(value) in known:
+        return known[id(value)]
     onward = lambda n: n.op_type not in STOPS and n.op_type not in SCORES  # noqa: E731
     scored = lambda n: n.op_type not in STOPS and n.op_type not in ROUTERS  # noqa: E731
-    for use in reached(value, DEPTH, onward):  # every product before a stop: the indexer's when one selects keys
-        if use.node.op_type in SCORES and any(u.node.op_type == "TopK"
-                                              for u in reached(use.node.outputs[0], DEPTH, scored)):  # fmt: skip
-            return True
-    return False
+    # every product before a stop: the indexer's when one selects keys
+    found = any(use.node.op_type in SCORES and any(u.node.op_type == "TopK"
+                                                   for u in reached(use.node.outputs[0], DEPTH, scored))
+                for use in reached(value, DEPTH, onward))  # fmt: skip
+    if known is not None:
+        known[id(value)] = found
+    return found
 
 
 def mark(sites: list[Site]) -> list[Site]:
@@ -64,14 +69,16 @@ def mark(sites: list[Site]) -> list[Site]:
     lookup's reach, its pairing as its pattern reads it).
     """  # noqa: D205
     out: list[Site] = []
+    known: dict[int, bool] = {}  # one reading's answers, kept by every site (``Site.selection``)
     for site in sites:
+        site.selection = known
         if site.rotations:
             own = [r for r in site.rotations if r.indexer]
             theirs = [r for r in site.rotations if not r.indexer]
             # the attention's rotations of its rope slice (its heads' last channels) are not read by use: where one
             # lookup serves both (ONNX Runtime merges the layers' identical lookups), its Muls are left unread, and
             # the attention's part is read as its pattern reads it (no rotations: its layers the lookup's reach)
-            unread = [m for m in site.unread if not feeds_selection(m.outputs[0])]
+            unread = [m for m in site.unread if not feeds_selection(m.outputs[0], known)]
             if own and (theirs or unread):
                 attention = replace(site, rotations=[], interleaved=None) if unread else replace(site, rotations=theirs)
                 out += [attention, replace(site, rotations=own, indexer=True, unread=[])]
@@ -80,7 +87,7 @@ def mark(sites: list[Site]) -> list[Site]:
             out.append(site)
             continue
         rotary = [n for n in site.readers if n.op_type == "RotaryEmbedding" and n.outputs]
-        own = [n for n in rotary if feeds_selection(n.outputs[0])]
+        own = [n for n in rotary if feeds_selection(n.outputs[0], known)]
         if not own or len(rotary) != len(site.readers):
             out.append(site)
             continue
