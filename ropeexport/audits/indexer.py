@@ -78,7 +78,7 @@ def mark(sites: list[Site]) -> list[Site]:
             # the attention's rotations of its rope slice (its heads' last channels) are not read by use: where one
             # lookup serves both (ONNX Runtime merges the layers' identical lookups), its Muls are left unread, and
             # the attention's part is read as its pattern reads it (no rotations: its layers the lookup's reach)
-            unread = [m for m in site.unread if not feeds_selection(m.outputs[0], known)]
+            unread = [m for m in site.unread if not feeds_selection(m.outputs[0], known)] if own else []
             if own and (theirs or unread):
                 attention = replace(site, rotations=[], interleaved=None) if unread else replace(site, rotations=theirs)
                 out += [attention, replace(site, rotations=own, indexer=True, unread=[])]
