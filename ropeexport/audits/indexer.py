@@ -10,12 +10,13 @@ attention: the same tables, the indexer's pairing.
 
 Which rotation is the indexer's is read from the graph, not from names: the indexer's scores pick each query's keys
 with a ``TopK``, the attention's go through a ``Softmax`` (or an attention operator). A rotation is the indexer's
-when its output (a decomposed rotation's y, a ``RotaryEmbedding``'s output) reaches a score product (``MatMul`` or
-``Einsum``: q . k, the rotated value on either side) through nodes that are none of ``STOPS`` nor another product,
-and that product reaches a ``TopK`` through no ``Softmax``, ``Sigmoid`` or attention operator (products allowed:
-transformers weighs the heads' scores with a second MatMul) (``feeds_selection``). The attention's q . k meets its
-``Softmax`` (or its operator) first; a mixture's router (a ``TopK`` too) reads a product of the hidden state through
-a ``Softmax`` or ``Sigmoid``, which no rotation reaches without passing an attention first.
+when its output (a decomposed rotation's y, a ``RotaryEmbedding``'s output) reaches a score product (``MatMul``,
+``Einsum`` or ONNX Runtime's ``FusedMatMul``: q . k, the rotated value on either side) through nodes that are none of
+``STOPS`` nor another product, and that product reaches a ``TopK`` through no ``Softmax``, ``Sigmoid`` or attention
+operator (products allowed: transformers weighs the heads' scores with a second MatMul) (``feeds_selection``). The
+attention's q . k meets its ``Softmax`` (or its operator) first; a mixture's router (a ``TopK`` too) reads a product
+of the hidden state through a ``Softmax`` or ``Sigmoid``, which no rotation reaches without passing an attention
+first.
 """  # noqa: D205
 
 from __future__ import annotations
@@ -29,24 +30,32 @@ from ropeexport.audits.downstream import reached
 from ropeexport.audits.layers import Encodings, layer_finding
 from ropeexport.audits.patterns import Site
 
-SCORES = ("MatMul", "Einsum")  # the indexer's q . k (its heads' scores)
+# the indexer's q . k (its heads' scores); FusedMatMul: ONNX Runtime's MatMul with a transpose or scale folded in (its
+# MatmulTransposeFusion and MatMulScaleFusion: none at level basic, 10 at extended and all in the tiny GLM-5's
+# latent-cache build, ONNX Runtime 1.31.1), com.microsoft
+SCORES = ("MatMul", "Einsum", "FusedMatMul")
 STOPS = {"Softmax", "Attention", "GroupQueryAttention", "MultiHeadAttention", "SparseAttention", "PagedAttention"}
 ROUTERS = {"Sigmoid"}  # a mixture's router scores (DeepSeek's sigmoid; a softmax router meets STOPS): not the indexer's
 DEPTH = 16  # nodes followed from a rotation to its score product, and from that product to the TopK
 
 
-def feeds_selection(value: ir.Value) -> bool:
+def feeds_selection(value: ir.Value, known: dict[int, bool] | None = None) -> bool:
     """Whether the rotated ``value`` is the indexer's (module doc): it reaches a score product through no ``Softmax``,
     attention operator or other product, and that product a ``TopK`` through no ``Softmax``, ``Sigmoid`` or attention
-    operator.
+    operator. ``known``: the answers one reading of the graph has already found, by id(value) (``Site.selection``),
+    this one added: a value is walked once per reading.
     """  # noqa: D205
+    if known is not None and id(value) in known:
+        return known[id(value)]
     onward = lambda n: n.op_type not in STOPS and n.op_type not in SCORES  # noqa: E731
     scored = lambda n: n.op_type not in STOPS and n.op_type not in ROUTERS  # noqa: E731
-    for use in reached(value, DEPTH, onward):  # every product before a stop: the indexer's when one selects keys
-        if use.node.op_type in SCORES and any(u.node.op_type == "TopK"
-                                              for u in reached(use.node.outputs[0], DEPTH, scored)):  # fmt: skip
-            return True
-    return False
+    # every product before a stop: the indexer's when one selects keys
+    found = any(use.node.op_type in SCORES and any(u.node.op_type == "TopK"
+                                                   for u in reached(use.node.outputs[0], DEPTH, scored))
+                for use in reached(value, DEPTH, onward))  # fmt: skip
+    if known is not None:
+        known[id(value)] = found
+    return found
 
 
 def mark(sites: list[Site]) -> list[Site]:
@@ -54,21 +63,31 @@ def mark(sites: list[Site]) -> list[Site]:
     by the indexer and the attention alike (one cos/sin for both, one pairing: GLM-5's dynamo export) split into one
     site of each's rotations (or fused readers), so that each is judged against its own pairs. The two keep the same
     values and readers: a repair of their values gives both the same exact rows (their tables are the same; only
-    their pairs may differ, which a use of its own says: ``audits.uses``).
+    their pairs may differ, which a use of its own says: ``audits.uses``). A site the indexer's rotations read beside
+    Muls no rotation read by use holds (``Site.unread``, the attention's rope slice, its heads' last channels: ONNX
+    Runtime's one lookup for every layer) is split too, the attention's part with no rotations (its layers the
+    lookup's reach, its pairing as its pattern reads it).
     """  # noqa: D205
     out: list[Site] = []
+    known: dict[int, bool] = {}  # one reading's answers, kept by every site (``Site.selection``)
     for site in sites:
+        site.selection = known
         if site.rotations:
             own = [r for r in site.rotations if r.indexer]
-            if own and len(own) < len(site.rotations):
-                theirs = [r for r in site.rotations if not r.indexer]
-                out += [replace(site, rotations=theirs), replace(site, rotations=own, indexer=True)]
+            theirs = [r for r in site.rotations if not r.indexer]
+            # the attention's rotations of its rope slice (its heads' last channels) are not read by use: where one
+            # lookup serves both (ONNX Runtime merges the layers' identical lookups), its Muls are left unread, and
+            # the attention's part is read as its pattern reads it (no rotations: its layers the lookup's reach)
+            unread = [m for m in site.unread if not feeds_selection(m.outputs[0], known)] if own else []
+            if own and (theirs or unread):
+                attention = replace(site, rotations=[], interleaved=None) if unread else replace(site, rotations=theirs)
+                out += [attention, replace(site, rotations=own, indexer=True, unread=[])]
                 continue
             site.indexer = bool(own)
             out.append(site)
             continue
         rotary = [n for n in site.readers if n.op_type == "RotaryEmbedding" and n.outputs]
-        own = [n for n in rotary if feeds_selection(n.outputs[0])]
+        own = [n for n in rotary if feeds_selection(n.outputs[0], known)]
         if not own or len(rotary) != len(site.readers):
             out.append(site)
             continue

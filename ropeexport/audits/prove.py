@@ -87,7 +87,7 @@ class Feeder:
     """Which of a session's inputs is what: ids, mask, positions, and per layer the cache's key and value."""
 
     def __init__(self, session: Any, spec: Any, path: Path) -> None:
-        self.session, self.spec = session, spec
+        self.session, self.spec, self.path = session, spec, path
         inputs = {i.name: i for i in session.get_inputs()}
         self.cached: dict[int, dict[str, Any]] = {}
         self.indexed: dict[int, Any] = {}  # layer -> its indexer's key cache input (``index_width``)
@@ -135,15 +135,24 @@ class Feeder:
         back its last window - 1 entries, and refuses a call given more): read from one call of ``TOKENS`` tokens on an
         empty cache, whose ``present`` of such a layer is shorter than the call. The far calls then give each such
         layer the last entries of its cache only, as the model's own cache would hold them; the float64 recompute
-        masks the rest by the same window.
+        masks the rest by the same window. A call ONNX Runtime refuses is a SpecError naming the model and the call
+        (as ``DecoderProof.judge`` says its own calls).
         """  # noqa: D205
+        from ropeexport.audits.model import ort_reason
+
         outputs = {o.name: i for i, o in enumerate(self.session.get_outputs())}
         back = {layer: next((i for n, i in outputs.items() if "present" in n and _layer_key(n) == (layer, "key")),
                             None) for layer in self.cached}  # fmt: skip
         if not self.cached or any(i is None for i in back.values()):
             return
         ids = np.ones((1, TOKENS), np.int64)
-        got = session.run(None, self.feeds(ids, 0, Cache(self.spec, 0, 0, cache=self.cache)))
+        try:
+            got = session.run(None, self.feeds(ids, 0, Cache(self.spec, 0, 0, cache=self.cache)))
+        except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
+            raise SpecError("model", f"{str(self.path)!r} refuses the call that reads which layers keep a window of "
+                            f"their cache ({TOKENS} tokens at positions 0-{TOKENS - 1} on an empty cache, every output "
+                            f"asked for; ONNX Runtime: {ort_reason(exc)}): the decoder proof cannot judge "
+                            "it") from None  # fmt: skip
         for layer, index in back.items():
             length = np.asarray(got[index]).shape[2]
             if length < TOKENS:

@@ -85,12 +85,13 @@ def _rotations(model: ir.Model, sites: list[Site]) -> list[Rotated]:
     part), grouped by the Mul's layer and role, the indexer's apart from the attention's (``indexer.feeds_selection``).
     """  # noqa: D205
     found: list[Rotated] = []
+    known = sites[0].selection if sites else {}  # what reading the sites found already (``indexer.mark``)
     nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
     for node in nodes:
         if node.op_type in ROTARY_OPS and node.inputs and node.inputs[0] is not None:
             out = node.outputs[0]
             layer = layer_of(node.name or "", node.metadata_props)
-            found.append((layer, role_of(out), feeds_selection(out), [node.inputs[0]]))
+            found.append((layer, role_of(out), feeds_selection(out, known), [node.inputs[0]]))
     cosines = [pair[0] for s in sites if (pair := _sources(s)) is not None]
     carried = _carried(cosines)
     grouped: dict[tuple[int | None, str | None, bool], list[ir.Value]] = {}
@@ -100,7 +101,7 @@ def _rotations(model: ir.Model, sites: list[Site]) -> list[Rotated]:
         hits = [i for i, v in enumerate(node.inputs) if id(v) in carried and carried[id(v)][2] == 1]
         if len(hits) == 1 and not is_constant(node.inputs[1 - hits[0]]):
             out = node.outputs[0]
-            key = (layer_of(node.name or "", node.metadata_props), role_of(out), feeds_selection(out))
+            key = (layer_of(node.name or "", node.metadata_props), role_of(out), feeds_selection(out, known))
             grouped.setdefault(key, []).append(node.inputs[1 - hits[0]])  # type: ignore[arg-type]
     found += [(layer, role, own, inputs) for (layer, role, own), inputs in grouped.items()]
     return found

@@ -70,7 +70,7 @@ def by_use(model: ir.Model, sites: list[Site]) -> list[Site]:
     for site in sites:
         uses = sorted(kept.get(id(site), []), key=len, reverse=True)
         mine = [g for g in others if owners[id(g[0].sources[0])][0] is site]
-        if not uses and len(mine) == 1 and _only_rotations(site, mine[0]):
+        if not uses and len(mine) == 1 and not _unread(site, mine[0]):
             others.remove(mine[0])
             out.append(_relabel(site, mine[0]))
             continue
@@ -92,23 +92,26 @@ def by_use(model: ir.Model, sites: list[Site]) -> list[Site]:
     out += [_use_site(model, group, owners, taken) for group in others]
     for site in out:
         site.roles = roles_of(site)
+        site.unread = _unread(site, site.rotations) if site.rotations and _sources(site) is not None else []
     return out
 
 
-def _only_rotations(site: Site, group: list[Rotation]) -> bool:
-    """Every node multiplying with the site's values (through carriers) is a Mul of ``group``'s rotations."""
+def _unread(site: Site, group: list[Rotation]) -> list[ir.Node]:
+    """The nodes multiplying with the site's values (through carriers) that are no Mul of ``group``'s rotations (nor a
+    scaling by a constant): rotations ``find_rotations`` did not read (latent attention's rope slice, the last
+    channels of its heads, is one), in graph order.
+    """  # noqa: D205
     from ropeexport.audits.rotations import _carried
 
     sources = _sources(site)
     assert sources is not None
-    carried = _carried(sources)
     muls = {id(m) for r in group for m in r.muls}
-    for entry in carried.values():
-        value = entry[3]
-        for use in value.uses():
+    found: dict[int, ir.Node] = {}
+    for entry in _carried(sources).values():
+        for use in entry[3].uses():
             if use.node.op_type == "Mul" and id(use.node) not in muls and not _by_constant(use.node, use.idx):
-                return False
-    return True
+                found.setdefault(id(use.node), use.node)
+    return list(found.values())
 
 
 def _by_constant(node: ir.Node, index: int) -> bool:

@@ -5,7 +5,9 @@ regime (each row's in row order, ``long / short``, when the rows' differ), the m
 the logit scale against the float64 truth and against transformers, the next token picked by the runtime / float64 /
 transformers, the float64 top-2 margin, and the verdict (``regime cost`` for a call that read keys cached under
 another regime, ``regime cost (rows ..)`` after the verdict of the other rows where only some did; ``near tie`` where
-the top-2 margin is at most twice the measured error). A
+the top-2 margin is at most twice the measured error; ``taken the other way: layer 1 row 0 slot 39 (margin ..)``
+after it for a call judged against a routing its near ties allow, an indexer's flip with the key it took in and the
+key it left out, ``routing_flips``). A
 decoder with int4 weights has one more column before the verdict, its quantization cost (the error over the scale
 against the float64 recompute with the weights unquantized): a second figure, reported beside the positional one
 (the float64 column, judged) and never mixed with it.
@@ -43,9 +45,22 @@ def _verdict(call: dict[str, Any]) -> str:
     if call["stale_cache"]:
         return "regime cost"
     stale = f"; regime cost (rows {call['stale_rows']})" if call.get("stale_rows") else ""
+    stale += _flips(call)
     if call["near_ties"]:
         return f"near tie (rows {call['near_ties']}){stale}"
     return ("ok" if call["passed"] else f"FAIL{' (tokens differ)' if call['diverged_rows'] else ''}") + stale
+
+
+def _flips(call: dict[str, Any]) -> str:
+    """The selections the call was judged with taken the other way (``routing_flips``), in words: ``; taken the other
+    way: layer 1 row 0 slot 39 (margin 1.50e-03); layer 2 row 0 slot 12 indexer: key 5 in, key 3 out (margin ..)``.
+    """  # noqa: D205
+    said = []
+    for flip in call.get("routing_flips") or []:
+        keys = f" indexer: key {flip['key_in']} in, key {flip['key_out']} out" if "key_in" in flip else ""
+        margin = "" if flip["margin"] is None else f" (margin {flip['margin']:.2e})"
+        said.append(f"layer {flip['layer']} row {flip['row']} slot {flip['slot']}{keys}{margin}")
+    return f"; taken the other way: {'; '.join(said)}" if said else ""
 
 
 def _header(report: dict[str, Any]) -> list[str]:

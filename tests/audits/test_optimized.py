@@ -186,6 +186,35 @@ def test_onnx_runtimes_merged_lookups_audit_exact_on_their_own(name: str, graph:
                                                                                       effects=False).sites)
 
 
+# DeepSeek Sparse Attention's latent-cache builds (decomposed: the form that builds the latent cache): ONNX Runtime
+# merges every layer's lookups into one, read by the attention (its rope slice, the heads' last channels: rotations not
+# read by use) and by the indexer. (checkpoint, layers, the indexer's layers). Before: GLM-5's verify said "CHANGED a
+# rotation: layer 1: no rotary site reads this layer" (its shared layer, no indexer, lost with the attention's part),
+# and a FusedMatMul's scores (ORT's MatMul with the scale folded in) were not the indexer's (its rotation read as the
+# attention's: DeepSeek V3.2's halves judged against the attention's interleaved pairs)
+LATENT = [("glm_moe_dsa", {0, 1, 2}, {0, 2}), ("deepseek_v32", {0, 1}, {0, 1})]
+
+
+@pytest.mark.parametrize(("name", "layers", "indexer"), LATENT, ids=[n for n, _, _ in LATENT])
+def test_a_merged_latent_lookup_is_read_by_every_layer_and_the_indexer_apart(
+    name: str, layers: set[int], indexer: set[int], tmp_path: Path, checkpoint: Callable[[str], Path]
+) -> None:
+    from ropeexport.audits.model import load_model
+    from ropeexport.audits.sites import find_sites
+    from tests.audits.test_audit_own_decoders import _decoder as latent_decoder
+
+    model = latent_decoder(tmp_path, checkpoint(name), "decomposed", latent_cache=True)
+    (tmp_path / "optimized").mkdir()
+    optimized = optimize(model, "all", tmp_path / "optimized")
+    said = compare(model, optimized)
+    assert not said["changed"] and said["text"].startswith("no rotation changed ("), said["text"]
+    for graph in (model, optimized):
+        sites = find_sites(load_model(graph))
+        read = {flag: {i for s in sites if s.indexer is flag for i in s.layers or ()} for flag in (False, True)}
+        assert read == {False: layers, True: indexer}, (graph, [(s.layers, s.indexer) for s in sites])
+    assert said["sites_after"] == 2 < said["sites_before"]  # one lookup, the attention's part and the indexer's
+
+
 # --- PR #29261's first revision, planted: what the audit names --------------------------------------------------
 
 # (checkpoint, interleaved carried over, the optimized graph's findings, a rotation changed, the changes said)

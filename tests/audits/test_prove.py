@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import ropeexport as rx
 from ropeexport.audits.prove import DecoderProof, Feeder
@@ -276,6 +278,30 @@ def test_a_bad_checkpoint_is_one_line_and_exit_2(case, model, extra, phrase, phi
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "Traceback" not in err, err
     assert err.startswith("ropeexport: error: --checkpoint") and phrase in err, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before and not out.exists()
+
+
+def test_a_call_refused_while_reading_the_cache_window_is_one_line_and_exit_2(
+    phi3: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec, _ = resolve(DecoderRequest(checkpoint=phi3, graph="fused"))
+    proto = build_decoder_graph(spec, load_checkpoint(spec, phi3), str(phi3))
+    # an output only ``Feeder.keeps`` asks for (it runs every output, each judged call the logits alone): input_ids
+    # reshaped to 3 values, which a call of 8 tokens is not; ONNX Runtime builds the session and refuses the run
+    proto.graph.node.append(helper.make_node("Reshape", ["input_ids", "probe_shape"], ["probe"], name="probe_node"))
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([3], np.int64), "probe_shape"))
+    proto.graph.output.append(helper.make_tensor_value_info("probe", TensorProto.INT64, [3]))
+    save_model(proto, tmp_path / "model")
+    model, out = tmp_path / "model" / "model.onnx", tmp_path / "fixed.onnx"
+    capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code = main(["graft", str(model), "--hf-config", str(phi3 / "config.json"), "--out", str(out), "--trust",
+                 "config", "--checkpoint", str(phi3)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "Traceback" not in err, err
+    said = f"{str(model)!r} refuses the call that reads which layers keep a window of their cache (8 tokens at "
+    assert err.startswith(f"ropeexport: error: MODEL: {said}positions 0-7 on an empty cache"), err
+    assert "Reshape 'probe_node'" in err, err  # ONNX Runtime's reason, in one line
     assert sorted(p.name for p in tmp_path.rglob("*")) == before and not out.exists()
 
 

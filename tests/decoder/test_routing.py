@@ -235,6 +235,7 @@ def test_a_whole_decoder_that_routes_a_planted_near_tie_the_other_way_is_judged_
     flips = [f.data for f in call.routing_flips or []]
     assert [(f["layer"], f["row"], f["slot"]) for f in flips] == [(layer, 0, slot)], flips
     assert 0 < flips[0]["margin"] < 1e-9, flips  # one float32 ulp of the planted bias or weight, no more
+    assert [(f.key_in, f.key_out) for f in call.routing_flips or []] == [(None, None)]  # a router's: no keys
     # the flip is no rounding: against the float64 routing the runtime's logits are far outside fp32's bound
     (ran,) = run_scenario(runner.infer, spec, NEAR_TIE)
     plain = decoder_float64(spec, stored_float64(spec, weights), ran.input_ids, ran.fed_positions, ran.attention_mask,
@@ -354,9 +355,8 @@ def test_an_indexer_near_tie_an_fp16_runtime_takes_the_other_way_is_named_and_pa
     result = ScenarioRecord(record)
     flipped = [c for c in result.calls if c.routing_flips]
     assert result.passed and flipped, record["summary"]
-    flips = {tuple(f.data[k] for k in ("layer", "row", "slot", "key_in", "key_out")) for c in flipped
-             for f in c.routing_flips or []}  # fmt: skip
-    assert all(len(f) == 5 and f[3] != f[4] for f in flips), flips  # each names the key taken in and the key left
+    flips = {(f.layer, f.row, f.slot, f.key_in, f.key_out) for c in flipped for f in c.routing_flips or []}
+    assert all(f[3] is not None and f[3] != f[4] for f in flips), flips  # each names the key taken in and left out
     margins = [f.data["margin"] for c in flipped for f in c.routing_flips or []]
     assert all(0 <= m <= TOLERANCE for m in margins), margins  # near ties, within fp16's bound of the query's scale
     first = flipped[0]

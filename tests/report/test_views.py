@@ -30,8 +30,11 @@ from ropeexport.report.views import DecoderReport, EncodingReport, Field, Scenar
 from ropeexport.requests import from_hf_config
 
 # (view, field) the fixture's artifacts never write, with why; every other optional field must be seen written.
-# Empty: they write every one.
-NOT_WRITTEN: dict[tuple[str, str], str] = {}
+NOT_WRITTEN: dict[tuple[str, str], str] = {
+    ("RoutingFlip", "key_in"): "an indexer's flip only; the fixture's mixture (gpt_oss fp16) flips a router: read "
+    "where an fp16 deepseek_v32 writes one (tests/decoder/test_routing.py, its indexer near tie)",
+    ("RoutingFlip", "key_out"): "as key_in",
+}
 
 
 def _values(view: View) -> Iterator[tuple[View, str, Field[Any], Any]]:
@@ -208,6 +211,10 @@ def test_a_decoder_report_read_as_an_encodings_is_refused() -> None:
         EncodingReport(_decoder_report())
 
 
+# a router's flip and an indexer's as ``decoder.verify`` writes them (the indexer's: fp16 deepseek_v32's, measured)
+ROUTER_FLIP = {"layer": 1, "row": 0, "slot": 39, "margin": 1.5e-3}
+INDEXER_FLIP = {"layer": 1, "row": 0, "slot": 68, "margin": 7.7e-4, "key_in": 22, "key_out": 17}
+
 # (case, the field, the report, what it reads as)
 OPTIONAL: list[tuple[str, Any, dict[str, Any], Any]] = [
     ("absent: None", lambda r: r.scenarios[0].summary.cost_rel, _decoder_report(), None),
@@ -216,6 +223,12 @@ OPTIONAL: list[tuple[str, Any, dict[str, Any], Any]] = [
     ("nullable and null", lambda r: r.runtimes[0].worst_rel,
      _decoder_report() | {"runtimes": [{"name": "ort", "status": "verified", "worst_rel": None}]}, None),
     ("present", lambda r: r.scenarios[0].calls[0].float64.rel, _decoder_report(), 1e-7),
+    ("a router's flip: no key in", lambda r: r.scenarios[0].calls[0].routing_flips[0].key_in,
+     _decoder_report() | {"scenarios": [{"calls": [{"routing_flips": [ROUTER_FLIP]}]}]}, None),
+    ("an indexer's flip: the key it took in", lambda r: r.scenarios[0].calls[0].routing_flips[0].key_in,
+     _decoder_report() | {"scenarios": [{"calls": [{"routing_flips": [INDEXER_FLIP]}]}]}, 22),
+    ("an indexer's flip: the key it left out", lambda r: r.scenarios[0].calls[0].routing_flips[0].key_out,
+     _decoder_report() | {"scenarios": [{"calls": [{"routing_flips": [INDEXER_FLIP]}]}]}, 17),
     ("renamed in the view, read by its key", lambda r: r.scenarios[0].calls[0].length,
      _decoder_report() | {"scenarios": [{"calls": [{"L": 12}]}]}, 12),
 ]  # fmt: skip

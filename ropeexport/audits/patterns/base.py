@@ -81,6 +81,11 @@ class Site:
     shared: str | None = None  # a node on the way to its rotations that other rotations read through too
     indexer: bool = False  # every rotation reading it is DeepSeek Sparse Attention's indexer's (``audits.indexer``)
     rotations: list[Any] = field(default_factory=list, repr=False, compare=False)  # ``rotations.Rotation``
+    # the Muls multiplying its values that no rotation of ``rotations`` holds (``audits.uses``): rotations not read
+    unread: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
+    # id(value) -> whether it feeds the indexer's selection (``indexer.feeds_selection``), shared by the sites of one
+    # reading of a graph (``indexer.mark``), so that a later reader of them (``slices``) asks each value once
+    selection: dict[int, bool] = field(default_factory=dict, repr=False, compare=False)
     values: tuple[ir.Value | None, ...] = field(default=(), repr=False, compare=False)
     readers: list[ir.Node] = field(default_factory=list, repr=False, compare=False)
 

@@ -34,13 +34,19 @@ class CallTokens(View):
 
 
 class RoutingFlip(View):
-    """A token a mixture of experts routed to its (k + 1)-th expert in place of its k-th (``decoder.verify``)."""
+    """A token a mixture of experts routed to its (k + 1)-th expert in place of its k-th, or a query whose DeepSeek
+    Sparse Attention indexer selected its (k + 1)-th key in place of its k-th (``decoder.verify``).
+    """  # noqa: D205
 
     layer = Field[int]("layer", WHOLE, "The layer.")
     row = Field[int]("row", WHOLE, "The batch row.")
-    slot = Field[int]("slot", WHOLE, "The sequence slot.")
-    margin = Field[float | None]("margin", NUMBER, "The float64 router margin between the two experts.",
-                                 nullable=True)  # fmt: skip
+    slot = Field[int]("slot", WHOLE, "The sequence slot (an indexer's: the query's).")
+    margin = Field[float | None]("margin", NUMBER, "The float64 margin between the two experts (an indexer's: the "
+                                 "two keys' scores).", nullable=True)  # fmt: skip
+    key_in = Field[int | None]("key_in", WHOLE, "An indexer's flip: the key it took in (None: a router's flip).",
+                               optional=True)  # fmt: skip
+    key_out = Field[int | None]("key_out", WHOLE, "An indexer's flip: the key it left out (None: a router's flip).",
+                                optional=True)  # fmt: skip
 
 
 class CallRecord(View):
