@@ -176,6 +176,19 @@ def test_large4s_reusing_layer_is_proven_over_its_source_latent_and_its_own_inde
     assert not run["passed"]["built"] and len(far) == 3 and min(far) > 0.1, run  # every far call misses
 
 
+def test_large4s_build_proven_against_its_unshared_twins_checkpoint_is_refused_in_one_line(
+        large4_latent: tuple[Path, Path], tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
+    # the wrong checkpoint: the twin's layer 2 keeps a latent of its own (kv_source_layers [0, 1, 2, 3]), so the
+    # build's index_key alone on layer 2 is an indexer cache the proof cannot feed: named, before any session
+    from ropeexport.audits.prove import DecoderProof
+
+    twin = tiny_checkpoint("mistral_large4-unshared")
+    with pytest.raises(rx.errors.SpecError) as refused:
+        DecoderProof(twin / "config.json", twin, large4_latent[1])
+    said = str(refused.value)
+    assert "\n" not in said and "indexer key caches it cannot feed (past_key_values.2.index_key:" in said, said
+
+
 def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_scale_read_beside_the_config(
         tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
     # LeRoPE's alpha is the checkpoint's (lerope.alpha), not the config's: read from the checkpoint beside config.json
