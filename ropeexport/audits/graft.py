@@ -384,7 +384,9 @@ def _short_feed(value: ir.Value, tokens: int, spec: Any) -> np.ndarray:
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, KV, past, d], empty
         heads = getattr(spec, "num_kv_heads", None) or spec.num_heads  # an ALiBi spec has one head count
         assert value.dtype is not None, "a model input declares its element type"
-        return np.zeros((1, dims[1] or heads, 0, dims[3] or spec.head_dim), value.dtype.numpy())
+        # a declared 0 is a width too (a NoPE latent layer's rope key, Mistral Large 4's layer 3)
+        width = dims[3] if dims[3] is not None else spec.head_dim
+        return np.zeros((1, dims[1] if dims[1] is not None else heads, 0, width), value.dtype.numpy())
     if name in ("seqlens_k", "total_sequence_length"):
         count = tokens - 1 if name == "seqlens_k" else tokens
         return np.array([count] if name == "seqlens_k" else count, np.int32)

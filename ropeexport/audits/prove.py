@@ -14,7 +14,9 @@ runs in ORT on the same call, one model's session at a time. A call's n tokens s
   slots, and position_ids p .. p + n - 1 where it takes them (DeepSeek Sparse Attention's indexer keys,
   ``past_key_values.{i}.index_key`` [b, 1, p, D], their own p random keys: ``Cache.index_key``, D read from the
   input's shape, the recompute given the same; a latent-cache model's latent layers their latent and rotated rope key,
-  ``Cache.form``, which the recompute expands through kv_b_proj); such a call whose cache, given and given back, would
+  ``Cache.form``, which the recompute expands through kv_b_proj; a layer reading another's keys and values,
+  ``kv_from``, none of its own: it and its twin read its source's entries, Mistral Large 4's reusing layer its own
+  indexer keys beside them, ``Feeder.reads``); such a call whose cache, given and given back, would
   pass ``cache_gib`` (``CACHE_GIB`` by default; Llama-3.2-1B's last position takes 16 GiB in float32) is not run,
   and says why (the verdict is then ``partial``, never ``proven``: proven up to the last position of the calls run);
 - against transformers, which runs without a cache and so never sees random entries, no model is fed any: the n
@@ -105,22 +107,27 @@ class Feeder:
                 self.states[name] = (state, value.type)
             elif name not in ("input_ids", "attention_mask", "position_ids"):
                 other.append(name)
+        # a layer reading another's keys and values (``kv_from``: Gemma 4's shared layers, Mistral Large 4's reusing
+        # layer) has no .key / .value: it is fed its source's; Large 4's keeps its indexer keys alone (``index_key``)
+        self.reads = {i: j for i, layer in enumerate(getattr(spec, "layers", ()))
+                      if (j := getattr(getattr(layer, "attention", None), "kv_from", None)) is not None}  # fmt: skip
         odd = [n for layer, v in self.indexed.items() for n in [v.name] if self.index_width(layer) is None
-               or layer not in self.cached]  # fmt: skip
+               or layer not in self.cached and layer not in self.reads]  # fmt: skip
         if "input_ids" not in inputs or other or odd:
             what = (f"inputs it cannot feed ({', '.join(other)})" if other else "no input_ids input" if not odd else
                     f"indexer key caches it cannot feed ({', '.join(odd)}: [batch, 1, past, D] with D fixed, beside "
-                    "the layer's .key / .value)")  # fmt: skip
+                    "the layer's .key / .value or on a layer reading another's)")  # fmt: skip
             raise SpecError("model", f"{str(path)!r} has {what}: the decoder proof feeds input_ids, attention_mask, "
                             f"position_ids, past_key_values.<layer>.key / .value (and .index_key, an indexer's keys), "
                             f"and zeros to state inputs ({RULE})")  # fmt: skip
         # a hybrid's layers without attention hold a state (or nothing) instead: its cached layers are some of them
-        layers = set(range(spec.num_layers)) if self.states else None
-        if self.cached and ((sorted(self.cached) != list(range(spec.num_layers)) if layers is None
-                             else not set(self.cached) <= layers)
+        layers = set(range(spec.num_layers)) - set(self.reads) if self.states else None
+        owning = [i for i in range(spec.num_layers) if i not in self.reads]  # the layers computing keys and values
+        if self.cached and ((sorted(self.cached) != owning if layers is None else not set(self.cached) <= layers)
                             or any(len(kv) != 2 for kv in self.cached.values())):  # fmt: skip
+            but = f" but layers {sorted(self.reads)}, which read another's" if self.reads else ""
             raise SpecError("model", f"{str(path)!r} has cache inputs for layers {sorted(self.cached)}, the config "
-                            f"has {spec.num_layers} layers (each needs a .key and a .value)")  # fmt: skip
+                            f"has {spec.num_layers} layers (each needs a .key and a .value{but})")  # fmt: skip
         self.cache = Cache.form(spec, self.cached, path)  # its cache inputs' form: ``expanded`` or ``latent``
         self.kept: dict[int, int] = {}  # layer -> the entries it keeps of its cache (``keeps``)
         self.mask = "attention_mask" in inputs
@@ -184,6 +191,9 @@ class Feeder:
             shapes = self.spec.layers[layer].cache_shapes(self.spec.graph, self.cache)  # key's, value's (, indexer's)
             width = sum(heads * w for heads, w in shapes)  # an indexer's keys among them (``cache_shapes``)
             total += width * size * (2 * past + n)
+        for layer, value in self.indexed.items():  # a layer reading another's latent: its indexer's keys alone
+            if layer not in self.cached:
+                total += (self.index_width(layer) or 0) * (2 if "float16" in value.type else 4) * (2 * past + n)
         return total
 
     def feeds(self, ids: np.ndarray, past: int, cache: Sequence[tuple[np.ndarray, np.ndarray]],
@@ -207,7 +217,7 @@ class Feeder:
                     values = values[:, :, max(0, values.shape[2] - self.kept[layer]) :]
                 feeds[kv[tail].name] = values.astype(numpy.get(kv[tail].type, np.float32), copy=False)
         for layer, value in self.indexed.items():  # the indexer's keys, drawn as the recompute is given them
-            width, entries = self.index_width(layer) or 0, cache[layer][0].shape[2]
+            width, entries = self.index_width(layer) or 0, cache[self.reads.get(layer, layer)][0].shape[2]
             drawn = getattr(cache, "index_key", None)
             keys = drawn(layer, width) if drawn is not None else np.zeros((1, 1, entries, width), np.float32)
             feeds[value.name] = keys.astype(numpy.get(value.type, np.float32), copy=False)

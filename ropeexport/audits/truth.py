@@ -63,7 +63,9 @@ class Cache(Sequence[tuple[np.ndarray, np.ndarray]]):
     The recompute asks for one layer's at a time (float64); the model takes them all at once (float32).
     ``cache`` ``latent``: a latent layer's pair is its latent cache instead (``LayerSpec.cache_shapes``), the normed
     latent [1, 1, past, kv_lora_rank] and the rotated rope key [1, 1, past, rope], which the recompute expands
-    through kv_b_proj as the model does (``components.latent.float64``).
+    through kv_b_proj as the model does (``components.latent.float64``). A layer reading another's keys and values
+    (``kv_from``) is fed none: the model and the recompute (``oracle.decoders_float64``) read its source layer's,
+    and Mistral Large 4's reusing layer its own ``index_key`` beside them.
     """  # noqa: D205
 
     def __init__(self, spec: Any, index: int, past: int, dtype: Any = np.float32, cache: str = "expanded") -> None:

@@ -132,9 +132,12 @@ PLANTED = [
     Planted("v32-indexer-theta", "deepseek_v32", ("theta",), "the indexer on layers 0-1: theta 500000 where the "
             "config says 10000", 0.1, "proven", plant=plant.indexer_theta(5e5)),
     # Large 4's NoPE layer 3 given an indexer rotation (layer 0's), as an exporter rotating every indexer writes it;
-    # (its learned query scale read right from the checkpoint beside the config: audits.learned_scale)
+    # (its learned query scale read right from the checkpoint beside the config: audits.learned_scale); grafted and
+    # proven (its reusing layer 2 fed its indexer keys alone: prove.Feeder.reads; graft's short call gives layer 3's
+    # rope key 0 wide as declared; before, the proof refused it and the short call fed it 8 wide: not run; 10 s, 8 s
+    # without the graft)
     Planted("l4-indexer-on-nope-layer", "mistral_large4", ("nope-rotated",),
-            "the indexer on layer 3 rotates where the config gives it no indexer rotation", 0.01, "",
+            "the indexer on layer 3 rotates where the config gives it no indexer rotation", 0.01, "proven",
             graph="decomposed", latent_cache=True, build=lambda: plant.rotated_nope_layer(3, 0)),
     # a scale between the indexer's projection and its rotation: the selection unchanged (a positive factor keeps
     # each query's order) but which channels it rotates cannot be read: said unread, never exact

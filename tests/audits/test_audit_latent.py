@@ -130,6 +130,65 @@ def test_a_cache_input_of_neither_form_is_refused_by_the_proof_in_one_line(tmp_p
         said), said  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def large4_latent(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> tuple[Path, Path]:  # noqa: ANN001
+    """(checkpoint, model.onnx): Mistral Large 4's latent-cache build of the tiny checkpoint, built once per module."""
+    ckpt = tiny_checkpoint("mistral_large4")
+    return ckpt, built(ckpt, tmp_path_factory.mktemp("large4-latent"), "decomposed", latent_cache=True)
+
+
+@pytest.mark.parametrize("control", ["index-key-zeros", "recompute-reads-layer-1"])
+def test_large4s_reusing_layer_is_proven_over_its_source_latent_and_its_own_indexer_keys(
+        control: str, large4_latent: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # Layer 2 reads layer 0's latent (kv_source_layers [0, 1, 0, 3]: transformers' reading, kv_sources) and caches its
+    # indexer keys alone; the build passes the proof (test_audit_own_decoders' PROVEN; refused before in one line, no
+    # .key / .value on layer 2). Here what it is fed, every cache input in its own shape with random entries, and two
+    # controls that fail: zeros as layer 2's indexer keys where the recompute is given random ones (the old code
+    # refused the model), and the recompute's layer 2 reading layer 1's latent instead of layer 0's (both random)
+    from ropeexport.audits import prove
+
+    ckpt, model = large4_latent
+    proof = prove.DecoderProof(ckpt / "config.json", ckpt, model)
+    fed = prove.Feeder(prove.Signature(model), proof.spec, model)
+    feeds = fed.feeds(np.ones((1, 8), np.int64), 5, prove.Cache(proof.spec, 0, 5, cache=fed.cache))
+    # per layer the width of its key, value and index_key inputs (None: no such input; layer 3 NoPE: rope key 0 wide)
+    widths = {0: (16, 8, 16), 1: (16, 8, None), 2: (None, None, 16), 3: (16, 0, 16)}
+    assert fed.cache == "latent" and fed.reads == {2: 0}
+    assert {n: v.shape for n, v in feeds.items() if n.startswith("past")} == {
+        f"past_key_values.{i}.{t}": (1, 1, 5, w) for i, ws in widths.items()
+        for t, w in zip(("key", "value", "index_key"), ws, strict=True) if w is not None}  # fmt: skip
+    assert all(v.std() > 0.5 for v in feeds.values() if v.dtype == np.float32 and v.size), feeds  # std 1, not zeros
+    if control == "index-key-zeros":
+        given = prove.Feeder.feeds
+
+        def zeros(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return {k: v * 0 if k == "past_key_values.2.index_key" else v
+                    for k, v in given(self, *args, **kwargs).items()}  # fmt: skip
+
+        monkeypatch.setattr(prove.Feeder, "feeds", zeros)
+    else:
+        spec = proof.spec
+        layers = list(spec.layers)
+        layers[2] = dataclasses.replace(layers[2], attention=dataclasses.replace(layers[2].attention, kv_from=1))
+        monkeypatch.setattr(proof.truth, "spec", spec.replace(layers=tuple(layers)))
+    run = proof.run({"built": model})
+    far = [c["models"]["built"]["rel"] for c in run["calls"] if c["positions"][0] > 0]
+    assert not run["passed"]["built"] and len(far) == 3 and min(far) > 0.1, run  # every far call misses
+
+
+def test_large4s_build_proven_against_its_unshared_twins_checkpoint_is_refused_in_one_line(
+        large4_latent: tuple[Path, Path], tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
+    # the wrong checkpoint: the twin's layer 2 keeps a latent of its own (kv_source_layers [0, 1, 2, 3]), so the
+    # build's index_key alone on layer 2 is an indexer cache the proof cannot feed: named, before any session
+    from ropeexport.audits.prove import DecoderProof
+
+    twin = tiny_checkpoint("mistral_large4-unshared")
+    with pytest.raises(rx.errors.SpecError) as refused:
+        DecoderProof(twin / "config.json", twin, large4_latent[1])
+    said = str(refused.value)
+    assert "\n" not in said and "indexer key caches it cannot feed (past_key_values.2.index_key:" in said, said
+
+
 def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_scale_read_beside_the_config(
         tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
     # LeRoPE's alpha is the checkpoint's (lerope.alpha), not the config's: read from the checkpoint beside config.json

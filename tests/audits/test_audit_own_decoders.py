@@ -113,10 +113,11 @@ PROVEN_FAST = ("gemma2", "gemma3", "smollm3-nope", "qwen3", "gpt_oss")
 
 # (name, graph, latent cache): every architecture fused, and latent attention's latent cache (decomposed: the form
 # that builds it), fed as the model takes it (the latent and the rotated rope key, ``truth.Cache``), with and without
-# an indexer. Mistral Large 4's is not a row: its layers reading another's latent have no cache inputs of their own,
-# which the proof refuses (its unshared twin's expanded forms: test_audit_latent.py).
-PROVEN = [(name, "fused", False) for name in CONFIGS] + [(name, "decomposed", True)
-                                                         for name in ("deepseek_v3", "glm_moe_dsa")]  # fmt: skip
+# an indexer, and Mistral Large 4's, whose reusing layer 2 has its indexer keys alone as cache inputs (fed them; it and
+# the recompute read its source layer 0's latent: ``Feeder.reads``; refused by the proof before, in one line). Gemma
+# 4's shared layers (no cache inputs of their own: refused before, as Large 4's) read their source's alike.
+PROVEN = [(name, "fused", False) for name in [*CONFIGS, "gemma4-shared"]] + [
+    (name, "decomposed", True) for name in ("deepseek_v3", "glm_moe_dsa", "mistral_large4")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "graph", "latent"), tiered(PROVEN, lambda c: c[0] in PROVEN_FAST),
