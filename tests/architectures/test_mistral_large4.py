@@ -136,7 +136,7 @@ def test_lerope_frequencies_are_transformers_in_float64() -> None:
 
 @pytest.mark.fast
 def test_a_reusing_layer_keeps_only_its_indexer_cache_and_its_bytes_are_saved() -> None:
-    # The tiny checkpoint's layers (tests/decoder/tiny.py LATENT_TEXT): layer 2 reads layer 1's latent with its own
+    # The tiny checkpoint's layers (tests/decoder/tiny.py LATENT_TEXT): layer 2 reads layer 0's latent with its own
     # indexer (transformers' reuse_but_indexer), layer 1's indexer shared (no indexer keys), layer 3 NoPE (its rope
     # key 0 wide); indexer keys 16 wide: (16 + 8 + 16) + (16 + 8) + 16 + (16 + 16) floats a token
     from ropeexport.decoder.config import from_config

@@ -255,12 +255,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 # weights under language_model., a vision tower beside): name -> (wrapper model_type, its text model's name there,
 # wrapper fields).
 # Mistral Large 4's text model (mistral_large4_text), apart from CONFIGS: transformers has no causal LM of it alone,
-# only the mistral_large4 wrapper's (WRAPPED). 4 layers: latent attention without a query LoRA (latent 16, keys 8 nope
-# + 8 rope, values 8), LeRoPE over YaRN x4 (alpha, the query scale and bias set away from their identity init by
-# ``checkpoint``), layer 3 NoPE, kv_source_layers [0, 1, 0, 3]: layer 2 names layer 0 but transformers hands it layer
-# 1's latent (the last storing RoPE layer); layer 0 dense, 1-3 the softmax grouped router over 4 experts in 2 groups,
-# 2 a token, times 1.5, one shared expert; DSA's indexer (16 heads 16 wide) keeping 4 keys of each query: layer 1 shared
-# (layer 0's selection), layer 2 its own indexer and key cache over layer 1's latent, layer 3's without RoPE.
+# only the mistral_large4 wrapper's (WRAPPED). 4 layers: latent attention without a query LoRA (latent 16, keys 8 nope +
+# 8 rope, values 8), LeRoPE over YaRN x4 (alpha, the query scale and bias set away from their identity init by
+# ``checkpoint``), layer 3 NoPE, kv_source_layers [0, 1, 0, 3]: layer 2 reads layer 0's latent (transformers' reading
+# too, tests/architectures/test_mistral_large4.py ``_reads``); layer 0 dense, 1-3 the softmax grouped router over 4
+# experts in 2 groups, 2 a token, times 1.5, one shared expert; DSA's indexer (16 heads 16 wide) keeping 4 keys of each
+# query: layer 1 shared (layer 0's selection), layer 2 its own indexer and key cache over layer 0's latent, layer 3's
+# without RoPE.
 LATENT_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral_large4": ("mistral_large4_text", {
         **_SMALL, "num_hidden_layers": 4, "num_key_value_heads": 4, "moe_intermediate_size": 16,
