@@ -17,7 +17,9 @@ Two readings for ``audits.features`` that do not trust any exporter's names or c
   q.k ``MatMul`` through the mask's ``Add`` / ``Where`` and casts, and from the MatMul's two operands back through
   nodes that only move values (``MOVES``), the product of every scalar ``Mul`` / ``Div`` met on the way (torch's
   decomposition puts sqrt(scale) on q and on k; ropeexport's one Mul after the MatMul; the latent cache's two
-  MatMuls added, each of which must carry the same factor). A path that meets anything else (a soft cap, a factor
+  MatMuls added, each of which must carry the same factor). A Mul by a position's query factor (a table gathered at
+  position_ids // divisor: Mistral 4's, which the latent cache applies to the logits) is passed over: it is the
+  query scale, read and judged by ``audits.query_scale``. A path that meets anything else (a soft cap, a factor
   that is not one constant) leaves the layer's scale unread, said so. A scale folded into a projection's weights is
   not on that path: it reads as missing (a finding, never "exact").
 
@@ -35,6 +37,7 @@ import onnx_ir as ir
 
 from ropeexport.audits.layers import layer_of
 from ropeexport.audits.patterns.base import constant_of
+from ropeexport.audits.query_scale import factor_table
 
 # The mask input of each fused operator (ONNX Attention's attn_mask, com.microsoft GroupQueryAttention's
 # attention_bias, MultiHeadAttention's attention_bias)
@@ -169,6 +172,19 @@ def _operand(value: ir.Value, depth: int = 0) -> float:
     return 1.0
 
 
+def _query_factor(value: ir.Value | None, depth: int = 0) -> bool:
+    """True when ``value`` is a position's query factor (``audits.query_scale.factor_table``: a table gathered at
+    position_ids // divisor) through nodes that only move values: a query scale, which ``audits.query_scale`` reads
+    and judges, not a part of the logits' scale.
+    """  # noqa: D205
+    made = value.producer() if value is not None else None
+    if made is None or depth > 8:
+        return False
+    if made.op_type in MOVES and made.inputs:
+        return _query_factor(made.inputs[0], depth + 1)
+    return factor_table(made) is not None
+
+
 def _reaches_product(value: ir.Value, depth: int = 0) -> bool:
     made = value.producer()
     if made is None or depth > 8:
@@ -194,6 +210,10 @@ def _logits(value: ir.Value, depth: int = 0) -> float | str:
             if c is not None and made.inputs[1 - k] is not None:
                 inner = _logits(made.inputs[1 - k], depth + 1)  # type: ignore[arg-type]
                 return inner if isinstance(inner, str) else inner * (c if made.op_type == "Mul" else 1.0 / c)
+        if made.op_type == "Mul":  # a query scale applied to the logits (the latent cache's): read apart, passed
+            for k in (1, 0):
+                if _query_factor(made.inputs[k]) and made.inputs[1 - k] is not None:
+                    return _logits(made.inputs[1 - k], depth + 1)  # type: ignore[arg-type]
         return f"a {made.op_type} by a factor that is not one constant"
     if made.op_type in ("Add", "Where"):
         data = [v for v in made.inputs[1 if made.op_type == "Where" else 0:]

@@ -109,29 +109,38 @@ def _layers(gather: ir.Node) -> set[int]:
     return found
 
 
+def factor_table(node: ir.Node) -> Table | None:
+    """The factor table ``node`` gathers at the step (module doc: a 1-D float table, the step an integer ``Div`` of
+    ``position_ids`` plus a constant offset by a constant divisor), its readers not filled; None for any other node.
+    """  # noqa: D205
+    if node.op_type != "Gather" or len(node.inputs) < 2:
+        return None
+    data, step = node.inputs[0], node.inputs[1]
+    values = _constant(data)
+    div = step.producer() if step is not None else None
+    if data is None or values is None or values.ndim != 1 or values.dtype.kind != "f" or div is None or (
+            div.op_type != "Div"):  # fmt: skip
+        return None
+    divisor = _constant(div.inputs[1])
+    if divisor is None or divisor.dtype.kind not in "iu" or divisor.size != 1:
+        return None
+    offset, source = 0, div.inputs[0]
+    add = source.producer() if source is not None else None
+    if add is not None and add.op_type == "Add" and _constant(add.inputs[1]) is not None:
+        offset, source = int(np.asarray(_constant(add.inputs[1])).reshape(-1)[0]), add.inputs[0]
+    if source is None or "position_ids" not in (source.name or ""):
+        return None
+    return Table(data.name or "", values, int(divisor.reshape(-1)[0]), offset)
+
+
 def tables(model: ir.Model) -> list[Table]:
     """Every factor table of the main graph (module doc), each once with its readers."""
     found: dict[str, Table] = {}
     for node in model.graph:
-        if node.op_type != "Gather" or len(node.inputs) < 2:
+        read = factor_table(node)
+        if read is None:
             continue
-        data, step = node.inputs[0], node.inputs[1]
-        values = _constant(data)
-        div = step.producer() if step is not None else None
-        if data is None or values is None or values.ndim != 1 or values.dtype.kind != "f" or div is None or (
-                div.op_type != "Div"):  # fmt: skip
-            continue
-        divisor = _constant(div.inputs[1])
-        if divisor is None or divisor.dtype.kind not in "iu" or divisor.size != 1:
-            continue
-        offset, source = 0, div.inputs[0]
-        add = source.producer() if source is not None else None
-        if add is not None and add.op_type == "Add" and _constant(add.inputs[1]) is not None:
-            offset, source = int(np.asarray(_constant(add.inputs[1])).reshape(-1)[0]), add.inputs[0]
-        if source is None or "position_ids" not in (source.name or ""):
-            continue
-        name = data.name or ""
-        table = found.setdefault(name, Table(name, values, int(divisor.reshape(-1)[0]), offset))
+        table = found.setdefault(read.name, read)
         for layer in _layers(node):
             table.readers.setdefault(layer, []).append(node.name or "")
     return list(found.values())

@@ -83,6 +83,24 @@ def test_the_latent_cache_form_audits_exact_with_its_rope_slice_read(tmp_path: P
     read_right(result, "deepseek_v3")
 
 
+# The latent decoders whose layers are DeepSeek V3's component (GLM-4.7-Flash, Mistral 4 with its query scale, DeepSeek
+# V2 with its mscale_all_dim): tests/audits/test_audit_own_decoders.py audits them fused (``ONE_FORM``); here every
+# other form each builds, as a user builds it, each reading what its config says
+OTHER_FORMS = [(name, graph, cache) for name in ("glm4_moe_lite", "mistral4", "deepseek_v2")
+               for graph, cache in (("decomposed", False), ("gqa", False), ("decomposed", True))]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "graph", "cache"), OTHER_FORMS,
+                         ids=[f"{n}-{g}{'-latent' if c else ''}" for n, g, c in OTHER_FORMS])  # fmt: skip
+def test_the_other_latent_decoders_audit_exact_in_every_form_they_build(
+    name: str, graph: str, cache: bool, tmp_path: Path, tiny_checkpoint: Any
+) -> None:
+    ckpt = tiny_checkpoint(name)
+    result = rx.audit(built(ckpt, tmp_path, graph, latent_cache=cache), ckpt / "config.json", effects=False)
+    assert result.verdict == "exact" and not result.findings, result.findings
+    read_right(result, name)
+
+
 @pytest.mark.parametrize("zeroed", ["key", "value"])
 def test_the_graft_proof_feeds_the_latent_cache_and_fails_when_it_is_not_the_truths(
         zeroed: str, tmp_path: Path, tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001  # fmt: skip
@@ -312,6 +330,25 @@ def latent_mscale_twice(model: Path) -> None:
         (numpy_helper.to_array(t).astype(np.float64) * squared).astype(np.float32), t.name)))  # fmt: skip
 
 
+def latent_without_mscale(model: Path) -> None:
+    """Mistral 4's latent cache: its logits times 1/sqrt(qk_head_dim), YaRN's mscale squared left out (the position's
+    query factor between the products and that scale, as the latent cache applies it).
+    """  # noqa: D205
+    decomposed_without_mscale(model)
+
+
+def query_table_ahead(model: Path) -> None:
+    """Mistral 4's query factor table one step ahead: 1 + 0.1 log(2 + step) where the config gives 1 + 0.1 log(1 +
+    step) (vLLM #48621's kind of fault).
+    """  # noqa: D205
+    proto = onnx.load(str(model))
+    for t in proto.graph.initializer:
+        if t.name.endswith("query_scale_table"):
+            n = numpy_helper.to_array(t).size
+            t.CopyFrom(numpy_helper.from_array((1 + 0.1 * np.log1p(np.arange(n) + 1.0)).astype(np.float32), t.name))
+    onnx.save(proto, str(model))
+
+
 def scale_computed(model: Path) -> None:
     """The decomposed attention's (right) scale computed in the graph, sqrt(scale ** 2): a factor that is not one
     constant, as an exporter that computes 1/sqrt(d) from a shape writes it.
@@ -432,6 +469,12 @@ PLANTED = [
     Planted("ds-latent-cache-mscale-twice", "deepseek_v3", ("attention-scale",),
             "layers 0-1's attention scale 0.363385 has YaRN's mscale squared (1.20563) twice where the config gives "
             "0.301407", 0.1, "", plant=latent_mscale_twice, graph="decomposed", latent_cache=True),
+    Planted("m4-latent-cache-without-mscale", "mistral4", ("attention-scale",),
+            "layers 0-1's attention scale 0.25 lacks YaRN's mscale squared (1.14343) where the config gives 0.285858",
+            0.1, "", plant=latent_without_mscale, graph="decomposed", latent_cache=True),
+    Planted("m4-latent-cache-query-table-ahead", "mistral4", ("query-scale",),
+            "layers 0-1 scale the query by its position wrongly: the factor is 1.06931 at positions 0-63", 0.01, "",
+            plant=query_table_ahead, graph="decomposed", latent_cache=True),
     Planted("ds-decomposed-scale-computed", "deepseek_v3", ("attention-scale-unread",),
             "layers 0-1's attention scale is not read (a Mul by a factor that is not one constant)", 0.0,
             "the attention's scale was not read", plant=scale_computed, graph="decomposed"),
