@@ -283,6 +283,38 @@ def test_a_planted_scale_is_named_in_the_optimized_graph_through_fusedmatmuls_al
         assert bug.words in findings[0]["text"], findings[0]["text"]
 
 
+def _rope_on_nope(model: Path) -> None:
+    """Each layer's query split [nope, rope] read in the wrong order: the rotation given the nope channels."""
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        if node.name.endswith("/latent/split_11_node"):  # the query heads' split (test_audit_latent's rope-on-nope)
+            node.output[:] = [node.output[1], node.output[0]]
+    onnx.save(proto, str(model))
+
+
+# (checkpoint, the layers named): the latent-cache build's rope slice planted wrong, read through ONNX Runtime's
+# rewrite (its FusedMatMuls, the merged lookup) as in the exported graph; before, the optimized graph said
+# rope-slice-unread of its query rotation, right or wrong
+NOPE = [("deepseek_v3", "0-1"), ("glm_moe_dsa", "0-2")]
+
+
+@pytest.mark.parametrize(("name", "layers"), NOPE, ids=[n for n, _ in NOPE])
+def test_the_rope_on_the_nope_part_is_named_in_the_optimized_graph_of_a_latent_cache_build(
+    name: str, layers: str, tmp_path: Path, checkpoint: Callable[[str], Path]
+) -> None:
+    from tests.audits.test_audit_own_decoders import _decoder as latent_decoder
+
+    ckpt = checkpoint(name)
+    model = latent_decoder(tmp_path, ckpt, "decomposed", latent_cache=True)
+    _rope_on_nope(model)
+    result = rx.audit(model, ckpt / "config.json", optimized="all", effects=False)
+    assert result.optimized is not None and not result.optimized["changed"]
+    words = (f"layers {layers} rotate the query's channels 0-7 of each 16-channel head (the nope dims: "
+             "qk_nope_head_dim 8) where the config rotates the last 8 (qk_rope_head_dim)")  # fmt: skip
+    for findings in (result.findings, result.optimized["findings"]):
+        assert [(f["name"], f["text"]) for f in findings] == [("rope-slice", words)], findings
+
+
 # --- PR #29261's first revision, planted: what the audit names --------------------------------------------------
 
 # (checkpoint, interleaved carried over, the optimized graph's findings, a rotation changed, the changes said)
