@@ -14,8 +14,9 @@ Two readings for ``audits.features`` that do not trust any exporter's names or c
   boundaries seen), at most the context; a call whose weights would exceed ``BUDGET`` values is not evaluated and the
   chunks are said unread.
 - **The logits' scale in a decomposed attention** (DeepSeek's mscale squared): from each layer's Softmax back to the
-  q.k ``MatMul`` through the mask's ``Add`` / ``Where`` and casts, and from the MatMul's two operands back through
-  nodes that only move values (``MOVES``), the product of every scalar ``Mul`` / ``Div`` met on the way (torch's
+  q.k ``MatMul`` (or ONNX Runtime's ``FusedMatMul``, its ``alpha`` a factor too: ``patterns.base.is_product``) through
+  the mask's ``Add`` / ``Where`` and casts, and from the product's two operands back through nodes that only move
+  values (``MOVES``), the product of every scalar ``Mul`` / ``Div`` met on the way (torch's
   decomposition puts sqrt(scale) on q and on k; ropeexport's one Mul after the MatMul; the latent cache's two
   MatMuls added, each of which must carry the same factor). A Mul by a position's query factor (a table gathered at
   position_ids // divisor: Mistral 4's, which the latent cache applies to the logits) is passed over: it is the
@@ -36,7 +37,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ropeexport.audits.layers import layer_of
-from ropeexport.audits.patterns.base import constant_of
+from ropeexport.audits.patterns.base import constant_of, is_product, product_scale
 from ropeexport.audits.query_scale import factor_table
 
 # The mask input of each fused operator (ONNX Attention's attn_mask, com.microsoft GroupQueryAttention's
@@ -189,7 +190,7 @@ def _reaches_product(value: ir.Value, depth: int = 0) -> bool:
     made = value.producer()
     if made is None or depth > 8:
         return False
-    if made.op_type in ("MatMul", "Einsum"):
+    if made.op_type == "Einsum" or is_product(made):
         return True
     return made.op_type in (*SCORES, "Mul", "Div", "Add", "Where") and any(
         v is not None and constant_of(v) is None and _reaches_product(v, depth + 1) for v in made.inputs)  # fmt: skip
@@ -200,8 +201,8 @@ def _logits(value: ir.Value, depth: int = 0) -> float | str:
     made = value.producer()
     if made is None or depth > 12:
         return "no q.k product found before the Softmax"
-    if made.op_type == "MatMul":
-        return _operand(made.inputs[0]) * _operand(made.inputs[1])  # type: ignore[arg-type]
+    if is_product(made):  # a FusedMatMul's alpha is a factor of the logits as the Muls around it are
+        return product_scale(made) * _operand(made.inputs[0]) * _operand(made.inputs[1])  # type: ignore[arg-type]
     if made.op_type in SCORES:
         return _logits(made.inputs[0], depth + 1)  # type: ignore[arg-type]
     if made.op_type in ("Mul", "Div") and len(made.inputs) == 2:

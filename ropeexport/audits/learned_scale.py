@@ -12,8 +12,10 @@ only shape or cast it, ``SHAPING``) by a log of the position (``log_of``: a ``Ga
 ``position_ids`` plus a constant, ropeexport's form, ``components.query_scale.learned_factor``; or a ``Log`` of
 ``position_ids`` plus a constant, cast, transformers' form and ropeexport's indexer's), and the ``Add`` of a constant of
 H values after it (the bias; none found: no bias added). Its layer is its name's or module path's (``layers.layer_of``);
-it is the indexer's when either says ``indexer``. Checked in float64 per layer and head, each value within two units of
-its stored dtype of the checkpoint's value rounded once to that dtype: the scale, the bias, and the log at every
+it is the indexer's when either says ``indexer``, or when the query it multiplies selects keys
+(``indexer.feeds_selection``: ONNX Runtime's optimized graph folds the scale into a constant no name of which says
+it). Checked in float64 per layer and head, each value within two units of its stored dtype of the checkpoint's value
+rounded once to that dtype: the scale, the bias, and the log at every
 position 0 .. max_positions - 1 against log(p + 1) (``query_scale._close``). The attention's factor, and the
 indexer's, must also multiply that part's query rotation (``slices``' reading of it, ``_applied``): after it, before
 the query meets a key, or before it, after the projection; not traced: the nope half alone, a NoPE layer's query (no
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from ropeexport.audits.indexer import feeds_selection
 from ropeexport.audits.layers import SCOPES, layer_finding, layer_of
 from ropeexport.audits.patterns.base import Site, constant_of
 from ropeexport.audits.query_scale import _close, learned
@@ -162,7 +165,9 @@ def factors(model: ir.Model, positions: int) -> list[Factor]:
             props = dict(node.metadata_props)
             said = " ".join([node.name or "", _through(node.inputs[k]).name or "",  # type: ignore[arg-type]
                              *(props.get(s, "") for s in SCOPES)])  # fmt: skip
-            part = "indexer" if "indexer" in said else "attention"
+            # by use where no name says it: ONNX Runtime folds the scale's Reshape into a constant of the Reshape's
+            # name, and the indexer's factor keeps no "indexer" (its query's product selects keys: ``feeds_selection``)
+            part = "indexer" if "indexer" in said or feeds_selection(out) else "attention"
             found.append(Factor(layer_of(node.name or "", props), part, scale, bias, log, node.name or "", out))
             break
     return found

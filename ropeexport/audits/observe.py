@@ -55,7 +55,10 @@ def feed(value: ir.Value, length: int) -> np.ndarray:
         return axes.rows(row, value.shape) if "position" in name else row  # M-RoPE's [3, 1, L]: text, one row
     dims = [d if isinstance(d, int) else None for d in (value.shape or [])]
     if len(dims) == 4 and ("past" in name or "cache" in name):  # [b, heads, past, d]: no past
-        return np.zeros((1, dims[1] or 1, 0, dims[3] or 1), dtype)
+        # a declared 0 is a width too (a NoPE latent layer's rope key, Mistral Large 4's layer 3): fed 1 wide, ONNX
+        # Runtime refuses every cut-out that reads it ("Got invalid dimensions ... Got: 1 Expected: 0")
+        width = dims[3] if dims[3] is not None else 1
+        return np.zeros((1, dims[1] or 1, 0, width), dtype)
     if name == "total_sequence_length":  # GroupQueryAttention's own inputs, when a graph takes them as given
         return np.array(length, dtype)
     if name == "seqlens_k":

@@ -98,6 +98,7 @@ class Rotation:
     constant: bool
     cos: np.ndarray | None = field(default=None, repr=False, compare=False)
     sin: np.ndarray | None = field(default=None, repr=False, compare=False)
+    indexer: bool = False  # DeepSeek Sparse Attention's indexer's (``Site.indexer``): matched to the indexer's after
 
     def words(self) -> str:
         """``RotaryEmbedding (opset 23), interleaved pairs, 4 channels, constant tables``."""
@@ -105,7 +106,8 @@ class Rotation:
         pairing = "" if self.pairing is None else ", " + " and ".join(said[p] for p in self.pairing)
         pairing += " (its readers disagree)" if self.pairing is not None and len(self.pairing) > 1 else ""
         width = "" if self.width is None else f", {self.width} channels"
-        return f"{self.kind}{pairing}{width}, {'constant' if self.constant else 'computed'} tables"
+        whose = " (the indexer's)" if self.indexer else ""
+        return f"{self.kind}{whose}{pairing}{width}, {'constant' if self.constant else 'computed'} tables"
 
 
 def _pairing(site: Site) -> tuple[bool, ...] | None:
@@ -150,7 +152,7 @@ def rotations(model: ir.Model) -> list[Rotation]:
         cos, sin = (_constant(v) for v in (site.values[:2] if len(site.values) >= 2 else (None, None)))
         constant = cos is not None and sin is not None
         out.append(Rotation(site.kind.value, site.layers, _pairing(site), _width(site, cos), constant,
-                            cos if constant else None, sin if constant else None))  # fmt: skip
+                            cos if constant else None, sin if constant else None, indexer=site.indexer))  # fmt: skip
     return out
 
 
@@ -164,14 +166,16 @@ def _by_layer(found: Iterable[Rotation]) -> dict[int | None, list[Rotation]]:
 
 
 def _matched(before: list[Rotation], after: list[Rotation]) -> list[tuple[Rotation | None, Rotation | None]]:
-    """Each rotation of a layer before with the one after that does its work: of the same kind where the layer has one
-    (a form the optimizer left), else the first (what it became: two rotations may become one); None when the layer
-    has none after. A rotation after that none before became is alone.
+    """Each rotation of a layer before with the one after that does its work: the indexer's with the indexer's, the
+    attention's with the attention's (a layer of DeepSeek V3.2's fused build has one of each, paired apart), of the
+    same kind where the layer has one (a form the optimizer left), else the first (what it became: two rotations may
+    become one); None when the layer has none after. A rotation after that none before became is alone.
     """  # noqa: D205
     pairs: list[tuple[Rotation | None, Rotation | None]] = []
     used: set[int] = set()
-    for old in before:  # one not yet taken first, then of the same kind, then with the same tables, then in order
-        ranked = sorted(after, key=lambda new: (id(new) in used, new.kind != old.kind, not _same_tables(old, new)))
+    for old in before:  # one not yet taken first, the same part's, of the same kind, with the same tables, in order
+        ranked = sorted(after, key=lambda new: (id(new) in used, new.indexer != old.indexer, new.kind != old.kind,
+                                                not _same_tables(old, new)))  # fmt: skip
         chosen = ranked[0] if ranked else None
         used |= {id(chosen)} if chosen is not None else set()
         pairs.append((old, chosen))

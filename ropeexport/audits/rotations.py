@@ -14,9 +14,10 @@ a random x with the multipliers 1 and 0, then 0 and 1. The multiplier whose 1 gi
 (2i, 2i + 1)), the sign ((-x2, x1), or (x2, -x1): a rotation the other way) and how many channels turn.
 
 Each rotation also says its layer (``layers.layer_of`` of its Muls) and its role (``role_of``: q when its output
-reaches the left of the q.k MatMul or an attention operator's query, k when it reaches the right, a present key or
-an attention operator's key). A rotation whose x or y cannot be told apart, or whose product is not x and rotate(x)
-in some order, is not read (``find_rotations`` leaves it out: the site is then read as its pattern reads it).
+reaches the left of the q.k product (``patterns.base.is_product``: a MatMul or ONNX Runtime's FusedMatMul) or an
+attention operator's query, k when it reaches the right, a present key or an attention operator's key). A rotation
+whose x or y cannot be told apart, or whose product is not x and rotate(x) in some order, is not read
+(``find_rotations`` leaves it out: the site is then read as its pattern reads it).
 
 Shapes: x [.., d] (any leading axes, d channels; the rotated r of them, r <= d), the multipliers broadcast against
 it (cos/sin [b, 1, s, r] in transformers' form, [b, 1, s, r/2] or [b, 1, s, r/2, 1] in ropeexport's).
@@ -34,7 +35,7 @@ import onnx_ir as ir
 from ropeexport.audits.channels import moved, pair_swap
 from ropeexport.audits.indexer import feeds_selection
 from ropeexport.audits.layers import layer_of
-from ropeexport.audits.patterns.base import constant_of, is_constant
+from ropeexport.audits.patterns.base import constant_of, is_constant, is_product
 
 # Nodes a cos/sin passes through to the Mul that uses it: one data input, the rest constants (``computed.forward``);
 # a Neg too, which turns the rotation the other way (``Rotation.sign``); and a Concat of one value with itself (the
@@ -472,7 +473,7 @@ def role_of(value: ir.Value) -> str | None:
                 if id(node) in seen:
                     continue
                 seen.add(id(node))
-                if node.op_type == "MatMul":
+                if is_product(node):  # a FusedMatMul's transposes keep its sides (``is_product``)
                     return "q" if use.idx == 0 else "k"
                 if node.op_type in ATTENTION:
                     return {0: "q", 1: "k"}.get(use.idx)

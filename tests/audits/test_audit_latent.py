@@ -207,6 +207,33 @@ def test_large4s_build_proven_against_its_unshared_twins_checkpoint_is_refused_i
     assert "\n" not in said and "indexer key caches it cannot feed (past_key_values.2.index_key:" in said, said
 
 
+# (an empty cache input's declared shape, what observe.feed gives it): a declared width kept, 0 included (it was fed 1
+# wide: ``dims[3] or 1``), an undeclared one 1
+FED = [([None, 1, None, 0], (1, 1, 0, 0)), ([None, 4, None, 16], (1, 4, 0, 16)),
+       ([None, None, None, None], (1, 1, 0, 1))]
+
+
+@pytest.mark.parametrize(("shape", "fed"), FED, ids=["declared-0", "declared-16", "undeclared"])
+def test_observe_feeds_an_empty_cache_its_declared_width(shape: list[int | None], fed: tuple[int, ...]) -> None:
+    import onnx_ir as ir
+
+    from ropeexport.audits.observe import feed
+
+    value = ir.Value(name="past_key_values.3.value", shape=ir.Shape(shape))
+    value.dtype = ir.DataType.FLOAT
+    assert feed(value, 4).shape == fed
+
+
+def test_a_cut_out_reading_large4s_0_wide_rope_key_is_evaluated(large4_latent: tuple[Path, Path]) -> None:
+    # NoPE layer 3's present rope key reads its past (past_key_values.3.value, declared [batch, 1, past, 0]): the
+    # audit's cut-outs (observe.evaluate_values, slices.evaluate) fed it [1, 1, 0, 1], which ONNX Runtime refused
+    # ("Got invalid dimensions ... Got: 1 Expected: 0"), so anything read through it was NotEvaluated
+    from ropeexport.audits.observe import evaluate_values
+
+    (got,) = evaluate_values(large4_latent[1], ["present.3.value"], 4)
+    assert got.shape == (1, 1, 4, 0)
+
+
 def test_mistral_large4s_export_audits_exact_with_its_learned_rope_and_query_scale_read_beside_the_config(
         tmp_path: Path, tiny_checkpoint) -> None:  # noqa: ANN001  # fmt: skip
     # LeRoPE's alpha is the checkpoint's (lerope.alpha), not the config's: read from the checkpoint beside config.json

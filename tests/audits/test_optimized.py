@@ -215,6 +215,106 @@ def test_a_merged_latent_lookup_is_read_by_every_layer_and_the_indexer_apart(
     assert said["sites_after"] == 2 < said["sites_before"]  # one lookup, the attention's part and the indexer's
 
 
+# Latent attention's builds, their optimized graph audited: ONNX Runtime writes each q.k product as a FusedMatMul (its
+# MatmulTransposeFusion, the key's Transpose folded into transB; MatMulScaleFusion, a one-product attention's scale
+# into alpha). (checkpoint, form, latent cache, the findings both graphs have). Before: every decomposed build's
+# optimized graph said attention-scale-unread (no q.k product found through its Where: a FusedMatMul was none), every
+# latent-cache build's rope-slice-unread too (its key rotation read as a query's: role_of counted only MatMul), the
+# fused DSA builds' indexer rope-slice-unread (its RotaryEmbedding's role untold), Mistral Large 4's indexer query
+# scales judged as the attention's (learned-query-scale: 16 heads against 4, the scale's name folded away) and
+# DeepSeek V3.2's fused build a rotation CHANGED (its indexer's halves matched with the attention's interleaved pairs).
+# mistral4's latent-cache build (a Mul of the logits by its position's query factor, passed over by the scale's
+# reading: audits.attention_reads) exact in both
+OPTIMIZED_LATENT = [("deepseek_v3", "decomposed", False, ()), ("deepseek_v3", "decomposed", True, ()),
+                    ("deepseek_v2", "decomposed", True, ()), ("glm4_moe_lite", "decomposed", True, ()),
+                    ("deepseek_v32", "decomposed", True, ()), ("glm_moe_dsa", "decomposed", True, ()),
+                    ("mistral_large4", "decomposed", True, ()), ("deepseek_v32", "fused", False, ()),
+                    ("glm_moe_dsa", "fused", False, ()),
+                    ("mistral4", "decomposed", True, ())]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "graph", "latent_cache", "findings"), OPTIMIZED_LATENT,
+                         ids=[f"{n}-{g}{'-latent' if c else ''}" for n, g, c, _ in OPTIMIZED_LATENT])  # fmt: skip
+def test_a_latent_builds_optimized_graph_audits_exact_where_its_exported_graph_does(
+        name: str, graph: str, latent_cache: bool, findings: tuple[str, ...], tmp_path: Path,
+        checkpoint: Callable[[str], Path]) -> None:  # fmt: skip
+    from tests.audits.test_audit_own_decoders import _decoder as latent_decoder
+
+    ckpt = checkpoint(name)
+    model = latent_decoder(tmp_path, ckpt, graph, latent_cache=latent_cache)
+    result = rx.audit(model, ckpt / "config.json", optimized="all", effects=False)
+    record = result.optimized
+    assert record is not None and not record["changed"], record["text"]
+    graphs = {"exported": result.findings, "optimized": record["findings"]}
+    said = {g: sorted((f["name"], f["text"]) for f in got) for g, got in graphs.items()}
+    assert [n for n, _ in said["exported"]] == list(findings) and said["optimized"] == said["exported"], said
+    assert record["verdict"] == ("findings" if findings else "exact") and _layers(record["sites"]) == _layers(
+        result.sites)  # fmt: skip
+
+
+# A fault planted in the exported graph, named in the optimized graph too: DeepSeek V3's decomposed attention without
+# YaRN's mscale squared (one product: its scale folded into FusedMatMul's alpha), its latent cache's with the mscale
+# squared twice (two products added, the scale a Mul after them). (the plant's case in test_audit_latent.PLANTED, the
+# alpha the optimized graph's layer 0 q.k product must carry)
+THROUGH = [("ds-decomposed-without-mscale", 0.25), ("ds-latent-cache-mscale-twice", 1.0)]
+
+
+@pytest.mark.parametrize(("case", "alpha"), THROUGH, ids=[c for c, _ in THROUGH])
+def test_a_planted_scale_is_named_in_the_optimized_graph_through_fusedmatmuls_alpha(
+    case: str, alpha: float, tmp_path: Path, checkpoint: Callable[[str], Path]
+) -> None:
+    from ropeexport.audits.model import load_model
+    from tests.audits.test_audit_latent import PLANTED as LATENT_PLANTED
+    from tests.audits.test_audit_own_decoders import _decoder as latent_decoder
+
+    bug = next(b for b in LATENT_PLANTED if b.case == case)
+    ckpt = checkpoint(bug.name)
+    model = latent_decoder(tmp_path, ckpt, bug.graph, latent_cache=bug.latent_cache)
+    assert bug.plant is not None
+    bug.plant(model)
+    (tmp_path / "optimized").mkdir()
+    fused = [n for n in load_model(optimize(model, "all", tmp_path / "optimized")).graph
+             if n.op_type == "FusedMatMul" and n.name.startswith("layers.0/")]  # fmt: skip
+    assert fused and {round(float(n.attributes["alpha"].value), 6) for n in fused} == {alpha}, fused
+    result = rx.audit(model, ckpt / "config.json", optimized="all", effects=False)
+    assert result.optimized is not None and not result.gate["passed"]
+    for findings in (result.findings, result.optimized["findings"]):
+        assert [f["name"] for f in findings] == list(bug.findings), findings
+        assert bug.words in findings[0]["text"], findings[0]["text"]
+
+
+def _rope_on_nope(model: Path) -> None:
+    """Each layer's query split [nope, rope] read in the wrong order: the rotation given the nope channels."""
+    proto = onnx.load(str(model))
+    for node in proto.graph.node:
+        if node.name.endswith("/latent/split_11_node"):  # the query heads' split (test_audit_latent's rope-on-nope)
+            node.output[:] = [node.output[1], node.output[0]]
+    onnx.save(proto, str(model))
+
+
+# (checkpoint, the layers named): the latent-cache build's rope slice planted wrong, read through ONNX Runtime's
+# rewrite (its FusedMatMuls, the merged lookup) as in the exported graph; before, the optimized graph said
+# rope-slice-unread of its query rotation, right or wrong
+NOPE = [("deepseek_v3", "0-1"), ("glm_moe_dsa", "0-2")]
+
+
+@pytest.mark.parametrize(("name", "layers"), NOPE, ids=[n for n, _ in NOPE])
+def test_the_rope_on_the_nope_part_is_named_in_the_optimized_graph_of_a_latent_cache_build(
+    name: str, layers: str, tmp_path: Path, checkpoint: Callable[[str], Path]
+) -> None:
+    from tests.audits.test_audit_own_decoders import _decoder as latent_decoder
+
+    ckpt = checkpoint(name)
+    model = latent_decoder(tmp_path, ckpt, "decomposed", latent_cache=True)
+    _rope_on_nope(model)
+    result = rx.audit(model, ckpt / "config.json", optimized="all", effects=False)
+    assert result.optimized is not None and not result.optimized["changed"]
+    words = (f"layers {layers} rotate the query's channels 0-7 of each 16-channel head (the nope dims: "
+             "qk_nope_head_dim 8) where the config rotates the last 8 (qk_rope_head_dim)")  # fmt: skip
+    for findings in (result.findings, result.optimized["findings"]):
+        assert [(f["name"], f["text"]) for f in findings] == [("rope-slice", words)], findings
+
+
 # --- PR #29261's first revision, planted: what the audit names --------------------------------------------------
 
 # (checkpoint, interleaved carried over, the optimized graph's findings, a rotation changed, the changes said)

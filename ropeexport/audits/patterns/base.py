@@ -159,6 +159,26 @@ def attr(node: ir.Node, name: str, default: int = 0) -> int:
     return default if found is None else int(found.value)
 
 
+def is_product(node: ir.Node) -> bool:
+    """A matrix product that can be q . k: ``MatMul``, or ONNX Runtime's ``FusedMatMul`` (com.microsoft; its optimizer's
+    MatmulTransposeFusion and MatMulScaleFusion write it: Y = alpha * op(A) @ op(B), op transposing A's or B's last two
+    axes where ``transA`` / ``transB`` say, ``transBatchA`` / ``transBatchB`` moving their batch axes). A transpose
+    changes an operand's layout, not its side: input 0 is the left factor (the query's), input 1 the right (the
+    key's), in both; the scale it folds in is ``product_scale``.
+    """  # noqa: D205
+    if node.op_type == "MatMul":
+        return node.domain in ("", "ai.onnx")
+    return node.op_type == "FusedMatMul" and node.domain == MICROSOFT
+
+
+def product_scale(node: ir.Node) -> float:
+    """The factor a product of ``is_product`` multiplies its result by: ``FusedMatMul``'s ``alpha`` (default 1.0 in
+    its schema), 1.0 for a ``MatMul``.
+    """  # noqa: D205
+    found = node.attributes.get("alpha") if node.op_type == "FusedMatMul" else None
+    return 1.0 if found is None else float(found.value)
+
+
 def name_of(value: ir.Value) -> str:
     """``value``'s name: ONNX names every value of a loaded model (only a value built in memory may have none)."""
     assert value.name is not None, "a value of a loaded model has a name"
