@@ -243,8 +243,9 @@ def _routed(calls: Sequence[Call], k: int, known: dict[frozenset[Flip], dict[int
     """(the truth of call k's slots, the flips it took, their records): the float64 routing with ``kept`` flipped,
     else, when that fails the call, the nearest of the routings its near ties allow (module doc). ``known``: per
     routing (its flips), per call index, its ``Ahead`` computed so far (the float64 routing's: every call's, one pass
-    ahead); a routing not known at call k is computed from call k on (``Recompute``), the candidates of a call in
-    one pass. Routings other than the float64 one and the one kept are dropped once the call is judged.
+    ahead); a routing not known at call k is computed from call k on (``Recompute``), a call's candidates
+    ``CANDIDATES`` a pass, the closest ties' first, until one passes. Routings other than the float64 one and the one
+    kept are dropped once the call is judged.
     """  # noqa: D205
 
     def learn(routings: list[frozenset[Flip]]) -> None:
