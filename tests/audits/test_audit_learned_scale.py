@@ -31,6 +31,13 @@ def _edit(model: Path, change: Callable[[onnx.ModelProto], None]) -> None:
     onnx.save(proto, str(model))
 
 
+def _bypass(proto: onnx.ModelProto, node: onnx.NodeProto, kept: str) -> None:
+    """``node`` removed, every reader of its output reading ``kept`` instead."""
+    for other in proto.graph.node:
+        other.input[:] = [kept if i == node.output[0] else i for i in other.input]
+    proto.graph.node.remove(node)
+
+
 def _values(name: str, change: Callable[[np.ndarray], np.ndarray]) -> Callable[[Path], None]:
     """The initializer whose name ends with ``name`` set to ``change`` of its values."""
 
@@ -61,10 +68,7 @@ def drop_bias(model: Path) -> None:
         nodes = list(proto.graph.node)
         shaped = next(n for n in nodes if n.input and n.input[0] == "layers.0/latent/q_scale_bias").output[0]
         add = next(n for n in nodes if n.op_type == "Add" and shaped in n.input)
-        kept = next(i for i in add.input if i != shaped)
-        for node in nodes:
-            node.input[:] = [kept if i == add.output[0] else i for i in node.input]
-        proto.graph.node.remove(add)
+        _bypass(proto, add, next(i for i in add.input if i != shaped))
 
     _edit(model, edit)
 
@@ -90,9 +94,7 @@ def rope_half_unscaled(model: Path) -> None:
     def edit(proto: onnx.ModelProto) -> None:
         nodes = list(proto.graph.node)
         mul = next(n for n in nodes if n.op_type == "Mul" and "layers.1/rope/query_out" in n.input)
-        for node in nodes:
-            node.input[:] = ["layers.1/rope/query_out" if i == mul.output[0] else i for i in node.input]
-        proto.graph.node.remove(mul)
+        _bypass(proto, mul, "layers.1/rope/query_out")
 
     _edit(model, edit)
 
@@ -107,10 +109,7 @@ def indexer_query_unscaled(model: Path) -> None:
         bias = next(n for n in nodes if n.input and n.input[0] == "layers.2/latent/indexer/q_bias").output[0]
         factor = next(n for n in nodes if n.op_type == "Add" and bias in n.input).output[0]
         mul = next(n for n in nodes if n.op_type == "Mul" and factor in n.input)
-        query = next(i for i in mul.input if i != factor)
-        for node in nodes:
-            node.input[:] = [query if i == mul.output[0] else i for i in node.input]
-        proto.graph.node.remove(mul)
+        _bypass(proto, mul, next(i for i in mul.input if i != factor))
 
     _edit(model, edit)
 
