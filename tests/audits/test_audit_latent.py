@@ -376,6 +376,38 @@ def query_table_ahead(model: Path) -> None:
     onnx.save(proto, str(model))
 
 
+def stray_query_factor(model: Path) -> None:
+    """DeepSeek V3's latent cache (its config gives no query scale) with a position's query factor multiplied into
+    each layer's logits before their scale, as Mistral 4's latent cache multiplies its own: 1 + 0.1 log(1 + floor(pos /
+    32)), a table the scale's reading passes over and the query scale's must name.
+    """  # noqa: D205
+    from onnx import helper
+
+    proto = onnx.load(str(model))
+    n = 1024  # steps: past any position the tiny checkpoint's runs reach (32768)
+    proto.graph.initializer.extend([
+        numpy_helper.from_array((1 + 0.1 * np.log1p(np.arange(n, dtype=np.float64))).astype(np.float32),
+                                "planted/query_scale_table"),
+        numpy_helper.from_array(np.array(32, np.int64), "planted/divisor"),
+        numpy_helper.from_array(np.array([1, 3], np.int64), "planted/axes")])  # fmt: skip
+    for mul in [n for n in proto.graph.node if n.op_type == "Mul" and any(i.endswith("latent/scale") for i in n.input)]:
+        layer = mul.name.split("/")[0]  # layers.N
+        logits = next(i for i in mul.input if not i.endswith("latent/scale"))
+        made = [helper.make_node("Div", ["position_ids", "planted/divisor"], [f"{layer}/planted/step"],
+                                 name=f"{layer}/planted/div"),
+                helper.make_node("Gather", ["planted/query_scale_table", f"{layer}/planted/step"],
+                                 [f"{layer}/planted/factor"], name=f"{layer}/planted/gather", axis=0),
+                helper.make_node("Unsqueeze", [f"{layer}/planted/factor", "planted/axes"], [f"{layer}/planted/shaped"],
+                                 name=f"{layer}/planted/unsqueeze"),
+                helper.make_node("Mul", [logits, f"{layer}/planted/shaped"], [f"{layer}/planted/logits"],
+                                 name=f"{layer}/planted/mul")]  # fmt: skip
+        mul.input[:] = [f"{layer}/planted/logits" if i == logits else i for i in mul.input]
+        at = list(proto.graph.node).index(mul)
+        for node in reversed(made):
+            proto.graph.node.insert(at, node)
+    onnx.save(proto, str(model))
+
+
 def scale_computed(model: Path) -> None:
     """The decomposed attention's (right) scale computed in the graph, sqrt(scale ** 2): a factor that is not one
     constant, as an exporter that computes 1/sqrt(d) from a shape writes it.
@@ -502,6 +534,9 @@ PLANTED = [
     Planted("m4-latent-cache-query-table-ahead", "mistral4", ("query-scale",),
             "layers 0-1 scale the query by its position wrongly: the factor is 1.06931 at positions 0-63", 0.01, "",
             plant=query_table_ahead, graph="decomposed", latent_cache=True),
+    Planted("ds-latent-cache-stray-query-factor", "deepseek_v3", ("query-scale",),
+            "layers 0-1 scale the query by its position wrongly: the config gives it no query scale", 0.1, "",
+            plant=stray_query_factor, graph="decomposed", latent_cache=True),
     Planted("ds-decomposed-scale-computed", "deepseek_v3", ("attention-scale-unread",),
             "layers 0-1's attention scale is not read (a Mul by a factor that is not one constant)", 0.0,
             "the attention's scale was not read", plant=scale_computed, graph="decomposed"),
