@@ -204,6 +204,7 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
     for table in found:
         by_words: dict[str, list[int]] = {}
         shifted: set[str] = set()  # the words of a step at another offset: said, not rewritten (``repair``)
+        unasked: set[str] = set()  # a factor the config does not give: said, not removed (``repair`` writes tables)
         for layer in sorted(table.readers):
             read.add(layer)
             spec = wanted.get(layer)
@@ -212,10 +213,13 @@ def findings(model: ir.Model, hf_config: str | Path | None) -> list[dict[str, An
                 by_words.setdefault(words, []).append(layer)
                 if spec is not None and spec.offset != table.offset:
                     shifted.add(words)
+                if spec is None:
+                    unasked.add(words)
         for words, layers in by_words.items():
             template = f"{{who}} scale{{s}} the query by its position wrongly: {words} (table {table.name!r})"
             how = {"unrepairable": "graft rewrites a factor table's values and divisor, not the offset of its step"} \
-                if words in shifted else {}
+                if words in shifted else {"unrepairable": "graft rewrites a factor table's values, it does not remove "
+                                          "a factor the config does not give"} if words in unasked else {}  # fmt: skip
             out.append(layer_finding("query-scale", template, "", layers) | {"sites": [], "tables": [table.name]}
                        | how)  # fmt: skip
     missing = sorted(set(wanted) - read)

@@ -505,7 +505,7 @@ PLANTED = [
             "", edit=_layers(_rotate_layer_3)),  # its graft is SmolLM3's (test_audit_layers, nope-layers-rotated)
     Planted("l4-temperature-wrong-layer", "llama4", ("query-scale", "query-scale"),
             "layer 2 scales the query by its position wrongly: the config gives it no query scale", 0.01,
-            "does not change the query's scale", edit=_layers(_temperature_on_layer_2)),
+            "it does not remove a factor the config does not give", edit=_layers(_temperature_on_layer_2)),
     Planted("l4-temperature-a-position-late", "llama4", ("query-scale",),
             "the query is scaled 1 position late", 1e-4,
             "not the offset of its step", plant=temperature_a_position_late),
@@ -535,7 +535,8 @@ PLANTED = [
             "layers 0-1 scale the query by its position wrongly: the factor is 1.06931 at positions 0-63", 0.01, "",
             plant=query_table_ahead, graph="decomposed", latent_cache=True),
     Planted("ds-latent-cache-stray-query-factor", "deepseek_v3", ("query-scale",),
-            "layers 0-1 scale the query by its position wrongly: the config gives it no query scale", 0.1, "",
+            "layers 0-1 scale the query by its position wrongly: the config gives it no query scale", 0.1,
+            "it does not remove a factor the config does not give",
             plant=stray_query_factor, graph="decomposed", latent_cache=True),
     Planted("ds-decomposed-scale-computed", "deepseek_v3", ("attention-scale-unread",),
             "layers 0-1's attention scale is not read (a Mul by a factor that is not one constant)", 0.0,
